@@ -1,0 +1,1 @@
+//! oxccl-mock (being built).

@@ -1,0 +1,1 @@
+//! oxccl-nccl (being built).

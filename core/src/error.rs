@@ -1,0 +1,130 @@
+//! The one error type of oxccl. Each variant says what the caller can do about it.
+
+use crate::feature::{Feature, Missing};
+use crate::result::ResultCode;
+use crate::state::lifecycle::CommState;
+use crate::text::Text;
+
+/// `Result` with oxccl's [`Error`].
+pub type Result<T, E = Error> = core::result::Result<T, E>;
+
+/// Everything that can go wrong, grouped by what the caller should do.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The call was wrong: fix the named argument. Refused before any library call.
+    #[error("invalid argument `{arg}`: expected {expected}")]
+    InvalidArgument {
+        /// The argument at fault (`"recv"`, `"root"`, `"op"`, …).
+        arg: &'static str,
+        /// What it should have been, with what it was.
+        expected: Text,
+    },
+    /// The loaded library lacks what the call needs: load a newer one or avoid the feature.
+    #[error("{feature} is unavailable: {missing}")]
+    Unsupported {
+        /// The feature the call needs.
+        feature: Feature,
+        /// Why it is missing.
+        missing: Missing,
+    },
+    /// The object is in a state where the call is not allowed (a dead communicator, a group
+    /// closed twice): the reason is the first cause, kept.
+    #[error("cannot {attempted} while {state}: {reason}")]
+    InvalidState {
+        /// The state the object was in.
+        state: CommState,
+        /// What was attempted.
+        attempted: &'static str,
+        /// Why the object is in that state (the first failure, the abort reason, …).
+        reason: Text,
+    },
+    /// The library (or a mock world standing for it) failed: the code, its own text for the code,
+    /// and its last-error text for this failure.
+    #[error("{code}: {text}{}{last}", if last.is_empty() { "" } else { "; last error: " })]
+    Backend {
+        /// The library's result code.
+        code: ResultCode,
+        /// The library's string for the code (`ncclGetErrorString`).
+        text: Text,
+        /// The library's description of the failure (`ncclGetLastError`), possibly empty.
+        last: Text,
+    },
+    /// Something did not finish in time; the communicator may need an abort.
+    #[error("timed out after {after_ms} ms: {what}")]
+    Timeout {
+        /// What was waited for.
+        what: Text,
+        /// How long was waited.
+        after_ms: u64,
+    },
+    /// The communicator was aborted; create a new one.
+    #[error("communicator aborted: {reason}")]
+    Aborted {
+        /// Why it was aborted.
+        reason: Text,
+    },
+    /// Another rank failed (NCCL's remote error, a lost peer); abort and rebuild.
+    #[error("remote failure: {detail}")]
+    Remote {
+        /// What is known of the remote failure.
+        detail: Text,
+    },
+    /// Ranks issued calls that do not match (counts, types, ops, roots). NCCL would hang or
+    /// corrupt data; the mock world and the checks that can see it report it instead.
+    #[error("ranks disagree on {what}: {detail}")]
+    Mismatch {
+        /// What differs (`"count"`, `"dtype"`, `"op"`, `"root"`, `"operation"`).
+        what: &'static str,
+        /// The values each side gave.
+        detail: Text,
+    },
+}
+
+impl Error {
+    /// An [`Error::InvalidArgument`] for `arg` with a formatted expectation.
+    pub fn invalid(arg: &'static str, expected: core::fmt::Arguments<'_>) -> Error {
+        Error::InvalidArgument { arg, expected: crate::text::text(expected) }
+    }
+
+    /// The library's result code, when the error came from the library.
+    pub fn code(&self) -> Option<ResultCode> {
+        match self {
+            Error::Backend { code, .. } => Some(*code),
+            _ => None,
+        }
+    }
+
+    /// Whether the communicator that produced this error can no longer be used.
+    pub fn is_fatal(&self) -> bool {
+        matches!(
+            self,
+            Error::Backend { .. } | Error::Timeout { .. } | Error::Aborted { .. } | Error::Remote { .. } | Error::Mismatch { .. }
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn display_names_the_argument() {
+        let e = Error::invalid("root", format_args!("a rank below {}, got {}", 4, 9));
+        let mut s = heapless::String::<256>::new();
+        core::fmt::write(&mut s, format_args!("{e}")).unwrap();
+        assert_eq!(s.as_str(), "invalid argument `root`: expected a rank below 4, got 9");
+        assert!(!e.is_fatal());
+    }
+
+    #[test]
+    fn backend_errors_carry_the_code() {
+        let e = Error::Backend {
+            code: ResultCode(8),
+            text: crate::text::text_str("timeout"),
+            last: Text::new(),
+        };
+        assert_eq!(e.code(), Some(ResultCode::TIMEOUT));
+        assert!(e.is_fatal());
+    }
+}

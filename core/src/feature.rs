@@ -1,0 +1,318 @@
+//! Capabilities gated by the loaded NCCL: the version that brought each, the symbols it needs,
+//! and why one is missing.
+
+use crate::version::Version;
+use core::fmt;
+
+/// A capability that some NCCL releases have and others lack.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum Feature {
+    /// `ncclAvg` reduction.
+    Avg,
+    /// `ncclBfloat16` element type.
+    Bfloat16,
+    /// Premul-sum reductions created per communicator.
+    PreMulSum,
+    /// `ncclGetLastError`: NCCL's text for the last failure.
+    LastError,
+    /// `ncclCommInitRankConfig` with `ncclConfig_t`, nonblocking communicators.
+    NonBlocking,
+    /// `ncclCommFinalize`: a clean, flushing end before destroy.
+    Finalize,
+    /// `ncclCommSplit` (color, key, NOCOLOR).
+    Split,
+    /// User buffer registration (`ncclCommRegister` / `ncclCommDeregister`).
+    BufferRegistration,
+    /// NCCL's allocator (`ncclMemAlloc` / `ncclMemFree`).
+    MemAlloc,
+    /// `ncclGroupSimulateEnd`.
+    GroupSimulate,
+    /// `ncclCommInitRankScalable`: init from several unique ids.
+    ScalableInit,
+    /// `ncclFloat8e4m3` / `ncclFloat8e5m2` element types.
+    Float8,
+    /// `ncclCommShrink`: a communicator without some ranks.
+    Shrink,
+    /// Window registration (`ncclCommWindowRegister` / `ncclCommWindowDeregister`).
+    WindowRegistration,
+    /// Native `ncclAlltoAll` (grouped send/recv before it).
+    AllToAll,
+    /// Native `ncclGather` / `ncclScatter` (grouped send/recv before them).
+    GatherScatter,
+    /// `ncclCommRevoke`.
+    Revoke,
+    /// `ncclCommGetUniqueId` / `ncclCommGrow`: adding ranks to a communicator.
+    Grow,
+    /// One-sided `ncclPutSignal` / `ncclSignal` / `ncclWaitSignal`.
+    Signals,
+    /// `ncclCommSuspend` / `ncclCommResume`.
+    SuspendResume,
+    /// `ncclCommMemStats`.
+    MemStats,
+    /// The `ncclTimeout` (8) result code.
+    TimeoutCode,
+    /// Per-collective configuration entry points (`ncclAllReduceConfig`, …).
+    CollConfig,
+}
+
+impl Feature {
+    /// Every feature, in the order of the version that brought it.
+    pub const ALL: [Feature; 23] = [
+        Feature::Avg,
+        Feature::Bfloat16,
+        Feature::PreMulSum,
+        Feature::LastError,
+        Feature::NonBlocking,
+        Feature::Finalize,
+        Feature::Split,
+        Feature::BufferRegistration,
+        Feature::MemAlloc,
+        Feature::GroupSimulate,
+        Feature::ScalableInit,
+        Feature::Float8,
+        Feature::Shrink,
+        Feature::WindowRegistration,
+        Feature::AllToAll,
+        Feature::GatherScatter,
+        Feature::Revoke,
+        Feature::Grow,
+        Feature::Signals,
+        Feature::SuspendResume,
+        Feature::MemStats,
+        Feature::TimeoutCode,
+        Feature::CollConfig,
+    ];
+
+    /// Number of features.
+    pub const COUNT: usize = Self::ALL.len();
+
+    /// The first release whose API has this feature.
+    pub const fn since(self) -> Version {
+        let (minor, patch) = match self {
+            Feature::Avg | Feature::Bfloat16 => (10, 3),
+            Feature::PreMulSum => (11, 4),
+            Feature::LastError => (13, 4),
+            Feature::NonBlocking | Feature::Finalize => (14, 3),
+            Feature::Split => (18, 1),
+            Feature::BufferRegistration | Feature::MemAlloc => (19, 1),
+            Feature::GroupSimulate => (22, 3),
+            Feature::ScalableInit => (23, 4),
+            Feature::Float8 => (24, 3),
+            Feature::Shrink | Feature::WindowRegistration => (27, 3),
+            Feature::AllToAll | Feature::GatherScatter => (28, 3),
+            Feature::Revoke => (28, 7),
+            Feature::Grow | Feature::Signals | Feature::SuspendResume | Feature::MemStats => {
+                (29, 0)
+            }
+            Feature::TimeoutCode => (30, 3),
+            Feature::CollConfig => (32, 0),
+        };
+        Version::new(2, minor, patch)
+    }
+
+    /// The exported symbols the feature needs (empty for enum values and types).
+    pub const fn symbols(self) -> &'static [&'static str] {
+        match self {
+            Feature::Avg | Feature::Bfloat16 | Feature::Float8 | Feature::TimeoutCode => &[],
+            Feature::PreMulSum => &["ncclRedOpCreatePreMulSum", "ncclRedOpDestroy"],
+            Feature::LastError => &["ncclGetLastError"],
+            Feature::NonBlocking => &["ncclCommInitRankConfig"],
+            Feature::Finalize => &["ncclCommFinalize"],
+            Feature::Split => &["ncclCommSplit"],
+            Feature::BufferRegistration => &["ncclCommRegister", "ncclCommDeregister"],
+            Feature::MemAlloc => &["ncclMemAlloc", "ncclMemFree"],
+            Feature::GroupSimulate => &["ncclGroupSimulateEnd"],
+            Feature::ScalableInit => &["ncclCommInitRankScalable"],
+            Feature::Shrink => &["ncclCommShrink"],
+            Feature::WindowRegistration => &["ncclCommWindowRegister", "ncclCommWindowDeregister"],
+            Feature::AllToAll => &["ncclAlltoAll"],
+            Feature::GatherScatter => &["ncclGather", "ncclScatter"],
+            Feature::Revoke => &["ncclCommRevoke"],
+            Feature::Grow => &["ncclCommGetUniqueId", "ncclCommGrow"],
+            Feature::Signals => &["ncclPutSignal", "ncclSignal", "ncclWaitSignal"],
+            Feature::SuspendResume => &["ncclCommSuspend", "ncclCommResume"],
+            Feature::MemStats => &["ncclCommMemStats"],
+            Feature::CollConfig => &["ncclAllReduceConfig"],
+        }
+    }
+
+    /// A stable kebab-case name ("buffer-registration").
+    pub const fn name(self) -> &'static str {
+        match self {
+            Feature::Avg => "avg",
+            Feature::Bfloat16 => "bfloat16",
+            Feature::PreMulSum => "premul-sum",
+            Feature::LastError => "last-error",
+            Feature::NonBlocking => "nonblocking",
+            Feature::Finalize => "finalize",
+            Feature::Split => "split",
+            Feature::BufferRegistration => "buffer-registration",
+            Feature::MemAlloc => "mem-alloc",
+            Feature::GroupSimulate => "group-simulate",
+            Feature::ScalableInit => "scalable-init",
+            Feature::Float8 => "float8",
+            Feature::Shrink => "shrink",
+            Feature::WindowRegistration => "window-registration",
+            Feature::AllToAll => "all-to-all",
+            Feature::GatherScatter => "gather-scatter",
+            Feature::Revoke => "revoke",
+            Feature::Grow => "grow",
+            Feature::Signals => "signals",
+            Feature::SuspendResume => "suspend-resume",
+            Feature::MemStats => "mem-stats",
+            Feature::TimeoutCode => "timeout-code",
+            Feature::CollConfig => "coll-config",
+        }
+    }
+
+    const fn bit(self) -> u64 {
+        1u64 << (self as u8)
+    }
+}
+
+impl fmt::Display for Feature {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Why a feature is unavailable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Missing {
+    /// The loaded library is older than the release that brought the feature.
+    TooOld {
+        /// The release that brought it.
+        need: Version,
+        /// The release loaded.
+        have: Version,
+    },
+    /// The version allows it, but the library does not export this symbol.
+    SymbolAbsent {
+        /// The first missing symbol.
+        symbol: &'static str,
+    },
+}
+
+impl fmt::Display for Missing {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Missing::TooOld { need, have } => write!(f, "needs NCCL {need}, loaded {have}"),
+            Missing::SymbolAbsent { symbol } => write!(f, "symbol {symbol} absent"),
+        }
+    }
+}
+
+/// What one loaded library (or mock world) can do: each feature available, or the reason not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FeatureSet {
+    version: Version,
+    available: u64,
+    absent: [Option<&'static str>; Feature::COUNT],
+}
+
+impl FeatureSet {
+    /// The set a library of `version` has by its version gates alone, all symbols present.
+    pub fn for_version(version: Version) -> FeatureSet {
+        Self::resolve(version, |_| true)
+    }
+
+    /// The set of a library of `version` that exports the symbols for which `has_symbol` is true:
+    /// a feature is available when its version gate holds and every symbol it needs is present.
+    pub fn resolve(version: Version, mut has_symbol: impl FnMut(&str) -> bool) -> FeatureSet {
+        let mut set = FeatureSet { version, available: 0, absent: [None; Feature::COUNT] };
+        for f in Feature::ALL {
+            if version < f.since() {
+                continue;
+            }
+            match f.symbols().iter().find(|s| !has_symbol(s)) {
+                Some(sym) => set.absent[f as usize] = Some(sym),
+                None => set.available |= f.bit(),
+            }
+        }
+        set
+    }
+
+    /// The version the set was resolved for.
+    pub const fn version(&self) -> Version {
+        self.version
+    }
+
+    /// Whether `f` is available.
+    pub const fn has(&self, f: Feature) -> bool {
+        self.available & f.bit() != 0
+    }
+
+    /// `Ok` when `f` is available, else why not.
+    pub fn check(&self, f: Feature) -> core::result::Result<(), Missing> {
+        if self.has(f) {
+            return Ok(());
+        }
+        match self.absent[f as usize] {
+            Some(symbol) => Err(Missing::SymbolAbsent { symbol }),
+            None => Err(Missing::TooOld { need: f.since(), have: self.version }),
+        }
+    }
+
+    /// `Ok` when `f` is available, else [`crate::Error::Unsupported`].
+    pub fn require(&self, f: Feature) -> crate::Result<()> {
+        self.check(f).map_err(|missing| crate::Error::Unsupported { feature: f, missing })
+    }
+
+    /// The same set with `f` taken away (a mock world or a test that hides a feature).
+    pub fn without(mut self, f: Feature) -> FeatureSet {
+        self.available &= !f.bit();
+        self
+    }
+
+    /// Every feature with its availability.
+    pub fn iter(&self) -> impl Iterator<Item = (Feature, core::result::Result<(), Missing>)> + '_ {
+        Feature::ALL.iter().map(move |&f| (f, self.check(f)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn version_gates() {
+        let s = FeatureSet::for_version(Version::new(2, 18, 3));
+        assert!(s.has(Feature::Split));
+        assert!(s.has(Feature::NonBlocking));
+        assert_eq!(
+            s.check(Feature::BufferRegistration),
+            Err(Missing::TooOld { need: Version::new(2, 19, 1), have: Version::new(2, 18, 3) })
+        );
+        let all = FeatureSet::for_version(Version::new(2, 32, 3));
+        assert!(Feature::ALL.iter().all(|&f| all.has(f)));
+        let old = FeatureSet::for_version(Version::new(2, 13, 4));
+        assert!(old.has(Feature::LastError) && !old.has(Feature::NonBlocking));
+    }
+
+    #[test]
+    fn an_absent_symbol_beats_the_version() {
+        let s = FeatureSet::resolve(Version::new(2, 28, 3), |sym| sym != "ncclGather");
+        assert_eq!(s.check(Feature::GatherScatter), Err(Missing::SymbolAbsent { symbol: "ncclGather" }));
+        assert!(s.has(Feature::AllToAll));
+        assert!(matches!(
+            s.require(Feature::GatherScatter),
+            Err(crate::Error::Unsupported { feature: Feature::GatherScatter, .. })
+        ));
+    }
+
+    #[test]
+    fn without_hides_a_feature() {
+        let s = FeatureSet::for_version(Version::new(2, 28, 3)).without(Feature::AllToAll);
+        assert!(!s.has(Feature::AllToAll));
+        assert_eq!(s.iter().count(), Feature::COUNT);
+    }
+
+    #[test]
+    fn features_fit_the_bitset() {
+        assert!(Feature::COUNT <= 64);
+        for (i, f) in Feature::ALL.iter().enumerate() {
+            assert_eq!(*f as usize, i);
+        }
+    }
+}

@@ -1,0 +1,42 @@
+//! oxccl-core: the vocabulary, traits, state machines and argument checks of oxccl.
+//!
+//! This crate is `#![no_std]`: it knows nothing of dynamic loading, CUDA or threads. Backends
+//! (the NCCL library as loaded, the in-process mock world) implement its traits; the checks
+//! and state machines here are pure functions over plain data, so they are tested and fuzzed
+//! without a GPU. The `alloc` feature adds the run-time sized flight-recorder ring.
+#![no_std]
+#![forbid(unsafe_op_in_unsafe_fn)]
+#![warn(missing_docs)]
+
+#[cfg(feature = "alloc")]
+extern crate alloc;
+
+pub mod buf;
+pub mod check;
+pub mod config;
+pub mod dtype;
+pub mod error;
+pub mod feature;
+pub mod id;
+pub mod op;
+pub mod reduce;
+pub mod result;
+pub mod state;
+pub mod text;
+pub mod traits;
+pub mod version;
+
+pub use buf::{RawBuf, RawBufMut};
+pub use check::CheckCtx;
+pub use config::{CommConfig, ConfigField};
+pub use dtype::DataType;
+pub use error::{Error, Result};
+pub use feature::{Feature, FeatureSet, Missing};
+pub use id::UniqueId;
+pub use op::{CommOp, OpKind};
+pub use reduce::{HostScalar, ReduceOp, Scalar};
+pub use result::ResultCode;
+pub use state::lifecycle::CommState;
+pub use text::Text;
+pub use traits::{Backend, Communicator, Device, Event, Progress, Reducer, Stream};
+pub use version::Version;

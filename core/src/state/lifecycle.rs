@@ -1,0 +1,265 @@
+//! A communicator's life: initializing → ready → failed / aborted / finalized → destroyed.
+//!
+//! The first failure reason sticks; abort is idempotent; every operation on a dead
+//! communicator fails fast with the reason it died.
+
+use crate::error::{Error, Result};
+use crate::text::{text_str, Text};
+use core::fmt;
+
+/// Where a communicator is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CommState {
+    /// A nonblocking init or split has not finished.
+    Initializing,
+    /// Usable.
+    Ready,
+    /// An operation or the library failed; only abort and destroy remain.
+    Failed,
+    /// Aborted by the user, a watchdog or a fault; only destroy remains.
+    Aborted,
+    /// A nonblocking finalize is flushing.
+    Finalizing,
+    /// Finalized cleanly; only destroy remains.
+    Finalized,
+    /// Resources released.
+    Destroyed,
+}
+
+impl CommState {
+    /// Lower-case name.
+    pub const fn name(self) -> &'static str {
+        match self {
+            CommState::Initializing => "initializing",
+            CommState::Ready => "ready",
+            CommState::Failed => "failed",
+            CommState::Aborted => "aborted",
+            CommState::Finalizing => "finalizing",
+            CommState::Finalized => "finalized",
+            CommState::Destroyed => "destroyed",
+        }
+    }
+
+    /// Whether no more operations can run on it.
+    pub const fn is_dead(self) -> bool {
+        matches!(
+            self,
+            CommState::Failed | CommState::Aborted | CommState::Finalized | CommState::Destroyed
+        )
+    }
+}
+
+impl fmt::Display for CommState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The lifecycle state with the reason that put it there.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Lifecycle {
+    state: CommState,
+    reason: Text,
+}
+
+impl Lifecycle {
+    /// A communicator whose init returned at once (blocking) is ready.
+    pub fn ready() -> Lifecycle {
+        Lifecycle { state: CommState::Ready, reason: Text::new() }
+    }
+
+    /// A communicator whose nonblocking init is still running.
+    pub fn initializing() -> Lifecycle {
+        Lifecycle { state: CommState::Initializing, reason: Text::new() }
+    }
+
+    /// The current state.
+    pub fn state(&self) -> CommState {
+        self.state
+    }
+
+    /// Why the communicator left `Ready` (empty while it has not).
+    pub fn reason(&self) -> &str {
+        &self.reason
+    }
+
+    /// A nonblocking init (or split) finished.
+    pub fn init_done(&mut self) -> Result<()> {
+        match self.state {
+            CommState::Initializing => {
+                self.state = CommState::Ready;
+                Ok(())
+            }
+            CommState::Ready => Ok(()),
+            s => Err(self.refuse(s, "complete init")),
+        }
+    }
+
+    /// The communicator failed. The first reason is kept; a dead communicator stays as it is.
+    pub fn fail(&mut self, reason: &str) {
+        if matches!(self.state, CommState::Initializing | CommState::Ready | CommState::Finalizing) {
+            self.state = CommState::Failed;
+            self.reason = text_str(reason);
+        }
+    }
+
+    /// Aborts. Idempotent; a failure reason already recorded is kept as the cause.
+    pub fn abort(&mut self, reason: &str) {
+        match self.state {
+            CommState::Aborted | CommState::Destroyed => {}
+            CommState::Failed => self.state = CommState::Aborted,
+            _ => {
+                self.state = CommState::Aborted;
+                self.reason = text_str(reason);
+            }
+        }
+    }
+
+    /// Starts a finalize (nonblocking finalize stays `Finalizing` until [`Lifecycle::finalize_done`]).
+    pub fn finalize_start(&mut self) -> Result<()> {
+        match self.state {
+            CommState::Ready => {
+                self.state = CommState::Finalizing;
+                Ok(())
+            }
+            s => Err(self.refuse(s, "finalize")),
+        }
+    }
+
+    /// The finalize finished.
+    pub fn finalize_done(&mut self) -> Result<()> {
+        match self.state {
+            CommState::Finalizing => {
+                self.state = CommState::Finalized;
+                self.reason = text_str("finalized");
+                Ok(())
+            }
+            s => Err(self.refuse(s, "complete finalize")),
+        }
+    }
+
+    /// Resources released. Always allowed (drop must never fail); idempotent.
+    pub fn destroy(&mut self) {
+        if self.state != CommState::Destroyed {
+            if self.reason.is_empty() {
+                self.reason = text_str("destroyed");
+            }
+            self.state = CommState::Destroyed;
+        }
+    }
+
+    /// `Ok` when an operation may be issued now; otherwise the error the caller gets: an abort
+    /// gives [`Error::Aborted`] with its reason, other states [`Error::InvalidState`].
+    pub fn ensure_ready(&self, attempted: &'static str) -> Result<()> {
+        match self.state {
+            CommState::Ready => Ok(()),
+            CommState::Aborted => Err(Error::Aborted { reason: self.reason.clone() }),
+            s => Err(self.refuse(s, attempted)),
+        }
+    }
+
+    fn refuse(&self, state: CommState, attempted: &'static str) -> Error {
+        let reason = if self.reason.is_empty() { text_str(state.name()) } else { self.reason.clone() };
+        Error::InvalidState { state, attempted, reason }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn all_states() -> [Lifecycle; 7] {
+        let ready = Lifecycle::ready();
+        let init = Lifecycle::initializing();
+        let mut failed = Lifecycle::ready();
+        failed.fail("boom");
+        let mut aborted = Lifecycle::ready();
+        aborted.abort("user");
+        let mut finalizing = Lifecycle::ready();
+        finalizing.finalize_start().unwrap();
+        let mut finalized = finalizing.clone();
+        finalized.finalize_done().unwrap();
+        let mut destroyed = Lifecycle::ready();
+        destroyed.destroy();
+        [init, ready, failed, aborted, finalizing, finalized, destroyed]
+    }
+
+    #[test]
+    fn init_done_only_from_initializing_or_ready() {
+        for mut l in all_states() {
+            let before = l.state();
+            let r = l.init_done();
+            match before {
+                CommState::Initializing | CommState::Ready => {
+                    assert!(r.is_ok());
+                    assert_eq!(l.state(), CommState::Ready);
+                }
+                s => {
+                    assert!(matches!(r, Err(Error::InvalidState { state, attempted: "complete init", .. }) if state == s));
+                    assert_eq!(l.state(), s);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn first_failure_reason_sticks_through_abort() {
+        let mut l = Lifecycle::ready();
+        l.fail("nccl said no");
+        l.fail("second");
+        assert_eq!(l.reason(), "nccl said no");
+        l.abort("watchdog");
+        assert_eq!(l.state(), CommState::Aborted);
+        assert_eq!(l.reason(), "nccl said no");
+        match l.ensure_ready("all_reduce") {
+            Err(Error::Aborted { reason }) => assert_eq!(reason.as_str(), "nccl said no"),
+            e => panic!("{e:?}"),
+        }
+    }
+
+    #[test]
+    fn abort_is_idempotent_and_never_revives() {
+        for mut l in all_states() {
+            let before = l.state();
+            l.abort("x");
+            l.abort("y");
+            let expect = if before == CommState::Destroyed { CommState::Destroyed } else { CommState::Aborted };
+            assert_eq!(l.state(), expect, "from {before}");
+            assert!(l.ensure_ready("op").is_err());
+        }
+    }
+
+    #[test]
+    fn fail_only_from_live_states() {
+        for mut l in all_states() {
+            let before = l.state();
+            l.fail("f");
+            let live = matches!(before, CommState::Initializing | CommState::Ready | CommState::Finalizing);
+            assert_eq!(l.state(), if live { CommState::Failed } else { before });
+        }
+    }
+
+    #[test]
+    fn finalize_transitions() {
+        for mut l in all_states() {
+            let before = l.state();
+            assert_eq!(l.finalize_start().is_ok(), before == CommState::Ready, "{before}");
+        }
+        for mut l in all_states() {
+            let before = l.state();
+            assert_eq!(l.finalize_done().is_ok(), before == CommState::Finalizing, "{before}");
+        }
+    }
+
+    #[test]
+    fn only_ready_accepts_operations() {
+        for mut l in all_states() {
+            let s = l.state();
+            assert_eq!(l.ensure_ready("op").is_ok(), s == CommState::Ready);
+            l.destroy();
+            l.destroy();
+            assert_eq!(l.state(), CommState::Destroyed);
+            assert!(matches!(l.ensure_ready("op"), Err(Error::InvalidState { state: CommState::Destroyed, .. }) | Err(Error::Aborted { .. })));
+        }
+    }
+}

@@ -1,0 +1,18 @@
+//! The seams between oxccl's layers: what a backend (NCCL as loaded, the mock world) provides.
+//!
+//! Small on purpose, in the manner of embedded-hal: the process group, the safe `Comm` and
+//! the command-line tool are written once against these traits.
+
+mod backend;
+mod communicator;
+mod reducer;
+mod stream;
+
+pub use backend::Backend;
+pub use communicator::{Communicator, Progress, RegHandle};
+pub use reducer::Reducer;
+pub use stream::{Event, Stream};
+
+/// A device ordinal (a CUDA device for NCCL; a label for the mock world).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct Device(pub u32);

@@ -1,0 +1,1 @@
+//! oxccl-loader (being built).

@@ -1,0 +1,1 @@
+//! oxccl: NCCL for Rust.
