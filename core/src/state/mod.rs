@@ -1,3 +1,5 @@
 //! State machines as plain data and transition functions. Time is passed in, never read here.
 
+pub mod group;
 pub mod lifecycle;
+pub mod work;
