@@ -23,6 +23,8 @@ pub mod reduce;
 pub mod result;
 pub mod state;
 pub mod text;
+#[cfg(feature = "alloc")]
+pub mod trace;
 pub mod traits;
 pub mod version;
 
@@ -36,7 +38,11 @@ pub use id::UniqueId;
 pub use op::{CommOp, OpKind};
 pub use reduce::{HostScalar, ReduceOp, Scalar};
 pub use result::ResultCode;
+pub use state::group::{Ended, GroupError, GroupKind, GroupState, OpSummary, Queued, Recovery};
 pub use state::lifecycle::CommState;
+pub use state::work::{Work, WorkError, WorkInfo, WorkState};
 pub use text::Text;
+#[cfg(feature = "alloc")]
+pub use trace::{FlightRecorder, PgConfig, TensorMeta, TraceEntry, TraceRecord, TraceState};
 pub use traits::{Backend, Communicator, Device, Event, Progress, Reducer, Stream};
 pub use version::Version;
