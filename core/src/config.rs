@@ -138,7 +138,8 @@ impl ConfigField {
             | ConfigField::MaxCtas
             | ConfigField::NetName => (17, 1),
             ConfigField::SplitShare => (18, 1),
-            ConfigField::TrafficClass => (25, 1),
+            // Not in 2.25.1's header; first in 2.26.2's.
+            ConfigField::TrafficClass => (26, 2),
             ConfigField::CommName
             | ConfigField::CollnetEnable
             | ConfigField::CtaPolicy
@@ -146,12 +147,15 @@ impl ConfigField {
             | ConfigField::NvlsCtas => (27, 3),
             ConfigField::NChannelsPerNetPeer | ConfigField::NvlinkCentricSched => (28, 3),
             ConfigField::GraphUsageMode | ConfigField::NumRmaCtx => (29, 1),
-            ConfigField::MaxP2pPeers | ConfigField::GraphStreamOrdering => (30, 3),
-            ConfigField::LaunchOrderImplicit
+            ConfigField::MaxP2pPeers => (30, 3),
+            // 2.30.3 and 2.30.7 end at maxP2pPeers; 2.31.2 adds these five.
+            ConfigField::GraphStreamOrdering
+            | ConfigField::LaunchOrderImplicit
             | ConfigField::NumRmaSig
             | ConfigField::RmaEagerInit
-            | ConfigField::HostCftMode
-            | ConfigField::NvlsHostMode => (31, 0),
+            | ConfigField::HostCftMode => (31, 0),
+            // Not in 2.31.2's header; first in 2.32.3's.
+            ConfigField::NvlsHostMode => (32, 0),
         };
         Version::new(2, minor, patch)
     }

@@ -102,11 +102,12 @@ impl Feature {
             Feature::Shrink | Feature::WindowRegistration => (27, 3),
             Feature::AllToAll | Feature::GatherScatter => (28, 3),
             Feature::Revoke => (28, 7),
-            Feature::Grow | Feature::Signals | Feature::SuspendResume | Feature::MemStats => {
-                (29, 0)
-            }
+            Feature::Grow | Feature::Signals => (29, 0),
+            // Absent from the headers and libraries of 2.29.2 and 2.29.3; first in 2.29.7.
+            Feature::SuspendResume | Feature::MemStats => (29, 7),
             Feature::TimeoutCode => (30, 3),
-            Feature::CollConfig => (32, 0),
+            // The 2.31.2 header and library already have every `nccl…Config` entry point.
+            Feature::CollConfig => (31, 0),
         };
         Version::new(2, minor, patch)
     }
@@ -133,7 +134,16 @@ impl Feature {
             Feature::Signals => &["ncclPutSignal", "ncclSignal", "ncclWaitSignal"],
             Feature::SuspendResume => &["ncclCommSuspend", "ncclCommResume"],
             Feature::MemStats => &["ncclCommMemStats"],
-            Feature::CollConfig => &["ncclAllReduceConfig"],
+            Feature::CollConfig => &[
+                "ncclAllReduceConfig",
+                "ncclBroadcastConfig",
+                "ncclReduceConfig",
+                "ncclAllGatherConfig",
+                "ncclReduceScatterConfig",
+                "ncclAlltoAllConfig",
+                "ncclGatherConfig",
+                "ncclScatterConfig",
+            ],
         }
     }
 

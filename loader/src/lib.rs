@@ -1,1 +1,32 @@
-//! oxccl-loader (being built).
+//! oxccl-loader: finds libnccl at run time, resolves every function once, and describes the
+//! release it loaded: its version, each feature available or why not, and the `ncclConfig_t`
+//! that release understands.
+//!
+//! ```no_run
+//! let lib = std::sync::Arc::new(oxccl_loader::Library::load()?);
+//! println!("NCCL {} from {}", lib.version(), lib.path().display());
+//! # Ok::<(), oxccl_loader::LoadError>(())
+//! ```
+//!
+//! Nothing here needs a GPU: loading, version gating, error texts and the failing init path
+//! work on any Linux machine with the library file.
+#![warn(missing_docs)]
+#![deny(unsafe_op_in_unsafe_fn)]
+// `oxccl_core::Error` is large by design (bounded inline texts instead of a heap) and is the
+// error every backend returns; boxing it here would only differ from the rest of oxccl.
+#![allow(clippy::result_large_err)]
+
+pub mod api;
+mod codes;
+pub mod config;
+pub mod error;
+pub mod find;
+mod library;
+pub mod raw;
+
+pub use api::Api;
+pub use config::{ConfigBuf, RawConfig};
+pub use error::{LoadError, Tried};
+pub use find::{Place, ENV_LIBRARY};
+pub use library::Library;
+pub use raw::{RawComm, RawStream, RawWindow};

@@ -1,0 +1,121 @@
+//! Why a library could not be loaded.
+//!
+//! `LoadError` is separate from [`oxccl_core::Error`] on purpose: loading happens once, on std,
+//! and its errors carry paths and `dlerror` texts of any length (`PathBuf`, `String`, a list of
+//! every place tried), while the core's error is `no_std`, heap-free and bounded, made for the
+//! hot path. There is no `From<LoadError> for oxccl_core::Error`: squeezing a load failure into
+//! a 192-byte `Text` would lose exactly the details a user needs to fix their installation.
+
+use oxccl_core::Version;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+/// One place the discovery looked at, and why nothing usable was there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tried {
+    /// The place: a path, a library name given to the system search, or an environment
+    /// variable.
+    pub place: String,
+    /// Why it did not give a usable NCCL.
+    pub reason: String,
+}
+
+impl fmt::Display for Tried {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.place, self.reason)
+    }
+}
+
+/// A library that could not be loaded, each kind naming the path.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum LoadError {
+    /// No file at the path (or the system search found no library of that name).
+    #[error("{}: no such file", .path.display())]
+    Missing {
+        /// The path or library name.
+        path: PathBuf,
+    },
+    /// The file exists but the dynamic loader refused it: not an ELF shared object, the wrong
+    /// architecture, a dependency missing.
+    #[error("{}: not a loadable shared library: {reason}", .path.display())]
+    NotLoadable {
+        /// The path or library name.
+        path: PathBuf,
+        /// The dynamic loader's message (`dlerror`).
+        reason: String,
+    },
+    /// A shared library, but not NCCL: it exports no `ncclGetVersion`.
+    #[error("{}: a shared library but not NCCL (no ncclGetVersion symbol)", .path.display())]
+    NotNccl {
+        /// The path of the library.
+        path: PathBuf,
+    },
+    /// `ncclGetVersion` failed or returned a code no release has.
+    #[error("{}: ncclGetVersion returned result {result} and version code {code}", .path.display())]
+    BadVersion {
+        /// The path of the library.
+        path: PathBuf,
+        /// The `ncclResult_t` of the call.
+        result: i32,
+        /// The version code it wrote.
+        code: i32,
+    },
+    /// NCCL, but older than oxccl supports.
+    #[error("{}: NCCL {found} is too old; oxccl needs NCCL {minimum} or newer", .path.display())]
+    TooOld {
+        /// The path of the library.
+        path: PathBuf,
+        /// The version it reported.
+        found: Version,
+        /// [`Version::MIN_SUPPORTED`].
+        minimum: Version,
+    },
+    /// The discovery found no usable library anywhere.
+    #[error("no usable NCCL library found; tried:{}", ListTried(.tried))]
+    NothingFound {
+        /// Every place looked at, in order, with the reason it failed.
+        tried: Vec<Tried>,
+    },
+}
+
+struct ListTried<'a>(&'a [Tried]);
+
+impl fmt::Display for ListTried<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for t in self.0 {
+            write!(f, "\n  - {t}")?;
+        }
+        Ok(())
+    }
+}
+
+impl LoadError {
+    /// The path the error is about; `None` for [`LoadError::NothingFound`].
+    pub fn path(&self) -> Option<&Path> {
+        match self {
+            LoadError::Missing { path }
+            | LoadError::NotLoadable { path, .. }
+            | LoadError::NotNccl { path }
+            | LoadError::BadVersion { path, .. }
+            | LoadError::TooOld { path, .. } => Some(path),
+            LoadError::NothingFound { .. } => None,
+        }
+    }
+
+    /// Why this place failed, without the path (for a [`Tried`] entry).
+    pub(crate) fn reason(&self) -> String {
+        match self {
+            LoadError::Missing { .. } => "no such file".to_owned(),
+            LoadError::NotLoadable { reason, .. } => format!("not loadable: {reason}"),
+            LoadError::NotNccl { .. } => "not NCCL (no ncclGetVersion)".to_owned(),
+            LoadError::BadVersion { result, code, .. } => {
+                format!("ncclGetVersion returned result {result}, version code {code}")
+            }
+            LoadError::TooOld { found, minimum, .. } => {
+                format!("NCCL {found} is older than the minimum {minimum}")
+            }
+            LoadError::NothingFound { tried } => format!("{} places tried", tried.len()),
+        }
+    }
+}

@@ -1,0 +1,233 @@
+//! A loaded libnccl: the handle, its function table, its version and what it can do.
+
+use crate::api::Api;
+use crate::error::{LoadError, Tried};
+use crate::find::{self, Place, ENV_LIBRARY};
+use core::ffi::{c_char, c_int, c_void};
+use oxccl_core::{FeatureSet, Version};
+use std::ffi::CStr;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// One NCCL library, loaded and described. Cheap to share: backends hold an `Arc<Library>`.
+///
+/// Every function pointer of [`Library::api`] stays valid as long as this value lives.
+pub struct Library {
+    api: Api,
+    version: Version,
+    features: FeatureSet,
+    path: PathBuf,
+    load_time: Duration,
+    // Last, so the code is unmapped only after everything else is gone.
+    _handle: libloading::Library,
+}
+
+// `Library` must cross threads (a watchdog thread aborts communicators of the same library).
+const _: () = {
+    const fn send_sync<T: Send + Sync>() {}
+    send_sync::<Library>();
+};
+
+impl std::fmt::Debug for Library {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Library")
+            .field("path", &self.path)
+            .field("version", &self.version)
+            .field("load_time", &self.load_time)
+            .field("api", &self.api)
+            .finish()
+    }
+}
+
+impl Library {
+    /// Loads the library at `path`. A bare name without `/` (e.g. `"libnccl.so.2"`) goes
+    /// through the system search, as `dlopen` does.
+    pub fn open(path: impl AsRef<Path>) -> Result<Library, LoadError> {
+        let path = path.as_ref();
+        if path.as_os_str().to_string_lossy().contains('/') {
+            Self::open_place(&Place::Path(path.to_path_buf()))
+        } else {
+            Self::open_name(path)
+        }
+    }
+
+    /// Finds and loads NCCL: `OXCCL_NCCL_LIBRARY` when set (that library or its error, never
+    /// a silent fallback to another NCCL), else the first usable of [`find::places`]. When none
+    /// is usable, [`LoadError::NothingFound`] lists every place and why it failed.
+    pub fn load() -> Result<Library, LoadError> {
+        Self::load_from(None)
+    }
+
+    /// [`Library::load`] with an explicit path first: when `explicit` is given, only it is
+    /// tried (the caller chose it, so its error is the answer).
+    pub fn load_from(explicit: Option<&Path>) -> Result<Library, LoadError> {
+        if let Some(p) = explicit {
+            return Self::open(p);
+        }
+        let mut tried = Vec::new();
+        match std::env::var_os(ENV_LIBRARY).filter(|v| !v.is_empty()) {
+            Some(p) => return Self::open(Path::new(&p)),
+            None => tried.push(Tried {
+                place: ENV_LIBRARY.to_owned(),
+                reason: "not set".to_owned(),
+            }),
+        }
+        for place in find::places() {
+            match Self::open_place(&place) {
+                Ok(lib) => return Ok(lib),
+                Err(e) => tried.push(Tried {
+                    place: place.describe(),
+                    reason: e.reason(),
+                }),
+            }
+        }
+        Err(LoadError::NothingFound { tried })
+    }
+
+    fn open_name(name: &Path) -> Result<Library, LoadError> {
+        match name
+            .to_str()
+            .and_then(|n| find::SYSTEM_NAMES.iter().find(|s| **s == n))
+        {
+            Some(n) => Self::open_place(&Place::Name(n)),
+            None => Self::dlopen(name, true),
+        }
+    }
+
+    fn open_place(place: &Place) -> Result<Library, LoadError> {
+        match place {
+            Place::Name(n) => Self::dlopen(Path::new(n), true),
+            Place::Path(p) => {
+                if std::fs::metadata(p).is_err() {
+                    return Err(LoadError::Missing { path: p.clone() });
+                }
+                Self::dlopen(p, false)
+            }
+        }
+    }
+
+    fn dlopen(path: &Path, by_name: bool) -> Result<Library, LoadError> {
+        let start = Instant::now();
+        // RTLD_NOW: a library with unresolvable symbols fails here, not at its first call.
+        // RTLD_LOCAL: two NCCLs loaded side by side (tests) do not interpose on each other.
+        let flags = libloading::os::unix::RTLD_NOW | libloading::os::unix::RTLD_LOCAL;
+        // SAFETY: loading runs the library's initialisers. NCCL's (and libc's, for the "not
+        // NCCL" case) are benign; loading arbitrary code is the documented purpose here.
+        let handle = unsafe { libloading::os::unix::Library::open(Some(path), flags) };
+        let handle: libloading::Library = match handle {
+            Ok(h) => h.into(),
+            Err(e) => {
+                let reason = e.to_string();
+                let missing = by_name && reason.contains("No such file");
+                return Err(if missing {
+                    LoadError::Missing {
+                        path: path.to_path_buf(),
+                    }
+                } else {
+                    LoadError::NotLoadable {
+                        path: path.to_path_buf(),
+                        reason,
+                    }
+                });
+            }
+        };
+        let api = Api::resolve(&handle);
+        let Some(get_version) = api.get_version else {
+            return Err(LoadError::NotNccl {
+                path: path.to_path_buf(),
+            });
+        };
+        let real_path = loaded_path(get_version as *const c_void).unwrap_or_else(|| path.into());
+        let mut code: c_int = 0;
+        // SAFETY: ncclGetVersion(int*) writes one int through a valid pointer.
+        let result = unsafe { get_version(&mut code) };
+        let version = match Version::from_code(code) {
+            Some(v) if result == 0 => v,
+            _ => {
+                return Err(LoadError::BadVersion {
+                    path: real_path,
+                    result,
+                    code,
+                })
+            }
+        };
+        if version < Version::MIN_SUPPORTED {
+            return Err(LoadError::TooOld {
+                path: real_path,
+                found: version,
+                minimum: Version::MIN_SUPPORTED,
+            });
+        }
+        let features = FeatureSet::resolve(version, |sym| api.has(sym));
+        Ok(Library {
+            api,
+            version,
+            features,
+            path: real_path,
+            load_time: start.elapsed(),
+            _handle: handle,
+        })
+    }
+
+    /// The function table.
+    pub fn api(&self) -> &Api {
+        &self.api
+    }
+
+    /// The release, from `ncclGetVersion`.
+    pub fn version(&self) -> Version {
+        self.version
+    }
+
+    /// What the release can do, with the reason for each missing feature.
+    pub fn features(&self) -> &FeatureSet {
+        &self.features
+    }
+
+    /// The file loaded (resolved by the dynamic loader when it was found by name).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// How long `dlopen`, resolving every symbol and reading the version took.
+    pub fn load_time(&self) -> Duration {
+        self.load_time
+    }
+}
+
+#[repr(C)]
+struct DlInfo {
+    dli_fname: *const c_char,
+    dli_fbase: *mut c_void,
+    dli_sname: *const c_char,
+    dli_saddr: *mut c_void,
+}
+
+extern "C" {
+    // glibc and musl both export it; std links the C library on every unix target.
+    fn dladdr(addr: *const c_void, info: *mut DlInfo) -> c_int;
+}
+
+/// The file that holds `addr`, as the dynamic loader mapped it.
+fn loaded_path(addr: *const c_void) -> Option<PathBuf> {
+    let mut info = DlInfo {
+        dli_fname: core::ptr::null(),
+        dli_fbase: core::ptr::null_mut(),
+        dli_sname: core::ptr::null(),
+        dli_saddr: core::ptr::null_mut(),
+    };
+    // SAFETY: dladdr only reads `addr` as a number and fills `info`, a valid out-pointer.
+    let found = unsafe { dladdr(addr, &mut info) };
+    if found == 0 || info.dli_fname.is_null() {
+        return None;
+    }
+    // SAFETY: dli_fname is a NUL-terminated string owned by the loader, valid while the
+    // object stays loaded (it is: we hold its handle); copied out at once.
+    let name = unsafe { CStr::from_ptr(info.dli_fname) };
+    let s = name.to_str().ok()?;
+    if s.contains('/') {
+        Some(PathBuf::from(s))
+    } else {
+        None
+    }
+}
