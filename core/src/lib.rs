@@ -44,5 +44,5 @@ pub use state::work::{Work, WorkError, WorkInfo, WorkState};
 pub use text::Text;
 #[cfg(feature = "alloc")]
 pub use trace::{FlightRecorder, PgConfig, TensorMeta, TraceEntry, TraceRecord, TraceState};
-pub use traits::{Backend, Communicator, Device, Event, Progress, Reducer, Stream};
+pub use traits::{Backend, Communicator, Device, Event, Progress, Reducer, RegHandle, Stream};
 pub use version::Version;

@@ -1,0 +1,203 @@
+//! The loaded NCCL library as an oxccl backend: unique ids and communicators.
+
+use crate::comm::{NcclComm, Raw};
+use crate::cuda::cuda_error;
+use cudarc::driver::CudaContext;
+use oxccl_core::{
+    text, Backend, CommConfig, Device, Error, Feature, FeatureSet, Missing, Result, ResultCode,
+    UniqueId, Version,
+};
+use oxccl_loader::{Library, LoadError, RawComm};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How long nonblocking init, split and finalize may stay in progress by default (PyTorch's
+/// default for its nonblocking timeout is 30 minutes; a communicator can be given its own).
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+
+/// NCCL as loaded: makes unique ids and communicators.
+#[derive(Clone)]
+pub struct NcclBackend {
+    lib: Arc<Library>,
+    timeout: Duration,
+}
+
+impl std::fmt::Debug for NcclBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NcclBackend").field("path", &self.lib.path()).field("version", &self.lib.version()).finish()
+    }
+}
+
+fn absent(feature: Feature, symbol: &'static str) -> Error {
+    Error::Unsupported { feature, missing: Missing::SymbolAbsent { symbol } }
+}
+
+fn base_absent(symbol: &str) -> Error {
+    Error::Backend { code: ResultCode::INTERNAL_ERROR, text: text!("symbol absent"), last: text!("{symbol}") }
+}
+
+impl NcclBackend {
+    /// Finds and loads NCCL the usual way (explicit path aside: `OXCCL_NCCL_LIBRARY`, the
+    /// system search, Python environments).
+    pub fn load() -> std::result::Result<NcclBackend, LoadError> {
+        Library::load().map(|l| NcclBackend::new(Arc::new(l)))
+    }
+
+    /// Loads NCCL from `path`.
+    pub fn open(path: impl AsRef<std::path::Path>) -> std::result::Result<NcclBackend, LoadError> {
+        Library::open(path.as_ref()).map(|l| NcclBackend::new(Arc::new(l)))
+    }
+
+    /// A backend over an already loaded library.
+    pub fn new(lib: Arc<Library>) -> NcclBackend {
+        NcclBackend { lib, timeout: DEFAULT_TIMEOUT }
+    }
+
+    /// The same backend whose communicators give up on nonblocking calls after `timeout`.
+    pub fn with_timeout(mut self, timeout: Duration) -> NcclBackend {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The loaded library.
+    pub fn library(&self) -> &Arc<Library> {
+        &self.lib
+    }
+
+    fn context(device: Device) -> Result<Arc<CudaContext>> {
+        let ctx = CudaContext::new(device.0 as usize).map_err(|e| cuda_error("opening the device", e))?;
+        ctx.bind_to_thread().map_err(|e| cuda_error("binding the device to the thread", e))?;
+        Ok(ctx)
+    }
+
+    fn rank_size(rank: u32, size: u32) -> Result<(i32, i32)> {
+        let n = i32::try_from(size).ok().filter(|n| *n >= 1).ok_or_else(|| {
+            Error::invalid("size", format_args!("1..={}, got {size}", i32::MAX))
+        })?;
+        if rank >= size {
+            return Err(Error::invalid("rank", format_args!("a rank below {size}, got {rank}")));
+        }
+        Ok((rank as i32, n))
+    }
+
+    fn wrap_new(&self, ctx: Arc<CudaContext>, code: i32, raw: RawComm, rank: u32, size: u32, device: Device, nonblocking: bool) -> Result<NcclComm> {
+        let in_progress = code == ResultCode::IN_PROGRESS.0 && nonblocking;
+        if !in_progress {
+            if let Err(e) = self.lib.check(code, raw) {
+                if !raw.is_null() {
+                    if let Some(abort) = self.lib.api().comm_abort {
+                        // SAFETY: a communicator NCCL returned from a failed init; nobody else holds it.
+                        unsafe { abort(raw) };
+                    }
+                }
+                return Err(e);
+            }
+        }
+        if raw.is_null() {
+            return Err(base_absent("communicator handle (init returned none)"));
+        }
+        Ok(NcclComm::wrap(
+            self.lib.clone(),
+            ctx,
+            Raw { raw, rank, size, device, nonblocking, initializing: in_progress },
+            self.timeout,
+        ))
+    }
+
+    /// One communicator per device, all in this process (`ncclCommInitAll`): rank i on
+    /// `devices[i]`. Operations on them must then be issued inside one group from one thread,
+    /// or from one thread per communicator.
+    pub fn init_all(&self, devices: &[u32]) -> Result<Vec<NcclComm>> {
+        let n = i32::try_from(devices.len()).ok().filter(|n| *n >= 1).ok_or_else(|| {
+            Error::invalid("devices", format_args!("at least one device"))
+        })?;
+        let mut seen = Vec::with_capacity(devices.len());
+        for &d in devices {
+            if seen.contains(&d) {
+                return Err(Error::invalid("devices", format_args!("distinct devices, {d} appears twice (NCCL refuses two ranks on one GPU)")));
+            }
+            seen.push(d);
+        }
+        let ctxs = devices.iter().map(|&d| Self::context(Device(d))).collect::<Result<Vec<_>>>()?;
+        let f = self.lib.api().comm_init_all.ok_or_else(|| base_absent("ncclCommInitAll"))?;
+        let list: Vec<i32> = devices.iter().map(|&d| d as i32).collect();
+        let mut raws: Vec<RawComm> = vec![std::ptr::null_mut(); devices.len()];
+        // SAFETY: `raws` has room for `n` handles; `list` holds `n` device ordinals.
+        let code = unsafe { f(raws.as_mut_ptr(), n, list.as_ptr()) };
+        self.lib.check(code, std::ptr::null_mut())?;
+        Ok(raws
+            .into_iter()
+            .zip(ctxs)
+            .enumerate()
+            .map(|(i, (raw, ctx))| {
+                NcclComm::wrap(
+                    self.lib.clone(),
+                    ctx,
+                    Raw { raw, rank: i as u32, size: n as u32, device: Device(devices[i]), nonblocking: false, initializing: false },
+                    self.timeout,
+                )
+            })
+            .collect())
+    }
+
+    /// Init from several unique ids (`ncclCommInitRankScalable`, 2.23+), which spreads the
+    /// bootstrap of very large jobs over several roots.
+    pub fn init_rank_scalable(&self, ids: &[UniqueId], rank: u32, size: u32, device: Device, cfg: &CommConfig) -> Result<NcclComm> {
+        self.lib.features().require(Feature::ScalableInit)?;
+        let (r, n) = Self::rank_size(rank, size)?;
+        let n_ids = i32::try_from(ids.len()).ok().filter(|k| *k >= 1 && *k <= n).ok_or_else(|| {
+            Error::invalid("ids", format_args!("1..={size} unique ids, got {}", ids.len()))
+        })?;
+        let ctx = Self::context(device)?;
+        let mut buf = NcclComm::config_buf(cfg, &self.lib)?;
+        let cfg_ptr = buf.as_mut().map_or(std::ptr::null_mut(), |b| b.as_mut_ptr());
+        let f = self.lib.api().comm_init_rank_scalable.ok_or(absent(Feature::ScalableInit, "ncclCommInitRankScalable"))?;
+        let mut ids_copy = ids.to_vec();
+        let mut raw: RawComm = std::ptr::null_mut();
+        // SAFETY: valid out-pointer; `ids_copy` holds `n_ids` ids; config null or built for the
+        // loaded version.
+        let code = unsafe { f(&mut raw, n, r, n_ids, ids_copy.as_mut_ptr(), cfg_ptr) };
+        self.wrap_new(ctx, code, raw, rank, size, device, cfg.is_nonblocking())
+    }
+}
+
+impl Backend for NcclBackend {
+    type Comm = NcclComm;
+
+    fn version(&self) -> Version {
+        self.lib.version()
+    }
+
+    fn features(&self) -> &FeatureSet {
+        self.lib.features()
+    }
+
+    fn unique_id(&self) -> Result<UniqueId> {
+        let f = self.lib.api().get_unique_id.ok_or_else(|| base_absent("ncclGetUniqueId"))?;
+        let mut id = UniqueId([0u8; UniqueId::LEN]);
+        // SAFETY: `id` is a #[repr(C)] 128-byte ncclUniqueId.
+        self.lib.check(unsafe { f(&mut id) }, std::ptr::null_mut())?;
+        Ok(id)
+    }
+
+    fn init_rank(&self, id: &UniqueId, rank: u32, size: u32, device: Device, cfg: &CommConfig) -> Result<NcclComm> {
+        let (r, n) = Self::rank_size(rank, size)?;
+        let mut buf = NcclComm::config_buf(cfg, &self.lib)?;
+        let ctx = Self::context(device)?;
+        let mut raw: RawComm = std::ptr::null_mut();
+        let code = match buf.as_mut() {
+            Some(b) => {
+                let f = self.lib.api().comm_init_rank_config.ok_or(absent(Feature::NonBlocking, "ncclCommInitRankConfig"))?;
+                // SAFETY: valid out-pointer; the id is passed by value; the config was built for
+                // the loaded version and lives for the call.
+                unsafe { f(&mut raw, n, *id, r, b.as_mut_ptr()) }
+            }
+            None => {
+                let f = self.lib.api().comm_init_rank.ok_or_else(|| base_absent("ncclCommInitRank"))?;
+                // SAFETY: valid out-pointer; the id is passed by value.
+                unsafe { f(&mut raw, n, *id, r) }
+            }
+        };
+        self.wrap_new(ctx, code, raw, rank, size, device, cfg.is_nonblocking())
+    }
+}

@@ -1,0 +1,449 @@
+//! One rank's NCCL communicator: its lifecycle, async-error polling, split, abort, finalize.
+
+use crate::registry::Registry;
+use crate::stream::NcclStream;
+use crate::wait::Deadline;
+use cudarc::driver::{CudaContext, CudaSlice};
+use oxccl_core::state::lifecycle::Lifecycle;
+use oxccl_core::{
+    text, CheckCtx, CommConfig, CommState, Communicator, Device, Error, Feature, FeatureSet,
+    Progress, RegHandle, Result, ResultCode,
+};
+use oxccl_loader::{ConfigBuf, Library, RawComm};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+/// What every handle to one NCCL communicator shares. The raw communicator is released exactly
+/// once: by abort, by destroy, or when the last handle drops.
+pub(crate) struct CommInner {
+    pub(crate) lib: Arc<Library>,
+    pub(crate) raw: RawComm,
+    pub(crate) rank: u32,
+    pub(crate) size: u32,
+    pub(crate) device: Device,
+    pub(crate) ctx: Arc<CudaContext>,
+    pub(crate) life: spin::Mutex<Lifecycle>,
+    pub(crate) registry: Registry,
+    pub(crate) nonblocking: bool,
+    pub(crate) timeout: Duration,
+    pub(crate) scratch: OnceLock<CudaSlice<f32>>,
+    released: AtomicBool,
+}
+
+// SAFETY: `raw` is an opaque NCCL handle. NCCL allows a communicator to be used from any thread
+// (one at a time for operations, which the unsafe `issue` contract and the safe `Comm` enforce),
+// and `ncclCommAbort` / `ncclCommGetAsyncError` from any thread at any time.
+unsafe impl Send for CommInner {}
+// SAFETY: as above; every mutable field is behind a lock or an atomic.
+unsafe impl Sync for CommInner {}
+
+impl CommInner {
+    /// Releases the raw communicator once: destroy after a clean finalize, abort otherwise
+    /// (abort never waits for peers, so this never hangs). Registrations go first.
+    fn release(&self, destroy: bool) {
+        if self.released.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        self.registry.release_all(&self.lib, self.raw);
+        let api = self.lib.api();
+        let f = if destroy { api.comm_destroy } else { api.comm_abort };
+        if let Some(f) = f {
+            // SAFETY: `raw` is a live communicator (not yet released, checked by the swap above).
+            let code = unsafe { f(self.raw) };
+            if code != 0 {
+                log::warn!("releasing NCCL communicator (rank {}): code {code}", self.rank);
+            }
+        }
+    }
+
+    pub(crate) fn is_released(&self) -> bool {
+        self.released.load(Ordering::Acquire)
+    }
+}
+
+impl Drop for CommInner {
+    fn drop(&mut self) {
+        let finalized = self.life.lock().state() == CommState::Finalized;
+        self.release(finalized);
+    }
+}
+
+/// One rank of an NCCL communicator.
+#[derive(Clone)]
+pub struct NcclComm {
+    pub(crate) inner: Arc<CommInner>,
+}
+
+impl std::fmt::Debug for NcclComm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NcclComm")
+            .field("rank", &self.inner.rank)
+            .field("size", &self.inner.size)
+            .field("device", &self.inner.device)
+            .field("state", &self.state())
+            .finish()
+    }
+}
+
+/// Parameters of a communicator about to be wrapped.
+pub(crate) struct Raw {
+    pub(crate) raw: RawComm,
+    pub(crate) rank: u32,
+    pub(crate) size: u32,
+    pub(crate) device: Device,
+    pub(crate) nonblocking: bool,
+    pub(crate) initializing: bool,
+}
+
+impl NcclComm {
+    pub(crate) fn wrap(lib: Arc<Library>, ctx: Arc<CudaContext>, r: Raw, timeout: Duration) -> NcclComm {
+        let life = if r.initializing { Lifecycle::initializing() } else { Lifecycle::ready() };
+        NcclComm {
+            inner: Arc::new(CommInner {
+                lib,
+                raw: r.raw,
+                rank: r.rank,
+                size: r.size,
+                device: r.device,
+                ctx,
+                life: spin::Mutex::new(life),
+                registry: Registry::default(),
+                nonblocking: r.nonblocking,
+                timeout,
+                scratch: OnceLock::new(),
+                released: AtomicBool::new(false),
+            }),
+        }
+    }
+
+    /// The library this communicator was made by.
+    pub fn library(&self) -> &Arc<Library> {
+        &self.inner.lib
+    }
+
+    /// The CUDA context of its device.
+    pub fn context(&self) -> &Arc<CudaContext> {
+        &self.inner.ctx
+    }
+
+    /// A new stream on this communicator's device.
+    pub fn new_stream(&self) -> Result<NcclStream> {
+        NcclStream::create(&self.inner.ctx)
+    }
+
+    /// The raw `ncclComm_t`, for calls oxccl does not wrap. Do not destroy or abort it.
+    pub fn raw(&self) -> RawComm {
+        self.inner.raw
+    }
+
+    /// Whether init, split, finalize and group end return at once.
+    pub fn is_nonblocking(&self) -> bool {
+        self.inner.nonblocking
+    }
+
+    /// How long nonblocking calls may stay in progress.
+    pub fn timeout(&self) -> Duration {
+        self.inner.timeout
+    }
+
+    pub(crate) fn check_ctx(&self) -> CheckCtx<'_> {
+        CheckCtx { rank: self.inner.rank, size: self.inner.size, features: self.inner.lib.features() }
+    }
+
+    pub(crate) fn ensure_ready(&self, attempted: &'static str) -> Result<()> {
+        self.inner.life.lock().ensure_ready(attempted)
+    }
+
+    /// Turns an NCCL return code into a result, waiting out InProgress on a nonblocking
+    /// communicator and recording fatal failures in the lifecycle.
+    pub(crate) fn finish(&self, code: i32, what: &str) -> Result<()> {
+        if code == ResultCode::IN_PROGRESS.0 && self.inner.nonblocking {
+            return self.wait_ready(what);
+        }
+        let r = self.inner.lib.check(code, self.inner.raw);
+        if let Err(e) = &r {
+            if !matches!(code, 4 | 5) {
+                self.inner.life.lock().fail(&text!("{what}: {e}"));
+            }
+        }
+        r
+    }
+
+    /// Polls until no nonblocking call is in progress, bounded by the communicator's timeout.
+    pub fn wait_ready(&self, what: &str) -> Result<()> {
+        Deadline::after(self.inner.timeout).poll(what, || self.poll())
+    }
+
+    /// Stops this communicator from any thread. Equivalent to [`Communicator::abort`].
+    pub fn abort(&self, reason: &str) {
+        Communicator::abort(self, reason)
+    }
+
+    /// Ends the communicator: finalize (when the library has it and it is ready), then destroy.
+    /// A communicator that failed or was aborted is released without waiting on peers.
+    pub fn destroy(self) -> Result<()> {
+        let state = self.state();
+        let mut result = Ok(());
+        if state == CommState::Ready && self.inner.lib.features().has(Feature::Finalize) {
+            result = self.finalize().map(|_| ());
+        }
+        let finalized = self.state() == CommState::Finalized;
+        self.inner.release(finalized || state == CommState::Ready && result.is_ok());
+        self.inner.life.lock().destroy();
+        result
+    }
+
+    fn set_config_ptr(cfg: &CommConfig, lib: &Library) -> Result<Option<ConfigBuf>> {
+        if cfg.set_fields().next().is_none() {
+            return Ok(None);
+        }
+        lib.features().require(Feature::NonBlocking)?;
+        ConfigBuf::new(cfg, lib.version()).map(Some)
+    }
+
+    pub(crate) fn config_buf(cfg: &CommConfig, lib: &Library) -> Result<Option<ConfigBuf>> {
+        Self::set_config_ptr(cfg, lib)
+    }
+
+    fn query_rank_size(lib: &Library, raw: RawComm) -> Result<(u32, u32)> {
+        let api = lib.api();
+        let (Some(count), Some(user_rank)) = (api.comm_count, api.comm_user_rank) else {
+            return Err(Error::Backend {
+                code: ResultCode::INTERNAL_ERROR,
+                text: text!("symbol absent"),
+                last: text!("ncclCommCount / ncclCommUserRank"),
+            });
+        };
+        let (mut n, mut r) = (0i32, 0i32);
+        // SAFETY: `raw` is a live communicator; the out-pointers are valid locals.
+        lib.check(unsafe { count(raw, &mut n) }, raw)?;
+        // SAFETY: as above.
+        lib.check(unsafe { user_rank(raw, &mut r) }, raw)?;
+        Ok((u32::try_from(r).unwrap_or(0), u32::try_from(n).unwrap_or(0)))
+    }
+
+    pub(crate) fn child(&self, raw: RawComm, cfg: &CommConfig) -> Result<NcclComm> {
+        let lib = &self.inner.lib;
+        let nonblocking = if cfg.is_set(oxccl_core::ConfigField::Blocking) {
+            cfg.is_nonblocking()
+        } else {
+            self.inner.nonblocking
+        };
+        let ready = if nonblocking {
+            Deadline::after(self.inner.timeout).poll("split (child)", || poll_raw(lib, raw))
+        } else {
+            Ok(())
+        };
+        let numbers = ready.and_then(|()| Self::query_rank_size(lib, raw));
+        let (rank, size) = match numbers {
+            Ok(n) => n,
+            Err(e) => {
+                if let Some(abort) = lib.api().comm_abort {
+                    // SAFETY: `raw` is the child NCCL just made; nobody else holds it.
+                    unsafe { abort(raw) };
+                }
+                return Err(e);
+            }
+        };
+        Ok(NcclComm::wrap(
+            lib.clone(),
+            self.inner.ctx.clone(),
+            Raw { raw, rank, size, device: self.inner.device, nonblocking, initializing: false },
+            self.inner.timeout,
+        ))
+    }
+
+    /// A communicator of this one's ranks minus `exclude` (NCCL 2.27+), e.g. after a peer died.
+    /// With `abort_parent`, ongoing operations of this communicator are stopped first.
+    pub fn shrink(&self, exclude: &[u32], cfg: &CommConfig, abort_parent: bool) -> Result<NcclComm> {
+        self.inner.lib.features().require(Feature::Shrink)?;
+        if !abort_parent {
+            self.ensure_ready("shrink")?;
+        }
+        let mut list = Vec::with_capacity(exclude.len());
+        for &r in exclude {
+            oxccl_core::check::rank_arg(&self.check_ctx(), "exclude", r)?;
+            list.push(r as i32);
+        }
+        if list.len() >= self.inner.size as usize {
+            return Err(Error::invalid("exclude", format_args!("fewer ranks than the communicator has ({})", self.inner.size)));
+        }
+        let mut buf = Self::config_buf(cfg, &self.inner.lib)?;
+        let cfg_ptr = buf.as_mut().map_or(std::ptr::null_mut(), |b| b.as_mut_ptr());
+        let f = self.inner.lib.api().comm_shrink.ok_or(Error::Unsupported {
+            feature: Feature::Shrink,
+            missing: oxccl_core::Missing::SymbolAbsent { symbol: "ncclCommShrink" },
+        })?;
+        let mut new: RawComm = std::ptr::null_mut();
+        // SAFETY: live communicator; `list` outlives the call; `cfg_ptr` is null or points to a
+        // config built for the loaded version.
+        let code = unsafe {
+            f(self.inner.raw, list.as_mut_ptr(), list.len() as i32, &mut new, cfg_ptr, i32::from(abort_parent))
+        };
+        if code == ResultCode::IN_PROGRESS.0 && self.inner.nonblocking {
+            self.wait_ready("shrink")?;
+        } else {
+            self.inner.lib.check(code, self.inner.raw)?;
+        }
+        if new.is_null() {
+            return Err(Error::Backend { code: ResultCode::INTERNAL_ERROR, text: text!("shrink returned no communicator"), last: text!("") });
+        }
+        self.child(new, cfg)
+    }
+}
+
+impl oxccl_core::Reducer for NcclComm {
+    type RedOp = crate::reducer::NcclRedOp;
+
+    fn create_op(&self, op: &oxccl_core::ReduceOp, dtype: oxccl_core::DataType) -> Result<Self::RedOp> {
+        crate::reducer::NcclRedOp::create(&self.inner, op, dtype)
+    }
+}
+
+impl Communicator for NcclComm {
+    type Stream = NcclStream;
+
+    fn rank(&self) -> u32 {
+        self.inner.rank
+    }
+
+    fn size(&self) -> u32 {
+        self.inner.size
+    }
+
+    fn device(&self) -> Device {
+        self.inner.device
+    }
+
+    fn features(&self) -> &FeatureSet {
+        self.inner.lib.features()
+    }
+
+    fn state(&self) -> CommState {
+        self.inner.life.lock().state()
+    }
+
+    fn poll(&self) -> Result<Progress> {
+        {
+            let life = self.inner.life.lock();
+            if life.state().is_dead() || self.inner.is_released() {
+                return life.ensure_ready("poll").map(|_| Progress::Done);
+            }
+        }
+        match poll_raw(&self.inner.lib, self.inner.raw) {
+            Ok(Progress::Done) => {
+                let mut life = self.inner.life.lock();
+                if life.state() == CommState::Initializing {
+                    life.init_done()?;
+                }
+                Ok(Progress::Done)
+            }
+            Ok(Progress::InProgress) => Ok(Progress::InProgress),
+            Err(e) => {
+                self.inner.life.lock().fail(&text!("{e}"));
+                Err(e)
+            }
+        }
+    }
+
+    unsafe fn issue(&self, op: &oxccl_core::CommOp<'_>, stream: &NcclStream) -> Result<()> {
+        // SAFETY: forwarded contract.
+        unsafe { crate::issue::issue(self, op, stream) }
+    }
+
+    fn group_start(&self) -> Result<()> {
+        let f = self.inner.lib.api().group_start.ok_or(Error::Backend {
+            code: ResultCode::INTERNAL_ERROR,
+            text: text!("symbol absent"),
+            last: text!("ncclGroupStart"),
+        })?;
+        // SAFETY: no arguments; per-thread group depth inside NCCL.
+        self.inner.lib.check(unsafe { f() }, std::ptr::null_mut())
+    }
+
+    fn group_end(&self) -> Result<Progress> {
+        let f = self.inner.lib.api().group_end.ok_or(Error::Backend {
+            code: ResultCode::INTERNAL_ERROR,
+            text: text!("symbol absent"),
+            last: text!("ncclGroupEnd"),
+        })?;
+        // SAFETY: no arguments.
+        let code = unsafe { f() };
+        self.inner.lib.progress(code, std::ptr::null_mut())
+    }
+
+    fn split(&self, color: Option<u32>, key: u32, cfg: &CommConfig) -> Result<Option<NcclComm>> {
+        self.inner.lib.features().require(Feature::Split)?;
+        self.ensure_ready("split")?;
+        let color = match color {
+            None => -1,
+            Some(c) => i32::try_from(c).map_err(|_| Error::invalid("color", format_args!("0..={}, got {c}", i32::MAX)))?,
+        };
+        let key = i32::try_from(key).map_err(|_| Error::invalid("key", format_args!("0..={}, got {key}", i32::MAX)))?;
+        let mut buf = Self::config_buf(cfg, &self.inner.lib)?;
+        let cfg_ptr = buf.as_mut().map_or(std::ptr::null_mut(), |b| b.as_mut_ptr());
+        let f = self.inner.lib.api().comm_split.ok_or(Error::Unsupported {
+            feature: Feature::Split,
+            missing: oxccl_core::Missing::SymbolAbsent { symbol: "ncclCommSplit" },
+        })?;
+        let mut new: RawComm = std::ptr::null_mut();
+        // SAFETY: live, ready communicator; `cfg_ptr` is null (inherit the parent's config) or a
+        // config built for the loaded version and alive for the call.
+        let code = unsafe { f(self.inner.raw, color, key, &mut new, cfg_ptr) };
+        if code == ResultCode::IN_PROGRESS.0 && self.inner.nonblocking {
+            // NCCL fills `new` only once the parent leaves InProgress (NVIDIA/nccl#1472).
+            self.wait_ready("split (parent)")?;
+        } else {
+            self.finish(code, "split")?;
+        }
+        if new.is_null() {
+            return Ok(None);
+        }
+        self.child(new, cfg).map(Some)
+    }
+
+    fn abort(&self, reason: &str) {
+        self.inner.life.lock().abort(reason);
+        self.inner.release(false);
+    }
+
+    fn finalize(&self) -> Result<Progress> {
+        self.inner.lib.features().require(Feature::Finalize)?;
+        self.inner.life.lock().finalize_start()?;
+        let f = self.inner.lib.api().comm_finalize.ok_or(Error::Unsupported {
+            feature: Feature::Finalize,
+            missing: oxccl_core::Missing::SymbolAbsent { symbol: "ncclCommFinalize" },
+        })?;
+        // SAFETY: live communicator; finalize flushes its outstanding work.
+        let code = unsafe { f(self.inner.raw) };
+        self.finish(code, "finalize")?;
+        self.inner.life.lock().finalize_done()?;
+        Ok(Progress::Done)
+    }
+
+    fn register(&self, addr: usize, bytes: usize) -> Result<RegHandle> {
+        self.inner.lib.features().require(Feature::BufferRegistration)?;
+        self.ensure_ready("register")?;
+        self.inner.registry.register(&self.inner.lib, self.inner.raw, addr, bytes)
+    }
+
+    fn deregister(&self, handle: RegHandle) -> Result<()> {
+        self.ensure_ready("deregister")?;
+        self.inner.registry.deregister(&self.inner.lib, self.inner.raw, handle)
+    }
+}
+
+/// `ncclCommGetAsyncError` as progress: Done, InProgress, or the communicator's error.
+pub(crate) fn poll_raw(lib: &Library, raw: RawComm) -> Result<Progress> {
+    let f = lib.api().comm_get_async_error.ok_or(Error::Backend {
+        code: ResultCode::INTERNAL_ERROR,
+        text: text!("symbol absent"),
+        last: text!("ncclCommGetAsyncError"),
+    })?;
+    let mut async_code = 0i32;
+    // SAFETY: callers pass a live communicator; the out-pointer is a valid local.
+    let code = unsafe { f(raw, &mut async_code) };
+    lib.check(code, raw)?;
+    lib.progress(async_code, raw)
+}

@@ -1,0 +1,77 @@
+//! NCCL reduction operators: built-in codes, and premul-sum ops created on the communicator and
+//! destroyed when dropped.
+
+use crate::comm::CommInner;
+use oxccl_core::{text, DataType, Error, Feature, Missing, ReduceOp, Result, Scalar};
+use std::sync::Arc;
+
+/// An `ncclRedOp_t` ready for a call. Premul-sum ops hold their communicator and destroy
+/// themselves on drop (unless the communicator was released first, which frees them).
+pub struct NcclRedOp {
+    code: i32,
+    owner: Option<Arc<CommInner>>,
+}
+
+impl std::fmt::Debug for NcclRedOp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NcclRedOp").field("code", &self.code).field("created", &self.owner.is_some()).finish()
+    }
+}
+
+impl NcclRedOp {
+    /// The `ncclRedOp_t` value.
+    pub fn code(&self) -> i32 {
+        self.code
+    }
+
+    pub(crate) fn create(comm: &Arc<CommInner>, op: &ReduceOp, dtype: DataType) -> Result<NcclRedOp> {
+        if let Some(code) = op.builtin_code() {
+            return Ok(NcclRedOp { code, owner: None });
+        }
+        let ReduceOp::PreMulSum(scalar) = op else {
+            return Err(Error::invalid("op", format_args!("a reduction operator")));
+        };
+        let lib = &comm.lib;
+        let f = lib.api().red_op_create_pre_mul_sum.ok_or(Error::Unsupported {
+            feature: Feature::PreMulSum,
+            missing: Missing::SymbolAbsent { symbol: "ncclRedOpCreatePreMulSum" },
+        })?;
+        let mut code = 0i32;
+        let status = match scalar {
+            Scalar::Host(h) => {
+                let (mut bytes, _) = h.to_ne_bytes();
+                // SAFETY: live communicator; `bytes` holds one element of `dtype` (checked by
+                // core::check) and NCCL reads it during this call (HostImmediate = 1).
+                unsafe { f(&mut code, bytes.as_mut_ptr().cast(), dtype.code(), 1, comm.raw) }
+            }
+            Scalar::Device { addr } => {
+                // SAFETY: live communicator; the device address holds one element of `dtype`
+                // and stays valid until the collective runs (Device residence = 0, the caller's
+                // contract).
+                unsafe { f(&mut code, *addr as *mut std::ffi::c_void, dtype.code(), 0, comm.raw) }
+            }
+        };
+        lib.check(status, comm.raw).map_err(|e| match e {
+            Error::Backend { code, text: t, last } => Error::Backend { code, text: text!("creating premul-sum: {t}"), last },
+            other => other,
+        })?;
+        Ok(NcclRedOp { code, owner: Some(comm.clone()) })
+    }
+}
+
+impl Drop for NcclRedOp {
+    fn drop(&mut self) {
+        let Some(comm) = self.owner.take() else { return };
+        if comm.is_released() {
+            return;
+        }
+        if let Some(f) = comm.lib.api().red_op_destroy {
+            // SAFETY: the op was created on this live communicator; NCCL allows destroying it
+            // as soon as the last call using it has returned.
+            let code = unsafe { f(self.code, comm.raw) };
+            if code != 0 {
+                log::warn!("ncclRedOpDestroy({}) returned {code}", self.code);
+            }
+        }
+    }
+}

@@ -1,0 +1,347 @@
+//! The safe communicator: typed cudarc buffers in, checked NCCL calls out.
+
+use crate::element::NcclType;
+use crate::group::GroupGuard;
+use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut, DeviceSlice, SyncOnDrop};
+use oxccl_core::{
+    Backend, CommConfig, CommOp, CommState, Communicator, Device, Error, Progress, RawBuf,
+    RawBufMut, ReduceOp, RegHandle, Result, UniqueId,
+};
+use oxccl_nccl::{NcclBackend, NcclComm, NcclStream};
+use std::sync::Arc;
+
+/// A safe NCCL communicator bound to one CUDA stream. Operations take `&mut self` because NCCL
+/// forbids concurrent calls on one communicator; [`Comm::abort_handle`] gives a handle that
+/// stops it from any other thread.
+#[derive(Debug)]
+pub struct Comm {
+    comm: NcclComm,
+    stream: NcclStream,
+}
+
+/// Stops a communicator from any thread (a watchdog, a signal handler): wakes ranks blocked in
+/// its collectives. Idempotent.
+#[derive(Debug, Clone)]
+pub struct AbortHandle {
+    comm: NcclComm,
+}
+
+impl AbortHandle {
+    /// Aborts the communicator, keeping `reason` as the cause reported by later calls.
+    pub fn abort(&self, reason: &str) {
+        self.comm.abort(reason);
+    }
+
+    /// The communicator's state.
+    pub fn state(&self) -> CommState {
+        self.comm.state()
+    }
+}
+
+fn rd<'a, T>(arg: &'static str, dev: Device, s: &'a impl DevicePtr<T>, st: &'a CudaStream) -> Result<(RawBuf, SyncOnDrop<'a>)> {
+    same_device(arg, dev, s)?;
+    let (ptr, sync) = s.device_ptr(st);
+    Ok((RawBuf::new(ptr as usize, s.len()), sync))
+}
+
+fn wr<'a, T>(arg: &'static str, dev: Device, s: &'a mut impl DevicePtrMut<T>, st: &'a CudaStream) -> Result<(RawBufMut, SyncOnDrop<'a>)> {
+    same_device(arg, dev, s)?;
+    let len = s.len();
+    let (ptr, sync) = s.device_ptr_mut(st);
+    Ok((RawBufMut::new(ptr as usize, len), sync))
+}
+
+fn same_device<T>(arg: &'static str, dev: Device, s: &impl DeviceSlice<T>) -> Result<()> {
+    let ordinal = s.stream().context().ordinal();
+    if ordinal != dev.0 as usize {
+        return Err(Error::invalid(arg, format_args!("memory on the communicator's device {}, got device {ordinal}", dev.0)));
+    }
+    Ok(())
+}
+
+impl Comm {
+    /// Joins the communicator of `id` as `rank` of `size` on `device`, with a new stream there.
+    /// A nonblocking config returns at once: [`Comm::wait_ready`] (or any operation) waits.
+    pub fn init_rank(nccl: &NcclBackend, id: &UniqueId, rank: u32, size: u32, device: u32, cfg: &CommConfig) -> Result<Comm> {
+        let comm = nccl.init_rank(id, rank, size, Device(device), cfg)?;
+        Comm::with_new_stream(comm)
+    }
+
+    /// Wraps a backend communicator with a new stream on its device.
+    pub fn with_new_stream(comm: NcclComm) -> Result<Comm> {
+        let stream = comm.new_stream()?;
+        Ok(Comm { comm, stream })
+    }
+
+    /// Wraps a backend communicator with the given stream (which must be on its device).
+    pub fn new(comm: NcclComm, stream: Arc<CudaStream>) -> Result<Comm> {
+        let ordinal = stream.context().ordinal();
+        if ordinal != comm.device().0 as usize {
+            return Err(Error::invalid("stream", format_args!("a stream on device {}, got device {ordinal}", comm.device().0)));
+        }
+        Ok(Comm { comm, stream: NcclStream::new(stream) })
+    }
+
+    /// This rank.
+    pub fn rank(&self) -> u32 {
+        self.comm.rank()
+    }
+    /// Number of ranks.
+    pub fn size(&self) -> u32 {
+        self.comm.size()
+    }
+    /// The device of this rank.
+    pub fn device(&self) -> Device {
+        self.comm.device()
+    }
+    /// The communicator's state.
+    pub fn state(&self) -> CommState {
+        self.comm.state()
+    }
+    /// The stream operations are issued on.
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        self.stream.cuda()
+    }
+    /// The backend communicator (for the raw trait API and features not wrapped here).
+    pub fn backend(&self) -> &NcclComm {
+        &self.comm
+    }
+    /// A handle that aborts this communicator from any thread.
+    pub fn abort_handle(&self) -> AbortHandle {
+        AbortHandle { comm: self.comm.clone() }
+    }
+    /// Polls for asynchronous errors and for the end of a nonblocking init.
+    pub fn poll(&self) -> Result<Progress> {
+        self.comm.poll()
+    }
+    /// Waits until a nonblocking init or group has finished (bounded by the backend's timeout).
+    pub fn wait_ready(&self) -> Result<()> {
+        self.comm.wait_ready("init")
+    }
+    /// Blocks until every operation issued so far has completed, then reports any asynchronous
+    /// error of the communicator.
+    pub fn synchronize(&self) -> Result<()> {
+        oxccl_core::Stream::synchronize(&self.stream)?;
+        self.comm.poll().map(|_| ())
+    }
+
+    /// Waits until every operation issued so far has completed, polling the communicator's
+    /// asynchronous error meanwhile: returns its error (a remote failure, an abort) as soon as
+    /// it appears, or [`Error::Timeout`] after `limit` (a peer that died without NCCL noticing).
+    /// The communicator is left as it is: abort it to recover.
+    pub fn synchronize_timeout(&self, limit: std::time::Duration) -> Result<()> {
+        use oxccl_core::{Event, Stream};
+        let done = self.stream.record(false)?;
+        oxccl_nccl::Deadline::after(limit).poll("operations on the communicator's stream", || {
+            if done.query()? {
+                return Ok(Progress::Done);
+            }
+            self.comm.poll()?;
+            Ok(Progress::InProgress)
+        })
+    }
+
+    /// Issues any operation on raw device addresses: the escape hatch for frameworks with
+    /// their own tensor types.
+    ///
+    /// # Safety
+    /// The buffers of `op` must be device memory of this communicator's device, of the stated
+    /// lengths, valid and not written by others until the work on [`Comm::stream`] completes.
+    pub unsafe fn issue(&mut self, op: &CommOp<'_>) -> Result<()> {
+        if self.comm.state() == CommState::Initializing {
+            self.wait_ready()?;
+        }
+        // SAFETY: forwarded contract; `&mut self` rules out concurrent issues.
+        unsafe { self.comm.issue(op, &self.stream) }
+    }
+
+    fn run(&mut self, op: CommOp<'_>) -> Result<()> {
+        // SAFETY: every buffer in `op` came from a cudarc slice of this device (checked by
+        // `rd`/`wr`) whose length it carries; the slices' sync guards, dropped after this call,
+        // order later use of the memory after the NCCL work on this stream.
+        unsafe { self.issue(&op) }
+    }
+
+    /// Reduces `send` across ranks into `recv` on every rank.
+    pub fn all_reduce<T: NcclType>(&mut self, send: &impl DevicePtr<T>, recv: &mut impl DevicePtrMut<T>, op: ReduceOp) -> Result<()> {
+        let op = T::map_op(op)?;
+        let (d, st) = (self.device(), self.stream.cuda().clone());
+        let (s, _a) = rd("send", d, send, &st)?;
+        let (r, _b) = wr("recv", d, recv, &st)?;
+        self.run(CommOp::AllReduce { send: s, recv: r, dtype: T::DTYPE, op })
+    }
+
+    /// Reduces `buf` across ranks in place.
+    pub fn all_reduce_in_place<T: NcclType>(&mut self, buf: &mut impl DevicePtrMut<T>, op: ReduceOp) -> Result<()> {
+        let op = T::map_op(op)?;
+        let (d, st) = (self.device(), self.stream.cuda().clone());
+        let (r, _b) = wr("buf", d, buf, &st)?;
+        self.run(CommOp::AllReduce { send: r.as_read(), recv: r, dtype: T::DTYPE, op })
+    }
+
+    /// Copies `send` of `root` into `recv` of every rank (`send` is read on the root only).
+    pub fn broadcast<T: NcclType>(&mut self, send: &impl DevicePtr<T>, recv: &mut impl DevicePtrMut<T>, root: u32) -> Result<()> {
+        let (d, st) = (self.device(), self.stream.cuda().clone());
+        let (s, _a) = rd("send", d, send, &st)?;
+        let (r, _b) = wr("recv", d, recv, &st)?;
+        self.run(CommOp::Broadcast { send: s, recv: r, dtype: T::DTYPE, root })
+    }
+
+    /// Broadcasts `buf` of `root` in place.
+    pub fn broadcast_in_place<T: NcclType>(&mut self, buf: &mut impl DevicePtrMut<T>, root: u32) -> Result<()> {
+        let (d, st) = (self.device(), self.stream.cuda().clone());
+        let (r, _b) = wr("buf", d, buf, &st)?;
+        self.run(CommOp::Broadcast { send: r.as_read(), recv: r, dtype: T::DTYPE, root })
+    }
+
+    /// Reduces `send` across ranks into `recv` of `root` (`recv` may be `None` off the root).
+    pub fn reduce<T: NcclType, R: DevicePtrMut<T>>(&mut self, send: &impl DevicePtr<T>, recv: Option<&mut R>, op: ReduceOp, root: u32) -> Result<()> {
+        let op = T::map_op(op)?;
+        let (d, st) = (self.device(), self.stream.cuda().clone());
+        let (s, _a) = rd("send", d, send, &st)?;
+        let (r, _b) = match recv {
+            Some(recv) => {
+                let (r, g) = wr("recv", d, recv, &st)?;
+                (r, Some(g))
+            }
+            None => (RawBufMut::EMPTY, None),
+        };
+        self.run(CommOp::Reduce { send: s, recv: r, dtype: T::DTYPE, op, root })
+    }
+
+    /// Gathers every rank's `send` into `recv` (world size × `send.len()`), by rank.
+    pub fn all_gather<T: NcclType>(&mut self, send: &impl DevicePtr<T>, recv: &mut impl DevicePtrMut<T>) -> Result<()> {
+        let (d, st) = (self.device(), self.stream.cuda().clone());
+        let (s, _a) = rd("send", d, send, &st)?;
+        let (r, _b) = wr("recv", d, recv, &st)?;
+        self.run(CommOp::AllGather { send: s, recv: r, dtype: T::DTYPE })
+    }
+
+    /// Reduces `send` (world size × `recv.len()`) across ranks; rank r keeps part r in `recv`.
+    pub fn reduce_scatter<T: NcclType>(&mut self, send: &impl DevicePtr<T>, recv: &mut impl DevicePtrMut<T>, op: ReduceOp) -> Result<()> {
+        let op = T::map_op(op)?;
+        let (d, st) = (self.device(), self.stream.cuda().clone());
+        let (s, _a) = rd("send", d, send, &st)?;
+        let (r, _b) = wr("recv", d, recv, &st)?;
+        self.run(CommOp::ReduceScatter { send: s, recv: r, dtype: T::DTYPE, op })
+    }
+
+    /// Equal all-to-all: part p of `send` goes to rank p; part q of `recv` comes from rank q.
+    pub fn all_to_all<T: NcclType>(&mut self, send: &impl DevicePtr<T>, recv: &mut impl DevicePtrMut<T>) -> Result<()> {
+        let (d, st) = (self.device(), self.stream.cuda().clone());
+        let (s, _a) = rd("send", d, send, &st)?;
+        let (r, _b) = wr("recv", d, recv, &st)?;
+        self.run(CommOp::AllToAll { send: s, recv: r, dtype: T::DTYPE })
+    }
+
+    /// Uneven all-to-all: `send_counts[p]` elements to rank p, `recv_counts[q]` from rank q.
+    pub fn all_to_all_v<T: NcclType>(&mut self, send: &impl DevicePtr<T>, recv: &mut impl DevicePtrMut<T>, send_counts: &[usize], recv_counts: &[usize]) -> Result<()> {
+        let (d, st) = (self.device(), self.stream.cuda().clone());
+        let (s, _a) = rd("send", d, send, &st)?;
+        let (r, _b) = wr("recv", d, recv, &st)?;
+        self.run(CommOp::AllToAllV { send: s, recv: r, dtype: T::DTYPE, send_counts, recv_counts })
+    }
+
+    /// Gathers every rank's `send` into `recv` of `root` (`None` off the root).
+    pub fn gather<T: NcclType, R: DevicePtrMut<T>>(&mut self, send: &impl DevicePtr<T>, recv: Option<&mut R>, root: u32) -> Result<()> {
+        let (d, st) = (self.device(), self.stream.cuda().clone());
+        let (s, _a) = rd("send", d, send, &st)?;
+        let (r, _b) = match recv {
+            Some(recv) => {
+                let (r, g) = wr("recv", d, recv, &st)?;
+                (r, Some(g))
+            }
+            None => (RawBufMut::EMPTY, None),
+        };
+        self.run(CommOp::Gather { send: s, recv: r, dtype: T::DTYPE, root })
+    }
+
+    /// Scatters `send` of `root` (`None` off the root): rank r receives part r in `recv`.
+    pub fn scatter<T: NcclType, S: DevicePtr<T>>(&mut self, send: Option<&S>, recv: &mut impl DevicePtrMut<T>, root: u32) -> Result<()> {
+        let (d, st) = (self.device(), self.stream.cuda().clone());
+        let (s, _a) = match send {
+            Some(send) => {
+                let (s, g) = rd("send", d, send, &st)?;
+                (s, Some(g))
+            }
+            None => (RawBuf::EMPTY, None),
+        };
+        let (r, _b) = wr("recv", d, recv, &st)?;
+        self.run(CommOp::Scatter { send: s, recv: r, dtype: T::DTYPE, root })
+    }
+
+    /// All-gather of uneven parts: rank r contributes `counts[r]` elements.
+    pub fn all_gather_v<T: NcclType>(&mut self, send: &impl DevicePtr<T>, recv: &mut impl DevicePtrMut<T>, counts: &[usize]) -> Result<()> {
+        let (d, st) = (self.device(), self.stream.cuda().clone());
+        let (s, _a) = rd("send", d, send, &st)?;
+        let (r, _b) = wr("recv", d, recv, &st)?;
+        self.run(CommOp::AllGatherV { send: s, recv: r, dtype: T::DTYPE, counts })
+    }
+
+    /// Reduce-scatter of uneven parts: rank r keeps `counts[r]` elements of the result.
+    pub fn reduce_scatter_v<T: NcclType>(&mut self, send: &impl DevicePtr<T>, recv: &mut impl DevicePtrMut<T>, op: ReduceOp, counts: &[usize]) -> Result<()> {
+        let op = T::map_op(op)?;
+        let (d, st) = (self.device(), self.stream.cuda().clone());
+        let (s, _a) = rd("send", d, send, &st)?;
+        let (r, _b) = wr("recv", d, recv, &st)?;
+        self.run(CommOp::ReduceScatterV { send: s, recv: r, dtype: T::DTYPE, op, counts })
+    }
+
+    /// Sends `buf` to `peer`.
+    pub fn send<T: NcclType>(&mut self, buf: &impl DevicePtr<T>, peer: u32) -> Result<()> {
+        let (d, st) = (self.device(), self.stream.cuda().clone());
+        let (s, _a) = rd("buf", d, buf, &st)?;
+        self.run(CommOp::Send { buf: s, dtype: T::DTYPE, peer })
+    }
+
+    /// Receives into `buf` from `peer`.
+    pub fn recv<T: NcclType>(&mut self, buf: &mut impl DevicePtrMut<T>, peer: u32) -> Result<()> {
+        let (d, st) = (self.device(), self.stream.cuda().clone());
+        let (r, _b) = wr("buf", d, buf, &st)?;
+        self.run(CommOp::Recv { buf: r, dtype: T::DTYPE, peer })
+    }
+
+    /// Every rank waits for every other: a one-element all-reduce, then a stream synchronize.
+    pub fn barrier(&mut self) -> Result<()> {
+        self.run(CommOp::Barrier)?;
+        self.synchronize()
+    }
+
+    /// Opens a group on this thread; operations until the guard ends are launched together.
+    pub fn group(&self) -> Result<GroupGuard> {
+        GroupGuard::start(self.comm.clone())
+    }
+
+    /// A communicator of the ranks that gave the same `color` (`None`: this rank joins none),
+    /// ordered by `key`; every rank must call it. The child gets a new stream.
+    pub fn split(&mut self, color: Option<u32>, key: u32, cfg: &CommConfig) -> Result<Option<Comm>> {
+        match self.comm.split(color, key, cfg)? {
+            Some(c) => Comm::with_new_stream(c).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Registers `buf` with the communicator (NCCL 2.19+) for faster transfers.
+    pub fn register<T: NcclType>(&mut self, buf: &impl DevicePtr<T>) -> Result<RegHandle> {
+        let (d, st) = (self.device(), self.stream.cuda().clone());
+        let (s, _a) = rd("buf", d, buf, &st)?;
+        let bytes = s.len.checked_mul(std::mem::size_of::<T>()).ok_or_else(|| Error::invalid("buf", format_args!("a buffer whose size fits in usize")))?;
+        self.comm.register(s.addr, bytes)
+    }
+
+    /// Releases a registration.
+    pub fn deregister(&mut self, handle: RegHandle) -> Result<()> {
+        self.comm.deregister(handle)
+    }
+
+    /// Aborts the communicator (see [`AbortHandle`] to do it from another thread).
+    pub fn abort(&self, reason: &str) {
+        self.comm.abort(reason);
+    }
+
+    /// Ends the communicator cleanly: finalize (flushing outstanding work), then destroy. A
+    /// failed or aborted communicator is released without waiting for peers.
+    pub fn destroy(self) -> Result<()> {
+        self.comm.destroy()
+    }
+}

@@ -1,0 +1,53 @@
+//! Rust element types NCCL can move.
+
+use oxccl_core::{DataType, Error, ReduceOp, Result};
+
+/// A Rust type with an NCCL data type. `bool` travels as `uint8`, with sum as max (logical or)
+/// and product as min (logical and); average of bools is refused, as in PyTorch.
+pub trait NcclType: cudarc::driver::DeviceRepr + Copy {
+    /// The NCCL type of the elements.
+    const DTYPE: DataType;
+
+    /// The operator NCCL should apply for `op` on this type.
+    fn map_op(op: ReduceOp) -> Result<ReduceOp> {
+        Ok(op)
+    }
+}
+
+macro_rules! nccl_type {
+    ($($t:ty => $d:ident),* $(,)?) => {
+        $(impl NcclType for $t { const DTYPE: DataType = DataType::$d; })*
+    };
+}
+
+nccl_type! {
+    i8 => Int8, u8 => Uint8, i32 => Int32, u32 => Uint32, i64 => Int64, u64 => Uint64,
+    half::f16 => Float16, f32 => Float32, f64 => Float64, half::bf16 => Bfloat16,
+    float8::F8E4M3 => Float8E4M3, float8::F8E5M2 => Float8E5M2,
+}
+
+impl NcclType for bool {
+    const DTYPE: DataType = DataType::Uint8;
+
+    fn map_op(op: ReduceOp) -> Result<ReduceOp> {
+        match op {
+            ReduceOp::Sum | ReduceOp::Max => Ok(ReduceOp::Max),
+            ReduceOp::Prod | ReduceOp::Min => Ok(ReduceOp::Min),
+            other => Err(Error::invalid("op", format_args!("sum, prod, min or max on bool, got {other}"))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bool_maps_sum_to_max_and_refuses_avg() {
+        assert_eq!(bool::map_op(ReduceOp::Sum).unwrap(), ReduceOp::Max);
+        assert_eq!(bool::map_op(ReduceOp::Prod).unwrap(), ReduceOp::Min);
+        assert!(matches!(bool::map_op(ReduceOp::Avg), Err(Error::InvalidArgument { arg: "op", .. })));
+        assert_eq!(f32::map_op(ReduceOp::Avg).unwrap(), ReduceOp::Avg);
+        assert_eq!(<half::bf16 as NcclType>::DTYPE, DataType::Bfloat16);
+    }
+}

@@ -1,0 +1,322 @@
+//! Acceptance tests on real GPUs. They run when `OXCCL_TEST_GPUS=<n>` is set and skip, saying
+//! so, otherwise. Each suite runs with one thread per GPU, and with one process per GPU (the
+//! test binary re-executes itself once per rank). `OXCCL_TEST_LIBRARIES` (colon-separated
+//! paths) makes the per-process suite run once per NCCL library, chosen through
+//! `OXCCL_NCCL_LIBRARY`.
+
+#[path = "gpu/suite.rs"]
+mod suite;
+#[path = "gpu/values.rs"]
+mod values;
+
+use oxccl::core::{Backend, Stream};
+use oxccl::{Comm, CommConfig, CommState, Error, Feature, Nccl, ReduceOp, UniqueId};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+fn gpus() -> Option<u32> {
+    match std::env::var("OXCCL_TEST_GPUS").ok().and_then(|v| v.parse().ok()) {
+        Some(n) if n >= 1 => Some(n),
+        _ => {
+            eprintln!("skipped: no GPU configured (set OXCCL_TEST_GPUS=<n> to run the GPU tests)");
+            None
+        }
+    }
+}
+
+fn nccl() -> Nccl {
+    Nccl::load().unwrap_or_else(|e| panic!("loading NCCL: {e}"))
+}
+
+fn hex(id: &UniqueId) -> String {
+    id.as_bytes().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(s: &str) -> UniqueId {
+    let bytes: Vec<u8> = (0..s.len() / 2).map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).unwrap()).collect();
+    UniqueId::from_bytes(&bytes).unwrap()
+}
+
+/// Runs `body(rank, comm)` on one thread per GPU, all in one communicator.
+fn on_threads<T: Send + 'static>(n: u32, cfg: CommConfig, body: impl Fn(u32, Comm) -> T + Send + Sync + Clone + 'static) -> Vec<T> {
+    let lib = nccl();
+    let id = lib.unique_id().expect("unique id");
+    let handles: Vec<_> = (0..n)
+        .map(|r| {
+            let (lib, cfg, body) = (lib.clone(), cfg.clone(), body.clone());
+            std::thread::spawn(move || {
+                let comm = Comm::init_rank(&lib, &id, r, n, r, &cfg).expect("init");
+                body(r, comm)
+            })
+        })
+        .collect();
+    handles.into_iter().map(|h| h.join().expect("rank thread panicked")).collect()
+}
+
+#[test]
+fn gpu_threads_every_op_type_and_reduction() {
+    let Some(n) = gpus() else { return };
+    let tallies = on_threads(n, CommConfig::new(), |_, mut c| {
+        let t = suite::run_all(&mut c);
+        c.destroy().expect("finalize + destroy");
+        t
+    });
+    let passed: usize = tallies.iter().map(|t| t.passed).sum();
+    let failed: Vec<_> = tallies.iter().flat_map(|t| t.failed.clone()).collect();
+    println!("threads: {passed} checks passed over {n} ranks, {} failed", failed.len());
+    assert!(failed.is_empty(), "{failed:#?}");
+    assert!(passed > 1000);
+}
+
+#[test]
+fn gpu_threads_large_counts() {
+    let Some(n) = gpus() else { return };
+    on_threads(n, CommConfig::new(), move |r, mut c| {
+        let st = c.stream().clone();
+        let count = 64 << 20; // 64 Mi elements
+        let mut buf = st.clone_htod(&vec![(r + 1) as f32; count]).unwrap();
+        c.all_reduce_in_place(&mut buf, ReduceOp::Sum).unwrap();
+        c.synchronize().unwrap();
+        let host = st.clone_dtoh(&buf).unwrap();
+        let want = (n * (n + 1) / 2) as f32;
+        assert!(host.iter().all(|x| *x == want), "64Mi f32 all_reduce");
+        let mine = st.clone_htod(&vec![r as u8; count]).unwrap();
+        let mut all = st.alloc_zeros::<u8>(count * n as usize).unwrap();
+        c.all_gather(&mine, &mut all).unwrap();
+        c.synchronize().unwrap();
+        let host = st.clone_dtoh(&all).unwrap();
+        for q in 0..n as usize {
+            assert!(host[q * count..(q + 1) * count].iter().all(|x| *x == q as u8), "64Mi u8 all_gather part {q}");
+        }
+        println!("rank {r}: 64 Mi element all_reduce and all_gather correct");
+    });
+}
+
+#[test]
+fn gpu_split_nonblocking_and_registration() {
+    let Some(n) = gpus() else { return };
+    let lib = nccl();
+    let fs = *lib.features();
+    on_threads(n, CommConfig::new().blocking(false), move |r, mut c| {
+        // nonblocking init: usable after wait_ready
+        c.wait_ready().expect("nonblocking init completes");
+        assert_eq!(c.state(), CommState::Ready);
+        let st = c.stream().clone();
+        // split by parity, keys reversed: child rank order follows the key
+        if fs.has(Feature::Split) {
+            let mut child = c.split(Some(r % 2), n - r, &CommConfig::new()).unwrap().expect("member");
+            let members: Vec<u32> = (0..n).filter(|q| q % 2 == r % 2).collect();
+            assert_eq!(child.size() as usize, members.len());
+            let pos = members.iter().rev().position(|q| *q == r).unwrap() as u32;
+            assert_eq!(child.rank(), pos, "child rank ordered by key");
+            let mut x = st.clone_htod(&[r as f32]).unwrap();
+            x = {
+                let cst = child.stream().clone();
+                let mut y = cst.clone_htod(&st.clone_dtoh(&x).unwrap()).unwrap();
+                child.all_reduce_in_place(&mut y, ReduceOp::Sum).unwrap();
+                child.synchronize().unwrap();
+                let got = cst.clone_dtoh(&y).unwrap()[0];
+                assert_eq!(got, members.iter().sum::<u32>() as f32);
+                st.clone_htod(&[got]).unwrap()
+            };
+            drop(x);
+            child.destroy().unwrap();
+            // NOCOLOR: rank 0 joins none
+            let other = c.split(if r == 0 { None } else { Some(0) }, r, &CommConfig::new()).unwrap();
+            assert_eq!(other.is_none(), r == 0);
+            if let Some(o) = other {
+                assert_eq!(o.size(), n - 1);
+                o.destroy().unwrap();
+            }
+        }
+        if fs.has(Feature::BufferRegistration) {
+            let buf = st.alloc_zeros::<f32>(1 << 20).unwrap();
+            let h = c.register(&buf).expect("register");
+            assert!(matches!(c.register(&buf), Err(Error::InvalidArgument { arg: "addr", .. })));
+            let mut bogus = h;
+            bogus.raw ^= 0x10;
+            assert!(matches!(c.deregister(bogus), Err(Error::InvalidArgument { arg: "handle", .. })));
+            c.deregister(h).expect("deregister");
+            assert!(matches!(c.deregister(h), Err(Error::InvalidArgument { arg: "handle", .. })));
+            // a registered buffer stays registered until abort/destroy releases it
+            let _kept = c.register(&buf).expect("register again");
+        }
+        c.destroy().unwrap();
+        println!("rank {r}: nonblocking init, split, NOCOLOR and registration ok");
+    });
+}
+
+#[test]
+fn gpu_abort_unblocks_an_unmatched_collective() {
+    let Some(n) = gpus() else { return };
+    if n < 2 {
+        eprintln!("skipped: needs 2 GPUs");
+        return;
+    }
+    let times = on_threads(n, CommConfig::new(), |r, mut c| {
+        if r != 0 {
+            // the peers never join: rank 0's all_reduce cannot complete
+            std::thread::sleep(Duration::from_secs(3));
+            c.abort("test over");
+            return Duration::ZERO;
+        }
+        let st = c.stream().clone();
+        let mut buf = st.alloc_zeros::<f32>(1024).unwrap();
+        c.all_reduce_in_place(&mut buf, ReduceOp::Sum).unwrap();
+        let handle = c.abort_handle();
+        let aborter = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(500));
+            let t = Instant::now();
+            handle.abort("deliberate");
+            t
+        });
+        let waited = c.synchronize_timeout(Duration::from_secs(10));
+        let back = Instant::now();
+        let aborted_at = aborter.join().unwrap();
+        assert!(waited.is_err(), "the unmatched collective must not succeed");
+        assert!(matches!(c.poll(), Err(Error::Aborted { ref reason }) if reason.as_str() == "deliberate"));
+        // every later operation fails fast with the reason
+        assert!(matches!(c.all_reduce_in_place(&mut buf, ReduceOp::Sum), Err(Error::Aborted { .. })));
+        back.saturating_duration_since(aborted_at)
+    });
+    println!("host sync returned {:?} after the abort", times[0]);
+    assert!(times[0] < Duration::from_secs(2), "abort took {:?} to unblock", times[0]);
+}
+
+/// Spawns one child process per rank running `role`, with the library at `lib` (or the default).
+fn spawn_ranks(n: u32, role: &str, lib: Option<&str>) -> Vec<(u32, std::process::Output)> {
+    let id = match lib {
+        Some(p) => Nccl::open(p).unwrap().unique_id().unwrap(),
+        None => nccl().unique_id().unwrap(),
+    };
+    let exe = std::env::current_exe().unwrap();
+    let children: Vec<_> = (0..n)
+        .map(|r| {
+            let mut cmd = Command::new(&exe);
+            cmd.args(["--exact", "gpu_child_rank", "--nocapture", "--test-threads=1"])
+                .env("OXCCL_CHILD_ROLE", role)
+                .env("OXCCL_CHILD_RANK", r.to_string())
+                .env("OXCCL_CHILD_SIZE", n.to_string())
+                .env("OXCCL_CHILD_ID", hex(&id));
+            if let Some(p) = lib {
+                cmd.env("OXCCL_NCCL_LIBRARY", p);
+            }
+            (r, cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap())
+        })
+        .collect();
+    children.into_iter().map(|(r, c)| (r, c.wait_with_output().unwrap())).collect()
+}
+
+#[test]
+fn gpu_processes_every_op_per_library() {
+    let Some(n) = gpus() else { return };
+    let libs: Vec<Option<String>> = match std::env::var("OXCCL_TEST_LIBRARIES") {
+        Ok(v) => v.split(':').filter(|s| !s.is_empty()).map(|s| Some(s.to_string())).collect(),
+        Err(_) => vec![None],
+    };
+    for lib in libs {
+        let outs = spawn_ranks(n, "suite", lib.as_deref());
+        for (r, o) in &outs {
+            let text = String::from_utf8_lossy(&o.stdout);
+            println!("[{lib:?} rank {r}] {}", text.lines().filter(|l| l.starts_with("child")).collect::<Vec<_>>().join(" | "));
+            assert!(o.status.success(), "rank {r} with {lib:?} failed:\n{text}\n{}", String::from_utf8_lossy(&o.stderr));
+            if let Some(p) = &lib {
+                assert!(text.contains(&format!("library {p}")), "rank {r} did not load {p}:\n{text}");
+            }
+        }
+    }
+}
+
+#[test]
+fn gpu_peer_killed_mid_collective() {
+    let Some(n) = gpus() else { return };
+    if n < 2 {
+        eprintln!("skipped: needs 2 GPUs");
+        return;
+    }
+    let outs = spawn_ranks(n, "kill", None);
+    for (r, o) in &outs {
+        let text = String::from_utf8_lossy(&o.stdout);
+        println!("[rank {r}] {}", text.lines().filter(|l| l.starts_with("child")).collect::<Vec<_>>().join(" | "));
+        if *r == 1 {
+            use std::os::unix::process::ExitStatusExt;
+            assert_eq!(o.status.signal(), Some(9), "rank 1 was to die by SIGKILL");
+        } else {
+            assert!(o.status.success(), "survivor {r} failed:\n{text}\n{}", String::from_utf8_lossy(&o.stderr));
+            assert!(text.contains("child survivor ok"), "{text}");
+        }
+    }
+}
+
+/// The body of a child process (does nothing unless started by `spawn_ranks`).
+#[test]
+fn gpu_child_rank() {
+    let Ok(role) = std::env::var("OXCCL_CHILD_ROLE") else { return };
+    let r: u32 = std::env::var("OXCCL_CHILD_RANK").unwrap().parse().unwrap();
+    let n: u32 = std::env::var("OXCCL_CHILD_SIZE").unwrap().parse().unwrap();
+    let id = unhex(&std::env::var("OXCCL_CHILD_ID").unwrap());
+    let lib = nccl();
+    println!("child {r}: library {} version {}", lib.library().path().display(), lib.version());
+    let mut c = Comm::init_rank(&lib, &id, r, n, r, &CommConfig::new()).expect("init");
+    match role.as_str() {
+        "suite" => {
+            let t = suite::run_all(&mut c);
+            println!("child {r}: {} checks passed, {} failed", t.passed, t.failed.len());
+            assert!(t.failed.is_empty(), "{:#?}", t.failed);
+            c.destroy().unwrap();
+        }
+        "kill" => {
+            let st = c.stream().clone();
+            let mut buf = st.clone_htod(&vec![1.0f32; 1 << 20]).unwrap();
+            c.all_reduce_in_place(&mut buf, ReduceOp::Sum).unwrap();
+            c.synchronize().unwrap();
+            println!("child {r}: first all_reduce ok");
+            if r == 1 {
+                let me = std::process::id().to_string();
+                let _ = Command::new("kill").args(["-9", &me]).status();
+                std::thread::sleep(Duration::from_secs(60));
+            }
+            std::thread::sleep(Duration::from_millis(500));
+            c.all_reduce_in_place(&mut buf, ReduceOp::Sum).unwrap();
+            let t = Instant::now();
+            let e = c.synchronize_timeout(Duration::from_secs(5)).expect_err("a dead peer must give an error, not success");
+            println!("child {r}: survivor got {e} after {:?}", t.elapsed());
+            assert!(matches!(e, Error::Timeout { .. } | Error::Remote { .. } | Error::Backend { .. }));
+            let handle = c.abort_handle();
+            let t = Instant::now();
+            handle.abort("peer died");
+            println!("child {r}: abort took {:?}", t.elapsed());
+            // the GPU is still usable: allocate, copy, synchronize
+            let st2 = lib_stream(r);
+            let x = st2.clone_htod(&[7u32; 1024]).unwrap();
+            assert_eq!(st2.clone_dtoh(&x).unwrap()[1023], 7);
+            println!("child survivor ok");
+        }
+        other => panic!("unknown role {other}"),
+    }
+}
+
+fn lib_stream(device: u32) -> std::sync::Arc<cudarc::driver::CudaStream> {
+    let ctx = cudarc::driver::CudaContext::new(device as usize).unwrap();
+    ctx.new_stream().unwrap()
+}
+
+#[test]
+fn gpu_stream_events_time_work() {
+    let Some(n) = gpus() else { return };
+    on_threads(n, CommConfig::new(), |_, mut c| {
+        let st = c.stream().clone();
+        let ns = oxccl::NcclStream::new(st.clone());
+        let start = ns.record(true).unwrap();
+        let mut buf = st.alloc_zeros::<f32>(1 << 22).unwrap();
+        c.all_reduce_in_place(&mut buf, ReduceOp::Sum).unwrap();
+        let end = ns.record(true).unwrap();
+        end.synchronize().unwrap();
+        use oxccl::core::Event;
+        assert!(end.query().unwrap());
+        let ms = start.elapsed_ms(&end).unwrap();
+        assert!(ms > 0.0, "elapsed {ms}");
+        let untimed = ns.record(false).unwrap();
+        assert!(untimed.elapsed_ms(&end).is_err());
+    });
+}

@@ -1,0 +1,345 @@
+//! Every operation × type × reduction × count, in place and out of place, checked against the
+//! host reference of `values.rs`. Run by each rank, in a thread or in a process of its own.
+
+use super::values::{close, decode, dtypes, encode, input, reduced};
+use cudarc::driver::{CudaSlice, DevicePtr};
+use oxccl::{Comm, CommOp, DataType, HostScalar, RawBuf, RawBufMut, ReduceOp, Scalar};
+
+/// Element counts every case runs with: empty, one, odd, and a few KiB.
+pub const COUNTS: [usize; 4] = [0, 1, 7, 1031];
+
+/// A device buffer of `elems` elements (no memory at all when empty: NCCL takes null then).
+pub struct DevBuf {
+    mem: Option<CudaSlice<u8>>,
+    addr: usize,
+    elems: usize,
+}
+
+impl DevBuf {
+    pub fn new(c: &Comm, dt: DataType, vals: &[f64]) -> DevBuf {
+        if vals.is_empty() {
+            return DevBuf { mem: None, addr: 0, elems: 0 };
+        }
+        let mem = c.stream().clone_htod(&encode(dt, vals)).expect("upload");
+        let addr = {
+            let (p, _g) = mem.device_ptr(c.stream());
+            p as usize
+        };
+        DevBuf { mem: Some(mem), addr, elems: vals.len() }
+    }
+    pub fn zeros(c: &Comm, dt: DataType, n: usize) -> DevBuf {
+        DevBuf::new(c, dt, &vec![0.0; n])
+    }
+    pub fn r(&self) -> RawBuf {
+        RawBuf::new(self.addr, self.elems)
+    }
+    pub fn w(&self) -> RawBufMut {
+        RawBufMut::new(self.addr, self.elems)
+    }
+    /// `len` elements from element `off`.
+    pub fn part(&self, dt: DataType, off: usize, len: usize) -> RawBufMut {
+        if len == 0 {
+            return RawBufMut::EMPTY;
+        }
+        RawBufMut::new(self.addr + off * dt.size(), len)
+    }
+    pub fn read(&self, c: &Comm, dt: DataType) -> Vec<f64> {
+        match &self.mem {
+            None => Vec::new(),
+            Some(m) => decode(dt, &c.stream().clone_dtoh(m).expect("download")),
+        }
+    }
+}
+
+/// Outcome of a suite run on one rank.
+#[derive(Default, Debug)]
+pub struct Tally {
+    pub passed: usize,
+    pub failed: Vec<String>,
+}
+
+impl Tally {
+    fn check(&mut self, name: &str, got: &[f64], want: &[f64], dt: DataType) {
+        let bad = got.len() != want.len() || got.iter().zip(want).any(|(g, w)| !close(dt, *g, *w));
+        if bad {
+            let at = got.iter().zip(want).position(|(g, w)| !close(dt, *g, *w));
+            self.failed.push(format!(
+                "{name}: len {} vs {}, first difference at {at:?}: got {:?} want {:?}",
+                got.len(),
+                want.len(),
+                at.map(|i| got[i]),
+                at.map(|i| want[i])
+            ));
+        } else {
+            self.passed += 1;
+        }
+    }
+
+    fn error(&mut self, name: &str, e: oxccl::Error) {
+        self.failed.push(format!("{name}: {e}"));
+    }
+}
+
+fn run(c: &mut Comm, t: &mut Tally, name: &str, op: CommOp<'_>) -> bool {
+    // SAFETY: every buffer of `op` is a DevBuf of this comm's device, alive until the read-back.
+    let r = unsafe { c.issue(&op) }.and_then(|_| c.synchronize());
+    match r {
+        Ok(()) => true,
+        Err(e) => {
+            t.error(name, e);
+            false
+        }
+    }
+}
+
+fn host_factor(dt: DataType) -> Option<HostScalar> {
+    Some(match dt {
+        DataType::Float16 => HostScalar::F16(half::f16::from_f64(2.0).to_bits()),
+        DataType::Bfloat16 => HostScalar::Bf16(half::bf16::from_f64(2.0).to_bits()),
+        DataType::Float32 => HostScalar::F32(2.0),
+        DataType::Float64 => HostScalar::F64(2.0),
+        _ => return None,
+    })
+}
+
+/// The reductions that apply to `dt`, premul-sum with a host and a device factor included.
+fn ops(c: &Comm, dt: DataType) -> (Vec<ReduceOp>, Option<DevBuf>) {
+    let mut v = ReduceOp::BUILTIN.to_vec();
+    let mut dev = None;
+    if let Some(h) = host_factor(dt) {
+        v.push(ReduceOp::PreMulSum(Scalar::Host(h)));
+        let d = DevBuf::new(c, dt, &[2.0]);
+        v.push(ReduceOp::PreMulSum(Scalar::Device { addr: d.addr }));
+        dev = Some(d);
+    }
+    (v, dev)
+}
+
+fn factor(op: &ReduceOp) -> f64 {
+    if matches!(op, ReduceOp::PreMulSum(_)) {
+        2.0
+    } else {
+        1.0
+    }
+}
+
+/// Runs every case on this rank; ranks must call it together.
+pub fn run_all(c: &mut Comm) -> Tally {
+    let mut t = Tally::default();
+    let (n, r) = (c.size(), c.rank());
+    let nu = n as usize;
+    let fs = *c.backend().library().features();
+    for dt in dtypes(&fs) {
+        let (reduce_ops, _factor_buf) = ops(c, dt);
+        for &count in &COUNTS {
+            for op in &reduce_ops {
+                let send_vals: Vec<f64> = (0..count).map(|i| input(Some(op), r, i)).collect();
+                let want: Vec<f64> = (0..count).map(|i| reduced(dt, op, n, i, factor(op))).collect();
+                for in_place in [false, true] {
+                    let name = format!("all_reduce {dt} {op} n={count} in_place={in_place}");
+                    let send = DevBuf::new(c, dt, &send_vals);
+                    let out = if in_place { None } else { Some(DevBuf::zeros(c, dt, count)) };
+                    let recv = out.as_ref().unwrap_or(&send);
+                    if run(c, &mut t, &name, CommOp::AllReduce { send: send.r(), recv: recv.w(), dtype: dt, op: *op }) {
+                        t.check(&name, &recv.read(c, dt), &want, dt);
+                    }
+                }
+                // reduce to the last rank
+                let root = n - 1;
+                let name = format!("reduce {dt} {op} n={count}");
+                let send = DevBuf::new(c, dt, &send_vals);
+                let recv = if r == root { DevBuf::zeros(c, dt, count) } else { DevBuf::zeros(c, dt, 0) };
+                if run(c, &mut t, &name, CommOp::Reduce { send: send.r(), recv: recv.w(), dtype: dt, op: *op, root }) && r == root {
+                    t.check(&name, &recv.read(c, dt), &want, dt);
+                }
+                // reduce_scatter: rank r keeps part r of the reduction of n parts
+                for in_place in [false, true] {
+                    let name = format!("reduce_scatter {dt} {op} n={count} in_place={in_place}");
+                    let whole: Vec<f64> = (0..count * nu).map(|j| input(Some(op), r, j)).collect();
+                    let want: Vec<f64> = (0..count).map(|i| reduced(dt, op, n, r as usize * count + i, factor(op))).collect();
+                    let send = DevBuf::new(c, dt, &whole);
+                    let out = DevBuf::zeros(c, dt, if in_place { 0 } else { count });
+                    let recv = if in_place { send.part(dt, r as usize * count, count) } else { out.w() };
+                    if run(c, &mut t, &name, CommOp::ReduceScatter { send: send.r(), recv, dtype: dt, op: *op }) {
+                        let got = if in_place { send.read(c, dt)[r as usize * count..(r as usize + 1) * count].to_vec() } else { out.read(c, dt) };
+                        t.check(&name, &got, &want, dt);
+                    }
+                }
+            }
+            moves(c, &mut t, dt, count);
+        }
+    }
+    // point-to-point ring inside a group, and a barrier
+    for &count in &COUNTS {
+        let dt = DataType::Float32;
+        let name = format!("send/recv ring n={count}");
+        let next = (r + 1) % n;
+        let prev = (r + n - 1) % n;
+        let send = DevBuf::new(c, dt, &(0..count).map(|i| (r as usize * 10 + i) as f64).collect::<Vec<_>>());
+        let recv = DevBuf::zeros(c, dt, count);
+        let g = c.group().expect("group");
+        // SAFETY: DevBufs of this device alive until read back.
+        let a = unsafe { c.issue(&CommOp::Send { buf: send.r(), dtype: dt, peer: next }) };
+        // SAFETY: as above.
+        let b = unsafe { c.issue(&CommOp::Recv { buf: recv.w(), dtype: dt, peer: prev }) };
+        let e = g.end();
+        match a.and(b).and(e).and_then(|_| c.synchronize()) {
+            Ok(()) => t.check(&name, &recv.read(c, dt), &(0..count).map(|i| (prev as usize * 10 + i) as f64).collect::<Vec<_>>(), dt),
+            Err(e) => t.error(&name, e),
+        }
+    }
+    match c.barrier() {
+        Ok(()) => t.passed += 1,
+        Err(e) => t.error("barrier", e),
+    }
+    typed(c, &mut t);
+    t
+}
+
+/// Data-movement collectives (no reduction) for one type and count.
+fn moves(c: &mut Comm, t: &mut Tally, dt: DataType, count: usize) {
+    let (n, r) = (c.size(), c.rank());
+    let nu = n as usize;
+    let v = |src: u32, dst: u32, i: usize| ((src as usize * 3 + dst as usize + i) % 5) as f64;
+    // broadcast from the first and the last rank, in and out of place
+    for root in [0, n - 1] {
+        for in_place in [false, true] {
+            let name = format!("broadcast {dt} root={root} n={count} in_place={in_place}");
+            let data: Vec<f64> = (0..count).map(|i| v(root, 0, i) + 1.0).collect();
+            let mine: Vec<f64> = if r == root { data.clone() } else { vec![0.0; count] };
+            let send = DevBuf::new(c, dt, &mine);
+            let out = if in_place { None } else { Some(DevBuf::zeros(c, dt, count)) };
+            let recv = out.as_ref().unwrap_or(&send);
+            if run(c, t, &name, CommOp::Broadcast { send: send.r(), recv: recv.w(), dtype: dt, root }) {
+                t.check(&name, &recv.read(c, dt), &data, dt);
+            }
+        }
+    }
+    // all_gather, in place = send is part `rank` of recv
+    for in_place in [false, true] {
+        let name = format!("all_gather {dt} n={count} in_place={in_place}");
+        let want: Vec<f64> = (0..nu * count).map(|j| v((j / count.max(1)) as u32, 0, j % count.max(1))).collect();
+        let mine: Vec<f64> = (0..count).map(|i| v(r, 0, i)).collect();
+        let (send, recv);
+        if in_place {
+            let mut whole = vec![0.0; nu * count];
+            whole[r as usize * count..(r as usize + 1) * count].copy_from_slice(&mine);
+            recv = DevBuf::new(c, dt, &whole);
+            send = recv.part(dt, r as usize * count, count).as_read();
+            if run(c, t, &name, CommOp::AllGather { send, recv: recv.w(), dtype: dt }) {
+                t.check(&name, &recv.read(c, dt), &want, dt);
+            }
+        } else {
+            let s = DevBuf::new(c, dt, &mine);
+            let rv = DevBuf::zeros(c, dt, nu * count);
+            if run(c, t, &name, CommOp::AllGather { send: s.r(), recv: rv.w(), dtype: dt }) {
+                t.check(&name, &rv.read(c, dt), &want, dt);
+            }
+        }
+    }
+    // all_to_all (equal parts)
+    {
+        let name = format!("all_to_all {dt} n={count}");
+        let send = DevBuf::new(c, dt, &(0..nu * count).map(|j| v(r, (j / count.max(1)) as u32, j % count.max(1))).collect::<Vec<_>>());
+        let recv = DevBuf::zeros(c, dt, nu * count);
+        let want: Vec<f64> = (0..nu * count).map(|j| v((j / count.max(1)) as u32, r, j % count.max(1))).collect();
+        if run(c, t, &name, CommOp::AllToAll { send: send.r(), recv: recv.w(), dtype: dt }) {
+            t.check(&name, &recv.read(c, dt), &want, dt);
+        }
+    }
+    // all_to_all_v (uneven parts: cnt(src, dst) elements go from src to dst)
+    {
+        let name = format!("all_to_all_v {dt} n={count}");
+        let cnt = |src: u32, dst: u32| (src as usize + 2 * dst as usize + count) % 4;
+        let send_counts: Vec<usize> = (0..n).map(|p| cnt(r, p)).collect();
+        let recv_counts: Vec<usize> = (0..n).map(|q| cnt(q, r)).collect();
+        let sendv: Vec<f64> = (0..n).flat_map(|p| (0..cnt(r, p)).map(move |i| v(r, p, i))).collect();
+        let want: Vec<f64> = (0..n).flat_map(|q| (0..cnt(q, r)).map(move |i| v(q, r, i))).collect();
+        let send = DevBuf::new(c, dt, &sendv);
+        let recv = DevBuf::zeros(c, dt, want.len());
+        if run(c, t, &name, CommOp::AllToAllV { send: send.r(), recv: recv.w(), dtype: dt, send_counts: &send_counts, recv_counts: &recv_counts }) {
+            t.check(&name, &recv.read(c, dt), &want, dt);
+        }
+    }
+    // gather to the last rank, scatter from the first
+    {
+        let root = n - 1;
+        let name = format!("gather {dt} n={count}");
+        let send = DevBuf::new(c, dt, &(0..count).map(|i| v(r, root, i)).collect::<Vec<_>>());
+        let recv = DevBuf::zeros(c, dt, if r == root { nu * count } else { 0 });
+        if run(c, t, &name, CommOp::Gather { send: send.r(), recv: recv.w(), dtype: dt, root }) && r == root {
+            let want: Vec<f64> = (0..nu * count).map(|j| v((j / count.max(1)) as u32, root, j % count.max(1))).collect();
+            t.check(&name, &recv.read(c, dt), &want, dt);
+        }
+        let root = 0;
+        let name = format!("scatter {dt} n={count}");
+        let whole: Vec<f64> = if r == root { (0..nu * count).map(|j| v(root, (j / count.max(1)) as u32, j % count.max(1))).collect() } else { Vec::new() };
+        let send = DevBuf::new(c, dt, &whole);
+        let recv = DevBuf::zeros(c, dt, count);
+        if run(c, t, &name, CommOp::Scatter { send: send.r(), recv: recv.w(), dtype: dt, root }) {
+            t.check(&name, &recv.read(c, dt), &(0..count).map(|i| v(root, r, i)).collect::<Vec<_>>(), dt);
+        }
+    }
+    // all_gather_v and reduce_scatter_v with uneven parts
+    {
+        let counts: Vec<usize> = (0..n).map(|q| (q as usize + count) % 4).collect();
+        let name = format!("all_gather_v {dt} n={count}");
+        let send = DevBuf::new(c, dt, &(0..counts[r as usize]).map(|i| v(r, 1, i)).collect::<Vec<_>>());
+        let want: Vec<f64> = (0..n).flat_map(|q| (0..counts[q as usize]).map(move |i| v(q, 1, i))).collect();
+        let recv = DevBuf::zeros(c, dt, want.len());
+        if run(c, t, &name, CommOp::AllGatherV { send: send.r(), recv: recv.w(), dtype: dt, counts: &counts }) {
+            t.check(&name, &recv.read(c, dt), &want, dt);
+        }
+        let name = format!("reduce_scatter_v {dt} n={count}");
+        let total: usize = counts.iter().sum();
+        let op = ReduceOp::Sum;
+        let send = DevBuf::new(c, dt, &(0..total).map(|j| input(Some(&op), r, j)).collect::<Vec<_>>());
+        let off: usize = counts[..r as usize].iter().sum();
+        let recv = DevBuf::zeros(c, dt, counts[r as usize]);
+        if run(c, t, &name, CommOp::ReduceScatterV { send: send.r(), recv: recv.w(), dtype: dt, op, counts: &counts }) {
+            let want: Vec<f64> = (0..counts[r as usize]).map(|i| reduced(dt, &op, n, off + i, 1.0)).collect();
+            t.check(&name, &recv.read(c, dt), &want, dt);
+        }
+    }
+}
+
+/// The typed safe API on f32 slices.
+fn typed(c: &mut Comm, t: &mut Tally) {
+    let (n, r) = (c.size(), c.rank());
+    let st = c.stream().clone();
+    let mine: Vec<f32> = (0..33).map(|i| (r * 100 + i) as f32).collect();
+    let send = st.clone_htod(&mine).expect("upload");
+    let mut recv = st.alloc_zeros::<f32>(33).expect("alloc");
+    let sum: Vec<f64> = (0..33).map(|i| (0..n).map(|q| f64::from(q * 100 + i)).sum()).collect();
+    match c.all_reduce(&send, &mut recv, ReduceOp::Sum).and_then(|_| c.synchronize()) {
+        Ok(()) => t.check("typed all_reduce f32", &st.clone_dtoh(&recv).unwrap().iter().map(|x| *x as f64).collect::<Vec<_>>(), &sum, DataType::Float32),
+        Err(e) => t.error("typed all_reduce f32", e),
+    }
+    let mut whole = st.alloc_zeros::<f32>(33 * n as usize).expect("alloc");
+    let want: Vec<f64> = (0..n).flat_map(|q| (0..33).map(move |i| f64::from(q * 100 + i))).collect();
+    match c.all_gather(&send, &mut whole).and_then(|_| c.synchronize()) {
+        Ok(()) => t.check("typed all_gather f32", &st.clone_dtoh(&whole).unwrap().iter().map(|x| *x as f64).collect::<Vec<_>>(), &want, DataType::Float32),
+        Err(e) => t.error("typed all_gather f32", e),
+    }
+    let mut b = st.clone_htod(&mine).expect("upload");
+    let from0: Vec<f64> = (0..33).map(f64::from).collect();
+    match c.broadcast_in_place(&mut b, 0).and_then(|_| c.synchronize()) {
+        Ok(()) => t.check("typed broadcast_in_place f32", &st.clone_dtoh(&b).unwrap().iter().map(|x| *x as f64).collect::<Vec<_>>(), &from0, DataType::Float32),
+        Err(e) => t.error("typed broadcast_in_place f32", e),
+    }
+    // a wrong length is refused before NCCL with the argument named
+    let mut short = st.alloc_zeros::<f32>(32).expect("alloc");
+    match c.all_reduce(&send, &mut short, ReduceOp::Sum) {
+        Err(oxccl::Error::InvalidArgument { arg: "recv", .. }) => t.passed += 1,
+        other => t.failed.push(format!("typed short recv: expected InvalidArgument(recv), got {other:?}")),
+    }
+    // bool travels as uint8 with sum as max
+    let flags: Vec<bool> = (0..5).map(|i| (i + r) % 2 == 0).collect();
+    let fb = st.clone_htod(&flags).expect("upload");
+    let mut orb = st.alloc_zeros::<bool>(5).expect("alloc");
+    let any: Vec<f64> = (0..5).map(|i| f64::from(u8::from((0..n).any(|q| (i + q) % 2 == 0)))).collect();
+    match c.all_reduce(&fb, &mut orb, ReduceOp::Sum).and_then(|_| c.synchronize()) {
+        Ok(()) => t.check("typed all_reduce bool", &st.clone_dtoh(&orb).unwrap().iter().map(|x| f64::from(u8::from(*x))).collect::<Vec<_>>(), &any, DataType::Uint8),
+        Err(e) => t.error("typed all_reduce bool", e),
+    }
+}
