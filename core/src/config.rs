@@ -148,9 +148,10 @@ impl ConfigField {
             ConfigField::NChannelsPerNetPeer | ConfigField::NvlinkCentricSched => (28, 3),
             ConfigField::GraphUsageMode | ConfigField::NumRmaCtx => (29, 1),
             ConfigField::MaxP2pPeers => (30, 3),
-            // 2.30.3 and 2.30.7 end at maxP2pPeers; 2.31.2 adds these five.
-            ConfigField::GraphStreamOrdering
-            | ConfigField::LaunchOrderImplicit
+            // 2.30.3 and 2.30.4 end at maxP2pPeers; 2.30.7 adds graphStreamOrdering.
+            ConfigField::GraphStreamOrdering => (30, 7),
+            // First in 2.31.2's header.
+            ConfigField::LaunchOrderImplicit
             | ConfigField::NumRmaSig
             | ConfigField::RmaEagerInit
             | ConfigField::HostCftMode => (31, 0),

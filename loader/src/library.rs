@@ -6,20 +6,24 @@ use crate::find::{self, Place, ENV_LIBRARY};
 use core::ffi::{c_char, c_int, c_void};
 use oxccl_core::{FeatureSet, Version};
 use std::ffi::CStr;
+use std::mem::ManuallyDrop;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// One NCCL library, loaded and described. Cheap to share: backends hold an `Arc<Library>`.
 ///
-/// Every function pointer of [`Library::api`] stays valid as long as this value lives.
+/// Every function pointer of [`Library::api`] stays valid as long as this value lives (and in
+/// fact for the rest of the process: see `_handle`).
 pub struct Library {
     api: Api,
     version: Version,
     features: FeatureSet,
     path: PathBuf,
     load_time: Duration,
-    // Last, so the code is unmapped only after everything else is gone.
-    _handle: libloading::Library,
+    // Never closed: NCCL starts threads (proxy, watchdog of its own) and registers exit
+    // handlers that would run in unmapped code after a dlclose. One NCCL stays mapped for the
+    // life of the process, as when it is linked.
+    _handle: ManuallyDrop<libloading::Library>,
 }
 
 // `Library` must cross threads (a watchdog thread aborts communicators of the same library).
@@ -165,7 +169,7 @@ impl Library {
             features,
             path: real_path,
             load_time: start.elapsed(),
-            _handle: handle,
+            _handle: ManuallyDrop::new(handle),
         })
     }
 
