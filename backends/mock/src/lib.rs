@@ -1,1 +1,53 @@
-//! oxccl-mock (being built).
+//! oxccl-mock: an in-process world of N ranks on host memory, implementing oxccl-core's
+//! backend traits with real semantics, for testing oxccl's state machines and for testing
+//! distributed code without GPUs.
+//!
+//! * [`World::new`] / [`World::builder`] give one [`MockComm`] per rank (rank i at index i),
+//!   meant to be moved one per thread; [`MockBackend`] does the same through
+//!   [`oxccl_core::Backend`] (`unique_id`, then `init_rank` on each rank's thread).
+//! * Every op is checked by [`oxccl_core::check::op`] and the lifecycle, then queued on a
+//!   [`MockStream`] (a worker thread per stream). Buffers are host addresses.
+//! * The k-th collective of each rank is matched with the k-th of every other rank; calls that
+//!   disagree (kind, count, dtype, op, root) end with [`oxccl_core::Error::Mismatch`] on every
+//!   rank instead of a hang. Sends complete eagerly (see [`p2p`](crate#p2p)).
+//! * Groups are per thread and may span communicators: one thread can drive every rank.
+//! * Abort works from any thread and wakes whatever waits on the rank; peers get
+//!   [`oxccl_core::Error::Remote`]. A [`FaultPlan`] injects failures, hangs, lost ranks, delays
+//!   and slow inits.
+//!
+//! Arithmetic rules (wrapping integers, rounding of half and fp8 types, Avg, PreMulSum) are in
+//! the `arith` module's documentation and are repeated here: ranks are combined in rank order;
+//! integers wrap and Avg truncates; float16/bfloat16/fp8 round to the type after every step;
+//! Avg on f16/bf16/f32/f64 is premul-sum by `1/n` rounded to the type, on fp8 sum then divide.
+//! fp8 conversions are in [`fp8`].
+//!
+//! # p2p
+//! A send copies its buffer at once and completes: more lenient than NCCL, where a large send
+//! outside a group waits for the matching recv.
+#![warn(missing_docs)]
+#![forbid(unsafe_op_in_unsafe_fn)]
+
+mod arith;
+mod backend;
+mod collective;
+mod comm;
+mod exec;
+mod fault;
+pub mod fp8;
+mod group;
+mod job;
+mod memory;
+mod mismatch;
+mod p2p;
+mod rendezvous;
+mod shared;
+mod split;
+mod stream;
+mod sync;
+mod world;
+
+pub use backend::{MockBackend, DEFAULT_INIT_TIMEOUT};
+pub use comm::{MockComm, MockRedOp};
+pub use fault::{Fault, FaultKind, FaultPlan};
+pub use stream::{MockEvent, MockStream, DROP_GRACE};
+pub use world::{World, WorldBuilder, DEFAULT_VERSION};

@@ -1,0 +1,275 @@
+//! Element arithmetic of the reductions, per data type.
+//!
+//! The rules (and the test reference follows them exactly):
+//! * Ranks are combined element by element in rank order: `((x0 ∘ x1) ∘ x2) ∘ …`.
+//! * Integers wrap (`wrapping_add`, `wrapping_mul`) as NCCL's kernels do; Avg on integers is
+//!   the wrapped sum divided by the number of ranks, truncating toward zero.
+//! * f32 and f64 use their own IEEE arithmetic. float16 and bfloat16 widen both operands to f32,
+//!   apply the operation and round back once per step; because f32 holds more than twice their
+//!   precision, that equals arithmetic in the type's own precision, as NCCL's half kernels do.
+//! * fp8 (e4m3, e5m2) does the same through f32 with the conversions of [`crate::fp8`].
+//! * Min and Max follow IEEE minNum/maxNum (`f32::min`): a NaN loses against a number.
+//! * Avg on float16, bfloat16, float32 and float64 is a premul-sum with the factor `1/n` rounded
+//!   to the type (what NCCL does for floats); on fp8 it is the sum divided by `n`, rounded once.
+//! * PreMulSum is `Σ factor_r × x_r` where each rank brings its own factor; every product and
+//!   every partial sum is rounded to the type.
+
+use crate::fp8;
+use half::{bf16, f16};
+use oxccl_core::DataType;
+
+/// A reduction with its per-rank factors resolved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Red {
+    Sum,
+    Prod,
+    Min,
+    Max,
+    Avg,
+    PreMulSum,
+}
+
+/// One element type's arithmetic.
+trait Elem: Copy {
+    const SIZE: usize;
+    fn load(b: &[u8]) -> Self;
+    fn store(self, b: &mut [u8]);
+    fn add(self, o: Self) -> Self;
+    fn mul(self, o: Self) -> Self;
+    fn min(self, o: Self) -> Self;
+    fn max(self, o: Self) -> Self;
+    /// `Some(1/n)` when Avg is a premul-sum for this type, `None` when it is sum-then-divide.
+    fn avg_factor(n: u32) -> Option<Self>;
+    fn div_n(self, n: u32) -> Self;
+}
+
+/// Fills a fixed array from a slice without any panic path (short input reads as zeros).
+fn bytes<const N: usize>(b: &[u8]) -> [u8; N] {
+    let mut a = [0u8; N];
+    for (d, s) in a.iter_mut().zip(b) {
+        *d = *s;
+    }
+    a
+}
+
+fn put(b: &mut [u8], src: &[u8]) {
+    for (d, s) in b.iter_mut().zip(src) {
+        *d = *s;
+    }
+}
+
+macro_rules! int_elem {
+    ($t:ty, $wide:ty) => {
+        impl Elem for $t {
+            const SIZE: usize = core::mem::size_of::<$t>();
+            fn load(b: &[u8]) -> Self {
+                <$t>::from_ne_bytes(bytes(b))
+            }
+            fn store(self, b: &mut [u8]) {
+                put(b, &self.to_ne_bytes())
+            }
+            fn add(self, o: Self) -> Self {
+                self.wrapping_add(o)
+            }
+            fn mul(self, o: Self) -> Self {
+                self.wrapping_mul(o)
+            }
+            fn min(self, o: Self) -> Self {
+                Ord::min(self, o)
+            }
+            fn max(self, o: Self) -> Self {
+                Ord::max(self, o)
+            }
+            fn avg_factor(_: u32) -> Option<Self> {
+                None
+            }
+            fn div_n(self, n: u32) -> Self {
+                // n >= 1 and the quotient's magnitude never exceeds self's, so this fits.
+                ((self as $wide) / (Ord::max(n, 1) as $wide)) as $t
+            }
+        }
+    };
+}
+
+int_elem!(i8, i64);
+int_elem!(u8, u64);
+int_elem!(i32, i64);
+int_elem!(u32, u64);
+int_elem!(i64, i64);
+int_elem!(u64, u64);
+
+macro_rules! native_float {
+    ($t:ty) => {
+        impl Elem for $t {
+            const SIZE: usize = core::mem::size_of::<$t>();
+            fn load(b: &[u8]) -> Self {
+                <$t>::from_ne_bytes(bytes(b))
+            }
+            fn store(self, b: &mut [u8]) {
+                put(b, &self.to_ne_bytes())
+            }
+            fn add(self, o: Self) -> Self {
+                self + o
+            }
+            fn mul(self, o: Self) -> Self {
+                self * o
+            }
+            fn min(self, o: Self) -> Self {
+                <$t>::min(self, o)
+            }
+            fn max(self, o: Self) -> Self {
+                <$t>::max(self, o)
+            }
+            fn avg_factor(n: u32) -> Option<Self> {
+                Some((1.0f64 / f64::from(Ord::max(n, 1))) as $t)
+            }
+            fn div_n(self, n: u32) -> Self {
+                self / (Ord::max(n, 1) as $t)
+            }
+        }
+    };
+}
+
+native_float!(f32);
+native_float!(f64);
+
+macro_rules! via_f32 {
+    ($t:ty, $to:expr, $from:expr, $avg:expr) => {
+        impl Elem for $t {
+            const SIZE: usize = core::mem::size_of::<$t>();
+            fn load(b: &[u8]) -> Self {
+                <$t>::from_ne_bytes(bytes(b))
+            }
+            fn store(self, b: &mut [u8]) {
+                put(b, &self.to_ne_bytes())
+            }
+            fn add(self, o: Self) -> Self {
+                $from($to(self) + $to(o))
+            }
+            fn mul(self, o: Self) -> Self {
+                $from($to(self) * $to(o))
+            }
+            fn min(self, o: Self) -> Self {
+                $from(f32::min($to(self), $to(o)))
+            }
+            fn max(self, o: Self) -> Self {
+                $from(f32::max($to(self), $to(o)))
+            }
+            fn avg_factor(n: u32) -> Option<Self> {
+                $avg(n)
+            }
+            fn div_n(self, n: u32) -> Self {
+                $from($to(self) / Ord::max(n, 1) as f32)
+            }
+        }
+    };
+}
+
+via_f32!(f16, f16::to_f32, f16::from_f32, |n: u32| Some(f16::from_f64(1.0 / f64::from(Ord::max(n, 1)))));
+via_f32!(bf16, bf16::to_f32, bf16::from_f32, |n: u32| Some(bf16::from_f64(1.0 / f64::from(Ord::max(n, 1)))));
+
+/// An e4m3 value, as its code.
+#[derive(Clone, Copy)]
+struct E4M3(u8);
+/// An e5m2 value, as its code.
+#[derive(Clone, Copy)]
+struct E5M2(u8);
+
+impl E4M3 {
+    fn from_ne_bytes(b: [u8; 1]) -> Self {
+        E4M3(b[0])
+    }
+    fn to_ne_bytes(self) -> [u8; 1] {
+        [self.0]
+    }
+}
+impl E5M2 {
+    fn from_ne_bytes(b: [u8; 1]) -> Self {
+        E5M2(b[0])
+    }
+    fn to_ne_bytes(self) -> [u8; 1] {
+        [self.0]
+    }
+}
+
+via_f32!(E4M3, |x: E4M3| fp8::e4m3_to_f32(x.0), |v: f32| E4M3(fp8::f32_to_e4m3(v)), |_| None);
+via_f32!(E5M2, |x: E5M2| fp8::e5m2_to_f32(x.0), |v: f32| E5M2(fp8::f32_to_e5m2(v)), |_| None);
+
+fn reduce_as<T: Elem>(red: Red, factors: &[Vec<u8>], inputs: &[Vec<u8>], n: u32) -> Vec<u8> {
+    let len = inputs.first().map_or(0, |v| v.len() / T::SIZE);
+    let mut out = vec![0u8; len * T::SIZE];
+    let fac: Vec<T> = factors.iter().map(|f| T::load(f)).collect();
+    let premul = |acc: Option<T>, x: T, f: T| match acc {
+        None => x.mul(f),
+        Some(a) => a.add(x.mul(f)),
+    };
+    for (i, o) in out.chunks_exact_mut(T::SIZE).enumerate() {
+        let at = i * T::SIZE;
+        let xs = inputs.iter().map(|v| T::load(v.get(at..).unwrap_or(&[])));
+        let fold = |f: fn(T, T) -> T| xs.clone().reduce(f);
+        let acc = match red {
+            Red::Sum => fold(T::add),
+            Red::Prod => fold(T::mul),
+            Red::Min => fold(T::min),
+            Red::Max => fold(T::max),
+            Red::Avg => match T::avg_factor(n) {
+                Some(f) => xs.clone().fold(None, |a, x| Some(premul(a, x, f))),
+                None => fold(T::add).map(|s| s.div_n(n)),
+            },
+            Red::PreMulSum => {
+                xs.clone().zip(fac.iter().copied()).fold(None, |a, (x, f)| Some(premul(a, x, f)))
+            }
+        };
+        if let Some(v) = acc {
+            v.store(o);
+        }
+    }
+    out
+}
+
+/// Reduces equally long inputs (one per rank, in rank order) of `dt`; `factors` holds each
+/// rank's premul-sum factor as one element of `dt` (empty for other reductions); `n` is the
+/// number of ranks Avg divides by.
+pub(crate) fn reduce(dt: DataType, red: Red, factors: &[Vec<u8>], inputs: &[Vec<u8>], n: u32) -> Vec<u8> {
+    match dt {
+        DataType::Int8 => reduce_as::<i8>(red, factors, inputs, n),
+        DataType::Uint8 => reduce_as::<u8>(red, factors, inputs, n),
+        DataType::Int32 => reduce_as::<i32>(red, factors, inputs, n),
+        DataType::Uint32 => reduce_as::<u32>(red, factors, inputs, n),
+        DataType::Int64 => reduce_as::<i64>(red, factors, inputs, n),
+        DataType::Uint64 => reduce_as::<u64>(red, factors, inputs, n),
+        DataType::Float16 => reduce_as::<f16>(red, factors, inputs, n),
+        DataType::Float32 => reduce_as::<f32>(red, factors, inputs, n),
+        DataType::Float64 => reduce_as::<f64>(red, factors, inputs, n),
+        DataType::Bfloat16 => reduce_as::<bf16>(red, factors, inputs, n),
+        DataType::Float8E4M3 => reduce_as::<E4M3>(red, factors, inputs, n),
+        DataType::Float8E5M2 => reduce_as::<E5M2>(red, factors, inputs, n),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v<T: Copy>(xs: &[T], f: fn(T) -> Vec<u8>) -> Vec<u8> {
+        xs.iter().flat_map(|x| f(*x)).collect()
+    }
+
+    #[test]
+    fn integers_wrap_and_avg_truncates() {
+        let a = v(&[100i8, -7], |x| x.to_ne_bytes().to_vec());
+        let b = v(&[100i8, 2], |x| x.to_ne_bytes().to_vec());
+        let s = reduce(DataType::Int8, Red::Sum, &[], &[a.clone(), b.clone()], 2);
+        assert_eq!(s, v(&[-56i8, -5], |x| x.to_ne_bytes().to_vec()));
+        let avg = reduce(DataType::Int8, Red::Avg, &[], &[a, b], 2);
+        assert_eq!(avg, v(&[-28i8, -2], |x| x.to_ne_bytes().to_vec()));
+    }
+
+    #[test]
+    fn premul_uses_each_ranks_factor() {
+        let x = v(&[1.0f32, 2.0], |x| x.to_ne_bytes().to_vec());
+        let f = [2.0f32.to_ne_bytes().to_vec(), 3.0f32.to_ne_bytes().to_vec()];
+        let r = reduce(DataType::Float32, Red::PreMulSum, &f, &[x.clone(), x], 2);
+        assert_eq!(r, v(&[5.0f32, 10.0], |x| x.to_ne_bytes().to_vec()));
+    }
+}

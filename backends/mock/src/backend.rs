@@ -1,0 +1,163 @@
+//! The mock as a [`Backend`]: communicators made by rendezvous on a unique id, rank by rank,
+//! from different threads, as with NCCL's `ncclCommInitRank`.
+
+use crate::comm::MockComm;
+use crate::fault::FaultPlan;
+use crate::shared::CommShared;
+use crate::sync::{lock, wait_for, TICK};
+use crate::world::DEFAULT_VERSION;
+use oxccl_core::{
+    text, Backend, CheckCtx, CommConfig, Device, Error, Feature, FeatureSet, Result, UniqueId, Version,
+};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+/// How long a blocking `init_rank` waits for the other ranks by default.
+pub const DEFAULT_INIT_TIMEOUT: Duration = Duration::from_secs(60);
+
+struct Inner {
+    features: FeatureSet,
+    plan: FaultPlan,
+    nb_polls: u32,
+    init_timeout: Duration,
+    /// Communicators some but not all ranks have joined, by id.
+    joining: Mutex<HashMap<[u8; UniqueId::LEN], (Arc<CommShared>, Vec<bool>)>>,
+    cv: Condvar,
+    counter: AtomicU64,
+}
+
+/// A mock library: [`Backend::unique_id`] then [`Backend::init_rank`] on every rank's thread.
+#[derive(Clone)]
+pub struct MockBackend {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for MockBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MockBackend").field("version", &self.inner.features.version()).finish()
+    }
+}
+
+impl Default for MockBackend {
+    fn default() -> Self {
+        MockBackend::new()
+    }
+}
+
+impl MockBackend {
+    /// A backend imitating NCCL [`DEFAULT_VERSION`], without faults.
+    pub fn new() -> MockBackend {
+        MockBackend::with_options(FeatureSet::for_version(DEFAULT_VERSION), FaultPlan::new(), 1, DEFAULT_INIT_TIMEOUT)
+    }
+
+    /// A backend with `features`, the fault `plan` for every communicator it makes,
+    /// `nonblocking_polls` polls of `InProgress` for nonblocking inits, and how long a blocking
+    /// init waits for the other ranks before it fails with [`Error::Timeout`].
+    pub fn with_options(features: FeatureSet, plan: FaultPlan, nonblocking_polls: u32, init_timeout: Duration) -> MockBackend {
+        MockBackend {
+            inner: Arc::new(Inner {
+                features,
+                plan,
+                nb_polls: nonblocking_polls,
+                init_timeout,
+                joining: Mutex::new(HashMap::new()),
+                cv: Condvar::new(),
+                counter: AtomicU64::new(0),
+            }),
+        }
+    }
+}
+
+/// splitmix64: spreads a counter and a clock over the id's bytes.
+fn mix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+impl Backend for MockBackend {
+    type Comm = MockComm;
+
+    fn version(&self) -> Version {
+        self.inner.features.version()
+    }
+
+    fn features(&self) -> &FeatureSet {
+        &self.inner.features
+    }
+
+    fn unique_id(&self) -> Result<UniqueId> {
+        let n = self.inner.counter.fetch_add(1, Ordering::Relaxed);
+        let clock = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+        let seed = clock ^ (Arc::as_ptr(&self.inner) as u64).rotate_left(32) ^ u64::from(std::process::id());
+        let mut id = [0u8; UniqueId::LEN];
+        for (i, chunk) in id.chunks_exact_mut(8).enumerate() {
+            chunk.copy_from_slice(&mix(seed ^ mix(n.wrapping_mul(31).wrapping_add(i as u64))).to_le_bytes());
+        }
+        Ok(UniqueId(id))
+    }
+
+    fn init_rank(&self, id: &UniqueId, rank: u32, size: u32, device: Device, cfg: &CommConfig) -> Result<MockComm> {
+        CheckCtx { rank, size, features: &self.inner.features }.validate()?;
+        cfg.check_for(self.version())?;
+        let nonblocking = cfg.is_nonblocking();
+        if nonblocking {
+            self.inner.features.require(Feature::NonBlocking)?;
+        }
+        let shared = {
+            let mut joining = lock(&self.inner.joining);
+            let (shared, seen) = joining.entry(id.0).or_insert_with(|| {
+                let s = CommShared::new(size, self.inner.features, self.inner.plan.clone(), self.inner.nb_polls, false);
+                s.joined.store(0, Ordering::Release);
+                (s, vec![false; size as usize])
+            });
+            if shared.size != size {
+                return Err(Error::Mismatch {
+                    what: "size",
+                    detail: text!("rank {rank} joins with size {size}, the communicator has {}", shared.size),
+                });
+            }
+            match seen.get_mut(rank as usize) {
+                Some(s) if !*s => *s = true,
+                _ => return Err(Error::invalid("rank", format_args!("a rank not yet joined to this id, {rank} already is"))),
+            }
+            let shared = shared.clone();
+            let n = shared.joined.fetch_add(1, Ordering::AcqRel) + 1;
+            if n == size {
+                joining.remove(&id.0);
+            }
+            shared
+        };
+        self.inner.cv.notify_all();
+        {
+            let planned = shared.plan.init_polls(rank);
+            let mut life = lock(&shared.rank(rank).life);
+            if nonblocking || planned.is_some() {
+                life.cycle = oxccl_core::state::lifecycle::Lifecycle::initializing();
+                life.init_polls = planned.unwrap_or(self.inner.nb_polls);
+            }
+        }
+        let comm = MockComm::from_shared(shared.clone(), rank, device);
+        if nonblocking {
+            return Ok(comm);
+        }
+        let start = Instant::now();
+        let mut joining = lock(&self.inner.joining);
+        while shared.joined.load(Ordering::Acquire) < size {
+            if start.elapsed() >= self.inner.init_timeout {
+                drop(joining);
+                let e = Error::Timeout {
+                    what: text!("rank {rank} waiting for {} of {size} ranks to join", size - shared.joined.load(Ordering::Acquire)),
+                    after_ms: start.elapsed().as_millis() as u64,
+                };
+                oxccl_core::Communicator::abort(&comm, "init timed out");
+                return Err(e);
+            }
+            joining = wait_for(&self.inner.cv, joining, TICK);
+        }
+        Ok(comm)
+    }
+}

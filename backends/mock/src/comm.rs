@@ -1,0 +1,310 @@
+//! One rank's communicator of a mock world.
+
+use crate::exec;
+use crate::fault::FaultKind;
+use crate::group;
+use crate::job::{Job, OpDesc};
+use crate::shared::CommShared;
+use crate::stream::MockStream;
+use crate::sync::lock;
+use oxccl_core::state::lifecycle::Lifecycle;
+use oxccl_core::text::text_str;
+use oxccl_core::traits::RegHandle;
+use oxccl_core::{
+    check, text, CheckCtx, CommConfig, CommOp, CommState, DataType, Device, Error, Feature, FeatureSet, OpKind,
+    Progress, ReduceOp, Result, ResultCode,
+};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How long dropping a communicator waits for its queued work before it gives up on it.
+const DROP_GRACE: Duration = Duration::from_secs(5);
+
+/// NCCL's `ncclGetErrorString` text for a code.
+pub(crate) fn code_text(code: ResultCode) -> &'static str {
+    match code.0 {
+        0 => "no error",
+        1 => "unhandled cuda error",
+        2 => "unhandled system error",
+        3 => "internal error",
+        4 => "invalid argument",
+        5 => "invalid usage",
+        6 => "remote process exited or there was a network error",
+        7 => "NCCL operation in progress",
+        8 => "timeout",
+        _ => "unknown result code",
+    }
+}
+
+/// One rank of a mock communicator: real collective semantics on host memory.
+///
+/// Buffers given to [`oxccl_core::Communicator::issue`] are host addresses; they are read
+/// and written by the stream's worker thread when the op runs. Move each rank to its own thread
+/// (or drive them all from one thread inside a group).
+pub struct MockComm {
+    shared: Arc<CommShared>,
+    rank: u32,
+    device: Device,
+}
+
+impl std::fmt::Debug for MockComm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MockComm")
+            .field("rank", &self.rank)
+            .field("size", &self.shared.size)
+            .field("state", &oxccl_core::Communicator::state(self))
+            .finish()
+    }
+}
+
+/// A reduction handle of the mock: nothing to release, so dropping it does nothing.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MockRedOp {
+    /// The reduction.
+    pub op: ReduceOp,
+    /// The element type it was created for.
+    pub dtype: DataType,
+}
+
+impl MockComm {
+    pub(crate) fn from_shared(shared: Arc<CommShared>, rank: u32, device: Device) -> MockComm {
+        MockComm { shared, rank, device }
+    }
+
+    /// A new stream to issue on (the same as [`MockStream::new`]).
+    pub fn new_stream(&self) -> Result<MockStream> {
+        MockStream::new()
+    }
+
+    /// Operations issued on this rank so far (the numbering the fault plan uses).
+    pub fn ops_issued(&self) -> u64 {
+        self.rs().ops.load(Ordering::Relaxed)
+    }
+
+    /// Why the communicator left `Ready` (empty while it has not).
+    pub fn reason(&self) -> String {
+        lock(&self.rs().life).cycle.reason().to_string()
+    }
+
+    fn rs(&self) -> &crate::shared::RankState {
+        self.shared.rank(self.rank)
+    }
+
+    fn ctx(&self) -> CheckCtx<'_> {
+        CheckCtx { rank: self.rank, size: self.shared.size, features: &self.shared.features }
+    }
+
+    fn ensure_ready(&self, attempted: &'static str) -> Result<()> {
+        lock(&self.rs().life).cycle.ensure_ready(attempted)
+    }
+
+    /// The next sequence number for `op`: per communicator for collectives, per pair for p2p.
+    fn next_seq(&self, op: &CommOp<'_>) -> u64 {
+        match (op.kind(), op.peer()) {
+            (OpKind::Send, Some(p)) | (OpKind::Recv, Some(p)) => {
+                let mut seqs = lock(&self.rs().p2p_seq);
+                let v = if op.kind() == OpKind::Send { &mut seqs.0 } else { &mut seqs.1 };
+                match v.get_mut(p as usize) {
+                    Some(s) => {
+                        *s += 1;
+                        *s - 1
+                    }
+                    None => 0,
+                }
+            }
+            _ => self.rs().coll_seq.fetch_add(1, Ordering::Relaxed),
+        }
+    }
+}
+
+impl oxccl_core::Reducer for MockComm {
+    type RedOp = MockRedOp;
+
+    fn create_op(&self, op: &ReduceOp, dtype: DataType) -> Result<MockRedOp> {
+        check::dtype(&self.ctx(), dtype)?;
+        check::reduce_op(&self.ctx(), dtype, op)?;
+        self.ensure_ready("create a reduction")?;
+        Ok(MockRedOp { op: *op, dtype })
+    }
+}
+
+impl oxccl_core::Communicator for MockComm {
+    type Stream = MockStream;
+
+    fn rank(&self) -> u32 {
+        self.rank
+    }
+
+    fn size(&self) -> u32 {
+        self.shared.size
+    }
+
+    fn device(&self) -> Device {
+        self.device
+    }
+
+    fn features(&self) -> &FeatureSet {
+        &self.shared.features
+    }
+
+    fn state(&self) -> CommState {
+        lock(&self.rs().life).cycle.state()
+    }
+
+    fn poll(&self) -> Result<Progress> {
+        let mut life = lock(&self.rs().life);
+        if let Some(e) = &life.error {
+            return Err(e.clone());
+        }
+        match life.cycle.state() {
+            CommState::Aborted => Err(Error::Aborted { reason: text_str(life.cycle.reason()) }),
+            CommState::Initializing => {
+                if life.init_polls > 0 {
+                    life.init_polls -= 1;
+                    return Ok(Progress::InProgress);
+                }
+                if self.shared.joined.load(Ordering::Acquire) < self.shared.size {
+                    return Ok(Progress::InProgress);
+                }
+                life.cycle.init_done()?;
+                Ok(Progress::Done)
+            }
+            _ => Ok(Progress::Done),
+        }
+    }
+
+    unsafe fn issue(&self, op: &CommOp<'_>, stream: &MockStream) -> Result<()> {
+        check::op(op, &self.ctx())?;
+        self.ensure_ready(op.kind().name())?;
+        let index = self.rs().ops.fetch_add(1, Ordering::Relaxed);
+        let fault = self.shared.plan.fault_for(self.rank, index);
+        if let Some(FaultKind::Fail(code)) = fault {
+            let e = Error::Backend {
+                code,
+                text: text_str(code_text(code)),
+                last: text!("{} (op {index}) on rank {} failed by the fault plan", op.kind(), self.rank),
+            };
+            self.shared.fail(self.rank, e.clone());
+            return Err(e);
+        }
+        let job = Job {
+            comm: self.shared.clone(),
+            rank: self.rank,
+            desc: OpDesc::of(op),
+            seq: self.next_seq(op),
+            index,
+            fault,
+        };
+        match group::queue(stream.shared(), job) {
+            None => Ok(()),
+            Some(job) => exec::submit(stream.shared(), vec![job]),
+        }
+    }
+
+    fn group_start(&self) -> Result<()> {
+        group::start()
+    }
+
+    fn group_end(&self) -> Result<Progress> {
+        if group::end()? {
+            return Ok(Progress::Done);
+        }
+        Err(Error::InvalidState {
+            state: self.state(),
+            attempted: "group_end",
+            reason: text!("no group is open on this thread (group_end without group_start)"),
+        })
+    }
+
+    fn split(&self, color: Option<u32>, key: u32, cfg: &CommConfig) -> Result<Option<MockComm>> {
+        self.shared.features.require(Feature::Split)?;
+        cfg.check_for(self.shared.features.version())?;
+        if cfg.is_nonblocking() {
+            self.shared.features.require(Feature::NonBlocking)?;
+        }
+        self.ensure_ready("split")?;
+        let seq = self.rs().split_seq.fetch_add(1, Ordering::Relaxed);
+        let joined = self.shared.split_join(self.rank, seq, color, key);
+        let child = match joined {
+            Ok(c) => c,
+            Err(e) => {
+                self.shared.fail(self.rank, e.clone());
+                return Err(e);
+            }
+        };
+        Ok(child.map(|(shared, rank)| {
+            let planned = shared.plan.init_polls(rank);
+            if cfg.is_nonblocking() || planned.is_some() {
+                let mut life = lock(&shared.rank(rank).life);
+                life.cycle = Lifecycle::initializing();
+                life.init_polls = planned.unwrap_or(shared.nb_polls);
+            }
+            MockComm { shared, rank, device: self.device }
+        }))
+    }
+
+    fn abort(&self, reason: &str) {
+        self.shared.abort(self.rank, reason);
+    }
+
+    fn finalize(&self) -> Result<Progress> {
+        self.shared.features.require(Feature::Finalize)?;
+        self.ensure_ready("finalize")?;
+        lock(&self.rs().life).cycle.finalize_start()?;
+        self.shared.wait_drained(self.rank, None);
+        let mut life = lock(&self.rs().life);
+        if let Some(e) = &life.error {
+            return Err(e.clone());
+        }
+        life.cycle.finalize_done()?;
+        drop(life);
+        self.shared.mark_dead(self.rank, text!("finalized"));
+        Ok(Progress::Done)
+    }
+
+    fn register(&self, addr: usize, bytes: usize) -> Result<RegHandle> {
+        self.shared.features.require(Feature::BufferRegistration)?;
+        self.ensure_ready("register")?;
+        if addr == 0 || bytes == 0 {
+            return Err(Error::invalid("addr", format_args!("a non-null address and a non-zero length, got {addr:#x} ({bytes} bytes)")));
+        }
+        let mut regs = lock(&self.rs().regs);
+        if regs.0.contains_key(&addr) {
+            return Err(Error::invalid(
+                "addr",
+                format_args!("an address not yet registered: {addr:#x} already is, with rank {} of this communicator", self.rank),
+            ));
+        }
+        let h = RegHandle { raw: regs.1, addr, bytes };
+        regs.1 += 1;
+        regs.0.insert(addr, h);
+        Ok(h)
+    }
+
+    fn deregister(&self, handle: RegHandle) -> Result<()> {
+        let mut regs = lock(&self.rs().regs);
+        if regs.0.get(&handle.addr) == Some(&handle) {
+            regs.0.remove(&handle.addr);
+            return Ok(());
+        }
+        Err(Error::invalid(
+            "handle",
+            format_args!(
+                "a handle registered with rank {} of this communicator: none is registered at {:#x}",
+                self.rank, handle.addr
+            ),
+        ))
+    }
+}
+
+impl Drop for MockComm {
+    fn drop(&mut self) {
+        // Let queued work finish (bounded), then leave so that peers fail instead of hanging.
+        if self.shared.alive(self.rank) {
+            self.shared.wait_drained(self.rank, Some(DROP_GRACE));
+        }
+        lock(&self.rs().life).cycle.destroy();
+        self.shared.mark_dead(self.rank, text!("destroyed"));
+    }
+}

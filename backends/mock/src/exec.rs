@@ -1,0 +1,77 @@
+//! What a stream does with a batch of jobs (one op, or one stream's share of a group): first
+//! post every op (joining collectives, sending eagerly), then wait for each. Posting before
+//! waiting is what makes grouped p2p rings and one thread driving every rank free of deadlock.
+
+use crate::fault::FaultKind;
+use crate::job::Job;
+use crate::stream::StreamShared;
+use oxccl_core::{OpKind, Result};
+use std::sync::Arc;
+
+/// Hands `jobs` to `stream` as one task.
+pub(crate) fn submit(stream: &Arc<StreamShared>, jobs: Vec<Job>) -> Result<()> {
+    for j in &jobs {
+        j.comm.job_started(j.rank);
+    }
+    let counted: Vec<_> = jobs.iter().map(|j| (j.comm.clone(), j.rank)).collect();
+    stream.push(Box::new(move || run_batch(jobs))).inspect_err(|_| {
+        for (c, r) in counted {
+            c.job_done(r);
+        }
+    })
+}
+
+fn run_batch(jobs: Vec<Job>) {
+    let mut posted = Vec::with_capacity(jobs.len());
+    for job in jobs {
+        if !job.comm.alive(job.rank) {
+            // A dead communicator's queued work is dropped (its error is already recorded).
+            job.comm.job_done(job.rank);
+            continue;
+        }
+        match job.fault {
+            Some(FaultKind::Delay(d)) => std::thread::sleep(d),
+            Some(FaultKind::Hang) => {
+                job.comm.block_until_dead(job.rank);
+                job.comm.job_done(job.rank);
+                continue;
+            }
+            Some(FaultKind::Lose) => {
+                job.comm.lose(job.rank, job.index);
+                job.comm.job_done(job.rank);
+                continue;
+            }
+            Some(FaultKind::Fail(_)) | None => {}
+        }
+        post(&job);
+        posted.push(job);
+    }
+    for job in posted {
+        if let Err(e) = wait(&job) {
+            job.comm.fail(job.rank, e);
+        }
+        job.comm.job_done(job.rank);
+    }
+}
+
+fn post(job: &Job) {
+    let d = &job.desc;
+    match d.kind {
+        // SAFETY: `issue`'s caller promised the buffers stay valid until the stream is past
+        // the op, which it is not before `wait` returns.
+        OpKind::Send => unsafe { job.comm.p2p_send(job.rank, d.peer.unwrap_or(0), job.seq, d.clone()) },
+        OpKind::Recv => {}
+        // SAFETY: as above.
+        _ => unsafe { job.comm.coll_post(job.rank, job.seq, d.clone()) },
+    }
+}
+
+fn wait(job: &Job) -> Result<()> {
+    let d = &job.desc;
+    match d.kind {
+        OpKind::Send => Ok(()),
+        // SAFETY: as in `post`.
+        OpKind::Recv => unsafe { job.comm.p2p_recv(job.rank, d.peer.unwrap_or(0), job.seq, d) },
+        _ => job.comm.coll_wait(job.rank, job.seq),
+    }
+}

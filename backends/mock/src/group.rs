@@ -1,0 +1,94 @@
+//! Groups, per thread as in NCCL: a depth counter and the ops queued since the outermost
+//! `group_start`. They may belong to any communicators of any worlds; the outermost
+//! `group_end` hands each stream its share as one batch (see `exec`), in issue order.
+//!
+//! An op refused at issue (bad arguments, a dead communicator) is never queued, so the group
+//! stays usable and the rest of it runs at group end.
+
+use crate::exec;
+use crate::job::Job;
+use crate::stream::StreamShared;
+use oxccl_core::{text, Error, Result, ResultCode};
+use std::cell::RefCell;
+use std::sync::Arc;
+
+#[derive(Default)]
+struct Group {
+    depth: u32,
+    queued: Vec<(Arc<StreamShared>, Job)>,
+}
+
+thread_local! {
+    static GROUP: RefCell<Group> = RefCell::new(Group::default());
+}
+
+fn tls_gone() -> Error {
+    Error::Backend {
+        code: ResultCode::INTERNAL_ERROR,
+        text: text!("internal error"),
+        last: text!("thread-local group state is gone (thread exiting)"),
+    }
+}
+
+/// Opens a group on this thread.
+pub(crate) fn start() -> Result<()> {
+    GROUP
+        .try_with(|g| {
+            if let Ok(mut g) = g.try_borrow_mut() {
+                g.depth = g.depth.saturating_add(1);
+            }
+        })
+        .map_err(|_| tls_gone())
+}
+
+/// Queues `job` for `stream` when a group is open; gives it back otherwise.
+pub(crate) fn queue(stream: &Arc<StreamShared>, job: Job) -> Option<Job> {
+    let mut job = Some(job);
+    let _ = GROUP.try_with(|g| {
+        if let Ok(mut g) = g.try_borrow_mut() {
+            if g.depth > 0 {
+                if let Some(j) = job.take() {
+                    g.queued.push((stream.clone(), j));
+                }
+            }
+        }
+    });
+    job
+}
+
+/// Closes the innermost group; `Ok(false)` when there was none open. The outermost close submits.
+pub(crate) fn end() -> Result<bool> {
+    let flushed = GROUP
+        .try_with(|g| {
+            let Ok(mut g) = g.try_borrow_mut() else { return None };
+            if g.depth == 0 {
+                return None;
+            }
+            g.depth -= 1;
+            Some(if g.depth == 0 { std::mem::take(&mut g.queued) } else { Vec::new() })
+        })
+        .map_err(|_| tls_gone())?;
+    let Some(queued) = flushed else { return Ok(false) };
+    // One batch per stream, keeping issue order within each.
+    let mut batches: Vec<(Arc<StreamShared>, Vec<Job>)> = Vec::new();
+    for (s, j) in queued {
+        match batches.iter_mut().find(|(b, _)| Arc::ptr_eq(b, &s)) {
+            Some((_, v)) => v.push(j),
+            None => batches.push((s, vec![j])),
+        }
+    }
+    let mut first_err = None;
+    for (s, jobs) in batches {
+        let victims: Vec<_> = jobs.iter().map(|j| (j.comm.clone(), j.rank)).collect();
+        if let Err(e) = exec::submit(&s, jobs) {
+            for (c, r) in victims {
+                c.fail(r, e.clone());
+            }
+            first_err.get_or_insert(e);
+        }
+    }
+    match first_err {
+        Some(e) => Err(e),
+        None => Ok(true),
+    }
+}

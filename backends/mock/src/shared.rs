@@ -1,0 +1,264 @@
+//! What the ranks of one communicator share: its size and features, each rank's life, and the
+//! hub where their operations meet.
+
+use crate::fault::FaultPlan;
+use crate::job::OpDesc;
+use crate::sync::{lock, wait_for, TICK};
+use oxccl_core::state::lifecycle::Lifecycle;
+use oxccl_core::text::{text_str, Text};
+use oxccl_core::traits::RegHandle;
+use oxccl_core::{text, CommState, Error, FeatureSet, Result, ResultCode};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, AtomicU64};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+/// One rank's life: the lifecycle, the sticky asynchronous error, init polls left.
+pub(crate) struct Life {
+    pub cycle: Lifecycle,
+    /// The first error found after issue (NCCL's async error), reported by `poll`.
+    pub error: Option<Error>,
+    /// `poll` calls that still answer `InProgress` while initializing.
+    pub init_polls: u32,
+}
+
+/// Per-rank state of a communicator.
+pub(crate) struct RankState {
+    pub life: Mutex<Life>,
+    /// Operations issued (fault plan numbering).
+    pub ops: AtomicU64,
+    /// Next collective sequence number.
+    pub coll_seq: AtomicU64,
+    /// Next split sequence number.
+    pub split_seq: AtomicU64,
+    /// Next send sequence number per destination, next recv sequence number per source.
+    pub p2p_seq: Mutex<(Vec<u64>, Vec<u64>)>,
+    /// Jobs handed to streams and not finished (finalize and drop wait for them).
+    pub pending: Mutex<usize>,
+    pub pending_cv: Condvar,
+    /// Registered buffers by address, and the next handle value.
+    pub regs: Mutex<(HashMap<usize, RegHandle>, usize)>,
+}
+
+/// A message sent eagerly and not yet received.
+pub(crate) struct Msg {
+    pub desc: OpDesc,
+    pub data: Vec<u8>,
+}
+
+/// One collective of the communicator (matched by sequence number) as the ranks reach it.
+pub(crate) struct Slot {
+    pub arrivals: Vec<Option<OpDesc>>,
+    pub count: u32,
+    /// `Some` once computed (Ok or a mismatch) or failed (a participant died).
+    pub outcome: Option<Result<()>>,
+    /// Ranks that took the outcome; the slot is dropped when all have.
+    pub taken: u32,
+}
+
+/// One split of the communicator as the ranks reach it.
+pub(crate) struct SplitSlot {
+    pub calls: Vec<Option<(Option<u32>, u32)>>,
+    pub count: u32,
+    /// Each rank's child and its rank there (`None` for NOCOLOR), once all called.
+    pub result: Option<Vec<Option<(Arc<CommShared>, u32)>>>,
+}
+
+/// Where the ranks' operations meet; one lock and one condition variable per communicator.
+pub(crate) struct Hub {
+    /// Why each rank can no longer take part (aborted, failed, lost, finalized, destroyed).
+    pub dead: Vec<Option<Text>>,
+    pub colls: HashMap<u64, Slot>,
+    /// Messages by (src, dst, p2p sequence number).
+    pub mail: HashMap<(u32, u32, u64), Msg>,
+    pub splits: HashMap<u64, SplitSlot>,
+}
+
+/// The state shared by every rank of one communicator.
+pub(crate) struct CommShared {
+    pub size: u32,
+    pub features: FeatureSet,
+    pub plan: FaultPlan,
+    /// Polls a nonblocking init or split stays in progress.
+    pub nb_polls: u32,
+    /// Ranks that joined (all of them for a world; counted up by `init_rank`).
+    pub joined: AtomicU32,
+    pub hub: Mutex<Hub>,
+    pub cv: Condvar,
+    pub ranks: Vec<RankState>,
+}
+
+impl CommShared {
+    /// A communicator of `size` ranks; `nonblocking` ranks start initializing.
+    pub(crate) fn new(size: u32, features: FeatureSet, plan: FaultPlan, nb_polls: u32, nonblocking: bool) -> Arc<CommShared> {
+        let n = size as usize;
+        let ranks = (0..size)
+            .map(|r| {
+                let planned = plan.init_polls(r);
+                let (cycle, init_polls) = match (nonblocking, planned) {
+                    (_, Some(p)) => (Lifecycle::initializing(), p),
+                    (true, None) => (Lifecycle::initializing(), nb_polls),
+                    (false, None) => (Lifecycle::ready(), 0),
+                };
+                RankState {
+                    life: Mutex::new(Life { cycle, error: None, init_polls }),
+                    ops: AtomicU64::new(0),
+                    coll_seq: AtomicU64::new(0),
+                    split_seq: AtomicU64::new(0),
+                    p2p_seq: Mutex::new((vec![0; n], vec![0; n])),
+                    pending: Mutex::new(0),
+                    pending_cv: Condvar::new(),
+                    regs: Mutex::new((HashMap::new(), 1)),
+                }
+            })
+            .collect();
+        Arc::new(CommShared {
+            size,
+            features,
+            plan,
+            nb_polls,
+            joined: AtomicU32::new(size),
+            hub: Mutex::new(Hub { dead: vec![None; n], colls: HashMap::new(), mail: HashMap::new(), splits: HashMap::new() }),
+            cv: Condvar::new(),
+            ranks,
+        })
+    }
+
+    /// The state of `rank` (rank is always in range: comms are built with it).
+    pub(crate) fn rank(&self, rank: u32) -> &RankState {
+        // Ranks are created 0..size and a MockComm only ever holds one of them.
+        &self.ranks[rank as usize % self.ranks.len().max(1)]
+    }
+
+    /// Whether `rank` still runs its queued work (ready, or flushing for a finalize).
+    pub(crate) fn alive(&self, rank: u32) -> bool {
+        matches!(lock(&self.rank(rank).life).cycle.state(), CommState::Ready | CommState::Finalizing)
+    }
+
+    /// The error `rank`'s own operations end with once it is dead.
+    pub(crate) fn own_error(&self, rank: u32) -> Error {
+        let life = lock(&self.rank(rank).life);
+        if let Some(e) = &life.error {
+            return e.clone();
+        }
+        match life.cycle.ensure_ready("run an operation") {
+            Err(e) => e,
+            Ok(()) => Error::Remote { detail: text!("rank {rank}: operation abandoned") },
+        }
+    }
+
+    /// Marks `rank` as gone for its peers and wakes everyone waiting on the hub.
+    pub(crate) fn mark_dead(&self, rank: u32, why: Text) {
+        let mut hub = lock(&self.hub);
+        mark_dead_locked(&mut hub, rank, why);
+        drop(hub);
+        self.cv.notify_all();
+        self.wake_pending(rank);
+    }
+
+    fn wake_pending(&self, rank: u32) {
+        let rs = self.rank(rank);
+        let _g = lock(&rs.pending);
+        rs.pending_cv.notify_all();
+    }
+
+    /// Records `err` as `rank`'s asynchronous error and fails it (first error wins; a dead rank
+    /// stays as it is). Returns the text peers see when it was the first.
+    pub(crate) fn set_error(&self, rank: u32, err: Error) -> Option<Text> {
+        let mut life = lock(&self.rank(rank).life);
+        if life.cycle.state().is_dead() || life.error.is_some() {
+            return None;
+        }
+        let why = text!("{err}");
+        life.cycle.fail(&why);
+        life.error = Some(err);
+        Some(text!("failed: {why}"))
+    }
+
+    /// Fails `rank` with `err` (see [`CommShared::set_error`]) and tells its peers.
+    pub(crate) fn fail(&self, rank: u32, err: Error) {
+        if let Some(why) = self.set_error(rank, err) {
+            self.mark_dead(rank, why);
+        }
+    }
+
+    /// Aborts `rank`: idempotent; wakes whatever waits on it.
+    pub(crate) fn abort(&self, rank: u32, reason: &str) {
+        let why = {
+            let mut life = lock(&self.rank(rank).life);
+            life.cycle.abort(reason);
+            text!("aborted: {}", life.cycle.reason())
+        };
+        lock(&self.rank(rank).regs).0.clear();
+        self.mark_dead(rank, why);
+    }
+
+    /// The rank vanishes (fault plan): its own error is a system error, peers see it gone.
+    pub(crate) fn lose(&self, rank: u32, index: u64) {
+        let err = Error::Backend {
+            code: ResultCode::SYSTEM_ERROR,
+            text: text_str(crate::comm::code_text(ResultCode::SYSTEM_ERROR)),
+            last: text!("rank {rank} lost at op {index} (fault plan)"),
+        };
+        self.set_error(rank, err);
+        self.mark_dead(rank, text!("was lost at op {index} (fault plan)"));
+    }
+
+    /// Blocks the calling stream until `rank` is dead (a planned hang, released by abort).
+    pub(crate) fn block_until_dead(&self, rank: u32) {
+        let mut hub = lock(&self.hub);
+        while hub.dead.get(rank as usize).is_some_and(|d| d.is_none()) {
+            hub = wait_for(&self.cv, hub, TICK);
+        }
+    }
+
+    /// One more job of `rank` is on a stream.
+    pub(crate) fn job_started(&self, rank: u32) {
+        *lock(&self.rank(rank).pending) += 1;
+    }
+
+    /// A job of `rank` finished (or was skipped).
+    pub(crate) fn job_done(&self, rank: u32) {
+        let rs = self.rank(rank);
+        let mut p = lock(&rs.pending);
+        *p = p.saturating_sub(1);
+        rs.pending_cv.notify_all();
+    }
+
+    /// Waits until `rank` has no job on a stream, it is dead, or `limit` passed; true when drained.
+    pub(crate) fn wait_drained(&self, rank: u32, limit: Option<Duration>) -> bool {
+        let start = Instant::now();
+        let rs = self.rank(rank);
+        let mut p = lock(&rs.pending);
+        loop {
+            if *p == 0 {
+                return true;
+            }
+            if limit.is_some_and(|l| start.elapsed() >= l) {
+                return false;
+            }
+            if lock(&self.hub).dead.get(rank as usize).is_some_and(|d| d.is_some()) {
+                return false;
+            }
+            p = wait_for(&rs.pending_cv, p, TICK);
+        }
+    }
+}
+
+/// [`CommShared::mark_dead`] with the hub already locked (the caller notifies).
+pub(crate) fn mark_dead_locked(hub: &mut Hub, rank: u32, why: Text) {
+    if let Some(d) = hub.dead.get_mut(rank as usize) {
+        if d.is_none() {
+            *d = Some(why);
+        }
+    }
+}
+
+/// The first rank (other than `me`, when given) in `ranks` that is dead, with why.
+pub(crate) fn first_dead(hub: &Hub, me: Option<u32>) -> Option<(u32, Text)> {
+    hub.dead
+        .iter()
+        .enumerate()
+        .find(|(r, d)| Some(*r as u32) != me && d.is_some())
+        .and_then(|(r, d)| d.clone().map(|t| (r as u32, t)))
+}

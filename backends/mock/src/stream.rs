@@ -1,0 +1,228 @@
+//! Streams as ordered executors: one worker thread per stream runs boxed tasks in issue order;
+//! events are tasks that stamp the time they are reached.
+//!
+//! Dropping a stream lets the worker finish what was queued, waiting up to [`DROP_GRACE`]. Work
+//! blocked in a collective that cannot complete (a peer never joins) only ends when a rank of
+//! that communicator is aborted; if the grace passes first, the drop returns and the worker is
+//! left detached, to end when it is woken (never a hang in `drop`). Abort before dropping.
+
+use crate::sync::{lock, wait_for, TICK};
+use oxccl_core::{text, Error, Result, ResultCode};
+use std::collections::VecDeque;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// How long dropping a stream waits for its queued work before detaching its worker.
+pub const DROP_GRACE: Duration = Duration::from_secs(5);
+
+pub(crate) type Task = Box<dyn FnOnce() + Send + 'static>;
+
+struct Queue {
+    tasks: VecDeque<Task>,
+    closing: bool,
+    finished: bool,
+    submitted: u64,
+    completed: u64,
+}
+
+/// The part of a stream its worker and its submitters share.
+pub(crate) struct StreamShared {
+    q: Mutex<Queue>,
+    cv: Condvar,
+}
+
+impl StreamShared {
+    /// Queues `task` after everything queued so far.
+    pub(crate) fn push(&self, task: Task) -> Result<()> {
+        let mut q = lock(&self.q);
+        if q.closing {
+            return Err(Error::Backend {
+                code: ResultCode::INVALID_USAGE,
+                text: text!("invalid usage"),
+                last: text!("the stream was destroyed"),
+            });
+        }
+        q.tasks.push_back(task);
+        q.submitted += 1;
+        drop(q);
+        self.cv.notify_all();
+        Ok(())
+    }
+
+    fn work(&self) {
+        let mut q = lock(&self.q);
+        loop {
+            if let Some(task) = q.tasks.pop_front() {
+                drop(q);
+                // A panicking task must not kill the worker (synchronize would then hang).
+                let _ = catch_unwind(AssertUnwindSafe(task));
+                q = lock(&self.q);
+                q.completed += 1;
+                self.cv.notify_all();
+            } else if q.closing {
+                q.finished = true;
+                self.cv.notify_all();
+                return;
+            } else {
+                q = wait_for(&self.cv, q, TICK);
+            }
+        }
+    }
+}
+
+/// An ordered queue of work with its own worker thread: the mock's CUDA stream.
+pub struct MockStream {
+    shared: Arc<StreamShared>,
+    worker: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for MockStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MockStream").field("idle", &self.query()).finish()
+    }
+}
+
+impl MockStream {
+    /// A new stream and its worker thread.
+    pub fn new() -> Result<MockStream> {
+        let shared = Arc::new(StreamShared {
+            q: Mutex::new(Queue { tasks: VecDeque::new(), closing: false, finished: false, submitted: 0, completed: 0 }),
+            cv: Condvar::new(),
+        });
+        let s = shared.clone();
+        let worker = std::thread::Builder::new()
+            .name("oxccl-mock-stream".into())
+            .spawn(move || s.work())
+            .map_err(|e| Error::Backend {
+                code: ResultCode::SYSTEM_ERROR,
+                text: text!("unhandled system error"),
+                last: text!("cannot start a stream thread: {e}"),
+            })?;
+        Ok(MockStream { shared, worker: Some(worker) })
+    }
+
+    /// Whether everything queued so far has run (never blocks).
+    pub fn query(&self) -> bool {
+        let q = lock(&self.shared.q);
+        q.completed == q.submitted
+    }
+
+    pub(crate) fn shared(&self) -> &Arc<StreamShared> {
+        &self.shared
+    }
+}
+
+impl Drop for MockStream {
+    fn drop(&mut self) {
+        let deadline = Instant::now() + DROP_GRACE;
+        let mut q = lock(&self.shared.q);
+        q.closing = true;
+        self.shared.cv.notify_all();
+        while !q.finished && Instant::now() < deadline {
+            q = wait_for(&self.shared.cv, q, TICK);
+        }
+        let finished = q.finished;
+        drop(q);
+        if let Some(w) = self.worker.take() {
+            if finished {
+                let _ = w.join();
+            }
+            // Otherwise the worker is detached: it holds its own Arc and ends when woken.
+        }
+    }
+}
+
+struct EventState {
+    at: Mutex<Option<Instant>>,
+    cv: Condvar,
+    timing: bool,
+}
+
+/// A point in a stream's work, completed when the stream reaches it.
+#[derive(Clone)]
+pub struct MockEvent {
+    state: Arc<EventState>,
+}
+
+impl std::fmt::Debug for MockEvent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MockEvent").field("timing", &self.state.timing).field("done", &self.is_done()).finish()
+    }
+}
+
+impl MockEvent {
+    fn is_done(&self) -> bool {
+        lock(&self.state.at).is_some()
+    }
+
+    fn complete(&self) {
+        let mut at = lock(&self.state.at);
+        if at.is_none() {
+            *at = Some(Instant::now());
+        }
+        self.state.cv.notify_all();
+    }
+
+    fn wait(&self) -> Instant {
+        let mut at = lock(&self.state.at);
+        loop {
+            if let Some(t) = *at {
+                return t;
+            }
+            at = wait_for(&self.state.cv, at, TICK);
+        }
+    }
+
+    /// When the stream reached the event, once it has.
+    pub fn time(&self) -> Option<Instant> {
+        *lock(&self.state.at)
+    }
+}
+
+impl oxccl_core::Stream for MockStream {
+    type Event = MockEvent;
+
+    fn record(&self, timing: bool) -> Result<MockEvent> {
+        let ev = MockEvent { state: Arc::new(EventState { at: Mutex::new(None), cv: Condvar::new(), timing }) };
+        let e = ev.clone();
+        self.shared.push(Box::new(move || e.complete()))?;
+        Ok(ev)
+    }
+
+    fn wait_event(&self, event: &MockEvent) -> Result<()> {
+        let e = event.clone();
+        self.shared.push(Box::new(move || {
+            e.wait();
+        }))
+    }
+
+    fn synchronize(&self) -> Result<()> {
+        oxccl_core::Event::synchronize(&self.record(false)?)
+    }
+}
+
+impl oxccl_core::Event for MockEvent {
+    fn query(&self) -> Result<bool> {
+        Ok(self.is_done())
+    }
+
+    fn synchronize(&self) -> Result<()> {
+        self.wait();
+        Ok(())
+    }
+
+    fn elapsed_ms(&self, end: &MockEvent) -> Result<f32> {
+        if !self.state.timing || !end.state.timing {
+            return Err(Error::invalid("event", format_args!("events recorded with timing on (record(true))")));
+        }
+        match (self.time(), end.time()) {
+            (Some(a), Some(b)) => Ok(match b.checked_duration_since(a) {
+                Some(d) => d.as_secs_f32() * 1000.0,
+                None => -(a.duration_since(b).as_secs_f32() * 1000.0),
+            }),
+            _ => Err(Error::invalid("event", format_args!("events the stream has reached (query() is true)"))),
+        }
+    }
+}

@@ -1,0 +1,86 @@
+//! A world: N communicators of one mock communicator, rank i at index i.
+
+use crate::comm::MockComm;
+use crate::fault::FaultPlan;
+use crate::shared::CommShared;
+use oxccl_core::{Device, Error, Feature, FeatureSet, Result, Version};
+
+/// The NCCL release a world imitates unless told otherwise.
+pub const DEFAULT_VERSION: Version = Version::new(2, 28, 3);
+
+/// Makes worlds of in-process ranks.
+#[derive(Debug, Clone, Copy)]
+pub struct World;
+
+impl World {
+    /// `n` ranks (`n >= 1`) imitating NCCL [`DEFAULT_VERSION`], blocking, without faults.
+    pub fn new(n: u32) -> Result<Vec<MockComm>> {
+        World::builder(n).build()
+    }
+
+    /// A world of `n` ranks with options.
+    pub fn builder(n: u32) -> WorldBuilder {
+        WorldBuilder {
+            n,
+            features: FeatureSet::for_version(DEFAULT_VERSION),
+            nonblocking: None,
+            plan: FaultPlan::new(),
+        }
+    }
+}
+
+/// Options of a world: the library it imitates, nonblocking init, faults.
+#[derive(Debug, Clone)]
+pub struct WorldBuilder {
+    n: u32,
+    features: FeatureSet,
+    nonblocking: Option<u32>,
+    plan: FaultPlan,
+}
+
+impl WorldBuilder {
+    /// Imitates NCCL `version` (its features by version gates).
+    pub fn version(mut self, version: Version) -> WorldBuilder {
+        self.features = FeatureSet::for_version(version);
+        self
+    }
+
+    /// Imitates a library with exactly these features (e.g. one with a feature hidden).
+    pub fn features(mut self, features: FeatureSet) -> WorldBuilder {
+        self.features = features;
+        self
+    }
+
+    /// Nonblocking communicators: each starts `Initializing` and its `poll` answers
+    /// `InProgress` `polls` times before `Done`; nonblocking splits do the same.
+    pub fn nonblocking(mut self, polls: u32) -> WorldBuilder {
+        self.nonblocking = Some(polls);
+        self
+    }
+
+    /// Faults to inject.
+    pub fn faults(mut self, plan: FaultPlan) -> WorldBuilder {
+        self.plan = plan;
+        self
+    }
+
+    /// The communicators, rank i at index i (device label i).
+    pub fn build(self) -> Result<Vec<MockComm>> {
+        let ctx = oxccl_core::CheckCtx { rank: 0, size: self.n, features: &self.features };
+        ctx.validate()?;
+        if self.n == 0 {
+            return Err(Error::invalid("n", format_args!("at least one rank, got 0")));
+        }
+        if self.nonblocking.is_some() {
+            self.features.require(Feature::NonBlocking)?;
+        }
+        let shared = CommShared::new(
+            self.n,
+            self.features,
+            self.plan,
+            self.nonblocking.unwrap_or(0),
+            self.nonblocking.is_some(),
+        );
+        Ok((0..self.n).map(|r| MockComm::from_shared(shared.clone(), r, Device(r))).collect())
+    }
+}
