@@ -72,6 +72,15 @@ fn prefixes() -> Vec<PathBuf> {
             }
         }
     }
+    // pyenv puts shims on PATH; its interpreters live under `$PYENV_ROOT/versions/*`.
+    let pyenv = non_empty_var("PYENV_ROOT")
+        .map(PathBuf::from)
+        .or_else(|| non_empty_var("HOME").map(|h| Path::new(&h).join(".pyenv")));
+    if let Some(Ok(entries)) = pyenv.map(|p| fs::read_dir(p.join("versions"))) {
+        let mut versions: Vec<PathBuf> = entries.filter_map(|e| e.ok()).map(|e| e.path()).collect();
+        versions.sort();
+        out.extend(versions);
+    }
     out.push(PathBuf::from("/usr/local"));
     out.push(PathBuf::from("/usr"));
     let mut seen = Vec::new();

@@ -121,7 +121,11 @@ impl Library {
         let handle: libloading::Library = match handle {
             Ok(h) => h.into(),
             Err(e) => {
-                let reason = e.to_string();
+                // libloading's own text is generic ("dlopen failed"); dlerror's is the source.
+                let reason = match std::error::Error::source(&e) {
+                    Some(src) => src.to_string(),
+                    None => e.to_string(),
+                };
                 let missing = by_name && reason.contains("No such file");
                 return Err(if missing {
                     LoadError::Missing {
