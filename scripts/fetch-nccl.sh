@@ -79,7 +79,11 @@ PY
     # Publish atomically: a half-extracted release never looks cached.
     rm -rf "$dest"
     mv "$tmp/out" "$dest"
-    echo "[$version] unpacked lib/libnccl.so.2 and include/nccl.h into $dest (wheel deleted)"
+    if [[ "$wheel" == "$tmp"/* ]]; then
+        echo "[$version] unpacked lib/libnccl.so.2 and include/nccl.h into $dest (wheel deleted)"
+    else
+        echo "[$version] unpacked lib/libnccl.so.2 and include/nccl.h into $dest (seed wheel kept)"
+    fi
 }
 
 pids=()
