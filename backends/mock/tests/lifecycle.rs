@@ -1,0 +1,243 @@
+//! World and backend creation, nonblocking init, split, registration, finalize, streams and events.
+
+mod common;
+
+use common::*;
+use oxccl_core::{
+    Backend, CommConfig, CommOp, CommState, Communicator, DataType, Error, Event, Feature, FeatureSet, Progress,
+    ReduceOp, Stream, Version,
+};
+use oxccl_mock::{MockBackend, MockComm, World};
+use std::time::Duration;
+
+const DT: DataType = DataType::Int64;
+
+fn i64s(v: &[i64]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_ne_bytes()).collect()
+}
+
+/// An in-place i64 sum all_reduce, synchronized; returns the result.
+fn sum(c: &MockComm, v: i64) -> i64 {
+    let s = stream();
+    let mut b = Buf::from_bytes(&i64s(&[v]));
+    let r = b.wr(DT);
+    // SAFETY: `b` outlives the synchronize below.
+    unsafe { c.issue(&CommOp::AllReduce { send: r.as_read(), recv: r, dtype: DT, op: ReduceOp::Sum }, &s) }.unwrap();
+    s.synchronize().unwrap();
+    assert_eq!(c.poll(), Ok(Progress::Done));
+    i64::from_ne_bytes(b.bytes().try_into().unwrap())
+}
+
+#[test]
+fn world_of_zero_is_invalid() {
+    assert!(matches!(World::new(0), Err(Error::InvalidArgument { .. })));
+    let w = World::new(4).unwrap();
+    assert_eq!(w.iter().map(|c| c.rank()).collect::<Vec<_>>(), vec![0, 1, 2, 3]);
+    assert!(w.iter().all(|c| c.size() == 4 && c.state() == CommState::Ready));
+}
+
+#[test]
+fn barrier_needs_no_buffer() {
+    on_ranks(World::new(3).unwrap(), |c| {
+        let s = stream();
+        // SAFETY: a barrier has no buffers.
+        unsafe { c.issue(&CommOp::Barrier, &s) }.unwrap();
+        s.synchronize().unwrap();
+        assert_eq!(c.poll(), Ok(Progress::Done));
+    });
+}
+
+#[test]
+fn split_by_color_and_key_with_nocolor() {
+    // 6 ranks: even ranks color 0 with reversed keys, odd ranks color 1, rank 5 NOCOLOR.
+    let out = on_ranks(World::new(6).unwrap(), |c| {
+        let r = c.rank();
+        let color = if r == 5 { None } else { Some(r % 2) };
+        let child = c.split(color, 10 - r, &CommConfig::new()).unwrap();
+        let info = child.as_ref().map(|ch| (ch.rank(), ch.size(), sum(ch, 1 << r)));
+        // The parent still works after the split.
+        assert_eq!(sum(&c, 1), 6);
+        info
+    });
+    assert_eq!(out[5], None);
+    // Color 0 = ranks {0, 2, 4}, keys 10, 8, 6: ordered 4, 2, 0.
+    assert_eq!(out[4], Some((0, 3, 1 + 4 + 16)));
+    assert_eq!(out[2], Some((1, 3, 21)));
+    assert_eq!(out[0], Some((2, 3, 21)));
+    // Color 1 = ranks {1, 3}.
+    assert_eq!(out[3], Some((0, 2, 2 + 8)));
+    assert_eq!(out[1], Some((1, 2, 10)));
+}
+
+#[test]
+fn equal_keys_order_by_parent_rank_and_single_rank_child_is_identity() {
+    let out = on_ranks(World::new(3).unwrap(), |c| {
+        let ch = c.split(Some(c.rank()), 0, &CommConfig::new()).unwrap().unwrap();
+        assert_eq!((ch.rank(), ch.size()), (0, 1));
+        let same = c.split(Some(7), 0, &CommConfig::new()).unwrap().unwrap();
+        (sum(&ch, 42), same.rank())
+    });
+    assert_eq!(out, vec![(42, 0), (42, 1), (42, 2)]);
+}
+
+#[test]
+fn nonblocking_split_stays_in_progress_for_the_configured_polls() {
+    let out = on_ranks(World::builder(2).nonblocking(2).build().unwrap(), |c| {
+        while c.poll().unwrap() == Progress::InProgress {}
+        let ch = c.split(Some(0), 0, &CommConfig::new().blocking(false)).unwrap().unwrap();
+        assert_eq!(ch.state(), CommState::Initializing);
+        assert_eq!(ch.poll(), Ok(Progress::InProgress));
+        assert_eq!(ch.poll(), Ok(Progress::InProgress));
+        assert_eq!(ch.poll(), Ok(Progress::Done));
+        sum(&ch, 5)
+    });
+    assert_eq!(out, vec![10, 10]);
+}
+
+#[test]
+fn split_needs_the_feature() {
+    let comms = World::builder(1).version(Version::new(2, 17, 1)).build().unwrap();
+    assert!(matches!(
+        comms[0].split(Some(0), 0, &CommConfig::new()),
+        Err(Error::Unsupported { feature: Feature::Split, .. })
+    ));
+}
+
+#[test]
+fn nonblocking_world_polls_in_progress_then_done() {
+    let comms = World::builder(2).nonblocking(3).build().unwrap();
+    for c in &comms {
+        assert_eq!(c.state(), CommState::Initializing);
+        for _ in 0..3 {
+            assert_eq!(c.poll(), Ok(Progress::InProgress));
+        }
+        assert_eq!(c.poll(), Ok(Progress::Done));
+        assert_eq!(c.state(), CommState::Ready);
+    }
+    assert!(matches!(
+        World::builder(2).version(Version::new(2, 13, 4)).nonblocking(1).build(),
+        Err(Error::Unsupported { feature: Feature::NonBlocking, .. })
+    ));
+}
+
+#[test]
+fn backend_init_rank_rendezvous_blocking_and_nonblocking() {
+    let be = MockBackend::new();
+    assert_eq!(be.version(), oxccl_mock::DEFAULT_VERSION);
+    let id = be.unique_id().unwrap();
+    assert_ne!(id, be.unique_id().unwrap());
+    let out = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..3u32)
+            .map(|r| {
+                let (be, id) = (&be, &id);
+                s.spawn(move || {
+                    let c = be.init_rank(id, r, 3, oxccl_core::Device(r), &CommConfig::new()).unwrap();
+                    assert_eq!(c.state(), CommState::Ready);
+                    sum(&c, r as i64 + 1)
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect::<Vec<_>>()
+    });
+    assert_eq!(out, vec![6, 6, 6]);
+
+    // Nonblocking: in progress until every rank joined and the polls are spent.
+    let id = be.unique_id().unwrap();
+    let nb = CommConfig::new().blocking(false);
+    let c0 = be.init_rank(&id, 0, 2, oxccl_core::Device(0), &nb).unwrap();
+    assert_eq!(c0.state(), CommState::Initializing);
+    for _ in 0..5 {
+        assert_eq!(c0.poll(), Ok(Progress::InProgress));
+    }
+    let c1 = be.init_rank(&id, 1, 2, oxccl_core::Device(1), &nb).unwrap();
+    assert_eq!(c0.poll(), Ok(Progress::Done));
+    assert_eq!(c1.poll(), Ok(Progress::InProgress));
+    assert_eq!(c1.poll(), Ok(Progress::Done));
+    assert!(matches!(be.init_rank(&id, 5, 2, oxccl_core::Device(0), &nb), Err(Error::InvalidArgument { arg: "rank", .. })));
+}
+
+#[test]
+fn blocking_init_times_out_when_a_rank_never_comes() {
+    let be = MockBackend::with_options(
+        FeatureSet::for_version(oxccl_mock::DEFAULT_VERSION),
+        oxccl_mock::FaultPlan::new(),
+        1,
+        Duration::from_millis(100),
+    );
+    let id = be.unique_id().unwrap();
+    assert!(matches!(be.init_rank(&id, 0, 2, oxccl_core::Device(0), &CommConfig::new()), Err(Error::Timeout { .. })));
+}
+
+#[test]
+fn register_twice_and_unknown_deregister_name_the_address() {
+    let comms = World::new(1).unwrap();
+    let c = &comms[0];
+    let b = Buf::filled(64, 0);
+    let h = c.register(b.addr(), 64).unwrap();
+    match c.register(b.addr(), 64) {
+        Err(Error::InvalidArgument { arg: "addr", expected }) => assert!(expected.contains(&format!("{:#x}", b.addr()))),
+        e => panic!("{e:?}"),
+    }
+    c.deregister(h).unwrap();
+    match c.deregister(h) {
+        Err(Error::InvalidArgument { arg: "handle", expected }) => assert!(expected.contains(&format!("{:#x}", b.addr()))),
+        e => panic!("{e:?}"),
+    }
+    let old = World::builder(1).features(FeatureSet::for_version(Version::new(2, 28, 3)).without(Feature::BufferRegistration)).build().unwrap();
+    assert!(matches!(old[0].register(b.addr(), 64), Err(Error::Unsupported { .. })));
+}
+
+#[test]
+fn hidden_features_are_refused_by_the_checks() {
+    let comms = World::builder(1).version(Version::new(2, 19, 3)).build().unwrap();
+    let s = stream();
+    let mut b = Buf::filled(8, 0);
+    let r = b.wr(DataType::Float8E4M3);
+    // SAFETY: refused before it runs.
+    let e = unsafe { comms[0].issue(&CommOp::AllReduce { send: r.as_read(), recv: r, dtype: DataType::Float8E4M3, op: ReduceOp::Sum }, &s) };
+    assert!(matches!(e, Err(Error::Unsupported { feature: Feature::Float8, .. })));
+}
+
+#[test]
+fn finalize_flushes_then_refuses_work() {
+    let out = on_ranks(World::new(2).unwrap(), |c| {
+        let v = sum(&c, 2);
+        assert_eq!(c.finalize(), Ok(Progress::Done));
+        assert_eq!(c.state(), CommState::Finalized);
+        let s = stream();
+        // SAFETY: refused before it runs.
+        let e = unsafe { c.issue(&CommOp::Barrier, &s) };
+        assert!(matches!(e, Err(Error::InvalidState { state: CommState::Finalized, .. })));
+        v
+    });
+    assert_eq!(out, vec![4, 4]);
+}
+
+#[test]
+fn events_complete_in_order_and_time() {
+    let s = stream();
+    let other = stream();
+    let a = s.record(true).unwrap();
+    let gate = other.record(false).unwrap();
+    s.wait_event(&gate).unwrap();
+    let b = s.record(true).unwrap();
+    let untimed = s.record(false).unwrap();
+    s.synchronize().unwrap();
+    assert!(s.query());
+    assert!(a.query().unwrap() && b.query().unwrap());
+    let ms = a.elapsed_ms(&b).unwrap();
+    assert!((0.0..1000.0).contains(&ms), "{ms}");
+    assert!(matches!(a.elapsed_ms(&untimed), Err(Error::InvalidArgument { arg: "event", .. })));
+    b.synchronize().unwrap();
+    // A stream waiting on an event of another stream waits for it.
+    let slow = stream();
+    let fast = stream();
+    let comms = World::builder(1).faults(oxccl_mock::FaultPlan::new().delay_op(0, 0, Duration::from_millis(100))).build().unwrap();
+    // SAFETY: a barrier has no buffers.
+    unsafe { comms[0].issue(&CommOp::Barrier, &slow) }.unwrap();
+    let done = slow.record(true).unwrap();
+    fast.wait_event(&done).unwrap();
+    let after = fast.record(true).unwrap();
+    fast.synchronize().unwrap();
+    assert!(done.elapsed_ms(&after).unwrap() >= 0.0);
+}
