@@ -165,8 +165,12 @@ macro_rules! via_f32 {
     };
 }
 
-via_f32!(f16, f16::to_f32, f16::from_f32, |n: u32| Some(f16::from_f64(1.0 / f64::from(Ord::max(n, 1)))));
-via_f32!(bf16, bf16::to_f32, bf16::from_f32, |n: u32| Some(bf16::from_f64(1.0 / f64::from(Ord::max(n, 1)))));
+via_f32!(f16, f16::to_f32, f16::from_f32, |n: u32| Some(
+    f16::from_f64(1.0 / f64::from(Ord::max(n, 1)))
+));
+via_f32!(bf16, bf16::to_f32, bf16::from_f32, |n: u32| Some(
+    bf16::from_f64(1.0 / f64::from(Ord::max(n, 1)))
+));
 
 /// An e4m3 value, as its code.
 #[derive(Clone, Copy)]
@@ -192,8 +196,18 @@ impl E5M2 {
     }
 }
 
-via_f32!(E4M3, |x: E4M3| fp8::e4m3_to_f32(x.0), |v: f32| E4M3(fp8::f32_to_e4m3(v)), |_| None);
-via_f32!(E5M2, |x: E5M2| fp8::e5m2_to_f32(x.0), |v: f32| E5M2(fp8::f32_to_e5m2(v)), |_| None);
+via_f32!(
+    E4M3,
+    |x: E4M3| fp8::e4m3_to_f32(x.0),
+    |v: f32| E4M3(fp8::f32_to_e4m3(v)),
+    |_| None
+);
+via_f32!(
+    E5M2,
+    |x: E5M2| fp8::e5m2_to_f32(x.0),
+    |v: f32| E5M2(fp8::f32_to_e5m2(v)),
+    |_| None
+);
 
 fn reduce_as<T: Elem>(red: Red, factors: &[Vec<u8>], inputs: &[Vec<u8>], n: u32) -> Vec<u8> {
     let len = inputs.first().map_or(0, |v| v.len() / T::SIZE);
@@ -216,9 +230,10 @@ fn reduce_as<T: Elem>(red: Red, factors: &[Vec<u8>], inputs: &[Vec<u8>], n: u32)
                 Some(f) => xs.clone().fold(None, |a, x| Some(premul(a, x, f))),
                 None => fold(T::add).map(|s| s.div_n(n)),
             },
-            Red::PreMulSum => {
-                xs.clone().zip(fac.iter().copied()).fold(None, |a, (x, f)| Some(premul(a, x, f)))
-            }
+            Red::PreMulSum => xs
+                .clone()
+                .zip(fac.iter().copied())
+                .fold(None, |a, (x, f)| Some(premul(a, x, f))),
         };
         if let Some(v) = acc {
             v.store(o);
@@ -230,7 +245,13 @@ fn reduce_as<T: Elem>(red: Red, factors: &[Vec<u8>], inputs: &[Vec<u8>], n: u32)
 /// Reduces equally long inputs (one per rank, in rank order) of `dt`; `factors` holds each
 /// rank's premul-sum factor as one element of `dt` (empty for other reductions); `n` is the
 /// number of ranks Avg divides by.
-pub(crate) fn reduce(dt: DataType, red: Red, factors: &[Vec<u8>], inputs: &[Vec<u8>], n: u32) -> Vec<u8> {
+pub(crate) fn reduce(
+    dt: DataType,
+    red: Red,
+    factors: &[Vec<u8>],
+    inputs: &[Vec<u8>],
+    n: u32,
+) -> Vec<u8> {
     match dt {
         DataType::Int8 => reduce_as::<i8>(red, factors, inputs, n),
         DataType::Uint8 => reduce_as::<u8>(red, factors, inputs, n),

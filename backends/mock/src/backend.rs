@@ -7,7 +7,8 @@ use crate::shared::CommShared;
 use crate::sync::{lock, wait_for, TICK};
 use crate::world::DEFAULT_VERSION;
 use oxccl_core::{
-    text, Backend, CheckCtx, CommConfig, Device, Error, Feature, FeatureSet, Result, UniqueId, Version,
+    text, Backend, CheckCtx, CommConfig, Device, Error, Feature, FeatureSet, Result, UniqueId,
+    Version,
 };
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -17,13 +18,16 @@ use std::time::{Duration, Instant, SystemTime};
 /// How long a blocking `init_rank` waits for the other ranks by default.
 pub const DEFAULT_INIT_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// Communicators being joined, by id, with the ranks that joined.
+type Joining = HashMap<[u8; UniqueId::LEN], (Arc<CommShared>, Vec<bool>)>;
+
 struct Inner {
     features: FeatureSet,
     plan: FaultPlan,
     nb_polls: u32,
     init_timeout: Duration,
     /// Communicators some but not all ranks have joined, by id.
-    joining: Mutex<HashMap<[u8; UniqueId::LEN], (Arc<CommShared>, Vec<bool>)>>,
+    joining: Mutex<Joining>,
     cv: Condvar,
     counter: AtomicU64,
 }
@@ -36,7 +40,9 @@ pub struct MockBackend {
 
 impl std::fmt::Debug for MockBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MockBackend").field("version", &self.inner.features.version()).finish()
+        f.debug_struct("MockBackend")
+            .field("version", &self.inner.features.version())
+            .finish()
     }
 }
 
@@ -49,13 +55,23 @@ impl Default for MockBackend {
 impl MockBackend {
     /// A backend imitating NCCL [`DEFAULT_VERSION`], without faults.
     pub fn new() -> MockBackend {
-        MockBackend::with_options(FeatureSet::for_version(DEFAULT_VERSION), FaultPlan::new(), 1, DEFAULT_INIT_TIMEOUT)
+        MockBackend::with_options(
+            FeatureSet::for_version(DEFAULT_VERSION),
+            FaultPlan::new(),
+            1,
+            DEFAULT_INIT_TIMEOUT,
+        )
     }
 
     /// A backend with `features`, the fault `plan` for every communicator it makes,
     /// `nonblocking_polls` polls of `InProgress` for nonblocking inits, and how long a blocking
     /// init waits for the other ranks before it fails with [`Error::Timeout`].
-    pub fn with_options(features: FeatureSet, plan: FaultPlan, nonblocking_polls: u32, init_timeout: Duration) -> MockBackend {
+    pub fn with_options(
+        features: FeatureSet,
+        plan: FaultPlan,
+        nonblocking_polls: u32,
+        init_timeout: Duration,
+    ) -> MockBackend {
         MockBackend {
             inner: Arc::new(Inner {
                 features,
@@ -91,17 +107,35 @@ impl Backend for MockBackend {
 
     fn unique_id(&self) -> Result<UniqueId> {
         let n = self.inner.counter.fetch_add(1, Ordering::Relaxed);
-        let clock = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
-        let seed = clock ^ (Arc::as_ptr(&self.inner) as u64).rotate_left(32) ^ u64::from(std::process::id());
+        let clock = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        let seed = clock
+            ^ (Arc::as_ptr(&self.inner) as u64).rotate_left(32)
+            ^ u64::from(std::process::id());
         let mut id = [0u8; UniqueId::LEN];
         for (i, chunk) in id.chunks_exact_mut(8).enumerate() {
-            chunk.copy_from_slice(&mix(seed ^ mix(n.wrapping_mul(31).wrapping_add(i as u64))).to_le_bytes());
+            chunk.copy_from_slice(
+                &mix(seed ^ mix(n.wrapping_mul(31).wrapping_add(i as u64))).to_le_bytes(),
+            );
         }
         Ok(UniqueId(id))
     }
 
-    fn init_rank(&self, id: &UniqueId, rank: u32, size: u32, device: Device, cfg: &CommConfig) -> Result<MockComm> {
-        CheckCtx { rank, size, features: &self.inner.features }.validate()?;
+    fn init_rank(
+        &self,
+        id: &UniqueId,
+        rank: u32,
+        size: u32,
+        device: Device,
+        cfg: &CommConfig,
+    ) -> Result<MockComm> {
+        CheckCtx {
+            rank,
+            size,
+            features: &self.inner.features,
+        }
+        .validate()?;
         cfg.check_for(self.version())?;
         let nonblocking = cfg.is_nonblocking();
         if nonblocking {
@@ -110,19 +144,33 @@ impl Backend for MockBackend {
         let shared = {
             let mut joining = lock(&self.inner.joining);
             let (shared, seen) = joining.entry(id.0).or_insert_with(|| {
-                let s = CommShared::new(size, self.inner.features, self.inner.plan.clone(), self.inner.nb_polls, false);
+                let s = CommShared::new(
+                    size,
+                    self.inner.features,
+                    self.inner.plan.clone(),
+                    self.inner.nb_polls,
+                    false,
+                );
                 s.joined.store(0, Ordering::Release);
                 (s, vec![false; size as usize])
             });
             if shared.size != size {
                 return Err(Error::Mismatch {
                     what: "size",
-                    detail: text!("rank {rank} joins with size {size}, the communicator has {}", shared.size),
+                    detail: text!(
+                        "rank {rank} joins with size {size}, the communicator has {}",
+                        shared.size
+                    ),
                 });
             }
             match seen.get_mut(rank as usize) {
                 Some(s) if !*s => *s = true,
-                _ => return Err(Error::invalid("rank", format_args!("a rank not yet joined to this id, {rank} already is"))),
+                _ => {
+                    return Err(Error::invalid(
+                        "rank",
+                        format_args!("a rank not yet joined to this id, {rank} already is"),
+                    ))
+                }
             }
             let shared = shared.clone();
             let n = shared.joined.fetch_add(1, Ordering::AcqRel) + 1;
@@ -150,7 +198,10 @@ impl Backend for MockBackend {
             if start.elapsed() >= self.inner.init_timeout {
                 drop(joining);
                 let e = Error::Timeout {
-                    what: text!("rank {rank} waiting for {} of {size} ranks to join", size - shared.joined.load(Ordering::Acquire)),
+                    what: text!(
+                        "rank {rank} waiting for {} of {size} ranks to join",
+                        size - shared.joined.load(Ordering::Acquire)
+                    ),
                     after_ms: start.elapsed().as_millis() as u64,
                 };
                 oxccl_core::Communicator::abort(&comm, "init timed out");

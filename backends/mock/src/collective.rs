@@ -60,7 +60,9 @@ fn part(v: &[u8], from: usize, len: usize, es: usize) -> &[u8] {
 /// no rank may touch its buffers until this returns (each rank's stream is blocked in the op).
 pub(crate) unsafe fn run(arr: &[OpDesc], size: u32) -> Result<()> {
     mismatch::check(arr)?;
-    let Some(first) = arr.first() else { return Ok(()) };
+    let Some(first) = arr.first() else {
+        return Ok(());
+    };
     let Some(dt) = first.dtype else { return Ok(()) };
     let es = dt.size();
     let n = size as usize;
@@ -124,7 +126,12 @@ pub(crate) unsafe fn run(arr: &[OpDesc], size: u32) -> Result<()> {
             let inputs: Vec<Vec<u8>> = arr.iter().map(snap).collect();
             let c = first.send.len / n.max(1);
             for (q, o) in outs.iter_mut().enumerate() {
-                *o = Some(inputs.iter().flat_map(|s| part(s, q * c, c, es).iter().copied()).collect());
+                *o = Some(
+                    inputs
+                        .iter()
+                        .flat_map(|s| part(s, q * c, c, es).iter().copied())
+                        .collect(),
+                );
             }
         }
         OpKind::AllToAllV => {
@@ -134,7 +141,12 @@ pub(crate) unsafe fn run(arr: &[OpDesc], size: u32) -> Result<()> {
                 for (p, dp) in arr.iter().enumerate() {
                     let offs = offsets(&dp.counts);
                     let len = dp.counts.get(q).copied().unwrap_or(0);
-                    v.extend_from_slice(part(&inputs[p], offs.get(q).copied().unwrap_or(0), len, es));
+                    v.extend_from_slice(part(
+                        &inputs[p],
+                        offs.get(q).copied().unwrap_or(0),
+                        len,
+                        es,
+                    ));
                 }
                 *o = Some(v);
             }

@@ -11,8 +11,8 @@ use oxccl_core::state::lifecycle::Lifecycle;
 use oxccl_core::text::text_str;
 use oxccl_core::traits::RegHandle;
 use oxccl_core::{
-    check, text, CheckCtx, CommConfig, CommOp, CommState, DataType, Device, Error, Feature, FeatureSet, OpKind,
-    Progress, ReduceOp, Result, ResultCode,
+    check, text, CheckCtx, CommConfig, CommOp, CommState, DataType, Device, Error, Feature,
+    FeatureSet, OpKind, Progress, ReduceOp, Result, ResultCode,
 };
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -69,7 +69,11 @@ pub struct MockRedOp {
 
 impl MockComm {
     pub(crate) fn from_shared(shared: Arc<CommShared>, rank: u32, device: Device) -> MockComm {
-        MockComm { shared, rank, device }
+        MockComm {
+            shared,
+            rank,
+            device,
+        }
     }
 
     /// A new stream to issue on (the same as [`MockStream::new`]).
@@ -92,7 +96,11 @@ impl MockComm {
     }
 
     fn ctx(&self) -> CheckCtx<'_> {
-        CheckCtx { rank: self.rank, size: self.shared.size, features: &self.shared.features }
+        CheckCtx {
+            rank: self.rank,
+            size: self.shared.size,
+            features: &self.shared.features,
+        }
     }
 
     fn ensure_ready(&self, attempted: &'static str) -> Result<()> {
@@ -104,7 +112,11 @@ impl MockComm {
         match (op.kind(), op.peer()) {
             (OpKind::Send, Some(p)) | (OpKind::Recv, Some(p)) => {
                 let mut seqs = lock(&self.rs().p2p_seq);
-                let v = if op.kind() == OpKind::Send { &mut seqs.0 } else { &mut seqs.1 };
+                let v = if op.kind() == OpKind::Send {
+                    &mut seqs.0
+                } else {
+                    &mut seqs.1
+                };
                 match v.get_mut(p as usize) {
                     Some(s) => {
                         *s += 1;
@@ -158,7 +170,9 @@ impl oxccl_core::Communicator for MockComm {
             return Err(e.clone());
         }
         match life.cycle.state() {
-            CommState::Aborted => Err(Error::Aborted { reason: text_str(life.cycle.reason()) }),
+            CommState::Aborted => Err(Error::Aborted {
+                reason: text_str(life.cycle.reason()),
+            }),
             CommState::Initializing => {
                 if life.init_polls > 0 {
                     life.init_polls -= 1;
@@ -183,7 +197,11 @@ impl oxccl_core::Communicator for MockComm {
             let e = Error::Backend {
                 code,
                 text: text_str(code_text(code)),
-                last: text!("{} (op {index}) on rank {} failed by the fault plan", op.kind(), self.rank),
+                last: text!(
+                    "{} (op {index}) on rank {} failed by the fault plan",
+                    op.kind(),
+                    self.rank
+                ),
             };
             self.shared.fail(self.rank, e.clone());
             return Err(e);
@@ -240,7 +258,11 @@ impl oxccl_core::Communicator for MockComm {
                 life.cycle = Lifecycle::initializing();
                 life.init_polls = planned.unwrap_or(shared.nb_polls);
             }
-            MockComm { shared, rank, device: self.device }
+            MockComm {
+                shared,
+                rank,
+                device: self.device,
+            }
         }))
     }
 
@@ -267,7 +289,12 @@ impl oxccl_core::Communicator for MockComm {
         self.shared.features.require(Feature::BufferRegistration)?;
         self.ensure_ready("register")?;
         if addr == 0 || bytes == 0 {
-            return Err(Error::invalid("addr", format_args!("a non-null address and a non-zero length, got {addr:#x} ({bytes} bytes)")));
+            return Err(Error::invalid(
+                "addr",
+                format_args!(
+                    "a non-null address and a non-zero length, got {addr:#x} ({bytes} bytes)"
+                ),
+            ));
         }
         let mut regs = lock(&self.rs().regs);
         if regs.0.contains_key(&addr) {
@@ -276,7 +303,11 @@ impl oxccl_core::Communicator for MockComm {
                 format_args!("an address not yet registered: {addr:#x} already is, with rank {} of this communicator", self.rank),
             ));
         }
-        let h = RegHandle { raw: regs.1, addr, bytes };
+        let h = RegHandle {
+            raw: regs.1,
+            addr,
+            bytes,
+        };
         regs.1 += 1;
         regs.0.insert(addr, h);
         Ok(h)

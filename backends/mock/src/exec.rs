@@ -14,11 +14,13 @@ pub(crate) fn submit(stream: &Arc<StreamShared>, jobs: Vec<Job>) -> Result<()> {
         j.comm.job_started(j.rank);
     }
     let counted: Vec<_> = jobs.iter().map(|j| (j.comm.clone(), j.rank)).collect();
-    stream.push(Box::new(move || run_batch(jobs))).inspect_err(|_| {
-        for (c, r) in counted {
-            c.job_done(r);
-        }
-    })
+    stream
+        .push(Box::new(move || run_batch(jobs)))
+        .inspect_err(|_| {
+            for (c, r) in counted {
+                c.job_done(r);
+            }
+        })
 }
 
 fn run_batch(jobs: Vec<Job>) {
@@ -59,7 +61,10 @@ fn post(job: &Job) {
     match d.kind {
         // SAFETY: `issue`'s caller promised the buffers stay valid until the stream is past
         // the op, which it is not before `wait` returns.
-        OpKind::Send => unsafe { job.comm.p2p_send(job.rank, d.peer.unwrap_or(0), job.seq, d.clone()) },
+        OpKind::Send => unsafe {
+            job.comm
+                .p2p_send(job.rank, d.peer.unwrap_or(0), job.seq, d.clone())
+        },
         OpKind::Recv => {}
         // SAFETY: as above.
         _ => unsafe { job.comm.coll_post(job.rank, job.seq, d.clone()) },

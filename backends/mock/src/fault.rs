@@ -105,12 +105,18 @@ impl FaultPlan {
 
     /// The first fault planned for operation `op` of `rank`.
     pub fn fault_for(&self, rank: u32, op: u64) -> Option<FaultKind> {
-        self.faults.iter().find(|f| f.rank == rank && f.op == op).map(|f| f.kind)
+        self.faults
+            .iter()
+            .find(|f| f.rank == rank && f.op == op)
+            .map(|f| f.kind)
     }
 
     /// How many polls `rank`'s init stays in progress, when planned.
     pub fn init_polls(&self, rank: u32) -> Option<u32> {
-        self.init_polls.iter().find(|(r, _)| *r == rank).map(|(_, p)| *p)
+        self.init_polls
+            .iter()
+            .find(|(r, _)| *r == rank)
+            .map(|(_, p)| *p)
     }
 
     /// The plan for split children (empty when none was given).

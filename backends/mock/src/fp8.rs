@@ -22,8 +22,20 @@ struct Format {
     ieee: bool,
 }
 
-const E4M3: Format = Format { mant: 3, bias: 7, max_code: 0x7E, nan: 0x7F, ieee: false };
-const E5M2: Format = Format { mant: 2, bias: 15, max_code: 0x7B, nan: 0x7F, ieee: true };
+const E4M3: Format = Format {
+    mant: 3,
+    bias: 7,
+    max_code: 0x7E,
+    nan: 0x7F,
+    ieee: false,
+};
+const E5M2: Format = Format {
+    mant: 2,
+    bias: 15,
+    max_code: 0x7B,
+    nan: 0x7F,
+    ieee: true,
+};
 
 /// `2^k` for `k` in the normal `f32` range, built from bits so it is exact.
 fn pow2(k: i32) -> f32 {
@@ -50,7 +62,11 @@ fn decode(f: &Format, code: u8) -> f32 {
     let top = (1i32 << (7 - f.mant)) - 1;
     if e == top {
         if f.ieee {
-            return if m == 0 { sign * f32::INFINITY } else { f32::NAN };
+            return if m == 0 {
+                sign * f32::INFINITY
+            } else {
+                f32::NAN
+            };
         }
         if m == (1 << f.mant) - 1 {
             return f32::NAN;
@@ -150,7 +166,10 @@ mod tests {
     #[test]
     fn every_code_round_trips() {
         for c in 0..=255u8 {
-            for (dec, enc) in [(e4m3_to_f32 as fn(u8) -> f32, f32_to_e4m3 as fn(f32) -> u8), (e5m2_to_f32, f32_to_e5m2)] {
+            for (dec, enc) in [
+                (e4m3_to_f32 as fn(u8) -> f32, f32_to_e4m3 as fn(f32) -> u8),
+                (e5m2_to_f32, f32_to_e5m2),
+            ] {
                 let v = dec(c);
                 if v.is_nan() {
                     assert!(dec(enc(v)).is_nan());
@@ -183,15 +202,31 @@ mod tests {
     fn rounding_matches_brute_force() {
         let mut x = -600.0f32;
         while x < 600.0 {
-            assert_eq!(e4m3_to_f32(f32_to_e4m3(x)), e4m3_to_f32(nearest(x, e4m3_to_f32)), "{x}");
-            assert_eq!(e5m2_to_f32(f32_to_e5m2(x)), e5m2_to_f32(nearest(x, e5m2_to_f32)), "{x}");
+            assert_eq!(
+                e4m3_to_f32(f32_to_e4m3(x)),
+                e4m3_to_f32(nearest(x, e4m3_to_f32)),
+                "{x}"
+            );
+            assert_eq!(
+                e5m2_to_f32(f32_to_e5m2(x)),
+                e5m2_to_f32(nearest(x, e5m2_to_f32)),
+                "{x}"
+            );
             x += 0.037;
         }
         for k in -20..8 {
             for m in 0..64 {
                 let x = (1.0 + m as f32 / 64.0) * 2f32.powi(k);
-                assert_eq!(e4m3_to_f32(f32_to_e4m3(x)), e4m3_to_f32(nearest(x, e4m3_to_f32)), "{x}");
-                assert_eq!(e5m2_to_f32(f32_to_e5m2(x)), e5m2_to_f32(nearest(x, e5m2_to_f32)), "{x}");
+                assert_eq!(
+                    e4m3_to_f32(f32_to_e4m3(x)),
+                    e4m3_to_f32(nearest(x, e4m3_to_f32)),
+                    "{x}"
+                );
+                assert_eq!(
+                    e5m2_to_f32(f32_to_e5m2(x)),
+                    e5m2_to_f32(nearest(x, e5m2_to_f32)),
+                    "{x}"
+                );
             }
         }
     }

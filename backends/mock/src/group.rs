@@ -60,15 +60,23 @@ pub(crate) fn queue(stream: &Arc<StreamShared>, job: Job) -> Option<Job> {
 pub(crate) fn end() -> Result<bool> {
     let flushed = GROUP
         .try_with(|g| {
-            let Ok(mut g) = g.try_borrow_mut() else { return None };
+            let Ok(mut g) = g.try_borrow_mut() else {
+                return None;
+            };
             if g.depth == 0 {
                 return None;
             }
             g.depth -= 1;
-            Some(if g.depth == 0 { std::mem::take(&mut g.queued) } else { Vec::new() })
+            Some(if g.depth == 0 {
+                std::mem::take(&mut g.queued)
+            } else {
+                Vec::new()
+            })
         })
         .map_err(|_| tls_gone())?;
-    let Some(queued) = flushed else { return Ok(false) };
+    let Some(queued) = flushed else {
+        return Ok(false);
+    };
     // One batch per stream, keeping issue order within each.
     let mut batches: Vec<(Arc<StreamShared>, Vec<Job>)> = Vec::new();
     for (s, j) in queued {

@@ -51,13 +51,24 @@ impl OpDesc {
                 d.send = send;
                 d.recv = recv;
             }
-            CommOp::AllToAllV { send, recv, send_counts, recv_counts, .. } => {
+            CommOp::AllToAllV {
+                send,
+                recv,
+                send_counts,
+                recv_counts,
+                ..
+            } => {
                 d.send = send;
                 d.recv = recv;
                 d.counts = send_counts.to_vec();
                 d.recv_counts = recv_counts.to_vec();
             }
-            CommOp::AllGatherV { send, recv, counts, .. } | CommOp::ReduceScatterV { send, recv, counts, .. } => {
+            CommOp::AllGatherV {
+                send, recv, counts, ..
+            }
+            | CommOp::ReduceScatterV {
+                send, recv, counts, ..
+            } => {
                 d.send = send;
                 d.recv = recv;
                 d.counts = counts.to_vec();

@@ -22,7 +22,10 @@ fn agree<T: PartialEq + std::fmt::Display>(what: &'static str, vals: Vec<T>) -> 
     if vals.windows(2).all(|w| w[0] == w[1]) {
         return Ok(());
     }
-    Err(Error::Mismatch { what, detail: per_rank(&vals) })
+    Err(Error::Mismatch {
+        what,
+        detail: per_rank(&vals),
+    })
 }
 
 /// A list of counts, as `[1, 2, 3]`.
@@ -43,7 +46,11 @@ impl PartialEq for List<'_> {
 /// The element count every rank must agree on, per kind.
 fn count(d: &OpDesc) -> usize {
     match d.kind {
-        OpKind::AllReduce | OpKind::Reduce | OpKind::AllGather | OpKind::Gather | OpKind::AllToAll => d.send.len,
+        OpKind::AllReduce
+        | OpKind::Reduce
+        | OpKind::AllGather
+        | OpKind::Gather
+        | OpKind::AllToAll => d.send.len,
         OpKind::Broadcast | OpKind::ReduceScatter | OpKind::Scatter => d.recv.len,
         _ => 0,
     }
@@ -52,9 +59,22 @@ fn count(d: &OpDesc) -> usize {
 /// `Ok` when the ranks' descriptions of one collective (in rank order) agree.
 pub(crate) fn check(arr: &[OpDesc]) -> Result<()> {
     agree("operation", arr.iter().map(|d| d.kind.name()).collect())?;
-    agree("dtype", arr.iter().map(|d| d.dtype.map_or("none", |t| t.name())).collect())?;
-    agree("op", arr.iter().map(|d| d.op.map_or("none", |o| o.name())).collect())?;
-    agree("root", arr.iter().map(|d| d.root.map_or(-1, i64::from)).collect())?;
+    agree(
+        "dtype",
+        arr.iter()
+            .map(|d| d.dtype.map_or("none", |t| t.name()))
+            .collect(),
+    )?;
+    agree(
+        "op",
+        arr.iter()
+            .map(|d| d.op.map_or("none", |o| o.name()))
+            .collect(),
+    )?;
+    agree(
+        "root",
+        arr.iter().map(|d| d.root.map_or(-1, i64::from)).collect(),
+    )?;
     match arr.first().map(|d| d.kind) {
         Some(OpKind::AllGatherV | OpKind::ReduceScatterV) => {
             agree("counts", arr.iter().map(|d| List(&d.counts)).collect())
@@ -93,7 +113,11 @@ pub(crate) fn check_p2p(send: &OpDesc, src: u32, recv: &OpDesc, dst: u32) -> Res
     if send.send.len != recv.recv.len {
         return Err(Error::Mismatch {
             what: "count",
-            detail: oxccl_core::text!("send on rank {src}: {}, recv on rank {dst}: {}", send.send.len, recv.recv.len),
+            detail: oxccl_core::text!(
+                "send on rank {src}: {}, recv on rank {dst}: {}",
+                send.send.len,
+                recv.recv.len
+            ),
         });
     }
     Ok(())

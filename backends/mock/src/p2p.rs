@@ -20,7 +20,9 @@ impl CommShared {
     pub(crate) unsafe fn p2p_send(&self, src: u32, dst: u32, seq: u64, desc: OpDesc) {
         // SAFETY: the caller's promise for the send buffer.
         let data = unsafe { read(desc.send.addr, desc.send.len * desc.elem()) };
-        lock(&self.hub).mail.insert((src, dst, seq), Msg { desc, data });
+        lock(&self.hub)
+            .mail
+            .insert((src, dst, seq), Msg { desc, data });
         self.cv.notify_all();
     }
 
@@ -28,7 +30,13 @@ impl CommShared {
     ///
     /// # Safety
     /// `desc.recv` must be writable host memory nobody else touches until this returns.
-    pub(crate) unsafe fn p2p_recv(&self, dst: u32, src: u32, seq: u64, desc: &OpDesc) -> Result<()> {
+    pub(crate) unsafe fn p2p_recv(
+        &self,
+        dst: u32,
+        src: u32,
+        seq: u64,
+        desc: &OpDesc,
+    ) -> Result<()> {
         let mut hub = lock(&self.hub);
         loop {
             if let Some(msg) = hub.mail.remove(&(src, dst, seq)) {
@@ -51,7 +59,9 @@ impl CommShared {
                 return Err(self.own_error(dst));
             }
             if let Some(why) = hub.dead.get(src as usize).cloned().flatten() {
-                return Err(Error::Remote { detail: text!("rank {src} {why}") });
+                return Err(Error::Remote {
+                    detail: text!("rank {src} {why}"),
+                });
             }
             hub = wait_for(&self.cv, hub, TICK);
         }

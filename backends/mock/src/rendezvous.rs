@@ -22,7 +22,9 @@ impl CommShared {
             outcome: None,
             taken: 0,
         });
-        let Some(place) = slot.arrivals.get_mut(rank as usize) else { return };
+        let Some(place) = slot.arrivals.get_mut(rank as usize) else {
+            return;
+        };
         if place.is_some() {
             return;
         }
@@ -46,7 +48,9 @@ impl CommShared {
             let other_dead = first_dead(&hub, Some(rank));
             let size = self.size;
             let Some(slot) = hub.colls.get_mut(&seq) else {
-                return Err(Error::Remote { detail: text!("collective {seq} vanished") });
+                return Err(Error::Remote {
+                    detail: text!("collective {seq} vanished"),
+                });
             };
             if let Some(out) = slot.outcome.clone() {
                 slot.taken += 1;
@@ -57,14 +61,18 @@ impl CommShared {
             }
             if let Some(why) = own_dead {
                 // Leaving makes the op impossible for the others: they get a remote error.
-                slot.outcome = Some(Err(Error::Remote { detail: text!("rank {rank} {why}") }));
+                slot.outcome = Some(Err(Error::Remote {
+                    detail: text!("rank {rank} {why}"),
+                }));
                 slot.taken += 1;
                 drop(hub);
                 self.cv.notify_all();
                 return Err(self.own_error(rank));
             }
             if let Some((d, why)) = other_dead {
-                let e = Error::Remote { detail: text!("rank {d} {why}") };
+                let e = Error::Remote {
+                    detail: text!("rank {d} {why}"),
+                };
                 slot.outcome = Some(Err(e.clone()));
                 slot.taken += 1;
                 drop(hub);

@@ -56,12 +56,15 @@ pub(crate) struct Slot {
     pub taken: u32,
 }
 
+/// A split child and this rank's rank in it.
+pub(crate) type Child = (Arc<CommShared>, u32);
+
 /// One split of the communicator as the ranks reach it.
 pub(crate) struct SplitSlot {
     pub calls: Vec<Option<(Option<u32>, u32)>>,
     pub count: u32,
     /// Each rank's child and its rank there (`None` for NOCOLOR), once all called.
-    pub result: Option<Vec<Option<(Arc<CommShared>, u32)>>>,
+    pub result: Option<Vec<Option<Child>>>,
 }
 
 /// Where the ranks' operations meet; one lock and one condition variable per communicator.
@@ -90,7 +93,13 @@ pub(crate) struct CommShared {
 
 impl CommShared {
     /// A communicator of `size` ranks; `nonblocking` ranks start initializing.
-    pub(crate) fn new(size: u32, features: FeatureSet, plan: FaultPlan, nb_polls: u32, nonblocking: bool) -> Arc<CommShared> {
+    pub(crate) fn new(
+        size: u32,
+        features: FeatureSet,
+        plan: FaultPlan,
+        nb_polls: u32,
+        nonblocking: bool,
+    ) -> Arc<CommShared> {
         let n = size as usize;
         let ranks = (0..size)
             .map(|r| {
@@ -101,7 +110,11 @@ impl CommShared {
                     (false, None) => (Lifecycle::ready(), 0),
                 };
                 RankState {
-                    life: Mutex::new(Life { cycle, error: None, init_polls }),
+                    life: Mutex::new(Life {
+                        cycle,
+                        error: None,
+                        init_polls,
+                    }),
                     ops: AtomicU64::new(0),
                     coll_seq: AtomicU64::new(0),
                     split_seq: AtomicU64::new(0),
@@ -118,7 +131,12 @@ impl CommShared {
             plan,
             nb_polls,
             joined: AtomicU32::new(size),
-            hub: Mutex::new(Hub { dead: vec![None; n], colls: HashMap::new(), mail: HashMap::new(), splits: HashMap::new() }),
+            hub: Mutex::new(Hub {
+                dead: vec![None; n],
+                colls: HashMap::new(),
+                mail: HashMap::new(),
+                splits: HashMap::new(),
+            }),
             cv: Condvar::new(),
             ranks,
         })
@@ -132,7 +150,10 @@ impl CommShared {
 
     /// Whether `rank` still runs its queued work (ready, or flushing for a finalize).
     pub(crate) fn alive(&self, rank: u32) -> bool {
-        matches!(lock(&self.rank(rank).life).cycle.state(), CommState::Ready | CommState::Finalizing)
+        matches!(
+            lock(&self.rank(rank).life).cycle.state(),
+            CommState::Ready | CommState::Finalizing
+        )
     }
 
     /// The error `rank`'s own operations end with once it is dead.
@@ -143,7 +164,9 @@ impl CommShared {
         }
         match life.cycle.ensure_ready("run an operation") {
             Err(e) => e,
-            Ok(()) => Error::Remote { detail: text!("rank {rank}: operation abandoned") },
+            Ok(()) => Error::Remote {
+                detail: text!("rank {rank}: operation abandoned"),
+            },
         }
     }
 
@@ -237,7 +260,11 @@ impl CommShared {
             if limit.is_some_and(|l| start.elapsed() >= l) {
                 return false;
             }
-            if lock(&self.hub).dead.get(rank as usize).is_some_and(|d| d.is_some()) {
+            if lock(&self.hub)
+                .dead
+                .get(rank as usize)
+                .is_some_and(|d| d.is_some())
+            {
                 return false;
             }
             p = wait_for(&rs.pending_cv, p, TICK);

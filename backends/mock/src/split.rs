@@ -2,11 +2,10 @@
 //! a new communicator ordered by (key, parent rank). Blocking on the calling thread, as NCCL's
 //! blocking split is; a peer that dies meanwhile ends the wait with a remote error.
 
-use crate::shared::{first_dead, CommShared, SplitSlot};
+use crate::shared::{first_dead, Child, CommShared, SplitSlot};
 use crate::sync::{lock, wait_for, TICK};
 use oxccl_core::{text, Error, Result};
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 impl CommShared {
     /// Joins split `seq` as `rank` with `color` (None = NOCOLOR) and `key`; returns the child
@@ -17,7 +16,7 @@ impl CommShared {
         seq: u64,
         color: Option<u32>,
         key: u32,
-    ) -> Result<Option<(Arc<CommShared>, u32)>> {
+    ) -> Result<Option<Child>> {
         let mut hub = lock(&self.hub);
         let size = self.size;
         let slot = hub.splits.entry(seq).or_insert_with(|| SplitSlot {
@@ -38,7 +37,7 @@ impl CommShared {
                     groups.entry(*col).or_default().push((*k, r as u32));
                 }
             }
-            let mut result: Vec<Option<(Arc<CommShared>, u32)>> = vec![None; size as usize];
+            let mut result: Vec<Option<Child>> = vec![None; size as usize];
             for members in groups.values_mut() {
                 members.sort_unstable();
                 let child = CommShared::new(
@@ -60,7 +59,9 @@ impl CommShared {
         loop {
             let dead = first_dead(&hub, None);
             let Some(slot) = hub.splits.get_mut(&seq) else {
-                return Err(Error::Remote { detail: text!("split {seq} vanished") });
+                return Err(Error::Remote {
+                    detail: text!("split {seq} vanished"),
+                });
             };
             if let Some(res) = slot.result.as_mut() {
                 let mine = res.get_mut(rank as usize).and_then(Option::take);
@@ -71,7 +72,9 @@ impl CommShared {
                 return Ok(mine);
             }
             if let Some((d, why)) = dead {
-                return Err(Error::Remote { detail: text!("split {seq}: rank {d} {why}") });
+                return Err(Error::Remote {
+                    detail: text!("split {seq}: rank {d} {why}"),
+                });
             }
             hub = wait_for(&self.cv, hub, TICK);
         }

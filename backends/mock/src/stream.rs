@@ -80,7 +80,9 @@ pub struct MockStream {
 
 impl std::fmt::Debug for MockStream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MockStream").field("idle", &self.query()).finish()
+        f.debug_struct("MockStream")
+            .field("idle", &self.query())
+            .finish()
     }
 }
 
@@ -88,7 +90,13 @@ impl MockStream {
     /// A new stream and its worker thread.
     pub fn new() -> Result<MockStream> {
         let shared = Arc::new(StreamShared {
-            q: Mutex::new(Queue { tasks: VecDeque::new(), closing: false, finished: false, submitted: 0, completed: 0 }),
+            q: Mutex::new(Queue {
+                tasks: VecDeque::new(),
+                closing: false,
+                finished: false,
+                submitted: 0,
+                completed: 0,
+            }),
             cv: Condvar::new(),
         });
         let s = shared.clone();
@@ -100,7 +108,10 @@ impl MockStream {
                 text: text!("unhandled system error"),
                 last: text!("cannot start a stream thread: {e}"),
             })?;
-        Ok(MockStream { shared, worker: Some(worker) })
+        Ok(MockStream {
+            shared,
+            worker: Some(worker),
+        })
     }
 
     /// Whether everything queued so far has run (never blocks).
@@ -148,7 +159,10 @@ pub struct MockEvent {
 
 impl std::fmt::Debug for MockEvent {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MockEvent").field("timing", &self.state.timing).field("done", &self.is_done()).finish()
+        f.debug_struct("MockEvent")
+            .field("timing", &self.state.timing)
+            .field("done", &self.is_done())
+            .finish()
     }
 }
 
@@ -185,7 +199,13 @@ impl oxccl_core::Stream for MockStream {
     type Event = MockEvent;
 
     fn record(&self, timing: bool) -> Result<MockEvent> {
-        let ev = MockEvent { state: Arc::new(EventState { at: Mutex::new(None), cv: Condvar::new(), timing }) };
+        let ev = MockEvent {
+            state: Arc::new(EventState {
+                at: Mutex::new(None),
+                cv: Condvar::new(),
+                timing,
+            }),
+        };
         let e = ev.clone();
         self.shared.push(Box::new(move || e.complete()))?;
         Ok(ev)
@@ -215,14 +235,20 @@ impl oxccl_core::Event for MockEvent {
 
     fn elapsed_ms(&self, end: &MockEvent) -> Result<f32> {
         if !self.state.timing || !end.state.timing {
-            return Err(Error::invalid("event", format_args!("events recorded with timing on (record(true))")));
+            return Err(Error::invalid(
+                "event",
+                format_args!("events recorded with timing on (record(true))"),
+            ));
         }
         match (self.time(), end.time()) {
             (Some(a), Some(b)) => Ok(match b.checked_duration_since(a) {
                 Some(d) => d.as_secs_f32() * 1000.0,
                 None => -(a.duration_since(b).as_secs_f32() * 1000.0),
             }),
-            _ => Err(Error::invalid("event", format_args!("events the stream has reached (query() is true)"))),
+            _ => Err(Error::invalid(
+                "event",
+                format_args!("events the stream has reached (query() is true)"),
+            )),
         }
     }
 }

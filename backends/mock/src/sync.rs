@@ -14,7 +14,11 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 /// Waits on `cv` for at most `d`, surviving poisoning like [`lock`].
-pub(crate) fn wait_for<'a, T>(cv: &Condvar, g: MutexGuard<'a, T>, d: Duration) -> MutexGuard<'a, T> {
+pub(crate) fn wait_for<'a, T>(
+    cv: &Condvar,
+    g: MutexGuard<'a, T>,
+    d: Duration,
+) -> MutexGuard<'a, T> {
     match cv.wait_timeout(g, d) {
         Ok((g, _)) => g,
         Err(p) => p.into_inner().0,

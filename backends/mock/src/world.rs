@@ -14,6 +14,7 @@ pub struct World;
 
 impl World {
     /// `n` ranks (`n >= 1`) imitating NCCL [`DEFAULT_VERSION`], blocking, without faults.
+    #[allow(clippy::new_ret_no_self)] // a world is its communicators, one per rank
     pub fn new(n: u32) -> Result<Vec<MockComm>> {
         World::builder(n).build()
     }
@@ -66,10 +67,17 @@ impl WorldBuilder {
 
     /// The communicators, rank i at index i (device label i).
     pub fn build(self) -> Result<Vec<MockComm>> {
-        let ctx = oxccl_core::CheckCtx { rank: 0, size: self.n, features: &self.features };
+        let ctx = oxccl_core::CheckCtx {
+            rank: 0,
+            size: self.n,
+            features: &self.features,
+        };
         ctx.validate()?;
         if self.n == 0 {
-            return Err(Error::invalid("n", format_args!("at least one rank, got 0")));
+            return Err(Error::invalid(
+                "n",
+                format_args!("at least one rank, got 0"),
+            ));
         }
         if self.nonblocking.is_some() {
             self.features.require(Feature::NonBlocking)?;
@@ -81,6 +89,8 @@ impl WorldBuilder {
             self.nonblocking.unwrap_or(0),
             self.nonblocking.is_some(),
         );
-        Ok((0..self.n).map(|r| MockComm::from_shared(shared.clone(), r, Device(r))).collect())
+        Ok((0..self.n)
+            .map(|r| MockComm::from_shared(shared.clone(), r, Device(r)))
+            .collect())
     }
 }

@@ -6,7 +6,8 @@ mod common;
 use common::*;
 use half::{bf16, f16};
 use oxccl_core::{
-    CommOp, Communicator, DataType, HostScalar, OpKind, Progress, RawBuf, RawBufMut, ReduceOp, Scalar, Stream,
+    CommOp, Communicator, DataType, HostScalar, OpKind, Progress, RawBuf, RawBufMut, ReduceOp,
+    Scalar, Stream,
 };
 use oxccl_mock::World;
 
@@ -21,8 +22,14 @@ enum RedCase {
 }
 
 fn reductions(dt: DataType) -> Vec<RedCase> {
-    let mut v: Vec<RedCase> = ReduceOp::BUILTIN.iter().map(|o| RedCase::Builtin(*o)).collect();
-    if matches!(dt, DataType::Float16 | DataType::Bfloat16 | DataType::Float32 | DataType::Float64) {
+    let mut v: Vec<RedCase> = ReduceOp::BUILTIN
+        .iter()
+        .map(|o| RedCase::Builtin(*o))
+        .collect();
+    if matches!(
+        dt,
+        DataType::Float16 | DataType::Bfloat16 | DataType::Float32 | DataType::Float64
+    ) {
         v.push(RedCase::PreMulHost);
         v.push(RedCase::PreMulDevice);
     }
@@ -95,12 +102,23 @@ fn run_rank(comm: oxccl_mock::MockComm) -> usize {
     let mut salt = 0usize;
     for kind in kinds {
         for dt in DataType::ALL {
-            let reducing = matches!(kind, OpKind::AllReduce | OpKind::Reduce | OpKind::ReduceScatter | OpKind::ReduceScatterV);
-            let reds: Vec<Option<RedCase>> = if reducing { reductions(dt).into_iter().map(Some).collect() } else { vec![None] };
+            let reducing = matches!(
+                kind,
+                OpKind::AllReduce | OpKind::Reduce | OpKind::ReduceScatter | OpKind::ReduceScatterV
+            );
+            let reds: Vec<Option<RedCase>> = if reducing {
+                reductions(dt).into_iter().map(Some).collect()
+            } else {
+                vec![None]
+            };
             for rc in reds {
                 for len in LENS {
                     let places: &[bool] = match kind {
-                        OpKind::AllReduce | OpKind::Reduce | OpKind::ReduceScatter | OpKind::Broadcast | OpKind::AllGather => &[false, true],
+                        OpKind::AllReduce
+                        | OpKind::Reduce
+                        | OpKind::ReduceScatter
+                        | OpKind::Broadcast
+                        | OpKind::AllGather => &[false, true],
                         _ => &[false],
                     };
                     for &in_place in places {
@@ -133,7 +151,8 @@ fn one_case(
 ) {
     let es = dt.size();
     let root = salt % n;
-    let ctx = format!("{kind} {dt} {rc:?} len {len} in_place {in_place} n {n} rank {me} root {root}");
+    let ctx =
+        format!("{kind} {dt} {rc:?} len {len} in_place {in_place} n {n} rank {me} root {root}");
     // Each rank's input length by kind.
     let counts = vcounts(n, len);
     let in_len = |r: usize| match kind {
@@ -149,8 +168,12 @@ fn one_case(
     let mut dev_factor = Buf::from_bytes(&enc_f_or_empty(dt, rc, me));
     let op = match rc {
         Some(RedCase::Builtin(o)) => o,
-        Some(RedCase::PreMulHost) => ReduceOp::PreMulSum(Scalar::Host(host_scalar(dt, factor(dt, me)))),
-        Some(RedCase::PreMulDevice) => ReduceOp::PreMulSum(Scalar::Device { addr: dev_factor.addr() }),
+        Some(RedCase::PreMulHost) => {
+            ReduceOp::PreMulSum(Scalar::Host(host_scalar(dt, factor(dt, me))))
+        }
+        Some(RedCase::PreMulDevice) => ReduceOp::PreMulSum(Scalar::Device {
+            addr: dev_factor.addr(),
+        }),
         None => ReduceOp::Sum,
     };
     let _ = dev_factor.bytes_mut();
@@ -169,7 +192,9 @@ fn one_case(
     // In place: the input lives inside the output (or the output inside the input).
     if in_place {
         match kind {
-            OpKind::AllGather => recv.bytes_mut()[me * len * es..(me + 1) * len * es].copy_from_slice(mine),
+            OpKind::AllGather => {
+                recv.bytes_mut()[me * len * es..(me + 1) * len * es].copy_from_slice(mine)
+            }
             OpKind::ReduceScatter => {}
             _ => recv.bytes_mut().copy_from_slice(mine),
         }
@@ -191,19 +216,73 @@ fn one_case(
         _ => (send.rd(dt), recv.wr(dt)),
     };
     let cop = match kind {
-        OpKind::AllReduce => CommOp::AllReduce { send: sb, recv: rb, dtype: dt, op },
-        OpKind::Reduce => CommOp::Reduce { send: sb, recv: rb, dtype: dt, op, root: root as u32 },
-        OpKind::ReduceScatter => CommOp::ReduceScatter { send: sb, recv: rb, dtype: dt, op },
-        OpKind::ReduceScatterV => CommOp::ReduceScatterV { send: sb, recv: rb, dtype: dt, op, counts: &counts },
-        OpKind::Broadcast => CommOp::Broadcast { send: sb, recv: rb, dtype: dt, root: root as u32 },
-        OpKind::AllGather => CommOp::AllGather { send: sb, recv: rb, dtype: dt },
-        OpKind::AllGatherV => CommOp::AllGatherV { send: sb, recv: rb, dtype: dt, counts: &counts },
-        OpKind::AllToAll => CommOp::AllToAll { send: sb, recv: rb, dtype: dt },
-        OpKind::AllToAllV => {
-            CommOp::AllToAllV { send: sb, recv: rb, dtype: dt, send_counts: &send_counts, recv_counts: &recv_counts }
-        }
-        OpKind::Gather => CommOp::Gather { send: sb, recv: rb, dtype: dt, root: root as u32 },
-        OpKind::Scatter => CommOp::Scatter { send: sb, recv: rb, dtype: dt, root: root as u32 },
+        OpKind::AllReduce => CommOp::AllReduce {
+            send: sb,
+            recv: rb,
+            dtype: dt,
+            op,
+        },
+        OpKind::Reduce => CommOp::Reduce {
+            send: sb,
+            recv: rb,
+            dtype: dt,
+            op,
+            root: root as u32,
+        },
+        OpKind::ReduceScatter => CommOp::ReduceScatter {
+            send: sb,
+            recv: rb,
+            dtype: dt,
+            op,
+        },
+        OpKind::ReduceScatterV => CommOp::ReduceScatterV {
+            send: sb,
+            recv: rb,
+            dtype: dt,
+            op,
+            counts: &counts,
+        },
+        OpKind::Broadcast => CommOp::Broadcast {
+            send: sb,
+            recv: rb,
+            dtype: dt,
+            root: root as u32,
+        },
+        OpKind::AllGather => CommOp::AllGather {
+            send: sb,
+            recv: rb,
+            dtype: dt,
+        },
+        OpKind::AllGatherV => CommOp::AllGatherV {
+            send: sb,
+            recv: rb,
+            dtype: dt,
+            counts: &counts,
+        },
+        OpKind::AllToAll => CommOp::AllToAll {
+            send: sb,
+            recv: rb,
+            dtype: dt,
+        },
+        OpKind::AllToAllV => CommOp::AllToAllV {
+            send: sb,
+            recv: rb,
+            dtype: dt,
+            send_counts: &send_counts,
+            recv_counts: &recv_counts,
+        },
+        OpKind::Gather => CommOp::Gather {
+            send: sb,
+            recv: rb,
+            dtype: dt,
+            root: root as u32,
+        },
+        OpKind::Scatter => CommOp::Scatter {
+            send: sb,
+            recv: rb,
+            dtype: dt,
+            root: root as u32,
+        },
         _ => CommOp::Barrier,
     };
     // SAFETY: the buffers live until the stream is synchronized below.
@@ -214,8 +293,18 @@ fn one_case(
         (OpKind::ReduceScatter, true) => send.bytes()[me * len * es..(me + 1) * len * es].to_vec(),
         _ => recv.bytes().to_vec(),
     };
-    let factors: Vec<f64> = (0..n).map(|r| if dt.is_float() { factor(dt, r) } else { 0.0 }).collect();
-    let red = |inputs: &[Vec<u8>]| reduce_ref(dt, ref_red(rc.unwrap_or(RedCase::Builtin(ReduceOp::Sum))), &factors, inputs, n);
+    let factors: Vec<f64> = (0..n)
+        .map(|r| if dt.is_float() { factor(dt, r) } else { 0.0 })
+        .collect();
+    let red = |inputs: &[Vec<u8>]| {
+        reduce_ref(
+            dt,
+            ref_red(rc.unwrap_or(RedCase::Builtin(ReduceOp::Sum))),
+            &factors,
+            inputs,
+            n,
+        )
+    };
     let want: Vec<u8> = match kind {
         OpKind::AllReduce => red(&ins),
         OpKind::Reduce if me == root => red(&ins),
@@ -231,7 +320,9 @@ fn one_case(
         OpKind::Gather if me == root => ins.concat(),
         OpKind::Gather => Vec::new(),
         OpKind::Scatter => ins[root][me * len * es..(me + 1) * len * es].to_vec(),
-        OpKind::AllToAll => (0..n).flat_map(|p| ins[p][me * len * es..(me + 1) * len * es].to_vec()).collect(),
+        OpKind::AllToAll => (0..n)
+            .flat_map(|p| ins[p][me * len * es..(me + 1) * len * es].to_vec())
+            .collect(),
         OpKind::AllToAllV => (0..n)
             .flat_map(|p| {
                 let c: Vec<usize> = (0..n).map(|q| a2av(p, q, len)).collect();

@@ -1,9 +1,13 @@
 //! Mismatches, aborts and every fault of the plan, with what each rank sees.
 
+#![allow(clippy::result_large_err)]
+
 mod common;
 
 use common::*;
-use oxccl_core::{CommOp, CommState, Communicator, DataType, Error, Progress, ReduceOp, ResultCode, Stream};
+use oxccl_core::{
+    CommOp, CommState, Communicator, DataType, Error, Progress, ReduceOp, ResultCode, Stream,
+};
 use oxccl_mock::{FaultPlan, MockComm, MockStream, World};
 use std::time::{Duration, Instant};
 
@@ -17,11 +21,25 @@ fn f32s(v: &[f32]) -> Vec<u8> {
 fn all_reduce(c: &MockComm, s: &MockStream, b: &mut Buf) -> oxccl_core::Result<()> {
     let r = b.wr(DT);
     // SAFETY: every caller keeps `b` alive until its stream is synchronized or the comm aborted.
-    unsafe { c.issue(&CommOp::AllReduce { send: r.as_read(), recv: r, dtype: DT, op: ReduceOp::Sum }, s) }
+    unsafe {
+        c.issue(
+            &CommOp::AllReduce {
+                send: r.as_read(),
+                recv: r,
+                dtype: DT,
+                op: ReduceOp::Sum,
+            },
+            s,
+        )
+    }
 }
 
 fn wait_err(c: &MockComm) -> Error {
-    assert!(eventually(Duration::from_secs(2), || c.poll().is_err()), "rank {} saw no error", c.rank());
+    assert!(
+        eventually(Duration::from_secs(2), || c.poll().is_err()),
+        "rank {} saw no error",
+        c.rank()
+    );
     c.poll().unwrap_err()
 }
 
@@ -52,25 +70,58 @@ fn assert_mismatch(errs: Vec<Error>, what: &str, detail: &str) {
 
 #[test]
 fn mismatched_counts_dtypes_ops_roots_and_kinds_are_named_on_every_rank() {
-    let e = mismatch(|r, a, b| CommOp::AllReduce { send: a.rd_at(DT, 0, 4 + r as usize), recv: b.wr_at(DT, 0, 4 + r as usize), dtype: DT, op: ReduceOp::Sum });
+    let e = mismatch(|r, a, b| CommOp::AllReduce {
+        send: a.rd_at(DT, 0, 4 + r as usize),
+        recv: b.wr_at(DT, 0, 4 + r as usize),
+        dtype: DT,
+        op: ReduceOp::Sum,
+    });
     assert_mismatch(e, "count", "rank 0: 4, rank 1: 5");
     let e = mismatch(|r, a, b| {
-        let dt = if r == 0 { DataType::Float32 } else { DataType::Int32 };
-        CommOp::AllReduce { send: a.rd_at(dt, 0, 4), recv: b.wr_at(dt, 0, 4), dtype: dt, op: ReduceOp::Sum }
+        let dt = if r == 0 {
+            DataType::Float32
+        } else {
+            DataType::Int32
+        };
+        CommOp::AllReduce {
+            send: a.rd_at(dt, 0, 4),
+            recv: b.wr_at(dt, 0, 4),
+            dtype: dt,
+            op: ReduceOp::Sum,
+        }
     });
     assert_mismatch(e, "dtype", "rank 0: float32, rank 1: int32");
     let e = mismatch(|r, a, b| {
         let op = if r == 0 { ReduceOp::Sum } else { ReduceOp::Max };
-        CommOp::AllReduce { send: a.rd_at(DT, 0, 4), recv: b.wr_at(DT, 0, 4), dtype: DT, op }
+        CommOp::AllReduce {
+            send: a.rd_at(DT, 0, 4),
+            recv: b.wr_at(DT, 0, 4),
+            dtype: DT,
+            op,
+        }
     });
     assert_mismatch(e, "op", "rank 0: sum, rank 1: max");
-    let e = mismatch(|r, a, b| CommOp::Broadcast { send: a.rd_at(DT, 0, 4), recv: b.wr_at(DT, 0, 4), dtype: DT, root: r });
+    let e = mismatch(|r, a, b| CommOp::Broadcast {
+        send: a.rd_at(DT, 0, 4),
+        recv: b.wr_at(DT, 0, 4),
+        dtype: DT,
+        root: r,
+    });
     assert_mismatch(e, "root", "rank 0: 0, rank 1: 1");
     let e = mismatch(|r, a, b| {
         if r == 0 {
-            CommOp::AllReduce { send: a.rd_at(DT, 0, 4), recv: b.wr_at(DT, 0, 4), dtype: DT, op: ReduceOp::Sum }
+            CommOp::AllReduce {
+                send: a.rd_at(DT, 0, 4),
+                recv: b.wr_at(DT, 0, 4),
+                dtype: DT,
+                op: ReduceOp::Sum,
+            }
         } else {
-            CommOp::AllGather { send: a.rd_at(DT, 0, 2), recv: b.wr_at(DT, 0, 4), dtype: DT }
+            CommOp::AllGather {
+                send: a.rd_at(DT, 0, 2),
+                recv: b.wr_at(DT, 0, 4),
+                dtype: DT,
+            }
         }
     });
     assert_mismatch(e, "operation", "rank 0: all_reduce, rank 1: all_gather");
@@ -99,15 +150,28 @@ fn abort_wakes_a_blocked_collective_and_peers_see_remote() {
         comms[0].abort("test abort");
         comms[0].abort("second abort is a no-op");
         let _ = c2;
-        hs.into_iter().map(|h| h.join().unwrap()).collect::<Vec<_>>()
+        hs.into_iter()
+            .map(|h| h.join().unwrap())
+            .collect::<Vec<_>>()
     });
     assert!(start.elapsed() < Duration::from_secs(2));
-    assert_eq!(errs[0], Error::Aborted { reason: oxccl_core::text!("test abort") });
+    assert_eq!(
+        errs[0],
+        Error::Aborted {
+            reason: oxccl_core::text!("test abort")
+        }
+    );
     match &errs[1] {
-        Error::Remote { detail } => assert!(detail.contains("rank 0 aborted: test abort"), "{detail}"),
+        Error::Remote { detail } => {
+            assert!(detail.contains("rank 0 aborted: test abort"), "{detail}")
+        }
         e => panic!("{e:?}"),
     }
-    assert_eq!(comms[2].poll(), Ok(Progress::Done), "a rank outside the collective is untouched");
+    assert_eq!(
+        comms[2].poll(),
+        Ok(Progress::Done),
+        "a rank outside the collective is untouched"
+    );
     // A later collective of rank 2 needs rank 0: it fails instead of hanging.
     let s = stream();
     let mut b = Buf::from_bytes(&f32s(&[1.0]));
@@ -123,11 +187,22 @@ fn use_after_abort_fails_fast_with_the_reason() {
     let s = stream();
     let mut b = Buf::from_bytes(&f32s(&[1.0]));
     let e = all_reduce(&comms[1], &s, &mut b).unwrap_err();
-    assert_eq!(e, Error::Aborted { reason: oxccl_core::text!("watchdog: timeout") });
+    assert_eq!(
+        e,
+        Error::Aborted {
+            reason: oxccl_core::text!("watchdog: timeout")
+        }
+    );
     assert_eq!(comms[1].state(), CommState::Aborted);
     assert!(matches!(comms[1].poll(), Err(Error::Aborted { .. })));
-    assert!(matches!(comms[1].split(Some(0), 0, &Default::default()), Err(Error::Aborted { .. })));
-    assert!(matches!(comms[1].register(b.addr(), 4), Err(Error::Aborted { .. })));
+    assert!(matches!(
+        comms[1].split(Some(0), 0, &Default::default()),
+        Err(Error::Aborted { .. })
+    ));
+    assert!(matches!(
+        comms[1].register(b.addr(), 4),
+        Err(Error::Aborted { .. })
+    ));
 }
 
 #[test]
@@ -146,9 +221,19 @@ fn fail_op_fails_at_issue_and_peers_get_remote() {
     assert_eq!(out[0].0, f32s(&[3.0]));
     assert_eq!(out[1].0, f32s(&[3.0]));
     assert!(out[0].1.is_ok());
-    assert!(matches!(&out[1].1, Err(Error::Backend { code: ResultCode::SYSTEM_ERROR, .. })));
+    assert!(matches!(
+        &out[1].1,
+        Err(Error::Backend {
+            code: ResultCode::SYSTEM_ERROR,
+            ..
+        })
+    ));
     assert_eq!(out[1].2.code(), Some(ResultCode::SYSTEM_ERROR));
-    assert!(matches!(&out[0].2, Error::Remote { detail } if detail.contains("rank 1 failed")), "{:?}", out[0].2);
+    assert!(
+        matches!(&out[0].2, Error::Remote { detail } if detail.contains("rank 1 failed")),
+        "{:?}",
+        out[0].2
+    );
 }
 
 #[test]
@@ -170,7 +255,11 @@ fn hang_op_blocks_until_abort_and_peers_get_remote() {
             })
             .collect();
         std::thread::sleep(Duration::from_millis(150));
-        assert_eq!(comms[1].poll(), Ok(Progress::Done), "still blocked, no error yet");
+        assert_eq!(
+            comms[1].poll(),
+            Ok(Progress::Done),
+            "still blocked, no error yet"
+        );
         comms[0].abort("hung");
         let mut r = h.into_iter().map(|h| h.join().unwrap());
         (r.next().unwrap(), r.next().unwrap())
@@ -200,7 +289,10 @@ fn lost_rank_leaves_peers_with_remote_within_bounded_time() {
         if r == 1 {
             assert_eq!(e.code(), Some(ResultCode::SYSTEM_ERROR), "{e:?}");
         } else {
-            assert!(matches!(e, Error::Remote { detail } if detail.contains("rank 1 was lost at op 1")), "{e:?}");
+            assert!(
+                matches!(e, Error::Remote { detail } if detail.contains("rank 1 was lost at op 1")),
+                "{e:?}"
+            );
         }
     }
 }
@@ -216,7 +308,10 @@ fn delay_op_delays_and_still_computes() {
         let t1 = s.record(true).unwrap();
         s.synchronize().unwrap();
         assert_eq!(c.poll(), Ok(Progress::Done));
-        (b.bytes().to_vec(), oxccl_core::Event::elapsed_ms(&t0, &t1).unwrap())
+        (
+            b.bytes().to_vec(),
+            oxccl_core::Event::elapsed_ms(&t0, &t1).unwrap(),
+        )
     });
     for (b, ms) in out {
         assert_eq!(b, f32s(&[4.0]));
@@ -232,7 +327,13 @@ fn init_in_progress_for_n_polls() {
     assert_eq!(comms[1].state(), CommState::Initializing);
     let s = stream();
     let mut b = Buf::from_bytes(&f32s(&[1.0]));
-    assert!(matches!(all_reduce(&comms[1], &s, &mut b), Err(Error::InvalidState { state: CommState::Initializing, .. })));
+    assert!(matches!(
+        all_reduce(&comms[1], &s, &mut b),
+        Err(Error::InvalidState {
+            state: CommState::Initializing,
+            ..
+        })
+    ));
     for _ in 0..3 {
         assert_eq!(comms[1].poll(), Ok(Progress::InProgress));
     }

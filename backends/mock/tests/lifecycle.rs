@@ -4,8 +4,8 @@ mod common;
 
 use common::*;
 use oxccl_core::{
-    Backend, CommConfig, CommOp, CommState, Communicator, DataType, Error, Event, Feature, FeatureSet, Progress,
-    ReduceOp, Stream, Version,
+    Backend, CommConfig, CommOp, CommState, Communicator, DataType, Error, Event, Feature,
+    FeatureSet, Progress, ReduceOp, Stream, Version,
 };
 use oxccl_mock::{MockBackend, MockComm, World};
 use std::time::Duration;
@@ -22,7 +22,18 @@ fn sum(c: &MockComm, v: i64) -> i64 {
     let mut b = Buf::from_bytes(&i64s(&[v]));
     let r = b.wr(DT);
     // SAFETY: `b` outlives the synchronize below.
-    unsafe { c.issue(&CommOp::AllReduce { send: r.as_read(), recv: r, dtype: DT, op: ReduceOp::Sum }, &s) }.unwrap();
+    unsafe {
+        c.issue(
+            &CommOp::AllReduce {
+                send: r.as_read(),
+                recv: r,
+                dtype: DT,
+                op: ReduceOp::Sum,
+            },
+            &s,
+        )
+    }
+    .unwrap();
     s.synchronize().unwrap();
     assert_eq!(c.poll(), Ok(Progress::Done));
     i64::from_ne_bytes(b.bytes().try_into().unwrap())
@@ -32,8 +43,13 @@ fn sum(c: &MockComm, v: i64) -> i64 {
 fn world_of_zero_is_invalid() {
     assert!(matches!(World::new(0), Err(Error::InvalidArgument { .. })));
     let w = World::new(4).unwrap();
-    assert_eq!(w.iter().map(|c| c.rank()).collect::<Vec<_>>(), vec![0, 1, 2, 3]);
-    assert!(w.iter().all(|c| c.size() == 4 && c.state() == CommState::Ready));
+    assert_eq!(
+        w.iter().map(|c| c.rank()).collect::<Vec<_>>(),
+        vec![0, 1, 2, 3]
+    );
+    assert!(w
+        .iter()
+        .all(|c| c.size() == 4 && c.state() == CommState::Ready));
 }
 
 #[test]
@@ -54,7 +70,9 @@ fn split_by_color_and_key_with_nocolor() {
         let r = c.rank();
         let color = if r == 5 { None } else { Some(r % 2) };
         let child = c.split(color, 10 - r, &CommConfig::new()).unwrap();
-        let info = child.as_ref().map(|ch| (ch.rank(), ch.size(), sum(ch, 1 << r)));
+        let info = child
+            .as_ref()
+            .map(|ch| (ch.rank(), ch.size(), sum(ch, 1 << r)));
         // The parent still works after the split.
         assert_eq!(sum(&c, 1), 6);
         info
@@ -72,7 +90,10 @@ fn split_by_color_and_key_with_nocolor() {
 #[test]
 fn equal_keys_order_by_parent_rank_and_single_rank_child_is_identity() {
     let out = on_ranks(World::new(3).unwrap(), |c| {
-        let ch = c.split(Some(c.rank()), 0, &CommConfig::new()).unwrap().unwrap();
+        let ch = c
+            .split(Some(c.rank()), 0, &CommConfig::new())
+            .unwrap()
+            .unwrap();
         assert_eq!((ch.rank(), ch.size()), (0, 1));
         let same = c.split(Some(7), 0, &CommConfig::new()).unwrap().unwrap();
         (sum(&ch, 42), same.rank())
@@ -84,7 +105,10 @@ fn equal_keys_order_by_parent_rank_and_single_rank_child_is_identity() {
 fn nonblocking_split_stays_in_progress_for_the_configured_polls() {
     let out = on_ranks(World::builder(2).nonblocking(2).build().unwrap(), |c| {
         while c.poll().unwrap() == Progress::InProgress {}
-        let ch = c.split(Some(0), 0, &CommConfig::new().blocking(false)).unwrap().unwrap();
+        let ch = c
+            .split(Some(0), 0, &CommConfig::new().blocking(false))
+            .unwrap()
+            .unwrap();
         assert_eq!(ch.state(), CommState::Initializing);
         assert_eq!(ch.poll(), Ok(Progress::InProgress));
         assert_eq!(ch.poll(), Ok(Progress::InProgress));
@@ -96,10 +120,16 @@ fn nonblocking_split_stays_in_progress_for_the_configured_polls() {
 
 #[test]
 fn split_needs_the_feature() {
-    let comms = World::builder(1).version(Version::new(2, 17, 1)).build().unwrap();
+    let comms = World::builder(1)
+        .version(Version::new(2, 17, 1))
+        .build()
+        .unwrap();
     assert!(matches!(
         comms[0].split(Some(0), 0, &CommConfig::new()),
-        Err(Error::Unsupported { feature: Feature::Split, .. })
+        Err(Error::Unsupported {
+            feature: Feature::Split,
+            ..
+        })
     ));
 }
 
@@ -115,8 +145,14 @@ fn nonblocking_world_polls_in_progress_then_done() {
         assert_eq!(c.state(), CommState::Ready);
     }
     assert!(matches!(
-        World::builder(2).version(Version::new(2, 13, 4)).nonblocking(1).build(),
-        Err(Error::Unsupported { feature: Feature::NonBlocking, .. })
+        World::builder(2)
+            .version(Version::new(2, 13, 4))
+            .nonblocking(1)
+            .build(),
+        Err(Error::Unsupported {
+            feature: Feature::NonBlocking,
+            ..
+        })
     ));
 }
 
@@ -131,13 +167,17 @@ fn backend_init_rank_rendezvous_blocking_and_nonblocking() {
             .map(|r| {
                 let (be, id) = (&be, &id);
                 s.spawn(move || {
-                    let c = be.init_rank(id, r, 3, oxccl_core::Device(r), &CommConfig::new()).unwrap();
+                    let c = be
+                        .init_rank(id, r, 3, oxccl_core::Device(r), &CommConfig::new())
+                        .unwrap();
                     assert_eq!(c.state(), CommState::Ready);
                     sum(&c, r as i64 + 1)
                 })
             })
             .collect();
-        hs.into_iter().map(|h| h.join().unwrap()).collect::<Vec<_>>()
+        hs.into_iter()
+            .map(|h| h.join().unwrap())
+            .collect::<Vec<_>>()
     });
     assert_eq!(out, vec![6, 6, 6]);
 
@@ -153,7 +193,10 @@ fn backend_init_rank_rendezvous_blocking_and_nonblocking() {
     assert_eq!(c0.poll(), Ok(Progress::Done));
     assert_eq!(c1.poll(), Ok(Progress::InProgress));
     assert_eq!(c1.poll(), Ok(Progress::Done));
-    assert!(matches!(be.init_rank(&id, 5, 2, oxccl_core::Device(0), &nb), Err(Error::InvalidArgument { arg: "rank", .. })));
+    assert!(matches!(
+        be.init_rank(&id, 5, 2, oxccl_core::Device(0), &nb),
+        Err(Error::InvalidArgument { arg: "rank", .. })
+    ));
 }
 
 #[test]
@@ -165,7 +208,10 @@ fn blocking_init_times_out_when_a_rank_never_comes() {
         Duration::from_millis(100),
     );
     let id = be.unique_id().unwrap();
-    assert!(matches!(be.init_rank(&id, 0, 2, oxccl_core::Device(0), &CommConfig::new()), Err(Error::Timeout { .. })));
+    assert!(matches!(
+        be.init_rank(&id, 0, 2, oxccl_core::Device(0), &CommConfig::new()),
+        Err(Error::Timeout { .. })
+    ));
 }
 
 #[test]
@@ -175,27 +221,60 @@ fn register_twice_and_unknown_deregister_name_the_address() {
     let b = Buf::filled(64, 0);
     let h = c.register(b.addr(), 64).unwrap();
     match c.register(b.addr(), 64) {
-        Err(Error::InvalidArgument { arg: "addr", expected }) => assert!(expected.contains(&format!("{:#x}", b.addr()))),
+        Err(Error::InvalidArgument {
+            arg: "addr",
+            expected,
+        }) => assert!(expected.contains(&format!("{:#x}", b.addr()))),
         e => panic!("{e:?}"),
     }
     c.deregister(h).unwrap();
     match c.deregister(h) {
-        Err(Error::InvalidArgument { arg: "handle", expected }) => assert!(expected.contains(&format!("{:#x}", b.addr()))),
+        Err(Error::InvalidArgument {
+            arg: "handle",
+            expected,
+        }) => assert!(expected.contains(&format!("{:#x}", b.addr()))),
         e => panic!("{e:?}"),
     }
-    let old = World::builder(1).features(FeatureSet::for_version(Version::new(2, 28, 3)).without(Feature::BufferRegistration)).build().unwrap();
-    assert!(matches!(old[0].register(b.addr(), 64), Err(Error::Unsupported { .. })));
+    let old = World::builder(1)
+        .features(
+            FeatureSet::for_version(Version::new(2, 28, 3)).without(Feature::BufferRegistration),
+        )
+        .build()
+        .unwrap();
+    assert!(matches!(
+        old[0].register(b.addr(), 64),
+        Err(Error::Unsupported { .. })
+    ));
 }
 
 #[test]
 fn hidden_features_are_refused_by_the_checks() {
-    let comms = World::builder(1).version(Version::new(2, 19, 3)).build().unwrap();
+    let comms = World::builder(1)
+        .version(Version::new(2, 19, 3))
+        .build()
+        .unwrap();
     let s = stream();
     let mut b = Buf::filled(8, 0);
     let r = b.wr(DataType::Float8E4M3);
     // SAFETY: refused before it runs.
-    let e = unsafe { comms[0].issue(&CommOp::AllReduce { send: r.as_read(), recv: r, dtype: DataType::Float8E4M3, op: ReduceOp::Sum }, &s) };
-    assert!(matches!(e, Err(Error::Unsupported { feature: Feature::Float8, .. })));
+    let e = unsafe {
+        comms[0].issue(
+            &CommOp::AllReduce {
+                send: r.as_read(),
+                recv: r,
+                dtype: DataType::Float8E4M3,
+                op: ReduceOp::Sum,
+            },
+            &s,
+        )
+    };
+    assert!(matches!(
+        e,
+        Err(Error::Unsupported {
+            feature: Feature::Float8,
+            ..
+        })
+    ));
 }
 
 #[test]
@@ -207,7 +286,13 @@ fn finalize_flushes_then_refuses_work() {
         let s = stream();
         // SAFETY: refused before it runs.
         let e = unsafe { c.issue(&CommOp::Barrier, &s) };
-        assert!(matches!(e, Err(Error::InvalidState { state: CommState::Finalized, .. })));
+        assert!(matches!(
+            e,
+            Err(Error::InvalidState {
+                state: CommState::Finalized,
+                ..
+            })
+        ));
         v
     });
     assert_eq!(out, vec![4, 4]);
@@ -227,12 +312,18 @@ fn events_complete_in_order_and_time() {
     assert!(a.query().unwrap() && b.query().unwrap());
     let ms = a.elapsed_ms(&b).unwrap();
     assert!((0.0..1000.0).contains(&ms), "{ms}");
-    assert!(matches!(a.elapsed_ms(&untimed), Err(Error::InvalidArgument { arg: "event", .. })));
+    assert!(matches!(
+        a.elapsed_ms(&untimed),
+        Err(Error::InvalidArgument { arg: "event", .. })
+    ));
     b.synchronize().unwrap();
     // A stream waiting on an event of another stream waits for it.
     let slow = stream();
     let fast = stream();
-    let comms = World::builder(1).faults(oxccl_mock::FaultPlan::new().delay_op(0, 0, Duration::from_millis(100))).build().unwrap();
+    let comms = World::builder(1)
+        .faults(oxccl_mock::FaultPlan::new().delay_op(0, 0, Duration::from_millis(100)))
+        .build()
+        .unwrap();
     // SAFETY: a barrier has no buffers.
     unsafe { comms[0].issue(&CommOp::Barrier, &slow) }.unwrap();
     let done = slow.record(true).unwrap();

@@ -25,8 +25,24 @@ fn ring_recv_before_send_inside_a_group_does_not_deadlock() {
             c.group_start().unwrap();
             // SAFETY: buffers outlive the synchronize below.
             unsafe {
-                c.issue(&CommOp::Recv { buf: recv.wr(DT), dtype: DT, peer: left }, &s).unwrap();
-                c.issue(&CommOp::Send { buf: send.rd(DT), dtype: DT, peer: right }, &s).unwrap();
+                c.issue(
+                    &CommOp::Recv {
+                        buf: recv.wr(DT),
+                        dtype: DT,
+                        peer: left,
+                    },
+                    &s,
+                )
+                .unwrap();
+                c.issue(
+                    &CommOp::Send {
+                        buf: send.rd(DT),
+                        dtype: DT,
+                        peer: right,
+                    },
+                    &s,
+                )
+                .unwrap();
             }
             assert_eq!(c.group_end(), Ok(Progress::Done));
             s.synchronize().unwrap();
@@ -34,7 +50,11 @@ fn ring_recv_before_send_inside_a_group_does_not_deadlock() {
             (left, recv.bytes().to_vec())
         });
         for (left, bytes) in got {
-            assert_eq!(bytes, ints(&[left as i32 * 10, left as i32 * 10 + 1, 7]), "n {n}");
+            assert_eq!(
+                bytes,
+                ints(&[left as i32 * 10, left as i32 * 10 + 1, 7]),
+                "n {n}"
+            );
         }
     }
 }
@@ -51,10 +71,42 @@ fn ungrouped_p2p_pairs_in_order() {
         // SAFETY: buffers outlive the synchronize below. Sends are eager, so send-then-recv on
         // both ranks completes (more lenient than NCCL for large messages).
         unsafe {
-            c.issue(&CommOp::Send { buf: a.rd(DT), dtype: DT, peer }, &s).unwrap();
-            c.issue(&CommOp::Send { buf: b.rd(DT), dtype: DT, peer }, &s).unwrap();
-            c.issue(&CommOp::Recv { buf: ra.wr(DT), dtype: DT, peer }, &s).unwrap();
-            c.issue(&CommOp::Recv { buf: rb.wr(DT), dtype: DT, peer }, &s).unwrap();
+            c.issue(
+                &CommOp::Send {
+                    buf: a.rd(DT),
+                    dtype: DT,
+                    peer,
+                },
+                &s,
+            )
+            .unwrap();
+            c.issue(
+                &CommOp::Send {
+                    buf: b.rd(DT),
+                    dtype: DT,
+                    peer,
+                },
+                &s,
+            )
+            .unwrap();
+            c.issue(
+                &CommOp::Recv {
+                    buf: ra.wr(DT),
+                    dtype: DT,
+                    peer,
+                },
+                &s,
+            )
+            .unwrap();
+            c.issue(
+                &CommOp::Recv {
+                    buf: rb.wr(DT),
+                    dtype: DT,
+                    peer,
+                },
+                &s,
+            )
+            .unwrap();
         }
         s.synchronize().unwrap();
         (ra.bytes().to_vec(), rb.bytes().to_vec())
@@ -71,12 +123,25 @@ fn one_thread_drives_every_rank_in_a_group() {
         let comms = World::new(n).unwrap();
         // One stream for all ranks: grouped ops are posted before any is waited for.
         let s = stream();
-        let mut bufs: Vec<Buf> = (0..n).map(|r| Buf::from_bytes(&ints(&[r as i32 + 1, 2]))).collect();
+        let mut bufs: Vec<Buf> = (0..n)
+            .map(|r| Buf::from_bytes(&ints(&[r as i32 + 1, 2])))
+            .collect();
         comms[0].group_start().unwrap();
         for (c, b) in comms.iter().zip(bufs.iter_mut()) {
             let r = b.wr(DT);
             // SAFETY: buffers outlive the synchronize below.
-            unsafe { c.issue(&CommOp::AllReduce { send: r.as_read(), recv: r, dtype: DT, op: ReduceOp::Sum }, &s) }.unwrap();
+            unsafe {
+                c.issue(
+                    &CommOp::AllReduce {
+                        send: r.as_read(),
+                        recv: r,
+                        dtype: DT,
+                        op: ReduceOp::Sum,
+                    },
+                    &s,
+                )
+            }
+            .unwrap();
         }
         assert_eq!(comms[0].group_end(), Ok(Progress::Done));
         s.synchronize().unwrap();
@@ -91,10 +156,24 @@ fn one_thread_drives_every_rank_in_a_group() {
         for ((c, b), s) in comms.iter().zip(bufs.iter_mut()).zip(&streams) {
             let r = b.wr(DT);
             // SAFETY: as above.
-            unsafe { c.issue(&CommOp::AllReduce { send: r.as_read(), recv: r, dtype: DT, op: ReduceOp::Max }, s) }.unwrap();
+            unsafe {
+                c.issue(
+                    &CommOp::AllReduce {
+                        send: r.as_read(),
+                        recv: r,
+                        dtype: DT,
+                        op: ReduceOp::Max,
+                    },
+                    s,
+                )
+            }
+            .unwrap();
         }
         assert_eq!(comms[0].group_end(), Ok(Progress::Done));
-        assert!(streams.iter().all(|s| s.query()), "nested group must not launch before the outermost end");
+        assert!(
+            streams.iter().all(|s| s.query()),
+            "nested group must not launch before the outermost end"
+        );
         assert_eq!(comms[0].group_end(), Ok(Progress::Done));
         for s in &streams {
             s.synchronize().unwrap();
@@ -108,7 +187,13 @@ fn one_thread_drives_every_rank_in_a_group() {
 #[test]
 fn group_end_without_start_is_invalid_state() {
     let comms = World::new(1).unwrap();
-    assert!(matches!(comms[0].group_end(), Err(Error::InvalidState { attempted: "group_end", .. })));
+    assert!(matches!(
+        comms[0].group_end(),
+        Err(Error::InvalidState {
+            attempted: "group_end",
+            ..
+        })
+    ));
     // And the thread's group state stays sane afterwards.
     comms[0].group_start().unwrap();
     assert_eq!(comms[0].group_end(), Ok(Progress::Done));
@@ -123,11 +208,48 @@ fn a_bad_op_inside_a_group_is_refused_and_the_rest_runs() {
         let mut short = Buf::filled(0, 0);
         c.group_start().unwrap();
         // SAFETY: buffers outlive the synchronize below.
-        let bad = unsafe { c.issue(&CommOp::AllReduce { send: r.as_read(), recv: short.wr(DT), dtype: DT, op: ReduceOp::Sum }, &s) };
-        assert!(matches!(bad, Err(Error::InvalidArgument { arg: "recv", .. })), "{bad:?}");
-        let bad_root = unsafe { c.issue(&CommOp::Broadcast { send: r.as_read(), recv: r, dtype: DT, root: 9 }, &s) };
-        assert!(matches!(bad_root, Err(Error::InvalidArgument { arg: "root", .. })));
-        unsafe { c.issue(&CommOp::AllReduce { send: r.as_read(), recv: r, dtype: DT, op: ReduceOp::Sum }, &s) }.unwrap();
+        let bad = unsafe {
+            c.issue(
+                &CommOp::AllReduce {
+                    send: r.as_read(),
+                    recv: short.wr(DT),
+                    dtype: DT,
+                    op: ReduceOp::Sum,
+                },
+                &s,
+            )
+        };
+        assert!(
+            matches!(bad, Err(Error::InvalidArgument { arg: "recv", .. })),
+            "{bad:?}"
+        );
+        let bad_root = unsafe {
+            c.issue(
+                &CommOp::Broadcast {
+                    send: r.as_read(),
+                    recv: r,
+                    dtype: DT,
+                    root: 9,
+                },
+                &s,
+            )
+        };
+        assert!(matches!(
+            bad_root,
+            Err(Error::InvalidArgument { arg: "root", .. })
+        ));
+        unsafe {
+            c.issue(
+                &CommOp::AllReduce {
+                    send: r.as_read(),
+                    recv: r,
+                    dtype: DT,
+                    op: ReduceOp::Sum,
+                },
+                &s,
+            )
+        }
+        .unwrap();
         assert_eq!(c.group_end(), Ok(Progress::Done));
         s.synchronize().unwrap();
         assert_eq!(c.poll(), Ok(Progress::Done));
@@ -145,18 +267,39 @@ fn p2p_count_mismatch_reaches_both_ends() {
         // SAFETY: buffers outlive the synchronize below.
         unsafe {
             if c.rank() == 0 {
-                c.issue(&CommOp::Send { buf: src.rd(DT), dtype: DT, peer: 1 }, &s).unwrap();
+                c.issue(
+                    &CommOp::Send {
+                        buf: src.rd(DT),
+                        dtype: DT,
+                        peer: 1,
+                    },
+                    &s,
+                )
+                .unwrap();
             } else {
-                c.issue(&CommOp::Recv { buf: dst.wr(DT), dtype: DT, peer: 0 }, &s).unwrap();
+                c.issue(
+                    &CommOp::Recv {
+                        buf: dst.wr(DT),
+                        dtype: DT,
+                        peer: 0,
+                    },
+                    &s,
+                )
+                .unwrap();
             }
         }
         s.synchronize().unwrap();
-        assert!(eventually(std::time::Duration::from_secs(2), || c.poll().is_err()));
+        assert!(eventually(std::time::Duration::from_secs(2), || c
+            .poll()
+            .is_err()));
         c.poll().unwrap_err()
     });
     for e in errs {
         match e {
-            Error::Mismatch { what: "count", detail } => assert_eq!(detail.as_str(), "send on rank 0: 4, recv on rank 1: 5"),
+            Error::Mismatch {
+                what: "count",
+                detail,
+            } => assert_eq!(detail.as_str(), "send on rank 0: 4, recv on rank 1: 5"),
             e => panic!("{e:?}"),
         }
     }

@@ -41,10 +41,16 @@ impl Buf {
     }
     /// The whole buffer as `len` elements of `dt`, read-only.
     pub fn rd(&self, dt: DataType) -> RawBuf {
-        RawBuf::new(if self.bytes == 0 { 0 } else { self.addr() }, self.bytes / dt.size())
+        RawBuf::new(
+            if self.bytes == 0 { 0 } else { self.addr() },
+            self.bytes / dt.size(),
+        )
     }
     pub fn wr(&mut self, dt: DataType) -> RawBufMut {
-        RawBufMut::new(if self.bytes == 0 { 0 } else { self.addr() }, self.bytes / dt.size())
+        RawBufMut::new(
+            if self.bytes == 0 { 0 } else { self.addr() },
+            self.bytes / dt.size(),
+        )
     }
     /// Elements `from..from+len` of `dt`, read-only.
     pub fn rd_at(&self, dt: DataType, from: usize, len: usize) -> RawBuf {
@@ -59,7 +65,9 @@ impl Buf {
 pub fn on_ranks<T: Send>(comms: Vec<MockComm>, f: impl Fn(MockComm) -> T + Sync) -> Vec<T> {
     std::thread::scope(|s| {
         let hs: Vec<_> = comms.into_iter().map(|c| s.spawn(|| f(c))).collect();
-        hs.into_iter().map(|h| h.join().expect("rank thread panicked")).collect()
+        hs.into_iter()
+            .map(|h| h.join().expect("rank thread panicked"))
+            .collect()
     })
 }
 
@@ -173,7 +181,13 @@ pub enum RefRed {
 }
 
 /// The reference reduction of equally long inputs (rank order), `factors` per rank for PreMul.
-pub fn reduce_ref(dt: DataType, red: RefRed, factors: &[f64], inputs: &[Vec<u8>], n: usize) -> Vec<u8> {
+pub fn reduce_ref(
+    dt: DataType,
+    red: RefRed,
+    factors: &[f64],
+    inputs: &[Vec<u8>],
+    n: usize,
+) -> Vec<u8> {
     let es = dt.size();
     let len = inputs[0].len() / es;
     let mut out = Vec::new();
@@ -192,7 +206,8 @@ pub fn reduce_ref(dt: DataType, red: RefRed, factors: &[f64], inputs: &[Vec<u8>]
             out.extend(enc_int(dt, v));
         } else {
             let xs: Vec<f64> = (0..inputs.len()).map(|r| dec_f(dt, el(r))).collect();
-            let fold = |f: &dyn Fn(f64, f64) -> f64| xs[1..].iter().fold(xs[0], |a, x| rnd(dt, f(a, *x)));
+            let fold =
+                |f: &dyn Fn(f64, f64) -> f64| xs[1..].iter().fold(xs[0], |a, x| rnd(dt, f(a, *x)));
             let premul = |fs: &dyn Fn(usize) -> f64| {
                 let mut a = rnd(dt, xs[0] * fs(0));
                 for (r, x) in xs.iter().enumerate().skip(1) {
