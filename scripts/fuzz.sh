@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Runs every cargo-fuzz target of fuzz/ for N seconds each (default 20), on the stable
+# toolchain: RUSTC_BOOTSTRAP=1 lets cargo-fuzz pass its nightly-only flags, and
+# `--sanitizer none` avoids needing a sanitizer runtime (and runs several times faster).
+#
+#   scripts/fuzz.sh [SECONDS] [TARGET...]      e.g. scripts/fuzz.sh 60 group work
+#
+# Installs cargo-fuzz first when it is missing. Exits non-zero at the first target that
+# finds a crash (the input is left under fuzz/artifacts/<target>/).
+set -euo pipefail
+
+secs="${1:-20}"
+shift || true
+cd "$(dirname "$0")/../fuzz"
+
+if ! cargo fuzz --version >/dev/null 2>&1; then
+    echo "installing cargo-fuzz 0.13.2" >&2
+    cargo install cargo-fuzz --version 0.13.2 --locked
+fi
+
+if [ "$#" -gt 0 ]; then
+    targets=("$@")
+else
+    mapfile -t targets < <(cargo fuzz list)
+fi
+
+export RUSTC_BOOTSTRAP=1
+mkdir -p target
+for t in "${targets[@]}"; do
+    echo "== $t: ${secs}s" >&2
+    mkdir -p "corpus/$t"
+    log="target/fuzz-$t.log"
+    status=0
+    cargo fuzz run --sanitizer none "$t" "corpus/$t" -- -max_total_time="$secs" -print_final_stats=1 \
+        >"$log" 2>&1 || status=$?
+    grep -E "^(Done [0-9]+ runs|stat::number_of_executed_units|stat::average_exec_per_sec)" "$log" || true
+    if [ "$status" -ne 0 ]; then
+        tail -n 40 "$log" >&2
+        echo "$t: failed (input under fuzz/artifacts/$t, log $PWD/$log)" >&2
+        exit 1
+    fi
+done
