@@ -237,8 +237,6 @@ impl Work {
     /// `Ok` while the work is in time (or completed). A work in flight past its timeout becomes
     /// timed out and gives [`Error::Timeout`] with PyTorch's description; a work that failed
     /// earlier gives its first failure again.
-    // `Error` is the crate's one error type; its size is a crate-wide choice, not this function's.
-    #[allow(clippy::result_large_err)]
     pub fn check_timeout(&mut self, now_ns: u64) -> Result<(), Error> {
         if self.state.is_final() {
             return match &self.error {
