@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// How long dropping a communicator waits for its queued work before it gives up on it.
-const DROP_GRACE: Duration = Duration::from_secs(5);
+const DROP_GRACE: Duration = Duration::from_secs(2);
 
 /// NCCL's `ncclGetErrorString` text for a code.
 pub(crate) fn code_text(code: ResultCode) -> &'static str {

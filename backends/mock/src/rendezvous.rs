@@ -16,6 +16,8 @@ impl CommShared {
     pub(crate) unsafe fn coll_post(&self, rank: u32, seq: u64, desc: OpDesc) {
         let mut hub = lock(&self.hub);
         let size = self.size;
+        // A rank that died after posting has left: its buffers may be gone, so nobody computes.
+        let dead = first_dead(&hub, None);
         let slot = hub.colls.entry(seq).or_insert_with(|| Slot {
             arrivals: vec![None; size as usize],
             count: 0,
@@ -32,9 +34,15 @@ impl CommShared {
         slot.count += 1;
         if slot.outcome.is_none() && slot.count == size {
             let arr: Vec<OpDesc> = slot.arrivals.iter().flatten().cloned().collect();
-            // SAFETY: every rank posted, and each keeps its buffers valid and untouched until
-            // it leaves `coll_wait`, which it cannot do before the outcome is set below.
-            slot.outcome = Some(unsafe { collective::run(&arr, size) });
+            slot.outcome = Some(match dead {
+                Some((d, why)) => Err(Error::Remote {
+                    detail: text!("rank {d} {why}"),
+                }),
+                // SAFETY: every rank posted and is alive, and each keeps its buffers valid and
+                // untouched until it leaves `coll_wait`, which it cannot do before the outcome
+                // is set here.
+                None => unsafe { collective::run(&arr, size) },
+            });
             drop(hub);
             self.cv.notify_all();
         }
