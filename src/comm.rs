@@ -38,6 +38,22 @@ impl AbortHandle {
     }
 }
 
+/// Issues `op`, first waiting out a nonblocking init (no extra cost once the comm is ready).
+///
+/// # Safety
+/// As [`Communicator::issue`].
+unsafe fn issue_ready(comm: &NcclComm, stream: &NcclStream, op: &CommOp<'_>) -> Result<()> {
+    // SAFETY: forwarded contract.
+    match unsafe { comm.issue(op, stream) } {
+        Err(Error::InvalidState { state: CommState::Initializing, .. }) => {
+            comm.wait_ready("init")?;
+            // SAFETY: forwarded contract.
+            unsafe { comm.issue(op, stream) }
+        }
+        other => other,
+    }
+}
+
 fn rd<'a, T>(arg: &'static str, dev: Device, s: &'a impl DevicePtr<T>, st: &'a CudaStream) -> Result<(RawBuf, SyncOnDrop<'a>)> {
     same_device(arg, dev, s)?;
     let (ptr, sync) = s.device_ptr(st);
@@ -148,60 +164,58 @@ impl Comm {
     /// The buffers of `op` must be device memory of this communicator's device, of the stated
     /// lengths, valid and not written by others until the work on [`Comm::stream`] completes.
     pub unsafe fn issue(&mut self, op: &CommOp<'_>) -> Result<()> {
-        if self.comm.state() == CommState::Initializing {
-            self.wait_ready()?;
-        }
         // SAFETY: forwarded contract; `&mut self` rules out concurrent issues.
-        unsafe { self.comm.issue(op, &self.stream) }
+        unsafe { issue_ready(&self.comm, &self.stream, op) }
     }
 
-    fn run(&mut self, op: CommOp<'_>) -> Result<()> {
+    fn run(&self, op: CommOp<'_>) -> Result<()> {
         // SAFETY: every buffer in `op` came from a cudarc slice of this device (checked by
         // `rd`/`wr`) whose length it carries; the slices' sync guards, dropped after this call,
-        // order later use of the memory after the NCCL work on this stream.
-        unsafe { self.issue(&op) }
+        // order later use of the memory after the NCCL work on this stream. Callers hold
+        // `&mut self`, so no other issue runs on this communicator meanwhile.
+        unsafe { issue_ready(&self.comm, &self.stream, &op) }
     }
 
     /// Reduces `send` across ranks into `recv` on every rank.
     pub fn all_reduce<T: NcclType>(&mut self, send: &impl DevicePtr<T>, recv: &mut impl DevicePtrMut<T>, op: ReduceOp) -> Result<()> {
         let op = T::map_op(op)?;
-        let (d, st) = (self.device(), self.stream.cuda().clone());
-        let (s, _a) = rd("send", d, send, &st)?;
-        let (r, _b) = wr("recv", d, recv, &st)?;
+        let (d, st) = (self.device(), self.stream.cuda());
+        let (s, _a) = rd("send", d, send, st)?;
+        let (r, _b) = wr("recv", d, recv, st)?;
         self.run(CommOp::AllReduce { send: s, recv: r, dtype: T::DTYPE, op })
     }
 
     /// Reduces `buf` across ranks in place.
     pub fn all_reduce_in_place<T: NcclType>(&mut self, buf: &mut impl DevicePtrMut<T>, op: ReduceOp) -> Result<()> {
         let op = T::map_op(op)?;
-        let (d, st) = (self.device(), self.stream.cuda().clone());
-        let (r, _b) = wr("buf", d, buf, &st)?;
+        let (d, st) = (self.device(), self.stream.cuda());
+        let (r, _b) = wr("buf", d, buf, st)?;
         self.run(CommOp::AllReduce { send: r.as_read(), recv: r, dtype: T::DTYPE, op })
     }
 
     /// Copies `send` of `root` into `recv` of every rank (`send` is read on the root only).
     pub fn broadcast<T: NcclType>(&mut self, send: &impl DevicePtr<T>, recv: &mut impl DevicePtrMut<T>, root: u32) -> Result<()> {
-        let (d, st) = (self.device(), self.stream.cuda().clone());
-        let (s, _a) = rd("send", d, send, &st)?;
-        let (r, _b) = wr("recv", d, recv, &st)?;
+        let (d, st) = (self.device(), self.stream.cuda());
+        let (s, _a) = rd("send", d, send, st)?;
+        let (r, _b) = wr("recv", d, recv, st)?;
         self.run(CommOp::Broadcast { send: s, recv: r, dtype: T::DTYPE, root })
     }
 
     /// Broadcasts `buf` of `root` in place.
     pub fn broadcast_in_place<T: NcclType>(&mut self, buf: &mut impl DevicePtrMut<T>, root: u32) -> Result<()> {
-        let (d, st) = (self.device(), self.stream.cuda().clone());
-        let (r, _b) = wr("buf", d, buf, &st)?;
+        let (d, st) = (self.device(), self.stream.cuda());
+        let (r, _b) = wr("buf", d, buf, st)?;
         self.run(CommOp::Broadcast { send: r.as_read(), recv: r, dtype: T::DTYPE, root })
     }
 
     /// Reduces `send` across ranks into `recv` of `root` (`recv` may be `None` off the root).
     pub fn reduce<T: NcclType, R: DevicePtrMut<T>>(&mut self, send: &impl DevicePtr<T>, recv: Option<&mut R>, op: ReduceOp, root: u32) -> Result<()> {
         let op = T::map_op(op)?;
-        let (d, st) = (self.device(), self.stream.cuda().clone());
-        let (s, _a) = rd("send", d, send, &st)?;
+        let (d, st) = (self.device(), self.stream.cuda());
+        let (s, _a) = rd("send", d, send, st)?;
         let (r, _b) = match recv {
             Some(recv) => {
-                let (r, g) = wr("recv", d, recv, &st)?;
+                let (r, g) = wr("recv", d, recv, st)?;
                 (r, Some(g))
             }
             None => (RawBufMut::EMPTY, None),
@@ -211,44 +225,44 @@ impl Comm {
 
     /// Gathers every rank's `send` into `recv` (world size × `send.len()`), by rank.
     pub fn all_gather<T: NcclType>(&mut self, send: &impl DevicePtr<T>, recv: &mut impl DevicePtrMut<T>) -> Result<()> {
-        let (d, st) = (self.device(), self.stream.cuda().clone());
-        let (s, _a) = rd("send", d, send, &st)?;
-        let (r, _b) = wr("recv", d, recv, &st)?;
+        let (d, st) = (self.device(), self.stream.cuda());
+        let (s, _a) = rd("send", d, send, st)?;
+        let (r, _b) = wr("recv", d, recv, st)?;
         self.run(CommOp::AllGather { send: s, recv: r, dtype: T::DTYPE })
     }
 
     /// Reduces `send` (world size × `recv.len()`) across ranks; rank r keeps part r in `recv`.
     pub fn reduce_scatter<T: NcclType>(&mut self, send: &impl DevicePtr<T>, recv: &mut impl DevicePtrMut<T>, op: ReduceOp) -> Result<()> {
         let op = T::map_op(op)?;
-        let (d, st) = (self.device(), self.stream.cuda().clone());
-        let (s, _a) = rd("send", d, send, &st)?;
-        let (r, _b) = wr("recv", d, recv, &st)?;
+        let (d, st) = (self.device(), self.stream.cuda());
+        let (s, _a) = rd("send", d, send, st)?;
+        let (r, _b) = wr("recv", d, recv, st)?;
         self.run(CommOp::ReduceScatter { send: s, recv: r, dtype: T::DTYPE, op })
     }
 
     /// Equal all-to-all: part p of `send` goes to rank p; part q of `recv` comes from rank q.
     pub fn all_to_all<T: NcclType>(&mut self, send: &impl DevicePtr<T>, recv: &mut impl DevicePtrMut<T>) -> Result<()> {
-        let (d, st) = (self.device(), self.stream.cuda().clone());
-        let (s, _a) = rd("send", d, send, &st)?;
-        let (r, _b) = wr("recv", d, recv, &st)?;
+        let (d, st) = (self.device(), self.stream.cuda());
+        let (s, _a) = rd("send", d, send, st)?;
+        let (r, _b) = wr("recv", d, recv, st)?;
         self.run(CommOp::AllToAll { send: s, recv: r, dtype: T::DTYPE })
     }
 
     /// Uneven all-to-all: `send_counts[p]` elements to rank p, `recv_counts[q]` from rank q.
     pub fn all_to_all_v<T: NcclType>(&mut self, send: &impl DevicePtr<T>, recv: &mut impl DevicePtrMut<T>, send_counts: &[usize], recv_counts: &[usize]) -> Result<()> {
-        let (d, st) = (self.device(), self.stream.cuda().clone());
-        let (s, _a) = rd("send", d, send, &st)?;
-        let (r, _b) = wr("recv", d, recv, &st)?;
+        let (d, st) = (self.device(), self.stream.cuda());
+        let (s, _a) = rd("send", d, send, st)?;
+        let (r, _b) = wr("recv", d, recv, st)?;
         self.run(CommOp::AllToAllV { send: s, recv: r, dtype: T::DTYPE, send_counts, recv_counts })
     }
 
     /// Gathers every rank's `send` into `recv` of `root` (`None` off the root).
     pub fn gather<T: NcclType, R: DevicePtrMut<T>>(&mut self, send: &impl DevicePtr<T>, recv: Option<&mut R>, root: u32) -> Result<()> {
-        let (d, st) = (self.device(), self.stream.cuda().clone());
-        let (s, _a) = rd("send", d, send, &st)?;
+        let (d, st) = (self.device(), self.stream.cuda());
+        let (s, _a) = rd("send", d, send, st)?;
         let (r, _b) = match recv {
             Some(recv) => {
-                let (r, g) = wr("recv", d, recv, &st)?;
+                let (r, g) = wr("recv", d, recv, st)?;
                 (r, Some(g))
             }
             None => (RawBufMut::EMPTY, None),
@@ -258,46 +272,46 @@ impl Comm {
 
     /// Scatters `send` of `root` (`None` off the root): rank r receives part r in `recv`.
     pub fn scatter<T: NcclType, S: DevicePtr<T>>(&mut self, send: Option<&S>, recv: &mut impl DevicePtrMut<T>, root: u32) -> Result<()> {
-        let (d, st) = (self.device(), self.stream.cuda().clone());
+        let (d, st) = (self.device(), self.stream.cuda());
         let (s, _a) = match send {
             Some(send) => {
-                let (s, g) = rd("send", d, send, &st)?;
+                let (s, g) = rd("send", d, send, st)?;
                 (s, Some(g))
             }
             None => (RawBuf::EMPTY, None),
         };
-        let (r, _b) = wr("recv", d, recv, &st)?;
+        let (r, _b) = wr("recv", d, recv, st)?;
         self.run(CommOp::Scatter { send: s, recv: r, dtype: T::DTYPE, root })
     }
 
     /// All-gather of uneven parts: rank r contributes `counts[r]` elements.
     pub fn all_gather_v<T: NcclType>(&mut self, send: &impl DevicePtr<T>, recv: &mut impl DevicePtrMut<T>, counts: &[usize]) -> Result<()> {
-        let (d, st) = (self.device(), self.stream.cuda().clone());
-        let (s, _a) = rd("send", d, send, &st)?;
-        let (r, _b) = wr("recv", d, recv, &st)?;
+        let (d, st) = (self.device(), self.stream.cuda());
+        let (s, _a) = rd("send", d, send, st)?;
+        let (r, _b) = wr("recv", d, recv, st)?;
         self.run(CommOp::AllGatherV { send: s, recv: r, dtype: T::DTYPE, counts })
     }
 
     /// Reduce-scatter of uneven parts: rank r keeps `counts[r]` elements of the result.
     pub fn reduce_scatter_v<T: NcclType>(&mut self, send: &impl DevicePtr<T>, recv: &mut impl DevicePtrMut<T>, op: ReduceOp, counts: &[usize]) -> Result<()> {
         let op = T::map_op(op)?;
-        let (d, st) = (self.device(), self.stream.cuda().clone());
-        let (s, _a) = rd("send", d, send, &st)?;
-        let (r, _b) = wr("recv", d, recv, &st)?;
+        let (d, st) = (self.device(), self.stream.cuda());
+        let (s, _a) = rd("send", d, send, st)?;
+        let (r, _b) = wr("recv", d, recv, st)?;
         self.run(CommOp::ReduceScatterV { send: s, recv: r, dtype: T::DTYPE, op, counts })
     }
 
     /// Sends `buf` to `peer`.
     pub fn send<T: NcclType>(&mut self, buf: &impl DevicePtr<T>, peer: u32) -> Result<()> {
-        let (d, st) = (self.device(), self.stream.cuda().clone());
-        let (s, _a) = rd("buf", d, buf, &st)?;
+        let (d, st) = (self.device(), self.stream.cuda());
+        let (s, _a) = rd("buf", d, buf, st)?;
         self.run(CommOp::Send { buf: s, dtype: T::DTYPE, peer })
     }
 
     /// Receives into `buf` from `peer`.
     pub fn recv<T: NcclType>(&mut self, buf: &mut impl DevicePtrMut<T>, peer: u32) -> Result<()> {
-        let (d, st) = (self.device(), self.stream.cuda().clone());
-        let (r, _b) = wr("buf", d, buf, &st)?;
+        let (d, st) = (self.device(), self.stream.cuda());
+        let (r, _b) = wr("buf", d, buf, st)?;
         self.run(CommOp::Recv { buf: r, dtype: T::DTYPE, peer })
     }
 
@@ -323,8 +337,8 @@ impl Comm {
 
     /// Registers `buf` with the communicator (NCCL 2.19+) for faster transfers.
     pub fn register<T: NcclType>(&mut self, buf: &impl DevicePtr<T>) -> Result<RegHandle> {
-        let (d, st) = (self.device(), self.stream.cuda().clone());
-        let (s, _a) = rd("buf", d, buf, &st)?;
+        let (d, st) = (self.device(), self.stream.cuda());
+        let (s, _a) = rd("buf", d, buf, st)?;
         let bytes = s.len.checked_mul(std::mem::size_of::<T>()).ok_or_else(|| Error::invalid("buf", format_args!("a buffer whose size fits in usize")))?;
         self.comm.register(s.addr, bytes)
     }

@@ -10,6 +10,7 @@ mod suite;
 mod values;
 
 use oxccl::core::{Backend, Stream};
+use oxccl::core::Communicator as _;
 use oxccl::{Comm, CommConfig, CommState, Error, Feature, Nccl, ReduceOp, UniqueId};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -154,32 +155,36 @@ fn gpu_abort_unblocks_an_unmatched_collective() {
         return;
     }
     let times = on_threads(n, CommConfig::new(), |r, mut c| {
+        let st = c.stream().clone();
+        let mut buf = st.alloc_zeros::<f32>(1024).unwrap();
+        // A matched collective first: NCCL connects peers lazily, inside the first call.
+        c.all_reduce_in_place(&mut buf, ReduceOp::Sum).unwrap();
+        c.synchronize().unwrap();
         if r != 0 {
-            // the peers never join: rank 0's all_reduce cannot complete
-            std::thread::sleep(Duration::from_secs(3));
+            // the peers never join the second one: rank 0's all_reduce cannot complete
+            std::thread::sleep(Duration::from_secs(4));
             c.abort("test over");
             return Duration::ZERO;
         }
-        let st = c.stream().clone();
-        let mut buf = st.alloc_zeros::<f32>(1024).unwrap();
-        c.all_reduce_in_place(&mut buf, ReduceOp::Sum).unwrap();
         let handle = c.abort_handle();
         let aborter = std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(500));
             let t = Instant::now();
             handle.abort("deliberate");
-            t
+            (t, t.elapsed())
         });
-        let waited = c.synchronize_timeout(Duration::from_secs(10));
+        let issued = c.all_reduce_in_place(&mut buf, ReduceOp::Sum);
+        let waited = issued.and_then(|_| c.synchronize_timeout(Duration::from_secs(10)));
         let back = Instant::now();
-        let aborted_at = aborter.join().unwrap();
+        let (aborted_at, abort_call) = aborter.join().unwrap();
+        println!("rank 0: unmatched all_reduce ended with {waited:?}; ncclCommAbort took {abort_call:?}");
         assert!(waited.is_err(), "the unmatched collective must not succeed");
         assert!(matches!(c.poll(), Err(Error::Aborted { ref reason }) if reason.as_str() == "deliberate"));
         // every later operation fails fast with the reason
         assert!(matches!(c.all_reduce_in_place(&mut buf, ReduceOp::Sum), Err(Error::Aborted { .. })));
         back.saturating_duration_since(aborted_at)
     });
-    println!("host sync returned {:?} after the abort", times[0]);
+    println!("host returned {:?} after the abort began", times[0]);
     assert!(times[0] < Duration::from_secs(2), "abort took {:?} to unblock", times[0]);
 }
 
@@ -204,7 +209,18 @@ fn spawn_ranks(n: u32, role: &str, lib: Option<&str>) -> Vec<(u32, std::process:
             (r, cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap())
         })
         .collect();
-    children.into_iter().map(|(r, c)| (r, c.wait_with_output().unwrap())).collect()
+    // A child that hangs is killed after two minutes, so a hang fails the test instead of CI.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    children
+        .into_iter()
+        .map(|(r, mut c)| {
+            while c.try_wait().unwrap().is_none() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = c.kill();
+            (r, c.wait_with_output().unwrap())
+        })
+        .collect()
 }
 
 #[test]
@@ -319,4 +335,106 @@ fn gpu_stream_events_time_work() {
         let untimed = ns.record(false).unwrap();
         assert!(untimed.elapsed_ms(&end).is_err());
     });
+}
+
+#[test]
+fn gpu_init_all_one_thread_drives_every_gpu() {
+    let Some(n) = gpus() else { return };
+    use oxccl::core::{Communicator, Stream as _};
+    let lib = nccl();
+    let comms = lib.init_all(&(0..n).collect::<Vec<_>>()).expect("ncclCommInitAll");
+    let streams: Vec<_> = comms.iter().map(|c| c.new_stream().unwrap()).collect();
+    let bufs: Vec<_> = streams.iter().enumerate().map(|(r, s)| s.cuda().clone_htod(&[r as f64 + 1.0; 5]).unwrap()).collect();
+    let addrs: Vec<usize> = bufs.iter().zip(&streams).map(|(b, s)| { use cudarc::driver::DevicePtr; b.device_ptr(s.cuda()).0 as usize }).collect();
+    // one thread, one group, every rank
+    comms[0].group_start().unwrap();
+    for (c, (a, s)) in comms.iter().zip(addrs.iter().zip(&streams)) {
+        let op = oxccl::CommOp::AllReduce { send: oxccl::RawBuf::new(*a, 5), recv: oxccl::RawBufMut::new(*a, 5), dtype: oxccl::DataType::Float64, op: ReduceOp::Sum };
+        // SAFETY: each buffer is 5 f64 on its comm's device, alive until the synchronize below.
+        unsafe { c.issue(&op, s) }.unwrap();
+    }
+    assert_eq!(comms[0].group_end().unwrap(), oxccl::Progress::Done);
+    let want = f64::from(n * (n + 1) / 2);
+    for (b, s) in bufs.iter().zip(&streams) {
+        s.synchronize().unwrap();
+        assert_eq!(s.cuda().clone_dtoh(b).unwrap(), vec![want; 5]);
+    }
+    for c in comms {
+        c.destroy().unwrap();
+    }
+    println!("init_all: one thread drove {n} GPUs in one group");
+}
+
+#[test]
+fn gpu_scalable_init_shrink_windows_memory_and_groups() {
+    let Some(n) = gpus() else { return };
+    if n < 2 {
+        eprintln!("skipped: needs 2 GPUs");
+        return;
+    }
+    let lib = nccl();
+    let fs = *lib.features();
+    if !fs.has(Feature::ScalableInit) {
+        eprintln!("skipped: scalable init needs NCCL 2.23");
+        return;
+    }
+    let ids = [lib.unique_id().unwrap(), lib.unique_id().unwrap()];
+    let handles: Vec<_> = (0..n)
+        .map(|r| {
+            let lib = lib.clone();
+            std::thread::spawn(move || {
+                let cfg = CommConfig::new()
+                    .comm_name("oxccl-test").unwrap()
+                    .set(oxccl::ConfigField::MaxCtas, 4).unwrap()
+                    .set(oxccl::ConfigField::MinCtas, 2).unwrap();
+                let comm = lib.init_rank_scalable(&ids, r, n, oxccl::Device(r), &cfg).expect("scalable init with config");
+                let mut c = Comm::with_new_stream(comm).unwrap();
+                let st = c.stream().clone();
+                // nested groups; an invalid op inside is refused and the group still closes
+                {
+                    let outer = c.group().unwrap();
+                    let inner = c.group().unwrap();
+                    let a = st.clone_htod(&[1.0f32; 4]).unwrap();
+                    let mut short = st.alloc_zeros::<f32>(3).unwrap();
+                    assert!(matches!(c.all_reduce(&a, &mut short, ReduceOp::Sum), Err(Error::InvalidArgument { arg: "recv", .. })));
+                    let mut ok = st.alloc_zeros::<f32>(4).unwrap();
+                    c.all_reduce(&a, &mut ok, ReduceOp::Sum).unwrap();
+                    inner.end().unwrap();
+                    outer.end().unwrap();
+                    c.synchronize().unwrap();
+                    assert_eq!(st.clone_dtoh(&ok).unwrap(), vec![n as f32; 4]);
+                }
+                // NCCL's allocator, registered; a window over it (2.27+)
+                if fs.has(Feature::MemAlloc) {
+                    let mem = oxccl::NcclMem::alloc(c.backend().library(), 1 << 20).expect("ncclMemAlloc");
+                    let h = c.backend().register(mem.addr(), mem.bytes()).expect("register ncclMemAlloc memory");
+                    c.backend().deregister(h).unwrap();
+                    if fs.has(Feature::WindowRegistration) {
+                        let w = c.backend().window_register(mem.addr(), mem.bytes(), 0).expect("window");
+                        assert!(matches!(c.backend().window_register(mem.addr(), mem.bytes(), 0), Err(Error::InvalidArgument { arg: "addr", .. })));
+                        c.backend().window_deregister(w).unwrap();
+                    }
+                }
+                // shrink: rank 0 carries on alone without the last rank
+                if fs.has(Feature::Shrink) {
+                    if r != n - 1 {
+                        let small = c.backend().shrink(&[n - 1], &CommConfig::new(), false).expect("shrink");
+                        assert_eq!(small.size(), n - 1);
+                        let mut s = Comm::with_new_stream(small).unwrap();
+                        let sst = s.stream().clone();
+                        let mut x = sst.clone_htod(&[1i32; 3]).unwrap();
+                        s.all_reduce_in_place(&mut x, ReduceOp::Sum).unwrap();
+                        s.synchronize().unwrap();
+                        assert_eq!(sst.clone_dtoh(&x).unwrap(), vec![(n - 1) as i32; 3]);
+                        s.destroy().unwrap();
+                    }
+                }
+                c.destroy().unwrap();
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().expect("rank thread");
+    }
+    println!("scalable init with config, nested groups, ncclMemAlloc + register, windows and shrink ok");
 }

@@ -391,12 +391,19 @@ impl Communicator for NcclComm {
         // SAFETY: live, ready communicator; `cfg_ptr` is null (inherit the parent's config) or a
         // config built for the loaded version and alive for the call.
         let code = unsafe { f(self.inner.raw, color, key, &mut new, cfg_ptr) };
-        if code == ResultCode::IN_PROGRESS.0 && self.inner.nonblocking {
-            // NCCL fills `new` only once the parent leaves InProgress (NVIDIA/nccl#1472).
+        if self.inner.nonblocking {
+            // NCCL fills `new` only once the parent leaves InProgress (NVIDIA/nccl#1472), and
+            // may return Success before it does: wait on the parent whatever the code said.
+            if code != ResultCode::IN_PROGRESS.0 {
+                self.finish(code, "split")?;
+            }
             self.wait_ready("split (parent)")?;
         } else {
             self.finish(code, "split")?;
         }
+        // SAFETY: `new` is a live local NCCL may have written from its own thread; the volatile
+        // read makes sure the value it wrote is the one seen.
+        let new = unsafe { std::ptr::read_volatile(&new) };
         if new.is_null() {
             return Ok(None);
         }
