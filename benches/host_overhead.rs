@@ -25,7 +25,10 @@ const VARIANTS: [&str; 4] = [
 ];
 
 fn main() {
-    let Some(n) = std::env::var("OXCCL_BENCH_GPUS").ok().and_then(|v| v.parse::<u32>().ok()) else {
+    let Some(n) = std::env::var("OXCCL_BENCH_GPUS")
+        .ok()
+        .and_then(|v| v.parse::<u32>().ok())
+    else {
         eprintln!("skipped: set OXCCL_BENCH_GPUS=<n> on a GPU machine");
         return;
     };
@@ -39,11 +42,18 @@ fn main() {
         })
         .collect();
     let results: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
-    println!("NCCL {} at {}, {n} GPUs, {CALLS} calls x {ROUNDS} rounds, 8-byte float32 sum", lib.version(), lib.library().path().display());
+    println!(
+        "NCCL {} at {}, {n} GPUs, {CALLS} calls x {ROUNDS} rounds, 8-byte float32 sum",
+        lib.version(),
+        lib.library().path().display()
+    );
     println!("| path | median ns/call | min ns/call |");
     println!("|---|---|---|");
     for (v, name) in VARIANTS.iter().enumerate() {
-        let mut all: Vec<f64> = results.iter().flat_map(|r: &Vec<Vec<f64>>| r[v].clone()).collect();
+        let mut all: Vec<f64> = results
+            .iter()
+            .flat_map(|r: &Vec<Vec<f64>>| r[v].clone())
+            .collect();
         all.sort_by(|a, b| a.partial_cmp(b).unwrap());
         println!("| {name} | {:.0} | {:.0} |", all[all.len() / 2], all[0]);
     }
@@ -63,7 +73,12 @@ fn rank(lib: Nccl, id: oxccl::UniqueId, r: u32, n: u32, barrier: Arc<Barrier>) -
     let raw_fn = lib.library().api().all_reduce.expect("ncclAllReduce");
     let raw_comm = comm.backend().raw();
     let raw_stream = st.cu_stream() as *mut std::ffi::c_void;
-    let op = CommOp::AllReduce { send: RawBuf::new(sp, 2), recv: RawBufMut::new(rp, 2), dtype: DataType::Float32, op: ReduceOp::Sum };
+    let op = CommOp::AllReduce {
+        send: RawBuf::new(sp, 2),
+        recv: RawBufMut::new(rp, 2),
+        dtype: DataType::Float32,
+        op: ReduceOp::Sum,
+    };
     let mut per_call = vec![Vec::new(); VARIANTS.len()];
     for round in 0..WARMUP + ROUNDS {
         for (v, samples) in per_call.iter_mut().enumerate() {
@@ -82,7 +97,12 @@ fn rank(lib: Nccl, id: oxccl::UniqueId, r: u32, n: u32, barrier: Arc<Barrier>) -
             for _ in 0..CALLS {
                 match v {
                     // SAFETY: live communicator, valid device buffers of 2 floats, live stream.
-                    0 => assert_eq!(unsafe { raw_fn(sp as *const _, rp as *mut _, 2, 7, 0, raw_comm, raw_stream) }, 0),
+                    0 => assert_eq!(
+                        unsafe {
+                            raw_fn(sp as *const _, rp as *mut _, 2, 7, 0, raw_comm, raw_stream)
+                        },
+                        0
+                    ),
                     // SAFETY: the same buffers, described as a CommOp.
                     1 => unsafe { comm.issue(&op) }.unwrap(),
                     _ => comm.all_reduce(&send, &mut recv, ReduceOp::Sum).unwrap(),

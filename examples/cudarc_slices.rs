@@ -6,9 +6,16 @@ use oxccl::core::Backend;
 use oxccl::{Comm, CommConfig, HostScalar, Nccl, ReduceOp, Scalar};
 
 fn main() -> oxccl::Result<()> {
-    let n: u32 = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(2);
+    let n: u32 = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(2);
     let nccl = Nccl::load().expect("no NCCL found: set OXCCL_NCCL_LIBRARY");
-    println!("NCCL {} from {}", nccl.version(), nccl.library().path().display());
+    println!(
+        "NCCL {} from {}",
+        nccl.version(),
+        nccl.library().path().display()
+    );
     let id = nccl.unique_id()?;
     let threads: Vec<_> = (0..n)
         .map(|r| {
@@ -22,12 +29,20 @@ fn main() -> oxccl::Result<()> {
                 let mut gathered = st.alloc_zeros::<f32>(8 * n as usize).expect("alloc");
                 comm.all_gather(&x, &mut gathered)?;
                 let mut scaled = st.alloc_zeros::<f32>(8).expect("alloc");
-                comm.all_reduce(&x, &mut scaled, ReduceOp::PreMulSum(Scalar::Host(HostScalar::F32(0.5))))?;
+                comm.all_reduce(
+                    &x,
+                    &mut scaled,
+                    ReduceOp::PreMulSum(Scalar::Host(HostScalar::F32(0.5))),
+                )?;
                 comm.synchronize()?;
                 println!(
                     "rank {r}: sum {:?}, gathered {:?}, half-sum {:?}",
                     &st.clone_dtoh(&sum).expect("copy")[..2],
-                    st.clone_dtoh(&gathered).expect("copy").iter().step_by(8).collect::<Vec<_>>(),
+                    st.clone_dtoh(&gathered)
+                        .expect("copy")
+                        .iter()
+                        .step_by(8)
+                        .collect::<Vec<_>>(),
                     &st.clone_dtoh(&scaled).expect("copy")[..2],
                 );
                 comm.destroy()

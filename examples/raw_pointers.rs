@@ -13,7 +13,10 @@ struct Tensor {
 }
 
 fn main() -> oxccl::Result<()> {
-    let n: u32 = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(2);
+    let n: u32 = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(2);
     let nccl = Nccl::load().expect("no NCCL found: set OXCCL_NCCL_LIBRARY");
     let id = nccl.unique_id()?;
     let threads: Vec<_> = (0..n)
@@ -24,7 +27,14 @@ fn main() -> oxccl::Result<()> {
                 // The framework owns this memory; oxccl only sees its address.
                 let st = comm.stream().clone();
                 let mem = st.clone_htod(&[r as f32 + 1.0; 4]).expect("alloc");
-                let t = Tensor { addr: { use cudarc::driver::DevicePtr; mem.device_ptr(&st).0 as usize }, numel: 4, dtype: DataType::Float32 };
+                let t = Tensor {
+                    addr: {
+                        use cudarc::driver::DevicePtr;
+                        mem.device_ptr(&st).0 as usize
+                    },
+                    numel: 4,
+                    dtype: DataType::Float32,
+                };
                 let op = CommOp::AllReduce {
                     send: RawBuf::new(t.addr, t.numel),
                     recv: RawBufMut::new(t.addr, t.numel),

@@ -45,7 +45,10 @@ impl AbortHandle {
 unsafe fn issue_ready(comm: &NcclComm, stream: &NcclStream, op: &CommOp<'_>) -> Result<()> {
     // SAFETY: forwarded contract.
     match unsafe { comm.issue(op, stream) } {
-        Err(Error::InvalidState { state: CommState::Initializing, .. }) => {
+        Err(Error::InvalidState {
+            state: CommState::Initializing,
+            ..
+        }) => {
             comm.wait_ready("init")?;
             // SAFETY: forwarded contract.
             unsafe { comm.issue(op, stream) }
@@ -54,13 +57,23 @@ unsafe fn issue_ready(comm: &NcclComm, stream: &NcclStream, op: &CommOp<'_>) -> 
     }
 }
 
-fn rd<'a, T>(arg: &'static str, dev: Device, s: &'a impl DevicePtr<T>, st: &'a CudaStream) -> Result<(RawBuf, SyncOnDrop<'a>)> {
+fn rd<'a, T>(
+    arg: &'static str,
+    dev: Device,
+    s: &'a impl DevicePtr<T>,
+    st: &'a CudaStream,
+) -> Result<(RawBuf, SyncOnDrop<'a>)> {
     same_device(arg, dev, s)?;
     let (ptr, sync) = s.device_ptr(st);
     Ok((RawBuf::new(ptr as usize, s.len()), sync))
 }
 
-fn wr<'a, T>(arg: &'static str, dev: Device, s: &'a mut impl DevicePtrMut<T>, st: &'a CudaStream) -> Result<(RawBufMut, SyncOnDrop<'a>)> {
+fn wr<'a, T>(
+    arg: &'static str,
+    dev: Device,
+    s: &'a mut impl DevicePtrMut<T>,
+    st: &'a CudaStream,
+) -> Result<(RawBufMut, SyncOnDrop<'a>)> {
     same_device(arg, dev, s)?;
     let len = s.len();
     let (ptr, sync) = s.device_ptr_mut(st);
@@ -70,7 +83,13 @@ fn wr<'a, T>(arg: &'static str, dev: Device, s: &'a mut impl DevicePtrMut<T>, st
 fn same_device<T>(arg: &'static str, dev: Device, s: &impl DeviceSlice<T>) -> Result<()> {
     let ordinal = s.stream().context().ordinal();
     if ordinal != dev.0 as usize {
-        return Err(Error::invalid(arg, format_args!("memory on the communicator's device {}, got device {ordinal}", dev.0)));
+        return Err(Error::invalid(
+            arg,
+            format_args!(
+                "memory on the communicator's device {}, got device {ordinal}",
+                dev.0
+            ),
+        ));
     }
     Ok(())
 }
@@ -78,7 +97,14 @@ fn same_device<T>(arg: &'static str, dev: Device, s: &impl DeviceSlice<T>) -> Re
 impl Comm {
     /// Joins the communicator of `id` as `rank` of `size` on `device`, with a new stream there.
     /// A nonblocking config returns at once: [`Comm::wait_ready`] (or any operation) waits.
-    pub fn init_rank(nccl: &NcclBackend, id: &UniqueId, rank: u32, size: u32, device: u32, cfg: &CommConfig) -> Result<Comm> {
+    pub fn init_rank(
+        nccl: &NcclBackend,
+        id: &UniqueId,
+        rank: u32,
+        size: u32,
+        device: u32,
+        cfg: &CommConfig,
+    ) -> Result<Comm> {
         let comm = nccl.init_rank(id, rank, size, Device(device), cfg)?;
         Comm::with_new_stream(comm)
     }
@@ -93,9 +119,18 @@ impl Comm {
     pub fn new(comm: NcclComm, stream: Arc<CudaStream>) -> Result<Comm> {
         let ordinal = stream.context().ordinal();
         if ordinal != comm.device().0 as usize {
-            return Err(Error::invalid("stream", format_args!("a stream on device {}, got device {ordinal}", comm.device().0)));
+            return Err(Error::invalid(
+                "stream",
+                format_args!(
+                    "a stream on device {}, got device {ordinal}",
+                    comm.device().0
+                ),
+            ));
         }
-        Ok(Comm { comm, stream: NcclStream::new(stream) })
+        Ok(Comm {
+            comm,
+            stream: NcclStream::new(stream),
+        })
     }
 
     /// This rank.
@@ -124,7 +159,9 @@ impl Comm {
     }
     /// A handle that aborts this communicator from any thread.
     pub fn abort_handle(&self) -> AbortHandle {
-        AbortHandle { comm: self.comm.clone() }
+        AbortHandle {
+            comm: self.comm.clone(),
+        }
     }
     /// Polls for asynchronous errors and for the end of a nonblocking init.
     pub fn poll(&self) -> Result<Progress> {
@@ -177,39 +214,83 @@ impl Comm {
     }
 
     /// Reduces `send` across ranks into `recv` on every rank.
-    pub fn all_reduce<T: NcclType>(&mut self, send: &impl DevicePtr<T>, recv: &mut impl DevicePtrMut<T>, op: ReduceOp) -> Result<()> {
+    pub fn all_reduce<T: NcclType>(
+        &mut self,
+        send: &impl DevicePtr<T>,
+        recv: &mut impl DevicePtrMut<T>,
+        op: ReduceOp,
+    ) -> Result<()> {
         let op = T::map_op(op)?;
         let (d, st) = (self.device(), self.stream.cuda());
         let (s, _a) = rd("send", d, send, st)?;
         let (r, _b) = wr("recv", d, recv, st)?;
-        self.run(CommOp::AllReduce { send: s, recv: r, dtype: T::DTYPE, op })
+        self.run(CommOp::AllReduce {
+            send: s,
+            recv: r,
+            dtype: T::DTYPE,
+            op,
+        })
     }
 
     /// Reduces `buf` across ranks in place.
-    pub fn all_reduce_in_place<T: NcclType>(&mut self, buf: &mut impl DevicePtrMut<T>, op: ReduceOp) -> Result<()> {
+    pub fn all_reduce_in_place<T: NcclType>(
+        &mut self,
+        buf: &mut impl DevicePtrMut<T>,
+        op: ReduceOp,
+    ) -> Result<()> {
         let op = T::map_op(op)?;
         let (d, st) = (self.device(), self.stream.cuda());
         let (r, _b) = wr("buf", d, buf, st)?;
-        self.run(CommOp::AllReduce { send: r.as_read(), recv: r, dtype: T::DTYPE, op })
+        self.run(CommOp::AllReduce {
+            send: r.as_read(),
+            recv: r,
+            dtype: T::DTYPE,
+            op,
+        })
     }
 
     /// Copies `send` of `root` into `recv` of every rank (`send` is read on the root only).
-    pub fn broadcast<T: NcclType>(&mut self, send: &impl DevicePtr<T>, recv: &mut impl DevicePtrMut<T>, root: u32) -> Result<()> {
+    pub fn broadcast<T: NcclType>(
+        &mut self,
+        send: &impl DevicePtr<T>,
+        recv: &mut impl DevicePtrMut<T>,
+        root: u32,
+    ) -> Result<()> {
         let (d, st) = (self.device(), self.stream.cuda());
         let (s, _a) = rd("send", d, send, st)?;
         let (r, _b) = wr("recv", d, recv, st)?;
-        self.run(CommOp::Broadcast { send: s, recv: r, dtype: T::DTYPE, root })
+        self.run(CommOp::Broadcast {
+            send: s,
+            recv: r,
+            dtype: T::DTYPE,
+            root,
+        })
     }
 
     /// Broadcasts `buf` of `root` in place.
-    pub fn broadcast_in_place<T: NcclType>(&mut self, buf: &mut impl DevicePtrMut<T>, root: u32) -> Result<()> {
+    pub fn broadcast_in_place<T: NcclType>(
+        &mut self,
+        buf: &mut impl DevicePtrMut<T>,
+        root: u32,
+    ) -> Result<()> {
         let (d, st) = (self.device(), self.stream.cuda());
         let (r, _b) = wr("buf", d, buf, st)?;
-        self.run(CommOp::Broadcast { send: r.as_read(), recv: r, dtype: T::DTYPE, root })
+        self.run(CommOp::Broadcast {
+            send: r.as_read(),
+            recv: r,
+            dtype: T::DTYPE,
+            root,
+        })
     }
 
     /// Reduces `send` across ranks into `recv` of `root` (`recv` may be `None` off the root).
-    pub fn reduce<T: NcclType, R: DevicePtrMut<T>>(&mut self, send: &impl DevicePtr<T>, recv: Option<&mut R>, op: ReduceOp, root: u32) -> Result<()> {
+    pub fn reduce<T: NcclType, R: DevicePtrMut<T>>(
+        &mut self,
+        send: &impl DevicePtr<T>,
+        recv: Option<&mut R>,
+        op: ReduceOp,
+        root: u32,
+    ) -> Result<()> {
         let op = T::map_op(op)?;
         let (d, st) = (self.device(), self.stream.cuda());
         let (s, _a) = rd("send", d, send, st)?;
@@ -220,44 +301,93 @@ impl Comm {
             }
             None => (RawBufMut::EMPTY, None),
         };
-        self.run(CommOp::Reduce { send: s, recv: r, dtype: T::DTYPE, op, root })
+        self.run(CommOp::Reduce {
+            send: s,
+            recv: r,
+            dtype: T::DTYPE,
+            op,
+            root,
+        })
     }
 
     /// Gathers every rank's `send` into `recv` (world size × `send.len()`), by rank.
-    pub fn all_gather<T: NcclType>(&mut self, send: &impl DevicePtr<T>, recv: &mut impl DevicePtrMut<T>) -> Result<()> {
+    pub fn all_gather<T: NcclType>(
+        &mut self,
+        send: &impl DevicePtr<T>,
+        recv: &mut impl DevicePtrMut<T>,
+    ) -> Result<()> {
         let (d, st) = (self.device(), self.stream.cuda());
         let (s, _a) = rd("send", d, send, st)?;
         let (r, _b) = wr("recv", d, recv, st)?;
-        self.run(CommOp::AllGather { send: s, recv: r, dtype: T::DTYPE })
+        self.run(CommOp::AllGather {
+            send: s,
+            recv: r,
+            dtype: T::DTYPE,
+        })
     }
 
     /// Reduces `send` (world size × `recv.len()`) across ranks; rank r keeps part r in `recv`.
-    pub fn reduce_scatter<T: NcclType>(&mut self, send: &impl DevicePtr<T>, recv: &mut impl DevicePtrMut<T>, op: ReduceOp) -> Result<()> {
+    pub fn reduce_scatter<T: NcclType>(
+        &mut self,
+        send: &impl DevicePtr<T>,
+        recv: &mut impl DevicePtrMut<T>,
+        op: ReduceOp,
+    ) -> Result<()> {
         let op = T::map_op(op)?;
         let (d, st) = (self.device(), self.stream.cuda());
         let (s, _a) = rd("send", d, send, st)?;
         let (r, _b) = wr("recv", d, recv, st)?;
-        self.run(CommOp::ReduceScatter { send: s, recv: r, dtype: T::DTYPE, op })
+        self.run(CommOp::ReduceScatter {
+            send: s,
+            recv: r,
+            dtype: T::DTYPE,
+            op,
+        })
     }
 
     /// Equal all-to-all: part p of `send` goes to rank p; part q of `recv` comes from rank q.
-    pub fn all_to_all<T: NcclType>(&mut self, send: &impl DevicePtr<T>, recv: &mut impl DevicePtrMut<T>) -> Result<()> {
+    pub fn all_to_all<T: NcclType>(
+        &mut self,
+        send: &impl DevicePtr<T>,
+        recv: &mut impl DevicePtrMut<T>,
+    ) -> Result<()> {
         let (d, st) = (self.device(), self.stream.cuda());
         let (s, _a) = rd("send", d, send, st)?;
         let (r, _b) = wr("recv", d, recv, st)?;
-        self.run(CommOp::AllToAll { send: s, recv: r, dtype: T::DTYPE })
+        self.run(CommOp::AllToAll {
+            send: s,
+            recv: r,
+            dtype: T::DTYPE,
+        })
     }
 
     /// Uneven all-to-all: `send_counts[p]` elements to rank p, `recv_counts[q]` from rank q.
-    pub fn all_to_all_v<T: NcclType>(&mut self, send: &impl DevicePtr<T>, recv: &mut impl DevicePtrMut<T>, send_counts: &[usize], recv_counts: &[usize]) -> Result<()> {
+    pub fn all_to_all_v<T: NcclType>(
+        &mut self,
+        send: &impl DevicePtr<T>,
+        recv: &mut impl DevicePtrMut<T>,
+        send_counts: &[usize],
+        recv_counts: &[usize],
+    ) -> Result<()> {
         let (d, st) = (self.device(), self.stream.cuda());
         let (s, _a) = rd("send", d, send, st)?;
         let (r, _b) = wr("recv", d, recv, st)?;
-        self.run(CommOp::AllToAllV { send: s, recv: r, dtype: T::DTYPE, send_counts, recv_counts })
+        self.run(CommOp::AllToAllV {
+            send: s,
+            recv: r,
+            dtype: T::DTYPE,
+            send_counts,
+            recv_counts,
+        })
     }
 
     /// Gathers every rank's `send` into `recv` of `root` (`None` off the root).
-    pub fn gather<T: NcclType, R: DevicePtrMut<T>>(&mut self, send: &impl DevicePtr<T>, recv: Option<&mut R>, root: u32) -> Result<()> {
+    pub fn gather<T: NcclType, R: DevicePtrMut<T>>(
+        &mut self,
+        send: &impl DevicePtr<T>,
+        recv: Option<&mut R>,
+        root: u32,
+    ) -> Result<()> {
         let (d, st) = (self.device(), self.stream.cuda());
         let (s, _a) = rd("send", d, send, st)?;
         let (r, _b) = match recv {
@@ -267,11 +397,21 @@ impl Comm {
             }
             None => (RawBufMut::EMPTY, None),
         };
-        self.run(CommOp::Gather { send: s, recv: r, dtype: T::DTYPE, root })
+        self.run(CommOp::Gather {
+            send: s,
+            recv: r,
+            dtype: T::DTYPE,
+            root,
+        })
     }
 
     /// Scatters `send` of `root` (`None` off the root): rank r receives part r in `recv`.
-    pub fn scatter<T: NcclType, S: DevicePtr<T>>(&mut self, send: Option<&S>, recv: &mut impl DevicePtrMut<T>, root: u32) -> Result<()> {
+    pub fn scatter<T: NcclType, S: DevicePtr<T>>(
+        &mut self,
+        send: Option<&S>,
+        recv: &mut impl DevicePtrMut<T>,
+        root: u32,
+    ) -> Result<()> {
         let (d, st) = (self.device(), self.stream.cuda());
         let (s, _a) = match send {
             Some(send) => {
@@ -281,38 +421,73 @@ impl Comm {
             None => (RawBuf::EMPTY, None),
         };
         let (r, _b) = wr("recv", d, recv, st)?;
-        self.run(CommOp::Scatter { send: s, recv: r, dtype: T::DTYPE, root })
+        self.run(CommOp::Scatter {
+            send: s,
+            recv: r,
+            dtype: T::DTYPE,
+            root,
+        })
     }
 
     /// All-gather of uneven parts: rank r contributes `counts[r]` elements.
-    pub fn all_gather_v<T: NcclType>(&mut self, send: &impl DevicePtr<T>, recv: &mut impl DevicePtrMut<T>, counts: &[usize]) -> Result<()> {
+    pub fn all_gather_v<T: NcclType>(
+        &mut self,
+        send: &impl DevicePtr<T>,
+        recv: &mut impl DevicePtrMut<T>,
+        counts: &[usize],
+    ) -> Result<()> {
         let (d, st) = (self.device(), self.stream.cuda());
         let (s, _a) = rd("send", d, send, st)?;
         let (r, _b) = wr("recv", d, recv, st)?;
-        self.run(CommOp::AllGatherV { send: s, recv: r, dtype: T::DTYPE, counts })
+        self.run(CommOp::AllGatherV {
+            send: s,
+            recv: r,
+            dtype: T::DTYPE,
+            counts,
+        })
     }
 
     /// Reduce-scatter of uneven parts: rank r keeps `counts[r]` elements of the result.
-    pub fn reduce_scatter_v<T: NcclType>(&mut self, send: &impl DevicePtr<T>, recv: &mut impl DevicePtrMut<T>, op: ReduceOp, counts: &[usize]) -> Result<()> {
+    pub fn reduce_scatter_v<T: NcclType>(
+        &mut self,
+        send: &impl DevicePtr<T>,
+        recv: &mut impl DevicePtrMut<T>,
+        op: ReduceOp,
+        counts: &[usize],
+    ) -> Result<()> {
         let op = T::map_op(op)?;
         let (d, st) = (self.device(), self.stream.cuda());
         let (s, _a) = rd("send", d, send, st)?;
         let (r, _b) = wr("recv", d, recv, st)?;
-        self.run(CommOp::ReduceScatterV { send: s, recv: r, dtype: T::DTYPE, op, counts })
+        self.run(CommOp::ReduceScatterV {
+            send: s,
+            recv: r,
+            dtype: T::DTYPE,
+            op,
+            counts,
+        })
     }
 
     /// Sends `buf` to `peer`.
     pub fn send<T: NcclType>(&mut self, buf: &impl DevicePtr<T>, peer: u32) -> Result<()> {
         let (d, st) = (self.device(), self.stream.cuda());
         let (s, _a) = rd("buf", d, buf, st)?;
-        self.run(CommOp::Send { buf: s, dtype: T::DTYPE, peer })
+        self.run(CommOp::Send {
+            buf: s,
+            dtype: T::DTYPE,
+            peer,
+        })
     }
 
     /// Receives into `buf` from `peer`.
     pub fn recv<T: NcclType>(&mut self, buf: &mut impl DevicePtrMut<T>, peer: u32) -> Result<()> {
         let (d, st) = (self.device(), self.stream.cuda());
         let (r, _b) = wr("buf", d, buf, st)?;
-        self.run(CommOp::Recv { buf: r, dtype: T::DTYPE, peer })
+        self.run(CommOp::Recv {
+            buf: r,
+            dtype: T::DTYPE,
+            peer,
+        })
     }
 
     /// Every rank waits for every other: a one-element all-reduce, then a stream synchronize.
@@ -328,7 +503,12 @@ impl Comm {
 
     /// A communicator of the ranks that gave the same `color` (`None`: this rank joins none),
     /// ordered by `key`; every rank must call it. The child gets a new stream.
-    pub fn split(&mut self, color: Option<u32>, key: u32, cfg: &CommConfig) -> Result<Option<Comm>> {
+    pub fn split(
+        &mut self,
+        color: Option<u32>,
+        key: u32,
+        cfg: &CommConfig,
+    ) -> Result<Option<Comm>> {
         match self.comm.split(color, key, cfg)? {
             Some(c) => Comm::with_new_stream(c).map(Some),
             None => Ok(None),
@@ -339,7 +519,9 @@ impl Comm {
     pub fn register<T: NcclType>(&mut self, buf: &impl DevicePtr<T>) -> Result<RegHandle> {
         let (d, st) = (self.device(), self.stream.cuda());
         let (s, _a) = rd("buf", d, buf, st)?;
-        let bytes = s.len.checked_mul(std::mem::size_of::<T>()).ok_or_else(|| Error::invalid("buf", format_args!("a buffer whose size fits in usize")))?;
+        let bytes = s.len.checked_mul(std::mem::size_of::<T>()).ok_or_else(|| {
+            Error::invalid("buf", format_args!("a buffer whose size fits in usize"))
+        })?;
         self.comm.register(s.addr, bytes)
     }
 

@@ -33,7 +33,10 @@ impl NcclType for bool {
         match op {
             ReduceOp::Sum | ReduceOp::Max => Ok(ReduceOp::Max),
             ReduceOp::Prod | ReduceOp::Min => Ok(ReduceOp::Min),
-            other => Err(Error::invalid("op", format_args!("sum, prod, min or max on bool, got {other}"))),
+            other => Err(Error::invalid(
+                "op",
+                format_args!("sum, prod, min or max on bool, got {other}"),
+            )),
         }
     }
 }
@@ -46,7 +49,10 @@ mod tests {
     fn bool_maps_sum_to_max_and_refuses_avg() {
         assert_eq!(bool::map_op(ReduceOp::Sum).unwrap(), ReduceOp::Max);
         assert_eq!(bool::map_op(ReduceOp::Prod).unwrap(), ReduceOp::Min);
-        assert!(matches!(bool::map_op(ReduceOp::Avg), Err(Error::InvalidArgument { arg: "op", .. })));
+        assert!(matches!(
+            bool::map_op(ReduceOp::Avg),
+            Err(Error::InvalidArgument { arg: "op", .. })
+        ));
         assert_eq!(f32::map_op(ReduceOp::Avg).unwrap(), ReduceOp::Avg);
         assert_eq!(<half::bf16 as NcclType>::DTYPE, DataType::Bfloat16);
     }

@@ -9,14 +9,17 @@ mod suite;
 #[path = "gpu/values.rs"]
 mod values;
 
-use oxccl::core::{Backend, Stream};
 use oxccl::core::Communicator as _;
+use oxccl::core::{Backend, Stream};
 use oxccl::{Comm, CommConfig, CommState, Error, Feature, Nccl, ReduceOp, UniqueId};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 fn gpus() -> Option<u32> {
-    match std::env::var("OXCCL_TEST_GPUS").ok().and_then(|v| v.parse().ok()) {
+    match std::env::var("OXCCL_TEST_GPUS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
         Some(n) if n >= 1 => Some(n),
         _ => {
             eprintln!("skipped: no GPU configured (set OXCCL_TEST_GPUS=<n> to run the GPU tests)");
@@ -34,12 +37,18 @@ fn hex(id: &UniqueId) -> String {
 }
 
 fn unhex(s: &str) -> UniqueId {
-    let bytes: Vec<u8> = (0..s.len() / 2).map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).unwrap()).collect();
+    let bytes: Vec<u8> = (0..s.len() / 2)
+        .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).unwrap())
+        .collect();
     UniqueId::from_bytes(&bytes).unwrap()
 }
 
 /// Runs `body(rank, comm)` on one thread per GPU, all in one communicator.
-fn on_threads<T: Send + 'static>(n: u32, cfg: CommConfig, body: impl Fn(u32, Comm) -> T + Send + Sync + Clone + 'static) -> Vec<T> {
+fn on_threads<T: Send + 'static>(
+    n: u32,
+    cfg: CommConfig,
+    body: impl Fn(u32, Comm) -> T + Send + Sync + Clone + 'static,
+) -> Vec<T> {
     let lib = nccl();
     let id = lib.unique_id().expect("unique id");
     let handles: Vec<_> = (0..n)
@@ -51,7 +60,10 @@ fn on_threads<T: Send + 'static>(n: u32, cfg: CommConfig, body: impl Fn(u32, Com
             })
         })
         .collect();
-    handles.into_iter().map(|h| h.join().expect("rank thread panicked")).collect()
+    handles
+        .into_iter()
+        .map(|h| h.join().expect("rank thread panicked"))
+        .collect()
 }
 
 #[test]
@@ -64,7 +76,10 @@ fn gpu_threads_every_op_type_and_reduction() {
     });
     let passed: usize = tallies.iter().map(|t| t.passed).sum();
     let failed: Vec<_> = tallies.iter().flat_map(|t| t.failed.clone()).collect();
-    println!("threads: {passed} checks passed over {n} ranks, {} failed", failed.len());
+    println!(
+        "threads: {passed} checks passed over {n} ranks, {} failed",
+        failed.len()
+    );
     assert!(failed.is_empty(), "{failed:#?}");
     assert!(passed > 1000);
 }
@@ -87,7 +102,12 @@ fn gpu_threads_large_counts() {
         c.synchronize().unwrap();
         let host = st.clone_dtoh(&all).unwrap();
         for q in 0..n as usize {
-            assert!(host[q * count..(q + 1) * count].iter().all(|x| *x == q as u8), "64Mi u8 all_gather part {q}");
+            assert!(
+                host[q * count..(q + 1) * count]
+                    .iter()
+                    .all(|x| *x == q as u8),
+                "64Mi u8 all_gather part {q}"
+            );
         }
         println!("rank {r}: 64 Mi element all_reduce and all_gather correct");
     });
@@ -105,7 +125,10 @@ fn gpu_split_nonblocking_and_registration() {
         let st = c.stream().clone();
         // split by parity, keys reversed: child rank order follows the key
         if fs.has(Feature::Split) {
-            let mut child = c.split(Some(r % 2), n - r, &CommConfig::new()).unwrap().expect("member");
+            let mut child = c
+                .split(Some(r % 2), n - r, &CommConfig::new())
+                .unwrap()
+                .expect("member");
             let members: Vec<u32> = (0..n).filter(|q| q % 2 == r % 2).collect();
             assert_eq!(child.size() as usize, members.len());
             let pos = members.iter().rev().position(|q| *q == r).unwrap() as u32;
@@ -123,7 +146,9 @@ fn gpu_split_nonblocking_and_registration() {
             drop(x);
             child.destroy().unwrap();
             // NOCOLOR: rank 0 joins none
-            let other = c.split(if r == 0 { None } else { Some(0) }, r, &CommConfig::new()).unwrap();
+            let other = c
+                .split(if r == 0 { None } else { Some(0) }, r, &CommConfig::new())
+                .unwrap();
             assert_eq!(other.is_none(), r == 0);
             if let Some(o) = other {
                 assert_eq!(o.size(), n - 1);
@@ -133,12 +158,21 @@ fn gpu_split_nonblocking_and_registration() {
         if fs.has(Feature::BufferRegistration) {
             let buf = st.alloc_zeros::<f32>(1 << 20).unwrap();
             let h = c.register(&buf).expect("register");
-            assert!(matches!(c.register(&buf), Err(Error::InvalidArgument { arg: "addr", .. })));
+            assert!(matches!(
+                c.register(&buf),
+                Err(Error::InvalidArgument { arg: "addr", .. })
+            ));
             let mut bogus = h;
             bogus.raw ^= 0x10;
-            assert!(matches!(c.deregister(bogus), Err(Error::InvalidArgument { arg: "handle", .. })));
+            assert!(matches!(
+                c.deregister(bogus),
+                Err(Error::InvalidArgument { arg: "handle", .. })
+            ));
             c.deregister(h).expect("deregister");
-            assert!(matches!(c.deregister(h), Err(Error::InvalidArgument { arg: "handle", .. })));
+            assert!(matches!(
+                c.deregister(h),
+                Err(Error::InvalidArgument { arg: "handle", .. })
+            ));
             // a registered buffer stays registered until abort/destroy releases it
             let _kept = c.register(&buf).expect("register again");
         }
@@ -177,15 +211,26 @@ fn gpu_abort_unblocks_an_unmatched_collective() {
         let waited = issued.and_then(|_| c.synchronize_timeout(Duration::from_secs(10)));
         let back = Instant::now();
         let (aborted_at, abort_call) = aborter.join().unwrap();
-        println!("rank 0: unmatched all_reduce ended with {waited:?}; ncclCommAbort took {abort_call:?}");
+        println!(
+            "rank 0: unmatched all_reduce ended with {waited:?}; ncclCommAbort took {abort_call:?}"
+        );
         assert!(waited.is_err(), "the unmatched collective must not succeed");
-        assert!(matches!(c.poll(), Err(Error::Aborted { ref reason }) if reason.as_str() == "deliberate"));
+        assert!(
+            matches!(c.poll(), Err(Error::Aborted { ref reason }) if reason.as_str() == "deliberate")
+        );
         // every later operation fails fast with the reason
-        assert!(matches!(c.all_reduce_in_place(&mut buf, ReduceOp::Sum), Err(Error::Aborted { .. })));
+        assert!(matches!(
+            c.all_reduce_in_place(&mut buf, ReduceOp::Sum),
+            Err(Error::Aborted { .. })
+        ));
         back.saturating_duration_since(aborted_at)
     });
     println!("host returned {:?} after the abort began", times[0]);
-    assert!(times[0] < Duration::from_secs(2), "abort took {:?} to unblock", times[0]);
+    assert!(
+        times[0] < Duration::from_secs(2),
+        "abort took {:?} to unblock",
+        times[0]
+    );
 }
 
 /// Spawns one child process per rank running `role`, with the library at `lib` (or the default).
@@ -198,15 +243,26 @@ fn spawn_ranks(n: u32, role: &str, lib: Option<&str>) -> Vec<(u32, std::process:
     let children: Vec<_> = (0..n)
         .map(|r| {
             let mut cmd = Command::new(&exe);
-            cmd.args(["--exact", "gpu_child_rank", "--nocapture", "--test-threads=1"])
-                .env("OXCCL_CHILD_ROLE", role)
-                .env("OXCCL_CHILD_RANK", r.to_string())
-                .env("OXCCL_CHILD_SIZE", n.to_string())
-                .env("OXCCL_CHILD_ID", hex(&id));
+            cmd.args([
+                "--exact",
+                "gpu_child_rank",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env("OXCCL_CHILD_ROLE", role)
+            .env("OXCCL_CHILD_RANK", r.to_string())
+            .env("OXCCL_CHILD_SIZE", n.to_string())
+            .env("OXCCL_CHILD_ID", hex(&id));
             if let Some(p) = lib {
                 cmd.env("OXCCL_NCCL_LIBRARY", p);
             }
-            (r, cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap())
+            (
+                r,
+                cmd.stdout(std::process::Stdio::piped())
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .unwrap(),
+            )
         })
         .collect();
     // A child that hangs is killed after two minutes, so a hang fails the test instead of CI.
@@ -227,17 +283,34 @@ fn spawn_ranks(n: u32, role: &str, lib: Option<&str>) -> Vec<(u32, std::process:
 fn gpu_processes_every_op_per_library() {
     let Some(n) = gpus() else { return };
     let libs: Vec<Option<String>> = match std::env::var("OXCCL_TEST_LIBRARIES") {
-        Ok(v) => v.split(':').filter(|s| !s.is_empty()).map(|s| Some(s.to_string())).collect(),
+        Ok(v) => v
+            .split(':')
+            .filter(|s| !s.is_empty())
+            .map(|s| Some(s.to_string()))
+            .collect(),
         Err(_) => vec![None],
     };
     for lib in libs {
         let outs = spawn_ranks(n, "suite", lib.as_deref());
         for (r, o) in &outs {
             let text = String::from_utf8_lossy(&o.stdout);
-            println!("[{lib:?} rank {r}] {}", text.lines().filter(|l| l.starts_with("child")).collect::<Vec<_>>().join(" | "));
-            assert!(o.status.success(), "rank {r} with {lib:?} failed:\n{text}\n{}", String::from_utf8_lossy(&o.stderr));
+            println!(
+                "[{lib:?} rank {r}] {}",
+                text.lines()
+                    .filter(|l| l.starts_with("child"))
+                    .collect::<Vec<_>>()
+                    .join(" | ")
+            );
+            assert!(
+                o.status.success(),
+                "rank {r} with {lib:?} failed:\n{text}\n{}",
+                String::from_utf8_lossy(&o.stderr)
+            );
             if let Some(p) = &lib {
-                assert!(text.contains(&format!("library {p}")), "rank {r} did not load {p}:\n{text}");
+                assert!(
+                    text.contains(&format!("library {p}")),
+                    "rank {r} did not load {p}:\n{text}"
+                );
             }
         }
     }
@@ -253,12 +326,22 @@ fn gpu_peer_killed_mid_collective() {
     let outs = spawn_ranks(n, "kill", None);
     for (r, o) in &outs {
         let text = String::from_utf8_lossy(&o.stdout);
-        println!("[rank {r}] {}", text.lines().filter(|l| l.starts_with("child")).collect::<Vec<_>>().join(" | "));
+        println!(
+            "[rank {r}] {}",
+            text.lines()
+                .filter(|l| l.starts_with("child"))
+                .collect::<Vec<_>>()
+                .join(" | ")
+        );
         if *r == 1 {
             use std::os::unix::process::ExitStatusExt;
             assert_eq!(o.status.signal(), Some(9), "rank 1 was to die by SIGKILL");
         } else {
-            assert!(o.status.success(), "survivor {r} failed:\n{text}\n{}", String::from_utf8_lossy(&o.stderr));
+            assert!(
+                o.status.success(),
+                "survivor {r} failed:\n{text}\n{}",
+                String::from_utf8_lossy(&o.stderr)
+            );
             assert!(text.contains("child survivor ok"), "{text}");
         }
     }
@@ -267,17 +350,27 @@ fn gpu_peer_killed_mid_collective() {
 /// The body of a child process (does nothing unless started by `spawn_ranks`).
 #[test]
 fn gpu_child_rank() {
-    let Ok(role) = std::env::var("OXCCL_CHILD_ROLE") else { return };
+    let Ok(role) = std::env::var("OXCCL_CHILD_ROLE") else {
+        return;
+    };
     let r: u32 = std::env::var("OXCCL_CHILD_RANK").unwrap().parse().unwrap();
     let n: u32 = std::env::var("OXCCL_CHILD_SIZE").unwrap().parse().unwrap();
     let id = unhex(&std::env::var("OXCCL_CHILD_ID").unwrap());
     let lib = nccl();
-    println!("child {r}: library {} version {}", lib.library().path().display(), lib.version());
+    println!(
+        "child {r}: library {} version {}",
+        lib.library().path().display(),
+        lib.version()
+    );
     let mut c = Comm::init_rank(&lib, &id, r, n, r, &CommConfig::new()).expect("init");
     match role.as_str() {
         "suite" => {
             let t = suite::run_all(&mut c);
-            println!("child {r}: {} checks passed, {} failed", t.passed, t.failed.len());
+            println!(
+                "child {r}: {} checks passed, {} failed",
+                t.passed,
+                t.failed.len()
+            );
             assert!(t.failed.is_empty(), "{:#?}", t.failed);
             c.destroy().unwrap();
         }
@@ -295,9 +388,14 @@ fn gpu_child_rank() {
             std::thread::sleep(Duration::from_millis(500));
             c.all_reduce_in_place(&mut buf, ReduceOp::Sum).unwrap();
             let t = Instant::now();
-            let e = c.synchronize_timeout(Duration::from_secs(5)).expect_err("a dead peer must give an error, not success");
+            let e = c
+                .synchronize_timeout(Duration::from_secs(5))
+                .expect_err("a dead peer must give an error, not success");
             println!("child {r}: survivor got {e} after {:?}", t.elapsed());
-            assert!(matches!(e, Error::Timeout { .. } | Error::Remote { .. } | Error::Backend { .. }));
+            assert!(matches!(
+                e,
+                Error::Timeout { .. } | Error::Remote { .. } | Error::Backend { .. }
+            ));
             let handle = c.abort_handle();
             let t = Instant::now();
             handle.abort("peer died");
@@ -342,14 +440,32 @@ fn gpu_init_all_one_thread_drives_every_gpu() {
     let Some(n) = gpus() else { return };
     use oxccl::core::{Communicator, Stream as _};
     let lib = nccl();
-    let comms = lib.init_all(&(0..n).collect::<Vec<_>>()).expect("ncclCommInitAll");
+    let comms = lib
+        .init_all(&(0..n).collect::<Vec<_>>())
+        .expect("ncclCommInitAll");
     let streams: Vec<_> = comms.iter().map(|c| c.new_stream().unwrap()).collect();
-    let bufs: Vec<_> = streams.iter().enumerate().map(|(r, s)| s.cuda().clone_htod(&[r as f64 + 1.0; 5]).unwrap()).collect();
-    let addrs: Vec<usize> = bufs.iter().zip(&streams).map(|(b, s)| { use cudarc::driver::DevicePtr; b.device_ptr(s.cuda()).0 as usize }).collect();
+    let bufs: Vec<_> = streams
+        .iter()
+        .enumerate()
+        .map(|(r, s)| s.cuda().clone_htod(&[r as f64 + 1.0; 5]).unwrap())
+        .collect();
+    let addrs: Vec<usize> = bufs
+        .iter()
+        .zip(&streams)
+        .map(|(b, s)| {
+            use cudarc::driver::DevicePtr;
+            b.device_ptr(s.cuda()).0 as usize
+        })
+        .collect();
     // one thread, one group, every rank
     comms[0].group_start().unwrap();
     for (c, (a, s)) in comms.iter().zip(addrs.iter().zip(&streams)) {
-        let op = oxccl::CommOp::AllReduce { send: oxccl::RawBuf::new(*a, 5), recv: oxccl::RawBufMut::new(*a, 5), dtype: oxccl::DataType::Float64, op: ReduceOp::Sum };
+        let op = oxccl::CommOp::AllReduce {
+            send: oxccl::RawBuf::new(*a, 5),
+            recv: oxccl::RawBufMut::new(*a, 5),
+            dtype: oxccl::DataType::Float64,
+            op: ReduceOp::Sum,
+        };
         // SAFETY: each buffer is 5 f64 on its comm's device, alive until the synchronize below.
         unsafe { c.issue(&op, s) }.unwrap();
     }
@@ -384,10 +500,15 @@ fn gpu_scalable_init_shrink_windows_memory_and_groups() {
             let lib = lib.clone();
             std::thread::spawn(move || {
                 let cfg = CommConfig::new()
-                    .comm_name("oxccl-test").unwrap()
-                    .set(oxccl::ConfigField::MaxCtas, 4).unwrap()
-                    .set(oxccl::ConfigField::MinCtas, 2).unwrap();
-                let comm = lib.init_rank_scalable(&ids, r, n, oxccl::Device(r), &cfg).expect("scalable init with config");
+                    .comm_name("oxccl-test")
+                    .unwrap()
+                    .set(oxccl::ConfigField::MaxCtas, 4)
+                    .unwrap()
+                    .set(oxccl::ConfigField::MinCtas, 2)
+                    .unwrap();
+                let comm = lib
+                    .init_rank_scalable(&ids, r, n, oxccl::Device(r), &cfg)
+                    .expect("scalable init with config");
                 let mut c = Comm::with_new_stream(comm).unwrap();
                 let st = c.stream().clone();
                 // nested groups; an invalid op inside is refused and the group still closes
@@ -396,7 +517,10 @@ fn gpu_scalable_init_shrink_windows_memory_and_groups() {
                     let inner = c.group().unwrap();
                     let a = st.clone_htod(&[1.0f32; 4]).unwrap();
                     let mut short = st.alloc_zeros::<f32>(3).unwrap();
-                    assert!(matches!(c.all_reduce(&a, &mut short, ReduceOp::Sum), Err(Error::InvalidArgument { arg: "recv", .. })));
+                    assert!(matches!(
+                        c.all_reduce(&a, &mut short, ReduceOp::Sum),
+                        Err(Error::InvalidArgument { arg: "recv", .. })
+                    ));
                     let mut ok = st.alloc_zeros::<f32>(4).unwrap();
                     c.all_reduce(&a, &mut ok, ReduceOp::Sum).unwrap();
                     inner.end().unwrap();
@@ -406,28 +530,39 @@ fn gpu_scalable_init_shrink_windows_memory_and_groups() {
                 }
                 // NCCL's allocator, registered; a window over it (2.27+)
                 if fs.has(Feature::MemAlloc) {
-                    let mem = oxccl::NcclMem::alloc(c.backend().library(), 1 << 20).expect("ncclMemAlloc");
-                    let h = c.backend().register(mem.addr(), mem.bytes()).expect("register ncclMemAlloc memory");
+                    let mem = oxccl::NcclMem::alloc(c.backend().library(), 1 << 20)
+                        .expect("ncclMemAlloc");
+                    let h = c
+                        .backend()
+                        .register(mem.addr(), mem.bytes())
+                        .expect("register ncclMemAlloc memory");
                     c.backend().deregister(h).unwrap();
                     if fs.has(Feature::WindowRegistration) {
-                        let w = c.backend().window_register(mem.addr(), mem.bytes(), 0).expect("window");
-                        assert!(matches!(c.backend().window_register(mem.addr(), mem.bytes(), 0), Err(Error::InvalidArgument { arg: "addr", .. })));
+                        let w = c
+                            .backend()
+                            .window_register(mem.addr(), mem.bytes(), 0)
+                            .expect("window");
+                        assert!(matches!(
+                            c.backend().window_register(mem.addr(), mem.bytes(), 0),
+                            Err(Error::InvalidArgument { arg: "addr", .. })
+                        ));
                         c.backend().window_deregister(w).unwrap();
                     }
                 }
                 // shrink: rank 0 carries on alone without the last rank
-                if fs.has(Feature::Shrink) {
-                    if r != n - 1 {
-                        let small = c.backend().shrink(&[n - 1], &CommConfig::new(), false).expect("shrink");
-                        assert_eq!(small.size(), n - 1);
-                        let mut s = Comm::with_new_stream(small).unwrap();
-                        let sst = s.stream().clone();
-                        let mut x = sst.clone_htod(&[1i32; 3]).unwrap();
-                        s.all_reduce_in_place(&mut x, ReduceOp::Sum).unwrap();
-                        s.synchronize().unwrap();
-                        assert_eq!(sst.clone_dtoh(&x).unwrap(), vec![(n - 1) as i32; 3]);
-                        s.destroy().unwrap();
-                    }
+                if fs.has(Feature::Shrink) && r != n - 1 {
+                    let small = c
+                        .backend()
+                        .shrink(&[n - 1], &CommConfig::new(), false)
+                        .expect("shrink");
+                    assert_eq!(small.size(), n - 1);
+                    let mut s = Comm::with_new_stream(small).unwrap();
+                    let sst = s.stream().clone();
+                    let mut x = sst.clone_htod(&[1i32; 3]).unwrap();
+                    s.all_reduce_in_place(&mut x, ReduceOp::Sum).unwrap();
+                    s.synchronize().unwrap();
+                    assert_eq!(sst.clone_dtoh(&x).unwrap(), vec![(n - 1) as i32; 3]);
+                    s.destroy().unwrap();
                 }
                 c.destroy().unwrap();
             })
@@ -436,5 +571,7 @@ fn gpu_scalable_init_shrink_windows_memory_and_groups() {
     for h in handles {
         h.join().expect("rank thread");
     }
-    println!("scalable init with config, nested groups, ncclMemAlloc + register, windows and shrink ok");
+    println!(
+        "scalable init with config, nested groups, ncclMemAlloc + register, windows and shrink ok"
+    );
 }

@@ -39,6 +39,9 @@ impl RawBufMut {
     pub const EMPTY: RawBufMut = RawBufMut { addr: 0, len: 0 };
     /// The same memory, read-only (an in-place operation reads what it writes).
     pub const fn as_read(&self) -> RawBuf {
-        RawBuf { addr: self.addr, len: self.len }
+        RawBuf {
+            addr: self.addr,
+            len: self.len,
+        }
     }
 }

@@ -186,7 +186,10 @@ impl CommConfig {
             ));
         }
         if field == ConfigField::Blocking && !(0..=1).contains(&value) {
-            return Err(crate::Error::invalid("blocking", format_args!("0 or 1, got {value}")));
+            return Err(crate::Error::invalid(
+                "blocking",
+                format_args!("0 or 1, got {value}"),
+            ));
         }
         self.ints[field as usize] = Some(value);
         Ok(self)
@@ -212,7 +215,10 @@ impl CommConfig {
 
     fn name(arg: &'static str, name: &str) -> crate::Result<ConfigName> {
         if name.contains('\0') {
-            return Err(crate::Error::invalid(arg, format_args!("a name without NUL bytes")));
+            return Err(crate::Error::invalid(
+                arg,
+                format_args!("a name without NUL bytes"),
+            ));
         }
         ConfigName::try_from(name).map_err(|_| {
             crate::Error::invalid(
@@ -252,7 +258,10 @@ impl CommConfig {
 
     /// The fields the user set, in header order.
     pub fn set_fields(&self) -> impl Iterator<Item = ConfigField> + '_ {
-        ConfigField::ALL.iter().copied().filter(move |f| self.is_set(*f))
+        ConfigField::ALL
+            .iter()
+            .copied()
+            .filter(move |f| self.is_set(*f))
     }
 
     /// `Ok` when every set field exists in `version`'s `ncclConfig_t`; else an error naming the
@@ -296,11 +305,17 @@ mod tests {
 
     #[test]
     fn fields_newer_than_the_library_are_refused_by_name() {
-        let c = CommConfig::new().blocking(false).comm_name("trainer").unwrap();
+        let c = CommConfig::new()
+            .blocking(false)
+            .comm_name("trainer")
+            .unwrap();
         assert!(c.check_for(Version::new(2, 28, 3)).is_ok());
         let e = c.check_for(Version::new(2, 18, 3)).unwrap_err();
         match e {
-            crate::Error::InvalidArgument { arg: "config", expected } => {
+            crate::Error::InvalidArgument {
+                arg: "config",
+                expected,
+            } => {
                 assert!(expected.contains("commName"), "{expected}");
                 assert!(expected.contains("2.27.3"), "{expected}");
             }
@@ -314,7 +329,9 @@ mod tests {
         assert!(CommConfig::new().set(ConfigField::NetName, 2).is_err());
         assert!(CommConfig::new().net_name("a\0b").is_err());
         let long = [b'a'; 200];
-        assert!(CommConfig::new().comm_name(core::str::from_utf8(&long).unwrap()).is_err());
+        assert!(CommConfig::new()
+            .comm_name(core::str::from_utf8(&long).unwrap())
+            .is_err());
         let c = CommConfig::new().set(ConfigField::MaxCtas, 4).unwrap();
         assert_eq!(c.int(ConfigField::MaxCtas), Some(4));
         assert!(c.is_set(ConfigField::MaxCtas));

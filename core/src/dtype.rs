@@ -160,7 +160,9 @@ mod tests {
 
     #[test]
     fn premul_sum_only_on_host_floats() {
-        let op = ReduceOp::PreMulSum(crate::reduce::Scalar::Host(crate::reduce::HostScalar::F32(2.0)));
+        let op = ReduceOp::PreMulSum(crate::reduce::Scalar::Host(crate::reduce::HostScalar::F32(
+            2.0,
+        )));
         assert!(DataType::Float32.supports(&op));
         assert!(!DataType::Int32.supports(&op));
         assert!(!DataType::Float8E4M3.supports(&op));

@@ -84,7 +84,10 @@ pub enum Error {
 impl Error {
     /// An [`Error::InvalidArgument`] for `arg` with a formatted expectation.
     pub fn invalid(arg: &'static str, expected: core::fmt::Arguments<'_>) -> Error {
-        Error::InvalidArgument { arg, expected: crate::text::text(expected) }
+        Error::InvalidArgument {
+            arg,
+            expected: crate::text::text(expected),
+        }
     }
 
     /// The library's result code, when the error came from the library.
@@ -99,7 +102,11 @@ impl Error {
     pub fn is_fatal(&self) -> bool {
         matches!(
             self,
-            Error::Backend { .. } | Error::Timeout { .. } | Error::Aborted { .. } | Error::Remote { .. } | Error::Mismatch { .. }
+            Error::Backend { .. }
+                | Error::Timeout { .. }
+                | Error::Aborted { .. }
+                | Error::Remote { .. }
+                | Error::Mismatch { .. }
         )
     }
 }
@@ -113,7 +120,10 @@ mod tests {
         let e = Error::invalid("root", format_args!("a rank below {}, got {}", 4, 9));
         let mut s = heapless::String::<256>::new();
         core::fmt::write(&mut s, format_args!("{e}")).unwrap();
-        assert_eq!(s.as_str(), "invalid argument `root`: expected a rank below 4, got 9");
+        assert_eq!(
+            s.as_str(),
+            "invalid argument `root`: expected a rank below 4, got 9"
+        );
         assert!(!e.is_fatal());
     }
 

@@ -187,6 +187,9 @@ impl fmt::Display for Feature {
     }
 }
 
+// The feature set is a u64 bitset.
+const _: () = assert!(Feature::COUNT <= 64);
+
 /// Why a feature is unavailable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Missing {
@@ -230,7 +233,11 @@ impl FeatureSet {
     /// The set of a library of `version` that exports the symbols for which `has_symbol` is true:
     /// a feature is available when its version gate holds and every symbol it needs is present.
     pub fn resolve(version: Version, mut has_symbol: impl FnMut(&str) -> bool) -> FeatureSet {
-        let mut set = FeatureSet { version, available: 0, absent: [None; Feature::COUNT] };
+        let mut set = FeatureSet {
+            version,
+            available: 0,
+            absent: [None; Feature::COUNT],
+        };
         for f in Feature::ALL {
             if version < f.since() {
                 continue;
@@ -260,13 +267,19 @@ impl FeatureSet {
         }
         match self.absent[f as usize] {
             Some(symbol) => Err(Missing::SymbolAbsent { symbol }),
-            None => Err(Missing::TooOld { need: f.since(), have: self.version }),
+            None => Err(Missing::TooOld {
+                need: f.since(),
+                have: self.version,
+            }),
         }
     }
 
     /// `Ok` when `f` is available, else [`crate::Error::Unsupported`].
     pub fn require(&self, f: Feature) -> crate::Result<()> {
-        self.check(f).map_err(|missing| crate::Error::Unsupported { feature: f, missing })
+        self.check(f).map_err(|missing| crate::Error::Unsupported {
+            feature: f,
+            missing,
+        })
     }
 
     /// The same set with `f` taken away (a mock world or a test that hides a feature).
@@ -292,7 +305,10 @@ mod tests {
         assert!(s.has(Feature::NonBlocking));
         assert_eq!(
             s.check(Feature::BufferRegistration),
-            Err(Missing::TooOld { need: Version::new(2, 19, 1), have: Version::new(2, 18, 3) })
+            Err(Missing::TooOld {
+                need: Version::new(2, 19, 1),
+                have: Version::new(2, 18, 3)
+            })
         );
         let all = FeatureSet::for_version(Version::new(2, 32, 3));
         assert!(Feature::ALL.iter().all(|&f| all.has(f)));
@@ -303,11 +319,19 @@ mod tests {
     #[test]
     fn an_absent_symbol_beats_the_version() {
         let s = FeatureSet::resolve(Version::new(2, 28, 3), |sym| sym != "ncclGather");
-        assert_eq!(s.check(Feature::GatherScatter), Err(Missing::SymbolAbsent { symbol: "ncclGather" }));
+        assert_eq!(
+            s.check(Feature::GatherScatter),
+            Err(Missing::SymbolAbsent {
+                symbol: "ncclGather"
+            })
+        );
         assert!(s.has(Feature::AllToAll));
         assert!(matches!(
             s.require(Feature::GatherScatter),
-            Err(crate::Error::Unsupported { feature: Feature::GatherScatter, .. })
+            Err(crate::Error::Unsupported {
+                feature: Feature::GatherScatter,
+                ..
+            })
         ));
     }
 
@@ -320,7 +344,6 @@ mod tests {
 
     #[test]
     fn features_fit_the_bitset() {
-        assert!(Feature::COUNT <= 64);
         for (i, f) in Feature::ALL.iter().enumerate() {
             assert_eq!(*f as usize, i);
         }

@@ -12,10 +12,12 @@ impl UniqueId {
 
     /// The id from bytes received from another rank; refuses any other length.
     pub fn from_bytes(bytes: &[u8]) -> crate::Result<UniqueId> {
-        let arr: [u8; Self::LEN] = bytes.try_into().map_err(|_| crate::Error::InvalidArgument {
-            arg: "unique_id",
-            expected: crate::text!("exactly {} bytes, got {}", Self::LEN, bytes.len()),
-        })?;
+        let arr: [u8; Self::LEN] = bytes
+            .try_into()
+            .map_err(|_| crate::Error::InvalidArgument {
+                arg: "unique_id",
+                expected: crate::text!("exactly {} bytes, got {}", Self::LEN, bytes.len()),
+            })?;
         Ok(UniqueId(arr))
     }
 
@@ -45,7 +47,10 @@ mod tests {
             let v = [0u8; 256];
             assert!(matches!(
                 UniqueId::from_bytes(&v[..n]),
-                Err(crate::Error::InvalidArgument { arg: "unique_id", .. })
+                Err(crate::Error::InvalidArgument {
+                    arg: "unique_id",
+                    ..
+                })
             ));
         }
         let id = UniqueId::from_bytes(&[7u8; 128]).unwrap();

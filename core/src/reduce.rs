@@ -80,8 +80,13 @@ pub enum ReduceOp {
 
 impl ReduceOp {
     /// The built-in operators, premul-sum aside.
-    pub const BUILTIN: [ReduceOp; 5] =
-        [ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Min, ReduceOp::Max, ReduceOp::Avg];
+    pub const BUILTIN: [ReduceOp; 5] = [
+        ReduceOp::Sum,
+        ReduceOp::Prod,
+        ReduceOp::Min,
+        ReduceOp::Max,
+        ReduceOp::Avg,
+    ];
 
     /// NCCL's `ncclRedOp_t` for a built-in operator; `None` for premul-sum, whose code is
     /// created per communicator.
@@ -134,7 +139,10 @@ mod tests {
         for (op, c) in ReduceOp::BUILTIN.iter().zip(codes) {
             assert_eq!(op.builtin_code(), Some(c), "{op}");
         }
-        assert_eq!(ReduceOp::PreMulSum(Scalar::Device { addr: 8 }).builtin_code(), None);
+        assert_eq!(
+            ReduceOp::PreMulSum(Scalar::Device { addr: 8 }).builtin_code(),
+            None
+        );
     }
 
     #[test]

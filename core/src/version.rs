@@ -20,7 +20,11 @@ impl Version {
 
     /// A version from its three numbers.
     pub const fn new(major: u32, minor: u32, patch: u32) -> Version {
-        Version { major, minor, patch }
+        Version {
+            major,
+            minor,
+            patch,
+        }
     }
 
     /// The `NCCL_VERSION(X,Y,Z)` code: `X*1000+Y*100+Z` up to 2.8, `X*10000+Y*100+Z` after.

@@ -18,14 +18,22 @@ pub struct DevBuf {
 impl DevBuf {
     pub fn new(c: &Comm, dt: DataType, vals: &[f64]) -> DevBuf {
         if vals.is_empty() {
-            return DevBuf { mem: None, addr: 0, elems: 0 };
+            return DevBuf {
+                mem: None,
+                addr: 0,
+                elems: 0,
+            };
         }
         let mem = c.stream().clone_htod(&encode(dt, vals)).expect("upload");
         let addr = {
             let (p, _g) = mem.device_ptr(c.stream());
             p as usize
         };
-        DevBuf { mem: Some(mem), addr, elems: vals.len() }
+        DevBuf {
+            mem: Some(mem),
+            addr,
+            elems: vals.len(),
+        }
     }
     pub fn zeros(c: &Comm, dt: DataType, n: usize) -> DevBuf {
         DevBuf::new(c, dt, &vec![0.0; n])
@@ -134,13 +142,29 @@ pub fn run_all(c: &mut Comm) -> Tally {
         for &count in &COUNTS {
             for op in &reduce_ops {
                 let send_vals: Vec<f64> = (0..count).map(|i| input(Some(op), r, i)).collect();
-                let want: Vec<f64> = (0..count).map(|i| reduced(dt, op, n, i, factor(op))).collect();
+                let want: Vec<f64> = (0..count)
+                    .map(|i| reduced(dt, op, n, i, factor(op)))
+                    .collect();
                 for in_place in [false, true] {
                     let name = format!("all_reduce {dt} {op} n={count} in_place={in_place}");
                     let send = DevBuf::new(c, dt, &send_vals);
-                    let out = if in_place { None } else { Some(DevBuf::zeros(c, dt, count)) };
+                    let out = if in_place {
+                        None
+                    } else {
+                        Some(DevBuf::zeros(c, dt, count))
+                    };
                     let recv = out.as_ref().unwrap_or(&send);
-                    if run(c, &mut t, &name, CommOp::AllReduce { send: send.r(), recv: recv.w(), dtype: dt, op: *op }) {
+                    if run(
+                        c,
+                        &mut t,
+                        &name,
+                        CommOp::AllReduce {
+                            send: send.r(),
+                            recv: recv.w(),
+                            dtype: dt,
+                            op: *op,
+                        },
+                    ) {
                         t.check(&name, &recv.read(c, dt), &want, dt);
                     }
                 }
@@ -148,20 +172,56 @@ pub fn run_all(c: &mut Comm) -> Tally {
                 let root = n - 1;
                 let name = format!("reduce {dt} {op} n={count}");
                 let send = DevBuf::new(c, dt, &send_vals);
-                let recv = if r == root { DevBuf::zeros(c, dt, count) } else { DevBuf::zeros(c, dt, 0) };
-                if run(c, &mut t, &name, CommOp::Reduce { send: send.r(), recv: recv.w(), dtype: dt, op: *op, root }) && r == root {
+                let recv = if r == root {
+                    DevBuf::zeros(c, dt, count)
+                } else {
+                    DevBuf::zeros(c, dt, 0)
+                };
+                if run(
+                    c,
+                    &mut t,
+                    &name,
+                    CommOp::Reduce {
+                        send: send.r(),
+                        recv: recv.w(),
+                        dtype: dt,
+                        op: *op,
+                        root,
+                    },
+                ) && r == root
+                {
                     t.check(&name, &recv.read(c, dt), &want, dt);
                 }
                 // reduce_scatter: rank r keeps part r of the reduction of n parts
                 for in_place in [false, true] {
                     let name = format!("reduce_scatter {dt} {op} n={count} in_place={in_place}");
                     let whole: Vec<f64> = (0..count * nu).map(|j| input(Some(op), r, j)).collect();
-                    let want: Vec<f64> = (0..count).map(|i| reduced(dt, op, n, r as usize * count + i, factor(op))).collect();
+                    let want: Vec<f64> = (0..count)
+                        .map(|i| reduced(dt, op, n, r as usize * count + i, factor(op)))
+                        .collect();
                     let send = DevBuf::new(c, dt, &whole);
                     let out = DevBuf::zeros(c, dt, if in_place { 0 } else { count });
-                    let recv = if in_place { send.part(dt, r as usize * count, count) } else { out.w() };
-                    if run(c, &mut t, &name, CommOp::ReduceScatter { send: send.r(), recv, dtype: dt, op: *op }) {
-                        let got = if in_place { send.read(c, dt)[r as usize * count..(r as usize + 1) * count].to_vec() } else { out.read(c, dt) };
+                    let recv = if in_place {
+                        send.part(dt, r as usize * count, count)
+                    } else {
+                        out.w()
+                    };
+                    if run(
+                        c,
+                        &mut t,
+                        &name,
+                        CommOp::ReduceScatter {
+                            send: send.r(),
+                            recv,
+                            dtype: dt,
+                            op: *op,
+                        },
+                    ) {
+                        let got = if in_place {
+                            send.read(c, dt)[r as usize * count..(r as usize + 1) * count].to_vec()
+                        } else {
+                            out.read(c, dt)
+                        };
                         t.check(&name, &got, &want, dt);
                     }
                 }
@@ -175,16 +235,41 @@ pub fn run_all(c: &mut Comm) -> Tally {
         let name = format!("send/recv ring n={count}");
         let next = (r + 1) % n;
         let prev = (r + n - 1) % n;
-        let send = DevBuf::new(c, dt, &(0..count).map(|i| (r as usize * 10 + i) as f64).collect::<Vec<_>>());
+        let send = DevBuf::new(
+            c,
+            dt,
+            &(0..count)
+                .map(|i| (r as usize * 10 + i) as f64)
+                .collect::<Vec<_>>(),
+        );
         let recv = DevBuf::zeros(c, dt, count);
         let g = c.group().expect("group");
         // SAFETY: DevBufs of this device alive until read back.
-        let a = unsafe { c.issue(&CommOp::Send { buf: send.r(), dtype: dt, peer: next }) };
+        let a = unsafe {
+            c.issue(&CommOp::Send {
+                buf: send.r(),
+                dtype: dt,
+                peer: next,
+            })
+        };
         // SAFETY: as above.
-        let b = unsafe { c.issue(&CommOp::Recv { buf: recv.w(), dtype: dt, peer: prev }) };
+        let b = unsafe {
+            c.issue(&CommOp::Recv {
+                buf: recv.w(),
+                dtype: dt,
+                peer: prev,
+            })
+        };
         let e = g.end();
         match a.and(b).and(e).and_then(|_| c.synchronize()) {
-            Ok(()) => t.check(&name, &recv.read(c, dt), &(0..count).map(|i| (prev as usize * 10 + i) as f64).collect::<Vec<_>>(), dt),
+            Ok(()) => t.check(
+                &name,
+                &recv.read(c, dt),
+                &(0..count)
+                    .map(|i| (prev as usize * 10 + i) as f64)
+                    .collect::<Vec<_>>(),
+                dt,
+            ),
             Err(e) => t.error(&name, e),
         }
     }
@@ -206,11 +291,29 @@ fn moves(c: &mut Comm, t: &mut Tally, dt: DataType, count: usize) {
         for in_place in [false, true] {
             let name = format!("broadcast {dt} root={root} n={count} in_place={in_place}");
             let data: Vec<f64> = (0..count).map(|i| v(root, 0, i) + 1.0).collect();
-            let mine: Vec<f64> = if r == root { data.clone() } else { vec![0.0; count] };
+            let mine: Vec<f64> = if r == root {
+                data.clone()
+            } else {
+                vec![0.0; count]
+            };
             let send = DevBuf::new(c, dt, &mine);
-            let out = if in_place { None } else { Some(DevBuf::zeros(c, dt, count)) };
+            let out = if in_place {
+                None
+            } else {
+                Some(DevBuf::zeros(c, dt, count))
+            };
             let recv = out.as_ref().unwrap_or(&send);
-            if run(c, t, &name, CommOp::Broadcast { send: send.r(), recv: recv.w(), dtype: dt, root }) {
+            if run(
+                c,
+                t,
+                &name,
+                CommOp::Broadcast {
+                    send: send.r(),
+                    recv: recv.w(),
+                    dtype: dt,
+                    root,
+                },
+            ) {
                 t.check(&name, &recv.read(c, dt), &data, dt);
             }
         }
@@ -218,7 +321,9 @@ fn moves(c: &mut Comm, t: &mut Tally, dt: DataType, count: usize) {
     // all_gather, in place = send is part `rank` of recv
     for in_place in [false, true] {
         let name = format!("all_gather {dt} n={count} in_place={in_place}");
-        let want: Vec<f64> = (0..nu * count).map(|j| v((j / count.max(1)) as u32, 0, j % count.max(1))).collect();
+        let want: Vec<f64> = (0..nu * count)
+            .map(|j| v((j / count.max(1)) as u32, 0, j % count.max(1)))
+            .collect();
         let mine: Vec<f64> = (0..count).map(|i| v(r, 0, i)).collect();
         let (send, recv);
         if in_place {
@@ -226,13 +331,31 @@ fn moves(c: &mut Comm, t: &mut Tally, dt: DataType, count: usize) {
             whole[r as usize * count..(r as usize + 1) * count].copy_from_slice(&mine);
             recv = DevBuf::new(c, dt, &whole);
             send = recv.part(dt, r as usize * count, count).as_read();
-            if run(c, t, &name, CommOp::AllGather { send, recv: recv.w(), dtype: dt }) {
+            if run(
+                c,
+                t,
+                &name,
+                CommOp::AllGather {
+                    send,
+                    recv: recv.w(),
+                    dtype: dt,
+                },
+            ) {
                 t.check(&name, &recv.read(c, dt), &want, dt);
             }
         } else {
             let s = DevBuf::new(c, dt, &mine);
             let rv = DevBuf::zeros(c, dt, nu * count);
-            if run(c, t, &name, CommOp::AllGather { send: s.r(), recv: rv.w(), dtype: dt }) {
+            if run(
+                c,
+                t,
+                &name,
+                CommOp::AllGather {
+                    send: s.r(),
+                    recv: rv.w(),
+                    dtype: dt,
+                },
+            ) {
                 t.check(&name, &rv.read(c, dt), &want, dt);
             }
         }
@@ -240,10 +363,27 @@ fn moves(c: &mut Comm, t: &mut Tally, dt: DataType, count: usize) {
     // all_to_all (equal parts)
     {
         let name = format!("all_to_all {dt} n={count}");
-        let send = DevBuf::new(c, dt, &(0..nu * count).map(|j| v(r, (j / count.max(1)) as u32, j % count.max(1))).collect::<Vec<_>>());
+        let send = DevBuf::new(
+            c,
+            dt,
+            &(0..nu * count)
+                .map(|j| v(r, (j / count.max(1)) as u32, j % count.max(1)))
+                .collect::<Vec<_>>(),
+        );
         let recv = DevBuf::zeros(c, dt, nu * count);
-        let want: Vec<f64> = (0..nu * count).map(|j| v((j / count.max(1)) as u32, r, j % count.max(1))).collect();
-        if run(c, t, &name, CommOp::AllToAll { send: send.r(), recv: recv.w(), dtype: dt }) {
+        let want: Vec<f64> = (0..nu * count)
+            .map(|j| v((j / count.max(1)) as u32, r, j % count.max(1)))
+            .collect();
+        if run(
+            c,
+            t,
+            &name,
+            CommOp::AllToAll {
+                send: send.r(),
+                recv: recv.w(),
+                dtype: dt,
+            },
+        ) {
             t.check(&name, &recv.read(c, dt), &want, dt);
         }
     }
@@ -253,11 +393,26 @@ fn moves(c: &mut Comm, t: &mut Tally, dt: DataType, count: usize) {
         let cnt = |src: u32, dst: u32| (src as usize + 2 * dst as usize + count) % 4;
         let send_counts: Vec<usize> = (0..n).map(|p| cnt(r, p)).collect();
         let recv_counts: Vec<usize> = (0..n).map(|q| cnt(q, r)).collect();
-        let sendv: Vec<f64> = (0..n).flat_map(|p| (0..cnt(r, p)).map(move |i| v(r, p, i))).collect();
-        let want: Vec<f64> = (0..n).flat_map(|q| (0..cnt(q, r)).map(move |i| v(q, r, i))).collect();
+        let sendv: Vec<f64> = (0..n)
+            .flat_map(|p| (0..cnt(r, p)).map(move |i| v(r, p, i)))
+            .collect();
+        let want: Vec<f64> = (0..n)
+            .flat_map(|q| (0..cnt(q, r)).map(move |i| v(q, r, i)))
+            .collect();
         let send = DevBuf::new(c, dt, &sendv);
         let recv = DevBuf::zeros(c, dt, want.len());
-        if run(c, t, &name, CommOp::AllToAllV { send: send.r(), recv: recv.w(), dtype: dt, send_counts: &send_counts, recv_counts: &recv_counts }) {
+        if run(
+            c,
+            t,
+            &name,
+            CommOp::AllToAllV {
+                send: send.r(),
+                recv: recv.w(),
+                dtype: dt,
+                send_counts: &send_counts,
+                recv_counts: &recv_counts,
+            },
+        ) {
             t.check(&name, &recv.read(c, dt), &want, dt);
         }
     }
@@ -265,39 +420,114 @@ fn moves(c: &mut Comm, t: &mut Tally, dt: DataType, count: usize) {
     {
         let root = n - 1;
         let name = format!("gather {dt} n={count}");
-        let send = DevBuf::new(c, dt, &(0..count).map(|i| v(r, root, i)).collect::<Vec<_>>());
+        let send = DevBuf::new(
+            c,
+            dt,
+            &(0..count).map(|i| v(r, root, i)).collect::<Vec<_>>(),
+        );
         let recv = DevBuf::zeros(c, dt, if r == root { nu * count } else { 0 });
-        if run(c, t, &name, CommOp::Gather { send: send.r(), recv: recv.w(), dtype: dt, root }) && r == root {
-            let want: Vec<f64> = (0..nu * count).map(|j| v((j / count.max(1)) as u32, root, j % count.max(1))).collect();
+        if run(
+            c,
+            t,
+            &name,
+            CommOp::Gather {
+                send: send.r(),
+                recv: recv.w(),
+                dtype: dt,
+                root,
+            },
+        ) && r == root
+        {
+            let want: Vec<f64> = (0..nu * count)
+                .map(|j| v((j / count.max(1)) as u32, root, j % count.max(1)))
+                .collect();
             t.check(&name, &recv.read(c, dt), &want, dt);
         }
         let root = 0;
         let name = format!("scatter {dt} n={count}");
-        let whole: Vec<f64> = if r == root { (0..nu * count).map(|j| v(root, (j / count.max(1)) as u32, j % count.max(1))).collect() } else { Vec::new() };
+        let whole: Vec<f64> = if r == root {
+            (0..nu * count)
+                .map(|j| v(root, (j / count.max(1)) as u32, j % count.max(1)))
+                .collect()
+        } else {
+            Vec::new()
+        };
         let send = DevBuf::new(c, dt, &whole);
         let recv = DevBuf::zeros(c, dt, count);
-        if run(c, t, &name, CommOp::Scatter { send: send.r(), recv: recv.w(), dtype: dt, root }) {
-            t.check(&name, &recv.read(c, dt), &(0..count).map(|i| v(root, r, i)).collect::<Vec<_>>(), dt);
+        if run(
+            c,
+            t,
+            &name,
+            CommOp::Scatter {
+                send: send.r(),
+                recv: recv.w(),
+                dtype: dt,
+                root,
+            },
+        ) {
+            t.check(
+                &name,
+                &recv.read(c, dt),
+                &(0..count).map(|i| v(root, r, i)).collect::<Vec<_>>(),
+                dt,
+            );
         }
     }
     // all_gather_v and reduce_scatter_v with uneven parts
     {
         let counts: Vec<usize> = (0..n).map(|q| (q as usize + count) % 4).collect();
         let name = format!("all_gather_v {dt} n={count}");
-        let send = DevBuf::new(c, dt, &(0..counts[r as usize]).map(|i| v(r, 1, i)).collect::<Vec<_>>());
-        let want: Vec<f64> = (0..n).flat_map(|q| (0..counts[q as usize]).map(move |i| v(q, 1, i))).collect();
+        let send = DevBuf::new(
+            c,
+            dt,
+            &(0..counts[r as usize])
+                .map(|i| v(r, 1, i))
+                .collect::<Vec<_>>(),
+        );
+        let want: Vec<f64> = (0..n)
+            .flat_map(|q| (0..counts[q as usize]).map(move |i| v(q, 1, i)))
+            .collect();
         let recv = DevBuf::zeros(c, dt, want.len());
-        if run(c, t, &name, CommOp::AllGatherV { send: send.r(), recv: recv.w(), dtype: dt, counts: &counts }) {
+        if run(
+            c,
+            t,
+            &name,
+            CommOp::AllGatherV {
+                send: send.r(),
+                recv: recv.w(),
+                dtype: dt,
+                counts: &counts,
+            },
+        ) {
             t.check(&name, &recv.read(c, dt), &want, dt);
         }
         let name = format!("reduce_scatter_v {dt} n={count}");
         let total: usize = counts.iter().sum();
         let op = ReduceOp::Sum;
-        let send = DevBuf::new(c, dt, &(0..total).map(|j| input(Some(&op), r, j)).collect::<Vec<_>>());
+        let send = DevBuf::new(
+            c,
+            dt,
+            &(0..total)
+                .map(|j| input(Some(&op), r, j))
+                .collect::<Vec<_>>(),
+        );
         let off: usize = counts[..r as usize].iter().sum();
         let recv = DevBuf::zeros(c, dt, counts[r as usize]);
-        if run(c, t, &name, CommOp::ReduceScatterV { send: send.r(), recv: recv.w(), dtype: dt, op, counts: &counts }) {
-            let want: Vec<f64> = (0..counts[r as usize]).map(|i| reduced(dt, &op, n, off + i, 1.0)).collect();
+        if run(
+            c,
+            t,
+            &name,
+            CommOp::ReduceScatterV {
+                send: send.r(),
+                recv: recv.w(),
+                dtype: dt,
+                op,
+                counts: &counts,
+            },
+        ) {
+            let want: Vec<f64> = (0..counts[r as usize])
+                .map(|i| reduced(dt, &op, n, off + i, 1.0))
+                .collect();
             t.check(&name, &recv.read(c, dt), &want, dt);
         }
     }
@@ -310,36 +540,92 @@ fn typed(c: &mut Comm, t: &mut Tally) {
     let mine: Vec<f32> = (0..33).map(|i| (r * 100 + i) as f32).collect();
     let send = st.clone_htod(&mine).expect("upload");
     let mut recv = st.alloc_zeros::<f32>(33).expect("alloc");
-    let sum: Vec<f64> = (0..33).map(|i| (0..n).map(|q| f64::from(q * 100 + i)).sum()).collect();
-    match c.all_reduce(&send, &mut recv, ReduceOp::Sum).and_then(|_| c.synchronize()) {
-        Ok(()) => t.check("typed all_reduce f32", &st.clone_dtoh(&recv).unwrap().iter().map(|x| *x as f64).collect::<Vec<_>>(), &sum, DataType::Float32),
+    let sum: Vec<f64> = (0..33)
+        .map(|i| (0..n).map(|q| f64::from(q * 100 + i)).sum())
+        .collect();
+    match c
+        .all_reduce(&send, &mut recv, ReduceOp::Sum)
+        .and_then(|_| c.synchronize())
+    {
+        Ok(()) => t.check(
+            "typed all_reduce f32",
+            &st.clone_dtoh(&recv)
+                .unwrap()
+                .iter()
+                .map(|x| *x as f64)
+                .collect::<Vec<_>>(),
+            &sum,
+            DataType::Float32,
+        ),
         Err(e) => t.error("typed all_reduce f32", e),
     }
     let mut whole = st.alloc_zeros::<f32>(33 * n as usize).expect("alloc");
-    let want: Vec<f64> = (0..n).flat_map(|q| (0..33).map(move |i| f64::from(q * 100 + i))).collect();
-    match c.all_gather(&send, &mut whole).and_then(|_| c.synchronize()) {
-        Ok(()) => t.check("typed all_gather f32", &st.clone_dtoh(&whole).unwrap().iter().map(|x| *x as f64).collect::<Vec<_>>(), &want, DataType::Float32),
+    let want: Vec<f64> = (0..n)
+        .flat_map(|q| (0..33).map(move |i| f64::from(q * 100 + i)))
+        .collect();
+    match c
+        .all_gather(&send, &mut whole)
+        .and_then(|_| c.synchronize())
+    {
+        Ok(()) => t.check(
+            "typed all_gather f32",
+            &st.clone_dtoh(&whole)
+                .unwrap()
+                .iter()
+                .map(|x| *x as f64)
+                .collect::<Vec<_>>(),
+            &want,
+            DataType::Float32,
+        ),
         Err(e) => t.error("typed all_gather f32", e),
     }
     let mut b = st.clone_htod(&mine).expect("upload");
     let from0: Vec<f64> = (0..33).map(f64::from).collect();
-    match c.broadcast_in_place(&mut b, 0).and_then(|_| c.synchronize()) {
-        Ok(()) => t.check("typed broadcast_in_place f32", &st.clone_dtoh(&b).unwrap().iter().map(|x| *x as f64).collect::<Vec<_>>(), &from0, DataType::Float32),
+    match c
+        .broadcast_in_place(&mut b, 0)
+        .and_then(|_| c.synchronize())
+    {
+        Ok(()) => t.check(
+            "typed broadcast_in_place f32",
+            &st.clone_dtoh(&b)
+                .unwrap()
+                .iter()
+                .map(|x| *x as f64)
+                .collect::<Vec<_>>(),
+            &from0,
+            DataType::Float32,
+        ),
         Err(e) => t.error("typed broadcast_in_place f32", e),
     }
     // a wrong length is refused before NCCL with the argument named
     let mut short = st.alloc_zeros::<f32>(32).expect("alloc");
     match c.all_reduce(&send, &mut short, ReduceOp::Sum) {
         Err(oxccl::Error::InvalidArgument { arg: "recv", .. }) => t.passed += 1,
-        other => t.failed.push(format!("typed short recv: expected InvalidArgument(recv), got {other:?}")),
+        other => t.failed.push(format!(
+            "typed short recv: expected InvalidArgument(recv), got {other:?}"
+        )),
     }
     // bool travels as uint8 with sum as max
     let flags: Vec<bool> = (0..5).map(|i| (i + r) % 2 == 0).collect();
     let fb = st.clone_htod(&flags).expect("upload");
     let mut orb = st.alloc_zeros::<bool>(5).expect("alloc");
-    let any: Vec<f64> = (0..5).map(|i| f64::from(u8::from((0..n).any(|q| (i + q) % 2 == 0)))).collect();
-    match c.all_reduce(&fb, &mut orb, ReduceOp::Sum).and_then(|_| c.synchronize()) {
-        Ok(()) => t.check("typed all_reduce bool", &st.clone_dtoh(&orb).unwrap().iter().map(|x| f64::from(u8::from(*x))).collect::<Vec<_>>(), &any, DataType::Uint8),
+    let any: Vec<f64> = (0..5)
+        .map(|i| f64::from(u8::from((0..n).any(|q| (i + q) % 2 == 0))))
+        .collect();
+    match c
+        .all_reduce(&fb, &mut orb, ReduceOp::Sum)
+        .and_then(|_| c.synchronize())
+    {
+        Ok(()) => t.check(
+            "typed all_reduce bool",
+            &st.clone_dtoh(&orb)
+                .unwrap()
+                .iter()
+                .map(|x| f64::from(u8::from(*x)))
+                .collect::<Vec<_>>(),
+            &any,
+            DataType::Uint8,
+        ),
         Err(e) => t.error("typed all_reduce bool", e),
     }
 }

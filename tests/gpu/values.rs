@@ -12,7 +12,11 @@ fn fp8_decode(bits: u8, e4m3: bool) -> f64 {
         return f64::NAN;
     }
     if !e4m3 && e == 31 {
-        return if m == 0.0 { sign * f64::INFINITY } else { f64::NAN };
+        return if m == 0.0 {
+            sign * f64::INFINITY
+        } else {
+            f64::NAN
+        };
     }
     if e == 0 {
         sign * (m / scale) * 2f64.powi(1 - bias)
@@ -72,8 +76,12 @@ pub fn decode(dt: DataType, bytes: &[u8]) -> Vec<f64> {
             DataType::Uint32 => u32::from_ne_bytes(c.try_into().unwrap()) as f64,
             DataType::Int64 => i64::from_ne_bytes(c.try_into().unwrap()) as f64,
             DataType::Uint64 => u64::from_ne_bytes(c.try_into().unwrap()) as f64,
-            DataType::Float16 => half::f16::from_bits(u16::from_ne_bytes(c.try_into().unwrap())).to_f64(),
-            DataType::Bfloat16 => half::bf16::from_bits(u16::from_ne_bytes(c.try_into().unwrap())).to_f64(),
+            DataType::Float16 => {
+                half::f16::from_bits(u16::from_ne_bytes(c.try_into().unwrap())).to_f64()
+            }
+            DataType::Bfloat16 => {
+                half::bf16::from_bits(u16::from_ne_bytes(c.try_into().unwrap())).to_f64()
+            }
             DataType::Float32 => f32::from_ne_bytes(c.try_into().unwrap()) as f64,
             DataType::Float64 => f64::from_ne_bytes(c.try_into().unwrap()),
             DataType::Float8E4M3 => fp8_decode(c[0], true),
@@ -131,10 +139,19 @@ pub fn dtypes(fs: &oxccl::FeatureSet) -> Vec<DataType> {
 #[test]
 fn fp8_round_trips_small_integers() {
     for v in 0..=16 {
-        assert_eq!(decode(DataType::Float8E4M3, &encode(DataType::Float8E4M3, &[v as f64]))[0], v as f64);
+        assert_eq!(
+            decode(
+                DataType::Float8E4M3,
+                &encode(DataType::Float8E4M3, &[v as f64])
+            )[0],
+            v as f64
+        );
     }
     for v in [0.0, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0] {
-        assert_eq!(decode(DataType::Float8E5M2, &encode(DataType::Float8E5M2, &[v]))[0], v);
+        assert_eq!(
+            decode(DataType::Float8E5M2, &encode(DataType::Float8E5M2, &[v]))[0],
+            v
+        );
     }
     assert_eq!(decode(DataType::Float8E4M3, &[0x7e])[0], 448.0);
 }

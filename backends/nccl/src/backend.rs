@@ -24,16 +24,26 @@ pub struct NcclBackend {
 
 impl std::fmt::Debug for NcclBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("NcclBackend").field("path", &self.lib.path()).field("version", &self.lib.version()).finish()
+        f.debug_struct("NcclBackend")
+            .field("path", &self.lib.path())
+            .field("version", &self.lib.version())
+            .finish()
     }
 }
 
 fn absent(feature: Feature, symbol: &'static str) -> Error {
-    Error::Unsupported { feature, missing: Missing::SymbolAbsent { symbol } }
+    Error::Unsupported {
+        feature,
+        missing: Missing::SymbolAbsent { symbol },
+    }
 }
 
 fn base_absent(symbol: &str) -> Error {
-    Error::Backend { code: ResultCode::INTERNAL_ERROR, text: text!("symbol absent"), last: text!("{symbol}") }
+    Error::Backend {
+        code: ResultCode::INTERNAL_ERROR,
+        text: text!("symbol absent"),
+        last: text!("{symbol}"),
+    }
 }
 
 impl NcclBackend {
@@ -50,7 +60,10 @@ impl NcclBackend {
 
     /// A backend over an already loaded library.
     pub fn new(lib: Arc<Library>) -> NcclBackend {
-        NcclBackend { lib, timeout: DEFAULT_TIMEOUT }
+        NcclBackend {
+            lib,
+            timeout: DEFAULT_TIMEOUT,
+        }
     }
 
     /// The same backend whose communicators give up on nonblocking calls after `timeout`.
@@ -65,22 +78,37 @@ impl NcclBackend {
     }
 
     fn context(device: Device) -> Result<Arc<CudaContext>> {
-        let ctx = CudaContext::new(device.0 as usize).map_err(|e| cuda_error("opening the device", e))?;
-        ctx.bind_to_thread().map_err(|e| cuda_error("binding the device to the thread", e))?;
+        let ctx =
+            CudaContext::new(device.0 as usize).map_err(|e| cuda_error("opening the device", e))?;
+        ctx.bind_to_thread()
+            .map_err(|e| cuda_error("binding the device to the thread", e))?;
         Ok(ctx)
     }
 
     fn rank_size(rank: u32, size: u32) -> Result<(i32, i32)> {
-        let n = i32::try_from(size).ok().filter(|n| *n >= 1).ok_or_else(|| {
-            Error::invalid("size", format_args!("1..={}, got {size}", i32::MAX))
-        })?;
+        let n = i32::try_from(size)
+            .ok()
+            .filter(|n| *n >= 1)
+            .ok_or_else(|| Error::invalid("size", format_args!("1..={}, got {size}", i32::MAX)))?;
         if rank >= size {
-            return Err(Error::invalid("rank", format_args!("a rank below {size}, got {rank}")));
+            return Err(Error::invalid(
+                "rank",
+                format_args!("a rank below {size}, got {rank}"),
+            ));
         }
         Ok((rank as i32, n))
     }
 
-    fn wrap_new(&self, ctx: Arc<CudaContext>, code: i32, raw: RawComm, rank: u32, size: u32, device: Device, nonblocking: bool) -> Result<NcclComm> {
+    /// Wraps what an init call returned: `r.initializing` is ignored and derived from `code`.
+    fn wrap_new(&self, ctx: Arc<CudaContext>, code: i32, r: Raw) -> Result<NcclComm> {
+        let Raw {
+            raw,
+            rank,
+            size,
+            device,
+            nonblocking,
+            ..
+        } = r;
         let in_progress = code == ResultCode::IN_PROGRESS.0 && nonblocking;
         if !in_progress {
             if let Err(e) = self.lib.check(code, raw) {
@@ -99,7 +127,14 @@ impl NcclBackend {
         Ok(NcclComm::wrap(
             self.lib.clone(),
             ctx,
-            Raw { raw, rank, size, device, nonblocking, initializing: in_progress },
+            Raw {
+                raw,
+                rank,
+                size,
+                device,
+                nonblocking,
+                initializing: in_progress,
+            },
             self.timeout,
         ))
     }
@@ -108,18 +143,31 @@ impl NcclBackend {
     /// `devices[i]`. Operations on them must then be issued inside one group from one thread,
     /// or from one thread per communicator.
     pub fn init_all(&self, devices: &[u32]) -> Result<Vec<NcclComm>> {
-        let n = i32::try_from(devices.len()).ok().filter(|n| *n >= 1).ok_or_else(|| {
-            Error::invalid("devices", format_args!("at least one device"))
-        })?;
+        let n = i32::try_from(devices.len())
+            .ok()
+            .filter(|n| *n >= 1)
+            .ok_or_else(|| Error::invalid("devices", format_args!("at least one device")))?;
         let mut seen = Vec::with_capacity(devices.len());
         for &d in devices {
             if seen.contains(&d) {
-                return Err(Error::invalid("devices", format_args!("distinct devices, {d} appears twice (NCCL refuses two ranks on one GPU)")));
+                return Err(Error::invalid(
+                    "devices",
+                    format_args!(
+                        "distinct devices, {d} appears twice (NCCL refuses two ranks on one GPU)"
+                    ),
+                ));
             }
             seen.push(d);
         }
-        let ctxs = devices.iter().map(|&d| Self::context(Device(d))).collect::<Result<Vec<_>>>()?;
-        let f = self.lib.api().comm_init_all.ok_or_else(|| base_absent("ncclCommInitAll"))?;
+        let ctxs = devices
+            .iter()
+            .map(|&d| Self::context(Device(d)))
+            .collect::<Result<Vec<_>>>()?;
+        let f = self
+            .lib
+            .api()
+            .comm_init_all
+            .ok_or_else(|| base_absent("ncclCommInitAll"))?;
         let list: Vec<i32> = devices.iter().map(|&d| d as i32).collect();
         let mut raws: Vec<RawComm> = vec![std::ptr::null_mut(); devices.len()];
         // SAFETY: `raws` has room for `n` handles; `list` holds `n` device ordinals.
@@ -133,7 +181,14 @@ impl NcclBackend {
                 NcclComm::wrap(
                     self.lib.clone(),
                     ctx,
-                    Raw { raw, rank: i as u32, size: n as u32, device: Device(devices[i]), nonblocking: false, initializing: false },
+                    Raw {
+                        raw,
+                        rank: i as u32,
+                        size: n as u32,
+                        device: Device(devices[i]),
+                        nonblocking: false,
+                        initializing: false,
+                    },
                     self.timeout,
                 )
             })
@@ -142,22 +197,52 @@ impl NcclBackend {
 
     /// Init from several unique ids (`ncclCommInitRankScalable`, 2.23+), which spreads the
     /// bootstrap of very large jobs over several roots.
-    pub fn init_rank_scalable(&self, ids: &[UniqueId], rank: u32, size: u32, device: Device, cfg: &CommConfig) -> Result<NcclComm> {
+    pub fn init_rank_scalable(
+        &self,
+        ids: &[UniqueId],
+        rank: u32,
+        size: u32,
+        device: Device,
+        cfg: &CommConfig,
+    ) -> Result<NcclComm> {
         self.lib.features().require(Feature::ScalableInit)?;
         let (r, n) = Self::rank_size(rank, size)?;
-        let n_ids = i32::try_from(ids.len()).ok().filter(|k| *k >= 1 && *k <= n).ok_or_else(|| {
-            Error::invalid("ids", format_args!("1..={size} unique ids, got {}", ids.len()))
-        })?;
+        let n_ids = i32::try_from(ids.len())
+            .ok()
+            .filter(|k| *k >= 1 && *k <= n)
+            .ok_or_else(|| {
+                Error::invalid(
+                    "ids",
+                    format_args!("1..={size} unique ids, got {}", ids.len()),
+                )
+            })?;
         let ctx = Self::context(device)?;
         let mut buf = NcclComm::config_buf(cfg, &self.lib)?;
-        let cfg_ptr = buf.as_mut().map_or(std::ptr::null_mut(), |b| b.as_mut_ptr());
-        let f = self.lib.api().comm_init_rank_scalable.ok_or(absent(Feature::ScalableInit, "ncclCommInitRankScalable"))?;
+        let cfg_ptr = buf
+            .as_mut()
+            .map_or(std::ptr::null_mut(), |b| b.as_mut_ptr());
+        let f = self
+            .lib
+            .api()
+            .comm_init_rank_scalable
+            .ok_or(absent(Feature::ScalableInit, "ncclCommInitRankScalable"))?;
         let mut ids_copy = ids.to_vec();
         let mut raw: RawComm = std::ptr::null_mut();
         // SAFETY: valid out-pointer; `ids_copy` holds `n_ids` ids; config null or built for the
         // loaded version.
         let code = unsafe { f(&mut raw, n, r, n_ids, ids_copy.as_mut_ptr(), cfg_ptr) };
-        self.wrap_new(ctx, code, raw, rank, size, device, cfg.is_nonblocking())
+        self.wrap_new(
+            ctx,
+            code,
+            Raw {
+                raw,
+                rank,
+                size,
+                device,
+                nonblocking: cfg.is_nonblocking(),
+                initializing: false,
+            },
+        )
     }
 }
 
@@ -173,31 +258,62 @@ impl Backend for NcclBackend {
     }
 
     fn unique_id(&self) -> Result<UniqueId> {
-        let f = self.lib.api().get_unique_id.ok_or_else(|| base_absent("ncclGetUniqueId"))?;
+        let f = self
+            .lib
+            .api()
+            .get_unique_id
+            .ok_or_else(|| base_absent("ncclGetUniqueId"))?;
         let mut id = UniqueId([0u8; UniqueId::LEN]);
         // SAFETY: `id` is a #[repr(C)] 128-byte ncclUniqueId.
-        self.lib.check(unsafe { f(&mut id) }, std::ptr::null_mut())?;
+        self.lib
+            .check(unsafe { f(&mut id) }, std::ptr::null_mut())?;
         Ok(id)
     }
 
-    fn init_rank(&self, id: &UniqueId, rank: u32, size: u32, device: Device, cfg: &CommConfig) -> Result<NcclComm> {
+    fn init_rank(
+        &self,
+        id: &UniqueId,
+        rank: u32,
+        size: u32,
+        device: Device,
+        cfg: &CommConfig,
+    ) -> Result<NcclComm> {
         let (r, n) = Self::rank_size(rank, size)?;
         let mut buf = NcclComm::config_buf(cfg, &self.lib)?;
         let ctx = Self::context(device)?;
         let mut raw: RawComm = std::ptr::null_mut();
         let code = match buf.as_mut() {
             Some(b) => {
-                let f = self.lib.api().comm_init_rank_config.ok_or(absent(Feature::NonBlocking, "ncclCommInitRankConfig"))?;
+                let f = self
+                    .lib
+                    .api()
+                    .comm_init_rank_config
+                    .ok_or(absent(Feature::NonBlocking, "ncclCommInitRankConfig"))?;
                 // SAFETY: valid out-pointer; the id is passed by value; the config was built for
                 // the loaded version and lives for the call.
                 unsafe { f(&mut raw, n, *id, r, b.as_mut_ptr()) }
             }
             None => {
-                let f = self.lib.api().comm_init_rank.ok_or_else(|| base_absent("ncclCommInitRank"))?;
+                let f = self
+                    .lib
+                    .api()
+                    .comm_init_rank
+                    .ok_or_else(|| base_absent("ncclCommInitRank"))?;
                 // SAFETY: valid out-pointer; the id is passed by value.
                 unsafe { f(&mut raw, n, *id, r) }
             }
         };
-        self.wrap_new(ctx, code, raw, rank, size, device, cfg.is_nonblocking())
+        self.wrap_new(
+            ctx,
+            code,
+            Raw {
+                raw,
+                rank,
+                size,
+                device,
+                nonblocking: cfg.is_nonblocking(),
+                initializing: false,
+            },
+        )
     }
 }

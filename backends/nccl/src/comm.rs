@@ -24,6 +24,8 @@ pub(crate) struct CommInner {
     pub(crate) device: Device,
     pub(crate) ctx: Arc<CudaContext>,
     pub(crate) life: spin::Mutex<Lifecycle>,
+    /// Mirrors `life.state() == Ready` so the hot path checks one atomic instead of a lock.
+    pub(crate) ready: AtomicBool,
     pub(crate) registry: Registry,
     pub(crate) nonblocking: bool,
     pub(crate) timeout: Duration,
@@ -47,12 +49,19 @@ impl CommInner {
         }
         self.registry.release_all(&self.lib, self.raw);
         let api = self.lib.api();
-        let f = if destroy { api.comm_destroy } else { api.comm_abort };
+        let f = if destroy {
+            api.comm_destroy
+        } else {
+            api.comm_abort
+        };
         if let Some(f) = f {
             // SAFETY: `raw` is a live communicator (not yet released, checked by the swap above).
             let code = unsafe { f(self.raw) };
             if code != 0 {
-                log::warn!("releasing NCCL communicator (rank {}): code {code}", self.rank);
+                log::warn!(
+                    "releasing NCCL communicator (rank {}): code {code}",
+                    self.rank
+                );
             }
         }
     }
@@ -97,8 +106,17 @@ pub(crate) struct Raw {
 }
 
 impl NcclComm {
-    pub(crate) fn wrap(lib: Arc<Library>, ctx: Arc<CudaContext>, r: Raw, timeout: Duration) -> NcclComm {
-        let life = if r.initializing { Lifecycle::initializing() } else { Lifecycle::ready() };
+    pub(crate) fn wrap(
+        lib: Arc<Library>,
+        ctx: Arc<CudaContext>,
+        r: Raw,
+        timeout: Duration,
+    ) -> NcclComm {
+        let life = if r.initializing {
+            Lifecycle::initializing()
+        } else {
+            Lifecycle::ready()
+        };
         NcclComm {
             inner: Arc::new(CommInner {
                 lib,
@@ -107,6 +125,7 @@ impl NcclComm {
                 size: r.size,
                 device: r.device,
                 ctx,
+                ready: AtomicBool::new(life.state() == CommState::Ready),
                 life: spin::Mutex::new(life),
                 registry: Registry::default(),
                 nonblocking: r.nonblocking,
@@ -148,11 +167,28 @@ impl NcclComm {
     }
 
     pub(crate) fn check_ctx(&self) -> CheckCtx<'_> {
-        CheckCtx { rank: self.inner.rank, size: self.inner.size, features: self.inner.lib.features() }
+        CheckCtx {
+            rank: self.inner.rank,
+            size: self.inner.size,
+            features: self.inner.lib.features(),
+        }
     }
 
     pub(crate) fn ensure_ready(&self, attempted: &'static str) -> Result<()> {
+        if self.inner.ready.load(Ordering::Acquire) {
+            return Ok(());
+        }
         self.inner.life.lock().ensure_ready(attempted)
+    }
+
+    /// Runs a lifecycle transition and refreshes the hot-path mirror.
+    pub(crate) fn transition<T>(&self, f: impl FnOnce(&mut Lifecycle) -> T) -> T {
+        let mut life = self.inner.life.lock();
+        let out = f(&mut life);
+        self.inner
+            .ready
+            .store(life.state() == CommState::Ready, Ordering::Release);
+        out
     }
 
     /// Turns an NCCL return code into a result, waiting out InProgress on a nonblocking
@@ -164,7 +200,7 @@ impl NcclComm {
         let r = self.inner.lib.check(code, self.inner.raw);
         if let Err(e) = &r {
             if !matches!(code, 4 | 5) {
-                self.inner.life.lock().fail(&text!("{what}: {e}"));
+                self.transition(|l| l.fail(&text!("{what}: {e}")));
             }
         }
         r
@@ -189,8 +225,9 @@ impl NcclComm {
             result = self.finalize().map(|_| ());
         }
         let finalized = self.state() == CommState::Finalized;
-        self.inner.release(finalized || state == CommState::Ready && result.is_ok());
-        self.inner.life.lock().destroy();
+        self.inner
+            .release(finalized || state == CommState::Ready && result.is_ok());
+        self.transition(|l| l.destroy());
         result
     }
 
@@ -249,14 +286,26 @@ impl NcclComm {
         Ok(NcclComm::wrap(
             lib.clone(),
             self.inner.ctx.clone(),
-            Raw { raw, rank, size, device: self.inner.device, nonblocking, initializing: false },
+            Raw {
+                raw,
+                rank,
+                size,
+                device: self.inner.device,
+                nonblocking,
+                initializing: false,
+            },
             self.inner.timeout,
         ))
     }
 
     /// A communicator of this one's ranks minus `exclude` (NCCL 2.27+), e.g. after a peer died.
     /// With `abort_parent`, ongoing operations of this communicator are stopped first.
-    pub fn shrink(&self, exclude: &[u32], cfg: &CommConfig, abort_parent: bool) -> Result<NcclComm> {
+    pub fn shrink(
+        &self,
+        exclude: &[u32],
+        cfg: &CommConfig,
+        abort_parent: bool,
+    ) -> Result<NcclComm> {
         self.inner.lib.features().require(Feature::Shrink)?;
         if !abort_parent {
             self.ensure_ready("shrink")?;
@@ -267,19 +316,36 @@ impl NcclComm {
             list.push(r as i32);
         }
         if list.len() >= self.inner.size as usize {
-            return Err(Error::invalid("exclude", format_args!("fewer ranks than the communicator has ({})", self.inner.size)));
+            return Err(Error::invalid(
+                "exclude",
+                format_args!(
+                    "fewer ranks than the communicator has ({})",
+                    self.inner.size
+                ),
+            ));
         }
         let mut buf = Self::config_buf(cfg, &self.inner.lib)?;
-        let cfg_ptr = buf.as_mut().map_or(std::ptr::null_mut(), |b| b.as_mut_ptr());
+        let cfg_ptr = buf
+            .as_mut()
+            .map_or(std::ptr::null_mut(), |b| b.as_mut_ptr());
         let f = self.inner.lib.api().comm_shrink.ok_or(Error::Unsupported {
             feature: Feature::Shrink,
-            missing: oxccl_core::Missing::SymbolAbsent { symbol: "ncclCommShrink" },
+            missing: oxccl_core::Missing::SymbolAbsent {
+                symbol: "ncclCommShrink",
+            },
         })?;
         let mut new: RawComm = std::ptr::null_mut();
         // SAFETY: live communicator; `list` outlives the call; `cfg_ptr` is null or points to a
         // config built for the loaded version.
         let code = unsafe {
-            f(self.inner.raw, list.as_mut_ptr(), list.len() as i32, &mut new, cfg_ptr, i32::from(abort_parent))
+            f(
+                self.inner.raw,
+                list.as_mut_ptr(),
+                list.len() as i32,
+                &mut new,
+                cfg_ptr,
+                i32::from(abort_parent),
+            )
         };
         if code == ResultCode::IN_PROGRESS.0 && self.inner.nonblocking {
             self.wait_ready("shrink")?;
@@ -287,7 +353,11 @@ impl NcclComm {
             self.inner.lib.check(code, self.inner.raw)?;
         }
         if new.is_null() {
-            return Err(Error::Backend { code: ResultCode::INTERNAL_ERROR, text: text!("shrink returned no communicator"), last: text!("") });
+            return Err(Error::Backend {
+                code: ResultCode::INTERNAL_ERROR,
+                text: text!("shrink returned no communicator"),
+                last: text!(""),
+            });
         }
         self.child(new, cfg)
     }
@@ -296,7 +366,11 @@ impl NcclComm {
 impl oxccl_core::Reducer for NcclComm {
     type RedOp = crate::reducer::NcclRedOp;
 
-    fn create_op(&self, op: &oxccl_core::ReduceOp, dtype: oxccl_core::DataType) -> Result<Self::RedOp> {
+    fn create_op(
+        &self,
+        op: &oxccl_core::ReduceOp,
+        dtype: oxccl_core::DataType,
+    ) -> Result<Self::RedOp> {
         crate::reducer::NcclRedOp::create(&self.inner, op, dtype)
     }
 }
@@ -333,15 +407,18 @@ impl Communicator for NcclComm {
         }
         match poll_raw(&self.inner.lib, self.inner.raw) {
             Ok(Progress::Done) => {
-                let mut life = self.inner.life.lock();
-                if life.state() == CommState::Initializing {
-                    life.init_done()?;
-                }
+                self.transition(|l| {
+                    if l.state() == CommState::Initializing {
+                        l.init_done()
+                    } else {
+                        Ok(())
+                    }
+                })?;
                 Ok(Progress::Done)
             }
             Ok(Progress::InProgress) => Ok(Progress::InProgress),
             Err(e) => {
-                self.inner.life.lock().fail(&text!("{e}"));
+                self.transition(|l| l.fail(&text!("{e}")));
                 Err(e)
             }
         }
@@ -378,14 +455,20 @@ impl Communicator for NcclComm {
         self.ensure_ready("split")?;
         let color = match color {
             None => -1,
-            Some(c) => i32::try_from(c).map_err(|_| Error::invalid("color", format_args!("0..={}, got {c}", i32::MAX)))?,
+            Some(c) => i32::try_from(c)
+                .map_err(|_| Error::invalid("color", format_args!("0..={}, got {c}", i32::MAX)))?,
         };
-        let key = i32::try_from(key).map_err(|_| Error::invalid("key", format_args!("0..={}, got {key}", i32::MAX)))?;
+        let key = i32::try_from(key)
+            .map_err(|_| Error::invalid("key", format_args!("0..={}, got {key}", i32::MAX)))?;
         let mut buf = Self::config_buf(cfg, &self.inner.lib)?;
-        let cfg_ptr = buf.as_mut().map_or(std::ptr::null_mut(), |b| b.as_mut_ptr());
+        let cfg_ptr = buf
+            .as_mut()
+            .map_or(std::ptr::null_mut(), |b| b.as_mut_ptr());
         let f = self.inner.lib.api().comm_split.ok_or(Error::Unsupported {
             feature: Feature::Split,
-            missing: oxccl_core::Missing::SymbolAbsent { symbol: "ncclCommSplit" },
+            missing: oxccl_core::Missing::SymbolAbsent {
+                symbol: "ncclCommSplit",
+            },
         })?;
         let mut new: RawComm = std::ptr::null_mut();
         // SAFETY: live, ready communicator; `cfg_ptr` is null (inherit the parent's config) or a
@@ -411,33 +494,47 @@ impl Communicator for NcclComm {
     }
 
     fn abort(&self, reason: &str) {
-        self.inner.life.lock().abort(reason);
+        self.transition(|l| l.abort(reason));
         self.inner.release(false);
     }
 
     fn finalize(&self) -> Result<Progress> {
         self.inner.lib.features().require(Feature::Finalize)?;
-        self.inner.life.lock().finalize_start()?;
-        let f = self.inner.lib.api().comm_finalize.ok_or(Error::Unsupported {
-            feature: Feature::Finalize,
-            missing: oxccl_core::Missing::SymbolAbsent { symbol: "ncclCommFinalize" },
-        })?;
+        self.transition(|l| l.finalize_start())?;
+        let f = self
+            .inner
+            .lib
+            .api()
+            .comm_finalize
+            .ok_or(Error::Unsupported {
+                feature: Feature::Finalize,
+                missing: oxccl_core::Missing::SymbolAbsent {
+                    symbol: "ncclCommFinalize",
+                },
+            })?;
         // SAFETY: live communicator; finalize flushes its outstanding work.
         let code = unsafe { f(self.inner.raw) };
         self.finish(code, "finalize")?;
-        self.inner.life.lock().finalize_done()?;
+        self.transition(|l| l.finalize_done())?;
         Ok(Progress::Done)
     }
 
     fn register(&self, addr: usize, bytes: usize) -> Result<RegHandle> {
-        self.inner.lib.features().require(Feature::BufferRegistration)?;
+        self.inner
+            .lib
+            .features()
+            .require(Feature::BufferRegistration)?;
         self.ensure_ready("register")?;
-        self.inner.registry.register(&self.inner.lib, self.inner.raw, addr, bytes)
+        self.inner
+            .registry
+            .register(&self.inner.lib, self.inner.raw, addr, bytes)
     }
 
     fn deregister(&self, handle: RegHandle) -> Result<()> {
         self.ensure_ready("deregister")?;
-        self.inner.registry.deregister(&self.inner.lib, self.inner.raw, handle)
+        self.inner
+            .registry
+            .deregister(&self.inner.lib, self.inner.raw, handle)
     }
 }
 

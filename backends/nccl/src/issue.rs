@@ -6,7 +6,9 @@
 use crate::comm::NcclComm;
 use crate::cuda::cuda_error;
 use crate::stream::NcclStream;
-use oxccl_core::{check, text, CommOp, DataType, Error, Feature, Reducer, ReduceOp, Result, ResultCode};
+use oxccl_core::{
+    check, text, CommOp, DataType, Error, Feature, ReduceOp, Reducer, Result, ResultCode,
+};
 use oxccl_loader::{Api, RawComm, RawStream};
 use std::ffi::c_void;
 
@@ -14,7 +16,11 @@ type P = *const c_void;
 type M = *mut c_void;
 
 fn absent(name: &'static str) -> Error {
-    Error::Backend { code: ResultCode::INTERNAL_ERROR, text: text!("symbol absent"), last: text!("{name}") }
+    Error::Backend {
+        code: ResultCode::INTERNAL_ERROR,
+        text: text!("symbol absent"),
+        last: text!("{name}"),
+    }
 }
 
 fn p(addr: usize) -> P {
@@ -40,7 +46,16 @@ impl Ctx<'_> {
     unsafe fn send(&self, addr: usize, count: usize, dt: DataType, peer: u32) -> i32 {
         match self.api.send {
             // SAFETY: the caller's contract: a valid buffer of `count` elements.
-            Some(f) => unsafe { f(p(addr), count, dt.code(), peer as i32, self.comm, self.stream) },
+            Some(f) => unsafe {
+                f(
+                    p(addr),
+                    count,
+                    dt.code(),
+                    peer as i32,
+                    self.comm,
+                    self.stream,
+                )
+            },
             None => ResultCode::INVALID_USAGE.0,
         }
     }
@@ -48,7 +63,16 @@ impl Ctx<'_> {
     unsafe fn recv(&self, addr: usize, count: usize, dt: DataType, peer: u32) -> i32 {
         match self.api.recv {
             // SAFETY: as above.
-            Some(f) => unsafe { f(m(addr), count, dt.code(), peer as i32, self.comm, self.stream) },
+            Some(f) => unsafe {
+                f(
+                    m(addr),
+                    count,
+                    dt.code(),
+                    peer as i32,
+                    self.comm,
+                    self.stream,
+                )
+            },
             None => ResultCode::INVALID_USAGE.0,
         }
     }
@@ -80,7 +104,11 @@ pub(crate) unsafe fn issue(comm: &NcclComm, op: &CommOp<'_>, stream: &NcclStream
     comm.ensure_ready(op.kind().name())?;
     let lib = &comm.inner.lib;
     let api = lib.api();
-    let c = Ctx { api, comm: comm.inner.raw, stream: stream.raw() };
+    let c = Ctx {
+        api,
+        comm: comm.inner.raw,
+        stream: stream.raw(),
+    };
     let feats = lib.features();
     let size = comm.inner.size as usize;
     let rank = comm.inner.rank;
@@ -94,34 +122,100 @@ pub(crate) unsafe fn issue(comm: &NcclComm, op: &CommOp<'_>, stream: &NcclStream
     // caller promised in `issue`'s contract; `c.comm` is live (ensure_ready above).
     let code = unsafe {
         match *op {
-            CommOp::AllReduce { send, recv, dtype, .. } => match api.all_reduce {
-                Some(f) => f(p(send.addr), m(recv.addr), send.len, dtype.code(), red_code, c.comm, c.stream),
+            CommOp::AllReduce {
+                send, recv, dtype, ..
+            } => match api.all_reduce {
+                Some(f) => f(
+                    p(send.addr),
+                    m(recv.addr),
+                    send.len,
+                    dtype.code(),
+                    red_code,
+                    c.comm,
+                    c.stream,
+                ),
                 None => return Err(absent("ncclAllReduce")),
             },
-            CommOp::Broadcast { send, recv, dtype, root } => match api.broadcast {
-                Some(f) => f(p(send.addr), m(recv.addr), recv.len, dtype.code(), root as i32, c.comm, c.stream),
+            CommOp::Broadcast {
+                send,
+                recv,
+                dtype,
+                root,
+            } => match api.broadcast {
+                Some(f) => f(
+                    p(send.addr),
+                    m(recv.addr),
+                    recv.len,
+                    dtype.code(),
+                    root as i32,
+                    c.comm,
+                    c.stream,
+                ),
                 None => return Err(absent("ncclBroadcast")),
             },
-            CommOp::Reduce { send, recv, dtype, root, .. } => match api.reduce {
-                Some(f) => f(p(send.addr), m(recv.addr), send.len, dtype.code(), red_code, root as i32, c.comm, c.stream),
+            CommOp::Reduce {
+                send,
+                recv,
+                dtype,
+                root,
+                ..
+            } => match api.reduce {
+                Some(f) => f(
+                    p(send.addr),
+                    m(recv.addr),
+                    send.len,
+                    dtype.code(),
+                    red_code,
+                    root as i32,
+                    c.comm,
+                    c.stream,
+                ),
                 None => return Err(absent("ncclReduce")),
             },
             CommOp::AllGather { send, recv, dtype } => match api.all_gather {
-                Some(f) => f(p(send.addr), m(recv.addr), send.len, dtype.code(), c.comm, c.stream),
+                Some(f) => f(
+                    p(send.addr),
+                    m(recv.addr),
+                    send.len,
+                    dtype.code(),
+                    c.comm,
+                    c.stream,
+                ),
                 None => return Err(absent("ncclAllGather")),
             },
-            CommOp::ReduceScatter { send, recv, dtype, .. } => match api.reduce_scatter {
-                Some(f) => f(p(send.addr), m(recv.addr), recv.len, dtype.code(), red_code, c.comm, c.stream),
+            CommOp::ReduceScatter {
+                send, recv, dtype, ..
+            } => match api.reduce_scatter {
+                Some(f) => f(
+                    p(send.addr),
+                    m(recv.addr),
+                    recv.len,
+                    dtype.code(),
+                    red_code,
+                    c.comm,
+                    c.stream,
+                ),
                 None => return Err(absent("ncclReduceScatter")),
             },
             CommOp::AllToAll { send, recv, dtype } => {
                 let per = send.len / size;
                 match api.alltoall.filter(|_| feats.has(Feature::AllToAll)) {
-                    Some(f) => f(p(send.addr), m(recv.addr), per, dtype.code(), c.comm, c.stream),
+                    Some(f) => f(
+                        p(send.addr),
+                        m(recv.addr),
+                        per,
+                        dtype.code(),
+                        c.comm,
+                        c.stream,
+                    ),
                     None => c.grouped(|| {
                         for q in 0..size {
                             let r = c.send(at(send.addr, q * per, dtype), per, dtype, q as u32);
-                            let r = if r == 0 { c.recv(at(recv.addr, q * per, dtype), per, dtype, q as u32) } else { r };
+                            let r = if r == 0 {
+                                c.recv(at(recv.addr, q * per, dtype), per, dtype, q as u32)
+                            } else {
+                                r
+                            };
                             if r != 0 {
                                 return r;
                             }
@@ -130,11 +224,21 @@ pub(crate) unsafe fn issue(comm: &NcclComm, op: &CommOp<'_>, stream: &NcclStream
                     }),
                 }
             }
-            CommOp::AllToAllV { send, recv, dtype, send_counts, recv_counts } => c.grouped(|| {
+            CommOp::AllToAllV {
+                send,
+                recv,
+                dtype,
+                send_counts,
+                recv_counts,
+            } => c.grouped(|| {
                 let (mut so, mut ro) = (0usize, 0usize);
                 for q in 0..size {
                     let r = c.send(at(send.addr, so, dtype), send_counts[q], dtype, q as u32);
-                    let r = if r == 0 { c.recv(at(recv.addr, ro, dtype), recv_counts[q], dtype, q as u32) } else { r };
+                    let r = if r == 0 {
+                        c.recv(at(recv.addr, ro, dtype), recv_counts[q], dtype, q as u32)
+                    } else {
+                        r
+                    };
                     if r != 0 {
                         return r;
                     }
@@ -143,8 +247,21 @@ pub(crate) unsafe fn issue(comm: &NcclComm, op: &CommOp<'_>, stream: &NcclStream
                 }
                 0
             }),
-            CommOp::Gather { send, recv, dtype, root } => match api.gather.filter(|_| feats.has(Feature::GatherScatter)) {
-                Some(f) => f(p(send.addr), m(recv.addr), send.len, dtype.code(), root as i32, c.comm, c.stream),
+            CommOp::Gather {
+                send,
+                recv,
+                dtype,
+                root,
+            } => match api.gather.filter(|_| feats.has(Feature::GatherScatter)) {
+                Some(f) => f(
+                    p(send.addr),
+                    m(recv.addr),
+                    send.len,
+                    dtype.code(),
+                    root as i32,
+                    c.comm,
+                    c.stream,
+                ),
                 None => c.grouped(|| {
                     let n = send.len;
                     if rank == root {
@@ -158,8 +275,21 @@ pub(crate) unsafe fn issue(comm: &NcclComm, op: &CommOp<'_>, stream: &NcclStream
                     c.send(send.addr, n, dtype, root)
                 }),
             },
-            CommOp::Scatter { send, recv, dtype, root } => match api.scatter.filter(|_| feats.has(Feature::GatherScatter)) {
-                Some(f) => f(p(send.addr), m(recv.addr), recv.len, dtype.code(), root as i32, c.comm, c.stream),
+            CommOp::Scatter {
+                send,
+                recv,
+                dtype,
+                root,
+            } => match api.scatter.filter(|_| feats.has(Feature::GatherScatter)) {
+                Some(f) => f(
+                    p(send.addr),
+                    m(recv.addr),
+                    recv.len,
+                    dtype.code(),
+                    root as i32,
+                    c.comm,
+                    c.stream,
+                ),
                 None => c.grouped(|| {
                     let n = recv.len;
                     if rank == root {
@@ -173,13 +303,32 @@ pub(crate) unsafe fn issue(comm: &NcclComm, op: &CommOp<'_>, stream: &NcclStream
                     c.recv(recv.addr, n, dtype, root)
                 }),
             },
-            CommOp::AllGatherV { send, recv, dtype, counts } => {
-                let Some(bcast) = api.broadcast else { return Err(absent("ncclBroadcast")) };
+            CommOp::AllGatherV {
+                send,
+                recv,
+                dtype,
+                counts,
+            } => {
+                let Some(bcast) = api.broadcast else {
+                    return Err(absent("ncclBroadcast"));
+                };
                 c.grouped(|| {
                     let mut off = 0usize;
                     for (q, &n) in counts.iter().enumerate() {
-                        let src = if q as u32 == rank { send.addr } else { at(recv.addr, off, dtype) };
-                        let r = bcast(p(src), m(at(recv.addr, off, dtype)), n, dtype.code(), q as i32, c.comm, c.stream);
+                        let src = if q as u32 == rank {
+                            send.addr
+                        } else {
+                            at(recv.addr, off, dtype)
+                        };
+                        let r = bcast(
+                            p(src),
+                            m(at(recv.addr, off, dtype)),
+                            n,
+                            dtype.code(),
+                            q as i32,
+                            c.comm,
+                            c.stream,
+                        );
                         if r != 0 {
                             return r;
                         }
@@ -188,13 +337,30 @@ pub(crate) unsafe fn issue(comm: &NcclComm, op: &CommOp<'_>, stream: &NcclStream
                     0
                 })
             }
-            CommOp::ReduceScatterV { send, recv, dtype, counts, .. } => {
-                let Some(reduce) = api.reduce else { return Err(absent("ncclReduce")) };
+            CommOp::ReduceScatterV {
+                send,
+                recv,
+                dtype,
+                counts,
+                ..
+            } => {
+                let Some(reduce) = api.reduce else {
+                    return Err(absent("ncclReduce"));
+                };
                 c.grouped(|| {
                     let mut off = 0usize;
                     for (q, &n) in counts.iter().enumerate() {
                         let dst = if q as u32 == rank { recv.addr } else { 0 };
-                        let r = reduce(p(at(send.addr, off, dtype)), m(dst), n, dtype.code(), red_code, q as i32, c.comm, c.stream);
+                        let r = reduce(
+                            p(at(send.addr, off, dtype)),
+                            m(dst),
+                            n,
+                            dtype.code(),
+                            red_code,
+                            q as i32,
+                            c.comm,
+                            c.stream,
+                        );
                         if r != 0 {
                             return r;
                         }
@@ -208,7 +374,15 @@ pub(crate) unsafe fn issue(comm: &NcclComm, op: &CommOp<'_>, stream: &NcclStream
             CommOp::Barrier => {
                 let scratch = barrier_scratch(comm, stream)?;
                 match api.all_reduce {
-                    Some(f) => f(p(scratch), m(scratch), 1, DataType::Float32.code(), ReduceOp::Sum.builtin_code().unwrap_or(0), c.comm, c.stream),
+                    Some(f) => f(
+                        p(scratch),
+                        m(scratch),
+                        1,
+                        DataType::Float32.code(),
+                        ReduceOp::Sum.builtin_code().unwrap_or(0),
+                        c.comm,
+                        c.stream,
+                    ),
                     None => return Err(absent("ncclAllReduce")),
                 }
             }
@@ -223,9 +397,16 @@ fn barrier_scratch(comm: &NcclComm, stream: &NcclStream) -> Result<usize> {
     if let Some(s) = comm.inner.scratch.get() {
         return Ok(slice_addr(s, stream));
     }
-    let s = stream.cuda().alloc_zeros::<f32>(1).map_err(|e| cuda_error("allocating barrier scratch", e))?;
+    let s = stream
+        .cuda()
+        .alloc_zeros::<f32>(1)
+        .map_err(|e| cuda_error("allocating barrier scratch", e))?;
     let _ = comm.inner.scratch.set(s);
-    comm.inner.scratch.get().map(|s| slice_addr(s, stream)).ok_or_else(|| absent("scratch"))
+    comm.inner
+        .scratch
+        .get()
+        .map(|s| slice_addr(s, stream))
+        .ok_or_else(|| absent("scratch"))
 }
 
 fn slice_addr(s: &cudarc::driver::CudaSlice<f32>, stream: &NcclStream) -> usize {

@@ -22,12 +22,18 @@ impl NcclMem {
         }
         let f = lib.api().mem_alloc.ok_or(Error::Unsupported {
             feature: Feature::MemAlloc,
-            missing: Missing::SymbolAbsent { symbol: "ncclMemAlloc" },
+            missing: Missing::SymbolAbsent {
+                symbol: "ncclMemAlloc",
+            },
         })?;
         let mut ptr: *mut std::ffi::c_void = std::ptr::null_mut();
         // SAFETY: valid out-pointer; NCCL allocates on the current device.
         lib.check(unsafe { f(&mut ptr, bytes) }, std::ptr::null_mut())?;
-        Ok(NcclMem { lib: lib.clone(), ptr: ptr as usize, bytes })
+        Ok(NcclMem {
+            lib: lib.clone(),
+            ptr: ptr as usize,
+            bytes,
+        })
     }
 
     /// The device address.

@@ -14,7 +14,10 @@ pub struct NcclRedOp {
 
 impl std::fmt::Debug for NcclRedOp {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("NcclRedOp").field("code", &self.code).field("created", &self.owner.is_some()).finish()
+        f.debug_struct("NcclRedOp")
+            .field("code", &self.code)
+            .field("created", &self.owner.is_some())
+            .finish()
     }
 }
 
@@ -24,7 +27,11 @@ impl NcclRedOp {
         self.code
     }
 
-    pub(crate) fn create(comm: &Arc<CommInner>, op: &ReduceOp, dtype: DataType) -> Result<NcclRedOp> {
+    pub(crate) fn create(
+        comm: &Arc<CommInner>,
+        op: &ReduceOp,
+        dtype: DataType,
+    ) -> Result<NcclRedOp> {
         if let Some(code) = op.builtin_code() {
             return Ok(NcclRedOp { code, owner: None });
         }
@@ -32,36 +39,70 @@ impl NcclRedOp {
             return Err(Error::invalid("op", format_args!("a reduction operator")));
         };
         let lib = &comm.lib;
-        let f = lib.api().red_op_create_pre_mul_sum.ok_or(Error::Unsupported {
-            feature: Feature::PreMulSum,
-            missing: Missing::SymbolAbsent { symbol: "ncclRedOpCreatePreMulSum" },
-        })?;
+        let f = lib
+            .api()
+            .red_op_create_pre_mul_sum
+            .ok_or(Error::Unsupported {
+                feature: Feature::PreMulSum,
+                missing: Missing::SymbolAbsent {
+                    symbol: "ncclRedOpCreatePreMulSum",
+                },
+            })?;
         let mut code = 0i32;
         let status = match scalar {
             Scalar::Host(h) => {
                 let (mut bytes, _) = h.to_ne_bytes();
                 // SAFETY: live communicator; `bytes` holds one element of `dtype` (checked by
                 // core::check) and NCCL reads it during this call (HostImmediate = 1).
-                unsafe { f(&mut code, bytes.as_mut_ptr().cast(), dtype.code(), 1, comm.raw) }
+                unsafe {
+                    f(
+                        &mut code,
+                        bytes.as_mut_ptr().cast(),
+                        dtype.code(),
+                        1,
+                        comm.raw,
+                    )
+                }
             }
             Scalar::Device { addr } => {
                 // SAFETY: live communicator; the device address holds one element of `dtype`
                 // and stays valid until the collective runs (Device residence = 0, the caller's
                 // contract).
-                unsafe { f(&mut code, *addr as *mut std::ffi::c_void, dtype.code(), 0, comm.raw) }
+                unsafe {
+                    f(
+                        &mut code,
+                        *addr as *mut std::ffi::c_void,
+                        dtype.code(),
+                        0,
+                        comm.raw,
+                    )
+                }
             }
         };
         lib.check(status, comm.raw).map_err(|e| match e {
-            Error::Backend { code, text: t, last } => Error::Backend { code, text: text!("creating premul-sum: {t}"), last },
+            Error::Backend {
+                code,
+                text: t,
+                last,
+            } => Error::Backend {
+                code,
+                text: text!("creating premul-sum: {t}"),
+                last,
+            },
             other => other,
         })?;
-        Ok(NcclRedOp { code, owner: Some(comm.clone()) })
+        Ok(NcclRedOp {
+            code,
+            owner: Some(comm.clone()),
+        })
     }
 }
 
 impl Drop for NcclRedOp {
     fn drop(&mut self) {
-        let Some(comm) = self.owner.take() else { return };
+        let Some(comm) = self.owner.take() else {
+            return;
+        };
         if comm.is_released() {
             return;
         }

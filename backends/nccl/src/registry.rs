@@ -24,24 +24,51 @@ pub struct Window {
 }
 
 fn absent(feature: Feature, symbol: &'static str) -> Error {
-    Error::Unsupported { feature, missing: Missing::SymbolAbsent { symbol } }
+    Error::Unsupported {
+        feature,
+        missing: Missing::SymbolAbsent { symbol },
+    }
 }
 
 impl Registry {
-    pub(crate) fn register(&self, lib: &Library, raw: RawComm, addr: usize, bytes: usize) -> Result<RegHandle> {
+    pub(crate) fn register(
+        &self,
+        lib: &Library,
+        raw: RawComm,
+        addr: usize,
+        bytes: usize,
+    ) -> Result<RegHandle> {
         if addr == 0 || bytes == 0 {
-            return Err(Error::invalid("addr", format_args!("a non-null buffer of at least one byte")));
+            return Err(Error::invalid(
+                "addr",
+                format_args!("a non-null buffer of at least one byte"),
+            ));
         }
         let mut regs = self.buffers.lock();
         if regs.iter().any(|h| h.addr == addr) {
-            return Err(Error::invalid("addr", format_args!("a buffer not yet registered: {addr:#x} already is on this communicator")));
+            return Err(Error::invalid(
+                "addr",
+                format_args!(
+                    "a buffer not yet registered: {addr:#x} already is on this communicator"
+                ),
+            ));
         }
-        let f = lib.api().comm_register.ok_or(absent(Feature::BufferRegistration, "ncclCommRegister"))?;
+        let f = lib
+            .api()
+            .comm_register
+            .ok_or(absent(Feature::BufferRegistration, "ncclCommRegister"))?;
         let mut handle: *mut std::ffi::c_void = std::ptr::null_mut();
         // SAFETY: live communicator; `addr..addr+bytes` is device memory the caller owns
         // (the register contract); valid out-pointer.
-        lib.check(unsafe { f(raw, addr as *mut std::ffi::c_void, bytes, &mut handle) }, raw)?;
-        let h = RegHandle { raw: handle as usize, addr, bytes };
+        lib.check(
+            unsafe { f(raw, addr as *mut std::ffi::c_void, bytes, &mut handle) },
+            raw,
+        )?;
+        let h = RegHandle {
+            raw: handle as usize,
+            addr,
+            bytes,
+        };
         regs.push(h);
         Ok(h)
     }
@@ -49,30 +76,62 @@ impl Registry {
     pub(crate) fn deregister(&self, lib: &Library, raw: RawComm, h: RegHandle) -> Result<()> {
         let mut regs = self.buffers.lock();
         let Some(i) = regs.iter().position(|r| *r == h) else {
-            return Err(Error::invalid("handle", format_args!("a handle registered on this communicator, {:#x} is not", h.addr)));
+            return Err(Error::invalid(
+                "handle",
+                format_args!(
+                    "a handle registered on this communicator, {:#x} is not",
+                    h.addr
+                ),
+            ));
         };
-        let f = lib.api().comm_deregister.ok_or(absent(Feature::BufferRegistration, "ncclCommDeregister"))?;
+        let f = lib
+            .api()
+            .comm_deregister
+            .ok_or(absent(Feature::BufferRegistration, "ncclCommDeregister"))?;
         // SAFETY: live communicator; the handle came from ncclCommRegister on it.
         lib.check(unsafe { f(raw, h.raw as *mut std::ffi::c_void) }, raw)?;
         regs.swap_remove(i);
         Ok(())
     }
 
-    pub(crate) fn window_register(&self, lib: &Library, raw: RawComm, addr: usize, bytes: usize, flags: i32) -> Result<Window> {
+    pub(crate) fn window_register(
+        &self,
+        lib: &Library,
+        raw: RawComm,
+        addr: usize,
+        bytes: usize,
+        flags: i32,
+    ) -> Result<Window> {
         lib.features().require(Feature::WindowRegistration)?;
         if addr == 0 || bytes == 0 {
-            return Err(Error::invalid("addr", format_args!("a non-null buffer of at least one byte")));
+            return Err(Error::invalid(
+                "addr",
+                format_args!("a non-null buffer of at least one byte"),
+            ));
         }
         let mut wins = self.windows.lock();
         if wins.iter().any(|w| w.addr == addr) {
-            return Err(Error::invalid("addr", format_args!("a buffer not yet in a window: {addr:#x} already is")));
+            return Err(Error::invalid(
+                "addr",
+                format_args!("a buffer not yet in a window: {addr:#x} already is"),
+            ));
         }
-        let f = lib.api().comm_window_register.ok_or(absent(Feature::WindowRegistration, "ncclCommWindowRegister"))?;
+        let f = lib.api().comm_window_register.ok_or(absent(
+            Feature::WindowRegistration,
+            "ncclCommWindowRegister",
+        ))?;
         let mut win: *mut std::ffi::c_void = std::ptr::null_mut();
         // SAFETY: live communicator; caller-owned device memory; valid out-pointer. Window
         // registration is collective: every rank calls it.
-        lib.check(unsafe { f(raw, addr as *mut std::ffi::c_void, bytes, &mut win, flags) }, raw)?;
-        let w = Window { raw: win as usize, addr, bytes };
+        lib.check(
+            unsafe { f(raw, addr as *mut std::ffi::c_void, bytes, &mut win, flags) },
+            raw,
+        )?;
+        let w = Window {
+            raw: win as usize,
+            addr,
+            bytes,
+        };
         wins.push(w);
         Ok(w)
     }
@@ -80,9 +139,15 @@ impl Registry {
     pub(crate) fn window_deregister(&self, lib: &Library, raw: RawComm, w: Window) -> Result<()> {
         let mut wins = self.windows.lock();
         let Some(i) = wins.iter().position(|x| *x == w) else {
-            return Err(Error::invalid("window", format_args!("a window of this communicator, {:#x} is not", w.addr)));
+            return Err(Error::invalid(
+                "window",
+                format_args!("a window of this communicator, {:#x} is not", w.addr),
+            ));
         };
-        let f = lib.api().comm_window_deregister.ok_or(absent(Feature::WindowRegistration, "ncclCommWindowDeregister"))?;
+        let f = lib.api().comm_window_deregister.ok_or(absent(
+            Feature::WindowRegistration,
+            "ncclCommWindowDeregister",
+        ))?;
         // SAFETY: live communicator; the window came from ncclCommWindowRegister on it.
         lib.check(unsafe { f(raw, w.raw as *mut std::ffi::c_void) }, raw)?;
         wins.swap_remove(i);
@@ -97,7 +162,11 @@ impl Registry {
                 // SAFETY: live communicator (release runs before abort/destroy); handle from it.
                 let code = unsafe { f(raw, h.raw as *mut std::ffi::c_void) };
                 if code != 0 {
-                    log::warn!("deregistering {:#x}: code {code} ({})", h.addr, text!("{}", lib.error_string(code)));
+                    log::warn!(
+                        "deregistering {:#x}: code {code} ({})",
+                        h.addr,
+                        text!("{}", lib.error_string(code))
+                    );
                 }
             }
         }
@@ -117,12 +186,16 @@ impl crate::NcclComm {
     /// Registers a window over `bytes` at `addr` (NCCL 2.27+; collective: every rank calls it).
     pub fn window_register(&self, addr: usize, bytes: usize, flags: i32) -> Result<Window> {
         self.ensure_ready("register a window")?;
-        self.inner.registry.window_register(&self.inner.lib, self.inner.raw, addr, bytes, flags)
+        self.inner
+            .registry
+            .window_register(&self.inner.lib, self.inner.raw, addr, bytes, flags)
     }
 
     /// Releases a window made by [`crate::NcclComm::window_register`].
     pub fn window_deregister(&self, w: Window) -> Result<()> {
         self.ensure_ready("deregister a window")?;
-        self.inner.registry.window_deregister(&self.inner.lib, self.inner.raw, w)
+        self.inner
+            .registry
+            .window_deregister(&self.inner.lib, self.inner.raw, w)
     }
 }

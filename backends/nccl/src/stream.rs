@@ -19,7 +19,9 @@ impl NcclStream {
 
     /// A new non-default stream on `ctx`'s device.
     pub fn create(ctx: &Arc<CudaContext>) -> Result<NcclStream> {
-        ctx.new_stream().map(NcclStream::new).map_err(|e| cuda_error("creating a stream", e))
+        ctx.new_stream()
+            .map(NcclStream::new)
+            .map_err(|e| cuda_error("creating a stream", e))
     }
 
     /// The cudarc stream.
@@ -42,16 +44,23 @@ impl Stream for NcclStream {
         } else {
             sys::CUevent_flags::CU_EVENT_DISABLE_TIMING
         };
-        let ev = self.inner.record_event(Some(flags)).map_err(|e| cuda_error("recording an event", e))?;
+        let ev = self
+            .inner
+            .record_event(Some(flags))
+            .map_err(|e| cuda_error("recording an event", e))?;
         Ok(NcclEvent { inner: ev, timing })
     }
 
     fn wait_event(&self, event: &NcclEvent) -> Result<()> {
-        self.inner.wait(&event.inner).map_err(|e| cuda_error("waiting on an event", e))
+        self.inner
+            .wait(&event.inner)
+            .map_err(|e| cuda_error("waiting on an event", e))
     }
 
     fn synchronize(&self) -> Result<()> {
-        self.inner.synchronize().map_err(|e| cuda_error("synchronizing a stream", e))
+        self.inner
+            .synchronize()
+            .map_err(|e| cuda_error("synchronizing a stream", e))
     }
 }
 
@@ -71,17 +80,26 @@ impl NcclEvent {
 
 impl Event for NcclEvent {
     fn query(&self) -> Result<bool> {
-        self.inner.try_is_complete().map_err(|e| cuda_error("querying an event", e))
+        self.inner
+            .try_is_complete()
+            .map_err(|e| cuda_error("querying an event", e))
     }
 
     fn synchronize(&self) -> Result<()> {
-        self.inner.synchronize().map_err(|e| cuda_error("synchronizing an event", e))
+        self.inner
+            .synchronize()
+            .map_err(|e| cuda_error("synchronizing an event", e))
     }
 
     fn elapsed_ms(&self, end: &NcclEvent) -> Result<f32> {
         if !self.timing || !end.timing {
-            return Err(Error::invalid("event", format_args!("events recorded with timing")));
+            return Err(Error::invalid(
+                "event",
+                format_args!("events recorded with timing"),
+            ));
         }
-        self.inner.elapsed_ms(&end.inner).map_err(|e| cuda_error("timing events", e))
+        self.inner
+            .elapsed_ms(&end.inner)
+            .map_err(|e| cuda_error("timing events", e))
     }
 }

@@ -13,7 +13,10 @@ pub struct Deadline {
 impl Deadline {
     /// A deadline `limit` from now.
     pub fn after(limit: Duration) -> Deadline {
-        Deadline { start: Instant::now(), limit }
+        Deadline {
+            start: Instant::now(),
+            limit,
+        }
     }
 
     /// Polls `step` until it reports [`Progress::Done`] or fails; [`Error::Timeout`] naming
@@ -50,7 +53,9 @@ mod tests {
     fn times_out_with_the_name() {
         let d = Deadline::after(Duration::from_millis(20));
         let e = d.poll("split", || Ok(Progress::InProgress)).unwrap_err();
-        assert!(matches!(e, Error::Timeout { ref what, after_ms } if what.contains("split") && after_ms >= 20));
+        assert!(
+            matches!(e, Error::Timeout { ref what, after_ms } if what.contains("split") && after_ms >= 20)
+        );
     }
 
     #[test]
@@ -59,11 +64,17 @@ mod tests {
         let mut n = 0;
         d.poll("init", || {
             n += 1;
-            Ok(if n < 3 { Progress::InProgress } else { Progress::Done })
+            Ok(if n < 3 {
+                Progress::InProgress
+            } else {
+                Progress::Done
+            })
         })
         .unwrap();
         assert_eq!(n, 3);
-        let e = d.poll("init", || Err(Error::Remote { detail: text!("x") })).unwrap_err();
+        let e = d
+            .poll("init", || Err(Error::Remote { detail: text!("x") }))
+            .unwrap_err();
         assert!(matches!(e, Error::Remote { .. }));
     }
 }

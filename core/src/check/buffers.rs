@@ -9,15 +9,29 @@ fn span(arg: &'static str, addr: usize, len: usize, dt: DataType) -> Result<usiz
     let bytes = len
         .checked_mul(dt.size())
         .filter(|b| *b <= isize::MAX as usize)
-        .ok_or_else(|| Error::invalid(arg, format_args!("at most {} bytes, got {len} elements of {dt}", isize::MAX)))?;
+        .ok_or_else(|| {
+            Error::invalid(
+                arg,
+                format_args!("at most {} bytes, got {len} elements of {dt}", isize::MAX),
+            )
+        })?;
     if addr == 0 && len != 0 {
-        return Err(Error::invalid(arg, format_args!("a non-null address for {len} elements")));
+        return Err(Error::invalid(
+            arg,
+            format_args!("a non-null address for {len} elements"),
+        ));
     }
     if addr.checked_add(bytes).is_none() {
-        return Err(Error::invalid(arg, format_args!("a buffer that does not wrap the address space")));
+        return Err(Error::invalid(
+            arg,
+            format_args!("a buffer that does not wrap the address space"),
+        ));
     }
     if addr % dt.size() != 0 {
-        return Err(Error::invalid(arg, format_args!("an address aligned to {} bytes for {dt}", dt.size())));
+        return Err(Error::invalid(
+            arg,
+            format_args!("an address aligned to {} bytes for {dt}", dt.size()),
+        ));
     }
     Ok(bytes)
 }
@@ -35,21 +49,31 @@ pub fn buffer_mut(arg: &'static str, b: RawBufMut, dt: DataType) -> Result<()> {
 /// `got == want`, else an error on `arg` saying `what`.
 pub fn exact_len(arg: &'static str, got: usize, want: usize, what: &str) -> Result<()> {
     if got != want {
-        return Err(Error::invalid(arg, format_args!("{what}: {want} elements, got {got}")));
+        return Err(Error::invalid(
+            arg,
+            format_args!("{what}: {want} elements, got {got}"),
+        ));
     }
     Ok(())
 }
 
 /// `len × size`, refused on overflow.
 pub fn times(arg: &'static str, len: usize, size: u32) -> Result<usize> {
-    len.checked_mul(size as usize)
-        .ok_or_else(|| Error::invalid(arg, format_args!("a length whose world-size multiple fits in usize, got {len}")))
+    len.checked_mul(size as usize).ok_or_else(|| {
+        Error::invalid(
+            arg,
+            format_args!("a length whose world-size multiple fits in usize, got {len}"),
+        )
+    })
 }
 
 /// One count per rank, summed without overflow.
 pub fn parts_sum(arg: &'static str, counts: &[usize], size: u32) -> Result<usize> {
     if counts.len() != size as usize {
-        return Err(Error::invalid(arg, format_args!("one count per rank ({}), got {}", size, counts.len())));
+        return Err(Error::invalid(
+            arg,
+            format_args!("one count per rank ({}), got {}", size, counts.len()),
+        ));
     }
     counts
         .iter()
@@ -68,8 +92,14 @@ fn bytes(addr: usize, len: usize, dt: DataType) -> (usize, usize) {
 
 /// `send` and `recv` do not overlap at all.
 pub fn disjoint(send: RawBuf, recv: RawBufMut, dt: DataType) -> Result<()> {
-    if overlap(bytes(send.addr, send.len, dt), bytes(recv.addr, recv.len, dt)) {
-        return Err(Error::invalid("recv", format_args!("memory distinct from send (this operation cannot run in place)")));
+    if overlap(
+        bytes(send.addr, send.len, dt),
+        bytes(recv.addr, recv.len, dt),
+    ) {
+        return Err(Error::invalid(
+            "recv",
+            format_args!("memory distinct from send (this operation cannot run in place)"),
+        ));
     }
     Ok(())
 }
@@ -80,7 +110,12 @@ pub fn same_or_disjoint(send: RawBuf, recv: RawBufMut, dt: DataType, offset: usi
         .checked_mul(dt.size())
         .and_then(|o| recv.addr.checked_add(o))
         .is_some_and(|a| a == send.addr);
-    if in_place || !overlap(bytes(send.addr, send.len, dt), bytes(recv.addr, recv.len, dt)) {
+    if in_place
+        || !overlap(
+            bytes(send.addr, send.len, dt),
+            bytes(recv.addr, recv.len, dt),
+        )
+    {
         return Ok(());
     }
     Err(Error::invalid(
@@ -95,7 +130,12 @@ pub fn part_or_disjoint(send: RawBuf, recv: RawBufMut, dt: DataType, offset: usi
         .checked_mul(dt.size())
         .and_then(|o| send.addr.checked_add(o))
         .is_some_and(|a| a == recv.addr);
-    if in_place || !overlap(bytes(send.addr, send.len, dt), bytes(recv.addr, recv.len, dt)) {
+    if in_place
+        || !overlap(
+            bytes(send.addr, send.len, dt),
+            bytes(recv.addr, recv.len, dt),
+        )
+    {
         return Ok(());
     }
     Err(Error::invalid(

@@ -27,10 +27,16 @@ impl CheckCtx<'_> {
     /// `Ok` when the communicator's own numbers are sane: `1 <= size <= i32::MAX`, `rank < size`.
     pub fn validate(&self) -> Result<()> {
         if self.size == 0 || self.size > i32::MAX as u32 {
-            return Err(Error::invalid("size", format_args!("1..={}, got {}", i32::MAX, self.size)));
+            return Err(Error::invalid(
+                "size",
+                format_args!("1..={}, got {}", i32::MAX, self.size),
+            ));
         }
         if self.rank >= self.size {
-            return Err(Error::invalid("rank", format_args!("a rank below {}, got {}", self.size, self.rank)));
+            return Err(Error::invalid(
+                "rank",
+                format_args!("a rank below {}, got {}", self.size, self.rank),
+            ));
         }
         Ok(())
     }
@@ -40,21 +46,65 @@ impl CheckCtx<'_> {
 pub fn op(op: &CommOp<'_>, ctx: &CheckCtx<'_>) -> Result<()> {
     ctx.validate()?;
     match *op {
-        CommOp::AllReduce { send, recv, dtype, op } => all_reduce(ctx, send, recv, dtype, &op),
-        CommOp::Broadcast { send, recv, dtype, root } => broadcast(ctx, send, recv, dtype, root),
-        CommOp::Reduce { send, recv, dtype, op, root } => reduce(ctx, send, recv, dtype, &op, root),
+        CommOp::AllReduce {
+            send,
+            recv,
+            dtype,
+            op,
+        } => all_reduce(ctx, send, recv, dtype, &op),
+        CommOp::Broadcast {
+            send,
+            recv,
+            dtype,
+            root,
+        } => broadcast(ctx, send, recv, dtype, root),
+        CommOp::Reduce {
+            send,
+            recv,
+            dtype,
+            op,
+            root,
+        } => reduce(ctx, send, recv, dtype, &op, root),
         CommOp::AllGather { send, recv, dtype } => all_gather(ctx, send, recv, dtype),
-        CommOp::ReduceScatter { send, recv, dtype, op } => reduce_scatter(ctx, send, recv, dtype, &op),
+        CommOp::ReduceScatter {
+            send,
+            recv,
+            dtype,
+            op,
+        } => reduce_scatter(ctx, send, recv, dtype, &op),
         CommOp::AllToAll { send, recv, dtype } => all_to_all(ctx, send, recv, dtype),
-        CommOp::AllToAllV { send, recv, dtype, send_counts, recv_counts } => {
-            all_to_all_v(ctx, send, recv, dtype, send_counts, recv_counts)
-        }
-        CommOp::Gather { send, recv, dtype, root } => gather(ctx, send, recv, dtype, root),
-        CommOp::Scatter { send, recv, dtype, root } => scatter(ctx, send, recv, dtype, root),
-        CommOp::AllGatherV { send, recv, dtype, counts } => all_gather_v(ctx, send, recv, dtype, counts),
-        CommOp::ReduceScatterV { send, recv, dtype, op, counts } => {
-            reduce_scatter_v(ctx, send, recv, dtype, &op, counts)
-        }
+        CommOp::AllToAllV {
+            send,
+            recv,
+            dtype,
+            send_counts,
+            recv_counts,
+        } => all_to_all_v(ctx, send, recv, dtype, send_counts, recv_counts),
+        CommOp::Gather {
+            send,
+            recv,
+            dtype,
+            root,
+        } => gather(ctx, send, recv, dtype, root),
+        CommOp::Scatter {
+            send,
+            recv,
+            dtype,
+            root,
+        } => scatter(ctx, send, recv, dtype, root),
+        CommOp::AllGatherV {
+            send,
+            recv,
+            dtype,
+            counts,
+        } => all_gather_v(ctx, send, recv, dtype, counts),
+        CommOp::ReduceScatterV {
+            send,
+            recv,
+            dtype,
+            op,
+            counts,
+        } => reduce_scatter_v(ctx, send, recv, dtype, &op, counts),
         CommOp::Send { buf, dtype, peer } => send(ctx, buf, dtype, peer),
         CommOp::Recv { buf, dtype, peer } => recv(ctx, buf, dtype, peer),
         CommOp::Barrier => Ok(()),
@@ -87,11 +137,15 @@ pub fn reduce_op(ctx: &CheckCtx<'_>, dtype: DataType, op: &ReduceOp) -> Result<(
     match op {
         ReduceOp::PreMulSum(Scalar::Host(s)) if s.dtype() != dtype => Err(Error::invalid(
             "scalar",
-            format_args!("a premul-sum factor of the buffer's type {dtype}, got {}", s.dtype()),
+            format_args!(
+                "a premul-sum factor of the buffer's type {dtype}, got {}",
+                s.dtype()
+            ),
         )),
-        ReduceOp::PreMulSum(Scalar::Device { addr: 0 }) => {
-            Err(Error::invalid("scalar", format_args!("a non-null device address for the premul-sum factor")))
-        }
+        ReduceOp::PreMulSum(Scalar::Device { addr: 0 }) => Err(Error::invalid(
+            "scalar",
+            format_args!("a non-null device address for the premul-sum factor"),
+        )),
         _ => Ok(()),
     }
 }
@@ -99,13 +153,22 @@ pub fn reduce_op(ctx: &CheckCtx<'_>, dtype: DataType, op: &ReduceOp) -> Result<(
 /// A root (or peer) is a rank of the communicator.
 pub fn rank_arg(ctx: &CheckCtx<'_>, arg: &'static str, r: u32) -> Result<()> {
     if r >= ctx.size {
-        return Err(Error::invalid(arg, format_args!("a rank below {}, got {r}", ctx.size)));
+        return Err(Error::invalid(
+            arg,
+            format_args!("a rank below {}, got {r}", ctx.size),
+        ));
     }
     Ok(())
 }
 
 /// all_reduce: `recv` as long as `send`; in place only when both are the same memory.
-pub fn all_reduce(ctx: &CheckCtx<'_>, send: RawBuf, recv: RawBufMut, dt: DataType, op: &ReduceOp) -> Result<()> {
+pub fn all_reduce(
+    ctx: &CheckCtx<'_>,
+    send: RawBuf,
+    recv: RawBufMut,
+    dt: DataType,
+    op: &ReduceOp,
+) -> Result<()> {
     dtype(ctx, dt)?;
     reduce_op(ctx, dt, op)?;
     buffer("send", send, dt)?;
@@ -115,7 +178,13 @@ pub fn all_reduce(ctx: &CheckCtx<'_>, send: RawBuf, recv: RawBufMut, dt: DataTyp
 }
 
 /// broadcast: `recv` on every rank; on the root, `send` as long as `recv` (or the same memory).
-pub fn broadcast(ctx: &CheckCtx<'_>, send: RawBuf, recv: RawBufMut, dt: DataType, root: u32) -> Result<()> {
+pub fn broadcast(
+    ctx: &CheckCtx<'_>,
+    send: RawBuf,
+    recv: RawBufMut,
+    dt: DataType,
+    root: u32,
+) -> Result<()> {
     dtype(ctx, dt)?;
     rank_arg(ctx, "root", root)?;
     buffer_mut("recv", recv, dt)?;
@@ -128,14 +197,26 @@ pub fn broadcast(ctx: &CheckCtx<'_>, send: RawBuf, recv: RawBufMut, dt: DataType
 }
 
 /// reduce: `send` on every rank; on the root `recv` as long as `send`, elsewhere empty or as long.
-pub fn reduce(ctx: &CheckCtx<'_>, send: RawBuf, recv: RawBufMut, dt: DataType, op: &ReduceOp, root: u32) -> Result<()> {
+pub fn reduce(
+    ctx: &CheckCtx<'_>,
+    send: RawBuf,
+    recv: RawBufMut,
+    dt: DataType,
+    op: &ReduceOp,
+    root: u32,
+) -> Result<()> {
     dtype(ctx, dt)?;
     reduce_op(ctx, dt, op)?;
     rank_arg(ctx, "root", root)?;
     buffer("send", send, dt)?;
     buffer_mut("recv", recv, dt)?;
     if ctx.rank == root || recv.len != 0 {
-        exact_len("recv", recv.len, send.len, "as long as send (empty allowed off the root)")?;
+        exact_len(
+            "recv",
+            recv.len,
+            send.len,
+            "as long as send (empty allowed off the root)",
+        )?;
         buffers::same_or_disjoint(send, recv, dt, 0)?;
     }
     Ok(())
@@ -152,7 +233,13 @@ pub fn all_gather(ctx: &CheckCtx<'_>, send: RawBuf, recv: RawBufMut, dt: DataTyp
 }
 
 /// reduce_scatter: `send` is `size` times `recv`; in place when `recv` is part `rank` of `send`.
-pub fn reduce_scatter(ctx: &CheckCtx<'_>, send: RawBuf, recv: RawBufMut, dt: DataType, op: &ReduceOp) -> Result<()> {
+pub fn reduce_scatter(
+    ctx: &CheckCtx<'_>,
+    send: RawBuf,
+    recv: RawBufMut,
+    dt: DataType,
+    op: &ReduceOp,
+) -> Result<()> {
     dtype(ctx, dt)?;
     reduce_op(ctx, dt, op)?;
     buffer("send", send, dt)?;
@@ -171,7 +258,10 @@ pub fn all_to_all(ctx: &CheckCtx<'_>, send: RawBuf, recv: RawBufMut, dt: DataTyp
     if send.len % ctx.size as usize != 0 {
         return Err(Error::invalid(
             "send",
-            format_args!("a length divisible by the world size {}, got {}", ctx.size, send.len),
+            format_args!(
+                "a length divisible by the world size {}, got {}",
+                ctx.size, send.len
+            ),
         ));
     }
     buffers::disjoint(send, recv, dt)
@@ -190,21 +280,42 @@ pub fn all_to_all_v(
     buffer("send", send, dt)?;
     buffer_mut("recv", recv, dt)?;
     let s = parts_sum("send_counts", send_counts, ctx.size)?;
-    exact_len("send_counts", s, send.len, "counts summing to the send length")?;
+    exact_len(
+        "send_counts",
+        s,
+        send.len,
+        "counts summing to the send length",
+    )?;
     let r = parts_sum("recv_counts", recv_counts, ctx.size)?;
-    exact_len("recv_counts", r, recv.len, "counts summing to the recv length")?;
+    exact_len(
+        "recv_counts",
+        r,
+        recv.len,
+        "counts summing to the recv length",
+    )?;
     buffers::disjoint(send, recv, dt)
 }
 
 /// gather: on the root `recv` is `size` times `send`; elsewhere `recv` is empty.
-pub fn gather(ctx: &CheckCtx<'_>, send: RawBuf, recv: RawBufMut, dt: DataType, root: u32) -> Result<()> {
+pub fn gather(
+    ctx: &CheckCtx<'_>,
+    send: RawBuf,
+    recv: RawBufMut,
+    dt: DataType,
+    root: u32,
+) -> Result<()> {
     dtype(ctx, dt)?;
     rank_arg(ctx, "root", root)?;
     buffer("send", send, dt)?;
     buffer_mut("recv", recv, dt)?;
     if ctx.rank == root {
         let whole = buffers::times("send", send.len, ctx.size)?;
-        exact_len("recv", recv.len, whole, "world size times the send length on the root")?;
+        exact_len(
+            "recv",
+            recv.len,
+            whole,
+            "world size times the send length on the root",
+        )?;
         buffers::disjoint(send, recv, dt)
     } else {
         exact_len("recv", recv.len, 0, "an empty output off the root")
@@ -212,14 +323,25 @@ pub fn gather(ctx: &CheckCtx<'_>, send: RawBuf, recv: RawBufMut, dt: DataType, r
 }
 
 /// scatter: on the root `send` is `size` times `recv`; elsewhere `send` is empty.
-pub fn scatter(ctx: &CheckCtx<'_>, send: RawBuf, recv: RawBufMut, dt: DataType, root: u32) -> Result<()> {
+pub fn scatter(
+    ctx: &CheckCtx<'_>,
+    send: RawBuf,
+    recv: RawBufMut,
+    dt: DataType,
+    root: u32,
+) -> Result<()> {
     dtype(ctx, dt)?;
     rank_arg(ctx, "root", root)?;
     buffer("send", send, dt)?;
     buffer_mut("recv", recv, dt)?;
     if ctx.rank == root {
         let whole = buffers::times("recv", recv.len, ctx.size)?;
-        exact_len("send", send.len, whole, "world size times the recv length on the root")?;
+        exact_len(
+            "send",
+            send.len,
+            whole,
+            "world size times the recv length on the root",
+        )?;
         buffers::disjoint(send, recv, dt)
     } else {
         exact_len("send", send.len, 0, "an empty input off the root")
@@ -227,12 +349,23 @@ pub fn scatter(ctx: &CheckCtx<'_>, send: RawBuf, recv: RawBufMut, dt: DataType, 
 }
 
 /// all_gather_v: one count per rank; `send` holds this rank's count, `recv` their sum.
-pub fn all_gather_v(ctx: &CheckCtx<'_>, send: RawBuf, recv: RawBufMut, dt: DataType, counts: &[usize]) -> Result<()> {
+pub fn all_gather_v(
+    ctx: &CheckCtx<'_>,
+    send: RawBuf,
+    recv: RawBufMut,
+    dt: DataType,
+    counts: &[usize],
+) -> Result<()> {
     dtype(ctx, dt)?;
     buffer("send", send, dt)?;
     buffer_mut("recv", recv, dt)?;
     let total = parts_sum("counts", counts, ctx.size)?;
-    exact_len("send", send.len, counts[ctx.rank as usize], "this rank's count")?;
+    exact_len(
+        "send",
+        send.len,
+        counts[ctx.rank as usize],
+        "this rank's count",
+    )?;
     exact_len("recv", recv.len, total, "the sum of the counts")?;
     buffers::disjoint(send, recv, dt)
 }
@@ -252,7 +385,12 @@ pub fn reduce_scatter_v(
     buffer_mut("recv", recv, dt)?;
     let total = parts_sum("counts", counts, ctx.size)?;
     exact_len("send", send.len, total, "the sum of the counts")?;
-    exact_len("recv", recv.len, counts[ctx.rank as usize], "this rank's count")?;
+    exact_len(
+        "recv",
+        recv.len,
+        counts[ctx.rank as usize],
+        "this rank's count",
+    )?;
     buffers::disjoint(send, recv, dt)
 }
 

@@ -65,12 +65,18 @@ pub struct Lifecycle {
 impl Lifecycle {
     /// A communicator whose init returned at once (blocking) is ready.
     pub fn ready() -> Lifecycle {
-        Lifecycle { state: CommState::Ready, reason: Text::new() }
+        Lifecycle {
+            state: CommState::Ready,
+            reason: Text::new(),
+        }
     }
 
     /// A communicator whose nonblocking init is still running.
     pub fn initializing() -> Lifecycle {
-        Lifecycle { state: CommState::Initializing, reason: Text::new() }
+        Lifecycle {
+            state: CommState::Initializing,
+            reason: Text::new(),
+        }
     }
 
     /// The current state.
@@ -97,7 +103,10 @@ impl Lifecycle {
 
     /// The communicator failed. The first reason is kept; a dead communicator stays as it is.
     pub fn fail(&mut self, reason: &str) {
-        if matches!(self.state, CommState::Initializing | CommState::Ready | CommState::Finalizing) {
+        if matches!(
+            self.state,
+            CommState::Initializing | CommState::Ready | CommState::Finalizing
+        ) {
             self.state = CommState::Failed;
             self.reason = text_str(reason);
         }
@@ -153,14 +162,24 @@ impl Lifecycle {
     pub fn ensure_ready(&self, attempted: &'static str) -> Result<()> {
         match self.state {
             CommState::Ready => Ok(()),
-            CommState::Aborted => Err(Error::Aborted { reason: self.reason.clone() }),
+            CommState::Aborted => Err(Error::Aborted {
+                reason: self.reason.clone(),
+            }),
             s => Err(self.refuse(s, attempted)),
         }
     }
 
     fn refuse(&self, state: CommState, attempted: &'static str) -> Error {
-        let reason = if self.reason.is_empty() { text_str(state.name()) } else { self.reason.clone() };
-        Error::InvalidState { state, attempted, reason }
+        let reason = if self.reason.is_empty() {
+            text_str(state.name())
+        } else {
+            self.reason.clone()
+        };
+        Error::InvalidState {
+            state,
+            attempted,
+            reason,
+        }
     }
 }
 
@@ -181,7 +200,9 @@ mod tests {
         finalized.finalize_done().unwrap();
         let mut destroyed = Lifecycle::ready();
         destroyed.destroy();
-        [init, ready, failed, aborted, finalizing, finalized, destroyed]
+        [
+            init, ready, failed, aborted, finalizing, finalized, destroyed,
+        ]
     }
 
     #[test]
@@ -195,7 +216,9 @@ mod tests {
                     assert_eq!(l.state(), CommState::Ready);
                 }
                 s => {
-                    assert!(matches!(r, Err(Error::InvalidState { state, attempted: "complete init", .. }) if state == s));
+                    assert!(
+                        matches!(r, Err(Error::InvalidState { state, attempted: "complete init", .. }) if state == s)
+                    );
                     assert_eq!(l.state(), s);
                 }
             }
@@ -223,7 +246,11 @@ mod tests {
             let before = l.state();
             l.abort("x");
             l.abort("y");
-            let expect = if before == CommState::Destroyed { CommState::Destroyed } else { CommState::Aborted };
+            let expect = if before == CommState::Destroyed {
+                CommState::Destroyed
+            } else {
+                CommState::Aborted
+            };
             assert_eq!(l.state(), expect, "from {before}");
             assert!(l.ensure_ready("op").is_err());
         }
@@ -234,7 +261,10 @@ mod tests {
         for mut l in all_states() {
             let before = l.state();
             l.fail("f");
-            let live = matches!(before, CommState::Initializing | CommState::Ready | CommState::Finalizing);
+            let live = matches!(
+                before,
+                CommState::Initializing | CommState::Ready | CommState::Finalizing
+            );
             assert_eq!(l.state(), if live { CommState::Failed } else { before });
         }
     }
@@ -243,11 +273,19 @@ mod tests {
     fn finalize_transitions() {
         for mut l in all_states() {
             let before = l.state();
-            assert_eq!(l.finalize_start().is_ok(), before == CommState::Ready, "{before}");
+            assert_eq!(
+                l.finalize_start().is_ok(),
+                before == CommState::Ready,
+                "{before}"
+            );
         }
         for mut l in all_states() {
             let before = l.state();
-            assert_eq!(l.finalize_done().is_ok(), before == CommState::Finalizing, "{before}");
+            assert_eq!(
+                l.finalize_done().is_ok(),
+                before == CommState::Finalizing,
+                "{before}"
+            );
         }
     }
 
@@ -259,7 +297,13 @@ mod tests {
             l.destroy();
             l.destroy();
             assert_eq!(l.state(), CommState::Destroyed);
-            assert!(matches!(l.ensure_ready("op"), Err(Error::InvalidState { state: CommState::Destroyed, .. }) | Err(Error::Aborted { .. })));
+            assert!(matches!(
+                l.ensure_ready("op"),
+                Err(Error::InvalidState {
+                    state: CommState::Destroyed,
+                    ..
+                }) | Err(Error::Aborted { .. })
+            ));
         }
     }
 }
