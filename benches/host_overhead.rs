@@ -15,7 +15,7 @@ use std::sync::{Arc, Barrier};
 use std::time::Instant;
 
 const CALLS: usize = 200;
-const ROUNDS: usize = 60;
+const ROUNDS: usize = 200;
 const WARMUP: usize = 5;
 const VARIANTS: [&str; 4] = [
     "ncclAllReduce via fn pointer",

@@ -26,4 +26,10 @@ done
   .gpu/cudarc_slices "$n"
   .gpu/raw_pointers "$n"
   for l in ${libs//:/ }; do OXCCL_NCCL_LIBRARY=$l OXCCL_BENCH_GPUS=$n .gpu/host_overhead; done
+  # PyTorch's process group issuing the same all_reduce, same machine, same run
+  py=python3
+  [ -x /opt/torch/.venv/bin/python3 ] && py=/opt/torch/.venv/bin/python3
+  if "$py" -c "import torch" 2>/dev/null; then
+    timeout 300 "$py" -m torch.distributed.run --nproc_per_node="$n" scripts/torch_overhead.py
+  fi
 } 2>&1 | tee "$out/bench.log"

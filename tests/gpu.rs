@@ -109,7 +109,15 @@ fn gpu_threads_large_counts() {
                 "64Mi u8 all_gather part {q}"
             );
         }
-        println!("rank {r}: 64 Mi element all_reduce and all_gather correct");
+        println!("rank {r}: 64 Mi element all_reduce and all_gather correct (typed API)");
+        let t = suite::run_large(&mut c, count);
+        println!(
+            "rank {r}: every op at 64 Mi elements: {} checks passed, {} failed",
+            t.passed,
+            t.failed.len()
+        );
+        assert!(t.failed.is_empty(), "{:#?}", t.failed);
+        c.destroy().unwrap();
     });
 }
 

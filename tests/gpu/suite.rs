@@ -281,6 +281,78 @@ pub fn run_all(c: &mut Comm) -> Tally {
     t
 }
 
+/// Every operation once at `count` elements (64 Mi in the large test): float32 sum for the
+/// reductions, every data-movement collective, send/recv.
+pub fn run_large(c: &mut Comm, count: usize) -> Tally {
+    let mut t = Tally::default();
+    let (n, r) = (c.size(), c.rank());
+    let nu = n as usize;
+    let dt = DataType::Float32;
+    let op = ReduceOp::Sum;
+    let send_vals: Vec<f64> = (0..count).map(|i| input(Some(&op), r, i)).collect();
+    let want: Vec<f64> = (0..count).map(|i| reduced(dt, &op, n, i, 1.0)).collect();
+    let send = DevBuf::new(c, dt, &send_vals);
+    let recv = DevBuf::zeros(c, dt, count);
+    if run(
+        c,
+        &mut t,
+        "large all_reduce",
+        CommOp::AllReduce {
+            send: send.r(),
+            recv: recv.w(),
+            dtype: dt,
+            op,
+        },
+    ) {
+        t.check("large all_reduce", &recv.read(c, dt), &want, dt);
+    }
+    let root = n - 1;
+    let out = DevBuf::zeros(c, dt, if r == root { count } else { 0 });
+    if run(
+        c,
+        &mut t,
+        "large reduce",
+        CommOp::Reduce {
+            send: send.r(),
+            recv: out.w(),
+            dtype: dt,
+            op,
+            root,
+        },
+    ) && r == root
+    {
+        t.check("large reduce", &out.read(c, dt), &want, dt);
+    }
+    drop((send, recv, out));
+    let whole = DevBuf::new(
+        c,
+        dt,
+        &(0..count * nu)
+            .map(|j| input(Some(&op), r, j))
+            .collect::<Vec<_>>(),
+    );
+    let part = DevBuf::zeros(c, dt, count);
+    if run(
+        c,
+        &mut t,
+        "large reduce_scatter",
+        CommOp::ReduceScatter {
+            send: whole.r(),
+            recv: part.w(),
+            dtype: dt,
+            op,
+        },
+    ) {
+        let want: Vec<f64> = (0..count)
+            .map(|i| reduced(dt, &op, n, r as usize * count + i, 1.0))
+            .collect();
+        t.check("large reduce_scatter", &part.read(c, dt), &want, dt);
+    }
+    drop((whole, part));
+    moves(c, &mut t, dt, count);
+    t
+}
+
 /// Data-movement collectives (no reduction) for one type and count.
 fn moves(c: &mut Comm, t: &mut Tally, dt: DataType, count: usize) {
     let (n, r) = (c.size(), c.rank());
