@@ -104,32 +104,31 @@ pub fn disjoint(send: RawBuf, recv: RawBufMut, dt: DataType) -> Result<()> {
     Ok(())
 }
 
-/// `send` is exactly element `offset` of `recv` (the in-place layout), or they are disjoint.
-pub fn same_or_disjoint(send: RawBuf, recv: RawBufMut, dt: DataType, offset: usize) -> Result<()> {
-    let in_place = offset
-        .checked_mul(dt.size())
-        .and_then(|o| recv.addr.checked_add(o))
-        .is_some_and(|a| a == send.addr);
-    if in_place
-        || !overlap(
-            bytes(send.addr, send.len, dt),
-            bytes(recv.addr, recv.len, dt),
-        )
-    {
-        return Ok(());
-    }
-    Err(Error::invalid(
-        "recv",
-        format_args!("either the in-place layout (send at element {offset} of recv) or memory distinct from send"),
-    ))
+/// Where one buffer sits inside the other when an operation runs in place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InPlace {
+    /// `send` is element `offset` of `recv` (all-reduce, broadcast, reduce at 0; all-gather at
+    /// `rank × send.len`).
+    SendAt(usize),
+    /// `recv` is element `offset` of `send` (reduce-scatter at `rank × recv.len`).
+    RecvAt(usize),
 }
 
-/// `recv` is exactly element `offset` of `send` (reduce-scatter in place), or they are disjoint.
-pub fn part_or_disjoint(send: RawBuf, recv: RawBufMut, dt: DataType, offset: usize) -> Result<()> {
+/// `send` and `recv` are exactly in the in-place `layout`, or they are disjoint.
+pub fn in_place_or_disjoint(
+    send: RawBuf,
+    recv: RawBufMut,
+    dt: DataType,
+    layout: InPlace,
+) -> Result<()> {
+    let (outer, inner, offset) = match layout {
+        InPlace::SendAt(o) => (recv.addr, send.addr, o),
+        InPlace::RecvAt(o) => (send.addr, recv.addr, o),
+    };
     let in_place = offset
         .checked_mul(dt.size())
-        .and_then(|o| send.addr.checked_add(o))
-        .is_some_and(|a| a == recv.addr);
+        .and_then(|o| outer.checked_add(o))
+        .is_some_and(|a| a == inner);
     if in_place
         || !overlap(
             bytes(send.addr, send.len, dt),
@@ -138,8 +137,12 @@ pub fn part_or_disjoint(send: RawBuf, recv: RawBufMut, dt: DataType, offset: usi
     {
         return Ok(());
     }
+    let (part, whole) = match layout {
+        InPlace::SendAt(_) => ("send", "recv"),
+        InPlace::RecvAt(_) => ("recv", "send"),
+    };
     Err(Error::invalid(
         "recv",
-        format_args!("either the in-place layout (recv at element {offset} of send) or memory distinct from send"),
+        format_args!("either the in-place layout ({part} at element {offset} of {whole}) or memory distinct from send"),
     ))
 }

@@ -11,6 +11,7 @@ use crate::op::CommOp;
 use crate::reduce::{ReduceOp, Scalar};
 use crate::{RawBuf, RawBufMut};
 pub use buffers::{buffer, buffer_mut, exact_len, parts_sum};
+use buffers::{in_place_or_disjoint, InPlace};
 
 /// What the checks need to know of the communicator.
 #[derive(Debug, Clone, Copy)]
@@ -42,9 +43,9 @@ impl CheckCtx<'_> {
     }
 }
 
-/// Checks any operation: dispatches to the function for its kind.
+/// Checks any operation: dispatches to the function for its kind. Each of those first checks
+/// the communicator's own numbers ([`CheckCtx::validate`]), so that none can panic on them.
 pub fn op(op: &CommOp<'_>, ctx: &CheckCtx<'_>) -> Result<()> {
-    ctx.validate()?;
     match *op {
         CommOp::AllReduce {
             send,
@@ -107,7 +108,7 @@ pub fn op(op: &CommOp<'_>, ctx: &CheckCtx<'_>) -> Result<()> {
         } => reduce_scatter_v(ctx, send, recv, dtype, &op, counts),
         CommOp::Send { buf, dtype, peer } => send(ctx, buf, dtype, peer),
         CommOp::Recv { buf, dtype, peer } => recv(ctx, buf, dtype, peer),
-        CommOp::Barrier => Ok(()),
+        CommOp::Barrier => ctx.validate(),
     }
 }
 
@@ -169,12 +170,13 @@ pub fn all_reduce(
     dt: DataType,
     op: &ReduceOp,
 ) -> Result<()> {
+    ctx.validate()?;
     dtype(ctx, dt)?;
     reduce_op(ctx, dt, op)?;
     buffer("send", send, dt)?;
     buffer_mut("recv", recv, dt)?;
     exact_len("recv", recv.len, send.len, "as long as send")?;
-    buffers::same_or_disjoint(send, recv, dt, 0)
+    in_place_or_disjoint(send, recv, dt, InPlace::SendAt(0))
 }
 
 /// broadcast: `recv` on every rank; on the root, `send` as long as `recv` (or the same memory).
@@ -185,13 +187,14 @@ pub fn broadcast(
     dt: DataType,
     root: u32,
 ) -> Result<()> {
+    ctx.validate()?;
     dtype(ctx, dt)?;
     rank_arg(ctx, "root", root)?;
     buffer_mut("recv", recv, dt)?;
     if ctx.rank == root {
         buffer("send", send, dt)?;
         exact_len("send", send.len, recv.len, "as long as recv on the root")?;
-        buffers::same_or_disjoint(send, recv, dt, 0)?;
+        in_place_or_disjoint(send, recv, dt, InPlace::SendAt(0))?;
     }
     Ok(())
 }
@@ -205,6 +208,7 @@ pub fn reduce(
     op: &ReduceOp,
     root: u32,
 ) -> Result<()> {
+    ctx.validate()?;
     dtype(ctx, dt)?;
     reduce_op(ctx, dt, op)?;
     rank_arg(ctx, "root", root)?;
@@ -217,19 +221,25 @@ pub fn reduce(
             send.len,
             "as long as send (empty allowed off the root)",
         )?;
-        buffers::same_or_disjoint(send, recv, dt, 0)?;
+        in_place_or_disjoint(send, recv, dt, InPlace::SendAt(0))?;
     }
     Ok(())
 }
 
 /// all_gather: `recv` is `size` times `send`; in place when `send` is part `rank` of `recv`.
 pub fn all_gather(ctx: &CheckCtx<'_>, send: RawBuf, recv: RawBufMut, dt: DataType) -> Result<()> {
+    ctx.validate()?;
     dtype(ctx, dt)?;
     buffer("send", send, dt)?;
     buffer_mut("recv", recv, dt)?;
     let whole = buffers::times("send", send.len, ctx.size)?;
     exact_len("recv", recv.len, whole, "world size times the send length")?;
-    buffers::same_or_disjoint(send, recv, dt, ctx.rank as usize * send.len)
+    in_place_or_disjoint(
+        send,
+        recv,
+        dt,
+        InPlace::SendAt(ctx.rank as usize * send.len),
+    )
 }
 
 /// reduce_scatter: `send` is `size` times `recv`; in place when `recv` is part `rank` of `send`.
@@ -240,17 +250,24 @@ pub fn reduce_scatter(
     dt: DataType,
     op: &ReduceOp,
 ) -> Result<()> {
+    ctx.validate()?;
     dtype(ctx, dt)?;
     reduce_op(ctx, dt, op)?;
     buffer("send", send, dt)?;
     buffer_mut("recv", recv, dt)?;
     let whole = buffers::times("recv", recv.len, ctx.size)?;
     exact_len("send", send.len, whole, "world size times the recv length")?;
-    buffers::part_or_disjoint(send, recv, dt, ctx.rank as usize * recv.len)
+    in_place_or_disjoint(
+        send,
+        recv,
+        dt,
+        InPlace::RecvAt(ctx.rank as usize * recv.len),
+    )
 }
 
 /// all_to_all: equal lengths that divide by the world size; distinct memory.
 pub fn all_to_all(ctx: &CheckCtx<'_>, send: RawBuf, recv: RawBufMut, dt: DataType) -> Result<()> {
+    ctx.validate()?;
     dtype(ctx, dt)?;
     buffer("send", send, dt)?;
     buffer_mut("recv", recv, dt)?;
@@ -276,6 +293,7 @@ pub fn all_to_all_v(
     send_counts: &[usize],
     recv_counts: &[usize],
 ) -> Result<()> {
+    ctx.validate()?;
     dtype(ctx, dt)?;
     buffer("send", send, dt)?;
     buffer_mut("recv", recv, dt)?;
@@ -296,6 +314,15 @@ pub fn all_to_all_v(
     buffers::disjoint(send, recv, dt)
 }
 
+/// Which buffer of a gather-like operation holds every rank's part; the other holds one part.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Whole {
+    /// `recv` (gather, all_gather_v).
+    Recv,
+    /// `send` (scatter, reduce_scatter_v).
+    Send,
+}
+
 /// gather: on the root `recv` is `size` times `send`; elsewhere `recv` is empty.
 pub fn gather(
     ctx: &CheckCtx<'_>,
@@ -304,22 +331,10 @@ pub fn gather(
     dt: DataType,
     root: u32,
 ) -> Result<()> {
+    ctx.validate()?;
     dtype(ctx, dt)?;
     rank_arg(ctx, "root", root)?;
-    buffer("send", send, dt)?;
-    buffer_mut("recv", recv, dt)?;
-    if ctx.rank == root {
-        let whole = buffers::times("send", send.len, ctx.size)?;
-        exact_len(
-            "recv",
-            recv.len,
-            whole,
-            "world size times the send length on the root",
-        )?;
-        buffers::disjoint(send, recv, dt)
-    } else {
-        exact_len("recv", recv.len, 0, "an empty output off the root")
-    }
+    rooted_parts(ctx, send, recv, dt, root, Whole::Recv)
 }
 
 /// scatter: on the root `send` is `size` times `recv`; elsewhere `send` is empty.
@@ -330,22 +345,46 @@ pub fn scatter(
     dt: DataType,
     root: u32,
 ) -> Result<()> {
+    ctx.validate()?;
     dtype(ctx, dt)?;
     rank_arg(ctx, "root", root)?;
+    rooted_parts(ctx, send, recv, dt, root, Whole::Send)
+}
+
+/// gather and scatter: on the root the `whole` buffer is `size` times the other, in distinct
+/// memory; off the root it is empty (NCCL neither reads nor writes it there). `ctx` has been
+/// validated.
+fn rooted_parts(
+    ctx: &CheckCtx<'_>,
+    send: RawBuf,
+    recv: RawBufMut,
+    dt: DataType,
+    root: u32,
+    whole: Whole,
+) -> Result<()> {
     buffer("send", send, dt)?;
     buffer_mut("recv", recv, dt)?;
-    if ctx.rank == root {
-        let whole = buffers::times("recv", recv.len, ctx.size)?;
-        exact_len(
-            "send",
-            send.len,
-            whole,
+    // (whole's name and length, part's name and length, the rule on the root, the rule elsewhere)
+    let ((arg, len), part, on_root, off_root) = match whole {
+        Whole::Recv => (
+            ("recv", recv.len),
+            ("send", send.len),
+            "world size times the send length on the root",
+            "an empty output off the root",
+        ),
+        Whole::Send => (
+            ("send", send.len),
+            ("recv", recv.len),
             "world size times the recv length on the root",
-        )?;
-        buffers::disjoint(send, recv, dt)
-    } else {
-        exact_len("send", send.len, 0, "an empty input off the root")
+            "an empty input off the root",
+        ),
+    };
+    if ctx.rank != root {
+        return exact_len(arg, len, 0, off_root);
     }
+    let want = buffers::times(part.0, part.1, ctx.size)?;
+    exact_len(arg, len, want, on_root)?;
+    buffers::disjoint(send, recv, dt)
 }
 
 /// all_gather_v: one count per rank; `send` holds this rank's count, `recv` their sum.
@@ -356,18 +395,9 @@ pub fn all_gather_v(
     dt: DataType,
     counts: &[usize],
 ) -> Result<()> {
+    ctx.validate()?;
     dtype(ctx, dt)?;
-    buffer("send", send, dt)?;
-    buffer_mut("recv", recv, dt)?;
-    let total = parts_sum("counts", counts, ctx.size)?;
-    exact_len(
-        "send",
-        send.len,
-        counts[ctx.rank as usize],
-        "this rank's count",
-    )?;
-    exact_len("recv", recv.len, total, "the sum of the counts")?;
-    buffers::disjoint(send, recv, dt)
+    counted_parts(ctx, send, recv, dt, counts, Whole::Recv)
 }
 
 /// reduce_scatter_v: one count per rank; `send` holds their sum, `recv` this rank's count.
@@ -379,23 +409,44 @@ pub fn reduce_scatter_v(
     op: &ReduceOp,
     counts: &[usize],
 ) -> Result<()> {
+    ctx.validate()?;
     dtype(ctx, dt)?;
     reduce_op(ctx, dt, op)?;
+    counted_parts(ctx, send, recv, dt, counts, Whole::Send)
+}
+
+/// The buffers of the v-variants: one count per rank; the `whole` buffer holds their sum, the
+/// other this rank's count; distinct memory. `ctx` has been validated.
+fn counted_parts(
+    ctx: &CheckCtx<'_>,
+    send: RawBuf,
+    recv: RawBufMut,
+    dt: DataType,
+    counts: &[usize],
+    whole: Whole,
+) -> Result<()> {
     buffer("send", send, dt)?;
     buffer_mut("recv", recv, dt)?;
     let total = parts_sum("counts", counts, ctx.size)?;
-    exact_len("send", send.len, total, "the sum of the counts")?;
-    exact_len(
-        "recv",
-        recv.len,
-        counts[ctx.rank as usize],
-        "this rank's count",
-    )?;
+    // `parts_sum` checked one count per rank and `validate` that rank < size.
+    let mine = counts[ctx.rank as usize];
+    let want = |is_whole: bool| {
+        if is_whole {
+            (total, "the sum of the counts")
+        } else {
+            (mine, "this rank's count")
+        }
+    };
+    let (n, what) = want(whole == Whole::Send);
+    exact_len("send", send.len, n, what)?;
+    let (n, what) = want(whole == Whole::Recv);
+    exact_len("recv", recv.len, n, what)?;
     buffers::disjoint(send, recv, dt)
 }
 
 /// send: a peer of the communicator (itself allowed inside a group), a valid buffer.
 pub fn send(ctx: &CheckCtx<'_>, buf: RawBuf, dt: DataType, peer: u32) -> Result<()> {
+    ctx.validate()?;
     dtype(ctx, dt)?;
     rank_arg(ctx, "peer", peer)?;
     buffer("buf", buf, dt)
@@ -403,6 +454,7 @@ pub fn send(ctx: &CheckCtx<'_>, buf: RawBuf, dt: DataType, peer: u32) -> Result<
 
 /// recv: a peer of the communicator, a valid buffer.
 pub fn recv(ctx: &CheckCtx<'_>, buf: RawBufMut, dt: DataType, peer: u32) -> Result<()> {
+    ctx.validate()?;
     dtype(ctx, dt)?;
     rank_arg(ctx, "peer", peer)?;
     buffer_mut("buf", buf, dt)
