@@ -213,6 +213,44 @@ impl Comm {
         unsafe { issue_ready(&self.comm, &self.stream, &op) }
     }
 
+    /// Takes `send` (read) and `recv` (written) as raw buffers of this device, an absent one as
+    /// empty, and issues the operation `op` builds from them. The slices' sync guards live until
+    /// the issue has returned.
+    fn run_on<'c, T, S: DevicePtr<T>, R: DevicePtrMut<T>>(
+        &self,
+        send: Option<&S>,
+        recv: Option<&mut R>,
+        op: impl FnOnce(RawBuf, RawBufMut) -> CommOp<'c>,
+    ) -> Result<()> {
+        let (d, st) = (self.device(), self.stream.cuda());
+        let (s, _a) = match send {
+            Some(send) => {
+                let (s, g) = rd("send", d, send, st)?;
+                (s, Some(g))
+            }
+            None => (RawBuf::EMPTY, None),
+        };
+        let (r, _b) = match recv {
+            Some(recv) => {
+                let (r, g) = wr("recv", d, recv, st)?;
+                (r, Some(g))
+            }
+            None => (RawBufMut::EMPTY, None),
+        };
+        self.run(op(s, r))
+    }
+
+    /// Takes `buf` (written; read too by an in-place op) as a raw buffer of this device and
+    /// issues the operation `op` builds from it.
+    fn run_on_buf<'c, T>(
+        &self,
+        buf: &mut impl DevicePtrMut<T>,
+        op: impl FnOnce(RawBufMut) -> CommOp<'c>,
+    ) -> Result<()> {
+        let (r, _b) = wr("buf", self.device(), buf, self.stream.cuda())?;
+        self.run(op(r))
+    }
+
     /// Reduces `send` across ranks into `recv` on every rank.
     pub fn all_reduce<T: NcclType>(
         &mut self,
@@ -221,12 +259,9 @@ impl Comm {
         op: ReduceOp,
     ) -> Result<()> {
         let op = T::map_op(op)?;
-        let (d, st) = (self.device(), self.stream.cuda());
-        let (s, _a) = rd("send", d, send, st)?;
-        let (r, _b) = wr("recv", d, recv, st)?;
-        self.run(CommOp::AllReduce {
-            send: s,
-            recv: r,
+        self.run_on(Some(send), Some(recv), |send, recv| CommOp::AllReduce {
+            send,
+            recv,
             dtype: T::DTYPE,
             op,
         })
@@ -239,11 +274,9 @@ impl Comm {
         op: ReduceOp,
     ) -> Result<()> {
         let op = T::map_op(op)?;
-        let (d, st) = (self.device(), self.stream.cuda());
-        let (r, _b) = wr("buf", d, buf, st)?;
-        self.run(CommOp::AllReduce {
-            send: r.as_read(),
-            recv: r,
+        self.run_on_buf(buf, |buf| CommOp::AllReduce {
+            send: buf.as_read(),
+            recv: buf,
             dtype: T::DTYPE,
             op,
         })
@@ -256,12 +289,9 @@ impl Comm {
         recv: &mut impl DevicePtrMut<T>,
         root: u32,
     ) -> Result<()> {
-        let (d, st) = (self.device(), self.stream.cuda());
-        let (s, _a) = rd("send", d, send, st)?;
-        let (r, _b) = wr("recv", d, recv, st)?;
-        self.run(CommOp::Broadcast {
-            send: s,
-            recv: r,
+        self.run_on(Some(send), Some(recv), |send, recv| CommOp::Broadcast {
+            send,
+            recv,
             dtype: T::DTYPE,
             root,
         })
@@ -273,11 +303,9 @@ impl Comm {
         buf: &mut impl DevicePtrMut<T>,
         root: u32,
     ) -> Result<()> {
-        let (d, st) = (self.device(), self.stream.cuda());
-        let (r, _b) = wr("buf", d, buf, st)?;
-        self.run(CommOp::Broadcast {
-            send: r.as_read(),
-            recv: r,
+        self.run_on_buf(buf, |buf| CommOp::Broadcast {
+            send: buf.as_read(),
+            recv: buf,
             dtype: T::DTYPE,
             root,
         })
@@ -292,18 +320,9 @@ impl Comm {
         root: u32,
     ) -> Result<()> {
         let op = T::map_op(op)?;
-        let (d, st) = (self.device(), self.stream.cuda());
-        let (s, _a) = rd("send", d, send, st)?;
-        let (r, _b) = match recv {
-            Some(recv) => {
-                let (r, g) = wr("recv", d, recv, st)?;
-                (r, Some(g))
-            }
-            None => (RawBufMut::EMPTY, None),
-        };
-        self.run(CommOp::Reduce {
-            send: s,
-            recv: r,
+        self.run_on(Some(send), recv, |send, recv| CommOp::Reduce {
+            send,
+            recv,
             dtype: T::DTYPE,
             op,
             root,
@@ -316,12 +335,9 @@ impl Comm {
         send: &impl DevicePtr<T>,
         recv: &mut impl DevicePtrMut<T>,
     ) -> Result<()> {
-        let (d, st) = (self.device(), self.stream.cuda());
-        let (s, _a) = rd("send", d, send, st)?;
-        let (r, _b) = wr("recv", d, recv, st)?;
-        self.run(CommOp::AllGather {
-            send: s,
-            recv: r,
+        self.run_on(Some(send), Some(recv), |send, recv| CommOp::AllGather {
+            send,
+            recv,
             dtype: T::DTYPE,
         })
     }
@@ -334,12 +350,9 @@ impl Comm {
         op: ReduceOp,
     ) -> Result<()> {
         let op = T::map_op(op)?;
-        let (d, st) = (self.device(), self.stream.cuda());
-        let (s, _a) = rd("send", d, send, st)?;
-        let (r, _b) = wr("recv", d, recv, st)?;
-        self.run(CommOp::ReduceScatter {
-            send: s,
-            recv: r,
+        self.run_on(Some(send), Some(recv), |send, recv| CommOp::ReduceScatter {
+            send,
+            recv,
             dtype: T::DTYPE,
             op,
         })
@@ -351,12 +364,9 @@ impl Comm {
         send: &impl DevicePtr<T>,
         recv: &mut impl DevicePtrMut<T>,
     ) -> Result<()> {
-        let (d, st) = (self.device(), self.stream.cuda());
-        let (s, _a) = rd("send", d, send, st)?;
-        let (r, _b) = wr("recv", d, recv, st)?;
-        self.run(CommOp::AllToAll {
-            send: s,
-            recv: r,
+        self.run_on(Some(send), Some(recv), |send, recv| CommOp::AllToAll {
+            send,
+            recv,
             dtype: T::DTYPE,
         })
     }
@@ -369,12 +379,9 @@ impl Comm {
         send_counts: &[usize],
         recv_counts: &[usize],
     ) -> Result<()> {
-        let (d, st) = (self.device(), self.stream.cuda());
-        let (s, _a) = rd("send", d, send, st)?;
-        let (r, _b) = wr("recv", d, recv, st)?;
-        self.run(CommOp::AllToAllV {
-            send: s,
-            recv: r,
+        self.run_on(Some(send), Some(recv), |send, recv| CommOp::AllToAllV {
+            send,
+            recv,
             dtype: T::DTYPE,
             send_counts,
             recv_counts,
@@ -388,18 +395,9 @@ impl Comm {
         recv: Option<&mut R>,
         root: u32,
     ) -> Result<()> {
-        let (d, st) = (self.device(), self.stream.cuda());
-        let (s, _a) = rd("send", d, send, st)?;
-        let (r, _b) = match recv {
-            Some(recv) => {
-                let (r, g) = wr("recv", d, recv, st)?;
-                (r, Some(g))
-            }
-            None => (RawBufMut::EMPTY, None),
-        };
-        self.run(CommOp::Gather {
-            send: s,
-            recv: r,
+        self.run_on(Some(send), recv, |send, recv| CommOp::Gather {
+            send,
+            recv,
             dtype: T::DTYPE,
             root,
         })
@@ -412,18 +410,9 @@ impl Comm {
         recv: &mut impl DevicePtrMut<T>,
         root: u32,
     ) -> Result<()> {
-        let (d, st) = (self.device(), self.stream.cuda());
-        let (s, _a) = match send {
-            Some(send) => {
-                let (s, g) = rd("send", d, send, st)?;
-                (s, Some(g))
-            }
-            None => (RawBuf::EMPTY, None),
-        };
-        let (r, _b) = wr("recv", d, recv, st)?;
-        self.run(CommOp::Scatter {
-            send: s,
-            recv: r,
+        self.run_on(send, Some(recv), |send, recv| CommOp::Scatter {
+            send,
+            recv,
             dtype: T::DTYPE,
             root,
         })
@@ -436,12 +425,9 @@ impl Comm {
         recv: &mut impl DevicePtrMut<T>,
         counts: &[usize],
     ) -> Result<()> {
-        let (d, st) = (self.device(), self.stream.cuda());
-        let (s, _a) = rd("send", d, send, st)?;
-        let (r, _b) = wr("recv", d, recv, st)?;
-        self.run(CommOp::AllGatherV {
-            send: s,
-            recv: r,
+        self.run_on(Some(send), Some(recv), |send, recv| CommOp::AllGatherV {
+            send,
+            recv,
             dtype: T::DTYPE,
             counts,
         })
@@ -456,15 +442,14 @@ impl Comm {
         counts: &[usize],
     ) -> Result<()> {
         let op = T::map_op(op)?;
-        let (d, st) = (self.device(), self.stream.cuda());
-        let (s, _a) = rd("send", d, send, st)?;
-        let (r, _b) = wr("recv", d, recv, st)?;
-        self.run(CommOp::ReduceScatterV {
-            send: s,
-            recv: r,
-            dtype: T::DTYPE,
-            op,
-            counts,
+        self.run_on(Some(send), Some(recv), |send, recv| {
+            CommOp::ReduceScatterV {
+                send,
+                recv,
+                dtype: T::DTYPE,
+                op,
+                counts,
+            }
         })
     }
 
@@ -481,10 +466,8 @@ impl Comm {
 
     /// Receives into `buf` from `peer`.
     pub fn recv<T: NcclType>(&mut self, buf: &mut impl DevicePtrMut<T>, peer: u32) -> Result<()> {
-        let (d, st) = (self.device(), self.stream.cuda());
-        let (r, _b) = wr("buf", d, buf, st)?;
-        self.run(CommOp::Recv {
-            buf: r,
+        self.run_on_buf(buf, |buf| CommOp::Recv {
+            buf,
             dtype: T::DTYPE,
             peer,
         })
