@@ -36,6 +36,20 @@ fn at(addr: usize, i: usize, dt: DataType) -> usize {
     addr + i * dt.size()
 }
 
+/// `first` when it failed, else the code of `next` (NCCL calls chained until one fails).
+fn then(first: i32, next: impl FnOnce() -> i32) -> i32 {
+    if first != 0 {
+        first
+    } else {
+        next()
+    }
+}
+
+/// Calls `f` for each rank in order, stopping at the first failing code.
+fn each_rank(size: usize, f: impl FnMut(usize) -> i32) -> i32 {
+    (0..size).map(f).find(|&r| r != 0).unwrap_or(0)
+}
+
 struct Ctx<'a> {
     api: &'a Api,
     comm: RawComm,
@@ -75,6 +89,20 @@ impl Ctx<'_> {
             },
             None => ResultCode::INVALID_USAGE.0,
         }
+    }
+
+    /// Sends `n` elements at `send` to `peer`, then receives `m` at `recv` from it.
+    unsafe fn exchange(
+        &self,
+        (send, n): (usize, usize),
+        (recv, m): (usize, usize),
+        dt: DataType,
+        peer: u32,
+    ) -> i32 {
+        // SAFETY: the caller's contract: valid buffers of `n` and `m` elements.
+        then(unsafe { self.send(send, n, dt, peer) }, || unsafe {
+            self.recv(recv, m, dt, peer)
+        })
     }
 
     /// Runs `body` between group start and end; the group is closed even when `body` fails.
@@ -209,18 +237,10 @@ pub(crate) unsafe fn issue(comm: &NcclComm, op: &CommOp<'_>, stream: &NcclStream
                         c.stream,
                     ),
                     None => c.grouped(|| {
-                        for q in 0..size {
-                            let r = c.send(at(send.addr, q * per, dtype), per, dtype, q as u32);
-                            let r = if r == 0 {
-                                c.recv(at(recv.addr, q * per, dtype), per, dtype, q as u32)
-                            } else {
-                                r
-                            };
-                            if r != 0 {
-                                return r;
-                            }
-                        }
-                        0
+                        each_rank(size, |q| {
+                            let part = |addr| (at(addr, q * per, dtype), per);
+                            c.exchange(part(send.addr), part(recv.addr), dtype, q as u32)
+                        })
                     }),
                 }
             }
@@ -232,20 +252,13 @@ pub(crate) unsafe fn issue(comm: &NcclComm, op: &CommOp<'_>, stream: &NcclStream
                 recv_counts,
             } => c.grouped(|| {
                 let (mut so, mut ro) = (0usize, 0usize);
-                for q in 0..size {
-                    let r = c.send(at(send.addr, so, dtype), send_counts[q], dtype, q as u32);
-                    let r = if r == 0 {
-                        c.recv(at(recv.addr, ro, dtype), recv_counts[q], dtype, q as u32)
-                    } else {
-                        r
-                    };
-                    if r != 0 {
-                        return r;
-                    }
-                    so += send_counts[q];
-                    ro += recv_counts[q];
-                }
-                0
+                each_rank(size, |q| {
+                    let (sn, rn) = (send_counts[q], recv_counts[q]);
+                    let s = (at(send.addr, so, dtype), sn);
+                    let r = (at(recv.addr, ro, dtype), rn);
+                    (so, ro) = (so + sn, ro + rn);
+                    c.exchange(s, r, dtype, q as u32)
+                })
             }),
             CommOp::Gather {
                 send,
@@ -263,16 +276,16 @@ pub(crate) unsafe fn issue(comm: &NcclComm, op: &CommOp<'_>, stream: &NcclStream
                     c.stream,
                 ),
                 None => c.grouped(|| {
+                    // The root receives part q from each rank q (itself included).
                     let n = send.len;
-                    if rank == root {
-                        for q in 0..size {
-                            let r = c.recv(at(recv.addr, q * n, dtype), n, dtype, q as u32);
-                            if r != 0 {
-                                return r;
-                            }
-                        }
-                    }
-                    c.send(send.addr, n, dtype, root)
+                    let parts = if rank == root {
+                        each_rank(size, |q| {
+                            c.recv(at(recv.addr, q * n, dtype), n, dtype, q as u32)
+                        })
+                    } else {
+                        0
+                    };
+                    then(parts, || c.send(send.addr, n, dtype, root))
                 }),
             },
             CommOp::Scatter {
@@ -291,16 +304,16 @@ pub(crate) unsafe fn issue(comm: &NcclComm, op: &CommOp<'_>, stream: &NcclStream
                     c.stream,
                 ),
                 None => c.grouped(|| {
+                    // The root sends part q to each rank q (itself included).
                     let n = recv.len;
-                    if rank == root {
-                        for q in 0..size {
-                            let r = c.send(at(send.addr, q * n, dtype), n, dtype, q as u32);
-                            if r != 0 {
-                                return r;
-                            }
-                        }
-                    }
-                    c.recv(recv.addr, n, dtype, root)
+                    let parts = if rank == root {
+                        each_rank(size, |q| {
+                            c.send(at(send.addr, q * n, dtype), n, dtype, q as u32)
+                        })
+                    } else {
+                        0
+                    };
+                    then(parts, || c.recv(recv.addr, n, dtype, root))
                 }),
             },
             CommOp::AllGatherV {
@@ -314,27 +327,12 @@ pub(crate) unsafe fn issue(comm: &NcclComm, op: &CommOp<'_>, stream: &NcclStream
                 };
                 c.grouped(|| {
                     let mut off = 0usize;
-                    for (q, &n) in counts.iter().enumerate() {
-                        let src = if q as u32 == rank {
-                            send.addr
-                        } else {
-                            at(recv.addr, off, dtype)
-                        };
-                        let r = bcast(
-                            p(src),
-                            m(at(recv.addr, off, dtype)),
-                            n,
-                            dtype.code(),
-                            q as i32,
-                            c.comm,
-                            c.stream,
-                        );
-                        if r != 0 {
-                            return r;
-                        }
+                    each_rank(size, |q| {
+                        let (n, part) = (counts[q], at(recv.addr, off, dtype));
                         off += n;
-                    }
-                    0
+                        let src = if q as u32 == rank { send.addr } else { part };
+                        bcast(p(src), m(part), n, dtype.code(), q as i32, c.comm, c.stream)
+                    })
                 })
             }
             CommOp::ReduceScatterV {
@@ -349,24 +347,13 @@ pub(crate) unsafe fn issue(comm: &NcclComm, op: &CommOp<'_>, stream: &NcclStream
                 };
                 c.grouped(|| {
                     let mut off = 0usize;
-                    for (q, &n) in counts.iter().enumerate() {
-                        let dst = if q as u32 == rank { recv.addr } else { 0 };
-                        let r = reduce(
-                            p(at(send.addr, off, dtype)),
-                            m(dst),
-                            n,
-                            dtype.code(),
-                            red_code,
-                            q as i32,
-                            c.comm,
-                            c.stream,
-                        );
-                        if r != 0 {
-                            return r;
-                        }
+                    each_rank(size, |q| {
+                        let (n, part) = (counts[q], at(send.addr, off, dtype));
                         off += n;
-                    }
-                    0
+                        let dst = if q as u32 == rank { recv.addr } else { 0 };
+                        let (code, root) = (dtype.code(), q as i32);
+                        reduce(p(part), m(dst), n, code, red_code, root, c.comm, c.stream)
+                    })
                 })
             }
             CommOp::Send { buf, dtype, peer } => c.send(buf.addr, buf.len, dtype, peer),
