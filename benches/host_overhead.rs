@@ -48,16 +48,29 @@ fn main() {
         lib.version(),
         lib.library().path().display()
     );
-    println!("| path | median ns/call | min ns/call | median paired difference to the fn pointer, ns |");
+    println!(
+        "| path | median ns/call | min ns/call | median paired difference to the fn pointer, ns |"
+    );
     println!("|---|---|---|---|");
     for (v, name) in VARIANTS.iter().enumerate() {
-        let mut all: Vec<f64> = results.iter().flat_map(|r: &Vec<Vec<f64>>| r[v].clone()).collect();
+        let mut all: Vec<f64> = results
+            .iter()
+            .flat_map(|r: &Vec<Vec<f64>>| r[v].clone())
+            .collect();
         // Rounds alternate the variants, so the difference within one round cancels the
         // machine's drift between rounds.
-        let mut diff: Vec<f64> = results.iter().flat_map(|r| r[v].iter().zip(&r[0]).map(|(a, b)| a - b)).collect();
+        let mut diff: Vec<f64> = results
+            .iter()
+            .flat_map(|r| r[v].iter().zip(&r[0]).map(|(a, b)| a - b))
+            .collect();
         all.sort_by(|a, b| a.total_cmp(b));
         diff.sort_by(|a, b| a.total_cmp(b));
-        println!("| {name} | {:.0} | {:.0} | {:+.0} |", all[all.len() / 2], all[0], diff[diff.len() / 2]);
+        println!(
+            "| {name} | {:.0} | {:.0} | {:+.0} |",
+            all[all.len() / 2],
+            all[0],
+            diff[diff.len() / 2]
+        );
     }
 }
 
