@@ -4,8 +4,12 @@
 //! paths) makes the per-process suite run once per NCCL library, chosen through
 //! `OXCCL_NCCL_LIBRARY`.
 
+#[path = "gpu/devbuf.rs"]
+mod devbuf;
 #[path = "gpu/suite.rs"]
 mod suite;
+#[path = "gpu/typed.rs"]
+mod typed;
 #[path = "gpu/values.rs"]
 mod values;
 
