@@ -492,6 +492,9 @@ impl Comm {
         key: u32,
         cfg: &CommConfig,
     ) -> Result<Option<Comm>> {
+        if self.comm.state() == CommState::Initializing {
+            self.wait_ready()?;
+        }
         match self.comm.split(color, key, cfg)? {
             Some(c) => Comm::with_new_stream(c).map(Some),
             None => Ok(None),
