@@ -78,6 +78,7 @@ impl NcclBackend {
     }
 
     fn context(device: Device) -> Result<Arc<CudaContext>> {
+        crate::cuda::require_driver()?;
         let ctx =
             CudaContext::new(device.0 as usize).map_err(|e| cuda_error("opening the device", e))?;
         ctx.bind_to_thread()

@@ -1,6 +1,8 @@
-//! CUDA driver failures as oxccl errors.
+//! CUDA driver failures as oxccl errors, and the driver's presence checked before cudarc is
+//! asked for it (cudarc panics when `libcuda.so` cannot be loaded).
 
 use oxccl_core::{text, Error, ResultCode};
+use std::sync::OnceLock;
 
 /// An [`Error::Backend`] for a CUDA driver failure met while doing `what`.
 pub fn cuda_error(what: &str, e: cudarc::driver::DriverError) -> Error {
@@ -9,4 +11,20 @@ pub fn cuda_error(what: &str, e: cudarc::driver::DriverError) -> Error {
         text: text!("CUDA driver error while {what}"),
         last: text!("{e:?}"),
     }
+}
+
+/// `Ok` when the CUDA driver library can be loaded; otherwise the error a machine without a GPU
+/// gets (the NCCL backend needs NVIDIA GPUs; the mock world does not).
+pub fn require_driver() -> Result<(), Error> {
+    static PRESENT: OnceLock<bool> = OnceLock::new();
+    // SAFETY: only tries to dlopen the driver library by its usual names.
+    let present = *PRESENT.get_or_init(|| unsafe { cudarc::driver::sys::is_culib_present() });
+    if present {
+        return Ok(());
+    }
+    Err(Error::Backend {
+        code: ResultCode::UNHANDLED_CUDA_ERROR,
+        text: text!("no CUDA driver: the NCCL backend needs NVIDIA GPUs, none found"),
+        last: text!("libcuda.so could not be loaded"),
+    })
 }

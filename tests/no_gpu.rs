@@ -1,0 +1,148 @@
+//! The NCCL backend on a machine without a GPU, against real NCCL releases from the cache that
+//! `scripts/fetch-nccl.sh` fills: every refusal is a typed error (argument, version gate, missing
+//! CUDA driver), never a panic.
+
+use oxccl::core::Backend;
+use oxccl::{CommConfig, ConfigField, Device, Error, Feature, Missing, Nccl, ResultCode, Version};
+use std::path::PathBuf;
+
+fn library(version: &str) -> Option<Nccl> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join(".cache/nccl")
+        .join(version)
+        .join("lib/libnccl.so.2");
+    if !path.exists() {
+        assert!(
+            std::env::var("OXCCL_SKIP_REAL_NCCL").as_deref() == Ok("1"),
+            "{} is missing: run scripts/fetch-nccl.sh (or set OXCCL_SKIP_REAL_NCCL=1)",
+            path.display()
+        );
+        eprintln!(
+            "skipped: {} missing and OXCCL_SKIP_REAL_NCCL=1",
+            path.display()
+        );
+        return None;
+    }
+    Some(Nccl::open(&path).expect("the cached release loads"))
+}
+
+/// These tests are about machines without a CUDA driver; on a GPU machine they say so and skip.
+fn no_driver() -> bool {
+    // SAFETY: only tries to dlopen the CUDA driver library.
+    let present = unsafe { cudarc::driver::sys::is_culib_present() };
+    if present {
+        eprintln!("skipped: a CUDA driver is present here; these tests cover machines without one");
+    }
+    !present
+}
+
+#[test]
+fn init_without_a_gpu_is_a_typed_error_not_a_panic() {
+    let Some(nccl) = library("2.32.3") else {
+        return;
+    };
+    if !no_driver() {
+        return;
+    }
+    let id = nccl
+        .unique_id()
+        .expect("ncclGetUniqueId works without a GPU");
+    assert!(id.as_bytes().iter().any(|b| *b != 0));
+    for result in [
+        nccl.init_rank(&id, 0, 1, Device(0), &CommConfig::new())
+            .map(|_| ()),
+        nccl.init_all(&[0]).map(|_| ()),
+        oxccl::Comm::init_rank(&nccl, &id, 0, 1, 0, &CommConfig::new()).map(|_| ()),
+    ] {
+        match result {
+            Err(Error::Backend { code, text, .. }) => {
+                assert_eq!(code, ResultCode::UNHANDLED_CUDA_ERROR);
+                assert!(text.contains("no CUDA driver"), "{text}");
+            }
+            other => panic!("expected a typed CUDA error, got {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn arguments_are_refused_before_anything_else() {
+    let Some(nccl) = library("2.32.3") else {
+        return;
+    };
+    let id = nccl.unique_id().unwrap();
+    let cfg = CommConfig::new();
+    let arg = |r: oxccl::Result<oxccl::NcclComm>| match r {
+        Err(Error::InvalidArgument { arg, .. }) => arg,
+        other => panic!("expected InvalidArgument, got {other:?}"),
+    };
+    assert_eq!(arg(nccl.init_rank(&id, 1, 1, Device(0), &cfg)), "rank");
+    assert_eq!(arg(nccl.init_rank(&id, 0, 0, Device(0), &cfg)), "size");
+    assert_eq!(
+        arg(nccl.init_rank(&id, 0, u32::MAX, Device(0), &cfg)),
+        "size"
+    );
+    assert!(matches!(
+        nccl.init_all(&[]),
+        Err(Error::InvalidArgument { arg: "devices", .. })
+    ));
+    assert!(matches!(
+        nccl.init_all(&[0, 0]),
+        Err(Error::InvalidArgument { arg: "devices", .. })
+    ));
+    assert!(matches!(
+        nccl.init_rank_scalable(&[], 0, 2, Device(0), &cfg),
+        Err(Error::InvalidArgument { arg: "ids", .. })
+    ));
+}
+
+#[test]
+fn version_gates_hold_through_the_backend() {
+    // 2.14.3 has config structs but not commName (2.27.3): refused by name, before any CUDA call
+    if let Some(nccl) = library("2.14.3") {
+        let id = nccl.unique_id().unwrap();
+        let cfg = CommConfig::new().comm_name("trainer").unwrap();
+        match nccl.init_rank(&id, 0, 1, Device(0), &cfg) {
+            Err(Error::InvalidArgument {
+                arg: "config",
+                expected,
+            }) => {
+                assert!(
+                    expected.contains("commName") && expected.contains("2.27.3"),
+                    "{expected}"
+                );
+            }
+            other => panic!("expected the config refused, got {other:?}"),
+        }
+        let cfg = CommConfig::new().set(ConfigField::MaxCtas, 4).unwrap();
+        assert!(matches!(
+            nccl.init_rank(&id, 0, 1, Device(0), &cfg),
+            Err(Error::InvalidArgument { arg: "config", .. })
+        ));
+    }
+    // 2.13.4 has no ncclCommInitRankConfig: a config is unsupported, with the version it needs
+    if let Some(nccl) = library("2.13.4") {
+        let id = nccl.unique_id().unwrap();
+        assert_eq!(
+            nccl.init_rank(&id, 0, 1, Device(0), &CommConfig::new().blocking(false))
+                .unwrap_err(),
+            Error::Unsupported {
+                feature: Feature::NonBlocking,
+                missing: Missing::TooOld {
+                    need: Version::new(2, 14, 3),
+                    have: Version::new(2, 13, 4)
+                }
+            }
+        );
+    }
+    // 2.19.3 predates scalable init (2.23.4)
+    if let Some(nccl) = library("2.19.3") {
+        let id = nccl.unique_id().unwrap();
+        assert!(matches!(
+            nccl.init_rank_scalable(&[id], 0, 1, Device(0), &CommConfig::new()),
+            Err(Error::Unsupported {
+                feature: Feature::ScalableInit,
+                missing: Missing::TooOld { .. }
+            })
+        ));
+    }
+}
