@@ -96,6 +96,27 @@ fn arguments_are_refused_before_anything_else() {
 }
 
 #[test]
+fn hidden_features_are_unsupported_through_the_backend() {
+    let Some(nccl) = library("2.32.3") else {
+        return;
+    };
+    assert!(nccl.features().has(Feature::Shrink));
+    let hidden = nccl
+        .without(Feature::ScalableInit)
+        .without(Feature::AllToAll);
+    assert!(!hidden.features().has(Feature::AllToAll));
+    assert!(hidden.features().has(Feature::GatherScatter));
+    let id = hidden.unique_id().unwrap();
+    assert!(matches!(
+        hidden.init_rank_scalable(&[id], 0, 1, Device(0), &CommConfig::new()),
+        Err(Error::Unsupported {
+            feature: Feature::ScalableInit,
+            ..
+        })
+    ));
+}
+
+#[test]
 fn version_gates_hold_through_the_backend() {
     // 2.14.3 has config structs but not commName (2.27.3): refused by name, before any CUDA call
     if let Some(nccl) = library("2.14.3") {

@@ -205,6 +205,9 @@ pub enum Missing {
         /// The first missing symbol.
         symbol: &'static str,
     },
+    /// The library has it, but it was hidden from this backend (to exercise the fallback paths
+    /// older releases take, or to test code against an older feature set).
+    Disabled,
 }
 
 impl fmt::Display for Missing {
@@ -212,6 +215,7 @@ impl fmt::Display for Missing {
         match self {
             Missing::TooOld { need, have } => write!(f, "needs NCCL {need}, loaded {have}"),
             Missing::SymbolAbsent { symbol } => write!(f, "symbol {symbol} absent"),
+            Missing::Disabled => write!(f, "disabled (hidden from this backend by the user)"),
         }
     }
 }
@@ -221,7 +225,7 @@ impl fmt::Display for Missing {
 pub struct FeatureSet {
     version: Version,
     available: u64,
-    absent: [Option<&'static str>; Feature::COUNT],
+    missing: [Option<Missing>; Feature::COUNT],
 }
 
 impl FeatureSet {
@@ -236,14 +240,14 @@ impl FeatureSet {
         let mut set = FeatureSet {
             version,
             available: 0,
-            absent: [None; Feature::COUNT],
+            missing: [None; Feature::COUNT],
         };
         for f in Feature::ALL {
             if version < f.since() {
                 continue;
             }
             match f.symbols().iter().find(|s| !has_symbol(s)) {
-                Some(sym) => set.absent[f as usize] = Some(sym),
+                Some(&symbol) => set.missing[f as usize] = Some(Missing::SymbolAbsent { symbol }),
                 None => set.available |= f.bit(),
             }
         }
@@ -265,8 +269,8 @@ impl FeatureSet {
         if self.has(f) {
             return Ok(());
         }
-        match self.absent[f as usize] {
-            Some(symbol) => Err(Missing::SymbolAbsent { symbol }),
+        match self.missing[f as usize] {
+            Some(why) => Err(why),
             None => Err(Missing::TooOld {
                 need: f.since(),
                 have: self.version,
@@ -284,7 +288,10 @@ impl FeatureSet {
 
     /// The same set with `f` taken away (a mock world or a test that hides a feature).
     pub fn without(mut self, f: Feature) -> FeatureSet {
-        self.available &= !f.bit();
+        if self.has(f) {
+            self.available &= !f.bit();
+            self.missing[f as usize] = Some(Missing::Disabled);
+        }
         self
     }
 
@@ -332,6 +339,18 @@ mod tests {
                 feature: Feature::GatherScatter,
                 ..
             })
+        ));
+    }
+
+    #[test]
+    fn a_hidden_feature_says_so() {
+        let s = FeatureSet::for_version(Version::new(2, 28, 3)).without(Feature::Split);
+        assert_eq!(s.check(Feature::Split), Err(Missing::Disabled));
+        // hiding what the library lacks keeps the real reason
+        let old = FeatureSet::for_version(Version::new(2, 14, 3)).without(Feature::Split);
+        assert!(matches!(
+            old.check(Feature::Split),
+            Err(Missing::TooOld { .. })
         ));
     }
 

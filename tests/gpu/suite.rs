@@ -45,7 +45,7 @@ pub fn run_all(c: &mut Comm) -> Tally {
     let mut t = Tally::default();
     let (n, r) = (c.size(), c.rank());
     let nu = n as usize;
-    let fs = *c.backend().library().features();
+    let fs = *oxccl::core::Communicator::features(c.backend());
     for dt in dtypes(&fs) {
         let (reduce_ops, _factor_buf) = ops(c, dt);
         for &count in &COUNTS {

@@ -1,6 +1,6 @@
 //! The loaded NCCL library as an oxccl backend: unique ids and communicators.
 
-use crate::comm::{NcclComm, Raw};
+use crate::comm::{NcclComm, Raw, Settings};
 use crate::cuda::cuda_error;
 use cudarc::driver::CudaContext;
 use oxccl_core::{
@@ -19,7 +19,7 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 #[derive(Clone)]
 pub struct NcclBackend {
     lib: Arc<Library>,
-    timeout: Duration,
+    settings: Settings,
 }
 
 impl std::fmt::Debug for NcclBackend {
@@ -61,14 +61,25 @@ impl NcclBackend {
     /// A backend over an already loaded library.
     pub fn new(lib: Arc<Library>) -> NcclBackend {
         NcclBackend {
+            settings: Settings {
+                timeout: DEFAULT_TIMEOUT,
+                features: *lib.features(),
+            },
             lib,
-            timeout: DEFAULT_TIMEOUT,
         }
     }
 
     /// The same backend whose communicators give up on nonblocking calls after `timeout`.
     pub fn with_timeout(mut self, timeout: Duration) -> NcclBackend {
-        self.timeout = timeout;
+        self.settings.timeout = timeout;
+        self
+    }
+
+    /// The same backend with `feature` hidden from its communicators, as if the library lacked
+    /// it: all-to-all, gather and scatter then use grouped send/recv, and gated calls are refused
+    /// with [`Error::Unsupported`]. For testing the paths older releases take on a newer one.
+    pub fn without(mut self, feature: Feature) -> NcclBackend {
+        self.settings.features = self.settings.features.without(feature);
         self
     }
 
@@ -136,7 +147,7 @@ impl NcclBackend {
                 nonblocking,
                 initializing: in_progress,
             },
-            self.timeout,
+            self.settings,
         ))
     }
 
@@ -190,7 +201,7 @@ impl NcclBackend {
                         nonblocking: false,
                         initializing: false,
                     },
-                    self.timeout,
+                    self.settings,
                 )
             })
             .collect())
@@ -206,7 +217,7 @@ impl NcclBackend {
         device: Device,
         cfg: &CommConfig,
     ) -> Result<NcclComm> {
-        self.lib.features().require(Feature::ScalableInit)?;
+        self.settings.features.require(Feature::ScalableInit)?;
         let (r, n) = Self::rank_size(rank, size)?;
         let n_ids = i32::try_from(ids.len())
             .ok()
@@ -255,7 +266,7 @@ impl Backend for NcclBackend {
     }
 
     fn features(&self) -> &FeatureSet {
-        self.lib.features()
+        &self.settings.features
     }
 
     fn unique_id(&self) -> Result<UniqueId> {

@@ -28,7 +28,7 @@ pub(crate) struct CommInner {
     pub(crate) ready: AtomicBool,
     pub(crate) registry: Registry,
     pub(crate) nonblocking: bool,
-    pub(crate) timeout: Duration,
+    pub(crate) settings: Settings,
     pub(crate) scratch: OnceLock<CudaSlice<f32>>,
     released: AtomicBool,
 }
@@ -95,6 +95,15 @@ impl std::fmt::Debug for NcclComm {
     }
 }
 
+/// What a backend hands every communicator it makes (and a parent hands its children).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Settings {
+    /// How long nonblocking calls may stay in progress.
+    pub(crate) timeout: Duration,
+    /// The features communicators may use: the library's, less any the user hid.
+    pub(crate) features: FeatureSet,
+}
+
 /// Parameters of a communicator about to be wrapped.
 pub(crate) struct Raw {
     pub(crate) raw: RawComm,
@@ -110,7 +119,7 @@ impl NcclComm {
         lib: Arc<Library>,
         ctx: Arc<CudaContext>,
         r: Raw,
-        timeout: Duration,
+        settings: Settings,
     ) -> NcclComm {
         let life = if r.initializing {
             Lifecycle::initializing()
@@ -129,7 +138,7 @@ impl NcclComm {
                 life: spin::Mutex::new(life),
                 registry: Registry::default(),
                 nonblocking: r.nonblocking,
-                timeout,
+                settings,
                 scratch: OnceLock::new(),
                 released: AtomicBool::new(false),
             }),
@@ -163,14 +172,14 @@ impl NcclComm {
 
     /// How long nonblocking calls may stay in progress.
     pub fn timeout(&self) -> Duration {
-        self.inner.timeout
+        self.inner.settings.timeout
     }
 
     pub(crate) fn check_ctx(&self) -> CheckCtx<'_> {
         CheckCtx {
             rank: self.inner.rank,
             size: self.inner.size,
-            features: self.inner.lib.features(),
+            features: &self.inner.settings.features,
         }
     }
 
@@ -208,7 +217,7 @@ impl NcclComm {
 
     /// Polls until no nonblocking call is in progress, bounded by the communicator's timeout.
     pub fn wait_ready(&self, what: &str) -> Result<()> {
-        Deadline::after(self.inner.timeout).poll(what, || self.poll())
+        Deadline::after(self.inner.settings.timeout).poll(what, || self.poll())
     }
 
     /// Stops this communicator from any thread. Equivalent to [`Communicator::abort`].
@@ -221,7 +230,7 @@ impl NcclComm {
     pub fn destroy(self) -> Result<()> {
         let state = self.state();
         let mut result = Ok(());
-        if state == CommState::Ready && self.inner.lib.features().has(Feature::Finalize) {
+        if state == CommState::Ready && self.inner.settings.features.has(Feature::Finalize) {
             result = self.finalize().map(|_| ());
         }
         let finalized = self.state() == CommState::Finalized;
@@ -268,7 +277,8 @@ impl NcclComm {
             self.inner.nonblocking
         };
         let ready = if nonblocking {
-            Deadline::after(self.inner.timeout).poll("split (child)", || poll_raw(lib, raw))
+            Deadline::after(self.inner.settings.timeout)
+                .poll("split (child)", || poll_raw(lib, raw))
         } else {
             Ok(())
         };
@@ -294,7 +304,7 @@ impl NcclComm {
                 nonblocking,
                 initializing: false,
             },
-            self.inner.timeout,
+            self.inner.settings,
         ))
     }
 
@@ -306,7 +316,7 @@ impl NcclComm {
         cfg: &CommConfig,
         abort_parent: bool,
     ) -> Result<NcclComm> {
-        self.inner.lib.features().require(Feature::Shrink)?;
+        self.inner.settings.features.require(Feature::Shrink)?;
         if !abort_parent {
             self.ensure_ready("shrink")?;
         }
@@ -391,7 +401,7 @@ impl Communicator for NcclComm {
     }
 
     fn features(&self) -> &FeatureSet {
-        self.inner.lib.features()
+        &self.inner.settings.features
     }
 
     fn state(&self) -> CommState {
@@ -451,7 +461,7 @@ impl Communicator for NcclComm {
     }
 
     fn split(&self, color: Option<u32>, key: u32, cfg: &CommConfig) -> Result<Option<NcclComm>> {
-        self.inner.lib.features().require(Feature::Split)?;
+        self.inner.settings.features.require(Feature::Split)?;
         self.ensure_ready("split")?;
         let color = match color {
             None => -1,
@@ -499,7 +509,7 @@ impl Communicator for NcclComm {
     }
 
     fn finalize(&self) -> Result<Progress> {
-        self.inner.lib.features().require(Feature::Finalize)?;
+        self.inner.settings.features.require(Feature::Finalize)?;
         self.transition(|l| l.finalize_start())?;
         let f = self
             .inner
@@ -521,8 +531,8 @@ impl Communicator for NcclComm {
 
     fn register(&self, addr: usize, bytes: usize) -> Result<RegHandle> {
         self.inner
-            .lib
-            .features()
+            .settings
+            .features
             .require(Feature::BufferRegistration)?;
         self.ensure_ready("register")?;
         self.inner

@@ -137,7 +137,7 @@ pub(crate) unsafe fn issue(comm: &NcclComm, op: &CommOp<'_>, stream: &NcclStream
         comm: comm.inner.raw,
         stream: stream.raw(),
     };
-    let feats = lib.features();
+    let feats = &comm.inner.settings.features;
     let size = comm.inner.size as usize;
     let rank = comm.inner.rank;
     // Premul-sum ops live until the call returns, then are destroyed (allowed by NCCL).

@@ -102,7 +102,6 @@ impl Registry {
         bytes: usize,
         flags: i32,
     ) -> Result<Window> {
-        lib.features().require(Feature::WindowRegistration)?;
         if addr == 0 || bytes == 0 {
             return Err(Error::invalid(
                 "addr",
@@ -185,6 +184,10 @@ impl Registry {
 impl crate::NcclComm {
     /// Registers a window over `bytes` at `addr` (NCCL 2.27+; collective: every rank calls it).
     pub fn window_register(&self, addr: usize, bytes: usize, flags: i32) -> Result<Window> {
+        self.inner
+            .settings
+            .features
+            .require(Feature::WindowRegistration)?;
         self.ensure_ready("register a window")?;
         self.inner
             .registry
