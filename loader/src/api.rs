@@ -10,6 +10,8 @@ use oxccl_core::UniqueId;
 /// Declares [`Api`] from one line per C function, so the field, the symbol name, the version
 /// that brought it and the exact C signature sit together and cannot drift apart.
 macro_rules! api_table {
+    (@ret) => { None };
+    (@ret $ret:ty) => { Some(RustType::of::<$ret>(stringify!($ret))) };
     ($( $field:ident = $sym:literal, $since:literal: fn($($arg:ty),*) $(-> $ret:ty)?; )*) => {
         /// NCCL's C API as loaded: each field is the function of that name (snake case, without
         /// the `nccl` prefix), or `None` when the library does not export it.
@@ -28,14 +30,27 @@ macro_rules! api_table {
             /// Every symbol of the table, in header order.
             pub const SYMBOLS: &'static [&'static str] = &[$($sym),*];
 
+            /// Every function of the table as its field is typed, in header order: generated
+            /// from the same lines as the fields, so the ABI test (`tests/api_abi.rs`) checks
+            /// the very types the calls go through against each release's `nccl.h`.
+            pub const SIGNATURES: &'static [Signature] = &[$(
+                Signature {
+                    symbol: $sym,
+                    since: $since,
+                    args: &[$(RustType::of::<$arg>(stringify!($arg))),*],
+                    ret: api_table!(@ret $($ret)?),
+                },
+            )*];
+
             /// Resolves every symbol through `lib`, once.
             pub(crate) fn resolve(lib: &libloading::Library) -> Api {
                 Api {
                     $(
                         // SAFETY: the type is the exact C signature of the symbol in nccl.h
-                        // (checked against the headers of 2.13.4 … 2.32.3, which never changed
-                        // one); the function pointer is copied out of the `Symbol`, and the
-                        // `Library` that owns `lib` keeps the code mapped as long as the table.
+                        // (`tests/api_abi.rs` compiles it, through `SIGNATURES`, against the
+                        // headers of 2.13.4 … 2.32.3, which never changed one); the function
+                        // pointer is copied out of the `Symbol`, and the `Library` that owns
+                        // `lib` keeps the code mapped as long as the table.
                         $field: unsafe {
                             lib.get::<unsafe extern "C" fn($($arg),*) $(-> $ret)?>(
                                 concat!($sym, "\0").as_bytes(),
@@ -198,6 +213,42 @@ api_table! {
     param_get_all_parameter_keys = "ncclParamGetAllParameterKeys", "2.31.2":
         fn(*mut *mut *const c_char, *mut c_int) -> RawResult;
     param_dump_all = "ncclParamDumpAll", "2.31.2": fn();
+}
+
+/// One function of [`Api`] as its field is typed: what a C prototype must match.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Signature {
+    /// The C symbol, such as `"ncclCommSplit"`.
+    pub symbol: &'static str,
+    /// The first release whose header declares it, as text.
+    pub since: &'static str,
+    /// The argument types, in order.
+    pub args: &'static [RustType],
+    /// The return type; `None` for C's `void`.
+    pub ret: Option<RustType>,
+}
+
+/// One Rust type of a [`Signature`]: its name as written in the table, and its layout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RustType {
+    /// The type as written in the table (`"*mut RawComm"`, `"usize"`), a path of aliases from
+    /// [`crate::raw`], [`crate::config`], `oxccl_core` and `core::ffi`.
+    pub name: &'static str,
+    /// `size_of` the type.
+    pub size: usize,
+    /// `align_of` the type.
+    pub align: usize,
+}
+
+impl RustType {
+    /// `T`, written as `name`.
+    pub const fn of<T>(name: &'static str) -> RustType {
+        RustType {
+            name,
+            size: core::mem::size_of::<T>(),
+            align: core::mem::align_of::<T>(),
+        }
+    }
 }
 
 impl Api {
