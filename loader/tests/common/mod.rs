@@ -110,14 +110,9 @@ pub fn header_config_fields(include: &Path) -> Vec<String> {
     fields
 }
 
-/// `sizeof(ncclConfig_t)` and the offset of each field, as gcc lays out the release's header
-/// (with stub CUDA headers). `None` when the release has no `ncclConfig_t`.
-pub fn c_layout(release: &Release) -> Option<(usize, Vec<(String, usize)>)> {
-    let fields = header_config_fields(&release.include);
-    if fields.is_empty() {
-        return None;
-    }
-    let dir = scratch(&format!("layout-{}", release.version));
+/// Writes into `dir` the CUDA headers `nccl.h` includes, as stubs: `cudaStream_t` and
+/// `cudaEvent_t` as CUDA declares them (pointers to opaque structs), the rest empty.
+pub fn write_cuda_stubs(dir: &Path) {
     for stub in ["cuda_fp16.h", "cuda_bf16.h", "cuda_fp8.h"] {
         std::fs::write(dir.join(stub), "").unwrap();
     }
@@ -126,6 +121,17 @@ pub fn c_layout(release: &Release) -> Option<(usize, Vec<(String, usize)>)> {
         "typedef struct CUstream_st* cudaStream_t;\ntypedef struct CUevent_st* cudaEvent_t;\n",
     )
     .unwrap();
+}
+
+/// `sizeof(ncclConfig_t)` and the offset of each field, as gcc lays out the release's header
+/// (with stub CUDA headers). `None` when the release has no `ncclConfig_t`.
+pub fn c_layout(release: &Release) -> Option<(usize, Vec<(String, usize)>)> {
+    let fields = header_config_fields(&release.include);
+    if fields.is_empty() {
+        return None;
+    }
+    let dir = scratch(&format!("layout-{}", release.version));
+    write_cuda_stubs(&dir);
     let mut c = String::from(
         "#include <stdio.h>\n#include <stddef.h>\n#include \"nccl.h\"\nint main(void) {\n  printf(\"sizeof %zu\\n\", sizeof(ncclConfig_t));\n",
     );
