@@ -6,11 +6,17 @@
 //!   the wrapped sum divided by the number of ranks, truncating toward zero.
 //! * f32 and f64 use their own IEEE arithmetic. float16 and bfloat16 widen both operands to f32,
 //!   apply the operation and round back once per step; because f32 holds more than twice their
-//!   precision, that equals arithmetic in the type's own precision, as NCCL's half kernels do.
-//! * fp8 (e4m3, e5m2) does the same through f32 with the conversions of [`crate::fp8`].
+//!   precision, that equals arithmetic in the type's own precision, as NCCL's half kernels do
+//!   (`__hadd`, `__hmul`).
+//! * fp8 (e4m3, e5m2) is computed as NCCL's sm90 kernels do it: both operands widen to half, the
+//!   half operation rounds to half, and the half result converts to fp8 with saturation to the
+//!   largest finite value (`__nv_fp8_e4m3(__hadd(__half(x), __half(y)))`). Here: exact f32
+//!   arithmetic, rounded to f16, then to fp8 by [`crate::fp8`].
 //! * Min and Max follow IEEE minNum/maxNum (`f32::min`): a NaN loses against a number.
-//! * Avg on float16, bfloat16, float32 and float64 is a premul-sum with the factor `1/n` rounded
-//!   to the type (what NCCL does for floats); on fp8 it is the sum divided by `n`, rounded once.
+//! * Avg is what NCCL's `hostToDevRedOp` makes of `ncclAvg`: on every float type (fp8 included)
+//!   a premul-sum whose factor is `float(1.0 / n)` converted to the type (`__float2half`,
+//!   `__float2bfloat16`, `__nv_cvt_float_to_fp8(.., __NV_SATFINITE, ..)`; f64 uses `1.0 / n`);
+//!   on integers the wrapped sum divided by `n`, truncating toward zero (`ncclDevSumPostDiv`).
 //! * PreMulSum is `Σ factor_r × x_r` where each rank brings its own factor; every product and
 //!   every partial sum is rounded to the type.
 
@@ -99,7 +105,7 @@ int_elem!(i64, i64);
 int_elem!(u64, u64);
 
 macro_rules! native_float {
-    ($t:ty) => {
+    ($t:ty, $avg:expr) => {
         impl Elem for $t {
             const SIZE: usize = core::mem::size_of::<$t>();
             fn load(b: &[u8]) -> Self {
@@ -121,7 +127,7 @@ macro_rules! native_float {
                 <$t>::max(self, o)
             }
             fn avg_factor(n: u32) -> Option<Self> {
-                Some((1.0f64 / f64::from(Ord::max(n, 1))) as $t)
+                Some($avg(n))
             }
             fn div_n(self, n: u32) -> Self {
                 self / (Ord::max(n, 1) as $t)
@@ -130,8 +136,13 @@ macro_rules! native_float {
     };
 }
 
-native_float!(f32);
-native_float!(f64);
+native_float!(f32, inv_f32);
+native_float!(f64, |n: u32| 1.0 / f64::from(Ord::max(n, 1)));
+
+/// `float(1.0 / n)`, the factor NCCL's Avg starts from (for f64 it uses `1.0 / n` itself).
+fn inv_f32(n: u32) -> f32 {
+    (1.0f64 / f64::from(Ord::max(n, 1))) as f32
+}
 
 macro_rules! via_f32 {
     ($t:ty, $to:expr, $from:expr, $avg:expr) => {
@@ -166,10 +177,10 @@ macro_rules! via_f32 {
 }
 
 via_f32!(f16, f16::to_f32, f16::from_f32, |n: u32| Some(
-    f16::from_f64(1.0 / f64::from(Ord::max(n, 1)))
+    f16::from_f32(inv_f32(n))
 ));
 via_f32!(bf16, bf16::to_f32, bf16::from_f32, |n: u32| Some(
-    bf16::from_f64(1.0 / f64::from(Ord::max(n, 1)))
+    bf16::from_f32(inv_f32(n))
 ));
 
 /// An e4m3 value, as its code.
@@ -196,17 +207,22 @@ impl E5M2 {
     }
 }
 
+/// An operation's exact f32 result as NCCL's fp8 kernels store it: rounded to half first.
+fn via_half(v: f32) -> f32 {
+    f16::from_f32(v).to_f32()
+}
+
 via_f32!(
     E4M3,
     |x: E4M3| fp8::e4m3_to_f32(x.0),
-    |v: f32| E4M3(fp8::f32_to_e4m3(v)),
-    |_| None
+    |v: f32| E4M3(fp8::f32_to_e4m3(via_half(v))),
+    |n: u32| Some(E4M3(fp8::f32_to_e4m3(inv_f32(n))))
 );
 via_f32!(
     E5M2,
     |x: E5M2| fp8::e5m2_to_f32(x.0),
-    |v: f32| E5M2(fp8::f32_to_e5m2(v)),
-    |_| None
+    |v: f32| E5M2(fp8::f32_to_e5m2(via_half(v))),
+    |n: u32| Some(E5M2(fp8::f32_to_e5m2(inv_f32(n))))
 );
 
 fn reduce_as<T: Elem>(red: Red, factors: &[Vec<u8>], inputs: &[Vec<u8>], n: u32) -> Vec<u8> {
@@ -284,6 +300,37 @@ mod tests {
         assert_eq!(s, v(&[-56i8, -5], |x| x.to_ne_bytes().to_vec()));
         let avg = reduce(DataType::Int8, Red::Avg, &[], &[a, b], 2);
         assert_eq!(avg, v(&[-28i8, -2], |x| x.to_ne_bytes().to_vec()));
+    }
+
+    #[test]
+    fn fp8_avg_is_premul_by_the_fp8_factor_like_nccl() {
+        // 1/3 in e4m3 is 0.34375: 7 × 0.34375 = 2.40625 → 2.5, then 2.5 + 2.5 + 2.5 = 7.5,
+        // where sum-then-divide would give 21 / 3 = 7.
+        let x = vec![fp8::f32_to_e4m3(7.0)];
+        let r = reduce(
+            DataType::Float8E4M3,
+            Red::Avg,
+            &[],
+            &[x.clone(), x.clone(), x],
+            3,
+        );
+        assert_eq!(fp8::e4m3_to_f32(r[0]), 7.5);
+        // f64 Avg multiplies by the double 1/3, f32 by float(1/3).
+        let d = 3.0f64.to_ne_bytes().to_vec();
+        let r = reduce(
+            DataType::Float64,
+            Red::Avg,
+            &[],
+            &[d.clone(), d.clone(), d],
+            3,
+        );
+        let third = 1.0f64 / 3.0;
+        assert_eq!(
+            r,
+            ((3.0 * third + 3.0 * third) + 3.0 * third)
+                .to_ne_bytes()
+                .to_vec()
+        );
     }
 
     #[test]

@@ -17,9 +17,10 @@
 //!
 //! Arithmetic rules (wrapping integers, rounding of half and fp8 types, Avg, PreMulSum) are in
 //! the `arith` module's documentation and are repeated here: ranks are combined in rank order;
-//! integers wrap and Avg truncates; float16/bfloat16/fp8 round to the type after every step;
-//! Avg on f16/bf16/f32/f64 is premul-sum by `1/n` rounded to the type, on fp8 sum then divide.
-//! fp8 conversions are in [`fp8`].
+//! integers wrap and Avg is the sum divided by n, truncated toward zero; float16/bfloat16 round
+//! to the type after every step, fp8 to half and then to fp8 (as NCCL's sm90 kernels); Avg on
+//! every float type is premul-sum by `float(1.0 / n)` converted to the type (f64: `1.0 / n`), as
+//! NCCL's `ncclAvg` is. fp8 conversions are in [`fp8`].
 //!
 //! # p2p
 //! A send copies its buffer at once and completes: more lenient than NCCL, where a large send

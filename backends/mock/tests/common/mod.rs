@@ -1,6 +1,7 @@
 //! Shared test helpers: aligned host buffers, a thread per rank, and a plain host reference of
 //! the reductions that follows the rules documented in the crate (rank order, wrapping integers,
-//! rounding to the type after every step, Avg as premul by 1/n for floats, sum/n for fp8).
+//! rounding to the type after every step (fp8 through half), Avg as premul by the type's
+//! `float(1/n)` for floats, sum/n truncated for integers).
 #![allow(dead_code)]
 
 use half::{bf16, f16};
@@ -113,9 +114,28 @@ pub fn rnd(dt: DataType, x: f64) -> f64 {
         DataType::Bfloat16 => bf16::from_f64(x).to_f64(),
         DataType::Float32 => x as f32 as f64,
         DataType::Float64 => x,
-        DataType::Float8E4M3 => fp8::e4m3_to_f32(fp8::f32_to_e4m3(x as f32)) as f64,
-        DataType::Float8E5M2 => fp8::e5m2_to_f32(fp8::f32_to_e5m2(x as f32)) as f64,
+        // NCCL's fp8 kernels compute in half and convert the half result to fp8.
+        DataType::Float8E4M3 => {
+            fp8::e4m3_to_f32(fp8::f32_to_e4m3(f16::from_f64(x).to_f32())) as f64
+        }
+        DataType::Float8E5M2 => {
+            fp8::e5m2_to_f32(fp8::f32_to_e5m2(f16::from_f64(x).to_f32())) as f64
+        }
         _ => x,
+    }
+}
+
+/// NCCL's Avg factor for a float type: `float(1.0 / n)` converted to the type (f64: `1.0 / n`).
+pub fn avg_factor(dt: DataType, n: usize) -> f64 {
+    let f = (1.0 / n as f64) as f32;
+    match dt {
+        DataType::Float64 => 1.0 / n as f64,
+        DataType::Float16 => f16::from_f32(f).to_f64(),
+        DataType::Bfloat16 => bf16::from_f32(f).to_f64(),
+        DataType::Float32 => f as f64,
+        DataType::Float8E4M3 => fp8::e4m3_to_f32(fp8::f32_to_e4m3(f)) as f64,
+        DataType::Float8E5M2 => fp8::e5m2_to_f32(fp8::f32_to_e5m2(f)) as f64,
+        _ => f as f64,
     }
 }
 
@@ -220,9 +240,8 @@ pub fn reduce_ref(
                 RefRed::Prod => fold(&|a, b| a * b),
                 RefRed::Min => fold(&f64::min),
                 RefRed::Max => fold(&f64::max),
-                RefRed::Avg if dt.is_fp8() => rnd(dt, fold(&|a, b| a + b) / n as f64),
                 RefRed::Avg => {
-                    let f = rnd(dt, 1.0 / n as f64);
+                    let f = avg_factor(dt, n);
                     premul(&|_| f)
                 }
                 RefRed::PreMul => premul(&|r| factors[r]),
