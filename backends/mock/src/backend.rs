@@ -187,6 +187,7 @@ impl Backend for MockBackend {
                 life.cycle = oxccl_core::state::lifecycle::Lifecycle::initializing();
                 life.init_polls = planned.unwrap_or(self.inner.nb_polls);
             }
+            life.nonblocking = nonblocking;
         }
         let comm = MockComm::from_shared(shared.clone(), rank, device);
         if nonblocking {

@@ -103,8 +103,40 @@ impl MockComm {
         }
     }
 
+    /// Ready, and not inside a nonblocking group end or finalize still reporting `InProgress`
+    /// (NCCL refuses such calls: "Attempt to use communicator before the previous operation
+    /// returned ncclSuccess").
     fn ensure_ready(&self, attempted: &'static str) -> Result<()> {
-        lock(&self.rs().life).cycle.ensure_ready(attempted)
+        let life = lock(&self.rs().life);
+        life.cycle.ensure_ready(attempted)?;
+        if life.op_polls > 0 {
+            return Err(Error::InvalidState {
+                state: life.cycle.state(),
+                attempted,
+                reason: text!(
+                    "the previous nonblocking group end is still in progress: poll until Done"
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// Ends a nonblocking finalize once its polls are spent and its work has drained.
+    fn finish_finalize(&self) -> Result<Progress> {
+        if !self.shared.drained(self.rank) {
+            return Ok(Progress::InProgress);
+        }
+        let mut life = lock(&self.rs().life);
+        if life.cycle.state() != CommState::Finalizing {
+            return Ok(Progress::Done);
+        }
+        if let Some(e) = &life.error {
+            return Err(e.clone());
+        }
+        life.cycle.finalize_done()?;
+        drop(life);
+        self.shared.mark_dead(self.rank, text!("finalized"));
+        Ok(Progress::Done)
     }
 
     /// The next sequence number for `op`: per communicator for collectives, per pair for p2p.
@@ -184,6 +216,14 @@ impl oxccl_core::Communicator for MockComm {
                 life.cycle.init_done()?;
                 Ok(Progress::Done)
             }
+            CommState::Ready | CommState::Finalizing if life.op_polls > 0 => {
+                life.op_polls -= 1;
+                Ok(Progress::InProgress)
+            }
+            CommState::Finalizing => {
+                drop(life);
+                self.finish_finalize()
+            }
             _ => Ok(Progress::Done),
         }
     }
@@ -225,8 +265,18 @@ impl oxccl_core::Communicator for MockComm {
     }
 
     fn group_end(&self) -> Result<Progress> {
-        if group::end()? {
-            return Ok(Progress::Done);
+        if let Some(members) = group::end()? {
+            // A nonblocking communicator's group is still "being launched" for its polls.
+            let mut progress = Progress::Done;
+            for (c, r) in members {
+                let polls = c.nb_polls;
+                let mut life = lock(&c.rank(r).life);
+                if life.nonblocking && polls > 0 && life.cycle.state() == CommState::Ready {
+                    life.op_polls = polls;
+                    progress = Progress::InProgress;
+                }
+            }
+            return Ok(progress);
         }
         Err(Error::InvalidState {
             state: self.state(),
@@ -258,6 +308,7 @@ impl oxccl_core::Communicator for MockComm {
                 life.cycle = Lifecycle::initializing();
                 life.init_polls = planned.unwrap_or(shared.nb_polls);
             }
+            lock(&shared.rank(rank).life).nonblocking = cfg.is_nonblocking();
             MockComm {
                 shared,
                 rank,
@@ -273,7 +324,16 @@ impl oxccl_core::Communicator for MockComm {
     fn finalize(&self) -> Result<Progress> {
         self.shared.features.require(Feature::Finalize)?;
         self.ensure_ready("finalize")?;
-        lock(&self.rs().life).cycle.finalize_start()?;
+        {
+            let mut life = lock(&self.rs().life);
+            life.cycle.finalize_start()?;
+            if life.nonblocking {
+                // Reports InProgress now and for the configured polls, then Done once drained.
+                life.op_polls = self.shared.nb_polls;
+                drop(life);
+                return Ok(Progress::InProgress);
+            }
+        }
         self.shared.wait_drained(self.rank, None);
         let mut life = lock(&self.rs().life);
         if let Some(e) = &life.error {

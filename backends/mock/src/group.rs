@@ -7,6 +7,7 @@
 
 use crate::exec;
 use crate::job::Job;
+use crate::shared::CommShared;
 use crate::stream::StreamShared;
 use oxccl_core::{text, Error, Result, ResultCode};
 use std::cell::RefCell;
@@ -56,8 +57,12 @@ pub(crate) fn queue(stream: &Arc<StreamShared>, job: Job) -> Option<Job> {
     job
 }
 
-/// Closes the innermost group; `Ok(false)` when there was none open. The outermost close submits.
-pub(crate) fn end() -> Result<bool> {
+/// The ranks (communicator, rank) whose operations a group end submitted.
+pub(crate) type Members = Vec<(Arc<CommShared>, u32)>;
+
+/// Closes the innermost group; `Ok(None)` when there was none open. The outermost close submits
+/// and returns the ranks it submitted work of (none for an inner close).
+pub(crate) fn end() -> Result<Option<Members>> {
     let flushed = GROUP
         .try_with(|g| {
             let Ok(mut g) = g.try_borrow_mut() else {
@@ -75,8 +80,17 @@ pub(crate) fn end() -> Result<bool> {
         })
         .map_err(|_| tls_gone())?;
     let Some(queued) = flushed else {
-        return Ok(false);
+        return Ok(None);
     };
+    let mut members: Members = Vec::new();
+    for (_, j) in &queued {
+        if !members
+            .iter()
+            .any(|(c, r)| Arc::ptr_eq(c, &j.comm) && *r == j.rank)
+        {
+            members.push((j.comm.clone(), j.rank));
+        }
+    }
     // One batch per stream, keeping issue order within each.
     let mut batches: Vec<(Arc<StreamShared>, Vec<Job>)> = Vec::new();
     for (s, j) in queued {
@@ -97,6 +111,6 @@ pub(crate) fn end() -> Result<bool> {
     }
     match first_err {
         Some(e) => Err(e),
-        None => Ok(true),
+        None => Ok(Some(members)),
     }
 }

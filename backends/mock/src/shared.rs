@@ -20,6 +20,11 @@ pub(crate) struct Life {
     pub error: Option<Error>,
     /// `poll` calls that still answer `InProgress` while initializing.
     pub init_polls: u32,
+    /// Whether the communicator was made nonblocking (its group ends and finalize report
+    /// `InProgress` before `Done`).
+    pub nonblocking: bool,
+    /// `poll` calls that still answer `InProgress` for a nonblocking group end or finalize.
+    pub op_polls: u32,
 }
 
 /// Per-rank state of a communicator.
@@ -114,6 +119,8 @@ impl CommShared {
                         cycle,
                         error: None,
                         init_polls,
+                        nonblocking,
+                        op_polls: 0,
                     }),
                     ops: AtomicU64::new(0),
                     coll_seq: AtomicU64::new(0),
@@ -233,6 +240,11 @@ impl CommShared {
         while hub.dead.get(rank as usize).is_some_and(|d| d.is_none()) {
             hub = wait_for(&self.cv, hub, TICK);
         }
+    }
+
+    /// Whether `rank` has no job on a stream (never blocks).
+    pub(crate) fn drained(&self, rank: u32) -> bool {
+        *lock(&self.rank(rank).pending) == 0
     }
 
     /// One more job of `rank` is on a stream.

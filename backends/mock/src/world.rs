@@ -53,7 +53,11 @@ impl WorldBuilder {
     }
 
     /// Nonblocking communicators: each starts `Initializing` and its `poll` answers
-    /// `InProgress` `polls` times before `Done`; nonblocking splits do the same.
+    /// `InProgress` `polls` times before `Done`; nonblocking splits do the same. A group end
+    /// that submitted work of a nonblocking rank returns `InProgress` and that rank's `poll`
+    /// answers `InProgress` `polls` more times (other calls on it are refused meanwhile, as
+    /// NCCL refuses them); `finalize` returns `InProgress`, then `poll` answers it `polls` times
+    /// and until the rank's queued work has run, then `Done` (state `Finalized`).
     pub fn nonblocking(mut self, polls: u32) -> WorldBuilder {
         self.nonblocking = Some(polls);
         self

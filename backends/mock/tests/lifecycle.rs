@@ -332,3 +332,90 @@ fn events_complete_in_order_and_time() {
     fast.synchronize().unwrap();
     assert!(done.elapsed_ms(&after).unwrap() >= 0.0);
 }
+
+#[test]
+fn nonblocking_group_end_and_finalize_report_in_progress_for_the_polls() {
+    let comms = World::builder(2).nonblocking(2).build().unwrap();
+    for c in &comms {
+        while c.poll().unwrap() == Progress::InProgress {}
+    }
+    let streams = [stream(), stream()];
+    let mut bufs: Vec<Buf> = (0..2).map(|r| Buf::from_bytes(&i64s(&[r + 1]))).collect();
+    let op = |b: &mut Buf| {
+        let r = b.wr(DT);
+        CommOp::AllReduce {
+            send: r.as_read(),
+            recv: r,
+            dtype: DT,
+            op: ReduceOp::Sum,
+        }
+    };
+    // One thread drives both ranks inside one group.
+    comms[0].group_start().unwrap();
+    for (i, c) in comms.iter().enumerate() {
+        let o = op(&mut bufs[i]);
+        // SAFETY: the buffers outlive the synchronize below.
+        unsafe { c.issue(&o, &streams[i]) }.unwrap();
+    }
+    assert_eq!(comms[0].group_end(), Ok(Progress::InProgress));
+    // Using a communicator before its group end has reported Done is refused (as NCCL does).
+    // SAFETY: refused before it runs.
+    let e = unsafe { comms[0].issue(&CommOp::Barrier, &streams[0]) };
+    assert!(
+        matches!(
+            e,
+            Err(Error::InvalidState {
+                state: CommState::Ready,
+                ..
+            })
+        ),
+        "{e:?}"
+    );
+    for c in &comms {
+        assert_eq!(c.poll(), Ok(Progress::InProgress));
+        assert_eq!(c.poll(), Ok(Progress::InProgress));
+        assert_eq!(c.poll(), Ok(Progress::Done));
+        assert_eq!(c.state(), CommState::Ready);
+    }
+    for s in &streams {
+        s.synchronize().unwrap();
+    }
+    for b in &bufs {
+        assert_eq!(b.bytes(), i64s(&[3]).as_slice());
+    }
+    // Finalize answers InProgress, then the configured polls, then Done.
+    for c in &comms {
+        assert_eq!(c.finalize(), Ok(Progress::InProgress));
+        assert_eq!(c.state(), CommState::Finalizing);
+        assert_eq!(c.poll(), Ok(Progress::InProgress));
+        assert_eq!(c.poll(), Ok(Progress::InProgress));
+        assert_eq!(c.poll(), Ok(Progress::Done));
+        assert_eq!(c.state(), CommState::Finalized);
+        assert_eq!(c.poll(), Ok(Progress::Done));
+    }
+    // A blocking world's group end and finalize are Done at once.
+    let comms = World::new(1).unwrap();
+    comms[0].group_start().unwrap();
+    assert_eq!(comms[0].group_end(), Ok(Progress::Done));
+    assert_eq!(comms[0].finalize(), Ok(Progress::Done));
+}
+
+#[test]
+fn nonblocking_finalize_waits_for_queued_work() {
+    // The rank's only op sleeps on its stream: finalize stays InProgress until it has run.
+    let comms = World::builder(1)
+        .nonblocking(0)
+        .faults(oxccl_mock::FaultPlan::new().delay_op(0, 0, Duration::from_millis(200)))
+        .build()
+        .unwrap();
+    let c = &comms[0];
+    while c.poll().unwrap() == Progress::InProgress {}
+    let s = stream();
+    // SAFETY: a barrier has no buffers.
+    unsafe { c.issue(&CommOp::Barrier, &s) }.unwrap();
+    assert_eq!(c.finalize(), Ok(Progress::InProgress));
+    assert_eq!(c.poll(), Ok(Progress::InProgress));
+    assert!(eventually(Duration::from_secs(5), || c.poll() == Ok(Progress::Done)));
+    assert_eq!(c.state(), CommState::Finalized);
+    assert!(s.query());
+}
