@@ -5,7 +5,7 @@ use crate::group::GroupGuard;
 use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut, DeviceSlice, SyncOnDrop};
 use oxccl_core::{
     Backend, CommConfig, CommOp, CommState, Communicator, Device, Error, Progress, RawBuf,
-    RawBufMut, ReduceOp, RegHandle, Result, UniqueId,
+    RawBufMut, ReduceOp, RegHandle, Result, Scalar, UniqueId,
 };
 use oxccl_nccl::{NcclBackend, NcclComm, NcclStream};
 use std::sync::Arc;
@@ -36,6 +36,19 @@ impl AbortHandle {
     pub fn state(&self) -> CommState {
         self.comm.state()
     }
+}
+
+/// The operator NCCL applies for `op` on `T`, refusing a premul-sum factor given as a raw
+/// device address: safe code cannot vouch for one (use [`Comm::all_reduce_premul_device`] with
+/// a device slice, or the raw [`Comm::issue`]).
+fn host_op<T: NcclType>(op: ReduceOp) -> Result<ReduceOp> {
+    if let ReduceOp::PreMulSum(Scalar::Device { .. }) = op {
+        return Err(Error::invalid(
+            "op",
+            format_args!("a host premul-sum factor here; a device factor goes through Comm::all_reduce_premul_device or the raw Comm::issue"),
+        ));
+    }
+    T::map_op(op)
 }
 
 /// Issues `op`, first waiting out a nonblocking init (no extra cost once the comm is ready).
@@ -258,7 +271,32 @@ impl Comm {
         recv: &mut impl DevicePtrMut<T>,
         op: ReduceOp,
     ) -> Result<()> {
-        let op = T::map_op(op)?;
+        let op = host_op::<T>(op)?;
+        self.run_on(Some(send), Some(recv), |send, recv| CommOp::AllReduce {
+            send,
+            recv,
+            dtype: T::DTYPE,
+            op,
+        })
+    }
+
+    /// Premul-sum all-reduce with the factor read from device memory when the collective runs:
+    /// `recv = Σ factor[0] × send` over ranks. `factor` holds at least one element of `T` on
+    /// this device.
+    pub fn all_reduce_premul_device<T: NcclType>(
+        &mut self,
+        send: &impl DevicePtr<T>,
+        recv: &mut impl DevicePtrMut<T>,
+        factor: &impl DevicePtr<T>,
+    ) -> Result<()> {
+        if factor.len() == 0 {
+            return Err(Error::invalid(
+                "factor",
+                format_args!("at least one element"),
+            ));
+        }
+        let (f, _guard) = rd("factor", self.device(), factor, self.stream.cuda())?;
+        let op = ReduceOp::PreMulSum(Scalar::Device { addr: f.addr });
         self.run_on(Some(send), Some(recv), |send, recv| CommOp::AllReduce {
             send,
             recv,
@@ -273,7 +311,7 @@ impl Comm {
         buf: &mut impl DevicePtrMut<T>,
         op: ReduceOp,
     ) -> Result<()> {
-        let op = T::map_op(op)?;
+        let op = host_op::<T>(op)?;
         self.run_on_buf(buf, |buf| CommOp::AllReduce {
             send: buf.as_read(),
             recv: buf,
@@ -319,7 +357,7 @@ impl Comm {
         op: ReduceOp,
         root: u32,
     ) -> Result<()> {
-        let op = T::map_op(op)?;
+        let op = host_op::<T>(op)?;
         self.run_on(Some(send), recv, |send, recv| CommOp::Reduce {
             send,
             recv,
@@ -349,7 +387,7 @@ impl Comm {
         recv: &mut impl DevicePtrMut<T>,
         op: ReduceOp,
     ) -> Result<()> {
-        let op = T::map_op(op)?;
+        let op = host_op::<T>(op)?;
         self.run_on(Some(send), Some(recv), |send, recv| CommOp::ReduceScatter {
             send,
             recv,
@@ -441,7 +479,7 @@ impl Comm {
         op: ReduceOp,
         counts: &[usize],
     ) -> Result<()> {
-        let op = T::map_op(op)?;
+        let op = host_op::<T>(op)?;
         self.run_on(Some(send), Some(recv), |send, recv| {
             CommOp::ReduceScatterV {
                 send,
@@ -525,5 +563,23 @@ impl Comm {
     /// failed or aborted communicator is released without waiting for peers.
     pub fn destroy(self) -> Result<()> {
         self.comm.destroy()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use oxccl_core::HostScalar;
+
+    #[test]
+    fn safe_calls_refuse_a_raw_device_factor() {
+        let dev = ReduceOp::PreMulSum(Scalar::Device { addr: 0x1000 });
+        assert!(matches!(
+            host_op::<f32>(dev),
+            Err(Error::InvalidArgument { arg: "op", .. })
+        ));
+        let host = ReduceOp::PreMulSum(Scalar::Host(HostScalar::F32(2.0)));
+        assert_eq!(host_op::<f32>(host).unwrap(), host);
+        assert_eq!(host_op::<bool>(ReduceOp::Sum).unwrap(), ReduceOp::Max);
     }
 }

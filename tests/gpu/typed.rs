@@ -67,6 +67,34 @@ pub fn typed(c: &mut Comm, t: &mut Tally) {
         ),
         Err(e) => t.error("typed broadcast_in_place f32", e),
     }
+    // premul-sum with the factor in device memory, through the safe API; a raw device address
+    // is refused there
+    let factor = st.clone_htod(&[2.0f32]).expect("upload");
+    let mut scaled = st.alloc_zeros::<f32>(33).expect("alloc");
+    let twice: Vec<f64> = sum.iter().map(|x| 2.0 * x).collect();
+    match c
+        .all_reduce_premul_device(&send, &mut scaled, &factor)
+        .and_then(|_| c.synchronize())
+    {
+        Ok(()) => t.check(
+            "typed all_reduce_premul_device f32",
+            &st.clone_dtoh(&scaled)
+                .unwrap()
+                .iter()
+                .map(|x| *x as f64)
+                .collect::<Vec<_>>(),
+            &twice,
+            DataType::Float32,
+        ),
+        Err(e) => t.error("typed all_reduce_premul_device f32", e),
+    }
+    let raw = oxccl::ReduceOp::PreMulSum(oxccl::Scalar::Device { addr: 0x1000 });
+    match c.all_reduce(&send, &mut scaled, raw) {
+        Err(oxccl::Error::InvalidArgument { arg: "op", .. }) => t.passed += 1,
+        other => t.failed.push(format!(
+            "safe raw device factor: expected InvalidArgument(op), got {other:?}"
+        )),
+    }
     // a wrong length is refused before NCCL with the argument named
     let mut short = st.alloc_zeros::<f32>(32).expect("alloc");
     match c.all_reduce(&send, &mut short, ReduceOp::Sum) {
