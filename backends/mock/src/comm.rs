@@ -2,6 +2,7 @@
 
 use crate::exec;
 use crate::fault::FaultKind;
+use crate::fault::FaultPlan;
 use crate::group;
 use crate::job::{Job, OpDesc};
 use crate::shared::CommShared;
@@ -14,8 +15,8 @@ use oxccl_core::{
     check, text, CheckCtx, CommConfig, CommOp, CommState, DataType, Device, Error, Feature,
     FeatureSet, OpKind, Progress, ReduceOp, Result, ResultCode,
 };
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 /// How long dropping a communicator waits for its queued work before it gives up on it.
@@ -42,17 +43,41 @@ pub(crate) fn code_text(code: ResultCode) -> &'static str {
 /// Buffers given to [`oxccl_core::Communicator::issue`] are host addresses; they are read
 /// and written by the stream's worker thread when the op runs. Move each rank to its own thread
 /// (or drive them all from one thread inside a group).
+///
+/// A split with a nonblocking config returns at once (NOCOLOR: `None`); the child is
+/// `Initializing` and its `poll` completes the rendezvous: `InProgress` until every rank of the
+/// parent has called split and for the configured polls, then `Done`. Until its `poll` has
+/// returned `Done`, the child's `rank()` and `size()` are placeholders (0 and 1) and every
+/// operation on it is refused, as NCCL refuses calls on a communicator still in progress.
+/// Aborting or dropping a pending child aborts its rank in the child communicator once that
+/// exists, so its peers get `Remote` instead of hanging.
 pub struct MockComm {
+    /// The communicator and this rank in it; for a nonblocking split still in progress, a
+    /// one-rank placeholder in `Initializing` until the child is bound (see `resolved`).
     shared: Arc<CommShared>,
     rank: u32,
     device: Device,
+    /// The child a pending nonblocking split resolved to (set once, by `poll`).
+    resolved: OnceLock<(Arc<CommShared>, u32)>,
+    pending: Option<Pending>,
+}
+
+/// A nonblocking split whose rendezvous is completed by polling the child.
+struct Pending {
+    parent: Arc<CommShared>,
+    parent_rank: u32,
+    seq: u64,
+    /// `InProgress` answers still owed (the configured polls, counted from the split call).
+    polls: AtomicU32,
+    /// Serializes binding.
+    bind: Mutex<()>,
 }
 
 impl std::fmt::Debug for MockComm {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MockComm")
-            .field("rank", &self.rank)
-            .field("size", &self.shared.size)
+            .field("rank", &self.rk())
+            .field("size", &self.sh().size)
             .field("state", &oxccl_core::Communicator::state(self))
             .finish()
     }
@@ -73,7 +98,65 @@ impl MockComm {
             shared,
             rank,
             device,
+            resolved: OnceLock::new(),
+            pending: None,
         }
+    }
+
+    /// The communicator this handle is bound to now.
+    fn sh(&self) -> &Arc<CommShared> {
+        self.resolved.get().map_or(&self.shared, |b| &b.0)
+    }
+
+    fn rk(&self) -> u32 {
+        self.resolved.get().map_or(self.rank, |b| b.1)
+    }
+
+    /// For a pending nonblocking split: `Some(Ok(()))` while the other ranks have not all
+    /// called, `Some(Err)` when it failed; `None` once bound (or never pending).
+    fn resolve(&self) -> Option<Result<()>> {
+        let p = self.pending.as_ref()?;
+        let _g = lock(&p.bind);
+        if self.resolved.get().is_some() {
+            return None;
+        }
+        {
+            // The placeholder holds an abort or a failure of the pending split.
+            let life = lock(&self.shared.rank(0).life);
+            if let Some(e) = &life.error {
+                return Some(Err(e.clone()));
+            }
+            if let Err(e) = life.cycle.ensure_ready("poll") {
+                if life.cycle.state() != CommState::Initializing {
+                    return Some(Err(e));
+                }
+            }
+        }
+        let taken = match p.parent.split_try_take(p.parent_rank, p.seq) {
+            None => return Some(Ok(())),
+            Some(t) => t,
+        };
+        let err = match taken {
+            Ok(Some((child, r))) => {
+                {
+                    let mut life = lock(&child.rank(r).life);
+                    life.cycle = Lifecycle::initializing();
+                    life.init_polls = child
+                        .plan
+                        .init_polls(r)
+                        .unwrap_or(p.polls.load(Ordering::Relaxed));
+                    life.nonblocking = true;
+                }
+                let _ = self.resolved.set((child, r));
+                return None;
+            }
+            Ok(None) => Error::Remote {
+                detail: text!("split {}: no child for rank {}", p.seq, p.parent_rank),
+            },
+            Err(e) => e,
+        };
+        self.shared.fail(0, err.clone());
+        Some(Err(err))
     }
 
     /// A new stream to issue on (the same as [`MockStream::new`]).
@@ -92,14 +175,14 @@ impl MockComm {
     }
 
     fn rs(&self) -> &crate::shared::RankState {
-        self.shared.rank(self.rank)
+        self.sh().rank(self.rk())
     }
 
     fn ctx(&self) -> CheckCtx<'_> {
         CheckCtx {
-            rank: self.rank,
-            size: self.shared.size,
-            features: &self.shared.features,
+            rank: self.rk(),
+            size: self.sh().size,
+            features: &self.sh().features,
         }
     }
 
@@ -123,7 +206,7 @@ impl MockComm {
 
     /// Ends a nonblocking finalize once its polls are spent and its work has drained.
     fn finish_finalize(&self) -> Result<Progress> {
-        if !self.shared.drained(self.rank) {
+        if !self.sh().drained(self.rk()) {
             return Ok(Progress::InProgress);
         }
         let mut life = lock(&self.rs().life);
@@ -135,7 +218,7 @@ impl MockComm {
         }
         life.cycle.finalize_done()?;
         drop(life);
-        self.shared.mark_dead(self.rank, text!("finalized"));
+        self.sh().mark_dead(self.rk(), text!("finalized"));
         Ok(Progress::Done)
     }
 
@@ -177,11 +260,11 @@ impl oxccl_core::Communicator for MockComm {
     type Stream = MockStream;
 
     fn rank(&self) -> u32 {
-        self.rank
+        self.rk()
     }
 
     fn size(&self) -> u32 {
-        self.shared.size
+        self.sh().size
     }
 
     fn device(&self) -> Device {
@@ -189,7 +272,7 @@ impl oxccl_core::Communicator for MockComm {
     }
 
     fn features(&self) -> &FeatureSet {
-        &self.shared.features
+        &self.sh().features
     }
 
     fn state(&self) -> CommState {
@@ -197,6 +280,17 @@ impl oxccl_core::Communicator for MockComm {
     }
 
     fn poll(&self) -> Result<Progress> {
+        match (self.resolve(), &self.pending) {
+            (Some(Err(e)), _) => return Err(e),
+            (Some(Ok(())), Some(p)) => {
+                // Still waiting for the other ranks' split calls; spend one configured poll.
+                let _ = p
+                    .polls
+                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| v.checked_sub(1));
+                return Ok(Progress::InProgress);
+            }
+            _ => {}
+        }
         let mut life = lock(&self.rs().life);
         if let Some(e) = &life.error {
             return Err(e.clone());
@@ -210,7 +304,7 @@ impl oxccl_core::Communicator for MockComm {
                     life.init_polls -= 1;
                     return Ok(Progress::InProgress);
                 }
-                if self.shared.joined.load(Ordering::Acquire) < self.shared.size {
+                if self.sh().joined.load(Ordering::Acquire) < self.sh().size {
                     return Ok(Progress::InProgress);
                 }
                 life.cycle.init_done()?;
@@ -232,7 +326,7 @@ impl oxccl_core::Communicator for MockComm {
         check::op(op, &self.ctx())?;
         self.ensure_ready(op.kind().name())?;
         let index = self.rs().ops.fetch_add(1, Ordering::Relaxed);
-        let fault = self.shared.plan.fault_for(self.rank, index);
+        let fault = self.sh().plan.fault_for(self.rk(), index);
         if let Some(FaultKind::Fail(code)) = fault {
             let e = Error::Backend {
                 code,
@@ -240,15 +334,15 @@ impl oxccl_core::Communicator for MockComm {
                 last: text!(
                     "{} (op {index}) on rank {} failed by the fault plan",
                     op.kind(),
-                    self.rank
+                    self.rk()
                 ),
             };
-            self.shared.fail(self.rank, e.clone());
+            self.sh().fail(self.rk(), e.clone());
             return Err(e);
         }
         let job = Job {
-            comm: self.shared.clone(),
-            rank: self.rank,
+            comm: self.sh().clone(),
+            rank: self.rk(),
             desc: OpDesc::of(op),
             seq: self.next_seq(op),
             index,
@@ -286,67 +380,86 @@ impl oxccl_core::Communicator for MockComm {
     }
 
     fn split(&self, color: Option<u32>, key: u32, cfg: &CommConfig) -> Result<Option<MockComm>> {
-        self.shared.features.require(Feature::Split)?;
-        cfg.check_for(self.shared.features.version())?;
+        self.sh().features.require(Feature::Split)?;
+        cfg.check_for(self.sh().features.version())?;
         if cfg.is_nonblocking() {
-            self.shared.features.require(Feature::NonBlocking)?;
+            self.sh().features.require(Feature::NonBlocking)?;
         }
         self.ensure_ready("split")?;
         let seq = self.rs().split_seq.fetch_add(1, Ordering::Relaxed);
-        let joined = self.shared.split_join(self.rank, seq, color, key);
+        if cfg.is_nonblocking() {
+            // Post the call and return: the child binds when polled (NOCOLOR: no child).
+            self.sh()
+                .split_post(self.rk(), seq, color, key, color.is_some());
+            if color.is_none() {
+                return Ok(None);
+            }
+            let sh = self.sh();
+            let placeholder = CommShared::new(1, sh.features, FaultPlan::new(), 0, true);
+            return Ok(Some(MockComm {
+                shared: placeholder,
+                rank: 0,
+                device: self.device,
+                resolved: OnceLock::new(),
+                pending: Some(Pending {
+                    parent: sh.clone(),
+                    parent_rank: self.rk(),
+                    seq,
+                    polls: AtomicU32::new(sh.nb_polls),
+                    bind: Mutex::new(()),
+                }),
+            }));
+        }
+        let joined = self.sh().split_join(self.rk(), seq, color, key);
         let child = match joined {
             Ok(c) => c,
             Err(e) => {
-                self.shared.fail(self.rank, e.clone());
+                self.sh().fail(self.rk(), e.clone());
                 return Err(e);
             }
         };
         Ok(child.map(|(shared, rank)| {
             let planned = shared.plan.init_polls(rank);
-            if cfg.is_nonblocking() || planned.is_some() {
+            if planned.is_some() {
                 let mut life = lock(&shared.rank(rank).life);
                 life.cycle = Lifecycle::initializing();
-                life.init_polls = planned.unwrap_or(shared.nb_polls);
+                life.init_polls = planned.unwrap_or(0);
             }
-            lock(&shared.rank(rank).life).nonblocking = cfg.is_nonblocking();
-            MockComm {
-                shared,
-                rank,
-                device: self.device,
-            }
+            MockComm::from_shared(shared, rank, self.device)
         }))
     }
 
     fn abort(&self, reason: &str) {
-        self.shared.abort(self.rank, reason);
+        self.leave_pending(reason);
+        self.sh().abort(self.rk(), reason);
     }
 
     fn finalize(&self) -> Result<Progress> {
-        self.shared.features.require(Feature::Finalize)?;
+        self.sh().features.require(Feature::Finalize)?;
         self.ensure_ready("finalize")?;
         {
             let mut life = lock(&self.rs().life);
             life.cycle.finalize_start()?;
             if life.nonblocking {
                 // Reports InProgress now and for the configured polls, then Done once drained.
-                life.op_polls = self.shared.nb_polls;
+                life.op_polls = self.sh().nb_polls;
                 drop(life);
                 return Ok(Progress::InProgress);
             }
         }
-        self.shared.wait_drained(self.rank, None);
+        self.sh().wait_drained(self.rk(), None);
         let mut life = lock(&self.rs().life);
         if let Some(e) = &life.error {
             return Err(e.clone());
         }
         life.cycle.finalize_done()?;
         drop(life);
-        self.shared.mark_dead(self.rank, text!("finalized"));
+        self.sh().mark_dead(self.rk(), text!("finalized"));
         Ok(Progress::Done)
     }
 
     fn register(&self, addr: usize, bytes: usize) -> Result<RegHandle> {
-        self.shared.features.require(Feature::BufferRegistration)?;
+        self.sh().features.require(Feature::BufferRegistration)?;
         self.ensure_ready("register")?;
         if addr == 0 || bytes == 0 {
             return Err(Error::invalid(
@@ -360,7 +473,7 @@ impl oxccl_core::Communicator for MockComm {
         if regs.0.contains_key(&addr) {
             return Err(Error::invalid(
                 "addr",
-                format_args!("an address not yet registered: {addr:#x} already is, with rank {} of this communicator", self.rank),
+                format_args!("an address not yet registered: {addr:#x} already is, with rank {} of this communicator", self.rk()),
             ));
         }
         let h = RegHandle {
@@ -383,19 +496,36 @@ impl oxccl_core::Communicator for MockComm {
             "handle",
             format_args!(
                 "a handle registered with rank {} of this communicator: none is registered at {:#x}",
-                self.rank, handle.addr
+                self.rk(), handle.addr
             ),
         ))
     }
 }
 
+impl MockComm {
+    /// A pending nonblocking split's child is aborted or dropped before it was bound: its rank
+    /// in the child (now, or once every rank called) is aborted, so its peers do not hang.
+    fn leave_pending(&self, why: &str) {
+        let Some(p) = &self.pending else { return };
+        let _g = lock(&p.bind);
+        if self.resolved.get().is_some() {
+            return;
+        }
+        if let Some((child, r)) = p.parent.split_abandon(p.parent_rank, p.seq, why) {
+            child.abort(r, why);
+            let _ = self.resolved.set((child, r));
+        }
+    }
+}
+
 impl Drop for MockComm {
     fn drop(&mut self) {
+        self.leave_pending("destroyed before its nonblocking split completed");
         // Let queued work finish (bounded), then leave so that peers fail instead of hanging.
-        if self.shared.alive(self.rank) {
-            self.shared.wait_drained(self.rank, Some(DROP_GRACE));
+        if self.sh().alive(self.rk()) {
+            self.sh().wait_drained(self.rk(), Some(DROP_GRACE));
         }
         lock(&self.rs().life).cycle.destroy();
-        self.shared.mark_dead(self.rank, text!("destroyed"));
+        self.sh().mark_dead(self.rk(), text!("destroyed"));
     }
 }

@@ -68,6 +68,11 @@ pub(crate) type Child = (Arc<CommShared>, u32);
 pub(crate) struct SplitSlot {
     pub calls: Vec<Option<(Option<u32>, u32)>>,
     pub count: u32,
+    /// Ranks that will still take their result (the slot goes once all arrived and took).
+    pub takers: u32,
+    /// Ranks that left before the result (a pending nonblocking child aborted or dropped):
+    /// their child rank is aborted as soon as it exists.
+    pub abandoned: Vec<Option<Text>>,
     /// Each rank's child and its rank there (`None` for NOCOLOR), once all called.
     pub result: Option<Vec<Option<Child>>>,
 }

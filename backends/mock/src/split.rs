@@ -1,35 +1,61 @@
 //! Split: the k-th split call of every rank is matched; once all called, ranks of one color form
-//! a new communicator ordered by (key, parent rank). Blocking on the calling thread, as NCCL's
-//! blocking split is; a peer that dies meanwhile ends the wait with a remote error.
+//! a new communicator ordered by (key, parent rank). A blocking split waits on the calling
+//! thread, as NCCL's does; a nonblocking one posts its call and returns, and its child completes
+//! the rendezvous when polled (so one thread can split every rank of a world). A peer that dies
+//! meanwhile ends the wait with a remote error.
 
-use crate::shared::{first_dead, Child, CommShared, SplitSlot};
+use crate::shared::{first_dead, Child, CommShared, Hub, SplitSlot};
 use crate::sync::{lock, wait_for, TICK};
+use oxccl_core::text::Text;
 use oxccl_core::{text, Error, Result};
 use std::collections::BTreeMap;
 
 impl CommShared {
-    /// Joins split `seq` as `rank` with `color` (None = NOCOLOR) and `key`; returns the child
-    /// and this rank's rank in it (children start ready; the caller applies its config).
-    pub(crate) fn split_join(
+    /// Posts `rank`'s call of split `seq` (never blocks); `takes`: the rank will take its
+    /// result with [`CommShared::split_try_take`]. The last call makes the children.
+    pub(crate) fn split_post(
         &self,
         rank: u32,
         seq: u64,
         color: Option<u32>,
         key: u32,
-    ) -> Result<Option<Child>> {
+        takes: bool,
+    ) {
         let mut hub = lock(&self.hub);
+        let orphans = self.post_locked(&mut hub, rank, seq, color, key, takes);
+        drop(hub);
+        self.cv.notify_all();
+        for ((child, r), why) in orphans {
+            child.abort(r, &why);
+        }
+    }
+
+    /// Returns the children of abandoned ranks, to abort once the hub is unlocked.
+    fn post_locked(
+        &self,
+        hub: &mut Hub,
+        rank: u32,
+        seq: u64,
+        color: Option<u32>,
+        key: u32,
+        takes: bool,
+    ) -> Vec<(Child, Text)> {
         let size = self.size;
         let slot = hub.splits.entry(seq).or_insert_with(|| SplitSlot {
             calls: vec![None; size as usize],
             count: 0,
+            takers: 0,
+            abandoned: vec![None; size as usize],
             result: None,
         });
         if let Some(c) = slot.calls.get_mut(rank as usize) {
             if c.is_none() {
                 *c = Some((color, key));
                 slot.count += 1;
+                slot.takers += u32::from(takes);
             }
         }
+        let mut orphans = Vec::new();
         if slot.count == size && slot.result.is_none() {
             let mut groups: BTreeMap<u32, Vec<(u32, u32)>> = BTreeMap::new();
             for (r, c) in slot.calls.iter().enumerate() {
@@ -53,30 +79,83 @@ impl CommShared {
                     }
                 }
             }
-            slot.result = Some(result);
-            self.cv.notify_all();
-        }
-        loop {
-            let dead = first_dead(&hub, None);
-            let Some(slot) = hub.splits.get_mut(&seq) else {
-                return Err(Error::Remote {
-                    detail: text!("split {seq} vanished"),
-                });
-            };
-            if let Some(res) = slot.result.as_mut() {
-                let mine = res.get_mut(rank as usize).and_then(Option::take);
-                slot.count -= 1;
-                if slot.count == 0 {
-                    hub.splits.remove(&seq);
+            for (r, why) in slot.abandoned.iter().enumerate() {
+                let Some(why) = why else { continue };
+                if let Some(c) = result.get_mut(r).and_then(Option::take) {
+                    orphans.push((c, why.clone()));
                 }
-                return Ok(mine);
             }
-            if let Some((d, why)) = dead {
-                return Err(Error::Remote {
-                    detail: text!("split {seq}: rank {d} {why}"),
-                });
+            slot.result = Some(result);
+        }
+        if slot.count == size && slot.result.is_some() && slot.takers == 0 {
+            hub.splits.remove(&seq);
+        }
+        orphans
+    }
+
+    /// `rank`'s result of split `seq` once every rank called (`None` while not), or the error
+    /// that ends the wait (a rank of this communicator died first).
+    pub(crate) fn split_try_take(&self, rank: u32, seq: u64) -> Option<Result<Option<Child>>> {
+        let mut hub = lock(&self.hub);
+        take_locked(&mut hub, rank, seq)
+    }
+
+    /// A pending nonblocking child of `rank` is gone (`why`): its child rank, when it exists
+    /// already, is returned for the caller to abort; otherwise it is aborted once made.
+    pub(crate) fn split_abandon(&self, rank: u32, seq: u64, why: &str) -> Option<Child> {
+        let mut hub = lock(&self.hub);
+        let slot = hub.splits.get_mut(&seq)?;
+        if slot.result.is_some() {
+            return take_locked(&mut hub, rank, seq).and_then(|r| r.ok().flatten());
+        }
+        if let Some(a) = slot.abandoned.get_mut(rank as usize) {
+            if a.is_none() {
+                *a = Some(text!("{why}"));
+                slot.takers = slot.takers.saturating_sub(1);
+            }
+        }
+        None
+    }
+
+    /// Joins split `seq` as `rank` with `color` (None = NOCOLOR) and `key`, blocking until every
+    /// rank called; returns the child and this rank's rank in it (children start ready; the
+    /// caller applies its config).
+    pub(crate) fn split_join(
+        &self,
+        rank: u32,
+        seq: u64,
+        color: Option<u32>,
+        key: u32,
+    ) -> Result<Option<Child>> {
+        self.split_post(rank, seq, color, key, true);
+        let mut hub = lock(&self.hub);
+        loop {
+            if let Some(r) = take_locked(&mut hub, rank, seq) {
+                return r;
             }
             hub = wait_for(&self.cv, hub, TICK);
         }
     }
+}
+
+fn take_locked(hub: &mut Hub, rank: u32, seq: u64) -> Option<Result<Option<Child>>> {
+    let dead = first_dead(hub, None);
+    let Some(slot) = hub.splits.get_mut(&seq) else {
+        return Some(Err(Error::Remote {
+            detail: text!("split {seq} vanished"),
+        }));
+    };
+    if let Some(res) = slot.result.as_mut() {
+        let mine = res.get_mut(rank as usize).and_then(Option::take);
+        slot.takers = slot.takers.saturating_sub(1);
+        if slot.takers == 0 && slot.count as usize == slot.calls.len() {
+            hub.splits.remove(&seq);
+        }
+        return Some(Ok(mine));
+    }
+    dead.map(|(d, why)| {
+        Err(Error::Remote {
+            detail: text!("split {seq}: rank {d} {why}"),
+        })
+    })
 }

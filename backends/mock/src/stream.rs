@@ -36,6 +36,11 @@ pub(crate) struct StreamShared {
 impl StreamShared {
     /// Queues `task` after everything queued so far.
     pub(crate) fn push(&self, task: Task) -> Result<()> {
+        self.push_numbered(task).map(|_| ())
+    }
+
+    /// [`StreamShared::push`], returning how many tasks were submitted including this one.
+    fn push_numbered(&self, task: Task) -> Result<u64> {
         let mut q = lock(&self.q);
         if q.closing {
             return Err(Error::Backend {
@@ -46,9 +51,18 @@ impl StreamShared {
         }
         q.tasks.push_back(task);
         q.submitted += 1;
+        let n = q.submitted;
         drop(q);
         self.cv.notify_all();
-        Ok(())
+        Ok(n)
+    }
+
+    /// Blocks until the worker has finished the first `n` tasks (counted, not just run).
+    fn wait_completed(&self, n: u64) {
+        let mut q = lock(&self.q);
+        while q.completed < n && !q.finished {
+            q = wait_for(&self.cv, q, TICK);
+        }
     }
 
     fn work(&self) {
@@ -219,7 +233,11 @@ impl oxccl_core::Stream for MockStream {
     }
 
     fn synchronize(&self) -> Result<()> {
-        oxccl_core::Event::synchronize(&self.record(false)?)
+        // Waits for the worker's count, not only for an event task to have run: `query()` is
+        // true as soon as this returns.
+        let n = self.shared.push_numbered(Box::new(|| {}))?;
+        self.shared.wait_completed(n);
+        Ok(())
     }
 }
 

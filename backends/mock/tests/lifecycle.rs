@@ -110,9 +110,13 @@ fn nonblocking_split_stays_in_progress_for_the_configured_polls() {
             .unwrap()
             .unwrap();
         assert_eq!(ch.state(), CommState::Initializing);
-        assert_eq!(ch.poll(), Ok(Progress::InProgress));
-        assert_eq!(ch.poll(), Ok(Progress::InProgress));
-        assert_eq!(ch.poll(), Ok(Progress::Done));
+        // The configured polls, and more while the other rank has not called split yet.
+        let mut in_progress = 0;
+        while ch.poll().unwrap() == Progress::InProgress {
+            in_progress += 1;
+        }
+        assert!(in_progress >= 2, "{in_progress}");
+        assert_eq!(ch.state(), CommState::Ready);
         sum(&ch, 5)
     });
     assert_eq!(out, vec![10, 10]);
@@ -418,4 +422,120 @@ fn nonblocking_finalize_waits_for_queued_work() {
     assert!(eventually(Duration::from_secs(5), || c.poll() == Ok(Progress::Done)));
     assert_eq!(c.state(), CommState::Finalized);
     assert!(s.query());
+}
+
+#[test]
+fn one_thread_splits_every_rank_of_a_nonblocking_world() {
+    let comms = World::builder(4).nonblocking(2).build().unwrap();
+    for c in &comms {
+        while c.poll().unwrap() == Progress::InProgress {}
+    }
+    let cfg = CommConfig::new().blocking(false);
+    // Colors: ranks 0 and 2 → 7 (keys reverse them), rank 1 → NOCOLOR, rank 3 → 9.
+    let calls = [(Some(7), 5), (None, 0), (Some(7), 1), (Some(9), 0)];
+    let mut kids: Vec<Option<MockComm>> = Vec::new();
+    for (c, (color, key)) in comms.iter().zip(calls) {
+        // Returns at once although the other ranks have not called yet.
+        let k = c.split(color, key, &cfg).unwrap();
+        if let Some(k) = &k {
+            assert_eq!(k.state(), CommState::Initializing);
+        }
+        kids.push(k);
+    }
+    assert!(kids[1].is_none());
+    for k in kids.iter().flatten() {
+        assert_eq!(k.poll(), Ok(Progress::InProgress));
+        assert_eq!(k.poll(), Ok(Progress::InProgress));
+        assert_eq!(k.poll(), Ok(Progress::Done));
+        assert_eq!(k.state(), CommState::Ready);
+    }
+    let k0 = kids[0].as_ref().unwrap();
+    let k2 = kids[2].as_ref().unwrap();
+    let k3 = kids[3].as_ref().unwrap();
+    assert_eq!((k0.rank(), k0.size()), (1, 2));
+    assert_eq!((k2.rank(), k2.size()), (0, 2));
+    assert_eq!((k3.rank(), k3.size()), (0, 1));
+    // The children work: one thread drives the pair in a group.
+    let (s0, s2) = (stream(), stream());
+    let mut b0 = Buf::from_bytes(&i64s(&[10]));
+    let mut b2 = Buf::from_bytes(&i64s(&[32]));
+    k0.group_start().unwrap();
+    for (k, b, s) in [(k0, &mut b0, &s0), (k2, &mut b2, &s2)] {
+        let r = b.wr(DT);
+        let op = CommOp::AllReduce {
+            send: r.as_read(),
+            recv: r,
+            dtype: DT,
+            op: ReduceOp::Sum,
+        };
+        // SAFETY: the buffers outlive the synchronize below.
+        unsafe { k.issue(&op, s) }.unwrap();
+    }
+    assert_eq!(k0.group_end(), Ok(Progress::InProgress));
+    for k in [k0, k2] {
+        while k.poll().unwrap() == Progress::InProgress {}
+    }
+    s0.synchronize().unwrap();
+    s2.synchronize().unwrap();
+    assert_eq!(b0.bytes(), i64s(&[42]).as_slice());
+    assert_eq!(b2.bytes(), i64s(&[42]).as_slice());
+}
+
+#[test]
+fn pending_nonblocking_split_child_fails_or_aborts_cleanly() {
+    let cfg = CommConfig::new().blocking(false);
+    // A peer that dies before calling split: the pending child reports Remote.
+    let comms = World::new(2).unwrap();
+    let k = comms[0].split(Some(0), 0, &cfg).unwrap().unwrap();
+    assert_eq!(k.poll(), Ok(Progress::InProgress));
+    comms[1].abort("gone");
+    let e = k.poll().unwrap_err();
+    assert!(matches!(e, Error::Remote { .. }), "{e:?}");
+    assert_eq!(k.poll().unwrap_err(), e);
+    assert_eq!(k.state(), CommState::Failed);
+    // Aborting a pending child: its own poll says Aborted, and the peer's child, once the
+    // split completes, sees its partner gone instead of hanging in a collective.
+    let comms = World::new(2).unwrap();
+    let k0 = comms[0].split(Some(0), 0, &cfg).unwrap().unwrap();
+    k0.abort("not needed");
+    assert!(matches!(k0.poll(), Err(Error::Aborted { .. })));
+    let k1 = comms[1].split(Some(0), 0, &cfg).unwrap().unwrap();
+    while k1.poll().unwrap() == Progress::InProgress {}
+    let s = stream();
+    let mut b = Buf::from_bytes(&i64s(&[1]));
+    let r = b.wr(DT);
+    let op = CommOp::AllReduce {
+        send: r.as_read(),
+        recv: r,
+        dtype: DT,
+        op: ReduceOp::Sum,
+    };
+    // SAFETY: `b` outlives the synchronize below.
+    unsafe { k1.issue(&op, &s) }.unwrap();
+    s.synchronize().unwrap();
+    assert!(matches!(k1.poll(), Err(Error::Remote { .. })));
+    // Dropping a pending child does the same.
+    let comms = World::new(2).unwrap();
+    drop(comms[0].split(Some(0), 0, &cfg).unwrap());
+    let k1 = comms[1].split(Some(0), 0, &cfg).unwrap().unwrap();
+    while k1.poll().unwrap() == Progress::InProgress {}
+    assert_eq!(sum_result(&k1), Err(()));
+}
+
+/// Whether an in-place sum all_reduce of 1 on `c` alone succeeds.
+fn sum_result(c: &MockComm) -> Result<i64, ()> {
+    let s = stream();
+    let mut b = Buf::from_bytes(&i64s(&[1]));
+    let r = b.wr(DT);
+    let op = CommOp::AllReduce {
+        send: r.as_read(),
+        recv: r,
+        dtype: DT,
+        op: ReduceOp::Sum,
+    };
+    // SAFETY: `b` outlives the synchronize below.
+    unsafe { c.issue(&op, &s) }.map_err(|_| ())?;
+    s.synchronize().unwrap();
+    c.poll().map_err(|_| ())?;
+    Ok(i64::from_ne_bytes(b.bytes().try_into().unwrap()))
 }
