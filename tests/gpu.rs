@@ -619,3 +619,29 @@ fn gpu_scalable_init_shrink_windows_memory_and_groups() {
         "scalable init with config, nested groups, ncclMemAlloc + register, windows and shrink ok"
     );
 }
+
+#[test]
+fn gpu_two_ranks_on_one_device_is_invalid_usage() {
+    let Some(_) = gpus() else { return };
+    // Seed case 2: NCCL refuses two ranks of one communicator on the same GPU ("Duplicate GPU
+    // detected"); both ranks get a typed backend error carrying NCCL's text, not a hang.
+    let lib = nccl();
+    let id = lib.unique_id().unwrap();
+    let handles: Vec<_> = (0..2u32)
+        .map(|r| {
+            let lib = lib.clone();
+            std::thread::spawn(move || {
+                Comm::init_rank(&lib, &id, r, 2, 0, &CommConfig::new()).map(|_| ())
+            })
+        })
+        .collect();
+    for h in handles {
+        match h.join().expect("rank thread") {
+            Err(Error::Backend { code, last, .. }) => {
+                assert_eq!(code, oxccl::ResultCode::INVALID_USAGE, "{last}");
+                println!("same-device init refused: {code}: {last}");
+            }
+            other => panic!("expected ncclInvalidUsage, got {other:?}"),
+        }
+    }
+}
