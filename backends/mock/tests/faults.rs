@@ -13,25 +13,10 @@ use std::time::{Duration, Instant};
 
 const DT: DataType = DataType::Float32;
 
-fn f32s(v: &[f32]) -> Vec<u8> {
-    v.iter().flat_map(|x| x.to_ne_bytes()).collect()
-}
-
 /// An in-place f32 all_reduce (sum) of `b` on `s`.
 fn all_reduce(c: &MockComm, s: &MockStream, b: &mut Buf) -> oxccl_core::Result<()> {
-    let r = b.wr(DT);
     // SAFETY: every caller keeps `b` alive until its stream is synchronized or the comm aborted.
-    unsafe {
-        c.issue(
-            &CommOp::AllReduce {
-                send: r.as_read(),
-                recv: r,
-                dtype: DT,
-                op: ReduceOp::Sum,
-            },
-            s,
-        )
-    }
+    unsafe { all_reduce_in_place(c, s, b, DT, ReduceOp::Sum) }
 }
 
 fn wait_err(c: &MockComm) -> Error {

@@ -12,31 +12,9 @@ use std::time::Duration;
 
 const DT: DataType = DataType::Int64;
 
-fn i64s(v: &[i64]) -> Vec<u8> {
-    v.iter().flat_map(|x| x.to_ne_bytes()).collect()
-}
-
 /// An in-place i64 sum all_reduce, synchronized; returns the result.
 fn sum(c: &MockComm, v: i64) -> i64 {
-    let s = stream();
-    let mut b = Buf::from_bytes(&i64s(&[v]));
-    let r = b.wr(DT);
-    // SAFETY: `b` outlives the synchronize below.
-    unsafe {
-        c.issue(
-            &CommOp::AllReduce {
-                send: r.as_read(),
-                recv: r,
-                dtype: DT,
-                op: ReduceOp::Sum,
-            },
-            &s,
-        )
-    }
-    .unwrap();
-    s.synchronize().unwrap();
-    assert_eq!(c.poll(), Ok(Progress::Done));
-    i64::from_ne_bytes(b.bytes().try_into().unwrap())
+    sum_i64(c, v).unwrap()
 }
 
 #[test]
@@ -345,15 +323,7 @@ fn nonblocking_group_end_and_finalize_report_in_progress_for_the_polls() {
     }
     let streams = [stream(), stream()];
     let mut bufs: Vec<Buf> = (0..2).map(|r| Buf::from_bytes(&i64s(&[r + 1]))).collect();
-    let op = |b: &mut Buf| {
-        let r = b.wr(DT);
-        CommOp::AllReduce {
-            send: r.as_read(),
-            recv: r,
-            dtype: DT,
-            op: ReduceOp::Sum,
-        }
-    };
+    let op = |b: &mut Buf| in_place(b, DT, ReduceOp::Sum);
     // One thread drives both ranks inside one group.
     comms[0].group_start().unwrap();
     for (i, c) in comms.iter().enumerate() {
@@ -461,15 +431,8 @@ fn one_thread_splits_every_rank_of_a_nonblocking_world() {
     let mut b2 = Buf::from_bytes(&i64s(&[32]));
     k0.group_start().unwrap();
     for (k, b, s) in [(k0, &mut b0, &s0), (k2, &mut b2, &s2)] {
-        let r = b.wr(DT);
-        let op = CommOp::AllReduce {
-            send: r.as_read(),
-            recv: r,
-            dtype: DT,
-            op: ReduceOp::Sum,
-        };
         // SAFETY: the buffers outlive the synchronize below.
-        unsafe { k.issue(&op, s) }.unwrap();
+        unsafe { all_reduce_in_place(&k, s, b, DT, ReduceOp::Sum) }.unwrap();
     }
     assert_eq!(k0.group_end(), Ok(Progress::InProgress));
     for k in [k0, k2] {
@@ -503,15 +466,8 @@ fn pending_nonblocking_split_child_fails_or_aborts_cleanly() {
     while k1.poll().unwrap() == Progress::InProgress {}
     let s = stream();
     let mut b = Buf::from_bytes(&i64s(&[1]));
-    let r = b.wr(DT);
-    let op = CommOp::AllReduce {
-        send: r.as_read(),
-        recv: r,
-        dtype: DT,
-        op: ReduceOp::Sum,
-    };
     // SAFETY: `b` outlives the synchronize below.
-    unsafe { k1.issue(&op, &s) }.unwrap();
+    unsafe { all_reduce_in_place(&k1, &s, &mut b, DT, ReduceOp::Sum) }.unwrap();
     s.synchronize().unwrap();
     assert!(matches!(k1.poll(), Err(Error::Remote { .. })));
     // Dropping a pending child does the same.
@@ -519,23 +475,5 @@ fn pending_nonblocking_split_child_fails_or_aborts_cleanly() {
     drop(comms[0].split(Some(0), 0, &cfg).unwrap());
     let k1 = comms[1].split(Some(0), 0, &cfg).unwrap().unwrap();
     while k1.poll().unwrap() == Progress::InProgress {}
-    assert_eq!(sum_result(&k1), Err(()));
-}
-
-/// Whether an in-place sum all_reduce of 1 on `c` alone succeeds.
-fn sum_result(c: &MockComm) -> Result<i64, ()> {
-    let s = stream();
-    let mut b = Buf::from_bytes(&i64s(&[1]));
-    let r = b.wr(DT);
-    let op = CommOp::AllReduce {
-        send: r.as_read(),
-        recv: r,
-        dtype: DT,
-        op: ReduceOp::Sum,
-    };
-    // SAFETY: `b` outlives the synchronize below.
-    unsafe { c.issue(&op, &s) }.map_err(|_| ())?;
-    s.synchronize().unwrap();
-    c.poll().map_err(|_| ())?;
-    Ok(i64::from_ne_bytes(b.bytes().try_into().unwrap()))
+    assert!(sum_i64(&k1, 1).is_err());
 }

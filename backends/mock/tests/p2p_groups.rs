@@ -8,10 +8,6 @@ use oxccl_mock::World;
 
 const DT: DataType = DataType::Int32;
 
-fn ints(v: &[i32]) -> Vec<u8> {
-    v.iter().flat_map(|x| x.to_ne_bytes()).collect()
-}
-
 #[test]
 fn ring_recv_before_send_inside_a_group_does_not_deadlock() {
     for n in [1u32, 2, 3, 4, 8] {
@@ -20,7 +16,7 @@ fn ring_recv_before_send_inside_a_group_does_not_deadlock() {
             let s = stream();
             let left = (me + n - 1) % n;
             let right = (me + 1) % n;
-            let send = Buf::from_bytes(&ints(&[me as i32 * 10, me as i32 * 10 + 1, 7]));
+            let send = Buf::from_bytes(&i32s(&[me as i32 * 10, me as i32 * 10 + 1, 7]));
             let mut recv = Buf::filled(12, 0);
             c.group_start().unwrap();
             // SAFETY: buffers outlive the synchronize below.
@@ -52,7 +48,7 @@ fn ring_recv_before_send_inside_a_group_does_not_deadlock() {
         for (left, bytes) in got {
             assert_eq!(
                 bytes,
-                ints(&[left as i32 * 10, left as i32 * 10 + 1, 7]),
+                i32s(&[left as i32 * 10, left as i32 * 10 + 1, 7]),
                 "n {n}"
             );
         }
@@ -64,8 +60,8 @@ fn ungrouped_p2p_pairs_in_order() {
     let got = on_ranks(World::new(2).unwrap(), |c| {
         let s = stream();
         let peer = 1 - c.rank();
-        let a = Buf::from_bytes(&ints(&[1, 2]));
-        let b = Buf::from_bytes(&ints(&[3]));
+        let a = Buf::from_bytes(&i32s(&[1, 2]));
+        let b = Buf::from_bytes(&i32s(&[3]));
         let mut ra = Buf::filled(8, 0);
         let mut rb = Buf::filled(4, 0);
         // SAFETY: buffers outlive the synchronize below. Sends are eager, so send-then-recv on
@@ -112,8 +108,8 @@ fn ungrouped_p2p_pairs_in_order() {
         (ra.bytes().to_vec(), rb.bytes().to_vec())
     });
     for (a, b) in got {
-        assert_eq!(a, ints(&[1, 2]));
-        assert_eq!(b, ints(&[3]));
+        assert_eq!(a, i32s(&[1, 2]));
+        assert_eq!(b, i32s(&[3]));
     }
 }
 
@@ -124,50 +120,26 @@ fn one_thread_drives_every_rank_in_a_group() {
         // One stream for all ranks: grouped ops are posted before any is waited for.
         let s = stream();
         let mut bufs: Vec<Buf> = (0..n)
-            .map(|r| Buf::from_bytes(&ints(&[r as i32 + 1, 2])))
+            .map(|r| Buf::from_bytes(&i32s(&[r as i32 + 1, 2])))
             .collect();
         comms[0].group_start().unwrap();
         for (c, b) in comms.iter().zip(bufs.iter_mut()) {
-            let r = b.wr(DT);
             // SAFETY: buffers outlive the synchronize below.
-            unsafe {
-                c.issue(
-                    &CommOp::AllReduce {
-                        send: r.as_read(),
-                        recv: r,
-                        dtype: DT,
-                        op: ReduceOp::Sum,
-                    },
-                    &s,
-                )
-            }
-            .unwrap();
+            unsafe { all_reduce_in_place(c, &s, b, DT, ReduceOp::Sum) }.unwrap();
         }
         assert_eq!(comms[0].group_end(), Ok(Progress::Done));
         s.synchronize().unwrap();
         let total: i32 = (1..=n as i32).sum();
         for b in &bufs {
-            assert_eq!(b.bytes(), &ints(&[total, 2 * n as i32])[..]);
+            assert_eq!(b.bytes(), &i32s(&[total, 2 * n as i32])[..]);
         }
         // Separate streams per rank work the same.
         let streams: Vec<_> = (0..n).map(|_| stream()).collect();
         comms[0].group_start().unwrap();
         comms[0].group_start().unwrap();
         for ((c, b), s) in comms.iter().zip(bufs.iter_mut()).zip(&streams) {
-            let r = b.wr(DT);
             // SAFETY: as above.
-            unsafe {
-                c.issue(
-                    &CommOp::AllReduce {
-                        send: r.as_read(),
-                        recv: r,
-                        dtype: DT,
-                        op: ReduceOp::Max,
-                    },
-                    s,
-                )
-            }
-            .unwrap();
+            unsafe { all_reduce_in_place(c, s, b, DT, ReduceOp::Max) }.unwrap();
         }
         assert_eq!(comms[0].group_end(), Ok(Progress::Done));
         assert!(
@@ -179,7 +151,7 @@ fn one_thread_drives_every_rank_in_a_group() {
             s.synchronize().unwrap();
         }
         for b in &bufs {
-            assert_eq!(b.bytes(), &ints(&[total, 2 * n as i32])[..]);
+            assert_eq!(b.bytes(), &i32s(&[total, 2 * n as i32])[..]);
         }
     }
 }
@@ -203,7 +175,7 @@ fn group_end_without_start_is_invalid_state() {
 fn a_bad_op_inside_a_group_is_refused_and_the_rest_runs() {
     let got = on_ranks(World::new(2).unwrap(), |c| {
         let s = stream();
-        let mut b = Buf::from_bytes(&ints(&[c.rank() as i32 + 1]));
+        let mut b = Buf::from_bytes(&i32s(&[c.rank() as i32 + 1]));
         let r = b.wr(DT);
         let mut short = Buf::filled(0, 0);
         c.group_start().unwrap();
@@ -238,31 +210,20 @@ fn a_bad_op_inside_a_group_is_refused_and_the_rest_runs() {
             bad_root,
             Err(Error::InvalidArgument { arg: "root", .. })
         ));
-        unsafe {
-            c.issue(
-                &CommOp::AllReduce {
-                    send: r.as_read(),
-                    recv: r,
-                    dtype: DT,
-                    op: ReduceOp::Sum,
-                },
-                &s,
-            )
-        }
-        .unwrap();
+        unsafe { c.issue(&in_place(&mut b, DT, ReduceOp::Sum), &s) }.unwrap();
         assert_eq!(c.group_end(), Ok(Progress::Done));
         s.synchronize().unwrap();
         assert_eq!(c.poll(), Ok(Progress::Done));
         b.bytes().to_vec()
     });
-    assert!(got.iter().all(|b| *b == ints(&[3])));
+    assert!(got.iter().all(|b| *b == i32s(&[3])));
 }
 
 #[test]
 fn p2p_count_mismatch_reaches_both_ends() {
     let errs = on_ranks(World::new(2).unwrap(), |c| {
         let s = stream();
-        let src = Buf::from_bytes(&ints(&[1, 2, 3, 4]));
+        let src = Buf::from_bytes(&i32s(&[1, 2, 3, 4]));
         let mut dst = Buf::filled(20, 0);
         // SAFETY: buffers outlive the synchronize below.
         unsafe {

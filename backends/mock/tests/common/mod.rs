@@ -5,7 +5,7 @@
 #![allow(dead_code)]
 
 use half::{bf16, f16};
-use oxccl_core::{DataType, RawBuf, RawBufMut};
+use oxccl_core::{CommOp, Communicator, DataType, Progress, RawBuf, RawBufMut, ReduceOp, Stream};
 use oxccl_mock::fp8;
 use oxccl_mock::{MockComm, MockStream};
 use std::time::Duration;
@@ -59,6 +59,64 @@ impl Buf {
     }
     pub fn wr_at(&mut self, dt: DataType, from: usize, len: usize) -> RawBufMut {
         RawBufMut::new(self.addr() + from * dt.size(), len)
+    }
+}
+
+/// `v` as the bytes of an i64 buffer (native endian, as the mock reads them).
+pub fn i64s(v: &[i64]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_ne_bytes()).collect()
+}
+
+/// `v` as the bytes of an i32 buffer.
+pub fn i32s(v: &[i32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_ne_bytes()).collect()
+}
+
+/// `v` as the bytes of an f32 buffer.
+pub fn f32s(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_ne_bytes()).collect()
+}
+
+/// An in-place all_reduce of the whole of `b` as elements of `dt`.
+pub fn in_place(b: &mut Buf, dt: DataType, op: ReduceOp) -> CommOp<'static> {
+    let r = b.wr(dt);
+    CommOp::AllReduce {
+        send: r.as_read(),
+        recv: r,
+        dtype: dt,
+        op,
+    }
+}
+
+/// Issues [`in_place`] of `b` on `c`, on `s`.
+///
+/// # Safety
+/// `b` must stay alive and untouched until `s` is past the op (synchronized), or `c` aborted.
+pub unsafe fn all_reduce_in_place(
+    c: &MockComm,
+    s: &MockStream,
+    b: &mut Buf,
+    dt: DataType,
+    op: ReduceOp,
+) -> oxccl_core::Result<()> {
+    // SAFETY: the caller's promise above is `issue`'s contract for `b`.
+    unsafe { c.issue(&in_place(b, dt, op), s) }
+}
+
+/// An in-place i64 sum all_reduce of `v` on `c` on a stream of its own, synchronized, then
+/// polled: the reduced value, or the error issue or poll gave.
+pub fn sum_i64(c: &MockComm, v: i64) -> oxccl_core::Result<i64> {
+    let s = stream();
+    let mut b = Buf::from_bytes(&i64s(&[v]));
+    // SAFETY: `b` outlives the synchronize below.
+    unsafe { all_reduce_in_place(c, &s, &mut b, DataType::Int64, ReduceOp::Sum) }?;
+    s.synchronize()?;
+    match c.poll()? {
+        Progress::Done => Ok(i64::from_ne_bytes(b.bytes().try_into().unwrap_or([0; 8]))),
+        Progress::InProgress => Err(oxccl_core::Error::invalid(
+            "comm",
+            format_args!("a communicator whose poll is Done after the sum"),
+        )),
     }
 }
 
