@@ -65,7 +65,10 @@ impl MockBackend {
 
     /// A backend with `features`, the fault `plan` for every communicator it makes,
     /// `nonblocking_polls` polls of `InProgress` for nonblocking inits, and how long a blocking
-    /// init waits for the other ranks before it fails with [`Error::Timeout`].
+    /// init waits for the other ranks before it fails with [`Error::Timeout`] (any `Duration`,
+    /// `Duration::MAX` included, is fine). A plan with a code that is not an error is refused
+    /// by each `init_rank` ([`FaultPlan::validate`]); its ranks are not checked, since one plan
+    /// serves communicators of every size.
     pub fn with_options(
         features: FeatureSet,
         plan: FaultPlan,
@@ -136,6 +139,8 @@ impl Backend for MockBackend {
             features: &self.inner.features,
         }
         .validate()?;
+        crate::world::check_size("size", size)?;
+        self.inner.plan.validate(None)?;
         cfg.check_for(self.version())?;
         let nonblocking = cfg.is_nonblocking();
         if nonblocking {
@@ -201,9 +206,9 @@ impl Backend for MockBackend {
                 let e = Error::Timeout {
                     what: text!(
                         "rank {rank} waiting for {} of {size} ranks to join",
-                        size - shared.joined.load(Ordering::Acquire)
+                        size.saturating_sub(shared.joined.load(Ordering::Acquire))
                     ),
-                    after_ms: start.elapsed().as_millis() as u64,
+                    after_ms: u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX),
                 };
                 oxccl_core::Communicator::abort(&comm, "init timed out");
                 return Err(e);

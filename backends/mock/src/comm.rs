@@ -13,7 +13,7 @@ use oxccl_core::text::text_str;
 use oxccl_core::traits::RegHandle;
 use oxccl_core::{
     check, text, CheckCtx, CommConfig, CommOp, CommState, DataType, Device, Error, Feature,
-    FeatureSet, OpKind, Progress, ReduceOp, Result, ResultCode,
+    FeatureSet, OpKind, Progress, ReduceOp, Result, ResultCode, Scalar,
 };
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -232,17 +232,37 @@ impl MockComm {
                 } else {
                     &mut seqs.1
                 };
-                match v.get_mut(p as usize) {
-                    Some(s) => {
-                        *s += 1;
-                        *s - 1
-                    }
-                    None => 0,
-                }
+                let s = v.entry(p).or_insert(0);
+                let this = *s;
+                // 2^64 messages on one pair cannot happen; wrapping keeps it panic-free anyway.
+                *s = s.wrapping_add(1);
+                this
             }
             _ => self.rs().coll_seq.fetch_add(1, Ordering::Relaxed),
         }
     }
+}
+
+/// A device premul-sum factor is read as one element of the buffer's type when the op runs:
+/// `check::op` refuses a null address; the mock also refuses one that is not aligned to the type
+/// (a GPU would fault) or whose element would wrap the address space, so the read is a valid
+/// span. Errors: [`Error::InvalidArgument`] on `"scalar"`.
+fn check_device_factor(op: &CommOp<'_>) -> Result<()> {
+    let (Some(ReduceOp::PreMulSum(Scalar::Device { addr })), Some(dt)) =
+        (op.reduce_op(), op.dtype())
+    else {
+        return Ok(());
+    };
+    let es = dt.size();
+    if addr % es != 0 || addr.checked_add(es).is_none() {
+        return Err(Error::invalid(
+            "scalar",
+            format_args!(
+                "a device premul-sum factor address aligned to {es} bytes for {dt}, with {es} bytes before the end of the address space, got {addr:#x}"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 impl oxccl_core::Reducer for MockComm {
@@ -324,6 +344,7 @@ impl oxccl_core::Communicator for MockComm {
 
     unsafe fn issue(&self, op: &CommOp<'_>, stream: &MockStream) -> Result<()> {
         check::op(op, &self.ctx())?;
+        check_device_factor(op)?;
         self.ensure_ready(op.kind().name())?;
         let index = self.rs().ops.fetch_add(1, Ordering::Relaxed);
         let fault = self.sh().plan.fault_for(self.rk(), index);
@@ -384,6 +405,20 @@ impl oxccl_core::Communicator for MockComm {
         cfg.check_for(self.sh().features.version())?;
         if cfg.is_nonblocking() {
             self.sh().features.require(Feature::NonBlocking)?;
+        }
+        // NCCL takes both as `int` (color -1 is NOCOLOR): the real backend refuses larger
+        // values, and so does the mock, before the call joins any rendezvous.
+        if let Some(c) = color.filter(|c| i32::try_from(*c).is_err()) {
+            return Err(Error::invalid(
+                "color",
+                format_args!("0..={}, got {c}", i32::MAX),
+            ));
+        }
+        if i32::try_from(key).is_err() {
+            return Err(Error::invalid(
+                "key",
+                format_args!("0..={}, got {key}", i32::MAX),
+            ));
         }
         self.ensure_ready("split")?;
         let seq = self.rs().split_seq.fetch_add(1, Ordering::Relaxed);
@@ -469,6 +504,14 @@ impl oxccl_core::Communicator for MockComm {
                 ),
             ));
         }
+        if addr.checked_add(bytes).is_none() {
+            return Err(Error::invalid(
+                "bytes",
+                format_args!(
+                    "a length that does not wrap the address space from {addr:#x}, got {bytes}"
+                ),
+            ));
+        }
         let mut regs = lock(&self.rs().regs);
         if regs.0.contains_key(&addr) {
             return Err(Error::invalid(
@@ -481,7 +524,8 @@ impl oxccl_core::Communicator for MockComm {
             addr,
             bytes,
         };
-        regs.1 += 1;
+        // usize::MAX registrations cannot happen; wrapping keeps it panic-free anyway.
+        regs.1 = regs.1.wrapping_add(1);
         regs.0.insert(addr, h);
         Ok(h)
     }

@@ -32,7 +32,14 @@ fn run_batch(jobs: Vec<Job>) {
             continue;
         }
         match job.fault {
-            Some(FaultKind::Delay(d)) => std::thread::sleep(d),
+            Some(FaultKind::Delay(d)) => {
+                job.comm.sleep_unless_dead(job.rank, d);
+                if !job.comm.alive(job.rank) {
+                    // Aborted during the delay: the op never joins (peers see the rank gone).
+                    job.comm.job_done(job.rank);
+                    continue;
+                }
+            }
             Some(FaultKind::Hang) => {
                 job.comm.block_until_dead(job.rank);
                 job.comm.job_done(job.rank);
@@ -45,7 +52,12 @@ fn run_batch(jobs: Vec<Job>) {
             }
             Some(FaultKind::Fail(_)) | None => {}
         }
-        post(&job);
+        if let Err(e) = post(&job) {
+            // The op could not be posted (the mock could not copy a send): the rank fails.
+            job.comm.fail(job.rank, e);
+            job.comm.job_done(job.rank);
+            continue;
+        }
         posted.push(job);
     }
     for job in posted {
@@ -56,7 +68,7 @@ fn run_batch(jobs: Vec<Job>) {
     }
 }
 
-fn post(job: &Job) {
+fn post(job: &Job) -> Result<()> {
     let d = &job.desc;
     match d.kind {
         // SAFETY: `issue`'s caller promised the buffers stay valid until the stream is past
@@ -65,9 +77,12 @@ fn post(job: &Job) {
             job.comm
                 .p2p_send(job.rank, d.peer.unwrap_or(0), job.seq, d.clone())
         },
-        OpKind::Recv => {}
+        OpKind::Recv => Ok(()),
         // SAFETY: as above.
-        _ => unsafe { job.comm.coll_post(job.rank, job.seq, d.clone()) },
+        _ => {
+            unsafe { job.comm.coll_post(job.rank, job.seq, d.clone()) };
+            Ok(())
+        }
     }
 }
 

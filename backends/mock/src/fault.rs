@@ -20,7 +20,7 @@
 //! A plan applies to the communicators a world (or a backend) creates directly; children made by
 //! `split` use the plan given by [`FaultPlan::in_children`] (none by default), with child ranks.
 
-use oxccl_core::ResultCode;
+use oxccl_core::{Error, Result, ResultCode};
 use std::time::Duration;
 
 /// What happens to one operation.
@@ -122,5 +122,41 @@ impl FaultPlan {
     /// The plan for split children (empty when none was given).
     pub fn children(&self) -> FaultPlan {
         self.children.as_deref().cloned().unwrap_or_default()
+    }
+
+    /// `Ok` when every planned failure is an error code of NCCL's (not success, not
+    /// in-progress, not an unknown number) and, when `size` is given, every rank it names is
+    /// below `size`. The children's plan is checked for its codes (children vary in size).
+    /// Errors are [`Error::InvalidArgument`] on `"plan"`.
+    pub fn validate(&self, size: Option<u32>) -> Result<()> {
+        for f in &self.faults {
+            if let FaultKind::Fail(code) = f.kind {
+                if code.name().is_none() || code.is_success() || code.is_in_progress() {
+                    return Err(Error::invalid(
+                        "plan",
+                        format_args!(
+                            "an error code to fail op {} of rank {} with (1..=6 or 8), got {code}",
+                            f.op, f.rank
+                        ),
+                    ));
+                }
+            }
+        }
+        if let Some(size) = size {
+            let ranks = self.faults.iter().map(|f| f.rank);
+            if let Some(r) = ranks
+                .chain(self.init_polls.iter().map(|(r, _)| *r))
+                .find(|r| *r >= size)
+            {
+                return Err(Error::invalid(
+                    "plan",
+                    format_args!("faults on ranks below the world's size {size}, got rank {r}"),
+                ));
+            }
+        }
+        match &self.children {
+            Some(c) => c.validate(None),
+            None => Ok(()),
+        }
     }
 }

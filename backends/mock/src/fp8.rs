@@ -199,6 +199,29 @@ mod tests {
     }
 
     #[test]
+    fn every_exponent_and_mantissa_edge_encodes_without_overflow() {
+        // Each f32 exponent (zeros, subnormals, normals, inf/NaN) with mantissa edges and both
+        // signs: `encode`'s shifts and sums are exercised over the whole input range.
+        for exp in 0u32..=0xFF {
+            for mant in [0u32, 1, 0x3F_FFFF, 0x40_0000, 0x7F_FFFE, 0x7F_FFFF] {
+                for sign in [0u32, 1 << 31] {
+                    let x = f32::from_bits(sign | (exp << 23) | mant);
+                    for (enc, dec) in [
+                        (f32_to_e4m3 as fn(f32) -> u8, e4m3_to_f32 as fn(u8) -> f32),
+                        (f32_to_e5m2, e5m2_to_f32),
+                    ] {
+                        let back = dec(enc(x));
+                        assert!(x.is_nan() == back.is_nan(), "{x:e}");
+                        if !x.is_nan() {
+                            assert!(back.abs() <= 57344.0, "{x:e} -> {back}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
     fn rounding_matches_brute_force() {
         let mut x = -600.0f32;
         while x < 600.0 {

@@ -53,4 +53,4 @@ pub use backend::{MockBackend, DEFAULT_INIT_TIMEOUT};
 pub use comm::{MockComm, MockRedOp};
 pub use fault::{Fault, FaultKind, FaultPlan};
 pub use stream::{MockEvent, MockStream, DROP_GRACE};
-pub use world::{World, WorldBuilder, DEFAULT_VERSION};
+pub use world::{World, WorldBuilder, DEFAULT_VERSION, MAX_RANKS};

@@ -2,19 +2,40 @@
 //!
 //! Every collective first copies all inputs, then computes, then writes all outputs, so in-place
 //! operations (send and recv the same memory) read before anything is overwritten.
+//!
+//! What makes each access sound: `issue` runs `oxccl_core::check::op` first, so every buffer
+//! (address, element count, type) that reaches here is non-null when non-empty, spans at most
+//! `isize::MAX` bytes, does not wrap the address space, and is aligned to its type; a device
+//! premul-sum factor is non-null, aligned to its type and does not wrap (checked by the mock's
+//! `issue`). The accesses are byte copies (`u8` has no alignment requirement), of exactly the
+//! span those rules validated; that the memory behind it is live and not used by anyone else
+//! until the op completes is the caller's promise to the unsafe `issue`.
 
-/// Copies `bytes` bytes from host address `addr`.
+use oxccl_core::text::text_str;
+use oxccl_core::{text, Error, Result, ResultCode};
+
+/// Copies `bytes` bytes from host address `addr` (`what` names the buffer for the error when the
+/// mock cannot allocate its copy: `Backend { code: SystemError }`, never an abort).
 ///
 /// # Safety
 /// `addr..addr + bytes` must be readable host memory (the contract of `Communicator::issue`).
-pub(crate) unsafe fn read(addr: usize, bytes: usize) -> Vec<u8> {
-    let mut v = vec![0u8; bytes];
+pub(crate) unsafe fn read(addr: usize, bytes: usize, what: &str) -> Result<Vec<u8>> {
+    let mut v: Vec<u8> = Vec::new();
+    v.try_reserve_exact(bytes).map_err(|_| Error::Backend {
+        code: ResultCode::SYSTEM_ERROR,
+        text: text_str(crate::comm::code_text(ResultCode::SYSTEM_ERROR)),
+        last: text!("cannot allocate {bytes} bytes for the mock's copy of the {what} buffer"),
+    })?;
     if bytes != 0 {
-        // SAFETY: the caller guarantees the source range is valid for reads; `v` is a fresh
-        // allocation of `bytes` bytes, so the ranges cannot overlap.
-        unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, v.as_mut_ptr(), bytes) };
+        // SAFETY: the caller guarantees the source range is valid for reads; `v` has capacity
+        // for `bytes` bytes in a fresh allocation, so the ranges cannot overlap; every byte
+        // up to `bytes` is written before the length is set.
+        unsafe {
+            std::ptr::copy_nonoverlapping(addr as *const u8, v.as_mut_ptr(), bytes);
+            v.set_len(bytes);
+        }
     }
-    v
+    Ok(v)
 }
 
 /// Copies `data` to host address `addr`.

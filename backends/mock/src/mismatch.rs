@@ -19,7 +19,7 @@ fn per_rank<T: std::fmt::Display>(vals: &[T]) -> Text {
 }
 
 fn agree<T: PartialEq + std::fmt::Display>(what: &'static str, vals: Vec<T>) -> Result<()> {
-    if vals.windows(2).all(|w| w[0] == w[1]) {
+    if vals.windows(2).all(|w| matches!(w, [a, b] if a == b)) {
         return Ok(());
     }
     Err(Error::Mismatch {

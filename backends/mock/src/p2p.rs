@@ -17,13 +17,16 @@ impl CommShared {
     ///
     /// # Safety
     /// `desc.send` must be readable host memory.
-    pub(crate) unsafe fn p2p_send(&self, src: u32, dst: u32, seq: u64, desc: OpDesc) {
-        // SAFETY: the caller's promise for the send buffer.
-        let data = unsafe { read(desc.send.addr, desc.send.len * desc.elem()) };
+    pub(crate) unsafe fn p2p_send(&self, src: u32, dst: u32, seq: u64, desc: OpDesc) -> Result<()> {
+        // `check::op` bounded the span to isize::MAX bytes, so the product cannot saturate.
+        let bytes = desc.send.len.saturating_mul(desc.elem());
+        // SAFETY: the caller's promise for the send buffer, of the span the checks validated.
+        let data = unsafe { read(desc.send.addr, bytes, "send") }?;
         lock(&self.hub)
             .mail
             .insert((src, dst, seq), Msg { desc, data });
         self.cv.notify_all();
+        Ok(())
     }
 
     /// Receives message `seq` from `src` into `desc.recv` as `dst`.
@@ -50,7 +53,8 @@ impl CommShared {
                     return Err(e);
                 }
                 drop(hub);
-                // SAFETY: the caller's promise for the recv buffer; lengths were matched above.
+                // SAFETY: the caller's promise for the recv buffer; `check_p2p` matched the
+                // message's element count and type to it, so `msg.data` is exactly its span.
                 unsafe { write(desc.recv.addr, &msg.data) };
                 return Ok(());
             }

@@ -36,8 +36,9 @@ pub(crate) struct RankState {
     pub coll_seq: AtomicU64,
     /// Next split sequence number.
     pub split_seq: AtomicU64,
-    /// Next send sequence number per destination, next recv sequence number per source.
-    pub p2p_seq: Mutex<(Vec<u64>, Vec<u64>)>,
+    /// Next send sequence number per destination, next recv sequence number per source (only
+    /// the peers used: a vector per rank would cost size² for the world).
+    pub p2p_seq: Mutex<(HashMap<u32, u64>, HashMap<u32, u64>)>,
     /// Jobs handed to streams and not finished (finalize and drop wait for them).
     pub pending: Mutex<usize>,
     pub pending_cv: Condvar,
@@ -130,7 +131,7 @@ impl CommShared {
                     ops: AtomicU64::new(0),
                     coll_seq: AtomicU64::new(0),
                     split_seq: AtomicU64::new(0),
-                    p2p_seq: Mutex::new((vec![0; n], vec![0; n])),
+                    p2p_seq: Mutex::new((HashMap::new(), HashMap::new())),
                     pending: Mutex::new(0),
                     pending_cv: Condvar::new(),
                     regs: Mutex::new((HashMap::new(), 1)),
@@ -244,6 +245,21 @@ impl CommShared {
         let mut hub = lock(&self.hub);
         while hub.dead.get(rank as usize).is_some_and(|d| d.is_none()) {
             hub = wait_for(&self.cv, hub, TICK);
+        }
+    }
+
+    /// Sleeps up to `d` on the calling stream (a planned delay), ending early once `rank` is
+    /// dead, so that abort ends any delay (`Duration::MAX` included: it lasts until then).
+    pub(crate) fn sleep_unless_dead(&self, rank: u32, d: Duration) {
+        // `None`: beyond what the clock can express, i.e. until the rank dies.
+        let deadline = Instant::now().checked_add(d);
+        let mut hub = lock(&self.hub);
+        while hub.dead.get(rank as usize).is_some_and(|x| x.is_none()) {
+            let left = deadline.map_or(TICK, |t| t.saturating_duration_since(Instant::now()));
+            if left.is_zero() {
+                return;
+            }
+            hub = wait_for(&self.cv, hub, left.min(TICK));
         }
     }
 

@@ -5,6 +5,23 @@ use crate::fault::FaultPlan;
 use crate::shared::CommShared;
 use oxccl_core::{Device, Error, Feature, FeatureSet, Result, Version};
 
+/// The most ranks one mock communicator may have (a world, an `init_rank` size). Every rank
+/// lives in this process with its own state (about a kilobyte, and each collective keeps a
+/// slot per rank), so a size near `i32::MAX` would exhaust memory instead of failing; larger
+/// sizes are refused with [`Error::InvalidArgument`] on `"n"` (a world) or `"size"` (a backend).
+pub const MAX_RANKS: u32 = 1 << 17;
+
+/// `Ok` when `size` ranks fit in one process (see [`MAX_RANKS`]); otherwise an error on `arg`.
+pub(crate) fn check_size(arg: &'static str, size: u32) -> Result<()> {
+    if size > MAX_RANKS {
+        return Err(Error::invalid(
+            arg,
+            format_args!("at most {MAX_RANKS} ranks in one mock communicator, got {size}"),
+        ));
+    }
+    Ok(())
+}
+
 /// The NCCL release a world imitates unless told otherwise.
 pub const DEFAULT_VERSION: Version = Version::new(2, 28, 3);
 
@@ -13,7 +30,7 @@ pub const DEFAULT_VERSION: Version = Version::new(2, 28, 3);
 pub struct World;
 
 impl World {
-    /// `n` ranks (`n >= 1`) imitating NCCL [`DEFAULT_VERSION`], blocking, without faults.
+    /// `n` ranks (`1 <= n <= MAX_RANKS`) imitating NCCL [`DEFAULT_VERSION`], blocking, without faults.
     #[allow(clippy::new_ret_no_self)] // a world is its communicators, one per rank
     pub fn new(n: u32) -> Result<Vec<MockComm>> {
         World::builder(n).build()
@@ -69,20 +86,19 @@ impl WorldBuilder {
         self
     }
 
-    /// The communicators, rank i at index i (device label i).
+    /// The communicators, rank i at index i (device label i). No thread is started: each
+    /// stream the caller makes has its worker. Errors: [`Error::InvalidArgument`] on `"n"` (0
+    /// or above [`MAX_RANKS`]) or `"plan"` (see [`FaultPlan::validate`]), and
+    /// [`Error::Unsupported`] for nonblocking on a release without it.
     pub fn build(self) -> Result<Vec<MockComm>> {
-        let ctx = oxccl_core::CheckCtx {
-            rank: 0,
-            size: self.n,
-            features: &self.features,
-        };
-        ctx.validate()?;
         if self.n == 0 {
             return Err(Error::invalid(
                 "n",
                 format_args!("at least one rank, got 0"),
             ));
         }
+        check_size("n", self.n)?;
+        self.plan.validate(Some(self.n))?;
         if self.nonblocking.is_some() {
             self.features.require(Feature::NonBlocking)?;
         }
