@@ -432,7 +432,7 @@ fn one_thread_splits_every_rank_of_a_nonblocking_world() {
     k0.group_start().unwrap();
     for (k, b, s) in [(k0, &mut b0, &s0), (k2, &mut b2, &s2)] {
         // SAFETY: the buffers outlive the synchronize below.
-        unsafe { all_reduce_in_place(&k, s, b, DT, ReduceOp::Sum) }.unwrap();
+        unsafe { all_reduce_in_place(k, s, b, DT, ReduceOp::Sum) }.unwrap();
     }
     assert_eq!(k0.group_end(), Ok(Progress::InProgress));
     for k in [k0, k2] {
