@@ -209,10 +209,19 @@ impl MockComm {
         if !self.sh().drained(self.rk()) {
             return Ok(Progress::InProgress);
         }
-        let mut life = lock(&self.rs().life);
+        let life = lock(&self.rs().life);
         if life.cycle.state() != CommState::Finalizing {
             return Ok(Progress::Done);
         }
+        self.end_finalize(life)
+    }
+
+    /// The end of a finalize whose work has drained (`life` locked): the asynchronous error if
+    /// any, else `Finalized`, and the peers see the rank gone.
+    fn end_finalize(
+        &self,
+        mut life: std::sync::MutexGuard<'_, crate::shared::Life>,
+    ) -> Result<Progress> {
         if let Some(e) = &life.error {
             return Err(e.clone());
         }
@@ -483,14 +492,7 @@ impl oxccl_core::Communicator for MockComm {
             }
         }
         self.sh().wait_drained(self.rk(), None);
-        let mut life = lock(&self.rs().life);
-        if let Some(e) = &life.error {
-            return Err(e.clone());
-        }
-        life.cycle.finalize_done()?;
-        drop(life);
-        self.sh().mark_dead(self.rk(), text!("finalized"));
-        Ok(Progress::Done)
+        self.end_finalize(lock(&self.rs().life))
     }
 
     fn register(&self, addr: usize, bytes: usize) -> Result<RegHandle> {
