@@ -13,7 +13,7 @@ use oxccl_core::text::text_str;
 use oxccl_core::traits::RegHandle;
 use oxccl_core::{
     check, text, CheckCtx, CommConfig, CommOp, CommState, DataType, Device, Error, Feature,
-    FeatureSet, OpKind, Progress, ReduceOp, Result, ResultCode, Scalar,
+    FeatureSet, OpKind, Progress, ReduceOp, Result, ResultCode,
 };
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -252,28 +252,6 @@ impl MockComm {
     }
 }
 
-/// A device premul-sum factor is read as one element of the buffer's type when the op runs:
-/// `check::op` refuses a null address; the mock also refuses one that is not aligned to the type
-/// (a GPU would fault) or whose element would wrap the address space, so the read is a valid
-/// span. Errors: [`Error::InvalidArgument`] on `"scalar"`.
-fn check_device_factor(op: &CommOp<'_>) -> Result<()> {
-    let (Some(ReduceOp::PreMulSum(Scalar::Device { addr })), Some(dt)) =
-        (op.reduce_op(), op.dtype())
-    else {
-        return Ok(());
-    };
-    let es = dt.size();
-    if addr % es != 0 || addr.checked_add(es).is_none() {
-        return Err(Error::invalid(
-            "scalar",
-            format_args!(
-                "a device premul-sum factor address aligned to {es} bytes for {dt}, with {es} bytes before the end of the address space, got {addr:#x}"
-            ),
-        ));
-    }
-    Ok(())
-}
-
 impl oxccl_core::Reducer for MockComm {
     type RedOp = MockRedOp;
 
@@ -353,7 +331,6 @@ impl oxccl_core::Communicator for MockComm {
 
     unsafe fn issue(&self, op: &CommOp<'_>, stream: &MockStream) -> Result<()> {
         check::op(op, &self.ctx())?;
-        check_device_factor(op)?;
         self.ensure_ready(op.kind().name())?;
         let index = self.rs().ops.fetch_add(1, Ordering::Relaxed);
         let fault = self.sh().plan.fault_for(self.rk(), index);

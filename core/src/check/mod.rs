@@ -143,12 +143,25 @@ pub fn reduce_op(ctx: &CheckCtx<'_>, dtype: DataType, op: &ReduceOp) -> Result<(
                 s.dtype()
             ),
         )),
-        ReduceOp::PreMulSum(Scalar::Device { addr: 0 }) => Err(Error::invalid(
-            "scalar",
-            format_args!("a non-null device address for the premul-sum factor"),
-        )),
+        ReduceOp::PreMulSum(Scalar::Device { addr }) => device_factor(*addr, dtype),
         _ => Ok(()),
     }
+}
+
+/// A device premul-sum factor: one element of `dtype` at a non-null, aligned address whose
+/// element does not wrap the address space (NCCL reads it when the collective runs).
+fn device_factor(addr: usize, dtype: DataType) -> Result<()> {
+    let fits = addr.checked_add(dtype.size()).is_some();
+    if addr == 0 || addr % dtype.size() != 0 || !fits {
+        return Err(Error::invalid(
+            "scalar",
+            format_args!(
+                "a non-null device address of one {dtype} aligned to {} bytes for the premul-sum factor, got {addr:#x}",
+                dtype.size()
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// A root (or peer) is a rank of the communicator.

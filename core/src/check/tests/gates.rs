@@ -133,6 +133,15 @@ fn premul_sum_types_and_factors() {
         if takes {
             assert!(reduce_op(&c, dt, &dev).is_ok(), "{dt}");
             refused(reduce_op(&c, dt, &null), "scalar");
+            // misaligned, or an element running past the end of the address space
+            for bad in [A + 1, usize::MAX, usize::MAX & !7] {
+                let r = reduce_op(&c, dt, &ReduceOp::PreMulSum(Scalar::Device { addr: bad }));
+                if bad % dt.size() != 0 || bad.checked_add(dt.size()).is_none() {
+                    refused(r, "scalar");
+                } else {
+                    assert!(r.is_ok(), "{dt} {bad:#x}");
+                }
+            }
         } else {
             refused(reduce_op(&c, dt, &dev), "op");
             refused(reduce_op(&c, dt, &null), "op");
