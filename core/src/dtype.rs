@@ -151,6 +151,12 @@ mod tests {
     }
 
     #[test]
+    fn sizes_are_powers_of_two() {
+        // check::buffers relies on it to test alignment with a mask.
+        assert!(DataType::ALL.iter().all(|t| t.size().is_power_of_two()));
+    }
+
+    #[test]
     fn sizes_match_nccl() {
         let sizes: [usize; 12] = [1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1];
         for (t, s) in DataType::ALL.iter().zip(sizes) {
