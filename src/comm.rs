@@ -57,7 +57,10 @@ fn host_op<T: NcclType>(op: ReduceOp) -> Result<ReduceOp> {
 /// As [`Communicator::issue`].
 unsafe fn issue_ready(comm: &NcclComm, stream: &NcclStream, op: &CommOp<'_>) -> Result<()> {
     // SAFETY: forwarded contract.
-    match unsafe { comm.issue(op, stream) } {
+    let first = unsafe { comm.issue(op, stream) };
+    match first {
+        // The common case returns a fresh `Ok` rather than moving the large `Result`.
+        Ok(()) => Ok(()),
         Err(Error::InvalidState {
             state: CommState::Initializing,
             ..
@@ -66,7 +69,7 @@ unsafe fn issue_ready(comm: &NcclComm, stream: &NcclStream, op: &CommOp<'_>) -> 
             // SAFETY: forwarded contract.
             unsafe { comm.issue(op, stream) }
         }
-        other => other,
+        Err(e) => Err(e),
     }
 }
 
@@ -76,7 +79,7 @@ fn rd<'a, T>(
     s: &'a impl DevicePtr<T>,
     st: &'a CudaStream,
 ) -> Result<(RawBuf, SyncOnDrop<'a>)> {
-    same_device(arg, dev, s)?;
+    same_device(arg, dev, s, st)?;
     let (ptr, sync) = s.device_ptr(st);
     Ok((RawBuf::new(ptr as usize, s.len()), sync))
 }
@@ -87,13 +90,23 @@ fn wr<'a, T>(
     s: &'a mut impl DevicePtrMut<T>,
     st: &'a CudaStream,
 ) -> Result<(RawBufMut, SyncOnDrop<'a>)> {
-    same_device(arg, dev, s)?;
+    same_device(arg, dev, s, st)?;
     let len = s.len();
     let (ptr, sync) = s.device_ptr_mut(st);
     Ok((RawBufMut::new(ptr as usize, len), sync))
 }
 
-fn same_device<T>(arg: &'static str, dev: Device, s: &impl DeviceSlice<T>) -> Result<()> {
+/// `s` lives on the communicator's device. Memory allocated on the communicator's own stream
+/// (the common case) is recognised by pointer, without reading the context.
+fn same_device<T>(
+    arg: &'static str,
+    dev: Device,
+    s: &impl DeviceSlice<T>,
+    st: &CudaStream,
+) -> Result<()> {
+    if std::ptr::eq(Arc::as_ptr(s.stream()), st) {
+        return Ok(());
+    }
     let ordinal = s.stream().context().ordinal();
     if ordinal != dev.0 as usize {
         return Err(Error::invalid(
