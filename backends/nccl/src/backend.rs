@@ -4,8 +4,7 @@ use crate::comm::{NcclComm, Raw, Settings};
 use crate::cuda::cuda_error;
 use cudarc::driver::CudaContext;
 use oxccl_core::{
-    text, Backend, CommConfig, Device, Error, Feature, FeatureSet, Missing, Result, ResultCode,
-    UniqueId, Version,
+    Backend, CommConfig, Device, Error, Feature, FeatureSet, Result, ResultCode, UniqueId, Version,
 };
 use oxccl_loader::{Library, LoadError, RawComm};
 use std::sync::Arc;
@@ -28,21 +27,6 @@ impl std::fmt::Debug for NcclBackend {
             .field("path", &self.lib.path())
             .field("version", &self.lib.version())
             .finish()
-    }
-}
-
-fn absent(feature: Feature, symbol: &'static str) -> Error {
-    Error::Unsupported {
-        feature,
-        missing: Missing::SymbolAbsent { symbol },
-    }
-}
-
-fn base_absent(symbol: &str) -> Error {
-    Error::Backend {
-        code: ResultCode::INTERNAL_ERROR,
-        text: text!("symbol absent"),
-        last: text!("{symbol}"),
     }
 }
 
@@ -134,7 +118,9 @@ impl NcclBackend {
             }
         }
         if raw.is_null() {
-            return Err(base_absent("communicator handle (init returned none)"));
+            return Err(crate::absent::base_symbol(
+                "communicator handle (init returned none)",
+            ));
         }
         Ok(NcclComm::wrap(
             self.lib.clone(),
@@ -179,7 +165,7 @@ impl NcclBackend {
             .lib
             .api()
             .comm_init_all
-            .ok_or_else(|| base_absent("ncclCommInitAll"))?;
+            .ok_or_else(|| crate::absent::base_symbol("ncclCommInitAll"))?;
         let list: Vec<i32> = devices.iter().map(|&d| d as i32).collect();
         let mut raws: Vec<RawComm> = vec![std::ptr::null_mut(); devices.len()];
         // SAFETY: `raws` has room for `n` handles; `list` holds `n` device ordinals.
@@ -237,7 +223,10 @@ impl NcclBackend {
             .lib
             .api()
             .comm_init_rank_scalable
-            .ok_or(absent(Feature::ScalableInit, "ncclCommInitRankScalable"))?;
+            .ok_or(crate::absent::feature_symbol(
+                Feature::ScalableInit,
+                "ncclCommInitRankScalable",
+            ))?;
         let mut ids_copy = ids.to_vec();
         let mut raw: RawComm = std::ptr::null_mut();
         // SAFETY: valid out-pointer; `ids_copy` holds `n_ids` ids; config null or built for the
@@ -274,7 +263,7 @@ impl Backend for NcclBackend {
             .lib
             .api()
             .get_unique_id
-            .ok_or_else(|| base_absent("ncclGetUniqueId"))?;
+            .ok_or_else(|| crate::absent::base_symbol("ncclGetUniqueId"))?;
         let mut id = UniqueId([0u8; UniqueId::LEN]);
         // SAFETY: `id` is a #[repr(C)] 128-byte ncclUniqueId.
         self.lib
@@ -294,27 +283,29 @@ impl Backend for NcclBackend {
         let mut buf = NcclComm::config_buf(cfg, &self.lib)?;
         let ctx = Self::context(device)?;
         let mut raw: RawComm = std::ptr::null_mut();
-        let code = match buf.as_mut() {
-            Some(b) => {
-                let f = self
-                    .lib
-                    .api()
-                    .comm_init_rank_config
-                    .ok_or(absent(Feature::NonBlocking, "ncclCommInitRankConfig"))?;
-                // SAFETY: valid out-pointer; the id is passed by value; the config was built for
-                // the loaded version and lives for the call.
-                unsafe { f(&mut raw, n, *id, r, b.as_mut_ptr()) }
-            }
-            None => {
-                let f = self
-                    .lib
-                    .api()
-                    .comm_init_rank
-                    .ok_or_else(|| base_absent("ncclCommInitRank"))?;
-                // SAFETY: valid out-pointer; the id is passed by value.
-                unsafe { f(&mut raw, n, *id, r) }
-            }
-        };
+        let code =
+            match buf.as_mut() {
+                Some(b) => {
+                    let f = self.lib.api().comm_init_rank_config.ok_or(
+                        crate::absent::feature_symbol(
+                            Feature::NonBlocking,
+                            "ncclCommInitRankConfig",
+                        ),
+                    )?;
+                    // SAFETY: valid out-pointer; the id is passed by value; the config was built for
+                    // the loaded version and lives for the call.
+                    unsafe { f(&mut raw, n, *id, r, b.as_mut_ptr()) }
+                }
+                None => {
+                    let f = self
+                        .lib
+                        .api()
+                        .comm_init_rank
+                        .ok_or_else(|| crate::absent::base_symbol("ncclCommInitRank"))?;
+                    // SAFETY: valid out-pointer; the id is passed by value.
+                    unsafe { f(&mut raw, n, *id, r) }
+                }
+            };
         self.wrap_new(
             ctx,
             code,

@@ -240,7 +240,9 @@ impl NcclComm {
         result
     }
 
-    fn set_config_ptr(cfg: &CommConfig, lib: &Library) -> Result<Option<ConfigBuf>> {
+    /// The `ncclConfig_t` for `cfg`, or none when nothing is set (NCCL's defaults, or the
+    /// parent's config for a split).
+    pub(crate) fn config_buf(cfg: &CommConfig, lib: &Library) -> Result<Option<ConfigBuf>> {
         if cfg.set_fields().next().is_none() {
             return Ok(None);
         }
@@ -248,18 +250,12 @@ impl NcclComm {
         ConfigBuf::new(cfg, lib.version()).map(Some)
     }
 
-    pub(crate) fn config_buf(cfg: &CommConfig, lib: &Library) -> Result<Option<ConfigBuf>> {
-        Self::set_config_ptr(cfg, lib)
-    }
-
     fn query_rank_size(lib: &Library, raw: RawComm) -> Result<(u32, u32)> {
         let api = lib.api();
         let (Some(count), Some(user_rank)) = (api.comm_count, api.comm_user_rank) else {
-            return Err(Error::Backend {
-                code: ResultCode::INTERNAL_ERROR,
-                text: text!("symbol absent"),
-                last: text!("ncclCommCount / ncclCommUserRank"),
-            });
+            return Err(crate::absent::base_symbol(
+                "ncclCommCount / ncclCommUserRank",
+            ));
         };
         let (mut n, mut r) = (0i32, 0i32);
         // SAFETY: `raw` is a live communicator; the out-pointers are valid locals.
@@ -338,12 +334,15 @@ impl NcclComm {
         let cfg_ptr = buf
             .as_mut()
             .map_or(std::ptr::null_mut(), |b| b.as_mut_ptr());
-        let f = self.inner.lib.api().comm_shrink.ok_or(Error::Unsupported {
-            feature: Feature::Shrink,
-            missing: oxccl_core::Missing::SymbolAbsent {
-                symbol: "ncclCommShrink",
-            },
-        })?;
+        let f = self
+            .inner
+            .lib
+            .api()
+            .comm_shrink
+            .ok_or(crate::absent::feature_symbol(
+                Feature::Shrink,
+                "ncclCommShrink",
+            ))?;
         let mut new: RawComm = std::ptr::null_mut();
         // SAFETY: live communicator; `list` outlives the call; `cfg_ptr` is null or points to a
         // config built for the loaded version.
@@ -440,21 +439,23 @@ impl Communicator for NcclComm {
     }
 
     fn group_start(&self) -> Result<()> {
-        let f = self.inner.lib.api().group_start.ok_or(Error::Backend {
-            code: ResultCode::INTERNAL_ERROR,
-            text: text!("symbol absent"),
-            last: text!("ncclGroupStart"),
-        })?;
+        let f = self
+            .inner
+            .lib
+            .api()
+            .group_start
+            .ok_or(crate::absent::base_symbol("ncclGroupStart"))?;
         // SAFETY: no arguments; per-thread group depth inside NCCL.
         self.inner.lib.check(unsafe { f() }, std::ptr::null_mut())
     }
 
     fn group_end(&self) -> Result<Progress> {
-        let f = self.inner.lib.api().group_end.ok_or(Error::Backend {
-            code: ResultCode::INTERNAL_ERROR,
-            text: text!("symbol absent"),
-            last: text!("ncclGroupEnd"),
-        })?;
+        let f = self
+            .inner
+            .lib
+            .api()
+            .group_end
+            .ok_or(crate::absent::base_symbol("ncclGroupEnd"))?;
         // SAFETY: no arguments.
         let code = unsafe { f() };
         self.inner.lib.progress(code, std::ptr::null_mut())
@@ -474,12 +475,15 @@ impl Communicator for NcclComm {
         let cfg_ptr = buf
             .as_mut()
             .map_or(std::ptr::null_mut(), |b| b.as_mut_ptr());
-        let f = self.inner.lib.api().comm_split.ok_or(Error::Unsupported {
-            feature: Feature::Split,
-            missing: oxccl_core::Missing::SymbolAbsent {
-                symbol: "ncclCommSplit",
-            },
-        })?;
+        let f = self
+            .inner
+            .lib
+            .api()
+            .comm_split
+            .ok_or(crate::absent::feature_symbol(
+                Feature::Split,
+                "ncclCommSplit",
+            ))?;
         let mut new: RawComm = std::ptr::null_mut();
         // SAFETY: live, ready communicator; `cfg_ptr` is null (inherit the parent's config) or a
         // config built for the loaded version and alive for the call.
@@ -516,12 +520,10 @@ impl Communicator for NcclComm {
             .lib
             .api()
             .comm_finalize
-            .ok_or(Error::Unsupported {
-                feature: Feature::Finalize,
-                missing: oxccl_core::Missing::SymbolAbsent {
-                    symbol: "ncclCommFinalize",
-                },
-            })?;
+            .ok_or(crate::absent::feature_symbol(
+                Feature::Finalize,
+                "ncclCommFinalize",
+            ))?;
         // SAFETY: live communicator; finalize flushes its outstanding work.
         let code = unsafe { f(self.inner.raw) };
         self.finish(code, "finalize")?;
@@ -550,11 +552,10 @@ impl Communicator for NcclComm {
 
 /// `ncclCommGetAsyncError` as progress: Done, InProgress, or the communicator's error.
 pub(crate) fn poll_raw(lib: &Library, raw: RawComm) -> Result<Progress> {
-    let f = lib.api().comm_get_async_error.ok_or(Error::Backend {
-        code: ResultCode::INTERNAL_ERROR,
-        text: text!("symbol absent"),
-        last: text!("ncclCommGetAsyncError"),
-    })?;
+    let f = lib
+        .api()
+        .comm_get_async_error
+        .ok_or(crate::absent::base_symbol("ncclCommGetAsyncError"))?;
     let mut async_code = 0i32;
     // SAFETY: callers pass a live communicator; the out-pointer is a valid local.
     let code = unsafe { f(raw, &mut async_code) };

@@ -6,22 +6,12 @@
 use crate::comm::NcclComm;
 use crate::cuda::cuda_error;
 use crate::stream::NcclStream;
-use oxccl_core::{
-    check, text, CommOp, DataType, Error, Feature, ReduceOp, Reducer, Result, ResultCode,
-};
+use oxccl_core::{check, CommOp, DataType, Feature, ReduceOp, Reducer, Result, ResultCode};
 use oxccl_loader::{Api, RawComm, RawStream};
 use std::ffi::c_void;
 
 type P = *const c_void;
 type M = *mut c_void;
-
-fn absent(name: &'static str) -> Error {
-    Error::Backend {
-        code: ResultCode::INTERNAL_ERROR,
-        text: text!("symbol absent"),
-        last: text!("{name}"),
-    }
-}
 
 fn p(addr: usize) -> P {
     addr as P
@@ -162,7 +152,7 @@ pub(crate) unsafe fn issue(comm: &NcclComm, op: &CommOp<'_>, stream: &NcclStream
                     c.comm,
                     c.stream,
                 ),
-                None => return Err(absent("ncclAllReduce")),
+                None => return Err(crate::absent::base_symbol("ncclAllReduce")),
             },
             CommOp::Broadcast {
                 send,
@@ -179,7 +169,7 @@ pub(crate) unsafe fn issue(comm: &NcclComm, op: &CommOp<'_>, stream: &NcclStream
                     c.comm,
                     c.stream,
                 ),
-                None => return Err(absent("ncclBroadcast")),
+                None => return Err(crate::absent::base_symbol("ncclBroadcast")),
             },
             CommOp::Reduce {
                 send,
@@ -198,7 +188,7 @@ pub(crate) unsafe fn issue(comm: &NcclComm, op: &CommOp<'_>, stream: &NcclStream
                     c.comm,
                     c.stream,
                 ),
-                None => return Err(absent("ncclReduce")),
+                None => return Err(crate::absent::base_symbol("ncclReduce")),
             },
             CommOp::AllGather { send, recv, dtype } => match api.all_gather {
                 Some(f) => f(
@@ -209,7 +199,7 @@ pub(crate) unsafe fn issue(comm: &NcclComm, op: &CommOp<'_>, stream: &NcclStream
                     c.comm,
                     c.stream,
                 ),
-                None => return Err(absent("ncclAllGather")),
+                None => return Err(crate::absent::base_symbol("ncclAllGather")),
             },
             CommOp::ReduceScatter {
                 send, recv, dtype, ..
@@ -223,7 +213,7 @@ pub(crate) unsafe fn issue(comm: &NcclComm, op: &CommOp<'_>, stream: &NcclStream
                     c.comm,
                     c.stream,
                 ),
-                None => return Err(absent("ncclReduceScatter")),
+                None => return Err(crate::absent::base_symbol("ncclReduceScatter")),
             },
             CommOp::AllToAll { send, recv, dtype } => {
                 let per = send.len / size;
@@ -323,7 +313,7 @@ pub(crate) unsafe fn issue(comm: &NcclComm, op: &CommOp<'_>, stream: &NcclStream
                 counts,
             } => {
                 let Some(bcast) = api.broadcast else {
-                    return Err(absent("ncclBroadcast"));
+                    return Err(crate::absent::base_symbol("ncclBroadcast"));
                 };
                 c.grouped(|| {
                     let mut off = 0usize;
@@ -343,7 +333,7 @@ pub(crate) unsafe fn issue(comm: &NcclComm, op: &CommOp<'_>, stream: &NcclStream
                 ..
             } => {
                 let Some(reduce) = api.reduce else {
-                    return Err(absent("ncclReduce"));
+                    return Err(crate::absent::base_symbol("ncclReduce"));
                 };
                 c.grouped(|| {
                     let mut off = 0usize;
@@ -370,7 +360,7 @@ pub(crate) unsafe fn issue(comm: &NcclComm, op: &CommOp<'_>, stream: &NcclStream
                         c.comm,
                         c.stream,
                     ),
-                    None => return Err(absent("ncclAllReduce")),
+                    None => return Err(crate::absent::base_symbol("ncclAllReduce")),
                 }
             }
         }
@@ -393,7 +383,7 @@ fn barrier_scratch(comm: &NcclComm, stream: &NcclStream) -> Result<usize> {
         .scratch
         .get()
         .map(|s| slice_addr(s, stream))
-        .ok_or_else(|| absent("scratch"))
+        .ok_or_else(|| crate::absent::base_symbol("scratch"))
 }
 
 fn slice_addr(s: &cudarc::driver::CudaSlice<f32>, stream: &NcclStream) -> usize {

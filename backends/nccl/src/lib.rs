@@ -11,6 +11,7 @@
 //! with `&mut self`.
 #![warn(missing_docs)]
 
+mod absent;
 mod backend;
 mod comm;
 mod cuda;

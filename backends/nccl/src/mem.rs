@@ -1,7 +1,7 @@
 //! Device memory from NCCL's own allocator (`ncclMemAlloc`, 2.19+), suited to registration
 //! and NVLink SHARP buffers.
 
-use oxccl_core::{Error, Feature, Missing, Result};
+use oxccl_core::{Error, Feature, Result};
 use oxccl_loader::Library;
 use std::sync::Arc;
 
@@ -20,12 +20,10 @@ impl NcclMem {
         if bytes == 0 {
             return Err(Error::invalid("bytes", format_args!("at least one byte")));
         }
-        let f = lib.api().mem_alloc.ok_or(Error::Unsupported {
-            feature: Feature::MemAlloc,
-            missing: Missing::SymbolAbsent {
-                symbol: "ncclMemAlloc",
-            },
-        })?;
+        let f = lib.api().mem_alloc.ok_or(crate::absent::feature_symbol(
+            Feature::MemAlloc,
+            "ncclMemAlloc",
+        ))?;
         let mut ptr: *mut std::ffi::c_void = std::ptr::null_mut();
         // SAFETY: valid out-pointer; NCCL allocates on the current device.
         lib.check(unsafe { f(&mut ptr, bytes) }, std::ptr::null_mut())?;

@@ -2,7 +2,7 @@
 //! destroyed when dropped.
 
 use crate::comm::CommInner;
-use oxccl_core::{text, DataType, Error, Feature, Missing, ReduceOp, Result, Scalar};
+use oxccl_core::{text, DataType, Error, Feature, ReduceOp, Result, Scalar};
 use std::sync::Arc;
 
 /// An `ncclRedOp_t` ready for a call. Premul-sum ops hold their communicator and destroy
@@ -42,12 +42,10 @@ impl NcclRedOp {
         let f = lib
             .api()
             .red_op_create_pre_mul_sum
-            .ok_or(Error::Unsupported {
-                feature: Feature::PreMulSum,
-                missing: Missing::SymbolAbsent {
-                    symbol: "ncclRedOpCreatePreMulSum",
-                },
-            })?;
+            .ok_or(crate::absent::feature_symbol(
+                Feature::PreMulSum,
+                "ncclRedOpCreatePreMulSum",
+            ))?;
         let mut code = 0i32;
         let status = match scalar {
             Scalar::Host(h) => {

@@ -2,7 +2,7 @@
 //! or an unknown deregistration is an error and so that all are released before the
 //! communicator is.
 
-use oxccl_core::{text, Error, Feature, Missing, RegHandle, Result};
+use oxccl_core::{text, Error, Feature, RegHandle, Result};
 use oxccl_loader::{Library, RawComm};
 
 /// The registrations of one communicator.
@@ -21,13 +21,6 @@ pub struct Window {
     pub addr: usize,
     /// The registered length in bytes.
     pub bytes: usize,
-}
-
-fn absent(feature: Feature, symbol: &'static str) -> Error {
-    Error::Unsupported {
-        feature,
-        missing: Missing::SymbolAbsent { symbol },
-    }
 }
 
 impl Registry {
@@ -56,7 +49,10 @@ impl Registry {
         let f = lib
             .api()
             .comm_register
-            .ok_or(absent(Feature::BufferRegistration, "ncclCommRegister"))?;
+            .ok_or(crate::absent::feature_symbol(
+                Feature::BufferRegistration,
+                "ncclCommRegister",
+            ))?;
         let mut handle: *mut std::ffi::c_void = std::ptr::null_mut();
         // SAFETY: live communicator; `addr..addr+bytes` is device memory the caller owns
         // (the register contract); valid out-pointer.
@@ -87,7 +83,10 @@ impl Registry {
         let f = lib
             .api()
             .comm_deregister
-            .ok_or(absent(Feature::BufferRegistration, "ncclCommDeregister"))?;
+            .ok_or(crate::absent::feature_symbol(
+                Feature::BufferRegistration,
+                "ncclCommDeregister",
+            ))?;
         // SAFETY: live communicator; the handle came from ncclCommRegister on it.
         lib.check(unsafe { f(raw, h.raw as *mut std::ffi::c_void) }, raw)?;
         regs.swap_remove(i);
@@ -115,10 +114,13 @@ impl Registry {
                 format_args!("a buffer not yet in a window: {addr:#x} already is"),
             ));
         }
-        let f = lib.api().comm_window_register.ok_or(absent(
-            Feature::WindowRegistration,
-            "ncclCommWindowRegister",
-        ))?;
+        let f = lib
+            .api()
+            .comm_window_register
+            .ok_or(crate::absent::feature_symbol(
+                Feature::WindowRegistration,
+                "ncclCommWindowRegister",
+            ))?;
         let mut win: *mut std::ffi::c_void = std::ptr::null_mut();
         // SAFETY: live communicator; caller-owned device memory; valid out-pointer. Window
         // registration is collective: every rank calls it.
@@ -143,10 +145,13 @@ impl Registry {
                 format_args!("a window of this communicator, {:#x} is not", w.addr),
             ));
         };
-        let f = lib.api().comm_window_deregister.ok_or(absent(
-            Feature::WindowRegistration,
-            "ncclCommWindowDeregister",
-        ))?;
+        let f = lib
+            .api()
+            .comm_window_deregister
+            .ok_or(crate::absent::feature_symbol(
+                Feature::WindowRegistration,
+                "ncclCommWindowDeregister",
+            ))?;
         // SAFETY: live communicator; the window came from ncclCommWindowRegister on it.
         lib.check(unsafe { f(raw, w.raw as *mut std::ffi::c_void) }, raw)?;
         wins.swap_remove(i);
