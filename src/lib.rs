@@ -16,6 +16,8 @@
 mod comm;
 mod element;
 mod group;
+pub mod launch;
+pub mod store;
 
 pub use comm::{AbortHandle, Comm};
 pub use element::NcclType;
