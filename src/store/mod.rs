@@ -8,6 +8,9 @@
 use oxccl_core::Result;
 use std::time::Duration;
 
+pub mod tcp;
+pub use tcp::{TcpServer, TcpStore, TcpStoreOptions};
+
 /// The store operations the bootstrap and the process group need (c10d's `Store`).
 ///
 /// Implementations are shared between threads (`Send + Sync`); every method may be called

@@ -1,0 +1,365 @@
+//! The store client: PyTorch's TCPStore client protocol over `std::net`.
+//!
+//! Connections are pooled rather than shared behind one lock: a call takes an idle connection
+//! (or opens one), runs its query, and puts it back. A thread blocked in `get`/`wait` thus
+//! never holds up another thread's `set` (PyTorch's client serializes all calls on one
+//! socket, so a waiting thread there blocks everyone, for up to its timeout). The cost is a
+//! second connection only while calls overlap.
+//!
+//! Writes with no reply in the protocol (`SET`, `APPEND`, `MULTI_SET`) are followed by a
+//! `PING` in the same packet and its answer is awaited: the server answers a connection's
+//! queries in order, so once the nonce is back the write is applied. Without this, a `set`
+//! on one pooled connection could be overtaken by a `check` on another; it also reports a
+//! lost server at the write instead of at some later call.
+//!
+//! Every socket read and write is bounded by the store's timeout; a connection that failed
+//! in any way is dropped, never reused out of step with the server.
+
+use super::wire::{self, QueryType};
+use oxccl_core::{text, Error, Result};
+use std::io::{self, Write};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// Idle connections kept per client; more are closed when returned.
+const MAX_IDLE: usize = 4;
+/// The smallest socket timeout (a zero `Duration` means "none" to the OS).
+const MIN_TIMEOUT: Duration = Duration::from_millis(1);
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// A failure inside one query, kept as `io` until the call site names what was asked.
+enum Fail {
+    Io(io::Error),
+    /// The wait's own deadline (given) passed; the connection is still in step.
+    WaitTimedOut(Duration),
+}
+
+impl From<io::Error> for Fail {
+    fn from(e: io::Error) -> Fail {
+        Fail::Io(e)
+    }
+}
+
+/// One validated connection to the server.
+struct Conn {
+    stream: TcpStream,
+}
+
+/// A pool of connections to one TCP store server.
+pub(crate) struct Client {
+    /// `host:port` as the user gave it, for messages.
+    name: String,
+    addrs: Vec<SocketAddr>,
+    timeout: Duration,
+    idle: Mutex<Vec<Conn>>,
+    nonce: AtomicU32,
+}
+
+impl Client {
+    /// Connects to `host:port`, retrying with backoff until `timeout` (the server may not be
+    /// up yet, as when every rank starts at once).
+    pub(crate) fn connect(host: &str, port: u16, timeout: Duration) -> Result<Client> {
+        let name = format!("{host}:{port}");
+        let addrs: Vec<SocketAddr> = (host, port)
+            .to_socket_addrs()
+            .map_err(|e| Error::invalid("host", format_args!("a resolvable host for {name}: {e}")))?
+            .collect();
+        let client = Client {
+            name,
+            addrs,
+            timeout: timeout.max(MIN_TIMEOUT),
+            idle: Mutex::new(Vec::new()),
+            nonce: AtomicU32::new(std::process::id()),
+        };
+        let start = Instant::now();
+        let deadline = start + client.timeout;
+        let mut delay = Duration::from_millis(10);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match client.open(left.max(MIN_TIMEOUT)) {
+                Ok(c) => {
+                    lock(&client.idle).push(c);
+                    return Ok(client);
+                }
+                Err(e) => {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return Err(Error::Timeout {
+                            what: text!("connecting to the TCP store at {} ({e})", client.name),
+                            after_ms: ms(start.elapsed()),
+                        });
+                    }
+                    std::thread::sleep(delay.min(left));
+                    delay = (delay * 2).min(Duration::from_secs(1));
+                }
+            }
+        }
+    }
+
+    /// Opens and validates one connection (one attempt per address).
+    fn open(&self, connect_timeout: Duration) -> io::Result<Conn> {
+        let mut last = io::Error::new(io::ErrorKind::NotFound, "no address");
+        for a in &self.addrs {
+            match TcpStream::connect_timeout(a, connect_timeout) {
+                Ok(stream) => {
+                    stream.set_nodelay(true)?;
+                    stream.set_read_timeout(Some(self.timeout))?;
+                    stream.set_write_timeout(Some(self.timeout))?;
+                    let mut c = Conn { stream };
+                    // The handshake PyTorch's servers require, then a ping as PyTorch's
+                    // client does, which proves the server answers.
+                    let mut q = Vec::with_capacity(16);
+                    wire::put_query(&mut q, QueryType::Validate);
+                    wire::put_u32(&mut q, wire::VALIDATION_MAGIC);
+                    self.ping_after(&mut c, q)?;
+                    return Ok(c);
+                }
+                Err(e) => last = e,
+            }
+        }
+        Err(last)
+    }
+
+    /// Sends `q` followed by a `PING`, and waits for the nonce.
+    fn ping_after(&self, c: &mut Conn, mut q: Vec<u8>) -> io::Result<()> {
+        let nonce = self.nonce.fetch_add(1, Ordering::Relaxed);
+        wire::put_query(&mut q, QueryType::Ping);
+        wire::put_u32(&mut q, nonce);
+        c.stream.write_all(&q)?;
+        let got = wire::read_u32(&mut c.stream)?;
+        if got != nonce {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("ping answered {got}, expected {nonce}"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Runs `f` on a pooled connection; `what` names the call in errors.
+    fn with<T>(
+        &self,
+        what: &str,
+        f: impl FnOnce(&Self, &mut Conn) -> std::result::Result<T, Fail>,
+    ) -> Result<T> {
+        let pooled = lock(&self.idle).pop();
+        let mut c = match pooled {
+            Some(c) => c,
+            // A fresh connection after the first: one attempt, the server should be up.
+            None => self.open(self.timeout).map_err(|e| self.error(what, &e))?,
+        };
+        match f(self, &mut c) {
+            Ok(v) => {
+                let mut idle = lock(&self.idle);
+                if idle.len() < MAX_IDLE {
+                    idle.push(c);
+                }
+                Ok(v)
+            }
+            Err(Fail::Io(e)) => Err(self.error(what, &e)),
+            Err(Fail::WaitTimedOut(after)) => Err(Error::Timeout {
+                what: text!("{what} at the TCP store {}", self.name),
+                after_ms: ms(after),
+            }),
+        }
+    }
+
+    fn error(&self, what: &str, e: &io::Error) -> Error {
+        use io::ErrorKind::*;
+        match e.kind() {
+            WouldBlock | TimedOut => Error::Timeout {
+                what: text!("no answer to {what} from the TCP store at {}", self.name),
+                after_ms: ms(self.timeout),
+            },
+            UnexpectedEof | ConnectionReset | ConnectionAborted | BrokenPipe => Error::Remote {
+                detail: text!(
+                    "the TCP store at {} closed the connection during {what}",
+                    self.name
+                ),
+            },
+            ConnectionRefused => Error::Remote {
+                detail: text!(
+                    "the TCP store at {} refused a connection for {what}",
+                    self.name
+                ),
+            },
+            _ => Error::Remote {
+                detail: text!("TCP store at {}, {what}: {e}", self.name),
+            },
+        }
+    }
+
+    /// A query whose answer `read` decodes.
+    fn ask<T>(
+        &self,
+        what: &str,
+        q: Vec<u8>,
+        read: impl FnOnce(&mut TcpStream) -> io::Result<T>,
+    ) -> Result<T> {
+        self.with(what, |_, c| {
+            c.stream.write_all(&q)?;
+            Ok(read(&mut c.stream)?)
+        })
+    }
+
+    /// A query with no answer of its own, acknowledged by a trailing ping.
+    pub(crate) fn tell(&self, what: &str, q: Vec<u8>) -> Result<()> {
+        self.with(what, |me, c| Ok(me.ping_after(c, q)?))
+    }
+
+    pub(crate) fn set(&self, key: &str, value: &[u8]) -> Result<()> {
+        let mut q = Vec::with_capacity(key.len() + value.len() + 32);
+        wire::put_query(&mut q, QueryType::Set);
+        wire::put_bytes(&mut q, key.as_bytes());
+        wire::put_bytes(&mut q, value);
+        self.tell("set", q)
+    }
+
+    pub(crate) fn add(&self, key: &str, delta: i64) -> Result<i64> {
+        let mut q = Vec::new();
+        wire::put_query(&mut q, QueryType::Add);
+        wire::put_bytes(&mut q, key.as_bytes());
+        wire::put_i64(&mut q, delta);
+        self.ask("add", q, wire::read_i64)
+    }
+
+    /// Waits for `keys`, then reads them with `MULTI_GET` (PyTorch's `GET` is a `WAIT` then
+    /// a `GET`; one `MULTI_GET` does both jobs for any number of keys).
+    pub(crate) fn get(&self, keys: &[&str], timeout: Duration) -> Result<Vec<Vec<u8>>> {
+        let what = describe("get", keys);
+        self.with(&what, |me, c| {
+            me.wait_on(c, keys, timeout)?;
+            let mut q = Vec::new();
+            if let [key] = keys {
+                wire::put_query(&mut q, QueryType::Get);
+                wire::put_bytes(&mut q, key.as_bytes());
+                c.stream.write_all(&q)?;
+                return Ok(vec![wire::read_bytes(&mut c.stream, wire::MAX_VALUE_LEN)?]);
+            }
+            wire::put_query(&mut q, QueryType::MultiGet);
+            wire::put_keys(&mut q, keys);
+            c.stream.write_all(&q)?;
+            let mut out = Vec::new();
+            for _ in keys {
+                out.push(wire::read_bytes(&mut c.stream, wire::MAX_VALUE_LEN)?);
+            }
+            Ok(out)
+        })
+    }
+
+    pub(crate) fn wait(&self, keys: &[&str], timeout: Duration) -> Result<()> {
+        let what = describe("wait for", keys);
+        self.with(&what, |me, c| me.wait_on(c, keys, timeout))
+    }
+
+    /// `WAIT` with its own deadline; on expiry, `CANCEL_WAIT` brings the connection back in
+    /// step (a `STOP_WAITING` that crossed the cancel arrives first and is skipped).
+    fn wait_on(
+        &self,
+        c: &mut Conn,
+        keys: &[&str],
+        timeout: Duration,
+    ) -> std::result::Result<(), Fail> {
+        let mut q = Vec::new();
+        wire::put_query(&mut q, QueryType::Wait);
+        wire::put_keys(&mut q, keys);
+        c.stream.write_all(&q)?;
+        c.stream.set_read_timeout(Some(timeout.max(MIN_TIMEOUT)))?;
+        let first = wire::read_u8(&mut c.stream);
+        c.stream.set_read_timeout(Some(self.timeout))?;
+        match first {
+            Ok(wire::WAIT_STOP_WAITING) => return Ok(()),
+            Ok(other) => return Err(bad_reply("WAIT", other).into()),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) => {}
+            Err(e) => return Err(e.into()),
+        }
+        let mut q = Vec::new();
+        wire::put_query(&mut q, QueryType::CancelWait);
+        c.stream.write_all(&q)?;
+        let mut r = wire::read_u8(&mut c.stream)?;
+        if r == wire::WAIT_STOP_WAITING {
+            r = wire::read_u8(&mut c.stream)?;
+        }
+        if r != wire::WAIT_CANCELED {
+            return Err(bad_reply("CANCEL_WAIT", r).into());
+        }
+        Err(Fail::WaitTimedOut(timeout))
+    }
+
+    pub(crate) fn check(&self, keys: &[&str]) -> Result<bool> {
+        let mut q = Vec::new();
+        wire::put_query(&mut q, QueryType::Check);
+        wire::put_keys(&mut q, keys);
+        self.ask("check", q, |s| match wire::read_u8(s)? {
+            wire::CHECK_READY => Ok(true),
+            wire::CHECK_NOT_READY => Ok(false),
+            other => Err(bad_reply("CHECK", other)),
+        })
+    }
+
+    pub(crate) fn compare_set(
+        &self,
+        key: &str,
+        expected: &[u8],
+        desired: &[u8],
+    ) -> Result<Vec<u8>> {
+        let mut q = Vec::new();
+        wire::put_query(&mut q, QueryType::CompareSet);
+        wire::put_bytes(&mut q, key.as_bytes());
+        wire::put_bytes(&mut q, expected);
+        wire::put_bytes(&mut q, desired);
+        self.ask("compare_set", q, |s| {
+            wire::read_bytes(s, wire::MAX_VALUE_LEN)
+        })
+    }
+
+    pub(crate) fn delete(&self, key: &str) -> Result<bool> {
+        let mut q = Vec::new();
+        wire::put_query(&mut q, QueryType::DeleteKey);
+        wire::put_bytes(&mut q, key.as_bytes());
+        self.ask("delete", q, |s| Ok(wire::read_i64(s)? == 1))
+    }
+
+    pub(crate) fn num_keys(&self) -> Result<u64> {
+        let mut q = Vec::new();
+        wire::put_query(&mut q, QueryType::GetNumKeys);
+        self.ask("num_keys", q, |s| {
+            let n = wire::read_i64(s)?;
+            u64::try_from(n)
+                .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "negative key count"))
+        })
+    }
+}
+
+fn bad_reply(query: &str, byte: u8) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!("unexpected answer {byte} to {query}"),
+    )
+}
+
+/// `"get `a`, `b`"`, cut to a readable length (the error text is bounded anyway).
+fn describe(verb: &str, keys: &[&str]) -> String {
+    let mut s = verb.to_string();
+    for (i, k) in keys.iter().enumerate() {
+        s.push_str(if i == 0 { " key `" } else { "`, `" });
+        s.push_str(k.strip_prefix(wire::KEY_PREFIX).unwrap_or(k));
+    }
+    if !keys.is_empty() {
+        s.push('`');
+    }
+    s
+}

@@ -1,0 +1,514 @@
+//! The store server: PyTorch's TCPStore server protocol over `std::net`, a thread per client.
+//!
+//! One mutex guards the whole key space (every query is short; the only slow part, writing
+//! a reply, happens outside it). A `WAIT` that cannot be answered at once registers the
+//! connection as pending; whichever thread later sets the last awaited key writes
+//! `STOP_WAITING` to that connection itself, as PyTorch's event-loop server does. Each
+//! connection's socket writes go through its own mutex, taken while the key-space lock is
+//! still held, so a `STOP_WAITING` always reaches the client before a `WAIT_CANCELED` that
+//! crossed it, in the order PyTorch's client expects.
+//!
+//! A hostile or broken client can only lose its own connection: lengths are bounded before
+//! anything is allocated (see [`super::wire`]), a bad query closes the connection, a client
+//! that stops reading times out on write, and nothing here panics on input.
+
+use super::wire::{self, Request, WireError};
+use oxccl_core::{text, Error, Result};
+use std::collections::{HashMap, VecDeque};
+use std::io::{self, Read, Write};
+use std::net::ToSocketAddrs;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// How long a write to a client may stall before the connection is dropped: a client that
+/// stops reading must not hold a server thread forever.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long `shutdown` waits for the connection threads to finish.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// Locks `m`, taking the data even if a thread panicked while holding it: the state is plain
+/// maps, always consistent between statements, and a server must keep serving.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The write half of a connection, shared with the threads that may wake it.
+struct Writer(Mutex<TcpStream>);
+
+/// A connection waiting for keys: how many are still missing, and which.
+struct Pending {
+    left: usize,
+    keys: Vec<Vec<u8>>,
+    writer: Arc<Writer>,
+}
+
+/// The key space.
+#[derive(Default)]
+struct State {
+    kv: HashMap<Vec<u8>, Vec<u8>>,
+    queues: HashMap<Vec<u8>, VecDeque<Vec<u8>>>,
+    /// Key -> connections waiting for it.
+    waiting: HashMap<Vec<u8>, Vec<u64>>,
+    /// Connection -> its wait.
+    pending: HashMap<u64, Pending>,
+}
+
+impl State {
+    fn present(&self, key: &[u8]) -> bool {
+        self.kv.contains_key(key) || self.queues.get(key).is_some_and(|q| !q.is_empty())
+    }
+
+    /// Counts one arrival of `key` for the connection `id`; queues its writer when complete.
+    fn arrive(&mut self, id: u64, wake: &mut Vec<Arc<Writer>>) {
+        let done = match self.pending.get_mut(&id) {
+            Some(p) if p.left > 1 => {
+                p.left -= 1;
+                false
+            }
+            Some(_) => true,
+            None => false,
+        };
+        if done {
+            if let Some(p) = self.remove_pending(id) {
+                wake.push(p.writer);
+            }
+        }
+    }
+
+    /// `key` was set: every connection waiting for it counts it.
+    fn wake_all(&mut self, key: &[u8], wake: &mut Vec<Arc<Writer>>) {
+        if let Some(ids) = self.waiting.remove(key) {
+            for id in ids {
+                self.arrive(id, wake);
+            }
+        }
+    }
+
+    /// A queue got one element: only the first waiter counts it (it will pop it).
+    fn wake_one(&mut self, key: &[u8], wake: &mut Vec<Arc<Writer>>) {
+        let Some(ids) = self.waiting.get_mut(key) else {
+            return;
+        };
+        let id = ids.remove(0);
+        if ids.is_empty() {
+            self.waiting.remove(key);
+        }
+        self.arrive(id, wake);
+    }
+
+    fn remove_pending(&mut self, id: u64) -> Option<Pending> {
+        let p = self.pending.remove(&id)?;
+        for k in &p.keys {
+            if let Some(ids) = self.waiting.get_mut(k) {
+                ids.retain(|&w| w != id);
+                if ids.is_empty() {
+                    self.waiting.remove(k);
+                }
+            }
+        }
+        Some(p)
+    }
+
+    fn register(&mut self, id: u64, keys: Vec<Vec<u8>>, writer: &Arc<Writer>) {
+        for k in &keys {
+            self.waiting.entry(k.clone()).or_default().push(id);
+        }
+        let left = keys.len();
+        let writer = Arc::clone(writer);
+        self.pending.insert(id, Pending { left, keys, writer });
+    }
+
+    fn set(&mut self, key: &[u8], value: Vec<u8>, wake: &mut Vec<Arc<Writer>>) {
+        self.kv.insert(key.to_vec(), value);
+        self.wake_all(key, wake);
+    }
+
+    /// Adds `delta` to the counter at `key`; `None` when the value there is no integer.
+    fn add(&mut self, key: &[u8], delta: i64, wake: &mut Vec<Arc<Writer>>) -> Option<i64> {
+        let old = match self.kv.get(key) {
+            Some(v) => wire::parse_counter(v)?,
+            None => 0,
+        };
+        // Wrapping, as PyTorch's C++ does in practice; a panic is not an option.
+        let new = old.wrapping_add(delta);
+        self.set(key, new.to_string().into_bytes(), wake);
+        Some(new)
+    }
+}
+
+/// What the server threads share.
+struct Shared {
+    state: Mutex<State>,
+    stopping: AtomicBool,
+    next_id: AtomicU64,
+    /// Open connections, to close them on shutdown.
+    conns: Mutex<HashMap<u64, TcpStream>>,
+    /// Live connection threads, and a condition to wait for none.
+    live: Mutex<usize>,
+    none_live: Condvar,
+}
+
+/// Why a connection is closed.
+enum Close {
+    Peer,
+    Protocol(String),
+    Io(io::Error),
+}
+
+/// A TCP store server speaking PyTorch's TCPStore protocol: torch clients
+/// (`TCPStore(host, port, is_master=False)`) and oxccl's [`super::TcpStore`] both use it.
+///
+/// It serves from background threads until [`TcpServer::shutdown`] or drop, which close every
+/// client connection (their pending calls fail at once instead of hanging).
+pub struct TcpServer {
+    shared: Arc<Shared>,
+    port: u16,
+    local: SocketAddr,
+    accept: Option<JoinHandle<()>>,
+}
+
+impl TcpServer {
+    /// Binds `host:port` (port 0 picks a free one) and starts serving.
+    pub fn bind(host: &str, port: u16) -> Result<TcpServer> {
+        let addrs = (host, port).to_socket_addrs().map_err(|e| {
+            Error::invalid("host", format_args!("a resolvable host, got `{host}`: {e}"))
+        })?;
+        let mut last: Option<io::Error> = None;
+        let mut listener = None;
+        for a in addrs {
+            match TcpListener::bind(a) {
+                Ok(l) => {
+                    listener = Some(l);
+                    break;
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        let Some(listener) = listener else {
+            let why = last.map_or_else(|| "no address".to_string(), |e| e.to_string());
+            return Err(Error::invalid(
+                "port",
+                format_args!("a port free to bind on {host}:{port}: {why}"),
+            ));
+        };
+        let local = listener
+            .local_addr()
+            .map_err(|e| Error::invalid("port", format_args!("a bound socket: {e}")))?;
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State::default()),
+            stopping: AtomicBool::new(false),
+            next_id: AtomicU64::new(0),
+            conns: Mutex::new(HashMap::new()),
+            live: Mutex::new(0),
+            none_live: Condvar::new(),
+        });
+        let s = Arc::clone(&shared);
+        let accept = std::thread::Builder::new()
+            .name("oxccl-store-accept".into())
+            .spawn(move || accept_loop(&s, &listener))
+            .map_err(|e| Error::Remote {
+                detail: text!("cannot start the store's accept thread: {e}"),
+            })?;
+        Ok(TcpServer {
+            shared,
+            port: local.port(),
+            local,
+            accept: Some(accept),
+        })
+    }
+
+    /// The port the server listens on (the one picked, when bound with port 0).
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The address the server listens on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    /// Stops accepting, closes every client connection and waits (briefly) for the server's
+    /// threads to end.
+    pub fn shutdown(mut self) {
+        self.stop();
+    }
+
+    fn stop(&mut self) {
+        if self.shared.stopping.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        for (_, c) in lock(&self.shared.conns).drain() {
+            let _ = c.shutdown(Shutdown::Both);
+        }
+        // Wake the blocking accept with a connection of our own; it sees `stopping` and ends.
+        let ip = match self.local.ip() {
+            IpAddr::V4(v) if v.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
+            IpAddr::V6(v) if v.is_unspecified() => IpAddr::V6(Ipv6Addr::LOCALHOST),
+            ip => ip,
+        };
+        let woke =
+            TcpStream::connect_timeout(&SocketAddr::new(ip, self.port), Duration::from_secs(1));
+        if let Some(h) = self.accept.take() {
+            if woke.is_ok() {
+                let _ = h.join();
+            }
+        }
+        let deadline = Instant::now() + SHUTDOWN_GRACE;
+        let mut live = lock(&self.shared.live);
+        while *live > 0 {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            live = match self.shared.none_live.wait_timeout(live, left) {
+                Ok((g, _)) => g,
+                Err(e) => e.into_inner().0,
+            };
+        }
+    }
+}
+
+impl Drop for TcpServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+impl std::fmt::Debug for TcpServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TcpServer")
+            .field("local", &self.local)
+            .finish()
+    }
+}
+
+fn accept_loop(shared: &Arc<Shared>, listener: &TcpListener) {
+    for conn in listener.incoming() {
+        if shared.stopping.load(Ordering::SeqCst) {
+            return;
+        }
+        let Ok(stream) = conn else {
+            // Transient (EMFILE, aborted handshakes): back off a little and go on.
+            std::thread::sleep(Duration::from_millis(10));
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
+        let (Ok(closer), Ok(writer)) = (stream.try_clone(), stream.try_clone()) else {
+            continue;
+        };
+        let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
+        lock(&shared.conns).insert(id, closer);
+        *lock(&shared.live) += 1;
+        let s = Arc::clone(shared);
+        let spawned = std::thread::Builder::new()
+            .name("oxccl-store-conn".into())
+            .spawn(move || {
+                let writer = Arc::new(Writer(Mutex::new(writer)));
+                let why = serve(&s, id, stream, &writer);
+                if let Close::Protocol(p) = &why {
+                    log::debug!("oxccl store: closing client {id}: {p}");
+                } else if let Close::Io(e) = &why {
+                    log::debug!("oxccl store: client {id} failed: {e}");
+                }
+                finish(&s, id);
+            });
+        if spawned.is_err() {
+            finish(shared, id);
+        }
+    }
+}
+
+/// Forgets connection `id` (its wait included) and counts its thread out.
+fn finish(shared: &Shared, id: u64) {
+    lock(&shared.state).remove_pending(id);
+    if let Some(c) = lock(&shared.conns).remove(&id) {
+        let _ = c.shutdown(Shutdown::Both);
+    }
+    let mut live = lock(&shared.live);
+    *live = live.saturating_sub(1);
+    if *live == 0 {
+        shared.none_live.notify_all();
+    }
+}
+
+/// Reads and answers queries from one client until it leaves or misbehaves.
+fn serve(shared: &Shared, id: u64, mut stream: TcpStream, writer: &Arc<Writer>) -> Close {
+    let mut buf: Vec<u8> = Vec::new();
+    let mut chunk = vec![0u8; 64 * 1024];
+    let mut validated = false;
+    loop {
+        let mut used = 0;
+        loop {
+            match wire::decode_request(&buf[used..]) {
+                Ok(Some((req, n))) => {
+                    used += n;
+                    if !validated {
+                        // PyTorch's servers accept nothing before a correct VALIDATE.
+                        match req {
+                            Request::Validate(wire::VALIDATION_MAGIC) => validated = true,
+                            other => {
+                                return Close::Protocol(format!(
+                                    "first query must be VALIDATE with the magic, got {other:?}"
+                                ))
+                            }
+                        }
+                        continue;
+                    }
+                    if let Err(c) = handle(shared, id, writer, req) {
+                        return c;
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => return Close::Protocol(wire_error(&e)),
+            }
+        }
+        buf.drain(..used);
+        if shared.stopping.load(Ordering::SeqCst) {
+            return Close::Peer;
+        }
+        match stream.read(&mut chunk) {
+            Ok(0) => return Close::Peer,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Close::Io(e),
+        }
+    }
+}
+
+fn wire_error(e: &WireError) -> String {
+    format!("refused query: {e}")
+}
+
+/// Applies one query and writes its reply (and the wake-ups it causes).
+fn handle(shared: &Shared, id: u64, writer: &Arc<Writer>, req: Request<'_>) -> Result<(), Close> {
+    let mut out = Vec::new();
+    let mut wake: Vec<Arc<Writer>> = Vec::new();
+    let mut st = lock(&shared.state);
+    if st.pending.contains_key(&id) && req != Request::CancelWait {
+        // PyTorch's client sends nothing but CANCEL_WAIT while it waits.
+        return Err(Close::Protocol(format!("{req:?} while waiting")));
+    }
+    match req {
+        Request::Validate(m) if m == wire::VALIDATION_MAGIC => {}
+        Request::Validate(m) => return Err(Close::Protocol(format!("bad magic {m:#x}"))),
+        Request::Ping(nonce) => wire::put_u32(&mut out, nonce),
+        Request::Set(k, v) => st.set(k, v.to_vec(), &mut wake),
+        Request::CompareSet(k, expected, desired) => {
+            let swaps = match st.kv.get(k) {
+                Some(current) => current.as_slice() == expected,
+                None => expected.is_empty(),
+            };
+            if swaps {
+                st.set(k, desired.to_vec(), &mut wake);
+            }
+            // The value after the call; for a missing key left alone PyTorch answers `expected`.
+            let now = st.kv.get(k).map_or(expected, |v| v.as_slice());
+            wire::put_bytes(&mut out, now);
+        }
+        Request::Get(k) => wire::put_bytes(&mut out, st.kv.get(k).map_or(&[][..], |v| v)),
+        Request::Add(k, delta) => match st.add(k, delta, &mut wake) {
+            Some(n) => wire::put_i64(&mut out, n),
+            None => return Err(Close::Protocol("ADD on a value that is no integer".into())),
+        },
+        Request::Check(keys) => {
+            let ready = keys.iter().all(|k| st.present(k));
+            let r = if ready {
+                wire::CHECK_READY
+            } else {
+                wire::CHECK_NOT_READY
+            };
+            wire::put_u8(&mut out, r);
+        }
+        Request::Wait(keys) => {
+            let mut missing: Vec<Vec<u8>> = Vec::new();
+            for k in keys {
+                if !st.present(k) && !missing.iter().any(|m| m.as_slice() == k) {
+                    missing.push(k.to_vec());
+                }
+            }
+            if missing.is_empty() {
+                wire::put_u8(&mut out, wire::WAIT_STOP_WAITING);
+            } else {
+                st.register(id, missing, writer);
+            }
+        }
+        Request::GetNumKeys => wire::put_i64(&mut out, st.kv.len() as i64),
+        Request::DeleteKey(k) => wire::put_i64(&mut out, i64::from(st.kv.remove(k).is_some())),
+        Request::Append(k, v) => {
+            st.kv.entry(k.to_vec()).or_default().extend_from_slice(v);
+            st.wake_all(k, &mut wake);
+        }
+        Request::MultiGet(keys) => {
+            for k in keys {
+                wire::put_bytes(&mut out, st.kv.get(k).map_or(&[][..], |v| v));
+            }
+        }
+        Request::MultiSet(pairs) => {
+            for (k, v) in pairs {
+                st.set(k, v.to_vec(), &mut wake);
+            }
+        }
+        Request::CancelWait => {
+            st.remove_pending(id);
+            wire::put_u8(&mut out, wire::WAIT_CANCELED);
+        }
+        Request::QueuePush(k, v) => {
+            st.queues
+                .entry(k.to_vec())
+                .or_default()
+                .push_back(v.to_vec());
+            st.wake_one(k, &mut wake);
+        }
+        Request::QueuePop(k) => {
+            let q = st.queues.get_mut(k);
+            let len = q.as_ref().map_or(0, |q| q.len());
+            wire::put_i64(&mut out, len as i64);
+            if let Some(v) = q.and_then(|q| q.pop_front()) {
+                wire::put_bytes(&mut out, &v);
+            }
+        }
+        Request::QueueLen(k) => {
+            let len = st.queues.get(k).map_or(0, |q| q.len());
+            wire::put_i64(&mut out, len as i64);
+        }
+        Request::ListKeys => {
+            wire::put_i64(&mut out, st.kv.len() as i64);
+            for k in st.kv.keys() {
+                wire::put_bytes(&mut out, k);
+            }
+        }
+        Request::Barrier(k, world) => {
+            let count = match st.kv.get(k) {
+                Some(v) => match wire::parse_counter(v) {
+                    Some(n) => n.wrapping_add(1),
+                    None => return Err(Close::Protocol("BARRIER on a non-counter".into())),
+                },
+                None => 1,
+            };
+            st.kv.insert(k.to_vec(), count.to_string().into_bytes());
+            if count >= world {
+                st.wake_all(k, &mut wake);
+                wire::put_u8(&mut out, wire::WAIT_STOP_WAITING);
+            } else {
+                st.register(id, vec![k.to_vec()], writer);
+            }
+        }
+    }
+    // Take every socket we write to before letting go of the key space (see the module doc).
+    let mut woken: Vec<MutexGuard<'_, TcpStream>> = wake.iter().map(|w| lock(&w.0)).collect();
+    let own = (!out.is_empty()).then(|| lock(&writer.0));
+    drop(st);
+    for w in &mut woken {
+        // A waiter that cannot be written to is gone; its own thread cleans it up.
+        let _ = w.write_all(&[wire::WAIT_STOP_WAITING]);
+    }
+    drop(woken);
+    if let Some(mut w) = own {
+        w.write_all(&out).map_err(Close::Io)?;
+    }
+    Ok(())
+}
