@@ -7,6 +7,7 @@
 
 mod info;
 mod json;
+mod store;
 
 use std::process::ExitCode;
 
@@ -15,6 +16,8 @@ const USAGE: &str = "usage: oxccl <command> [options]
 commands:
   info [--library PATH] [--json]   the NCCL library found, its version, load time, and every
                                    feature with why it is unavailable
+  store --port P [--host H]        a TCP store server (PyTorch's TCPStore protocol) until
+                                   killed; prints the bound address (port 0 picks one)
   help                             this text
 
 The library is found in this order: --library, OXCCL_NCCL_LIBRARY, libnccl.so.2 and libnccl.so
@@ -23,6 +26,7 @@ through the system search, then nvidia/nccl/lib/libnccl.so.2 in visible Python e
 /// A subcommand with its parsed options.
 enum Command {
     Info(info::Options),
+    Store(store::Options),
     Help,
 }
 
@@ -30,6 +34,7 @@ fn parse(args: &[String]) -> Result<Command, String> {
     match args.first().map(String::as_str) {
         None | Some("help" | "-h" | "--help") => Ok(Command::Help),
         Some("info") => info::Options::parse(&args[1..]).map(Command::Info),
+        Some("store") => store::Options::parse(&args[1..]).map(Command::Store),
         Some(other) => Err(format!("unknown command `{other}`")),
     }
 }
@@ -42,6 +47,7 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Ok(Command::Info(opts)) => info::run(&opts),
+        Ok(Command::Store(opts)) => store::run(&opts),
         Err(e) => {
             eprintln!("oxccl: {e}\n\n{USAGE}");
             ExitCode::from(2)
