@@ -4,7 +4,9 @@ use oxccl_core::{DataType, Error, ReduceOp, Result};
 
 /// A Rust type with an NCCL data type. `bool` travels as `uint8`, with sum as max (logical or)
 /// and product as min (logical and); average of bools is refused, as in PyTorch.
-pub trait NcclType: cudarc::driver::DeviceRepr + Copy {
+pub trait NcclType:
+    cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits + Copy + Send + Sync + 'static
+{
     /// The NCCL type of the elements.
     const DTYPE: DataType;
 
@@ -39,6 +41,19 @@ impl NcclType for bool {
             )),
         }
     }
+}
+
+/// The operator NCCL applies for `op` on `T`, refusing a premul-sum factor given as a raw
+/// device address: safe code cannot vouch for one (it goes through a device buffer or the raw
+/// `issue`).
+pub(crate) fn host_op<T: NcclType>(op: ReduceOp) -> Result<ReduceOp> {
+    if let ReduceOp::PreMulSum(oxccl_core::Scalar::Device { .. }) = op {
+        return Err(Error::invalid(
+            "op",
+            format_args!("a host premul-sum factor here; a device factor goes through Comm::all_reduce_premul_device or the raw Comm::issue"),
+        ));
+    }
+    T::map_op(op)
 }
 
 #[cfg(test)]

@@ -13,10 +13,12 @@
 //! [`AbortHandle`] is `Send + Sync + Clone` and stops the communicator from any thread.
 #![warn(missing_docs)]
 
+pub mod buffer;
 mod comm;
 mod element;
 mod group;
 pub mod launch;
+pub mod pg;
 pub mod store;
 
 pub use comm::{AbortHandle, Comm};

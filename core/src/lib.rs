@@ -22,6 +22,7 @@ pub mod error;
 pub mod feature;
 pub mod id;
 pub mod launch;
+pub mod membership;
 pub mod op;
 pub mod reduce;
 pub mod result;
@@ -50,5 +51,7 @@ pub use state::work::{Work, WorkError, WorkInfo, WorkState};
 pub use text::Text;
 #[cfg(feature = "alloc")]
 pub use trace::{FlightRecorder, PgConfig, TensorMeta, TraceEntry, TraceRecord, TraceState};
-pub use traits::{Backend, Communicator, Device, Event, Progress, Reducer, RegHandle, Stream};
+pub use traits::{
+    Backend, CommAbort, Communicator, Device, Event, Progress, Reducer, RegHandle, Stream,
+};
 pub use version::Version;

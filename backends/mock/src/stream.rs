@@ -134,6 +134,12 @@ impl MockStream {
         q.completed == q.submitted
     }
 
+    /// Runs `f` on the stream's worker after everything queued so far (CUDA's
+    /// `cuLaunchHostFunc`): how buffers keep their memory alive until the work using it ran.
+    pub fn host_fn(&self, f: impl FnOnce() + Send + 'static) -> Result<()> {
+        self.shared.push(Box::new(f))
+    }
+
     pub(crate) fn shared(&self) -> &Arc<StreamShared> {
         &self.shared
     }

@@ -4,17 +4,17 @@
 //! nor NCCL. Every call is checked by `oxccl_core::check` first; every NCCL result is turned
 //! into an `oxccl_core::Error` carrying NCCL's own text and its last-error text.
 //!
-//! Thread safety: an [`NcclComm`] is `Send + Sync` so that [`NcclComm::abort`] and
-//! [`oxccl_core::Communicator::poll`] work from any thread (a watchdog, a signal handler thread);
-//! issuing operations on one communicator from several threads at once is forbidden by NCCL and
-//! is part of the `unsafe` contract of `Communicator::issue`. The safe `oxccl::Comm` enforces it
-//! with `&mut self`.
+//! Thread safety: an [`NcclComm`] is `Send + Sync`; its [`NcclAbort`] handle
+//! ([`oxccl_core::Communicator::abort_handle`]) aborts, watches and polls it from any thread (a
+//! watchdog, a signal handler thread). Groups belong to the [`NcclBackend`] (per thread, per
+//! loaded library).
 #![warn(missing_docs)]
 
 mod absent;
 mod backend;
 mod comm;
 mod cuda;
+mod group;
 mod issue;
 mod mem;
 mod reducer;
@@ -23,8 +23,8 @@ mod stream;
 mod wait;
 
 pub use backend::NcclBackend;
-pub use comm::NcclComm;
-pub use cuda::cuda_error;
+pub use comm::{NcclAbort, NcclComm};
+pub use cuda::{cuda_error, require_driver};
 pub use mem::NcclMem;
 pub use reducer::NcclRedOp;
 pub use registry::Window;

@@ -1,0 +1,94 @@
+//! NCCL's memory: cudarc device slices, ordered by cudarc's own event tracking.
+
+use super::{Buffer, Memory};
+use crate::element::NcclType;
+use cudarc::driver::{CudaContext, CudaSlice, DevicePtr, DevicePtrMut, DeviceSlice, SyncOnDrop};
+use oxccl_core::{Device, Error, RawBuf, RawBufMut, Result};
+use oxccl_nccl::{cuda_error, NcclBackend, NcclStream};
+use std::sync::Arc;
+
+impl<T: NcclType> Buffer<T> for CudaSlice<T> {
+    fn len(&self) -> usize {
+        DeviceSlice::len(self)
+    }
+}
+
+/// `buf` lives on `device`. Memory allocated on `stream` itself (the common case) is
+/// recognised by pointer, without reading the context.
+fn on_device<T>(
+    arg: &'static str,
+    device: Device,
+    buf: &CudaSlice<T>,
+    stream: &NcclStream,
+) -> Result<()> {
+    if Arc::ptr_eq(buf.stream(), stream.cuda()) {
+        return Ok(());
+    }
+    let ordinal = buf.stream().context().ordinal();
+    if ordinal != device.0 as usize {
+        return Err(Error::invalid(
+            arg,
+            format_args!(
+                "memory on the communicator's device {}, got device {ordinal}",
+                device.0
+            ),
+        ));
+    }
+    Ok(())
+}
+
+impl Memory for NcclBackend {
+    type Buf<T: NcclType> = CudaSlice<T>;
+    type Access<'a> = SyncOnDrop<'a>;
+
+    fn stream(&self, device: Device) -> Result<NcclStream> {
+        oxccl_nccl::require_driver()?;
+        let ctx =
+            CudaContext::new(device.0 as usize).map_err(|e| cuda_error("opening the device", e))?;
+        NcclStream::create(&ctx)
+    }
+
+    fn alloc_zeros<T: NcclType>(&self, stream: &NcclStream, len: usize) -> Result<CudaSlice<T>> {
+        stream
+            .cuda()
+            .alloc_zeros::<T>(len)
+            .map_err(|e| cuda_error("allocating device memory", e))
+    }
+
+    fn upload<T: NcclType>(&self, stream: &NcclStream, data: &[T]) -> Result<CudaSlice<T>> {
+        stream
+            .cuda()
+            .clone_htod(data)
+            .map_err(|e| cuda_error("copying to the device", e))
+    }
+
+    fn download<T: NcclType>(&self, stream: &NcclStream, buf: &CudaSlice<T>) -> Result<Vec<T>> {
+        stream
+            .cuda()
+            .clone_dtoh(buf)
+            .map_err(|e| cuda_error("copying from the device", e))
+    }
+
+    fn read<'a, T: NcclType>(
+        arg: &'static str,
+        device: Device,
+        stream: &'a NcclStream,
+        buf: &'a CudaSlice<T>,
+    ) -> Result<(RawBuf, SyncOnDrop<'a>)> {
+        on_device(arg, device, buf, stream)?;
+        let (ptr, sync) = buf.device_ptr(stream.cuda());
+        Ok((RawBuf::new(ptr as usize, DeviceSlice::len(buf)), sync))
+    }
+
+    fn write<'a, T: NcclType>(
+        arg: &'static str,
+        device: Device,
+        stream: &'a NcclStream,
+        buf: &'a mut CudaSlice<T>,
+    ) -> Result<(RawBufMut, SyncOnDrop<'a>)> {
+        on_device(arg, device, buf, stream)?;
+        let len = DeviceSlice::len(buf);
+        let (ptr, sync) = buf.device_ptr_mut(stream.cuda());
+        Ok((RawBufMut::new(ptr as usize, len), sync))
+    }
+}

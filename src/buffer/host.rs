@@ -1,0 +1,166 @@
+//! The mock world's memory: host buffers reached only through their stream.
+
+use super::{Buffer, Memory, StreamOf};
+use crate::element::NcclType;
+use oxccl_core::{Device, Error, Event, RawBuf, RawBufMut, Result, Stream};
+use oxccl_mock::{MockBackend, MockEvent, MockStream};
+use std::cell::UnsafeCell;
+use std::sync::{Arc, Mutex, PoisonError};
+
+/// Host memory standing for device memory on the mock world. Its elements are written only by
+/// work on a stream, and read by [`Memory::download`] after that work: the buffer keeps the
+/// event of its last use, and every new use waits for it.
+pub struct HostBuf<T> {
+    mem: Arc<HostMem<T>>,
+}
+
+struct HostMem<T> {
+    cells: Box<[UnsafeCell<T>]>,
+    /// The event after the last work that used the buffer (`None` until one did).
+    last: Mutex<Option<MockEvent>>,
+}
+
+// SAFETY: the cells are touched only by (a) the creating thread before the buffer is shared,
+// (b) stream tasks of operations, ordered one after another by the `last` event chain (each
+// use waits for the previous one, see `HostBuf::access`), and (c) `download`, which first
+// waits for `last`. So no two threads access a cell at the same time; `T: Send` lets the
+// values move between those threads.
+unsafe impl<T: Send> Sync for HostMem<T> {}
+// SAFETY: as above; the memory is owned and `T: Send`.
+unsafe impl<T: Send> Send for HostMem<T> {}
+
+impl<T> std::fmt::Debug for HostBuf<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostBuf")
+            .field("len", &self.mem.cells.len())
+            .finish()
+    }
+}
+
+impl<T: NcclType> Buffer<T> for HostBuf<T> {
+    fn len(&self) -> usize {
+        self.mem.cells.len()
+    }
+}
+
+/// Records a use of a [`HostBuf`] on a stream when dropped, and keeps its memory alive on the
+/// stream until the work issued meanwhile has run.
+pub struct HostAccess<'a> {
+    stream: &'a MockStream,
+    last: &'a Mutex<Option<MockEvent>>,
+    keep: Option<Arc<dyn Send + Sync>>,
+}
+
+impl Drop for HostAccess<'_> {
+    fn drop(&mut self) {
+        // The memory's reference rides on the stream behind the work issued with it, so a
+        // buffer dropped right after the issue is freed only once that work ran.
+        if let Some(keep) = self.keep.take() {
+            if let Err(e) = self.stream.host_fn(move || drop(keep)) {
+                // The stream is closing: its queued work is being dropped too, so nothing
+                // uses the memory any more.
+                log::debug!("mock stream closed while releasing a buffer: {e}");
+            }
+        }
+        match self.stream.record(false) {
+            Ok(ev) => *self.last.lock().unwrap_or_else(PoisonError::into_inner) = Some(ev),
+            Err(e) => log::debug!("mock stream closed while recording a buffer's use: {e}"),
+        }
+    }
+}
+
+impl<T: NcclType> HostBuf<T> {
+    fn from_vec(v: Vec<T>) -> HostBuf<T> {
+        HostBuf {
+            mem: Arc::new(HostMem {
+                cells: v.into_iter().map(UnsafeCell::new).collect(),
+                last: Mutex::new(None),
+            }),
+        }
+    }
+
+    /// Makes `stream` wait for the buffer's last use and returns its address.
+    fn access<'a>(&'a self, stream: &'a MockStream) -> Result<(usize, HostAccess<'a>)> {
+        let last = self.mem.last.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(ev) = last.as_ref() {
+            stream.wait_event(ev)?;
+        }
+        drop(last);
+        let keep: Arc<dyn Send + Sync> = self.mem.clone();
+        Ok((
+            self.mem.cells.as_ptr() as usize,
+            HostAccess {
+                stream,
+                last: &self.mem.last,
+                keep: Some(keep),
+            },
+        ))
+    }
+}
+
+impl Memory for MockBackend {
+    type Buf<T: NcclType> = HostBuf<T>;
+    type Access<'a> = HostAccess<'a>;
+
+    fn stream(&self, _device: Device) -> Result<MockStream> {
+        MockStream::new()
+    }
+
+    fn alloc_zeros<T: NcclType>(&self, _stream: &MockStream, len: usize) -> Result<HostBuf<T>> {
+        // All-zero bytes are zero (or false) for every element type NCCL moves.
+        let mut v = Vec::new();
+        v.try_reserve_exact(len).map_err(|_| {
+            Error::invalid(
+                "len",
+                format_args!("a buffer that fits in memory, got {len} elements"),
+            )
+        })?;
+        // SAFETY: every `NcclType` (integers, floats, half types, fp8, bool) is valid as all
+        // zero bytes, and `len` elements were reserved above.
+        unsafe {
+            std::ptr::write_bytes(v.as_mut_ptr(), 0, len);
+            v.set_len(len);
+        }
+        Ok(HostBuf::from_vec(v))
+    }
+
+    fn upload<T: NcclType>(&self, _stream: &MockStream, data: &[T]) -> Result<HostBuf<T>> {
+        Ok(HostBuf::from_vec(data.to_vec()))
+    }
+
+    fn download<T: NcclType>(&self, _stream: &StreamOf<Self>, buf: &HostBuf<T>) -> Result<Vec<T>> {
+        let last = buf
+            .mem
+            .last
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        if let Some(ev) = last {
+            ev.synchronize()?;
+        }
+        // SAFETY: every work that used the buffer has run (its last event completed, and each
+        // use waited for the one before), and no new work can be issued on it while `buf` is
+        // borrowed here except reads, which do not write the cells.
+        Ok(buf.mem.cells.iter().map(|c| unsafe { *c.get() }).collect())
+    }
+
+    fn read<'a, T: NcclType>(
+        _arg: &'static str,
+        _device: Device,
+        stream: &'a MockStream,
+        buf: &'a HostBuf<T>,
+    ) -> Result<(RawBuf, HostAccess<'a>)> {
+        let (addr, access) = buf.access(stream)?;
+        Ok((RawBuf::new(addr, buf.len()), access))
+    }
+
+    fn write<'a, T: NcclType>(
+        _arg: &'static str,
+        _device: Device,
+        stream: &'a MockStream,
+        buf: &'a mut HostBuf<T>,
+    ) -> Result<(RawBufMut, HostAccess<'a>)> {
+        let (addr, access) = buf.access(stream)?;
+        Ok((RawBufMut::new(addr, buf.len()), access))
+    }
+}

@@ -1,0 +1,77 @@
+//! Memory the operations of a backend read and write, behind one trait, so that code written
+//! once (the process group, a user's training step) runs on the mock world in tests and on NCCL
+//! in production without `unsafe` at the call site.
+//!
+//! The design is stream-ordered memory, as CUDA's: a buffer remembers the last work that used
+//! it, any later use (an operation on another stream, a download to the host) first waits for
+//! that work, and dropping a buffer while work still uses it is safe because the memory is
+//! released only after that work ran (cudarc's stream-ordered free on NCCL; a reference the
+//! stream holds on the mock). So safe code cannot free, reuse or read a buffer while an
+//! operation on it is in flight, and a [`crate::pg::Work`] need not borrow its buffers: the
+//! borrow checker still forbids writing a buffer while it is handed to an operation, and the
+//! stream order does the rest.
+//!
+//! - On NCCL a buffer is a cudarc `CudaSlice<T>` (with cudarc's event tracking, its default).
+//! - On the mock a buffer is a [`HostBuf<T>`]: host memory reached only through its stream.
+
+mod device;
+mod host;
+
+pub use host::HostBuf;
+
+use crate::element::NcclType;
+use oxccl_core::{Backend, Communicator, Device, RawBuf, RawBufMut, Result};
+
+/// The stream type of a backend's communicators.
+pub type StreamOf<B> = <<B as Backend>::Comm as Communicator>::Stream;
+
+/// A buffer of `len` elements of `T` in a backend's memory.
+pub trait Buffer<T>: Send + Sync {
+    /// Number of elements.
+    fn len(&self) -> usize;
+
+    /// Whether the buffer holds no element.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A backend whose memory safe code can allocate, fill, read and hand to operations.
+pub trait Memory: Backend {
+    /// A buffer of elements of `T`.
+    type Buf<T: NcclType>: Buffer<T>;
+
+    /// Proof that a buffer is in use by work being issued on a stream; dropping it records the
+    /// use, so that later uses of the buffer wait for that work. Live only across one issue.
+    type Access<'a>;
+
+    /// A new stream on `device` for the caller's copies (the type the communicators issue on).
+    fn stream(&self, device: Device) -> Result<StreamOf<Self>>;
+
+    /// A buffer of `len` zeros, allocated in `stream`'s order.
+    fn alloc_zeros<T: NcclType>(&self, stream: &StreamOf<Self>, len: usize)
+        -> Result<Self::Buf<T>>;
+
+    /// A buffer holding a copy of `data`.
+    fn upload<T: NcclType>(&self, stream: &StreamOf<Self>, data: &[T]) -> Result<Self::Buf<T>>;
+
+    /// The contents of `buf`, once every work that uses it has run (blocks the caller).
+    fn download<T: NcclType>(&self, stream: &StreamOf<Self>, buf: &Self::Buf<T>) -> Result<Vec<T>>;
+
+    /// `buf` as an operation's input on `stream` (of `device`): `stream` first waits for
+    /// earlier writers of `buf`. `arg` names the argument in errors (a buffer on another device).
+    fn read<'a, T: NcclType>(
+        arg: &'static str,
+        device: Device,
+        stream: &'a StreamOf<Self>,
+        buf: &'a Self::Buf<T>,
+    ) -> Result<(RawBuf, Self::Access<'a>)>;
+
+    /// `buf` as an operation's output on `stream`: `stream` first waits for every earlier use.
+    fn write<'a, T: NcclType>(
+        arg: &'static str,
+        device: Device,
+        stream: &'a StreamOf<Self>,
+        buf: &'a mut Self::Buf<T>,
+    ) -> Result<(RawBufMut, Self::Access<'a>)>;
+}

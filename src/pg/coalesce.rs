@@ -1,0 +1,299 @@
+//! Coalescing: operations of one group issued as one batch (one backend group), with one work
+//! for the whole batch. The core's group state machine enforces the mixing rules: one
+//! communicator per block, and for a fused block (c10d's `all_reduce_coalesced` and friends)
+//! one kind, one dtype and one reduction.
+
+use super::group::{Issuer, SeqKind};
+use super::ops::two_on;
+use super::work::{Work, WorkMeta};
+use super::{ProcessGroup, WorkOf};
+use crate::buffer::{Buffer, Memory};
+use crate::element::{host_op, NcclType};
+use oxccl_core::{
+    text, CommAbort, CommOp, CommState, Error, GroupKind, GroupState, OpSummary, Progress,
+    RawBuf, RawBufMut, ReduceOp, Result, Stream,
+};
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+/// One send or receive of a batch ([`ProcessGroup::batch_isend_irecv`]); peers are global
+/// ranks.
+pub enum P2pOp<'a, B: Memory, T: NcclType> {
+    /// Send the buffer to the peer.
+    Send(&'a B::Buf<T>, u32),
+    /// Receive into the buffer from the peer.
+    Recv(&'a mut B::Buf<T>, u32),
+}
+
+/// An open coalescing block on a group: operations issued through it are launched together
+/// when it ends, as one work. Dropping it without [`Coalescing::end`] still closes the
+/// backend group (never left open), and the batch's work is lost.
+#[must_use = "the batch is launched when the block ends"]
+pub struct Coalescing<'g, B: Memory> {
+    pg: &'g ProcessGroup<B>,
+    kind: GroupKind,
+    rules: Box<GroupState>,
+    numel: (usize, usize),
+    first_error: Option<Error>,
+    open: bool,
+}
+
+impl<B: Memory> ProcessGroup<B> {
+    /// Opens a coalescing block (c10d's `_start_coalescing`): the group's communicator is
+    /// made first if needed, then a backend group is opened. Only one block per group at a
+    /// time; the group's own methods are refused until it ends.
+    pub fn start_coalescing(&self) -> Result<Coalescing<'_, B>> {
+        self.open_block(GroupKind::Coalescing)
+    }
+
+    /// Runs `f` inside a coalescing block and ends it, whatever `f` returns: the block can
+    /// never be left open. The first error (of `f` or of the end) is returned.
+    pub fn coalesced(
+        &self,
+        f: impl FnOnce(&mut Coalescing<'_, B>) -> Result<()>,
+    ) -> Result<WorkOf<B>> {
+        let mut block = self.start_coalescing()?;
+        let body = f(&mut block);
+        let end = block.end();
+        body.and(end)
+    }
+
+    /// All-reduces each buffer of `bufs` in place, as one fused batch with one work (c10d's
+    /// `all_reduce_coalesced`): every buffer of one dtype, one reduction.
+    pub fn all_reduce_coalesced<T: NcclType>(
+        &self,
+        bufs: &mut [&mut B::Buf<T>],
+        op: ReduceOp,
+    ) -> Result<WorkOf<B>> {
+        let mut block = self.open_block(GroupKind::Fused)?;
+        let body = bufs.iter_mut().try_for_each(|b| block.all_reduce(b, op));
+        let end = block.end();
+        body.and(end)
+    }
+
+    /// Sends and receives of `ops` as one batch with one work (c10d's `batch_isend_irecv`).
+    pub fn batch_isend_irecv<T: NcclType>(&self, ops: &mut [P2pOp<'_, B, T>]) -> Result<WorkOf<B>> {
+        self.coalesced(|c| {
+            ops.iter_mut().try_for_each(|op| match op {
+                P2pOp::Send(b, peer) => c.send(b, *peer),
+                P2pOp::Recv(b, peer) => c.recv(b, *peer),
+            })
+        })
+    }
+
+    fn open_block(&self, kind: GroupKind) -> Result<Coalescing<'_, B>> {
+        let inner = &self.inner;
+        inner.with_entry(kind.start_call(), |_| Ok(()))?;
+        if inner.coalescing.swap(true, Ordering::AcqRel) {
+            return Err(Error::InvalidState {
+                state: CommState::Ready,
+                attempted: kind.start_call(),
+                reason: text!("a coalescing block is already open on group {}", inner.uid),
+            });
+        }
+        let mut rules = Box::new(GroupState::new());
+        let opened = rules
+            .start(kind)
+            .map_err(Error::from)
+            .and_then(|_| inner.backend.group_start());
+        if let Err(e) = opened {
+            inner.coalescing.store(false, Ordering::Release);
+            return Err(e);
+        }
+        Ok(Coalescing {
+            pg: self,
+            kind,
+            rules,
+            numel: (0, 0),
+            first_error: None,
+            open: true,
+        })
+    }
+}
+
+impl<B: Memory> Coalescing<'_, B> {
+    /// Queues `op` under the block's rules, then issues it inside the backend group. The
+    /// first failure is kept and returned again by [`Coalescing::end`].
+    fn push(
+        &mut self,
+        numel: (usize, usize),
+        body: impl FnOnce(&Issuer<'_, B>, &mut dyn FnMut(&CommOp<'_>) -> Result<()>) -> Result<()>,
+    ) -> Result<()> {
+        let inner = &self.pg.inner;
+        let uid = inner.uid;
+        let rules = &mut self.rules;
+        let r = inner.with_entry("coalesced op", |e| {
+            let is = Issuer {
+                entry: e,
+                device: inner.opts.device(),
+            };
+            body(&is, &mut |op| {
+                rules.enqueue(uid, OpSummary::of(op))?;
+                // SAFETY: `body` passes only buffers taken by `Memory::read`/`write` on the
+                // issuer's stream whose guards are alive during this call.
+                unsafe { is.issue(op) }
+            })
+        });
+        match &r {
+            Ok(()) => {
+                self.numel.0 += numel.0;
+                self.numel.1 += numel.1;
+            }
+            Err(e) if self.first_error.is_none() => self.first_error = Some(e.clone()),
+            Err(_) => {}
+        }
+        r
+    }
+
+    /// Issues an op reading `send` and writing `recv`, built by `build`.
+    fn two<T: NcclType>(
+        &mut self,
+        send: Option<&B::Buf<T>>,
+        recv: Option<&mut B::Buf<T>>,
+        build: impl FnOnce(RawBuf, RawBufMut) -> CommOp<'static>,
+    ) -> Result<()> {
+        let numel = (
+            send.map_or(0, |b| b.len()),
+            recv.as_ref().map_or(0, |b| b.len()),
+        );
+        self.push(numel, |is, issue| {
+            two_on(is, send, recv, |s, r| issue(&build(s, r)))
+        })
+    }
+
+    /// All-reduce of `buf` in place, in the batch.
+    pub fn all_reduce<T: NcclType>(&mut self, buf: &mut B::Buf<T>, op: ReduceOp) -> Result<()> {
+        let op = host_op::<T>(op)?;
+        let n = buf.len();
+        self.push((n, n), |is, issue| {
+            let (w, _g) = B::write("buf", is.device, is.stream(), buf)?;
+            issue(&CommOp::AllReduce {
+                send: w.as_read(),
+                recv: w,
+                dtype: T::DTYPE,
+                op,
+            })
+        })
+    }
+
+    /// Broadcast of `buf` from global rank `root`, in place, in the batch.
+    pub fn broadcast<T: NcclType>(&mut self, buf: &mut B::Buf<T>, root: u32) -> Result<()> {
+        let root = self.pg.inner.to_group_rank("root", root)?;
+        let n = buf.len();
+        self.push((n, n), |is, issue| {
+            let (w, _g) = B::write("buf", is.device, is.stream(), buf)?;
+            issue(&CommOp::Broadcast {
+                send: w.as_read(),
+                recv: w,
+                dtype: T::DTYPE,
+                root,
+            })
+        })
+    }
+
+    /// All-gather of `send` into `recv`, in the batch.
+    pub fn all_gather<T: NcclType>(
+        &mut self,
+        send: &B::Buf<T>,
+        recv: &mut B::Buf<T>,
+    ) -> Result<()> {
+        self.two(Some(send), Some(recv), |send, recv| CommOp::AllGather {
+            send,
+            recv,
+            dtype: T::DTYPE,
+        })
+    }
+
+    /// Reduce-scatter of `send` into `recv`, in the batch.
+    pub fn reduce_scatter<T: NcclType>(
+        &mut self,
+        send: &B::Buf<T>,
+        recv: &mut B::Buf<T>,
+        op: ReduceOp,
+    ) -> Result<()> {
+        let op = host_op::<T>(op)?;
+        self.two(Some(send), Some(recv), |send, recv| CommOp::ReduceScatter {
+            send,
+            recv,
+            dtype: T::DTYPE,
+            op,
+        })
+    }
+
+    /// Send of `buf` to global rank `dst`, in the batch.
+    pub fn send<T: NcclType>(&mut self, buf: &B::Buf<T>, dst: u32) -> Result<()> {
+        let peer = self.pg.inner.to_group_rank("dst", dst)?;
+        self.two(Some(buf), None, |buf, _| CommOp::Send {
+            buf,
+            dtype: T::DTYPE,
+            peer,
+        })
+    }
+
+    /// Receive into `buf` from global rank `src`, in the batch.
+    pub fn recv<T: NcclType>(&mut self, buf: &mut B::Buf<T>, src: u32) -> Result<()> {
+        let peer = self.pg.inner.to_group_rank("src", src)?;
+        self.two(None, Some(buf), |_, buf| CommOp::Recv {
+            buf,
+            dtype: T::DTYPE,
+            peer,
+        })
+    }
+
+    /// Closes the block: the backend group ends (launching the batch; a nonblocking group end
+    /// is polled until done, bounded by the group's timeout), and one work covers the batch.
+    /// The first error of an operation inside is returned after the group was closed.
+    pub fn end(mut self) -> Result<WorkOf<B>> {
+        self.open = false;
+        let inner = &self.pg.inner;
+        inner.coalescing.store(false, Ordering::Release);
+        let rules_end = self.rules.end(self.kind);
+        let ended = inner.backend.group_end();
+        if let Some(e) = self.first_error.take() {
+            return Err(e);
+        }
+        rules_end?;
+        let timeout = inner.timeout();
+        inner.with_entry(self.kind.end_call(), |e| {
+            if ended? == Progress::InProgress {
+                let began = Instant::now();
+                while e.abort.poll()? == Progress::InProgress {
+                    if began.elapsed() >= timeout {
+                        let err = Error::Timeout {
+                            what: text!("the end of a coalescing block on group {}", inner.uid),
+                            after_ms: timeout.as_millis() as u64,
+                        };
+                        e.abort.abort(&err.to_string());
+                        return Err(err);
+                    }
+                    std::thread::yield_now();
+                }
+            }
+            let end = e.stream.record(inner.opts.timing)?;
+            Ok(Work::new(
+                WorkMeta {
+                    seq: inner.next_seq(SeqKind::Collective),
+                    op: "coalesced",
+                    numel_in: self.numel.0,
+                    numel_out: self.numel.1,
+                },
+                timeout,
+                None,
+                Some(end),
+                Some(e.abort.clone()),
+            ))
+        })
+    }
+}
+
+impl<B: Memory> Drop for Coalescing<'_, B> {
+    fn drop(&mut self) {
+        if self.open {
+            self.pg.inner.coalescing.store(false, Ordering::Release);
+            self.rules.fail();
+            if let Err(e) = self.pg.inner.backend.group_end() {
+                log::warn!("closing a coalescing block on drop: {e}");
+            }
+        }
+    }
+}

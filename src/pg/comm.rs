@@ -1,0 +1,86 @@
+//! A group's communicator: made on first use (or at once), by init through the store or by a
+//! split of the parent's; closed by destroy.
+
+use super::{AbortOf, CommOf};
+use crate::buffer::{Memory, StreamOf};
+use oxccl_core::{text, CommConfig, Communicator, Error, Result, UniqueId};
+use std::time::Duration;
+
+/// A communicator with the stream the group issues on.
+pub(crate) struct Entry<B: Memory> {
+    pub comm: CommOf<B>,
+    pub stream: StreamOf<B>,
+    pub abort: AbortOf<B>,
+}
+
+impl<B: Memory> Entry<B> {
+    pub fn new(comm: CommOf<B>) -> Result<Entry<B>> {
+        let stream = comm.new_stream()?;
+        let abort = comm.abort_handle();
+        Ok(Entry {
+            comm,
+            stream,
+            abort,
+        })
+    }
+}
+
+/// Where a group's communicator is.
+pub(crate) enum Slot<B: Memory> {
+    /// Not made yet (made by the first operation).
+    Empty,
+    /// Usable (or failed: the communicator itself reports that).
+    Ready(Entry<B>),
+    /// This rank is not a member: nothing is ever made.
+    NotMember,
+    /// Destroyed; the reason says by whom.
+    Closed,
+}
+
+impl<B: Memory> Slot<B> {
+    /// Aborts the communicator, if any, and leaves the slot closed. Never waits for peers.
+    pub fn close(&mut self, reason: &str) {
+        if let Slot::Ready(e) = std::mem::replace(self, Slot::Closed) {
+            oxccl_core::CommAbort::abort(&e.abort, reason);
+        }
+    }
+}
+
+/// The parts of a communicator init through the store.
+pub(crate) struct InitParams<'a> {
+    pub store: &'a dyn crate::store::Store,
+    pub key: String,
+    pub rank: u32,
+    pub size: u32,
+    /// The global rank of group rank 0, which writes the id.
+    pub writer: u32,
+    pub global_rank: u32,
+    pub device: oxccl_core::Device,
+    pub config: &'a CommConfig,
+    pub timeout: Duration,
+}
+
+/// Rank 0 makes the unique id and sets it in the store; the others wait for it (bounded by the
+/// group's timeout: a rank that waits in vain is told which key and which rank it waited for).
+pub(crate) fn init_through_store<B: Memory>(backend: &B, p: &InitParams<'_>) -> Result<CommOf<B>> {
+    let id = if p.rank == 0 {
+        let id = backend.unique_id()?;
+        p.store.set(&p.key, id.as_bytes())?;
+        id
+    } else {
+        let bytes = p.store.get(&p.key, p.timeout).map_err(|e| match e {
+            Error::Timeout { after_ms, .. } => Error::Timeout {
+                what: text!(
+                    "rank {} waited for the unique id at store key `{}`, which rank {} writes (did it fail?)",
+                    p.global_rank,
+                    p.key,
+                    p.writer
+                ),
+                after_ms,
+            },
+            other => other,
+        })?;
+        UniqueId::from_bytes(&bytes)?
+    };
+    backend.init_rank(&id, p.rank, p.size, p.device, p.config)
+}

@@ -1,0 +1,480 @@
+//! The process group: who its members are, its communicator, its sequence numbers and the
+//! one path every operation is issued through.
+
+use super::comm::{init_through_store, Entry, InitParams, Slot};
+use super::work::{Work, WorkMeta, WorkOf};
+use super::PgOptions;
+use crate::buffer::{Memory, StreamOf};
+use crate::store::Store;
+use oxccl_core::membership::{self, CommPlan};
+use oxccl_core::{text, CommOp, CommState, Communicator, Device, Error, Feature, Result, Stream};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+/// What every group made from one default group shares.
+pub(crate) struct Registry {
+    /// The next group uid: every rank creates groups in the same order, so uids agree.
+    pub next_uid: AtomicU64,
+}
+
+pub(crate) struct PgInner<B: Memory> {
+    pub backend: B,
+    pub store: Arc<dyn Store>,
+    pub registry: Arc<Registry>,
+    pub uid: u64,
+    pub desc: String,
+    pub global_rank: u32,
+    pub world_size: u32,
+    /// Global ranks of the members; the index is the group rank.
+    pub ranks: Vec<u32>,
+    /// This rank in the group; `None` when it is not a member.
+    pub rank: Option<u32>,
+    pub opts: PgOptions,
+    timeout_ms: AtomicU64,
+    pub parent: Option<Arc<PgInner<B>>>,
+    pub plan: CommPlan,
+    pub slot: Mutex<Slot<B>>,
+    /// Collective and p2p sequence numbers (the last one used).
+    seq: AtomicU64,
+    p2p_seq: AtomicU64,
+    /// Communicators split from this group's communicator.
+    pub splits: AtomicU64,
+    /// Communicators this group made through the store (numbers their id keys).
+    inits: AtomicU64,
+    /// A coalescing block is open on this group.
+    pub coalescing: AtomicBool,
+}
+
+/// A process group over backend `B`: c10d's `ProcessGroup`. Cheap to clone (the clones share
+/// the group). Dropping the last clone aborts its communicator (never waits for peers).
+pub struct ProcessGroup<B: Memory> {
+    pub(crate) inner: Arc<PgInner<B>>,
+}
+
+impl<B: Memory> Clone for ProcessGroup<B> {
+    fn clone(&self) -> Self {
+        ProcessGroup {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl<B: Memory> std::fmt::Debug for ProcessGroup<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProcessGroup")
+            .field("uid", &self.inner.uid)
+            .field("desc", &self.inner.desc)
+            .field("rank", &self.inner.rank)
+            .field("ranks", &self.inner.ranks)
+            .finish()
+    }
+}
+
+impl<B: Memory> Drop for PgInner<B> {
+    fn drop(&mut self) {
+        let slot = self.slot.get_mut().unwrap_or_else(PoisonError::into_inner);
+        slot.close("process group dropped");
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// What [`PgInner::issue`] hands an operation's body: the stream and device to take buffers
+/// on, and the call that issues on the communicator.
+pub(crate) struct Issuer<'a, B: Memory> {
+    pub entry: &'a Entry<B>,
+    pub device: Device,
+}
+
+impl<B: Memory> Issuer<'_, B> {
+    pub fn stream(&self) -> &StreamOf<B> {
+        &self.entry.stream
+    }
+
+    /// Issues `op` on the group's communicator and stream.
+    ///
+    /// # Safety
+    /// As [`Communicator::issue`]: the buffers of `op` come from [`Memory::read`] /
+    /// [`Memory::write`] on [`Issuer::stream`], whose access guards are still alive.
+    pub unsafe fn issue(&self, op: &CommOp<'_>) -> Result<()> {
+        // SAFETY: forwarded contract; the group's slot lock is held by the caller, so no other
+        // thread issues on this communicator meanwhile.
+        unsafe { self.entry.comm.issue(op, &self.entry.stream) }
+    }
+}
+
+/// Which sequence an operation counts in.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SeqKind {
+    Collective,
+    P2p,
+}
+
+impl<B: Memory> ProcessGroup<B> {
+    /// The default group of `size` ranks, this process being `rank`, rendezvousing through
+    /// `store` (c10d's `init_process_group` with a store). With a bound device
+    /// ([`PgOptions::bound_device`]) the communicator is made now; otherwise at the first
+    /// operation.
+    pub fn new(
+        backend: B,
+        store: Arc<dyn Store>,
+        rank: u32,
+        size: u32,
+        mut opts: PgOptions,
+    ) -> Result<ProcessGroup<B>> {
+        if size == 0 || rank >= size {
+            return Err(Error::invalid(
+                "rank",
+                format_args!("a rank below the world size {size}, got {rank}"),
+            ));
+        }
+        if opts.desc == "undefined" {
+            opts.desc = String::from("default_pg");
+        }
+        let registry = Arc::new(Registry {
+            next_uid: AtomicU64::new(1),
+        });
+        let pg = ProcessGroup::make(
+            backend,
+            store,
+            registry,
+            0,
+            rank,
+            size,
+            (0..size).collect(),
+            opts,
+            None,
+            CommPlan::InitOnFirstUse,
+        );
+        if pg.inner.opts.bound_device.is_some() {
+            pg.inner.with_entry("init", |_| Ok(()))?;
+        }
+        Ok(pg)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn make(
+        backend: B,
+        store: Arc<dyn Store>,
+        registry: Arc<Registry>,
+        uid: u64,
+        global_rank: u32,
+        world_size: u32,
+        ranks: Vec<u32>,
+        opts: PgOptions,
+        parent: Option<Arc<PgInner<B>>>,
+        plan: CommPlan,
+    ) -> ProcessGroup<B> {
+        let rank = membership::group_rank(&ranks, global_rank);
+        let timeout_ms = opts.timeout.as_millis().min(u128::from(u64::MAX)) as u64;
+        ProcessGroup {
+            inner: Arc::new(PgInner {
+                backend,
+                store,
+                registry,
+                uid,
+                desc: opts.desc.clone(),
+                global_rank,
+                world_size,
+                ranks,
+                rank,
+                opts,
+                timeout_ms: AtomicU64::new(timeout_ms),
+                parent,
+                plan,
+                slot: Mutex::new(if rank.is_some() {
+                    Slot::Empty
+                } else {
+                    Slot::NotMember
+                }),
+                seq: AtomicU64::new(0),
+                p2p_seq: AtomicU64::new(0),
+                splits: AtomicU64::new(0),
+                inits: AtomicU64::new(0),
+                coalescing: AtomicBool::new(false),
+            }),
+        }
+    }
+
+    /// This rank in the group (`None` when this process is not a member).
+    pub fn rank(&self) -> Option<u32> {
+        self.inner.rank
+    }
+
+    /// Number of ranks in the group.
+    pub fn size(&self) -> u32 {
+        self.inner.ranks.len() as u32
+    }
+
+    /// This process's rank in the world.
+    pub fn global_rank(&self) -> u32 {
+        self.inner.global_rank
+    }
+
+    /// The global ranks of the members, by group rank.
+    pub fn ranks(&self) -> &[u32] {
+        &self.inner.ranks
+    }
+
+    /// The group's uid: 0 for the default group, then 1, 2, … in creation order (equal across
+    /// ranks).
+    pub fn uid(&self) -> u64 {
+        self.inner.uid
+    }
+
+    /// The group's description ("default_pg" for the default group).
+    pub fn desc(&self) -> &str {
+        &self.inner.desc
+    }
+
+    /// The backend the group's communicators come from.
+    pub fn backend(&self) -> &B {
+        &self.inner.backend
+    }
+
+    /// The store the group rendezvous through.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.inner.store
+    }
+
+    /// The group's options as created.
+    pub fn options(&self) -> &PgOptions {
+        &self.inner.opts
+    }
+
+    /// The timeout of the group's operations.
+    pub fn timeout(&self) -> Duration {
+        self.inner.timeout()
+    }
+
+    /// Changes the timeout of the group's later operations.
+    pub fn set_timeout(&self, timeout: Duration) {
+        let ms = timeout.as_millis().min(u128::from(u64::MAX)) as u64;
+        self.inner.timeout_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// Communicators split from this group's communicator so far (c10d's
+    /// `comm_split_count`).
+    pub fn split_count(&self) -> u64 {
+        self.inner.splits.load(Ordering::Relaxed)
+    }
+
+    /// The sequence number of the last collective issued (0 before the first).
+    pub fn seq(&self) -> u64 {
+        self.inner.seq.load(Ordering::Relaxed)
+    }
+
+    /// The communicator's state: `None` before it is made, or when this rank is not a member.
+    pub fn comm_state(&self) -> Option<CommState> {
+        match &*lock(&self.inner.slot) {
+            Slot::Ready(e) => Some(e.comm.state()),
+            Slot::Closed => Some(CommState::Destroyed),
+            _ => None,
+        }
+    }
+
+    /// Aborts the group's communicator from any thread (wakes ranks blocked in its operations);
+    /// later operations fail fast with `reason`. The group stays registered.
+    pub fn abort(&self, reason: &str) {
+        if let Slot::Ready(e) = &*lock(&self.inner.slot) {
+            oxccl_core::CommAbort::abort(&e.abort, reason);
+        }
+    }
+
+    /// Destroys the group: its communicator is aborted (never waits for peers, so ranks may
+    /// destroy groups in any order), and every later call on the group is an error.
+    pub fn destroy(&self) {
+        let reason = format!(
+            "process group {} ({}) was destroyed",
+            self.inner.uid, self.inner.desc
+        );
+        lock(&self.inner.slot).close(&reason);
+    }
+
+    /// A buffer of `len` zeros on this group's device, allocated on the group's stream.
+    pub fn alloc_zeros<T: crate::NcclType>(&self, len: usize) -> Result<B::Buf<T>> {
+        self.inner
+            .with_entry("alloc", |e| self.inner.backend.alloc_zeros(&e.stream, len))
+    }
+
+    /// A buffer on this group's device holding a copy of `data`.
+    pub fn upload<T: crate::NcclType>(&self, data: &[T]) -> Result<B::Buf<T>> {
+        self.inner
+            .with_entry("upload", |e| self.inner.backend.upload(&e.stream, data))
+    }
+
+    /// The contents of `buf`, after every operation that uses it (blocks).
+    pub fn download<T: crate::NcclType>(&self, buf: &B::Buf<T>) -> Result<Vec<T>> {
+        self.inner
+            .with_entry("download", |e| self.inner.backend.download(&e.stream, buf))
+    }
+}
+
+impl<B: Memory> PgInner<B> {
+    pub fn timeout(&self) -> Duration {
+        Duration::from_millis(self.timeout_ms.load(Ordering::Relaxed))
+    }
+
+    /// The refusal for a call on a non-member or destroyed group.
+    fn unusable(&self, slot: &Slot<B>, attempted: &'static str) -> Error {
+        match slot {
+            Slot::NotMember => Error::invalid(
+                "group",
+                format_args!(
+                    "a group this rank is a member of: rank {} is not part of group {} ({})",
+                    self.global_rank, self.uid, self.desc
+                ),
+            ),
+            _ => Error::InvalidState {
+                state: CommState::Destroyed,
+                attempted,
+                reason: text!("process group {} ({}) was destroyed", self.uid, self.desc),
+            },
+        }
+    }
+
+    /// Runs `f` with the group's communicator, making it first if this is its first use. The
+    /// slot stays locked meanwhile: one call at a time reaches the communicator.
+    pub fn with_entry<R>(
+        &self,
+        attempted: &'static str,
+        f: impl FnOnce(&Entry<B>) -> Result<R>,
+    ) -> Result<R> {
+        let mut slot = lock(&self.slot);
+        if let Slot::Ready(e) = &*slot {
+            return f(e);
+        }
+        if !matches!(*slot, Slot::Empty) {
+            return Err(self.unusable(&slot, attempted));
+        }
+        let comm = self.make_comm()?;
+        *slot = Slot::Ready(Entry::new(comm)?);
+        match &*slot {
+            Slot::Ready(e) => f(e),
+            _ => Err(self.unusable(&slot, attempted)),
+        }
+    }
+
+    /// Makes this member's communicator by the group's plan.
+    fn make_comm(&self) -> Result<super::CommOf<B>> {
+        let rank = self.rank.unwrap_or(0);
+        match (&self.parent, self.plan) {
+            (Some(parent), CommPlan::SplitOnFirstUse | CommPlan::SplitNow) => {
+                let color = membership::split_color(&self.ranks);
+                parent
+                    .split(Some(color), rank, &self.opts.config)?
+                    .ok_or_else(|| Error::Remote {
+                        detail: text!(
+                            "split of group {} gave this member no communicator",
+                            self.uid
+                        ),
+                    })
+            }
+            _ => {
+                let n = self.inits.fetch_add(1, Ordering::Relaxed);
+                let params = InitParams {
+                    store: &*self.store,
+                    key: format!("oxccl/pg/{}/unique_id/{}", self.uid, n),
+                    rank,
+                    size: self.ranks.len() as u32,
+                    writer: self.ranks[0],
+                    global_rank: self.global_rank,
+                    device: self.opts.device(),
+                    config: &self.opts.config,
+                    timeout: self.timeout(),
+                };
+                init_through_store(&self.backend, &params)
+            }
+        }
+    }
+
+    /// Splits this group's communicator (made first if needed): `None` color for a rank that
+    /// joins no child. Counted in [`ProcessGroup::split_count`].
+    pub fn split(
+        &self,
+        color: Option<u32>,
+        key: u32,
+        cfg: &oxccl_core::CommConfig,
+    ) -> Result<Option<super::CommOf<B>>> {
+        let child = self.with_entry("split", |e| e.comm.split(color, key, cfg))?;
+        self.splits.fetch_add(1, Ordering::Relaxed);
+        Ok(child)
+    }
+
+    /// Whether the backend can split communicators.
+    pub fn can_split(&self) -> bool {
+        self.backend.features().check(Feature::Split).is_ok()
+    }
+
+    /// The one path of every operation: refuses calls on a non-member or destroyed group and
+    /// while a coalescing block is open (its guard issues instead), makes the communicator on
+    /// first use, records the events of the work and numbers it.
+    pub fn issue(
+        &self,
+        name: &'static str,
+        seq_kind: SeqKind,
+        numel: (usize, usize),
+        body: impl FnOnce(&Issuer<'_, B>) -> Result<()>,
+    ) -> Result<WorkOf<B>> {
+        if self.coalescing.load(Ordering::Relaxed) {
+            return Err(Error::InvalidState {
+                state: CommState::Ready,
+                attempted: name,
+                reason: text!(
+                    "a coalescing block is open on group {}: issue through its guard",
+                    self.uid
+                ),
+            });
+        }
+        let timing = self.opts.timing;
+        self.with_entry(name, |e| {
+            let start = if timing {
+                Some(e.stream.record(true)?)
+            } else {
+                None
+            };
+            body(&Issuer {
+                entry: e,
+                device: self.opts.device(),
+            })?;
+            let end = e.stream.record(timing)?;
+            let seq = self.next_seq(seq_kind);
+            Ok(Work::new(
+                WorkMeta {
+                    seq,
+                    op: name,
+                    numel_in: numel.0,
+                    numel_out: numel.1,
+                },
+                self.timeout(),
+                start,
+                Some(end),
+                Some(e.abort.clone()),
+            ))
+        })
+    }
+
+    pub fn next_seq(&self, kind: SeqKind) -> u64 {
+        let counter = match kind {
+            SeqKind::Collective => &self.seq,
+            SeqKind::P2p => &self.p2p_seq,
+        };
+        counter.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// The group rank of global rank `global`, as rooted operations and peers are given.
+    pub fn to_group_rank(&self, arg: &'static str, global: u32) -> Result<u32> {
+        membership::group_rank(&self.ranks, global).ok_or_else(|| {
+            Error::invalid(
+                arg,
+                format_args!(
+                    "a global rank of group {} ({:?}), got {global}",
+                    self.uid, self.ranks
+                ),
+            )
+        })
+    }
+}

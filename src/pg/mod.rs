@@ -1,0 +1,31 @@
+//! c10d's process group, written once over the backend traits: `ProcessGroup<B>` runs on the
+//! mock world in tests and on NCCL in production, and no backend type is named here.
+//!
+//! - [`ProcessGroup`]: rank, size, every collective and p2p, each returning a [`Work`];
+//!   communicators made lazily on first use (the unique id travels through the store), or at
+//!   once when a device is bound; timeouts per group, changeable at run time.
+//! - [`Coalescing`]: operations issued as one batch with one work, by a guard or a closure.
+//! - Subgroups: [`ProcessGroup::new_group`], [`ProcessGroup::new_subgroups`],
+//!   [`ProcessGroup::new_subgroups_by_enumeration`], global ↔ group rank translation.
+
+mod coalesce;
+mod comm;
+mod group;
+mod ops;
+mod options;
+mod subgroups;
+mod work;
+
+pub use coalesce::{Coalescing, P2pOp};
+pub use group::ProcessGroup;
+pub use options::{PgOptions, DEFAULT_TIMEOUT};
+pub use work::{Work, WorkMeta, WorkOf};
+
+use oxccl_core::{Backend, Communicator, Stream};
+
+/// The communicator type of a backend.
+pub type CommOf<B> = <B as Backend>::Comm;
+/// The event type of a backend's streams.
+pub type EventOf<B> = <crate::buffer::StreamOf<B> as Stream>::Event;
+/// The abort handle of a backend's communicators.
+pub type AbortOf<B> = <CommOf<B> as Communicator>::Abort;

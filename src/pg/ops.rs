@@ -1,0 +1,285 @@
+//! Every collective and p2p operation of a process group, on typed buffers of the backend.
+//! Rooted operations and peers take global ranks, translated to group ranks here.
+
+use super::group::{Issuer, SeqKind};
+use super::{ProcessGroup, WorkOf};
+use crate::buffer::{Buffer, Memory};
+use crate::element::{host_op, NcclType};
+use oxccl_core::{CommOp, RawBuf, RawBufMut, ReduceOp, Result};
+
+/// `buf` read on the issuer's stream; the access guard lives in the caller's scope.
+macro_rules! rd {
+    ($is:expr, $arg:literal, $buf:expr) => {
+        B::read($arg, $is.device, $is.stream(), $buf)?
+    };
+}
+/// `buf` written on the issuer's stream.
+macro_rules! wr {
+    ($is:expr, $arg:literal, $buf:expr) => {
+        B::write($arg, $is.device, $is.stream(), $buf)?
+    };
+}
+
+impl<B: Memory> ProcessGroup<B> {
+    /// Reduces `buf` across the group's ranks, in place (c10d's `all_reduce`).
+    pub fn all_reduce<T: NcclType>(&self, buf: &mut B::Buf<T>, op: ReduceOp) -> Result<WorkOf<B>> {
+        let op = host_op::<T>(op)?;
+        let n = buf.len();
+        self.inner
+            .issue("all_reduce", SeqKind::Collective, (n, n), |is| {
+                let (w, _g) = wr!(is, "buf", buf);
+                let op = CommOp::AllReduce {
+                    send: w.as_read(),
+                    recv: w,
+                    dtype: T::DTYPE,
+                    op,
+                };
+                // SAFETY: the buffer came from `Memory::write` on the issuer's stream, its guard
+                // lives until this call returned.
+                unsafe { is.issue(&op) }
+            })
+    }
+
+    /// Copies `buf` of global rank `root` into `buf` of every rank, in place.
+    pub fn broadcast<T: NcclType>(&self, buf: &mut B::Buf<T>, root: u32) -> Result<WorkOf<B>> {
+        let root = self.inner.to_group_rank("root", root)?;
+        let n = buf.len();
+        self.inner
+            .issue("broadcast", SeqKind::Collective, (n, n), |is| {
+                let (w, _g) = wr!(is, "buf", buf);
+                let op = CommOp::Broadcast {
+                    send: w.as_read(),
+                    recv: w,
+                    dtype: T::DTYPE,
+                    root,
+                };
+                // SAFETY: as in `all_reduce`.
+                unsafe { is.issue(&op) }
+            })
+    }
+
+    /// Reduces `buf` across ranks into `buf` of global rank `root`, in place (the other
+    /// ranks' buffers are left as they are).
+    pub fn reduce<T: NcclType>(
+        &self,
+        buf: &mut B::Buf<T>,
+        root: u32,
+        op: ReduceOp,
+    ) -> Result<WorkOf<B>> {
+        let op = host_op::<T>(op)?;
+        let root = self.inner.to_group_rank("root", root)?;
+        let n = buf.len();
+        self.inner
+            .issue("reduce", SeqKind::Collective, (n, n), |is| {
+                let (w, _g) = wr!(is, "buf", buf);
+                let op = CommOp::Reduce {
+                    send: w.as_read(),
+                    recv: w,
+                    dtype: T::DTYPE,
+                    op,
+                    root,
+                };
+                // SAFETY: as in `all_reduce`.
+                unsafe { is.issue(&op) }
+            })
+    }
+
+    /// Issues an operation reading `send` and writing `recv`.
+    fn two<T: NcclType>(
+        &self,
+        name: &'static str,
+        send: Option<&B::Buf<T>>,
+        recv: Option<&mut B::Buf<T>>,
+        seq: SeqKind,
+        build: impl FnOnce(RawBuf, RawBufMut) -> CommOp<'static>,
+    ) -> Result<WorkOf<B>> {
+        let numel = (
+            send.map_or(0, |b| b.len()),
+            recv.as_ref().map_or(0, |b| b.len()),
+        );
+        self.inner.issue(name, seq, numel, |is| {
+            two_on(is, send, recv, |s, r| {
+                // SAFETY: both buffers came from `Memory::read`/`write` on the issuer's stream
+                // and their guards live until `two_on` returns, after the issue.
+                unsafe { is.issue(&build(s, r)) }
+            })
+        })
+    }
+
+    /// Gathers every rank's `send` into `recv` (`size × send.len()` elements), by group rank
+    /// (c10d's `all_gather_into_tensor`).
+    pub fn all_gather<T: NcclType>(
+        &self,
+        send: &B::Buf<T>,
+        recv: &mut B::Buf<T>,
+    ) -> Result<WorkOf<B>> {
+        self.two(
+            "all_gather",
+            Some(send),
+            Some(recv),
+            SeqKind::Collective,
+            |send, recv| CommOp::AllGather {
+                send,
+                recv,
+                dtype: T::DTYPE,
+            },
+        )
+    }
+
+    /// Reduces `send` (`size × recv.len()` elements) across ranks; group rank r keeps part r
+    /// in `recv` (c10d's `reduce_scatter_tensor`).
+    pub fn reduce_scatter<T: NcclType>(
+        &self,
+        send: &B::Buf<T>,
+        recv: &mut B::Buf<T>,
+        op: ReduceOp,
+    ) -> Result<WorkOf<B>> {
+        let op = host_op::<T>(op)?;
+        self.two(
+            "reduce_scatter",
+            Some(send),
+            Some(recv),
+            SeqKind::Collective,
+            |send, recv| CommOp::ReduceScatter {
+                send,
+                recv,
+                dtype: T::DTYPE,
+                op,
+            },
+        )
+    }
+
+    /// Part p of `send` goes to group rank p; part q of `recv` comes from group rank q (equal
+    /// parts: c10d's `all_to_all_single` without split sizes).
+    pub fn all_to_all<T: NcclType>(
+        &self,
+        send: &B::Buf<T>,
+        recv: &mut B::Buf<T>,
+    ) -> Result<WorkOf<B>> {
+        self.two(
+            "all_to_all",
+            Some(send),
+            Some(recv),
+            SeqKind::Collective,
+            |send, recv| CommOp::AllToAll {
+                send,
+                recv,
+                dtype: T::DTYPE,
+            },
+        )
+    }
+
+    /// Scatters `send` (on global rank `root`; `None` elsewhere) by group rank into `recv`.
+    pub fn scatter<T: NcclType>(
+        &self,
+        send: Option<&B::Buf<T>>,
+        recv: &mut B::Buf<T>,
+        root: u32,
+    ) -> Result<WorkOf<B>> {
+        let root = self.inner.to_group_rank("root", root)?;
+        self.two(
+            "scatter",
+            send,
+            Some(recv),
+            SeqKind::Collective,
+            |send, recv| CommOp::Scatter {
+                send,
+                recv,
+                dtype: T::DTYPE,
+                root,
+            },
+        )
+    }
+
+    /// Gathers every rank's `send` into `recv` of global rank `root` (`None` elsewhere).
+    pub fn gather<T: NcclType>(
+        &self,
+        send: &B::Buf<T>,
+        recv: Option<&mut B::Buf<T>>,
+        root: u32,
+    ) -> Result<WorkOf<B>> {
+        let root = self.inner.to_group_rank("root", root)?;
+        self.two(
+            "gather",
+            Some(send),
+            recv,
+            SeqKind::Collective,
+            |send, recv| CommOp::Gather {
+                send,
+                recv,
+                dtype: T::DTYPE,
+                root,
+            },
+        )
+    }
+
+    /// Sends `buf` to global rank `dst`.
+    pub fn send<T: NcclType>(&self, buf: &B::Buf<T>, dst: u32) -> Result<WorkOf<B>> {
+        let peer = self.inner.to_group_rank("dst", dst)?;
+        self.two("send", Some(buf), None, SeqKind::P2p, |buf, _| {
+            CommOp::Send {
+                buf,
+                dtype: T::DTYPE,
+                peer,
+            }
+        })
+    }
+
+    /// Receives into `buf` from global rank `src`.
+    pub fn recv<T: NcclType>(&self, buf: &mut B::Buf<T>, src: u32) -> Result<WorkOf<B>> {
+        let peer = self.inner.to_group_rank("src", src)?;
+        self.two("recv", None, Some(buf), SeqKind::P2p, |_, buf| {
+            CommOp::Recv {
+                buf,
+                dtype: T::DTYPE,
+                peer,
+            }
+        })
+    }
+
+    /// Waits until every rank of the group reached the barrier: a one-element all-reduce,
+    /// waited for here (bounded by the group's timeout), as c10d's barrier synchronizes.
+    pub fn barrier(&self) -> Result<WorkOf<B>> {
+        let mut one = self.alloc_zeros::<u8>(1)?;
+        let work = self
+            .inner
+            .issue("barrier", SeqKind::Collective, (1, 1), |is| {
+                let (w, _g) = wr!(is, "buf", &mut one);
+                let op = CommOp::AllReduce {
+                    send: w.as_read(),
+                    recv: w,
+                    dtype: u8::DTYPE,
+                    op: ReduceOp::Sum,
+                };
+                // SAFETY: as in `all_reduce`; the buffer is freed after the work in stream order.
+                unsafe { is.issue(&op) }
+            })?;
+        work.wait()?;
+        Ok(work)
+    }
+}
+
+/// Takes `send` (read) and `recv` (written) on the issuer's stream, an absent one as empty,
+/// and runs `f` while their access guards are alive.
+pub(crate) fn two_on<B: Memory, T: NcclType, R>(
+    is: &Issuer<'_, B>,
+    send: Option<&B::Buf<T>>,
+    recv: Option<&mut B::Buf<T>>,
+    f: impl FnOnce(RawBuf, RawBufMut) -> Result<R>,
+) -> Result<R> {
+    let (s, _gs) = match send {
+        Some(b) => {
+            let (s, g) = rd!(is, "send", b);
+            (s, Some(g))
+        }
+        None => (RawBuf::EMPTY, None),
+    };
+    let (r, _gr) = match recv {
+        Some(b) => {
+            let (r, g) = wr!(is, "recv", b);
+            (r, Some(g))
+        }
+        None => (RawBufMut::EMPTY, None),
+    };
+    f(s, r)
+}

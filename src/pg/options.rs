@@ -1,0 +1,47 @@
+//! What a process group is configured with.
+
+use oxccl_core::{CommConfig, Device};
+use std::time::Duration;
+
+/// The default timeout of an NCCL process group (c10d's: 10 minutes).
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// Options of a process group, c10d's `ProcessGroupNCCL::Options` and `init_process_group`
+/// arguments.
+#[derive(Debug, Clone)]
+pub struct PgOptions {
+    /// How long an operation may run before its work reports a timeout.
+    pub timeout: Duration,
+    /// A device bound at init: communicators are created at once (eagerly) on it, and
+    /// subgroups split at `new_group`. `None`: created on first use, on the device the
+    /// bootstrap chose.
+    pub bound_device: Option<Device>,
+    /// The device used when none is bound (the launcher's LOCAL_RANK).
+    pub device: Device,
+    /// The communicators' configuration (nonblocking, CTAs, net name, …).
+    pub config: CommConfig,
+    /// Record start events so works report their duration.
+    pub timing: bool,
+    /// A description, shown in errors and traces (the default group is "default_pg").
+    pub desc: String,
+}
+
+impl Default for PgOptions {
+    fn default() -> Self {
+        PgOptions {
+            timeout: DEFAULT_TIMEOUT,
+            bound_device: None,
+            device: Device(0),
+            config: CommConfig::new(),
+            timing: false,
+            desc: String::from("undefined"),
+        }
+    }
+}
+
+impl PgOptions {
+    /// The device communicators are made on.
+    pub fn device(&self) -> Device {
+        self.bound_device.unwrap_or(self.device)
+    }
+}
