@@ -4,10 +4,10 @@ use crate::element::NcclType;
 use crate::group::GroupGuard;
 use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut, DeviceSlice, SyncOnDrop};
 use oxccl_core::{
-    Backend, CommConfig, CommOp, CommState, Communicator, Device, Error, Progress, RawBuf,
-    RawBufMut, ReduceOp, RegHandle, Result, Scalar, UniqueId,
+    Backend, CommAbort, CommConfig, CommOp, CommState, Communicator, Device, Error, Progress,
+    RawBuf, RawBufMut, ReduceOp, RegHandle, Result, Scalar, UniqueId,
 };
-use oxccl_nccl::{NcclBackend, NcclComm, NcclStream};
+use oxccl_nccl::{NcclAbort, NcclBackend, NcclComm, NcclStream};
 use std::sync::Arc;
 
 /// A safe NCCL communicator bound to one CUDA stream. Operations take `&mut self` because NCCL
@@ -20,21 +20,27 @@ pub struct Comm {
 }
 
 /// Stops a communicator from any thread (a watchdog, a signal handler): wakes ranks blocked in
-/// its collectives. Idempotent.
+/// its collectives. Idempotent. It allows nothing but abort, state and poll (the backend's
+/// [`CommAbort`] handle), and may outlive the communicator.
 #[derive(Debug, Clone)]
 pub struct AbortHandle {
-    comm: NcclComm,
+    handle: NcclAbort,
 }
 
 impl AbortHandle {
     /// Aborts the communicator, keeping `reason` as the cause reported by later calls.
     pub fn abort(&self, reason: &str) {
-        self.comm.abort(reason);
+        self.handle.abort(reason);
     }
 
     /// The communicator's state.
     pub fn state(&self) -> CommState {
-        self.comm.state()
+        self.handle.state()
+    }
+
+    /// The communicator's asynchronous error, and the progress of a nonblocking init.
+    pub fn poll(&self) -> Result<Progress> {
+        self.handle.poll()
     }
 }
 
@@ -49,28 +55,6 @@ fn host_op<T: NcclType>(op: ReduceOp) -> Result<ReduceOp> {
         ));
     }
     T::map_op(op)
-}
-
-/// Issues `op`, first waiting out a nonblocking init (no extra cost once the comm is ready).
-///
-/// # Safety
-/// As [`Communicator::issue`].
-unsafe fn issue_ready(comm: &NcclComm, stream: &NcclStream, op: &CommOp<'_>) -> Result<()> {
-    // SAFETY: forwarded contract.
-    let first = unsafe { comm.issue(op, stream) };
-    match first {
-        // The common case returns a fresh `Ok` rather than moving the large `Result`.
-        Ok(()) => Ok(()),
-        Err(Error::InvalidState {
-            state: CommState::Initializing,
-            ..
-        }) => {
-            comm.wait_ready("init")?;
-            // SAFETY: forwarded contract.
-            unsafe { comm.issue(op, stream) }
-        }
-        Err(e) => Err(e),
-    }
 }
 
 fn rd<'a, T>(
@@ -186,16 +170,17 @@ impl Comm {
     /// A handle that aborts this communicator from any thread.
     pub fn abort_handle(&self) -> AbortHandle {
         AbortHandle {
-            comm: self.comm.clone(),
+            handle: self.comm.abort_handle(),
         }
     }
     /// Polls for asynchronous errors and for the end of a nonblocking init.
     pub fn poll(&self) -> Result<Progress> {
         self.comm.poll()
     }
-    /// Waits until a nonblocking init or group has finished (bounded by the backend's timeout).
+    /// Waits until a nonblocking init has finished (bounded by the backend's timeout; an init
+    /// past it is aborted and the error is [`Error::Timeout`]). Operations wait by themselves.
     pub fn wait_ready(&self) -> Result<()> {
-        self.comm.wait_ready("init")
+        self.comm.wait_ready("nonblocking init")
     }
     /// Blocks until every operation issued so far has completed, then reports any asynchronous
     /// error of the communicator.
@@ -227,16 +212,15 @@ impl Comm {
     /// The buffers of `op` must be device memory of this communicator's device, of the stated
     /// lengths, valid and not written by others until the work on [`Comm::stream`] completes.
     pub unsafe fn issue(&mut self, op: &CommOp<'_>) -> Result<()> {
-        // SAFETY: forwarded contract; `&mut self` rules out concurrent issues.
-        unsafe { issue_ready(&self.comm, &self.stream, op) }
+        // SAFETY: forwarded contract.
+        unsafe { self.comm.issue(op, &self.stream) }
     }
 
     fn run(&self, op: CommOp<'_>) -> Result<()> {
         // SAFETY: every buffer in `op` came from a cudarc slice of this device (checked by
         // `rd`/`wr`) whose length it carries; the slices' sync guards, dropped after this call,
-        // order later use of the memory after the NCCL work on this stream. Callers hold
-        // `&mut self`, so no other issue runs on this communicator meanwhile.
-        unsafe { issue_ready(&self.comm, &self.stream, &op) }
+        // order later use of the memory after the NCCL work on this stream.
+        unsafe { self.comm.issue(&op, &self.stream) }
     }
 
     /// Takes `send` (read) and `recv` (written) as raw buffers of this device, an absent one as
@@ -530,9 +514,10 @@ impl Comm {
         self.synchronize()
     }
 
-    /// Opens a group on this thread; operations until the guard ends are launched together.
+    /// Opens a group on this thread (on this communicator's library); operations until the
+    /// guard ends are launched together, and its end waits for this communicator's launch.
     pub fn group(&self) -> Result<GroupGuard> {
-        GroupGuard::start(self.comm.clone())
+        GroupGuard::watching(self.comm.backend(), &self.comm, self.comm.timeout())
     }
 
     /// A communicator of the ranks that gave the same `color` (`None`: this rank joins none),

@@ -1,39 +1,76 @@
-//! A scope in which NCCL operations are issued together.
+//! A scope in which operations are issued together.
 
-use oxccl_core::{Communicator, Progress, Result};
-use oxccl_nccl::NcclComm;
+use oxccl_core::{Backend, CommAbort, Communicator, Progress, Result};
+use std::time::Duration;
 
-/// An open NCCL group on the calling thread. Operations issued until [`GroupGuard::end`] (or the
-/// drop) are launched together; p2p pairs inside never deadlock, and one thread may drive
-/// several communicators. Guards nest. If an operation inside fails, the group is still closed
-/// exactly once when the guard ends or drops.
+/// The abort handle of a backend's communicators.
+type AbortOf<B> = <<B as Backend>::Comm as Communicator>::Abort;
+
+/// An open group on the calling thread, through backend `B` (NCCL as loaded by default).
+/// Operations issued until [`GroupGuard::end`] (or the drop) are launched together; p2p pairs
+/// inside never deadlock, and one thread may drive several communicators of the backend.
+/// Guards nest. If an operation inside fails, the group is still closed exactly once when the
+/// guard ends or drops.
 #[must_use = "the group is launched when the guard ends"]
-pub struct GroupGuard {
-    comm: NcclComm,
+pub struct GroupGuard<B: Backend = crate::Nccl> {
+    backend: B,
+    /// The communicator whose launch `end` waits for when the group end is in progress, and
+    /// how long it may take.
+    watch: Option<(AbortOf<B>, Duration)>,
     open: bool,
 }
 
-impl GroupGuard {
-    pub(crate) fn start(comm: NcclComm) -> Result<GroupGuard> {
-        comm.group_start()?;
-        Ok(GroupGuard { comm, open: true })
+impl<B: Backend> std::fmt::Debug for GroupGuard<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GroupGuard")
+            .field("open", &self.open)
+            .field("watching", &self.watch.is_some())
+            .finish()
+    }
+}
+
+impl<B: Backend> GroupGuard<B> {
+    /// Opens a group on this thread through `backend` ([`Backend::group_start`]).
+    pub fn start(backend: B) -> Result<GroupGuard<B>> {
+        backend.group_start()?;
+        Ok(GroupGuard {
+            backend,
+            watch: None,
+            open: true,
+        })
     }
 
-    /// Closes the group and, for a nonblocking communicator, waits until it is launched.
-    pub fn end(mut self) -> Result<()> {
+    /// Opens a group whose [`GroupGuard::end`] waits, up to `limit`, for `comm`'s launch when
+    /// the group end is still in progress (a nonblocking communicator).
+    pub fn watching(backend: B, comm: &B::Comm, limit: Duration) -> Result<GroupGuard<B>> {
+        let mut g = GroupGuard::start(backend)?;
+        g.watch = Some((comm.abort_handle(), limit));
+        Ok(g)
+    }
+
+    /// Closes the group. `Done` once it is launched: when the backend reports the end in
+    /// progress, the watched communicator (if any) is polled until it is, bounded by its limit
+    /// ([`oxccl_core::Error::Timeout`] past it); without one, `InProgress` is returned and the
+    /// caller polls the group's communicators.
+    pub fn end(mut self) -> Result<Progress> {
         self.open = false;
-        match self.comm.group_end()? {
-            Progress::Done => Ok(()),
-            Progress::InProgress => self.comm.wait_ready("group end"),
+        match self.backend.group_end()? {
+            Progress::Done => Ok(Progress::Done),
+            Progress::InProgress => match &self.watch {
+                Some((comm, limit)) => oxccl_nccl::Deadline::after(*limit)
+                    .poll("group end", || comm.poll())
+                    .map(|()| Progress::Done),
+                None => Ok(Progress::InProgress),
+            },
         }
     }
 }
 
-impl Drop for GroupGuard {
+impl<B: Backend> Drop for GroupGuard<B> {
     fn drop(&mut self) {
         if self.open {
-            if let Err(e) = self.comm.group_end() {
-                log::warn!("closing an NCCL group on drop: {e}");
+            if let Err(e) = self.backend.group_end() {
+                log::warn!("closing a group on drop: {e}");
             }
         }
     }

@@ -502,7 +502,8 @@ fn gpu_init_all_one_thread_drives_every_gpu() {
         })
         .collect();
     // one thread, one group, every rank
-    comms[0].group_start().unwrap();
+    // groups belong to the library (per thread), spanning its communicators
+    lib.group_start().unwrap();
     for (c, (a, s)) in comms.iter().zip(addrs.iter().zip(&streams)) {
         let op = oxccl::CommOp::AllReduce {
             send: oxccl::RawBuf::new(*a, 5),
@@ -513,7 +514,7 @@ fn gpu_init_all_one_thread_drives_every_gpu() {
         // SAFETY: each buffer is 5 f64 on its comm's device, alive until the synchronize below.
         unsafe { c.issue(&op, s) }.unwrap();
     }
-    assert_eq!(comms[0].group_end().unwrap(), oxccl::Progress::Done);
+    assert_eq!(lib.group_end().unwrap(), oxccl::Progress::Done);
     let want = f64::from(n * (n + 1) / 2);
     for (b, s) in bufs.iter().zip(&streams) {
         s.synchronize().unwrap();

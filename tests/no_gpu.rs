@@ -167,3 +167,46 @@ fn version_gates_hold_through_the_backend() {
         ));
     }
 }
+
+/// The outermost group end: `Done`, or without a CUDA driver NCCL's typed CUDA error.
+fn launched(r: oxccl::Result<oxccl::Progress>) {
+    match r {
+        Ok(p) => assert_eq!(p, oxccl::Progress::Done),
+        Err(Error::Backend { code, .. }) => assert_eq!(code, ResultCode::UNHANDLED_CUDA_ERROR),
+        Err(e) => panic!("expected Done or a CUDA error, got {e:?}"),
+    }
+}
+
+#[test]
+fn groups_are_counted_per_thread_and_per_library() {
+    for version in ["2.13.4", "2.28.3", "2.32.3"] {
+        let Some(nccl) = library(version) else {
+            return;
+        };
+        // An end without a start is refused before NCCL is called.
+        assert!(matches!(
+            nccl.group_end(),
+            Err(Error::InvalidState {
+                attempted: "group_end",
+                ..
+            })
+        ));
+        // Nested: the inner end is counted and needs no GPU; a clone shares the library's depth.
+        nccl.group_start().unwrap();
+        let clone = nccl.clone();
+        clone.group_start().unwrap();
+        assert_eq!(clone.group_end(), Ok(oxccl::Progress::Done));
+        // Another thread has no group open on this library.
+        std::thread::scope(|s| {
+            s.spawn(|| assert!(nccl.group_end().is_err()));
+        });
+        launched(nccl.group_end());
+        // Closed, whatever NCCL answered: a further end is refused.
+        assert!(matches!(nccl.group_end(), Err(Error::InvalidState { .. })));
+        // The guard closes its group when dropped, and once when ended.
+        drop(oxccl::GroupGuard::start(nccl.clone()).unwrap());
+        assert!(matches!(nccl.group_end(), Err(Error::InvalidState { .. })));
+        launched(oxccl::GroupGuard::start(nccl.clone()).unwrap().end());
+        assert!(matches!(nccl.group_end(), Err(Error::InvalidState { .. })));
+    }
+}

@@ -7,8 +7,8 @@ use crate::shared::CommShared;
 use crate::sync::{lock, wait_for, TICK};
 use crate::world::DEFAULT_VERSION;
 use oxccl_core::{
-    text, Backend, CheckCtx, CommConfig, Device, Error, Feature, FeatureSet, Result, UniqueId,
-    Version,
+    text, Backend, CheckCtx, CommConfig, CommState, Device, Error, Feature, FeatureSet, Progress,
+    Result, UniqueId, Version,
 };
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -33,6 +33,9 @@ struct Inner {
 }
 
 /// A mock library: [`Backend::unique_id`] then [`Backend::init_rank`] on every rank's thread.
+///
+/// Groups ([`Backend::group_start`], [`Backend::group_end`]) are per thread and span every mock
+/// communicator, whichever backend or world made it: any `MockBackend` opens and closes them.
 #[derive(Clone)]
 pub struct MockBackend {
     inner: Arc<Inner>,
@@ -64,8 +67,9 @@ impl MockBackend {
     }
 
     /// A backend with `features`, the fault `plan` for every communicator it makes,
-    /// `nonblocking_polls` polls of `InProgress` for nonblocking inits, and how long a blocking
-    /// init waits for the other ranks before it fails with [`Error::Timeout`] (any `Duration`,
+    /// `nonblocking_polls` polls of `InProgress` for nonblocking inits, and how long an init
+    /// waits for the other ranks before it fails with [`Error::Timeout`] (a blocking init in
+    /// `init_rank`, a nonblocking one in the first `issue`, which aborts it; any `Duration`,
     /// `Duration::MAX` included, is fine). A plan with a code that is not an error is refused
     /// by each `init_rank` ([`FaultPlan::validate`]); its ranks are not checked, since one plan
     /// serves communicators of every size.
@@ -194,7 +198,7 @@ impl Backend for MockBackend {
             }
             life.nonblocking = nonblocking;
         }
-        let comm = MockComm::from_shared(shared.clone(), rank, device);
+        let comm = MockComm::from_shared(shared.clone(), rank, device, self.inner.init_timeout);
         if nonblocking {
             return Ok(comm);
         }
@@ -216,5 +220,23 @@ impl Backend for MockBackend {
             joining = wait_for(&self.inner.cv, joining, TICK);
         }
         Ok(comm)
+    }
+
+    fn group_start(&self) -> Result<()> {
+        crate::group::start()
+    }
+
+    fn group_end(&self) -> Result<Progress> {
+        // A nonblocking communicator's group is still "being launched" for its polls.
+        let mut progress = Progress::Done;
+        for (c, r) in crate::group::end()? {
+            let polls = c.nb_polls;
+            let mut life = lock(&c.rank(r).life);
+            if life.nonblocking && polls > 0 && life.cycle.state() == CommState::Ready {
+                life.op_polls = polls;
+                progress = Progress::InProgress;
+            }
+        }
+        Ok(progress)
     }
 }

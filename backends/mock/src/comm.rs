@@ -1,5 +1,6 @@
 //! One rank's communicator of a mock world.
 
+use crate::binding::{Binding, MockAbort, Pending};
 use crate::exec;
 use crate::fault::FaultKind;
 use crate::fault::FaultPlan;
@@ -17,7 +18,7 @@ use oxccl_core::{
 };
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How long dropping a communicator waits for its queued work before it gives up on it.
 const DROP_GRACE: Duration = Duration::from_secs(2);
@@ -47,30 +48,17 @@ pub(crate) fn code_text(code: ResultCode) -> &'static str {
 /// A split with a nonblocking config returns at once (NOCOLOR: `None`); the child is
 /// `Initializing` and its `poll` completes the rendezvous: `InProgress` until every rank of the
 /// parent has called split and for the configured polls, then `Done`. Until its `poll` has
-/// returned `Done`, the child's `rank()` and `size()` are placeholders (0 and 1) and every
-/// operation on it is refused, as NCCL refuses calls on a communicator still in progress.
+/// returned `Done`, the child's `rank()` and `size()` are placeholders (0 and 1); `issue` waits
+/// for the child to be ready (see [`MockComm::wait_ready`]) and the other calls are refused, as
+/// NCCL refuses calls on a communicator still in progress.
 /// Aborting or dropping a pending child aborts its rank in the child communicator once that
 /// exists, so its peers get `Remote` instead of hanging.
 pub struct MockComm {
-    /// The communicator and this rank in it; for a nonblocking split still in progress, a
-    /// one-rank placeholder in `Initializing` until the child is bound (see `resolved`).
-    shared: Arc<CommShared>,
-    rank: u32,
+    /// The communicator and rank, shared with the abort handles.
+    b: Arc<Binding>,
     device: Device,
-    /// The child a pending nonblocking split resolved to (set once, by `poll`).
-    resolved: OnceLock<(Arc<CommShared>, u32)>,
-    pending: Option<Pending>,
-}
-
-/// A nonblocking split whose rendezvous is completed by polling the child.
-struct Pending {
-    parent: Arc<CommShared>,
-    parent_rank: u32,
-    seq: u64,
-    /// `InProgress` answers still owed (the configured polls, counted from the split call).
-    polls: AtomicU32,
-    /// Serializes binding.
-    bind: Mutex<()>,
+    /// How long an operation waits for a nonblocking init or split before aborting it.
+    init_timeout: Duration,
 }
 
 impl std::fmt::Debug for MockComm {
@@ -93,75 +81,59 @@ pub struct MockRedOp {
 }
 
 impl MockComm {
-    pub(crate) fn from_shared(shared: Arc<CommShared>, rank: u32, device: Device) -> MockComm {
+    pub(crate) fn from_shared(
+        shared: Arc<CommShared>,
+        rank: u32,
+        device: Device,
+        init_timeout: Duration,
+    ) -> MockComm {
         MockComm {
-            shared,
-            rank,
+            b: Arc::new(Binding::bound(shared, rank)),
             device,
-            resolved: OnceLock::new(),
-            pending: None,
+            init_timeout,
         }
     }
 
     /// The communicator this handle is bound to now.
     fn sh(&self) -> &Arc<CommShared> {
-        self.resolved.get().map_or(&self.shared, |b| &b.0)
+        self.b.sh()
     }
 
     fn rk(&self) -> u32 {
-        self.resolved.get().map_or(self.rank, |b| b.1)
+        self.b.rk()
     }
 
-    /// For a pending nonblocking split: `Some(Ok(()))` while the other ranks have not all
-    /// called, `Some(Err)` when it failed; `None` once bound (or never pending).
-    fn resolve(&self) -> Option<Result<()>> {
-        let p = self.pending.as_ref()?;
-        let _g = lock(&p.bind);
-        if self.resolved.get().is_some() {
-            return None;
+    /// Polls until a nonblocking init or split has completed, bounded by the init time limit
+    /// (the backend's, or [`crate::DEFAULT_INIT_TIMEOUT`] for a world): past it the
+    /// communicator is aborted with a reason saying so and the error is [`Error::Timeout`].
+    /// Returns at once when the communicator is not initializing.
+    pub fn wait_ready(&self) -> Result<()> {
+        let start = Instant::now();
+        let mut spins = 0u32;
+        while self.b.state() == CommState::Initializing {
+            if self.b.poll()? == Progress::Done {
+                break;
+            }
+            let waited = start.elapsed();
+            if waited >= self.init_timeout {
+                let after_ms = u64::try_from(waited.as_millis()).unwrap_or(u64::MAX);
+                self.b.abort(&format!(
+                    "nonblocking init timed out after {after_ms} ms (limit {} ms)",
+                    self.init_timeout.as_millis()
+                ));
+                return Err(Error::Timeout {
+                    what: text!("nonblocking init of rank {}", self.rk()),
+                    after_ms,
+                });
+            }
+            spins = spins.saturating_add(1);
+            if spins < 100 {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(Duration::from_micros(200));
+            }
         }
-        {
-            // The placeholder holds an abort or a failure of the pending split.
-            let life = lock(&self.shared.rank(0).life);
-            if let Some(e) = &life.error {
-                return Some(Err(e.clone()));
-            }
-            if let Err(e) = life.cycle.ensure_ready("poll") {
-                if life.cycle.state() != CommState::Initializing {
-                    return Some(Err(e));
-                }
-            }
-        }
-        let taken = match p.parent.split_try_take(p.parent_rank, p.seq) {
-            None => return Some(Ok(())),
-            Some(t) => t,
-        };
-        let err = match taken {
-            Ok(Some((child, r))) => {
-                {
-                    let mut life = lock(&child.rank(r).life);
-                    life.cycle = Lifecycle::initializing();
-                    life.init_polls = child
-                        .plan
-                        .init_polls(r)
-                        .unwrap_or(p.polls.load(Ordering::Relaxed));
-                    life.nonblocking = true;
-                }
-                let _ = self.resolved.set((child, r));
-                return None;
-            }
-            Ok(None) => Error::Remote {
-                detail: text!("split {}: no child for rank {}", p.seq, p.parent_rank),
-            },
-            Err(e) => e,
-        };
-        self.shared.fail(0, err.clone());
-        Some(Err(err))
-    }
-
-    /// A new stream to issue on (the same as [`MockStream::new`]).
-    pub fn new_stream(&self) -> Result<MockStream> {
-        MockStream::new()
+        Ok(())
     }
 
     /// Operations issued on this rank so far (the numbering the fault plan uses).
@@ -175,7 +147,7 @@ impl MockComm {
     }
 
     fn rs(&self) -> &crate::shared::RankState {
-        self.sh().rank(self.rk())
+        self.b.rs()
     }
 
     fn ctx(&self) -> CheckCtx<'_> {
@@ -202,33 +174,6 @@ impl MockComm {
             });
         }
         Ok(())
-    }
-
-    /// Ends a nonblocking finalize once its polls are spent and its work has drained.
-    fn finish_finalize(&self) -> Result<Progress> {
-        if !self.sh().drained(self.rk()) {
-            return Ok(Progress::InProgress);
-        }
-        let life = lock(&self.rs().life);
-        if life.cycle.state() != CommState::Finalizing {
-            return Ok(Progress::Done);
-        }
-        self.end_finalize(life)
-    }
-
-    /// The end of a finalize whose work has drained (`life` locked): the asynchronous error if
-    /// any, else `Finalized`, and the peers see the rank gone.
-    fn end_finalize(
-        &self,
-        mut life: std::sync::MutexGuard<'_, crate::shared::Life>,
-    ) -> Result<Progress> {
-        if let Some(e) = &life.error {
-            return Err(e.clone());
-        }
-        life.cycle.finalize_done()?;
-        drop(life);
-        self.sh().mark_dead(self.rk(), text!("finalized"));
-        Ok(Progress::Done)
     }
 
     /// The next sequence number for `op`: per communicator for collectives, per pair for p2p.
@@ -265,6 +210,7 @@ impl oxccl_core::Reducer for MockComm {
 
 impl oxccl_core::Communicator for MockComm {
     type Stream = MockStream;
+    type Abort = MockAbort;
 
     fn rank(&self) -> u32 {
         self.rk()
@@ -283,54 +229,24 @@ impl oxccl_core::Communicator for MockComm {
     }
 
     fn state(&self) -> CommState {
-        lock(&self.rs().life).cycle.state()
+        self.b.state()
     }
 
     fn poll(&self) -> Result<Progress> {
-        match (self.resolve(), &self.pending) {
-            (Some(Err(e)), _) => return Err(e),
-            (Some(Ok(())), Some(p)) => {
-                // Still waiting for the other ranks' split calls; spend one configured poll.
-                let _ = p
-                    .polls
-                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| v.checked_sub(1));
-                return Ok(Progress::InProgress);
-            }
-            _ => {}
-        }
-        let mut life = lock(&self.rs().life);
-        if let Some(e) = &life.error {
-            return Err(e.clone());
-        }
-        match life.cycle.state() {
-            CommState::Aborted => Err(Error::Aborted {
-                reason: text_str(life.cycle.reason()),
-            }),
-            CommState::Initializing => {
-                if life.init_polls > 0 {
-                    life.init_polls -= 1;
-                    return Ok(Progress::InProgress);
-                }
-                if self.sh().joined.load(Ordering::Acquire) < self.sh().size {
-                    return Ok(Progress::InProgress);
-                }
-                life.cycle.init_done()?;
-                Ok(Progress::Done)
-            }
-            CommState::Ready | CommState::Finalizing if life.op_polls > 0 => {
-                life.op_polls -= 1;
-                Ok(Progress::InProgress)
-            }
-            CommState::Finalizing => {
-                drop(life);
-                self.finish_finalize()
-            }
-            _ => Ok(Progress::Done),
-        }
+        self.b.poll()
+    }
+
+    fn new_stream(&self) -> Result<MockStream> {
+        MockStream::new()
+    }
+
+    fn abort_handle(&self) -> MockAbort {
+        MockAbort { b: self.b.clone() }
     }
 
     unsafe fn issue(&self, op: &CommOp<'_>, stream: &MockStream) -> Result<()> {
         check::op(op, &self.ctx())?;
+        self.wait_ready()?;
         self.ensure_ready(op.kind().name())?;
         let index = self.rs().ops.fetch_add(1, Ordering::Relaxed);
         let fault = self.sh().plan.fault_for(self.rk(), index);
@@ -359,31 +275,6 @@ impl oxccl_core::Communicator for MockComm {
             None => Ok(()),
             Some(job) => exec::submit(stream.shared(), vec![job]),
         }
-    }
-
-    fn group_start(&self) -> Result<()> {
-        group::start()
-    }
-
-    fn group_end(&self) -> Result<Progress> {
-        if let Some(members) = group::end()? {
-            // A nonblocking communicator's group is still "being launched" for its polls.
-            let mut progress = Progress::Done;
-            for (c, r) in members {
-                let polls = c.nb_polls;
-                let mut life = lock(&c.rank(r).life);
-                if life.nonblocking && polls > 0 && life.cycle.state() == CommState::Ready {
-                    life.op_polls = polls;
-                    progress = Progress::InProgress;
-                }
-            }
-            return Ok(progress);
-        }
-        Err(Error::InvalidState {
-            state: self.state(),
-            attempted: "group_end",
-            reason: text!("no group is open on this thread (group_end without group_start)"),
-        })
     }
 
     fn split(&self, color: Option<u32>, key: u32, cfg: &CommConfig) -> Result<Option<MockComm>> {
@@ -418,17 +309,20 @@ impl oxccl_core::Communicator for MockComm {
             let sh = self.sh();
             let placeholder = CommShared::new(1, sh.features, FaultPlan::new(), 0, true);
             return Ok(Some(MockComm {
-                shared: placeholder,
-                rank: 0,
-                device: self.device,
-                resolved: OnceLock::new(),
-                pending: Some(Pending {
-                    parent: sh.clone(),
-                    parent_rank: self.rk(),
-                    seq,
-                    polls: AtomicU32::new(sh.nb_polls),
-                    bind: Mutex::new(()),
+                b: Arc::new(Binding {
+                    shared: placeholder,
+                    rank: 0,
+                    resolved: OnceLock::new(),
+                    pending: Some(Pending {
+                        parent: sh.clone(),
+                        parent_rank: self.rk(),
+                        seq,
+                        polls: AtomicU32::new(sh.nb_polls),
+                        bind: Mutex::new(()),
+                    }),
                 }),
+                device: self.device,
+                init_timeout: self.init_timeout,
             }));
         }
         let joined = self.sh().split_join(self.rk(), seq, color, key);
@@ -446,13 +340,12 @@ impl oxccl_core::Communicator for MockComm {
                 life.cycle = Lifecycle::initializing();
                 life.init_polls = planned.unwrap_or(0);
             }
-            MockComm::from_shared(shared, rank, self.device)
+            MockComm::from_shared(shared, rank, self.device, self.init_timeout)
         }))
     }
 
     fn abort(&self, reason: &str) {
-        self.leave_pending(reason);
-        self.sh().abort(self.rk(), reason);
+        self.b.abort(reason);
     }
 
     fn finalize(&self) -> Result<Progress> {
@@ -469,7 +362,7 @@ impl oxccl_core::Communicator for MockComm {
             }
         }
         self.sh().wait_drained(self.rk(), None);
-        self.end_finalize(lock(&self.rs().life))
+        self.b.end_finalize(lock(&self.rs().life))
     }
 
     fn register(&self, addr: usize, bytes: usize) -> Result<RegHandle> {
@@ -525,25 +418,10 @@ impl oxccl_core::Communicator for MockComm {
     }
 }
 
-impl MockComm {
-    /// A pending nonblocking split's child is aborted or dropped before it was bound: its rank
-    /// in the child (now, or once every rank called) is aborted, so its peers do not hang.
-    fn leave_pending(&self, why: &str) {
-        let Some(p) = &self.pending else { return };
-        let _g = lock(&p.bind);
-        if self.resolved.get().is_some() {
-            return;
-        }
-        if let Some((child, r)) = p.parent.split_abandon(p.parent_rank, p.seq, why) {
-            child.abort(r, why);
-            let _ = self.resolved.set((child, r));
-        }
-    }
-}
-
 impl Drop for MockComm {
     fn drop(&mut self) {
-        self.leave_pending("destroyed before its nonblocking split completed");
+        self.b
+            .leave_pending("destroyed before its nonblocking split completed");
         // Let queued work finish (bounded), then leave so that peers fail instead of hanging.
         if self.sh().alive(self.rk()) {
             self.sh().wait_drained(self.rk(), Some(DROP_GRACE));

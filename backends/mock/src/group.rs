@@ -1,5 +1,5 @@
-//! Groups, per thread as in NCCL: a depth counter and the ops queued since the outermost
-//! `group_start`. They may belong to any communicators of any worlds; the outermost
+//! Groups, per thread as in NCCL: the depth (the core's [`GroupState`]) and the ops queued since
+//! the outermost `group_start`. They may belong to any communicators of any worlds; the outermost
 //! `group_end` hands each stream its share as one batch (see `exec`), in issue order.
 //!
 //! An op refused at issue (bad arguments, a dead communicator) is never queued, so the group
@@ -9,13 +9,15 @@ use crate::exec;
 use crate::job::Job;
 use crate::shared::CommShared;
 use crate::stream::StreamShared;
-use oxccl_core::{text, Error, Result, ResultCode};
+use oxccl_core::{text, Ended, Error, GroupKind, GroupState, Result, ResultCode};
 use std::cell::RefCell;
 use std::sync::Arc;
 
+/// A thread's group: the depth by the core's rules ([`GroupState`]; no operation summaries are
+/// kept there, hence capacity 0) and the jobs queued since the outermost start.
 #[derive(Default)]
 struct Group {
-    depth: u32,
+    depth: GroupState<0>,
     queued: Vec<(Arc<StreamShared>, Job)>,
 }
 
@@ -31,15 +33,23 @@ fn tls_gone() -> Error {
     }
 }
 
+/// Runs `f` on this thread's group (an error when the thread is exiting, or when `f` is
+/// reentered, which the mock never does).
+fn with_group<T>(f: impl FnOnce(&mut Group) -> Result<T>) -> Result<T> {
+    GROUP
+        .try_with(|g| match g.try_borrow_mut() {
+            Ok(mut g) => f(&mut g),
+            Err(_) => Err(tls_gone()),
+        })
+        .map_err(|_| tls_gone())?
+}
+
 /// Opens a group on this thread.
 pub(crate) fn start() -> Result<()> {
-    GROUP
-        .try_with(|g| {
-            if let Ok(mut g) = g.try_borrow_mut() {
-                g.depth = g.depth.saturating_add(1);
-            }
-        })
-        .map_err(|_| tls_gone())
+    with_group(|g| {
+        g.depth.start(GroupKind::Group)?;
+        Ok(())
+    })
 }
 
 /// Queues `job` for `stream` when a group is open; gives it back otherwise.
@@ -47,7 +57,7 @@ pub(crate) fn queue(stream: &Arc<StreamShared>, job: Job) -> Option<Job> {
     let mut job = Some(job);
     let _ = GROUP.try_with(|g| {
         if let Ok(mut g) = g.try_borrow_mut() {
-            if g.depth > 0 {
+            if g.depth.is_open() {
                 if let Some(j) = job.take() {
                     g.queued.push((stream.clone(), j));
                 }
@@ -60,28 +70,15 @@ pub(crate) fn queue(stream: &Arc<StreamShared>, job: Job) -> Option<Job> {
 /// The ranks (communicator, rank) whose operations a group end submitted.
 pub(crate) type Members = Vec<(Arc<CommShared>, u32)>;
 
-/// Closes the innermost group; `Ok(None)` when there was none open. The outermost close submits
-/// and returns the ranks it submitted work of (none for an inner close).
-pub(crate) fn end() -> Result<Option<Members>> {
-    let flushed = GROUP
-        .try_with(|g| {
-            let Ok(mut g) = g.try_borrow_mut() else {
-                return None;
-            };
-            if g.depth == 0 {
-                return None;
-            }
-            g.depth -= 1;
-            Some(if g.depth == 0 {
-                std::mem::take(&mut g.queued)
-            } else {
-                Vec::new()
-            })
+/// Closes the innermost group; an end without a start is refused by [`GroupState`]. The
+/// outermost close submits and returns the ranks it submitted work of (none for an inner close).
+pub(crate) fn end() -> Result<Members> {
+    let queued = with_group(|g| {
+        Ok(match g.depth.end(GroupKind::Group)? {
+            Ended::Nested { .. } => Vec::new(),
+            Ended::Empty { .. } | Ended::Flushed { .. } => std::mem::take(&mut g.queued),
         })
-        .map_err(|_| tls_gone())?;
-    let Some(queued) = flushed else {
-        return Ok(None);
-    };
+    })?;
     let mut members: Members = Vec::new();
     for (_, j) in &queued {
         if !members
@@ -111,6 +108,6 @@ pub(crate) fn end() -> Result<Option<Members>> {
     }
     match first_err {
         Some(e) => Err(e),
-        None => Ok(Some(members)),
+        None => Ok(members),
     }
 }

@@ -11,6 +11,7 @@
 //!   disagree (kind, count, dtype, op, root) end with [`oxccl_core::Error::Mismatch`] on every
 //!   rank instead of a hang. Sends complete eagerly (see [`p2p`](crate#p2p)).
 //! * Groups are per thread and may span communicators: one thread can drive every rank.
+//!   They are opened and closed through any [`MockBackend`] ([`oxccl_core::Backend::group_start`]).
 //! * Abort works from any thread and wakes whatever waits on the rank; peers get
 //!   [`oxccl_core::Error::Remote`]. A [`FaultPlan`] injects failures, hangs, lost ranks, delays
 //!   and slow inits.
@@ -32,6 +33,7 @@
 
 mod arith;
 mod backend;
+mod binding;
 mod collective;
 mod comm;
 mod exec;
@@ -50,6 +52,7 @@ mod sync;
 mod world;
 
 pub use backend::{MockBackend, DEFAULT_INIT_TIMEOUT};
+pub use binding::MockAbort;
 pub use comm::{MockComm, MockRedOp};
 pub use fault::{Fault, FaultKind, FaultPlan};
 pub use stream::{MockEvent, MockStream, DROP_GRACE};

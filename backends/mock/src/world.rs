@@ -1,9 +1,11 @@
 //! A world: N communicators of one mock communicator, rank i at index i.
 
+use crate::backend::DEFAULT_INIT_TIMEOUT;
 use crate::comm::MockComm;
 use crate::fault::FaultPlan;
 use crate::shared::CommShared;
 use oxccl_core::{Device, Error, Feature, FeatureSet, Result, Version};
+use std::time::Duration;
 
 /// The most ranks one mock communicator may have (a world, an `init_rank` size). Every rank
 /// lives in this process with its own state (about a kilobyte, and each collective keeps a
@@ -43,6 +45,7 @@ impl World {
             features: FeatureSet::for_version(DEFAULT_VERSION),
             nonblocking: None,
             plan: FaultPlan::new(),
+            init_timeout: DEFAULT_INIT_TIMEOUT,
         }
     }
 }
@@ -54,6 +57,7 @@ pub struct WorldBuilder {
     features: FeatureSet,
     nonblocking: Option<u32>,
     plan: FaultPlan,
+    init_timeout: Duration,
 }
 
 impl WorldBuilder {
@@ -77,6 +81,13 @@ impl WorldBuilder {
     /// and until the rank's queued work has run, then `Done` (state `Finalized`).
     pub fn nonblocking(mut self, polls: u32) -> WorldBuilder {
         self.nonblocking = Some(polls);
+        self
+    }
+
+    /// How long an operation waits for a nonblocking init (or split) of a rank before it
+    /// aborts that rank with [`Error::Timeout`] (default [`DEFAULT_INIT_TIMEOUT`]).
+    pub fn init_timeout(mut self, limit: Duration) -> WorldBuilder {
+        self.init_timeout = limit;
         self
     }
 
@@ -110,7 +121,7 @@ impl WorldBuilder {
             self.nonblocking.is_some(),
         );
         Ok((0..self.n)
-            .map(|r| MockComm::from_shared(shared.clone(), r, Device(r)))
+            .map(|r| MockComm::from_shared(shared.clone(), r, Device(r), self.init_timeout))
             .collect())
     }
 }

@@ -209,8 +209,8 @@ fn nonblocking_polls_at_the_limits() {
     assert!(matches!(comms[1].poll(), Err(Error::Aborted { .. })));
     let comms = World::builder(2).nonblocking(0).build().unwrap();
     assert_eq!(comms[0].poll(), Ok(Progress::Done));
-    assert_eq!(comms[0].group_start(), Ok(()));
-    assert_eq!(comms[0].group_end(), Ok(Progress::Done));
+    assert_eq!(groups().group_start(), Ok(()));
+    assert_eq!(groups().group_end(), Ok(Progress::Done));
 }
 
 #[test]
@@ -279,13 +279,13 @@ fn a_buffer_the_mock_cannot_copy_fails_the_op_instead_of_aborting() {
         dtype: DataType::Int8,
         peer: 0,
     };
-    comms[0].group_start().unwrap();
+    groups().group_start().unwrap();
     // SAFETY: as above for the send; `r` outlives the synchronize below.
     unsafe {
         comms[0].issue(&send, &s).unwrap();
         comms[0].issue(&recv, &s).unwrap();
     }
-    assert_eq!(comms[0].group_end(), Ok(Progress::Done));
+    assert_eq!(groups().group_end(), Ok(Progress::Done));
     s.synchronize().unwrap();
     assert!(
         matches!(comms[0].poll(), Err(Error::Backend { code, .. }) if code == ResultCode::SYSTEM_ERROR)

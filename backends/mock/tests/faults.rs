@@ -310,20 +310,65 @@ fn init_in_progress_for_n_polls() {
     let comms = World::builder(2).faults(plan).build().unwrap();
     assert_eq!(comms[0].state(), CommState::Ready);
     assert_eq!(comms[1].state(), CommState::Initializing);
-    let s = stream();
-    let mut b = Buf::from_bytes(&f32s(&[1.0]));
-    assert!(matches!(
-        all_reduce(&comms[1], &s, &mut b),
-        Err(Error::InvalidState {
-            state: CommState::Initializing,
-            ..
-        })
-    ));
     for _ in 0..3 {
         assert_eq!(comms[1].poll(), Ok(Progress::InProgress));
     }
     assert_eq!(comms[1].poll(), Ok(Progress::Done));
     assert_eq!(comms[1].state(), CommState::Ready);
+}
+
+#[test]
+fn issue_waits_out_a_nonblocking_init() {
+    let plan = FaultPlan::new().init_in_progress(1, 50);
+    let got = on_ranks(World::builder(2).faults(plan).build().unwrap(), |c| {
+        let s = stream();
+        let mut b = Buf::from_bytes(&f32s(&[c.rank() as f32 + 1.0]));
+        // Rank 1 is still initializing: issue polls it ready, then issues.
+        all_reduce(&c, &s, &mut b).unwrap();
+        s.synchronize().unwrap();
+        assert_eq!(c.state(), CommState::Ready);
+        b.bytes().to_vec()
+    });
+    assert!(got.iter().all(|b| *b == f32s(&[3.0])));
+}
+
+#[test]
+fn an_init_past_its_time_limit_is_aborted_with_a_timeout() {
+    // Rank 1 never joins: rank 0's nonblocking init cannot complete.
+    let be = oxccl_mock::MockBackend::with_options(
+        oxccl_core::FeatureSet::for_version(oxccl_mock::DEFAULT_VERSION),
+        FaultPlan::new(),
+        1,
+        Duration::from_millis(50),
+    );
+    let id = oxccl_core::Backend::unique_id(&be).unwrap();
+    let nb = oxccl_core::CommConfig::new().blocking(false);
+    let c = oxccl_core::Backend::init_rank(&be, &id, 0, 2, oxccl_core::Device(0), &nb).unwrap();
+    let handle = c.abort_handle();
+    assert_eq!(c.state(), CommState::Initializing);
+    let s = stream();
+    let mut b = Buf::from_bytes(&f32s(&[1.0]));
+    let e = all_reduce(&c, &s, &mut b).unwrap_err();
+    assert!(
+        matches!(e, Error::Timeout { ref what, after_ms } if what.contains("init") && after_ms >= 50),
+        "{e:?}"
+    );
+    assert_eq!(c.state(), CommState::Aborted);
+    assert!(c.reason().contains("timed out"), "{}", c.reason());
+    assert_eq!(oxccl_core::CommAbort::state(&handle), CommState::Aborted);
+    assert!(matches!(
+        oxccl_core::CommAbort::poll(&handle),
+        Err(Error::Aborted { .. })
+    ));
+    // The same through a world's own limit, with `wait_ready`.
+    let plan = FaultPlan::new().init_in_progress(0, u32::MAX);
+    let comms = World::builder(1)
+        .faults(plan)
+        .init_timeout(Duration::from_millis(20))
+        .build()
+        .unwrap();
+    assert!(matches!(comms[0].wait_ready(), Err(Error::Timeout { .. })));
+    assert_eq!(comms[0].state(), CommState::Aborted);
 }
 
 #[test]

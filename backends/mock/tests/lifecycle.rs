@@ -325,13 +325,13 @@ fn nonblocking_group_end_and_finalize_report_in_progress_for_the_polls() {
     let mut bufs: Vec<Buf> = (0..2).map(|r| Buf::from_bytes(&i64s(&[r + 1]))).collect();
     let op = |b: &mut Buf| in_place(b, DT, ReduceOp::Sum);
     // One thread drives both ranks inside one group.
-    comms[0].group_start().unwrap();
+    groups().group_start().unwrap();
     for (i, c) in comms.iter().enumerate() {
         let o = op(&mut bufs[i]);
         // SAFETY: the buffers outlive the synchronize below.
         unsafe { c.issue(&o, &streams[i]) }.unwrap();
     }
-    assert_eq!(comms[0].group_end(), Ok(Progress::InProgress));
+    assert_eq!(groups().group_end(), Ok(Progress::InProgress));
     // Using a communicator before its group end has reported Done is refused (as NCCL does).
     // SAFETY: refused before it runs.
     let e = unsafe { comms[0].issue(&CommOp::Barrier, &streams[0]) };
@@ -369,8 +369,8 @@ fn nonblocking_group_end_and_finalize_report_in_progress_for_the_polls() {
     }
     // A blocking world's group end and finalize are Done at once.
     let comms = World::new(1).unwrap();
-    comms[0].group_start().unwrap();
-    assert_eq!(comms[0].group_end(), Ok(Progress::Done));
+    groups().group_start().unwrap();
+    assert_eq!(groups().group_end(), Ok(Progress::Done));
     assert_eq!(comms[0].finalize(), Ok(Progress::Done));
 }
 
@@ -429,12 +429,12 @@ fn one_thread_splits_every_rank_of_a_nonblocking_world() {
     let (s0, s2) = (stream(), stream());
     let mut b0 = Buf::from_bytes(&i64s(&[10]));
     let mut b2 = Buf::from_bytes(&i64s(&[32]));
-    k0.group_start().unwrap();
+    groups().group_start().unwrap();
     for (k, b, s) in [(k0, &mut b0, &s0), (k2, &mut b2, &s2)] {
         // SAFETY: the buffers outlive the synchronize below.
         unsafe { all_reduce_in_place(k, s, b, DT, ReduceOp::Sum) }.unwrap();
     }
-    assert_eq!(k0.group_end(), Ok(Progress::InProgress));
+    assert_eq!(groups().group_end(), Ok(Progress::InProgress));
     for k in [k0, k2] {
         while k.poll().unwrap() == Progress::InProgress {}
     }

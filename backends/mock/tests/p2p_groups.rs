@@ -3,7 +3,7 @@
 mod common;
 
 use common::*;
-use oxccl_core::{CommOp, Communicator, DataType, Error, Progress, ReduceOp, Stream};
+use oxccl_core::{Backend, CommOp, Communicator, DataType, Error, Progress, ReduceOp, Stream};
 use oxccl_mock::World;
 
 const DT: DataType = DataType::Int32;
@@ -18,7 +18,7 @@ fn ring_recv_before_send_inside_a_group_does_not_deadlock() {
             let right = (me + 1) % n;
             let send = Buf::from_bytes(&i32s(&[me as i32 * 10, me as i32 * 10 + 1, 7]));
             let mut recv = Buf::filled(12, 0);
-            c.group_start().unwrap();
+            groups().group_start().unwrap();
             // SAFETY: buffers outlive the synchronize below.
             unsafe {
                 c.issue(
@@ -40,7 +40,7 @@ fn ring_recv_before_send_inside_a_group_does_not_deadlock() {
                 )
                 .unwrap();
             }
-            assert_eq!(c.group_end(), Ok(Progress::Done));
+            assert_eq!(groups().group_end(), Ok(Progress::Done));
             s.synchronize().unwrap();
             assert_eq!(c.poll(), Ok(Progress::Done));
             (left, recv.bytes().to_vec())
@@ -122,12 +122,12 @@ fn one_thread_drives_every_rank_in_a_group() {
         let mut bufs: Vec<Buf> = (0..n)
             .map(|r| Buf::from_bytes(&i32s(&[r as i32 + 1, 2])))
             .collect();
-        comms[0].group_start().unwrap();
+        groups().group_start().unwrap();
         for (c, b) in comms.iter().zip(bufs.iter_mut()) {
             // SAFETY: buffers outlive the synchronize below.
             unsafe { all_reduce_in_place(c, &s, b, DT, ReduceOp::Sum) }.unwrap();
         }
-        assert_eq!(comms[0].group_end(), Ok(Progress::Done));
+        assert_eq!(groups().group_end(), Ok(Progress::Done));
         s.synchronize().unwrap();
         let total: i32 = (1..=n as i32).sum();
         for b in &bufs {
@@ -135,18 +135,18 @@ fn one_thread_drives_every_rank_in_a_group() {
         }
         // Separate streams per rank work the same.
         let streams: Vec<_> = (0..n).map(|_| stream()).collect();
-        comms[0].group_start().unwrap();
-        comms[0].group_start().unwrap();
+        groups().group_start().unwrap();
+        groups().group_start().unwrap();
         for ((c, b), s) in comms.iter().zip(bufs.iter_mut()).zip(&streams) {
             // SAFETY: as above.
             unsafe { all_reduce_in_place(c, s, b, DT, ReduceOp::Max) }.unwrap();
         }
-        assert_eq!(comms[0].group_end(), Ok(Progress::Done));
+        assert_eq!(groups().group_end(), Ok(Progress::Done));
         assert!(
             streams.iter().all(|s| s.query()),
             "nested group must not launch before the outermost end"
         );
-        assert_eq!(comms[0].group_end(), Ok(Progress::Done));
+        assert_eq!(groups().group_end(), Ok(Progress::Done));
         for s in &streams {
             s.synchronize().unwrap();
         }
@@ -158,17 +158,16 @@ fn one_thread_drives_every_rank_in_a_group() {
 
 #[test]
 fn group_end_without_start_is_invalid_state() {
-    let comms = World::new(1).unwrap();
     assert!(matches!(
-        comms[0].group_end(),
+        groups().group_end(),
         Err(Error::InvalidState {
             attempted: "group_end",
             ..
         })
     ));
     // And the thread's group state stays sane afterwards.
-    comms[0].group_start().unwrap();
-    assert_eq!(comms[0].group_end(), Ok(Progress::Done));
+    groups().group_start().unwrap();
+    assert_eq!(groups().group_end(), Ok(Progress::Done));
 }
 
 #[test]
@@ -178,7 +177,7 @@ fn a_bad_op_inside_a_group_is_refused_and_the_rest_runs() {
         let mut b = Buf::from_bytes(&i32s(&[c.rank() as i32 + 1]));
         let r = b.wr(DT);
         let mut short = Buf::filled(0, 0);
-        c.group_start().unwrap();
+        groups().group_start().unwrap();
         // SAFETY: buffers outlive the synchronize below.
         let bad = unsafe {
             c.issue(
@@ -211,7 +210,7 @@ fn a_bad_op_inside_a_group_is_refused_and_the_rest_runs() {
             Err(Error::InvalidArgument { arg: "root", .. })
         ));
         unsafe { c.issue(&in_place(&mut b, DT, ReduceOp::Sum), &s) }.unwrap();
-        assert_eq!(c.group_end(), Ok(Progress::Done));
+        assert_eq!(groups().group_end(), Ok(Progress::Done));
         s.synchronize().unwrap();
         assert_eq!(c.poll(), Ok(Progress::Done));
         b.bytes().to_vec()

@@ -4,7 +4,8 @@ use crate::comm::{NcclComm, Raw, Settings};
 use crate::cuda::cuda_error;
 use cudarc::driver::CudaContext;
 use oxccl_core::{
-    Backend, CommConfig, Device, Error, Feature, FeatureSet, Result, ResultCode, UniqueId, Version,
+    Backend, CommConfig, Device, Error, Feature, FeatureSet, Progress, Result, ResultCode,
+    UniqueId, Version,
 };
 use oxccl_loader::{Library, LoadError, RawComm};
 use std::sync::Arc;
@@ -14,7 +15,8 @@ use std::time::Duration;
 /// default for its nonblocking timeout is 30 minutes; a communicator can be given its own).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 
-/// NCCL as loaded: makes unique ids and communicators.
+/// NCCL as loaded: makes unique ids and communicators, and opens and closes the groups of the
+/// calling thread on this library (a cheap clone: an `Arc` of the library and the settings).
 #[derive(Clone)]
 pub struct NcclBackend {
     lib: Arc<Library>,
@@ -53,7 +55,13 @@ impl NcclBackend {
         }
     }
 
-    /// The same backend whose communicators give up on nonblocking calls after `timeout`.
+    /// A backend over `lib` with the settings of an existing communicator.
+    pub(crate) fn from_parts(lib: Arc<Library>, settings: Settings) -> NcclBackend {
+        NcclBackend { lib, settings }
+    }
+
+    /// The same backend whose communicators give up on nonblocking calls after `timeout`
+    /// (a nonblocking init or split past it is aborted and reported as [`Error::Timeout`]).
     pub fn with_timeout(mut self, timeout: Duration) -> NcclBackend {
         self.settings.timeout = timeout;
         self
@@ -318,5 +326,13 @@ impl Backend for NcclBackend {
                 initializing: false,
             },
         )
+    }
+
+    fn group_start(&self) -> Result<()> {
+        crate::group::start(&self.lib)
+    }
+
+    fn group_end(&self) -> Result<Progress> {
+        crate::group::end(&self.lib)
     }
 }

@@ -6,8 +6,8 @@ use crate::wait::Deadline;
 use cudarc::driver::{CudaContext, CudaSlice};
 use oxccl_core::state::lifecycle::Lifecycle;
 use oxccl_core::{
-    text, CheckCtx, CommConfig, CommState, Communicator, Device, Error, Feature, FeatureSet,
-    Progress, RegHandle, Result, ResultCode,
+    text, CheckCtx, CommAbort, CommConfig, CommState, Communicator, Device, Error, Feature,
+    FeatureSet, Progress, RegHandle, Result, ResultCode,
 };
 use oxccl_loader::{ConfigBuf, Library, RawComm};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -68,6 +68,82 @@ impl CommInner {
 
     pub(crate) fn is_released(&self) -> bool {
         self.released.load(Ordering::Acquire)
+    }
+
+    /// Runs a lifecycle transition and refreshes the hot-path mirror.
+    pub(crate) fn transition<T>(&self, f: impl FnOnce(&mut Lifecycle) -> T) -> T {
+        let mut life = self.life.lock();
+        let out = f(&mut life);
+        self.ready
+            .store(life.state() == CommState::Ready, Ordering::Release);
+        out
+    }
+
+    fn state(&self) -> CommState {
+        self.life.lock().state()
+    }
+
+    /// The asynchronous error, and the end of a nonblocking init (see [`Communicator::poll`]).
+    fn poll(&self) -> Result<Progress> {
+        {
+            let life = self.life.lock();
+            if life.state().is_dead() || self.is_released() {
+                return life.ensure_ready("poll").map(|_| Progress::Done);
+            }
+        }
+        match poll_raw(&self.lib, self.raw) {
+            Ok(Progress::Done) => {
+                self.transition(|l| {
+                    if l.state() == CommState::Initializing {
+                        l.init_done()
+                    } else {
+                        Ok(())
+                    }
+                })?;
+                Ok(Progress::Done)
+            }
+            Ok(Progress::InProgress) => Ok(Progress::InProgress),
+            Err(e) => {
+                self.transition(|l| l.fail(&text!("{e}")));
+                Err(e)
+            }
+        }
+    }
+
+    fn abort(&self, reason: &str) {
+        self.transition(|l| l.abort(reason));
+        self.release(false);
+    }
+}
+
+/// Aborts, watches and polls one NCCL communicator from any thread (made by
+/// [`Communicator::abort_handle`]); it allows nothing else. It may outlive the communicator:
+/// its calls then report the final state.
+#[derive(Clone)]
+pub struct NcclAbort {
+    inner: Arc<CommInner>,
+}
+
+impl std::fmt::Debug for NcclAbort {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NcclAbort")
+            .field("rank", &self.inner.rank)
+            .field("state", &self.inner.state())
+            .finish()
+    }
+}
+
+impl CommAbort for NcclAbort {
+    fn abort(&self, reason: &str) {
+        self.inner.abort(reason);
+    }
+
+    fn state(&self) -> CommState {
+        self.inner.state()
+    }
+
+    fn poll(&self) -> Result<Progress> {
+        self.inner.poll()
     }
 }
 
@@ -155,9 +231,10 @@ impl NcclComm {
         &self.inner.ctx
     }
 
-    /// A new stream on this communicator's device.
-    pub fn new_stream(&self) -> Result<NcclStream> {
-        NcclStream::create(&self.inner.ctx)
+    /// A backend for this communicator's library with its settings (timeout, hidden
+    /// features): for the groups of the thread ([`oxccl_core::Backend::group_start`]).
+    pub fn backend(&self) -> crate::NcclBackend {
+        crate::NcclBackend::from_parts(self.inner.lib.clone(), self.inner.settings)
     }
 
     /// The raw `ncclComm_t`, for calls oxccl does not wrap. Do not destroy or abort it.
@@ -192,12 +269,19 @@ impl NcclComm {
 
     /// Runs a lifecycle transition and refreshes the hot-path mirror.
     pub(crate) fn transition<T>(&self, f: impl FnOnce(&mut Lifecycle) -> T) -> T {
-        let mut life = self.inner.life.lock();
-        let out = f(&mut life);
-        self.inner
-            .ready
-            .store(life.state() == CommState::Ready, Ordering::Release);
-        out
+        self.inner.transition(f)
+    }
+
+    /// Ready for an operation: the hot path reads one atomic; a communicator still
+    /// initializing (nonblocking init) is waited for first (see [`NcclComm::wait_ready`]).
+    pub(crate) fn ready_for(&self, attempted: &'static str) -> Result<()> {
+        if self.inner.ready.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        if self.state() == CommState::Initializing {
+            self.wait_ready("nonblocking init")?;
+        }
+        self.inner.life.lock().ensure_ready(attempted)
     }
 
     /// Turns an NCCL return code into a result, waiting out InProgress on a nonblocking
@@ -215,9 +299,18 @@ impl NcclComm {
         r
     }
 
-    /// Polls until no nonblocking call is in progress, bounded by the communicator's timeout.
+    /// Polls until no nonblocking call is in progress, bounded by the communicator's timeout
+    /// ([`NcclComm::timeout`]); [`Error::Timeout`] naming `what` past it. A communicator still
+    /// initializing at the deadline (a nonblocking init that never completed) is aborted, with
+    /// a reason saying so.
     pub fn wait_ready(&self, what: &str) -> Result<()> {
-        Deadline::after(self.inner.settings.timeout).poll(what, || self.poll())
+        let r = Deadline::after(self.inner.settings.timeout).poll(what, || self.poll());
+        if let Err(Error::Timeout { after_ms, .. }) = &r {
+            if self.state() == CommState::Initializing {
+                self.abort(&format!("{what} timed out after {after_ms} ms"));
+            }
+        }
+        r
     }
 
     /// Stops this communicator from any thread. Equivalent to [`Communicator::abort`].
@@ -386,6 +479,7 @@ impl oxccl_core::Reducer for NcclComm {
 
 impl Communicator for NcclComm {
     type Stream = NcclStream;
+    type Abort = NcclAbort;
 
     fn rank(&self) -> u32 {
         self.inner.rank
@@ -404,61 +498,26 @@ impl Communicator for NcclComm {
     }
 
     fn state(&self) -> CommState {
-        self.inner.life.lock().state()
+        self.inner.state()
     }
 
     fn poll(&self) -> Result<Progress> {
-        {
-            let life = self.inner.life.lock();
-            if life.state().is_dead() || self.inner.is_released() {
-                return life.ensure_ready("poll").map(|_| Progress::Done);
-            }
-        }
-        match poll_raw(&self.inner.lib, self.inner.raw) {
-            Ok(Progress::Done) => {
-                self.transition(|l| {
-                    if l.state() == CommState::Initializing {
-                        l.init_done()
-                    } else {
-                        Ok(())
-                    }
-                })?;
-                Ok(Progress::Done)
-            }
-            Ok(Progress::InProgress) => Ok(Progress::InProgress),
-            Err(e) => {
-                self.transition(|l| l.fail(&text!("{e}")));
-                Err(e)
-            }
+        self.inner.poll()
+    }
+
+    fn new_stream(&self) -> Result<NcclStream> {
+        NcclStream::create(&self.inner.ctx)
+    }
+
+    fn abort_handle(&self) -> NcclAbort {
+        NcclAbort {
+            inner: self.inner.clone(),
         }
     }
 
     unsafe fn issue(&self, op: &oxccl_core::CommOp<'_>, stream: &NcclStream) -> Result<()> {
         // SAFETY: forwarded contract.
         unsafe { crate::issue::issue(self, op, stream) }
-    }
-
-    fn group_start(&self) -> Result<()> {
-        let f = self
-            .inner
-            .lib
-            .api()
-            .group_start
-            .ok_or(crate::absent::base_symbol("ncclGroupStart"))?;
-        // SAFETY: no arguments; per-thread group depth inside NCCL.
-        self.inner.lib.check(unsafe { f() }, std::ptr::null_mut())
-    }
-
-    fn group_end(&self) -> Result<Progress> {
-        let f = self
-            .inner
-            .lib
-            .api()
-            .group_end
-            .ok_or(crate::absent::base_symbol("ncclGroupEnd"))?;
-        // SAFETY: no arguments.
-        let code = unsafe { f() };
-        self.inner.lib.progress(code, std::ptr::null_mut())
     }
 
     fn split(&self, color: Option<u32>, key: u32, cfg: &CommConfig) -> Result<Option<NcclComm>> {
@@ -494,7 +553,13 @@ impl Communicator for NcclComm {
             if code != ResultCode::IN_PROGRESS.0 {
                 self.finish(code, "split")?;
             }
-            self.wait_ready("split (parent)")?;
+            if let Err(e) = self.wait_ready("split (parent)") {
+                if let Error::Timeout { after_ms, .. } = &e {
+                    // The parent is stuck in the split: nothing else can run on it.
+                    self.abort(&format!("nonblocking split timed out after {after_ms} ms"));
+                }
+                return Err(e);
+            }
         } else {
             self.finish(code, "split")?;
         }
@@ -508,8 +573,7 @@ impl Communicator for NcclComm {
     }
 
     fn abort(&self, reason: &str) {
-        self.transition(|l| l.abort(reason));
-        self.inner.release(false);
+        self.inner.abort(reason);
     }
 
     fn finalize(&self) -> Result<Progress> {

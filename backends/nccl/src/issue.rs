@@ -116,10 +116,11 @@ impl Ctx<'_> {
     }
 }
 
-/// Issues `op` on `stream`. See [`oxccl_core::Communicator::issue`] for the contract.
+/// Issues `op` on `stream` after `check::op`, waiting out a nonblocking init first. See
+/// [`oxccl_core::Communicator::issue`] for the contract.
 pub(crate) unsafe fn issue(comm: &NcclComm, op: &CommOp<'_>, stream: &NcclStream) -> Result<()> {
     check::op(op, &comm.check_ctx())?;
-    comm.ensure_ready(op.kind().name())?;
+    comm.ready_for(op.kind().name())?;
     let lib = &comm.inner.lib;
     let api = lib.api();
     let c = Ctx {

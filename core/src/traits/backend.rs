@@ -2,11 +2,14 @@ use crate::config::CommConfig;
 use crate::error::Result;
 use crate::feature::FeatureSet;
 use crate::id::UniqueId;
-use crate::traits::{Communicator, Device};
+use crate::traits::{Communicator, Device, Progress};
 use crate::version::Version;
 
 /// A source of communicators: the NCCL library as loaded, or a mock world.
-pub trait Backend: Send + Sync {
+///
+/// A backend is a cheap handle (`Clone` is an `Arc` clone in both backends), so process groups
+/// and group guards keep their own copy.
+pub trait Backend: Clone + Send + Sync {
     /// The communicator type it creates.
     type Comm: Communicator;
 
@@ -20,7 +23,8 @@ pub trait Backend: Send + Sync {
     fn unique_id(&self) -> Result<UniqueId>;
 
     /// Joins the communicator of `id` as `rank` of `size` on `device`. With a nonblocking
-    /// config the communicator comes back in [`crate::CommState::Initializing`]: poll it.
+    /// config the communicator comes back in [`crate::CommState::Initializing`]: poll it, or
+    /// just issue (see [`Communicator::issue`]).
     fn init_rank(
         &self,
         id: &UniqueId,
@@ -29,4 +33,18 @@ pub trait Backend: Send + Sync {
         device: Device,
         cfg: &CommConfig,
     ) -> Result<Self::Comm>;
+
+    /// Opens a group on the calling thread: operations issued until the matching
+    /// [`Backend::group_end`] are launched together. Groups are per thread, nest, and may span
+    /// every communicator of this backend (NCCL: of the loaded library; the mock: every mock
+    /// communicator). The depth is tracked with the core's
+    /// [`GroupState`](crate::state::group::GroupState) in a thread-local.
+    fn group_start(&self) -> Result<()>;
+
+    /// Closes the innermost group of the calling thread; the outermost close launches the
+    /// queued operations. An end without a start is refused with
+    /// [`crate::Error::InvalidState`] before the library is called. `InProgress` when a
+    /// nonblocking communicator of the group is still being launched: poll each communicator
+    /// of the group ([`Communicator::poll`]) until `Done`.
+    fn group_end(&self) -> Result<Progress>;
 }

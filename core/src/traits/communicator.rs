@@ -3,7 +3,7 @@ use crate::error::Result;
 use crate::feature::FeatureSet;
 use crate::op::CommOp;
 use crate::state::lifecycle::CommState;
-use crate::traits::{Device, Reducer, Stream};
+use crate::traits::{CommAbort, Device, Reducer, Stream};
 
 /// Whether a nonblocking call has finished.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,13 +28,17 @@ pub struct RegHandle {
 /// One rank's membership of a communicator.
 ///
 /// Thread-safety contract: a communicator may be moved between threads and shared with them
-/// (`Send + Sync`) so that [`Communicator::abort`] and [`Communicator::poll`] can be called from
-/// any thread, but NCCL forbids concurrent operations on one communicator: callers of
-/// [`Communicator::issue`], the group calls, split, finalize and registration must not overlap
-/// on one communicator. The safe `Comm` of the `oxccl` crate enforces this with `&mut self`.
+/// (`Send + Sync`), but NCCL forbids concurrent calls on one communicator: callers of
+/// [`Communicator::issue`], split, finalize and registration must not overlap on one
+/// communicator. [`Communicator::abort_handle`] gives a handle for the calls allowed at any
+/// time from any thread (abort, state, poll). Groups are per thread and belong to the
+/// [`Backend`](crate::Backend) ([`Backend::group_start`](crate::Backend::group_start)).
 pub trait Communicator: Reducer + Send + Sync + Sized {
     /// The stream type operations are issued on.
     type Stream: Stream;
+
+    /// The handle that aborts, watches and polls this communicator from any thread.
+    type Abort: CommAbort;
 
     /// This rank, `0..size`.
     fn rank(&self) -> u32;
@@ -55,26 +59,32 @@ pub trait Communicator: Reducer + Send + Sync + Sized {
     /// still running; an error once the communicator failed (NCCL's `ncclCommGetAsyncError`).
     fn poll(&self) -> Result<Progress>;
 
-    /// Issues one operation on `stream`, after [`crate::check::op`] has accepted it.
+    /// A new stream on this communicator's device (a CUDA stream for NCCL; an executor thread
+    /// for the mock).
+    fn new_stream(&self) -> Result<Self::Stream>;
+
+    /// A handle that allows only abort, state and poll, from any thread, at any time.
+    fn abort_handle(&self) -> Self::Abort;
+
+    /// Issues one operation on `stream`. The backend runs [`crate::check::op`] on `op` inside
+    /// `issue` (callers need not): an operation it refuses never reaches the library.
+    ///
+    /// A communicator still [`CommState::Initializing`] (a nonblocking init or split) is waited
+    /// for first: `issue` polls it until it is ready, bounded by the communicator's init time
+    /// limit, then issues. An init that runs past its limit aborts the communicator (state
+    /// [`CommState::Aborted`], with a reason saying so) and `issue` returns
+    /// [`crate::Error::Timeout`] naming what timed out.
     ///
     /// # Safety
     /// The buffers of `op` must be valid for the backend (device memory of this communicator's
     /// device for NCCL, host memory for the mock), of the stated lengths, and stay valid and
-    /// untouched by others until the work on `stream` has completed. No other thread may issue
-    /// on this communicator at the same time.
+    /// untouched by others until the work on `stream` has completed.
     unsafe fn issue(&self, op: &CommOp<'_>, stream: &Self::Stream) -> Result<()>;
-
-    /// Opens a group on the calling thread: operations until the matching [`Communicator::group_end`]
-    /// are issued together (NCCL groups are per thread and may span communicators of one library).
-    fn group_start(&self) -> Result<()>;
-
-    /// Closes the innermost group; the outermost close issues the queued operations. `InProgress`
-    /// for a nonblocking communicator whose group is still being launched.
-    fn group_end(&self) -> Result<Progress>;
 
     /// A new communicator of the ranks that gave the same `color` (`None` = NCCL_SPLIT_NOCOLOR:
     /// this rank joins none and gets `None`), ordered by `key` then by rank. Every rank of this
-    /// communicator must call it.
+    /// communicator must call it. A nonblocking split that runs past the time limit aborts the
+    /// communicator it was waiting on and returns [`crate::Error::Timeout`].
     fn split(&self, color: Option<u32>, key: u32, cfg: &CommConfig) -> Result<Option<Self>>;
 
     /// Stops every operation of this communicator, from any thread, at any time; idempotent.

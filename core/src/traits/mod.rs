@@ -3,11 +3,13 @@
 //! Small on purpose, in the manner of embedded-hal: the process group, the safe `Comm` and
 //! the command-line tool are written once against these traits.
 
+mod abort;
 mod backend;
 mod communicator;
 mod reducer;
 mod stream;
 
+pub use abort::CommAbort;
 pub use backend::Backend;
 pub use communicator::{Communicator, Progress, RegHandle};
 pub use reducer::Reducer;

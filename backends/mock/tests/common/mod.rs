@@ -7,8 +7,13 @@
 use half::{bf16, f16};
 use oxccl_core::{CommOp, Communicator, DataType, Progress, RawBuf, RawBufMut, ReduceOp, Stream};
 use oxccl_mock::fp8;
-use oxccl_mock::{MockComm, MockStream};
+use oxccl_mock::{MockBackend, MockComm, MockStream};
 use std::time::Duration;
+
+/// Groups of the mock are per thread and span every mock communicator: any backend opens them.
+pub fn groups() -> MockBackend {
+    MockBackend::new()
+}
 
 /// A host buffer aligned to 8 bytes (every type's alignment).
 pub struct Buf {
