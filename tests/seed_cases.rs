@@ -33,14 +33,18 @@ fn run_on<R: Send + 'static>(
     let opts = Arc::new(opts);
     let threads: Vec<_> = (0..n)
         .map(|r| {
-            let (backend, store, f, opts) = (backend.clone(), store.clone(), f.clone(), opts.clone());
+            let (backend, store, f, opts) =
+                (backend.clone(), store.clone(), f.clone(), opts.clone());
             std::thread::spawn(move || {
                 let pg = ProcessGroup::new(backend, store, r, n, opts(r)).expect("default group");
                 f(pg)
             })
         })
         .collect();
-    threads.into_iter().map(|t| t.join().expect("rank thread")).collect()
+    threads
+        .into_iter()
+        .map(|t| t.join().expect("rank thread"))
+        .collect()
 }
 
 fn lazy(_: u32) -> PgOptions {
@@ -59,7 +63,10 @@ fn eager(r: u32) -> PgOptions {
 
 fn all_reduce_values(pg: &Pg, v: &[f32]) -> Vec<f32> {
     let mut b = pg.upload(v).unwrap();
-    pg.all_reduce(&mut b, ReduceOp::Sum).unwrap().wait().unwrap();
+    pg.all_reduce(&mut b, ReduceOp::Sum)
+        .unwrap()
+        .wait()
+        .unwrap();
     pg.download(&b).unwrap()
 }
 
@@ -80,7 +87,10 @@ fn case_01_no_gpu_is_a_clear_error() {
         panic!("expected a backend error, got {err:?}")
     };
     assert!(text.contains("no CUDA driver"), "{err}");
-    assert!(err.to_string().contains("needs NVIDIA GPUs, none found"), "{err}");
+    assert!(
+        err.to_string().contains("needs NVIDIA GPUs, none found"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -97,7 +107,13 @@ fn case_03_use_after_destroy_is_an_error() {
     for (v, after) in out {
         assert_eq!(v, vec![2.0; 100]);
         assert!(
-            matches!(after, Err(Error::InvalidState { state: CommState::Destroyed, .. })),
+            matches!(
+                after,
+                Err(Error::InvalidState {
+                    state: CommState::Destroyed,
+                    ..
+                })
+            ),
             "{after:?}"
         );
     }
@@ -203,19 +219,23 @@ fn case_08_eager_split() {
 #[test]
 fn case_09_nonblocking_init_lazy_and_eager() {
     for opts in [lazy as fn(u32) -> PgOptions, eager] {
-        let out = run(2, move |r| {
-            let mut o = opts(r);
-            o.config = CommConfig::new().blocking(false);
-            o
-        }, |pg| {
-            let first = pg.split_count();
-            let v = all_reduce_values(&pg, &[1.5; 100]);
-            let ng = pg.new_group(&[0, 1], None).unwrap();
-            let second = pg.split_count();
-            let mut t = pg.upload(&[pg.global_rank() as i32]).unwrap();
-            ng.broadcast(&mut t, 0).unwrap().wait().unwrap();
-            (first, second, pg.split_count(), v, pg.download(&t).unwrap())
-        });
+        let out = run(
+            2,
+            move |r| {
+                let mut o = opts(r);
+                o.config = CommConfig::new().blocking(false);
+                o
+            },
+            |pg| {
+                let first = pg.split_count();
+                let v = all_reduce_values(&pg, &[1.5; 100]);
+                let ng = pg.new_group(&[0, 1], None).unwrap();
+                let second = pg.split_count();
+                let mut t = pg.upload(&[pg.global_rank() as i32]).unwrap();
+                ng.broadcast(&mut t, 0).unwrap().wait().unwrap();
+                (first, second, pg.split_count(), v, pg.download(&t).unwrap())
+            },
+        );
         for o in out {
             assert_eq!((o.0, o.1, o.2), (0, 0, 1));
             assert_eq!(o.3, vec![3.0; 100]);
@@ -231,16 +251,23 @@ fn case_10_timeout_precedence() {
     assert_eq!(effective_timeout(None, None, None), s(600));
     assert_eq!(effective_timeout(Some(s(123)), None, None), s(123));
     assert_eq!(effective_timeout(None, Some(s(123)), None), s(600));
-    assert_eq!(effective_timeout(Some(s(1240)), Some(s(123)), None), s(1240));
-    let out = run(1, |_| PgOptions::default(), move |pg| {
-        let first = pg.timeout();
-        pg.set_timeout(s(23));
-        let mut b = pg.upload(&[1.0f32]).unwrap();
-        let w23 = pg.all_reduce(&mut b, ReduceOp::Sum).unwrap().timeout();
-        pg.set_timeout(s(252));
-        let w252 = pg.all_reduce(&mut b, ReduceOp::Sum).unwrap().timeout();
-        (first, w23, w252)
-    });
+    assert_eq!(
+        effective_timeout(Some(s(1240)), Some(s(123)), None),
+        s(1240)
+    );
+    let out = run(
+        1,
+        |_| PgOptions::default(),
+        move |pg| {
+            let first = pg.timeout();
+            pg.set_timeout(s(23));
+            let mut b = pg.upload(&[1.0f32]).unwrap();
+            let w23 = pg.all_reduce(&mut b, ReduceOp::Sum).unwrap().timeout();
+            pg.set_timeout(s(252));
+            let w252 = pg.all_reduce(&mut b, ReduceOp::Sum).unwrap().timeout();
+            (first, w23, w252)
+        },
+    );
     assert_eq!(out, vec![(DEFAULT_TIMEOUT, s(23), s(252))]);
     assert_eq!(DEFAULT_TIMEOUT, s(600));
 }
@@ -280,9 +307,16 @@ fn case_11_group_uid_and_description() {
 fn case_16_strict_boolean_environment() {
     use oxccl::core::env::EnvConfig;
     for bad in ["abc", "-1", "2147483647", "4294967295"] {
-        let e = EnvConfig::from_lookup(|k| (k == "OXCCL_BLOCKING_WAIT").then_some(bad)).unwrap_err();
+        let e =
+            EnvConfig::from_lookup(|k| (k == "OXCCL_BLOCKING_WAIT").then_some(bad)).unwrap_err();
         assert!(
-            matches!(e, Error::InvalidArgument { arg: "OXCCL_BLOCKING_WAIT", .. }),
+            matches!(
+                e,
+                Error::InvalidArgument {
+                    arg: "OXCCL_BLOCKING_WAIT",
+                    ..
+                }
+            ),
             "{bad}: {e:?}"
         );
     }
@@ -330,11 +364,17 @@ fn case_17_broadcast_coalesced() {
                 .unwrap();
             work.wait().unwrap();
             let want = f64::from(root);
-            let ok16 = b16.iter().zip((0..3).flat_map(|_| chunks(|x| f16::from_f64(x + want))))
+            let ok16 = b16
+                .iter()
+                .zip((0..3).flat_map(|_| chunks(|x| f16::from_f64(x + want))))
                 .all(|(b, c)| pg.download(b).unwrap() == c);
-            let ok32 = b32.iter().zip((0..2).flat_map(|_| chunks(|x| (x + want) as f32)))
+            let ok32 = b32
+                .iter()
+                .zip((0..2).flat_map(|_| chunks(|x| (x + want) as f32)))
                 .all(|(b, c)| pg.download(b).unwrap() == c);
-            let ok64 = b64.iter().zip(chunks(|x| x + want))
+            let ok64 = b64
+                .iter()
+                .zip(chunks(|x| x + want))
                 .all(|(b, c)| pg.download(b).unwrap() == c);
             results.push((ok16, ok32, ok64));
         }
@@ -356,14 +396,19 @@ fn case_18_all_reduce_coalesced_uneven() {
         let mut refs: Vec<_> = bufs.iter_mut().collect();
         let work = pg.all_reduce_coalesced(&mut refs, ReduceOp::Sum).unwrap();
         work.wait().unwrap();
-        bufs.iter().map(|b| pg.download(b).unwrap()).collect::<Vec<_>>()
+        bufs.iter()
+            .map(|b| pg.download(b).unwrap())
+            .collect::<Vec<_>>()
     });
     for o in out {
         for (i, v) in o.iter().enumerate() {
             let want = (n as usize * i + (n * (n + 1) / 2) as usize) as f32;
             assert_eq!(v, &vec![want; 60 + i]);
         }
-        assert_eq!(o.iter().map(|v| v[0]).collect::<Vec<_>>(), vec![3.0, 5.0, 7.0, 9.0, 11.0]);
+        assert_eq!(
+            o.iter().map(|v| v[0]).collect::<Vec<_>>(),
+            vec![3.0, 5.0, 7.0, 9.0, 11.0]
+        );
     }
 }
 
@@ -412,9 +457,24 @@ fn case_20_fp8_reductions_follow_the_library() {
             .and_then(|w| w.wait());
         let two = |v: Vec<f32>| v == vec![2.0; v.len()];
         let values = coalesced.is_ok()
-            && two(pg.download(&a).unwrap().iter().map(|x| x.to_f32()).collect())
-            && two(pg.download(&output).unwrap().iter().map(|x| x.to_f32()).collect())
-            && two(pg.download(&out5).unwrap().iter().map(|x| x.to_f32()).collect());
+            && two(pg
+                .download(&a)
+                .unwrap()
+                .iter()
+                .map(|x| x.to_f32())
+                .collect())
+            && two(pg
+                .download(&output)
+                .unwrap()
+                .iter()
+                .map(|x| x.to_f32())
+                .collect())
+            && two(pg
+                .download(&out5)
+                .unwrap()
+                .iter()
+                .map(|x| x.to_f32())
+                .collect());
         let ones = pg.upload(&[F8E4M3::from_f32(1.0); 160]).unwrap();
         let mut gathered = pg.alloc_zeros::<F8E4M3>(320).unwrap();
         let gather = pg.all_gather(&ones, &mut gathered).and_then(|w| w.wait());
@@ -439,7 +499,13 @@ fn case_20_fp8_reductions_follow_the_library() {
     for (results, _, _) in run_on(old, 2, lazy, ops) {
         for r in results {
             assert!(
-                matches!(r, Err(Error::Unsupported { feature: oxccl::Feature::Float8, .. })),
+                matches!(
+                    r,
+                    Err(Error::Unsupported {
+                        feature: oxccl::Feature::Float8,
+                        ..
+                    })
+                ),
                 "{r:?}"
             );
         }
@@ -452,9 +518,18 @@ fn case_21_reduce_scatter_int64() {
     let out = run(n as u32, lazy, move |pg| {
         let input = pg.upload(&(0..2 * n).collect::<Vec<i64>>()).unwrap();
         let mut output = pg.alloc_zeros::<i64>(2).unwrap();
-        pg.reduce_scatter(&input, &mut output, ReduceOp::Sum).unwrap().wait().unwrap();
-        let ones = [pg.upload(&vec![1i64; 2 * n as usize]).unwrap(), pg.upload(&vec![1i64; 2 * n as usize]).unwrap()];
-        let mut outs = [pg.alloc_zeros::<i64>(2).unwrap(), pg.alloc_zeros::<i64>(2).unwrap()];
+        pg.reduce_scatter(&input, &mut output, ReduceOp::Sum)
+            .unwrap()
+            .wait()
+            .unwrap();
+        let ones = [
+            pg.upload(&vec![1i64; 2 * n as usize]).unwrap(),
+            pg.upload(&vec![1i64; 2 * n as usize]).unwrap(),
+        ];
+        let mut outs = [
+            pg.alloc_zeros::<i64>(2).unwrap(),
+            pg.alloc_zeros::<i64>(2).unwrap(),
+        ];
         let [o0, o1] = &mut outs;
         pg.coalesced(|c| {
             c.reduce_scatter(&ones[0], o0, ReduceOp::Sum)?;
@@ -463,7 +538,12 @@ fn case_21_reduce_scatter_int64() {
         .unwrap()
         .wait()
         .unwrap();
-        (pg.global_rank() as i64, pg.download(&output).unwrap(), pg.download(&outs[0]).unwrap(), pg.download(&outs[1]).unwrap())
+        (
+            pg.global_rank() as i64,
+            pg.download(&output).unwrap(),
+            pg.download(&outs[0]).unwrap(),
+            pg.download(&outs[1]).unwrap(),
+        )
     });
     for (r, single, c0, c1) in out {
         assert_eq!(single, vec![2 * r * n, (2 * r + 1) * n]);
@@ -493,7 +573,10 @@ fn case_22_single_rank_groups() {
         assert_eq!(pair, vec![3.0; 10]);
         assert_eq!(alone, vec![(r + 1) as f32; 10]);
         let e = refused.unwrap_err();
-        assert!(matches!(e, Error::InvalidArgument { arg: "group", .. }), "{e:?}");
+        assert!(
+            matches!(e, Error::InvalidArgument { arg: "group", .. }),
+            "{e:?}"
+        );
         assert!(e.to_string().contains("not part of group"), "{e}");
     }
 }
@@ -515,7 +598,10 @@ fn case_23_dtype_mismatch_across_ranks() {
         r
     });
     for r in out {
-        assert!(matches!(r, Err(Error::Mismatch { what: "dtype", .. })), "{r:?}");
+        assert!(
+            matches!(r, Err(Error::Mismatch { what: "dtype", .. })),
+            "{r:?}"
+        );
     }
 }
 
@@ -524,7 +610,10 @@ fn case_24_complex_as_real_pairs() {
     // complex64 travels as pairs of f32: gathering one complex buffer and real ones agrees.
     let out = run(2, lazy, |pg| {
         let r = pg.global_rank() as f32;
-        let complex: Vec<f32> = [(r, -r), (r + 0.5, 2.0)].iter().flat_map(|&(re, im)| [re, im]).collect();
+        let complex: Vec<f32> = [(r, -r), (r + 0.5, 2.0)]
+            .iter()
+            .flat_map(|&(re, im)| [re, im])
+            .collect();
         let x = pg.upload(&complex).unwrap();
         let mut y = pg.alloc_zeros::<f32>(8).unwrap();
         pg.all_gather(&x, &mut y).unwrap().wait().unwrap();
@@ -553,14 +642,19 @@ fn case_25_membership() {
     let (of1, of0, global, ranks, unregistered) = out[1].clone().unwrap();
     assert_eq!((of1, global, ranks), (0, 1, vec![1]));
     assert!(of0.to_string().contains("not part of group"), "{of0}");
-    assert!(unregistered.to_string().contains("not registered"), "{unregistered}");
+    assert!(
+        unregistered.to_string().contains("not registered"),
+        "{unregistered}"
+    );
 }
 
 #[test]
 fn case_26_subgroups_with_global_peers() {
     let out = run(4, lazy, |pg| {
         let r = pg.global_rank();
-        let (mine, all) = pg.new_subgroups_by_enumeration(&[vec![0, 1], vec![2, 3]]).unwrap();
+        let (mine, all) = pg
+            .new_subgroups_by_enumeration(&[vec![0, 1], vec![2, 3]])
+            .unwrap();
         assert_eq!(all.len(), 2);
         let base = mine.ranks()[0];
         let peer = if r == base { base + 1 } else { base };
@@ -573,7 +667,10 @@ fn case_26_subgroups_with_global_peers() {
         let gathered = pg.download(&g).unwrap();
         // reduce to the first rank: ones·(2·base+1).
         let mut red = pg.upload(&ones(r as f32)).unwrap();
-        mine.reduce(&mut red, base, ReduceOp::Sum).unwrap().wait().unwrap();
+        mine.reduce(&mut red, base, ReduceOp::Sum)
+            .unwrap()
+            .wait()
+            .unwrap();
         // send/recv with the peer, as global ranks: each receives ones·(peer+1).
         let s = pg.upload(&ones((r + 1) as f32)).unwrap();
         let mut rcv = pg.alloc_zeros::<f32>(4).unwrap();
@@ -608,7 +705,10 @@ fn case_26_subgroups_with_global_peers() {
     for (r, base, gathered, red, rcv, bc, sc) in out {
         let peer = if r == base { base + 1 } else { base };
         if r == base {
-            let want: Vec<f32> = [base, base + 1].iter().flat_map(|&m| vec![m as f32; 4]).collect();
+            let want: Vec<f32> = [base, base + 1]
+                .iter()
+                .flat_map(|&m| vec![m as f32; 4])
+                .collect();
             assert_eq!(gathered, want);
             assert_eq!(red, vec![(2 * base + 1) as f32; 4]);
         } else {
@@ -624,20 +724,27 @@ fn case_26_subgroups_with_global_peers() {
 #[test]
 fn case_31_config_passes_through() {
     use oxccl::ConfigField;
-    let out = run(2, move |r| {
-        let mut o = lazy(r);
-        o.config = CommConfig::new()
-            .set(ConfigField::MaxCtas, 4)
-            .and_then(|c| c.set(ConfigField::MinCtas, 2))
-            .and_then(|c| c.set(ConfigField::CgaClusterSize, 2))
-            .and_then(|c| c.net_name("Socket"))
-            .unwrap();
-        o
-    }, |pg| {
-        let sub = pg.new_group(&[0, 1], None).unwrap();
-        let v = vec![(pg.global_rank() + 1) as f32; 10];
-        (all_reduce_values(&sub, &v), sub.options().config.int(ConfigField::MaxCtas))
-    });
+    let out = run(
+        2,
+        move |r| {
+            let mut o = lazy(r);
+            o.config = CommConfig::new()
+                .set(ConfigField::MaxCtas, 4)
+                .and_then(|c| c.set(ConfigField::MinCtas, 2))
+                .and_then(|c| c.set(ConfigField::CgaClusterSize, 2))
+                .and_then(|c| c.net_name("Socket"))
+                .unwrap();
+            o
+        },
+        |pg| {
+            let sub = pg.new_group(&[0, 1], None).unwrap();
+            let v = vec![(pg.global_rank() + 1) as f32; 10];
+            (
+                all_reduce_values(&sub, &v),
+                sub.options().config.int(ConfigField::MaxCtas),
+            )
+        },
+    );
     for o in out {
         assert_eq!(o, (vec![3.0; 10], Some(4)));
     }

@@ -10,8 +10,8 @@ use super::{ProcessGroup, WorkOf};
 use crate::buffer::{Buffer, Memory};
 use crate::element::{host_op, NcclType};
 use oxccl_core::{
-    text, CommAbort, CommOp, CommState, Error, GroupKind, GroupState, OpSummary, Progress,
-    RawBuf, RawBufMut, ReduceOp, Result, Stream,
+    text, CommAbort, CommOp, CommState, Error, GroupKind, GroupState, OpSummary, Progress, RawBuf,
+    RawBufMut, ReduceOp, Result, Stream,
 };
 use std::sync::atomic::Ordering;
 use std::time::Instant;
