@@ -45,3 +45,30 @@ impl PgOptions {
         self.bound_device.unwrap_or(self.device)
     }
 }
+
+impl PgOptions {
+    /// Options from the `OXCCL_*` configuration (see `oxccl_core::env::VARIABLES`), with the
+    /// caller's explicit timeout if any (seed case 10's precedence:
+    /// [`oxccl_core::env::effective_timeout`]).
+    pub fn from_config(
+        env: &oxccl_core::env::EnvConfig,
+        explicit_timeout: Option<Duration>,
+    ) -> PgOptions {
+        PgOptions {
+            timeout: env.timeout_for(explicit_timeout, None),
+            timing: env.enable_timing,
+            config: CommConfig::new().blocking(!env.nonblocking),
+            ..PgOptions::default()
+        }
+    }
+
+    /// [`PgOptions::from_config`] over this process's environment: a variable set to a value
+    /// it does not accept ("abc" for a boolean) is an error naming it.
+    pub fn from_env(explicit_timeout: Option<Duration>) -> oxccl_core::Result<PgOptions> {
+        let vars: std::collections::HashMap<String, String> = std::env::vars()
+            .filter(|(k, _)| k.starts_with("OXCCL_"))
+            .collect();
+        let env = oxccl_core::env::EnvConfig::from_lookup(|k| vars.get(k).map(String::as_str))?;
+        Ok(PgOptions::from_config(&env, explicit_timeout))
+    }
+}
