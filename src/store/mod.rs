@@ -5,6 +5,14 @@
 //! and a store that cannot answer says so with [`crate::Error::Timeout`] (waited in vain) or
 //! [`crate::Error::Remote`] (the server is gone), never a hang.
 
+mod file;
+mod mem;
+mod prefix;
+
+pub use file::FileStore;
+pub use mem::{MemStore, DEFAULT_STORE_TIMEOUT};
+pub use prefix::PrefixStore;
+
 use oxccl_core::Result;
 use std::time::Duration;
 
