@@ -52,6 +52,6 @@ pub use text::Text;
 #[cfg(feature = "alloc")]
 pub use trace::{FlightRecorder, PgConfig, TensorMeta, TraceEntry, TraceRecord, TraceState};
 pub use traits::{
-    Backend, CommAbort, Communicator, Device, Event, Progress, Reducer, RegHandle, Stream,
+    Backend, CommAbort, Communicator, Device, Event, Progress, RegHandle, Stream,
 };
 pub use version::Version;

@@ -197,10 +197,10 @@ impl MockComm {
     }
 }
 
-impl oxccl_core::Reducer for MockComm {
-    type RedOp = MockRedOp;
-
-    fn create_op(&self, op: &ReduceOp, dtype: DataType) -> Result<MockRedOp> {
+impl MockComm {
+    /// The reduction handle `op` on `dtype` would get, checked as NCCL's backend checks it
+    /// (the mock's issue applies reductions itself; this is for tests of the rules).
+    pub fn create_op(&self, op: &ReduceOp, dtype: DataType) -> Result<MockRedOp> {
         check::dtype(&self.ctx(), dtype)?;
         check::reduce_op(&self.ctx(), dtype, op)?;
         self.ensure_ready("create a reduction")?;

@@ -465,18 +465,6 @@ impl NcclComm {
     }
 }
 
-impl oxccl_core::Reducer for NcclComm {
-    type RedOp = crate::reducer::NcclRedOp;
-
-    fn create_op(
-        &self,
-        op: &oxccl_core::ReduceOp,
-        dtype: oxccl_core::DataType,
-    ) -> Result<Self::RedOp> {
-        crate::reducer::NcclRedOp::create(&self.inner, op, dtype)
-    }
-}
-
 impl Communicator for NcclComm {
     type Stream = NcclStream;
     type Abort = NcclAbort;

@@ -5,8 +5,9 @@
 
 use crate::comm::NcclComm;
 use crate::cuda::cuda_error;
+use crate::reducer::NcclRedOp;
 use crate::stream::NcclStream;
-use oxccl_core::{check, CommOp, DataType, Feature, ReduceOp, Reducer, Result, ResultCode};
+use oxccl_core::{check, CommOp, DataType, Feature, ReduceOp, Result, ResultCode};
 use oxccl_loader::{Api, RawComm, RawStream};
 use std::ffi::c_void;
 
@@ -133,7 +134,11 @@ pub(crate) unsafe fn issue(comm: &NcclComm, op: &CommOp<'_>, stream: &NcclStream
     let rank = comm.inner.rank;
     // Premul-sum ops live until the call returns, then are destroyed (allowed by NCCL).
     let red = match op.reduce_op() {
-        Some(r) => Some(comm.create_op(r, op.dtype().unwrap_or(DataType::Float32))?),
+        Some(r) => Some(NcclRedOp::create(
+            &comm.inner,
+            r,
+            op.dtype().unwrap_or(DataType::Float32),
+        )?),
         None => None,
     };
     let red_code = red.as_ref().map_or(0, |r| r.code());

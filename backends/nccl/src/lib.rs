@@ -26,7 +26,6 @@ pub use backend::NcclBackend;
 pub use comm::{NcclAbort, NcclComm};
 pub use cuda::{cuda_error, require_driver};
 pub use mem::NcclMem;
-pub use reducer::NcclRedOp;
 pub use registry::Window;
 pub use stream::{NcclEvent, NcclStream};
 pub use wait::Deadline;

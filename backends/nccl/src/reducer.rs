@@ -1,13 +1,15 @@
 //! NCCL reduction operators: built-in codes, and premul-sum ops created on the communicator and
-//! destroyed when dropped.
+//! destroyed when dropped (crate-private: only `issue` makes them).
 
 use crate::comm::CommInner;
 use oxccl_core::{text, DataType, Error, Feature, ReduceOp, Result, Scalar};
 use std::sync::Arc;
 
 /// An `ncclRedOp_t` ready for a call. Premul-sum ops hold their communicator and destroy
-/// themselves on drop (unless the communicator was released first, which frees them).
-pub struct NcclRedOp {
+/// themselves on drop (unless the communicator was released first, which frees them). An
+/// internal detail of `issue`: made and dropped inside one issue call, under the
+/// communicator's call lock.
+pub(crate) struct NcclRedOp {
     code: i32,
     owner: Option<Arc<CommInner>>,
 }
@@ -23,7 +25,7 @@ impl std::fmt::Debug for NcclRedOp {
 
 impl NcclRedOp {
     /// The `ncclRedOp_t` value.
-    pub fn code(&self) -> i32 {
+    pub(crate) fn code(&self) -> i32 {
         self.code
     }
 

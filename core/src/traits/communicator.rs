@@ -3,7 +3,7 @@ use crate::error::Result;
 use crate::feature::FeatureSet;
 use crate::op::CommOp;
 use crate::state::lifecycle::CommState;
-use crate::traits::{CommAbort, Device, Reducer, Stream};
+use crate::traits::{CommAbort, Device, Stream};
 
 /// Whether a nonblocking call has finished.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,7 +33,7 @@ pub struct RegHandle {
 /// communicator. [`Communicator::abort_handle`] gives a handle for the calls allowed at any
 /// time from any thread (abort, state, poll). Groups are per thread and belong to the
 /// [`Backend`](crate::Backend) ([`Backend::group_start`](crate::Backend::group_start)).
-pub trait Communicator: Reducer + Send + Sync + Sized {
+pub trait Communicator: Send + Sync + Sized {
     /// The stream type operations are issued on.
     type Stream: Stream;
 

@@ -6,13 +6,11 @@
 mod abort;
 mod backend;
 mod communicator;
-mod reducer;
 mod stream;
 
 pub use abort::CommAbort;
 pub use backend::Backend;
 pub use communicator::{Communicator, Progress, RegHandle};
-pub use reducer::Reducer;
 pub use stream::{Event, Stream};
 
 /// A device ordinal (a CUDA device for NCCL; a label for the mock world).
