@@ -16,7 +16,7 @@ py="$venv/bin/python"
 
 # Cached: a venv whose torch imports and has TCPStore is reused untouched.
 if [[ -x "$py" ]] && "$py" -c 'import torch.distributed as d; d.TCPStore' >/dev/null 2>&1; then
-    echo "torch-env: cached in $venv (torch $("$py" -c 'import torch; print(torch.__version__)'))" >&2
+    echo "torch-env: cached in $venv (torch $("$py" -W ignore -c 'import torch; print(torch.__version__)' 2>/dev/null))" >&2
     echo "$py"
     exit 0
 fi
@@ -31,5 +31,5 @@ echo "torch-env: installing $spec (large, once)" >&2
 "$py" -m pip install --disable-pip-version-check --no-input -q "$spec" >&2
 "$py" -c 'import torch.distributed as d; d.TCPStore' ||
     { echo "torch-env: torch installed but torch.distributed.TCPStore is unavailable" >&2; exit 1; }
-echo "torch-env: torch $("$py" -c 'import torch; print(torch.__version__)') ready in $venv" >&2
+echo "torch-env: torch $("$py" -W ignore -c 'import torch; print(torch.__version__)' 2>/dev/null) ready in $venv" >&2
 echo "$py"
