@@ -1,2 +1,13 @@
 //! Bootstrap: where a rank learns its place in the job (`env://` as torchrun, Slurm, Open MPI
 //! and MPICH set it up, `tcp://host:port`, `file:///path`) and the store it rendezvous through.
+//!
+//! The decisions (which launcher, which rank, conflicts between launchers) are pure functions
+//! of the core ([`oxccl_core::launch`]); this module reads the process environment once and
+//! opens the store.
+
+mod bootstrap;
+mod init;
+
+pub use bootstrap::{Bootstrap, EnvVars};
+pub use init::InitMethod;
+pub use oxccl_core::launch::{HostList, HostName, LaunchInfo, Launcher};

@@ -60,7 +60,11 @@ impl<'a> Locked<'a> {
     /// std's `File::lock`, which needs Rust 1.89 (the workspace builds with 1.85); `flock`
     /// also works across NFSv4 clients, where a `file://` store usually lives.
     fn take(file: &'a File, exclusive: bool) -> std::io::Result<Locked<'a>> {
-        let op = if exclusive { libc::LOCK_EX } else { libc::LOCK_SH };
+        let op = if exclusive {
+            libc::LOCK_EX
+        } else {
+            libc::LOCK_SH
+        };
         loop {
             // SAFETY: flock only reads the descriptor number, which `file` keeps open for
             // the borrow's lifetime; no memory is shared with the call.

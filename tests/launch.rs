@@ -1,0 +1,361 @@
+//! Bootstrap end to end: ranks as child processes of this test binary, started with the
+//! environment torchrun, Slurm or a file:// job would give them, on loopback only.
+//!
+//! A child is this binary run with `--exact child --nocapture` and `OXCCL_LAUNCH_CHILD` set;
+//! without that variable the `child` test does nothing.
+
+use oxccl::launch::{Bootstrap, EnvVars, InitMethod, Launcher};
+use oxccl::store::{Store, TcpStore, TcpStoreOptions};
+use oxccl::Error;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const TIMEOUT: Duration = Duration::from_secs(30);
+const CHILD: &str = "OXCCL_LAUNCH_CHILD";
+
+fn arg_of(e: &Error) -> &'static str {
+    match e {
+        Error::InvalidArgument { arg, .. } => arg,
+        other => panic!("expected InvalidArgument, got {other:?}"),
+    }
+}
+
+/// A port that was free a moment ago.
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
+/// The rank's work: rank 0 sets a value, every rank reads it and counts itself in, and each
+/// waits until all counted before checking the counter; rank 0 leaves last (it may host the
+/// store). Prints one line the parent checks.
+fn rank_work(b: &Bootstrap) -> oxccl::Result<()> {
+    let s = &b.store;
+    if b.rank == 0 {
+        s.set("greeting", b"hello")?;
+    }
+    assert_eq!(s.get("greeting", TIMEOUT)?, b"hello");
+    s.add("count", 1)?;
+    s.set(&format!("arrived/{}", b.rank), b"1")?;
+    let arrived: Vec<String> = (0..b.world_size).map(|r| format!("arrived/{r}")).collect();
+    s.wait(
+        &arrived.iter().map(String::as_str).collect::<Vec<_>>(),
+        TIMEOUT,
+    )?;
+    let count = s.add("count", 0)?;
+    println!(
+        "CHILD rank={} world={} local={:?} device={} launcher={:?} count={}",
+        b.rank, b.world_size, b.local_rank, b.device.0, b.launcher, count
+    );
+    s.set(&format!("done/{}", b.rank), b"1")?;
+    if b.rank == 0 {
+        let done: Vec<String> = (0..b.world_size).map(|r| format!("done/{r}")).collect();
+        s.wait(
+            &done.iter().map(String::as_str).collect::<Vec<_>>(),
+            TIMEOUT,
+        )?;
+    }
+    Ok(())
+}
+
+/// What a child does, by `OXCCL_LAUNCH_CHILD`: `env` (Bootstrap::from_env) or `file:<path>`
+/// with the explicit rank and size of `OXCCL_TEST_RANK`/`OXCCL_TEST_WORLD`.
+#[test]
+fn child() {
+    let Ok(mode) = std::env::var(CHILD) else {
+        return;
+    };
+    let result = if mode == "env" {
+        Bootstrap::from_env()
+    } else if let Some(url) = mode.strip_prefix("init:") {
+        let num = |v: &str| std::env::var(v).ok().and_then(|s| s.parse().ok());
+        InitMethod::parse(url).and_then(|init| {
+            Bootstrap::new(
+                &init,
+                num("OXCCL_TEST_RANK"),
+                num("OXCCL_TEST_WORLD"),
+                TIMEOUT,
+            )
+        })
+    } else {
+        panic!("unknown child mode {mode}");
+    };
+    match result.and_then(|b| rank_work(&b)) {
+        Ok(()) => {}
+        Err(e) => {
+            println!("CHILD ERROR {e}");
+            std::process::exit(3);
+        }
+    }
+}
+
+/// Starts one child with exactly `vars` (and the mode), nothing inherited.
+fn spawn(mode: &str, vars: &[(String, String)]) -> Child {
+    Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "child", "--nocapture", "--test-threads=1"])
+        .env_clear()
+        .env(CHILD, mode)
+        .envs(vars.iter().map(|(k, v)| (k, v)))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Waits for every child (killing all of them after the timeout); their `CHILD` lines, in
+/// rank order of spawning.
+fn finish(children: Vec<Child>) -> Vec<String> {
+    let start = Instant::now();
+    let mut children: Vec<Option<Child>> = children.into_iter().map(Some).collect();
+    let mut lines = vec![String::new(); children.len()];
+    while children.iter().any(Option::is_some) {
+        if start.elapsed() > Duration::from_secs(60) {
+            for c in children.iter_mut().flatten() {
+                let _ = c.kill();
+            }
+            panic!("children did not finish in 60 s");
+        }
+        for (i, slot) in children.iter_mut().enumerate() {
+            let Some(c) = slot else { continue };
+            if c.try_wait().unwrap().is_some() {
+                let out = slot.take().unwrap().wait_with_output().unwrap();
+                let stdout = String::from_utf8_lossy(&out.stdout);
+                assert!(
+                    out.status.success(),
+                    "child {i} failed: {}\n{stdout}\n{}",
+                    out.status,
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                // The harness prints `test child ... ` before the line, on the same line.
+                lines[i] = stdout
+                    .lines()
+                    .find_map(|l| l.find("CHILD ").map(|at| l[at..].to_string()))
+                    .unwrap_or_default();
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    lines
+}
+
+fn vars(pairs: &[(&str, String)]) -> Vec<(String, String)> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.clone()))
+        .collect()
+}
+
+#[test]
+fn env_torchrun_three_processes() {
+    let port = free_port().to_string();
+    let children = (0..3)
+        .map(|r| {
+            spawn(
+                "env",
+                &vars(&[
+                    ("RANK", r.to_string()),
+                    ("WORLD_SIZE", "3".into()),
+                    ("LOCAL_RANK", r.to_string()),
+                    ("LOCAL_WORLD_SIZE", "3".into()),
+                    ("MASTER_ADDR", "127.0.0.1".into()),
+                    ("MASTER_PORT", port.clone()),
+                ]),
+            )
+        })
+        .collect();
+    let lines = finish(children);
+    for (r, line) in lines.iter().enumerate() {
+        assert_eq!(
+            line,
+            &format!("CHILD rank={r} world=3 local=Some({r}) device={r} launcher=Torchrun count=3")
+        );
+    }
+}
+
+#[test]
+fn env_slurm_three_processes() {
+    let port = free_port().to_string();
+    let children = (0..3)
+        .map(|r| {
+            spawn(
+                "env",
+                &vars(&[
+                    ("SLURM_PROCID", r.to_string()),
+                    ("SLURM_NTASKS", "3".into()),
+                    ("SLURM_LOCALID", r.to_string()),
+                    ("SLURM_NODEID", "0".into()),
+                    ("SLURM_TASKS_PER_NODE", "3".into()),
+                    // The first host of the step's node list is the master.
+                    ("SLURM_STEP_NODELIST", "127.0.0.[1-3]".into()),
+                    ("MASTER_PORT", port.clone()),
+                ]),
+            )
+        })
+        .collect();
+    for (r, line) in finish(children).iter().enumerate() {
+        assert_eq!(
+            line,
+            &format!("CHILD rank={r} world=3 local=Some({r}) device={r} launcher=Slurm count=3")
+        );
+    }
+}
+
+#[test]
+fn file_three_processes() {
+    let path: PathBuf =
+        std::env::temp_dir().join(format!("oxccl-launch-{}-file", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    let mode = format!("init:file://{}", path.display());
+    let children = (0..3)
+        .map(|r| {
+            spawn(
+                &mode,
+                &vars(&[
+                    ("OXCCL_TEST_RANK", r.to_string()),
+                    ("OXCCL_TEST_WORLD", "3".into()),
+                ]),
+            )
+        })
+        .collect();
+    for (r, line) in finish(children).iter().enumerate() {
+        assert_eq!(
+            line,
+            &format!("CHILD rank={r} world=3 local=None device=0 launcher=Explicit count=3")
+        );
+    }
+    // The last of the three removed the file.
+    assert!(!path.exists());
+}
+
+#[test]
+fn agent_store_every_rank_is_a_client() {
+    // The "agent": a server this test hosts, as torchrun's agent would.
+    let agent = TcpStore::new(TcpStoreOptions::server("127.0.0.1", 0)).unwrap();
+    let port = agent.port().to_string();
+    let children = (0..2)
+        .map(|r| {
+            spawn(
+                "env",
+                &vars(&[
+                    ("RANK", r.to_string()),
+                    ("WORLD_SIZE", "2".into()),
+                    ("TORCHELASTIC_RUN_ID", "test".into()),
+                    ("TORCHELASTIC_USE_AGENT_STORE", "True".into()),
+                    ("MASTER_ADDR", "127.0.0.1".into()),
+                    ("MASTER_PORT", port.clone()),
+                ]),
+            )
+        })
+        .collect();
+    let lines = finish(children);
+    assert_eq!(
+        lines[0],
+        "CHILD rank=0 world=2 local=None device=0 launcher=Torchrun count=2"
+    );
+    // Rank 0 hosted nothing: its keys are in the agent's store.
+    assert_eq!(agent.get("greeting", TIMEOUT).unwrap(), b"hello");
+    assert_eq!(agent.add("count", 0).unwrap(), 2);
+}
+
+#[test]
+fn tcp_bootstrap_in_threads() {
+    let port = free_port();
+    let init = InitMethod::parse(&format!("tcp://127.0.0.1:{port}")).unwrap();
+    let ranks: Vec<_> = (0..2u32)
+        .map(|r| {
+            let init = init.clone();
+            std::thread::spawn(move || {
+                let b = Bootstrap::with_env(&init, Some(r), Some(2), TIMEOUT, &EnvVars::default())
+                    .unwrap();
+                assert_eq!((b.launcher, b.rank, b.device.0), (Launcher::Explicit, r, 0));
+                rank_work(&b).unwrap();
+            })
+        })
+        .collect();
+    ranks.into_iter().for_each(|t| t.join().unwrap());
+}
+
+#[test]
+fn conflicting_environment_names_both_variables() {
+    let env = EnvVars::from_pairs([
+        ("RANK", "1"),
+        ("WORLD_SIZE", "3"),
+        ("SLURM_PROCID", "2"),
+        ("SLURM_NTASKS", "3"),
+        ("MASTER_ADDR", "127.0.0.1"),
+        ("MASTER_PORT", "1"),
+    ]);
+    let e = Bootstrap::with_env(&InitMethod::Env, None, None, TIMEOUT, &env).unwrap_err();
+    assert_eq!(arg_of(&e), "RANK");
+    let text = e.to_string();
+    assert!(
+        text.contains("RANK=1") && text.contains("SLURM_PROCID=2"),
+        "{text}"
+    );
+}
+
+#[test]
+fn env_init_needs_master_address_and_port() {
+    let env = EnvVars::from_pairs([("RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER_PORT", "1")]);
+    let e = Bootstrap::with_env(&InitMethod::Env, None, None, TIMEOUT, &env).unwrap_err();
+    assert_eq!(arg_of(&e), "MASTER_ADDR");
+    let env = EnvVars::from_pairs([("RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER_ADDR", "h")]);
+    let e = Bootstrap::with_env(&InitMethod::Env, None, None, TIMEOUT, &env).unwrap_err();
+    assert_eq!(arg_of(&e), "MASTER_PORT");
+    let e = Bootstrap::with_env(&InitMethod::Env, None, None, TIMEOUT, &EnvVars::default())
+        .unwrap_err();
+    assert_eq!(arg_of(&e), "RANK");
+}
+
+#[test]
+fn init_methods_parse() {
+    assert_eq!(InitMethod::parse("env://").unwrap(), InitMethod::Env);
+    assert_eq!(
+        InitMethod::parse("tcp://10.1.2.3:29500").unwrap(),
+        InitMethod::Tcp {
+            host: "10.1.2.3".into(),
+            port: 29500
+        }
+    );
+    assert_eq!(
+        InitMethod::parse("tcp://[::1]:80").unwrap(),
+        InitMethod::Tcp {
+            host: "::1".into(),
+            port: 80
+        }
+    );
+    assert_eq!(
+        "file:///tmp/x store".parse::<InitMethod>().unwrap(),
+        InitMethod::File {
+            path: "/tmp/x store".into()
+        }
+    );
+    for url in ["env://", "tcp://h:1", "tcp://[::1]:2", "file:///a/b"] {
+        assert_eq!(InitMethod::parse(url).unwrap().to_string(), url);
+    }
+    for (url, why) in [
+        ("gloo://h:1", "unknown scheme `gloo`"),
+        ("h:1", "no `scheme://`"),
+        ("", "no `scheme://`"),
+        ("env://x", "nothing may follow env://"),
+        ("tcp://host", "a port after the host"),
+        ("tcp://host:", "a port after the host"),
+        ("tcp://:29500", "a host before the port"),
+        ("tcp://h:0", "a port in 1..=65535"),
+        ("tcp://h:65536", "a port in 1..=65535"),
+        ("tcp://h:+1", "a port in 1..=65535"),
+        ("tcp://h:port", "a port in 1..=65535"),
+        ("tcp://h:1/x", "a bare host:port"),
+        ("tcp://h:1?rank=0", "a bare host:port"),
+        ("tcp://::1:80", "an IPv6 address in brackets"),
+        ("tcp://[::1:80", "an IPv6 address closed by `]`"),
+        ("tcp://[::1]80", "a port after the address"),
+        ("file://tmp/x", "an absolute path"),
+        ("file://", "an absolute path"),
+    ] {
+        let e = InitMethod::parse(url).unwrap_err();
+        assert_eq!(arg_of(&e), "init_method", "{url}");
+        assert!(e.to_string().contains(why), "{url}: {e}");
+    }
+}
