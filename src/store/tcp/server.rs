@@ -92,11 +92,13 @@ impl State {
         let Some(ids) = self.waiting.get_mut(key) else {
             return;
         };
-        let id = ids.remove(0);
+        let first = (!ids.is_empty()).then(|| ids.remove(0));
         if ids.is_empty() {
             self.waiting.remove(key);
         }
-        self.arrive(id, wake);
+        if let Some(id) = first {
+            self.arrive(id, wake);
+        }
     }
 
     fn remove_pending(&mut self, id: u64) -> Option<Pending> {
@@ -301,7 +303,15 @@ fn accept_loop(shared: &Arc<Shared>, listener: &TcpListener) {
             continue;
         };
         let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
-        lock(&shared.conns).insert(id, closer);
+        {
+            // Checked under the lock `stop` drains with: a connection accepted while the
+            // server stops is either closed by `stop` or never registered (dropped here).
+            let mut conns = lock(&shared.conns);
+            if shared.stopping.load(Ordering::SeqCst) {
+                return;
+            }
+            conns.insert(id, closer);
+        }
         *lock(&shared.live) += 1;
         let s = Arc::clone(shared);
         let spawned = std::thread::Builder::new()
@@ -352,7 +362,8 @@ fn serve(shared: &Shared, id: u64, mut stream: TcpStream, writer: &Arc<Writer>) 
                             Request::Validate(wire::VALIDATION_MAGIC) => validated = true,
                             other => {
                                 return Close::Protocol(format!(
-                                    "first query must be VALIDATE with the magic, got {other:?}"
+                                    "first query must be VALIDATE with the magic, got {:?}",
+                                    other.query_type()
                                 ))
                             }
                         }
@@ -390,7 +401,10 @@ fn handle(shared: &Shared, id: u64, writer: &Arc<Writer>, req: Request<'_>) -> R
     let mut st = lock(&shared.state);
     if st.pending.contains_key(&id) && req != Request::CancelWait {
         // PyTorch's client sends nothing but CANCEL_WAIT while it waits.
-        return Err(Close::Protocol(format!("{req:?} while waiting")));
+        return Err(Close::Protocol(format!(
+            "{:?} while waiting",
+            req.query_type()
+        )));
     }
     match req {
         Request::Validate(m) if m == wire::VALIDATION_MAGIC => {}

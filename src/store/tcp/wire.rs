@@ -169,6 +169,33 @@ pub enum Request<'a> {
     Barrier(&'a [u8], i64),
 }
 
+impl Request<'_> {
+    /// The query's type (what to name in messages: the fields may be a GiB of bytes).
+    pub fn query_type(&self) -> QueryType {
+        match self {
+            Request::Validate(_) => QueryType::Validate,
+            Request::Set(..) => QueryType::Set,
+            Request::CompareSet(..) => QueryType::CompareSet,
+            Request::Get(_) => QueryType::Get,
+            Request::Add(..) => QueryType::Add,
+            Request::Check(_) => QueryType::Check,
+            Request::Wait(_) => QueryType::Wait,
+            Request::GetNumKeys => QueryType::GetNumKeys,
+            Request::DeleteKey(_) => QueryType::DeleteKey,
+            Request::Append(..) => QueryType::Append,
+            Request::MultiGet(_) => QueryType::MultiGet,
+            Request::MultiSet(_) => QueryType::MultiSet,
+            Request::CancelWait => QueryType::CancelWait,
+            Request::Ping(_) => QueryType::Ping,
+            Request::QueuePush(..) => QueryType::QueuePush,
+            Request::QueuePop(_) => QueryType::QueuePop,
+            Request::QueueLen(_) => QueryType::QueueLen,
+            Request::ListKeys => QueryType::ListKeys,
+            Request::Barrier(..) => QueryType::Barrier,
+        }
+    }
+}
+
 /// Why a query cannot be decoded: the server closes such a connection.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum WireError {
@@ -509,6 +536,7 @@ mod tests {
         let mut at = 0;
         for w in want {
             let (req, used) = decode_request(&q[at..]).unwrap().unwrap();
+            assert_eq!(req.query_type() as u8, q[at]);
             assert_eq!(req, w);
             at += used;
         }
