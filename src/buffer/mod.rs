@@ -37,7 +37,7 @@ pub trait Buffer<T>: Send + Sync {
 }
 
 /// A backend whose memory safe code can allocate, fill, read and hand to operations.
-pub trait Memory: Backend {
+pub trait Memory: Backend + 'static {
     /// A buffer of elements of `T`.
     type Buf<T: NcclType>: Buffer<T>;
 

@@ -85,13 +85,13 @@ impl<B: Memory> ProcessGroup<B> {
     }
 
     /// Issues an operation reading `send` and writing `recv`.
-    fn two<T: NcclType>(
+    fn two<'c, T: NcclType>(
         &self,
         name: &'static str,
         send: Option<&B::Buf<T>>,
         recv: Option<&mut B::Buf<T>>,
         seq: SeqKind,
-        build: impl FnOnce(RawBuf, RawBufMut) -> CommOp<'static>,
+        build: impl FnOnce(RawBuf, RawBufMut) -> CommOp<'c>,
     ) -> Result<WorkOf<B>> {
         let numel = (
             send.map_or(0, |b| b.len()),
@@ -165,6 +165,77 @@ impl<B: Memory> ProcessGroup<B> {
                 send,
                 recv,
                 dtype: T::DTYPE,
+            },
+        )
+    }
+
+    /// Gathers uneven parts: group rank r contributes `counts[r]` elements (`send`), and
+    /// `recv` holds every part by rank (c10d's `all_gather` with uneven sizes).
+    pub fn all_gather_v<T: NcclType>(
+        &self,
+        send: &B::Buf<T>,
+        recv: &mut B::Buf<T>,
+        counts: &[usize],
+    ) -> Result<WorkOf<B>> {
+        self.two(
+            "all_gather_v",
+            Some(send),
+            Some(recv),
+            SeqKind::Collective,
+            |send, recv| CommOp::AllGatherV {
+                send,
+                recv,
+                dtype: T::DTYPE,
+                counts,
+            },
+        )
+    }
+
+    /// Reduce-scatter of uneven parts: group rank r keeps `counts[r]` elements of the result
+    /// (c10d's `reduce_scatter` with uneven sizes).
+    pub fn reduce_scatter_v<T: NcclType>(
+        &self,
+        send: &B::Buf<T>,
+        recv: &mut B::Buf<T>,
+        counts: &[usize],
+        op: ReduceOp,
+    ) -> Result<WorkOf<B>> {
+        let op = host_op::<T>(op)?;
+        self.two(
+            "reduce_scatter_v",
+            Some(send),
+            Some(recv),
+            SeqKind::Collective,
+            |send, recv| CommOp::ReduceScatterV {
+                send,
+                recv,
+                dtype: T::DTYPE,
+                op,
+                counts,
+            },
+        )
+    }
+
+    /// All-to-all with uneven parts: `send_counts[p]` elements to group rank p, `recv_counts[q]`
+    /// from group rank q (c10d's `all_to_all_single` with split sizes).
+    pub fn all_to_all_v<T: NcclType>(
+        &self,
+        send: &B::Buf<T>,
+        recv: &mut B::Buf<T>,
+        send_counts: &[usize],
+        recv_counts: &[usize],
+    ) -> Result<WorkOf<B>> {
+        self.two(
+            "all_to_all_v",
+            Some(send),
+            Some(recv),
+            SeqKind::Collective,
+            |send, recv| CommOp::AllToAllV {
+                send,
+                recv,
+                dtype: T::DTYPE,
+                send_counts,
+                recv_counts,
             },
         )
     }

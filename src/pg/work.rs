@@ -23,7 +23,8 @@ pub struct WorkMeta {
 enum Status {
     Pending,
     Done,
-    Failed(Error),
+    /// Boxed: the error is large and rare; the status is read on every poll.
+    Failed(Box<Error>),
 }
 
 struct Inner<E, A> {
@@ -119,14 +120,14 @@ impl<E: Event, A: CommAbort> Work<E, A> {
         let mut st = self.status();
         match &*st {
             Status::Done => return Ok(true),
-            Status::Failed(e) => return Err(e.clone()),
+            Status::Failed(e) => return Err((**e).clone()),
             Status::Pending => {}
         }
         let outcome = self.look(limit);
         match outcome {
             Ok(true) => *st = Status::Done,
             Ok(false) => {}
-            Err(ref e) => *st = Status::Failed(e.clone()),
+            Err(ref e) => *st = Status::Failed(Box::new(e.clone())),
         }
         outcome
     }
@@ -165,7 +166,7 @@ impl<E: Event, A: CommAbort> Work<E, A> {
 
     /// Whether the operation has finished, successfully or not (never blocks).
     pub fn is_completed(&self) -> bool {
-        self.poll_once(self.inner.timeout).is_ok_and(|done| done) || self.error().is_some()
+        !matches!(self.poll_once(self.inner.timeout), Ok(false))
     }
 
     /// Whether the operation finished successfully (never blocks).
@@ -176,7 +177,7 @@ impl<E: Event, A: CommAbort> Work<E, A> {
     /// The first error of the operation, once it failed.
     pub fn error(&self) -> Option<Error> {
         match &*self.status() {
-            Status::Failed(e) => Some(e.clone()),
+            Status::Failed(e) => Some((**e).clone()),
             _ => None,
         }
     }

@@ -1,0 +1,119 @@
+//! Seed cases 25, 26 and 31: membership, subgroups with global peers, config pass-through.
+
+use super::{all_reduce_values, lazy, MakeGroup, Verdict};
+use oxccl::buffer::Memory;
+use oxccl::pg::PgOptions;
+use oxccl::{CommConfig, ConfigField, ReduceOp};
+
+/// Case 25: group [1]: group rank of global 1 is 0, of global 0 "not part of group"; global
+/// rank of group rank 0 is 1; ranks [1]; once destroyed, "not registered".
+pub fn case_25<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
+    let pg = ok!(mk(lazy(rank)));
+    let g = ok!(pg.new_group(&[1], None));
+    ensure!(ok!(g.group_rank_of(1)) == 0, "group rank of 1");
+    let e = g.group_rank_of(0).unwrap_err().to_string();
+    ensure!(e.contains("not part of group"), "{e}");
+    ensure!(ok!(g.global_rank_of(0)) == 1, "global rank of 0");
+    ensure!(g.ranks() == [1], "{:?}", g.ranks());
+    if rank == 1 {
+        g.destroy();
+        let e = g.group_rank_of(1).unwrap_err().to_string();
+        ensure!(e.contains("not registered"), "{e}");
+    }
+    Ok(())
+}
+
+/// Case 26 (N = 4): A = [0, 1], B = [2, 3], roots and peers as global ranks: gather →
+/// ones·s by member s; reduce → ones·(2·base+1); send/recv → ones·(peer+1); broadcast →
+/// ones·(base+1); scatter → ones·r. With fewer ranks it runs on the pairs that fit.
+pub fn case_26<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
+    let pg = ok!(mk(lazy(rank)));
+    let n = pg.size();
+    let pairs: Vec<Vec<u32>> = (0..n / 2).map(|p| vec![2 * p, 2 * p + 1]).collect();
+    let (mine, all) = ok!(pg.new_subgroups_by_enumeration(&pairs));
+    ensure!(all.len() == pairs.len(), "subgroups");
+    let base = mine.ranks()[0];
+    let peer = if rank == base { base + 1 } else { base };
+    let ones = |k: u32| vec![k as f32; 4];
+
+    let x = ok!(pg.upload(&ones(rank)));
+    let mut g = ok!(pg.alloc_zeros::<f32>(8));
+    let root_out = if rank == base { Some(&mut g) } else { None };
+    ok!(ok!(mine.gather(&x, root_out, base)).wait());
+    let gathered = ok!(pg.download(&g));
+    if rank == base {
+        let want: Vec<f32> = [base, base + 1].iter().flat_map(|&m| ones(m)).collect();
+        ensure!(gathered == want, "gather {gathered:?}");
+    }
+
+    let mut red = ok!(pg.upload(&ones(rank)));
+    ok!(ok!(mine.reduce(&mut red, base, ReduceOp::Sum)).wait());
+    let want = if rank == base {
+        ones(2 * base + 1)
+    } else {
+        ones(rank)
+    };
+    ensure!(ok!(pg.download(&red)) == want, "reduce");
+
+    let s = ok!(pg.upload(&ones(rank + 1)));
+    let mut rcv = ok!(pg.alloc_zeros::<f32>(4));
+    ok!(ok!(mine.coalesced(|c| {
+        c.send(&s, peer)?;
+        c.recv(&mut rcv, peer)
+    }))
+    .wait());
+    ensure!(
+        ok!(pg.download(&rcv)) == ones(peer + 1),
+        "send/recv in a batch"
+    );
+    let mut rcv2 = ok!(pg.alloc_zeros::<f32>(4));
+    // Unbatched, ordered so the pair cannot deadlock: the lower rank sends first.
+    if rank < peer {
+        ok!(ok!(mine.send(&s, peer)).wait());
+        ok!(ok!(mine.recv(&mut rcv2, peer)).wait());
+    } else {
+        ok!(ok!(mine.recv(&mut rcv2, peer)).wait());
+        ok!(ok!(mine.send(&s, peer)).wait());
+    }
+    ensure!(ok!(pg.download(&rcv2)) == ones(peer + 1), "send/recv");
+
+    let mut bc = ok!(pg.upload(&ones(rank + 1)));
+    ok!(ok!(mine.broadcast(&mut bc, base)).wait());
+    ensure!(ok!(pg.download(&bc)) == ones(base + 1), "broadcast");
+
+    let parts: Vec<f32> = mine.ranks().iter().flat_map(|&m| ones(m)).collect();
+    let src = ok!(pg.upload(&parts));
+    let mut sc = ok!(pg.alloc_zeros::<f32>(4));
+    let root_in = if rank == base { Some(&src) } else { None };
+    ok!(ok!(mine.scatter(root_in, &mut sc, base)).wait());
+    ensure!(ok!(pg.download(&sc)) == ones(rank), "scatter");
+    Ok(())
+}
+
+/// Case 31: maxCTAs 4, minCTAs 2, cgaClusterSize 2, netName "Socket" go to the communicator,
+/// and the subgroup all_reduce still gives [3]*10 (on NCCL, NCCL_DEBUG=INFO shows them).
+pub fn case_31<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
+    let config = ok!(CommConfig::new()
+        .set(ConfigField::MaxCtas, 4)
+        .and_then(|c| c.set(ConfigField::MinCtas, 2))
+        .and_then(|c| c.set(ConfigField::CgaClusterSize, 2))
+        .and_then(|c| c.net_name("Socket")));
+    let pg = ok!(mk(PgOptions {
+        config,
+        ..lazy(rank)
+    }));
+    let sub = ok!(pg.new_group(&[0, 1], None));
+    if rank > 1 {
+        return Ok(());
+    }
+    ensure!(
+        sub.options().config.int(ConfigField::MaxCtas) == Some(4),
+        "config kept"
+    );
+    let v = vec![(rank + 1) as f32; 10];
+    ensure!(
+        ok!(all_reduce_values(&sub, &v)) == vec![3.0; 10],
+        "subgroup all_reduce"
+    );
+    Ok(())
+}
