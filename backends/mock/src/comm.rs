@@ -1,6 +1,7 @@
 //! One rank's communicator of a mock world.
 
 use crate::binding::{Binding, MockAbort, Pending};
+use crate::calls::CallLock;
 use crate::exec;
 use crate::fault::FaultKind;
 use crate::fault::FaultPlan;
@@ -45,6 +46,11 @@ pub(crate) fn code_text(code: ResultCode) -> &'static str {
 /// and written by the stream's worker thread when the op runs. Move each rank to its own thread
 /// (or drive them all from one thread inside a group).
 ///
+/// Like the NCCL backend's communicators it has a call lock: issue, split, finalize,
+/// registration and `create_op` on one `MockComm` never overlap (threads sharing a `&MockComm`
+/// take turns; [`MockComm::max_calls_in_flight`] observes it), while abort and poll, also
+/// through [`MockComm::abort_handle`](oxccl_core::Communicator::abort_handle), never wait.
+///
 /// A split with a nonblocking config returns at once (NOCOLOR: `None`); the child is
 /// `Initializing` and its `poll` completes the rendezvous: `InProgress` until every rank of the
 /// parent has called split and for the configured polls, then `Done`. Until its `poll` has
@@ -59,6 +65,8 @@ pub struct MockComm {
     device: Device,
     /// How long an operation waits for a nonblocking init or split before aborting it.
     init_timeout: Duration,
+    /// Serializes the calls NCCL would see on this communicator (see `calls`).
+    calls: CallLock,
 }
 
 impl std::fmt::Debug for MockComm {
@@ -91,7 +99,26 @@ impl MockComm {
             b: Arc::new(Binding::bound(shared, rank)),
             device,
             init_timeout,
+            calls: CallLock::default(),
         }
+    }
+
+    /// Calls (issue, split, finalize, registration, `create_op`) inside this communicator
+    /// now: 0 or 1, since they take its call lock. A test observable of the rule that calls on
+    /// one communicator never overlap.
+    pub fn calls_in_flight(&self) -> u32 {
+        self.calls.inside()
+    }
+
+    /// The most calls ever inside this communicator at once: 1 once a call was made, never
+    /// more (two threads sharing a `&MockComm` serialize).
+    pub fn max_calls_in_flight(&self) -> u32 {
+        self.calls.max_inside()
+    }
+
+    /// Calls that found another call of this communicator in progress and waited for it.
+    pub fn calls_that_waited(&self) -> u64 {
+        self.calls.waited()
     }
 
     /// The communicator this handle is bound to now.
@@ -201,6 +228,7 @@ impl MockComm {
     /// The reduction handle `op` on `dtype` would get, checked as NCCL's backend checks it
     /// (the mock's issue applies reductions itself; this is for tests of the rules).
     pub fn create_op(&self, op: &ReduceOp, dtype: DataType) -> Result<MockRedOp> {
+        let _call = self.calls.enter();
         check::dtype(&self.ctx(), dtype)?;
         check::reduce_op(&self.ctx(), dtype, op)?;
         self.ensure_ready("create a reduction")?;
@@ -245,6 +273,7 @@ impl oxccl_core::Communicator for MockComm {
     }
 
     unsafe fn issue(&self, op: &CommOp<'_>, stream: &MockStream) -> Result<()> {
+        let _call = self.calls.enter();
         check::op(op, &self.ctx())?;
         self.wait_ready()?;
         self.ensure_ready(op.kind().name())?;
@@ -278,6 +307,7 @@ impl oxccl_core::Communicator for MockComm {
     }
 
     fn split(&self, color: Option<u32>, key: u32, cfg: &CommConfig) -> Result<Option<MockComm>> {
+        let _call = self.calls.enter();
         self.sh().features.require(Feature::Split)?;
         cfg.check_for(self.sh().features.version())?;
         if cfg.is_nonblocking() {
@@ -323,6 +353,7 @@ impl oxccl_core::Communicator for MockComm {
                 }),
                 device: self.device,
                 init_timeout: self.init_timeout,
+                calls: CallLock::default(),
             }));
         }
         let joined = self.sh().split_join(self.rk(), seq, color, key);
@@ -349,6 +380,7 @@ impl oxccl_core::Communicator for MockComm {
     }
 
     fn finalize(&self) -> Result<Progress> {
+        let _call = self.calls.enter();
         self.sh().features.require(Feature::Finalize)?;
         self.ensure_ready("finalize")?;
         {
@@ -366,6 +398,7 @@ impl oxccl_core::Communicator for MockComm {
     }
 
     fn register(&self, addr: usize, bytes: usize) -> Result<RegHandle> {
+        let _call = self.calls.enter();
         self.sh().features.require(Feature::BufferRegistration)?;
         self.ensure_ready("register")?;
         if addr == 0 || bytes == 0 {
@@ -403,6 +436,7 @@ impl oxccl_core::Communicator for MockComm {
     }
 
     fn deregister(&self, handle: RegHandle) -> Result<()> {
+        let _call = self.calls.enter();
         let mut regs = lock(&self.rs().regs);
         if regs.0.get(&handle.addr) == Some(&handle) {
             regs.0.remove(&handle.addr);

@@ -34,6 +34,7 @@
 mod arith;
 mod backend;
 mod binding;
+mod calls;
 mod collective;
 mod comm;
 mod exec;

@@ -31,6 +31,14 @@ pub(crate) struct CommInner {
     pub(crate) settings: Settings,
     pub(crate) scratch: OnceLock<CudaSlice<f32>>,
     released: AtomicBool,
+    /// Serializes every call that reaches NCCL on this communicator except abort and poll
+    /// (NCCL forbids overlapping calls on one communicator): issue, split, shrink, finalize,
+    /// registration, windows. Uncontended it costs one atomic exchange each way.
+    calls: std::sync::Mutex<()>,
+    /// Held shared by the calls that may run during an abort from another thread (poll, a
+    /// premul-sum op's destroy) and exclusively by [`CommInner::release`], so the raw
+    /// communicator is never freed while one of them uses it.
+    raw_use: spin::RwLock<()>,
 }
 
 // SAFETY: `raw` is an opaque NCCL handle. NCCL allows a communicator to be used from any thread
@@ -44,6 +52,7 @@ impl CommInner {
     /// Releases the raw communicator once: destroy after a clean finalize, abort otherwise
     /// (abort never waits for peers, so this never hangs). Registrations go first.
     fn release(&self, destroy: bool) {
+        let _excl = self.raw_use.write();
         if self.released.swap(true, Ordering::AcqRel) {
             return;
         }
@@ -55,7 +64,8 @@ impl CommInner {
             api.comm_abort
         };
         if let Some(f) = f {
-            // SAFETY: `raw` is a live communicator (not yet released, checked by the swap above).
+            // SAFETY: `raw` is a live communicator (not yet released, checked by the swap above),
+            // and no poll or op destroy is using it (`raw_use` is held exclusively).
             let code = unsafe { f(self.raw) };
             if code != 0 {
                 log::warn!(
@@ -68,6 +78,20 @@ impl CommInner {
 
     pub(crate) fn is_released(&self) -> bool {
         self.released.load(Ordering::Acquire)
+    }
+
+    /// Held while the raw communicator is used by a call that an abort may race with: while
+    /// it is held and [`CommInner::is_released`] is false, the communicator stays live.
+    pub(crate) fn use_raw(&self) -> spin::RwLockReadGuard<'_, ()> {
+        self.raw_use.read()
+    }
+
+    /// The call lock (see `calls`); a poisoned lock only means another call panicked, and
+    /// guards no data.
+    pub(crate) fn serial(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.calls
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Runs a lifecycle transition and refreshes the hot-path mirror.
@@ -85,13 +109,17 @@ impl CommInner {
 
     /// The asynchronous error, and the end of a nonblocking init (see [`Communicator::poll`]).
     fn poll(&self) -> Result<Progress> {
-        {
-            let life = self.life.lock();
-            if life.state().is_dead() || self.is_released() {
-                return life.ensure_ready("poll").map(|_| Progress::Done);
+        let polled = {
+            let _live = self.use_raw();
+            {
+                let life = self.life.lock();
+                if life.state().is_dead() || self.is_released() {
+                    return life.ensure_ready("poll").map(|_| Progress::Done);
+                }
             }
-        }
-        match poll_raw(&self.lib, self.raw) {
+            poll_raw(&self.lib, self.raw)
+        };
+        match polled {
             Ok(Progress::Done) => {
                 self.transition(|l| {
                     if l.state() == CommState::Initializing {
@@ -147,6 +175,16 @@ impl CommAbort for NcclAbort {
     }
 }
 
+impl Drop for NcclComm {
+    /// Releases the communicator (destroy after a clean finalize, abort otherwise), even while
+    /// abort handles live: they then report the final state.
+    fn drop(&mut self) {
+        let finalized = self.inner.state() == CommState::Finalized;
+        self.inner.release(finalized);
+        self.inner.transition(|l| l.destroy());
+    }
+}
+
 impl Drop for CommInner {
     fn drop(&mut self) {
         let finalized = self.life.lock().state() == CommState::Finalized;
@@ -155,7 +193,27 @@ impl Drop for CommInner {
 }
 
 /// One rank of an NCCL communicator.
-#[derive(Clone)]
+///
+/// Not `Clone`: one handle per rank. Every call that reaches NCCL on it (issue, split, shrink,
+/// finalize, registration, windows) takes the communicator's call lock, so threads sharing a
+/// `&NcclComm` serialize instead of overlapping (NCCL forbids overlapping calls on one
+/// communicator). Abort and poll take no such lock: they go through [`NcclAbort`] from any
+/// thread at any time. Dropping it releases the communicator (abort, unless finalized), even
+/// while abort handles live.
+///
+/// Safe code cannot clone it to make calls from two handles:
+/// ```compile_fail
+/// fn two_handles(c: &oxccl_nccl::NcclComm) -> oxccl_nccl::NcclComm {
+///     c.clone()
+/// }
+/// ```
+/// but shares it (`Send + Sync`), and the abort handle is `Clone`:
+/// ```
+/// fn shares<T: Send + Sync>() {}
+/// fn clones<T: Clone + Send + Sync + 'static>() {}
+/// shares::<oxccl_nccl::NcclComm>();
+/// clones::<oxccl_nccl::NcclAbort>();
+/// ```
 pub struct NcclComm {
     pub(crate) inner: Arc<CommInner>,
 }
@@ -217,6 +275,8 @@ impl NcclComm {
                 settings,
                 scratch: OnceLock::new(),
                 released: AtomicBool::new(false),
+                calls: std::sync::Mutex::new(()),
+                raw_use: spin::RwLock::new(()),
             }),
         }
     }
@@ -405,6 +465,7 @@ impl NcclComm {
         cfg: &CommConfig,
         abort_parent: bool,
     ) -> Result<NcclComm> {
+        let _serial = self.inner.serial();
         self.inner.settings.features.require(Feature::Shrink)?;
         if !abort_parent {
             self.ensure_ready("shrink")?;
@@ -504,11 +565,13 @@ impl Communicator for NcclComm {
     }
 
     unsafe fn issue(&self, op: &oxccl_core::CommOp<'_>, stream: &NcclStream) -> Result<()> {
-        // SAFETY: forwarded contract.
+        let _serial = self.inner.serial();
+        // SAFETY: forwarded contract; the call lock keeps other calls on this communicator out.
         unsafe { crate::issue::issue(self, op, stream) }
     }
 
     fn split(&self, color: Option<u32>, key: u32, cfg: &CommConfig) -> Result<Option<NcclComm>> {
+        let _serial = self.inner.serial();
         self.inner.settings.features.require(Feature::Split)?;
         self.ensure_ready("split")?;
         let color = match color {
@@ -565,6 +628,7 @@ impl Communicator for NcclComm {
     }
 
     fn finalize(&self) -> Result<Progress> {
+        let _serial = self.inner.serial();
         self.inner.settings.features.require(Feature::Finalize)?;
         self.transition(|l| l.finalize_start())?;
         let f = self
@@ -584,6 +648,7 @@ impl Communicator for NcclComm {
     }
 
     fn register(&self, addr: usize, bytes: usize) -> Result<RegHandle> {
+        let _serial = self.inner.serial();
         self.inner
             .settings
             .features
@@ -595,6 +660,7 @@ impl Communicator for NcclComm {
     }
 
     fn deregister(&self, handle: RegHandle) -> Result<()> {
+        let _serial = self.inner.serial();
         self.ensure_ready("deregister")?;
         self.inner
             .registry

@@ -103,6 +103,9 @@ impl Drop for NcclRedOp {
         let Some(comm) = self.owner.take() else {
             return;
         };
+        // An abort from another thread may release the communicator meanwhile: `use_raw`
+        // keeps it live for the destroy, or shows it released.
+        let _live = comm.use_raw();
         if comm.is_released() {
             return;
         }

@@ -189,6 +189,7 @@ impl Registry {
 impl crate::NcclComm {
     /// Registers a window over `bytes` at `addr` (NCCL 2.27+; collective: every rank calls it).
     pub fn window_register(&self, addr: usize, bytes: usize, flags: i32) -> Result<Window> {
+        let _serial = self.inner.serial();
         self.inner
             .settings
             .features
@@ -201,6 +202,7 @@ impl crate::NcclComm {
 
     /// Releases a window made by [`crate::NcclComm::window_register`].
     pub fn window_deregister(&self, w: Window) -> Result<()> {
+        let _serial = self.inner.serial();
         self.ensure_ready("deregister a window")?;
         self.inner
             .registry

@@ -28,10 +28,12 @@ pub struct RegHandle {
 /// One rank's membership of a communicator.
 ///
 /// Thread-safety contract: a communicator may be moved between threads and shared with them
-/// (`Send + Sync`), but NCCL forbids concurrent calls on one communicator: callers of
-/// [`Communicator::issue`], split, finalize and registration must not overlap on one
-/// communicator. [`Communicator::abort_handle`] gives a handle for the calls allowed at any
-/// time from any thread (abort, state, poll). Groups are per thread and belong to the
+/// (`Send + Sync`). NCCL forbids overlapping calls on one communicator, so an implementation
+/// serializes them itself: [`Communicator::issue`], split, finalize and registration on one
+/// communicator take its call lock, and threads sharing a `&Self` take turns (both backends do;
+/// safe code can never make two such calls overlap). Abort, state and poll never take that
+/// lock: [`Communicator::abort_handle`] gives a handle for them, usable from any thread at any
+/// time. Groups are per thread and belong to the
 /// [`Backend`](crate::Backend) ([`Backend::group_start`](crate::Backend::group_start)).
 pub trait Communicator: Send + Sync + Sized {
     /// The stream type operations are issued on.
