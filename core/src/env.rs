@@ -48,7 +48,7 @@ pub const VARIABLES: &[(&str, &str, &str)] = &[
     (
         BACKEND,
         "auto",
-        "backend: `nccl` or `mock` (unset: NCCL when it loads)",
+        "`nccl`, `mock`, or `auto` (the process group chooses)",
     ),
     (
         TIMEOUT_MS,
@@ -110,6 +110,16 @@ pub const VARIABLES: &[(&str, &str, &str)] = &[
         "interval of the cross-rank dump signal check, ms",
     ),
 ];
+
+/// Writes [`VARIABLES`] as the README's Markdown table (`| variable | default | meaning |`),
+/// so the documentation is generated from, and checked against, the one list.
+pub fn write_markdown_table(out: &mut impl core::fmt::Write) -> core::fmt::Result {
+    out.write_str("| variable | default | meaning |\n|---|---|---|\n")?;
+    for (name, default, meaning) in VARIABLES {
+        writeln!(out, "| `{name}` | {default} | {meaning} |")?;
+    }
+    Ok(())
+}
 
 /// Largest accepted `OXCCL_TRACE_BUFFER_SIZE`: the ring is allocated up front, so a typo with
 /// extra digits must not ask for gigabytes.
@@ -260,7 +270,7 @@ pub fn effective_timeout(
 /// The process-group configuration read from `OXCCL_*` variables (see [`VARIABLES`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EnvConfig {
-    /// `OXCCL_BACKEND`; `None`: the group picks NCCL when it loads.
+    /// `OXCCL_BACKEND`; `None` (unset or `auto`): the group picks NCCL when it loads.
     pub backend: Option<BackendChoice>,
     /// `OXCCL_TIMEOUT_MS`; `None`: [`DEFAULT_TIMEOUT`] (see [`effective_timeout`]).
     pub timeout: Option<Duration>,
@@ -331,12 +341,13 @@ impl EnvConfig {
         };
         let backend = match lookup(BACKEND) {
             None => None,
+            Some(v) if v.eq_ignore_ascii_case("auto") => None,
             Some(v) if v.eq_ignore_ascii_case("nccl") => Some(BackendChoice::Nccl),
             Some(v) if v.eq_ignore_ascii_case("mock") => Some(BackendChoice::Mock),
             Some(v) => {
                 return Err(Error::invalid(
                     BACKEND,
-                    format_args!("nccl or mock, got {:?}", v),
+                    format_args!("nccl, mock or auto, got {:?}", v),
                 ))
             }
         };

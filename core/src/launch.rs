@@ -148,16 +148,10 @@ impl LaunchInfo {
         )?;
         let (rank, world_size) = (rank_out, world_out);
         let (local_rank, local_world_size) = match source {
-            Some(src) => local_of(lookup, &src)?,
+            Some(src) => local_of(lookup, &src, world_size)?,
             // Explicit rank and size: the node-local numbering still comes from the launcher.
-            None => explicit_local(lookup)?,
+            None => explicit_local(lookup, world_size)?,
         };
-        if let Some(l) = local_world_size.filter(|l| *l > world_size) {
-            return Err(Error::invalid(
-                "LOCAL_WORLD_SIZE",
-                format_args!("at most the world size {world_size}, got {l}"),
-            ));
-        }
         let use_agent_store = match lookup("TORCHELASTIC_USE_AGENT_STORE") {
             None => false,
             Some(v) => parse_bool("TORCHELASTIC_USE_AGENT_STORE", v)?,
@@ -294,10 +288,12 @@ fn from_environment<'a>(lookup: &impl Fn(&str) -> Option<&'a str>) -> Result<(So
     ))
 }
 
-/// A source's local rank and local size, checked against each other.
+/// A source's local rank and local size, checked against each other and the world size
+/// (a node cannot hold more ranks than the job).
 fn local_of<'a>(
     lookup: &impl Fn(&str) -> Option<&'a str>,
     src: &Source,
+    world_size: u32,
 ) -> Result<(Option<u32>, Option<u32>)> {
     let rank = number(lookup, src.local_rank)?;
     let (size_var, size) = match src.local_size {
@@ -305,10 +301,19 @@ fn local_of<'a>(
         None => slurm_local_size(lookup)?,
     };
     if let Some(s) = size {
-        match rank {
-            Some(r) => check_rank(src.local_rank, r, size_var, s)?,
-            None => check_rank(src.local_rank, 0, size_var, s)?,
+        check_rank(src.local_rank, rank.unwrap_or(0), size_var, s)?;
+        if s > world_size {
+            return Err(Error::invalid(
+                size_var,
+                format_args!("at most the world size {world_size}, got {s}"),
+            ));
         }
+    }
+    if let Some(r) = rank.filter(|r| *r >= world_size) {
+        return Err(Error::invalid(
+            src.local_rank,
+            format_args!("a local rank below the world size {world_size}, got {r}"),
+        ));
     }
     Ok((rank, size))
 }
@@ -316,10 +321,11 @@ fn local_of<'a>(
 /// With explicit rank and size, the local numbering of the first launcher that gives one.
 fn explicit_local<'a>(
     lookup: &impl Fn(&str) -> Option<&'a str>,
+    world_size: u32,
 ) -> Result<(Option<u32>, Option<u32>)> {
     for src in [TORCHRUN, OPEN_MPI, MPICH, SLURM] {
         if lookup(src.local_rank).is_some() {
-            return local_of(lookup, &src);
+            return local_of(lookup, &src, world_size);
         }
     }
     Ok((None, None))
@@ -357,7 +363,7 @@ fn slurm_local_size<'a>(
                 return Ok((TASKS, Some(count)));
             }
         }
-        index += repeat;
+        index = index.saturating_add(repeat);
         uniform = match uniform {
             None => Some(Some(count)),
             Some(Some(c)) if c == count => Some(Some(c)),

@@ -159,7 +159,7 @@ fn table_defaults_parse_to_the_default_config() {
     let lookup = |name: &str| {
         VARIABLES
             .iter()
-            .find(|(n, d, _)| *n == name && *d != "unset" && *d != "auto")
+            .find(|(n, d, _)| *n == name && *d != "unset")
             .map(|(_, d, _)| *d)
     };
     assert_eq!(EnvConfig::from_lookup(lookup), Ok(EnvConfig::default()));
@@ -294,4 +294,25 @@ fn env_timeout_sits_between_explicit_and_default() {
     assert_eq!(c.timeout_for(None, None), s(5));
     assert_eq!(c.timeout_for(Some(s(1)), None), s(1));
     assert_eq!(EnvConfig::default().timeout_for(None, Some(s(3))), s(600));
+}
+
+#[test]
+fn markdown_table_lists_every_variable() {
+    let mut out = heapless::String::<4096>::new();
+    write_markdown_table(&mut out).unwrap();
+    let mut lines = out.lines();
+    assert_eq!(lines.next(), Some("| variable | default | meaning |"));
+    assert_eq!(lines.next(), Some("|---|---|---|"));
+    assert_eq!(
+        lines.next(),
+        Some("| `OXCCL_BACKEND` | auto | `nccl`, `mock`, or `auto` (the process group chooses) |")
+    );
+    assert_eq!(out.lines().count(), 2 + VARIABLES.len());
+    assert!(out.contains("| `OXCCL_HEARTBEAT_TIMEOUT_SEC` | 600 | "));
+}
+
+#[test]
+fn backend_auto_is_unset() {
+    let pairs = [(BACKEND, "AUTO")];
+    assert_eq!(EnvConfig::from_lookup(env(&pairs)).unwrap().backend, None);
 }

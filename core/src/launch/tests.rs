@@ -301,6 +301,18 @@ fn partial_and_invalid_sets_name_their_variables() {
             ],
             "LOCAL_WORLD_SIZE",
         ),
+        (
+            &[("RANK", "0"), ("WORLD_SIZE", "2"), ("LOCAL_RANK", "2")],
+            "LOCAL_RANK",
+        ),
+        (
+            &[
+                ("OMPI_COMM_WORLD_RANK", "0"),
+                ("OMPI_COMM_WORLD_SIZE", "2"),
+                ("OMPI_COMM_WORLD_LOCAL_SIZE", "3"),
+            ],
+            "OMPI_COMM_WORLD_LOCAL_SIZE",
+        ),
         (&[("SLURM_PROCID", "0")], "SLURM_NTASKS"),
         (
             &[("SLURM_PROCID", "4"), ("SLURM_NTASKS", "4")],
@@ -373,6 +385,8 @@ fn explicit_arguments_win() {
     );
     let (arg, _) = invalid(LaunchInfo::resolve(env(&pairs), Some(4), None).unwrap_err());
     assert_eq!(arg, "rank");
+    let (arg, _) = invalid(LaunchInfo::resolve(env(&pairs), Some(0), Some(1)).unwrap_err());
+    assert_eq!(arg, "LOCAL_RANK");
     let (arg, _) = invalid(LaunchInfo::resolve(|_| None, Some(0), Some(0)).unwrap_err());
     assert_eq!(arg, "world_size");
     let (arg, text) = invalid(LaunchInfo::resolve(env(&pairs), None, Some(1)).unwrap_err());
