@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# The process-group runs on a GPU machine, from binaries staged in .gpu/ (see GPU_TESTS.md):
+# the seed cases under torchrun, the data-parallel example, and the process-group benchmark.
+# Usage: bash scripts/gpu-pg.sh NGPUS OUTDIR
+set -u
+n=${1:-2}; out=${2:-/tmp/oxccl-gpu}; mkdir -p "$out"
+export NCCL_NVLS_ENABLE=0
+torchrun=$(command -v torchrun || echo /opt/torch/.venv/bin/torchrun)
+nvidia-smi -L | tee "$out/gpus.txt"
+run() { echo "== $*" | tee -a "$out/log"; "$@" 2>&1 | tee -a "$out/log"; echo "exit $?" | tee -a "$out/log"; }
+# Case 2 needs only one GPU: two ranks bound to device 0.
+run "$torchrun" --nproc_per_node 2 --no-python .gpu/pg_cases --same-device
+if [ "$n" -ge 2 ]; then
+    run "$torchrun" --nproc_per_node "$n" --no-python .gpu/pg_cases
+    # NCCL's network transport (the inter-node path) forced on one node.
+    NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 run "$torchrun" --nproc_per_node "$n" --no-python .gpu/pg_cases case_03 case_17 case_18 case_26
+    run "$torchrun" --nproc_per_node "$n" --no-python .gpu/ddp_step
+    NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 run "$torchrun" --nproc_per_node "$n" --no-python .gpu/ddp_step
+fi
+run "$torchrun" --nproc_per_node 1 --no-python .gpu/ddp_step
+OXCCL_BENCH_GPUS=$n run .gpu/pg_overhead
