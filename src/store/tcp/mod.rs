@@ -7,6 +7,7 @@
 
 mod client;
 mod server;
+mod state;
 pub mod wire;
 
 pub use server::TcpServer;

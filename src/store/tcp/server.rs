@@ -12,9 +12,10 @@
 //! anything is allocated (see [`super::wire`]), a bad query closes the connection, a client
 //! that stops reading times out on write, and nothing here panics on input.
 
+use super::state::{State, Writer};
 use super::wire::{self, Request, WireError};
 use oxccl_core::{text, Error, Result};
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::net::ToSocketAddrs;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -33,112 +34,6 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 /// maps, always consistent between statements, and a server must keep serving.
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// The write half of a connection, shared with the threads that may wake it.
-struct Writer(Mutex<TcpStream>);
-
-/// A connection waiting for keys: how many are still missing, and which.
-struct Pending {
-    left: usize,
-    keys: Vec<Vec<u8>>,
-    writer: Arc<Writer>,
-}
-
-/// The key space.
-#[derive(Default)]
-struct State {
-    kv: HashMap<Vec<u8>, Vec<u8>>,
-    queues: HashMap<Vec<u8>, VecDeque<Vec<u8>>>,
-    /// Key -> connections waiting for it.
-    waiting: HashMap<Vec<u8>, Vec<u64>>,
-    /// Connection -> its wait.
-    pending: HashMap<u64, Pending>,
-}
-
-impl State {
-    fn present(&self, key: &[u8]) -> bool {
-        self.kv.contains_key(key) || self.queues.get(key).is_some_and(|q| !q.is_empty())
-    }
-
-    /// Counts one arrival of `key` for the connection `id`; queues its writer when complete.
-    fn arrive(&mut self, id: u64, wake: &mut Vec<Arc<Writer>>) {
-        let done = match self.pending.get_mut(&id) {
-            Some(p) if p.left > 1 => {
-                p.left -= 1;
-                false
-            }
-            Some(_) => true,
-            None => false,
-        };
-        if done {
-            if let Some(p) = self.remove_pending(id) {
-                wake.push(p.writer);
-            }
-        }
-    }
-
-    /// `key` was set: every connection waiting for it counts it.
-    fn wake_all(&mut self, key: &[u8], wake: &mut Vec<Arc<Writer>>) {
-        if let Some(ids) = self.waiting.remove(key) {
-            for id in ids {
-                self.arrive(id, wake);
-            }
-        }
-    }
-
-    /// A queue got one element: only the first waiter counts it (it will pop it).
-    fn wake_one(&mut self, key: &[u8], wake: &mut Vec<Arc<Writer>>) {
-        let Some(ids) = self.waiting.get_mut(key) else {
-            return;
-        };
-        let first = (!ids.is_empty()).then(|| ids.remove(0));
-        if ids.is_empty() {
-            self.waiting.remove(key);
-        }
-        if let Some(id) = first {
-            self.arrive(id, wake);
-        }
-    }
-
-    fn remove_pending(&mut self, id: u64) -> Option<Pending> {
-        let p = self.pending.remove(&id)?;
-        for k in &p.keys {
-            if let Some(ids) = self.waiting.get_mut(k) {
-                ids.retain(|&w| w != id);
-                if ids.is_empty() {
-                    self.waiting.remove(k);
-                }
-            }
-        }
-        Some(p)
-    }
-
-    fn register(&mut self, id: u64, keys: Vec<Vec<u8>>, writer: &Arc<Writer>) {
-        for k in &keys {
-            self.waiting.entry(k.clone()).or_default().push(id);
-        }
-        let left = keys.len();
-        let writer = Arc::clone(writer);
-        self.pending.insert(id, Pending { left, keys, writer });
-    }
-
-    fn set(&mut self, key: &[u8], value: Vec<u8>, wake: &mut Vec<Arc<Writer>>) {
-        self.kv.insert(key.to_vec(), value);
-        self.wake_all(key, wake);
-    }
-
-    /// Adds `delta` to the counter at `key`; `None` when the value there is no integer.
-    fn add(&mut self, key: &[u8], delta: i64, wake: &mut Vec<Arc<Writer>>) -> Option<i64> {
-        let old = match self.kv.get(key) {
-            Some(v) => wire::parse_counter(v)?,
-            None => 0,
-        };
-        // Wrapping, as PyTorch's C++ does in practice; a panic is not an option.
-        let new = old.wrapping_add(delta);
-        self.set(key, new.to_string().into_bytes(), wake);
-        Some(new)
-    }
 }
 
 /// What the server threads share.
@@ -399,119 +294,8 @@ fn handle(shared: &Shared, id: u64, writer: &Arc<Writer>, req: Request<'_>) -> R
     let mut out = Vec::new();
     let mut wake: Vec<Arc<Writer>> = Vec::new();
     let mut st = lock(&shared.state);
-    if st.pending.contains_key(&id) && req != Request::CancelWait {
-        // PyTorch's client sends nothing but CANCEL_WAIT while it waits.
-        return Err(Close::Protocol(format!(
-            "{:?} while waiting",
-            req.query_type()
-        )));
-    }
-    match req {
-        Request::Validate(m) if m == wire::VALIDATION_MAGIC => {}
-        Request::Validate(m) => return Err(Close::Protocol(format!("bad magic {m:#x}"))),
-        Request::Ping(nonce) => wire::put_u32(&mut out, nonce),
-        Request::Set(k, v) => st.set(k, v.to_vec(), &mut wake),
-        Request::CompareSet(k, expected, desired) => {
-            let swaps = match st.kv.get(k) {
-                Some(current) => current.as_slice() == expected,
-                None => expected.is_empty(),
-            };
-            if swaps {
-                st.set(k, desired.to_vec(), &mut wake);
-            }
-            // The value after the call; for a missing key left alone PyTorch answers `expected`.
-            let now = st.kv.get(k).map_or(expected, |v| v.as_slice());
-            wire::put_bytes(&mut out, now);
-        }
-        Request::Get(k) => wire::put_bytes(&mut out, st.kv.get(k).map_or(&[][..], |v| v)),
-        Request::Add(k, delta) => match st.add(k, delta, &mut wake) {
-            Some(n) => wire::put_i64(&mut out, n),
-            None => return Err(Close::Protocol("ADD on a value that is no integer".into())),
-        },
-        Request::Check(keys) => {
-            let ready = keys.iter().all(|k| st.present(k));
-            let r = if ready {
-                wire::CHECK_READY
-            } else {
-                wire::CHECK_NOT_READY
-            };
-            wire::put_u8(&mut out, r);
-        }
-        Request::Wait(keys) => {
-            let mut missing: Vec<Vec<u8>> = Vec::new();
-            for k in keys {
-                if !st.present(k) && !missing.iter().any(|m| m.as_slice() == k) {
-                    missing.push(k.to_vec());
-                }
-            }
-            if missing.is_empty() {
-                wire::put_u8(&mut out, wire::WAIT_STOP_WAITING);
-            } else {
-                st.register(id, missing, writer);
-            }
-        }
-        Request::GetNumKeys => wire::put_i64(&mut out, st.kv.len() as i64),
-        Request::DeleteKey(k) => wire::put_i64(&mut out, i64::from(st.kv.remove(k).is_some())),
-        Request::Append(k, v) => {
-            st.kv.entry(k.to_vec()).or_default().extend_from_slice(v);
-            st.wake_all(k, &mut wake);
-        }
-        Request::MultiGet(keys) => {
-            for k in keys {
-                wire::put_bytes(&mut out, st.kv.get(k).map_or(&[][..], |v| v));
-            }
-        }
-        Request::MultiSet(pairs) => {
-            for (k, v) in pairs {
-                st.set(k, v.to_vec(), &mut wake);
-            }
-        }
-        Request::CancelWait => {
-            st.remove_pending(id);
-            wire::put_u8(&mut out, wire::WAIT_CANCELED);
-        }
-        Request::QueuePush(k, v) => {
-            st.queues
-                .entry(k.to_vec())
-                .or_default()
-                .push_back(v.to_vec());
-            st.wake_one(k, &mut wake);
-        }
-        Request::QueuePop(k) => {
-            let q = st.queues.get_mut(k);
-            let len = q.as_ref().map_or(0, |q| q.len());
-            wire::put_i64(&mut out, len as i64);
-            if let Some(v) = q.and_then(|q| q.pop_front()) {
-                wire::put_bytes(&mut out, &v);
-            }
-        }
-        Request::QueueLen(k) => {
-            let len = st.queues.get(k).map_or(0, |q| q.len());
-            wire::put_i64(&mut out, len as i64);
-        }
-        Request::ListKeys => {
-            wire::put_i64(&mut out, st.kv.len() as i64);
-            for k in st.kv.keys() {
-                wire::put_bytes(&mut out, k);
-            }
-        }
-        Request::Barrier(k, world) => {
-            let count = match st.kv.get(k) {
-                Some(v) => match wire::parse_counter(v) {
-                    Some(n) => n.wrapping_add(1),
-                    None => return Err(Close::Protocol("BARRIER on a non-counter".into())),
-                },
-                None => 1,
-            };
-            st.kv.insert(k.to_vec(), count.to_string().into_bytes());
-            if count >= world {
-                st.wake_all(k, &mut wake);
-                wire::put_u8(&mut out, wire::WAIT_STOP_WAITING);
-            } else {
-                st.register(id, vec![k.to_vec()], writer);
-            }
-        }
-    }
+    st.apply(id, writer, req, &mut out, &mut wake)
+        .map_err(Close::Protocol)?;
     // Take every socket we write to before letting go of the key space (see the module doc).
     let mut woken: Vec<MutexGuard<'_, TcpStream>> = wake.iter().map(|w| lock(&w.0)).collect();
     let own = (!out.is_empty()).then(|| lock(&writer.0));

@@ -1,0 +1,237 @@
+//! The key space of the store server and what each query does to it, with the waits that
+//! queries leave behind. The server holds this under one lock; nothing here touches a socket
+//! except by handing back the writers to wake.
+
+use super::wire::{self, Request};
+use std::collections::{HashMap, VecDeque};
+use std::net::TcpStream;
+use std::sync::{Arc, Mutex};
+
+/// The write half of a connection, shared with the threads that may wake it.
+pub(super) struct Writer(pub(super) Mutex<TcpStream>);
+
+/// A connection waiting for keys: how many are still missing, and which.
+pub(super) struct Pending {
+    left: usize,
+    keys: Vec<Vec<u8>>,
+    writer: Arc<Writer>,
+}
+
+/// The key space.
+#[derive(Default)]
+pub(super) struct State {
+    kv: HashMap<Vec<u8>, Vec<u8>>,
+    queues: HashMap<Vec<u8>, VecDeque<Vec<u8>>>,
+    /// Key -> connections waiting for it.
+    waiting: HashMap<Vec<u8>, Vec<u64>>,
+    /// Connection -> its wait.
+    pending: HashMap<u64, Pending>,
+}
+
+impl State {
+    fn present(&self, key: &[u8]) -> bool {
+        self.kv.contains_key(key) || self.queues.get(key).is_some_and(|q| !q.is_empty())
+    }
+
+    /// Counts one arrival of `key` for the connection `id`; queues its writer when complete.
+    fn arrive(&mut self, id: u64, wake: &mut Vec<Arc<Writer>>) {
+        let done = match self.pending.get_mut(&id) {
+            Some(p) if p.left > 1 => {
+                p.left -= 1;
+                false
+            }
+            Some(_) => true,
+            None => false,
+        };
+        if done {
+            if let Some(p) = self.remove_pending(id) {
+                wake.push(p.writer);
+            }
+        }
+    }
+
+    /// `key` was set: every connection waiting for it counts it.
+    fn wake_all(&mut self, key: &[u8], wake: &mut Vec<Arc<Writer>>) {
+        if let Some(ids) = self.waiting.remove(key) {
+            for id in ids {
+                self.arrive(id, wake);
+            }
+        }
+    }
+
+    /// A queue got one element: only the first waiter counts it (it will pop it).
+    fn wake_one(&mut self, key: &[u8], wake: &mut Vec<Arc<Writer>>) {
+        let Some(ids) = self.waiting.get_mut(key) else {
+            return;
+        };
+        let first = (!ids.is_empty()).then(|| ids.remove(0));
+        if ids.is_empty() {
+            self.waiting.remove(key);
+        }
+        if let Some(id) = first {
+            self.arrive(id, wake);
+        }
+    }
+
+    pub(super) fn remove_pending(&mut self, id: u64) -> Option<Pending> {
+        let p = self.pending.remove(&id)?;
+        for k in &p.keys {
+            if let Some(ids) = self.waiting.get_mut(k) {
+                ids.retain(|&w| w != id);
+                if ids.is_empty() {
+                    self.waiting.remove(k);
+                }
+            }
+        }
+        Some(p)
+    }
+
+    fn register(&mut self, id: u64, keys: Vec<Vec<u8>>, writer: &Arc<Writer>) {
+        for k in &keys {
+            self.waiting.entry(k.clone()).or_default().push(id);
+        }
+        let left = keys.len();
+        let writer = Arc::clone(writer);
+        self.pending.insert(id, Pending { left, keys, writer });
+    }
+
+    fn set(&mut self, key: &[u8], value: Vec<u8>, wake: &mut Vec<Arc<Writer>>) {
+        self.kv.insert(key.to_vec(), value);
+        self.wake_all(key, wake);
+    }
+
+    /// Adds `delta` to the counter at `key`; `None` when the value there is no integer.
+    fn add(&mut self, key: &[u8], delta: i64, wake: &mut Vec<Arc<Writer>>) -> Option<i64> {
+        let old = match self.kv.get(key) {
+            Some(v) => wire::parse_counter(v)?,
+            None => 0,
+        };
+        // Wrapping, as PyTorch's C++ does in practice; a panic is not an option.
+        let new = old.wrapping_add(delta);
+        self.set(key, new.to_string().into_bytes(), wake);
+        Some(new)
+    }
+
+    /// Applies `req` from connection `id`: its reply goes to `out`, the waiters it releases to
+    /// `wake`. An error is a protocol violation; the connection is then closed.
+    pub(super) fn apply(
+        &mut self,
+        id: u64,
+        writer: &Arc<Writer>,
+        req: Request<'_>,
+        out: &mut Vec<u8>,
+        wake: &mut Vec<Arc<Writer>>,
+    ) -> Result<(), String> {
+        if self.pending.contains_key(&id) && req != Request::CancelWait {
+            // PyTorch's client sends nothing but CANCEL_WAIT while it waits.
+            return Err(format!("{:?} while waiting", req.query_type()));
+        }
+        match req {
+            Request::Validate(m) if m == wire::VALIDATION_MAGIC => {}
+            Request::Validate(m) => return Err(format!("bad magic {m:#x}")),
+            Request::Ping(nonce) => wire::put_u32(out, nonce),
+            Request::Set(k, v) => self.set(k, v.to_vec(), wake),
+            Request::CompareSet(k, expected, desired) => {
+                let swaps = match self.kv.get(k) {
+                    Some(current) => current.as_slice() == expected,
+                    None => expected.is_empty(),
+                };
+                if swaps {
+                    self.set(k, desired.to_vec(), wake);
+                }
+                // The value after the call; for a missing key left alone PyTorch answers `expected`.
+                let now = self.kv.get(k).map_or(expected, |v| v.as_slice());
+                wire::put_bytes(out, now);
+            }
+            Request::Get(k) => wire::put_bytes(out, self.kv.get(k).map_or(&[][..], |v| v)),
+            Request::Add(k, delta) => match self.add(k, delta, wake) {
+                Some(n) => wire::put_i64(out, n),
+                None => return Err("ADD on a value that is no integer".into()),
+            },
+            Request::Check(keys) => {
+                let ready = keys.iter().all(|k| self.present(k));
+                let r = if ready {
+                    wire::CHECK_READY
+                } else {
+                    wire::CHECK_NOT_READY
+                };
+                wire::put_u8(out, r);
+            }
+            Request::Wait(keys) => {
+                let mut missing: Vec<Vec<u8>> = Vec::new();
+                for k in keys {
+                    if !self.present(k) && !missing.iter().any(|m| m.as_slice() == k) {
+                        missing.push(k.to_vec());
+                    }
+                }
+                if missing.is_empty() {
+                    wire::put_u8(out, wire::WAIT_STOP_WAITING);
+                } else {
+                    self.register(id, missing, writer);
+                }
+            }
+            Request::GetNumKeys => wire::put_i64(out, self.kv.len() as i64),
+            Request::DeleteKey(k) => wire::put_i64(out, i64::from(self.kv.remove(k).is_some())),
+            Request::Append(k, v) => {
+                self.kv.entry(k.to_vec()).or_default().extend_from_slice(v);
+                self.wake_all(k, wake);
+            }
+            Request::MultiGet(keys) => {
+                for k in keys {
+                    wire::put_bytes(out, self.kv.get(k).map_or(&[][..], |v| v));
+                }
+            }
+            Request::MultiSet(pairs) => {
+                for (k, v) in pairs {
+                    self.set(k, v.to_vec(), wake);
+                }
+            }
+            Request::CancelWait => {
+                self.remove_pending(id);
+                wire::put_u8(out, wire::WAIT_CANCELED);
+            }
+            Request::QueuePush(k, v) => {
+                self.queues
+                    .entry(k.to_vec())
+                    .or_default()
+                    .push_back(v.to_vec());
+                self.wake_one(k, wake);
+            }
+            Request::QueuePop(k) => {
+                let q = self.queues.get_mut(k);
+                let len = q.as_ref().map_or(0, |q| q.len());
+                wire::put_i64(out, len as i64);
+                if let Some(v) = q.and_then(|q| q.pop_front()) {
+                    wire::put_bytes(out, &v);
+                }
+            }
+            Request::QueueLen(k) => {
+                let len = self.queues.get(k).map_or(0, |q| q.len());
+                wire::put_i64(out, len as i64);
+            }
+            Request::ListKeys => {
+                wire::put_i64(out, self.kv.len() as i64);
+                for k in self.kv.keys() {
+                    wire::put_bytes(out, k);
+                }
+            }
+            Request::Barrier(k, world) => {
+                let count = match self.kv.get(k) {
+                    Some(v) => match wire::parse_counter(v) {
+                        Some(n) => n.wrapping_add(1),
+                        None => return Err("BARRIER on a non-counter".into()),
+                    },
+                    None => 1,
+                };
+                self.kv.insert(k.to_vec(), count.to_string().into_bytes());
+                if count >= world {
+                    self.wake_all(k, wake);
+                    wire::put_u8(out, wire::WAIT_STOP_WAITING);
+                } else {
+                    self.register(id, vec![k.to_vec()], writer);
+                }
+            }
+        }
+        Ok(())
+    }
+}
