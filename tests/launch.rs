@@ -295,6 +295,57 @@ fn conflicting_environment_names_both_variables() {
     );
 }
 
+/// Runs one child that must fail; its `CHILD ERROR` line.
+fn failing_child(vars: &[(&str, &std::ffi::OsStr)]) -> String {
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "child", "--nocapture", "--test-threads=1"])
+        .env_clear()
+        .env(CHILD, "env")
+        .envs(vars.iter().copied())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let at = stdout.find("CHILD ERROR ").expect("an error line");
+    stdout[at..].lines().next().unwrap_or_default().to_string()
+}
+
+#[test]
+fn bad_process_environments_fail_with_named_variables() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    // Conflicting launchers, through the real process environment.
+    let line = failing_child(&[
+        ("RANK", OsStr::new("1")),
+        ("WORLD_SIZE", OsStr::new("3")),
+        ("SLURM_PROCID", OsStr::new("2")),
+        ("SLURM_NTASKS", OsStr::new("3")),
+    ]);
+    assert_eq!(
+        line,
+        "CHILD ERROR invalid argument `RANK`: expected RANK=1 to agree with SLURM_PROCID=2"
+    );
+    // A value that is not UTF-8 is an error naming its variable, not a panic.
+    let line = failing_child(&[
+        ("RANK", OsStr::from_bytes(b"\xff")),
+        ("WORLD_SIZE", OsStr::new("1")),
+    ]);
+    assert!(
+        line.starts_with("CHILD ERROR invalid argument `RANK`"),
+        "{line}"
+    );
+    // A malformed OXCCL_* variable fails the bootstrap (its timeout is read there).
+    let line = failing_child(&[
+        ("RANK", OsStr::new("0")),
+        ("WORLD_SIZE", OsStr::new("1")),
+        ("OXCCL_TIMEOUT_MS", OsStr::new("10s")),
+    ]);
+    assert!(
+        line.starts_with("CHILD ERROR invalid argument `OXCCL_TIMEOUT_MS`"),
+        "{line}"
+    );
+}
+
 #[test]
 fn env_init_needs_master_address_and_port() {
     let env = EnvVars::from_pairs([("RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER_PORT", "1")]);
@@ -358,4 +409,32 @@ fn init_methods_parse() {
         assert_eq!(arg_of(&e), "init_method", "{url}");
         assert!(e.to_string().contains(why), "{url}: {e}");
     }
+}
+
+/// The README's table of process-group variables, once it has one, must list every variable
+/// of `oxccl_core::env::VARIABLES` with the same default (the table
+/// `oxccl_core::env::write_markdown_table` writes).
+#[test]
+fn readme_table_matches_variables() {
+    use oxccl::core::env::VARIABLES;
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let rows: Vec<Vec<&str>> = readme
+        .lines()
+        .filter(|l| l.starts_with('|'))
+        .map(|l| l.split('|').map(str::trim).collect())
+        .collect();
+    let mut found = 0;
+    for (name, default, _) in VARIABLES {
+        let cell = format!("`{name}`");
+        if let Some(row) = rows.iter().find(|r| r.get(1) == Some(&cell.as_str())) {
+            found += 1;
+            assert_eq!(row.get(2), Some(default), "README default of {name}");
+        }
+    }
+    assert!(
+        found == 0 || found == VARIABLES.len(),
+        "README lists {found} of the {} process-group variables",
+        VARIABLES.len()
+    );
 }
