@@ -87,7 +87,7 @@ fn rank(lib: Nccl, id: oxccl::UniqueId, r: u32, n: u32, barrier: Arc<Barrier>) -
     };
     let raw_fn = lib.library().api().all_reduce.expect("ncclAllReduce");
     let raw_comm = comm.backend().raw();
-    let raw_stream = st.cu_stream() as *mut std::ffi::c_void;
+    let raw_stream = oxccl::loader::RawStream(st.cu_stream().cast());
     let op = CommOp::AllReduce {
         send: RawBuf::new(sp, 2),
         recv: RawBufMut::new(rp, 2),

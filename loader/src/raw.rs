@@ -1,13 +1,59 @@
 //! The C types of `nccl.h` that the function table needs, besides `ncclConfig_t` (see
 //! [`crate::config`]). Enums travel as `c_int` and handles as `*mut c_void`, because NCCL adds
-//! enum values and the handles are opaque.
+//! enum values and the handles are opaque; the communicator and stream handles, which every
+//! collective takes side by side, are `#[repr(transparent)]` newtypes of it so they cannot be
+//! swapped.
 
 use core::ffi::{c_char, c_int, c_uint, c_void};
 
-/// `ncclComm_t`: an opaque communicator handle.
-pub type RawComm = *mut c_void;
-/// `cudaStream_t`: an opaque CUDA stream handle (null is the legacy default stream).
-pub type RawStream = *mut c_void;
+/// `ncclComm_t`: an opaque communicator handle. A `#[repr(transparent)]` pointer (the same ABI
+/// as `ncclComm_t`), a distinct type so that a stream cannot be passed where a communicator is
+/// expected, or the other way round:
+/// ```compile_fail
+/// let stream = oxccl_loader::RawStream::NULL;
+/// let comm: oxccl_loader::RawComm = stream;
+/// ```
+#[repr(transparent)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RawComm(pub *mut c_void);
+
+/// `cudaStream_t`: an opaque CUDA stream handle (null is the legacy default stream). A
+/// `#[repr(transparent)]` pointer, distinct from [`RawComm`].
+#[repr(transparent)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RawStream(pub *mut c_void);
+
+impl RawComm {
+    /// No communicator: what an out-parameter starts as, and what calls without one pass.
+    pub const NULL: RawComm = RawComm(core::ptr::null_mut());
+
+    /// Whether this is [`RawComm::NULL`].
+    pub fn is_null(self) -> bool {
+        self.0.is_null()
+    }
+}
+
+impl Default for RawComm {
+    fn default() -> RawComm {
+        RawComm::NULL
+    }
+}
+
+impl RawStream {
+    /// The legacy default stream.
+    pub const NULL: RawStream = RawStream(core::ptr::null_mut());
+
+    /// Whether this is the legacy default stream.
+    pub fn is_null(self) -> bool {
+        self.0.is_null()
+    }
+}
+
+impl Default for RawStream {
+    fn default() -> RawStream {
+        RawStream::NULL
+    }
+}
 /// `cudaEvent_t`: an opaque CUDA event handle.
 pub type RawEvent = *mut c_void;
 /// `ncclWindow_t`: an opaque registered-window handle (2.27+).

@@ -31,9 +31,17 @@ fn same<T>(x: T) -> T {
 }
 
 // Each alias the mapping names is the Rust type its C type needs (a build error otherwise):
-// handles are pointers, enums and `ncclResult_t` are 32-bit integers.
-const _: fn(RawComm) -> *mut c_void = same;
-const _: fn(RawStream) -> *mut c_void = same;
+// handles are pointers, enums and `ncclResult_t` are 32-bit integers. The communicator and
+// stream handles are `#[repr(transparent)]` newtypes of a pointer: the same ABI, checked by
+// their one field's type and by size and alignment.
+const _: fn(RawComm) -> *mut c_void = |c| c.0;
+const _: fn(RawStream) -> *mut c_void = |s| s.0;
+const _: () = assert!(
+    size_of::<RawComm>() == size_of::<*mut c_void>()
+        && align_of::<RawComm>() == align_of::<*mut c_void>()
+        && size_of::<RawStream>() == size_of::<*mut c_void>()
+        && align_of::<RawStream>() == align_of::<*mut c_void>()
+);
 const _: fn(RawWindow) -> *mut c_void = same;
 const _: fn(RawParamHandle) -> *mut c_void = same;
 const _: fn(RawResult) -> c_int = same;

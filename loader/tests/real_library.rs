@@ -38,7 +38,7 @@ fn expected_features(version: &str) -> Option<Vec<Feature>> {
 }
 
 fn null() -> RawComm {
-    std::ptr::null_mut()
+    RawComm::NULL
 }
 
 #[test]

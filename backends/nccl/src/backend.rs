@@ -175,10 +175,10 @@ impl NcclBackend {
             .comm_init_all
             .ok_or_else(|| crate::absent::base_symbol("ncclCommInitAll"))?;
         let list: Vec<i32> = devices.iter().map(|&d| d as i32).collect();
-        let mut raws: Vec<RawComm> = vec![std::ptr::null_mut(); devices.len()];
+        let mut raws: Vec<RawComm> = vec![RawComm::NULL; devices.len()];
         // SAFETY: `raws` has room for `n` handles; `list` holds `n` device ordinals.
         let code = unsafe { f(raws.as_mut_ptr(), n, list.as_ptr()) };
-        self.lib.check(code, std::ptr::null_mut())?;
+        self.lib.check(code, RawComm::NULL)?;
         Ok(raws
             .into_iter()
             .zip(ctxs)
@@ -236,7 +236,7 @@ impl NcclBackend {
                 "ncclCommInitRankScalable",
             ))?;
         let mut ids_copy = ids.to_vec();
-        let mut raw: RawComm = std::ptr::null_mut();
+        let mut raw = RawComm::NULL;
         // SAFETY: valid out-pointer; `ids_copy` holds `n_ids` ids; config null or built for the
         // loaded version.
         let code = unsafe { f(&mut raw, n, r, n_ids, ids_copy.as_mut_ptr(), cfg_ptr) };
@@ -274,8 +274,7 @@ impl Backend for NcclBackend {
             .ok_or_else(|| crate::absent::base_symbol("ncclGetUniqueId"))?;
         let mut id = UniqueId([0u8; UniqueId::LEN]);
         // SAFETY: `id` is a #[repr(C)] 128-byte ncclUniqueId.
-        self.lib
-            .check(unsafe { f(&mut id) }, std::ptr::null_mut())?;
+        self.lib.check(unsafe { f(&mut id) }, RawComm::NULL)?;
         Ok(id)
     }
 
@@ -290,7 +289,7 @@ impl Backend for NcclBackend {
         let (r, n) = Self::rank_size(rank, size)?;
         let mut buf = NcclComm::config_buf(cfg, &self.lib)?;
         let ctx = Self::context(device)?;
-        let mut raw: RawComm = std::ptr::null_mut();
+        let mut raw = RawComm::NULL;
         let code =
             match buf.as_mut() {
                 Some(b) => {

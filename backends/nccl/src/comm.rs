@@ -497,7 +497,7 @@ impl NcclComm {
                 Feature::Shrink,
                 "ncclCommShrink",
             ))?;
-        let mut new: RawComm = std::ptr::null_mut();
+        let mut new = RawComm::NULL;
         // SAFETY: live communicator; `list` outlives the call; `cfg_ptr` is null or points to a
         // config built for the loaded version.
         let code = unsafe {
@@ -594,7 +594,7 @@ impl Communicator for NcclComm {
                 Feature::Split,
                 "ncclCommSplit",
             ))?;
-        let mut new: RawComm = std::ptr::null_mut();
+        let mut new = RawComm::NULL;
         // SAFETY: live, ready communicator; `cfg_ptr` is null (inherit the parent's config) or a
         // config built for the loaded version and alive for the call.
         let code = unsafe { f(self.inner.raw, color, key, &mut new, cfg_ptr) };

@@ -4,7 +4,7 @@
 //! called and the depth always equals the `ncclGroupEnd` calls NCCL is still owed.
 
 use oxccl_core::{text, Ended, Error, GroupKind, GroupState, Progress, Result, ResultCode};
-use oxccl_loader::Library;
+use oxccl_loader::{Library, RawComm};
 use std::cell::RefCell;
 
 /// The open groups of this thread: one depth per library with a group open (a library whose
@@ -57,7 +57,7 @@ pub(crate) fn start(lib: &Library) -> Result<()> {
         .ok_or(crate::absent::base_symbol("ncclGroupStart"))?;
     with_depth(lib, |g| g.start(GroupKind::Group).map_err(Error::from))?;
     // SAFETY: no arguments; NCCL keeps the group depth per thread.
-    let r = lib.check(unsafe { f() }, std::ptr::null_mut());
+    let r = lib.check(unsafe { f() }, RawComm::NULL);
     if r.is_err() {
         // NCCL did not open it: take the count back.
         let _ = with_depth(lib, |g| g.end(GroupKind::Group).map_err(Error::from));
@@ -74,5 +74,5 @@ pub(crate) fn end(lib: &Library) -> Result<Progress> {
     let _: Ended = with_depth(lib, |g| g.end(GroupKind::Group).map_err(Error::from))?;
     // SAFETY: no arguments; closes the group this thread opened on `lib` (counted above).
     let code = unsafe { f() };
-    lib.progress(code, std::ptr::null_mut())
+    lib.progress(code, RawComm::NULL)
 }

@@ -2,7 +2,7 @@
 //! and NVLink SHARP buffers.
 
 use oxccl_core::{Error, Feature, Result};
-use oxccl_loader::Library;
+use oxccl_loader::{Library, RawComm};
 use std::sync::Arc;
 
 /// A device allocation made by `ncclMemAlloc`; freed with `ncclMemFree` on drop.
@@ -26,7 +26,7 @@ impl NcclMem {
         ))?;
         let mut ptr: *mut std::ffi::c_void = std::ptr::null_mut();
         // SAFETY: valid out-pointer; NCCL allocates on the current device.
-        lib.check(unsafe { f(&mut ptr, bytes) }, std::ptr::null_mut())?;
+        lib.check(unsafe { f(&mut ptr, bytes) }, RawComm::NULL)?;
         Ok(NcclMem {
             lib: lib.clone(),
             ptr: ptr as usize,

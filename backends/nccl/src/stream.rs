@@ -31,7 +31,7 @@ impl NcclStream {
 
     /// The raw `cudaStream_t` given to NCCL.
     pub fn raw(&self) -> oxccl_loader::RawStream {
-        self.inner.cu_stream() as oxccl_loader::RawStream
+        oxccl_loader::RawStream(self.inner.cu_stream().cast())
     }
 }
 
