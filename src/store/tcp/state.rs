@@ -235,3 +235,125 @@ impl State {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+
+    /// A writer over a real loopback socket (never written to by these tests).
+    fn writer() -> Arc<Writer> {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let s = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        Arc::new(Writer(Mutex::new(s)))
+    }
+
+    /// Applies `req` as connection `id`: (reply bytes, connections woken).
+    fn run(st: &mut State, id: u64, w: &Arc<Writer>, req: Request<'_>) -> (Vec<u8>, usize) {
+        let (mut out, mut wake) = (Vec::new(), Vec::new());
+        st.apply(id, w, req, &mut out, &mut wake).unwrap();
+        assert!(
+            wake.iter().all(|x| !Arc::ptr_eq(x, w)),
+            "a query woke its own sender"
+        );
+        (out, wake.len())
+    }
+
+    fn i64s(v: i64) -> Vec<u8> {
+        v.to_ne_bytes().to_vec()
+    }
+
+    #[test]
+    fn a_wait_is_released_when_its_last_key_arrives_and_only_then() {
+        let (mut st, a, b) = (State::default(), writer(), writer());
+        assert_eq!(
+            run(&mut st, 1, &a, Request::Wait(vec![b"x", b"y", b"x"])).0,
+            b""
+        );
+        assert_eq!(run(&mut st, 2, &b, Request::Set(b"x", b"1")), (vec![], 0));
+        assert_eq!(
+            run(&mut st, 2, &b, Request::Append(b"x", b"2")),
+            (vec![], 0)
+        );
+        assert_eq!(run(&mut st, 2, &b, Request::Add(b"y", 3)), (i64s(3), 1));
+        // Already present: answered at once.
+        let (out, _) = run(&mut st, 1, &a, Request::Wait(vec![b"x"]));
+        assert_eq!(out, [wire::WAIT_STOP_WAITING]);
+    }
+
+    #[test]
+    fn a_cancelled_wait_is_forgotten_and_other_queries_meanwhile_are_refused() {
+        let (mut st, a, b) = (State::default(), writer(), writer());
+        run(&mut st, 1, &a, Request::Wait(vec![b"k"]));
+        let (mut out, mut wake) = (Vec::new(), Vec::new());
+        assert!(st
+            .apply(1, &a, Request::Get(b"k"), &mut out, &mut wake)
+            .is_err());
+        let (out, _) = run(&mut st, 1, &a, Request::CancelWait);
+        assert_eq!(out, [wire::WAIT_CANCELED]);
+        assert_eq!(run(&mut st, 2, &b, Request::Set(b"k", b"v")), (vec![], 0));
+    }
+
+    #[test]
+    fn queues_push_pop_and_wake_one_waiter() {
+        let (mut st, a, b, c) = (State::default(), writer(), writer(), writer());
+        run(&mut st, 1, &a, Request::Wait(vec![b"q"]));
+        run(&mut st, 2, &b, Request::Wait(vec![b"q"]));
+        assert_eq!(run(&mut st, 3, &c, Request::QueuePush(b"q", b"e1")).1, 1);
+        assert_eq!(run(&mut st, 3, &c, Request::QueuePush(b"q", b"e2")).1, 1);
+        assert_eq!(run(&mut st, 3, &c, Request::QueueLen(b"q")).0, i64s(2));
+        let (out, _) = run(&mut st, 3, &c, Request::Check(vec![b"q"]));
+        assert_eq!(out, [wire::CHECK_READY]);
+        let mut want = i64s(2);
+        wire::put_bytes(&mut want, b"e1");
+        assert_eq!(run(&mut st, 3, &c, Request::QueuePop(b"q")).0, want);
+        run(&mut st, 3, &c, Request::QueuePop(b"q"));
+        assert_eq!(run(&mut st, 3, &c, Request::QueuePop(b"q")).0, i64s(0));
+        let (out, _) = run(&mut st, 3, &c, Request::Check(vec![b"q"]));
+        assert_eq!(out, [wire::CHECK_NOT_READY]);
+        assert_eq!(run(&mut st, 3, &c, Request::GetNumKeys).0, i64s(0));
+    }
+
+    #[test]
+    fn a_barrier_releases_everyone_when_the_last_arrives() {
+        let (mut st, a, b, c) = (State::default(), writer(), writer(), writer());
+        assert_eq!(
+            run(&mut st, 1, &a, Request::Barrier(b"bar", 3)),
+            (vec![], 0)
+        );
+        assert_eq!(
+            run(&mut st, 2, &b, Request::Barrier(b"bar", 3)),
+            (vec![], 0)
+        );
+        let (out, woken) = run(&mut st, 3, &c, Request::Barrier(b"bar", 3));
+        assert_eq!((out, woken), (vec![wire::WAIT_STOP_WAITING], 2));
+        let mut want = Vec::new();
+        wire::put_bytes(&mut want, b"3");
+        assert_eq!(run(&mut st, 3, &c, Request::Get(b"bar")).0, want);
+    }
+
+    #[test]
+    fn listing_multi_queries_and_bad_counters() {
+        let (mut st, a) = (State::default(), writer());
+        run(
+            &mut st,
+            1,
+            &a,
+            Request::MultiSet(vec![(b"k1", b"v1"), (b"k2", b"v2")]),
+        );
+        let (out, _) = run(&mut st, 1, &a, Request::MultiGet(vec![b"k2", b"none"]));
+        let mut want = Vec::new();
+        wire::put_bytes(&mut want, b"v2");
+        wire::put_bytes(&mut want, b"");
+        assert_eq!(out, want);
+        let (out, _) = run(&mut st, 1, &a, Request::ListKeys);
+        assert_eq!(out[..8], i64s(2));
+        assert_eq!(out.len(), 8 + 2 * (8 + 2));
+        assert_eq!(run(&mut st, 1, &a, Request::DeleteKey(b"k1")).0, i64s(1));
+        assert_eq!(run(&mut st, 1, &a, Request::DeleteKey(b"k1")).0, i64s(0));
+        let (mut out, mut wake) = (Vec::new(), Vec::new());
+        assert!(st
+            .apply(1, &a, Request::Add(b"k2", 1), &mut out, &mut wake)
+            .is_err());
+    }
+}
