@@ -282,7 +282,9 @@ pub struct EnvConfig {
     pub enable_timing: bool,
     /// `OXCCL_NONBLOCKING`.
     pub nonblocking: bool,
-    /// `OXCCL_NONBLOCKING_TIMEOUT_MS`; `None` (set to 0): polls are not bounded.
+    /// `OXCCL_NONBLOCKING_TIMEOUT_MS`; `None` (set to 0): polls are not bounded. Default 30
+    /// minutes, as newer PyTorch releases (2.4, the seeds, left it unbounded): oxccl bounds
+    /// every wait unless told not to.
     pub nonblocking_timeout: Option<Duration>,
     /// `OXCCL_HIGH_PRIORITY`.
     pub high_priority: bool,
