@@ -347,6 +347,21 @@ fn connecting_to_nothing_fails_after_the_timeout_naming_the_address() {
 }
 
 #[test]
+fn a_server_that_never_answers_fails_the_connect_within_the_timeout() {
+    // Listening (the kernel completes handshakes) but never reading: not a store.
+    let silent = TcpListener::bind((HOST, 0)).unwrap();
+    let port = silent.local_addr().unwrap().port();
+    let start = Instant::now();
+    let e = TcpStore::new(opts(port, Duration::from_millis(400))).unwrap_err();
+    let took = start.elapsed();
+    assert!(
+        matches!(&e, Error::Timeout { what, .. } if what.contains(&format!("{HOST}:{port}"))),
+        "{e}"
+    );
+    assert!(took < Duration::from_millis(1400), "{took:?}");
+}
+
+#[test]
 fn bad_arguments_are_refused_before_the_network() {
     let s = server_store();
     let long = "k".repeat(9000);

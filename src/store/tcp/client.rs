@@ -112,8 +112,11 @@ impl Client {
             match TcpStream::connect_timeout(a, connect_timeout) {
                 Ok(stream) => {
                     stream.set_nodelay(true)?;
-                    stream.set_read_timeout(Some(self.timeout))?;
-                    stream.set_write_timeout(Some(self.timeout))?;
+                    // The handshake shares the connect's deadline: something that accepts
+                    // but never answers must not stretch the connect past its timeout.
+                    let handshake = connect_timeout.clamp(MIN_TIMEOUT, self.timeout);
+                    stream.set_read_timeout(Some(handshake))?;
+                    stream.set_write_timeout(Some(handshake))?;
                     let mut c = Conn { stream };
                     // The handshake PyTorch's servers require, then a ping as PyTorch's
                     // client does, which proves the server answers.
@@ -121,6 +124,8 @@ impl Client {
                     wire::put_query(&mut q, QueryType::Validate);
                     wire::put_u32(&mut q, wire::VALIDATION_MAGIC);
                     self.ping_after(&mut c, q)?;
+                    c.stream.set_read_timeout(Some(self.timeout))?;
+                    c.stream.set_write_timeout(Some(self.timeout))?;
                     return Ok(c);
                 }
                 Err(e) => last = e,
