@@ -1,13 +1,16 @@
-//! Issuing one checked operation: the native NCCL call where the library has it, grouped
-//! send/recv where it does not (all-to-all, gather and scatter before 2.28; the uneven
-//! variants always; all_gather_v / reduce_scatter_v as grouped broadcasts / reduces, as
-//! PyTorch does).
+//! Issuing one checked operation: the native NCCL call where the library has it
+//! ([`native`]), grouped send/recv where it does not ([`grouped`]: all-to-all, gather and
+//! scatter before 2.28; the uneven variants always; all_gather_v / reduce_scatter_v as grouped
+//! broadcasts / reduces, as PyTorch does).
+
+mod grouped;
+mod native;
 
 use crate::comm::NcclComm;
 use crate::cuda::cuda_error;
 use crate::reducer::NcclRedOp;
 use crate::stream::NcclStream;
-use oxccl_core::{check, CommOp, DataType, Feature, ReduceOp, Result, ResultCode};
+use oxccl_core::{check, CommOp, DataType, Result, ResultCode};
 use oxccl_loader::{Api, RawComm, RawStream};
 use std::ffi::c_void;
 
@@ -41,13 +44,23 @@ fn each_rank(size: usize, f: impl FnMut(usize) -> i32) -> i32 {
     (0..size).map(f).find(|&r| r != 0).unwrap_or(0)
 }
 
+/// What every NCCL call of one issue shares: the table, the communicator and its place in it,
+/// the stream, the features it may use, and the reduction handle (0 when none).
 struct Ctx<'a> {
     api: &'a Api,
     comm: RawComm,
     stream: RawStream,
+    rank: u32,
+    size: usize,
+    feats: &'a oxccl_core::FeatureSet,
+    red: i32,
 }
 
 impl Ctx<'_> {
+    /// `ncclSend` of `count` elements at `addr` to `peer`.
+    ///
+    /// # Safety
+    /// `addr` holds `count` elements of `dt` on the communicator's device.
     unsafe fn send(&self, addr: usize, count: usize, dt: DataType, peer: u32) -> i32 {
         match self.api.send {
             // SAFETY: the caller's contract: a valid buffer of `count` elements.
@@ -65,6 +78,10 @@ impl Ctx<'_> {
         }
     }
 
+    /// `ncclRecv` of `count` elements into `addr` from `peer`.
+    ///
+    /// # Safety
+    /// `addr` has room for `count` elements of `dt` on the communicator's device.
     unsafe fn recv(&self, addr: usize, count: usize, dt: DataType, peer: u32) -> i32 {
         match self.api.recv {
             // SAFETY: as above.
@@ -81,57 +98,14 @@ impl Ctx<'_> {
             None => ResultCode::INVALID_USAGE.0,
         }
     }
-
-    /// Sends `n` elements at `send` to `peer`, then receives `m` at `recv` from it.
-    unsafe fn exchange(
-        &self,
-        (send, n): (usize, usize),
-        (recv, m): (usize, usize),
-        dt: DataType,
-        peer: u32,
-    ) -> i32 {
-        // SAFETY: the caller's contract: valid buffers of `n` and `m` elements.
-        then(unsafe { self.send(send, n, dt, peer) }, || unsafe {
-            self.recv(recv, m, dt, peer)
-        })
-    }
-
-    /// Runs `body` between group start and end; the group is closed even when `body` fails.
-    unsafe fn grouped(&self, body: impl FnOnce() -> i32) -> i32 {
-        let (Some(start), Some(end)) = (self.api.group_start, self.api.group_end) else {
-            return ResultCode::INVALID_USAGE.0;
-        };
-        // SAFETY: no arguments; groups nest per thread.
-        let s = unsafe { start() };
-        if s != 0 {
-            return s;
-        }
-        let b = body();
-        // SAFETY: closes the group opened above.
-        let e = unsafe { end() };
-        if b != 0 {
-            b
-        } else {
-            e
-        }
-    }
 }
 
 /// Issues `op` on `stream` after `check::op`, waiting out a nonblocking init first. See
-/// [`oxccl_core::Communicator::issue`] for the contract.
+/// [`oxccl_core::Communicator::issue`] for the contract; the caller holds the communicator's
+/// call lock.
 pub(crate) unsafe fn issue(comm: &NcclComm, op: &CommOp<'_>, stream: &NcclStream) -> Result<()> {
     check::op(op, &comm.check_ctx())?;
     comm.ready_for(op.kind().name())?;
-    let lib = &comm.inner.lib;
-    let api = lib.api();
-    let c = Ctx {
-        api,
-        comm: comm.inner.raw,
-        stream: stream.raw(),
-    };
-    let feats = &comm.inner.settings.features;
-    let size = comm.inner.size as usize;
-    let rank = comm.inner.rank;
     // Premul-sum ops live until the call returns, then are destroyed (allowed by NCCL).
     let red = match op.reduce_op() {
         Some(r) => Some(NcclRedOp::create(
@@ -141,235 +115,26 @@ pub(crate) unsafe fn issue(comm: &NcclComm, op: &CommOp<'_>, stream: &NcclStream
         )?),
         None => None,
     };
-    let red_code = red.as_ref().map_or(0, |r| r.code());
-    // SAFETY (all calls below): buffers were validated by `check::op` against the lengths the
-    // caller promised in `issue`'s contract; `c.comm` is live (ensure_ready above).
-    let code = unsafe {
-        match *op {
-            CommOp::AllReduce {
-                send, recv, dtype, ..
-            } => match api.all_reduce {
-                Some(f) => f(
-                    p(send.addr),
-                    m(recv.addr),
-                    send.len,
-                    dtype.code(),
-                    red_code,
-                    c.comm,
-                    c.stream,
-                ),
-                None => return Err(crate::absent::base_symbol("ncclAllReduce")),
-            },
-            CommOp::Broadcast {
-                send,
-                recv,
-                dtype,
-                root,
-            } => match api.broadcast {
-                Some(f) => f(
-                    p(send.addr),
-                    m(recv.addr),
-                    recv.len,
-                    dtype.code(),
-                    root as i32,
-                    c.comm,
-                    c.stream,
-                ),
-                None => return Err(crate::absent::base_symbol("ncclBroadcast")),
-            },
-            CommOp::Reduce {
-                send,
-                recv,
-                dtype,
-                root,
-                ..
-            } => match api.reduce {
-                Some(f) => f(
-                    p(send.addr),
-                    m(recv.addr),
-                    send.len,
-                    dtype.code(),
-                    red_code,
-                    root as i32,
-                    c.comm,
-                    c.stream,
-                ),
-                None => return Err(crate::absent::base_symbol("ncclReduce")),
-            },
-            CommOp::AllGather { send, recv, dtype } => match api.all_gather {
-                Some(f) => f(
-                    p(send.addr),
-                    m(recv.addr),
-                    send.len,
-                    dtype.code(),
-                    c.comm,
-                    c.stream,
-                ),
-                None => return Err(crate::absent::base_symbol("ncclAllGather")),
-            },
-            CommOp::ReduceScatter {
-                send, recv, dtype, ..
-            } => match api.reduce_scatter {
-                Some(f) => f(
-                    p(send.addr),
-                    m(recv.addr),
-                    recv.len,
-                    dtype.code(),
-                    red_code,
-                    c.comm,
-                    c.stream,
-                ),
-                None => return Err(crate::absent::base_symbol("ncclReduceScatter")),
-            },
-            CommOp::AllToAll { send, recv, dtype } => {
-                let per = send.len / size;
-                match api.alltoall.filter(|_| feats.has(Feature::AllToAll)) {
-                    Some(f) => f(
-                        p(send.addr),
-                        m(recv.addr),
-                        per,
-                        dtype.code(),
-                        c.comm,
-                        c.stream,
-                    ),
-                    None => c.grouped(|| {
-                        each_rank(size, |q| {
-                            let part = |addr| (at(addr, q * per, dtype), per);
-                            c.exchange(part(send.addr), part(recv.addr), dtype, q as u32)
-                        })
-                    }),
-                }
-            }
-            CommOp::AllToAllV {
-                send,
-                recv,
-                dtype,
-                send_counts,
-                recv_counts,
-            } => c.grouped(|| {
-                let (mut so, mut ro) = (0usize, 0usize);
-                each_rank(size, |q| {
-                    let (sn, rn) = (send_counts[q], recv_counts[q]);
-                    let s = (at(send.addr, so, dtype), sn);
-                    let r = (at(recv.addr, ro, dtype), rn);
-                    (so, ro) = (so + sn, ro + rn);
-                    c.exchange(s, r, dtype, q as u32)
-                })
-            }),
-            CommOp::Gather {
-                send,
-                recv,
-                dtype,
-                root,
-            } => match api.gather.filter(|_| feats.has(Feature::GatherScatter)) {
-                Some(f) => f(
-                    p(send.addr),
-                    m(recv.addr),
-                    send.len,
-                    dtype.code(),
-                    root as i32,
-                    c.comm,
-                    c.stream,
-                ),
-                None => c.grouped(|| {
-                    // The root receives part q from each rank q (itself included).
-                    let n = send.len;
-                    let parts = if rank == root {
-                        each_rank(size, |q| {
-                            c.recv(at(recv.addr, q * n, dtype), n, dtype, q as u32)
-                        })
-                    } else {
-                        0
-                    };
-                    then(parts, || c.send(send.addr, n, dtype, root))
-                }),
-            },
-            CommOp::Scatter {
-                send,
-                recv,
-                dtype,
-                root,
-            } => match api.scatter.filter(|_| feats.has(Feature::GatherScatter)) {
-                Some(f) => f(
-                    p(send.addr),
-                    m(recv.addr),
-                    recv.len,
-                    dtype.code(),
-                    root as i32,
-                    c.comm,
-                    c.stream,
-                ),
-                None => c.grouped(|| {
-                    // The root sends part q to each rank q (itself included).
-                    let n = recv.len;
-                    let parts = if rank == root {
-                        each_rank(size, |q| {
-                            c.send(at(send.addr, q * n, dtype), n, dtype, q as u32)
-                        })
-                    } else {
-                        0
-                    };
-                    then(parts, || c.recv(recv.addr, n, dtype, root))
-                }),
-            },
-            CommOp::AllGatherV {
-                send,
-                recv,
-                dtype,
-                counts,
-            } => {
-                let Some(bcast) = api.broadcast else {
-                    return Err(crate::absent::base_symbol("ncclBroadcast"));
-                };
-                c.grouped(|| {
-                    let mut off = 0usize;
-                    each_rank(size, |q| {
-                        let (n, part) = (counts[q], at(recv.addr, off, dtype));
-                        off += n;
-                        let src = if q as u32 == rank { send.addr } else { part };
-                        bcast(p(src), m(part), n, dtype.code(), q as i32, c.comm, c.stream)
-                    })
-                })
-            }
-            CommOp::ReduceScatterV {
-                send,
-                recv,
-                dtype,
-                counts,
-                ..
-            } => {
-                let Some(reduce) = api.reduce else {
-                    return Err(crate::absent::base_symbol("ncclReduce"));
-                };
-                c.grouped(|| {
-                    let mut off = 0usize;
-                    each_rank(size, |q| {
-                        let (n, part) = (counts[q], at(send.addr, off, dtype));
-                        off += n;
-                        let dst = if q as u32 == rank { recv.addr } else { 0 };
-                        let (code, root) = (dtype.code(), q as i32);
-                        reduce(p(part), m(dst), n, code, red_code, root, c.comm, c.stream)
-                    })
-                })
-            }
-            CommOp::Send { buf, dtype, peer } => c.send(buf.addr, buf.len, dtype, peer),
-            CommOp::Recv { buf, dtype, peer } => c.recv(buf.addr, buf.len, dtype, peer),
-            CommOp::Barrier => {
-                let scratch = barrier_scratch(comm, stream)?;
-                match api.all_reduce {
-                    Some(f) => f(
-                        p(scratch),
-                        m(scratch),
-                        1,
-                        DataType::Float32.code(),
-                        ReduceOp::Sum.builtin_code().unwrap_or(0),
-                        c.comm,
-                        c.stream,
-                    ),
-                    None => return Err(crate::absent::base_symbol("ncclAllReduce")),
-                }
-            }
-        }
+    let c = Ctx {
+        api: comm.inner.lib.api(),
+        comm: comm.inner.raw,
+        stream: stream.raw(),
+        rank: comm.inner.rank,
+        size: comm.inner.size as usize,
+        feats: &comm.inner.settings.features,
+        red: red.as_ref().map_or(0, NcclRedOp::code),
+    };
+    let scratch = match op {
+        CommOp::Barrier => barrier_scratch(comm, stream)?,
+        _ => 0,
+    };
+    // SAFETY: buffers were validated by `check::op` against the lengths the caller promised in
+    // `issue`'s contract; `c.comm` is live (ready above); the barrier's scratch is one element
+    // of this device.
+    let code = match unsafe { native::call(&c, op, scratch)? } {
+        Some(code) => code,
+        // SAFETY: as above.
+        None => unsafe { grouped::call(&c, op)? },
     };
     drop(red);
     comm.finish(code, op.kind().name())
