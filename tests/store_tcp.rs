@@ -417,3 +417,24 @@ fn hostile_clients_lose_their_connection_and_the_server_serves_on() {
     s.set("still", b"serving").unwrap();
     assert_eq!(s.get("still", Duration::from_secs(1)).unwrap(), b"serving");
 }
+
+#[test]
+fn a_query_split_across_packets_is_assembled() {
+    // PyTorch's own tests send a SET's key and value a second apart; the server must wait
+    // for the rest of a query, not misread it.
+    let s = server_store();
+    let mut raw = TcpStream::connect((HOST, s.port())).unwrap();
+    raw.set_nodelay(true).unwrap();
+    let mut q = vec![0u8];
+    q.extend_from_slice(&0x3C85_F7CEu32.to_ne_bytes());
+    q.push(1); // SET
+    q.extend_from_slice(&6u64.to_ne_bytes());
+    q.extend_from_slice(b"/split");
+    q.extend_from_slice(&5u64.to_ne_bytes());
+    q.extend_from_slice(b"value");
+    for part in q.chunks(3) {
+        raw.write_all(part).unwrap();
+        thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(s.get("split", Duration::from_secs(2)).unwrap(), b"value");
+}
