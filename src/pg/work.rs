@@ -133,13 +133,17 @@ impl<E: Event, A: CommAbort> Work<E, A> {
     }
 
     fn look(&self, limit: Duration) -> Result<bool> {
+        // An operation whose stream passed it may still have failed (an abort or a peer's
+        // failure ends it early): the communicator's error decides, once either way.
+        let passed = match &self.inner.end {
+            Some(end) => end.query()?,
+            None => true,
+        };
         if let Some(a) = &self.inner.abort {
             a.poll()?;
         }
-        if let Some(end) = &self.inner.end {
-            if end.query()? {
-                return Ok(true);
-            }
+        if passed {
+            return Ok(true);
         }
         let ran = self.inner.created.elapsed();
         if ran >= limit {

@@ -3,18 +3,53 @@
 use crate::cuda::cuda_error;
 use cudarc::driver::{sys, CudaContext, CudaEvent, CudaStream};
 use oxccl_core::{Error, Event, Result, Stream};
-use std::sync::Arc;
+use std::mem::ManuallyDrop;
+use std::sync::{Arc, Mutex, PoisonError};
+
+/// Events kept for reuse: creating a CUDA event costs about a microsecond, and a process
+/// group records one per operation. Re-recording a released event is safe: a stream wait
+/// already issued on it captured its earlier state.
+#[derive(Debug, Default)]
+struct EventPool {
+    /// Released events: without timing, with timing.
+    free: [Mutex<Vec<CudaEvent>>; 2],
+}
+
+/// Released events kept per kind beyond which they are destroyed.
+const POOL_LIMIT: usize = 256;
+
+impl EventPool {
+    fn take(&self, timing: bool) -> Option<CudaEvent> {
+        self.free[usize::from(timing)]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop()
+    }
+
+    fn give(&self, timing: bool, ev: CudaEvent) {
+        let mut free = self.free[usize::from(timing)]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if free.len() < POOL_LIMIT {
+            free.push(ev);
+        }
+    }
+}
 
 /// A CUDA stream NCCL operations are issued on.
 #[derive(Debug, Clone)]
 pub struct NcclStream {
     inner: Arc<CudaStream>,
+    pool: Arc<EventPool>,
 }
 
 impl NcclStream {
     /// Wraps a cudarc stream (shared: cudarc slices allocated on it stay stream-ordered).
     pub fn new(inner: Arc<CudaStream>) -> NcclStream {
-        NcclStream { inner }
+        NcclStream {
+            inner,
+            pool: Arc::default(),
+        }
     }
 
     /// A new non-default stream on `ctx`'s device.
@@ -39,21 +74,32 @@ impl Stream for NcclStream {
     type Event = NcclEvent;
 
     fn record(&self, timing: bool) -> Result<NcclEvent> {
-        let flags = if timing {
-            sys::CUevent_flags::CU_EVENT_DEFAULT
-        } else {
-            sys::CUevent_flags::CU_EVENT_DISABLE_TIMING
+        let ev = match self.pool.take(timing) {
+            Some(ev) => ev
+                .record(&self.inner)
+                .map(|()| ev)
+                .map_err(|e| cuda_error("recording an event", e))?,
+            None => {
+                let flags = if timing {
+                    sys::CUevent_flags::CU_EVENT_DEFAULT
+                } else {
+                    sys::CUevent_flags::CU_EVENT_DISABLE_TIMING
+                };
+                self.inner
+                    .record_event(Some(flags))
+                    .map_err(|e| cuda_error("recording an event", e))?
+            }
         };
-        let ev = self
-            .inner
-            .record_event(Some(flags))
-            .map_err(|e| cuda_error("recording an event", e))?;
-        Ok(NcclEvent { inner: ev, timing })
+        Ok(NcclEvent {
+            inner: ManuallyDrop::new(ev),
+            timing,
+            pool: self.pool.clone(),
+        })
     }
 
     fn wait_event(&self, event: &NcclEvent) -> Result<()> {
         self.inner
-            .wait(&event.inner)
+            .wait(event.cuda())
             .map_err(|e| cuda_error("waiting on an event", e))
     }
 
@@ -64,11 +110,20 @@ impl Stream for NcclStream {
     }
 }
 
-/// A recorded CUDA event.
+/// A recorded CUDA event; dropping it returns it to its stream's pool.
 #[derive(Debug)]
 pub struct NcclEvent {
-    inner: CudaEvent,
+    inner: ManuallyDrop<CudaEvent>,
     timing: bool,
+    pool: Arc<EventPool>,
+}
+
+impl Drop for NcclEvent {
+    fn drop(&mut self) {
+        // SAFETY: `inner` is taken once, here, and never touched again.
+        let ev = unsafe { ManuallyDrop::take(&mut self.inner) };
+        self.pool.give(self.timing, ev);
+    }
 }
 
 impl NcclEvent {
@@ -80,13 +135,13 @@ impl NcclEvent {
 
 impl Event for NcclEvent {
     fn query(&self) -> Result<bool> {
-        self.inner
+        self.cuda()
             .try_is_complete()
             .map_err(|e| cuda_error("querying an event", e))
     }
 
     fn synchronize(&self) -> Result<()> {
-        self.inner
+        self.cuda()
             .synchronize()
             .map_err(|e| cuda_error("synchronizing an event", e))
     }
@@ -98,8 +153,8 @@ impl Event for NcclEvent {
                 format_args!("events recorded with timing"),
             ));
         }
-        self.inner
-            .elapsed_ms(&end.inner)
+        self.cuda()
+            .elapsed_ms(end.cuda())
             .map_err(|e| cuda_error("timing events", e))
     }
 }
