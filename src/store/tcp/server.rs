@@ -27,6 +27,11 @@ use std::time::{Duration, Instant};
 /// How long a write to a client may stall before the connection is dropped: a client that
 /// stops reading must not hold a server thread forever.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+/// The most clients served at once (a thread each): a connection flood must not exhaust the
+/// machine. PyTorch jobs use one or two per rank.
+const MAX_CONNECTIONS: usize = 8192;
+/// A connection thread's stack: it keeps its buffers on the heap and needs little.
+const CONN_STACK: usize = 256 * 1024;
 /// How long `shutdown` waits for the connection threads to finish.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
@@ -207,10 +212,22 @@ fn accept_loop(shared: &Arc<Shared>, listener: &TcpListener) {
             }
             conns.insert(id, closer);
         }
-        *lock(&shared.live) += 1;
+        {
+            let mut live = lock(&shared.live);
+            if *live >= MAX_CONNECTIONS {
+                drop(live);
+                log::warn!("oxccl store: {MAX_CONNECTIONS} clients already, refusing one");
+                if let Some(c) = lock(&shared.conns).remove(&id) {
+                    let _ = c.shutdown(Shutdown::Both);
+                }
+                continue;
+            }
+            *live += 1;
+        }
         let s = Arc::clone(shared);
         let spawned = std::thread::Builder::new()
             .name("oxccl-store-conn".into())
+            .stack_size(CONN_STACK)
             .spawn(move || {
                 let writer = Arc::new(Writer(Mutex::new(writer)));
                 let why = serve(&s, id, stream, &writer);
