@@ -1,11 +1,11 @@
 //! The loaded NCCL library as an oxccl backend: unique ids and communicators.
 
 use crate::comm::{NcclComm, Raw, Settings};
+use crate::create::{config, create};
 use crate::cuda::cuda_error;
 use cudarc::driver::CudaContext;
 use oxccl_core::{
-    Backend, CommConfig, Device, Error, Feature, FeatureSet, Progress, Result, ResultCode,
-    UniqueId, Version,
+    Backend, CommConfig, Device, Error, Feature, FeatureSet, Progress, Result, UniqueId, Version,
 };
 use oxccl_loader::{Library, LoadError, RawComm};
 use std::sync::Arc;
@@ -103,46 +103,9 @@ impl NcclBackend {
         Ok((rank as i32, n))
     }
 
-    /// Wraps what an init call returned: `r.initializing` is ignored and derived from `code`.
-    fn wrap_new(&self, ctx: Arc<CudaContext>, code: i32, r: Raw) -> Result<NcclComm> {
-        let Raw {
-            raw,
-            rank,
-            size,
-            device,
-            nonblocking,
-            ..
-        } = r;
-        let in_progress = code == ResultCode::IN_PROGRESS.0 && nonblocking;
-        if !in_progress {
-            if let Err(e) = self.lib.check(code, raw) {
-                if !raw.is_null() {
-                    if let Some(abort) = self.lib.api().comm_abort {
-                        // SAFETY: a communicator NCCL returned from a failed init; nobody else holds it.
-                        unsafe { abort(raw) };
-                    }
-                }
-                return Err(e);
-            }
-        }
-        if raw.is_null() {
-            return Err(crate::absent::base_symbol(
-                "communicator handle (init returned none)",
-            ));
-        }
-        Ok(NcclComm::wrap(
-            self.lib.clone(),
-            ctx,
-            Raw {
-                raw,
-                rank,
-                size,
-                device,
-                nonblocking,
-                initializing: in_progress,
-            },
-            self.settings,
-        ))
+    /// What this backend hands its communicators.
+    pub(crate) fn settings(&self) -> Settings {
+        self.settings
     }
 
     /// One communicator per device, all in this process (`ncclCommInitAll`): rank i on
@@ -223,10 +186,6 @@ impl NcclBackend {
                 )
             })?;
         let ctx = Self::context(device)?;
-        let mut buf = NcclComm::config_buf(cfg, &self.lib)?;
-        let cfg_ptr = buf
-            .as_mut()
-            .map_or(std::ptr::null_mut(), |b| b.as_mut_ptr());
         let f = self
             .lib
             .api()
@@ -236,22 +195,13 @@ impl NcclBackend {
                 "ncclCommInitRankScalable",
             ))?;
         let mut ids_copy = ids.to_vec();
-        let mut raw = RawComm::NULL;
-        // SAFETY: valid out-pointer; `ids_copy` holds `n_ids` ids; config null or built for the
-        // loaded version.
-        let code = unsafe { f(&mut raw, n, r, n_ids, ids_copy.as_mut_ptr(), cfg_ptr) };
-        self.wrap_new(
-            ctx,
-            code,
-            Raw {
-                raw,
-                rank,
-                size,
-                device,
-                nonblocking: cfg.is_nonblocking(),
-                initializing: false,
-            },
-        )
+        let mut buf = config(&self.lib, cfg)?;
+        let made = create(&mut buf, |raw, cfg_ptr| {
+            // SAFETY: valid out-pointer; `ids_copy` holds `n_ids` ids; config null or built for
+            // the loaded version.
+            Ok(unsafe { f(raw, n, r, n_ids, ids_copy.as_mut_ptr(), cfg_ptr) })
+        })?;
+        self.adopt(ctx, made, rank, size, device, cfg.is_nonblocking())
     }
 }
 
@@ -287,44 +237,28 @@ impl Backend for NcclBackend {
         cfg: &CommConfig,
     ) -> Result<NcclComm> {
         let (r, n) = Self::rank_size(rank, size)?;
-        let mut buf = NcclComm::config_buf(cfg, &self.lib)?;
+        let mut buf = config(&self.lib, cfg)?;
         let ctx = Self::context(device)?;
-        let mut raw = RawComm::NULL;
-        let code =
-            match buf.as_mut() {
-                Some(b) => {
-                    let f = self.lib.api().comm_init_rank_config.ok_or(
-                        crate::absent::feature_symbol(
-                            Feature::NonBlocking,
-                            "ncclCommInitRankConfig",
-                        ),
-                    )?;
-                    // SAFETY: valid out-pointer; the id is passed by value; the config was built for
-                    // the loaded version and lives for the call.
-                    unsafe { f(&mut raw, n, *id, r, b.as_mut_ptr()) }
-                }
-                None => {
-                    let f = self
-                        .lib
-                        .api()
-                        .comm_init_rank
-                        .ok_or_else(|| crate::absent::base_symbol("ncclCommInitRank"))?;
-                    // SAFETY: valid out-pointer; the id is passed by value.
-                    unsafe { f(&mut raw, n, *id, r) }
-                }
-            };
-        self.wrap_new(
-            ctx,
-            code,
-            Raw {
-                raw,
-                rank,
-                size,
-                device,
-                nonblocking: cfg.is_nonblocking(),
-                initializing: false,
-            },
-        )
+        let api = self.lib.api();
+        let made = create(&mut buf, |raw, cfg_ptr| {
+            if cfg_ptr.is_null() {
+                let f = api
+                    .comm_init_rank
+                    .ok_or_else(|| crate::absent::base_symbol("ncclCommInitRank"))?;
+                // SAFETY: valid out-pointer; the id is passed by value.
+                return Ok(unsafe { f(raw, n, *id, r) });
+            }
+            let f = api
+                .comm_init_rank_config
+                .ok_or(crate::absent::feature_symbol(
+                    Feature::NonBlocking,
+                    "ncclCommInitRankConfig",
+                ))?;
+            // SAFETY: valid out-pointer; the id is passed by value; the config was built for
+            // the loaded version and lives for the call.
+            Ok(unsafe { f(raw, n, *id, r, cfg_ptr) })
+        })?;
+        self.adopt(ctx, made, rank, size, device, cfg.is_nonblocking())
     }
 
     fn group_start(&self) -> Result<()> {

@@ -1,5 +1,6 @@
 //! One rank's NCCL communicator: its lifecycle, async-error polling, split, abort, finalize.
 
+use crate::create::{config, create, none_made};
 use crate::registry::Registry;
 use crate::stream::NcclStream;
 use crate::wait::Deadline;
@@ -9,7 +10,7 @@ use oxccl_core::{
     text, CheckCtx, CommAbort, CommConfig, CommState, Communicator, Device, Error, Feature,
     FeatureSet, Progress, RegHandle, Result, ResultCode,
 };
-use oxccl_loader::{ConfigBuf, Library, RawComm};
+use oxccl_loader::{Library, RawComm};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -312,6 +313,11 @@ impl NcclComm {
         self.inner.settings.timeout
     }
 
+    /// What this communicator hands its children.
+    pub(crate) fn settings(&self) -> Settings {
+        self.inner.settings
+    }
+
     pub(crate) fn check_ctx(&self) -> CheckCtx<'_> {
         CheckCtx {
             rank: self.inner.rank,
@@ -393,70 +399,6 @@ impl NcclComm {
         result
     }
 
-    /// The `ncclConfig_t` for `cfg`, or none when nothing is set (NCCL's defaults, or the
-    /// parent's config for a split).
-    pub(crate) fn config_buf(cfg: &CommConfig, lib: &Library) -> Result<Option<ConfigBuf>> {
-        if cfg.set_fields().next().is_none() {
-            return Ok(None);
-        }
-        lib.features().require(Feature::NonBlocking)?;
-        ConfigBuf::new(cfg, lib.version()).map(Some)
-    }
-
-    fn query_rank_size(lib: &Library, raw: RawComm) -> Result<(u32, u32)> {
-        let api = lib.api();
-        let (Some(count), Some(user_rank)) = (api.comm_count, api.comm_user_rank) else {
-            return Err(crate::absent::base_symbol(
-                "ncclCommCount / ncclCommUserRank",
-            ));
-        };
-        let (mut n, mut r) = (0i32, 0i32);
-        // SAFETY: `raw` is a live communicator; the out-pointers are valid locals.
-        lib.check(unsafe { count(raw, &mut n) }, raw)?;
-        // SAFETY: as above.
-        lib.check(unsafe { user_rank(raw, &mut r) }, raw)?;
-        Ok((u32::try_from(r).unwrap_or(0), u32::try_from(n).unwrap_or(0)))
-    }
-
-    pub(crate) fn child(&self, raw: RawComm, cfg: &CommConfig) -> Result<NcclComm> {
-        let lib = &self.inner.lib;
-        let nonblocking = if cfg.is_set(oxccl_core::ConfigField::Blocking) {
-            cfg.is_nonblocking()
-        } else {
-            self.inner.nonblocking
-        };
-        let ready = if nonblocking {
-            Deadline::after(self.inner.settings.timeout)
-                .poll("split (child)", || poll_raw(lib, raw))
-        } else {
-            Ok(())
-        };
-        let numbers = ready.and_then(|()| Self::query_rank_size(lib, raw));
-        let (rank, size) = match numbers {
-            Ok(n) => n,
-            Err(e) => {
-                if let Some(abort) = lib.api().comm_abort {
-                    // SAFETY: `raw` is the child NCCL just made; nobody else holds it.
-                    unsafe { abort(raw) };
-                }
-                return Err(e);
-            }
-        };
-        Ok(NcclComm::wrap(
-            lib.clone(),
-            self.inner.ctx.clone(),
-            Raw {
-                raw,
-                rank,
-                size,
-                device: self.inner.device,
-                nonblocking,
-                initializing: false,
-            },
-            self.inner.settings,
-        ))
-    }
-
     /// A communicator of this one's ranks minus `exclude` (NCCL 2.27+), e.g. after a peer died.
     /// With `abort_parent`, ongoing operations of this communicator are stopped first.
     pub fn shrink(
@@ -484,10 +426,6 @@ impl NcclComm {
                 ),
             ));
         }
-        let mut buf = Self::config_buf(cfg, &self.inner.lib)?;
-        let cfg_ptr = buf
-            .as_mut()
-            .map_or(std::ptr::null_mut(), |b| b.as_mut_ptr());
         let f = self
             .inner
             .lib
@@ -497,32 +435,23 @@ impl NcclComm {
                 Feature::Shrink,
                 "ncclCommShrink",
             ))?;
-        let mut new = RawComm::NULL;
-        // SAFETY: live communicator; `list` outlives the call; `cfg_ptr` is null or points to a
-        // config built for the loaded version.
-        let code = unsafe {
-            f(
-                self.inner.raw,
-                list.as_mut_ptr(),
-                list.len() as i32,
-                &mut new,
-                cfg_ptr,
-                i32::from(abort_parent),
-            )
-        };
-        if code == ResultCode::IN_PROGRESS.0 && self.inner.nonblocking {
-            self.wait_ready("shrink")?;
-        } else {
-            self.inner.lib.check(code, self.inner.raw)?;
-        }
-        if new.is_null() {
-            return Err(Error::Backend {
-                code: ResultCode::INTERNAL_ERROR,
-                text: text!("shrink returned no communicator"),
-                last: text!(""),
-            });
-        }
-        self.child(new, cfg)
+        let mut buf = config(&self.inner.lib, cfg)?;
+        let made = create(&mut buf, |new, cfg_ptr| {
+            // SAFETY: live communicator; `list` outlives the call; `cfg_ptr` is null or points
+            // to a config built for the loaded version, alive for the call.
+            Ok(unsafe {
+                f(
+                    self.inner.raw,
+                    list.as_mut_ptr(),
+                    list.len() as i32,
+                    new,
+                    cfg_ptr,
+                    i32::from(abort_parent),
+                )
+            })
+        })?;
+        self.adopt_child("shrink", made, false, cfg)?
+            .ok_or_else(|| none_made("shrink"))
     }
 }
 
@@ -581,10 +510,6 @@ impl Communicator for NcclComm {
         };
         let key = i32::try_from(key)
             .map_err(|_| Error::invalid("key", format_args!("0..={}, got {key}", i32::MAX)))?;
-        let mut buf = Self::config_buf(cfg, &self.inner.lib)?;
-        let cfg_ptr = buf
-            .as_mut()
-            .map_or(std::ptr::null_mut(), |b| b.as_mut_ptr());
         let f = self
             .inner
             .lib
@@ -594,33 +519,13 @@ impl Communicator for NcclComm {
                 Feature::Split,
                 "ncclCommSplit",
             ))?;
-        let mut new = RawComm::NULL;
-        // SAFETY: live, ready communicator; `cfg_ptr` is null (inherit the parent's config) or a
-        // config built for the loaded version and alive for the call.
-        let code = unsafe { f(self.inner.raw, color, key, &mut new, cfg_ptr) };
-        if self.inner.nonblocking {
-            // NCCL fills `new` only once the parent leaves InProgress (NVIDIA/nccl#1472), and
-            // may return Success before it does: wait on the parent whatever the code said.
-            if code != ResultCode::IN_PROGRESS.0 {
-                self.finish(code, "split")?;
-            }
-            if let Err(e) = self.wait_ready("split (parent)") {
-                if let Error::Timeout { after_ms, .. } = &e {
-                    // The parent is stuck in the split: nothing else can run on it.
-                    self.abort(&format!("nonblocking split timed out after {after_ms} ms"));
-                }
-                return Err(e);
-            }
-        } else {
-            self.finish(code, "split")?;
-        }
-        // SAFETY: `new` is a live local NCCL may have written from its own thread; the volatile
-        // read makes sure the value it wrote is the one seen.
-        let new = unsafe { std::ptr::read_volatile(&new) };
-        if new.is_null() {
-            return Ok(None);
-        }
-        self.child(new, cfg).map(Some)
+        let mut buf = config(&self.inner.lib, cfg)?;
+        let made = create(&mut buf, |new, cfg_ptr| {
+            // SAFETY: live, ready communicator; `cfg_ptr` is null (inherit the parent's config)
+            // or a config built for the loaded version and alive for the call.
+            Ok(unsafe { f(self.inner.raw, color, key, new, cfg_ptr) })
+        })?;
+        self.adopt_child("split", made, true, cfg)
     }
 
     fn abort(&self, reason: &str) {

@@ -13,6 +13,7 @@
 mod absent;
 mod backend;
 mod comm;
+mod create;
 mod cuda;
 mod group;
 mod issue;

@@ -12,7 +12,7 @@ use crate::reducer::NcclRedOp;
 use crate::stream::NcclStream;
 use oxccl_core::{check, CommOp, DataType, Result, ResultCode};
 use oxccl_loader::{Api, RawComm, RawStream};
-use std::ffi::c_void;
+use std::ffi::{c_int, c_void};
 
 type P = *const c_void;
 type M = *mut c_void;
@@ -56,26 +56,17 @@ struct Ctx<'a> {
     red: i32,
 }
 
+/// `ncclSend` or `ncclRecv`: the same arguments but for the buffer's mutability.
+type P2pFn<B> = unsafe extern "C" fn(B, usize, c_int, c_int, RawComm, RawStream) -> c_int;
+
 impl Ctx<'_> {
     /// `ncclSend` of `count` elements at `addr` to `peer`.
     ///
     /// # Safety
     /// `addr` holds `count` elements of `dt` on the communicator's device.
     unsafe fn send(&self, addr: usize, count: usize, dt: DataType, peer: u32) -> i32 {
-        match self.api.send {
-            // SAFETY: the caller's contract: a valid buffer of `count` elements.
-            Some(f) => unsafe {
-                f(
-                    p(addr),
-                    count,
-                    dt.code(),
-                    peer as i32,
-                    self.comm,
-                    self.stream,
-                )
-            },
-            None => ResultCode::INVALID_USAGE.0,
-        }
+        // SAFETY: the caller's contract.
+        unsafe { self.p2p(self.api.send, p(addr), count, dt, peer) }
     }
 
     /// `ncclRecv` of `count` elements into `addr` from `peer`.
@@ -83,18 +74,19 @@ impl Ctx<'_> {
     /// # Safety
     /// `addr` has room for `count` elements of `dt` on the communicator's device.
     unsafe fn recv(&self, addr: usize, count: usize, dt: DataType, peer: u32) -> i32 {
-        match self.api.recv {
-            // SAFETY: as above.
-            Some(f) => unsafe {
-                f(
-                    m(addr),
-                    count,
-                    dt.code(),
-                    peer as i32,
-                    self.comm,
-                    self.stream,
-                )
-            },
+        // SAFETY: the caller's contract.
+        unsafe { self.p2p(self.api.recv, m(addr), count, dt, peer) }
+    }
+
+    /// One point-to-point call on this communicator and stream; `InvalidUsage` when the
+    /// library lacks it.
+    ///
+    /// # Safety
+    /// `buf` is valid for `count` elements of `dt` on the communicator's device.
+    unsafe fn p2p<B>(&self, f: Option<P2pFn<B>>, buf: B, n: usize, dt: DataType, peer: u32) -> i32 {
+        match f {
+            // SAFETY: the caller's contract; the communicator is live and the stream its own.
+            Some(f) => unsafe { f(buf, n, dt.code(), peer as i32, self.comm, self.stream) },
             None => ResultCode::INVALID_USAGE.0,
         }
     }

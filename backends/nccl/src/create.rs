@@ -1,0 +1,196 @@
+//! Making a communicator: the steps every path shares (init by rank with or without a config,
+//! scalable init, split, shrink). The config built for the loaded release ([`config`]), one
+//! NCCL call with it and an out-handle ([`create`]); a handle nobody else holds is discarded on failure
+//! ([`discard`]); a new communicator is adopted from its init code ([`NcclBackend::adopt`])
+//! and a child from its parent's call ([`NcclComm::adopt_child`]).
+
+use crate::comm::{poll_raw, NcclComm, Raw};
+use crate::wait::Deadline;
+use crate::NcclBackend;
+use cudarc::driver::CudaContext;
+use oxccl_core::{text, CommConfig, ConfigField, Error, Feature, Result, ResultCode};
+use oxccl_loader::{ConfigBuf, Library, RawComm, RawConfig};
+use std::sync::Arc;
+
+/// What a creating call returned: NCCL's code and the handle it wrote (null when none).
+pub(crate) struct Created {
+    pub(crate) code: i32,
+    pub(crate) raw: RawComm,
+}
+
+/// The `ncclConfig_t` for `cfg`, built for the loaded release; `None` when nothing is set
+/// (NCCL's defaults, or the parent's config for a split). Refusals (a field this release lacks)
+/// come before any other call.
+pub(crate) fn config(lib: &Library, cfg: &CommConfig) -> Result<Option<ConfigBuf>> {
+    if cfg.set_fields().next().is_none() {
+        return Ok(None);
+    }
+    lib.features().require(Feature::NonBlocking)?;
+    ConfigBuf::new(cfg, lib.version()).map(Some)
+}
+
+/// Runs one creating NCCL call. `call` gets the out-handle and `config`'s pointer (null for
+/// `None`) and returns NCCL's code; the handle is read back after it.
+pub(crate) fn create(
+    config: &mut Option<ConfigBuf>,
+    call: impl FnOnce(&mut RawComm, *mut RawConfig) -> Result<i32>,
+) -> Result<Created> {
+    // Taken right before the call: it points into `config`, which outlives it.
+    let cfg_ptr = config
+        .as_mut()
+        .map_or(std::ptr::null_mut(), ConfigBuf::as_mut_ptr);
+    let mut raw = RawComm::NULL;
+    let code = call(&mut raw, cfg_ptr)?;
+    // SAFETY: `raw` is a live local that NCCL may have written from its own thread (a
+    // nonblocking call); the volatile read makes sure the value it wrote is the one seen.
+    let raw = unsafe { std::ptr::read_volatile(&raw) };
+    Ok(Created { code, raw })
+}
+
+/// Aborts a communicator NCCL made that nobody else holds (a failed init or child).
+pub(crate) fn discard(lib: &Library, raw: RawComm) {
+    if raw.is_null() {
+        return;
+    }
+    if let Some(abort) = lib.api().comm_abort {
+        // SAFETY: `raw` is a communicator NCCL returned and nobody else holds; it is never
+        // used after this.
+        unsafe { abort(raw) };
+    }
+}
+
+impl NcclBackend {
+    /// Wraps what an init call returned: `Initializing` when a nonblocking init is in progress,
+    /// `Ready` on success; on failure the handle (if any) is discarded.
+    pub(crate) fn adopt(
+        &self,
+        ctx: Arc<CudaContext>,
+        made: Created,
+        rank: u32,
+        size: u32,
+        device: oxccl_core::Device,
+        nonblocking: bool,
+    ) -> Result<NcclComm> {
+        let lib = self.library();
+        let Created { code, raw } = made;
+        let initializing = code == ResultCode::IN_PROGRESS.0 && nonblocking;
+        if !initializing {
+            if let Err(e) = lib.check(code, raw) {
+                discard(lib, raw);
+                return Err(e);
+            }
+        }
+        if raw.is_null() {
+            return Err(crate::absent::base_symbol(
+                "communicator handle (init returned none)",
+            ));
+        }
+        let r = Raw {
+            raw,
+            rank,
+            size,
+            device,
+            nonblocking,
+            initializing,
+        };
+        Ok(NcclComm::wrap(lib.clone(), ctx, r, self.settings()))
+    }
+}
+
+impl NcclComm {
+    /// Settles this parent after a split (`wait_always`: NCCL fills the child only once the
+    /// parent leaves InProgress, NVIDIA/nccl#1472, and may return Success before it does) or a
+    /// shrink, then adopts the child it made (`None`: no child, e.g. NCCL_SPLIT_NOCOLOR). A
+    /// nonblocking parent that stays in progress past the time limit is aborted.
+    pub(crate) fn adopt_child(
+        &self,
+        what: &'static str,
+        made: Created,
+        wait_always: bool,
+        cfg: &CommConfig,
+    ) -> Result<Option<NcclComm>> {
+        let in_progress = made.code == ResultCode::IN_PROGRESS.0;
+        if !in_progress || !self.is_nonblocking() {
+            self.finish(made.code, what)?;
+        }
+        if self.is_nonblocking() && (in_progress || wait_always) {
+            if let Err(e) = self.wait_ready(what) {
+                if let Error::Timeout { after_ms, .. } = &e {
+                    // The parent is stuck in the call: nothing else can run on it.
+                    self.abort(&format!("nonblocking {what} timed out after {after_ms} ms"));
+                }
+                return Err(e);
+            }
+        }
+        // NCCL writes the handle during the call, or (nonblocking) by the time the parent
+        // left InProgress, which the wait above saw.
+        // SAFETY: see `create`: the volatile read sees what NCCL wrote.
+        let raw = unsafe { std::ptr::read_volatile(&made.raw) };
+        if raw.is_null() {
+            return Ok(None);
+        }
+        self.child(raw, cfg).map(Some)
+    }
+
+    /// Wraps a child NCCL made from this communicator: waits for a nonblocking child to be
+    /// ready (bounded by the time limit), reads its rank and size; on failure it is discarded.
+    fn child(&self, raw: RawComm, cfg: &CommConfig) -> Result<NcclComm> {
+        let lib = self.library();
+        let nonblocking = if cfg.is_set(ConfigField::Blocking) {
+            cfg.is_nonblocking()
+        } else {
+            self.is_nonblocking()
+        };
+        let ready = if nonblocking {
+            Deadline::after(self.timeout()).poll("child communicator", || poll_raw(lib, raw))
+        } else {
+            Ok(())
+        };
+        let (rank, size) = match ready.and_then(|()| query_rank_size(lib, raw)) {
+            Ok(n) => n,
+            Err(e) => {
+                discard(lib, raw);
+                return Err(e);
+            }
+        };
+        let r = Raw {
+            raw,
+            rank,
+            size,
+            device: oxccl_core::Communicator::device(self),
+            nonblocking,
+            initializing: false,
+        };
+        Ok(NcclComm::wrap(
+            lib.clone(),
+            self.context().clone(),
+            r,
+            self.settings(),
+        ))
+    }
+}
+
+/// The rank and size NCCL gives a communicator.
+fn query_rank_size(lib: &Library, raw: RawComm) -> Result<(u32, u32)> {
+    let api = lib.api();
+    let (Some(count), Some(user_rank)) = (api.comm_count, api.comm_user_rank) else {
+        return Err(crate::absent::base_symbol(
+            "ncclCommCount / ncclCommUserRank",
+        ));
+    };
+    let (mut n, mut r) = (0i32, 0i32);
+    // SAFETY: `raw` is a live communicator; the out-pointers are valid locals.
+    lib.check(unsafe { count(raw, &mut n) }, raw)?;
+    // SAFETY: as above.
+    lib.check(unsafe { user_rank(raw, &mut r) }, raw)?;
+    Ok((u32::try_from(r).unwrap_or(0), u32::try_from(n).unwrap_or(0)))
+}
+
+/// An internal error for a creating call that reported success but made nothing.
+pub(crate) fn none_made(what: &str) -> Error {
+    Error::Backend {
+        code: ResultCode::INTERNAL_ERROR,
+        text: text!("{what} returned no communicator"),
+        last: text!(""),
+    }
+}
