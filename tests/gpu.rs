@@ -4,6 +4,8 @@
 //! paths) makes the per-process suite run once per NCCL library, chosen through
 //! `OXCCL_NCCL_LIBRARY`.
 
+#[path = "gpu/contract.rs"]
+mod contract;
 #[path = "gpu/devbuf.rs"]
 mod devbuf;
 #[path = "gpu/suite.rs"]

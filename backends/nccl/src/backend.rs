@@ -1,9 +1,7 @@
 //! The loaded NCCL library as an oxccl backend: unique ids and communicators.
 
 use crate::comm::{NcclComm, Raw, Settings};
-use crate::create::{config, create};
-use crate::cuda::cuda_error;
-use cudarc::driver::CudaContext;
+
 use oxccl_core::{
     Backend, CommConfig, Device, Error, Feature, FeatureSet, Progress, Result, UniqueId, Version,
 };
@@ -80,15 +78,6 @@ impl NcclBackend {
         &self.lib
     }
 
-    fn context(device: Device) -> Result<Arc<CudaContext>> {
-        crate::cuda::require_driver()?;
-        let ctx =
-            CudaContext::new(device.0 as usize).map_err(|e| cuda_error("opening the device", e))?;
-        ctx.bind_to_thread()
-            .map_err(|e| cuda_error("binding the device to the thread", e))?;
-        Ok(ctx)
-    }
-
     fn rank_size(rank: u32, size: u32) -> Result<(i32, i32)> {
         let n = i32::try_from(size)
             .ok()
@@ -130,7 +119,7 @@ impl NcclBackend {
         }
         let ctxs = devices
             .iter()
-            .map(|&d| Self::context(Device(d)))
+            .map(|&d| crate::cuda::context(Device(d)))
             .collect::<Result<Vec<_>>>()?;
         let f = self
             .lib
@@ -185,7 +174,6 @@ impl NcclBackend {
                     format_args!("1..={size} unique ids, got {}", ids.len()),
                 )
             })?;
-        let ctx = Self::context(device)?;
         let f = self
             .lib
             .api()
@@ -195,13 +183,11 @@ impl NcclBackend {
                 "ncclCommInitRankScalable",
             ))?;
         let mut ids_copy = ids.to_vec();
-        let mut buf = config(&self.lib, cfg)?;
-        let made = create(&mut buf, |raw, cfg_ptr| {
+        self.init_with(rank, size, device, cfg, |raw, cfg_ptr| {
             // SAFETY: valid out-pointer; `ids_copy` holds `n_ids` ids; config null or built for
             // the loaded version.
             Ok(unsafe { f(raw, n, r, n_ids, ids_copy.as_mut_ptr(), cfg_ptr) })
-        })?;
-        self.adopt(ctx, made, rank, size, device, cfg.is_nonblocking())
+        })
     }
 }
 
@@ -237,10 +223,8 @@ impl Backend for NcclBackend {
         cfg: &CommConfig,
     ) -> Result<NcclComm> {
         let (r, n) = Self::rank_size(rank, size)?;
-        let mut buf = config(&self.lib, cfg)?;
-        let ctx = Self::context(device)?;
         let api = self.lib.api();
-        let made = create(&mut buf, |raw, cfg_ptr| {
+        self.init_with(rank, size, device, cfg, |raw, cfg_ptr| {
             if cfg_ptr.is_null() {
                 let f = api
                     .comm_init_rank
@@ -257,8 +241,7 @@ impl Backend for NcclBackend {
             // SAFETY: valid out-pointer; the id is passed by value; the config was built for
             // the loaded version and lives for the call.
             Ok(unsafe { f(raw, n, *id, r, cfg_ptr) })
-        })?;
-        self.adopt(ctx, made, rank, size, device, cfg.is_nonblocking())
+        })
     }
 
     fn group_start(&self) -> Result<()> {

@@ -1,6 +1,6 @@
 //! One rank's NCCL communicator: its lifecycle, async-error polling, split, abort, finalize.
 
-use crate::create::{config, create, none_made};
+use crate::create::{config, create, none_made, OutHandle};
 use crate::registry::Registry;
 use crate::stream::NcclStream;
 use crate::wait::Deadline;
@@ -436,7 +436,8 @@ impl NcclComm {
                 "ncclCommShrink",
             ))?;
         let mut buf = config(&self.inner.lib, cfg)?;
-        let made = create(&mut buf, |new, cfg_ptr| {
+        let new = OutHandle::new();
+        let code = create(&mut buf, &new, |new, cfg_ptr| {
             // SAFETY: live communicator; `list` outlives the call; `cfg_ptr` is null or points
             // to a config built for the loaded version, alive for the call.
             Ok(unsafe {
@@ -450,7 +451,7 @@ impl NcclComm {
                 )
             })
         })?;
-        self.adopt_child("shrink", made, false, cfg)?
+        self.adopt_child("shrink", code, &new, false, cfg)?
             .ok_or_else(|| none_made("shrink"))
     }
 }
@@ -520,12 +521,14 @@ impl Communicator for NcclComm {
                 "ncclCommSplit",
             ))?;
         let mut buf = config(&self.inner.lib, cfg)?;
-        let made = create(&mut buf, |new, cfg_ptr| {
+        let new = OutHandle::new();
+        let code = create(&mut buf, &new, |new, cfg_ptr| {
             // SAFETY: live, ready communicator; `cfg_ptr` is null (inherit the parent's config)
             // or a config built for the loaded version and alive for the call.
             Ok(unsafe { f(self.inner.raw, color, key, new, cfg_ptr) })
         })?;
-        self.adopt_child("split", made, true, cfg)
+        // `new` lives here until `adopt_child` has waited for NCCL to fill it.
+        self.adopt_child("split", code, &new, true, cfg)
     }
 
     fn abort(&self, reason: &str) {

@@ -1,21 +1,39 @@
 //! Making a communicator: the steps every path shares (init by rank with or without a config,
 //! scalable init, split, shrink). The config built for the loaded release ([`config`]), one
-//! NCCL call with it and an out-handle ([`create`]); a handle nobody else holds is discarded on failure
-//! ([`discard`]); a new communicator is adopted from its init code ([`NcclBackend::adopt`])
+//! NCCL call with it and an out-handle that outlives it ([`create`], [`OutHandle`]); a handle nobody else holds is discarded on failure
+//! ([`discard`]); a new communicator is adopted from its init code ([`NcclBackend::init_with`])
 //! and a child from its parent's call ([`NcclComm::adopt_child`]).
 
 use crate::comm::{poll_raw, NcclComm, Raw};
 use crate::wait::Deadline;
 use crate::NcclBackend;
-use cudarc::driver::CudaContext;
-use oxccl_core::{text, CommConfig, ConfigField, Error, Feature, Result, ResultCode};
+use oxccl_core::{text, CommConfig, ConfigField, Device, Error, Feature, Result, ResultCode};
 use oxccl_loader::{ConfigBuf, Library, RawComm, RawConfig};
-use std::sync::Arc;
+use std::cell::UnsafeCell;
 
-/// What a creating call returned: NCCL's code and the handle it wrote (null when none).
-pub(crate) struct Created {
-    pub(crate) code: i32,
-    pub(crate) raw: RawComm,
+/// The out-handle a creating call writes. NCCL may write it after the call has returned (a
+/// nonblocking split fills it once the parent leaves InProgress, NVIDIA/nccl#1472), so it
+/// lives in the caller's frame until the caller has waited for that, and is read volatile.
+pub(crate) struct OutHandle(UnsafeCell<RawComm>);
+
+impl OutHandle {
+    /// An empty slot (null).
+    pub(crate) fn new() -> OutHandle {
+        OutHandle(UnsafeCell::new(RawComm::NULL))
+    }
+
+    /// The pointer NCCL writes through.
+    fn ptr(&self) -> *mut RawComm {
+        self.0.get()
+    }
+
+    /// The handle NCCL wrote (null when none yet).
+    pub(crate) fn read(&self) -> RawComm {
+        // SAFETY: the slot is live (borrowed); NCCL may write it from its own thread, and the
+        // volatile read makes sure the value it wrote is the one seen. Interior mutability
+        // (`UnsafeCell`) makes those writes through `ptr` sound while `self` is borrowed.
+        unsafe { std::ptr::read_volatile(self.0.get()) }
+    }
 }
 
 /// The `ncclConfig_t` for `cfg`, built for the loaded release; `None` when nothing is set
@@ -29,22 +47,19 @@ pub(crate) fn config(lib: &Library, cfg: &CommConfig) -> Result<Option<ConfigBuf
     ConfigBuf::new(cfg, lib.version()).map(Some)
 }
 
-/// Runs one creating NCCL call. `call` gets the out-handle and `config`'s pointer (null for
-/// `None`) and returns NCCL's code; the handle is read back after it.
+/// Runs one creating NCCL call. `call` gets the pointer to `out` and `config`'s pointer (null
+/// for `None`) and returns NCCL's code. `out` must stay where it is until NCCL has written it
+/// (see [`OutHandle`]).
 pub(crate) fn create(
     config: &mut Option<ConfigBuf>,
-    call: impl FnOnce(&mut RawComm, *mut RawConfig) -> Result<i32>,
-) -> Result<Created> {
+    out: &OutHandle,
+    call: impl FnOnce(*mut RawComm, *mut RawConfig) -> Result<i32>,
+) -> Result<i32> {
     // Taken right before the call: it points into `config`, which outlives it.
     let cfg_ptr = config
         .as_mut()
         .map_or(std::ptr::null_mut(), ConfigBuf::as_mut_ptr);
-    let mut raw = RawComm::NULL;
-    let code = call(&mut raw, cfg_ptr)?;
-    // SAFETY: `raw` is a live local that NCCL may have written from its own thread (a
-    // nonblocking call); the volatile read makes sure the value it wrote is the one seen.
-    let raw = unsafe { std::ptr::read_volatile(&raw) };
-    Ok(Created { code, raw })
+    call(out.ptr(), cfg_ptr)
 }
 
 /// Aborts a communicator NCCL made that nobody else holds (a failed init or child).
@@ -60,19 +75,25 @@ pub(crate) fn discard(lib: &Library, raw: RawComm) {
 }
 
 impl NcclBackend {
-    /// Wraps what an init call returned: `Initializing` when a nonblocking init is in progress,
-    /// `Ready` on success; on failure the handle (if any) is discarded.
-    pub(crate) fn adopt(
+    /// What every init path shares once its arguments are checked: the config (refused before
+    /// any CUDA call), the device's context, the creating `call` (given the out-handle and the
+    /// config pointer), and the new communicator: `Initializing` when a nonblocking init is in
+    /// progress, `Ready` on success; on failure the handle (if any) is discarded.
+    pub(crate) fn init_with(
         &self,
-        ctx: Arc<CudaContext>,
-        made: Created,
         rank: u32,
         size: u32,
-        device: oxccl_core::Device,
-        nonblocking: bool,
+        device: Device,
+        cfg: &CommConfig,
+        call: impl FnOnce(*mut RawComm, *mut RawConfig) -> Result<i32>,
     ) -> Result<NcclComm> {
         let lib = self.library();
-        let Created { code, raw } = made;
+        let mut buf = config(lib, cfg)?;
+        let ctx = crate::cuda::context(device)?;
+        let out = OutHandle::new();
+        let code = create(&mut buf, &out, call)?;
+        let raw = out.read();
+        let nonblocking = cfg.is_nonblocking();
         let initializing = code == ResultCode::IN_PROGRESS.0 && nonblocking;
         if !initializing {
             if let Err(e) = lib.check(code, raw) {
@@ -105,13 +126,14 @@ impl NcclComm {
     pub(crate) fn adopt_child(
         &self,
         what: &'static str,
-        made: Created,
+        code: i32,
+        out: &OutHandle,
         wait_always: bool,
         cfg: &CommConfig,
     ) -> Result<Option<NcclComm>> {
-        let in_progress = made.code == ResultCode::IN_PROGRESS.0;
+        let in_progress = code == ResultCode::IN_PROGRESS.0;
         if !in_progress || !self.is_nonblocking() {
-            self.finish(made.code, what)?;
+            self.finish(code, what)?;
         }
         if self.is_nonblocking() && (in_progress || wait_always) {
             if let Err(e) = self.wait_ready(what) {
@@ -124,8 +146,7 @@ impl NcclComm {
         }
         // NCCL writes the handle during the call, or (nonblocking) by the time the parent
         // left InProgress, which the wait above saw.
-        // SAFETY: see `create`: the volatile read sees what NCCL wrote.
-        let raw = unsafe { std::ptr::read_volatile(&made.raw) };
+        let raw = out.read();
         if raw.is_null() {
             return Ok(None);
         }

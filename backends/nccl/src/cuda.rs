@@ -28,3 +28,16 @@ pub fn require_driver() -> Result<(), Error> {
         last: text!("libcuda.so could not be loaded"),
     })
 }
+
+/// The CUDA context of `device`, bound to the calling thread (NCCL's init uses the current
+/// device).
+pub(crate) fn context(
+    device: oxccl_core::Device,
+) -> Result<std::sync::Arc<cudarc::driver::CudaContext>, Error> {
+    require_driver()?;
+    let ctx = cudarc::driver::CudaContext::new(device.0 as usize)
+        .map_err(|e| cuda_error("opening the device", e))?;
+    ctx.bind_to_thread()
+        .map_err(|e| cuda_error("binding the device to the thread", e))?;
+    Ok(ctx)
+}
