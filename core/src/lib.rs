@@ -51,7 +51,5 @@ pub use state::work::{Work, WorkError, WorkInfo, WorkState};
 pub use text::Text;
 #[cfg(feature = "alloc")]
 pub use trace::{FlightRecorder, PgConfig, TensorMeta, TraceEntry, TraceRecord, TraceState};
-pub use traits::{
-    Backend, CommAbort, Communicator, Device, Event, Progress, RegHandle, Stream,
-};
+pub use traits::{Backend, CommAbort, Communicator, Device, Event, Progress, RegHandle, Stream};
 pub use version::Version;
