@@ -20,6 +20,7 @@ mod group;
 pub mod launch;
 pub mod pg;
 pub mod store;
+pub mod trace;
 
 pub use comm::{AbortHandle, Comm};
 pub use element::NcclType;

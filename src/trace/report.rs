@@ -1,0 +1,235 @@
+//! The analysis in words and as JSON (what `oxccl trace` prints).
+
+use super::analyze::{Analysis, Culprit, GroupReport, Mismatch, OpAt, RankStatus, Reason};
+use serde_json::{json, Value};
+use std::fmt::Write as _;
+
+/// Lines of mismatches printed per group in words (all of them are in the JSON).
+const MISMATCH_LINES: usize = 10;
+
+/// "0-16, 18-63" for a sorted list of ranks.
+pub fn rank_ranges(ranks: &[u32]) -> String {
+    let mut parts = Vec::new();
+    let mut i = 0;
+    while i < ranks.len() {
+        let start = ranks[i];
+        let mut end = start;
+        while i + 1 < ranks.len() && ranks[i + 1] == end.wrapping_add(1) {
+            i += 1;
+            end = ranks[i];
+        }
+        parts.push(if start == end {
+            start.to_string()
+        } else {
+            format!("{start}-{end}")
+        });
+        i += 1;
+    }
+    parts.join(", ")
+}
+
+fn culprit_line(c: &Culprit) -> String {
+    match &c.reason {
+        Reason::Mismatch { seq, kind } => format!(
+            "rank {}: issued a different {} at collective seq {seq} of group \"{}\"",
+            c.rank,
+            kind.name(),
+            c.pg
+        ),
+        Reason::NeverIssued {
+            seq,
+            op,
+            last_enqueued,
+        } => format!(
+            "rank {}: never issued collective seq {seq} ({op}) of group \"{}\" that the others \
+             wait in (its last: {})",
+            c.rank,
+            c.pg,
+            last_enqueued.map_or("none".to_string(), |l| format!("seq {l}"))
+        ),
+        Reason::NoDump => format!(
+            "rank {}: wrote no dump, and group \"{}\" has stopped ranks (dead or stuck)",
+            c.rank, c.pg
+        ),
+    }
+}
+
+/// The analysis in words, one finding a line.
+pub fn render_text(a: &Analysis) -> String {
+    let mut s = String::new();
+    let world = a
+        .world_size
+        .map_or("unknown".to_string(), |w| w.to_string());
+    let _ = writeln!(
+        s,
+        "{} rank(s) dumped (world size {world}): {}",
+        a.dumped.len(),
+        rank_ranges(&a.dumped)
+    );
+    if !a.missing.is_empty() {
+        let _ = writeln!(s, "never dumped: ranks {}", rank_ranges(&a.missing));
+    }
+    for g in &a.groups {
+        render_group(&mut s, g);
+    }
+    if a.culprits.is_empty() {
+        if a.hang_found() {
+            let _ = writeln!(
+                s,
+                "no culprit: every rank stopped at the same operation, none is missing or \
+                 different (look at the network or the devices)"
+            );
+        } else {
+            let _ = writeln!(s, "no hang found: every recorded operation completed");
+        }
+    } else {
+        let _ = writeln!(s, "culprits:");
+        for c in &a.culprits {
+            let _ = writeln!(s, "  {}", culprit_line(c));
+        }
+    }
+    s
+}
+
+fn render_group(s: &mut String, g: &GroupReport) {
+    let _ = writeln!(
+        s,
+        "group \"{}\" ({}), ranks {}:",
+        g.pg,
+        g.desc,
+        rank_ranges(&g.ranks)
+    );
+    // Ranks that stopped at the same op print as one line.
+    let mut stopped: Vec<(String, Vec<u32>)> = Vec::new();
+    let mut idle: Vec<(String, Vec<u32>)> = Vec::new();
+    for st in &g.statuses {
+        let (list, key) = match &st.stopped_at {
+            Some(op) => (&mut stopped, op.describe()),
+            None => (&mut idle, idle_text(st)),
+        };
+        match list.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, r)) => r.push(st.rank),
+            None => list.push((key, vec![st.rank])),
+        }
+    }
+    if let Some(seq) = g.hang_seq {
+        let _ = writeln!(s, "  hang at collective seq {seq}");
+    }
+    for (what, ranks) in &stopped {
+        let _ = writeln!(s, "  stopped: ranks {} at {what}", rank_ranges(ranks));
+    }
+    for (what, ranks) in &idle {
+        let _ = writeln!(s, "  others: ranks {} {what}", rank_ranges(ranks));
+    }
+    for m in g.mismatches.iter().take(MISMATCH_LINES) {
+        let _ = writeln!(s, "  mismatch: {}", mismatch_text(m));
+    }
+    if g.mismatches.len() > MISMATCH_LINES {
+        let _ = writeln!(
+            s,
+            "  … {} more mismatches (see --json)",
+            g.mismatches.len() - MISMATCH_LINES
+        );
+    }
+}
+
+fn idle_text(st: &RankStatus) -> String {
+    match st.last_completed {
+        Some(l) => format!("completed everything recorded (last collective seq {l})"),
+        None => "completed everything recorded (no collective)".to_string(),
+    }
+}
+
+fn mismatch_text(m: &Mismatch) -> String {
+    format!(
+        "rank {} at {} where the others are at {}{}",
+        m.rank,
+        m.found.describe(),
+        m.expected.describe(),
+        if m.ambiguous {
+            " (a tie: the lowest rank's side taken as expected)"
+        } else {
+            ""
+        }
+    )
+}
+
+fn op_json(o: &OpAt) -> Value {
+    json!({
+        "seq": o.seq, "is_p2p": o.is_p2p, "op": o.op,
+        "input_sizes": o.input_sizes, "output_sizes": o.output_sizes,
+        "input_dtypes": o.input_dtypes, "output_dtypes": o.output_dtypes,
+        "state": o.state, "record_id": o.record_id,
+    })
+}
+
+/// The analysis as JSON: `hang_found`, `world_size`, `dumped`, `missing`, `groups` (each with
+/// `statuses` and `mismatches`) and `culprits` (each with `rank`, `pg`, `reason` and its
+/// details).
+pub fn to_json(a: &Analysis) -> Value {
+    let groups: Vec<Value> = a
+        .groups
+        .iter()
+        .map(|g| {
+            json!({
+                "pg": g.pg, "desc": g.desc, "ranks": g.ranks, "hang_seq": g.hang_seq,
+                "statuses": g.statuses.iter().map(|st| json!({
+                    "rank": st.rank,
+                    "stopped_at": st.stopped_at.as_ref().map(op_json),
+                    "last_enqueued": st.last_enqueued,
+                    "last_completed": st.last_completed,
+                })).collect::<Vec<_>>(),
+                "mismatches": g.mismatches.iter().map(|m| json!({
+                    "seq": m.seq, "rank": m.rank, "kind": m.kind.name(),
+                    "expected": op_json(&m.expected), "found": op_json(&m.found),
+                    "ambiguous": m.ambiguous,
+                })).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    let culprits: Vec<Value> = a
+        .culprits
+        .iter()
+        .map(|c| {
+            let mut v = json!({ "rank": c.rank, "pg": c.pg, "text": culprit_line(c) });
+            let extra = match &c.reason {
+                Reason::Mismatch { seq, kind } => {
+                    json!({ "reason": "mismatch", "seq": seq, "kind": kind.name() })
+                }
+                Reason::NeverIssued {
+                    seq,
+                    op,
+                    last_enqueued,
+                } => json!({
+                    "reason": "never_issued", "seq": seq, "op": op,
+                    "last_enqueued": last_enqueued,
+                }),
+                Reason::NoDump => json!({ "reason": "no_dump" }),
+            };
+            if let (Some(obj), Value::Object(more)) = (v.as_object_mut(), extra) {
+                obj.extend(more);
+            }
+            v
+        })
+        .collect();
+    json!({
+        "hang_found": a.hang_found(),
+        "world_size": a.world_size,
+        "dumped": a.dumped,
+        "missing": a.missing,
+        "groups": groups,
+        "culprits": culprits,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges() {
+        assert_eq!(rank_ranges(&[]), "");
+        assert_eq!(rank_ranges(&[3]), "3");
+        assert_eq!(rank_ranges(&[0, 1, 2, 4, 6, 7]), "0-2, 4, 6-7");
+    }
+}
