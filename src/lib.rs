@@ -21,6 +21,7 @@ pub mod launch;
 pub mod pg;
 pub mod store;
 pub mod trace;
+pub mod watchdog;
 
 pub use comm::{AbortHandle, Comm};
 pub use element::NcclType;

@@ -1,8 +1,8 @@
 //! Seed cases of PyTorch's NCCL process-group tests (shared/reference/seed-tests.md), ported
 //! to `ProcessGroup` on the mock world: ranks as threads sharing one mock backend and one
 //! in-process store. The bodies are in `pg_cases/`, written once over the backend; the same
-//! bodies run on NCCL under torchrun (`examples/pg_cases.rs`). Cases 12–15 and 27–30 belong to
-//! the safety nets and are not here.
+//! bodies run on NCCL under torchrun (`examples/pg_cases.rs`). Cases 12, 15 and 30 (the NaN
+//! check and the process cases) are in `tests/safety_processes.rs`.
 
 mod pg_cases;
 
@@ -10,7 +10,7 @@ use oxccl::mock::MockBackend;
 use oxccl::pg::{PgOptions, ProcessGroup};
 use oxccl::store::{MemStore, PrefixStore, Store};
 use oxccl::Error;
-use pg_cases::{collectives, groups, Verdict};
+use pg_cases::{collectives, groups, safety, Verdict};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
@@ -125,6 +125,16 @@ fn case_11_group_uid_and_description() {
 }
 
 #[test]
+fn case_13_error_reason_propagation() {
+    run(2, safety::case_13);
+}
+
+#[test]
+fn case_14_wait_timeout() {
+    run(2, safety::case_14);
+}
+
+#[test]
 fn case_16_strict_boolean_environment() {
     use oxccl::core::env::EnvConfig;
     for bad in ["abc", "-1", "2147483647", "4294967295"] {
@@ -207,4 +217,19 @@ fn case_26_subgroups_with_global_peers() {
 #[test]
 fn case_31_config_passes_through() {
     run(2, groups::case_31);
+}
+
+#[test]
+fn case_27_completion_hooks() {
+    run(2, safety::case_27);
+}
+
+#[test]
+fn case_28_flight_recorder_ring() {
+    run(2, safety::case_28);
+}
+
+#[test]
+fn case_29_flight_recorder_states() {
+    run(2, safety::case_29);
 }

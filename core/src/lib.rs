@@ -32,6 +32,7 @@ pub mod text;
 pub mod trace;
 pub mod traits;
 pub mod version;
+pub mod watchdog;
 
 pub use buf::{RawBuf, RawBufMut};
 pub use check::CheckCtx;

@@ -5,14 +5,16 @@
 
 use super::group::{Issuer, SeqKind};
 use super::ops::two_on;
-use super::work::{Work, WorkMeta};
 use super::{ProcessGroup, WorkOf};
 use crate::buffer::{Buffer, Memory};
 use crate::element::{host_op, NcclType};
+use oxccl_core::state::work::WorkInfo;
+use oxccl_core::trace::{coalesced_name, TensorMeta};
 use oxccl_core::{
     text, CommAbort, CommOp, CommState, Error, GroupKind, GroupState, OpSummary, Progress, RawBuf,
     RawBufMut, ReduceOp, Result, Stream,
 };
+use oxccl_core::{DataType, OpKind};
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
@@ -34,6 +36,8 @@ pub struct Coalescing<'g, B: Memory> {
     kind: GroupKind,
     rules: Box<GroupState>,
     numel: (usize, usize),
+    /// Each queued operation: kind, dtype, elements in and out (for the work and the trace).
+    ops: Vec<(OpKind, DataType, usize, usize)>,
     first_error: Option<Error>,
     open: bool,
 }
@@ -105,6 +109,7 @@ impl<B: Memory> ProcessGroup<B> {
             kind,
             rules,
             numel: (0, 0),
+            ops: Vec::new(),
             first_error: None,
             open: true,
         })
@@ -116,6 +121,8 @@ impl<B: Memory> Coalescing<'_, B> {
     /// first failure is kept and returned again by [`Coalescing::end`].
     fn push(
         &mut self,
+        kind: OpKind,
+        dtype: DataType,
         numel: (usize, usize),
         body: impl FnOnce(&Issuer<'_, B>, &mut dyn FnMut(&CommOp<'_>) -> Result<()>) -> Result<()>,
     ) -> Result<()> {
@@ -138,6 +145,7 @@ impl<B: Memory> Coalescing<'_, B> {
             Ok(()) => {
                 self.numel.0 += numel.0;
                 self.numel.1 += numel.1;
+                self.ops.push((kind, dtype, numel.0, numel.1));
             }
             Err(e) if self.first_error.is_none() => self.first_error = Some(e.clone()),
             Err(_) => {}
@@ -148,6 +156,7 @@ impl<B: Memory> Coalescing<'_, B> {
     /// Issues an op reading `send` and writing `recv`, built by `build`.
     fn two<T: NcclType>(
         &mut self,
+        kind: OpKind,
         send: Option<&B::Buf<T>>,
         recv: Option<&mut B::Buf<T>>,
         build: impl FnOnce(RawBuf, RawBufMut) -> CommOp<'static>,
@@ -156,7 +165,7 @@ impl<B: Memory> Coalescing<'_, B> {
             send.map_or(0, |b| b.len()),
             recv.as_ref().map_or(0, |b| b.len()),
         );
-        self.push(numel, |is, issue| {
+        self.push(kind, T::DTYPE, numel, |is, issue| {
             two_on(is, send, recv, |s, r| issue(&build(s, r)))
         })
     }
@@ -165,7 +174,7 @@ impl<B: Memory> Coalescing<'_, B> {
     pub fn all_reduce<T: NcclType>(&mut self, buf: &mut B::Buf<T>, op: ReduceOp) -> Result<()> {
         let op = host_op::<T>(op)?;
         let n = buf.len();
-        self.push((n, n), |is, issue| {
+        self.push(OpKind::AllReduce, T::DTYPE, (n, n), |is, issue| {
             let (w, _g) = B::write("buf", is.device, is.stream(), buf)?;
             issue(&CommOp::AllReduce {
                 send: w.as_read(),
@@ -180,7 +189,7 @@ impl<B: Memory> Coalescing<'_, B> {
     pub fn broadcast<T: NcclType>(&mut self, buf: &mut B::Buf<T>, root: u32) -> Result<()> {
         let root = self.pg.inner.to_group_rank("root", root)?;
         let n = buf.len();
-        self.push((n, n), |is, issue| {
+        self.push(OpKind::Broadcast, T::DTYPE, (n, n), |is, issue| {
             let (w, _g) = B::write("buf", is.device, is.stream(), buf)?;
             issue(&CommOp::Broadcast {
                 send: w.as_read(),
@@ -197,10 +206,12 @@ impl<B: Memory> Coalescing<'_, B> {
         send: &B::Buf<T>,
         recv: &mut B::Buf<T>,
     ) -> Result<()> {
-        self.two(Some(send), Some(recv), |send, recv| CommOp::AllGather {
-            send,
-            recv,
-            dtype: T::DTYPE,
+        self.two(OpKind::AllGather, Some(send), Some(recv), |send, recv| {
+            CommOp::AllGather {
+                send,
+                recv,
+                dtype: T::DTYPE,
+            }
         })
     }
 
@@ -212,18 +223,23 @@ impl<B: Memory> Coalescing<'_, B> {
         op: ReduceOp,
     ) -> Result<()> {
         let op = host_op::<T>(op)?;
-        self.two(Some(send), Some(recv), |send, recv| CommOp::ReduceScatter {
-            send,
-            recv,
-            dtype: T::DTYPE,
-            op,
-        })
+        self.two(
+            OpKind::ReduceScatter,
+            Some(send),
+            Some(recv),
+            |send, recv| CommOp::ReduceScatter {
+                send,
+                recv,
+                dtype: T::DTYPE,
+                op,
+            },
+        )
     }
 
     /// Send of `buf` to global rank `dst`, in the batch.
     pub fn send<T: NcclType>(&mut self, buf: &B::Buf<T>, dst: u32) -> Result<()> {
         let peer = self.pg.inner.to_group_rank("dst", dst)?;
-        self.two(Some(buf), None, |buf, _| CommOp::Send {
+        self.two(OpKind::Send, Some(buf), None, |buf, _| CommOp::Send {
             buf,
             dtype: T::DTYPE,
             peer,
@@ -233,7 +249,7 @@ impl<B: Memory> Coalescing<'_, B> {
     /// Receive into `buf` from global rank `src`, in the batch.
     pub fn recv<T: NcclType>(&mut self, buf: &mut B::Buf<T>, src: u32) -> Result<()> {
         let peer = self.pg.inner.to_group_rank("src", src)?;
-        self.two(None, Some(buf), |_, buf| CommOp::Recv {
+        self.two(OpKind::Recv, None, Some(buf), |_, buf| CommOp::Recv {
             buf,
             dtype: T::DTYPE,
             peer,
@@ -269,18 +285,37 @@ impl<B: Memory> Coalescing<'_, B> {
                     std::thread::yield_now();
                 }
             }
-            let end = e.stream.record(inner.opts.timing)?;
-            Ok(Work::new(
-                WorkMeta {
-                    seq: inner.next_seq(SeqKind::Collective),
-                    op: "coalesced",
+            let timing = inner.opts.timing;
+            let end = e.stream.record(timing)?;
+            let seq = inner.next_seq(SeqKind::Collective);
+            let kinds: Vec<OpKind> = self.ops.iter().map(|o| o.0).collect();
+            let metas = |pick: fn(&(OpKind, DataType, usize, usize)) -> usize| {
+                self.ops
+                    .iter()
+                    .map(|o| TensorMeta::new(&[pick(o) as u64], o.1))
+                    .collect::<Vec<_>>()
+            };
+            let trace = inner.trace_named(
+                coalesced_name(&kinds),
+                seq,
+                false,
+                metas(|o| o.2),
+                metas(|o| o.3),
+            );
+            Ok(inner.work(
+                WorkInfo {
+                    seq,
+                    kind: kinds.first().copied().unwrap_or(OpKind::AllReduce),
+                    coalesced: true,
                     numel_in: self.numel.0,
                     numel_out: self.numel.1,
+                    timeout_ms: timeout.as_millis().min(u128::from(u64::MAX)) as u64,
+                    timing,
                 },
-                timeout,
                 None,
                 Some(end),
-                Some(e.abort.clone()),
+                e,
+                trace,
             ))
         })
     }

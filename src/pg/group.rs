@@ -2,12 +2,18 @@
 //! one path every operation is issued through.
 
 use super::comm::{init_through_store, Entry, InitParams, Slot};
-use super::work::{Work, WorkMeta, WorkOf};
+use super::recorder::{now_ns, Recorder};
+use super::watch::{CompletionHook, GroupWatch};
+use super::work::{Work, WorkOf};
 use super::PgOptions;
 use crate::buffer::{Memory, StreamOf};
 use crate::store::Store;
+use crate::watchdog::{HeartbeatMonitor, Watchdog};
 use oxccl_core::membership::{self, CommPlan};
+use oxccl_core::state::work::WorkInfo;
+use oxccl_core::trace::{profiling_name, PgConfig, TensorMeta, TraceRecord};
 use oxccl_core::{text, CommOp, CommState, Communicator, Device, Error, Feature, Result, Stream};
+use oxccl_core::{DataType, OpKind};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -44,6 +50,21 @@ pub(crate) struct PgInner<B: Memory> {
     inits: AtomicU64,
     /// A coalescing block is open on this group.
     pub coalescing: AtomicBool,
+    /// Every operation, both kinds (the recorder's op id).
+    op_id: AtomicU64,
+    /// The watchdog's view of the group.
+    pub watch: Arc<GroupWatch>,
+}
+
+/// What an operation is, for its work, its trace entry and its errors.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct OpDesc {
+    pub kind: OpKind,
+    pub dtype: DataType,
+    /// Elements read and written on this rank.
+    pub numel: (usize, usize),
+    /// The group rank of the peer of a send or recv.
+    pub peer: Option<u32>,
 }
 
 /// A process group over backend `B`: c10d's `ProcessGroup`. Cheap to clone (the clones share
@@ -170,6 +191,24 @@ impl<B: Memory> ProcessGroup<B> {
     ) -> ProcessGroup<B> {
         let rank = membership::group_rank(&ranks, global_rank);
         let timeout_ms = opts.timeout.as_millis().min(u128::from(u64::MAX)) as u64;
+        let recorder = opts.recorder.clone().unwrap_or_else(Recorder::global);
+        recorder.add_pg(PgConfig {
+            id: uid,
+            name: uid.to_string(),
+            desc: opts.desc.clone(),
+            ranks: ranks.clone(),
+        });
+        let watch = GroupWatch::new(
+            uid,
+            opts.desc.clone(),
+            global_rank,
+            opts.error_handling,
+            opts.dump_on_timeout,
+            recorder,
+        );
+        if let (true, Some(limit)) = (opts.watchdog, opts.heartbeat) {
+            HeartbeatMonitor::start(limit);
+        }
         ProcessGroup {
             inner: Arc::new(PgInner {
                 backend,
@@ -195,6 +234,8 @@ impl<B: Memory> ProcessGroup<B> {
                 splits: AtomicU64::new(0),
                 inits: AtomicU64::new(0),
                 coalescing: AtomicBool::new(false),
+                op_id: AtomicU64::new(0),
+                watch,
             }),
         }
     }
@@ -248,6 +289,30 @@ impl<B: Memory> ProcessGroup<B> {
     /// The timeout of the group's operations.
     pub fn timeout(&self) -> Duration {
         self.inner.timeout()
+    }
+
+    /// Adds a completion hook (c10d's `register_on_completion_hook`): run by the watchdog for
+    /// every operation of the group that completes, with its duration. Needs timing and the
+    /// watchdog on ([`PgOptions::timing`], [`PgOptions::watchdog`]).
+    pub fn on_completion(&self, hook: CompletionHook) -> Result<()> {
+        if !self.inner.opts.timing || !self.inner.opts.watchdog {
+            return Err(Error::invalid(
+                "hook",
+                format_args!("a group with timing and the watchdog on (PgOptions::timing, PgOptions::watchdog)"),
+            ));
+        }
+        self.inner.watch.add_hook(hook);
+        Ok(())
+    }
+
+    /// What failing completion hooks reported so far.
+    pub fn hook_errors(&self) -> Vec<String> {
+        self.inner.watch.hook_errors()
+    }
+
+    /// The flight recorder the group's operations are recorded in.
+    pub fn recorder(&self) -> &Recorder {
+        &self.inner.watch.recorder
     }
 
     /// Changes the timeout of the group's later operations.
@@ -411,14 +476,14 @@ impl<B: Memory> PgInner<B> {
 
     /// The one path of every operation: refuses calls on a non-member or destroyed group and
     /// while a coalescing block is open (its guard issues instead), makes the communicator on
-    /// first use, records the events of the work and numbers it.
+    /// first use, records the events of the work, numbers it, records it in the flight
+    /// recorder and queues it to the watchdog.
     pub fn issue(
         &self,
-        name: &'static str,
-        seq_kind: SeqKind,
-        numel: (usize, usize),
+        op: OpDesc,
         body: impl FnOnce(&Issuer<'_, B>) -> Result<()>,
     ) -> Result<WorkOf<B>> {
+        let name = op.kind.name();
         if self.coalescing.load(Ordering::Relaxed) {
             return Err(Error::InvalidState {
                 state: CommState::Ready,
@@ -441,20 +506,109 @@ impl<B: Memory> PgInner<B> {
                 device: self.opts.device(),
             })?;
             let end = e.stream.record(timing)?;
-            let seq = self.next_seq(seq_kind);
-            Ok(Work::new(
-                WorkMeta {
+            let p2p = matches!(op.kind, OpKind::Send | OpKind::Recv);
+            let seq = self.next_seq(if p2p {
+                SeqKind::P2p
+            } else {
+                SeqKind::Collective
+            });
+            let tensors = |n: usize| vec![TensorMeta::new(&[n as u64], op.dtype)];
+            let trace = self.trace(
+                op.kind,
+                op.peer,
+                seq,
+                p2p,
+                tensors(op.numel.0),
+                tensors(op.numel.1),
+            );
+            Ok(self.work(
+                WorkInfo {
                     seq,
-                    op: name,
-                    numel_in: numel.0,
-                    numel_out: numel.1,
+                    kind: op.kind,
+                    coalesced: false,
+                    numel_in: op.numel.0,
+                    numel_out: op.numel.1,
+                    timeout_ms: self.timeout_ms.load(Ordering::Relaxed),
+                    timing,
                 },
-                self.timeout(),
                 start,
                 Some(end),
-                Some(e.abort.clone()),
+                e,
+                trace,
             ))
         })
+    }
+
+    /// Records an operation in the flight recorder (when it records).
+    pub fn trace(
+        &self,
+        kind: OpKind,
+        peer: Option<u32>,
+        seq: u64,
+        p2p: bool,
+        inputs: Vec<TensorMeta>,
+        outputs: Vec<TensorMeta>,
+    ) -> Option<u64> {
+        if !self.watch.recorder.is_enabled() {
+            self.op_id.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+        // Peers are named by global rank, as in c10d's "nccl:send 1->0".
+        let rank = self.global_rank;
+        let peer = peer.and_then(|p| self.ranks.get(p as usize).copied());
+        self.trace_named(profiling_name(kind, rank, peer), seq, p2p, inputs, outputs)
+    }
+
+    /// [`PgInner::trace`] with its profiling name made by the caller (a coalesced block).
+    pub fn trace_named(
+        &self,
+        profiling_name: String,
+        seq: u64,
+        p2p: bool,
+        inputs: Vec<TensorMeta>,
+        outputs: Vec<TensorMeta>,
+    ) -> Option<u64> {
+        let op_id = self.op_id.fetch_add(1, Ordering::Relaxed) + 1;
+        let recorder = &self.watch.recorder;
+        if !recorder.is_enabled() {
+            return None;
+        }
+        recorder.record(TraceRecord {
+            pg_id: self.uid,
+            collective_seq: if p2p { 0 } else { seq },
+            p2p_seq: if p2p { seq } else { 0 },
+            op_id,
+            profiling_name,
+            inputs,
+            outputs,
+            time_created_ns: now_ns(),
+            timeout_ms: self.timeout_ms.load(Ordering::Relaxed),
+            is_p2p: p2p,
+            timing: self.opts.timing,
+        })
+    }
+
+    /// A work of this group on `e`, queued to the watchdog when the group uses it.
+    pub fn work(
+        &self,
+        info: WorkInfo,
+        start: Option<super::EventOf<B>>,
+        end: Option<super::EventOf<B>>,
+        e: &Entry<B>,
+        trace: Option<u64>,
+    ) -> WorkOf<B> {
+        let work = Work::new(
+            info,
+            start,
+            end,
+            Some(e.abort.clone()),
+            trace,
+            self.watch.clone(),
+        );
+        if self.opts.watchdog {
+            Watchdog::global().watch(work.watched());
+        }
+        work
     }
 
     pub fn next_seq(&self, kind: SeqKind) -> u64 {

@@ -13,13 +13,18 @@ mod comm;
 mod group;
 mod ops;
 mod options;
+pub mod recorder;
 mod subgroups;
+pub(crate) mod watch;
 mod work;
 
 pub use coalesce::{Coalescing, P2pOp};
 pub use group::ProcessGroup;
 pub use options::{PgOptions, DEFAULT_TIMEOUT};
-pub use work::{Work, WorkMeta, WorkOf};
+pub use oxccl_core::state::work::WorkInfo;
+pub use recorder::Recorder;
+pub use watch::{CompletedWork, CompletionHook};
+pub use work::{Work, WorkOf};
 
 use oxccl_core::{Backend, Communicator, Stream};
 
@@ -29,3 +34,12 @@ pub type CommOf<B> = <B as Backend>::Comm;
 pub type EventOf<B> = <crate::buffer::StreamOf<B> as Stream>::Event;
 /// The abort handle of a backend's communicators.
 pub type AbortOf<B> = <CommOf<B> as Communicator>::Abort;
+
+/// Aborts every communicator of `groups` and stops the watchdog, within `limit` (c10d's
+/// shutdown): never waits for peers.
+pub fn shutdown<B: crate::buffer::Memory>(groups: &[&ProcessGroup<B>], limit: std::time::Duration) {
+    for g in groups {
+        g.abort("shut down");
+    }
+    crate::watchdog::Watchdog::global().stop(limit);
+}

@@ -1,11 +1,11 @@
 //! Every collective and p2p operation of a process group, on typed buffers of the backend.
 //! Rooted operations and peers take global ranks, translated to group ranks here.
 
-use super::group::{Issuer, SeqKind};
+use super::group::{Issuer, OpDesc};
 use super::{ProcessGroup, WorkOf};
 use crate::buffer::{Buffer, Memory};
 use crate::element::{host_op, NcclType};
-use oxccl_core::{CommOp, RawBuf, RawBufMut, ReduceOp, Result};
+use oxccl_core::{CommOp, OpKind, RawBuf, RawBufMut, ReduceOp, Result};
 
 /// `buf` read on the issuer's stream; the access guard lives in the caller's scope.
 macro_rules! rd {
@@ -26,7 +26,7 @@ impl<B: Memory> ProcessGroup<B> {
         let op = host_op::<T>(op)?;
         let n = buf.len();
         self.inner
-            .issue("all_reduce", SeqKind::Collective, (n, n), |is| {
+            .issue(desc::<T>(OpKind::AllReduce, (n, n), None), |is| {
                 let (w, _g) = wr!(is, "buf", buf);
                 let op = CommOp::AllReduce {
                     send: w.as_read(),
@@ -45,7 +45,7 @@ impl<B: Memory> ProcessGroup<B> {
         let root = self.inner.to_group_rank("root", root)?;
         let n = buf.len();
         self.inner
-            .issue("broadcast", SeqKind::Collective, (n, n), |is| {
+            .issue(desc::<T>(OpKind::Broadcast, (n, n), None), |is| {
                 let (w, _g) = wr!(is, "buf", buf);
                 let op = CommOp::Broadcast {
                     send: w.as_read(),
@@ -70,7 +70,7 @@ impl<B: Memory> ProcessGroup<B> {
         let root = self.inner.to_group_rank("root", root)?;
         let n = buf.len();
         self.inner
-            .issue("reduce", SeqKind::Collective, (n, n), |is| {
+            .issue(desc::<T>(OpKind::Reduce, (n, n), None), |is| {
                 let (w, _g) = wr!(is, "buf", buf);
                 let op = CommOp::Reduce {
                     send: w.as_read(),
@@ -87,17 +87,17 @@ impl<B: Memory> ProcessGroup<B> {
     /// Issues an operation reading `send` and writing `recv`.
     fn two<'c, T: NcclType>(
         &self,
-        name: &'static str,
+        kind: OpKind,
+        peer: Option<u32>,
         send: Option<&B::Buf<T>>,
         recv: Option<&mut B::Buf<T>>,
-        seq: SeqKind,
         build: impl FnOnce(RawBuf, RawBufMut) -> CommOp<'c>,
     ) -> Result<WorkOf<B>> {
         let numel = (
             send.map_or(0, |b| b.len()),
             recv.as_ref().map_or(0, |b| b.len()),
         );
-        self.inner.issue(name, seq, numel, |is| {
+        self.inner.issue(desc::<T>(kind, numel, peer), |is| {
             two_on(is, send, recv, |s, r| {
                 // SAFETY: both buffers came from `Memory::read`/`write` on the issuer's stream
                 // and their guards live until `two_on` returns, after the issue.
@@ -114,10 +114,10 @@ impl<B: Memory> ProcessGroup<B> {
         recv: &mut B::Buf<T>,
     ) -> Result<WorkOf<B>> {
         self.two(
-            "all_gather",
+            OpKind::AllGather,
+            None,
             Some(send),
             Some(recv),
-            SeqKind::Collective,
             |send, recv| CommOp::AllGather {
                 send,
                 recv,
@@ -136,10 +136,10 @@ impl<B: Memory> ProcessGroup<B> {
     ) -> Result<WorkOf<B>> {
         let op = host_op::<T>(op)?;
         self.two(
-            "reduce_scatter",
+            OpKind::ReduceScatter,
+            None,
             Some(send),
             Some(recv),
-            SeqKind::Collective,
             |send, recv| CommOp::ReduceScatter {
                 send,
                 recv,
@@ -157,10 +157,10 @@ impl<B: Memory> ProcessGroup<B> {
         recv: &mut B::Buf<T>,
     ) -> Result<WorkOf<B>> {
         self.two(
-            "all_to_all",
+            OpKind::AllToAll,
+            None,
             Some(send),
             Some(recv),
-            SeqKind::Collective,
             |send, recv| CommOp::AllToAll {
                 send,
                 recv,
@@ -178,10 +178,10 @@ impl<B: Memory> ProcessGroup<B> {
         counts: &[usize],
     ) -> Result<WorkOf<B>> {
         self.two(
-            "all_gather_v",
+            OpKind::AllGatherV,
+            None,
             Some(send),
             Some(recv),
-            SeqKind::Collective,
             |send, recv| CommOp::AllGatherV {
                 send,
                 recv,
@@ -202,10 +202,10 @@ impl<B: Memory> ProcessGroup<B> {
     ) -> Result<WorkOf<B>> {
         let op = host_op::<T>(op)?;
         self.two(
-            "reduce_scatter_v",
+            OpKind::ReduceScatterV,
+            None,
             Some(send),
             Some(recv),
-            SeqKind::Collective,
             |send, recv| CommOp::ReduceScatterV {
                 send,
                 recv,
@@ -226,10 +226,10 @@ impl<B: Memory> ProcessGroup<B> {
         recv_counts: &[usize],
     ) -> Result<WorkOf<B>> {
         self.two(
-            "all_to_all_v",
+            OpKind::AllToAllV,
+            None,
             Some(send),
             Some(recv),
-            SeqKind::Collective,
             |send, recv| CommOp::AllToAllV {
                 send,
                 recv,
@@ -248,18 +248,14 @@ impl<B: Memory> ProcessGroup<B> {
         root: u32,
     ) -> Result<WorkOf<B>> {
         let root = self.inner.to_group_rank("root", root)?;
-        self.two(
-            "scatter",
-            send,
-            Some(recv),
-            SeqKind::Collective,
-            |send, recv| CommOp::Scatter {
+        self.two(OpKind::Scatter, None, send, Some(recv), |send, recv| {
+            CommOp::Scatter {
                 send,
                 recv,
                 dtype: T::DTYPE,
                 root,
-            },
-        )
+            }
+        })
     }
 
     /// Gathers every rank's `send` into `recv` of global rank `root` (`None` elsewhere).
@@ -270,24 +266,20 @@ impl<B: Memory> ProcessGroup<B> {
         root: u32,
     ) -> Result<WorkOf<B>> {
         let root = self.inner.to_group_rank("root", root)?;
-        self.two(
-            "gather",
-            Some(send),
-            recv,
-            SeqKind::Collective,
-            |send, recv| CommOp::Gather {
+        self.two(OpKind::Gather, None, Some(send), recv, |send, recv| {
+            CommOp::Gather {
                 send,
                 recv,
                 dtype: T::DTYPE,
                 root,
-            },
-        )
+            }
+        })
     }
 
     /// Sends `buf` to global rank `dst`.
     pub fn send<T: NcclType>(&self, buf: &B::Buf<T>, dst: u32) -> Result<WorkOf<B>> {
         let peer = self.inner.to_group_rank("dst", dst)?;
-        self.two("send", Some(buf), None, SeqKind::P2p, |buf, _| {
+        self.two(OpKind::Send, Some(peer), Some(buf), None, |buf, _| {
             CommOp::Send {
                 buf,
                 dtype: T::DTYPE,
@@ -299,7 +291,7 @@ impl<B: Memory> ProcessGroup<B> {
     /// Receives into `buf` from global rank `src`.
     pub fn recv<T: NcclType>(&self, buf: &mut B::Buf<T>, src: u32) -> Result<WorkOf<B>> {
         let peer = self.inner.to_group_rank("src", src)?;
-        self.two("recv", None, Some(buf), SeqKind::P2p, |_, buf| {
+        self.two(OpKind::Recv, Some(peer), None, Some(buf), |_, buf| {
             CommOp::Recv {
                 buf,
                 dtype: T::DTYPE,
@@ -308,13 +300,12 @@ impl<B: Memory> ProcessGroup<B> {
         })
     }
 
-    /// Waits until every rank of the group reached the barrier: a one-element all-reduce,
-    /// waited for here (bounded by the group's timeout), as c10d's barrier synchronizes.
+    /// A barrier: a one-element all-reduce whose work completes once every rank reached it
+    /// (wait for it, with a timeout of its own if need be).
     pub fn barrier(&self) -> Result<WorkOf<B>> {
         let mut one = self.alloc_zeros::<u8>(1)?;
-        let work = self
-            .inner
-            .issue("barrier", SeqKind::Collective, (1, 1), |is| {
+        self.inner
+            .issue(desc::<u8>(OpKind::Barrier, (1, 1), None), |is| {
                 let (w, _g) = wr!(is, "buf", &mut one);
                 let op = CommOp::AllReduce {
                     send: w.as_read(),
@@ -324,9 +315,17 @@ impl<B: Memory> ProcessGroup<B> {
                 };
                 // SAFETY: as in `all_reduce`; the buffer is freed after the work in stream order.
                 unsafe { is.issue(&op) }
-            })?;
-        work.wait()?;
-        Ok(work)
+            })
+    }
+}
+
+/// The description of an operation on elements of `T`.
+fn desc<T: NcclType>(kind: OpKind, numel: (usize, usize), peer: Option<u32>) -> OpDesc {
+    OpDesc {
+        kind,
+        dtype: T::DTYPE,
+        numel,
+        peer,
     }
 }
 

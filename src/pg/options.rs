@@ -1,5 +1,7 @@
 //! What a process group is configured with.
 
+use super::recorder::Recorder;
+use oxccl_core::env::ErrorHandling;
 use oxccl_core::{CommConfig, Device};
 use std::time::Duration;
 
@@ -24,6 +26,19 @@ pub struct PgOptions {
     pub timing: bool,
     /// A description, shown in errors and traces (the default group is "default_pg").
     pub desc: String,
+    /// What the watchdog does when an operation fails or times out (c10d's
+    /// `TORCH_NCCL_ASYNC_ERROR_HANDLING`; default SkipCleanUp, as PyTorch: the process ends).
+    pub error_handling: ErrorHandling,
+    /// Write the flight recorder's dump when an operation times out.
+    pub dump_on_timeout: bool,
+    /// Queue every work to the process's watchdog (needed for the error-handling mode,
+    /// completion hooks and recorder states; `Work::wait` works without it).
+    pub watchdog: bool,
+    /// Start the heartbeat monitor with this limit (c10d's monitoring; `None`: off).
+    pub heartbeat: Option<Duration>,
+    /// The flight recorder operations are recorded in (`None`: the process's, sized by
+    /// `OXCCL_TRACE_BUFFER_SIZE`). Subgroups use their parent's.
+    pub recorder: Option<Recorder>,
 }
 
 impl Default for PgOptions {
@@ -35,6 +50,11 @@ impl Default for PgOptions {
             config: CommConfig::new(),
             timing: false,
             desc: String::from("undefined"),
+            error_handling: ErrorHandling::SkipCleanUp,
+            dump_on_timeout: false,
+            watchdog: true,
+            heartbeat: Some(Duration::from_secs(600)),
+            recorder: None,
         }
     }
 }
@@ -58,6 +78,9 @@ impl PgOptions {
             timeout: env.timeout_for(explicit_timeout, None),
             timing: env.enable_timing,
             config: CommConfig::new().blocking(!env.nonblocking),
+            error_handling: env.error_handling(),
+            dump_on_timeout: env.dump_on_timeout,
+            heartbeat: env.enable_monitoring.then_some(env.heartbeat_timeout),
             ..PgOptions::default()
         }
     }

@@ -35,6 +35,9 @@ impl<B: Memory> ProcessGroup<B> {
         if opts.bound_device.is_none() {
             opts.bound_device = inner.opts.bound_device;
         }
+        if opts.recorder.is_none() {
+            opts.recorder = Some(inner.watch.recorder.clone());
+        }
         let plan = membership::comm_plan(
             inner.can_split() && inner.rank.is_some(),
             opts.bound_device.is_some(),

@@ -1,47 +1,31 @@
-//! The handle of an operation in flight: c10d's `Work`.
+//! The handle of an operation in flight: c10d's `Work`, over the core's work state machine.
 
-use super::{AbortOf, EventOf};
-use oxccl_core::{text, CommAbort, Error, Event, Result};
-use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use super::recorder::now_ns;
+use super::watch::{CompletedWork, GroupWatch};
+use crate::watchdog::Watched;
+use oxccl_core::state::work::{Work as WorkMachine, WorkInfo};
+use oxccl_core::trace::TraceState;
+use oxccl_core::{CommAbort, Error, Event, OpKind, Result};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
-/// What one operation of a process group is, for its work's messages.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct WorkMeta {
-    /// Sequence number: from 1 per group, equal across the group's ranks (p2p operations
-    /// count separately from collectives).
-    pub seq: u64,
-    /// The operation (`"all_reduce"`, `"send"`, `"coalesced"`, …).
-    pub op: &'static str,
-    /// Elements read by this rank.
-    pub numel_in: usize,
-    /// Elements written on this rank.
-    pub numel_out: usize,
-}
-
-#[derive(Debug, Clone)]
-enum Status {
-    Pending,
-    Done,
-    /// Boxed: the error is large and rare; the status is read on every poll.
-    Failed(Box<Error>),
-}
-
-struct Inner<E, A> {
-    meta: WorkMeta,
-    timeout: Duration,
-    created: Instant,
+pub(crate) struct Inner<E, A> {
     /// Recorded before the operation when timing is on.
     start: Option<E>,
-    /// Recorded after the operation; `None` for work that issued nothing (a non-member's
-    /// call, an empty batch).
+    /// Recorded after the operation; `None` for work that issued nothing.
     end: Option<E>,
     abort: Option<A>,
-    status: Mutex<Status>,
+    state: Mutex<WorkMachine>,
+    /// The flight-recorder entry, when recording.
+    trace: Option<u64>,
+    watch: Arc<GroupWatch>,
+    /// Whether the completion was handed to hooks and the recorder (once).
+    reported: AtomicBool,
 }
 
 /// An operation in flight: wait for it, ask whether it completed, read its first error and its
-/// duration. Cheap to clone (a watchdog may hold a clone). Dropping it never waits: the
+/// duration. Cheap to clone (the watchdog holds a clone). Dropping it never waits: the
 /// operation goes on in stream order, and its buffers stay valid until it has run.
 pub struct Work<E, A> {
     inner: Arc<Inner<E, A>>,
@@ -57,9 +41,14 @@ impl<E, A> Clone for Work<E, A> {
 
 impl<E, A> std::fmt::Debug for Work<E, A> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let st = self
+            .inner
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         f.debug_struct("Work")
-            .field("meta", &self.inner.meta)
-            .field("timeout", &self.inner.timeout)
+            .field("info", st.info())
+            .field("state", &st.state())
             .finish()
     }
 }
@@ -69,134 +58,88 @@ const POLL_SLEEP: Duration = Duration::from_micros(200);
 /// Polls that only yield before the waiting thread starts to sleep (short operations end here).
 const QUICK_POLLS: u32 = 64;
 
-impl<E: Event, A: CommAbort> Work<E, A> {
+fn ms(d: Duration) -> u64 {
+    d.as_millis().min(u128::from(u64::MAX)) as u64
+}
+
+impl<E: Event + 'static, A: CommAbort> Work<E, A> {
     pub(crate) fn new(
-        meta: WorkMeta,
-        timeout: Duration,
+        info: WorkInfo,
         start: Option<E>,
         end: Option<E>,
         abort: Option<A>,
+        trace: Option<u64>,
+        watch: Arc<GroupWatch>,
     ) -> Self {
-        let done = end.is_none();
+        let mut state = WorkMachine::new(info, now_ns());
+        if end.is_none() {
+            // Nothing was issued: complete at once (an empty batch).
+            let _ = state.observe(now_ns(), true, true);
+        }
         Work {
             inner: Arc::new(Inner {
-                meta,
-                timeout,
-                created: Instant::now(),
                 start,
                 end,
                 abort,
-                status: Mutex::new(if done { Status::Done } else { Status::Pending }),
+                state: Mutex::new(state),
+                trace,
+                watch,
+                reported: AtomicBool::new(false),
             }),
         }
     }
 
-    /// The operation's sequence number, op type and element counts.
-    pub fn meta(&self) -> WorkMeta {
-        self.inner.meta
+    /// The work as the watchdog holds it.
+    pub(crate) fn watched(&self) -> Arc<dyn Watched> {
+        self.inner.clone()
+    }
+
+    /// What the work is: sequence number, operation, element counts, timeout.
+    pub fn info(&self) -> WorkInfo {
+        *self.inner.lock().info()
     }
 
     /// The sequence number (from 1 per group, equal across ranks).
     pub fn seq(&self) -> u64 {
-        self.inner.meta.seq
+        self.info().seq
+    }
+
+    /// The operation (the first one of a coalesced block).
+    pub fn op(&self) -> OpKind {
+        self.info().kind
     }
 
     /// The time limit [`Work::wait`] applies.
     pub fn timeout(&self) -> Duration {
-        self.inner.timeout
-    }
-
-    fn status(&self) -> std::sync::MutexGuard<'_, Status> {
-        self.inner
-            .status
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// One look at the operation: completed, failed (the communicator's asynchronous error, or
-    /// an abort), timed out (then the communicator is aborted with the reason), or still
-    /// running (`Ok(false)`). The first cause is kept: later looks report the same error.
-    fn poll_once(&self, limit: Duration) -> Result<bool> {
-        let mut st = self.status();
-        match &*st {
-            Status::Done => return Ok(true),
-            Status::Failed(e) => return Err((**e).clone()),
-            Status::Pending => {}
-        }
-        let outcome = self.look(limit);
-        match outcome {
-            Ok(true) => *st = Status::Done,
-            Ok(false) => {}
-            Err(ref e) => *st = Status::Failed(Box::new(e.clone())),
-        }
-        outcome
-    }
-
-    fn look(&self, limit: Duration) -> Result<bool> {
-        // An operation whose stream passed it may still have failed (an abort or a peer's
-        // failure ends it early): the communicator's error decides, once either way.
-        let passed = match &self.inner.end {
-            Some(end) => end.query()?,
-            None => true,
-        };
-        if let Some(a) = &self.inner.abort {
-            a.poll()?;
-        }
-        if passed {
-            return Ok(true);
-        }
-        let ran = self.inner.created.elapsed();
-        if ran >= limit {
-            let m = self.inner.meta;
-            let e = Error::Timeout {
-                what: text!(
-                    "work seq {} ({}, numel in {}, out {}, timeout {} ms) ran for {} ms",
-                    m.seq,
-                    m.op,
-                    m.numel_in,
-                    m.numel_out,
-                    limit.as_millis(),
-                    ran.as_millis()
-                ),
-                after_ms: ran.as_millis() as u64,
-            };
-            if let Some(a) = &self.inner.abort {
-                a.abort(&e.to_string());
-            }
-            return Err(e);
-        }
-        Ok(false)
+        Duration::from_millis(self.info().timeout_ms)
     }
 
     /// Whether the operation has finished, successfully or not (never blocks).
     pub fn is_completed(&self) -> bool {
-        !matches!(self.poll_once(self.inner.timeout), Ok(false))
+        !matches!(self.inner.poll(now_ns(), None), Ok(false))
     }
 
     /// Whether the operation finished successfully (never blocks).
     pub fn is_success(&self) -> bool {
-        matches!(self.poll_once(self.inner.timeout), Ok(true))
+        matches!(self.inner.poll(now_ns(), None), Ok(true))
     }
 
     /// The first error of the operation, once it failed.
     pub fn error(&self) -> Option<Error> {
-        match &*self.status() {
-            Status::Failed(e) => Some((**e).clone()),
-            _ => None,
-        }
+        self.inner.lock().error().cloned()
     }
 
     /// Blocks until the operation completed, bounded by the group's timeout (counted from the
-    /// issue). On a timeout the communicator is aborted with the reason, and every later
-    /// operation on it fails fast saying so.
+    /// issue). On a timeout the communicator is aborted with the reason (c10d's blocking wait),
+    /// and every later operation on it fails fast saying so.
     pub fn wait(&self) -> Result<()> {
-        self.wait_timeout(self.inner.timeout)
+        self.wait_timeout(self.timeout())
     }
 
     /// [`Work::wait`] with its own limit, counted from the issue.
     pub fn wait_timeout(&self, limit: Duration) -> Result<()> {
         let mut polls = 0u32;
-        while !self.poll_once(limit)? {
+        while !self.inner.poll(now_ns(), Some(ms(limit)))? {
             polls = polls.saturating_add(1);
             if polls < QUICK_POLLS {
                 std::thread::yield_now();
@@ -210,22 +153,121 @@ impl<E: Event, A: CommAbort> Work<E, A> {
     /// How long the operation ran on its stream; needs timing on ([`super::PgOptions::timing`])
     /// and a completed operation.
     pub fn duration(&self) -> Result<Duration> {
-        let (Some(start), Some(end)) = (&self.inner.start, &self.inner.end) else {
-            return Err(Error::invalid(
-                "timing",
-                format_args!("a work of a group with timing on (PgOptions::timing)"),
-            ));
-        };
-        if !self.is_success() {
-            return Err(Error::invalid(
-                "work",
-                format_args!("a completed work (wait for it first)"),
-            ));
+        self.inner.poll(now_ns(), None)?;
+        let ns = self.inner.lock().duration_ns()?;
+        Ok(Duration::from_nanos(ns))
+    }
+}
+
+impl<E: Event, A: CommAbort> Inner<E, A> {
+    fn lock(&self) -> MutexGuard<'_, WorkMachine> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// One look at the operation: `Ok(true)` completed, `Ok(false)` still running, or its
+    /// first error (the communicator's asynchronous error, an abort, a timeout). With
+    /// `wait_limit_ms` (a waiting caller) a timeout aborts the communicator; without it (the
+    /// watchdog, a query) the group's timeout applies and the watchdog's plan decides.
+    fn poll(&self, now: u64, wait_limit_ms: Option<u64>) -> Result<bool> {
+        let mut st = self.lock();
+        if st.state().is_final() {
+            return st.error().map_or(Ok(true), |e| Err(e.clone()));
         }
-        let ms = start.elapsed_ms(end)?;
-        Ok(Duration::from_secs_f64(f64::from(ms.max(0.0)) / 1000.0))
+        let completed = match &self.end {
+            Some(end) => end.query(),
+            None => Ok(true),
+        };
+        // A stream that passed the operation may still have cut it short (an abort, a peer's
+        // failure): the communicator's error decides.
+        let outcome = completed.and_then(|c| match &self.abort {
+            Some(a) => a.poll().map(|_| c),
+            None => Ok(c),
+        });
+        let completed = match outcome {
+            Ok(c) => c,
+            Err(e) => {
+                let _ = st.fail(now, e.clone());
+                drop(st);
+                self.watch.recorder.finish(self.trace, None);
+                return Err(e);
+            }
+        };
+        if completed {
+            let _ = st.observe(now, true, true);
+            if let (Some(s), Some(e)) = (&self.start, &self.end) {
+                if let Ok(ms) = s.elapsed_ms(e) {
+                    let _ = st.set_measured_duration((f64::from(ms.max(0.0)) * 1e6) as u64);
+                }
+            }
+            return Ok(true);
+        }
+        if st.state() == oxccl_core::WorkState::Scheduled {
+            if let Some(s) = &self.start {
+                if s.query().unwrap_or(false) {
+                    let _ = st.observe(now, true, false);
+                    self.watch
+                        .recorder
+                        .update(self.trace, TraceState::Started, now);
+                }
+            }
+        }
+        let limit = wait_limit_ms.unwrap_or(st.info().timeout_ms);
+        if let Err(e) = st.check_deadline(now, limit) {
+            drop(st);
+            if wait_limit_ms.is_some() {
+                if let Some(a) = &self.abort {
+                    a.abort(&e.to_string());
+                }
+            }
+            return Err(e);
+        }
+        Ok(false)
+    }
+}
+
+impl<E: Event + 'static, A: CommAbort> Watched for Inner<E, A> {
+    fn poll(&self, now_ns: u64) -> Result<bool> {
+        let r = Inner::poll(self, now_ns, None);
+        if matches!(r, Ok(true)) && !self.reported.swap(true, Ordering::AcqRel) {
+            let st = self.lock();
+            let duration = st.duration_ns().ok();
+            let done = duration.map(|ns| CompletedWork {
+                group: self.watch.uid,
+                op: st.info().kind,
+                coalesced: st.info().coalesced,
+                seq: st.info().seq,
+                created_ns: st.created_ns(),
+                completed_ns: st.ended_ns().unwrap_or(now_ns),
+                duration: Duration::from_nanos(ns),
+            });
+            drop(st);
+            self.watch
+                .recorder
+                .update(self.trace, TraceState::Completed, now_ns);
+            self.watch.recorder.finish(self.trace, duration);
+            if let Some(done) = done {
+                self.watch.run_hooks(&done);
+            }
+        }
+        r
+    }
+
+    fn deadline_ns(&self) -> u64 {
+        let st = self.lock();
+        st.created_ns()
+            .saturating_add(st.info().timeout_ms.saturating_mul(1_000_000))
+    }
+
+    fn watch(&self) -> &GroupWatch {
+        &self.watch
+    }
+
+    fn abort_comm(&self, reason: &str) {
+        if let Some(a) = &self.abort {
+            a.abort(reason);
+        }
     }
 }
 
 /// `Work` over a backend's event and abort handle.
-pub type WorkOf<B> = Work<EventOf<B>, AbortOf<B>>;
+pub type WorkOf<B> = Work<super::EventOf<B>, super::AbortOf<B>>;

@@ -95,7 +95,11 @@ pub fn case_19<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
     let work = ok!(block.end());
     ok!(work.wait());
     ensure!(pg.seq() - before == 1, "works: {}", pg.seq() - before);
-    ensure!(work.meta().op == "coalesced", "{:?}", work.meta());
+    ensure!(
+        work.info().coalesced && work.op() == oxccl::core::OpKind::AllReduce,
+        "{:?}",
+        work.info()
+    );
     for (i, b) in bufs.iter().enumerate() {
         let want = (n * i + n * (n + 1) / 2) as f32;
         ensure!(ok!(pg.download(b)) == vec![want; 60 + i], "tensor {i}");

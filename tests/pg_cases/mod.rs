@@ -38,6 +38,8 @@ pub fn lazy(rank: u32) -> PgOptions {
     PgOptions {
         timeout: Duration::from_secs(60),
         device: Device(rank),
+        // A failing case must fail, not end the test process (the default, as PyTorch's).
+        error_handling: oxccl::core::env::ErrorHandling::CleanUpOnly,
         ..PgOptions::default()
     }
 }
@@ -52,6 +54,7 @@ pub fn eager(rank: u32) -> PgOptions {
 
 pub mod collectives;
 pub mod groups;
+pub mod safety;
 
 /// The cases that run wherever a backend runs them (case 2 needs devices, 23 the mock's
 /// mismatch detection; case 26 needs an even number of ranks).
@@ -66,6 +69,8 @@ pub fn portable<B: Memory>() -> Vec<Case<B>> {
         ("case_09_nonblocking_init", case_09::<B>),
         ("case_10_timeout_at_run_time", case_10::<B>),
         ("case_11_group_uid_and_description", case_11::<B>),
+        ("case_13_error_reason_propagation", safety::case_13::<B>),
+        ("case_14_wait_timeout", safety::case_14::<B>),
         ("case_17_broadcast_coalesced", collectives::case_17::<B>),
         (
             "case_18_all_reduce_coalesced_uneven",
@@ -80,6 +85,9 @@ pub fn portable<B: Memory>() -> Vec<Case<B>> {
         ("case_22_single_rank_groups", collectives::case_22::<B>),
         ("case_24_complex_as_real_pairs", collectives::case_24::<B>),
         ("case_25_membership", groups::case_25::<B>),
+        ("case_27_completion_hooks", safety::case_27::<B>),
+        ("case_28_flight_recorder_ring", safety::case_28::<B>),
+        ("case_29_flight_recorder_states", safety::case_29::<B>),
         ("case_26_subgroups_with_global_peers", groups::case_26::<B>),
         ("case_31_config_passes_through", groups::case_31::<B>),
     ]
@@ -254,8 +262,8 @@ pub fn case_09<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
 /// Case 10 (the group part): default 600 s; set at run time → 23 then 252.
 pub fn case_10<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
     let pg = ok!(mk(PgOptions {
-        device: Device(rank),
-        ..PgOptions::default()
+        timeout: DEFAULT_TIMEOUT,
+        ..lazy(rank)
     }));
     ensure!(
         pg.timeout() == DEFAULT_TIMEOUT,

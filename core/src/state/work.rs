@@ -238,6 +238,12 @@ impl Work {
     /// timed out and gives [`Error::Timeout`] with PyTorch's description; a work that failed
     /// earlier gives its first failure again.
     pub fn check_timeout(&mut self, now_ns: u64) -> Result<(), Error> {
+        self.check_deadline(now_ns, self.info.timeout_ms)
+    }
+
+    /// [`Work::check_timeout`] against `limit_ms` instead of the work's own timeout (a
+    /// `wait` with a timeout of its own); the text names the limit applied.
+    pub fn check_deadline(&mut self, now_ns: u64, limit_ms: u64) -> Result<(), Error> {
         if self.state.is_final() {
             return match &self.error {
                 Some(e) => Err(e.clone()),
@@ -245,7 +251,7 @@ impl Work {
             };
         }
         let elapsed_ns = now_ns.saturating_sub(self.created_ns);
-        if elapsed_ns <= self.info.timeout_ms.saturating_mul(NS_PER_MS) {
+        if elapsed_ns <= limit_ms.saturating_mul(NS_PER_MS) {
             return Ok(());
         }
         let after_ms = elapsed_ns / NS_PER_MS;
@@ -257,7 +263,7 @@ impl Work {
                 op_type_name(i.kind, i.coalesced),
                 i.numel_in,
                 i.numel_out,
-                i.timeout_ms,
+                limit_ms,
                 after_ms
             )),
             after_ms,

@@ -1,0 +1,85 @@
+//! The flight recorder the process group fills: one ring per process by default (c10d's), or
+//! one of the caller's (tests, tools), shared by a default group and its subgroups.
+
+use oxccl_core::trace::{FlightRecorder, PgConfig, TraceRecord, TraceState};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+
+/// A shared flight recorder.
+#[derive(Clone, Debug)]
+pub struct Recorder(Arc<Mutex<FlightRecorder>>);
+
+impl Recorder {
+    /// A recorder of `capacity` entries (0: records nothing).
+    pub fn new(capacity: usize) -> Recorder {
+        Recorder(Arc::new(Mutex::new(FlightRecorder::new(capacity))))
+    }
+
+    /// The process's recorder, sized by `OXCCL_TRACE_BUFFER_SIZE` when first used.
+    pub fn global() -> Recorder {
+        static GLOBAL: OnceLock<Recorder> = OnceLock::new();
+        GLOBAL
+            .get_or_init(|| {
+                let capacity = std::env::var(oxccl_core::env::TRACE_BUFFER_SIZE)
+                    .ok()
+                    .and_then(|v| {
+                        oxccl_core::env::parse_u64(
+                            oxccl_core::env::TRACE_BUFFER_SIZE,
+                            &v,
+                            0,
+                            oxccl_core::env::MAX_TRACE_BUFFER,
+                        )
+                        .ok()
+                    })
+                    .unwrap_or(DEFAULT_CAPACITY as u64);
+                Recorder::new(capacity as usize)
+            })
+            .clone()
+    }
+
+    /// The ring, locked.
+    pub fn lock(&self) -> MutexGuard<'_, FlightRecorder> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether it records at all (checked before building a record).
+    pub fn is_enabled(&self) -> bool {
+        self.lock().is_enabled()
+    }
+
+    pub(crate) fn add_pg(&self, pg: PgConfig) {
+        self.lock().add_pg(pg);
+    }
+
+    pub(crate) fn record(&self, record: TraceRecord) -> Option<u64> {
+        self.lock().record(record)
+    }
+
+    pub(crate) fn update(&self, id: Option<u64>, state: TraceState, now_ns: u64) {
+        if let Some(id) = id {
+            self.lock().update_state(id, state, now_ns);
+        }
+    }
+
+    pub(crate) fn finish(&self, id: Option<u64>, duration_ns: Option<u64>) {
+        if let Some(id) = id {
+            let mut r = self.lock();
+            if let Some(ns) = duration_ns {
+                r.set_duration(id, ns);
+            }
+            r.retire(id);
+        }
+    }
+}
+
+/// Entries kept when `OXCCL_TRACE_BUFFER_SIZE` is unset (as recent PyTorch).
+pub const DEFAULT_CAPACITY: usize = 2000;
+
+/// Nanoseconds of the process's monotonic clock (from its first use).
+pub fn now_ns() -> u64 {
+    static EPOCH: OnceLock<std::time::Instant> = OnceLock::new();
+    EPOCH
+        .get_or_init(std::time::Instant::now)
+        .elapsed()
+        .as_nanos()
+        .min(u128::from(u64::MAX)) as u64
+}

@@ -1,0 +1,58 @@
+//! The heartbeat monitor: a second thread that notices a watchdog stuck for longer than its
+//! limit (blocked inside the library, say), dumps what it can and ends the process, as c10d's
+//! monitoring thread does. The decision is the core's `heartbeat_stuck`.
+
+use super::Watchdog;
+use crate::pg::recorder::now_ns;
+use oxccl_core::watchdog::heartbeat_stuck;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+/// The running monitor (one per process).
+pub struct HeartbeatMonitor {
+    stop: AtomicBool,
+}
+
+impl HeartbeatMonitor {
+    /// Starts the process's monitor once, watching [`Watchdog::global`] with `limit`; later
+    /// calls return the running one.
+    pub fn start(limit: Duration) -> &'static Arc<HeartbeatMonitor> {
+        static GLOBAL: OnceLock<Arc<HeartbeatMonitor>> = OnceLock::new();
+        GLOBAL.get_or_init(|| {
+            let m = Arc::new(HeartbeatMonitor {
+                stop: AtomicBool::new(false),
+            });
+            let me = m.clone();
+            let limit_ms = limit.as_millis().min(u128::from(u64::MAX)) as u64;
+            // Look a few times per limit, never more often than every 100 ms.
+            let every = Duration::from_millis((limit_ms / 4).clamp(100, 60_000));
+            let spawned = std::thread::Builder::new()
+                .name("oxccl-heartbeat".into())
+                .spawn(move || {
+                    let dog = Watchdog::global();
+                    while !me.stop.load(Ordering::Acquire) {
+                        std::thread::sleep(every);
+                        if heartbeat_stuck(dog.heartbeat_ns(), now_ns(), limit_ms) {
+                            let reason = format!(
+                                "the watchdog made no pass for over {limit_ms} ms (stuck inside a library call?)"
+                            );
+                            dog.dump(&reason);
+                            let end = *super::lock(&dog.end_process);
+                            end(&reason);
+                            return;
+                        }
+                    }
+                });
+            if let Err(e) = spawned {
+                log::error!("oxccl: cannot start the heartbeat monitor: {e}");
+            }
+            m
+        })
+    }
+
+    /// Stops watching (the thread ends at its next look).
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::Release);
+    }
+}

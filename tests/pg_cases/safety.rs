@@ -1,0 +1,290 @@
+//! Seed cases 13, 14, 27, 28 and 29: errors and timeouts that abort, completion hooks, the
+//! flight recorder's ring and states.
+
+use super::{lazy, MakeGroup, Verdict};
+use oxccl::buffer::Memory;
+use oxccl::core::trace::TraceState;
+use oxccl::pg::{PgOptions, ProcessGroup, Recorder};
+use oxccl::{DataType, Error, ReduceOp};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Polls `cond` for up to 10 s (the watchdog works on its own thread).
+fn eventually(mut cond: impl FnMut() -> bool) -> bool {
+    let began = Instant::now();
+    while began.elapsed() < Duration::from_secs(10) {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    false
+}
+
+/// Case 13: an unmatched all_reduce on rank 1 times out in its wait; the communicator is
+/// aborted, and the next operation's error says so and why.
+pub fn case_13<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
+    let pg = ok!(mk(lazy(rank)));
+    let mut b = ok!(pg.upload(&[1.0f32; 16]));
+    ok!(ok!(pg.all_reduce(&mut b, ReduceOp::Sum)).wait());
+    if rank == 1 {
+        let w = ok!(pg.all_reduce(&mut b, ReduceOp::Sum));
+        let r = w.wait_timeout(Duration::from_millis(500));
+        ensure!(matches!(r, Err(Error::Timeout { .. })), "wait gave {r:?}");
+        let next = pg.all_reduce(&mut b, ReduceOp::Sum).and_then(|w| w.wait());
+        let text = match &next {
+            Err(e) => e.to_string(),
+            Ok(()) => String::new(),
+        };
+        ensure!(
+            text.contains("abort") && text.contains("timing out"),
+            "next op: {next:?}"
+        );
+    } else {
+        std::thread::sleep(Duration::from_millis(1500));
+    }
+    Ok(())
+}
+
+/// Case 14: an unmatched all_reduce waited with 100 ms errors, naming the timeout; so does an
+/// unmatched barrier waited with 300 ms.
+pub fn case_14<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
+    for barrier in [false, true] {
+        let pg = ok!(mk(lazy(rank)));
+        let mut b = ok!(pg.upload(&[1.0f32; 4]));
+        ok!(ok!(pg.all_reduce(&mut b, ReduceOp::Sum)).wait());
+        if rank == 0 {
+            let (w, limit) = if barrier {
+                (ok!(pg.barrier()), Duration::from_millis(300))
+            } else {
+                (
+                    ok!(pg.all_reduce(&mut b, ReduceOp::Sum)),
+                    Duration::from_millis(100),
+                )
+            };
+            let began = Instant::now();
+            let r = w.wait_timeout(limit);
+            let text = r.as_ref().err().map(|e| e.to_string()).unwrap_or_default();
+            ensure!(
+                matches!(r, Err(Error::Timeout { .. })) && text.contains("Timeout(ms)="),
+                "barrier={barrier}: {r:?}"
+            );
+            ensure!(began.elapsed() < limit + Duration::from_secs(2), "too late");
+        } else {
+            std::thread::sleep(Duration::from_millis(800));
+        }
+    }
+    Ok(())
+}
+
+fn timed(rank: u32) -> PgOptions {
+    PgOptions {
+        timing: true,
+        ..lazy(rank)
+    }
+}
+
+/// Case 27: with timing on, completion hooks see every operation with a duration: two
+/// broadcasts (2 hooks), then three operations not waited for (3 more), the last seq 5… as
+/// c10d counts per group: here the second group's last seq is 3.
+pub fn case_27<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
+    let pg = ok!(mk(timed(rank)));
+    let n = pg.size() as f32;
+    let seen = Arc::new(AtomicU64::new(0));
+    let last_seq = Arc::new(AtomicU64::new(0));
+    let positive = Arc::new(AtomicU64::new(0));
+    let (s, l, p) = (seen.clone(), last_seq.clone(), positive.clone());
+    ok!(pg.on_completion(Box::new(move |w| {
+        s.fetch_add(1, Ordering::SeqCst);
+        l.fetch_max(w.seq, Ordering::SeqCst);
+        if w.duration > Duration::ZERO {
+            p.fetch_add(1, Ordering::SeqCst);
+        }
+        Ok(())
+    })));
+    let mut t = ok!(pg.upload(&[rank as f32; 6]));
+    for _ in 0..2 {
+        ok!(ok!(pg.broadcast(&mut t, 0)).wait());
+    }
+    ensure!(
+        ok!(pg.download(&t)) == vec![0.0; 6],
+        "broadcast from rank 0"
+    );
+    ensure!(eventually(|| seen.load(Ordering::SeqCst) == 2), "2 hooks");
+    let mut a = ok!(pg.upload(&[n; 4]));
+    let x = ok!(pg.upload(&[n]));
+    let mut g = ok!(pg.alloc_zeros::<f32>(pg.size() as usize));
+    let mut c = ok!(pg.upload(&[1.0f32]));
+    let _w1 = ok!(pg.all_reduce(&mut a, ReduceOp::Sum));
+    let _w2 = ok!(pg.all_gather(&x, &mut g));
+    let _w3 = ok!(pg.all_reduce(&mut c, ReduceOp::Sum));
+    ensure!(ok!(pg.download(&a)) == vec![n * n; 4], "all_reduce N²");
+    ensure!(
+        ok!(pg.download(&g)) == vec![n; pg.size() as usize],
+        "all_gather N × [N]"
+    );
+    ensure!(
+        eventually(|| seen.load(Ordering::SeqCst) == 5),
+        "5 hooks in all"
+    );
+    ensure!(
+        last_seq.load(Ordering::SeqCst) == 5,
+        "last seq {}",
+        last_seq.load(Ordering::SeqCst)
+    );
+    ensure!(positive.load(Ordering::SeqCst) == 5, "durations > 0");
+    // A failing hook is reported, not lost.
+    ok!(pg.on_completion(Box::new(|w| Err(format!("refused seq {}", w.seq)))));
+    ok!(ok!(pg.all_reduce(&mut c, ReduceOp::Sum)).wait());
+    ensure!(
+        eventually(|| pg.hook_errors().iter().any(|e| e.contains("refused seq 6"))),
+        "{:?}",
+        pg.hook_errors()
+    );
+    Ok(())
+}
+
+/// Case 28: a ring of 10 after 12 operations keeps 10, the last seq minus the first is 9; the
+/// drained last entry is retired and completed; after two all_reduces of 12 floats (a 3×4
+/// tensor): record id 1, collective seq 2, sizes [[12]], float32, timeout 600000 ms,
+/// completed, a duration only with timing.
+pub fn case_28<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
+    for timing in [false, true] {
+        let recorder = Recorder::new(10);
+        let pg = ok!(mk(PgOptions {
+            recorder: Some(recorder.clone()),
+            timing,
+            timeout: Duration::from_secs(600),
+            ..lazy(rank)
+        }));
+        let mut b = ok!(pg.upload(&[rank as f32; 12]));
+        let mut last = None;
+        for _ in 0..2 {
+            let w = ok!(pg.all_reduce(&mut b, ReduceOp::Sum));
+            ok!(w.wait());
+            last = Some(w);
+        }
+        ensure!(
+            eventually(|| recorder.lock().get(1).is_some_and(|e| e.retired)),
+            "retired"
+        );
+        {
+            let r = recorder.lock();
+            let e = r.get(1).ok_or("entry 1")?;
+            ensure!(
+                e.record.collective_seq == 2,
+                "seq {}",
+                e.record.collective_seq
+            );
+            ensure!(e.record.inputs[0].sizes == [12], "{:?}", e.record.inputs);
+            ensure!(e.record.inputs[0].dtype == DataType::Float32, "dtype");
+            ensure!(e.record.timeout_ms == 600_000, "timeout");
+            ensure!(e.state == TraceState::Completed, "state {:?}", e.state);
+            ensure!(
+                e.duration_ns.is_some() == timing,
+                "duration with timing={timing}"
+            );
+        }
+        drop(last);
+        for _ in 0..10 {
+            ok!(ok!(pg.all_reduce(&mut b, ReduceOp::Sum)).wait());
+        }
+        let r = recorder.lock();
+        let entries: Vec<_> = r.entries().collect();
+        ensure!(entries.len() == 10, "{} entries", entries.len());
+        let first = entries[0].record.collective_seq;
+        let last = entries[9].record.collective_seq;
+        ensure!(last - first == 9, "{first}..{last}");
+    }
+    Ok(())
+}
+
+/// Case 29: an unmatched second operation reads "started" with timing and "scheduled"
+/// without; an only-active dump keeps only it; p2p entries are named "nccl:send 1->0" /
+/// "nccl:recv 0<-1" with p2p seq and op id from 1; a coalesced block is one entry with all
+/// its input and output sizes.
+pub fn case_29<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
+    for timing in [true, false] {
+        let recorder = Recorder::new(100);
+        let pg: ProcessGroup<B> = ok!(mk(PgOptions {
+            recorder: Some(recorder.clone()),
+            timing,
+            ..lazy(rank)
+        }));
+        let mut b = ok!(pg.upload(&[1.0f32; 8]));
+        ok!(ok!(pg.all_reduce(&mut b, ReduceOp::Sum)).wait());
+        if rank == 0 {
+            let _stuck = ok!(pg.all_reduce(&mut b, ReduceOp::Sum));
+            let want = if timing {
+                TraceState::Started
+            } else {
+                TraceState::Scheduled
+            };
+            // The watchdog looks within its period; a scheduled one must stay so.
+            std::thread::sleep(Duration::from_millis(300));
+            ensure!(
+                eventually(|| recorder.lock().get(1).is_some_and(|e| e.state == want)),
+                "timing={timing}: {:?}",
+                recorder.lock().get(1).map(|e| e.state)
+            );
+            let active = recorder.lock().dump(true);
+            ensure!(
+                active.len() == 1 && active[0].id == 1,
+                "only active: {active:?}"
+            );
+            pg.abort("end of case 29");
+        } else {
+            std::thread::sleep(Duration::from_millis(800));
+        }
+    }
+    // p2p names and sequence numbers, and a coalesced block as one entry.
+    let recorder = Recorder::new(100);
+    let pg: ProcessGroup<B> = ok!(mk(PgOptions {
+        recorder: Some(recorder.clone()),
+        ..lazy(rank)
+    }));
+    let peer = 1 - rank.min(1);
+    let s = ok!(pg.upload(&[1.0f32; 4]));
+    let mut r = ok!(pg.alloc_zeros::<f32>(4));
+    if rank <= 1 {
+        if rank == 1 {
+            ok!(ok!(pg.send(&s, peer)).wait());
+        } else {
+            ok!(ok!(pg.recv(&mut r, peer)).wait());
+        }
+        let e = recorder.lock().get(0).cloned().ok_or("p2p entry")?;
+        let want = if rank == 1 {
+            "nccl:send 1->0"
+        } else {
+            "nccl:recv 0<-1"
+        };
+        ensure!(
+            e.record.profiling_name == want,
+            "{}",
+            e.record.profiling_name
+        );
+        ensure!(
+            e.record.is_p2p && e.record.p2p_seq == 1 && e.record.op_id == 1,
+            "{e:?}"
+        );
+    }
+    let mut x = ok!(pg.upload(&[1.0f32; 3]));
+    let mut y = ok!(pg.upload(&[1.0f32; 5]));
+    ok!(ok!(pg.coalesced(|c| {
+        c.all_reduce(&mut x, ReduceOp::Sum)?;
+        c.all_reduce(&mut y, ReduceOp::Sum)
+    }))
+    .wait());
+    let rec = recorder.lock();
+    let e = rec.entries().last().cloned().ok_or("coalesced entry")?;
+    ensure!(
+        e.record.profiling_name == "nccl:all_reduce_coalesced",
+        "{}",
+        e.record.profiling_name
+    );
+    let sizes: Vec<_> = e.record.inputs.iter().map(|t| t.sizes.clone()).collect();
+    ensure!(sizes == vec![vec![3], vec![5]], "{sizes:?}");
+    ensure!(e.record.outputs.len() == 2, "outputs");
+    Ok(())
+}
