@@ -13,7 +13,8 @@ use oxccl_core::{CommOp, DataType, Result, ResultCode};
 /// As [`super::native::call`].
 pub(super) unsafe fn call(c: &Ctx<'_>, op: &CommOp<'_>) -> Result<i32> {
     let size = c.size;
-    // SAFETY (every block below): the caller's contract; parts are within the checked lengths.
+    // SAFETY: for every block below, the caller's contract; parts are within the checked
+    // lengths.
     Ok(unsafe {
         match *op {
             CommOp::AllToAll { send, recv, dtype } => {

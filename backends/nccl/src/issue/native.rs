@@ -15,7 +15,7 @@ use oxccl_core::{CommOp, DataType, Feature, ReduceOp, Result};
 pub(super) unsafe fn call(c: &Ctx<'_>, op: &CommOp<'_>, scratch: usize) -> Result<Option<i32>> {
     let api = c.api;
     let (comm, stream, red) = (c.comm, c.stream, c.red);
-    // SAFETY (every call below): the caller's contract; counts are the checked lengths.
+    // SAFETY: for every call below, the caller's contract; counts are the checked lengths.
     let code = unsafe {
         match *op {
             CommOp::AllReduce {
