@@ -1,8 +1,9 @@
 //! Making a communicator: the steps every path shares (init by rank with or without a config,
-//! scalable init, split, shrink). The config built for the loaded release ([`config`]), one
-//! NCCL call with it and an out-handle that outlives it ([`create`], [`OutHandle`]); a handle nobody else holds is discarded on failure
-//! ([`discard`]); a new communicator is adopted from its init code ([`NcclBackend::init_with`])
-//! and a child from its parent's call ([`NcclComm::adopt_child`]).
+//! scalable init, split, shrink). The config built for the loaded release ([`config`]); one
+//! NCCL call with it and an out-handle that outlives it ([`create`], [`OutHandle`]); a handle
+//! nobody else holds discarded on failure ([`discard`]); a new communicator adopted from its
+//! init code ([`NcclBackend::init_with`]), a child from its parent's call
+//! ([`NcclComm::adopt_child`]).
 
 use crate::comm::{poll_raw, NcclComm, Raw};
 use crate::wait::Deadline;
