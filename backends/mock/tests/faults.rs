@@ -389,3 +389,26 @@ fn ops_queued_behind_a_failure_do_not_hang_and_drop_is_prompt() {
     drop(comms);
     assert!(start.elapsed() < Duration::from_secs(2));
 }
+
+#[test]
+fn a_nonblocking_split_past_its_time_limit_is_aborted_with_a_timeout() {
+    // Rank 1 never calls split: rank 0's nonblocking child can never bind.
+    let comms = World::builder(2)
+        .init_timeout(Duration::from_millis(50))
+        .build()
+        .unwrap();
+    let nb = oxccl_core::CommConfig::new().blocking(false);
+    let child = comms[0].split(Some(0), 0, &nb).unwrap().unwrap();
+    assert_eq!(child.state(), CommState::Initializing);
+    let s = stream();
+    let mut b = Buf::from_bytes(&f32s(&[1.0]));
+    let e = all_reduce(&child, &s, &mut b).unwrap_err();
+    assert!(
+        matches!(e, Error::Timeout { after_ms, .. } if after_ms >= 50),
+        "{e:?}"
+    );
+    assert_eq!(child.state(), CommState::Aborted);
+    assert!(child.reason().contains("timed out"), "{}", child.reason());
+    // The parent is untouched.
+    assert_eq!(comms[0].state(), CommState::Ready);
+}

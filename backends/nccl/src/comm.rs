@@ -298,7 +298,8 @@ impl NcclComm {
         crate::NcclBackend::from_parts(self.inner.lib.clone(), self.inner.settings)
     }
 
-    /// The raw `ncclComm_t`, for calls oxccl does not wrap. Do not destroy or abort it.
+    /// The raw `ncclComm_t`, for calls oxccl does not wrap. Do not destroy or abort it; calls
+    /// made with it take no call lock, so they must not overlap this communicator's calls.
     pub fn raw(&self) -> RawComm {
         self.inner.raw
     }
