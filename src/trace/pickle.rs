@@ -163,14 +163,14 @@ fn write_str(out: &mut Vec<u8>, s: &str) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use std::path::PathBuf;
     use std::process::Command;
 
     /// The interpreter of `scripts/torch-env.sh`'s venv; `None` (with a message) when absent,
     /// a failure under CI.
-    fn python() -> Option<PathBuf> {
+    pub(crate) fn python() -> Option<PathBuf> {
         let venv = std::env::var_os("OXCCL_TORCH_VENV")
             .map(PathBuf::from)
             .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".cache/torch-venv"));
