@@ -1,0 +1,176 @@
+//! Any operation, any communicator shape, any loaded version: the checks answer, never panic.
+
+use arbitrary::{Result, Unstructured};
+use oxccl_core::check::{self, CheckCtx};
+use oxccl_core::feature::FeatureSet;
+use oxccl_core::state::group::OpSummary;
+use oxccl_core::{CommOp, DataType, HostScalar, RawBuf, RawBufMut, ReduceOp, Scalar, Version};
+
+fn dtype(u: &mut Unstructured<'_>) -> Result<DataType> {
+    // Codes past NCCL's also reach from_code: they must be None, not a panic.
+    let code = u.int_in_range(-2..=14)?;
+    Ok(DataType::from_code(code).unwrap_or(DataType::Float32))
+}
+
+fn reduce_op(u: &mut Unstructured<'_>) -> Result<ReduceOp> {
+    Ok(match u.int_in_range(0..=9u8)? {
+        0 => ReduceOp::Sum,
+        1 => ReduceOp::Prod,
+        2 => ReduceOp::Min,
+        3 => ReduceOp::Max,
+        4 => ReduceOp::Avg,
+        5 => ReduceOp::PreMulSum(Scalar::Host(HostScalar::F16(u.arbitrary()?))),
+        6 => ReduceOp::PreMulSum(Scalar::Host(HostScalar::Bf16(u.arbitrary()?))),
+        7 => ReduceOp::PreMulSum(Scalar::Host(HostScalar::F32(u.arbitrary()?))),
+        8 => ReduceOp::PreMulSum(Scalar::Host(HostScalar::F64(u.arbitrary()?))),
+        _ => ReduceOp::PreMulSum(Scalar::Device {
+            addr: u.arbitrary()?,
+        }),
+    })
+}
+
+/// Small lengths most of the time (where the rules bite), any `usize` sometimes.
+fn len(u: &mut Unstructured<'_>) -> Result<usize> {
+    if u.ratio(1, 4)? {
+        u.arbitrary()
+    } else {
+        Ok(usize::from(u.int_in_range(0..=64u8)?))
+    }
+}
+
+fn buf(u: &mut Unstructured<'_>) -> Result<RawBuf> {
+    let addr = if u.arbitrary()? { 0 } else { u.arbitrary()? };
+    Ok(RawBuf::new(addr, len(u)?))
+}
+
+fn buf_mut(u: &mut Unstructured<'_>) -> Result<RawBufMut> {
+    let addr = if u.arbitrary()? { 0 } else { u.arbitrary()? };
+    Ok(RawBufMut::new(addr, len(u)?))
+}
+
+fn counts(u: &mut Unstructured<'_>) -> Result<Vec<usize>> {
+    let n = u.int_in_range(0..=9usize)?;
+    (0..n).map(|_| len(u)).collect()
+}
+
+fn run(u: &mut Unstructured<'_>) -> Result<()> {
+    let version = Version::new(2, u.int_in_range(0..=40)?, u.int_in_range(0..=9)?);
+    let features = FeatureSet::for_version(version);
+    let size = if u.ratio(1, 8)? {
+        u.arbitrary()?
+    } else {
+        u.int_in_range(0..=9)?
+    };
+    let rank = if u.ratio(1, 8)? {
+        u.arbitrary()?
+    } else {
+        u.int_in_range(0..=9)?
+    };
+    let ctx = CheckCtx {
+        rank,
+        size,
+        features: &features,
+    };
+    let (c1, c2) = (counts(u)?, counts(u)?);
+    let root_or_peer = if u.ratio(1, 8)? {
+        u.arbitrary()?
+    } else {
+        u.int_in_range(0..=9)?
+    };
+    let op = match u.int_in_range(0..=13u8)? {
+        0 => CommOp::AllReduce {
+            send: buf(u)?,
+            recv: buf_mut(u)?,
+            dtype: dtype(u)?,
+            op: reduce_op(u)?,
+        },
+        1 => CommOp::Broadcast {
+            send: buf(u)?,
+            recv: buf_mut(u)?,
+            dtype: dtype(u)?,
+            root: root_or_peer,
+        },
+        2 => CommOp::Reduce {
+            send: buf(u)?,
+            recv: buf_mut(u)?,
+            dtype: dtype(u)?,
+            op: reduce_op(u)?,
+            root: root_or_peer,
+        },
+        3 => CommOp::AllGather {
+            send: buf(u)?,
+            recv: buf_mut(u)?,
+            dtype: dtype(u)?,
+        },
+        4 => CommOp::ReduceScatter {
+            send: buf(u)?,
+            recv: buf_mut(u)?,
+            dtype: dtype(u)?,
+            op: reduce_op(u)?,
+        },
+        5 => CommOp::AllToAll {
+            send: buf(u)?,
+            recv: buf_mut(u)?,
+            dtype: dtype(u)?,
+        },
+        6 => CommOp::AllToAllV {
+            send: buf(u)?,
+            recv: buf_mut(u)?,
+            dtype: dtype(u)?,
+            send_counts: &c1,
+            recv_counts: &c2,
+        },
+        7 => CommOp::Gather {
+            send: buf(u)?,
+            recv: buf_mut(u)?,
+            dtype: dtype(u)?,
+            root: root_or_peer,
+        },
+        8 => CommOp::Scatter {
+            send: buf(u)?,
+            recv: buf_mut(u)?,
+            dtype: dtype(u)?,
+            root: root_or_peer,
+        },
+        9 => CommOp::AllGatherV {
+            send: buf(u)?,
+            recv: buf_mut(u)?,
+            dtype: dtype(u)?,
+            counts: &c1,
+        },
+        10 => CommOp::ReduceScatterV {
+            send: buf(u)?,
+            recv: buf_mut(u)?,
+            dtype: dtype(u)?,
+            op: reduce_op(u)?,
+            counts: &c1,
+        },
+        11 => CommOp::Send {
+            buf: buf(u)?,
+            dtype: dtype(u)?,
+            peer: root_or_peer,
+        },
+        12 => CommOp::Recv {
+            buf: buf_mut(u)?,
+            dtype: dtype(u)?,
+            peer: root_or_peer,
+        },
+        _ => CommOp::Barrier,
+    };
+    let verdict = check::op(&op, &ctx);
+    // The error's text is formatted too: Display must not panic either.
+    if let Err(e) = &verdict {
+        let _ = std::format!("{e}");
+    }
+    let s = OpSummary::of(&op);
+    assert_eq!(
+        (s.kind, s.numel_in, s.numel_out),
+        (op.kind(), op.numel_in(), op.numel_out())
+    );
+    Ok(())
+}
+
+/// One fuzz input: any bytes.
+pub fn fuzz(data: &[u8]) {
+    let _ = run(&mut Unstructured::new(data));
+}

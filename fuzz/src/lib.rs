@@ -1,0 +1,26 @@
+//! The bodies of oxccl's fuzz targets, one module each, each with `fuzz(data: &[u8])`.
+//!
+//! The cargo-fuzz binaries in `fuzz_targets/` call these, and the workspace test
+//! `tests/fuzz_corpus.rs` includes this file and replays `fuzz/corpus/<target>/` and
+//! `fuzz/regressions/<target>/` through them, so CI exercises every target without cargo-fuzz.
+//! Several targets compare the code under test against a small reference model written in
+//! the target itself.
+
+pub mod check_op;
+pub mod env;
+pub mod group;
+pub mod lifecycle;
+pub mod trace;
+pub mod wire;
+pub mod work;
+
+/// Every target: its name (the folder of its corpus) and its body.
+pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+    ("check_op", check_op::fuzz),
+    ("env", env::fuzz),
+    ("group", group::fuzz),
+    ("lifecycle", lifecycle::fuzz),
+    ("trace", trace::fuzz),
+    ("wire", wire::fuzz),
+    ("work", work::fuzz),
+];
