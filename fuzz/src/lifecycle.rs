@@ -1,8 +1,10 @@
-//! Random lifecycle transitions: never leaves Destroyed, abort is idempotent, the first failure
+//! Random lifecycle transitions against a reference model (state, reason and every refusal
+//! equal after each step): never leaves Destroyed, abort is idempotent, the first failure
 //! reason is kept, only Ready accepts operations.
 
 use arbitrary::{Arbitrary, Unstructured};
 use oxccl_core::state::lifecycle::{CommState, Lifecycle};
+use oxccl_core::Error;
 
 #[derive(Debug, Arbitrary)]
 enum Step {
@@ -23,6 +25,81 @@ fn reason(i: u8) -> &'static str {
         .unwrap_or("")
 }
 
+/// The reference model, restated from the lifecycle's documented rules.
+#[derive(Debug, Clone)]
+struct Model {
+    state: CommState,
+    reason: String,
+}
+
+impl Model {
+    fn refuse(&self, attempted: &'static str) -> (CommState, &'static str, String) {
+        let reason = if self.reason.is_empty() {
+            self.state.name().to_string()
+        } else {
+            self.reason.clone()
+        };
+        (self.state, attempted, reason)
+    }
+
+    /// `Err((state, attempted, reason))` for a refused transition.
+    fn step(&mut self, step: &Step) -> Result<(), (CommState, &'static str, String)> {
+        use CommState::*;
+        match step {
+            Step::InitDone => match self.state {
+                Initializing | Ready => self.state = Ready,
+                _ => return Err(self.refuse("complete init")),
+            },
+            Step::Fail(r) => {
+                if matches!(self.state, Initializing | Ready | Finalizing) {
+                    self.state = Failed;
+                    self.reason = reason(*r).to_string();
+                }
+            }
+            Step::Abort(r) => match self.state {
+                Aborted | Destroyed => {}
+                Failed => self.state = Aborted,
+                _ => {
+                    self.state = Aborted;
+                    self.reason = reason(*r).to_string();
+                }
+            },
+            Step::FinalizeStart => match self.state {
+                Ready => self.state = Finalizing,
+                _ => return Err(self.refuse("finalize")),
+            },
+            Step::FinalizeDone => match self.state {
+                Finalizing => {
+                    self.state = Finalized;
+                    self.reason = "finalized".to_string();
+                }
+                _ => return Err(self.refuse("complete finalize")),
+            },
+            Step::Destroy => {
+                if self.state != Destroyed {
+                    if self.reason.is_empty() {
+                        self.reason = "destroyed".to_string();
+                    }
+                    self.state = Destroyed;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn refusal(r: oxccl_core::Result<()>) -> Result<(), (CommState, &'static str, String)> {
+    match r {
+        Ok(()) => Ok(()),
+        Err(Error::InvalidState {
+            state,
+            attempted,
+            reason,
+        }) => Err((state, attempted, reason.to_string())),
+        Err(e) => panic!("a lifecycle refusal is InvalidState, got {e:?}"),
+    }
+}
+
 /// One fuzz input: any bytes.
 pub fn fuzz(data: &[u8]) {
     let Ok(input) = <(bool, Vec<Step>)>::arbitrary_take_rest(Unstructured::new(data)) else {
@@ -36,12 +113,15 @@ pub fn fuzz(data: &[u8]) {
     };
     // The (non-empty) reason once the communicator has failed or been aborted: it must never change.
     let mut kept: Option<String> = None;
+    let mut m = Model {
+        state: l.state(),
+        reason: String::new(),
+    };
     for step in steps {
         let before = l.clone();
+        let want = m.step(&step);
         match step {
-            Step::InitDone => {
-                let _ = l.init_done();
-            }
+            Step::InitDone => assert_eq!(refusal(l.init_done()), want),
             Step::Fail(r) => l.fail(reason(r)),
             Step::Abort(r) => {
                 l.abort(reason(r));
@@ -49,12 +129,8 @@ pub fn fuzz(data: &[u8]) {
                 l.abort("again");
                 assert_eq!(l, once, "abort is idempotent");
             }
-            Step::FinalizeStart => {
-                let _ = l.finalize_start();
-            }
-            Step::FinalizeDone => {
-                let _ = l.finalize_done();
-            }
+            Step::FinalizeStart => assert_eq!(refusal(l.finalize_start()), want),
+            Step::FinalizeDone => assert_eq!(refusal(l.finalize_done()), want),
             Step::Destroy => l.destroy(),
         }
         if before.state() == CommState::Destroyed {
@@ -78,6 +154,26 @@ pub fn fuzz(data: &[u8]) {
             }
             None => {}
         }
-        assert_eq!(l.ensure_ready("op").is_ok(), l.state() == CommState::Ready);
+        assert_eq!(
+            (l.state(), l.reason()),
+            (m.state, m.reason.as_str()),
+            "after {step:?}"
+        );
+        // No operation is accepted on a communicator that is not ready; an aborted one says
+        // why, with its first cause.
+        match l.ensure_ready("op") {
+            Ok(()) => assert_eq!(m.state, CommState::Ready),
+            Err(Error::Aborted { reason }) => {
+                assert_eq!(m.state, CommState::Aborted);
+                assert_eq!(reason.as_str(), m.reason);
+            }
+            Err(Error::InvalidState {
+                state, attempted, ..
+            }) => {
+                assert!(!matches!(m.state, CommState::Ready | CommState::Aborted));
+                assert_eq!((state, attempted), (m.state, "op"));
+            }
+            Err(e) => panic!("ensure_ready gave {e:?}"),
+        }
     }
 }
