@@ -2,6 +2,19 @@
 
 use oxccl_core::{DataType, Error, ReduceOp, Result};
 
+/// The floating-point formats the NaN check knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FloatFormat {
+    /// IEEE half.
+    F16,
+    /// bfloat16.
+    Bf16,
+    /// IEEE single.
+    F32,
+    /// IEEE double.
+    F64,
+}
+
 /// A Rust type with an NCCL data type. `bool` travels as `uint8`, with sum as max (logical or)
 /// and product as min (logical and); average of bools is refused, as in PyTorch.
 pub trait NcclType:
@@ -10,9 +23,17 @@ pub trait NcclType:
     /// The NCCL type of the elements.
     const DTYPE: DataType;
 
+    /// The float format the NaN check tests, `None` for types it skips (integers, fp8, bool).
+    const FLOAT: Option<FloatFormat> = None;
+
     /// The operator NCCL should apply for `op` on this type.
     fn map_op(op: ReduceOp) -> Result<ReduceOp> {
         Ok(op)
+    }
+
+    /// Whether the value is a NaN (false for types without one).
+    fn is_nan(self) -> bool {
+        false
     }
 }
 
@@ -24,8 +45,24 @@ macro_rules! nccl_type {
 
 nccl_type! {
     i8 => Int8, u8 => Uint8, i32 => Int32, u32 => Uint32, i64 => Int64, u64 => Uint64,
-    half::f16 => Float16, f32 => Float32, f64 => Float64, half::bf16 => Bfloat16,
     float8::F8E4M3 => Float8E4M3, float8::F8E5M2 => Float8E5M2,
+}
+
+macro_rules! float_type {
+    ($($t:ty => $d:ident, $f:ident),* $(,)?) => {
+        $(impl NcclType for $t {
+            const DTYPE: DataType = DataType::$d;
+            const FLOAT: Option<FloatFormat> = Some(FloatFormat::$f);
+            fn is_nan(self) -> bool {
+                <$t>::is_nan(self)
+            }
+        })*
+    };
+}
+
+float_type! {
+    half::f16 => Float16, F16, f32 => Float32, F32, f64 => Float64, F64,
+    half::bf16 => Bfloat16, Bf16,
 }
 
 impl NcclType for bool {

@@ -1,8 +1,8 @@
 //! Seed cases of PyTorch's NCCL process-group tests (shared/reference/seed-tests.md), ported
 //! to `ProcessGroup` on the mock world: ranks as threads sharing one mock backend and one
 //! in-process store. The bodies are in `pg_cases/`, written once over the backend; the same
-//! bodies run on NCCL under torchrun (`examples/pg_cases.rs`). Cases 12, 15 and 30 (the NaN
-//! check and the process cases) are in `tests/safety_processes.rs`.
+//! bodies run on NCCL under torchrun (`examples/pg_cases.rs`). Cases 15 and 30 (peers that die,
+//! a timeout dump) need processes: `tests/safety_processes.rs`.
 
 mod pg_cases;
 
@@ -122,6 +122,11 @@ fn case_10_timeout_precedence() {
 #[test]
 fn case_11_group_uid_and_description() {
     run(2, pg_cases::case_11);
+}
+
+#[test]
+fn case_12_nan_check() {
+    run(2, safety::case_12);
 }
 
 #[test]

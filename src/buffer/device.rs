@@ -69,6 +69,10 @@ impl Memory for NcclBackend {
             .map_err(|e| cuda_error("copying from the device", e))
     }
 
+    fn has_nan<T: NcclType>(&self, stream: &NcclStream, buf: &CudaSlice<T>) -> Result<bool> {
+        super::nan::has_nan(stream, buf)
+    }
+
     fn read<'a, T: NcclType>(
         arg: &'static str,
         device: Device,

@@ -144,6 +144,13 @@ impl Memory for MockBackend {
         Ok(buf.mem.cells.iter().map(|c| unsafe { *c.get() }).collect())
     }
 
+    fn has_nan<T: NcclType>(&self, stream: &MockStream, buf: &HostBuf<T>) -> Result<bool> {
+        if T::FLOAT.is_none() {
+            return Ok(false);
+        }
+        Ok(self.download(stream, buf)?.into_iter().any(T::is_nan))
+    }
+
     fn read<'a, T: NcclType>(
         _arg: &'static str,
         _device: Device,

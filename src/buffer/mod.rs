@@ -16,6 +16,7 @@
 
 mod device;
 mod host;
+mod nan;
 
 pub use host::HostBuf;
 
@@ -57,6 +58,10 @@ pub trait Memory: Backend + 'static {
 
     /// The contents of `buf`, once every work that uses it has run (blocks the caller).
     fn download<T: NcclType>(&self, stream: &StreamOf<Self>, buf: &Self::Buf<T>) -> Result<Vec<T>>;
+
+    /// Whether `buf` holds a NaN (after the work that wrote it; blocks the caller). Types
+    /// without NaNs ([`NcclType::FLOAT`] `None`) give `false` at once.
+    fn has_nan<T: NcclType>(&self, stream: &StreamOf<Self>, buf: &Self::Buf<T>) -> Result<bool>;
 
     /// `buf` as an operation's input on `stream` (of `device`): `stream` first waits for
     /// earlier writers of `buf`. `arg` names the argument in errors (a buffer on another device).

@@ -24,6 +24,7 @@ impl<B: Memory> ProcessGroup<B> {
     /// Reduces `buf` across the group's ranks, in place (c10d's `all_reduce`).
     pub fn all_reduce<T: NcclType>(&self, buf: &mut B::Buf<T>, op: ReduceOp) -> Result<WorkOf<B>> {
         let op = host_op::<T>(op)?;
+        self.nan_check("all_reduce", "buf", buf)?;
         let n = buf.len();
         self.inner
             .issue(desc::<T>(OpKind::AllReduce, (n, n), None), |is| {
@@ -43,6 +44,7 @@ impl<B: Memory> ProcessGroup<B> {
     /// Copies `buf` of global rank `root` into `buf` of every rank, in place.
     pub fn broadcast<T: NcclType>(&self, buf: &mut B::Buf<T>, root: u32) -> Result<WorkOf<B>> {
         let root = self.inner.to_group_rank("root", root)?;
+        self.nan_check("broadcast", "buf", buf)?;
         let n = buf.len();
         self.inner
             .issue(desc::<T>(OpKind::Broadcast, (n, n), None), |is| {
@@ -68,6 +70,7 @@ impl<B: Memory> ProcessGroup<B> {
     ) -> Result<WorkOf<B>> {
         let op = host_op::<T>(op)?;
         let root = self.inner.to_group_rank("root", root)?;
+        self.nan_check("reduce", "buf", buf)?;
         let n = buf.len();
         self.inner
             .issue(desc::<T>(OpKind::Reduce, (n, n), None), |is| {
@@ -93,6 +96,9 @@ impl<B: Memory> ProcessGroup<B> {
         recv: Option<&mut B::Buf<T>>,
         build: impl FnOnce(RawBuf, RawBufMut) -> CommOp<'c>,
     ) -> Result<WorkOf<B>> {
+        if let Some(send) = send {
+            self.nan_check(kind.name(), "send", send)?;
+        }
         let numel = (
             send.map_or(0, |b| b.len()),
             recv.as_ref().map_or(0, |b| b.len()),
@@ -316,6 +322,28 @@ impl<B: Memory> ProcessGroup<B> {
                 // SAFETY: as in `all_reduce`; the buffer is freed after the work in stream order.
                 unsafe { is.issue(&op) }
             })
+    }
+}
+
+impl<B: Memory> ProcessGroup<B> {
+    /// With the NaN check on, refuses an input holding a NaN, naming the operation, the rank
+    /// and the buffer.
+    fn nan_check<T: NcclType>(&self, op: &str, arg: &'static str, buf: &B::Buf<T>) -> Result<()> {
+        if !self.inner.opts.nan_check || T::FLOAT.is_none() {
+            return Ok(());
+        }
+        let inner = &self.inner;
+        let found = inner.with_entry("nan check", |e| inner.backend.has_nan(&e.stream, buf))?;
+        if found {
+            return Err(oxccl_core::Error::invalid(
+                arg,
+                format_args!(
+                    "no NaN in the input of {op}: rank {} of group {} found one",
+                    inner.global_rank, inner.uid
+                ),
+            ));
+        }
+        Ok(())
     }
 }
 

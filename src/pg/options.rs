@@ -36,6 +36,10 @@ pub struct PgOptions {
     pub watchdog: bool,
     /// Start the heartbeat monitor with this limit (c10d's monitoring; `None`: off).
     pub heartbeat: Option<Duration>,
+    /// Check the inputs of every collective for NaNs first (f16, bf16, f32, f64): an input
+    /// with one is refused, naming the operation, the rank and the buffer. Costs a pass over
+    /// the input and a synchronization of the group's stream (c10d's `TORCH_NCCL_NAN_CHECK`).
+    pub nan_check: bool,
     /// The flight recorder operations are recorded in (`None`: the process's, sized by
     /// `OXCCL_TRACE_BUFFER_SIZE`). Subgroups use their parent's.
     pub recorder: Option<Recorder>,
@@ -54,6 +58,7 @@ impl Default for PgOptions {
             dump_on_timeout: false,
             watchdog: true,
             heartbeat: Some(Duration::from_secs(600)),
+            nan_check: false,
             recorder: None,
         }
     }
@@ -80,6 +85,7 @@ impl PgOptions {
             config: CommConfig::new().blocking(!env.nonblocking),
             error_handling: env.error_handling(),
             dump_on_timeout: env.dump_on_timeout,
+            nan_check: env.nan_check,
             heartbeat: env.enable_monitoring.then_some(env.heartbeat_timeout),
             ..PgOptions::default()
         }

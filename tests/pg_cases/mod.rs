@@ -69,6 +69,7 @@ pub fn portable<B: Memory>() -> Vec<Case<B>> {
         ("case_09_nonblocking_init", case_09::<B>),
         ("case_10_timeout_at_run_time", case_10::<B>),
         ("case_11_group_uid_and_description", case_11::<B>),
+        ("case_12_nan_check", safety::case_12::<B>),
         ("case_13_error_reason_propagation", safety::case_13::<B>),
         ("case_14_wait_timeout", safety::case_14::<B>),
         ("case_17_broadcast_coalesced", collectives::case_17::<B>),

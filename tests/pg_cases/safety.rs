@@ -288,3 +288,49 @@ pub fn case_29<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
     ensure!(e.record.outputs.len() == 2, "outputs");
     Ok(())
 }
+
+/// Case 12: with the NaN check on, an input of f16, bf16, f32 or f64 holding one NaN is
+/// refused (naming the op, the rank and the buffer) before the collective; NaN-free inputs pass.
+pub fn case_12<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
+    let pg = ok!(mk(PgOptions {
+        nan_check: true,
+        ..lazy(rank)
+    }));
+    let n = pg.size() as f64;
+    fn check<B: Memory, T: oxccl::NcclType>(
+        pg: &ProcessGroup<B>,
+        rank: u32,
+        n: f64,
+        of: fn(f64) -> T,
+        back: fn(T) -> f64,
+    ) -> Verdict {
+        let clean = vec![of(f64::from(rank)); 100];
+        let mut b = ok!(pg.upload(&clean));
+        ok!(ok!(pg.all_reduce(&mut b, ReduceOp::Sum)).wait());
+        let want = n * (n - 1.0) / 2.0;
+        ensure!(
+            ok!(pg.download(&b)).into_iter().all(|x| back(x) == want),
+            "clean sum"
+        );
+        let mut dirty = clean.clone();
+        dirty[37] = of(f64::NAN);
+        let mut d = ok!(pg.upload(&dirty));
+        let e = pg.all_reduce(&mut d, ReduceOp::Sum).map(|_| ());
+        let text = e.as_ref().err().map(|e| e.to_string()).unwrap_or_default();
+        ensure!(
+            matches!(e, Err(Error::InvalidArgument { arg: "buf", .. }))
+                && text.contains("all_reduce")
+                && text.contains(&format!("rank {rank}")),
+            "{e:?}"
+        );
+        Ok(())
+    }
+    check(&pg, rank, n, half::f16::from_f64, |x| x.to_f64())?;
+    check(&pg, rank, n, half::bf16::from_f64, |x| x.to_f64())?;
+    check(&pg, rank, n, |x| x as f32, f64::from)?;
+    check(&pg, rank, n, |x| x, |x| x)?;
+    // Integers have no NaN: the check lets them through.
+    let mut i = ok!(pg.upload(&[1i32; 8]));
+    ok!(ok!(pg.all_reduce(&mut i, ReduceOp::Sum)).wait());
+    Ok(())
+}
