@@ -11,7 +11,7 @@ use oxccl_core::{
     Result, UniqueId, Version,
 };
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -30,6 +30,8 @@ struct Inner {
     joining: Mutex<Joining>,
     cv: Condvar,
     counter: AtomicU64,
+    /// Whether `unique_id` makes ids that ranks of other processes can join.
+    processes: AtomicBool,
 }
 
 /// A mock library: [`Backend::unique_id`] then [`Backend::init_rank`] on every rank's thread.
@@ -88,8 +90,38 @@ impl MockBackend {
                 joining: Mutex::new(HashMap::new()),
                 cv: Condvar::new(),
                 counter: AtomicU64::new(0),
+                processes: AtomicBool::new(false),
             }),
         }
+    }
+
+    /// A backend imitating NCCL [`DEFAULT_VERSION`] whose ids span processes (see
+    /// [`MockBackend::across_processes`]).
+    pub fn for_processes() -> MockBackend {
+        MockBackend::new().across_processes()
+    }
+
+    /// From now on, [`Backend::unique_id`] on this backend (and its clones) makes ids that
+    /// ranks in other processes of this machine can join: this process hosts the communicator
+    /// (see [`crate::procs`]). `init_rank` accepts both kinds of id on any backend.
+    pub fn across_processes(self) -> MockBackend {
+        self.inner.processes.store(true, Ordering::Release);
+        self
+    }
+
+    /// Whether this backend's ids span processes.
+    pub fn spans_processes(&self) -> bool {
+        self.inner.processes.load(Ordering::Acquire)
+    }
+
+    /// How long an init waits for the other ranks.
+    pub(crate) fn init_limit(&self) -> Duration {
+        self.inner.init_timeout
+    }
+
+    /// Whether some but not all ranks joined `id` here.
+    pub(crate) fn is_joining(&self, id: &UniqueId) -> bool {
+        lock(&self.inner.joining).contains_key(&id.0)
     }
 }
 
@@ -113,6 +145,9 @@ impl Backend for MockBackend {
     }
 
     fn unique_id(&self) -> Result<UniqueId> {
+        if self.spans_processes() {
+            return crate::procs::host::start(self, self.inner.init_timeout);
+        }
         let n = self.inner.counter.fetch_add(1, Ordering::Relaxed);
         let clock = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
@@ -150,6 +185,82 @@ impl Backend for MockBackend {
         if nonblocking {
             self.inner.features.require(Feature::NonBlocking)?;
         }
+        if let Some(pid) = crate::procs::ProcId::of(id) {
+            return match crate::procs::host::local_host(&pid) {
+                // The host's own ranks join its rendezvous like threads do.
+                Some(host) => host.join_local(id, rank, size, device, cfg),
+                None => self.join_remote(&pid, rank, size, device, nonblocking),
+            };
+        }
+        self.join_local(id, rank, size, device, cfg)
+    }
+
+    fn group_start(&self) -> Result<()> {
+        crate::group::start()
+    }
+
+    fn group_end(&self) -> Result<Progress> {
+        // A nonblocking communicator's group is still "being launched" for its polls.
+        let mut progress = Progress::Done;
+        for (c, r) in crate::group::end()? {
+            let polls = c.nb_polls;
+            let mut life = lock(&c.rank(r).life);
+            if life.nonblocking && polls > 0 && life.cycle.state() == CommState::Ready {
+                life.op_polls = polls;
+                progress = Progress::InProgress;
+            }
+        }
+        Ok(progress)
+    }
+}
+
+impl MockBackend {
+    /// Joins `id` through another process's host: a mirror of this rank whose cross-rank steps
+    /// run there (see [`crate::procs`]). Returns once every rank joined.
+    fn join_remote(
+        &self,
+        pid: &crate::procs::ProcId,
+        rank: u32,
+        size: u32,
+        device: Device,
+        nonblocking: bool,
+    ) -> Result<MockComm> {
+        let link = crate::procs::remote::Link::connect(pid, rank, size, self.inner.init_timeout)?;
+        let mirror = CommShared::new(
+            size,
+            self.inner.features,
+            self.inner.plan.clone(),
+            self.inner.nb_polls,
+            false,
+        );
+        {
+            let planned = mirror.plan.init_polls(rank);
+            let mut life = lock(&mirror.rank(rank).life);
+            if nonblocking || planned.is_some() {
+                life.cycle = oxccl_core::state::lifecycle::Lifecycle::initializing();
+                life.init_polls = planned.unwrap_or(self.inner.nb_polls);
+            }
+            life.nonblocking = nonblocking;
+        }
+        let _ = mirror.link.set(std::sync::Arc::new(link));
+        Ok(MockComm::from_shared(
+            mirror,
+            rank,
+            device,
+            self.inner.init_timeout,
+        ))
+    }
+
+    /// Joins `id` in this process (the rendezvous of threads, and of the host's proxies).
+    pub(crate) fn join_local(
+        &self,
+        id: &UniqueId,
+        rank: u32,
+        size: u32,
+        device: Device,
+        cfg: &CommConfig,
+    ) -> Result<MockComm> {
+        let nonblocking = cfg.is_nonblocking();
         let shared = {
             let mut joining = lock(&self.inner.joining);
             let (shared, seen) = joining.entry(id.0).or_insert_with(|| {
@@ -220,23 +331,5 @@ impl Backend for MockBackend {
             joining = wait_for(&self.inner.cv, joining, TICK);
         }
         Ok(comm)
-    }
-
-    fn group_start(&self) -> Result<()> {
-        crate::group::start()
-    }
-
-    fn group_end(&self) -> Result<Progress> {
-        // A nonblocking communicator's group is still "being launched" for its polls.
-        let mut progress = Progress::Done;
-        for (c, r) in crate::group::end()? {
-            let polls = c.nb_polls;
-            let mut life = lock(&c.rank(r).life);
-            if life.nonblocking && polls > 0 && life.cycle.state() == CommState::Ready {
-                life.op_polls = polls;
-                progress = Progress::InProgress;
-            }
-        }
-        Ok(progress)
     }
 }

@@ -121,6 +121,11 @@ impl MockComm {
         self.calls.waited()
     }
 
+    /// The communicator state this handle is bound to now (the host's proxies reach it).
+    pub(crate) fn shared(&self) -> &Arc<CommShared> {
+        self.b.sh()
+    }
+
     /// The communicator this handle is bound to now.
     fn sh(&self) -> &Arc<CommShared> {
         self.b.sh()
@@ -328,6 +333,16 @@ impl oxccl_core::Communicator for MockComm {
             ));
         }
         self.ensure_ready("split")?;
+        if self.sh().link.get().is_some() {
+            // Not implemented across processes: this rank leaves, so peers fail, never hang.
+            let e = Error::Backend {
+                code: ResultCode::INVALID_USAGE,
+                text: text_str(code_text(ResultCode::INVALID_USAGE)),
+                last: text!("split of a mock communicator spanning processes is not implemented"),
+            };
+            self.sh().fail(self.rk(), e.clone());
+            return Err(e);
+        }
         let seq = self.rs().split_seq.fetch_add(1, Ordering::Relaxed);
         if cfg.is_nonblocking() {
             // Post the call and return: the child binds when polled (NOCOLOR: no child).
@@ -460,6 +475,8 @@ impl Drop for MockComm {
         if self.sh().alive(self.rk()) {
             self.sh().wait_drained(self.rk(), Some(DROP_GRACE));
         }
+        // Ranks of other processes get their last results through this process.
+        crate::procs::host::linger(self.sh(), self.rk());
         lock(&self.rs().life).cycle.destroy();
         self.sh().mark_dead(self.rk(), text!("destroyed"));
     }

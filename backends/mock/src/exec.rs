@@ -24,6 +24,12 @@ pub(crate) fn submit(stream: &Arc<StreamShared>, jobs: Vec<Job>) -> Result<()> {
 }
 
 fn run_batch(jobs: Vec<Job>) {
+    // Communicators spanning processes run their share through the host (see `procs`).
+    let (remote, jobs): (Vec<Job>, Vec<Job>) =
+        jobs.into_iter().partition(|j| j.comm.link.get().is_some());
+    if !remote.is_empty() {
+        crate::procs::remote::run_batch(remote);
+    }
     let mut posted = Vec::with_capacity(jobs.len());
     for job in jobs {
         if !job.comm.alive(job.rank) {

@@ -45,6 +45,7 @@ mod job;
 mod memory;
 mod mismatch;
 mod p2p;
+pub mod procs;
 mod rendezvous;
 mod shared;
 mod split;

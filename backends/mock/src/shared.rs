@@ -9,8 +9,8 @@ use oxccl_core::text::{text_str, Text};
 use oxccl_core::traits::RegHandle;
 use oxccl_core::{text, CommState, Error, FeatureSet, Result, ResultCode};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, AtomicU64};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// One rank's life: the lifecycle, the sticky asynchronous error, init polls left.
@@ -100,6 +100,11 @@ pub(crate) struct CommShared {
     pub hub: Mutex<Hub>,
     pub cv: Condvar,
     pub ranks: Vec<RankState>,
+    /// Set on a rank process's mirror of a communicator spanning processes: the connection to
+    /// the host, where the cross-rank steps run (see `procs`).
+    pub link: OnceLock<Arc<crate::procs::remote::Link>>,
+    /// Set on the host's communicator once a rank of another process joined it.
+    pub hosted: AtomicBool,
 }
 
 impl CommShared {
@@ -152,6 +157,8 @@ impl CommShared {
             }),
             cv: Condvar::new(),
             ranks,
+            link: OnceLock::new(),
+            hosted: AtomicBool::new(false),
         })
     }
 
@@ -190,6 +197,10 @@ impl CommShared {
         drop(hub);
         self.cv.notify_all();
         self.wake_pending(rank);
+        if let Some(link) = self.link.get() {
+            // The rank's peers live in other processes: the host marks it there.
+            link.tell_dead(&format!("{}", hub_why(self, rank)));
+        }
     }
 
     fn wake_pending(&self, rank: u32) {
@@ -303,6 +314,16 @@ impl CommShared {
             p = wait_for(&rs.pending_cv, p, TICK);
         }
     }
+}
+
+/// Why `rank` is dead, as recorded (empty when it is not).
+fn hub_why(sh: &CommShared, rank: u32) -> Text {
+    lock(&sh.hub)
+        .dead
+        .get(rank as usize)
+        .cloned()
+        .flatten()
+        .unwrap_or_default()
 }
 
 /// [`CommShared::mark_dead`] with the hub already locked (the caller notifies).

@@ -1,0 +1,297 @@
+//! The host side: the listener rank processes connect to, and a proxy per connected rank that
+//! joins the real communicator for it and runs its batches on shared memory.
+
+use super::chan::{Rx, Segment, Tx};
+use super::wire::{Msg, WireJob};
+use super::ProcId;
+use crate::job::Job;
+use crate::shared::CommShared;
+use crate::stream::MockStream;
+use crate::sync::lock;
+use crate::MockBackend;
+use oxccl_core::text::text_str;
+use oxccl_core::{text, CommConfig, Communicator, Device, Error, Result, UniqueId};
+use std::collections::HashMap;
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+/// How long the host rank's communicator, when dropped, waits for the ranks of other processes
+/// to leave first (their results travel through it).
+pub(crate) const HOST_LINGER: Duration = Duration::from_secs(10);
+
+/// Ids this process hosts, by token, with the backend whose rendezvous they join.
+fn hosts() -> &'static Mutex<HashMap<[u8; 16], MockBackend>> {
+    static H: OnceLock<Mutex<HashMap<[u8; 16], MockBackend>>> = OnceLock::new();
+    H.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// The backend hosting `id` in this process, if this process made it.
+pub(crate) fn local_host(id: &ProcId) -> Option<MockBackend> {
+    if id.pid != std::process::id() {
+        return None;
+    }
+    lock(hosts()).get(&id.token).cloned()
+}
+
+/// A new process-spanning id hosted by `backend`: binds its listener and starts accepting.
+pub(crate) fn start(backend: &MockBackend, limit: Duration) -> Result<UniqueId> {
+    let pid = ProcId {
+        pid: std::process::id(),
+        token: super::random_token(),
+    };
+    let name = pid.socket_name();
+    let addr = SocketAddr::from_abstract_name(name.as_bytes()).map_err(|e| Error::Remote {
+        detail: text!("abstract socket name {name}: {e}"),
+    })?;
+    let listener = UnixListener::bind_addr(&addr).map_err(|e| Error::Remote {
+        detail: text!("binding the mock host's socket {name}: {e}"),
+    })?;
+    listener.set_nonblocking(true).map_err(|e| Error::Remote {
+        detail: text!("mock host socket: {e}"),
+    })?;
+    lock(hosts()).insert(pid.token, backend.clone());
+    let b = backend.clone();
+    std::thread::Builder::new()
+        .name("oxccl-mock-host".into())
+        .spawn(move || accept_loop(b, pid, listener, limit))
+        .map_err(|e| Error::Remote {
+            detail: text!("starting the mock host thread: {e}"),
+        })?;
+    Ok(pid.to_id())
+}
+
+/// Accepts until every rank joined (or the init time limit passed), then closes the listener,
+/// which removes its name.
+fn accept_loop(backend: MockBackend, pid: ProcId, listener: UnixListener, limit: Duration) {
+    let id = pid.to_id();
+    let start = Instant::now();
+    let hellos = Arc::new(AtomicU32::new(0));
+    let size = Arc::new(AtomicU32::new(u32::MAX));
+    let mut seen = false;
+    loop {
+        match listener.accept() {
+            Ok((sock, _)) => {
+                let (b, h, s) = (backend.clone(), hellos.clone(), size.clone());
+                let spawned = std::thread::Builder::new()
+                    .name("oxccl-mock-proxy".into())
+                    .spawn(move || serve(b, pid, sock, h, s));
+                // Without a thread the rank's connect times out and it is told so.
+                drop(spawned);
+                continue;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            // A failed accept (the rank gave up meanwhile) leaves nothing to do.
+            Err(_) => {}
+        }
+        let joining = backend.is_joining(&id);
+        seen |= joining;
+        let all = hellos.load(Ordering::Acquire) >= size.load(Ordering::Acquire);
+        if (seen && !joining) || all || start.elapsed() >= limit {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    lock(hosts()).remove(&pid.token);
+}
+
+/// One connected rank: join for it, then run its batches until it leaves.
+fn serve(
+    backend: MockBackend,
+    pid: ProcId,
+    sock: UnixStream,
+    hellos: Arc<AtomicU32>,
+    size_seen: Arc<AtomicU32>,
+) {
+    let limit = backend.init_limit();
+    let _ = sock.set_nonblocking(false);
+    let _ = sock.set_read_timeout(Some(
+        limit
+            .min(Duration::from_secs(86_400))
+            .max(Duration::from_millis(1)),
+    ));
+    let Ok(w) = sock.try_clone() else { return };
+    let tx = Arc::new(Tx::new(w));
+    let mut rx = Rx::new(sock);
+    let Ok(Some(Msg::Hello { token, rank, size })) = rx.recv() else {
+        return;
+    };
+    if token != pid.token {
+        let e = Error::invalid(
+            "id",
+            format_args!("the token of this mock communicator's id"),
+        );
+        let _ = tx.send(&Msg::Welcome(Err(e)), None);
+        return;
+    }
+    size_seen.store(size, Ordering::Release);
+    hellos.fetch_add(1, Ordering::AcqRel);
+    let comm = match backend.join_local(&pid.to_id(), rank, size, Device(rank), &CommConfig::new())
+    {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = tx.send(&Msg::Welcome(Err(e)), None);
+            return;
+        }
+    };
+    let real = comm.shared().clone();
+    real.hosted.store(true, Ordering::Release);
+    if tx.send(&Msg::Welcome(Ok(())), None).is_err() {
+        real.mark_dead(rank, text!("closed its connection before init completed"));
+        comm.abort("the rank's process left during init");
+        return;
+    }
+    rx.clear_timeout();
+    let mut proxy = Proxy {
+        real,
+        rank,
+        tx,
+        segs: HashMap::new(),
+        streams: HashMap::new(),
+    };
+    let why = loop {
+        match rx.recv() {
+            Ok(Some(Msg::Batch {
+                id,
+                stream,
+                seg,
+                seg_len,
+                jobs,
+            })) => {
+                if let Err(e) = proxy.batch(&mut rx, id, stream, seg, seg_len, jobs) {
+                    let _ = proxy.tx.send(&Msg::Done { id, result: Err(e) }, None);
+                }
+            }
+            Ok(Some(Msg::Dead { why })) => {
+                proxy.real.mark_dead(rank, text_str(&why));
+                comm.abort(&why);
+            }
+            Ok(Some(Msg::Forget { seg })) => {
+                proxy.segs.remove(&seg);
+            }
+            Ok(Some(_)) => {}
+            Ok(None) => break String::from("process exited (its connection closed)"),
+            Err(e) => break format!("process sent a malformed message ({e})"),
+        }
+    };
+    // Marked first so peers read this text rather than the abort's.
+    proxy.real.mark_dead(rank, text_str(&why));
+    comm.abort(&why);
+    drop(proxy);
+}
+
+/// What a proxy holds for its rank.
+struct Proxy {
+    real: Arc<CommShared>,
+    rank: u32,
+    tx: Arc<Tx>,
+    segs: HashMap<u64, Arc<Segment>>,
+    /// A host stream per stream of the rank's process, so each keeps its order.
+    streams: HashMap<u64, MockStream>,
+}
+
+impl Proxy {
+    fn batch(
+        &mut self,
+        rx: &mut Rx,
+        id: u64,
+        stream: u64,
+        seg: u64,
+        seg_len: u64,
+        jobs: Vec<WireJob>,
+    ) -> Result<()> {
+        if let std::collections::hash_map::Entry::Vacant(v) = self.segs.entry(seg) {
+            let fd = rx.take_fd().ok_or_else(|| Error::Remote {
+                detail: text!("segment {seg} arrived without its descriptor"),
+            })?;
+            let len = usize::try_from(seg_len)
+                .map_err(|_| Error::invalid("seg_len", format_args!("a size, got {seg_len}")))?;
+            v.insert(Arc::new(Segment::map(fd, len)?));
+        }
+        let s = self.segs.get(&seg).cloned().ok_or_else(|| Error::Remote {
+            detail: text!("segment {seg} unknown"),
+        })?;
+        let jobs = jobs
+            .into_iter()
+            .map(|j| self.job(&s, j))
+            .collect::<Result<Vec<Job>>>()?;
+        if let std::collections::hash_map::Entry::Vacant(v) = self.streams.entry(stream) {
+            v.insert(MockStream::new()?);
+        }
+        let st = self.streams.get(&stream).ok_or_else(|| Error::Remote {
+            detail: text!("no host stream"),
+        })?;
+        crate::exec::submit(st.shared(), jobs)?;
+        let (tx, real, rank) = (self.tx.clone(), self.real.clone(), self.rank);
+        st.host_fn(move || {
+            // The segment stays mapped until the batch ran.
+            let _keep = s;
+            let result = if real.alive(rank) {
+                Ok(())
+            } else {
+                Err(real.own_error(rank))
+            };
+            let _ = tx.send(&Msg::Done { id, result }, None);
+        })
+    }
+
+    /// The job with its offsets turned into addresses in `s`, each span checked to lie inside.
+    fn job(&self, s: &Segment, j: WireJob) -> Result<Job> {
+        let mut d = j.desc;
+        let es = d.elem();
+        let at = |off: usize, bytes: usize, what: &'static str| -> Result<usize> {
+            match off.checked_add(bytes) {
+                Some(end) if end <= s.len => Ok(s.base() + off),
+                _ => Err(Error::invalid(
+                    what,
+                    format_args!(
+                        "a span inside the {}-byte segment, got {bytes} bytes at {off}",
+                        s.len
+                    ),
+                )),
+            }
+        };
+        if d.send.len > 0 {
+            d.send.addr = at(d.send.addr, d.send.len.saturating_mul(es), "send")?;
+        }
+        if d.recv.len > 0 {
+            d.recv.addr = at(d.recv.addr, d.recv.len.saturating_mul(es), "recv")?;
+        }
+        if let Some(oxccl_core::ReduceOp::PreMulSum(oxccl_core::Scalar::Device { addr })) = d.op {
+            d.op = Some(oxccl_core::ReduceOp::PreMulSum(
+                oxccl_core::Scalar::Device {
+                    addr: at(addr, es, "factor")?,
+                },
+            ));
+        }
+        Ok(Job {
+            comm: self.real.clone(),
+            rank: self.rank,
+            desc: d,
+            seq: j.seq,
+            index: j.index,
+            fault: j.fault,
+        })
+    }
+}
+
+/// Waits (bounded by [`HOST_LINGER`]) until every other rank of a communicator with ranks in
+/// other processes has left, so that their last results reach them through this process.
+pub(crate) fn linger(sh: &CommShared, rank: u32) {
+    if !sh.hosted.load(Ordering::Acquire) {
+        return;
+    }
+    let start = Instant::now();
+    let mut hub = lock(&sh.hub);
+    while start.elapsed() < HOST_LINGER
+        && hub
+            .dead
+            .iter()
+            .enumerate()
+            .any(|(r, d)| r as u32 != rank && d.is_none())
+    {
+        hub = crate::sync::wait_for(&sh.cv, hub, Duration::from_millis(20));
+    }
+}

@@ -1,0 +1,129 @@
+//! The mock world across processes: ranks in different processes of one machine that share a
+//! unique id form one mock communicator, with the in-process mock's semantics, because it *is*
+//! the in-process mock.
+//!
+//! # How
+//! The process whose backend made the id (rank 0's, under a process group) is the **host**: it
+//! holds the one real communicator state ([`CommShared`](crate::shared::CommShared)) where
+//! every rank's operations meet, and a **proxy** per rank of another process. Each other
+//! process holds a *mirror*: a local `CommShared` for its own rank's life (lifecycle, checks,
+//! fault numbering, registrations, nonblocking polls, group queues are the unchanged mock
+//! code) whose cross-rank steps (posting and waiting for collectives and p2p) go to the host as
+//! a **batch** (one op, or one stream's share of a group, so grouped p2p rings work). The proxy
+//! runs the batch with the mock's own executor (`exec`: posts, waits, faults) on host
+//! addresses that point into shared memory, then answers. So matching, arithmetic, mismatch
+//! detection, faults and death propagation are the same code for threads and processes.
+//!
+//! # Transport: a Unix stream socket for control, a memfd for data
+//! * Control goes over one `SOCK_STREAM` Unix socket per communicator rank, in the abstract
+//!   namespace (Linux): no file to unlink, the name dies with the listener. A socket, not a
+//!   futex on shared memory, because the kernel closes it when a process dies *in any way*
+//!   (exit 0/1, SIGTERM, SIGKILL): the host reads end-of-file at once and marks the rank
+//!   dead, and the ranks read end-of-file when the host dies. A futex word would need
+//!   heartbeats and timeouts to see a SIGKILL. The socket costs a few µs per batch.
+//! * Data goes through shared memory: each rank process creates memfd segments (a pool, one
+//!   per batch in flight) and passes the descriptor once over the socket (SCM_RIGHTS); the
+//!   host maps it. A memfd has no name, so nothing can leak into /dev/shm whatever dies when.
+//!   The rank copies its send buffers in and its outputs out (its buffers are ordinary
+//!   `HostBuf`s: the same `Memory` implementation serves threads and processes); the host's
+//!   collective reads and writes the segments directly.
+//!
+//! # Ids
+//! A process-spanning id is `OXMPROC1`, the host's pid, a 16-byte random token; the
+//! listener's name is derived from pid and token, and a connection must present the token.
+//! A plain [`MockBackend`](crate::MockBackend) makes in-process ids;
+//! [`MockBackend::across_processes`](crate::MockBackend::across_processes) makes these. Any
+//! backend's `init_rank` accepts both.
+//!
+//! # Failures
+//! A rank process that dies or closes its connection is marked dead on the host (its peers'
+//! operations end with `Error::Remote` naming it); the host's death fails every waiting rank
+//! with `Error::Remote`; a rank that stops answering leaves its peers waiting as a thread
+//! would, until their `Work::wait` timeout (`Error::Timeout`) and abort. Aborting a rank
+//! tells the host at once (peers get `Remote`) and wakes the rank's own waits.
+//!
+//! # Limits
+//! `split` of a communicator spanning processes fails on the calling rank with
+//! `Error::Backend` (invalid usage) and marks the rank dead, so its peers get `Remote` instead
+//! of hanging. A nonblocking init across processes returns after all ranks joined, then polls
+//! `InProgress` as configured. One group mixing in-process and cross-process communicators
+//! runs the cross-process share first.
+
+pub(crate) mod chan;
+pub(crate) mod host;
+pub(crate) mod remote;
+pub(crate) mod wire;
+
+use oxccl_core::UniqueId;
+
+/// The first bytes of an id that spans processes.
+const MAGIC: &[u8; 8] = b"OXMPROC1";
+
+/// What a process-spanning id carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ProcId {
+    pub pid: u32,
+    pub token: [u8; 16],
+}
+
+impl ProcId {
+    /// The id's bytes.
+    pub(crate) fn to_id(self) -> UniqueId {
+        let mut b = [0u8; UniqueId::LEN];
+        b[..8].copy_from_slice(MAGIC);
+        b[8..12].copy_from_slice(&self.pid.to_le_bytes());
+        b[12..28].copy_from_slice(&self.token);
+        UniqueId(b)
+    }
+
+    /// The process-spanning id in `id`, if it is one.
+    pub(crate) fn of(id: &UniqueId) -> Option<ProcId> {
+        if &id.0[..8] != MAGIC || id.0[28..].iter().any(|b| *b != 0) {
+            return None;
+        }
+        let mut token = [0u8; 16];
+        token.copy_from_slice(&id.0[12..28]);
+        Some(ProcId {
+            pid: u32::from_le_bytes([id.0[8], id.0[9], id.0[10], id.0[11]]),
+            token,
+        })
+    }
+
+    /// The listener's abstract socket name.
+    pub(crate) fn socket_name(&self) -> String {
+        let hex: String = self.token.iter().map(|b| format!("{b:02x}")).collect();
+        format!("oxccl-mock-{}-{hex}", self.pid)
+    }
+}
+
+/// 16 random bytes from the kernel (a clock mix if it refuses).
+pub(crate) fn random_token() -> [u8; 16] {
+    let mut t = [0u8; 16];
+    // SAFETY: writes at most 16 bytes into `t`.
+    let n = unsafe { libc::getrandom(t.as_mut_ptr().cast(), t.len(), 0) };
+    if n != 16 {
+        let clock = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        t = (clock ^ (u128::from(std::process::id()) << 64)).to_le_bytes();
+    }
+    t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_round_trip_and_plain_ids_are_not_process_ids() {
+        let p = ProcId {
+            pid: 77,
+            token: [5; 16],
+        };
+        assert_eq!(ProcId::of(&p.to_id()), Some(p));
+        assert_eq!(ProcId::of(&UniqueId([0; UniqueId::LEN])), None);
+        let mut id = p.to_id();
+        id.0[100] = 1;
+        assert_eq!(ProcId::of(&id), None);
+    }
+}

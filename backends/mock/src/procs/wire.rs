@@ -1,0 +1,542 @@
+//! The messages between a rank's process and the host process (rank 0's), as bytes: a frame is
+//! `[len: u32 LE][payload]`, the payload a tag then fixed-width little-endian fields. Errors and
+//! operation descriptions cross the wire with what the ranks need of them.
+
+use crate::fault::FaultKind;
+use crate::job::OpDesc;
+use oxccl_core::text::text_str;
+use oxccl_core::{
+    text, DataType, Error, HostScalar, OpKind, RawBuf, RawBufMut, ReduceOp, Result, ResultCode,
+    Scalar,
+};
+use std::time::Duration;
+
+/// The largest frame accepted (a batch of many v-collectives fits far below it).
+pub(crate) const MAX_FRAME: usize = 64 << 20;
+
+/// A buffer offset meaning "no buffer".
+pub(crate) const NONE: u64 = u64::MAX;
+
+/// One job of a batch: the op with offsets into the batch's segment instead of addresses.
+#[derive(Debug, Clone)]
+pub(crate) struct WireJob {
+    pub desc: OpDesc,
+    pub seq: u64,
+    pub index: u64,
+    pub fault: Option<FaultKind>,
+}
+
+/// A message of either side.
+#[derive(Debug)]
+pub(crate) enum Msg {
+    /// rank → host: join the communicator of `token` as `rank` of `size`.
+    Hello {
+        token: [u8; 16],
+        rank: u32,
+        size: u32,
+    },
+    /// host → rank: the join's outcome (all ranks joined, or why not).
+    Welcome(Result<()>),
+    /// rank → host: run `jobs` (offsets into segment `seg`, sent with the message when new)
+    /// in order on the host's stream for remote stream `stream`.
+    Batch {
+        id: u64,
+        stream: u64,
+        seg: u64,
+        seg_len: u64,
+        jobs: Vec<WireJob>,
+    },
+    /// host → rank: batch `id` ran; `Err` is the rank's own error after it.
+    Done { id: u64, result: Result<()> },
+    /// rank → host: the rank is gone (aborted, failed, destroyed), with why.
+    Dead { why: String },
+    /// rank → host: segment `seg` is no longer used.
+    Forget { seg: u64 },
+}
+
+/// Appends fields to a payload.
+#[derive(Default)]
+pub(crate) struct W(pub Vec<u8>);
+
+impl W {
+    fn u8(&mut self, v: u8) {
+        self.0.push(v);
+    }
+    fn u32(&mut self, v: u32) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn u64(&mut self, v: u64) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn str(&mut self, s: &str) {
+        self.u32(u32::try_from(s.len()).unwrap_or(0));
+        if u32::try_from(s.len()).is_ok() {
+            self.0.extend_from_slice(s.as_bytes());
+        }
+    }
+    fn list(&mut self, v: &[usize]) {
+        self.u32(u32::try_from(v.len()).unwrap_or(0));
+        for c in v.iter().take(u32::MAX as usize) {
+            self.u64(*c as u64);
+        }
+    }
+}
+
+/// Reads fields from a payload; every read is bounds-checked (a short frame is an error).
+pub(crate) struct R<'a>(pub &'a [u8]);
+
+fn short() -> Error {
+    Error::Remote {
+        detail: text!("malformed message from the peer process"),
+    }
+}
+
+impl R<'_> {
+    fn take(&mut self, n: usize) -> Result<&[u8]> {
+        if self.0.len() < n {
+            return Err(short());
+        }
+        let (a, b) = self.0.split_at(n);
+        self.0 = b;
+        Ok(a)
+    }
+    fn u8(&mut self) -> Result<u8> {
+        Ok(self.take(1)?[0])
+    }
+    fn u32(&mut self) -> Result<u32> {
+        let b = self.take(4)?;
+        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+    fn u64(&mut self) -> Result<u64> {
+        let mut a = [0u8; 8];
+        a.copy_from_slice(self.take(8)?);
+        Ok(u64::from_le_bytes(a))
+    }
+    fn usize(&mut self) -> Result<usize> {
+        usize::try_from(self.u64()?).map_err(|_| short())
+    }
+    fn str(&mut self) -> Result<String> {
+        let n = self.u32()? as usize;
+        Ok(String::from_utf8_lossy(self.take(n)?).into_owned())
+    }
+    fn list(&mut self) -> Result<Vec<usize>> {
+        let n = self.u32()? as usize;
+        if n > self.0.len() / 8 {
+            return Err(short());
+        }
+        (0..n).map(|_| self.usize()).collect()
+    }
+}
+
+const KINDS: [OpKind; 14] = [
+    OpKind::AllReduce,
+    OpKind::Broadcast,
+    OpKind::Reduce,
+    OpKind::AllGather,
+    OpKind::ReduceScatter,
+    OpKind::AllToAll,
+    OpKind::AllToAllV,
+    OpKind::Gather,
+    OpKind::Scatter,
+    OpKind::AllGatherV,
+    OpKind::ReduceScatterV,
+    OpKind::Send,
+    OpKind::Recv,
+    OpKind::Barrier,
+];
+
+/// The static name a mismatch's `what` takes back (the mock's own names).
+fn what_static(s: &str) -> &'static str {
+    [
+        "operation",
+        "dtype",
+        "op",
+        "root",
+        "counts",
+        "count",
+        "size",
+        "color",
+        "key",
+    ]
+    .into_iter()
+    .find(|w| *w == s)
+    .unwrap_or("collective")
+}
+
+fn put_error(w: &mut W, e: &Error) {
+    match e {
+        Error::Mismatch { what, detail } => {
+            w.u8(1);
+            w.str(what);
+            w.str(detail);
+        }
+        Error::Timeout { what, after_ms } => {
+            w.u8(2);
+            w.str(what);
+            w.u64(*after_ms);
+        }
+        Error::Backend { code, text, last } => {
+            w.u8(3);
+            w.u32(code.0 as u32);
+            w.str(text);
+            w.str(last);
+        }
+        Error::Aborted { reason } => {
+            w.u8(4);
+            w.str(reason);
+        }
+        Error::Remote { detail } => {
+            w.u8(5);
+            w.str(detail);
+        }
+        other => {
+            w.u8(5);
+            w.str(&other.to_string());
+        }
+    }
+}
+
+fn get_error(r: &mut R<'_>) -> Result<Error> {
+    Ok(match r.u8()? {
+        1 => {
+            let what = what_static(&r.str()?);
+            Error::Mismatch {
+                what,
+                detail: text_str(&r.str()?),
+            }
+        }
+        2 => Error::Timeout {
+            what: text_str(&r.str()?),
+            after_ms: r.u64()?,
+        },
+        3 => Error::Backend {
+            code: ResultCode(r.u32()? as i32),
+            text: text_str(&r.str()?),
+            last: text_str(&r.str()?),
+        },
+        4 => Error::Aborted {
+            reason: text_str(&r.str()?),
+        },
+        5 => Error::Remote {
+            detail: text_str(&r.str()?),
+        },
+        _ => return Err(short()),
+    })
+}
+
+fn put_result(w: &mut W, res: &Result<()>) {
+    match res {
+        Ok(()) => w.u8(0),
+        Err(e) => put_error(w, e),
+    }
+}
+
+fn get_result(r: &mut R<'_>) -> Result<Result<()>> {
+    if r.0.first() == Some(&0) {
+        r.u8()?;
+        return Ok(Ok(()));
+    }
+    Ok(Err(get_error(r)?))
+}
+
+fn put_op(w: &mut W, op: Option<ReduceOp>) {
+    match op {
+        None => w.u8(0),
+        Some(ReduceOp::Sum) => w.u8(1),
+        Some(ReduceOp::Prod) => w.u8(2),
+        Some(ReduceOp::Min) => w.u8(3),
+        Some(ReduceOp::Max) => w.u8(4),
+        Some(ReduceOp::Avg) => w.u8(5),
+        Some(ReduceOp::PreMulSum(Scalar::Host(h))) => {
+            let (tag, bits) = match h {
+                HostScalar::F16(b) => (0, u64::from(b)),
+                HostScalar::Bf16(b) => (1, u64::from(b)),
+                HostScalar::F32(f) => (2, u64::from(f.to_bits())),
+                HostScalar::F64(f) => (3, f.to_bits()),
+            };
+            w.u8(6);
+            w.u8(tag);
+            w.u64(bits);
+        }
+        // The address was turned into a segment offset by the sender.
+        Some(ReduceOp::PreMulSum(Scalar::Device { addr })) => {
+            w.u8(7);
+            w.u64(addr as u64);
+        }
+    }
+}
+
+fn get_op(r: &mut R<'_>) -> Result<Option<ReduceOp>> {
+    Ok(Some(match r.u8()? {
+        0 => return Ok(None),
+        1 => ReduceOp::Sum,
+        2 => ReduceOp::Prod,
+        3 => ReduceOp::Min,
+        4 => ReduceOp::Max,
+        5 => ReduceOp::Avg,
+        6 => {
+            let tag = r.u8()?;
+            let bits = r.u64()?;
+            ReduceOp::PreMulSum(Scalar::Host(match tag {
+                0 => HostScalar::F16(bits as u16),
+                1 => HostScalar::Bf16(bits as u16),
+                2 => HostScalar::F32(f32::from_bits(bits as u32)),
+                _ => HostScalar::F64(f64::from_bits(bits)),
+            }))
+        }
+        7 => ReduceOp::PreMulSum(Scalar::Device { addr: r.usize()? }),
+        _ => return Err(short()),
+    }))
+}
+
+fn put_opt(w: &mut W, v: Option<u32>) {
+    w.u64(v.map_or(NONE, u64::from));
+}
+
+fn get_opt(r: &mut R<'_>) -> Result<Option<u32>> {
+    let v = r.u64()?;
+    Ok(if v == NONE {
+        None
+    } else {
+        Some(u32::try_from(v).map_err(|_| short())?)
+    })
+}
+
+fn put_job(w: &mut W, j: &WireJob) {
+    let d = &j.desc;
+    w.u8(KINDS.iter().position(|k| *k == d.kind).unwrap_or(0) as u8);
+    w.u32(d.dtype.map_or(u32::MAX, |t| t.code() as u32));
+    put_op(w, d.op);
+    put_opt(w, d.root);
+    put_opt(w, d.peer);
+    w.u64(d.send.addr as u64);
+    w.u64(d.send.len as u64);
+    w.u64(d.recv.addr as u64);
+    w.u64(d.recv.len as u64);
+    w.list(&d.counts);
+    w.list(&d.recv_counts);
+    w.u64(j.seq);
+    w.u64(j.index);
+    match j.fault {
+        None | Some(FaultKind::Fail(_)) => w.u8(0),
+        Some(FaultKind::Hang) => w.u8(1),
+        Some(FaultKind::Lose) => w.u8(2),
+        Some(FaultKind::Delay(d)) => {
+            w.u8(3);
+            w.u64(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+        }
+    }
+}
+
+fn get_job(r: &mut R<'_>) -> Result<WireJob> {
+    let kind = *KINDS.get(r.u8()? as usize).ok_or_else(short)?;
+    let dt = r.u32()?;
+    let dtype = if dt == u32::MAX {
+        None
+    } else {
+        Some(DataType::from_code(dt as i32).ok_or_else(short)?)
+    };
+    let op = get_op(r)?;
+    let root = get_opt(r)?;
+    let peer = get_opt(r)?;
+    let send = RawBuf {
+        addr: r.usize()?,
+        len: r.usize()?,
+    };
+    let recv = RawBufMut {
+        addr: r.usize()?,
+        len: r.usize()?,
+    };
+    let counts = r.list()?;
+    let recv_counts = r.list()?;
+    let seq = r.u64()?;
+    let index = r.u64()?;
+    let fault = match r.u8()? {
+        0 => None,
+        1 => Some(FaultKind::Hang),
+        2 => Some(FaultKind::Lose),
+        _ => Some(FaultKind::Delay(Duration::from_nanos(r.u64()?))),
+    };
+    Ok(WireJob {
+        desc: OpDesc {
+            kind,
+            dtype,
+            op,
+            root,
+            peer,
+            send,
+            recv,
+            counts,
+            recv_counts,
+        },
+        seq,
+        index,
+        fault,
+    })
+}
+
+impl Msg {
+    /// The frame of this message (length prefix included).
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        let mut w = W(vec![0; 4]);
+        match self {
+            Msg::Hello { token, rank, size } => {
+                w.u8(1);
+                w.0.extend_from_slice(token);
+                w.u32(*rank);
+                w.u32(*size);
+            }
+            Msg::Welcome(res) => {
+                w.u8(2);
+                put_result(&mut w, res);
+            }
+            Msg::Batch {
+                id,
+                stream,
+                seg,
+                seg_len,
+                jobs,
+            } => {
+                w.u8(3);
+                w.u64(*id);
+                w.u64(*stream);
+                w.u64(*seg);
+                w.u64(*seg_len);
+                w.u32(jobs.len() as u32);
+                for j in jobs {
+                    put_job(&mut w, j);
+                }
+            }
+            Msg::Done { id, result } => {
+                w.u8(4);
+                w.u64(*id);
+                put_result(&mut w, result);
+            }
+            Msg::Dead { why } => {
+                w.u8(5);
+                w.str(why);
+            }
+            Msg::Forget { seg } => {
+                w.u8(6);
+                w.u64(*seg);
+            }
+        }
+        let len = (w.0.len() - 4) as u32;
+        w.0[..4].copy_from_slice(&len.to_le_bytes());
+        w.0
+    }
+
+    /// The message of one frame's payload (without its length prefix).
+    pub(crate) fn decode(p: &[u8]) -> Result<Msg> {
+        let mut r = R(p);
+        Ok(match r.u8()? {
+            1 => {
+                let mut token = [0u8; 16];
+                token.copy_from_slice(r.take(16)?);
+                Msg::Hello {
+                    token,
+                    rank: r.u32()?,
+                    size: r.u32()?,
+                }
+            }
+            2 => Msg::Welcome(get_result(&mut r)?),
+            3 => {
+                let id = r.u64()?;
+                let stream = r.u64()?;
+                let seg = r.u64()?;
+                let seg_len = r.u64()?;
+                let n = r.u32()? as usize;
+                if n > r.0.len() {
+                    return Err(short());
+                }
+                let jobs = (0..n)
+                    .map(|_| get_job(&mut r))
+                    .collect::<Result<Vec<_>>>()?;
+                Msg::Batch {
+                    id,
+                    stream,
+                    seg,
+                    seg_len,
+                    jobs,
+                }
+            }
+            4 => Msg::Done {
+                id: r.u64()?,
+                result: get_result(&mut r)?,
+            },
+            5 => Msg::Dead { why: r.str()? },
+            6 => Msg::Forget { seg: r.u64()? },
+            _ => return Err(short()),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batch_round_trips() {
+        let desc = OpDesc {
+            kind: OpKind::AllToAllV,
+            dtype: Some(DataType::Bfloat16),
+            op: Some(ReduceOp::PreMulSum(Scalar::Host(HostScalar::F32(0.5)))),
+            root: Some(3),
+            peer: None,
+            send: RawBuf { addr: 64, len: 7 },
+            recv: RawBufMut { addr: 128, len: 9 },
+            counts: vec![1, 2, 4],
+            recv_counts: vec![3, 3, 3],
+        };
+        let m = Msg::Batch {
+            id: 9,
+            stream: 4,
+            seg: 2,
+            seg_len: 4096,
+            jobs: vec![WireJob {
+                desc: desc.clone(),
+                seq: 5,
+                index: 6,
+                fault: Some(FaultKind::Delay(Duration::from_millis(3))),
+            }],
+        };
+        let f = m.encode();
+        let Msg::Batch {
+            id,
+            stream,
+            seg,
+            seg_len,
+            jobs,
+        } = Msg::decode(&f[4..]).unwrap()
+        else {
+            panic!("not a batch")
+        };
+        assert_eq!((id, stream, seg, seg_len), (9, 4, 2, 4096));
+        assert_eq!(jobs[0].desc, desc);
+        assert_eq!((jobs[0].seq, jobs[0].index), (5, 6));
+        assert_eq!(
+            jobs[0].fault,
+            Some(FaultKind::Delay(Duration::from_millis(3)))
+        );
+    }
+
+    #[test]
+    fn errors_round_trip_and_short_frames_fail() {
+        let e = Error::Mismatch {
+            what: "count",
+            detail: text!("rank 0: 1, rank 1: 2"),
+        };
+        let f = Msg::Done {
+            id: 1,
+            result: Err(e.clone()),
+        }
+        .encode();
+        let Msg::Done { result, .. } = Msg::decode(&f[4..]).unwrap() else {
+            panic!()
+        };
+        assert_eq!(result, Err(e));
+        for cut in 1..f.len() - 4 {
+            assert!(Msg::decode(&f[4..4 + cut]).is_err(), "cut at {cut}");
+        }
+    }
+}
