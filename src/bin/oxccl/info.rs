@@ -1,153 +1,219 @@
-//! `oxccl info`: which NCCL was loaded, how fast, and what it can do.
+//! `oxccl info`: which NCCL was loaded and how it was found, what it can do, the GPUs and
+//! their links, the variables in effect and the launcher recognised.
 
-use crate::json;
-use oxccl_core::{Feature, FeatureSet};
-use oxccl_loader::{Api, Library, LoadError};
+use crate::{exit, gpus};
+use clap::Args;
+use oxccl::loader::{Api, Library, LoadError};
+use oxccl_core::launch::LaunchInfo;
+use oxccl_core::Feature;
+use serde_json::{json, Value};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// Options of `oxccl info`.
-pub struct Options {
+#[derive(Args)]
+pub struct InfoArgs {
+    /// Load this library instead of searching (the only place tried).
+    #[arg(long, value_name = "PATH")]
     library: Option<PathBuf>,
+    /// One JSON object on stdout instead of text.
+    #[arg(long)]
     json: bool,
 }
 
-impl Options {
-    /// Parses the arguments after `info`.
-    pub fn parse(args: &[String]) -> Result<Options, String> {
-        let mut opts = Options {
-            library: None,
-            json: false,
-        };
-        let mut it = args.iter();
-        while let Some(a) = it.next() {
-            match a.as_str() {
-                "--json" => opts.json = true,
-                "--library" => match it.next() {
-                    Some(p) => opts.library = Some(PathBuf::from(p)),
-                    None => return Err("--library needs a path".to_owned()),
-                },
-                s if s.starts_with("--library=") => {
-                    opts.library = Some(PathBuf::from(&s["--library=".len()..]));
-                }
-                other => return Err(format!("info: unknown option `{other}`")),
-            }
+/// How to get a library, said when none is found.
+pub const GET_ONE: &str = "install one with `pip install nvidia-nccl-cu12` (or -cu13), or point \
+OXCCL_NCCL_LIBRARY at a libnccl.so.2";
+
+/// Runs `oxccl info`: exit 0 with a library, 3 without one (the rest is reported either way).
+pub fn run(a: &InfoArgs) -> ExitCode {
+    let start = Instant::now();
+    let loaded = Library::load_from(a.library.as_deref());
+    let total = start.elapsed();
+    let report = json!({
+        "library": library_json(&loaded, a.library.is_some(), total.as_secs_f64() * 1e3),
+        "gpu": gpus::to_json(&gpus::probe()),
+        "environment": env_json(),
+        "launcher": launcher_json(),
+    });
+    if a.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).unwrap_or_default()
+        );
+    } else {
+        print!("{}", text(&report));
+    }
+    match loaded {
+        Ok(_) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("oxccl info: {e}; {GET_ONE}");
+            ExitCode::from(exit::ENV)
         }
-        Ok(opts)
     }
 }
 
-/// Runs `oxccl info`; non-zero when no library loads.
-pub fn run(opts: &Options) -> ExitCode {
-    let start = Instant::now();
-    let loaded = Library::load_from(opts.library.as_deref());
-    let total = start.elapsed();
+fn library_json(loaded: &Result<Library, LoadError>, explicit: bool, total_ms: f64) -> Value {
     match loaded {
-        Ok(lib) if opts.json => println!("{}", report_json(&lib, total)),
-        Ok(lib) => print!("{}", report_text(&lib, total)),
-        Err(e) if opts.json => {
-            println!("{}", error_json(&e));
-            return ExitCode::FAILURE;
+        Ok(lib) => {
+            let v = lib.version();
+            let features: Vec<Value> = Feature::ALL
+                .iter()
+                .map(|f| {
+                    let mut o = json!({
+                        "name": f.name(),
+                        "since": f.since().to_string(),
+                        "available": lib.features().has(*f),
+                    });
+                    if let Err(why) = lib.features().check(*f) {
+                        o["reason"] = json!(why.to_string());
+                    }
+                    o
+                })
+                .collect();
+            json!({
+                "found": true,
+                "path": lib.path().display().to_string(),
+                "how": if explicit { "--library" } else if std::env::var_os(oxccl::loader::ENV_LIBRARY).is_some_and(|v| !v.is_empty()) { "OXCCL_NCCL_LIBRARY" } else { "search" },
+                "version": v.to_string(),
+                "version_code": v.code().unwrap_or(0),
+                "load_ms": lib.load_time().as_secs_f64() * 1e3,
+                "load_with_discovery_ms": total_ms,
+                "functions_exported": lib.api().present_count(),
+                "functions_known": Api::SYMBOLS.len(),
+                "features": features,
+            })
         }
         Err(e) => {
-            eprintln!("oxccl: {e}");
-            return ExitCode::FAILURE;
+            let tried: Vec<Value> = match e {
+                LoadError::NothingFound { tried } => tried
+                    .iter()
+                    .map(|t| json!({"place": t.place, "reason": t.reason}))
+                    .collect(),
+                _ => Vec::new(),
+            };
+            json!({"found": false, "error": e.to_string(), "tried": tried, "how_to_get_one": GET_ONE})
         }
     }
-    ExitCode::SUCCESS
 }
 
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
-}
-
-fn report_text(lib: &Library, total: Duration) -> String {
-    let v = lib.version();
-    let mut s = String::new();
-    s.push_str(&format!("library:   {}\n", lib.path().display()));
-    s.push_str(&format!(
-        "version:   NCCL {v} (code {})\n",
-        v.code().unwrap_or(0)
-    ));
-    s.push_str(&format!(
-        "load time: {:.3} ms (dlopen + resolve {} symbols + version), {:.3} ms with discovery\n",
-        ms(lib.load_time()),
-        Api::SYMBOLS.len(),
-        ms(total)
-    ));
-    s.push_str(&format!(
-        "functions: {} of the {} in nccl.h up to 2.32.3 exported\n",
-        lib.api().present_count(),
-        Api::SYMBOLS.len()
-    ));
-    s.push_str("features:\n");
-    for (f, res) in lib.features().iter() {
-        let state = match res {
-            Ok(()) => "available".to_owned(),
-            Err(why) => format!("unavailable: {why}"),
-        };
-        s.push_str(&format!(
-            "  {:<20} since {:<7} {state}\n",
-            f.name(),
-            f.since().to_string()
-        ));
-    }
-    s
-}
-
-fn feature_json(set: &FeatureSet, f: Feature) -> String {
-    let mut s = format!(
-        "{{\"name\": {}, \"since\": {}, \"available\": {}",
-        json::string(f.name()),
-        json::string(&f.since().to_string()),
-        set.has(f)
-    );
-    if let Err(why) = set.check(f) {
-        s.push_str(&format!(", \"reason\": {}", json::string(&why.to_string())));
-    }
-    s.push('}');
-    s
-}
-
-fn report_json(lib: &Library, total: Duration) -> String {
-    let v = lib.version();
-    let features: Vec<String> = Feature::ALL
-        .iter()
-        .map(|f| feature_json(lib.features(), *f))
+fn env_json() -> Value {
+    let mut vars: Vec<(String, String)> = std::env::vars_os()
+        .map(|(k, v)| {
+            (
+                k.to_string_lossy().into_owned(),
+                v.to_string_lossy().into_owned(),
+            )
+        })
+        .filter(|(k, _)| k.starts_with("NCCL_") || k.starts_with("OXCCL_"))
         .collect();
-    format!(
-        "{{\"library\": {}, \"version\": {}, \"version_code\": {}, \"load_ms\": {:.3}, \
-         \"load_with_discovery_ms\": {:.3}, \"functions_exported\": {}, \"functions_known\": {}, \
-         \"features\": [\n  {}\n]}}",
-        json::string(&lib.path().display().to_string()),
-        json::string(&v.to_string()),
-        v.code().unwrap_or(0),
-        ms(lib.load_time()),
-        ms(total),
-        lib.api().present_count(),
-        Api::SYMBOLS.len(),
-        features.join(",\n  ")
-    )
+    vars.sort();
+    Value::Object(vars.into_iter().map(|(k, v)| (k, json!(v))).collect())
 }
 
-fn error_json(e: &LoadError) -> String {
-    let tried = match e {
-        LoadError::NothingFound { tried } => tried
-            .iter()
-            .map(|t| {
-                format!(
-                    "{{\"place\": {}, \"reason\": {}}}",
-                    json::string(&t.place),
-                    json::string(&t.reason)
-                )
-            })
-            .collect::<Vec<_>>(),
-        _ => Vec::new(),
-    };
-    format!(
-        "{{\"error\": {}, \"tried\": [{}]}}",
-        json::string(&e.to_string()),
-        tried.join(", ")
-    )
+fn launcher_json() -> Value {
+    match LaunchInfo::detect(|k| std::env::var(k).ok().map(|v| &*v.leak())) {
+        Ok(l) => json!({
+            "recognised": format!("{:?}", l.launcher),
+            "rank": l.rank,
+            "world_size": l.world_size,
+            "local_rank": l.local_rank,
+            "local_world_size": l.local_world_size,
+        }),
+        Err(e) => json!({"recognised": null, "note": e.to_string()}),
+    }
+}
+
+fn text(r: &Value) -> String {
+    let mut s = String::new();
+    let lib = &r["library"];
+    if lib["found"] == json!(true) {
+        s += &format!(
+            "library:   {} (found by {})\n",
+            str_of(&lib["path"]),
+            str_of(&lib["how"])
+        );
+        s += &format!(
+            "version:   NCCL {} (code {})\n",
+            str_of(&lib["version"]),
+            lib["version_code"]
+        );
+        s += &format!(
+            "load time: {:.3} ms, {:.3} ms with discovery; {} of the {} functions of nccl.h exported\n",
+            lib["load_ms"].as_f64().unwrap_or(0.0),
+            lib["load_with_discovery_ms"].as_f64().unwrap_or(0.0),
+            lib["functions_exported"],
+            lib["functions_known"]
+        );
+        s += "features:\n";
+        for f in lib["features"].as_array().into_iter().flatten() {
+            let state = match f.get("reason") {
+                None => "available".to_owned(),
+                Some(why) => format!("unavailable: {}", str_of(why)),
+            };
+            s += &format!(
+                "  {:<20} since {:<7} {state}\n",
+                str_of(&f["name"]),
+                str_of(&f["since"])
+            );
+        }
+    } else {
+        s += &format!("library:   none found ({})\n", str_of(&lib["error"]));
+        for t in lib["tried"].as_array().into_iter().flatten() {
+            s += &format!(
+                "  tried {}: {}\n",
+                str_of(&t["place"]),
+                str_of(&t["reason"])
+            );
+        }
+        s += &format!("  {GET_ONE}\n");
+    }
+    let g = &r["gpu"];
+    match g.get("error") {
+        Some(e) => s += &format!("gpus:      {}\n", str_of(e)),
+        None => {
+            s += "gpus:\n";
+            for d in g["gpus"].as_array().into_iter().flatten() {
+                let gib = d["memory_bytes"].as_f64().unwrap_or(0.0) / f64::from(1u32 << 30);
+                s += &format!("  {}: {} ({gib:.1} GiB)\n", d["index"], str_of(&d["name"]));
+            }
+            for l in g["links"].as_array().into_iter().flatten() {
+                s += &format!(
+                    "  {} <-> {}: {} (P2P rank {})\n",
+                    l["a"],
+                    l["b"],
+                    str_of(&l["kind"]),
+                    l["perf_rank"]
+                );
+            }
+        }
+    }
+    let env = r["environment"].as_object();
+    if env.is_none_or(|m| m.is_empty()) {
+        s += "variables: no NCCL_* or OXCCL_* set\n";
+    } else {
+        s += "variables:\n";
+        for (k, v) in env.into_iter().flatten() {
+            s += &format!("  {k}={}\n", str_of(v));
+        }
+    }
+    let l = &r["launcher"];
+    if l["recognised"].is_null() {
+        s += &format!("launcher:  none recognised ({})\n", str_of(&l["note"]));
+    } else {
+        s += &format!(
+            "launcher:  {}: rank {} of {}, local rank {}\n",
+            str_of(&l["recognised"]),
+            l["rank"],
+            l["world_size"],
+            l["local_rank"]
+        );
+    }
+    s
+}
+
+/// A JSON string's text (other values as JSON).
+pub fn str_of(v: &Value) -> String {
+    v.as_str().map_or_else(|| v.to_string(), str::to_owned)
 }

@@ -1,56 +1,77 @@
-//! `oxccl`: the command-line tool. `info` today; `perf` and `check` are new variants of
-//! [`Command`] with a module each.
-//!
-//! The arguments are parsed by hand rather than with clap: one command with two flags does not
-//! need a parser crate yet (clap is the choice once `perf` and `check` bring many flags). Each
-//! subcommand parses its own flags, so adding one touches only `Command` and its module.
+//! `oxccl`: the command-line tool, the project's main job. `info` says which NCCL and GPUs
+//! this machine has; `perf` measures the collectives as nccl-tests does, through the raw
+//! function pointer, `Comm` and `ProcessGroup` side by side; `check` verifies every operation
+//! against a host reference; `store` serves a TCP store; `trace` reads flight-recorder dumps.
+//! Without a GPU or NCCL, `perf` and `check` run on the mock world and say so.
 
+mod check;
+mod elem;
+mod expect;
+mod gpus;
 mod info;
-mod json;
+mod ops;
+mod perf;
 mod store;
+mod trace;
 
+use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
-const USAGE: &str = "usage: oxccl <command> [options]
-
-commands:
-  info [--library PATH] [--json]   the NCCL library found, its version, load time, and every
-                                   feature with why it is unavailable
-  store --port P [--host H]        a TCP store server (PyTorch's TCPStore protocol) until
-                                   killed; prints the bound address (port 0 picks one)
-  help                             this text
-
-The library is found in this order: --library, OXCCL_NCCL_LIBRARY, libnccl.so.2 and libnccl.so
-through the system search, then nvidia/nccl/lib/libnccl.so.2 in visible Python environments.";
-
-/// A subcommand with its parsed options.
-enum Command {
-    Info(info::Options),
-    Store(store::Options),
-    Help,
+/// Exit codes: 0 ok, 1 a check failed or results were wrong, 2 usage, 3 environment.
+pub mod exit {
+    /// A check failed or a result was wrong.
+    pub const FAILED: u8 = 1;
+    /// The command line is wrong (clap's own code for usage errors too).
+    pub const USAGE: u8 = 2;
+    /// The environment lacks something: no library, no GPU, a launcher half set up.
+    pub const ENV: u8 = 3;
 }
 
-fn parse(args: &[String]) -> Result<Command, String> {
-    match args.first().map(String::as_str) {
-        None | Some("help" | "-h" | "--help") => Ok(Command::Help),
-        Some("info") => info::Options::parse(&args[1..]).map(Command::Info),
-        Some("store") => store::Options::parse(&args[1..]).map(Command::Store),
-        Some(other) => Err(format!("unknown command `{other}`")),
-    }
+const AFTER_HELP: &str = "\
+Examples:
+  oxccl info                          the NCCL found, its features, GPUs and links, launcher
+  oxccl perf                          all_reduce 8 B..1 MiB (mock world without a GPU)
+  oxccl perf all -b 8 -e 1G -f 2 -g 2 --layer all --svg perf.svg
+  oxccl perf all_gather -d bfloat16 -n 50 -w 10 -c 1 --json
+  torchrun --nproc-per-node 2 --no-python oxccl perf all_reduce   one process per GPU
+  oxccl check                         every op x type x reduce op, exit 1 on a mismatch
+  oxccl store --port 29500            a TCP store server for a job's rendezvous
+
+Exit codes: 0 ok, 1 wrong results or a failed check, 2 usage, 3 environment (no library,
+no GPU for a command that needs one). The library is found in this order: --library,
+OXCCL_NCCL_LIBRARY, libnccl.so.2 and libnccl.so through the system search, then
+nvidia/nccl/lib/libnccl.so.2 in visible Python environments (pip install nvidia-nccl-cu12).";
+
+/// NCCL for Rust: what this machine has, how fast the collectives run, whether they are right.
+#[derive(Parser)]
+#[command(name = "oxccl", version, after_help = AFTER_HELP)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// The NCCL library (and where it was looked for), its features, the GPUs and their links,
+    /// the NCCL_*/OXCCL_* variables in effect and the launcher recognised.
+    Info(info::InfoArgs),
+    /// nccl-tests' sweep: time, algbw, busbw and #wrong per size, per layer (raw, comm, pg).
+    Perf(perf::PerfArgs),
+    /// Every operation x data type x reduce op x placement against a host reference.
+    Check(check::CheckArgs),
+    /// A TCP store server (PyTorch's TCPStore protocol) until killed; prints its address.
+    Store(store::StoreArgs),
+    /// Flight-recorder traces.
+    Trace(trace::TraceArgs),
 }
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    match parse(&args) {
-        Ok(Command::Help) => {
-            println!("{USAGE}");
-            ExitCode::SUCCESS
-        }
-        Ok(Command::Info(opts)) => info::run(&opts),
-        Ok(Command::Store(opts)) => store::run(&opts),
-        Err(e) => {
-            eprintln!("oxccl: {e}\n\n{USAGE}");
-            ExitCode::from(2)
-        }
+    let cli = Cli::parse();
+    match &cli.command {
+        Command::Info(a) => info::run(a),
+        Command::Perf(a) => perf::run(a),
+        Command::Check(a) => check::run(a),
+        Command::Store(a) => store::run(a),
+        Command::Trace(a) => trace::run(a),
     }
 }

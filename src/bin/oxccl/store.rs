@@ -1,61 +1,31 @@
 //! `oxccl store`: a standalone TCP store server (PyTorch's TCPStore protocol) that runs until
 //! killed, for jobs whose rendezvous should outlive any one rank.
 
+use crate::exit;
+use clap::Args;
 use oxccl::store::TcpServer;
 use std::io::Write;
 use std::process::ExitCode;
 
 /// Options of `oxccl store`.
-pub struct Options {
+#[derive(Args)]
+pub struct StoreArgs {
+    /// The port to listen on (0 picks a free one, printed on stdout).
+    #[arg(long)]
+    port: u16,
+    /// The interface to listen on: every one by default, as PyTorch's server listens, so
+    /// ranks on other machines reach it through MASTER_ADDR.
+    #[arg(long, default_value = "0.0.0.0")]
     host: String,
-    port: Option<u16>,
-}
-
-impl Options {
-    /// Parses the arguments after `store`.
-    pub fn parse(args: &[String]) -> Result<Options, String> {
-        // Every interface by default, as PyTorch's server listens: ranks on other machines
-        // reach it through MASTER_ADDR.
-        let mut opts = Options {
-            host: "0.0.0.0".to_owned(),
-            port: None,
-        };
-        let mut it = args.iter();
-        while let Some(a) = it.next() {
-            let (flag, inline) = match a.split_once('=') {
-                Some((f, v)) if f.starts_with("--") => (f, Some(v.to_owned())),
-                _ => (a.as_str(), None),
-            };
-            let mut value = |name: &str| match inline.clone().or_else(|| it.next().cloned()) {
-                Some(v) => Ok(v),
-                None => Err(format!("store: {name} needs a value")),
-            };
-            match flag {
-                "--host" => opts.host = value("--host")?,
-                "--port" => {
-                    let v = value("--port")?;
-                    let p = v
-                        .parse::<u16>()
-                        .map_err(|_| format!("store: --port wants 0..=65535, got `{v}`"))?;
-                    opts.port = Some(p);
-                }
-                other => return Err(format!("store: unknown option `{other}`")),
-            }
-        }
-        if opts.port.is_none() {
-            return Err("store: --port is required (0 picks a free port)".to_owned());
-        }
-        Ok(opts)
-    }
 }
 
 /// Runs the server until the process is killed; prints the bound address on one line.
-pub fn run(opts: &Options) -> ExitCode {
-    let server = match TcpServer::bind(&opts.host, opts.port.unwrap_or(0)) {
+pub fn run(opts: &StoreArgs) -> ExitCode {
+    let server = match TcpServer::bind(&opts.host, opts.port) {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("oxccl store: {e}");
-            return ExitCode::FAILURE;
+            eprintln!("oxccl store: {e} (choose another --port, or 0 for a free one)");
+            return ExitCode::from(exit::ENV);
         }
     };
     let mut out = std::io::stdout().lock();
@@ -64,7 +34,7 @@ pub fn run(opts: &Options) -> ExitCode {
         .and_then(|()| out.flush())
         .is_err()
     {
-        return ExitCode::FAILURE;
+        return ExitCode::from(exit::ENV);
     }
     drop(out);
     loop {

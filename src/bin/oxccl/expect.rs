@@ -1,0 +1,167 @@
+//! What every rank puts in and must get out: the inputs of `perf -c` and `check`, and the host
+//! reference of each collective, computed in f64 and rounded into the element type.
+
+use crate::elem::Elem;
+use crate::ops::{Coll, Dtype, Redop};
+
+/// One operation as run: which, how many elements in all, with what, on how many ranks.
+#[derive(Clone, Copy, Debug)]
+pub struct Case {
+    /// The collective.
+    pub coll: Coll,
+    /// Elements of the whole array (nccl-tests' count).
+    pub count: usize,
+    /// Element type.
+    pub dtype: Dtype,
+    /// Reduce operator (used by reducing collectives).
+    pub redop: Redop,
+    /// Root rank (used by rooted collectives).
+    pub root: u32,
+    /// Ranks.
+    pub n: u32,
+    /// This rank.
+    pub rank: u32,
+}
+
+impl Case {
+    /// (send, recv) element counts of this rank.
+    pub fn shape(&self) -> (usize, usize) {
+        self.coll.shape(self.count, self.n, self.rank, self.root)
+    }
+
+    /// Elements of one rank's part.
+    pub fn part(&self) -> usize {
+        self.count / self.n.max(1) as usize
+    }
+}
+
+/// Element `i` of rank `rank`'s input. Small non-negative integers, exact in every type; for a
+/// product exactly one rank brings a 2 per element, so the product is 2 and never overflows.
+pub fn input(redop: Redop, n: u32, rank: u32, i: usize) -> f64 {
+    if redop == Redop::Prod {
+        return if (i + rank as usize) % n.max(1) as usize == 0 {
+            2.0
+        } else {
+            1.0
+        };
+    }
+    ((rank as usize + 3 * i) % 4) as f64
+}
+
+/// The input buffer of this rank for `case` (its send buffer, or the in-place buffer).
+pub fn inputs<T: Elem>(case: &Case, len: usize) -> Vec<T> {
+    (0..len)
+        .map(|i| T::of(input(case.redop, case.n, case.rank, i)))
+        .collect()
+}
+
+fn reduce(case: &Case, at: usize) -> f64 {
+    let vals = (0..case.n).map(|j| input(case.redop, case.n, j, at));
+    match case.redop {
+        Redop::Sum => vals.sum(),
+        Redop::Prod => vals.product(),
+        Redop::Min => vals.fold(f64::INFINITY, f64::min),
+        Redop::Max => vals.fold(f64::NEG_INFINITY, f64::max),
+        Redop::Avg => {
+            let s: f64 = vals.sum::<f64>() / f64::from(case.n);
+            if case.dtype.is_float() {
+                s
+            } else {
+                s.trunc()
+            }
+        }
+    }
+}
+
+/// The value element `i` of this rank's receive buffer must hold, `None` where nothing is
+/// promised (the receive buffer of a non-root in reduce).
+pub fn expected(case: &Case, i: usize) -> Option<f64> {
+    let (n, r, root, part) = (case.n, case.rank, case.root, case.part().max(1));
+    let red = case.redop;
+    Some(match case.coll {
+        Coll::AllReduce | Coll::All => reduce(case, i),
+        Coll::Broadcast => input(red, n, root, i),
+        Coll::Reduce if r == root => reduce(case, i),
+        Coll::Reduce => return None,
+        Coll::AllGather | Coll::Gather => input(red, n, (i / part) as u32, i % part),
+        Coll::ReduceScatter => reduce(case, r as usize * part + i),
+        Coll::Alltoall => input(red, n, (i / part) as u32, r as usize * part + i % part),
+        Coll::Scatter => input(red, n, root, r as usize * part + i),
+        Coll::Sendrecv => input(red, n, (r + n - 1) % n, i),
+    })
+}
+
+/// The relative error a reduction in `dtype` may show (its rounding over a few steps).
+pub fn tolerance(dtype: Dtype) -> f64 {
+    match dtype {
+        Dtype::F8e5m2 => 0.25,
+        Dtype::F8e4m3 => 0.125,
+        Dtype::Float16 | Dtype::Bfloat16 => 0.02,
+        Dtype::Float32 => 1e-5,
+        Dtype::Float64 => 1e-12,
+        _ => 0.0,
+    }
+}
+
+/// How many elements of `got` (this rank's receive buffer) differ from the reference.
+pub fn count_wrong<T: Elem>(case: &Case, got: &[T]) -> u64 {
+    let tol = tolerance(case.dtype);
+    got.iter()
+        .enumerate()
+        .filter(|(i, g)| match expected(case, *i) {
+            None => false,
+            Some(want) => {
+                let want = T::of(want).get();
+                let g = g.get();
+                !((g - want).abs() <= tol * want.abs().max(1.0))
+            }
+        })
+        .count() as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn case(coll: Coll, redop: Redop, rank: u32) -> Case {
+        Case {
+            coll,
+            count: 8,
+            dtype: Dtype::Int32,
+            redop,
+            root: 0,
+            n: 2,
+            rank,
+        }
+    }
+
+    #[test]
+    fn references() {
+        // rank 0 inputs 0,3,2,1,0..; rank 1 inputs 1,0,3,2,..
+        assert_eq!(
+            expected(&case(Coll::AllReduce, Redop::Sum, 0), 0),
+            Some(1.0)
+        );
+        assert_eq!(
+            expected(&case(Coll::AllReduce, Redop::Max, 0), 1),
+            Some(3.0)
+        );
+        assert_eq!(
+            expected(&case(Coll::AllReduce, Redop::Prod, 1), 5),
+            Some(2.0)
+        );
+        assert_eq!(
+            expected(&case(Coll::AllReduce, Redop::Avg, 1), 0),
+            Some(0.0)
+        );
+        assert_eq!(expected(&case(Coll::Sendrecv, Redop::Sum, 0), 0), Some(1.0));
+        assert_eq!(
+            expected(&case(Coll::AllGather, Redop::Sum, 0), 4),
+            Some(1.0)
+        );
+        assert_eq!(expected(&case(Coll::Reduce, Redop::Sum, 1), 0), None);
+        let c = case(Coll::AllReduce, Redop::Sum, 0);
+        assert_eq!(count_wrong::<i32>(&c, &[1, 3, 5, 3]), 0);
+        assert_eq!(count_wrong::<i32>(&c, &[1, 3, 5, 4]), 1);
+    }
+}

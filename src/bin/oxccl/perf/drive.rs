@@ -1,0 +1,182 @@
+//! The sweep on one rank: every collective × size × layer × placement, layers alternated
+//! within each size so that drift hits them alike; and the merge of the ranks' samples
+//! (slowest rank's time, wrong elements summed), as nccl-tests reports.
+
+use super::layer::Layer;
+use crate::expect::Case;
+use crate::ops::{Coll, Dtype, Redop};
+use oxccl::Result;
+use std::io::IsTerminal;
+use std::time::Instant;
+
+/// What to run, the same on every rank.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    /// Collectives in order.
+    pub colls: Vec<Coll>,
+    /// Sizes in bytes.
+    pub sizes: Vec<usize>,
+    /// Element type.
+    pub dtype: Dtype,
+    /// Reduce operator.
+    pub redop: Redop,
+    /// Root rank.
+    pub root: u32,
+    /// Timed iterations per measurement.
+    pub iters: usize,
+    /// Untimed iterations first.
+    pub warmup: usize,
+    /// Check the results (one more run, compared with the host reference).
+    pub check: bool,
+    /// Layer names, in the order each rank builds its layers.
+    pub layers: Vec<&'static str>,
+}
+
+/// One measurement: (collective, size, layer, placement) → seconds per operation and wrong
+/// elements. `secs` is NaN and `wrong` negative where the layer has no such call (N/A).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Sample {
+    /// Seconds per operation (slowest rank after the merge).
+    pub secs: f64,
+    /// Wrong elements (summed over ranks after the merge); -1: not checked or N/A.
+    pub wrong: i64,
+}
+
+impl Sample {
+    const NA: Sample = Sample {
+        secs: f64::NAN,
+        wrong: -1,
+    };
+}
+
+/// Index of the sample for (collective c, size s, layer l, in place p) in the flat vector.
+pub fn index(plan: &Plan, c: usize, s: usize, l: usize, p: bool) -> usize {
+    ((c * plan.sizes.len() + s) * plan.layers.len() + l) * 2 + usize::from(p)
+}
+
+/// Runs the plan on this rank. `sync` lines the ranks up before each timed loop; `progress`
+/// (rank 0 only) draws a line on stderr when the sweep runs long and stderr is a terminal.
+pub fn sweep(
+    plan: &Plan,
+    layers: &mut [Box<dyn Layer>],
+    n: u32,
+    rank: u32,
+    sync: &dyn Fn() -> Result<()>,
+    progress: bool,
+) -> Result<Vec<Sample>> {
+    let total = plan.colls.len() * plan.sizes.len();
+    let mut out = vec![Sample::NA; total * plan.layers.len() * 2];
+    let start = Instant::now();
+    let draw = progress && std::io::stderr().is_terminal();
+    for (c, coll) in plan.colls.iter().enumerate() {
+        for (s, bytes) in plan.sizes.iter().enumerate() {
+            let count = coll.count_for(*bytes, plan.dtype.size(), n);
+            let case = Case {
+                coll: *coll,
+                count,
+                dtype: plan.dtype,
+                redop: plan.redop,
+                root: plan.root,
+                n,
+                rank,
+            };
+            for p in [false, true] {
+                for layer in layers.iter_mut() {
+                    // Samples are filed under the layer's name, whatever order they were built in.
+                    let Some(l) = plan.layers.iter().position(|n| *n == layer.name()) else {
+                        continue;
+                    };
+                    // Every rank takes the same branch: support depends only on the case.
+                    if !layer.setup(&case, p)? {
+                        continue;
+                    }
+                    layer.arm(plan.warmup)?;
+                    layer.run(plan.warmup)?;
+                    layer.arm(plan.iters)?;
+                    sync()?;
+                    let t = Instant::now();
+                    let ops = layer.run(plan.iters)?;
+                    let secs = t.elapsed().as_secs_f64() / ops.max(1) as f64;
+                    let wrong = if plan.check {
+                        layer.check()? as i64
+                    } else {
+                        -1
+                    };
+                    layer.teardown()?;
+                    out[index(plan, c, s, l, p)] = Sample { secs, wrong };
+                }
+            }
+            if draw && start.elapsed().as_secs() >= 3 {
+                let done = c * plan.sizes.len() + s + 1;
+                eprint!(
+                    "\r  {} {:>9}  {done}/{total}  {:.0} s",
+                    coll.name(),
+                    crate::ops::human(*bytes),
+                    start.elapsed().as_secs_f64()
+                );
+            }
+        }
+    }
+    if draw && start.elapsed().as_secs() >= 3 {
+        eprintln!();
+    }
+    Ok(out)
+}
+
+/// The ranks' samples merged: the slowest rank's time, wrong elements summed.
+pub fn merge(per_rank: &[Vec<Sample>]) -> Vec<Sample> {
+    let Some(first) = per_rank.first() else {
+        return Vec::new();
+    };
+    (0..first.len())
+        .map(|i| {
+            per_rank
+                .iter()
+                .map(|r| r[i])
+                .fold(Sample::NA, |acc, x| Sample {
+                    secs: if acc.secs.is_nan() {
+                        x.secs
+                    } else {
+                        acc.secs.max(x.secs)
+                    },
+                    wrong: if x.wrong < 0 {
+                        acc.wrong
+                    } else {
+                        acc.wrong.max(0) + x.wrong
+                    },
+                })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn merge_takes_the_slowest_and_sums_wrong() {
+        let a = vec![
+            Sample {
+                secs: 1.0,
+                wrong: 0,
+            },
+            Sample::NA,
+        ];
+        let b = vec![
+            Sample {
+                secs: 2.0,
+                wrong: 3,
+            },
+            Sample::NA,
+        ];
+        let m = merge(&[a, b]);
+        assert_eq!(
+            m[0],
+            Sample {
+                secs: 2.0,
+                wrong: 3
+            }
+        );
+        assert!(m[1].secs.is_nan() && m[1].wrong == -1);
+    }
+}

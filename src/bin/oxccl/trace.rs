@@ -1,0 +1,84 @@
+//! `oxccl trace DIR`: reads every rank's flight-recorder dump in DIR (`rank_<r>.json`, written
+//! by the process group on a timeout or on request) and says which ranks stopped and at which
+//! collective, what the others were doing, mismatched collectives, ranks that never dumped, and
+//! the culprits. In words, or with `--json` as one JSON object.
+//!
+//! Exit codes: 0 no hang found, 1 a hang or a culprit found, 2 usage or unreadable dumps.
+
+use clap::Args;
+use oxccl::trace::{analyze, read_dump_dir, render_text, report_json, DumpTrigger};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Options of `oxccl trace`.
+#[derive(Args, Debug)]
+pub struct TraceArgs {
+    /// The dump directory (OXCCL_TRACE_DIR of the job).
+    pub dir: PathBuf,
+    /// Print the report as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+    /// Ask every rank watching DIR to dump now (creates DIR/dump_request), then exit.
+    #[arg(long, conflicts_with = "json")]
+    pub request: bool,
+}
+
+/// Runs `oxccl trace`.
+pub fn run(args: &TraceArgs) -> ExitCode {
+    if args.request {
+        return match DumpTrigger::request(&args.dir) {
+            Ok(()) => {
+                println!(
+                    "dump requested: {}",
+                    args.dir.join(oxccl::trace::DUMP_REQUEST_FILE).display()
+                );
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("oxccl trace: --request: {}: {e}", args.dir.display());
+                ExitCode::from(2)
+            }
+        };
+    }
+    let read = match read_dump_dir(&args.dir) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("oxccl trace: DIR {}: {e}", args.dir.display());
+            return ExitCode::from(2);
+        }
+    };
+    for (path, why) in &read.unreadable {
+        eprintln!("oxccl trace: unreadable dump {}: {why}", path.display());
+    }
+    if read.dumps.is_empty() {
+        eprintln!(
+            "oxccl trace: DIR {}: no readable dump (rank_<r>.json)",
+            args.dir.display()
+        );
+        return ExitCode::from(2);
+    }
+    let analysis = analyze(&read.dumps);
+    if args.json {
+        let mut v = report_json(&analysis);
+        if let Some(obj) = v.as_object_mut() {
+            let bad: Vec<serde_json::Value> = read
+                .unreadable
+                .iter()
+                .map(
+                    |(p, why)| serde_json::json!({ "path": p.display().to_string(), "error": why }),
+                )
+                .collect();
+            obj.insert("unreadable".into(), serde_json::Value::Array(bad));
+        }
+        println!("{v:#}");
+    } else {
+        print!("{}", render_text(&analysis));
+    }
+    if !read.unreadable.is_empty() {
+        ExitCode::from(2)
+    } else if analysis.hang_found() {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
