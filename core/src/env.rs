@@ -88,7 +88,7 @@ pub const VARIABLES: &[(&str, &str, &str)] = &[
         "0",
         "dump the flight recorder on a timeout",
     ),
-    (TRACE_BUFFER_SIZE, "0", "flight-recorder entries (0: off)"),
+    (TRACE_BUFFER_SIZE, "2000", "flight-recorder entries (0: off)"),
     (
         ENABLE_MONITORING,
         "1",
@@ -321,7 +321,7 @@ impl Default for EnvConfig {
             nan_check: false,
             desync_debug: false,
             dump_on_timeout: false,
-            trace_buffer_size: 0,
+            trace_buffer_size: 2000,
             enable_monitoring: true,
             heartbeat_timeout: Duration::from_secs(600),
             wait_timeout_dump: Duration::from_millis(60_000),

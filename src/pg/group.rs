@@ -170,6 +170,19 @@ impl<B: Memory> ProcessGroup<B> {
             None,
             CommPlan::InitOnFirstUse,
         );
+        let dir = pg
+            .inner
+            .opts
+            .trace_dir
+            .clone()
+            .or_else(crate::trace::dump_dir_from_env);
+        if let (Some(dir), true) = (dir, pg.inner.opts.watchdog) {
+            Watchdog::global().add_dump_target(crate::watchdog::DumpTarget::new(
+                dir,
+                crate::trace::DumpMeta::new(rank, size),
+                pg.inner.watch.recorder.clone(),
+            ));
+        }
         if pg.inner.opts.bound_device.is_some() {
             pg.inner.with_entry("init", |_| Ok(()))?;
         }

@@ -40,6 +40,9 @@ pub struct PgOptions {
     /// with one is refused, naming the operation, the rank and the buffer. Costs a pass over
     /// the input and a synchronization of the group's stream (c10d's `TORCH_NCCL_NAN_CHECK`).
     pub nan_check: bool,
+    /// Where flight-recorder dumps go (a default group's option; `None`: `OXCCL_TRACE_DIR`,
+    /// or no dumps when that is unset too).
+    pub trace_dir: Option<std::path::PathBuf>,
     /// The flight recorder operations are recorded in (`None`: the process's, sized by
     /// `OXCCL_TRACE_BUFFER_SIZE`). Subgroups use their parent's.
     pub recorder: Option<Recorder>,
@@ -59,6 +62,7 @@ impl Default for PgOptions {
             watchdog: true,
             heartbeat: Some(Duration::from_secs(600)),
             nan_check: false,
+            trace_dir: None,
             recorder: None,
         }
     }

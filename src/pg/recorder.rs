@@ -71,7 +71,8 @@ impl Recorder {
     }
 }
 
-/// Entries kept when `OXCCL_TRACE_BUFFER_SIZE` is unset (as recent PyTorch).
+/// Entries kept when `OXCCL_TRACE_BUFFER_SIZE` is unset (as recent PyTorch; the core's
+/// `EnvConfig` default).
 pub const DEFAULT_CAPACITY: usize = 2000;
 
 /// Nanoseconds of the process's monotonic clock (from its first use).

@@ -3,7 +3,10 @@
 //! `failure_plan`), feeds completion hooks and the flight recorder, and beats a heartbeat a
 //! monitor thread checks. The hot path only queues a work (a lock and a push).
 
+mod dumps;
 mod heartbeat;
+
+pub(crate) use dumps::DumpTarget;
 
 use crate::pg::recorder::now_ns;
 use crate::pg::watch::GroupWatch;
@@ -35,9 +38,6 @@ const PERIOD_MS: u64 = 100;
 /// What ends a process the watchdog decided to take down (replaceable in tests).
 type EndProcess = fn(&str);
 
-/// What writes the flight-recorder dump (installed by the trace module).
-type DumpWriter = Box<dyn Fn(&str) + Send + Sync>;
-
 fn abort_process(reason: &str) {
     log::error!("oxccl watchdog: ending the process: {reason}");
     eprintln!("oxccl watchdog: ending the process: {reason}");
@@ -57,7 +57,8 @@ pub struct Watchdog {
     passes: AtomicU64,
     thread: Mutex<Option<JoinHandle<()>>>,
     end_process: Mutex<EndProcess>,
-    dump: Mutex<Option<DumpWriter>>,
+    /// Where dumps go (a target per default group with a dump directory).
+    dumps: Mutex<Vec<DumpTarget>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -78,7 +79,7 @@ impl Watchdog {
                 passes: AtomicU64::new(0),
                 thread: Mutex::new(None),
                 end_process: Mutex::new(abort_process),
-                dump: Mutex::new(None),
+                dumps: Mutex::new(Vec::new()),
             })
         });
         dog.ensure_running(dog);
@@ -129,10 +130,9 @@ impl Watchdog {
         self.heartbeat.load(Ordering::Relaxed)
     }
 
-    /// Sets what writes the flight-recorder dump when a plan asks for one (the trace module
-    /// installs its writer; `reason` names the failure).
-    pub fn set_dump(&self, dump: DumpWriter) {
-        *lock(&self.dump) = Some(dump);
+    /// Adds where a default group's dumps go.
+    pub(crate) fn add_dump_target(&self, target: DumpTarget) {
+        lock(&self.dumps).push(target);
     }
 
     /// Replaces what ends the process (tests observe the decision instead of dying).
@@ -141,10 +141,19 @@ impl Watchdog {
         *lock(&self.end_process) = f;
     }
 
-    /// Writes the dump, if a writer is installed.
+    /// Writes every registered dump (nothing when no group has a dump directory).
     pub fn dump(&self, reason: &str) {
-        if let Some(d) = lock(&self.dump).as_ref() {
-            d(reason);
+        for t in lock(&self.dumps).iter() {
+            t.write(reason, false);
+        }
+    }
+
+    /// Serves dump requests (a `dump_request` file touched in a dump directory).
+    fn serve_requests(&self) {
+        for t in lock(&self.dumps).iter() {
+            if t.trigger.requested() {
+                t.write("requested", false);
+            }
         }
     }
 
@@ -184,6 +193,7 @@ impl Watchdog {
                 }
             }
             lock(&self.queue).extend(keep);
+            self.serve_requests();
             self.passes.fetch_add(1, Ordering::Relaxed);
             let sleep = next_sleep_ms(PERIOD_MS, now_ns(), earliest);
             let q = lock(&self.queue);

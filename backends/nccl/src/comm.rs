@@ -357,6 +357,14 @@ impl NcclComm {
         if code == ResultCode::IN_PROGRESS.0 && self.inner.nonblocking {
             return self.wait_ready(what);
         }
+        if code != 0 && self.state() == CommState::Aborted {
+            // Cut short by an abort from another thread: NCCL says only "internal error" (and
+            // its last-error text belongs to a freed communicator), so say why it stopped.
+            let reason = self.inner.life.lock().reason().to_string();
+            return Err(Error::Aborted {
+                reason: text!("{what} cut short: {reason} (NCCL returned code {code})"),
+            });
+        }
         let r = self.inner.lib.check(code, self.inner.raw);
         if let Err(e) = &r {
             if !matches!(code, 4 | 5) {

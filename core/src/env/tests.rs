@@ -128,7 +128,7 @@ fn empty_environment_gives_pytorch_defaults() {
     assert_eq!(c.error_handling(), ErrorHandling::SkipCleanUp);
     assert!(c.enable_monitoring);
     assert_eq!(c.nonblocking_timeout, Some(Duration::from_secs(1800)));
-    assert_eq!(c.trace_buffer_size, 0);
+    assert_eq!(c.trace_buffer_size, 2000);
     assert_eq!(c.heartbeat_timeout, Duration::from_secs(600));
     assert_eq!(c.wait_timeout_dump, Duration::from_millis(60_000));
     assert_eq!(c.coord_check, Duration::from_millis(1000));
