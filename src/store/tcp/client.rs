@@ -62,12 +62,20 @@ pub(crate) struct Client {
     timeout: Duration,
     idle: Mutex<Vec<Conn>>,
     nonce: AtomicU32,
+    /// The shared token sent on every new connection (`OXCCL_STORE_TOKEN`), if any.
+    token: Option<String>,
 }
 
 impl Client {
     /// Connects to `host:port`, retrying with backoff until `timeout` (the server may not be
     /// up yet, as when every rank starts at once).
-    pub(crate) fn connect(host: &str, port: u16, timeout: Duration) -> Result<Client> {
+    /// With `token`, every connection presents it (see [`wire::token_key`]).
+    pub(crate) fn connect(
+        host: &str,
+        port: u16,
+        timeout: Duration,
+        token: Option<&str>,
+    ) -> Result<Client> {
         let name = format!("{host}:{port}");
         let addrs: Vec<SocketAddr> = (host, port)
             .to_socket_addrs()
@@ -79,6 +87,7 @@ impl Client {
             timeout: timeout.max(MIN_TIMEOUT),
             idle: Mutex::new(Vec::new()),
             nonce: AtomicU32::new(std::process::id()),
+            token: token.map(str::to_string),
         };
         let start = Instant::now();
         let deadline = start + client.timeout;
@@ -93,8 +102,19 @@ impl Client {
                 Err(e) => {
                     let left = deadline.saturating_duration_since(Instant::now());
                     if left.is_zero() {
+                        // A server that wants a token closes the handshake of a client
+                        // without the right one: say so, it is the likely cause.
+                        let hint = if e.kind() == io::ErrorKind::UnexpectedEof {
+                            "; the server closed the handshake: a server started with \
+                             OXCCL_STORE_TOKEN refuses clients without that token"
+                        } else {
+                            ""
+                        };
                         return Err(Error::Timeout {
-                            what: text!("connecting to the TCP store at {} ({e})", client.name),
+                            what: text!(
+                                "connecting to the TCP store at {} ({e}{hint})",
+                                client.name
+                            ),
                             after_ms: ms(start.elapsed()),
                         });
                     }
@@ -123,6 +143,10 @@ impl Client {
                     let mut q = Vec::with_capacity(16);
                     wire::put_query(&mut q, QueryType::Validate);
                     wire::put_u32(&mut q, wire::VALIDATION_MAGIC);
+                    if let Some(t) = &self.token {
+                        self.present_token(&mut c, q, t)?;
+                        q = Vec::new();
+                    }
                     self.ping_after(&mut c, q)?;
                     c.stream.set_read_timeout(Some(self.timeout))?;
                     c.stream.set_write_timeout(Some(self.timeout))?;
@@ -132,6 +156,19 @@ impl Client {
             }
         }
         Err(last)
+    }
+
+    /// Sends `q` followed by the token's `CHECK` (see [`wire::token_key`]). A server that
+    /// checks tokens answers ready; one that does not (PyTorch's, or oxccl's started without
+    /// a token) answers not-ready for this key it never stores, and the client goes on.
+    fn present_token(&self, c: &mut Conn, mut q: Vec<u8>, token: &str) -> io::Result<()> {
+        wire::put_query(&mut q, QueryType::Check);
+        wire::put_keys(&mut q, &[wire::token_key(token)]);
+        c.stream.write_all(&q)?;
+        match wire::read_u8(&mut c.stream)? {
+            wire::CHECK_READY | wire::CHECK_NOT_READY => Ok(()),
+            b => Err(bad_reply("CHECK", b)),
+        }
     }
 
     /// Sends `q` followed by a `PING`, and waits for the nonce.

@@ -6,14 +6,17 @@
 //! `store.get("k")` too. The protocol itself is described in [`wire`].
 
 mod client;
+mod limits;
 mod server;
 mod state;
 pub mod wire;
 
+pub use limits::{ServerLimits, ServerOptions, ServerStats};
 pub use server::TcpServer;
 
 use super::Store;
 use client::Client;
+use limits::token_from_env;
 use oxccl_core::{text, Error, Result};
 use std::net::ToSocketAddrs;
 use std::time::{Duration, Instant};
@@ -37,6 +40,14 @@ pub struct TcpStoreOptions {
     pub wait_for_workers: bool,
     /// The bound on connecting, on each call, and the default wait of `get`/`wait`.
     pub timeout: Duration,
+    /// The shared token: the hosted server refuses clients without it, and this client
+    /// presents it. [`TcpStoreOptions::client`] and [`TcpStoreOptions::server`] take it from
+    /// `OXCCL_STORE_TOKEN`; `None` (unset) behaves as PyTorch's store.
+    pub token: Option<String>,
+    /// Where the hosted server listens. `None`: the address `host` resolves to and no other
+    /// (loopback for `localhost`, that one interface for a machine's name); `Some("0.0.0.0")`
+    /// or `Some("::")` listens on every interface, as PyTorch's server does.
+    pub listen: Option<String>,
 }
 
 impl TcpStoreOptions {
@@ -49,10 +60,13 @@ impl TcpStoreOptions {
             world_size: None,
             wait_for_workers: true,
             timeout: DEFAULT_TIMEOUT,
+            token: token_from_env(),
+            listen: None,
         }
     }
 
-    /// A store that hosts the server on `port` and connects to it through `host`.
+    /// A store that hosts the server on `port` (listening on `host`'s address only, see
+    /// [`TcpStoreOptions::listen`]) and connects to it through `host`.
     pub fn server(host: &str, port: u16) -> Self {
         TcpStoreOptions {
             is_server: true,
@@ -78,12 +92,17 @@ impl TcpStore {
     /// when asked.
     pub fn new(opts: TcpStoreOptions) -> Result<TcpStore> {
         let server = if opts.is_server {
-            Some(TcpServer::bind(&bind_host(&opts.host), opts.port)?)
+            let listen = opts.listen.clone().unwrap_or_else(|| bind_host(&opts.host));
+            let server_opts = ServerOptions {
+                token: opts.token.clone(),
+                ..ServerOptions::default()
+            };
+            Some(TcpServer::bind_with(&listen, opts.port, server_opts)?)
         } else {
             None
         };
         let port = server.as_ref().map_or(opts.port, TcpServer::port);
-        let client = Client::connect(&opts.host, port, opts.timeout)?;
+        let client = Client::connect(&opts.host, port, opts.timeout, opts.token.as_deref())?;
         let store = TcpStore {
             client,
             server,
@@ -188,20 +207,14 @@ impl std::fmt::Debug for TcpStore {
     }
 }
 
-/// Where a store's server binds: a loopback host binds itself (nothing else can reach it
-/// anyway, and nothing more is exposed); any other host binds every interface of its
-/// family, as PyTorch's server does, since other machines reach it through that name.
+/// Where a store's server binds unless told ([`TcpStoreOptions::listen`]): the address
+/// `host` resolves to, and only it. A loopback host stays on loopback; a machine's name or
+/// address (torchrun's `MASTER_ADDR` on rank 0) binds that interface, which is the one the
+/// other machines reach; no wildcard, so no interface the job did not name is exposed.
 fn bind_host(host: &str) -> String {
-    let Ok(addrs) = (host, 0).to_socket_addrs() else {
-        return host.to_string();
-    };
-    let addrs: Vec<_> = addrs.collect();
-    if !addrs.is_empty() && addrs.iter().all(|a| a.ip().is_loopback()) {
-        return host.to_string();
-    }
-    match addrs.first() {
-        Some(a) if a.is_ipv6() => "::".to_string(),
-        _ => "0.0.0.0".to_string(),
+    match (host, 0).to_socket_addrs().map(|mut a| a.next()) {
+        Ok(Some(a)) => a.ip().to_string(),
+        _ => host.to_string(),
     }
 }
 

@@ -12,6 +12,7 @@
 //! anything is allocated (see [`super::wire`]), a bad query closes the connection, a client
 //! that stops reading times out on write, and nothing here panics on input.
 
+use super::limits::{ServerLimits, ServerOptions, ServerStats};
 use super::state::{State, Writer};
 use super::wire::{self, Request, WireError};
 use oxccl_core::{text, Error, Result};
@@ -19,7 +20,7 @@ use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::net::ToSocketAddrs;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -27,9 +28,6 @@ use std::time::{Duration, Instant};
 /// How long a write to a client may stall before the connection is dropped: a client that
 /// stops reading must not hold a server thread forever.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
-/// The most clients served at once (a thread each): a connection flood must not exhaust the
-/// machine. PyTorch jobs use one or two per rank.
-const MAX_CONNECTIONS: usize = 8192;
 /// A connection thread's stack: it keeps its buffers on the heap and needs little.
 const CONN_STACK: usize = 256 * 1024;
 /// How long `shutdown` waits for the connection threads to finish.
@@ -51,6 +49,11 @@ struct Shared {
     /// Live connection threads, and a condition to wait for none.
     live: Mutex<usize>,
     none_live: Condvar,
+    limits: ServerLimits,
+    /// The token clients must present, if any.
+    token: Option<Vec<u8>>,
+    /// Query bytes read ahead, over all connections.
+    buffered: AtomicUsize,
 }
 
 /// Why a connection is closed.
@@ -73,8 +76,15 @@ pub struct TcpServer {
 }
 
 impl TcpServer {
-    /// Binds `host:port` (port 0 picks a free one) and starts serving.
+    /// Binds `host:port` (port 0 picks a free one) and starts serving, with the default
+    /// limits and the token of `OXCCL_STORE_TOKEN`, if set ([`ServerOptions::from_env`]).
     pub fn bind(host: &str, port: u16) -> Result<TcpServer> {
+        TcpServer::bind_with(host, port, ServerOptions::from_env())
+    }
+
+    /// Binds `host:port` exactly as given (a wildcard address listens on every interface)
+    /// and starts serving under `opts`.
+    pub fn bind_with(host: &str, port: u16, opts: ServerOptions) -> Result<TcpServer> {
         let addrs = (host, port).to_socket_addrs().map_err(|e| {
             Error::invalid("host", format_args!("a resolvable host, got `{host}`: {e}"))
         })?;
@@ -100,12 +110,15 @@ impl TcpServer {
             .local_addr()
             .map_err(|e| Error::invalid("port", format_args!("a bound socket: {e}")))?;
         let shared = Arc::new(Shared {
-            state: Mutex::new(State::default()),
+            state: Mutex::new(State::new(&opts.limits)),
             stopping: AtomicBool::new(false),
             next_id: AtomicU64::new(0),
             conns: Mutex::new(HashMap::new()),
             live: Mutex::new(0),
             none_live: Condvar::new(),
+            limits: opts.limits,
+            token: opts.token.map(String::into_bytes),
+            buffered: AtomicUsize::new(0),
         });
         let s = Arc::clone(&shared);
         let accept = std::thread::Builder::new()
@@ -130,6 +143,23 @@ impl TcpServer {
     /// The address the server listens on.
     pub fn local_addr(&self) -> SocketAddr {
         self.local
+    }
+
+    /// What the server holds now (connections, bytes read ahead, stored, awaited), to check
+    /// it against its [`ServerLimits`].
+    pub fn stats(&self) -> ServerStats {
+        let connections = *lock(&self.shared.live);
+        let (stored_bytes, (waited_bytes, waiting_connections)) = {
+            let st = lock(&self.shared.state);
+            (st.stored_bytes(), st.waits())
+        };
+        ServerStats {
+            connections,
+            buffered_bytes: self.shared.buffered.load(Ordering::SeqCst),
+            stored_bytes,
+            waiting_connections,
+            waited_bytes,
+        }
     }
 
     /// Stops accepting, closes every client connection and waits (briefly) for the server's
@@ -214,9 +244,10 @@ fn accept_loop(shared: &Arc<Shared>, listener: &TcpListener) {
         }
         {
             let mut live = lock(&shared.live);
-            if *live >= MAX_CONNECTIONS {
+            let max = shared.limits.max_connections;
+            if *live >= max {
                 drop(live);
-                log::warn!("oxccl store: {MAX_CONNECTIONS} clients already, refusing one");
+                log::warn!("oxccl store: {max} clients already, refusing one");
                 if let Some(c) = lock(&shared.conns).remove(&id) {
                     let _ = c.shutdown(Shutdown::Both);
                 }
@@ -258,10 +289,24 @@ fn finish(shared: &Shared, id: u64) {
 }
 
 /// Reads and answers queries from one client until it leaves or misbehaves.
-fn serve(shared: &Shared, id: u64, mut stream: TcpStream, writer: &Arc<Writer>) -> Close {
+fn serve(shared: &Shared, id: u64, stream: TcpStream, writer: &Arc<Writer>) -> Close {
     let mut buf: Vec<u8> = Vec::new();
+    let why = serve_with(shared, id, stream, writer, &mut buf);
+    shared.buffered.fetch_sub(buf.len(), Ordering::SeqCst);
+    why
+}
+
+/// [`serve`] with its read-ahead buffer, whose bytes are counted in `shared.buffered`.
+fn serve_with(
+    shared: &Shared,
+    id: u64,
+    mut stream: TcpStream,
+    writer: &Arc<Writer>,
+    buf: &mut Vec<u8>,
+) -> Close {
     let mut chunk = vec![0u8; 64 * 1024];
     let mut validated = false;
+    let mut authenticated = shared.token.is_none();
     loop {
         let mut used = 0;
         loop {
@@ -281,6 +326,19 @@ fn serve(shared: &Shared, id: u64, mut stream: TcpStream, writer: &Arc<Writer>) 
                         }
                         continue;
                     }
+                    if !authenticated {
+                        // The first query after VALIDATE must present the token.
+                        let token = shared.token.as_deref().unwrap_or_default();
+                        if !wire::presents_token(&req, token) {
+                            return Close::Protocol("no valid store token".into());
+                        }
+                        authenticated = true;
+                        let mut w = lock(&writer.0);
+                        if let Err(e) = w.write_all(&[wire::CHECK_READY]) {
+                            return Close::Io(e);
+                        }
+                        continue;
+                    }
                     if let Err(c) = handle(shared, id, writer, req) {
                         return c;
                     }
@@ -290,12 +348,30 @@ fn serve(shared: &Shared, id: u64, mut stream: TcpStream, writer: &Arc<Writer>) 
             }
         }
         buf.drain(..used);
+        shared.buffered.fetch_sub(used, Ordering::SeqCst);
         if shared.stopping.load(Ordering::SeqCst) {
             return Close::Peer;
         }
         match stream.read(&mut chunk) {
             Ok(0) => return Close::Peer,
-            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            Ok(n) => {
+                let limits = &shared.limits;
+                if buf.len() + n > limits.max_query_bytes {
+                    return Close::Protocol(format!(
+                        "a query past {} bytes",
+                        limits.max_query_bytes
+                    ));
+                }
+                let total = shared.buffered.fetch_add(n, Ordering::SeqCst) + n;
+                if total > limits.max_buffered_bytes {
+                    shared.buffered.fetch_sub(n, Ordering::SeqCst);
+                    return Close::Protocol(format!(
+                        "clients have {} bytes of queries in flight already",
+                        limits.max_buffered_bytes
+                    ));
+                }
+                buf.extend_from_slice(&chunk[..n]);
+            }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Close::Io(e),
         }

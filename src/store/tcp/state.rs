@@ -2,8 +2,9 @@
 //! queries leave behind. The server holds this under one lock; nothing here touches a socket
 //! except by handing back the writers to wake.
 
+use super::limits::ServerLimits;
 use super::wire::{self, Request};
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::TcpStream;
 use std::sync::{Arc, Mutex};
 
@@ -18,7 +19,6 @@ pub(super) struct Pending {
 }
 
 /// The key space.
-#[derive(Default)]
 pub(super) struct State {
     kv: HashMap<Vec<u8>, Vec<u8>>,
     queues: HashMap<Vec<u8>, VecDeque<Vec<u8>>>,
@@ -26,9 +26,74 @@ pub(super) struct State {
     waiting: HashMap<Vec<u8>, Vec<u64>>,
     /// Connection -> its wait.
     pending: HashMap<u64, Pending>,
+    /// Bytes of keys and values in `kv` and `queues`.
+    stored: usize,
+    /// Bytes of keys in `pending`.
+    waited: usize,
+    max_stored: usize,
+    max_waited: usize,
+}
+
+impl Default for State {
+    fn default() -> Self {
+        State::new(&ServerLimits::default())
+    }
+}
+
+/// The keys a query may change, and an upper bound of the bytes it may add.
+fn footprint<'a>(req: &Request<'a>) -> (Vec<&'a [u8]>, usize) {
+    // A counter's decimal text is at most 20 bytes.
+    const COUNTER: usize = 20;
+    match req {
+        Request::Set(k, v) | Request::Append(k, v) | Request::QueuePush(k, v) => {
+            (vec![*k], k.len() + v.len())
+        }
+        Request::CompareSet(k, _, v) => (vec![*k], k.len() + v.len()),
+        Request::Add(k, _) | Request::Barrier(k, _) => (vec![*k], k.len() + COUNTER),
+        Request::DeleteKey(k) | Request::QueuePop(k) => (vec![*k], 0),
+        Request::MultiSet(pairs) => (
+            pairs.iter().map(|(k, _)| *k).collect(),
+            pairs.iter().map(|(k, v)| k.len() + v.len()).sum(),
+        ),
+        _ => (Vec::new(), 0),
+    }
 }
 
 impl State {
+    /// An empty key space keeping to `limits`' stored and waited bytes.
+    pub(super) fn new(limits: &ServerLimits) -> State {
+        State {
+            kv: HashMap::new(),
+            queues: HashMap::new(),
+            waiting: HashMap::new(),
+            pending: HashMap::new(),
+            stored: 0,
+            waited: 0,
+            max_stored: limits.max_stored_bytes,
+            max_waited: limits.max_waited_bytes,
+        }
+    }
+
+    /// Bytes of keys and values held.
+    pub(super) fn stored_bytes(&self) -> usize {
+        self.stored
+    }
+
+    /// Bytes of keys awaited, and how many connections wait.
+    pub(super) fn waits(&self) -> (usize, usize) {
+        (self.waited, self.pending.len())
+    }
+
+    /// The bytes `key` holds, as `stored` counts them.
+    fn size_of(&self, key: &[u8]) -> usize {
+        let kv = self.kv.get(key).map_or(0, |v| key.len() + v.len());
+        let q = self
+            .queues
+            .get(key)
+            .map_or(0, |q| key.len() + q.iter().map(Vec::len).sum::<usize>());
+        kv + q
+    }
+
     fn present(&self, key: &[u8]) -> bool {
         self.kv.contains_key(key) || self.queues.get(key).is_some_and(|q| !q.is_empty())
     }
@@ -75,6 +140,9 @@ impl State {
 
     pub(super) fn remove_pending(&mut self, id: u64) -> Option<Pending> {
         let p = self.pending.remove(&id)?;
+        self.waited = self
+            .waited
+            .saturating_sub(p.keys.iter().map(Vec::len).sum());
         for k in &p.keys {
             if let Some(ids) = self.waiting.get_mut(k) {
                 ids.retain(|&w| w != id);
@@ -91,6 +159,7 @@ impl State {
             self.waiting.entry(k.clone()).or_default().push(id);
         }
         let left = keys.len();
+        self.waited += keys.iter().map(Vec::len).sum::<usize>();
         let writer = Arc::clone(writer);
         self.pending.insert(id, Pending { left, keys, writer });
     }
@@ -113,8 +182,50 @@ impl State {
     }
 
     /// Applies `req` from connection `id`: its reply goes to `out`, the waiters it releases to
-    /// `wake`. An error is a protocol violation; the connection is then closed.
+    /// `wake`. An error is a protocol violation or a query past the limits; the connection is
+    /// then closed.
     pub(super) fn apply(
+        &mut self,
+        id: u64,
+        writer: &Arc<Writer>,
+        req: Request<'_>,
+        out: &mut Vec<u8>,
+        wake: &mut Vec<Arc<Writer>>,
+    ) -> Result<(), String> {
+        let (keys, adds) = footprint(&req);
+        if self.stored.saturating_add(adds) > self.max_stored {
+            return Err(format!(
+                "{:?} of {adds} bytes: the store holds at most {} bytes",
+                req.query_type(),
+                self.max_stored
+            ));
+        }
+        let before: usize = keys.iter().map(|k| self.size_of(k)).sum();
+        let r = self.apply_unbounded(id, writer, req, out, wake);
+        let after: usize = keys.iter().map(|k| self.size_of(k)).sum();
+        self.stored = (self.stored + after).saturating_sub(before);
+        r
+    }
+
+    /// Registers a wait on `keys` unless the awaited bytes would pass the bound.
+    fn register_bounded(
+        &mut self,
+        id: u64,
+        keys: Vec<Vec<u8>>,
+        writer: &Arc<Writer>,
+    ) -> Result<(), String> {
+        let bytes: usize = keys.iter().map(Vec::len).sum();
+        if self.waited.saturating_add(bytes) > self.max_waited {
+            return Err(format!(
+                "a wait on {bytes} bytes of keys: pending waits await at most {} bytes",
+                self.max_waited
+            ));
+        }
+        self.register(id, keys, writer);
+        Ok(())
+    }
+
+    fn apply_unbounded(
         &mut self,
         id: u64,
         writer: &Arc<Writer>,
@@ -158,16 +269,18 @@ impl State {
                 wire::put_u8(out, r);
             }
             Request::Wait(keys) => {
-                let mut missing: Vec<Vec<u8>> = Vec::new();
-                for k in keys {
-                    if !self.present(k) && !missing.iter().any(|m| m.as_slice() == k) {
-                        missing.push(k.to_vec());
-                    }
-                }
+                // A set, not a scan of the list: 128 Ki keys must not cost 16 G comparisons
+                // under the key-space lock.
+                let mut seen: HashSet<&[u8]> = HashSet::new();
+                let missing: Vec<Vec<u8>> = keys
+                    .into_iter()
+                    .filter(|k| !self.present(k) && seen.insert(k))
+                    .map(<[u8]>::to_vec)
+                    .collect();
                 if missing.is_empty() {
                     wire::put_u8(out, wire::WAIT_STOP_WAITING);
                 } else {
-                    self.register(id, missing, writer);
+                    self.register_bounded(id, missing, writer)?;
                 }
             }
             Request::GetNumKeys => wire::put_i64(out, self.kv.len() as i64),
@@ -204,6 +317,11 @@ impl State {
                 if let Some(v) = q.and_then(|q| q.pop_front()) {
                     wire::put_bytes(out, &v);
                 }
+                // An emptied queue is forgotten: pushes and pops on ever new keys must not
+                // leave entries behind.
+                if len <= 1 {
+                    self.queues.remove(k);
+                }
             }
             Request::QueueLen(k) => {
                 let len = self.queues.get(k).map_or(0, |q| q.len());
@@ -228,7 +346,7 @@ impl State {
                     self.wake_all(k, wake);
                     wire::put_u8(out, wire::WAIT_STOP_WAITING);
                 } else {
-                    self.register(id, vec![k.to_vec()], writer);
+                    self.register_bounded(id, vec![k.to_vec()], writer)?;
                 }
             }
         }

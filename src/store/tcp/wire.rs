@@ -299,6 +299,40 @@ impl<'a> Cursor<'a> {
     }
 }
 
+/// The key under which a client presents the shared token (`OXCCL_STORE_TOKEN`): a `CHECK`
+/// of `TOKEN_KEY_PREFIX + token`, sent right after `VALIDATE`. PyTorch's keys all start with
+/// `/` (or are `init/`), so none of them collides with it, and a server that checks no
+/// token answers it like any missing key.
+pub const TOKEN_KEY_PREFIX: &[u8] = b"\0oxccl-token/";
+
+/// The key that presents `token`.
+pub fn token_key(token: &str) -> Vec<u8> {
+    let mut k = TOKEN_KEY_PREFIX.to_vec();
+    k.extend_from_slice(token.as_bytes());
+    k
+}
+
+/// Whether `req` presents exactly `token`, compared in time independent of where they differ.
+pub fn presents_token(req: &Request<'_>, token: &[u8]) -> bool {
+    let Request::Check(keys) = req else {
+        return false;
+    };
+    let [key] = keys.as_slice() else {
+        return false;
+    };
+    let Some(given) = key.strip_prefix(TOKEN_KEY_PREFIX) else {
+        return false;
+    };
+    if given.len() != token.len() {
+        return false;
+    }
+    given
+        .iter()
+        .zip(token)
+        .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+        == 0
+}
+
 /// Decodes the query at the start of `buf`: `Ok(Some((query, bytes used)))`, `Ok(None)` when
 /// `buf` holds only part of it, or the reason the query is refused.
 pub fn decode_request(buf: &[u8]) -> Result<Option<(Request<'_>, usize)>, WireError> {

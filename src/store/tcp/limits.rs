@@ -1,0 +1,94 @@
+//! What a store server accepts and holds at most, its optional shared token, and the counts
+//! that show it keeps to them.
+//!
+//! # The memory bound
+//!
+//! With limits `L`, the server's memory beyond a fixed base is at most
+//!
+//! - per connection (at most `L.max_connections`): a thread with a 256 KiB stack, a 64 KiB
+//!   read chunk, a few sockets' worth of bookkeeping;
+//! - query bytes read but not yet applied: at most `L.max_query_bytes` per connection and
+//!   `L.max_buffered_bytes` over all connections together;
+//! - the key space (keys, values, queued values): at most `L.max_stored_bytes`, counted as
+//!   the bytes of keys and values;
+//! - pending waits: at most `L.max_waited_bytes` of awaited keys over all connections (one
+//!   wait per connection).
+//!
+//! A query that would cross one of these closes the connection that sent it (the protocol has
+//! no error replies; PyTorch's servers close on bad queries too): other clients go on. With
+//! the defaults that is under 4 GiB of data (1 GiB buffered, 2 GiB stored, 64 MiB of waits)
+//! plus 8192 × 320 KiB for connections. [`super::TcpServer::stats`] reports the counts.
+
+use super::wire::{MAX_KEY_LEN, MAX_VALUE_LEN};
+
+/// The bounds a server keeps to (see the module doc).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ServerLimits {
+    /// Clients served at once; more are closed at accept.
+    pub max_connections: usize,
+    /// Bytes one connection may have read ahead of the query it is in (so the largest query).
+    pub max_query_bytes: usize,
+    /// Bytes all connections together may have read ahead.
+    pub max_buffered_bytes: usize,
+    /// Bytes of keys and values the key space may hold.
+    pub max_stored_bytes: usize,
+    /// Bytes of keys all pending waits together may await.
+    pub max_waited_bytes: usize,
+}
+
+impl Default for ServerLimits {
+    /// 8192 clients; a query of one maximal value (1 GiB) and its key; 1 GiB read ahead in
+    /// all; 2 GiB stored; 64 MiB of awaited keys.
+    fn default() -> Self {
+        ServerLimits {
+            max_connections: 8192,
+            max_query_bytes: MAX_VALUE_LEN + MAX_KEY_LEN + 64,
+            max_buffered_bytes: 1 << 30,
+            max_stored_bytes: 2 << 30,
+            max_waited_bytes: 64 << 20,
+        }
+    }
+}
+
+/// How a server is started: its limits and its optional shared token.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ServerOptions {
+    /// Clients must present this token right after `VALIDATE` (see
+    /// [`super::wire::TOKEN_KEY_PREFIX`]) or are closed; `None` (the default) accepts every
+    /// client, as PyTorch's server does.
+    pub token: Option<String>,
+    /// The bounds kept.
+    pub limits: ServerLimits,
+}
+
+impl ServerOptions {
+    /// The default limits, and the token of `OXCCL_STORE_TOKEN` when set and not empty.
+    pub fn from_env() -> ServerOptions {
+        ServerOptions {
+            token: token_from_env(),
+            limits: ServerLimits::default(),
+        }
+    }
+}
+
+/// `OXCCL_STORE_TOKEN`, when set to something non-empty.
+pub fn token_from_env() -> Option<String> {
+    std::env::var("OXCCL_STORE_TOKEN")
+        .ok()
+        .filter(|t| !t.is_empty())
+}
+
+/// What a server holds now, against its [`ServerLimits`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ServerStats {
+    /// Client connections being served.
+    pub connections: usize,
+    /// Query bytes read ahead, over all connections.
+    pub buffered_bytes: usize,
+    /// Bytes of keys and values in the key space.
+    pub stored_bytes: usize,
+    /// Connections with a pending wait.
+    pub waiting_connections: usize,
+    /// Bytes of keys the pending waits await.
+    pub waited_bytes: usize,
+}
