@@ -42,16 +42,17 @@ fn info_json_reports_version_and_features_of_each_release() {
             .arg(&lib)
             .output()
             .expect("oxccl runs");
-        let json = String::from_utf8_lossy(&out.stdout);
+        let text = String::from_utf8_lossy(&out.stdout);
         assert!(
             out.status.success(),
-            "{version}: {json} {}",
+            "{version}: {text} {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        assert!(
-            json.contains(&format!("\"version\": \"{version}\"")),
-            "{json}"
-        );
+        let json: serde_json::Value = serde_json::from_str(&text).expect("one JSON object");
+        let lib_json = &json["library"];
+        assert_eq!(lib_json["found"], true);
+        assert_eq!(lib_json["how"], "--library");
+        assert_eq!(lib_json["version"], version.as_str(), "{text}");
         let v = oxccl_core::Version::new(
             version.split('.').next().unwrap().parse().unwrap(),
             version.split('.').nth(1).unwrap().parse().unwrap(),
@@ -59,18 +60,22 @@ fn info_json_reports_version_and_features_of_each_release() {
         );
         // Every release in the matrix exports every symbol its version promises.
         let expected = oxccl_core::FeatureSet::for_version(v);
+        let features = lib_json["features"].as_array().expect("features");
+        assert_eq!(features.len(), oxccl_core::Feature::ALL.len());
         for f in oxccl_core::Feature::ALL {
-            let line = format!(
-                "{{\"name\": \"{}\", \"since\": \"{}\", \"available\": {}",
-                f.name(),
-                f.since(),
-                expected.has(f)
-            );
-            assert!(
-                json.contains(&line),
-                "{version}: missing `{line}` in {json}"
-            );
+            let got = features
+                .iter()
+                .find(|x| x["name"] == f.name())
+                .unwrap_or_else(|| panic!("{version}: {} missing", f.name()));
+            assert_eq!(got["since"], f.since().to_string().as_str());
+            assert_eq!(got["available"], expected.has(f), "{version}: {}", f.name());
+            // An unavailable feature says why; an available one has no reason.
+            assert_eq!(got.get("reason").is_some(), !expected.has(f), "{got}");
         }
+        // The rest of the report is there whatever the machine has.
+        assert!(json["gpu"]["gpus"].is_array());
+        assert!(json["environment"].is_object());
+        assert!(json["launcher"].get("recognised").is_some());
     }
 }
 
@@ -80,8 +85,48 @@ fn info_without_a_library_fails_and_lists_places() {
         .args(["info", "--library", "/nonexistent/libnccl.so.2"])
         .output()
         .expect("oxccl runs");
-    assert!(!out.status.success());
+    assert_eq!(out.status.code(), Some(3), "environment error");
+    let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        String::from_utf8_lossy(&out.stderr).contains("/nonexistent/libnccl.so.2: no such file")
+        err.contains("/nonexistent/libnccl.so.2: no such file"),
+        "{err}"
     );
+    assert!(
+        err.contains("nvidia-nccl-cu12") && err.contains("OXCCL_NCCL_LIBRARY"),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "one line: {err}");
+}
+
+#[test]
+fn info_search_lists_every_place_tried_in_json() {
+    let out = Command::new(env!("CARGO_BIN_EXE_oxccl"))
+        .args(["info", "--json"])
+        .env("OXCCL_NCCL_LIBRARY", "")
+        .env("LD_LIBRARY_PATH", "/nonexistent")
+        .env("PATH", "/nonexistent")
+        .env("HOME", "/nonexistent")
+        .env("PYENV_ROOT", "/nonexistent")
+        .env_remove("VIRTUAL_ENV")
+        .env_remove("CONDA_PREFIX")
+        .env("NCCL_DEBUG", "WARN")
+        .output()
+        .expect("oxccl runs");
+    let json: serde_json::Value =
+        serde_json::from_slice(&out.stdout).expect("JSON even without a library");
+    assert_eq!(json["environment"]["NCCL_DEBUG"], "WARN");
+    if json["library"]["found"] == true {
+        println!("skipped: a system libnccl is installed here");
+        return;
+    }
+    assert_eq!(out.status.code(), Some(3));
+    let tried = json["library"]["tried"].as_array().unwrap();
+    assert_eq!(tried[0]["place"], "OXCCL_NCCL_LIBRARY");
+    assert!(tried
+        .iter()
+        .any(|t| t["place"] == "libnccl.so.2 (system search)"));
+    assert!(json["library"]["how_to_get_one"]
+        .as_str()
+        .unwrap()
+        .contains("nvidia-nccl-cu12"));
 }

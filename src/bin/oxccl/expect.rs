@@ -113,7 +113,9 @@ pub fn count_wrong<T: Elem>(case: &Case, got: &[T]) -> u64 {
             Some(want) => {
                 let want = T::of(want).get();
                 let g = g.get();
-                !((g - want).abs() <= tol * want.abs().max(1.0))
+                let err = (g - want).abs();
+                // A NaN is wrong too.
+                err.is_nan() || err > tol * want.abs().max(1.0)
             }
         })
         .count() as u64

@@ -47,6 +47,13 @@ pub fn run(a: &InfoArgs) -> ExitCode {
     }
     match loaded {
         Ok(_) => ExitCode::SUCCESS,
+        Err(LoadError::NothingFound { tried }) => {
+            eprintln!(
+                "oxccl info: no NCCL library found ({} places tried); {GET_ONE}",
+                tried.len()
+            );
+            ExitCode::from(exit::ENV)
+        }
         Err(e) => {
             eprintln!("oxccl info: {e}; {GET_ONE}");
             ExitCode::from(exit::ENV)
@@ -93,7 +100,11 @@ fn library_json(loaded: &Result<Library, LoadError>, explicit: bool, total_ms: f
                     .collect(),
                 _ => Vec::new(),
             };
-            json!({"found": false, "error": e.to_string(), "tried": tried, "how_to_get_one": GET_ONE})
+            let error = match e {
+                LoadError::NothingFound { .. } => "no usable NCCL library found".to_owned(),
+                e => e.to_string(),
+            };
+            json!({"found": false, "error": error, "tried": tried, "how_to_get_one": GET_ONE})
         }
     }
 }
@@ -113,7 +124,12 @@ fn env_json() -> Value {
 }
 
 fn launcher_json() -> Value {
-    match LaunchInfo::detect(|k| std::env::var(k).ok().map(|v| &*v.leak())) {
+    let env = oxccl::launch::EnvVars::from_process();
+    const RANK_VARS: [&str; 4] = ["RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK"];
+    if RANK_VARS.iter().all(|v| env.get(v).is_none()) {
+        return json!({"recognised": null, "note": "not started by torchrun, srun or mpirun (no RANK, SLURM_PROCID, OMPI_COMM_WORLD_RANK or PMI_RANK)"});
+    }
+    match LaunchInfo::detect(|k| env.get(k)) {
         Ok(l) => json!({
             "recognised": format!("{:?}", l.launcher),
             "rank": l.rank,

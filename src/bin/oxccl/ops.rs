@@ -9,10 +9,13 @@ use oxccl::{DataType, ReduceOp};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Coll {
     /// Every rank gets the reduction of every rank's buffer.
+    #[value(name = "all_reduce", alias = "all-reduce")]
     AllReduce,
     /// Every rank gets every rank's part, by rank.
+    #[value(name = "all_gather", alias = "all-gather")]
     AllGather,
     /// Rank r gets part r of the reduction.
+    #[value(name = "reduce_scatter", alias = "reduce-scatter")]
     ReduceScatter,
     /// Every rank gets the root's buffer.
     Broadcast,

@@ -28,14 +28,17 @@ pub fn run(args: &TraceArgs) -> ExitCode {
     if args.request {
         return match DumpTrigger::request(&args.dir) {
             Ok(()) => {
-                println!(
-                    "dump requested: {}",
+                emit(&format!(
+                    "dump requested: {}\n",
                     args.dir.join(oxccl::trace::DUMP_REQUEST_FILE).display()
-                );
+                ));
                 ExitCode::SUCCESS
             }
             Err(e) => {
-                eprintln!("oxccl trace: --request: {}: {e}", args.dir.display());
+                warn(format!(
+                    "oxccl trace: --request: {}: {e}",
+                    args.dir.display()
+                ));
                 ExitCode::from(2)
             }
         };
@@ -43,18 +46,21 @@ pub fn run(args: &TraceArgs) -> ExitCode {
     let read = match read_dump_dir(&args.dir) {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("oxccl trace: DIR {}: {e}", args.dir.display());
+            warn(format!("oxccl trace: DIR {}: {e}", args.dir.display()));
             return ExitCode::from(2);
         }
     };
     for (path, why) in &read.unreadable {
-        eprintln!("oxccl trace: unreadable dump {}: {why}", path.display());
+        warn(format!(
+            "oxccl trace: unreadable dump {}: {why}",
+            path.display()
+        ));
     }
     if read.dumps.is_empty() {
-        eprintln!(
+        warn(format!(
             "oxccl trace: DIR {}: no readable dump (rank_<r>.json)",
             args.dir.display()
-        );
+        ));
         return ExitCode::from(2);
     }
     let analysis = analyze(&read.dumps);
@@ -70,9 +76,9 @@ pub fn run(args: &TraceArgs) -> ExitCode {
                 .collect();
             obj.insert("unreadable".into(), serde_json::Value::Array(bad));
         }
-        println!("{v:#}");
+        emit(&format!("{v:#}\n"));
     } else {
-        print!("{}", render_text(&analysis));
+        emit(&render_text(&analysis));
     }
     if !read.unreadable.is_empty() {
         ExitCode::from(2)
@@ -81,4 +87,17 @@ pub fn run(args: &TraceArgs) -> ExitCode {
     } else {
         ExitCode::SUCCESS
     }
+}
+
+/// Writes the report to stdout; a closed pipe (`oxccl trace DIR | head`) is not an error.
+fn emit(text: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
+}
+
+/// Writes a diagnostic line to stderr; a closed stderr is not an error either.
+fn warn(line: String) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
 }

@@ -12,6 +12,9 @@ const COLORS: [&str; 6] = [
     "#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b",
 ];
 
+/// (layer, collective, points of (bytes, busbw, µs)).
+type Series = (String, String, Vec<(f64, f64, f64)>);
+
 /// The placement a chart shows for a collective: the one every layer has (the process group
 /// reduces and broadcasts in place, the rest out of place).
 fn shown(r: &Row) -> Option<super::report::Cell> {
@@ -30,7 +33,7 @@ fn esc(s: &str) -> String {
 
 /// Both panels for `rows`; `title` heads the chart.
 pub fn chart(rows: &[Row], title: &str) -> String {
-    let mut series: Vec<(String, String, Vec<(f64, f64, f64)>)> = Vec::new();
+    let mut series: Vec<Series> = Vec::new();
     for r in rows {
         let Some(c) = shown(r) else { continue };
         let key = (r.layer.to_owned(), r.coll.name().to_owned());
