@@ -238,3 +238,8 @@ fn case_28_flight_recorder_ring() {
 fn case_29_flight_recorder_states() {
     run(2, safety::case_29);
 }
+
+#[test]
+fn destroy_frees_blocked_threads() {
+    run(2, safety::destroy_frees_blocked_threads);
+}

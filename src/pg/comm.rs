@@ -29,8 +29,9 @@ impl<B: Memory> Entry<B> {
 pub(crate) enum Slot<B: Memory> {
     /// Not made yet (made by the first operation).
     Empty,
-    /// Usable (or failed: the communicator itself reports that).
-    Ready(Entry<B>),
+    /// Usable (or failed: the communicator itself reports that). Shared, so copies to and
+    /// from the stream can run without the slot lock.
+    Ready(std::sync::Arc<Entry<B>>),
     /// This rank is not a member: nothing is ever made.
     NotMember,
     /// Destroyed; the reason says by whom.

@@ -54,6 +54,11 @@ pub(crate) struct PgInner<B: Memory> {
     op_id: AtomicU64,
     /// The watchdog's view of the group.
     pub watch: Arc<GroupWatch>,
+    /// The communicator's abort handle, once made: abort and destroy use it without the slot
+    /// lock, which a thread blocked inside an operation holds.
+    abort: std::sync::OnceLock<super::AbortOf<B>>,
+    /// Set by destroy, before it waits for the slot.
+    destroyed: AtomicBool,
 }
 
 /// What an operation is, for its work, its trace entry and its errors.
@@ -249,6 +254,8 @@ impl<B: Memory> ProcessGroup<B> {
                 coalescing: AtomicBool::new(false),
                 op_id: AtomicU64::new(0),
                 watch,
+                abort: std::sync::OnceLock::new(),
+                destroyed: AtomicBool::new(false),
             }),
         }
     }
@@ -347,18 +354,21 @@ impl<B: Memory> ProcessGroup<B> {
 
     /// The communicator's state: `None` before it is made, or when this rank is not a member.
     pub fn comm_state(&self) -> Option<CommState> {
-        match &*lock(&self.inner.slot) {
-            Slot::Ready(e) => Some(e.comm.state()),
-            Slot::Closed => Some(CommState::Destroyed),
-            _ => None,
+        if self.inner.destroyed.load(Ordering::Acquire) {
+            return Some(CommState::Destroyed);
         }
+        self.inner.abort.get().map(oxccl_core::CommAbort::state)
     }
 
     /// Aborts the group's communicator from any thread (wakes ranks blocked in its operations);
     /// later operations fail fast with `reason`. The group stays registered.
+    ///
+    /// Never takes the lock an operation in progress holds, so it frees a thread blocked in one.
+    /// A blocking init in progress cannot be aborted (there is no communicator yet): use
+    /// nonblocking communicators where an init may hang.
     pub fn abort(&self, reason: &str) {
-        if let Slot::Ready(e) = &*lock(&self.inner.slot) {
-            oxccl_core::CommAbort::abort(&e.abort, reason);
+        if let Some(a) = self.inner.abort.get() {
+            oxccl_core::CommAbort::abort(a, reason);
         }
     }
 
@@ -369,25 +379,31 @@ impl<B: Memory> ProcessGroup<B> {
             "process group {} ({}) was destroyed",
             self.inner.uid, self.inner.desc
         );
+        self.inner.destroyed.store(true, Ordering::Release);
+        // Abort first, without the slot lock: a thread blocked in an operation holds it.
+        self.abort(&reason);
         lock(&self.inner.slot).close(&reason);
     }
 
     /// A buffer of `len` zeros on this group's device, allocated on the group's stream.
     pub fn alloc_zeros<T: crate::NcclType>(&self, len: usize) -> Result<B::Buf<T>> {
         self.inner
-            .with_entry("alloc", |e| self.inner.backend.alloc_zeros(&e.stream, len))
+            .entry("alloc")
+            .and_then(|e| self.inner.backend.alloc_zeros(&e.stream, len))
     }
 
     /// A buffer on this group's device holding a copy of `data`.
     pub fn upload<T: crate::NcclType>(&self, data: &[T]) -> Result<B::Buf<T>> {
         self.inner
-            .with_entry("upload", |e| self.inner.backend.upload(&e.stream, data))
+            .entry("upload")
+            .and_then(|e| self.inner.backend.upload(&e.stream, data))
     }
 
     /// The contents of `buf`, after every operation that uses it (blocks).
     pub fn download<T: crate::NcclType>(&self, buf: &B::Buf<T>) -> Result<Vec<T>> {
         self.inner
-            .with_entry("download", |e| self.inner.backend.download(&e.stream, buf))
+            .entry("download")
+            .and_then(|e| self.inner.backend.download(&e.stream, buf))
     }
 }
 
@@ -429,10 +445,27 @@ impl<B: Memory> PgInner<B> {
             return Err(self.unusable(&slot, attempted));
         }
         let comm = self.make_comm()?;
-        *slot = Slot::Ready(Entry::new(comm)?);
+        let entry: Entry<B> = Entry::new(comm)?;
+        let _ = self.abort.set(entry.abort.clone());
+        if self.destroyed.load(Ordering::Acquire) {
+            // Destroyed while this communicator was being made.
+            oxccl_core::CommAbort::abort(&entry.abort, "process group destroyed during its init");
+        }
+        *slot = Slot::Ready(Arc::new(entry));
         match &*slot {
             Slot::Ready(e) => f(e),
             _ => Err(self.unusable(&slot, attempted)),
+        }
+    }
+
+    /// The group's communicator and stream (made first if needed), for work that must not hold
+    /// the slot lock while it blocks: copies to and from the stream, the NaN check. A thread
+    /// blocked there does not keep abort, destroy or other copies out.
+    pub fn entry(&self, attempted: &'static str) -> Result<Arc<Entry<B>>> {
+        self.with_entry(attempted, |_| Ok(()))?;
+        match &*lock(&self.slot) {
+            Slot::Ready(e) => Ok(e.clone()),
+            other => Err(self.unusable(other, attempted)),
         }
     }
 

@@ -333,7 +333,9 @@ impl<B: Memory> ProcessGroup<B> {
             return Ok(());
         }
         let inner = &self.inner;
-        let found = inner.with_entry("nan check", |e| inner.backend.has_nan(&e.stream, buf))?;
+        let found = inner
+            .entry("nan check")
+            .and_then(|e| inner.backend.has_nan(&e.stream, buf))?;
         if found {
             return Err(oxccl_core::Error::invalid(
                 arg,

@@ -180,7 +180,13 @@ impl<E: Event, A: CommAbort> Inner<E, A> {
         // A stream that passed the operation may still have cut it short (an abort, a peer's
         // failure): the communicator's error decides.
         let outcome = completed.and_then(|c| match &self.abort {
-            Some(a) => a.poll().map(|_| c),
+            Some(a) => a.poll().and_then(|_| match a.state() {
+                // A destroyed communicator's stream may have dropped the work unrun.
+                oxccl_core::CommState::Destroyed => Err(Error::Aborted {
+                    reason: oxccl_core::text!("the communicator was destroyed"),
+                }),
+                _ => Ok(c),
+            }),
             None => Ok(c),
         });
         let completed = match outcome {

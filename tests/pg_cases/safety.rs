@@ -334,3 +334,40 @@ pub fn case_12<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
     ok!(ok!(pg.all_reduce(&mut i, ReduceOp::Sum)).wait());
     Ok(())
 }
+
+/// Not a seed case: a rank blocked reading the result of an unmatched operation (its download
+/// waits for the stream) is freed when another thread destroys the group, and so is the
+/// thread blocked in `Work::wait`.
+pub fn destroy_frees_blocked_threads<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
+    let pg = ok!(mk(lazy(rank)));
+    let mut b = ok!(pg.upload(&[1.0f32; 8]));
+    ok!(ok!(pg.all_reduce(&mut b, ReduceOp::Sum)).wait());
+    if rank == 0 {
+        let w = ok!(pg.all_reduce(&mut b, ReduceOp::Sum));
+        let waiter = std::thread::spawn(move || w.wait());
+        let destroyer = {
+            let pg = pg.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(300));
+                pg.destroy();
+            })
+        };
+        let began = Instant::now();
+        let _ = pg.download(&b);
+        let waited = waiter.join().map_err(|_| "waiter panicked")?;
+        let _ = destroyer.join();
+        ensure!(
+            began.elapsed() < Duration::from_secs(5),
+            "blocked for {:?}",
+            began.elapsed()
+        );
+        ensure!(waited.is_err(), "the unmatched all_reduce completed");
+        ensure!(
+            pg.comm_state() == Some(oxccl::CommState::Destroyed),
+            "state"
+        );
+    } else {
+        std::thread::sleep(Duration::from_millis(1500));
+    }
+    Ok(())
+}
