@@ -104,7 +104,11 @@ impl Client {
                     if left.is_zero() {
                         // A server that wants a token closes the handshake of a client
                         // without the right one: say so, it is the likely cause.
-                        let hint = if e.kind() == io::ErrorKind::UnexpectedEof {
+                        let closed = matches!(
+                            e.kind(),
+                            io::ErrorKind::UnexpectedEof | io::ErrorKind::ConnectionReset
+                        );
+                        let hint = if closed {
                             "; the server closed the handshake: a server started with \
                              OXCCL_STORE_TOKEN refuses clients without that token"
                         } else {
