@@ -2,6 +2,7 @@
 //! (NCCL's function pointer), `comm` (`Comm::issue`) and `pg` (`ProcessGroup`). Without a GPU
 //! or NCCL it runs the `pg` layer on the mock world and says so in its first line.
 
+mod direct;
 mod drive;
 mod layer;
 mod nccl;

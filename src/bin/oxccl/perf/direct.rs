@@ -1,0 +1,553 @@
+//! The `raw` layer (NCCL's function pointers, as nccl-tests calls them) and the `comm` layer
+//! (`Comm::issue`, the checked path under the safe calls) over device buffers by address:
+//! plain (-R 0), registered with the communicator (-R 1) or NCCL memory in symmetric windows
+//! (-R 2); with -G the timed loop is captured into a CUDA graph and the graph launched.
+
+use super::Layer;
+use crate::elem::Elem;
+use crate::expect::{self, Case};
+use crate::ops::Coll;
+use cudarc::driver::{sys, CudaGraph, CudaSlice, DevicePtr};
+use oxccl::loader::{RawComm, RawStream};
+use oxccl::nccl::Window;
+use oxccl::{Comm, CommOp, Error, Nccl, NcclMem, RawBuf, RawBufMut, RegHandle, Result};
+use std::cell::RefCell;
+use std::rc::Rc;
+
+/// Device memory by address: cudarc's allocation, or NCCL's (for symmetric windows).
+enum Mem {
+    Cuda(CudaSlice<u8>),
+    Nccl(NcclMem),
+}
+
+/// The raw (`raw == true`: NCCL's function pointers) or comm (`Comm::issue`) layer.
+pub struct NcclLayer<T: Elem> {
+    comm: Rc<RefCell<Comm>>,
+    lib: Nccl,
+    raw: bool,
+    registration: u8,
+    graphs: u32,
+    case: Option<(Case, bool)>,
+    bufs: Vec<Mem>,
+    // Device addresses of `bufs`, taken once at set-up: no cudarc call (event tracking) runs
+    // between the set-up and the teardown, so the issuing loop is capturable.
+    ptrs: Vec<usize>,
+    regs: Vec<RegHandle>,
+    windows: Vec<Window>,
+    graph: Option<(CudaGraph, usize)>,
+    _t: std::marker::PhantomData<T>,
+}
+
+impl<T: Elem> NcclLayer<T> {
+    /// A layer issuing through `comm`: raw function pointers when `raw`, else `Comm::issue`.
+    pub fn new(
+        comm: Rc<RefCell<Comm>>,
+        lib: Nccl,
+        raw: bool,
+        registration: u8,
+        graphs: u32,
+    ) -> Self {
+        NcclLayer {
+            comm,
+            lib,
+            raw,
+            registration,
+            graphs,
+            case: None,
+            bufs: Vec::new(),
+            ptrs: Vec::new(),
+            regs: Vec::new(),
+            windows: Vec::new(),
+            graph: None,
+            _t: std::marker::PhantomData,
+        }
+    }
+
+    fn addr(&self, i: usize) -> usize {
+        self.ptrs[i]
+    }
+
+    /// (send address, recv address) of the case: in place, nccl-tests' layout in one buffer.
+    fn addrs(&self) -> (usize, usize) {
+        let (c, in_place) = self.case.expect("set up");
+        let sz = std::mem::size_of::<T>();
+        let off = c.rank as usize * c.part() * sz;
+        match (in_place, c.coll) {
+            (false, _) => (self.addr(0), self.addr(1)),
+            (true, Coll::AllGather) => (self.addr(0) + off, self.addr(0)),
+            (true, Coll::ReduceScatter) => (self.addr(0), self.addr(0) + off),
+            (true, _) => (self.addr(0), self.addr(0)),
+        }
+    }
+
+    fn alloc(&mut self, bytes: usize) -> Result<()> {
+        let bytes = bytes.max(1);
+        let comm = self.comm.borrow();
+        let mem = if self.registration == 2 {
+            let m = NcclMem::alloc(self.lib.library(), bytes)?;
+            // NCCL_WIN_COLL_SYMMETRIC: every rank registers a buffer of the same size.
+            self.windows
+                .push(comm.backend().window_register(m.addr(), bytes, 1)?);
+            Mem::Nccl(m)
+        } else {
+            let s = comm.stream().clone();
+            Mem::Cuda(s.alloc_zeros::<u8>(bytes).map_err(|e| {
+                Error::invalid(
+                    "size",
+                    format_args!("device memory for {bytes} bytes ({e:?})"),
+                )
+            })?)
+        };
+        drop(comm);
+        if let (1, Mem::Cuda(c)) = (self.registration, &mem) {
+            let h = self.comm.borrow_mut().register::<u8>(c)?;
+            self.regs.push(h);
+        }
+        let addr = match &mem {
+            // The guard records the slice's use now, outside any capture.
+            Mem::Cuda(c) => c.device_ptr(self.comm.borrow().stream()).0 as usize,
+            Mem::Nccl(m) => m.addr(),
+        };
+        self.ptrs.push(addr);
+        self.bufs.push(mem);
+        Ok(())
+    }
+
+    fn once(&self) -> Result<()> {
+        let (c, _) = self.case.expect("set up");
+        let (s, r) = self.addrs();
+        let (sn, rn) = c.shape();
+        let (send, recv) = (RawBuf::new(s, sn), RawBufMut::new(r, rn));
+        let dtype = c.dtype.data_type();
+        let op = c.redop.reduce_op();
+        let root = c.root;
+        let ops: Vec<CommOp> = match c.coll {
+            Coll::AllReduce | Coll::All => vec![CommOp::AllReduce {
+                send,
+                recv,
+                dtype,
+                op,
+            }],
+            Coll::Broadcast => vec![CommOp::Broadcast {
+                send,
+                recv,
+                dtype,
+                root,
+            }],
+            Coll::Reduce => vec![CommOp::Reduce {
+                send,
+                recv,
+                dtype,
+                op,
+                root,
+            }],
+            Coll::AllGather => vec![CommOp::AllGather { send, recv, dtype }],
+            Coll::ReduceScatter => vec![CommOp::ReduceScatter {
+                send,
+                recv,
+                dtype,
+                op,
+            }],
+            Coll::Alltoall => vec![CommOp::AllToAll { send, recv, dtype }],
+            Coll::Gather => vec![CommOp::Gather {
+                send,
+                recv,
+                dtype,
+                root,
+            }],
+            Coll::Scatter => vec![CommOp::Scatter {
+                send,
+                recv,
+                dtype,
+                root,
+            }],
+            Coll::Sendrecv => vec![
+                CommOp::Send {
+                    buf: send,
+                    dtype,
+                    peer: (c.rank + 1) % c.n,
+                },
+                CommOp::Recv {
+                    buf: recv,
+                    dtype,
+                    peer: (c.rank + c.n - 1) % c.n,
+                },
+            ],
+        };
+        let mut comm = self.comm.borrow_mut();
+        let grouped = ops.len() > 1;
+        if self.raw {
+            let api = self.lib.library().api();
+            let rc = comm.backend().raw();
+            let rs = RawStream(comm.stream().cu_stream().cast());
+            if grouped {
+                call(api.group_start.map(|f| unsafe { f() }))?;
+            }
+            for o in &ops {
+                // SAFETY: the addresses are this layer's live device buffers of the case's
+                // lengths on this communicator's device; the stream is the communicator's.
+                unsafe { raw_issue(api, rc, rs, o, c.n)? };
+            }
+            if grouped {
+                call(api.group_end.map(|f| unsafe { f() }))?;
+            }
+            Ok(())
+        } else {
+            let g = if grouped { Some(comm.group()?) } else { None };
+            for o in &ops {
+                // SAFETY: as above: live device buffers of the stated lengths, not touched by
+                // anything else until the stream has run the work.
+                unsafe { comm.issue(o)? };
+            }
+            if let Some(g) = g {
+                g.end()?;
+            }
+            Ok(())
+        }
+    }
+}
+
+fn call(r: Option<i32>) -> Result<()> {
+    match r {
+        Some(0) => Ok(()),
+        Some(code) => Err(Error::invalid(
+            "nccl",
+            format_args!("ncclSuccess, got code {code}"),
+        )),
+        None => Err(Error::invalid(
+            "nccl",
+            format_args!("the function in the loaded library"),
+        )),
+    }
+}
+
+/// `op` through NCCL's function pointers; all-to-all, gather and scatter as grouped send/recv
+/// when the library lacks the native call (before 2.28).
+///
+/// # Safety
+/// The buffers of `op` are live device memory of the communicator's device.
+unsafe fn raw_issue(
+    api: &oxccl::loader::Api,
+    c: RawComm,
+    s: RawStream,
+    op: &CommOp,
+    n: u32,
+) -> Result<()> {
+    use std::ffi::c_void;
+    let dt = |d: oxccl::DataType| d as i32;
+    // nccl.h's ncclRedOp_t values; the perf tool runs no premul-sum.
+    let ro = |o: &oxccl::ReduceOp| match o {
+        oxccl::ReduceOp::Sum => 0,
+        oxccl::ReduceOp::Prod => 1,
+        oxccl::ReduceOp::Max => 2,
+        oxccl::ReduceOp::Min => 3,
+        _ => 4,
+    };
+    // SAFETY (for every call below): forwarded contract; pointers and counts come from `op`.
+    unsafe {
+        match op {
+            CommOp::AllReduce {
+                send,
+                recv,
+                dtype,
+                op,
+            } => call(api.all_reduce.map(|f| {
+                f(
+                    send.addr as *const c_void,
+                    recv.addr as *mut c_void,
+                    recv.len,
+                    dt(*dtype),
+                    ro(op),
+                    c,
+                    s,
+                )
+            })),
+            CommOp::Broadcast {
+                send,
+                recv,
+                dtype,
+                root,
+            } => call(api.broadcast.map(|f| {
+                f(
+                    send.addr as *const c_void,
+                    recv.addr as *mut c_void,
+                    recv.len,
+                    dt(*dtype),
+                    *root as i32,
+                    c,
+                    s,
+                )
+            })),
+            CommOp::Reduce {
+                send,
+                recv,
+                dtype,
+                op,
+                root,
+            } => call(api.reduce.map(|f| {
+                f(
+                    send.addr as *const c_void,
+                    recv.addr as *mut c_void,
+                    send.len,
+                    dt(*dtype),
+                    ro(op),
+                    *root as i32,
+                    c,
+                    s,
+                )
+            })),
+            CommOp::AllGather { send, recv, dtype } => call(api.all_gather.map(|f| {
+                f(
+                    send.addr as *const c_void,
+                    recv.addr as *mut c_void,
+                    send.len,
+                    dt(*dtype),
+                    c,
+                    s,
+                )
+            })),
+            CommOp::ReduceScatter {
+                send,
+                recv,
+                dtype,
+                op,
+            } => call(api.reduce_scatter.map(|f| {
+                f(
+                    send.addr as *const c_void,
+                    recv.addr as *mut c_void,
+                    recv.len,
+                    dt(*dtype),
+                    ro(op),
+                    c,
+                    s,
+                )
+            })),
+            CommOp::Send { buf, dtype, peer } => call(api.send.map(|f| {
+                f(
+                    buf.addr as *const c_void,
+                    buf.len,
+                    dt(*dtype),
+                    *peer as i32,
+                    c,
+                    s,
+                )
+            })),
+            CommOp::Recv { buf, dtype, peer } => call(api.recv.map(|f| {
+                f(
+                    buf.addr as *mut c_void,
+                    buf.len,
+                    dt(*dtype),
+                    *peer as i32,
+                    c,
+                    s,
+                )
+            })),
+            CommOp::AllToAll { send, recv, dtype } => {
+                let part = recv.len / n as usize;
+                if let Some(f) = api.alltoall {
+                    return call(Some(f(
+                        send.addr as *const c_void,
+                        recv.addr as *mut c_void,
+                        part,
+                        dt(*dtype),
+                        c,
+                        s,
+                    )));
+                }
+                let es = dtype.size();
+                call(api.group_start.map(|f| f()))?;
+                for p in 0..n as usize {
+                    call(api.send.map(|f| {
+                        f(
+                            (send.addr + p * part * es) as *const c_void,
+                            part,
+                            dt(*dtype),
+                            p as i32,
+                            c,
+                            s,
+                        )
+                    }))?;
+                    call(api.recv.map(|f| {
+                        f(
+                            (recv.addr + p * part * es) as *mut c_void,
+                            part,
+                            dt(*dtype),
+                            p as i32,
+                            c,
+                            s,
+                        )
+                    }))?;
+                }
+                call(api.group_end.map(|f| f()))
+            }
+            CommOp::Gather {
+                send,
+                recv,
+                dtype,
+                root,
+            } => {
+                if let Some(f) = api.gather {
+                    return call(Some(f(
+                        send.addr as *const c_void,
+                        recv.addr as *mut c_void,
+                        send.len,
+                        dt(*dtype),
+                        *root as i32,
+                        c,
+                        s,
+                    )));
+                }
+                Err(Error::invalid("gather", format_args!("ncclGather (NCCL 2.28+) for the raw layer; the comm and pg layers group send/recv")))
+            }
+            CommOp::Scatter {
+                send,
+                recv,
+                dtype,
+                root,
+            } => {
+                if let Some(f) = api.scatter {
+                    return call(Some(f(
+                        send.addr as *const c_void,
+                        recv.addr as *mut c_void,
+                        recv.len,
+                        dt(*dtype),
+                        *root as i32,
+                        c,
+                        s,
+                    )));
+                }
+                Err(Error::invalid("scatter", format_args!("ncclScatter (NCCL 2.28+) for the raw layer; the comm and pg layers group send/recv")))
+            }
+            _ => Err(Error::invalid(
+                "op",
+                format_args!("a collective the perf tool runs"),
+            )),
+        }
+    }
+}
+
+impl<T: Elem> Layer for NcclLayer<T> {
+    fn name(&self) -> &'static str {
+        if self.raw {
+            "raw"
+        } else {
+            "comm"
+        }
+    }
+
+    fn setup(&mut self, case: &Case, in_place: bool) -> Result<bool> {
+        self.teardown()?;
+        let in_place_ok = matches!(
+            case.coll,
+            Coll::AllReduce
+                | Coll::Broadcast
+                | Coll::Reduce
+                | Coll::AllGather
+                | Coll::ReduceScatter
+        );
+        if in_place && !in_place_ok {
+            return Ok(false);
+        }
+        if self.raw
+            && matches!(case.coll, Coll::Gather | Coll::Scatter)
+            && self.lib.library().api().gather.is_none()
+        {
+            return Ok(false);
+        }
+        let sz = std::mem::size_of::<T>();
+        let (s, r) = case.shape();
+        self.case = Some((*case, in_place));
+        if in_place {
+            self.alloc(s.max(r) * sz)?;
+        } else {
+            self.alloc(s * sz)?;
+            self.alloc(r * sz)?;
+        }
+        Ok(true)
+    }
+
+    fn arm(&mut self, iters: usize) -> Result<()> {
+        self.graph = None;
+        if self.graphs == 0 || iters == 0 {
+            return Ok(());
+        }
+        let st = self.comm.borrow().stream().clone();
+        let cuda = |e: cudarc::driver::DriverError| {
+            Error::invalid("graph", format_args!("a capturable stream ({e:?})"))
+        };
+        st.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+            .map_err(cuda)?;
+        let issued = (0..iters).try_for_each(|_| self.once());
+        let graph = st
+            .end_capture(sys::CUgraphInstantiate_flags(0))
+            .map_err(cuda)?;
+        issued?;
+        self.graph = graph.map(|g| (g, iters));
+        Ok(())
+    }
+
+    fn run(&mut self, iters: usize) -> Result<usize> {
+        let done = match &self.graph {
+            Some((g, per)) => {
+                let cuda = |e: cudarc::driver::DriverError| {
+                    Error::invalid("graph", format_args!("a launchable graph ({e:?})"))
+                };
+                for _ in 0..self.graphs {
+                    g.launch().map_err(cuda)?;
+                }
+                per * self.graphs as usize
+            }
+            None => {
+                for _ in 0..iters {
+                    self.once()?;
+                }
+                iters
+            }
+        };
+        self.comm.borrow().synchronize()?;
+        Ok(done)
+    }
+
+    fn check(&mut self) -> Result<u64> {
+        let (c, in_place) = self.case.expect("set up");
+        let (sn, rn) = c.shape();
+        let (s, r) = self.addrs();
+        let st = self.comm.borrow().stream().clone();
+        let cuda = |e: cudarc::driver::DriverError| {
+            Error::invalid("check", format_args!("a device copy ({e:?})"))
+        };
+        st.context().bind_to_thread().map_err(cuda)?;
+        let input = expect::inputs::<T>(&c, sn);
+        let in_place_buf = in_place && !matches!(c.coll, Coll::AllGather | Coll::ReduceScatter);
+        let input = if in_place_buf {
+            expect::inputs::<T>(&c, sn.max(rn))
+        } else {
+            input
+        };
+        // SAFETY: `s` and `r` address this layer's live buffers, at least `sn`/`rn` elements.
+        unsafe { cudarc::driver::result::memcpy_htod_sync(s as u64, &input).map_err(cuda)? };
+        self.once()?;
+        self.comm.borrow().synchronize()?;
+        let mut got = vec![T::of(0.0); rn];
+        // SAFETY: as above.
+        unsafe { cudarc::driver::result::memcpy_dtoh_sync(&mut got, r as u64).map_err(cuda)? };
+        Ok(expect::count_wrong(&c, &got))
+    }
+
+    fn teardown(&mut self) -> Result<()> {
+        self.graph = None;
+        let mut comm = self.comm.borrow_mut();
+        comm.synchronize()?;
+        for h in self.regs.drain(..) {
+            comm.deregister(h)?;
+        }
+        for w in self.windows.drain(..) {
+            comm.backend().window_deregister(w)?;
+        }
+        drop(comm);
+        self.ptrs.clear();
+        self.bufs.clear();
+        self.case = None;
+        Ok(())
+    }
+}
