@@ -230,7 +230,7 @@ fn a_rank_that_never_dumped_is_named_from_the_world_size() {
             reason: Reason::NoDump
         }]
     );
-    assert!(render_text(&a).contains("never dumped: ranks 40"));
+    assert!(render_text(&a).contains("never dumped: rank 40"));
     let _ = std::fs::remove_dir_all(&dir);
 }
 

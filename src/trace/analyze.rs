@@ -379,26 +379,29 @@ fn mismatches_at(seq: u64, at: &[(u32, &DumpEntry)]) -> Vec<Mismatch> {
             e.output_dtypes.clone(),
         )
     };
-    let mut classes: Vec<(_, Vec<(u32, &DumpEntry)>)> = Vec::new();
+    // Classes in order of first appearance (deterministic), found through a map (thousands of
+    // ranks stay linear).
+    let mut index = std::collections::HashMap::new();
+    let mut classes: Vec<Vec<(u32, &DumpEntry)>> = Vec::new();
     for &(r, e) in at {
-        let s = sig(e);
-        match classes.iter_mut().find(|(k, _)| *k == s) {
-            Some((_, v)) => v.push((r, e)),
-            None => classes.push((s, vec![(r, e)])),
-        }
+        let i = *index.entry(sig(e)).or_insert_with(|| {
+            classes.push(Vec::new());
+            classes.len() - 1
+        });
+        classes[i].push((r, e));
     }
     if classes.len() < 2 {
         return Vec::new();
     }
-    let most = classes.iter().map(|(_, v)| v.len()).max().unwrap_or(0);
-    let ambiguous = classes.iter().filter(|(_, v)| v.len() == most).count() > 1;
+    let most = classes.iter().map(Vec::len).max().unwrap_or(0);
+    let ambiguous = classes.iter().filter(|v| v.len() == most).count() > 1;
     // `at` is in rank order, so the first class of the largest size holds the lowest rank.
-    let Some(expected_idx) = classes.iter().position(|(_, v)| v.len() == most) else {
+    let Some(expected_idx) = classes.iter().position(|v| v.len() == most) else {
         return Vec::new();
     };
-    let expected = classes[expected_idx].1[0].1;
+    let expected = classes[expected_idx][0].1;
     let mut out = Vec::new();
-    for (i, (_, v)) in classes.iter().enumerate() {
+    for (i, v) in classes.iter().enumerate() {
         if i == expected_idx {
             continue;
         }

@@ -270,6 +270,10 @@ fn rank_from_name(path: &Path) -> Option<u32> {
     digits.parse().ok()
 }
 
+/// The largest file taken for a dump: a full ring of 2,000 entries is well under 2 MiB; far
+/// larger files are not dumps, and reading them whole could exhaust memory.
+pub const MAX_DUMP_BYTES: u64 = 256 << 20;
+
 /// What reading a directory gave: the dumps (by rank), and the files that could not be read.
 #[derive(Debug, Default)]
 pub struct DirDumps {
@@ -296,8 +300,15 @@ pub fn read_dump_dir(dir: &Path) -> std::io::Result<DirDumps> {
     paths.sort();
     let mut out = DirDumps::default();
     for p in paths {
-        let parsed = std::fs::read_to_string(&p)
+        let parsed = std::fs::metadata(&p)
             .map_err(|e| e.to_string())
+            .and_then(|m| {
+                if m.len() > MAX_DUMP_BYTES {
+                    Err(format!("{} bytes, more than a dump holds", m.len()))
+                } else {
+                    std::fs::read_to_string(&p).map_err(|e| e.to_string())
+                }
+            })
             .and_then(|t| parse_dump(&t, rank_from_name(&p)).map_err(|e| e.to_string()));
         match parsed {
             Ok(d) if out.dumps.iter().any(|o| o.rank == d.rank) => out

@@ -28,6 +28,15 @@ pub fn rank_ranges(ranks: &[u32]) -> String {
     parts.join(", ")
 }
 
+/// "rank 3" or "ranks 0-2, 4".
+fn ranks_word(ranks: &[u32]) -> String {
+    if ranks.len() == 1 {
+        format!("rank {}", ranks[0])
+    } else {
+        format!("ranks {}", rank_ranges(ranks))
+    }
+}
+
 fn culprit_line(c: &Culprit) -> String {
     match &c.reason {
         Reason::Mismatch { seq, kind } => format!(
@@ -67,7 +76,7 @@ pub fn render_text(a: &Analysis) -> String {
         rank_ranges(&a.dumped)
     );
     if !a.missing.is_empty() {
-        let _ = writeln!(s, "never dumped: ranks {}", rank_ranges(&a.missing));
+        let _ = writeln!(s, "never dumped: {}", ranks_word(&a.missing));
     }
     for g in &a.groups {
         render_group(&mut s, g);
@@ -116,10 +125,10 @@ fn render_group(s: &mut String, g: &GroupReport) {
         let _ = writeln!(s, "  hang at collective seq {seq}");
     }
     for (what, ranks) in &stopped {
-        let _ = writeln!(s, "  stopped: ranks {} at {what}", rank_ranges(ranks));
+        let _ = writeln!(s, "  stopped: {} at {what}", ranks_word(ranks));
     }
     for (what, ranks) in &idle {
-        let _ = writeln!(s, "  others: ranks {} {what}", rank_ranges(ranks));
+        let _ = writeln!(s, "  others: {} {what}", ranks_word(ranks));
     }
     for m in g.mismatches.iter().take(MISMATCH_LINES) {
         let _ = writeln!(s, "  mismatch: {}", mismatch_text(m));
