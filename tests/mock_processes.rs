@@ -1,0 +1,333 @@
+//! The mock world across processes: ranks as child processes of this test binary, bootstrapped
+//! through `env://` (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) and the TCP store, the backend
+//! chosen by `OXCCL_BACKEND=mock` through `oxccl::launch::init_process_group`.
+//!
+//! A child is this binary run with `--exact child --nocapture` and `OXCCL_MP_CHILD` naming
+//! its scenario; without that variable the `child` test does nothing.
+
+#[path = "mock_processes/ops.rs"]
+mod ops;
+
+use oxccl::buffer::Memory;
+use oxccl::launch::{init_process_group, WithProcessGroup};
+use oxccl::pg::ProcessGroup;
+use oxccl::{Error, ReduceOp, Result};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const CHILD: &str = "OXCCL_MP_CHILD";
+/// The process group's timeout in the children.
+const PG_TIMEOUT_MS: u64 = 15_000;
+/// How long a test waits for its children before killing them (a hang fails, never blocks CI).
+const DEADLINE: Duration = Duration::from_secs(120);
+
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
+fn variant(e: &Error) -> &'static str {
+    match e {
+        Error::Remote { .. } => "Remote",
+        Error::Timeout { .. } => "Timeout",
+        Error::Mismatch { .. } => "Mismatch",
+        Error::Aborted { .. } => "Aborted",
+        Error::Backend { .. } => "Backend",
+        Error::InvalidState { .. } => "InvalidState",
+        _ => "Other",
+    }
+}
+
+/// Every rank but `skip` says it is done; rank 0 (which hosts the store) waits for them.
+fn finish<B: Memory>(pg: &ProcessGroup<B>, skip: Option<u32>) -> Result<()> {
+    let s = pg.store();
+    s.set(&format!("done/{}", pg.global_rank()), b"1")?;
+    if pg.global_rank() == 0 {
+        let keys: Vec<String> = (0..pg.size())
+            .filter(|r| Some(*r) != skip)
+            .map(|r| format!("done/{r}"))
+            .collect();
+        s.wait(
+            &keys.iter().map(String::as_str).collect::<Vec<_>>(),
+            Duration::from_secs(60),
+        )?;
+    }
+    Ok(())
+}
+
+/// A child's work, by scenario.
+struct Scenario(String);
+
+impl WithProcessGroup for Scenario {
+    type Output = ();
+    fn run<B: Memory>(self, pg: ProcessGroup<B>) -> Result<()> {
+        let me = pg.global_rank();
+        let parts: Vec<&str> = self.0.split(':').collect();
+        match parts.as_slice() {
+            ["ops"] => {
+                let mut n = ops::all_ops::<f32, B>(&pg)?;
+                n += ops::all_ops::<f64, B>(&pg)?;
+                n += ops::all_ops::<i32, B>(&pg)?;
+                n += ops::all_ops::<i64, B>(&pg)?;
+                println!("RESULT rank={me} checked={n}");
+                finish(&pg, None)
+            }
+            ["mismatch"] => {
+                let len = if me == 1 { 6 } else { 4 };
+                let mut b = pg.upload(&vec![1.0f32; len])?;
+                let r = pg.all_reduce(&mut b, ReduceOp::Sum)?.wait();
+                println!(
+                    "RESULT rank={me} err={}",
+                    r.as_ref().err().map_or("none", variant)
+                );
+                if let Err(e) = r {
+                    println!("DETAIL rank={me} {e}");
+                }
+                finish(&pg, None)
+            }
+            ["kill", how, victim] => {
+                let victim: u32 = victim.parse().unwrap();
+                let mut b = pg.upload(&[1.0f32; 1024])?;
+                pg.all_reduce(&mut b, ReduceOp::Sum)?.wait()?;
+                if me == victim {
+                    // The survivors are inside the next all_reduce by now.
+                    std::thread::sleep(Duration::from_millis(400));
+                    println!("VICTIM rank={me} {how}");
+                    match *how {
+                        "exit0" => std::process::exit(0),
+                        "exit1" => std::process::exit(1),
+                        // SAFETY: signals this process; the default actions end it.
+                        "sigterm" => unsafe { libc::kill(libc::getpid(), libc::SIGTERM) },
+                        // SAFETY: as above.
+                        _ => unsafe { libc::kill(libc::getpid(), libc::SIGKILL) },
+                    };
+                    std::thread::sleep(Duration::from_secs(60));
+                }
+                let start = Instant::now();
+                let r = pg.all_reduce(&mut b, ReduceOp::Sum)?.wait();
+                let ms = start.elapsed().as_millis();
+                println!(
+                    "RESULT rank={me} err={} ms={ms}",
+                    r.as_ref().err().map_or("none", variant)
+                );
+                if let Err(e) = r {
+                    println!("DETAIL rank={me} {e}");
+                }
+                Ok(())
+            }
+            other => panic!("unknown scenario {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn child() {
+    let Ok(scenario) = std::env::var(CHILD) else {
+        return;
+    };
+    if let Err(e) = init_process_group(Scenario(scenario)) {
+        println!("CHILD ERROR {e}");
+        std::process::exit(3);
+    }
+}
+
+struct Ran {
+    rank: u32,
+    pid: u32,
+    code: Option<i32>,
+    signal: Option<i32>,
+    out: String,
+}
+
+fn spawn(rank: u32, n: u32, port: u16, scenario: &str) -> Child {
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args(["--exact", "child", "--nocapture", "--test-threads=1"])
+        .env(CHILD, scenario)
+        .env("RANK", rank.to_string())
+        .env("LOCAL_RANK", rank.to_string())
+        .env("WORLD_SIZE", n.to_string())
+        .env("LOCAL_WORLD_SIZE", n.to_string())
+        .env("MASTER_ADDR", "127.0.0.1")
+        .env("MASTER_PORT", port.to_string())
+        .env("OXCCL_BACKEND", "mock")
+        .env("OXCCL_TIMEOUT_MS", PG_TIMEOUT_MS.to_string())
+        .env("OXCCL_ASYNC_ERROR_HANDLING", "0")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for v in [
+        "TORCHELASTIC_USE_AGENT_STORE",
+        "SLURM_PROCID",
+        "OMPI_COMM_WORLD_RANK",
+        "PMI_RANK",
+        "GROUP_RANK",
+    ] {
+        cmd.env_remove(v);
+    }
+    cmd.spawn().unwrap()
+}
+
+/// Runs `n` ranks of `scenario`; kills them all past [`DEADLINE`] (and fails).
+fn run(n: u32, scenario: &str) -> Vec<Ran> {
+    use std::os::unix::process::ExitStatusExt;
+    let shm_before = shm_entries();
+    let port = free_port();
+    let mut kids: Vec<Child> = (0..n).map(|r| spawn(r, n, port, scenario)).collect();
+    let pids: Vec<u32> = kids.iter().map(Child::id).collect();
+    let start = Instant::now();
+    while kids.iter_mut().any(|k| k.try_wait().unwrap().is_none()) {
+        if start.elapsed() > DEADLINE {
+            for k in &mut kids {
+                let _ = k.kill();
+            }
+            panic!("{scenario} on {n} processes hung past {DEADLINE:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let ran: Vec<Ran> = kids
+        .into_iter()
+        .zip(0..)
+        .map(|(k, rank)| {
+            let o = k.wait_with_output().unwrap();
+            let out = String::from_utf8_lossy(&o.stdout).into_owned();
+            eprintln!(
+                "--- rank {rank} ({:?}) ---\n{out}{}",
+                o.status,
+                String::from_utf8_lossy(&o.stderr)
+            );
+            Ran {
+                rank,
+                pid: 0,
+                code: o.status.code(),
+                signal: o.status.signal(),
+                out,
+            }
+        })
+        .zip(&pids)
+        .map(|(mut r, pid)| {
+            r.pid = *pid;
+            r
+        })
+        .collect();
+    assert_no_leaks(&pids, &shm_before);
+    ran
+}
+
+fn shm_entries() -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir("/dev/shm")
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+/// No socket of the children's mock hosts is left (abstract names `@oxccl-mock-<pid>-…`),
+/// and /dev/shm holds no entry it did not hold before (the segments are memfds).
+fn assert_no_leaks(pids: &[u32], shm_before: &[String]) {
+    let unix = std::fs::read_to_string("/proc/net/unix").unwrap_or_default();
+    for pid in pids {
+        let name = format!("@oxccl-mock-{pid}-");
+        assert!(!unix.contains(&name), "socket {name}… left behind");
+    }
+    let new: Vec<String> = shm_entries()
+        .into_iter()
+        .filter(|e| !shm_before.contains(e) && e.contains("oxccl"))
+        .collect();
+    assert!(new.is_empty(), "shared memory left in /dev/shm: {new:?}");
+}
+
+fn field<'a>(out: &'a str, key: &str) -> Option<&'a str> {
+    out.lines()
+        .filter_map(|l| l.find("RESULT ").map(|i| &l[i..]))
+        .flat_map(|l| l.split_whitespace())
+        .find_map(|w| w.strip_prefix(key).and_then(|w| w.strip_prefix('=')))
+}
+
+#[test]
+fn every_op_and_type_on_two_three_and_four_processes() {
+    for n in [2u32, 3, 4] {
+        for r in run(n, "ops") {
+            assert_eq!(r.code, Some(0), "rank {} of {n}:\n{}", r.rank, r.out);
+            let checked: usize = field(&r.out, "checked").unwrap().parse().unwrap();
+            // 14 results per type on the root ranks, 12 elsewhere; 4 types.
+            assert!(
+                checked >= 4 * 12,
+                "rank {} of {n} checked {checked}",
+                r.rank
+            );
+        }
+    }
+}
+
+#[test]
+fn a_mismatch_across_processes_fails_every_rank() {
+    for r in run(3, "mismatch") {
+        assert_eq!(r.code, Some(0), "rank {}:\n{}", r.rank, r.out);
+        assert_eq!(
+            field(&r.out, "err"),
+            Some("Mismatch"),
+            "rank {}:\n{}",
+            r.rank,
+            r.out
+        );
+    }
+}
+
+/// A rank dies mid-collective; every survivor's wait ends with `Remote` well within its timeout.
+fn killed(n: u32, how: &str, victim: u32) {
+    let ran = run(n, &format!("kill:{how}:{victim}"));
+    for r in &ran {
+        if r.rank == victim {
+            let (code, sig) = match how {
+                "exit0" => (Some(0), None),
+                "exit1" => (Some(1), None),
+                "sigterm" => (None, Some(libc::SIGTERM)),
+                _ => (None, Some(libc::SIGKILL)),
+            };
+            assert_eq!((r.code, r.signal), (code, sig), "victim {how}:\n{}", r.out);
+            continue;
+        }
+        assert_eq!(r.code, Some(0), "survivor {} ({how}):\n{}", r.rank, r.out);
+        assert_eq!(
+            field(&r.out, "err"),
+            Some("Remote"),
+            "survivor {} ({how}):\n{}",
+            r.rank,
+            r.out
+        );
+        let ms: u64 = field(&r.out, "ms").unwrap().parse().unwrap();
+        assert!(
+            ms < PG_TIMEOUT_MS + 2_000,
+            "survivor {} waited {ms} ms",
+            r.rank
+        );
+    }
+}
+
+#[test]
+fn a_rank_exiting_0_gives_survivors_remote() {
+    killed(3, "exit0", 2);
+}
+
+#[test]
+fn a_rank_exiting_1_gives_survivors_remote() {
+    killed(3, "exit1", 1);
+}
+
+#[test]
+fn a_rank_killed_by_sigterm_gives_survivors_remote() {
+    killed(4, "sigterm", 3);
+}
+
+#[test]
+fn a_rank_killed_by_sigkill_gives_survivors_remote() {
+    killed(3, "sigkill", 2);
+}
+
+#[test]
+fn the_host_rank_killed_by_sigkill_gives_survivors_remote() {
+    killed(3, "sigkill", 0);
+}
