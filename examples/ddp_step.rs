@@ -1,17 +1,20 @@
 //! A data-parallel training step written once, generic over the backend: every rank
 //! averages its gradient buckets with one coalesced all-reduce, then applies them.
 //!
-//! - Without a launcher (or with `OXCCL_BACKEND=mock`): four ranks of the mock world, as
-//!   threads of this process, with an in-process store. `cargo run --example ddp_step`.
-//! - Under torchrun on GPUs: `torchrun --nproc_per_node 2 --no-python target/release/examples/ddp_step`
-//!   (each process joins the launcher's TCP store and uses GPU LOCAL_RANK through NCCL).
+//! - Without a launcher: four ranks of the mock world, as threads of this process, with an
+//!   in-process store. `cargo run --example ddp_step`.
+//! - Under a launcher (`torchrun --nproc_per_node 4 --no-python target/debug/examples/ddp_step`,
+//!   `srun`, `mpirun`): `oxccl::launch::init_process_group` joins the launcher's store and picks
+//!   the backend (`OXCCL_BACKEND=mock|nccl|auto`): NCCL on GPU LOCAL_RANK when a GPU and NCCL
+//!   are there, else the mock spanning the launched processes, so it runs on a laptop too.
 //!
 //! Every rank prints the same line: the averaged gradients and the updated weights.
 
 use oxccl::buffer::Memory;
+use oxccl::launch::{init_process_group, WithProcessGroup};
 use oxccl::pg::{PgOptions, ProcessGroup};
-use oxccl::store::{MemStore, Store, TcpStore, TcpStoreOptions};
-use oxccl::{Device, ReduceOp, Result};
+use oxccl::store::{MemStore, Store};
+use oxccl::{ReduceOp, Result};
 use std::sync::Arc;
 
 /// Gradient buckets of rank `r`: bucket b holds `len(b)` values `r + b`.
@@ -66,44 +69,26 @@ fn on_mock(n: u32) -> Result<()> {
     Ok(())
 }
 
-fn on_nccl(launch: &oxccl::core::launch::LaunchInfo) -> Result<()> {
-    let nccl = oxccl::Nccl::load().map_err(|e| {
-        oxccl::Error::invalid(
-            "OXCCL_NCCL_LIBRARY",
-            format_args!("a loadable NCCL library: {e}"),
-        )
-    })?;
-    let host = launch
-        .master_addr
-        .as_ref()
-        .map_or("127.0.0.1".to_string(), |h| h.as_str().to_string());
-    let port = launch.master_port.unwrap_or(29500);
-    // torchrun's agent already serves a store there: join it; otherwise rank 0 hosts one.
-    let mut opts = if launch.use_agent_store || launch.rank != 0 {
-        TcpStoreOptions::client(&host, port)
-    } else {
-        TcpStoreOptions::server(&host, port)
-    };
-    opts.world_size = Some(launch.world_size);
-    let store: Arc<dyn Store> = Arc::new(TcpStore::new(opts)?);
-    let mut pg_opts = PgOptions::from_env(None)?;
-    pg_opts.device = Device(launch.local_rank.unwrap_or(0));
-    let pg = ProcessGroup::new(nccl, store, launch.rank, launch.world_size, pg_opts)?;
-    let mut weights = vec![1.0f32; 15];
-    let grads = train_step(&pg, &mut weights, 0.5)?;
-    report(launch.rank, &grads, &weights);
-    pg.destroy();
-    Ok(())
+/// A launched rank: the backend of `OXCCL_BACKEND` (NCCL when a GPU and NCCL are there, else
+/// the mock spanning this machine's processes), the launcher's store, one step.
+struct Step;
+
+impl WithProcessGroup for Step {
+    type Output = ();
+    fn run<B: Memory>(self, pg: ProcessGroup<B>) -> Result<()> {
+        let mut weights = vec![1.0f32; 15];
+        let grads = train_step(&pg, &mut weights, 0.5)?;
+        report(pg.global_rank(), &grads, &weights);
+        pg.destroy();
+        Ok(())
+    }
 }
 
 fn main() -> Result<()> {
     env_logger::init();
-    let vars: std::collections::HashMap<String, String> = std::env::vars().collect();
-    let mock = vars.get("OXCCL_BACKEND").map(String::as_str) == Some("mock");
-    if mock || !vars.contains_key("RANK") {
+    if std::env::var_os("RANK").is_none() {
         println!("mock world of 4 ranks (threads of this process)");
         return on_mock(4);
     }
-    let launch = oxccl::core::launch::LaunchInfo::detect(|k| vars.get(k).map(String::as_str))?;
-    on_nccl(&launch)
+    init_process_group(Step)
 }

@@ -331,3 +331,73 @@ fn a_rank_killed_by_sigkill_gives_survivors_remote() {
 fn the_host_rank_killed_by_sigkill_gives_survivors_remote() {
     killed(3, "sigkill", 0);
 }
+
+/// The torchrun of the venv `scripts/torch-env.sh` makes, when it exists (skipped with a
+/// message otherwise; under `CI` its absence fails).
+fn torchrun() -> Option<std::path::PathBuf> {
+    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(".cache/torch-venv/bin/torchrun");
+    if p.exists() {
+        return Some(p);
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "CI is set but {} is missing: run scripts/torch-env.sh",
+        p.display()
+    );
+    eprintln!(
+        "SKIPPED: {} is missing (bash scripts/torch-env.sh makes it)",
+        p.display()
+    );
+    None
+}
+
+/// The per-rank lines of `ddp_step`'s output, sorted.
+fn rank_lines(out: &[u8]) -> Vec<String> {
+    let mut v: Vec<String> = String::from_utf8_lossy(out)
+        .lines()
+        .filter(|l| l.starts_with("rank "))
+        .map(str::to_string)
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn ddp_step_under_torchrun_prints_what_the_threads_print() {
+    let Some(torchrun) = torchrun() else { return };
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let built = Command::new(cargo)
+        .args(["build", "--example", "ddp_step"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .status()
+        .unwrap();
+    assert!(built.success());
+    let exe =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/debug/examples/ddp_step");
+    let threads = Command::new(&exe)
+        .env_remove("RANK")
+        .env_remove("OXCCL_BACKEND")
+        .output()
+        .unwrap();
+    assert!(threads.status.success());
+    let procs = Command::new(torchrun)
+        .args([
+            "--no-python",
+            "--nproc_per_node",
+            "4",
+            "--master_port",
+            &free_port().to_string(),
+        ])
+        .arg(&exe)
+        .env("OXCCL_BACKEND", "mock")
+        .output()
+        .unwrap();
+    assert!(
+        procs.status.success(),
+        "{}",
+        String::from_utf8_lossy(&procs.stderr)
+    );
+    let (t, p) = (rank_lines(&threads.stdout), rank_lines(&procs.stdout));
+    assert_eq!(t.len(), 4, "{t:?}");
+    assert_eq!(p, t);
+}
