@@ -9,6 +9,8 @@
 //!   the others wait for it (seed case 30's shape, and a rank that skipped an op);
 //! - at one seq, ranks at a different op, size or dtype than the majority are *mismatched*;
 //!   the earliest mismatch names the culprits (later ones follow from the shift);
+//! - a rank stopped in a send or receive whose dumped peer has no pending counterpart: the
+//!   peer never posted it;
 //! - members that never dumped are suspects when the group has a stopped rank.
 
 use super::parse::{DumpEntry, RankDump};
@@ -143,6 +145,14 @@ pub enum Reason {
         /// How it differs.
         kind: MismatchKind,
     },
+    /// A rank stopped in a send or receive with this rank, which dumped but has no
+    /// pending counterpart: it never posted it.
+    PeerNeverPosted {
+        /// The rank left waiting.
+        waiting: u32,
+        /// What that rank waits in ("nccl:send 1->0").
+        op: String,
+    },
     /// A member of a group with stopped ranks that wrote no dump (dead, or stuck harder).
     NoDump,
 }
@@ -173,6 +183,8 @@ pub struct GroupReport {
     pub statuses: Vec<RankStatus>,
     /// Mismatches, by seq then rank.
     pub mismatches: Vec<Mismatch>,
+    /// Every send and receive not seen completed: (rank, profiling name).
+    pub pending_p2p: Vec<(u32, String)>,
 }
 
 /// The whole diagnosis.
@@ -186,7 +198,8 @@ pub struct Analysis {
     pub missing: Vec<u32>,
     /// Per group, by name.
     pub groups: Vec<GroupReport>,
-    /// The ranks blamed: mismatches first, then ranks that never issued, then missing dumps.
+    /// The ranks blamed: mismatches first, then ranks that never issued a collective or never
+    /// posted a send/receive, then missing dumps.
     pub culprits: Vec<Culprit>,
 }
 
@@ -277,6 +290,7 @@ pub fn analyze(dumps: &[RankDump]) -> Analysis {
                 }
             }
         }
+        never_culprits.extend(p2p_culprits(&name, &report, &members, &dumped));
         if !stopped.is_empty() {
             for &r in members.iter().filter(|r| !dumped.contains(r)) {
                 nodump_culprits.push(Culprit {
@@ -300,6 +314,62 @@ pub fn analyze(dumps: &[RankDump]) -> Analysis {
     }
 }
 
+/// "nccl:send 1->0" → (send, 1, 0); "nccl:recv 0<-1" → (recv, 0, 1): (kind, self, peer) in
+/// group ranks.
+fn p2p_parts(op: &str) -> Option<(&str, u32, u32)> {
+    let body = op.rsplit(':').next()?;
+    let (kind, ends) = body.split_once(' ')?;
+    let (a, b) = match kind {
+        "send" => ends.split_once("->")?,
+        "recv" => ends.split_once("<-")?,
+        _ => return None,
+    };
+    Some((kind, a.trim().parse().ok()?, b.trim().parse().ok()?))
+}
+
+/// Dumped peers of stopped sends/receives that have no pending counterpart.
+fn p2p_culprits(
+    pg: &str,
+    report: &GroupReport,
+    members: &BTreeSet<u32>,
+    dumped: &BTreeSet<u32>,
+) -> Vec<Culprit> {
+    // Profiling names carry group ranks; the group's global ranks in order map them back.
+    let global: Vec<u32> = members.iter().copied().collect();
+    let mut out: Vec<Culprit> = Vec::new();
+    for st in &report.statuses {
+        let Some(at) = st.stopped_at.as_ref().filter(|a| a.is_p2p) else {
+            continue;
+        };
+        let Some((kind, me, peer)) = p2p_parts(&at.op) else {
+            continue;
+        };
+        let Some(&peer_global) = usize::try_from(peer).ok().and_then(|p| global.get(p)) else {
+            continue;
+        };
+        if !dumped.contains(&peer_global) || out.iter().any(|c| c.rank == peer_global) {
+            continue;
+        }
+        let want = if kind == "send" { "recv" } else { "send" };
+        let posted = report
+            .pending_p2p
+            .iter()
+            .filter(|(r, _)| *r == peer_global)
+            .any(|(_, op)| p2p_parts(op) == Some((want, peer, me)));
+        if !posted {
+            out.push(Culprit {
+                rank: peer_global,
+                pg: pg.to_string(),
+                reason: Reason::PeerNeverPosted {
+                    waiting: st.rank,
+                    op: at.op.clone(),
+                },
+            });
+        }
+    }
+    out
+}
+
 fn group_report(
     name: &str,
     desc: &str,
@@ -309,9 +379,15 @@ fn group_report(
     let mut statuses = Vec::new();
     // seq → (rank, entry) of the collectives, for the mismatch check.
     let mut by_seq: BTreeMap<u64, Vec<(u32, &DumpEntry)>> = BTreeMap::new();
+    let mut pending_p2p = Vec::new();
     for d in dumps.iter().filter(|d| members.contains(&d.rank)) {
         let mine: Vec<&DumpEntry> = d.entries.iter().filter(|e| e.pg_name == name).collect();
         let colls = mine.iter().filter(|e| !e.is_p2p);
+        pending_p2p.extend(
+            mine.iter()
+                .filter(|e| e.is_p2p && !e.completed())
+                .map(|e| (d.rank, e.profiling_name.clone())),
+        );
         statuses.push(RankStatus {
             rank: d.rank,
             stopped_at: mine.iter().find(|e| !e.completed()).map(|e| OpAt::of(e)),
@@ -346,6 +422,7 @@ fn group_report(
         hang_seq,
         statuses,
         mismatches,
+        pending_p2p,
     }
 }
 

@@ -227,18 +227,40 @@ fn all_stopped_at_the_same_op_is_a_hang_without_culprit() {
 }
 
 #[test]
-fn p2p_stops_are_reported_with_their_peer() {
-    let send = Op(OpKind::Send, Some(0), &[4], F32, Started);
-    let a = analyze(&[dump(0, 2, &[ar(Done)]), dump(1, 2, &[ar(Done), send])]);
+fn p2p_stops_name_the_peer_that_never_posted() {
+    let send = || Op(OpKind::Send, Some(0), &[4], F32, Started);
+    let a = analyze(&[dump(0, 2, &[ar(Done)]), dump(1, 2, &[ar(Done), send()])]);
     let st = &a.groups[0].statuses[1];
     let at = st.stopped_at.as_ref().unwrap();
     assert_eq!(
         (at.is_p2p, at.seq, at.op.as_str()),
         (true, 1, "nccl:send 1->0")
     );
-    // No collective stopped: no collective hang point.
+    // No collective stopped: no collective hang point; rank 0 never posted the receive.
     assert_eq!(a.groups[0].hang_seq, None);
     assert!(a.hang_found());
+    assert_eq!(
+        a.culprits,
+        vec![Culprit {
+            rank: 0,
+            pg: "0".into(),
+            reason: Reason::PeerNeverPosted {
+                waiting: 1,
+                op: "nccl:send 1->0".into()
+            }
+        }]
+    );
+    // With the receive pending on rank 0 (both wait: a transport fault), nobody is blamed.
+    let recv = Op(OpKind::Recv, Some(1), &[4], F32, Started);
+    let a = analyze(&[
+        dump(0, 2, &[ar(Done), recv]),
+        dump(1, 2, &[ar(Done), send()]),
+    ]);
+    assert!(a.hang_found());
+    assert!(a.culprits.is_empty());
+    assert_eq!(p2p_parts("nccl:recv 0<-1"), Some(("recv", 0, 1)));
+    assert_eq!(p2p_parts("nccl:all_reduce"), None);
+    assert_eq!(p2p_parts("nccl:send x->1"), None);
 }
 
 #[test]

@@ -56,6 +56,10 @@ fn culprit_line(c: &Culprit) -> String {
             c.pg,
             last_enqueued.map_or("none".to_string(), |l| format!("seq {l}"))
         ),
+        Reason::PeerNeverPosted { waiting, op } => format!(
+            "rank {}: never posted the counterpart of rank {waiting}'s {op} in group \"{}\"",
+            c.rank, c.pg
+        ),
         Reason::NoDump => format!(
             "rank {}: wrote no dump, and group \"{}\" has stopped ranks (dead or stuck)",
             c.rank, c.pg
@@ -212,6 +216,9 @@ pub fn to_json(a: &Analysis) -> Value {
                 } => json!({
                     "reason": "never_issued", "seq": seq, "op": op,
                     "last_enqueued": last_enqueued,
+                }),
+                Reason::PeerNeverPosted { waiting, op } => json!({
+                    "reason": "peer_never_posted", "waiting": waiting, "op": op,
                 }),
                 Reason::NoDump => json!({ "reason": "no_dump" }),
             };
