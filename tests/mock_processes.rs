@@ -372,8 +372,13 @@ fn ddp_step_under_torchrun_prints_what_the_threads_print() {
         .status()
         .unwrap();
     assert!(built.success());
-    let exe =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/debug/examples/ddp_step");
+    // target/<profile>/deps/<this test> → target/<profile>/examples/ddp_step
+    let exe = std::env::current_exe().unwrap();
+    let exe = exe
+        .parent()
+        .and_then(|d| d.parent())
+        .unwrap()
+        .join("examples/ddp_step");
     let threads = Command::new(&exe)
         .env_remove("RANK")
         .env_remove("OXCCL_BACKEND")
