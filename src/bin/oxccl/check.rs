@@ -5,8 +5,9 @@
 use crate::exit;
 use crate::expect::Case;
 use crate::ops::{self, Coll, Dtype, Redop};
-use crate::perf::{Layer, PgLayer};
+use crate::perf::{BackendSel, Layer, PgLayer};
 use clap::Args;
+use oxccl::core::Backend;
 use oxccl::mock::MockBackend;
 use serde_json::json;
 use std::process::ExitCode;
@@ -38,6 +39,13 @@ pub struct CheckArgs {
     /// One JSON object on stdout instead of the table.
     #[arg(long)]
     json: bool,
+    /// Backend: NCCL checks the process group and the `Comm` path (both placements) on a
+    /// thread per GPU.
+    #[arg(long, value_enum, default_value_t = BackendSel::Auto)]
+    backend: BackendSel,
+    /// NCCL library to load (instead of the search).
+    #[arg(long, value_name = "PATH")]
+    library: Option<std::path::PathBuf>,
     /// Test hook: corrupt one element of rank 0's output in every case.
     #[arg(long, hide = true)]
     inject_error: bool,
@@ -45,6 +53,7 @@ pub struct CheckArgs {
 
 /// One case's verdict.
 struct Verdict {
+    layer: &'static str,
     coll: Coll,
     dtype: Dtype,
     redop: Option<Redop>,
@@ -61,6 +70,14 @@ pub fn run(a: &CheckArgs) -> ExitCode {
         );
         return ExitCode::from(exit::USAGE);
     }
+    let (nccl, why) = match crate::perf::choose(a.backend, a.library.as_deref()) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("oxccl check: {e}");
+            return ExitCode::from(exit::ENV);
+        }
+    };
+    let layers: Vec<&'static str> = if nccl { vec!["pg", "comm"] } else { vec!["pg"] };
     let colls = ops::expand(&a.colls);
     let dtypes = if a.dtypes.is_empty() {
         Dtype::ALL.to_vec()
@@ -81,17 +98,21 @@ pub fn run(a: &CheckArgs) -> ExitCode {
                 vec![Redop::Sum]
             } {
                 for p in [false, true] {
-                    if PgLayer::<MockBackend, f32>::supports(*c, p) {
-                        cases.push((*c, *d, r, p));
+                    for l in &layers {
+                        if supported(l, *c, p) {
+                            cases.push((*l, *c, *d, r, p));
+                        }
                     }
                 }
             }
         }
     }
     let n = a.gpus;
-    let res = crate::perf::mock_world(n, |pg, rank| {
+    let run_cases = |mk: &dyn Fn(&'static str, Dtype) -> Box<dyn Layer>,
+                     rank: u32|
+     -> oxccl::Result<Vec<u64>> {
         let mut out = Vec::new();
-        for (coll, dtype, redop, p) in &cases {
+        for (layer, coll, dtype, redop, p) in &cases {
             let count = coll.count_for(a.count * dtype.size(), dtype.size(), n);
             let case = Case {
                 coll: *coll,
@@ -102,12 +123,43 @@ pub fn run(a: &CheckArgs) -> ExitCode {
                 n,
                 rank,
             };
-            let mut l: Box<dyn Layer> = crate::with_dtype!(*dtype, T => Box::new(PgLayer::<MockBackend, T>::new(pg.clone()).corrupting(a.inject_error && rank == 0)));
+            let mut l = mk(layer, *dtype);
             l.setup(&case, *p)?;
             out.push(l.check()?);
+            l.teardown()?;
         }
         Ok(out)
-    });
+    };
+    let corrupt = a.inject_error;
+    let (res, first) = if nccl {
+        let lib = match crate::perf::nccl::load(a.library.as_deref()) {
+            Ok(l) => l,
+            Err(e) => {
+                eprintln!("oxccl check: {e}");
+                return ExitCode::from(exit::ENV);
+            }
+        };
+        let body = |pg: &oxccl::pg::ProcessGroup<oxccl::Nccl>,
+                    comm: &std::rc::Rc<std::cell::RefCell<oxccl::Comm>>,
+                    rank: u32| {
+            let mk = |layer: &'static str, d: Dtype| {
+                crate::perf::nccl::layers(&[layer], d, &lib, pg, comm, 0, 0, corrupt && rank == 0)
+                    .remove(0)
+            };
+            run_cases(&mk, rank)
+        };
+        let first = format!("NCCL {}: {n} GPUs, a thread each, the process group and Comm paths, {} cases against the host reference", lib.version(), cases.len());
+        (crate::perf::nccl::thread_world(&lib, n, true, &body), first)
+    } else {
+        let res = crate::perf::mock_world(n, |pg, rank| {
+            let mk = |_: &'static str, d: Dtype| -> Box<dyn Layer> {
+                crate::with_dtype!(d, T => Box::new(PgLayer::<MockBackend, T>::new(pg.clone()).corrupting(corrupt && rank == 0)))
+            };
+            run_cases(&mk, rank)
+        });
+        let first = format!("mock world ({why}): {n} ranks as threads, the process group over host memory, {} cases against the host reference", cases.len());
+        (res, first)
+    };
     let per_rank = match res {
         Ok(r) => r,
         Err(e) => {
@@ -118,7 +170,8 @@ pub fn run(a: &CheckArgs) -> ExitCode {
     let verdicts: Vec<Verdict> = cases
         .iter()
         .enumerate()
-        .map(|(i, (coll, dtype, redop, p))| Verdict {
+        .map(|(i, (layer, coll, dtype, redop, p))| Verdict {
+            layer,
             coll: *coll,
             dtype: *dtype,
             redop: coll.reduces().then_some(*redop),
@@ -127,12 +180,11 @@ pub fn run(a: &CheckArgs) -> ExitCode {
         })
         .collect();
     let failed = verdicts.iter().filter(|v| v.wrong > 0).count();
-    let first = format!("mock world: {n} ranks as threads, the process group over host memory, {} cases against the host reference", verdicts.len());
     if a.json {
         let v = json!({
-            "backend": "mock", "ranks": n, "first_line": first, "cases": verdicts.len(), "failed": failed,
+            "backend": if nccl { "nccl" } else { "mock" }, "ranks": n, "first_line": first, "cases": verdicts.len(), "failed": failed,
             "results": verdicts.iter().map(|v| json!({
-                "collective": v.coll.name(), "type": v.dtype.name(), "redop": v.redop.map(Redop::name),
+                "layer": v.layer, "collective": v.coll.name(), "type": v.dtype.name(), "redop": v.redop.map(Redop::name),
                 "placement": v.placement, "wrong": v.wrong, "ok": v.wrong == 0,
             })).collect::<Vec<_>>(),
         });
@@ -161,4 +213,23 @@ pub fn run(a: &CheckArgs) -> ExitCode {
         return ExitCode::from(exit::FAILED);
     }
     ExitCode::SUCCESS
+}
+
+/// Whether `layer` has `coll` in this placement: the process group's one placement per
+/// collective; the `Comm` path out of place always, in place where NCCL defines it.
+fn supported(layer: &str, coll: Coll, in_place: bool) -> bool {
+    match layer {
+        "pg" => PgLayer::<MockBackend, f32>::supports(coll, in_place),
+        _ => {
+            !in_place
+                || matches!(
+                    coll,
+                    Coll::AllReduce
+                        | Coll::Broadcast
+                        | Coll::Reduce
+                        | Coll::AllGather
+                        | Coll::ReduceScatter
+                )
+        }
+    }
 }

@@ -35,6 +35,7 @@ pub struct NcclLayer<T: Elem> {
     regs: Vec<RegHandle>,
     windows: Vec<Window>,
     graph: Option<(CudaGraph, usize)>,
+    corrupt: bool,
     _t: std::marker::PhantomData<T>,
 }
 
@@ -59,8 +60,15 @@ impl<T: Elem> NcclLayer<T> {
             regs: Vec::new(),
             windows: Vec::new(),
             graph: None,
+            corrupt: false,
             _t: std::marker::PhantomData,
         }
+    }
+
+    /// Makes every check see one wrong element (the hidden `--inject-error`).
+    pub fn corrupting(mut self, on: bool) -> Self {
+        self.corrupt = on;
+        self
     }
 
     fn addr(&self, i: usize) -> usize {
@@ -531,6 +539,9 @@ impl<T: Elem> Layer for NcclLayer<T> {
         let mut got = vec![T::of(0.0); rn];
         // SAFETY: as above.
         unsafe { cudarc::driver::result::memcpy_dtoh_sync(&mut got, r as u64).map_err(cuda)? };
+        if let (true, Some(g)) = (self.corrupt, got.first_mut()) {
+            *g = T::of(g.get() + 101.0);
+        }
         Ok(expect::count_wrong(&c, &got))
     }
 

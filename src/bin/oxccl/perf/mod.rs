@@ -5,7 +5,7 @@
 mod direct;
 mod drive;
 mod layer;
-mod nccl;
+pub mod nccl;
 mod report;
 mod svg;
 
@@ -134,7 +134,7 @@ pub struct Outcome {
 
 /// Runs `oxccl perf`.
 pub fn run(a: &PerfArgs) -> ExitCode {
-    let (use_nccl, why) = match choose(a) {
+    let (use_nccl, why) = match choose(a.backend, a.library.as_deref()) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("oxccl perf: {e}");
@@ -225,9 +225,12 @@ pub fn run(a: &PerfArgs) -> ExitCode {
 }
 
 /// NCCL or the mock, and why (for the first line).
-fn choose(a: &PerfArgs) -> Result<(bool, String), String> {
+pub fn choose(
+    backend: BackendSel,
+    library: Option<&std::path::Path>,
+) -> Result<(bool, String), String> {
     let probe = || -> Result<(), String> {
-        oxccl::loader::Library::load_from(a.library.as_deref()).map_err(|e| match e {
+        oxccl::loader::Library::load_from(library).map_err(|e| match e {
             // The list of places tried is long: `oxccl info` prints it.
             oxccl::loader::LoadError::NothingFound { .. } => {
                 "no NCCL library found (`oxccl info` lists the places tried)".to_owned()
@@ -237,7 +240,7 @@ fn choose(a: &PerfArgs) -> Result<(bool, String), String> {
         oxccl::nccl::require_driver()
             .map_err(|_| "no GPU: the CUDA driver is not installed".to_owned())
     };
-    match (a.backend, probe()) {
+    match (backend, probe()) {
         (BackendSel::Mock, _) => Ok((false, "--backend mock".to_owned())),
         (_, Ok(())) => Ok((true, String::new())),
         (BackendSel::Nccl, Err(e)) => Err(format!("{e}; {}", crate::info::GET_ONE)),

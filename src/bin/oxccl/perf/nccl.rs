@@ -14,57 +14,41 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Runs the plan on NCCL.
-pub fn run(a: &PerfArgs, plan: &Plan) -> std::result::Result<Outcome, String> {
-    let lib = match &a.library {
+/// A rank's handles: its process group and, beside it, a `Comm` of the same ranks.
+pub type RankBody<'a, R> =
+    &'a (dyn Fn(&ProcessGroup<Nccl>, &Rc<RefCell<Comm>>, u32) -> Result<R> + Sync);
+
+/// The library of `--library`, or the search's.
+pub fn load(library: Option<&std::path::Path>) -> std::result::Result<Nccl, String> {
+    match library {
         Some(p) => Nccl::open(p),
         None => Nccl::load(),
     }
-    .map_err(|e| format!("{e}; {}", crate::info::GET_ONE))?;
-    let env = oxccl::launch::EnvVars::from_process();
-    let launched = oxccl::launch::LaunchInfo::detect(|k| env.get(k)).is_ok();
-    let version = lib.version();
-    if launched {
-        let boot = oxccl::launch::Bootstrap::from_env()
-            .map_err(|e| format!("{e} (check the launcher's RANK/WORLD_SIZE/MASTER_ADDR)"))?;
-        let (r, n) = (boot.rank, boot.world_size);
-        let id = exchange_id(&lib, boot.store.as_ref(), r).map_err(|e| e.to_string())?;
-        let samples = rank(
-            a,
-            plan,
-            &lib,
-            id,
-            boot.store.clone(),
-            r,
-            n,
-            boot.device,
-            true,
-        )
-        .map_err(|e| format!("rank {r}: {e}"))?;
-        let first = format!(
-            "NCCL {version}: {n} ranks, one process per GPU ({:?}), this is rank {r} on GPU {}",
-            boot.launcher, boot.device.0
-        );
-        return Ok(Outcome {
-            head: json!({"backend": "nccl", "nccl_version": version.to_string(), "mode": "process per GPU", "ranks": n, "graphs": a.graphs, "registration": a.registration, "first_line": first}),
-            merged: (r == 0).then_some(samples),
-            n,
-        });
+    .map_err(|e| format!("{e}; {}", crate::info::GET_ONE))
+}
+
+/// The GPUs to drive: `-g`, else every visible one.
+pub fn local_gpus(g: Option<u32>) -> std::result::Result<u32, String> {
+    match g {
+        Some(g) => Ok(g),
+        None => Ok(crate::gpus::probe()?.0.len().max(1) as u32),
     }
-    let n = match a.gpus {
-        Some(g) => g,
-        None => crate::gpus::probe()
-            .map(|(g, _)| g.len() as u32)
-            .map_err(|e| e.to_string())?
-            .max(1),
-    };
+}
+
+/// Runs `body` on `n` local GPUs, a thread each, with a process group and a `Comm` per rank.
+pub fn thread_world<R: Send>(
+    lib: &Nccl,
+    n: u32,
+    blocking: bool,
+    body: RankBody<'_, R>,
+) -> std::result::Result<Vec<R>, String> {
     let id = lib.unique_id().map_err(|e| e.to_string())?;
     let store: Arc<dyn Store> = Arc::new(MemStore::new());
-    let per_rank: Vec<Vec<Sample>> = std::thread::scope(|s| {
+    std::thread::scope(|s| {
         let hs: Vec<_> = (0..n)
             .map(|r| {
                 let (lib, store) = (lib.clone(), store.clone());
-                s.spawn(move || rank(a, plan, &lib, id, store, r, n, Device(r), false))
+                s.spawn(move || with_rank(&lib, id, store, r, n, Device(r), blocking, body))
             })
             .collect();
         hs.into_iter()
@@ -74,8 +58,86 @@ pub fn run(a: &PerfArgs, plan: &Plan) -> std::result::Result<Outcome, String> {
                     .map_err(|_| format!("rank {r} panicked"))?
                     .map_err(|e| format!("rank {r}: {e}"))
             })
-            .collect::<std::result::Result<_, String>>()
-    })?;
+            .collect()
+    })
+}
+
+/// Makes this rank's communicator and process group, runs `body`, and releases both.
+#[allow(clippy::too_many_arguments)]
+fn with_rank<R>(
+    lib: &Nccl,
+    id: oxccl::UniqueId,
+    store: Arc<dyn Store>,
+    r: u32,
+    n: u32,
+    dev: Device,
+    blocking: bool,
+    body: RankBody<'_, R>,
+) -> Result<R> {
+    let cfg = CommConfig::new().blocking(blocking);
+    let comm = Rc::new(RefCell::new(Comm::init_rank(lib, &id, r, n, dev.0, &cfg)?));
+    comm.borrow().wait_ready()?;
+    let opts = PgOptions {
+        bound_device: Some(dev),
+        ..PgOptions::default()
+    };
+    let pg = ProcessGroup::new(lib.clone(), store, r, n, opts)?;
+    let out = body(&pg, &comm, r);
+    pg.destroy();
+    match Rc::try_unwrap(comm) {
+        Ok(c) => c.into_inner().destroy()?,
+        Err(_) => {
+            return Err(Error::invalid(
+                "comm",
+                format_args!("no layer left holding it"),
+            ))
+        }
+    }
+    out
+}
+
+/// Runs the plan on NCCL.
+pub fn run(a: &PerfArgs, plan: &Plan) -> std::result::Result<Outcome, String> {
+    let lib = load(a.library.as_deref())?;
+    let version = lib.version();
+    let blocking = a.blocking == 1;
+    let env = oxccl::launch::EnvVars::from_process();
+    if oxccl::launch::LaunchInfo::detect(|k| env.get(k)).is_ok() {
+        let boot = oxccl::launch::Bootstrap::from_env().map_err(|e| {
+            format!("{e} (check the launcher's RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT)")
+        })?;
+        let (r, n) = (boot.rank, boot.world_size);
+        let id = exchange_id(&lib, boot.store.as_ref(), r).map_err(|e| e.to_string())?;
+        let body = |pg: &ProcessGroup<Nccl>, comm: &Rc<RefCell<Comm>>, r: u32| {
+            let samples = rank(a, plan, &lib, pg, comm, r, n)?;
+            merge_through(pg, samples)
+        };
+        let samples = with_rank(
+            &lib,
+            id,
+            boot.store.clone(),
+            r,
+            n,
+            boot.device,
+            blocking,
+            &body,
+        )
+        .map_err(|e| format!("rank {r}: {e}"))?;
+        let first = format!(
+            "NCCL {version}: {n} ranks, one process per GPU ({:?}), graphs {}, registration {}",
+            boot.launcher, a.graphs, a.registration
+        );
+        return Ok(Outcome {
+            head: json!({"backend": "nccl", "nccl_version": version.to_string(), "mode": "process per GPU", "ranks": n, "graphs": a.graphs, "registration": a.registration, "first_line": first}),
+            merged: (r == 0).then_some(samples),
+            n,
+        });
+    }
+    let n = local_gpus(a.gpus)?;
+    let body = |pg: &ProcessGroup<Nccl>, comm: &Rc<RefCell<Comm>>, r: u32| {
+        rank(a, plan, &lib, pg, comm, r, n)
+    };
+    let per_rank = thread_world(&lib, n, blocking, &body)?;
     let first = format!(
         "NCCL {version} at {}: {n} GPUs, a thread per GPU, graphs {}, registration {}",
         lib.library().path().display(),
@@ -100,79 +162,77 @@ fn exchange_id(lib: &Nccl, store: &dyn Store, r: u32) -> Result<oxccl::UniqueId>
     }
 }
 
+/// The layers of `plan` on one rank.
 #[allow(clippy::too_many_arguments)]
+pub fn layers(
+    plan_layers: &[&str],
+    dtype: crate::ops::Dtype,
+    lib: &Nccl,
+    pg: &ProcessGroup<Nccl>,
+    comm: &Rc<RefCell<Comm>>,
+    registration: u8,
+    graphs: u32,
+    corrupt: bool,
+) -> Vec<Box<dyn Layer>> {
+    plan_layers
+        .iter()
+        .map(|l| match *l {
+            "pg" => crate::with_dtype!(dtype, T => Box::new(PgLayer::<Nccl, T>::new(pg.clone()).corrupting(corrupt)) as Box<dyn Layer>),
+            name => {
+                let raw = name == "raw";
+                crate::with_dtype!(dtype, T => Box::new(NcclLayer::<T>::new(comm.clone(), lib.clone(), raw, registration, graphs).corrupting(corrupt)) as Box<dyn Layer>)
+            }
+        })
+        .collect()
+}
+
 fn rank(
     a: &PerfArgs,
     plan: &Plan,
     lib: &Nccl,
-    id: oxccl::UniqueId,
-    store: Arc<dyn Store>,
+    pg: &ProcessGroup<Nccl>,
+    comm: &Rc<RefCell<Comm>>,
     r: u32,
     n: u32,
-    dev: Device,
-    reduce_here: bool,
 ) -> Result<Vec<Sample>> {
-    let cfg = CommConfig::new().blocking(a.blocking == 1);
-    let comm = Rc::new(RefCell::new(Comm::init_rank(lib, &id, r, n, dev.0, &cfg)?));
-    comm.borrow().wait_ready()?;
-    let pg = ProcessGroup::new(
-        lib.clone(),
-        store,
-        r,
-        n,
-        PgOptions {
-            bound_device: Some(dev),
-            ..PgOptions::default()
-        },
-    )?;
-    let mut layers: Vec<Box<dyn Layer>> = Vec::new();
-    for l in &plan.layers {
-        layers.push(match *l {
-            "pg" => crate::with_dtype!(plan.dtype, T => Box::new(PgLayer::<Nccl, T>::new(pg.clone()).corrupting(a.inject_error && r == 0)) as Box<dyn Layer>),
-            name => {
-                let raw = name == "raw";
-                crate::with_dtype!(plan.dtype, T => Box::new(NcclLayer::<T>::new(comm.clone(), lib.clone(), raw, a.registration, a.graphs)) as Box<dyn Layer>)
-            }
-        });
-    }
+    let mut layers = layers(
+        &plan.layers,
+        plan.dtype,
+        lib,
+        pg,
+        comm,
+        a.registration,
+        a.graphs,
+        a.inject_error && r == 0,
+    );
     let sync_pg = pg.clone();
     let sync = move || sync_pg.barrier()?.wait();
-    let mut samples = super::sweep(plan, &mut layers, n, r, &sync, r == 0)?;
-    drop(layers);
-    if reduce_here {
-        // One process per rank: merge through the process group (max of times, sum of wrongs).
-        let mut secs: Vec<f64> = samples
-            .iter()
-            .map(|s| if s.secs.is_nan() { -1.0 } else { s.secs })
-            .collect();
-        let mut wrong: Vec<f64> = samples.iter().map(|s| s.wrong as f64).collect();
-        let mut b = pg.upload(&secs)?;
-        pg.all_reduce(&mut b, oxccl::ReduceOp::Max)?.wait()?;
-        secs = pg.download(&b)?;
-        let mut w = pg.upload(&wrong)?;
-        pg.all_reduce(&mut w, oxccl::ReduceOp::Min)?.wait()?;
-        let unchecked = pg.download(&w)?;
-        let mut w = pg.upload(&wrong)?;
-        pg.all_reduce(&mut w, oxccl::ReduceOp::Sum)?.wait()?;
-        wrong = pg.download(&w)?;
-        for (i, s) in samples.iter_mut().enumerate() {
-            s.secs = if secs[i] < 0.0 { f64::NAN } else { secs[i] };
-            s.wrong = if unchecked[i] < 0.0 {
-                -1
-            } else {
-                wrong[i] as i64
-            };
-        }
-    }
-    pg.destroy();
-    match Rc::try_unwrap(comm) {
-        Ok(c) => c.into_inner().destroy()?,
-        Err(_) => {
-            return Err(Error::invalid(
-                "comm",
-                format_args!("no layer left holding it"),
-            ))
-        }
+    super::sweep(plan, &mut layers, n, r, &sync, r == 0)
+}
+
+/// One process per rank: the samples merged through the process group (the slowest rank's
+/// time, wrong elements summed, N/A kept), as rank 0 reports them.
+fn merge_through(pg: &ProcessGroup<Nccl>, mut samples: Vec<Sample>) -> Result<Vec<Sample>> {
+    let secs: Vec<f64> = samples
+        .iter()
+        .map(|s| if s.secs.is_nan() { -1.0 } else { s.secs })
+        .collect();
+    let wrong: Vec<f64> = samples.iter().map(|s| s.wrong as f64).collect();
+    let reduce = |v: &[f64], op| -> Result<Vec<f64>> {
+        let mut b = pg.upload(v)?;
+        pg.all_reduce(&mut b, op)?.wait()?;
+        pg.download(&b)
+    };
+    let secs = reduce(&secs, oxccl::ReduceOp::Max)?;
+    let unchecked = reduce(&wrong, oxccl::ReduceOp::Min)?;
+    let wrong = reduce(&wrong, oxccl::ReduceOp::Sum)?;
+    for (i, s) in samples.iter_mut().enumerate() {
+        s.secs = if secs[i] < 0.0 { f64::NAN } else { secs[i] };
+        s.wrong = if unchecked[i] < 0.0 {
+            -1
+        } else {
+            wrong[i] as i64
+        };
     }
     Ok(samples)
 }
