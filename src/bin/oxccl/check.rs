@@ -192,12 +192,13 @@ pub fn run(a: &CheckArgs) -> ExitCode {
     } else {
         println!("# {first}");
         println!(
-            "# {:<14} {:>8} {:>6} {:>13} {:>8}  result",
-            "collective", "type", "redop", "placement", "#wrong"
+            "# {:>5} {:<14} {:>8} {:>6} {:>13} {:>8}  result",
+            "layer", "collective", "type", "redop", "placement", "#wrong"
         );
         for v in &verdicts {
             println!(
-                "  {:<14} {:>8} {:>6} {:>13} {:>8}  {}",
+                "  {:>5} {:<14} {:>8} {:>6} {:>13} {:>8}  {}",
+                v.layer,
                 v.coll.name(),
                 v.dtype.name(),
                 v.redop.map_or("none", Redop::name),

@@ -66,6 +66,12 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // SAFETY: restores the default action of SIGPIPE before any thread starts, so that
+    // `oxccl perf | head` ends quietly, as other command-line tools do, instead of panicking
+    // in println! (Rust ignores SIGPIPE by default).
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let cli = Cli::parse();
     match &cli.command {
         Command::Info(a) => info::run(a),
