@@ -11,16 +11,21 @@ pub mod env;
 pub mod group;
 pub mod lifecycle;
 pub mod trace;
+pub mod watchdog;
 pub mod wire;
 pub mod work;
 
+/// A target's body: one input, any bytes; panics on a finding.
+pub type Body = fn(&[u8]);
+
 /// Every target: its name (the folder of its corpus) and its body.
-pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+pub const TARGETS: &[(&str, Body)] = &[
     ("check_op", check_op::fuzz),
     ("env", env::fuzz),
     ("group", group::fuzz),
     ("lifecycle", lifecycle::fuzz),
     ("trace", trace::fuzz),
+    ("watchdog", watchdog::fuzz),
     ("wire", wire::fuzz),
     ("work", work::fuzz),
 ];
