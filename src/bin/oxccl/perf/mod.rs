@@ -114,6 +114,9 @@ pub struct PerfArgs {
     /// One JSON object on stdout instead of the table.
     #[arg(long)]
     pub json: bool,
+    /// Also write the JSON report to this file (the table still goes to stdout).
+    #[arg(long, value_name = "FILE")]
+    pub json_out: Option<std::path::PathBuf>,
     /// Write busbw and latency against size as an SVG chart.
     #[arg(long, value_name = "FILE")]
     pub svg: Option<std::path::PathBuf>,
@@ -201,6 +204,13 @@ pub fn run(a: &PerfArgs) -> ExitCode {
     } else {
         println!("# {}", crate::info::str_of(&outcome.head["first_line"]));
         print!("{}", report::table(&plan, &rows));
+    }
+    if let Some(path) = &a.json_out {
+        let v = report::to_json(&plan, &rows, outcome.head.clone());
+        if let Err(e) = std::fs::write(path, serde_json::to_string_pretty(&v).unwrap_or_default()) {
+            eprintln!("oxccl perf: cannot write --json-out {}: {e}", path.display());
+            return ExitCode::from(exit::ENV);
+        }
     }
     if let Some(path) = &a.svg {
         let title = format!(
