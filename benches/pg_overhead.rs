@@ -10,8 +10,8 @@
 //!   synchronize), the whole loop timed.
 
 use oxccl::core::Backend;
-use oxccl::pg::{PgOptions, ProcessGroup};
-use oxccl::store::{MemStore, Store};
+use oxccl::pg::{PgOptions, ProcessGroup, Recorder};
+use oxccl::store::{MemStore, PrefixStore, Store};
 use oxccl::{Comm, CommConfig, Device, Nccl, ReduceOp};
 use std::sync::{Arc, Barrier};
 use std::time::Instant;
@@ -19,11 +19,26 @@ use std::time::Instant;
 const CALLS: usize = 200;
 const ROUNDS: usize = 100;
 const WARMUP: usize = 5;
-const VARIANTS: [&str; 4] = [
-    "issue: Comm::all_reduce_in_place",
-    "issue: ProcessGroup::all_reduce (work dropped)",
-    "latency: Comm::all_reduce_in_place + stream synchronize",
-    "latency: ProcessGroup::all_reduce + Work::wait",
+/// The variants and the one each is compared with (paired, round by round).
+const VARIANTS: [(&str, usize); 6] = [
+    ("issue: Comm::all_reduce_in_place", 0),
+    (
+        "issue: ProcessGroup::all_reduce, watchdog and recorder off (work dropped)",
+        0,
+    ),
+    (
+        "issue: ProcessGroup::all_reduce, watchdog on, recorder 2000 (work dropped)",
+        1,
+    ),
+    ("latency: Comm::all_reduce_in_place + stream synchronize", 3),
+    (
+        "latency: ProcessGroup::all_reduce + Work::wait, watchdog and recorder off",
+        3,
+    ),
+    (
+        "latency: ProcessGroup::all_reduce + Work::wait, watchdog on, recorder 2000",
+        4,
+    ),
 ];
 
 fn main() {
@@ -50,10 +65,11 @@ fn main() {
         lib.version(),
         lib.library().path().display()
     );
-    println!("| path | median ns/call | min ns/call | median paired difference to the Comm row above, ns |");
-    println!("|---|---|---|---|");
-    for (v, name) in VARIANTS.iter().enumerate() {
-        let base = v - v % 2;
+    println!(
+        "| path | median ns/call | min ns/call | compared with | median paired difference, ns |"
+    );
+    println!("|---|---|---|---|---|");
+    for (v, &(name, base)) in VARIANTS.iter().enumerate() {
         let mut all: Vec<f64> = results.iter().flat_map(|r| r[v].clone()).collect();
         let mut diff: Vec<f64> = results
             .iter()
@@ -62,9 +78,10 @@ fn main() {
         all.sort_by(|a, b| a.total_cmp(b));
         diff.sort_by(|a, b| a.total_cmp(b));
         println!(
-            "| {name} | {:.0} | {:.0} | {:+.0} |",
+            "| {name} | {:.0} | {:.0} | row {} | {:+.0} |",
             all[all.len() / 2],
             all[0],
+            base + 1,
             diff[diff.len() / 2]
         );
     }
@@ -79,20 +96,28 @@ fn rank(
     barrier: Arc<Barrier>,
 ) -> Vec<Vec<f64>> {
     let mut comm = Comm::init_rank(&lib, &id, r, n, r, &CommConfig::new()).expect("init");
-    let pg = ProcessGroup::new(
-        lib.clone(),
-        store,
-        r,
-        n,
-        PgOptions {
-            bound_device: Some(Device(r)),
-            ..PgOptions::default()
-        },
-    )
-    .expect("process group");
+    let make = |prefix: &str, watchdog: bool, capacity: usize| {
+        let store: Arc<dyn Store> = Arc::new(PrefixStore::new(prefix, store.clone()));
+        ProcessGroup::new(
+            lib.clone(),
+            store,
+            r,
+            n,
+            PgOptions {
+                bound_device: Some(Device(r)),
+                watchdog,
+                recorder: Some(Recorder::new(capacity)),
+                ..PgOptions::default()
+            },
+        )
+        .expect("process group")
+    };
+    let plain = make("plain", false, 0);
+    let full = make("full", true, 2000);
     let st = comm.stream().clone();
     let mut cbuf = st.clone_htod(&[1.0f32, 2.0]).unwrap();
-    let mut pbuf = pg.upload(&[1.0f32, 2.0]).unwrap();
+    let mut pbuf = plain.upload(&[1.0f32, 2.0]).unwrap();
+    let mut fbuf = full.upload(&[1.0f32, 2.0]).unwrap();
     let mut per_call = vec![Vec::new(); VARIANTS.len()];
     for round in 0..WARMUP + ROUNDS {
         for (v, samples) in per_call.iter_mut().enumerate() {
@@ -101,13 +126,19 @@ fn rank(
             for _ in 0..CALLS {
                 match v {
                     0 => comm.all_reduce_in_place(&mut cbuf, ReduceOp::Sum).unwrap(),
-                    1 => drop(pg.all_reduce(&mut pbuf, ReduceOp::Sum).unwrap()),
-                    2 => {
+                    1 => drop(plain.all_reduce(&mut pbuf, ReduceOp::Sum).unwrap()),
+                    2 => drop(full.all_reduce(&mut fbuf, ReduceOp::Sum).unwrap()),
+                    3 => {
                         comm.all_reduce_in_place(&mut cbuf, ReduceOp::Sum).unwrap();
                         st.synchronize().unwrap();
                     }
-                    _ => pg
+                    4 => plain
                         .all_reduce(&mut pbuf, ReduceOp::Sum)
+                        .unwrap()
+                        .wait()
+                        .unwrap(),
+                    _ => full
+                        .all_reduce(&mut fbuf, ReduceOp::Sum)
                         .unwrap()
                         .wait()
                         .unwrap(),
@@ -115,7 +146,8 @@ fn rank(
             }
             let ns = t.elapsed().as_nanos() as f64 / CALLS as f64;
             st.synchronize().unwrap();
-            pg.download(&pbuf).unwrap();
+            plain.download(&pbuf).unwrap();
+            full.download(&fbuf).unwrap();
             if round >= WARMUP {
                 samples.push(ns);
             }
@@ -123,6 +155,7 @@ fn rank(
     }
     barrier.wait();
     comm.destroy().unwrap();
-    pg.destroy();
+    plain.destroy();
+    full.destroy();
     per_call
 }

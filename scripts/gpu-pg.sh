@@ -10,6 +10,8 @@ nvidia-smi -L | tee "$out/gpus.txt"
 run() { echo "== $*" | tee -a "$out/log"; "$@" 2>&1 | tee -a "$out/log"; echo "exit $?" | tee -a "$out/log"; }
 # Case 2 needs only one GPU: two ranks bound to device 0.
 run "$torchrun" --nproc_per_node 2 --no-python .gpu/pg_cases --same-device
+# The cases that hold with one rank.
+run "$torchrun" --nproc_per_node 1 --no-python .gpu/pg_cases case_03 case_10 case_12 case_18 case_19 case_20 case_21 case_24 case_27 case_28
 if [ "$n" -ge 2 ]; then
     run "$torchrun" --nproc_per_node "$n" --no-python .gpu/pg_cases
     # NCCL's network transport (the inter-node path) forced on one node.
@@ -19,3 +21,4 @@ if [ "$n" -ge 2 ]; then
 fi
 run "$torchrun" --nproc_per_node 1 --no-python .gpu/ddp_step
 OXCCL_BENCH_GPUS=$n run .gpu/pg_overhead
+OXCCL_BENCH_GPUS=1 run .gpu/nan_check

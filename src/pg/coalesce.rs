@@ -295,13 +295,8 @@ impl<B: Memory> Coalescing<'_, B> {
                     .map(|o| TensorMeta::new(&[pick(o) as u64], o.1))
                     .collect::<Vec<_>>()
             };
-            let trace = inner.trace_named(
-                coalesced_name(&kinds),
-                seq,
-                false,
-                metas(|o| o.2),
-                metas(|o| o.3),
-            );
+            let trace =
+                inner.trace_built(coalesced_name(&kinds), seq, metas(|o| o.2), metas(|o| o.3));
             Ok(inner.work(
                 WorkInfo {
                     seq,

@@ -3,6 +3,7 @@
 
 use super::comm::{init_through_store, Entry, InitParams, Slot};
 use super::recorder::{now_ns, Recorder};
+use super::trace_slot::{PendingTrace, TraceSlot};
 use super::watch::{CompletionHook, GroupWatch};
 use super::work::{Work, WorkOf};
 use super::PgOptions;
@@ -11,7 +12,7 @@ use crate::store::Store;
 use crate::watchdog::{HeartbeatMonitor, Watchdog};
 use oxccl_core::membership::{self, CommPlan};
 use oxccl_core::state::work::WorkInfo;
-use oxccl_core::trace::{profiling_name, PgConfig, TensorMeta, TraceRecord};
+use oxccl_core::trace::{PgConfig, TensorMeta, TraceRecord};
 use oxccl_core::{text, CommOp, CommState, Communicator, Device, Error, Feature, Result, Stream};
 use oxccl_core::{DataType, OpKind};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -558,15 +559,7 @@ impl<B: Memory> PgInner<B> {
             } else {
                 SeqKind::Collective
             });
-            let tensors = |n: usize| vec![TensorMeta::new(&[n as u64], op.dtype)];
-            let trace = self.trace(
-                op.kind,
-                op.peer,
-                seq,
-                p2p,
-                tensors(op.numel.0),
-                tensors(op.numel.1),
-            );
+            let trace = self.trace(op, seq, p2p);
             Ok(self.work(
                 WorkInfo {
                     seq,
@@ -585,53 +578,62 @@ impl<B: Memory> PgInner<B> {
         })
     }
 
-    /// Records an operation in the flight recorder (when it records).
-    pub fn trace(
-        &self,
-        kind: OpKind,
-        peer: Option<u32>,
-        seq: u64,
-        p2p: bool,
-        inputs: Vec<TensorMeta>,
-        outputs: Vec<TensorMeta>,
-    ) -> Option<u64> {
+    /// The flight-recorder entry of an operation, to be recorded off the hot path (no
+    /// allocation here); op ids count every operation, recorded or not.
+    pub fn trace(&self, op: OpDesc, seq: u64, p2p: bool) -> TraceSlot {
+        let op_id = self.op_id.fetch_add(1, Ordering::Relaxed) + 1;
         if !self.watch.recorder.is_enabled() {
-            self.op_id.fetch_add(1, Ordering::Relaxed);
-            return None;
+            return TraceSlot::Off;
         }
-        // Peers are named by global rank, as in c10d's "nccl:send 1->0".
-        let rank = self.global_rank;
-        let peer = peer.and_then(|p| self.ranks.get(p as usize).copied());
-        self.trace_named(profiling_name(kind, rank, peer), seq, p2p, inputs, outputs)
+        // Uneven variants carry the even one's name, as PyTorch's analyzer knows only those.
+        let kind = match op.kind {
+            OpKind::AllGatherV => OpKind::AllGather,
+            OpKind::ReduceScatterV => OpKind::ReduceScatter,
+            OpKind::AllToAllV => OpKind::AllToAll,
+            k => k,
+        };
+        TraceSlot::Pending(PendingTrace {
+            pg_id: self.uid,
+            kind,
+            dtype: op.dtype,
+            numel: op.numel,
+            // Peers are named by global rank, as in c10d's "nccl:send 1->0".
+            rank: self.global_rank,
+            peer: op.peer.and_then(|p| self.ranks.get(p as usize).copied()),
+            seq,
+            p2p,
+            op_id,
+            created_ns: now_ns(),
+            timeout_ms: self.timeout_ms.load(Ordering::Relaxed),
+            timing: self.opts.timing,
+        })
     }
 
-    /// [`PgInner::trace`] with its profiling name made by the caller (a coalesced block).
-    pub fn trace_named(
+    /// The entry of a coalesced block, built by the caller (its sizes are a list).
+    pub fn trace_built(
         &self,
         profiling_name: String,
         seq: u64,
-        p2p: bool,
         inputs: Vec<TensorMeta>,
         outputs: Vec<TensorMeta>,
-    ) -> Option<u64> {
+    ) -> TraceSlot {
         let op_id = self.op_id.fetch_add(1, Ordering::Relaxed) + 1;
-        let recorder = &self.watch.recorder;
-        if !recorder.is_enabled() {
-            return None;
+        if !self.watch.recorder.is_enabled() {
+            return TraceSlot::Off;
         }
-        recorder.record(TraceRecord {
+        TraceSlot::Built(Box::new(TraceRecord {
             pg_id: self.uid,
-            collective_seq: if p2p { 0 } else { seq },
-            p2p_seq: if p2p { seq } else { 0 },
+            collective_seq: seq,
+            p2p_seq: 0,
             op_id,
             profiling_name,
             inputs,
             outputs,
             time_created_ns: now_ns(),
             timeout_ms: self.timeout_ms.load(Ordering::Relaxed),
-            is_p2p: p2p,
+            is_p2p: false,
             timing: self.opts.timing,
-        })
+        }))
     }
 
     /// A work of this group on `e`, queued to the watchdog when the group uses it.
@@ -641,8 +643,12 @@ impl<B: Memory> PgInner<B> {
         start: Option<super::EventOf<B>>,
         end: Option<super::EventOf<B>>,
         e: &Entry<B>,
-        trace: Option<u64>,
+        mut trace: TraceSlot,
     ) -> WorkOf<B> {
+        if !self.opts.watchdog {
+            // No watchdog to record it later: record now.
+            trace.settle(&self.watch.recorder);
+        }
         let work = Work::new(
             info,
             start,

@@ -15,6 +15,7 @@ mod ops;
 mod options;
 pub mod recorder;
 mod subgroups;
+mod trace_slot;
 pub(crate) mod watch;
 mod work;
 

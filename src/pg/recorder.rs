@@ -6,12 +6,19 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
 /// A shared flight recorder.
 #[derive(Clone, Debug)]
-pub struct Recorder(Arc<Mutex<FlightRecorder>>);
+pub struct Recorder {
+    ring: Arc<Mutex<FlightRecorder>>,
+    /// Fixed at creation: the hot path asks without the lock.
+    enabled: bool,
+}
 
 impl Recorder {
     /// A recorder of `capacity` entries (0: records nothing).
     pub fn new(capacity: usize) -> Recorder {
-        Recorder(Arc::new(Mutex::new(FlightRecorder::new(capacity))))
+        Recorder {
+            ring: Arc::new(Mutex::new(FlightRecorder::new(capacity))),
+            enabled: capacity > 0,
+        }
     }
 
     /// The process's recorder, sized by `OXCCL_TRACE_BUFFER_SIZE` when first used.
@@ -38,12 +45,12 @@ impl Recorder {
 
     /// The ring, locked.
     pub fn lock(&self) -> MutexGuard<'_, FlightRecorder> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+        self.ring.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Whether it records at all (checked before building a record).
     pub fn is_enabled(&self) -> bool {
-        self.lock().is_enabled()
+        self.enabled
     }
 
     pub(crate) fn add_pg(&self, pg: PgConfig) {

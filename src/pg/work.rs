@@ -1,6 +1,7 @@
 //! The handle of an operation in flight: c10d's `Work`, over the core's work state machine.
 
 use super::recorder::now_ns;
+use super::trace_slot::TraceSlot;
 use super::watch::{CompletedWork, GroupWatch};
 use crate::watchdog::Watched;
 use oxccl_core::state::work::{Work as WorkMachine, WorkInfo};
@@ -17,8 +18,8 @@ pub(crate) struct Inner<E, A> {
     end: Option<E>,
     abort: Option<A>,
     state: Mutex<WorkMachine>,
-    /// The flight-recorder entry, when recording.
-    trace: Option<u64>,
+    /// The flight-recorder entry (recorded by the watchdog, off the hot path).
+    trace: Mutex<TraceSlot>,
     watch: Arc<GroupWatch>,
     /// Whether the completion was handed to hooks and the recorder (once).
     reported: AtomicBool,
@@ -68,7 +69,7 @@ impl<E: Event + 'static, A: CommAbort> Work<E, A> {
         start: Option<E>,
         end: Option<E>,
         abort: Option<A>,
-        trace: Option<u64>,
+        trace: TraceSlot,
         watch: Arc<GroupWatch>,
     ) -> Self {
         let mut state = WorkMachine::new(info, now_ns());
@@ -82,7 +83,7 @@ impl<E: Event + 'static, A: CommAbort> Work<E, A> {
                 end,
                 abort,
                 state: Mutex::new(state),
-                trace,
+                trace: Mutex::new(trace),
                 watch,
                 reported: AtomicBool::new(false),
             }),
@@ -164,6 +165,23 @@ impl<E: Event, A: CommAbort> Inner<E, A> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// The work's recorder entry, recorded now if still pending (the watchdog's call: it
+    /// records in queue order, which is issue order).
+    fn trace_id(&self) -> Option<u64> {
+        self.trace
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .settle(&self.watch.recorder)
+    }
+
+    /// The work's recorder entry if already recorded (any thread; records nothing).
+    fn recorded_id(&self) -> Option<u64> {
+        match *self.trace.lock().unwrap_or_else(PoisonError::into_inner) {
+            TraceSlot::Recorded(id) => Some(id),
+            _ => None,
+        }
+    }
+
     /// One look at the operation: `Ok(true)` completed, `Ok(false)` still running, or its
     /// first error (the communicator's asynchronous error, an abort, a timeout). With
     /// `wait_limit_ms` (a waiting caller) a timeout aborts the communicator; without it (the
@@ -194,7 +212,7 @@ impl<E: Event, A: CommAbort> Inner<E, A> {
             Err(e) => {
                 let _ = st.fail(now, e.clone());
                 drop(st);
-                self.watch.recorder.finish(self.trace, None);
+                self.watch.recorder.finish(self.recorded_id(), None);
                 return Err(e);
             }
         };
@@ -213,7 +231,7 @@ impl<E: Event, A: CommAbort> Inner<E, A> {
                     let _ = st.observe(now, true, false);
                     self.watch
                         .recorder
-                        .update(self.trace, TraceState::Started, now);
+                        .update(self.recorded_id(), TraceState::Started, now);
                 }
             }
         }
@@ -232,6 +250,10 @@ impl<E: Event, A: CommAbort> Inner<E, A> {
 }
 
 impl<E: Event + 'static, A: CommAbort> Watched for Inner<E, A> {
+    fn record_trace(&self) {
+        self.trace_id();
+    }
+
     fn poll(&self, now_ns: u64) -> Result<bool> {
         let r = Inner::poll(self, now_ns, None);
         if matches!(r, Ok(true)) && !self.reported.swap(true, Ordering::AcqRel) {
@@ -249,11 +271,15 @@ impl<E: Event + 'static, A: CommAbort> Watched for Inner<E, A> {
             drop(st);
             self.watch
                 .recorder
-                .update(self.trace, TraceState::Completed, now_ns);
-            self.watch.recorder.finish(self.trace, duration);
+                .update(self.trace_id(), TraceState::Completed, now_ns);
+            self.watch.recorder.finish(self.trace_id(), duration);
             if let Some(done) = done {
                 self.watch.run_hooks(&done);
             }
+        }
+        if r.is_err() && !self.reported.swap(true, Ordering::AcqRel) {
+            // Its entry keeps the state it reached (scheduled or started) for the dumps.
+            self.watch.recorder.finish(self.trace_id(), None);
         }
         r
     }

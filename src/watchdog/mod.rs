@@ -21,6 +21,8 @@ pub use heartbeat::HeartbeatMonitor;
 
 /// A work as the watchdog sees it.
 pub(crate) trait Watched: Send + Sync {
+    /// Records the work's flight-recorder entry if still pending (issue order is queue order).
+    fn record_trace(&self);
     /// One look: completed, still running, or its first error (timeouts against the group's
     /// limit). The first completion seen feeds hooks and the recorder.
     fn poll(&self, now_ns: u64) -> Result<bool>;
@@ -125,6 +127,23 @@ impl Watchdog {
         self.passes.load(Ordering::Relaxed)
     }
 
+    /// Wakes the watchdog and waits (up to `limit`) until it has made a whole pass begun
+    /// after this call: every work queued before it has then been recorded in its flight
+    /// recorder and looked at once. `false` when the limit ran out first.
+    pub fn flush(self: &Arc<Self>, limit: Duration) -> bool {
+        self.ensure_running(self);
+        let target = self.passes() + 2;
+        let began = std::time::Instant::now();
+        while self.passes() < target {
+            if began.elapsed() >= limit {
+                return false;
+            }
+            self.cv.notify_all();
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        true
+    }
+
     /// When the watchdog last made a pass (process clock, ns).
     pub fn heartbeat_ns(&self) -> u64 {
         self.heartbeat.load(Ordering::Relaxed)
@@ -181,6 +200,9 @@ impl Watchdog {
             let works = std::mem::take(&mut *lock(&self.queue));
             let mut keep = Vec::with_capacity(works.len());
             let mut earliest: Option<u64> = None;
+            for w in &works {
+                w.record_trace();
+            }
             for w in works {
                 match w.poll(now) {
                     Ok(true) => {}

@@ -10,6 +10,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// Waits until the watchdog has recorded every operation issued so far in its recorder.
+fn settle() -> Verdict {
+    ensure!(
+        oxccl::watchdog::Watchdog::global().flush(Duration::from_secs(10)),
+        "the watchdog made no pass in 10 s"
+    );
+    Ok(())
+}
+
 /// Polls `cond` for up to 10 s (the watchdog works on its own thread).
 fn eventually(mut cond: impl FnMut() -> bool) -> bool {
     let began = Instant::now();
@@ -190,6 +199,7 @@ pub fn case_28<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
         for _ in 0..10 {
             ok!(ok!(pg.all_reduce(&mut b, ReduceOp::Sum)).wait());
         }
+        settle()?;
         let r = recorder.lock();
         let entries: Vec<_> = r.entries().collect();
         ensure!(entries.len() == 10, "{} entries", entries.len());
@@ -228,6 +238,7 @@ pub fn case_29<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
                 "timing={timing}: {:?}",
                 recorder.lock().get(1).map(|e| e.state)
             );
+            settle()?;
             let active = recorder.lock().dump(true);
             ensure!(
                 active.len() == 1 && active[0].id == 1,
@@ -253,6 +264,7 @@ pub fn case_29<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
         } else {
             ok!(ok!(pg.recv(&mut r, peer)).wait());
         }
+        settle()?;
         let e = recorder.lock().get(0).cloned().ok_or("p2p entry")?;
         let want = if rank == 1 {
             "nccl:send 1->0"
@@ -276,6 +288,7 @@ pub fn case_29<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
         c.all_reduce(&mut y, ReduceOp::Sum)
     }))
     .wait());
+    settle()?;
     let rec = recorder.lock();
     let e = rec.entries().last().cloned().ok_or("coalesced entry")?;
     ensure!(
