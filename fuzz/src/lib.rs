@@ -10,6 +10,7 @@ pub mod check_op;
 pub mod env;
 pub mod group;
 pub mod lifecycle;
+pub mod pg;
 pub mod trace;
 pub mod watchdog;
 pub mod wire;
@@ -24,6 +25,7 @@ pub const TARGETS: &[(&str, Body)] = &[
     ("env", env::fuzz),
     ("group", group::fuzz),
     ("lifecycle", lifecycle::fuzz),
+    ("pg", pg::fuzz),
     ("trace", trace::fuzz),
     ("watchdog", watchdog::fuzz),
     ("wire", wire::fuzz),

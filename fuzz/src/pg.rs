@@ -1,0 +1,218 @@
+//! Differential: arbitrary programs of collectives, single or in coalescing blocks, run by the
+//! process group (`ProcessGroup<MockBackend>`, ranks as threads, a `MemStore`) on 1–8 ranks,
+//! against a host reference computed here. A step may be mismatched (one rank gives another
+//! count): then every rank must fail that step with `Error::Mismatch`, and nothing may hang
+//! (every wait is bounded; the harness gives up after a deadline and reports a hang).
+
+use arbitrary::{Arbitrary, Unstructured};
+use oxccl::mock::MockBackend;
+use oxccl::pg::{PgOptions, ProcessGroup};
+use oxccl::store::{MemStore, Store};
+use oxccl_core::env::ErrorHandling;
+use oxccl_core::{Device, Error, ReduceOp};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The bound on any wait inside the group, and the harness's deadline for a whole program.
+const WAIT: Duration = Duration::from_secs(10);
+const DEADLINE: Duration = Duration::from_secs(30);
+
+#[derive(Debug, Clone, Copy, Arbitrary)]
+enum Op {
+    AllReduce { len: u8 },
+    Broadcast { root: u8, len: u8 },
+    AllGather { len: u8 },
+    ReduceScatter { len: u8 },
+}
+
+#[derive(Debug, Clone, Arbitrary)]
+struct Step {
+    ops: Vec<Op>,
+    /// Run `ops` in one coalescing block (else one by one, each waited).
+    coalesced: bool,
+    /// A rank that gives a count one larger for the step's first operation.
+    mismatch: Option<u8>,
+}
+
+#[derive(Debug, Arbitrary)]
+struct Input {
+    ranks: u8,
+    steps: Vec<Step>,
+}
+
+/// Element `i` of rank `r`'s input for operation `k` of step `s`: small integers, so f32
+/// sums are exact.
+fn value(r: u32, s: usize, k: usize, i: usize) -> f32 {
+    ((r as usize * 7 + s * 3 + k * 5 + i) % 17) as f32
+}
+
+fn len_of(l: u8) -> usize {
+    usize::from(l % 6) + 1
+}
+
+/// The reference: what rank `r` of `n` holds after operation `op` (`k` of step `s`).
+fn expected(op: Op, n: u32, r: u32, s: usize, k: usize) -> Vec<f32> {
+    match op {
+        Op::AllReduce { len } => (0..len_of(len))
+            .map(|i| (0..n).map(|q| value(q, s, k, i)).sum())
+            .collect(),
+        Op::Broadcast { root, len } => {
+            let root = u32::from(root) % n;
+            (0..len_of(len)).map(|i| value(root, s, k, i)).collect()
+        }
+        Op::AllGather { len } => (0..n)
+            .flat_map(|q| (0..len_of(len)).map(move |i| value(q, s, k, i)))
+            .collect(),
+        Op::ReduceScatter { len } => {
+            let m = len_of(len);
+            (0..m)
+                .map(|i| (0..n).map(|q| value(q, s, k, r as usize * m + i)).sum())
+                .collect()
+        }
+    }
+}
+
+/// What one rank saw of one step: each operation's result, or the step's error.
+type Seen = Result<Vec<Vec<f32>>, Error>;
+
+fn run_rank(pg: &ProcessGroup<MockBackend>, steps: &[Step], r: u32) -> Vec<Seen> {
+    let n = pg.size();
+    let mut seen = Vec::new();
+    for (s, step) in steps.iter().enumerate() {
+        let res = run_step(pg, step, n, r, s);
+        let failed = res.is_err();
+        seen.push(res);
+        if failed {
+            break;
+        }
+    }
+    seen
+}
+
+fn run_step(pg: &ProcessGroup<MockBackend>, step: &Step, n: u32, r: u32, s: usize) -> Seen {
+    // Inputs and outputs of every operation, made first.
+    let mut bufs = Vec::new();
+    for (k, op) in step.ops.iter().enumerate() {
+        let extra = usize::from(k == 0 && step.mismatch.map(|m| u32::from(m) % n) == Some(r));
+        // A mismatched rank is consistent in itself (its own checks pass): only the ranks
+        // disagree.
+        let (in_len, out_len) = match *op {
+            Op::AllReduce { len } | Op::Broadcast { len, .. } => (len_of(len) + extra, 0),
+            Op::AllGather { len } => {
+                let m = len_of(len) + extra;
+                (m, m * n as usize)
+            }
+            Op::ReduceScatter { len } => {
+                let m = len_of(len) + extra;
+                (m * n as usize, m)
+            }
+        };
+        let data: Vec<f32> = (0..in_len).map(|i| value(r, s, k, i)).collect();
+        let send = pg.upload(&data)?;
+        let recv = pg.alloc_zeros::<f32>(out_len.max(1))?;
+        bufs.push((send, recv));
+    }
+    if step.coalesced {
+        let work = pg.coalesced(|c| {
+            for (op, (send, recv)) in step.ops.iter().zip(bufs.iter_mut()) {
+                match *op {
+                    Op::AllReduce { .. } => c.all_reduce(send, ReduceOp::Sum)?,
+                    Op::Broadcast { root, .. } => c.broadcast(send, u32::from(root) % n)?,
+                    Op::AllGather { .. } => c.all_gather(send, recv)?,
+                    Op::ReduceScatter { .. } => c.reduce_scatter(send, recv, ReduceOp::Sum)?,
+                }
+            }
+            Ok(())
+        })?;
+        work.wait_timeout(WAIT)?;
+    } else {
+        for (op, (send, recv)) in step.ops.iter().zip(bufs.iter_mut()) {
+            let work = match *op {
+                Op::AllReduce { .. } => pg.all_reduce(send, ReduceOp::Sum)?,
+                Op::Broadcast { root, .. } => pg.broadcast(send, u32::from(root) % n)?,
+                Op::AllGather { .. } => pg.all_gather(send, recv)?,
+                Op::ReduceScatter { .. } => pg.reduce_scatter(send, recv, ReduceOp::Sum)?,
+            };
+            work.wait_timeout(WAIT)?;
+        }
+    }
+    let mut out = Vec::new();
+    for (op, (send, recv)) in step.ops.iter().zip(&bufs) {
+        out.push(match op {
+            Op::AllReduce { .. } | Op::Broadcast { .. } => pg.download(send)?,
+            Op::AllGather { .. } | Op::ReduceScatter { .. } => pg.download(recv)?,
+        });
+    }
+    Ok(out)
+}
+
+/// One fuzz input: any bytes.
+pub fn fuzz(data: &[u8]) {
+    let Ok(mut input) = Input::arbitrary_take_rest(Unstructured::new(data)) else {
+        return;
+    };
+    let n = u32::from(input.ranks % 8) + 1;
+    // Bounded work per input: a few steps of a few operations.
+    input.steps.truncate(4);
+    for st in &mut input.steps {
+        st.ops.truncate(4);
+        if n == 1 || st.ops.is_empty() {
+            st.mismatch = None;
+        }
+    }
+    let steps = Arc::new(input.steps);
+    let backend = MockBackend::new();
+    let store: Arc<dyn Store> = Arc::new(MemStore::new());
+    let (tx, rx) = mpsc::channel();
+    for r in 0..n {
+        let (backend, store, steps, tx) =
+            (backend.clone(), store.clone(), steps.clone(), tx.clone());
+        std::thread::spawn(move || {
+            let opts = PgOptions {
+                timeout: WAIT,
+                device: Device(r),
+                error_handling: ErrorHandling::CleanUpOnly,
+                watchdog: false,
+                ..PgOptions::default()
+            };
+            let seen = match ProcessGroup::new(backend, store, r, n, opts) {
+                Ok(pg) => run_rank(&pg, &steps, r),
+                Err(e) => vec![Err(e)],
+            };
+            let _ = tx.send((r, seen));
+        });
+    }
+    drop(tx);
+    let mut all: Vec<Option<Vec<Seen>>> = (0..n).map(|_| None).collect();
+    for _ in 0..n {
+        let (r, seen) = rx
+            .recv_timeout(DEADLINE)
+            .unwrap_or_else(|_| panic!("a rank hung: {n} ranks, {steps:?}"));
+        all[r as usize] = Some(seen);
+    }
+    for (r, seen) in all.into_iter().enumerate() {
+        let seen = seen.expect("every rank reported");
+        let r = r as u32;
+        for (s, got) in seen.iter().enumerate() {
+            let step = &steps[s];
+            match (step.mismatch, got) {
+                (Some(_), Err(Error::Mismatch { .. })) => {}
+                (Some(_), other) => panic!("rank {r} step {s} mismatched, got {other:?}: {step:?}"),
+                (None, Ok(values)) => {
+                    for (k, (op, v)) in step.ops.iter().zip(values).enumerate() {
+                        assert_eq!(
+                            v,
+                            &expected(*op, n, r, s, k),
+                            "rank {r} step {s} op {k} {op:?}"
+                        );
+                    }
+                }
+                (None, Err(e)) => panic!("rank {r} step {s} failed: {e:?}: {step:?}"),
+            }
+        }
+        // A rank stops at the first failed step, and only there.
+        let stop = steps.iter().position(|st| st.mismatch.is_some());
+        assert_eq!(seen.len(), stop.map_or(steps.len(), |i| i + 1), "rank {r}");
+    }
+}
