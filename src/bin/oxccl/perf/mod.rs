@@ -88,8 +88,9 @@ pub struct PerfArgs {
     /// Root rank of rooted collectives.
     #[arg(short = 'r', long = "root", default_value_t = 0)]
     pub root: u32,
-    /// Check results against the host reference (0 or 1).
-    #[arg(short = 'c', long = "check", default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=1))]
+    /// Check results against the host reference once per size and layer (1, as nccl-tests) or
+    /// not (0).
+    #[arg(short = 'c', long = "check", default_value_t = 1, value_parser = clap::value_parser!(u8).range(0..=1))]
     pub check: u8,
     /// Blocking communicators (1) or nonblocking ones (0), for the raw and comm layers.
     #[arg(short = 'z', long = "blocking", default_value_t = 1, value_parser = clap::value_parser!(u8).range(0..=1))]
@@ -151,9 +152,16 @@ pub fn run(a: &PerfArgs) -> ExitCode {
             eprintln!("oxccl perf: --layer {} needs NCCL and a GPU ({why}); use --layer pg on the mock world", a.layer.to_possible_value().map(|v| v.get_name().to_owned()).unwrap_or_default());
             return ExitCode::from(exit::ENV);
         }
+        // The process group allocates its own buffers and its stream is not public, so -R and
+        // -G do not apply to it: left out of `all`, refused alone.
+        (LayerSel::All, false) if a.graphs > 0 || a.registration > 0 => vec!["raw", "comm"],
         (LayerSel::All, false) => vec!["raw", "comm", "pg"],
         (LayerSel::Raw, false) => vec!["raw"],
         (LayerSel::Comm, false) => vec!["comm"],
+        (LayerSel::Pg, false) if a.graphs > 0 || a.registration > 0 => {
+            eprintln!("oxccl perf: -G and -R apply to the raw and comm layers only (the process group's stream and buffers are its own); drop them or use --layer comm");
+            return ExitCode::from(exit::USAGE);
+        }
         (LayerSel::Pg, false) => vec!["pg"],
     };
     let min = a.min_bytes.unwrap_or(8);
@@ -208,7 +216,10 @@ pub fn run(a: &PerfArgs) -> ExitCode {
     if let Some(path) = &a.json_out {
         let v = report::to_json(&plan, &rows, outcome.head.clone());
         if let Err(e) = std::fs::write(path, serde_json::to_string_pretty(&v).unwrap_or_default()) {
-            eprintln!("oxccl perf: cannot write --json-out {}: {e}", path.display());
+            eprintln!(
+                "oxccl perf: cannot write --json-out {}: {e}",
+                path.display()
+            );
             return ExitCode::from(exit::ENV);
         }
     }
