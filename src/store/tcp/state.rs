@@ -474,4 +474,63 @@ mod tests {
             .apply(1, &a, Request::Add(b"k2", 1), &mut out, &mut wake)
             .is_err());
     }
+
+    #[test]
+    fn stored_bytes_follow_every_change_and_emptied_queues_are_forgotten() {
+        let (mut st, a) = (State::default(), writer());
+        run(&mut st, 1, &a, Request::Set(b"k", b"abc"));
+        assert_eq!(st.stored_bytes(), 4);
+        run(&mut st, 1, &a, Request::Append(b"k", b"de"));
+        run(
+            &mut st,
+            1,
+            &a,
+            Request::MultiSet(vec![(b"k", b"z"), (b"m", b"12")]),
+        );
+        assert_eq!(st.stored_bytes(), 2 + 3);
+        run(&mut st, 1, &a, Request::Add(b"n", 10));
+        assert_eq!(st.stored_bytes(), 2 + 3 + 3);
+        run(&mut st, 1, &a, Request::DeleteKey(b"m"));
+        run(&mut st, 1, &a, Request::DeleteKey(b"n"));
+        run(&mut st, 1, &a, Request::DeleteKey(b"k"));
+        assert_eq!(st.stored_bytes(), 0);
+        // Pushes and pops on ever new keys leave nothing behind (they used to leave an empty
+        // queue per key).
+        for i in 0..1000u32 {
+            let k = i.to_ne_bytes();
+            run(&mut st, 1, &a, Request::QueuePush(&k, b"v"));
+            assert_eq!(st.stored_bytes(), 5);
+            run(&mut st, 1, &a, Request::QueuePop(&k));
+        }
+        assert_eq!(st.stored_bytes(), 0);
+        assert!(st.queues.is_empty());
+    }
+
+    #[test]
+    fn the_stored_and_waited_bounds_refuse_the_query_that_crosses_them() {
+        let limits = ServerLimits {
+            max_stored_bytes: 10,
+            max_waited_bytes: 4,
+            ..ServerLimits::default()
+        };
+        let (mut st, a) = (State::new(&limits), writer());
+        run(&mut st, 1, &a, Request::Set(b"k", b"123456789"));
+        let (mut out, mut wake) = (Vec::new(), Vec::new());
+        let r = st.apply(1, &a, Request::Set(b"j", b"1"), &mut out, &mut wake);
+        assert!(r.unwrap_err().contains("at most 10 bytes"));
+        assert_eq!(st.stored_bytes(), 10);
+        let r = st.apply(
+            2,
+            &a,
+            Request::Wait(vec![b"abc", b"de"]),
+            &mut out,
+            &mut wake,
+        );
+        assert!(r.unwrap_err().contains("at most 4 bytes"));
+        assert_eq!(st.waits(), (0, 0));
+        run(&mut st, 2, &a, Request::Wait(vec![b"abc", b"abc"]));
+        assert_eq!(st.waits(), (3, 1));
+        run(&mut st, 2, &a, Request::CancelWait);
+        assert_eq!(st.waits(), (0, 0));
+    }
 }
