@@ -74,6 +74,38 @@ fn table_says_mock_first_and_has_nccl_tests_columns() {
     );
     assert_eq!(first[14], "0", "checked, nothing wrong: {}", rows[0]);
     assert!(out.contains("# Avg bus bandwidth (pg) :"), "{out}");
+    // The progress line is for terminals only.
+    assert!(
+        o.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+#[test]
+fn nccl_without_a_gpu_is_an_environment_error_in_one_line() {
+    if oxccl::nccl::require_driver().is_ok() {
+        println!("skipped: this machine has a CUDA driver");
+        return;
+    }
+    for cmd in ["perf", "check"] {
+        let o = oxccl(&[cmd, "--backend", "nccl"]);
+        assert_eq!(o.status.code(), Some(3), "{cmd}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(
+            err.contains("--backend mock") || err.contains("nvidia-nccl-cu12"),
+            "{err}"
+        );
+    }
+    // Auto falls back to the mock and says why in its first line.
+    let o = oxccl(&["perf", "-e", "8"]);
+    assert_eq!(o.status.code(), Some(0));
+    let first = stdout(&o).lines().next().unwrap_or_default().to_owned();
+    assert!(
+        first.starts_with("# mock world (no NCCL run: no "),
+        "{first}"
+    );
 }
 
 #[test]

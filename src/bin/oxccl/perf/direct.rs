@@ -189,6 +189,7 @@ impl<T: Elem> NcclLayer<T> {
             let rc = comm.backend().raw();
             let rs = RawStream(comm.stream().cu_stream().cast());
             if grouped {
+                // SAFETY: ncclGroupStart takes no argument; its ncclGroupEnd follows below.
                 call(api.group_start.map(|f| unsafe { f() }))?;
             }
             for o in &ops {
@@ -197,6 +198,7 @@ impl<T: Elem> NcclLayer<T> {
                 unsafe { raw_issue(api, rc, rs, o, c.n)? };
             }
             if grouped {
+                // SAFETY: closes the group opened above, on this thread.
                 call(api.group_end.map(|f| unsafe { f() }))?;
             }
             Ok(())
@@ -215,9 +217,11 @@ impl<T: Elem> NcclLayer<T> {
     }
 }
 
+/// A raw call's result: ncclSuccess, or ncclInProgress (7) on a nonblocking communicator (-z 0),
+/// whose completion the following synchronize waits for and whose errors it reports.
 fn call(r: Option<i32>) -> Result<()> {
     match r {
-        Some(0) => Ok(()),
+        Some(0 | 7) => Ok(()),
         Some(code) => Err(Error::invalid(
             "nccl",
             format_args!("ncclSuccess, got code {code}"),

@@ -250,22 +250,30 @@ pub fn choose(
     backend: BackendSel,
     library: Option<&std::path::Path>,
 ) -> Result<(bool, String), String> {
-    let probe = || -> Result<(), String> {
-        oxccl::loader::Library::load_from(library).map_err(|e| match e {
-            // The list of places tried is long: `oxccl info` prints it.
-            oxccl::loader::LoadError::NothingFound { .. } => {
-                "no NCCL library found (`oxccl info` lists the places tried)".to_owned()
-            }
-            e => format!("no NCCL library: {e}"),
+    // (why not, what to do about it) when NCCL cannot run here.
+    let probe = || -> Result<(), (String, String)> {
+        oxccl::loader::Library::load_from(library).map_err(|e| {
+            let why = match e {
+                // The list of places tried is long: `oxccl info` prints it.
+                oxccl::loader::LoadError::NothingFound { .. } => {
+                    "no NCCL library found (`oxccl info` lists the places tried)".to_owned()
+                }
+                e => format!("no NCCL library: {e}"),
+            };
+            (why, crate::info::GET_ONE.to_owned())
         })?;
-        oxccl::nccl::require_driver()
-            .map_err(|_| "no GPU: the CUDA driver is not installed".to_owned())
+        oxccl::nccl::require_driver().map_err(|_| {
+            (
+                "no GPU: the CUDA driver is not installed".to_owned(),
+                "run on a machine with NVIDIA GPUs, or --backend mock".to_owned(),
+            )
+        })
     };
     match (backend, probe()) {
         (BackendSel::Mock, _) => Ok((false, "--backend mock".to_owned())),
         (_, Ok(())) => Ok((true, String::new())),
-        (BackendSel::Nccl, Err(e)) => Err(format!("{e}; {}", crate::info::GET_ONE)),
-        (BackendSel::Auto, Err(e)) => Ok((false, e)),
+        (BackendSel::Nccl, Err((why, todo))) => Err(format!("{why}; {todo}")),
+        (BackendSel::Auto, Err((why, _))) => Ok((false, why)),
     }
 }
 
