@@ -11,6 +11,7 @@ pub mod env;
 pub mod group;
 pub mod lifecycle;
 pub mod pg;
+pub mod store;
 pub mod trace;
 pub mod watchdog;
 pub mod wire;
@@ -26,6 +27,7 @@ pub const TARGETS: &[(&str, Body)] = &[
     ("group", group::fuzz),
     ("lifecycle", lifecycle::fuzz),
     ("pg", pg::fuzz),
+    ("store", store::fuzz),
     ("trace", trace::fuzz),
     ("watchdog", watchdog::fuzz),
     ("wire", wire::fuzz),
