@@ -37,6 +37,9 @@ pub(crate) trait Watched: Send + Sync {
 /// How often the watchdog looks at works in flight when no deadline is nearer.
 const PERIOD_MS: u64 = 100;
 
+/// Works in flight after which the watchdog is woken before its period ends.
+const WAKE_EVERY: usize = 64;
+
 /// What ends a process the watchdog decided to take down (replaceable in tests).
 type EndProcess = fn(&str);
 
@@ -112,9 +115,17 @@ impl Watchdog {
         }
     }
 
-    /// Queues a work to watch.
+    /// Queues a work to watch. Every [`WAKE_EVERY`] works in flight the watchdog is woken
+    /// early, so works that finished give their events back to the stream's pool instead of
+    /// waiting for the next period (a busy rank would otherwise create an event per work).
     pub(crate) fn watch(&self, w: Arc<dyn Watched>) {
-        lock(&self.queue).push(w);
+        let mut q = lock(&self.queue);
+        q.push(w);
+        let n = q.len();
+        drop(q);
+        if n % WAKE_EVERY == 0 {
+            self.cv.notify_one();
+        }
     }
 
     /// Works in flight.
