@@ -88,7 +88,11 @@ pub const VARIABLES: &[(&str, &str, &str)] = &[
         "0",
         "dump the flight recorder on a timeout",
     ),
-    (TRACE_BUFFER_SIZE, "2000", "flight-recorder entries (0: off)"),
+    (
+        TRACE_BUFFER_SIZE,
+        "2000",
+        "flight-recorder entries (0: off)",
+    ),
     (
         ENABLE_MONITORING,
         "1",
