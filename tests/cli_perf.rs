@@ -239,6 +239,9 @@ fn usage_and_environment_errors_have_their_codes() {
     let inverted = oxccl(&["perf", "--backend", "mock", "-b", "1M", "-e", "8"]);
     assert_eq!(inverted.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&inverted.stderr).contains("-b"));
+    let huge = oxccl(&["perf", "--backend", "mock", "-e", "1G"]);
+    assert_eq!(huge.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&huge.stderr).contains("256M"));
     let raw = oxccl(&["perf", "--backend", "mock", "--layer", "raw"]);
     assert_eq!(raw.status.code(), Some(3));
     assert!(String::from_utf8_lossy(&raw.stderr).contains("--layer pg"));

@@ -13,6 +13,12 @@ use std::time::Instant;
 
 /// Options of `oxccl info`.
 #[derive(Args)]
+#[command(after_help = "Examples:
+  oxccl info
+  oxccl info --json | jq .gpu.links
+  oxccl info --library /opt/nccl/lib/libnccl.so.2
+
+Exit code 3 when no library loads (the report still lists the places tried and how to get one).")]
 pub struct InfoArgs {
     /// Load this library instead of searching (the only place tried).
     #[arg(long, value_name = "PATH")]

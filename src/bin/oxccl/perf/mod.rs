@@ -168,6 +168,13 @@ pub fn run(a: &PerfArgs) -> ExitCode {
     let max = a
         .max_bytes
         .unwrap_or(if mock { 1 << 20 } else { 128 << 20 });
+    // The mock keeps every rank's buffers in this process's memory: bounded so that a large
+    // -e is an error, not an allocation failure.
+    const MOCK_MAX: usize = 256 << 20;
+    if mock && max > MOCK_MAX {
+        eprintln!("oxccl perf: -e {max} on the mock world, which holds every rank's buffers in host memory: give -e 256M or less there");
+        return ExitCode::from(exit::USAGE);
+    }
     let sizes = ops::sweep(min, max, a.factor as usize, a.incr.unwrap_or(0));
     if sizes.is_empty() {
         eprintln!(
