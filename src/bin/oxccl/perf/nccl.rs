@@ -44,11 +44,14 @@ pub fn thread_world<R: Send>(
 ) -> std::result::Result<Vec<R>, String> {
     let id = lib.unique_id().map_err(|e| e.to_string())?;
     let store: Arc<dyn Store> = Arc::new(MemStore::new());
+    let stop = Stopper::default();
     std::thread::scope(|s| {
         let hs: Vec<_> = (0..n)
             .map(|r| {
-                let (lib, store) = (lib.clone(), store.clone());
-                s.spawn(move || with_rank(&lib, id, store, r, n, Device(r), blocking, body))
+                let (lib, store, stop) = (lib.clone(), store.clone(), &stop);
+                s.spawn(move || {
+                    with_rank(&lib, id, store, r, n, Device(r), blocking, Some(stop), body)
+                })
             })
             .collect();
         hs.into_iter()
@@ -72,17 +75,30 @@ fn with_rank<R>(
     n: u32,
     dev: Device,
     blocking: bool,
+    stop: Option<&Stopper>,
     body: RankBody<'_, R>,
 ) -> Result<R> {
     let cfg = CommConfig::new().blocking(blocking);
     let comm = Rc::new(RefCell::new(Comm::init_rank(lib, &id, r, n, dev.0, &cfg)?));
+    if let Some(stop) = stop {
+        let h = comm.borrow().abort_handle();
+        stop.on_stop(Box::new(move |why| h.abort(why)));
+    }
     comm.borrow().wait_ready()?;
     let opts = PgOptions {
         bound_device: Some(dev),
         ..PgOptions::default()
     };
     let pg = ProcessGroup::new(lib.clone(), store, r, n, opts)?;
+    if let Some(stop) = stop {
+        let pg = pg.clone();
+        stop.on_stop(Box::new(move |why| pg.abort(why)));
+    }
     let out = body(&pg, &comm, r);
+    if let (Err(e), Some(stop)) = (&out, stop) {
+        // The other ranks would wait for this one in their next collective: stop them.
+        stop.stop(&format!("rank {r} failed: {e}"));
+    }
     pg.destroy();
     match Rc::try_unwrap(comm) {
         Ok(c) => c.into_inner().destroy()?,
@@ -94,6 +110,38 @@ fn with_rank<R>(
         }
     }
     out
+}
+
+/// Aborts one communicator or process group, with a reason.
+type AbortFn = Box<dyn Fn(&str) + Send>;
+
+/// Aborts every rank's communicators of a thread world once one rank fails, so that the others
+/// return from a collective that rank will never join instead of hanging.
+#[derive(Default)]
+struct Stopper {
+    inner: std::sync::Mutex<(Option<String>, Vec<AbortFn>)>,
+}
+
+impl Stopper {
+    /// Runs `abort` at the stop (at once when stopped already).
+    fn on_stop(&self, abort: AbortFn) {
+        let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        match &g.0 {
+            Some(why) => abort(why),
+            None => g.1.push(abort),
+        }
+    }
+
+    /// Aborts everything registered, once.
+    fn stop(&self, why: &str) {
+        let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        if g.0.is_none() {
+            g.0 = Some(why.to_owned());
+            for abort in &g.1 {
+                abort(why);
+            }
+        }
+    }
 }
 
 /// Runs the plan on NCCL.
@@ -120,6 +168,7 @@ pub fn run(a: &PerfArgs, plan: &Plan) -> std::result::Result<Outcome, String> {
             n,
             boot.device,
             blocking,
+            None,
             &body,
         )
         .map_err(|e| format!("rank {r}: {e}"))?;
@@ -235,4 +284,33 @@ fn merge_through(pg: &ProcessGroup<Nccl>, mut samples: Vec<Sample>) -> Result<Ve
         };
     }
     Ok(samples)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Stopper;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    #[test]
+    fn a_stop_aborts_everyone_once_and_latecomers_at_once() {
+        let stop = Stopper::default();
+        let hits = Arc::new(AtomicUsize::new(0));
+        for _ in 0..2 {
+            let h = hits.clone();
+            stop.on_stop(Box::new(move |why| {
+                assert_eq!(why, "rank 1 failed");
+                h.fetch_add(1, Ordering::SeqCst);
+            }));
+        }
+        assert_eq!(hits.load(Ordering::SeqCst), 0);
+        stop.stop("rank 1 failed");
+        stop.stop("rank 0 failed too");
+        assert_eq!(hits.load(Ordering::SeqCst), 2);
+        let h = hits.clone();
+        stop.on_stop(Box::new(move |_| {
+            h.fetch_add(1, Ordering::SeqCst);
+        }));
+        assert_eq!(hits.load(Ordering::SeqCst), 3);
+    }
 }
