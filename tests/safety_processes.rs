@@ -1,0 +1,246 @@
+//! Seed cases 15 and 30, which need processes: ranks are child processes of this test binary
+//! (`--exact child`), bootstrapped through `env://` and the TCP store, on the mock world spanning
+//! processes (`OXCCL_BACKEND=mock`, `oxccl::launch::init_process_group`).
+
+use oxccl::buffer::Memory;
+use oxccl::launch::{init_process_group, WithProcessGroup};
+use oxccl::pg::ProcessGroup;
+use oxccl::{Error, ReduceOp, Result};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const CHILD: &str = "OXCCL_SAFETY_CHILD";
+const DEADLINE: Duration = Duration::from_secs(90);
+
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
+struct Scenario(String);
+
+impl WithProcessGroup for Scenario {
+    type Output = ();
+    fn run<B: Memory>(self, pg: ProcessGroup<B>) -> Result<()> {
+        let me = pg.global_rank();
+        let mut b = pg.upload(&[1.0f32; 256])?;
+        pg.all_reduce(&mut b, ReduceOp::Sum)?.wait()?;
+        println!("FIRST rank={me} ok");
+        match self.0.split(':').collect::<Vec<_>>().as_slice() {
+            // Case 15: rank 1 leaves after the first all_reduce; rank 0's second one, waited
+            // with 3 s, errors; rank 0 then still allocates and copies.
+            ["death", how] => {
+                if me == 1 {
+                    std::thread::sleep(Duration::from_millis(300));
+                    match *how {
+                        "exit0" => std::process::exit(0),
+                        "exit1" => std::process::exit(1),
+                        // SAFETY: signals this process; the default actions end it.
+                        "sigterm" => unsafe { libc::kill(libc::getpid(), libc::SIGTERM) },
+                        // SAFETY: as above.
+                        _ => unsafe { libc::kill(libc::getpid(), libc::SIGKILL) },
+                    };
+                    std::thread::sleep(Duration::from_secs(60));
+                }
+                if me == 0 {
+                    let began = Instant::now();
+                    let r = pg
+                        .all_reduce(&mut b, ReduceOp::Sum)?
+                        .wait_timeout(Duration::from_secs(3));
+                    let ms = began.elapsed().as_millis();
+                    let kind = match &r {
+                        Ok(()) => "none",
+                        Err(Error::Remote { .. }) => "Remote",
+                        Err(Error::Timeout { .. }) => "Timeout",
+                        Err(Error::Aborted { .. }) => "Aborted",
+                        Err(_) => "Other",
+                    };
+                    let fresh = pg.upload(&[7.0f32; 16])?;
+                    let back = pg.download(&fresh)?;
+                    println!(
+                        "RESULT rank=0 err={kind} ms={ms} alloc_ok={}",
+                        back == vec![7.0; 16]
+                    );
+                } else {
+                    // Rank 2 stays for the second all_reduce, which fails for it too.
+                    let r = pg
+                        .all_reduce(&mut b, ReduceOp::Sum)?
+                        .wait_timeout(Duration::from_secs(3));
+                    println!("RESULT rank={me} failed={}", r.is_err());
+                }
+                Ok(())
+            }
+            // Case 30: rank 1 is stuck on its second op (rank 0 never issues it); the group's
+            // timeout (1 s) makes rank 1's watchdog dump and end the process; rank 0 exits 0.
+            ["dump"] => {
+                if me == 1 {
+                    let _stuck = pg.all_reduce(&mut b, ReduceOp::Sum)?;
+                    std::thread::sleep(Duration::from_secs(30));
+                    println!("RESULT rank=1 still alive");
+                } else {
+                    std::thread::sleep(Duration::from_secs(4));
+                    println!("RESULT rank=0 done");
+                }
+                Ok(())
+            }
+            other => panic!("unknown scenario {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn child() {
+    let Ok(scenario) = std::env::var(CHILD) else {
+        return;
+    };
+    if let Err(e) = init_process_group(Scenario(scenario)) {
+        println!("CHILD ERROR {e}");
+        std::process::exit(3);
+    }
+}
+
+fn spawn(rank: u32, n: u32, port: u16, scenario: &str, extra: &[(&str, String)]) -> Child {
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args(["--exact", "child", "--nocapture", "--test-threads=1"])
+        .env(CHILD, scenario)
+        .env("RANK", rank.to_string())
+        .env("LOCAL_RANK", rank.to_string())
+        .env("WORLD_SIZE", n.to_string())
+        .env("LOCAL_WORLD_SIZE", n.to_string())
+        .env("MASTER_ADDR", "127.0.0.1")
+        .env("MASTER_PORT", port.to_string())
+        .env("OXCCL_BACKEND", "mock")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for v in [
+        "TORCHELASTIC_USE_AGENT_STORE",
+        "SLURM_PROCID",
+        "OMPI_COMM_WORLD_RANK",
+        "PMI_RANK",
+    ] {
+        cmd.env_remove(v);
+    }
+    for (k, v) in extra {
+        cmd.env(k, v);
+    }
+    cmd.spawn().unwrap()
+}
+
+/// Runs `n` ranks; returns (exit code, signal, stdout) by rank. A hang fails the test.
+fn run(
+    n: u32,
+    scenario: &str,
+    extra: &[(&str, String)],
+) -> Vec<(Option<i32>, Option<i32>, String)> {
+    use std::os::unix::process::ExitStatusExt;
+    let port = free_port();
+    let mut kids: Vec<Child> = (0..n).map(|r| spawn(r, n, port, scenario, extra)).collect();
+    let start = Instant::now();
+    while kids.iter_mut().any(|k| k.try_wait().unwrap().is_none()) {
+        if start.elapsed() > DEADLINE {
+            for k in &mut kids {
+                let _ = k.kill();
+            }
+            panic!("{scenario} hung past {DEADLINE:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    kids.into_iter()
+        .map(|k| {
+            let o = k.wait_with_output().unwrap();
+            let out = String::from_utf8_lossy(&o.stdout).into_owned();
+            eprintln!(
+                "--- {:?} ---\n{out}{}",
+                o.status,
+                String::from_utf8_lossy(&o.stderr)
+            );
+            (o.status.code(), o.status.signal(), out)
+        })
+        .collect()
+}
+
+fn field<'a>(out: &'a str, key: &str) -> Option<&'a str> {
+    out.lines()
+        .filter(|l| l.contains("RESULT "))
+        .flat_map(|l| l.split_whitespace())
+        .find_map(|w| w.strip_prefix(key).and_then(|w| w.strip_prefix('=')))
+}
+
+#[test]
+fn case_15_peer_death() {
+    let env = [
+        ("OXCCL_TIMEOUT_MS", "20000".to_string()),
+        ("OXCCL_ASYNC_ERROR_HANDLING", "0".to_string()),
+    ];
+    for how in ["exit0", "exit1", "sigterm", "sigkill"] {
+        let ran = run(3, &format!("death:{how}"), &env);
+        let (code0, _, out0) = &ran[0];
+        assert_eq!(*code0, Some(0), "{how}: rank 0\n{out0}");
+        let err = field(out0, "err").unwrap_or("?");
+        assert!(
+            matches!(err, "Remote" | "Timeout"),
+            "{how}: rank 0 saw {err}"
+        );
+        let ms: u64 = field(out0, "ms").unwrap().parse().unwrap();
+        assert!(ms < 3000 + 2000, "{how}: rank 0 waited {ms} ms");
+        assert_eq!(field(out0, "alloc_ok"), Some("true"), "{how}");
+        let (_, _, out2) = &ran[2];
+        assert_eq!(field(out2, "failed"), Some("true"), "{how}: rank 2\n{out2}");
+    }
+}
+
+#[test]
+fn case_30_timeout_dump() {
+    let dir = std::env::temp_dir().join(format!("oxccl-case30-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let env = [
+        ("OXCCL_TIMEOUT_MS", "1000".to_string()),
+        ("OXCCL_DUMP_ON_TIMEOUT", "1".to_string()),
+        ("OXCCL_TRACE_DIR", dir.display().to_string()),
+    ];
+    let ran = run(2, "dump", &env);
+    let (code0, _, out0) = &ran[0];
+    assert_eq!(*code0, Some(0), "rank 0\n{out0}");
+    let (code1, signal1, out1) = &ran[1];
+    assert!(
+        code1 != &Some(0),
+        "rank 1 must stop with an error: {code1:?} {signal1:?}"
+    );
+    assert!(!out1.contains("still alive"), "rank 1 was not stopped");
+    assert!(
+        dir.join("trace_1").exists() && dir.join("rank_1.json").exists(),
+        "rank 1 dumped"
+    );
+    assert!(!dir.join("trace_0").exists(), "the healthy rank dumped");
+    let dump = oxccl::trace::parse_dump(
+        &std::fs::read_to_string(dir.join("rank_1.json")).unwrap(),
+        Some(1),
+    )
+    .unwrap();
+    let states: Vec<(u64, String)> = dump
+        .entries
+        .iter()
+        .map(|e| (e.collective_seq, e.state.clone()))
+        .collect();
+    assert!(
+        states.iter().any(|(s, st)| *s == 1 && st == "completed"),
+        "{states:?}"
+    );
+    assert!(
+        states
+            .iter()
+            .any(|(s, st)| *s == 2 && (st == "started" || st == "scheduled")),
+        "{states:?}"
+    );
+    // The analysis names rank 1's stop at seq 2.
+    let dumps = oxccl::trace::read_dump_dir(&dir).unwrap();
+    let analysis = oxccl::trace::analyze(&dumps.dumps);
+    let text = oxccl::trace::render_text(&analysis);
+    assert!(text.contains('1'), "{text}");
+    remove(&dir);
+}
+
+fn remove(dir: &Path) {
+    let _ = std::fs::remove_dir_all(dir);
+}
