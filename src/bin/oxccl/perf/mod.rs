@@ -7,6 +7,7 @@ mod drive;
 mod layer;
 pub mod nccl;
 mod report;
+mod stop;
 mod svg;
 
 pub use drive::{merge, sweep, Plan, Sample};
@@ -317,11 +318,17 @@ pub fn mock_world<R: Send>(
     let backend = MockBackend::new();
     let store: Arc<dyn Store> = Arc::new(MemStore::new());
     let start = Arc::new(Barrier::new(n as usize));
+    let stopper = stop::Stopper::default();
     std::thread::scope(|s| {
         let handles: Vec<_> = (0..n)
             .map(|r| {
-                let (backend, store, body, start) =
-                    (backend.clone(), store.clone(), &body, start.clone());
+                let (backend, store, body, start, stopper) = (
+                    backend.clone(),
+                    store.clone(),
+                    &body,
+                    start.clone(),
+                    &stopper,
+                );
                 s.spawn(move || {
                     let opts = PgOptions {
                         bound_device: Some(oxccl::Device(r)),
@@ -329,7 +336,12 @@ pub fn mock_world<R: Send>(
                     };
                     start.wait();
                     let pg = ProcessGroup::new(backend, store, r, n, opts)?;
+                    let aborts = pg.clone();
+                    stopper.on_stop(Box::new(move |why| aborts.abort(why)));
                     let out = body(&pg, r);
+                    if let Err(e) = &out {
+                        stopper.stop(&format!("rank {r} failed: {e}"));
+                    }
                     pg.destroy();
                     out
                 })
