@@ -432,8 +432,9 @@ fn readme_table_matches_variables() {
             assert_eq!(row.get(2), Some(default), "README default of {name}");
         }
     }
-    assert!(
-        found == 0 || found == VARIABLES.len(),
+    assert_eq!(
+        found,
+        VARIABLES.len(),
         "README lists {found} of the {} process-group variables",
         VARIABLES.len()
     );
