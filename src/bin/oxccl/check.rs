@@ -132,6 +132,10 @@ pub fn run(a: &CheckArgs) -> ExitCode {
     };
     let corrupt = a.inject_error;
     let (res, first) = if nccl {
+        if let Err(e) = crate::perf::nccl::local_gpus(Some(n)) {
+            eprintln!("oxccl check: {e}");
+            return ExitCode::from(exit::ENV);
+        }
         let lib = match crate::perf::nccl::load(a.library.as_deref()) {
             Ok(l) => l,
             Err(e) => {

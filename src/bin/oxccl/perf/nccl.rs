@@ -28,11 +28,16 @@ pub fn load(library: Option<&std::path::Path>) -> std::result::Result<Nccl, Stri
     .map_err(|e| format!("{e}; {}", crate::info::GET_ONE))
 }
 
-/// The GPUs to drive: `-g`, else every visible one.
+/// The GPUs to drive: `-g` (at most the visible ones), else every visible one.
 pub fn local_gpus(g: Option<u32>) -> std::result::Result<u32, String> {
+    let visible = crate::gpus::probe()?.0.len() as u32;
     match g {
+        Some(g) if g > visible => Err(format!(
+            "-g {g}: only {visible} GPUs are visible here (CUDA_VISIBLE_DEVICES narrows them); give -g {visible} or less"
+        )),
         Some(g) => Ok(g),
-        None => Ok(crate::gpus::probe()?.0.len().max(1) as u32),
+        None if visible == 0 => Err("no GPU: the CUDA driver sees none; run with --backend mock".to_owned()),
+        None => Ok(visible),
     }
 }
 
