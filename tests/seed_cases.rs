@@ -243,3 +243,9 @@ fn case_29_flight_recorder_states() {
 fn destroy_frees_blocked_threads() {
     run(2, safety::destroy_frees_blocked_threads);
 }
+
+#[test]
+fn coalescing_edge_cases() {
+    run(2, collectives::coalescing_edge_cases);
+    run(3, collectives::coalescing_edge_cases);
+}

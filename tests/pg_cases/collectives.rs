@@ -267,3 +267,52 @@ pub fn case_24<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
     ensure!(ok!(pg.download(&y)) == want, "gathered");
     Ok(())
 }
+
+/// Not a seed case: the defects of PyTorch's coalescing manager, closed. An empty block gives
+/// a completed work; an operation refused inside a block (a root outside the group) ends the
+/// closure with its error and leaves no group open, so the next block and a plain collective
+/// work; a second block cannot open while one is open, and the group's own calls are refused
+/// meanwhile.
+pub fn coalescing_edge_cases<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
+    let pg = ok!(mk(lazy(rank)));
+    let n = pg.size() as f32;
+    let empty = ok!(pg.coalesced(|_| Ok(())));
+    ok!(empty.wait());
+    ensure!(empty.is_success(), "empty block");
+    let mut a = ok!(pg.upload(&[1.0f32; 4]));
+    let refused = pg.coalesced(|c| c.broadcast(&mut a, 99));
+    ensure!(
+        matches!(refused, Err(Error::InvalidArgument { arg: "root", .. })),
+        "{refused:?}"
+    );
+    ok!(ok!(pg.coalesced(|c| c.all_reduce(&mut a, ReduceOp::Sum))).wait());
+    ensure!(
+        ok!(pg.download(&a)) == vec![n; 4],
+        "block after a refused one"
+    );
+    let mut block = ok!(pg.start_coalescing());
+    let second = pg.start_coalescing().map(|_| ());
+    ensure!(
+        matches!(second, Err(Error::InvalidState { .. })),
+        "{second:?}"
+    );
+    let plain = pg.all_reduce(&mut a, ReduceOp::Sum).map(|_| ());
+    ensure!(
+        matches!(plain, Err(Error::InvalidState { .. })),
+        "{plain:?}"
+    );
+    ok!(block.all_reduce(&mut a, ReduceOp::Sum));
+    ok!(ok!(block.end()).wait());
+    ok!(ok!(pg.all_reduce(&mut a, ReduceOp::Sum)).wait());
+    ensure!(
+        ok!(pg.download(&a)) == vec![n * n * n; 4],
+        "after the blocks"
+    );
+    // A guard dropped without end closes its group too.
+    {
+        let mut dropped = ok!(pg.start_coalescing());
+        ok!(dropped.all_reduce(&mut a, ReduceOp::Sum));
+    }
+    ok!(ok!(pg.all_reduce(&mut a, ReduceOp::Sum)).wait());
+    Ok(())
+}
