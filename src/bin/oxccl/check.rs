@@ -147,8 +147,18 @@ pub fn run(a: &CheckArgs) -> ExitCode {
                     comm: &std::rc::Rc<std::cell::RefCell<oxccl::Comm>>,
                     rank: u32| {
             let mk = |layer: &'static str, d: Dtype| {
-                crate::perf::nccl::layers(&[layer], d, &lib, pg, comm, 0, 0, corrupt && rank == 0)
-                    .remove(0)
+                crate::perf::nccl::layers(
+                    &[layer],
+                    d,
+                    &lib,
+                    pg,
+                    comm,
+                    crate::perf::nccl::LayerOpts {
+                        corrupt: corrupt && rank == 0,
+                        ..Default::default()
+                    },
+                )
+                .remove(0)
             };
             run_cases(&mk, rank)
         };

@@ -36,6 +36,7 @@ pub struct NcclLayer<T: Elem> {
     windows: Vec<Window>,
     graph: Option<(CudaGraph, usize)>,
     corrupt: bool,
+    blocking: bool,
     _t: std::marker::PhantomData<T>,
 }
 
@@ -61,8 +62,15 @@ impl<T: Elem> NcclLayer<T> {
             windows: Vec::new(),
             graph: None,
             corrupt: false,
+            blocking: true,
             _t: std::marker::PhantomData,
         }
+    }
+
+    /// Says the communicator is nonblocking (-z 0): raw calls then wait out ncclInProgress.
+    pub fn nonblocking(mut self, on: bool) -> Self {
+        self.blocking = !on;
+        self
     }
 
     /// Makes every check see one wrong element (the hidden `--inject-error`).
@@ -201,6 +209,9 @@ impl<T: Elem> NcclLayer<T> {
                 // SAFETY: closes the group opened above, on this thread.
                 call(api.group_end.map(|f| unsafe { f() }))?;
             }
+            if !self.blocking {
+                settle(api, rc)?;
+            }
             Ok(())
         } else {
             let g = if grouped { Some(comm.group()?) } else { None };
@@ -217,8 +228,35 @@ impl<T: Elem> NcclLayer<T> {
     }
 }
 
+/// Waits until a nonblocking communicator has no call in progress (ncclCommGetAsyncError stops
+/// saying ncclInProgress), so the issued work is on the stream; a minute at most.
+fn settle(api: &oxccl::loader::Api, c: RawComm) -> Result<()> {
+    let f = api.comm_get_async_error.ok_or_else(|| {
+        Error::invalid(
+            "blocking",
+            format_args!("ncclCommGetAsyncError in the loaded library for -z 0"),
+        )
+    })?;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let mut state = 0;
+        // SAFETY: a live communicator and a live out-pointer.
+        call(Some(unsafe { f(c, &mut state) }))?;
+        match state {
+            0 => return Ok(()),
+            7 if std::time::Instant::now() < deadline => std::thread::yield_now(),
+            code => {
+                return Err(Error::invalid(
+                    "blocking",
+                    format_args!("a nonblocking call to settle within a minute, got state {code}"),
+                ))
+            }
+        }
+    }
+}
+
 /// A raw call's result: ncclSuccess, or ncclInProgress (7) on a nonblocking communicator (-z 0),
-/// whose completion the following synchronize waits for and whose errors it reports.
+/// which [`settle`] then waits out.
 fn call(r: Option<i32>) -> Result<()> {
     match r {
         Some(0 | 7) => Ok(()),

@@ -185,25 +185,41 @@ fn exchange_id(lib: &Nccl, store: &dyn Store, r: u32) -> Result<oxccl::UniqueId>
     }
 }
 
+/// How the raw and comm layers are set up (the pg layer takes only `corrupt`).
+#[derive(Clone, Copy, Default)]
+pub struct LayerOpts {
+    /// -R: 0 plain, 1 registered, 2 symmetric windows.
+    pub registration: u8,
+    /// -G: graph launches (0: no graph).
+    pub graphs: u32,
+    /// The hidden --inject-error, on this rank.
+    pub corrupt: bool,
+    /// -z 0: the communicator is nonblocking.
+    pub nonblocking: bool,
+}
+
 /// The layers of `plan` on one rank.
-#[allow(clippy::too_many_arguments)]
 pub fn layers(
     plan_layers: &[&str],
     dtype: crate::ops::Dtype,
     lib: &Nccl,
     pg: &ProcessGroup<Nccl>,
     comm: &Rc<RefCell<Comm>>,
-    registration: u8,
-    graphs: u32,
-    corrupt: bool,
+    o: LayerOpts,
 ) -> Vec<Box<dyn Layer>> {
+    let LayerOpts {
+        registration,
+        graphs,
+        corrupt,
+        nonblocking,
+    } = o;
     plan_layers
         .iter()
         .map(|l| match *l {
             "pg" => crate::with_dtype!(dtype, T => Box::new(PgLayer::<Nccl, T>::new(pg.clone()).corrupting(corrupt)) as Box<dyn Layer>),
             name => {
                 let raw = name == "raw";
-                crate::with_dtype!(dtype, T => Box::new(NcclLayer::<T>::new(comm.clone(), lib.clone(), raw, registration, graphs).corrupting(corrupt)) as Box<dyn Layer>)
+                crate::with_dtype!(dtype, T => Box::new(NcclLayer::<T>::new(comm.clone(), lib.clone(), raw, registration, graphs).corrupting(corrupt).nonblocking(nonblocking)) as Box<dyn Layer>)
             }
         })
         .collect()
@@ -224,9 +240,12 @@ fn rank(
         lib,
         pg,
         comm,
-        a.registration,
-        a.graphs,
-        a.inject_error && r == 0,
+        LayerOpts {
+            registration: a.registration,
+            graphs: a.graphs,
+            corrupt: a.inject_error && r == 0,
+            nonblocking: a.blocking == 0,
+        },
     );
     let sync_pg = pg.clone();
     let sync = move || sync_pg.barrier()?.wait();
