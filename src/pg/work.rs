@@ -198,13 +198,15 @@ impl<E: Event, A: CommAbort> Inner<E, A> {
         // A stream that passed the operation may still have cut it short (an abort, a peer's
         // failure): the communicator's error decides.
         let outcome = completed.and_then(|c| match &self.abort {
-            Some(a) => a.poll().and_then(|_| match a.state() {
+            Some(a) => match (c, a.state()) {
+                // Passed on a healthy communicator: done, without asking the library.
+                (true, oxccl_core::CommState::Ready) => Ok(true),
                 // A destroyed communicator's stream may have dropped the work unrun.
-                oxccl_core::CommState::Destroyed => Err(Error::Aborted {
+                (_, oxccl_core::CommState::Destroyed) => Err(Error::Aborted {
                     reason: oxccl_core::text!("the communicator was destroyed"),
                 }),
-                _ => Ok(c),
-            }),
+                _ => a.poll().map(|_| c),
+            },
             None => Ok(c),
         });
         let completed = match outcome {
