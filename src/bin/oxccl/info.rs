@@ -95,6 +95,7 @@ fn library_json(loaded: &Result<Library, LoadError>, explicit: bool, total_ms: f
                 "load_with_discovery_ms": total_ms,
                 "functions_exported": lib.api().present_count(),
                 "functions_known": Api::SYMBOLS.len(),
+                "search_order": search_order(),
                 "features": features,
             })
         }
@@ -113,6 +114,13 @@ fn library_json(loaded: &Result<Library, LoadError>, explicit: bool, total_ms: f
             json!({"found": false, "error": error, "tried": tried, "how_to_get_one": GET_ONE})
         }
     }
+}
+
+/// The places the search tries, in order (the first that loads wins).
+fn search_order() -> Vec<String> {
+    std::iter::once(format!("{} (when set)", oxccl::loader::ENV_LIBRARY))
+        .chain(oxccl::loader::find::places().iter().map(|p| p.describe()))
+        .collect()
 }
 
 fn env_json() -> Value {
@@ -168,6 +176,17 @@ fn text(r: &Value) -> String {
             lib["functions_exported"],
             lib["functions_known"]
         );
+        if lib["how"] == json!("search") {
+            s += "search:    ";
+            s += &lib["search_order"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(str_of)
+                .collect::<Vec<_>>()
+                .join(", ");
+            s += "\n";
+        }
         s += "features:\n";
         for f in lib["features"].as_array().into_iter().flatten() {
             let state = match f.get("reason") {
