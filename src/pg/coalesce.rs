@@ -3,7 +3,7 @@
 //! communicator per block, and for a fused block (c10d's `all_reduce_coalesced` and friends)
 //! one kind, one dtype and one reduction.
 
-use super::group::{Issuer, SeqKind};
+use super::issue::{Issuer, SeqKind};
 use super::ops::two_on;
 use super::{ProcessGroup, WorkOf};
 use crate::buffer::{Buffer, Memory};

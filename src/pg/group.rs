@@ -2,19 +2,15 @@
 //! one path every operation is issued through.
 
 use super::comm::{init_through_store, Entry, InitParams, Slot};
-use super::recorder::{now_ns, Recorder};
-use super::trace_slot::{PendingTrace, TraceSlot};
+use super::recorder::Recorder;
 use super::watch::{CompletionHook, GroupWatch};
-use super::work::{Work, WorkOf};
 use super::PgOptions;
-use crate::buffer::{Memory, StreamOf};
+use crate::buffer::Memory;
 use crate::store::Store;
 use crate::watchdog::{HeartbeatMonitor, Watchdog};
 use oxccl_core::membership::{self, CommPlan};
-use oxccl_core::state::work::WorkInfo;
-use oxccl_core::trace::{PgConfig, TensorMeta, TraceRecord};
-use oxccl_core::{text, CommOp, CommState, Communicator, Device, Error, Feature, Result, Stream};
-use oxccl_core::{DataType, OpKind};
+use oxccl_core::trace::PgConfig;
+use oxccl_core::{text, CommState, Communicator, Error, Feature, Result};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -38,13 +34,13 @@ pub(crate) struct PgInner<B: Memory> {
     /// This rank in the group; `None` when it is not a member.
     pub rank: Option<u32>,
     pub opts: PgOptions,
-    timeout_ms: AtomicU64,
+    pub(super) timeout_ms: AtomicU64,
     pub parent: Option<Arc<PgInner<B>>>,
     pub plan: CommPlan,
     pub slot: Mutex<Slot<B>>,
     /// Collective and p2p sequence numbers (the last one used).
-    seq: AtomicU64,
-    p2p_seq: AtomicU64,
+    pub(super) seq: AtomicU64,
+    pub(super) p2p_seq: AtomicU64,
     /// Communicators split from this group's communicator.
     pub splits: AtomicU64,
     /// Communicators this group made through the store (numbers their id keys).
@@ -52,7 +48,7 @@ pub(crate) struct PgInner<B: Memory> {
     /// A coalescing block is open on this group.
     pub coalescing: AtomicBool,
     /// Every operation, both kinds (the recorder's op id).
-    op_id: AtomicU64,
+    pub(super) op_id: AtomicU64,
     /// The watchdog's view of the group.
     pub watch: Arc<GroupWatch>,
     /// The communicator's abort handle, once made: abort and destroy use it without the slot
@@ -60,17 +56,6 @@ pub(crate) struct PgInner<B: Memory> {
     abort: std::sync::OnceLock<super::AbortOf<B>>,
     /// Set by destroy, before it waits for the slot.
     destroyed: AtomicBool,
-}
-
-/// What an operation is, for its work, its trace entry and its errors.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct OpDesc {
-    pub kind: OpKind,
-    pub dtype: DataType,
-    /// Elements read and written on this rank.
-    pub numel: (usize, usize),
-    /// The group rank of the peer of a send or recv.
-    pub peer: Option<u32>,
 }
 
 /// A process group over backend `B`: c10d's `ProcessGroup`. Cheap to clone (the clones share
@@ -107,37 +92,6 @@ impl<B: Memory> Drop for PgInner<B> {
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// What [`PgInner::issue`] hands an operation's body: the stream and device to take buffers
-/// on, and the call that issues on the communicator.
-pub(crate) struct Issuer<'a, B: Memory> {
-    pub entry: &'a Entry<B>,
-    pub device: Device,
-}
-
-impl<B: Memory> Issuer<'_, B> {
-    pub fn stream(&self) -> &StreamOf<B> {
-        &self.entry.stream
-    }
-
-    /// Issues `op` on the group's communicator and stream.
-    ///
-    /// # Safety
-    /// As [`Communicator::issue`]: the buffers of `op` come from [`Memory::read`] /
-    /// [`Memory::write`] on [`Issuer::stream`], whose access guards are still alive.
-    pub unsafe fn issue(&self, op: &CommOp<'_>) -> Result<()> {
-        // SAFETY: forwarded contract; the group's slot lock is held by the caller, so no other
-        // thread issues on this communicator meanwhile.
-        unsafe { self.entry.comm.issue(op, &self.entry.stream) }
-    }
-}
-
-/// Which sequence an operation counts in.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) enum SeqKind {
-    Collective,
-    P2p,
 }
 
 impl<B: Memory> ProcessGroup<B> {
@@ -519,156 +473,6 @@ impl<B: Memory> PgInner<B> {
     /// Whether the backend can split communicators.
     pub fn can_split(&self) -> bool {
         self.backend.features().check(Feature::Split).is_ok()
-    }
-
-    /// The one path of every operation: refuses calls on a non-member or destroyed group and
-    /// while a coalescing block is open (its guard issues instead), makes the communicator on
-    /// first use, records the events of the work, numbers it, records it in the flight
-    /// recorder and queues it to the watchdog.
-    pub fn issue(
-        &self,
-        op: OpDesc,
-        body: impl FnOnce(&Issuer<'_, B>) -> Result<()>,
-    ) -> Result<WorkOf<B>> {
-        let name = op.kind.name();
-        if self.coalescing.load(Ordering::Relaxed) {
-            return Err(Error::InvalidState {
-                state: CommState::Ready,
-                attempted: name,
-                reason: text!(
-                    "a coalescing block is open on group {}: issue through its guard",
-                    self.uid
-                ),
-            });
-        }
-        let timing = self.opts.timing;
-        self.with_entry(name, |e| {
-            let start = if timing {
-                Some(e.stream.record(true)?)
-            } else {
-                None
-            };
-            body(&Issuer {
-                entry: e,
-                device: self.opts.device(),
-            })?;
-            let end = e.stream.record(timing)?;
-            let p2p = matches!(op.kind, OpKind::Send | OpKind::Recv);
-            let seq = self.next_seq(if p2p {
-                SeqKind::P2p
-            } else {
-                SeqKind::Collective
-            });
-            let trace = self.trace(op, seq, p2p);
-            Ok(self.work(
-                WorkInfo {
-                    seq,
-                    kind: op.kind,
-                    coalesced: false,
-                    numel_in: op.numel.0,
-                    numel_out: op.numel.1,
-                    timeout_ms: self.timeout_ms.load(Ordering::Relaxed),
-                    timing,
-                },
-                start,
-                Some(end),
-                e,
-                trace,
-            ))
-        })
-    }
-
-    /// The flight-recorder entry of an operation, to be recorded off the hot path (no
-    /// allocation here); op ids count every operation, recorded or not.
-    pub fn trace(&self, op: OpDesc, seq: u64, p2p: bool) -> TraceSlot {
-        let op_id = self.op_id.fetch_add(1, Ordering::Relaxed) + 1;
-        if !self.watch.recorder.is_enabled() {
-            return TraceSlot::Off;
-        }
-        // Uneven variants carry the even one's name, as PyTorch's analyzer knows only those.
-        let kind = match op.kind {
-            OpKind::AllGatherV => OpKind::AllGather,
-            OpKind::ReduceScatterV => OpKind::ReduceScatter,
-            OpKind::AllToAllV => OpKind::AllToAll,
-            k => k,
-        };
-        TraceSlot::Pending(PendingTrace {
-            pg_id: self.uid,
-            kind,
-            dtype: op.dtype,
-            numel: op.numel,
-            // Peers are named by global rank, as in c10d's "nccl:send 1->0".
-            rank: self.global_rank,
-            peer: op.peer.and_then(|p| self.ranks.get(p as usize).copied()),
-            seq,
-            p2p,
-            op_id,
-            created_ns: now_ns(),
-            timeout_ms: self.timeout_ms.load(Ordering::Relaxed),
-            timing: self.opts.timing,
-        })
-    }
-
-    /// The entry of a coalesced block, built by the caller (its sizes are a list).
-    pub fn trace_built(
-        &self,
-        profiling_name: String,
-        seq: u64,
-        inputs: Vec<TensorMeta>,
-        outputs: Vec<TensorMeta>,
-    ) -> TraceSlot {
-        let op_id = self.op_id.fetch_add(1, Ordering::Relaxed) + 1;
-        if !self.watch.recorder.is_enabled() {
-            return TraceSlot::Off;
-        }
-        TraceSlot::Built(Box::new(TraceRecord {
-            pg_id: self.uid,
-            collective_seq: seq,
-            p2p_seq: 0,
-            op_id,
-            profiling_name,
-            inputs,
-            outputs,
-            time_created_ns: now_ns(),
-            timeout_ms: self.timeout_ms.load(Ordering::Relaxed),
-            is_p2p: false,
-            timing: self.opts.timing,
-        }))
-    }
-
-    /// A work of this group on `e`, queued to the watchdog when the group uses it.
-    pub fn work(
-        &self,
-        info: WorkInfo,
-        start: Option<super::EventOf<B>>,
-        end: Option<super::EventOf<B>>,
-        e: &Entry<B>,
-        mut trace: TraceSlot,
-    ) -> WorkOf<B> {
-        if !self.opts.watchdog {
-            // No watchdog to record it later: record now.
-            trace.settle(&self.watch.recorder);
-        }
-        let work = Work::new(
-            info,
-            start,
-            end,
-            Some(e.abort.clone()),
-            trace,
-            self.watch.clone(),
-        );
-        if self.opts.watchdog {
-            Watchdog::global().watch(work.watched());
-        }
-        work
-    }
-
-    pub fn next_seq(&self, kind: SeqKind) -> u64 {
-        let counter = match kind {
-            SeqKind::Collective => &self.seq,
-            SeqKind::P2p => &self.p2p_seq,
-        };
-        counter.fetch_add(1, Ordering::Relaxed) + 1
     }
 
     /// The group rank of global rank `global`, as rooted operations and peers are given.

@@ -11,6 +11,7 @@
 mod coalesce;
 mod comm;
 mod group;
+mod issue;
 mod ops;
 mod options;
 pub mod recorder;

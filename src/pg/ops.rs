@@ -1,7 +1,7 @@
 //! Every collective and p2p operation of a process group, on typed buffers of the backend.
 //! Rooted operations and peers take global ranks, translated to group ranks here.
 
-use super::group::{Issuer, OpDesc};
+use super::issue::{Issuer, OpDesc};
 use super::{ProcessGroup, WorkOf};
 use crate::buffer::{Buffer, Memory};
 use crate::element::{host_op, NcclType};
