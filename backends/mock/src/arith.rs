@@ -225,49 +225,103 @@ via_f32!(
     |n: u32| Some(E5M2(fp8::f32_to_e5m2(inv_f32(n))))
 );
 
-fn reduce_as<T: Elem>(red: Red, factors: &[Vec<u8>], inputs: &[Vec<u8>], n: u32) -> Vec<u8> {
-    let len = inputs.first().map_or(0, |v| v.len() / T::SIZE);
-    let mut out = vec![0u8; len * T::SIZE];
-    let fac: Vec<T> = factors.iter().map(|f| T::load(f)).collect();
-    let premul = |acc: Option<T>, x: T, f: T| match acc {
-        None => x.mul(f),
-        Some(a) => a.add(x.mul(f)),
+/// `o = f(o, x)` element-wise over byte buffers of `T` (generic, not `dyn`: the loop must
+/// inline `f` to vectorize).
+fn combine<T: Elem>(out: &mut [u8], x: &[u8], f: impl Fn(T, T) -> T) {
+    for (o, c) in out.chunks_exact_mut(T::SIZE).zip(x.chunks_exact(T::SIZE)) {
+        f(T::load(o), T::load(c)).store(o);
+    }
+}
+
+thread_local! {
+    /// The last result buffer this thread gave back ([`recycle`]): a large result reuses its
+    /// pages instead of faulting fresh ones in every call.
+    static SPARE: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The largest buffer kept for reuse per thread.
+const SPARE_MAX: usize = 256 << 20;
+
+/// Gives a result of [`reduce`] back once its outputs were written.
+pub(crate) fn recycle(v: Vec<u8>) {
+    if v.capacity() <= SPARE_MAX {
+        SPARE.with(|s| {
+            let mut s = s.borrow_mut();
+            if v.capacity() > s.capacity() {
+                *s = v;
+            }
+        });
+    }
+}
+
+/// Combines element-wise in rank order (`((x0 ∘ x1) ∘ x2) ∘ …`), one rank at a time over the
+/// whole buffer: the same result as element by element, and loops the compiler vectorizes
+/// (the mock's bandwidth across processes rests on them).
+fn reduce_as<T: Elem>(
+    red: Red,
+    factors: &[Vec<u8>],
+    inputs: &[&[u8]],
+    n: u32,
+) -> oxccl_core::Result<Vec<u8>> {
+    let first = inputs.first().copied().unwrap_or(&[]);
+    let len = first.len() / T::SIZE * T::SIZE;
+    let mut out = SPARE.with(|s| std::mem::take(&mut *s.borrow_mut()));
+    out.clear();
+    // Reserved before any input is read: a length the mock cannot allocate is an error.
+    out.try_reserve_exact(len).map_err(|_| {
+        let code = oxccl_core::ResultCode::SYSTEM_ERROR;
+        oxccl_core::Error::Backend {
+            code,
+            text: oxccl_core::text::text_str(crate::comm::code_text(code)),
+            last: oxccl_core::text!("cannot allocate {len} bytes for the mock's reduction result"),
+        }
+    })?;
+    out.extend_from_slice(first.get(..len).unwrap_or(first));
+    let rest = inputs.iter().skip(1);
+    // Σ f_r × x_r, every product and partial sum rounded to the type.
+    let premul = |out: &mut Vec<u8>, fac: &dyn Fn(usize) -> Option<T>| {
+        if let Some(f0) = fac(0) {
+            out.chunks_exact_mut(T::SIZE)
+                .for_each(|o| T::load(o).mul(f0).store(o));
+        }
+        for (r, x) in inputs.iter().enumerate().skip(1) {
+            if let Some(f) = fac(r) {
+                combine::<T>(out, x, |a, b| a.add(b.mul(f)));
+            }
+        }
     };
-    for (i, o) in out.chunks_exact_mut(T::SIZE).enumerate() {
-        let at = i * T::SIZE;
-        let xs = inputs.iter().map(|v| T::load(v.get(at..).unwrap_or(&[])));
-        let fold = |f: fn(T, T) -> T| xs.clone().reduce(f);
-        let acc = match red {
-            Red::Sum => fold(T::add),
-            Red::Prod => fold(T::mul),
-            Red::Min => fold(T::min),
-            Red::Max => fold(T::max),
-            Red::Avg => match T::avg_factor(n) {
-                Some(f) => xs.clone().fold(None, |a, x| Some(premul(a, x, f))),
-                None => fold(T::add).map(|s| s.div_n(n)),
-            },
-            Red::PreMulSum => xs
-                .clone()
-                .zip(fac.iter().copied())
-                .fold(None, |a, (x, f)| Some(premul(a, x, f))),
-        };
-        if let Some(v) = acc {
-            v.store(o);
+    match red {
+        Red::Prod => rest.for_each(|x| combine::<T>(&mut out, x, T::mul)),
+        Red::Min => rest.for_each(|x| combine::<T>(&mut out, x, T::min)),
+        Red::Max => rest.for_each(|x| combine::<T>(&mut out, x, T::max)),
+        Red::Sum => rest.for_each(|x| combine::<T>(&mut out, x, T::add)),
+        Red::Avg => match T::avg_factor(n) {
+            Some(f) => premul(&mut out, &|_| Some(f)),
+            None => {
+                rest.for_each(|x| combine::<T>(&mut out, x, T::add));
+                out.chunks_exact_mut(T::SIZE)
+                    .for_each(|o| T::load(o).div_n(n).store(o));
+            }
+        },
+        Red::PreMulSum => {
+            let fac: Vec<T> = factors.iter().map(|f| T::load(f)).collect();
+            premul(&mut out, &|r| fac.get(r).copied());
         }
     }
-    out
+    Ok(out)
 }
 
 /// Reduces equally long inputs (one per rank, in rank order) of `dt`; `factors` holds each
 /// rank's premul-sum factor as one element of `dt` (empty for other reductions); `n` is the
-/// number of ranks Avg divides by.
+/// number of ranks Avg divides by. Error: `Backend { SystemError }` when the result cannot be
+/// allocated (nothing is read then).
 pub(crate) fn reduce(
     dt: DataType,
     red: Red,
     factors: &[Vec<u8>],
-    inputs: &[Vec<u8>],
+    inputs: &[&[u8]],
     n: u32,
-) -> Vec<u8> {
+) -> oxccl_core::Result<Vec<u8>> {
     match dt {
         DataType::Int8 => reduce_as::<i8>(red, factors, inputs, n),
         DataType::Uint8 => reduce_as::<u8>(red, factors, inputs, n),
@@ -296,9 +350,9 @@ mod tests {
     fn integers_wrap_and_avg_truncates() {
         let a = v(&[100i8, -7], |x| x.to_ne_bytes().to_vec());
         let b = v(&[100i8, 2], |x| x.to_ne_bytes().to_vec());
-        let s = reduce(DataType::Int8, Red::Sum, &[], &[a.clone(), b.clone()], 2);
+        let s = reduce(DataType::Int8, Red::Sum, &[], &[&a[..], &b[..]], 2).unwrap();
         assert_eq!(s, v(&[-56i8, -5], |x| x.to_ne_bytes().to_vec()));
-        let avg = reduce(DataType::Int8, Red::Avg, &[], &[a, b], 2);
+        let avg = reduce(DataType::Int8, Red::Avg, &[], &[&a[..], &b[..]], 2).unwrap();
         assert_eq!(avg, v(&[-28i8, -2], |x| x.to_ne_bytes().to_vec()));
     }
 
@@ -306,14 +360,15 @@ mod tests {
     fn fp8_avg_is_premul_by_the_fp8_factor_like_nccl() {
         // 1/3 in e4m3 is 0.34375: 7 × 0.34375 = 2.40625 → 2.5, then 2.5 + 2.5 + 2.5 = 7.5,
         // where sum-then-divide would give 21 / 3 = 7.
-        let x = vec![fp8::f32_to_e4m3(7.0)];
+        let x = [fp8::f32_to_e4m3(7.0)];
         let r = reduce(
             DataType::Float8E4M3,
             Red::Avg,
             &[],
-            &[x.clone(), x.clone(), x],
+            &[&x[..], &x[..], &x[..]],
             3,
-        );
+        )
+        .unwrap();
         assert_eq!(fp8::e4m3_to_f32(r[0]), 7.5);
         // f64 Avg multiplies by the double 1/3, f32 by float(1/3).
         let d = 3.0f64.to_ne_bytes().to_vec();
@@ -321,9 +376,10 @@ mod tests {
             DataType::Float64,
             Red::Avg,
             &[],
-            &[d.clone(), d.clone(), d],
+            &[&d[..], &d[..], &d[..]],
             3,
-        );
+        )
+        .unwrap();
         let third = 1.0f64 / 3.0;
         assert_eq!(
             r,
@@ -337,7 +393,7 @@ mod tests {
     fn premul_uses_each_ranks_factor() {
         let x = v(&[1.0f32, 2.0], |x| x.to_ne_bytes().to_vec());
         let f = [2.0f32.to_ne_bytes().to_vec(), 3.0f32.to_ne_bytes().to_vec()];
-        let r = reduce(DataType::Float32, Red::PreMulSum, &f, &[x.clone(), x], 2);
+        let r = reduce(DataType::Float32, Red::PreMulSum, &f, &[&x[..], &x[..]], 2).unwrap();
         assert_eq!(r, v(&[5.0f32, 10.0], |x| x.to_ne_bytes().to_vec()));
     }
 }

@@ -2,7 +2,7 @@
 
 use crate::arith::{reduce, Red};
 use crate::job::OpDesc;
-use crate::memory::{read, write};
+use crate::memory::{read, view, write};
 use crate::mismatch;
 use oxccl_core::{OpKind, ReduceOp, Result, Scalar};
 
@@ -86,10 +86,16 @@ pub(crate) unsafe fn run(arr: &[OpDesc], size: u32) -> Result<()> {
     let mut outs: Vec<Option<&[u8]>> = vec![None; n];
     match first.kind {
         OpKind::AllReduce | OpKind::Reduce | OpKind::ReduceScatter | OpKind::ReduceScatterV => {
-            let inputs = snap_all()?;
+            // SAFETY: each rank's validated `send` span; no buffer is written before the
+            // views end with this statement (the outputs are written below, after the match).
+            let inputs: Vec<&[u8]> = arr
+                .iter()
+                .map(|d| unsafe { view(d.send.addr, d.send.len.saturating_mul(es)) })
+                .collect();
             // SAFETY: as for `run`.
             let f = unsafe { factors(arr, es) }?;
-            owned = vec![reduce(dt, red_of(first.op), &f, &inputs, size)];
+            owned = vec![reduce(dt, red_of(first.op), &f, &inputs, size)?];
+            drop(inputs);
             let res = owned.first().map_or(&[][..], Vec::as_slice);
             match first.kind {
                 OpKind::AllReduce => outs.iter_mut().for_each(|o| *o = Some(res)),
@@ -165,8 +171,12 @@ pub(crate) unsafe fn run(arr: &[OpDesc], size: u32) -> Result<()> {
                 *o = Some(v);
             }
         }
-        OpKind::Send | OpKind::Recv | OpKind::Barrier => {}
+        OpKind::Send | OpKind::Recv | OpKind::Barrier => owned = Vec::new(),
     }
+    let reduced = matches!(
+        first.kind,
+        OpKind::AllReduce | OpKind::Reduce | OpKind::ReduceScatter | OpKind::ReduceScatterV
+    );
     for (d, o) in arr.iter().zip(outs) {
         if let Some(o) = o {
             // Never more than the rank's validated `recv` span (the product does not saturate:
@@ -176,6 +186,9 @@ pub(crate) unsafe fn run(arr: &[OpDesc], size: u32) -> Result<()> {
             // the slice is cut to the buffer's span.
             unsafe { write(d.recv.addr, o.get(..bytes).unwrap_or(o)) };
         }
+    }
+    if reduced {
+        owned.into_iter().for_each(crate::arith::recycle);
     }
     Ok(())
 }

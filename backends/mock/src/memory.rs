@@ -1,7 +1,9 @@
-//! The only place the mock touches the caller's memory: whole-buffer copies in and out.
+//! The only place the mock touches the caller's memory: whole-buffer copies in and out, and
+//! read-only views of the inputs of a reduction.
 //!
-//! Every collective first copies all inputs, then computes, then writes all outputs, so in-place
-//! operations (send and recv the same memory) read before anything is overwritten.
+//! Every collective first reads all inputs (copies, or for reductions views that end before any
+//! write), then computes, then writes all outputs, so in-place operations (send and recv the
+//! same memory) read before anything is overwritten.
 //!
 //! What makes each access sound: `issue` runs `oxccl_core::check::op` first, so every buffer
 //! (address, element count, type) that reaches here is non-null when non-empty, spans at most
@@ -48,4 +50,18 @@ pub(crate) unsafe fn write(addr: usize, data: &[u8]) {
         // mock's own copy, never the caller's buffer, so the ranges cannot overlap.
         unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), addr as *mut u8, data.len()) };
     }
+}
+
+/// The `bytes` bytes at host address `addr`, borrowed without a copy (a reduction reads its
+/// inputs once; copying them first would double the memory traffic).
+///
+/// # Safety
+/// `addr..addr + bytes` must be readable host memory that nobody writes while the slice lives.
+pub(crate) unsafe fn view<'a>(addr: usize, bytes: usize) -> &'a [u8] {
+    if bytes == 0 {
+        return &[];
+    }
+    // SAFETY: the caller guarantees the span is readable and unwritten for the slice's life;
+    // `check::op` bounded it to isize::MAX bytes without wrapping.
+    unsafe { std::slice::from_raw_parts(addr as *const u8, bytes) }
 }
