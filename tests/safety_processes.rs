@@ -94,6 +94,16 @@ fn child() {
     let Ok(scenario) = std::env::var(CHILD) else {
         return;
     };
+    if scenario == "heartbeat" {
+        // The monitor watches the watchdog; a watchdog that stops making passes (here: stopped)
+        // is taken as stuck, and the process is ended.
+        let dog = oxccl::watchdog::Watchdog::global();
+        oxccl::watchdog::HeartbeatMonitor::start(Duration::from_millis(300));
+        dog.stop(Duration::from_secs(1));
+        std::thread::sleep(Duration::from_secs(10));
+        println!("RESULT still alive");
+        return;
+    }
     if let Err(e) = init_process_group(Scenario(scenario)) {
         println!("CHILD ERROR {e}");
         std::process::exit(3);
@@ -243,4 +253,25 @@ fn case_30_timeout_dump() {
 
 fn remove(dir: &Path) {
     let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn heartbeat_monitor_ends_a_process_whose_watchdog_is_stuck() {
+    use std::os::unix::process::ExitStatusExt;
+    let began = Instant::now();
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "child", "--nocapture", "--test-threads=1"])
+        .env(CHILD, "heartbeat")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.signal(), Some(libc::SIGABRT), "{stdout}{stderr}");
+    assert!(!stdout.contains("still alive"));
+    assert!(stderr.contains("made no pass"), "{stderr}");
+    assert!(
+        began.elapsed() < Duration::from_secs(8),
+        "took {:?}",
+        began.elapsed()
+    );
 }

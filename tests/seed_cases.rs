@@ -249,3 +249,32 @@ fn coalescing_edge_cases() {
     run(2, collectives::coalescing_edge_cases);
     run(3, collectives::coalescing_edge_cases);
 }
+
+#[test]
+fn shutdown_aborts_communicators_still_initializing() {
+    // Rank 0's nonblocking init never finishes (its polls say InProgress for ever).
+    let backend = MockBackend::with_options(
+        oxccl::FeatureSet::for_version(oxccl::mock::DEFAULT_VERSION),
+        oxccl::mock::FaultPlan::new().init_in_progress(0, u32::MAX),
+        u32::MAX,
+        oxccl::mock::DEFAULT_INIT_TIMEOUT,
+    );
+    let store: Arc<dyn Store> = Arc::new(MemStore::new());
+    let pg = ProcessGroup::new(
+        backend,
+        store,
+        0,
+        1,
+        PgOptions {
+            bound_device: Some(oxccl::Device(0)),
+            config: oxccl::CommConfig::new().blocking(false),
+            ..pg_cases::lazy(0)
+        },
+    )
+    .unwrap();
+    assert_eq!(pg.comm_state(), Some(oxccl::CommState::Initializing));
+    let began = std::time::Instant::now();
+    oxccl::pg::shutdown(&[&pg], std::time::Duration::from_secs(2));
+    assert!(began.elapsed() < std::time::Duration::from_secs(3));
+    assert_eq!(pg.comm_state(), Some(oxccl::CommState::Aborted));
+}

@@ -30,7 +30,7 @@ impl HeartbeatMonitor {
             let spawned = std::thread::Builder::new()
                 .name("oxccl-heartbeat".into())
                 .spawn(move || {
-                    let dog = Watchdog::global();
+                    let dog = Watchdog::instance();
                     while !me.stop.load(Ordering::Acquire) {
                         std::thread::sleep(every);
                         if heartbeat_stuck(dog.heartbeat_ns(), now_ns(), limit_ms) {

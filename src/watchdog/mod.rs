@@ -71,10 +71,18 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Watchdog {
-    /// The process's watchdog, its thread started on first use.
+    /// The process's watchdog, its thread started on first use (and again after a stop).
     pub fn global() -> &'static Arc<Watchdog> {
+        let dog = Watchdog::instance();
+        dog.ensure_running(dog);
+        dog
+    }
+
+    /// The process's watchdog as it is: its thread is not started by asking (the heartbeat
+    /// monitor watches it without reviving a stopped one).
+    pub fn instance() -> &'static Arc<Watchdog> {
         static GLOBAL: OnceLock<Arc<Watchdog>> = OnceLock::new();
-        let dog = GLOBAL.get_or_init(|| {
+        GLOBAL.get_or_init(|| {
             Arc::new(Watchdog {
                 queue: Mutex::new(Vec::new()),
                 cv: Condvar::new(),
@@ -86,9 +94,7 @@ impl Watchdog {
                 end_process: Mutex::new(abort_process),
                 dumps: Mutex::new(Vec::new()),
             })
-        });
-        dog.ensure_running(dog);
-        dog
+        })
     }
 
     /// Starts the thread unless it runs (after a [`Watchdog::stop`], the next use restarts it).
