@@ -223,10 +223,20 @@ impl CommShared {
     }
 
     /// Fails `rank` with `err` (see [`CommShared::set_error`]) and tells its peers.
+    ///
+    /// The peers are told first: once the error is recorded the rank's caller can see it and
+    /// free the buffers of its ops still queued, and no peer may run a collective with them
+    /// after that (`coll_post` computes only while every rank is alive, under the hub lock
+    /// that `mark_dead` takes, so a computation in progress finishes first).
     pub(crate) fn fail(&self, rank: u32, err: Error) {
-        if let Some(why) = self.set_error(rank, err) {
-            self.mark_dead(rank, why);
+        let first = {
+            let life = lock(&self.rank(rank).life);
+            !life.cycle.state().is_dead() && life.error.is_none()
+        };
+        if first {
+            self.mark_dead(rank, text!("failed: {err}"));
         }
+        self.set_error(rank, err);
     }
 
     /// Aborts `rank`: idempotent; wakes whatever waits on it.
