@@ -85,6 +85,11 @@ pub(crate) unsafe fn run(arr: &[OpDesc], size: u32) -> Result<()> {
     let owned: Vec<Vec<u8>>;
     let mut outs: Vec<Option<&[u8]>> = vec![None; n];
     match first.kind {
+        OpKind::AllReduce if crate::fused::applies(arr, es) => {
+            // SAFETY: as for `run`; `applies` holds.
+            let f = unsafe { factors(arr, es) }?;
+            return unsafe { crate::fused::all_reduce(arr, red_of(first.op), &f, size) };
+        }
         OpKind::AllReduce | OpKind::Reduce | OpKind::ReduceScatter | OpKind::ReduceScatterV => {
             // SAFETY: each rank's validated `send` span; no buffer is written before the
             // views end with this statement (the outputs are written below, after the match).

@@ -40,6 +40,7 @@ mod comm;
 mod exec;
 mod fault;
 pub mod fp8;
+mod fused;
 mod group;
 mod job;
 mod memory;
