@@ -98,6 +98,8 @@ impl WithProcessGroup for Scenario {
                         "exit1" => std::process::exit(1),
                         // SAFETY: signals this process; the default actions end it.
                         "sigterm" => unsafe { libc::kill(libc::getpid(), libc::SIGTERM) },
+                        // SAFETY: as above; the parent kills it once the others are done.
+                        "sigstop" => unsafe { libc::kill(libc::getpid(), libc::SIGSTOP) },
                         // SAFETY: as above.
                         _ => unsafe { libc::kill(libc::getpid(), libc::SIGKILL) },
                     };
@@ -139,7 +141,7 @@ struct Ran {
     out: String,
 }
 
-fn spawn(rank: u32, n: u32, port: u16, scenario: &str) -> Child {
+fn spawn(rank: u32, n: u32, port: u16, scenario: &str, timeout_ms: u64) -> Child {
     let mut cmd = Command::new(std::env::current_exe().unwrap());
     cmd.args(["--exact", "child", "--nocapture", "--test-threads=1"])
         .env(CHILD, scenario)
@@ -150,7 +152,7 @@ fn spawn(rank: u32, n: u32, port: u16, scenario: &str) -> Child {
         .env("MASTER_ADDR", "127.0.0.1")
         .env("MASTER_PORT", port.to_string())
         .env("OXCCL_BACKEND", "mock")
-        .env("OXCCL_TIMEOUT_MS", PG_TIMEOUT_MS.to_string())
+        .env("OXCCL_TIMEOUT_MS", timeout_ms.to_string())
         .env("OXCCL_ASYNC_ERROR_HANDLING", "0")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -168,10 +170,18 @@ fn spawn(rank: u32, n: u32, port: u16, scenario: &str) -> Child {
 
 /// Runs `n` ranks of `scenario`; kills them all past [`DEADLINE`] (and fails).
 fn run(n: u32, scenario: &str) -> Vec<Ran> {
+    run_with(n, scenario, PG_TIMEOUT_MS, None)
+}
+
+/// [`run`] with the group timeout `timeout_ms`, killing rank `reap` once all others exited
+/// (a rank that stopped answering).
+fn run_with(n: u32, scenario: &str, timeout_ms: u64, reap: Option<u32>) -> Vec<Ran> {
     use std::os::unix::process::ExitStatusExt;
     let shm_before = shm_entries();
     let port = free_port();
-    let mut kids: Vec<Child> = (0..n).map(|r| spawn(r, n, port, scenario)).collect();
+    let mut kids: Vec<Child> = (0..n)
+        .map(|r| spawn(r, n, port, scenario, timeout_ms))
+        .collect();
     let pids: Vec<u32> = kids.iter().map(Child::id).collect();
     let start = Instant::now();
     while kids.iter_mut().any(|k| k.try_wait().unwrap().is_none()) {
@@ -180,6 +190,15 @@ fn run(n: u32, scenario: &str) -> Vec<Ran> {
                 let _ = k.kill();
             }
             panic!("{scenario} on {n} processes hung past {DEADLINE:?}");
+        }
+        if let Some(r) = reap {
+            let others_done = kids
+                .iter_mut()
+                .enumerate()
+                .all(|(i, k)| i as u32 == r || k.try_wait().unwrap().is_some());
+            if others_done {
+                let _ = kids[r as usize].kill();
+            }
         }
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -405,4 +424,28 @@ fn ddp_step_under_torchrun_prints_what_the_threads_print() {
     let (t, p) = (rank_lines(&threads.stdout), rank_lines(&procs.stdout));
     assert_eq!(t.len(), 4, "{t:?}");
     assert_eq!(p, t);
+}
+
+/// A rank that stops answering (SIGSTOP: alive, connection open) is seen through the group's
+/// timeout: every survivor's wait ends with `Timeout`, within the timeout and some slack.
+#[test]
+fn a_rank_that_stops_answering_gives_survivors_timeout() {
+    let timeout_ms = 3_000;
+    let ran = run_with(3, "kill:sigstop:2", timeout_ms, Some(2));
+    for r in ran.iter().filter(|r| r.rank != 2) {
+        assert_eq!(r.code, Some(0), "survivor {}:\n{}", r.rank, r.out);
+        assert_eq!(
+            field(&r.out, "err"),
+            Some("Timeout"),
+            "survivor {}:\n{}",
+            r.rank,
+            r.out
+        );
+        let ms: u64 = field(&r.out, "ms").unwrap().parse().unwrap();
+        assert!(
+            (timeout_ms..timeout_ms + 3_000).contains(&ms),
+            "survivor {} waited {ms} ms",
+            r.rank
+        );
+    }
 }
