@@ -15,6 +15,10 @@
 //! * Abort works from any thread and wakes whatever waits on the rank; peers get
 //!   [`oxccl_core::Error::Remote`]. A [`FaultPlan`] injects failures, hangs, lost ranks, delays
 //!   and slow inits.
+//! * Across processes: [`MockBackend::across_processes`] makes ids that ranks in other processes
+//!   of this machine join (`init_rank` in each, e.g. through a process group and a TCP store):
+//!   rank 0's process hosts the communicator, the others reach it over a Unix socket with data
+//!   in shared memory; same semantics, and a dead process is seen at once (see [`procs`]).
 //!
 //! Arithmetic rules (wrapping integers, rounding of half and fp8 types, Avg, PreMulSum) are in
 //! the `arith` module's documentation and are repeated here: ranks are combined in rank order;
