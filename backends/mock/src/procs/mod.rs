@@ -4,7 +4,7 @@
 //!
 //! # How
 //! The process whose backend made the id (rank 0's, under a process group) is the **host**: it
-//! holds the one real communicator state ([`CommShared`](crate::shared::CommShared)) where
+//! holds the one real communicator state (the mock's `CommShared`) where
 //! every rank's operations meet, and a **proxy** per rank of another process. Each other
 //! process holds a *mirror*: a local `CommShared` for its own rank's life (lifecycle, checks,
 //! fault numbering, registrations, nonblocking polls, group queues are the unchanged mock
