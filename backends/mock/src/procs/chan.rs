@@ -102,6 +102,18 @@ impl Tx {
 
     /// Sends `msg`, with `fd` attached to its first byte. A peer that is gone is an error.
     pub(crate) fn send(&self, msg: &Msg, fd: Option<RawFd>) -> Result<()> {
+        self.send_flags(msg, fd, 0)
+    }
+
+    /// Sends `msg` only if the socket takes it at once (a notice sent from `Drop` or abort,
+    /// which must never wait for a peer that stopped reading); dropped otherwise. Only used
+    /// when the rank is leaving, so a frame cut short by a full socket costs nothing more (the
+    /// host reads a malformed frame or the end, and marks the rank dead either way).
+    pub(crate) fn send_now(&self, msg: &Msg) {
+        let _ = self.send_flags(msg, None, libc::MSG_DONTWAIT);
+    }
+
+    fn send_flags(&self, msg: &Msg, fd: Option<RawFd>, flags: libc::c_int) -> Result<()> {
         let frame = msg.encode();
         let sock = crate::sync::lock(&self.sock);
         let mut off = 0;
@@ -134,7 +146,7 @@ impl Tx {
             }
             // SAFETY: `hdr` describes valid buffers; MSG_NOSIGNAL: a closed peer is an
             // error, never SIGPIPE.
-            let n = unsafe { libc::sendmsg(sock.as_raw_fd(), &hdr, libc::MSG_NOSIGNAL) };
+            let n = unsafe { libc::sendmsg(sock.as_raw_fd(), &hdr, libc::MSG_NOSIGNAL | flags) };
             if n < 0 {
                 if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
                     continue;

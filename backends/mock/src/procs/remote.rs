@@ -132,12 +132,9 @@ impl Link {
     /// Tells the host (once) that this rank is gone, so its peers stop waiting for it.
     pub(crate) fn tell_dead(&self, why: &str) {
         if !self.dead_sent.swap(true, Ordering::AcqRel) {
-            let _ = self.tx.send(
-                &Msg::Dead {
-                    why: why.to_string(),
-                },
-                None,
-            );
+            self.tx.send_now(&Msg::Dead {
+                why: why.to_string(),
+            });
         }
     }
 
@@ -445,7 +442,7 @@ fn finish(p: Posted) {
         None => {
             // Aborted while the host still runs the batch: the segment is not reused (the host
             // may write it yet); the jobs end with the rank's own error.
-            let _ = link.tx.send(&Msg::Forget { seg: seg.0 }, None);
+            link.tx.send_now(&Msg::Forget { seg: seg.0 });
             drop(seg);
             for j in jobs {
                 j.comm.job_done(j.rank);
