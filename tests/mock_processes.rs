@@ -122,11 +122,55 @@ impl WithProcessGroup for Scenario {
     }
 }
 
+/// A fault of the plan on rank 1's second op, planned in every process (each process's plan
+/// applies to its own ranks), through a backend built here rather than chosen.
+fn fault_child(kind: &str) -> Result<()> {
+    use oxccl::core::{FeatureSet, ResultCode};
+    use oxccl::mock::{FaultPlan, MockBackend, DEFAULT_INIT_TIMEOUT, DEFAULT_VERSION};
+    let plan = match kind {
+        "fail" => FaultPlan::new().fail_op(1, 1, ResultCode::INTERNAL_ERROR),
+        "lose" => FaultPlan::new().lose_rank(1, 1),
+        _ => FaultPlan::new().delay_op(1, 1, Duration::from_millis(500)),
+    };
+    let backend = MockBackend::with_options(
+        FeatureSet::for_version(DEFAULT_VERSION),
+        plan,
+        1,
+        DEFAULT_INIT_TIMEOUT,
+    )
+    .across_processes();
+    let boot = oxccl::launch::Bootstrap::from_env()?;
+    let opts = oxccl::pg::PgOptions::from_env(None)?;
+    let pg = ProcessGroup::new(backend, boot.store, boot.rank, boot.world_size, opts)?;
+    let me = pg.global_rank();
+    let mut b = pg.upload(&[1.0f32; 256])?;
+    pg.all_reduce(&mut b, ReduceOp::Sum)?.wait()?;
+    let start = Instant::now();
+    let r = pg.all_reduce(&mut b, ReduceOp::Sum).and_then(|w| w.wait());
+    let ms = start.elapsed().as_millis();
+    let sum = pg.download(&b).ok().and_then(|v| v.first().copied());
+    println!(
+        "RESULT rank={me} err={} ms={ms} first={sum:?}",
+        r.as_ref().err().map_or("none", variant)
+    );
+    if let Err(e) = r {
+        println!("DETAIL rank={me} {e}");
+    }
+    finish(&pg, None)
+}
+
 #[test]
 fn child() {
     let Ok(scenario) = std::env::var(CHILD) else {
         return;
     };
+    if let Some(kind) = scenario.strip_prefix("fault:") {
+        if let Err(e) = fault_child(kind) {
+            println!("CHILD ERROR {e}");
+            std::process::exit(3);
+        }
+        return;
+    }
     if let Err(e) = init_process_group(Scenario(scenario)) {
         println!("CHILD ERROR {e}");
         std::process::exit(3);
@@ -445,6 +489,48 @@ fn a_rank_that_stops_answering_gives_survivors_timeout() {
         assert!(
             (timeout_ms..timeout_ms + 3_000).contains(&ms),
             "survivor {} waited {ms} ms",
+            r.rank
+        );
+    }
+}
+
+/// The fault plan across processes: a planned failure or loss of rank 1 fails it with
+/// `Backend` and its peers with `Remote`; a planned delay only delays.
+#[test]
+fn the_fault_plan_applies_across_processes() {
+    for kind in ["fail", "lose"] {
+        for r in run(3, &format!("fault:{kind}")) {
+            assert_eq!(r.code, Some(0), "rank {} ({kind}):\n{}", r.rank, r.out);
+            let want = if r.rank == 1 { "Backend" } else { "Remote" };
+            assert_eq!(
+                field(&r.out, "err"),
+                Some(want),
+                "rank {} ({kind}):\n{}",
+                r.rank,
+                r.out
+            );
+        }
+    }
+    for r in run(3, "fault:delay") {
+        assert_eq!(r.code, Some(0), "rank {} (delay):\n{}", r.rank, r.out);
+        assert_eq!(
+            field(&r.out, "err"),
+            Some("none"),
+            "rank {}:\n{}",
+            r.rank,
+            r.out
+        );
+        assert_eq!(
+            field(&r.out, "first"),
+            Some("Some(9.0)"),
+            "rank {}:\n{}",
+            r.rank,
+            r.out
+        );
+        let ms: u64 = field(&r.out, "ms").unwrap().parse().unwrap();
+        assert!(
+            ms >= 450,
+            "rank {} waited only {ms} ms for a 500 ms delay",
             r.rank
         );
     }
