@@ -72,6 +72,17 @@ impl WithProcessGroup for Scenario {
                 println!("RESULT rank={me} checked={n}");
                 finish(&pg, None)
             }
+            ["subgroups"] => {
+                // Blocks of 2: {0, 1} and {2, 3}; each all_reduces its members' ranks.
+                let (mine, _all) = pg.new_subgroups(2)?;
+                let mut b = mine.upload(&[me as f32; 8])?;
+                mine.all_reduce(&mut b, ReduceOp::Sum)?.wait()?;
+                let got = mine.download(&b)?;
+                let base = me / 2 * 2;
+                assert_eq!(got, vec![(2 * base + 1) as f32; 8], "subgroup of rank {me}");
+                println!("RESULT rank={me} sub={}", got[0]);
+                finish(&pg, None)
+            }
             ["mismatch"] => {
                 let len = if me == 1 { 6 } else { 4 };
                 let mut b = pg.upload(&vec![1.0f32; len])?;
@@ -532,6 +543,23 @@ fn the_fault_plan_applies_across_processes() {
             ms >= 450,
             "rank {} waited only {ms} ms for a 500 ms delay",
             r.rank
+        );
+    }
+}
+
+/// Subgroups across processes: made through the store (the backend for processes offers no
+/// split), each reduces its own members only.
+#[test]
+fn subgroups_across_processes_reduce_their_members() {
+    for r in run(4, "subgroups") {
+        assert_eq!(r.code, Some(0), "rank {}:\n{}", r.rank, r.out);
+        let want = if r.rank < 2 { "1" } else { "5" };
+        assert_eq!(
+            field(&r.out, "sub"),
+            Some(want),
+            "rank {}:\n{}",
+            r.rank,
+            r.out
         );
     }
 }

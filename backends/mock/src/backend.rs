@@ -101,12 +101,23 @@ impl MockBackend {
         MockBackend::new().across_processes()
     }
 
-    /// From now on, [`Backend::unique_id`] on this backend (and its clones) makes ids that
+    /// This backend's settings in a new backend whose [`Backend::unique_id`] makes ids that
     /// ranks in other processes of this machine can join: this process hosts the communicator
     /// (see [`crate::procs`]). `init_rank` accepts both kinds of id on any backend.
+    ///
+    /// Split is hidden from its features (`Feature::Split` missing): a communicator spanning
+    /// processes cannot split yet, and this way a process group makes its subgroups through
+    /// the store instead, every rank deciding alike.
     pub fn across_processes(self) -> MockBackend {
-        self.inner.processes.store(true, Ordering::Release);
-        self
+        let i = &self.inner;
+        let b = MockBackend::with_options(
+            i.features.without(Feature::Split),
+            i.plan.clone(),
+            i.nb_polls,
+            i.init_timeout,
+        );
+        b.inner.processes.store(true, Ordering::Release);
+        b
     }
 
     /// Whether this backend's ids span processes.

@@ -43,7 +43,9 @@
 //! tells the host at once (peers get `Remote`) and wakes the rank's own waits.
 //!
 //! # Limits
-//! `split` of a communicator spanning processes fails on the calling rank with
+//! `split` of a communicator spanning processes is not implemented: a backend made by
+//! `across_processes` hides `Feature::Split` (so a process group makes subgroups through the
+//! store, each with its own host), and a split called anyway fails on the calling rank with
 //! `Error::Backend` (invalid usage) and marks the rank dead, so its peers get `Remote` instead
 //! of hanging. A nonblocking init across processes returns after all ranks joined, then polls
 //! `InProgress` as configured. One group mixing in-process and cross-process communicators
