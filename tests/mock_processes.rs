@@ -198,6 +198,22 @@ struct Ran {
 
 fn spawn(rank: u32, n: u32, port: u16, scenario: &str, timeout_ms: u64) -> Child {
     let mut cmd = Command::new(std::env::current_exe().unwrap());
+    // `nb:<scenario>`: the scenario with nonblocking communicators.
+    if let Some(rest) = scenario.strip_prefix("nb:") {
+        cmd.env("OXCCL_NONBLOCKING", "1");
+        return spawn_cmd(cmd, rank, n, port, rest, timeout_ms);
+    }
+    spawn_cmd(cmd, rank, n, port, scenario, timeout_ms)
+}
+
+fn spawn_cmd(
+    mut cmd: Command,
+    rank: u32,
+    n: u32,
+    port: u16,
+    scenario: &str,
+    timeout_ms: u64,
+) -> Child {
     cmd.args(["--exact", "child", "--nocapture", "--test-threads=1"])
         .env(CHILD, scenario)
         .env("RANK", rank.to_string())
@@ -561,5 +577,15 @@ fn subgroups_across_processes_reduce_their_members() {
             r.rank,
             r.out
         );
+    }
+}
+
+/// Nonblocking communicators across processes (`OXCCL_NONBLOCKING=1`): every op still right.
+#[test]
+fn every_op_with_nonblocking_communicators_on_three_processes() {
+    for r in run(3, "nb:ops") {
+        assert_eq!(r.code, Some(0), "rank {}:\n{}", r.rank, r.out);
+        let checked: usize = field(&r.out, "checked").unwrap().parse().unwrap();
+        assert!(checked >= 4 * 12, "rank {} checked {checked}", r.rank);
     }
 }
