@@ -10,7 +10,10 @@
 //!
 //! A hostile or broken client can only lose its own connection: lengths are bounded before
 //! anything is allocated (see [`super::wire`]), a bad query closes the connection, a client
-//! that stops reading times out on write, and nothing here panics on input.
+//! that stops reading times out on write, and nothing here panics on input. What the server
+//! holds is bounded by its [`ServerLimits`] (connections, bytes read ahead, stored bytes,
+//! awaited keys: see [`super::limits`] for the bound), and [`TcpServer::stats`] shows it. With
+//! a token ([`ServerOptions::token`]) a client must present it right after `VALIDATE`.
 
 use super::limits::{ServerLimits, ServerOptions, ServerStats};
 use super::state::{State, Writer};

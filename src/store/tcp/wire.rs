@@ -42,7 +42,7 @@
 //! both see one key space.
 //!
 //! This module only encodes and decodes: [`decode_request`] parses a query out of a buffer
-//! (saying when it needs more bytes, refusing lengths over [`Limits`] before any allocation),
+//! (saying when it needs more bytes, refusing lengths over [`MAX_KEY_LEN`], [`MAX_VALUE_LEN`] and [`MAX_KEY_COUNT`] before any allocation),
 //! the `put_*` functions build replies and queries, and the `read_*` functions read replies
 //! from any [`Read`], allocating only as bytes actually arrive.
 
