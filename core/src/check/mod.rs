@@ -135,6 +135,14 @@ pub fn reduce_op(ctx: &CheckCtx<'_>, dtype: DataType, op: &ReduceOp) -> Result<(
             format_args!("an operator that applies to {dtype}: {op} does not (premul-sum takes float16, bfloat16, float32, float64)"),
         ));
     }
+    if matches!(op, ReduceOp::Avg) && dtype.is_fp8() && ctx.size == 1 {
+        // NCCL's single-rank path has no fp8 average and answers ncclInvalidArgument (seen on
+        // 2.28 with one GPU): refused here, named, before the library is called.
+        return Err(Error::invalid(
+            "op",
+            format_args!("sum, prod, min or max on {dtype} in a 1-rank communicator (NCCL has no single-rank fp8 avg)"),
+        ));
+    }
     match op {
         ReduceOp::PreMulSum(Scalar::Host(s)) if s.dtype() != dtype => Err(Error::invalid(
             "scalar",

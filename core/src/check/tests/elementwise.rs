@@ -90,3 +90,19 @@ fn reduce_recv_on_and_off_the_root() {
         "send",
     );
 }
+
+#[test]
+fn one_rank_has_no_fp8_avg() {
+    let f = fs();
+    for dt in [DataType::Float8E4M3, DataType::Float8E5M2] {
+        let e = reduce_op(&ctx(0, 1, &f), dt, &ReduceOp::Avg).unwrap_err();
+        assert!(
+            matches!(e, Error::InvalidArgument { arg: "op", .. }),
+            "{e:?}"
+        );
+        // Two ranks average fp8; one rank sums it.
+        assert!(reduce_op(&ctx(0, 2, &f), dt, &ReduceOp::Avg).is_ok());
+        assert!(reduce_op(&ctx(0, 1, &f), dt, &ReduceOp::Sum).is_ok());
+    }
+    assert!(reduce_op(&ctx(0, 1, &f), DataType::Float16, &ReduceOp::Avg).is_ok());
+}

@@ -576,6 +576,9 @@ impl<T: Elem> Layer for NcclLayer<T> {
         };
         // SAFETY: `s` and `r` address this layer's live buffers, at least `sn`/`rn` elements.
         unsafe { cudarc::driver::result::memcpy_htod_sync(s as u64, &input).map_err(cuda)? };
+        // A synchronous copy from pageable memory may return before its DMA lands, and the
+        // communicator's stream does not wait for the default stream: wait for the context.
+        cudarc::driver::result::ctx::synchronize().map_err(cuda)?;
         self.once()?;
         self.comm.borrow().synchronize()?;
         let mut got = vec![T::of(0.0); rn];
