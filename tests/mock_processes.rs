@@ -5,6 +5,8 @@
 //! A child is this binary run with `--exact child --nocapture` and `OXCCL_MP_CHILD` naming
 //! its scenario; without that variable the `child` test does nothing.
 
+#[path = "mock_processes/faults.rs"]
+mod faults;
 #[path = "mock_processes/ops.rs"]
 mod ops;
 
@@ -105,6 +107,12 @@ impl WithProcessGroup for Scenario {
                     std::thread::sleep(Duration::from_millis(400));
                     println!("VICTIM rank={me} {how}");
                     match *how {
+                        "abort" => {
+                            // Alive and connected: peers learn of the abort, not of an exit.
+                            pg.abort("aborted by the test");
+                            std::thread::sleep(Duration::from_secs(2));
+                            return Ok(());
+                        }
                         "exit0" => std::process::exit(0),
                         "exit1" => std::process::exit(1),
                         // SAFETY: signals this process; the default actions end it.
@@ -133,50 +141,13 @@ impl WithProcessGroup for Scenario {
     }
 }
 
-/// A fault of the plan on rank 1's second op, planned in every process (each process's plan
-/// applies to its own ranks), through a backend built here rather than chosen.
-fn fault_child(kind: &str) -> Result<()> {
-    use oxccl::core::{FeatureSet, ResultCode};
-    use oxccl::mock::{FaultPlan, MockBackend, DEFAULT_INIT_TIMEOUT, DEFAULT_VERSION};
-    let plan = match kind {
-        "fail" => FaultPlan::new().fail_op(1, 1, ResultCode::INTERNAL_ERROR),
-        "lose" => FaultPlan::new().lose_rank(1, 1),
-        _ => FaultPlan::new().delay_op(1, 1, Duration::from_millis(500)),
-    };
-    let backend = MockBackend::with_options(
-        FeatureSet::for_version(DEFAULT_VERSION),
-        plan,
-        1,
-        DEFAULT_INIT_TIMEOUT,
-    )
-    .across_processes();
-    let boot = oxccl::launch::Bootstrap::from_env()?;
-    let opts = oxccl::pg::PgOptions::from_env(None)?;
-    let pg = ProcessGroup::new(backend, boot.store, boot.rank, boot.world_size, opts)?;
-    let me = pg.global_rank();
-    let mut b = pg.upload(&[1.0f32; 256])?;
-    pg.all_reduce(&mut b, ReduceOp::Sum)?.wait()?;
-    let start = Instant::now();
-    let r = pg.all_reduce(&mut b, ReduceOp::Sum).and_then(|w| w.wait());
-    let ms = start.elapsed().as_millis();
-    let sum = pg.download(&b).ok().and_then(|v| v.first().copied());
-    println!(
-        "RESULT rank={me} err={} ms={ms} first={sum:?}",
-        r.as_ref().err().map_or("none", variant)
-    );
-    if let Err(e) = r {
-        println!("DETAIL rank={me} {e}");
-    }
-    finish(&pg, None)
-}
-
 #[test]
 fn child() {
     let Ok(scenario) = std::env::var(CHILD) else {
         return;
     };
     if let Some(kind) = scenario.strip_prefix("fault:") {
-        if let Err(e) = fault_child(kind) {
+        if let Err(e) = faults::fault_child(kind) {
             println!("CHILD ERROR {e}");
             std::process::exit(3);
         }
@@ -367,12 +338,12 @@ fn a_mismatch_across_processes_fails_every_rank() {
 }
 
 /// A rank dies mid-collective; every survivor's wait ends with `Remote` well within its timeout.
-fn killed(n: u32, how: &str, victim: u32) {
+fn killed(n: u32, how: &str, victim: u32) -> Vec<Ran> {
     let ran = run(n, &format!("kill:{how}:{victim}"));
     for r in &ran {
         if r.rank == victim {
             let (code, sig) = match how {
-                "exit0" => (Some(0), None),
+                "exit0" | "abort" => (Some(0), None),
                 "exit1" => (Some(1), None),
                 "sigterm" => (None, Some(libc::SIGTERM)),
                 _ => (None, Some(libc::SIGKILL)),
@@ -395,6 +366,7 @@ fn killed(n: u32, how: &str, victim: u32) {
             r.rank
         );
     }
+    ran
 }
 
 #[test]
@@ -587,5 +559,24 @@ fn every_op_with_nonblocking_communicators_on_three_processes() {
         assert_eq!(r.code, Some(0), "rank {}:\n{}", r.rank, r.out);
         let checked: usize = field(&r.out, "checked").unwrap().parse().unwrap();
         assert!(checked >= 4 * 12, "rank {} checked {checked}", r.rank);
+    }
+}
+
+/// A rank aborted (its process alive): survivors get `Remote` at once, not at its exit.
+#[test]
+fn a_rank_aborted_gives_survivors_remote_before_it_exits() {
+    for r in killed(3, "abort", 1).iter().filter(|r| r.rank != 1) {
+        let ms: u64 = field(&r.out, "ms").unwrap().parse().unwrap();
+        assert!(
+            ms < 1_500,
+            "survivor {} waited {ms} ms: the abort was not seen",
+            r.rank
+        );
+        assert!(
+            r.out.contains("aborted by the test"),
+            "survivor {}:\n{}",
+            r.rank,
+            r.out
+        );
     }
 }
