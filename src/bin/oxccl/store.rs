@@ -13,9 +13,11 @@ pub struct StoreArgs {
     /// The port to listen on (0 picks a free one, printed on stdout).
     #[arg(long)]
     port: u16,
-    /// The interface to listen on: every one by default, as PyTorch's server listens, so
-    /// ranks on other machines reach it through MASTER_ADDR.
-    #[arg(long, default_value = "0.0.0.0")]
+    /// The interface to listen on: loopback by default (nothing is exposed unless asked);
+    /// `--host 0.0.0.0` listens on every one, as PyTorch's server does, so ranks on other
+    /// machines reach it through MASTER_ADDR. Set OXCCL_STORE_TOKEN to refuse clients
+    /// without that token.
+    #[arg(long, default_value = "127.0.0.1")]
     host: String,
 }
 
