@@ -1,5 +1,5 @@
 //! The flight recorder: a ring of the last operations of every process group, with their sizes,
-//! states and times, dumped when something hangs (PyTorch's trace buffer, format "2.2").
+//! states and times, dumped when something hangs (PyTorch's trace buffer, dump format "2.10").
 //!
 //! Its capacity is chosen at run time (0 turns it off); when full, the oldest entry is
 //! overwritten. Ids are handed out from 0 in record order, so an id tells whether its entry is
@@ -13,7 +13,7 @@ use alloc::vec::Vec;
 use core::fmt;
 
 /// The version of the dump format these entries describe.
-pub const TRACE_FORMAT_VERSION: &str = "2.2";
+pub const TRACE_FORMAT_VERSION: &str = "2.10";
 
 /// What the events of an entry's work showed last. Ordered: a state only moves forward.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -538,6 +538,6 @@ mod tests {
         r.add_pg(pg(0, "test_purpose"));
         let descs: Vec<&str> = r.pg_configs().iter().map(|p| p.desc.as_str()).collect();
         assert_eq!(descs, vec!["test_purpose", "undefined"]);
-        assert_eq!(TRACE_FORMAT_VERSION, "2.2");
+        assert_eq!(TRACE_FORMAT_VERSION, "2.10");
     }
 }

@@ -16,10 +16,10 @@ use oxccl_core::DataType;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
-/// The dump format written: PyTorch's current one. Its field set is a superset of the older
-/// versions'; the analyzer picks its matching rules by this number (from 2.7 it matches
-/// coalesced collectives, not only coalesced p2p).
-pub const DUMP_FORMAT_VERSION: &str = "2.10";
+/// The dump format written: PyTorch's current one (the core's `TRACE_FORMAT_VERSION`). Its
+/// field set is a superset of the older versions'; the analyzer picks its matching rules by
+/// this number (from 2.7 it matches coalesced collectives, not only coalesced p2p).
+pub const DUMP_FORMAT_VERSION: &str = oxccl_core::trace::TRACE_FORMAT_VERSION;
 
 /// The prefix of the pickled dumps' names (`trace_<rank>`).
 pub const PICKLE_PREFIX: &str = "trace_";
