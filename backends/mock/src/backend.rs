@@ -126,11 +126,15 @@ impl MockBackend {
     }
 
     /// How long an init waits for the other ranks.
+    // Used by the transport across processes (Linux only).
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     pub(crate) fn init_limit(&self) -> Duration {
         self.inner.init_timeout
     }
 
     /// Whether some but not all ranks joined `id` here.
+    // Used by the transport across processes (Linux only).
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     pub(crate) fn is_joining(&self, id: &UniqueId) -> bool {
         lock(&self.inner.joining).contains_key(&id.0)
     }

@@ -122,6 +122,8 @@ impl MockComm {
     }
 
     /// The communicator state this handle is bound to now (the host's proxies reach it).
+    // Used by the transport across processes (Linux only).
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     pub(crate) fn shared(&self) -> &Arc<CommShared> {
         self.b.sh()
     }

@@ -43,6 +43,8 @@
 //! tells the host at once (peers get `Remote`) and wakes the rank's own waits.
 //!
 //! # Limits
+//! Linux only (abstract sockets, memfd): elsewhere an id spanning processes is refused with
+//! `Error::InvalidArgument` on `backend`, and the in-process mock is unchanged.
 //! `split` of a communicator spanning processes is not implemented: a backend made by
 //! `across_processes` hides `Feature::Split` (so a process group makes subgroups through the
 //! store, each with its own host), and a split called anyway fails on the calling rank with
@@ -51,9 +53,17 @@
 //! `InProgress` as configured. One group mixing in-process and cross-process communicators
 //! runs the cross-process share first.
 
+#[cfg(target_os = "linux")]
 pub(crate) mod chan;
+#[cfg(target_os = "linux")]
 pub(crate) mod host;
+#[cfg(target_os = "linux")]
 pub(crate) mod remote;
+#[cfg(not(target_os = "linux"))]
+mod unsupported;
+#[cfg(not(target_os = "linux"))]
+pub(crate) use unsupported::{host, remote};
+#[cfg(target_os = "linux")]
 pub(crate) mod wire;
 
 use oxccl_core::UniqueId;
@@ -92,6 +102,7 @@ impl ProcId {
     }
 
     /// The listener's abstract socket name.
+    #[cfg(target_os = "linux")]
     pub(crate) fn socket_name(&self) -> String {
         let hex: String = self.token.iter().map(|b| format!("{b:02x}")).collect();
         format!("oxccl-mock-{}-{hex}", self.pid)
@@ -99,6 +110,7 @@ impl ProcId {
 }
 
 /// 16 random bytes from the kernel (a clock mix if it refuses).
+#[cfg(target_os = "linux")]
 pub(crate) fn random_token() -> [u8; 16] {
     let mut t = [0u8; 16];
     // SAFETY: writes at most 16 bytes into `t`.
