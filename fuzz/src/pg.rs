@@ -1,6 +1,6 @@
-//! Differential: arbitrary programs of collectives, single or in coalescing blocks, run by the
-//! process group (`ProcessGroup<MockBackend>`, ranks as threads, a `MemStore`) on 1–8 ranks,
-//! against a host reference computed here. A step may be mismatched (one rank gives another
+//! Differential: arbitrary programs of collectives, single or in coalescing blocks, with
+//! subgroups split off on the way, run by the process group (`ProcessGroup<MockBackend>`,
+//! ranks as threads, a `MemStore`) on 1–8 ranks, against a host reference computed here. A step may be mismatched (one rank gives another
 //! count): then every rank must fail that step with `Error::Mismatch`, and nothing may hang
 //! (every wait is bounded; the harness gives up after a deadline and reports a hang).
 
@@ -33,6 +33,9 @@ struct Step {
     coalesced: bool,
     /// A rank that gives a count one larger for the step's first operation.
     mismatch: Option<u8>,
+    /// First split off a subgroup of the ranks whose bit is set (every rank calls
+    /// `new_group`), and all-reduce each member's rank + 1 in it.
+    split: Option<u8>,
 }
 
 #[derive(Debug, Arbitrary)]
@@ -90,7 +93,48 @@ fn run_rank(pg: &ProcessGroup<MockBackend>, steps: &[Step], r: u32) -> Vec<Seen>
     seen
 }
 
+/// The members of a split by `mask` among `n` ranks.
+fn members(mask: u8, n: u32) -> Vec<u32> {
+    (0..n).filter(|q| mask & (1 << q) != 0).collect()
+}
+
+/// The split phase of a step: `Ok(Some(sum))` for a member, `Ok(None)` otherwise.
+fn run_split(
+    pg: &ProcessGroup<MockBackend>,
+    mask: u8,
+    n: u32,
+    r: u32,
+) -> oxccl_core::Result<Option<f32>> {
+    let ranks = members(mask, n);
+    // The parent's communicator first, on every rank: a subgroup of a parent that has none yet
+    // waits at its first operation for the parent's non-members to join (they never do; see
+    // fuzz/README.md, "Open findings").
+    let mut p = pg.upload(&[1.0f32])?;
+    pg.all_reduce(&mut p, ReduceOp::Sum)?.wait_timeout(WAIT)?;
+    let sub = pg.new_group(&ranks, None)?;
+    if sub.rank().is_none() {
+        return Ok(None);
+    }
+    let mut b = pg.upload(&[r as f32 + 1.0])?;
+    sub.all_reduce(&mut b, ReduceOp::Sum)?.wait_timeout(WAIT)?;
+    Ok(pg.download(&b)?.first().copied())
+}
+
 fn run_step(pg: &ProcessGroup<MockBackend>, step: &Step, n: u32, r: u32, s: usize) -> Seen {
+    if let Some(mask) = step.split {
+        let got = run_split(pg, mask, n, r)?;
+        let ranks = members(mask, n);
+        if ranks.contains(&r) {
+            let want: f32 = ranks.iter().map(|&q| q as f32 + 1.0).sum();
+            assert_eq!(
+                got,
+                Some(want),
+                "rank {r}: the all-reduce in subgroup {ranks:?}"
+            );
+        } else {
+            assert_eq!(got, None, "rank {r} is no member of {ranks:?}");
+        }
+    }
     // Inputs and outputs of every operation, made first.
     let mut bufs = Vec::new();
     for (k, op) in step.ops.iter().enumerate() {
@@ -160,6 +204,10 @@ pub fn fuzz(data: &[u8]) {
         if n == 1 || st.ops.is_empty() {
             st.mismatch = None;
         }
+        // A subgroup of at least one rank.
+        if st.split.is_some_and(|m| members(m, n).is_empty()) {
+            st.split = None;
+        }
     }
     let steps = Arc::new(input.steps);
     let backend = MockBackend::new();
@@ -176,10 +224,20 @@ pub fn fuzz(data: &[u8]) {
                 watchdog: false,
                 ..PgOptions::default()
             };
-            let seen = match ProcessGroup::new(backend, store, r, n, opts) {
-                Ok(pg) => run_rank(&pg, &steps, r),
-                Err(e) => vec![Err(e)],
-            };
+            // A failed check inside a rank is reported, not mistaken for a hang.
+            let seen =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match ProcessGroup::new(
+                    backend, store, r, n, opts,
+                ) {
+                    Ok(pg) => run_rank(&pg, &steps, r),
+                    Err(e) => vec![Err(e)],
+                }))
+                .map_err(|p| {
+                    p.downcast_ref::<String>()
+                        .cloned()
+                        .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                        .unwrap_or_default()
+                });
             let _ = tx.send((r, seen));
         });
     }
@@ -189,7 +247,10 @@ pub fn fuzz(data: &[u8]) {
         let (r, seen) = rx
             .recv_timeout(DEADLINE)
             .unwrap_or_else(|_| panic!("a rank hung: {n} ranks, {steps:?}"));
-        all[r as usize] = Some(seen);
+        match seen {
+            Ok(seen) => all[r as usize] = Some(seen),
+            Err(why) => panic!("rank {r}: {why}"),
+        }
     }
     for (r, seen) in all.into_iter().enumerate() {
         let seen = seen.expect("every rank reported");
