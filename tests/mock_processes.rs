@@ -23,9 +23,23 @@ const PG_TIMEOUT_MS: u64 = 15_000;
 /// How long a test waits for its children before killing them (a hang fails, never blocks CI).
 const DEADLINE: Duration = Duration::from_secs(120);
 
+/// A free port below the kernel's ephemeral range (32768 on), so that no client connection of
+/// a concurrently running test takes it as its source port before rank 0 binds it.
 fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let seed = std::process::id()
+        ^ std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+    for _ in 0..1000 {
+        let k = NEXT.fetch_add(1, Ordering::Relaxed).wrapping_mul(7919) ^ seed;
+        let port = 20_000 + (k % 12_000) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port in 20000..32000");
 }
 
 fn variant(e: &Error) -> &'static str {
@@ -146,6 +160,7 @@ fn child() {
     let Ok(scenario) = std::env::var(CHILD) else {
         return;
     };
+    let _ = env_logger::try_init();
     if let Some(kind) = scenario.strip_prefix("fault:") {
         if let Err(e) = faults::fault_child(kind) {
             println!("CHILD ERROR {e}");
@@ -470,16 +485,16 @@ fn ddp_step_under_torchrun_prints_what_the_threads_print() {
 }
 
 /// A rank that stops answering (SIGSTOP: alive, connection open) is seen through the group's
-/// timeout: every survivor's wait ends with `Timeout`, within the timeout and some slack.
+/// timeout: every survivor's wait ends with `Timeout` (its own) or `Remote` (a peer that timed
+/// out first and aborted), never before the timeout and within some slack after it.
 #[test]
 fn a_rank_that_stops_answering_gives_survivors_timeout() {
     let timeout_ms = 3_000;
     let ran = run_with(3, "kill:sigstop:2", timeout_ms, Some(2));
     for r in ran.iter().filter(|r| r.rank != 2) {
         assert_eq!(r.code, Some(0), "survivor {}:\n{}", r.rank, r.out);
-        assert_eq!(
-            field(&r.out, "err"),
-            Some("Timeout"),
+        assert!(
+            matches!(field(&r.out, "err"), Some("Timeout" | "Remote")),
             "survivor {}:\n{}",
             r.rank,
             r.out
