@@ -9,12 +9,15 @@
 mod faults;
 #[path = "mock_processes/ops.rs"]
 mod ops;
+mod ranks;
+
+use ranks::{field, free_port, rank_command, wait_all, Ran};
 
 use oxccl::buffer::Memory;
 use oxccl::launch::{init_process_group, WithProcessGroup};
 use oxccl::pg::ProcessGroup;
 use oxccl::{Error, ReduceOp, Result};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 const CHILD: &str = "OXCCL_MP_CHILD";
@@ -22,25 +25,6 @@ const CHILD: &str = "OXCCL_MP_CHILD";
 const PG_TIMEOUT_MS: u64 = 15_000;
 /// How long a test waits for its children before killing them (a hang fails, never blocks CI).
 const DEADLINE: Duration = Duration::from_secs(120);
-
-/// A free port below the kernel's ephemeral range (32768 on), so that no client connection of
-/// a concurrently running test takes it as its source port before rank 0 binds it.
-fn free_port() -> u16 {
-    use std::sync::atomic::{AtomicU32, Ordering};
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    let seed = std::process::id()
-        ^ std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos());
-    for _ in 0..1000 {
-        let k = NEXT.fetch_add(1, Ordering::Relaxed).wrapping_mul(7919) ^ seed;
-        let port = 20_000 + (k % 12_000) as u16;
-        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
-    }
-    panic!("no free port in 20000..32000");
-}
 
 fn variant(e: &Error) -> &'static str {
     match e {
@@ -174,53 +158,17 @@ fn child() {
     }
 }
 
-struct Ran {
-    rank: u32,
-    pid: u32,
-    code: Option<i32>,
-    signal: Option<i32>,
-    out: String,
-}
-
 fn spawn(rank: u32, n: u32, port: u16, scenario: &str, timeout_ms: u64) -> Child {
-    let mut cmd = Command::new(std::env::current_exe().unwrap());
     // `nb:<scenario>`: the scenario with nonblocking communicators.
-    if let Some(rest) = scenario.strip_prefix("nb:") {
+    let (scenario, nonblocking) = match scenario.strip_prefix("nb:") {
+        Some(rest) => (rest, true),
+        None => (scenario, false),
+    };
+    let mut cmd = rank_command(CHILD, scenario, rank, n, port);
+    cmd.env("OXCCL_TIMEOUT_MS", timeout_ms.to_string())
+        .env("OXCCL_ASYNC_ERROR_HANDLING", "0");
+    if nonblocking {
         cmd.env("OXCCL_NONBLOCKING", "1");
-        return spawn_cmd(cmd, rank, n, port, rest, timeout_ms);
-    }
-    spawn_cmd(cmd, rank, n, port, scenario, timeout_ms)
-}
-
-fn spawn_cmd(
-    mut cmd: Command,
-    rank: u32,
-    n: u32,
-    port: u16,
-    scenario: &str,
-    timeout_ms: u64,
-) -> Child {
-    cmd.args(["--exact", "child", "--nocapture", "--test-threads=1"])
-        .env(CHILD, scenario)
-        .env("RANK", rank.to_string())
-        .env("LOCAL_RANK", rank.to_string())
-        .env("WORLD_SIZE", n.to_string())
-        .env("LOCAL_WORLD_SIZE", n.to_string())
-        .env("MASTER_ADDR", "127.0.0.1")
-        .env("MASTER_PORT", port.to_string())
-        .env("OXCCL_BACKEND", "mock")
-        .env("OXCCL_TIMEOUT_MS", timeout_ms.to_string())
-        .env("OXCCL_ASYNC_ERROR_HANDLING", "0")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    for v in [
-        "TORCHELASTIC_USE_AGENT_STORE",
-        "SLURM_PROCID",
-        "OMPI_COMM_WORLD_RANK",
-        "PMI_RANK",
-        "GROUP_RANK",
-    ] {
-        cmd.env_remove(v);
     }
     cmd.spawn().unwrap()
 }
@@ -231,59 +179,20 @@ fn run(n: u32, scenario: &str) -> Vec<Ran> {
 }
 
 /// [`run`] with the group timeout `timeout_ms`, killing rank `reap` once all others exited
-/// (a rank that stopped answering).
+/// (a rank that stopped answering); then checks that nothing leaked.
 fn run_with(n: u32, scenario: &str, timeout_ms: u64, reap: Option<u32>) -> Vec<Ran> {
-    use std::os::unix::process::ExitStatusExt;
     let shm_before = shm_entries();
     let port = free_port();
-    let mut kids: Vec<Child> = (0..n)
+    let kids: Vec<Child> = (0..n)
         .map(|r| spawn(r, n, port, scenario, timeout_ms))
         .collect();
-    let pids: Vec<u32> = kids.iter().map(Child::id).collect();
-    let start = Instant::now();
-    while kids.iter_mut().any(|k| k.try_wait().unwrap().is_none()) {
-        if start.elapsed() > DEADLINE {
-            for k in &mut kids {
-                let _ = k.kill();
-            }
-            panic!("{scenario} on {n} processes hung past {DEADLINE:?}");
-        }
-        if let Some(r) = reap {
-            let others_done = kids
-                .iter_mut()
-                .enumerate()
-                .all(|(i, k)| i as u32 == r || k.try_wait().unwrap().is_some());
-            if others_done {
-                let _ = kids[r as usize].kill();
-            }
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let ran: Vec<Ran> = kids
-        .into_iter()
-        .zip(0..)
-        .map(|(k, rank)| {
-            let o = k.wait_with_output().unwrap();
-            let out = String::from_utf8_lossy(&o.stdout).into_owned();
-            eprintln!(
-                "--- rank {rank} ({:?}) ---\n{out}{}",
-                o.status,
-                String::from_utf8_lossy(&o.stderr)
-            );
-            Ran {
-                rank,
-                pid: 0,
-                code: o.status.code(),
-                signal: o.status.signal(),
-                out,
-            }
-        })
-        .zip(&pids)
-        .map(|(mut r, pid)| {
-            r.pid = *pid;
-            r
-        })
-        .collect();
+    let ran = wait_all(
+        kids,
+        DEADLINE,
+        &format!("{scenario} on {n} processes"),
+        reap,
+    );
+    let pids: Vec<u32> = ran.iter().map(|r| r.pid).collect();
     assert_no_leaks(&pids, &shm_before);
     ran
 }
@@ -313,13 +222,6 @@ fn assert_no_leaks(pids: &[u32], shm_before: &[String]) {
         .filter(|e| !shm_before.contains(e) && e.contains("oxccl"))
         .collect();
     assert!(new.is_empty(), "shared memory left in /dev/shm: {new:?}");
-}
-
-fn field<'a>(out: &'a str, key: &str) -> Option<&'a str> {
-    out.lines()
-        .filter_map(|l| l.find("RESULT ").map(|i| &l[i..]))
-        .flat_map(|l| l.split_whitespace())
-        .find_map(|w| w.strip_prefix(key).and_then(|w| w.strip_prefix('=')))
 }
 
 #[test]

@@ -6,17 +6,15 @@ use oxccl::buffer::Memory;
 use oxccl::launch::{init_process_group, WithProcessGroup};
 use oxccl::pg::ProcessGroup;
 use oxccl::{Error, ReduceOp, Result};
+use ranks::{field, free_port, rank_command, wait_all};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
+
+mod ranks;
 
 const CHILD: &str = "OXCCL_SAFETY_CHILD";
 const DEADLINE: Duration = Duration::from_secs(90);
-
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port()
-}
 
 struct Scenario(String);
 
@@ -110,71 +108,24 @@ fn child() {
     }
 }
 
-fn spawn(rank: u32, n: u32, port: u16, scenario: &str, extra: &[(&str, String)]) -> Child {
-    let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.args(["--exact", "child", "--nocapture", "--test-threads=1"])
-        .env(CHILD, scenario)
-        .env("RANK", rank.to_string())
-        .env("LOCAL_RANK", rank.to_string())
-        .env("WORLD_SIZE", n.to_string())
-        .env("LOCAL_WORLD_SIZE", n.to_string())
-        .env("MASTER_ADDR", "127.0.0.1")
-        .env("MASTER_PORT", port.to_string())
-        .env("OXCCL_BACKEND", "mock")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    for v in [
-        "TORCHELASTIC_USE_AGENT_STORE",
-        "SLURM_PROCID",
-        "OMPI_COMM_WORLD_RANK",
-        "PMI_RANK",
-    ] {
-        cmd.env_remove(v);
-    }
-    for (k, v) in extra {
-        cmd.env(k, v);
-    }
-    cmd.spawn().unwrap()
-}
-
-/// Runs `n` ranks; returns (exit code, signal, stdout) by rank. A hang fails the test.
+/// Runs `n` ranks with the extra variables; returns (exit code, signal, stdout) by rank.
 fn run(
     n: u32,
     scenario: &str,
     extra: &[(&str, String)],
 ) -> Vec<(Option<i32>, Option<i32>, String)> {
-    use std::os::unix::process::ExitStatusExt;
     let port = free_port();
-    let mut kids: Vec<Child> = (0..n).map(|r| spawn(r, n, port, scenario, extra)).collect();
-    let start = Instant::now();
-    while kids.iter_mut().any(|k| k.try_wait().unwrap().is_none()) {
-        if start.elapsed() > DEADLINE {
-            for k in &mut kids {
-                let _ = k.kill();
-            }
-            panic!("{scenario} hung past {DEADLINE:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    kids.into_iter()
-        .map(|k| {
-            let o = k.wait_with_output().unwrap();
-            let out = String::from_utf8_lossy(&o.stdout).into_owned();
-            eprintln!(
-                "--- {:?} ---\n{out}{}",
-                o.status,
-                String::from_utf8_lossy(&o.stderr)
-            );
-            (o.status.code(), o.status.signal(), out)
+    let kids: Vec<Child> = (0..n)
+        .map(|r| {
+            let mut cmd = rank_command(CHILD, scenario, r, n, port);
+            cmd.envs(extra.iter().map(|(k, v)| (*k, v.as_str())));
+            cmd.spawn().unwrap()
         })
+        .collect();
+    wait_all(kids, DEADLINE, scenario, None)
+        .into_iter()
+        .map(|r| (r.code, r.signal, r.out))
         .collect()
-}
-
-fn field<'a>(out: &'a str, key: &str) -> Option<&'a str> {
-    out.lines()
-        .filter(|l| l.contains("RESULT "))
-        .flat_map(|l| l.split_whitespace())
-        .find_map(|w| w.strip_prefix(key).and_then(|w| w.strip_prefix('=')))
 }
 
 #[test]
