@@ -257,8 +257,9 @@ impl CommShared {
             text: text_str(crate::comm::code_text(ResultCode::SYSTEM_ERROR)),
             last: text!("rank {rank} lost at op {index} (fault plan)"),
         };
-        self.set_error(rank, err);
+        // Dead before the error is visible, as in `fail`.
         self.mark_dead(rank, text!("was lost at op {index} (fault plan)"));
+        self.set_error(rank, err);
     }
 
     /// Blocks the calling stream until `rank` is dead (a planned hang, released by abort).
