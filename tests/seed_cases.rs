@@ -278,3 +278,8 @@ fn shutdown_aborts_communicators_still_initializing() {
     assert!(began.elapsed() < std::time::Duration::from_secs(3));
     assert_eq!(pg.comm_state(), Some(oxccl::CommState::Aborted));
 }
+
+#[test]
+fn subgroup_of_a_lazy_parent() {
+    run(4, groups::subgroup_of_a_lazy_parent);
+}

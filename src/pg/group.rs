@@ -56,6 +56,8 @@ pub(crate) struct PgInner<B: Memory> {
     abort: std::sync::OnceLock<super::AbortOf<B>>,
     /// Set by destroy, before it waits for the slot.
     destroyed: AtomicBool,
+    /// See [`PgInner::copy_stream`].
+    copy_stream: std::sync::OnceLock<crate::buffer::StreamOf<B>>,
 }
 
 /// A process group over backend `B`: c10d's `ProcessGroup`. Cheap to clone (the clones share
@@ -211,6 +213,7 @@ impl<B: Memory> ProcessGroup<B> {
                 watch,
                 abort: std::sync::OnceLock::new(),
                 destroyed: AtomicBool::new(false),
+                copy_stream: std::sync::OnceLock::new(),
             }),
         }
     }
@@ -340,29 +343,44 @@ impl<B: Memory> ProcessGroup<B> {
         lock(&self.inner.slot).close(&reason);
     }
 
-    /// A buffer of `len` zeros on this group's device, allocated on the group's stream.
+    /// A buffer of `len` zeros on this group's device (on the group's copy stream: no
+    /// communicator is made for it, so allocating never waits for other ranks).
     pub fn alloc_zeros<T: crate::NcclType>(&self, len: usize) -> Result<B::Buf<T>> {
-        self.inner
-            .entry("alloc")
-            .and_then(|e| self.inner.backend.alloc_zeros(&e.stream, len))
+        let st = self.inner.copy_stream()?;
+        self.inner.backend.alloc_zeros(st, len)
     }
 
     /// A buffer on this group's device holding a copy of `data`.
     pub fn upload<T: crate::NcclType>(&self, data: &[T]) -> Result<B::Buf<T>> {
-        self.inner
-            .entry("upload")
-            .and_then(|e| self.inner.backend.upload(&e.stream, data))
+        let st = self.inner.copy_stream()?;
+        self.inner.backend.upload(st, data)
     }
 
     /// The contents of `buf`, after every operation that uses it (blocks).
     pub fn download<T: crate::NcclType>(&self, buf: &B::Buf<T>) -> Result<Vec<T>> {
-        self.inner
-            .entry("download")
-            .and_then(|e| self.inner.backend.download(&e.stream, buf))
+        let st = self.inner.copy_stream()?;
+        self.inner.backend.download(st, buf)
     }
 }
 
 impl<B: Memory> PgInner<B> {
+    /// The stream buffers are allocated and copied on, made on first use without the
+    /// communicator (whose creation is collective): a buffer is ordered against the
+    /// operations that use it by its own tracking, whatever stream they run on.
+    pub fn copy_stream(&self) -> Result<&crate::buffer::StreamOf<B>> {
+        if let Some(st) = self.copy_stream.get() {
+            return Ok(st);
+        }
+        let made = self.backend.stream(self.opts.device())?;
+        // Another thread may have made one meanwhile: keep the first.
+        let _ = self.copy_stream.set(made);
+        self.copy_stream.get().ok_or_else(|| Error::InvalidState {
+            state: CommState::Ready,
+            attempted: "copy",
+            reason: text!("the group's copy stream could not be kept"),
+        })
+    }
+
     pub fn timeout(&self) -> Duration {
         Duration::from_millis(self.timeout_ms.load(Ordering::Relaxed))
     }

@@ -117,3 +117,26 @@ pub fn case_31<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
     );
     Ok(())
 }
+
+/// Not a seed case (found by the `pg` fuzz target): a subgroup of a parent whose communicator
+/// was never made works among its members alone; buffers come from the parent without making
+/// the parent's communicator (which the non-member would have to join).
+pub fn subgroup_of_a_lazy_parent<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
+    let pg = ok!(mk(PgOptions {
+        timeout: std::time::Duration::from_secs(5),
+        ..lazy(rank)
+    }));
+    let members: Vec<u32> = (0..pg.size() - 1).collect();
+    let sub = ok!(pg.new_group(&members, None));
+    let mut b = ok!(pg.upload(&[1.0f32; 8]));
+    if sub.rank().is_some() {
+        ok!(ok!(sub.all_reduce(&mut b, ReduceOp::Sum)).wait());
+        let want = members.len() as f32;
+        ensure!(ok!(pg.download(&b)) == vec![want; 8], "subgroup sum");
+    }
+    ensure!(
+        pg.comm_state().is_none(),
+        "the parent's communicator was made"
+    );
+    Ok(())
+}
