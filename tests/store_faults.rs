@@ -37,6 +37,11 @@ fn child() {
             std::process::exit(4);
         }
     };
+    if mode == "boot" {
+        // Bootstrap only (the store's rendezvous); the others' joins are counted by rank 0.
+        println!("CHILD OK");
+        return;
+    }
     if mode == "die" {
         // A crash mid-bootstrap: no destructor, no goodbye to the store.
         // SAFETY: kill(2) on our own pid with a valid signal number.
@@ -64,6 +69,17 @@ fn child() {
 }
 
 fn spawn(mode: &str, rank: u32, world: u32, port: u16, agent_store: bool) -> Child {
+    spawn_with(mode, rank, world, port, agent_store, &[])
+}
+
+fn spawn_with(
+    mode: &str,
+    rank: u32,
+    world: u32,
+    port: u16,
+    agent_store: bool,
+    extra: &[(&'static str, String)],
+) -> Child {
     let mut vars = vec![
         ("RANK", rank.to_string()),
         ("WORLD_SIZE", world.to_string()),
@@ -71,8 +87,11 @@ fn spawn(mode: &str, rank: u32, world: u32, port: u16, agent_store: bool) -> Chi
         ("LOCAL_WORLD_SIZE", world.to_string()),
         ("MASTER_ADDR", "127.0.0.1".to_string()),
         ("MASTER_PORT", port.to_string()),
-        ("OXCCL_TIMEOUT_MS", "20000".to_string()),
     ];
+    if !extra.iter().any(|(k, _)| *k == "OXCCL_TIMEOUT_MS") {
+        vars.push(("OXCCL_TIMEOUT_MS", "20000".to_string()));
+    }
+    vars.extend(extra.iter().cloned());
     if agent_store {
         vars.push(("TORCHELASTIC_RUN_ID", "faults".to_string()));
         vars.push(("TORCHELASTIC_USE_AGENT_STORE", "True".to_string()));
@@ -181,4 +200,41 @@ fn the_store_host_killed_fails_the_others_within_their_timeout() {
         elapsed < PG_TIMEOUT + Duration::from_secs(12),
         "{elapsed:?}"
     );
+}
+
+#[test]
+fn a_store_token_admits_the_job_and_refuses_a_rank_without_it() {
+    let token = |t: &str| {
+        vec![
+            ("OXCCL_STORE_TOKEN", t.to_string()),
+            ("OXCCL_TIMEOUT_MS", "3000".to_string()),
+        ]
+    };
+    // Rank 0 hosts the store with the job's token; every rank presents it.
+    let port = free_port();
+    let ok = vec![
+        spawn_with("boot", 0, 3, port, false, &token("job-secret")),
+        spawn_with("boot", 1, 3, port, false, &token("job-secret")),
+        spawn_with("boot", 2, 3, port, false, &token("job-secret")),
+    ];
+    for (r, (code, line)) in finish(ok).iter().enumerate() {
+        assert_eq!((*code, line.as_str()), (Some(0), "CHILD OK"), "rank {r}");
+    }
+    // A rank with another token is refused (and rank 0 times out waiting for it).
+    let port = free_port();
+    let t0 = Instant::now();
+    let mixed = vec![
+        spawn_with("boot", 0, 2, port, false, &token("job-secret")),
+        spawn_with("boot", 1, 2, port, false, &token("stale")),
+    ];
+    let results = finish(mixed);
+    assert_eq!(results[1].0, Some(4), "{:?}", results[1]);
+    assert!(
+        results[1].1.contains("OXCCL_STORE_TOKEN"),
+        "{:?}",
+        results[1]
+    );
+    assert_eq!(results[0].0, Some(4), "{:?}", results[0]);
+    assert!(results[0].1.contains("1/2 joined"), "{:?}", results[0]);
+    assert!(t0.elapsed() < Duration::from_secs(20), "{:?}", t0.elapsed());
 }
