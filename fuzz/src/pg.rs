@@ -106,11 +106,6 @@ fn run_split(
     r: u32,
 ) -> oxccl_core::Result<Option<f32>> {
     let ranks = members(mask, n);
-    // The parent's communicator first, on every rank: a subgroup of a parent that has none yet
-    // waits at its first operation for the parent's non-members to join (they never do; see
-    // fuzz/README.md, "Open findings").
-    let mut p = pg.upload(&[1.0f32])?;
-    pg.all_reduce(&mut p, ReduceOp::Sum)?.wait_timeout(WAIT)?;
     let sub = pg.new_group(&ranks, None)?;
     if sub.rank().is_none() {
         return Ok(None);
