@@ -41,7 +41,13 @@ fn variant(e: &Error) -> &'static str {
 /// Every rank but `skip` says it is done; rank 0 (which hosts the store) waits for them.
 fn finish<B: Memory>(pg: &ProcessGroup<B>, skip: Option<u32>) -> Result<()> {
     let s = pg.store();
-    s.set(&format!("done/{}", pg.global_rank()), b"1")?;
+    let set = s.set(&format!("done/{}", pg.global_rank()), b"1");
+    // Rank 0 hosts the store and leaves as soon as it has seen every key: the confirmation of
+    // the last rank's set may find the store gone although the set landed (rank 0 waited for it).
+    match set {
+        Err(Error::Remote { .. }) if pg.global_rank() != 0 => return Ok(()),
+        other => other?,
+    }
     if pg.global_rank() == 0 {
         let keys: Vec<String> = (0..pg.size())
             .filter(|r| Some(*r) != skip)
