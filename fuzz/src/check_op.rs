@@ -220,6 +220,10 @@ fn violations(op: &CommOp<'_>, ctx: &CheckCtx<'_>) -> Option<(Vec<&'static str>,
                 ReduceOp::PreMulSum(_) if !has(Feature::PreMulSum) => *unsupported = true,
                 _ => {}
             }
+            // NCCL has no single-rank fp8 average.
+            if matches!(r, ReduceOp::Avg) && dt.is_fp8() && ctx.size == 1 {
+                bad.push("op");
+            }
             if let ReduceOp::PreMulSum(s) = r {
                 let float = matches!(
                     dt,
