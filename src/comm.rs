@@ -1,6 +1,6 @@
 //! The safe communicator: typed cudarc buffers in, checked NCCL calls out.
 
-use crate::element::NcclType;
+use crate::element::{host_op, NcclType};
 use crate::group::GroupGuard;
 use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut, DeviceSlice, SyncOnDrop};
 use oxccl_core::{
@@ -44,19 +44,6 @@ impl AbortHandle {
     }
 }
 
-/// The operator NCCL applies for `op` on `T`, refusing a premul-sum factor given as a raw
-/// device address: safe code cannot vouch for one (use [`Comm::all_reduce_premul_device`] with
-/// a device slice, or the raw [`Comm::issue`]).
-fn host_op<T: NcclType>(op: ReduceOp) -> Result<ReduceOp> {
-    if let ReduceOp::PreMulSum(Scalar::Device { .. }) = op {
-        return Err(Error::invalid(
-            "op",
-            format_args!("a host premul-sum factor here; a device factor goes through Comm::all_reduce_premul_device or the raw Comm::issue"),
-        ));
-    }
-    T::map_op(op)
-}
-
 fn rd<'a, T>(
     arg: &'static str,
     dev: Device,
@@ -82,7 +69,7 @@ fn wr<'a, T>(
 
 /// `s` lives on the communicator's device. Memory allocated on the communicator's own stream
 /// (the common case) is recognised by pointer, without reading the context.
-fn same_device<T>(
+pub(crate) fn same_device<T>(
     arg: &'static str,
     dev: Device,
     s: &impl DeviceSlice<T>,

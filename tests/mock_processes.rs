@@ -10,6 +10,7 @@ mod faults;
 #[path = "mock_processes/ops.rs"]
 mod ops;
 mod ranks;
+mod torch_env;
 
 use ranks::{field, free_port, rank_command, wait_all, Ran};
 
@@ -317,25 +318,6 @@ fn the_host_rank_killed_by_sigkill_gives_survivors_remote() {
     killed(3, "sigkill", 0);
 }
 
-/// The torchrun of the venv `scripts/torch-env.sh` makes, when it exists (skipped with a
-/// message otherwise; under `CI` its absence fails).
-fn torchrun() -> Option<std::path::PathBuf> {
-    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(".cache/torch-venv/bin/torchrun");
-    if p.exists() {
-        return Some(p);
-    }
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "CI is set but {} is missing: run scripts/torch-env.sh",
-        p.display()
-    );
-    eprintln!(
-        "SKIPPED: {} is missing (bash scripts/torch-env.sh makes it)",
-        p.display()
-    );
-    None
-}
-
 /// The per-rank lines of `ddp_step`'s output, sorted.
 fn rank_lines(out: &[u8]) -> Vec<String> {
     let mut v: Vec<String> = String::from_utf8_lossy(out)
@@ -349,7 +331,9 @@ fn rank_lines(out: &[u8]) -> Vec<String> {
 
 #[test]
 fn ddp_step_under_torchrun_prints_what_the_threads_print() {
-    let Some(torchrun) = torchrun() else { return };
+    let Some(torchrun) = torch_env::venv_program("torchrun") else {
+        return;
+    };
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let built = Command::new(cargo)
         .args(["build", "--example", "ddp_step"])

@@ -14,25 +14,11 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-const HOST: &str = "127.0.0.1";
+mod torch_env;
 
-/// The torch interpreter, or `None` (with the reason printed) when the test should skip.
-fn python() -> Option<PathBuf> {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let py = std::env::var_os("OXCCL_TORCH_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root.join(".cache/torch-venv/bin/python"));
-    if py.exists() {
-        return Some(py);
-    }
-    let msg = format!(
-        "no torch interpreter at {} (set OXCCL_TORCH_PYTHON or run scripts/torch-env.sh)",
-        py.display()
-    );
-    assert!(std::env::var_os("CI").is_none(), "under CI: {msg}");
-    eprintln!("skipped: run scripts/torch-env.sh ({msg})");
-    None
-}
+use torch_env::python;
+
+const HOST: &str = "127.0.0.1";
 
 fn script(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

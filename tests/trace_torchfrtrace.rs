@@ -11,27 +11,11 @@ use oxccl::DataType;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const WORLD: u32 = 4;
+mod torch_env;
 
-fn python() -> Option<PathBuf> {
-    let venv = std::env::var_os("OXCCL_TORCH_VENV")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".cache/torch-venv"));
-    let py = venv.join("bin/python");
-    if py.is_file() {
-        return Some(py);
-    }
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "CI: {} is missing; run `bash scripts/torch-env.sh`",
-        py.display()
-    );
-    eprintln!(
-        "SKIPPED: {} missing (run `bash scripts/torch-env.sh`)",
-        py.display()
-    );
-    None
-}
+use torch_env::python;
+
+const WORLD: u32 = 4;
 
 /// `rank`'s ring: all_reduces of `sizes[i]` (seq i+1), the first `done` completed and retired,
 /// the next one started, as the process group records them with timing on.

@@ -3,38 +3,13 @@
 use super::{Buffer, Memory};
 use crate::element::NcclType;
 use cudarc::driver::{CudaContext, CudaSlice, DevicePtr, DevicePtrMut, DeviceSlice, SyncOnDrop};
-use oxccl_core::{Device, Error, RawBuf, RawBufMut, Result};
+use oxccl_core::{Device, RawBuf, RawBufMut, Result};
 use oxccl_nccl::{cuda_error, NcclBackend, NcclStream};
-use std::sync::Arc;
 
 impl<T: NcclType> Buffer<T> for CudaSlice<T> {
     fn len(&self) -> usize {
         DeviceSlice::len(self)
     }
-}
-
-/// `buf` lives on `device`. Memory allocated on `stream` itself (the common case) is
-/// recognised by pointer, without reading the context.
-fn on_device<T>(
-    arg: &'static str,
-    device: Device,
-    buf: &CudaSlice<T>,
-    stream: &NcclStream,
-) -> Result<()> {
-    if Arc::ptr_eq(buf.stream(), stream.cuda()) {
-        return Ok(());
-    }
-    let ordinal = buf.stream().context().ordinal();
-    if ordinal != device.0 as usize {
-        return Err(Error::invalid(
-            arg,
-            format_args!(
-                "memory on the communicator's device {}, got device {ordinal}",
-                device.0
-            ),
-        ));
-    }
-    Ok(())
 }
 
 impl Memory for NcclBackend {
@@ -79,7 +54,7 @@ impl Memory for NcclBackend {
         stream: &'a NcclStream,
         buf: &'a CudaSlice<T>,
     ) -> Result<(RawBuf, SyncOnDrop<'a>)> {
-        on_device(arg, device, buf, stream)?;
+        crate::comm::same_device(arg, device, buf, stream.cuda())?;
         let (ptr, sync) = buf.device_ptr(stream.cuda());
         Ok((RawBuf::new(ptr as usize, DeviceSlice::len(buf)), sync))
     }
@@ -90,7 +65,7 @@ impl Memory for NcclBackend {
         stream: &'a NcclStream,
         buf: &'a mut CudaSlice<T>,
     ) -> Result<(RawBufMut, SyncOnDrop<'a>)> {
-        on_device(arg, device, buf, stream)?;
+        crate::comm::same_device(arg, device, buf, stream.cuda())?;
         let len = DeviceSlice::len(buf);
         let (ptr, sync) = buf.device_ptr_mut(stream.cuda());
         Ok((RawBufMut::new(ptr as usize, len), sync))

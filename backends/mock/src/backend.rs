@@ -58,6 +58,18 @@ impl Default for MockBackend {
 }
 
 impl MockBackend {
+    /// A joining rank's lifecycle: initializing for the polls a nonblocking init (or the fault
+    /// plan) owes, ready otherwise.
+    fn start_life(&self, shared: &CommShared, rank: u32, nonblocking: bool) {
+        let planned = shared.plan.init_polls(rank);
+        let mut life = lock(&shared.rank(rank).life);
+        if nonblocking || planned.is_some() {
+            life.cycle = oxccl_core::state::lifecycle::Lifecycle::initializing();
+            life.init_polls = planned.unwrap_or(self.inner.nb_polls);
+        }
+        life.nonblocking = nonblocking;
+    }
+
     /// A backend imitating NCCL [`DEFAULT_VERSION`], without faults.
     pub fn new() -> MockBackend {
         MockBackend::with_options(
@@ -248,15 +260,7 @@ impl MockBackend {
             self.inner.nb_polls,
             false,
         );
-        {
-            let planned = mirror.plan.init_polls(rank);
-            let mut life = lock(&mirror.rank(rank).life);
-            if nonblocking || planned.is_some() {
-                life.cycle = oxccl_core::state::lifecycle::Lifecycle::initializing();
-                life.init_polls = planned.unwrap_or(self.inner.nb_polls);
-            }
-            life.nonblocking = nonblocking;
-        }
+        self.start_life(&mirror, rank, nonblocking);
         let _ = mirror.link.set(std::sync::Arc::new(link));
         Ok(MockComm::from_shared(
             mirror,
@@ -315,15 +319,7 @@ impl MockBackend {
             shared
         };
         self.inner.cv.notify_all();
-        {
-            let planned = shared.plan.init_polls(rank);
-            let mut life = lock(&shared.rank(rank).life);
-            if nonblocking || planned.is_some() {
-                life.cycle = oxccl_core::state::lifecycle::Lifecycle::initializing();
-                life.init_polls = planned.unwrap_or(self.inner.nb_polls);
-            }
-            life.nonblocking = nonblocking;
-        }
+        self.start_life(&shared, rank, nonblocking);
         let comm = MockComm::from_shared(shared.clone(), rank, device, self.inner.init_timeout);
         if nonblocking {
             return Ok(comm);
