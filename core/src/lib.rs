@@ -31,6 +31,8 @@ pub mod text;
 #[cfg(feature = "alloc")]
 pub mod trace;
 pub mod traits;
+#[cfg(feature = "alloc")]
+pub mod tune;
 pub mod version;
 pub mod watchdog;
 
