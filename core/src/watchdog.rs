@@ -5,6 +5,8 @@
 use crate::env::ErrorHandling;
 use crate::error::Error;
 
+pub mod desync;
+
 /// What the watchdog does about one failed or timed-out work.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FailurePlan {
@@ -84,6 +86,25 @@ pub fn next_sleep_ms(period_ms: u64, now_ns: u64, earliest_deadline_ns: Option<u
         .map(|d| d.saturating_sub(now_ns) / 1_000_000)
         .unwrap_or(period_ms);
     until.clamp(1, period_ms.max(1))
+}
+
+/// The store key a rank sets when one of its collectives fails in a way that dumps: every
+/// rank's coordination check sees it and dumps its own flight recorder (c10d's dump on every
+/// rank). Its value is the global rank that set it, in decimal.
+pub const DUMP_SIGNAL_KEY: &str = "oxccl/timeout_dump";
+
+/// The global rank a dump signal's value names, strictly (decimal digits); `None` for anything
+/// else (a value this process cannot read is still a signal, from an unknown rank).
+pub fn dump_signal_rank(value: &[u8]) -> Option<u32> {
+    let s = core::str::from_utf8(value).ok()?;
+    let n = crate::env::parse_u64("value", s, 0, u64::from(u32::MAX)).ok()?;
+    u32::try_from(n).ok()
+}
+
+/// Whether a process should dump on seeing the dump signal set by `signaller`: once (after
+/// `already_dumped` nothing more), and not for its own signal (it dumped when it set it).
+pub fn should_dump_on_signal(signaller: Option<u32>, me: u32, already_dumped: bool) -> bool {
+    !already_dumped && signaller != Some(me)
 }
 
 #[cfg(test)]
@@ -167,6 +188,19 @@ mod tests {
             reason: text_str("destroyed"),
         };
         assert_eq!(FailureKind::of(&dead), FailureKind::Aborted);
+    }
+
+    #[test]
+    fn dump_signals() {
+        assert_eq!(dump_signal_rank(b"3"), Some(3));
+        assert_eq!(dump_signal_rank(b"4294967295"), Some(u32::MAX));
+        for bad in [&b""[..], b"-1", b"4294967296", b"x", b"\xff"] {
+            assert_eq!(dump_signal_rank(bad), None, "{bad:?}");
+        }
+        assert!(should_dump_on_signal(Some(1), 0, false));
+        assert!(should_dump_on_signal(None, 0, false));
+        assert!(!should_dump_on_signal(Some(0), 0, false));
+        assert!(!should_dump_on_signal(Some(1), 0, true));
     }
 
     #[test]
