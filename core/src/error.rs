@@ -79,6 +79,15 @@ pub enum Error {
         /// The values each side gave.
         detail: Text,
     },
+    /// A graph capture was misused, or cannot be done (see [`crate::traits::Capture`]): the
+    /// communicator is unaffected.
+    #[error("graph capture ({kind}): {detail}")]
+    Capture {
+        /// What went wrong.
+        kind: crate::traits::CaptureError,
+        /// The call and what it needed.
+        detail: Text,
+    },
 }
 
 impl Error {

@@ -55,4 +55,5 @@ pub use text::Text;
 #[cfg(feature = "alloc")]
 pub use trace::{FlightRecorder, PgConfig, TensorMeta, TraceEntry, TraceRecord, TraceState};
 pub use traits::{Backend, CommAbort, Communicator, Device, Event, Progress, RegHandle, Stream};
+pub use traits::{Capture, CaptureError, Graph};
 pub use version::Version;

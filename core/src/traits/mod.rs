@@ -6,11 +6,13 @@
 mod abort;
 mod backend;
 mod communicator;
+mod graph;
 mod stream;
 
 pub use abort::CommAbort;
 pub use backend::Backend;
 pub use communicator::{Communicator, Progress, RegHandle};
+pub use graph::{forbidden, Capture, CaptureError, Graph};
 pub use stream::{Event, Stream};
 
 /// A device ordinal (a CUDA device for NCCL; a label for the mock world).
