@@ -15,6 +15,7 @@ mod backend;
 mod comm;
 mod create;
 mod cuda;
+mod graph;
 mod group;
 mod issue;
 mod mem;
@@ -25,6 +26,7 @@ mod wait;
 
 pub use backend::NcclBackend;
 pub use comm::{NcclAbort, NcclComm};
+pub use graph::NcclGraph;
 pub use cuda::{cuda_error, require_driver};
 pub use mem::NcclMem;
 pub use registry::Window;

@@ -117,6 +117,13 @@ pub(crate) unsafe fn issue(comm: &NcclComm, op: &CommOp<'_>, stream: &NcclStream
         red: red.as_ref().map_or(0, NcclRedOp::code),
     };
     let scratch = match op {
+        // Its scratch is allocated on first use and reached through cudarc's event tracking,
+        // neither of which a capture allows.
+        CommOp::Barrier if oxccl_core::Capture::is_capturing(stream) => {
+            return Err(oxccl_core::CaptureError::Unsupported.error_str(
+                "a barrier cannot be captured into a graph: issue it outside the capture",
+            ))
+        }
         CommOp::Barrier => barrier_scratch(comm, stream)?,
         _ => 0,
     };
