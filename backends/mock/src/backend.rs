@@ -10,7 +10,7 @@ use oxccl_core::{
     text, Backend, CheckCtx, CommConfig, CommState, Device, Error, Feature, FeatureSet, Progress,
     Result, UniqueId, Version,
 };
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant, SystemTime};
@@ -18,8 +18,17 @@ use std::time::{Duration, Instant, SystemTime};
 /// How long a blocking `init_rank` waits for the other ranks by default.
 pub const DEFAULT_INIT_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// Communicators being joined, by id, with the ranks that joined.
-type Joining = HashMap<[u8; UniqueId::LEN], (Arc<CommShared>, Vec<bool>)>;
+/// A communicator some but not all ranks joined.
+struct Join {
+    shared: Arc<CommShared>,
+    /// Which ranks joined.
+    seen: Vec<bool>,
+    /// Blocking joiners still waiting: the last to give up removes the entry.
+    waiting: u32,
+}
+
+/// Communicators being joined, by id.
+type Joining = HashMap<[u8; UniqueId::LEN], Join>;
 
 struct Inner {
     features: FeatureSet,
@@ -32,6 +41,9 @@ struct Inner {
     counter: AtomicU64,
     /// Whether `unique_id` makes ids that ranks of other processes can join.
     processes: AtomicBool,
+    /// Process-spanning ids whose rendezvous ended here (complete, or every waiter gave up):
+    /// their host stops accepting (and takes its id out).
+    ended: Mutex<HashSet<[u8; UniqueId::LEN]>>,
 }
 
 /// A mock library: [`Backend::unique_id`] then [`Backend::init_rank`] on every rank's thread.
@@ -103,6 +115,7 @@ impl MockBackend {
                 cv: Condvar::new(),
                 counter: AtomicU64::new(0),
                 processes: AtomicBool::new(false),
+                ended: Mutex::new(HashSet::new()),
             }),
         }
     }
@@ -117,17 +130,11 @@ impl MockBackend {
     /// ranks in other processes of this machine can join: this process hosts the communicator
     /// (see [`crate::procs`]). `init_rank` accepts both kinds of id on any backend.
     ///
-    /// Split is hidden from its features (`Feature::Split` missing): a communicator spanning
-    /// processes cannot split yet, and this way a process group makes its subgroups through
-    /// the store instead, every rank deciding alike.
+    /// Its communicators split like in-process ones; the children span processes too, each
+    /// hosted by the process of its rank 0.
     pub fn across_processes(self) -> MockBackend {
         let i = &self.inner;
-        let b = MockBackend::with_options(
-            i.features.without(Feature::Split),
-            i.plan.clone(),
-            i.nb_polls,
-            i.init_timeout,
-        );
+        let b = MockBackend::with_options(i.features, i.plan.clone(), i.nb_polls, i.init_timeout);
         b.inner.processes.store(true, Ordering::Release);
         b
     }
@@ -144,12 +151,28 @@ impl MockBackend {
         self.inner.init_timeout
     }
 
-    /// Whether some but not all ranks joined `id` here.
+    /// Whether the rendezvous of `id` ended here (once: the mark is taken out).
     // Used by the transport across processes (Linux only).
     #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
-    pub(crate) fn is_joining(&self, id: &UniqueId) -> bool {
-        lock(&self.inner.joining).contains_key(&id.0)
+    pub(crate) fn take_ended(&self, id: &UniqueId) -> bool {
+        lock(&self.inner.ended).remove(&id.0)
     }
+
+    /// Marks the rendezvous of `id` ended, for its host (process-spanning ids only).
+    fn end_rendezvous(&self, id: &UniqueId) {
+        if crate::procs::ProcId::of(id).is_some() {
+            lock(&self.inner.ended).insert(id.0);
+        }
+    }
+}
+
+/// `ranks` as a short list for a message (the first 8, then how many more).
+fn rank_list(ranks: &[u32]) -> String {
+    let mut s: Vec<String> = ranks.iter().take(8).map(u32::to_string).collect();
+    if ranks.len() > 8 {
+        s.push(format!("and {} more", ranks.len() - 8));
+    }
+    s.join(", ")
 }
 
 /// splitmix64: spreads a counter and a clock over the id's bytes.
@@ -199,6 +222,18 @@ impl Backend for MockBackend {
         device: Device,
         cfg: &CommConfig,
     ) -> Result<MockComm> {
+        self.init_rank_within(id, rank, size, device, cfg, self.inner.init_timeout)
+    }
+
+    fn init_rank_within(
+        &self,
+        id: &UniqueId,
+        rank: u32,
+        size: u32,
+        device: Device,
+        cfg: &CommConfig,
+        limit: Duration,
+    ) -> Result<MockComm> {
         CheckCtx {
             rank,
             size,
@@ -212,14 +247,15 @@ impl Backend for MockBackend {
         if nonblocking {
             self.inner.features.require(Feature::NonBlocking)?;
         }
-        if let Some(pid) = crate::procs::ProcId::of(id) {
-            return match crate::procs::host::local_host(&pid) {
+        let shared = match crate::procs::ProcId::of(id) {
+            Some(pid) => match crate::procs::host::local_host(&pid) {
                 // The host's own ranks join its rendezvous like threads do.
-                Some(host) => host.join_local(id, rank, size, device, cfg),
-                None => self.join_remote(&pid, rank, size, device, nonblocking),
-            };
-        }
-        self.join_local(id, rank, size, device, cfg)
+                Some(host) => host.join_shared(id, rank, size, nonblocking, None, limit)?,
+                None => self.join_remote(&pid, rank, size, nonblocking, limit)?,
+            },
+            None => self.join_shared(id, rank, size, nonblocking, None, limit)?,
+        };
+        Ok(MockComm::from_shared(shared, rank, device, limit))
     }
 
     fn group_start(&self) -> Result<()> {
@@ -243,16 +279,16 @@ impl Backend for MockBackend {
 
 impl MockBackend {
     /// Joins `id` through another process's host: a mirror of this rank whose cross-rank steps
-    /// run there (see [`crate::procs`]). Returns once every rank joined.
-    fn join_remote(
+    /// run there (see [`crate::procs`]). Returns once every rank joined (or `limit` passed).
+    pub(crate) fn join_remote(
         &self,
         pid: &crate::procs::ProcId,
         rank: u32,
         size: u32,
-        device: Device,
         nonblocking: bool,
-    ) -> Result<MockComm> {
-        let link = crate::procs::remote::Link::connect(pid, rank, size, self.inner.init_timeout)?;
+        limit: Duration,
+    ) -> Result<Arc<CommShared>> {
+        let link = crate::procs::remote::Link::connect(pid, rank, size, limit)?;
         let mirror = CommShared::new(
             size,
             self.inner.features,
@@ -261,28 +297,25 @@ impl MockBackend {
             false,
         );
         self.start_life(&mirror, rank, nonblocking);
-        let _ = mirror.link.set(std::sync::Arc::new(link));
-        Ok(MockComm::from_shared(
-            mirror,
-            rank,
-            device,
-            self.inner.init_timeout,
-        ))
+        let _ = mirror.link.set(Arc::new(link));
+        Ok(mirror)
     }
 
-    /// Joins `id` in this process (the rendezvous of threads, and of the host's proxies).
-    pub(crate) fn join_local(
+    /// Joins `id` in this process (the rendezvous of threads, and of the host's proxies:
+    /// `from` is the process of a proxy's rank). A blocking join waits up to `limit` for the
+    /// other ranks; past it the rank is aborted and the error names the ranks still missing.
+    pub(crate) fn join_shared(
         &self,
         id: &UniqueId,
         rank: u32,
         size: u32,
-        device: Device,
-        cfg: &CommConfig,
-    ) -> Result<MockComm> {
-        let nonblocking = cfg.is_nonblocking();
+        nonblocking: bool,
+        from: Option<u32>,
+        limit: Duration,
+    ) -> Result<Arc<CommShared>> {
         let shared = {
             let mut joining = lock(&self.inner.joining);
-            let (shared, seen) = joining.entry(id.0).or_insert_with(|| {
+            let j = joining.entry(id.0).or_insert_with(|| {
                 let s = CommShared::new(
                     size,
                     self.inner.features,
@@ -291,18 +324,22 @@ impl MockBackend {
                     false,
                 );
                 s.joined.store(0, Ordering::Release);
-                (s, vec![false; size as usize])
+                Join {
+                    shared: s,
+                    seen: vec![false; size as usize],
+                    waiting: 0,
+                }
             });
-            if shared.size != size {
+            if j.shared.size != size {
                 return Err(Error::Mismatch {
                     what: "size",
                     detail: text!(
                         "rank {rank} joins with size {size}, the communicator has {}",
-                        shared.size
+                        j.shared.size
                     ),
                 });
             }
-            match seen.get_mut(rank as usize) {
+            match j.seen.get_mut(rank as usize) {
                 Some(s) if !*s => *s = true,
                 _ => {
                     return Err(Error::invalid(
@@ -311,36 +348,66 @@ impl MockBackend {
                     ))
                 }
             }
-            let shared = shared.clone();
+            if let Some(pid) = from {
+                // Before the rank counts as joined: once init completes, every rank of this
+                // process sees that the communicator spans processes.
+                j.shared.hosted.store(true, Ordering::Release);
+                if let Some(p) = lock(&j.shared.pids).get_mut(rank as usize) {
+                    *p = pid;
+                }
+            }
+            j.waiting += u32::from(!nonblocking);
+            let shared = j.shared.clone();
             let n = shared.joined.fetch_add(1, Ordering::AcqRel) + 1;
             if n == size {
                 joining.remove(&id.0);
+                self.end_rendezvous(id);
             }
             shared
         };
         self.inner.cv.notify_all();
         self.start_life(&shared, rank, nonblocking);
-        let comm = MockComm::from_shared(shared.clone(), rank, device, self.inner.init_timeout);
         if nonblocking {
-            return Ok(comm);
+            return Ok(shared);
         }
         let start = Instant::now();
         let mut joining = lock(&self.inner.joining);
         while shared.joined.load(Ordering::Acquire) < size {
-            if start.elapsed() >= self.inner.init_timeout {
+            if start.elapsed() >= limit {
+                let missing = self.give_up(&mut joining, id, &shared);
                 drop(joining);
                 let e = Error::Timeout {
                     what: text!(
-                        "rank {rank} waiting for {} of {size} ranks to join",
-                        size.saturating_sub(shared.joined.load(Ordering::Acquire))
+                        "rank {rank} waiting for rank(s) {} of {size} to join",
+                        rank_list(&missing)
                     ),
                     after_ms: u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX),
                 };
-                oxccl_core::Communicator::abort(&comm, "init timed out");
+                shared.abort(rank, "init timed out");
                 return Err(e);
             }
             joining = wait_for(&self.inner.cv, joining, TICK);
         }
-        Ok(comm)
+        Ok(shared)
+    }
+
+    /// A blocking joiner of `id` gives up: the ranks still missing; the entry goes with the
+    /// last waiter (a late rank then starts a rendezvous of its own, and times out alone).
+    fn give_up(&self, joining: &mut Joining, id: &UniqueId, shared: &Arc<CommShared>) -> Vec<u32> {
+        let Some(j) = joining
+            .get_mut(&id.0)
+            .filter(|j| Arc::ptr_eq(&j.shared, shared))
+        else {
+            return Vec::new();
+        };
+        j.waiting = j.waiting.saturating_sub(1);
+        let missing = (0..j.seen.len() as u32)
+            .filter(|r| !j.seen[*r as usize])
+            .collect();
+        if j.waiting == 0 {
+            joining.remove(&id.0);
+            self.end_rendezvous(id);
+        }
+        missing
     }
 }

@@ -30,6 +30,8 @@ pub(crate) struct Pending {
     pub(crate) polls: AtomicU32,
     /// Serializes binding.
     pub(crate) bind: Mutex<()>,
+    /// For a parent spanning processes: the split's own thread, which the child binds to.
+    pub(crate) task: Option<Arc<crate::procs::split::Task>>,
 }
 
 impl Binding {
@@ -83,9 +85,12 @@ impl Binding {
                 }
             }
         }
-        let taken = match p.parent.split_try_take(p.parent_rank, p.seq) {
-            None => return Some(Ok(())),
-            Some(t) => t,
+        let taken = match &p.task {
+            Some(task) => task.try_take(),
+            None => p.parent.split_try_take(p.parent_rank, p.seq),
+        };
+        let Some(taken) = taken else {
+            return Some(Ok(()));
         };
         let err = match taken {
             Ok(Some((child, r))) => {
@@ -190,6 +195,13 @@ impl Binding {
         let Some(p) = &self.pending else { return };
         let _g = lock(&p.bind);
         if self.resolved.get().is_some() {
+            return;
+        }
+        if let Some(task) = &p.task {
+            // The task aborts the child rank (now, or once joined).
+            if let Some(c) = task.abandon(why) {
+                let _ = self.resolved.set(c);
+            }
             return;
         }
         if let Some((child, r)) = p.parent.split_abandon(p.parent_rank, p.seq, why) {

@@ -138,7 +138,8 @@ impl CommShared {
     }
 }
 
-fn take_locked(hub: &mut Hub, rank: u32, seq: u64) -> Option<Result<Option<Child>>> {
+/// `rank`'s result of split `seq` with the hub locked (see [`CommShared::split_try_take`]).
+pub(crate) fn take_locked(hub: &mut Hub, rank: u32, seq: u64) -> Option<Result<Option<Child>>> {
     let dead = first_dead(hub, None);
     let Some(slot) = hub.splits.get_mut(&seq) else {
         return Some(Err(Error::Remote {

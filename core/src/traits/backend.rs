@@ -34,6 +34,24 @@ pub trait Backend: Clone + Send + Sync {
         cfg: &CommConfig,
     ) -> Result<Self::Comm>;
 
+    /// [`Backend::init_rank`] whose wait for the other ranks is bounded by `limit`, where the
+    /// backend can bound it: a blocking init that is still missing ranks after `limit` fails
+    /// with [`crate::Error::Timeout`] naming them, and the communicator is aborted. A process
+    /// group passes its timeout here. The default ignores `limit` (NCCL's blocking init waits
+    /// as long as the library does); the mock honours it.
+    fn init_rank_within(
+        &self,
+        id: &UniqueId,
+        rank: u32,
+        size: u32,
+        device: Device,
+        cfg: &CommConfig,
+        limit: core::time::Duration,
+    ) -> Result<Self::Comm> {
+        let _ = limit;
+        self.init_rank(id, rank, size, device, cfg)
+    }
+
     /// Opens a group on the calling thread: operations issued until the matching
     /// [`Backend::group_end`] are launched together. Groups are per thread, nest, and may span
     /// every communicator of this backend (NCCL: of the loaded library; the mock: every mock

@@ -8,13 +8,13 @@ use crate::job::Job;
 use crate::shared::CommShared;
 use crate::stream::MockStream;
 use crate::sync::lock;
-use crate::MockBackend;
+use crate::{MockBackend, MockComm};
 use oxccl_core::text::text_str;
-use oxccl_core::{text, CommConfig, Communicator, Device, Error, Result, UniqueId};
+use oxccl_core::{text, Communicator, Device, Error, Result, UniqueId};
 use std::collections::HashMap;
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -42,6 +42,35 @@ pub(crate) fn start(backend: &MockBackend, limit: Duration) -> Result<UniqueId> 
         pid: std::process::id(),
         token: super::random_token(),
     };
+    let mut hosts = lock(hosts());
+    start_locked(&mut hosts, backend, pid, limit)?;
+    Ok(pid.to_id())
+}
+
+/// The backend hosting `id` (a split child's, made by this process) here: the one already
+/// started for it by another rank of this process, else `make()`, started now. Every member of
+/// the child in this process gets the same rendezvous.
+pub(crate) fn host_child(
+    id: &ProcId,
+    limit: Duration,
+    make: impl FnOnce() -> MockBackend,
+) -> Result<MockBackend> {
+    let mut hosts = lock(hosts());
+    if let Some(b) = hosts.get(&id.token) {
+        return Ok(b.clone());
+    }
+    let b = make();
+    start_locked(&mut hosts, &b, *id, limit)?;
+    Ok(b)
+}
+
+/// Binds the listener of `pid`, registers `backend` as its host and starts accepting.
+fn start_locked(
+    hosts: &mut HashMap<[u8; 16], MockBackend>,
+    backend: &MockBackend,
+    pid: ProcId,
+    limit: Duration,
+) -> Result<()> {
     let name = pid.socket_name();
     let addr = SocketAddr::from_abstract_name(name.as_bytes()).map_err(|e| Error::Remote {
         detail: text!("abstract socket name {name}: {e}"),
@@ -52,32 +81,32 @@ pub(crate) fn start(backend: &MockBackend, limit: Duration) -> Result<UniqueId> 
     listener.set_nonblocking(true).map_err(|e| Error::Remote {
         detail: text!("mock host socket: {e}"),
     })?;
-    lock(hosts()).insert(pid.token, backend.clone());
+    hosts.insert(pid.token, backend.clone());
     let b = backend.clone();
-    std::thread::Builder::new()
+    let spawned = std::thread::Builder::new()
         .name("oxccl-mock-host".into())
-        .spawn(move || accept_loop(b, pid, listener, limit))
-        .map_err(|e| Error::Remote {
+        .spawn(move || accept_loop(b, pid, listener, limit));
+    if let Err(e) = spawned {
+        hosts.remove(&pid.token);
+        return Err(Error::Remote {
             detail: text!("starting the mock host thread: {e}"),
-        })?;
-    Ok(pid.to_id())
+        });
+    }
+    Ok(())
 }
 
-/// Accepts until every rank joined (or the init time limit passed), then closes the listener,
-/// which removes its name.
+/// Accepts until the rendezvous ended (every rank joined, or every waiter gave up) or the
+/// init time limit passed, then closes the listener, which removes its name.
 fn accept_loop(backend: MockBackend, pid: ProcId, listener: UnixListener, limit: Duration) {
     let id = pid.to_id();
     let start = Instant::now();
-    let hellos = Arc::new(AtomicU32::new(0));
-    let size = Arc::new(AtomicU32::new(u32::MAX));
-    let mut seen = false;
     loop {
         match listener.accept() {
             Ok((sock, _)) => {
-                let (b, h, s) = (backend.clone(), hellos.clone(), size.clone());
+                let b = backend.clone();
                 let spawned = std::thread::Builder::new()
                     .name("oxccl-mock-proxy".into())
-                    .spawn(move || serve(b, pid, sock, h, s));
+                    .spawn(move || serve(b, pid, sock));
                 // Without a thread the rank's connect times out and it is told so.
                 drop(spawned);
                 continue;
@@ -86,10 +115,7 @@ fn accept_loop(backend: MockBackend, pid: ProcId, listener: UnixListener, limit:
             // A failed accept (the rank gave up meanwhile) leaves nothing to do.
             Err(_) => {}
         }
-        let joining = backend.is_joining(&id);
-        seen |= joining;
-        let all = hellos.load(Ordering::Acquire) >= size.load(Ordering::Acquire);
-        if (seen && !joining) || all || start.elapsed() >= limit {
+        if backend.take_ended(&id) || start.elapsed() >= limit {
             break;
         }
         std::thread::sleep(Duration::from_millis(2));
@@ -98,13 +124,7 @@ fn accept_loop(backend: MockBackend, pid: ProcId, listener: UnixListener, limit:
 }
 
 /// One connected rank: join for it, then run its batches until it leaves.
-fn serve(
-    backend: MockBackend,
-    pid: ProcId,
-    sock: UnixStream,
-    hellos: Arc<AtomicU32>,
-    size_seen: Arc<AtomicU32>,
-) {
+fn serve(backend: MockBackend, pid: ProcId, sock: UnixStream) {
     let limit = backend.init_limit();
     let _ = sock.set_nonblocking(false);
     let _ = sock.set_read_timeout(Some(
@@ -115,7 +135,14 @@ fn serve(
     let Ok(w) = sock.try_clone() else { return };
     let tx = Arc::new(Tx::new(w));
     let mut rx = Rx::new(sock);
-    let Ok(Some(Msg::Hello { token, rank, size })) = rx.recv() else {
+    let Ok(Some(Msg::Hello {
+        token,
+        rank,
+        size,
+        pid: from,
+        limit_ms,
+    })) = rx.recv()
+    else {
         return;
     };
     if token != pid.token {
@@ -126,18 +153,16 @@ fn serve(
         let _ = tx.send(&Msg::Welcome(Err(e)), None);
         return;
     }
-    size_seen.store(size, Ordering::Release);
-    hellos.fetch_add(1, Ordering::AcqRel);
-    let comm = match backend.join_local(&pid.to_id(), rank, size, Device(rank), &CommConfig::new())
-    {
+    // The rank's own limit: its timeout error, naming the missing ranks, comes from here.
+    let limit = Duration::from_millis(limit_ms);
+    let real = match backend.join_shared(&pid.to_id(), rank, size, false, Some(from), limit) {
         Ok(c) => c,
         Err(e) => {
             let _ = tx.send(&Msg::Welcome(Err(e)), None);
             return;
         }
     };
-    let real = comm.shared().clone();
-    real.hosted.store(true, Ordering::Release);
+    let comm = MockComm::from_shared(real.clone(), rank, Device(rank), limit);
     if tx.send(&Msg::Welcome(Ok(())), None).is_err() {
         real.mark_dead(rank, text!("closed its connection before init completed"));
         comm.abort("the rank's process left during init");
@@ -170,6 +195,9 @@ fn serve(
             }
             Ok(Some(Msg::Forget { seg })) => {
                 proxy.segs.remove(&seg);
+            }
+            Ok(Some(Msg::Split { seq, color, key })) => {
+                super::split::serve_split(&proxy.real, rank, seq, color, key, &proxy.tx);
             }
             Ok(Some(_)) => {}
             Ok(None) => break String::from("process exited (its connection closed)"),

@@ -59,10 +59,12 @@ pub(crate) mod chan;
 pub(crate) mod host;
 #[cfg(target_os = "linux")]
 pub(crate) mod remote;
+#[cfg(target_os = "linux")]
+pub(crate) mod split;
 #[cfg(not(target_os = "linux"))]
 mod unsupported;
 #[cfg(not(target_os = "linux"))]
-pub(crate) use unsupported::{host, remote};
+pub(crate) use unsupported::{host, remote, split};
 #[cfg(target_os = "linux")]
 pub(crate) mod wire;
 
@@ -107,6 +109,22 @@ impl ProcId {
         let hex: String = self.token.iter().map(|b| format!("{b:02x}")).collect();
         format!("oxccl-mock-{}-{hex}", self.pid)
     }
+}
+
+/// Where one rank finds its child after a split across processes: the child's id (hosted by
+/// the process of the child's rank 0), and the rank's rank in it and its size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ChildSpec {
+    pub id: ProcId,
+    pub rank: u32,
+    pub size: u32,
+}
+
+/// Whether `sh` spans processes: a rank process's mirror (it has a link to the host), or the
+/// host's communicator once a rank of another process joined it. A split of such a
+/// communicator makes children that span processes too.
+pub(crate) fn spans(sh: &crate::shared::CommShared) -> bool {
+    sh.link.get().is_some() || sh.hosted.load(std::sync::atomic::Ordering::Acquire)
 }
 
 /// 16 random bytes from the kernel (a clock mix if it refuses).

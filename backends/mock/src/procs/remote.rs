@@ -3,7 +3,7 @@
 
 use super::chan::{Rx, Segment, Tx};
 use super::wire::{Msg, WireJob};
-use super::ProcId;
+use super::{ChildSpec, ProcId};
 use crate::job::Job;
 use crate::shared::CommShared;
 use crate::sync::{lock, wait_for};
@@ -23,11 +23,16 @@ const TICK: Duration = Duration::from_millis(5);
 const POOL: usize = 4;
 /// The smallest segment made (small ops share one mapping).
 const MIN_SEGMENT: usize = 1 << 20;
+/// How much longer than its limit a joining rank waits for the host's answer: the host times
+/// the join out first and says which ranks are missing.
+const ANSWER_SLACK: Duration = Duration::from_secs(2);
 
 /// What the reader thread fills in: batch outcomes, and why the connection ended.
 #[derive(Default)]
 struct Replies {
     done: HashMap<u64, Result<()>>,
+    /// Answers to this rank's split calls, by split sequence number.
+    splits: HashMap<u64, Result<Option<ChildSpec>>>,
     broken: Option<Text>,
 }
 
@@ -83,10 +88,15 @@ impl Link {
                 token: pid.token,
                 rank,
                 size,
+                pid: std::process::id(),
+                limit_ms: u64::try_from(limit.saturating_sub(start.elapsed()).as_millis())
+                    .unwrap_or(u64::MAX),
             },
             None,
         )?;
-        let left = limit.saturating_sub(start.elapsed());
+        let left = limit
+            .saturating_sub(start.elapsed())
+            .saturating_add(ANSWER_SLACK);
         let _ = sock.set_read_timeout(Some(clamp(left)));
         let mut rx = Rx::new(sock);
         match rx.recv() {
@@ -96,7 +106,7 @@ impl Link {
                     detail: text!("the mock host answered the join with another message"),
                 })
             }
-            Ok(None) if start.elapsed() >= limit => {
+            Ok(None) if start.elapsed() >= limit.saturating_add(ANSWER_SLACK) => {
                 return Err(timeout("waiting for the other ranks through"))
             }
             Ok(None) => {
@@ -138,6 +148,34 @@ impl Link {
         }
     }
 
+    /// Sends this rank's call of split `seq` to the host (which matches it with the others').
+    pub(crate) fn split_call(&self, seq: u64, color: Option<u32>, key: u32) -> Result<()> {
+        self.tx
+            .send(&Msg::Split { seq, color, key }, None)
+            .map_err(|e| self.broken().map_or(e, |detail| Error::Remote { detail }))
+    }
+
+    /// The host's answer to split `seq` once it came, or why it cannot come (the host is
+    /// gone); `None` while neither.
+    pub(crate) fn split_answer(&self, seq: u64) -> Option<Result<Option<ChildSpec>>> {
+        let mut g = lock(&self.replies.0);
+        if let Some(r) = g.splits.remove(&seq) {
+            return Some(r);
+        }
+        g.broken.clone().map(|detail| Err(Error::Remote { detail }))
+    }
+
+    /// Waits up to `d` for a reply of the host (or its end).
+    pub(crate) fn wait_reply(&self, d: Duration) {
+        let g = lock(&self.replies.0);
+        drop(wait_for(&self.replies.1, g, d));
+    }
+
+    /// Why the connection ended, once it did.
+    fn broken(&self) -> Option<Text> {
+        lock(&self.replies.0).broken.clone()
+    }
+
     /// A free segment of at least `len` bytes, and whether the host has not seen it yet.
     fn segment(&self, len: usize) -> Result<(u64, Segment, bool)> {
         let mut free = lock(&self.segs);
@@ -172,6 +210,10 @@ fn read_loop(mut rx: Rx, replies: Arc<(Mutex<Replies>, Condvar)>, host: u32) {
         match rx.recv() {
             Ok(Some(Msg::Done { id, result })) => {
                 lock(&replies.0).done.insert(id, result);
+                replies.1.notify_all();
+            }
+            Ok(Some(Msg::SplitDone { seq, result })) => {
+                lock(&replies.0).splits.insert(seq, result);
                 replies.1.notify_all();
             }
             Ok(Some(_)) => {}

@@ -61,3 +61,50 @@ pub(crate) mod remote {
         }
     }
 }
+
+/// Split across processes, absent: no communicator spans processes here, so none is called.
+pub(crate) mod split {
+    use crate::shared::{Child, CommShared};
+    use oxccl_core::Result;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    /// Never constructed here.
+    pub(crate) struct Task(());
+
+    impl Task {
+        /// Refused: no transport here.
+        pub(crate) fn start(
+            _: Arc<CommShared>,
+            _: u32,
+            _: u64,
+            _: Option<u32>,
+            _: u32,
+            _: Duration,
+        ) -> Result<Arc<Task>> {
+            Err(super::host::refused_join())
+        }
+
+        /// Never called (no task exists).
+        pub(crate) fn try_take(&self) -> Option<Result<Option<Child>>> {
+            None
+        }
+
+        /// Never called (no task exists).
+        pub(crate) fn abandon(&self, _: &str) -> Option<Child> {
+            None
+        }
+    }
+
+    /// Refused: no transport here.
+    pub(crate) fn split(
+        _: &CommShared,
+        _: u32,
+        _: u64,
+        _: Option<u32>,
+        _: u32,
+        _: Duration,
+    ) -> Result<Option<Child>> {
+        Err(super::host::refused_join())
+    }
+}

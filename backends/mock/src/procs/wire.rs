@@ -2,6 +2,7 @@
 //! `[len: u32 LE][payload]`, the payload a tag then fixed-width little-endian fields. Errors and
 //! operation descriptions cross the wire with what the ranks need of them.
 
+use super::{ChildSpec, ProcId};
 use crate::fault::FaultKind;
 use crate::job::OpDesc;
 use oxccl_core::text::text_str;
@@ -29,11 +30,14 @@ pub(crate) struct WireJob {
 /// A message of either side.
 #[derive(Debug)]
 pub(crate) enum Msg {
-    /// rank → host: join the communicator of `token` as `rank` of `size`.
+    /// rank → host: join the communicator of `token` as `rank` of `size`, from process `pid`,
+    /// waiting at most `limit_ms` for the other ranks.
     Hello {
         token: [u8; 16],
         rank: u32,
         size: u32,
+        pid: u32,
+        limit_ms: u64,
     },
     /// host → rank: the join's outcome (all ranks joined, or why not).
     Welcome(Result<()>),
@@ -52,6 +56,18 @@ pub(crate) enum Msg {
     Dead { why: String },
     /// rank → host: segment `seg` is no longer used.
     Forget { seg: u64 },
+    /// rank → host: the rank's call of split `seq` (`color` None: NOCOLOR).
+    Split {
+        seq: u64,
+        color: Option<u32>,
+        key: u32,
+    },
+    /// host → rank: where the rank's child of split `seq` is (`None`: NOCOLOR), or why the
+    /// split failed.
+    SplitDone {
+        seq: u64,
+        result: Result<Option<ChildSpec>>,
+    },
 }
 
 /// Appends fields to a payload.
@@ -380,11 +396,19 @@ impl Msg {
     pub(crate) fn encode(&self) -> Vec<u8> {
         let mut w = W(vec![0; 4]);
         match self {
-            Msg::Hello { token, rank, size } => {
+            Msg::Hello {
+                token,
+                rank,
+                size,
+                pid,
+                limit_ms,
+            } => {
                 w.u8(1);
                 w.0.extend_from_slice(token);
                 w.u32(*rank);
                 w.u32(*size);
+                w.u32(*pid);
+                w.u64(*limit_ms);
             }
             Msg::Welcome(res) => {
                 w.u8(2);
@@ -420,6 +444,27 @@ impl Msg {
                 w.u8(6);
                 w.u64(*seg);
             }
+            Msg::Split { seq, color, key } => {
+                w.u8(7);
+                w.u64(*seq);
+                put_opt(&mut w, *color);
+                w.u32(*key);
+            }
+            Msg::SplitDone { seq, result } => {
+                w.u8(8);
+                w.u64(*seq);
+                match result {
+                    Err(e) => put_error(&mut w, e),
+                    Ok(None) => w.u8(0),
+                    Ok(Some(c)) => {
+                        w.u8(9);
+                        w.u32(c.id.pid);
+                        w.0.extend_from_slice(&c.id.token);
+                        w.u32(c.rank);
+                        w.u32(c.size);
+                    }
+                }
+            }
         }
         let len = (w.0.len() - 4) as u32;
         w.0[..4].copy_from_slice(&len.to_le_bytes());
@@ -437,6 +482,8 @@ impl Msg {
                     token,
                     rank: r.u32()?,
                     size: r.u32()?,
+                    pid: r.u32()?,
+                    limit_ms: r.u64()?,
                 }
             }
             2 => Msg::Welcome(get_result(&mut r)?),
@@ -466,6 +513,33 @@ impl Msg {
             },
             5 => Msg::Dead { why: r.str()? },
             6 => Msg::Forget { seg: r.u64()? },
+            7 => Msg::Split {
+                seq: r.u64()?,
+                color: get_opt(&mut r)?,
+                key: r.u32()?,
+            },
+            8 => {
+                let seq = r.u64()?;
+                let result = match r.0.first() {
+                    Some(0) => {
+                        r.u8()?;
+                        Ok(None)
+                    }
+                    Some(9) => {
+                        r.u8()?;
+                        let pid = r.u32()?;
+                        let mut token = [0u8; 16];
+                        token.copy_from_slice(r.take(16)?);
+                        Ok(Some(ChildSpec {
+                            id: ProcId { pid, token },
+                            rank: r.u32()?,
+                            size: r.u32()?,
+                        }))
+                    }
+                    _ => Err(get_error(&mut r)?),
+                };
+                Msg::SplitDone { seq, result }
+            }
             _ => return Err(short()),
         })
     }
@@ -518,6 +592,49 @@ mod tests {
             jobs[0].fault,
             Some(FaultKind::Delay(Duration::from_millis(3)))
         );
+    }
+
+    #[test]
+    fn split_messages_round_trip() {
+        let spec = ChildSpec {
+            id: ProcId {
+                pid: 42,
+                token: [7; 16],
+            },
+            rank: 2,
+            size: 3,
+        };
+        let cases = [
+            Ok(Some(spec)),
+            Ok(None),
+            Err(Error::Remote {
+                detail: text!("split 1: rank 3 exited"),
+            }),
+        ];
+        for result in cases {
+            let f = Msg::SplitDone {
+                seq: 4,
+                result: result.clone(),
+            }
+            .encode();
+            let Msg::SplitDone { seq, result: got } = Msg::decode(&f[4..]).unwrap() else {
+                panic!("not a split answer")
+            };
+            assert_eq!((seq, got), (4, result));
+            for cut in 1..f.len() - 4 {
+                assert!(Msg::decode(&f[4..4 + cut]).is_err(), "cut at {cut}");
+            }
+        }
+        let f = Msg::Split {
+            seq: 1,
+            color: None,
+            key: 9,
+        }
+        .encode();
+        let Msg::Split { seq, color, key } = Msg::decode(&f[4..]).unwrap() else {
+            panic!("not a split call")
+        };
+        assert_eq!((seq, color, key), (1, None, 9));
     }
 
     #[test]
