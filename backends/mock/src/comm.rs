@@ -184,6 +184,16 @@ impl MockComm {
         self.b.rs()
     }
 
+    /// This rank's state (for `window.rs`).
+    pub(crate) fn rank_state(&self) -> &crate::shared::RankState {
+        self.b.rs()
+    }
+
+    /// The features of this communicator's world (for `window.rs`).
+    pub(crate) fn shared_features(&self) -> &oxccl_core::FeatureSet {
+        &self.sh().features
+    }
+
     fn ctx(&self) -> CheckCtx<'_> {
         CheckCtx {
             rank: self.rk(),
@@ -466,6 +476,17 @@ impl oxccl_core::Communicator for MockComm {
                 self.rk(), handle.addr
             ),
         ))
+    }
+
+    fn register_window(&self, addr: usize, bytes: usize) -> Result<RegHandle> {
+        let _call = self.calls.enter();
+        self.ensure_ready("register a window")?;
+        self.window_add(addr, bytes)
+    }
+
+    fn deregister_window(&self, handle: RegHandle) -> Result<()> {
+        let _call = self.calls.enter();
+        self.window_remove(handle)
     }
 }
 

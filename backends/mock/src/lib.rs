@@ -56,6 +56,7 @@ mod shared;
 mod split;
 mod stream;
 mod sync;
+mod window;
 mod world;
 
 pub use backend::{MockBackend, DEFAULT_INIT_TIMEOUT};

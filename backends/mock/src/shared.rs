@@ -44,6 +44,8 @@ pub(crate) struct RankState {
     pub pending_cv: Condvar,
     /// Registered buffers by address, and the next handle value.
     pub regs: Mutex<(HashMap<usize, RegHandle>, usize)>,
+    /// Symmetric windows by address, and how many were ever made (see `window.rs`).
+    pub windows: Mutex<(HashMap<usize, RegHandle>, u64)>,
 }
 
 /// A message sent eagerly and not yet received.
@@ -140,6 +142,7 @@ impl CommShared {
                     pending: Mutex::new(0),
                     pending_cv: Condvar::new(),
                     regs: Mutex::new((HashMap::new(), 1)),
+                    windows: Mutex::new((HashMap::new(), 0)),
                 }
             })
             .collect();

@@ -583,6 +583,27 @@ impl Communicator for NcclComm {
             .registry
             .deregister(&self.inner.lib, self.inner.raw, handle)
     }
+
+    fn register_window(&self, addr: usize, bytes: usize) -> Result<RegHandle> {
+        // NCCL_WIN_COLL_SYMMETRIC: every rank registers a buffer of the same size.
+        let w = crate::NcclComm::window_register(self, addr, bytes, 1)?;
+        Ok(RegHandle {
+            raw: w.raw,
+            addr: w.addr,
+            bytes: w.bytes,
+        })
+    }
+
+    fn deregister_window(&self, handle: RegHandle) -> Result<()> {
+        crate::NcclComm::window_deregister(
+            self,
+            crate::registry::Window {
+                raw: handle.raw,
+                addr: handle.addr,
+                bytes: handle.bytes,
+            },
+        )
+    }
 }
 
 /// `ncclCommGetAsyncError` as progress: Done, InProgress, or the communicator's error.

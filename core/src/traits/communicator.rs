@@ -101,4 +101,30 @@ pub trait Communicator: Send + Sync + Sized {
 
     /// Releases a registration made by [`Communicator::register`].
     fn deregister(&self, handle: RegHandle) -> Result<()>;
+
+    /// Puts `bytes` at `addr` in a symmetric window (NCCL 2.27+: `ncclCommWindowRegister`
+    /// with `NCCL_WIN_COLL_SYMMETRIC`). The memory must come from the library's allocator
+    /// (`ncclMemAlloc`). Collective: every rank of the communicator registers a buffer of the
+    /// same size, in the same order relative to its other collectives, or the ranks hang.
+    /// A backend without windows refuses with [`crate::Error::Unsupported`].
+    fn register_window(&self, addr: usize, bytes: usize) -> Result<RegHandle> {
+        let _ = (addr, bytes);
+        self.features()
+            .require(crate::Feature::WindowRegistration)?;
+        Err(crate::Error::Unsupported {
+            feature: crate::Feature::WindowRegistration,
+            missing: crate::feature::Missing::Disabled,
+        })
+    }
+
+    /// Releases a window made by [`Communicator::register_window`] (collective too, on NCCL).
+    fn deregister_window(&self, handle: RegHandle) -> Result<()> {
+        let _ = handle;
+        self.features()
+            .require(crate::Feature::WindowRegistration)?;
+        Err(crate::Error::Unsupported {
+            feature: crate::Feature::WindowRegistration,
+            missing: crate::feature::Missing::Disabled,
+        })
+    }
 }
