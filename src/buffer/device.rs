@@ -14,6 +14,7 @@ impl<T: NcclType> Buffer<T> for CudaSlice<T> {
 
 impl Memory for NcclBackend {
     type Buf<T: NcclType> = CudaSlice<T>;
+    type CommBuf<T: NcclType> = super::NcclBuf<T>;
     type Access<'a> = SyncOnDrop<'a>;
 
     fn stream(&self, device: Device) -> Result<NcclStream> {
@@ -35,6 +36,22 @@ impl Memory for NcclBackend {
             .cuda()
             .clone_htod(data)
             .map_err(|e| cuda_error("copying to the device", e))
+    }
+
+    fn alloc_comm<T: NcclType>(
+        &self,
+        stream: &NcclStream,
+        len: usize,
+    ) -> Result<super::NcclBuf<T>> {
+        super::NcclBuf::zeros(self, stream, len)
+    }
+
+    fn upload_comm<T: NcclType>(
+        &self,
+        stream: &NcclStream,
+        data: &[T],
+    ) -> Result<super::NcclBuf<T>> {
+        super::NcclBuf::from_host(self, stream, data)
     }
 
     fn download<T: NcclType>(&self, stream: &NcclStream, buf: &CudaSlice<T>) -> Result<Vec<T>> {

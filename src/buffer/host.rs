@@ -1,8 +1,9 @@
 //! The mock world's memory: host buffers reached only through their stream.
 
-use super::{Buffer, Memory, StreamOf};
+use super::operand::next_id;
+use super::{Buffer, CommAlloc, CommMem, Memory, Operand, StreamOf};
 use crate::element::NcclType;
-use oxccl_core::{Device, Error, Event, RawBuf, RawBufMut, Result, Stream};
+use oxccl_core::{Backend, Device, Error, Event, Feature, RawBuf, RawBufMut, Result, Stream};
 use oxccl_mock::{MockBackend, MockEvent, MockStream};
 use std::cell::UnsafeCell;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -18,6 +19,9 @@ struct HostMem<T> {
     cells: Box<[UnsafeCell<T>]>,
     /// The event after the last work that used the buffer (`None` until one did).
     last: Mutex<Option<MockEvent>>,
+    /// The allocation id when the buffer stands for the library's own memory
+    /// ([`Memory::alloc_comm`]): only then may it be registered or put in a window.
+    comm: Option<u64>,
 }
 
 // SAFETY: the cells are touched only by (a) the creating thread before the buffer is shared,
@@ -71,12 +75,23 @@ impl Drop for HostAccess<'_> {
 
 impl<T: NcclType> HostBuf<T> {
     fn from_vec(v: Vec<T>) -> HostBuf<T> {
+        HostBuf::with_comm(v, None)
+    }
+
+    fn with_comm(v: Vec<T>, comm: Option<u64>) -> HostBuf<T> {
         HostBuf {
             mem: Arc::new(HostMem {
                 cells: v.into_iter().map(UnsafeCell::new).collect(),
                 last: Mutex::new(None),
+                comm,
             }),
         }
+    }
+
+    /// Whether the buffer stands for the library's own memory (made by
+    /// [`Memory::alloc_comm`] or [`Memory::upload_comm`]).
+    pub fn is_comm(&self) -> bool {
+        self.mem.comm.is_some()
     }
 
     /// Makes `stream` wait for the buffer's last use and returns its address.
@@ -98,8 +113,61 @@ impl<T: NcclType> HostBuf<T> {
     }
 }
 
+impl<T: NcclType> CommAlloc for HostMem<T> {
+    fn idle(&self) -> bool {
+        let last = self.last.lock().unwrap_or_else(PoisonError::into_inner);
+        // A stream that failed runs nothing more: idle too.
+        last.as_ref().is_none_or(|ev| ev.query().unwrap_or(true))
+    }
+}
+
+impl<T: NcclType> Operand<MockBackend> for HostBuf<T> {
+    type Elem = T;
+
+    fn numel(&self) -> usize {
+        self.mem.cells.len()
+    }
+
+    fn read<'a>(
+        &'a self,
+        arg: &'static str,
+        device: Device,
+        stream: &'a MockStream,
+    ) -> Result<(RawBuf, HostAccess<'a>)> {
+        MockBackend::read(arg, device, stream, self)
+    }
+
+    fn write<'a>(
+        &'a mut self,
+        arg: &'static str,
+        device: Device,
+        stream: &'a MockStream,
+    ) -> Result<(RawBufMut, HostAccess<'a>)> {
+        MockBackend::write(arg, device, stream, self)
+    }
+
+    fn download(&self, backend: &MockBackend, stream: &MockStream) -> Result<Vec<T>> {
+        backend.download(stream, self)
+    }
+
+    fn has_nan(&self, backend: &MockBackend, stream: &MockStream) -> Result<bool> {
+        backend.has_nan(stream, self)
+    }
+
+    fn comm_mem(&self) -> Option<CommMem> {
+        let id = self.mem.comm?;
+        Some(CommMem {
+            id,
+            addr: self.mem.cells.as_ptr() as usize,
+            bytes: std::mem::size_of_val(&*self.mem.cells),
+            keep: self.mem.clone(),
+        })
+    }
+}
+
 impl Memory for MockBackend {
     type Buf<T: NcclType> = HostBuf<T>;
+    type CommBuf<T: NcclType> = HostBuf<T>;
     type Access<'a> = HostAccess<'a>;
 
     fn stream(&self, _device: Device) -> Result<MockStream> {
@@ -126,6 +194,39 @@ impl Memory for MockBackend {
 
     fn upload<T: NcclType>(&self, _stream: &MockStream, data: &[T]) -> Result<HostBuf<T>> {
         Ok(HostBuf::from_vec(data.to_vec()))
+    }
+
+    fn alloc_comm<T: NcclType>(&self, stream: &MockStream, len: usize) -> Result<HostBuf<T>> {
+        self.features().require(Feature::MemAlloc)?;
+        if len == 0 {
+            // As ncclMemAlloc, which refuses an empty allocation.
+            return Err(Error::invalid(
+                "len",
+                format_args!("at least one element for memory of the library's allocator"),
+            ));
+        }
+        let plain = self.alloc_zeros::<T>(stream, len)?;
+        let cells = Arc::try_unwrap(plain.mem)
+            .map_err(|_| Error::invalid("len", format_args!("a fresh buffer")))?
+            .cells;
+        Ok(HostBuf {
+            mem: Arc::new(HostMem {
+                cells,
+                last: Mutex::new(None),
+                comm: Some(next_id()),
+            }),
+        })
+    }
+
+    fn upload_comm<T: NcclType>(&self, _stream: &MockStream, data: &[T]) -> Result<HostBuf<T>> {
+        self.features().require(Feature::MemAlloc)?;
+        if data.is_empty() {
+            return Err(Error::invalid(
+                "data",
+                format_args!("at least one element for memory of the library's allocator"),
+            ));
+        }
+        Ok(HostBuf::with_comm(data.to_vec(), Some(next_id())))
     }
 
     fn download<T: NcclType>(&self, _stream: &StreamOf<Self>, buf: &HostBuf<T>) -> Result<Vec<T>> {

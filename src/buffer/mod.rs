@@ -13,12 +13,24 @@
 //!
 //! - On NCCL a buffer is a cudarc `CudaSlice<T>` (with cudarc's event tracking, its default).
 //! - On the mock a buffer is a [`HostBuf<T>`]: host memory reached only through its stream.
+//!
+//! Each backend also has a second kind, [`Memory::CommBuf`], in the library's own allocator
+//! (`ncclMemAlloc` on NCCL: [`NcclBuf`]; a [`HostBuf`] with an allocation identity on the
+//! mock), which the process group may register with its communicator or put in a symmetric
+//! window per operation, as its tune table says. Every operation takes either kind (both are
+//! an [`Operand`]): a second type rather than a flag on the first, because cudarc's
+//! `CudaSlice` frees with `cuMemFreeAsync`, which cannot free `ncclMemAlloc` memory, and
+//! because plain buffers must keep costing nothing extra.
 
 mod device;
 mod host;
 mod nan;
+mod nccl_buf;
+mod operand;
 
 pub use host::HostBuf;
+pub use nccl_buf::NcclBuf;
+pub use operand::{CommAlloc, CommMem, Operand};
 
 use crate::element::NcclType;
 use oxccl_core::{Backend, Communicator, Device, RawBuf, RawBufMut, Result};
@@ -40,7 +52,11 @@ pub trait Buffer<T>: Send + Sync {
 /// A backend whose memory safe code can allocate, fill, read and hand to operations.
 pub trait Memory: Backend + 'static {
     /// A buffer of elements of `T`.
-    type Buf<T: NcclType>: Buffer<T>;
+    type Buf<T: NcclType>: Buffer<T> + Operand<Self, Elem = T>;
+
+    /// A buffer of elements of `T` in the library's own allocator, which registration and
+    /// symmetric windows take (see [`Operand::comm_mem`]).
+    type CommBuf<T: NcclType>: Buffer<T> + Operand<Self, Elem = T>;
 
     /// Proof that a buffer is in use by work being issued on a stream; dropping it records the
     /// use, so that later uses of the buffer wait for that work. Live only across one issue.
@@ -55,6 +71,21 @@ pub trait Memory: Backend + 'static {
 
     /// A buffer holding a copy of `data`.
     fn upload<T: NcclType>(&self, stream: &StreamOf<Self>, data: &[T]) -> Result<Self::Buf<T>>;
+
+    /// A [`Memory::CommBuf`] of `len` zeros (NCCL: `ncclMemAlloc`, NCCL 2.19+; an older
+    /// library is refused with [`oxccl_core::Error::Unsupported`] naming `MemAlloc`).
+    fn alloc_comm<T: NcclType>(
+        &self,
+        stream: &StreamOf<Self>,
+        len: usize,
+    ) -> Result<Self::CommBuf<T>>;
+
+    /// A [`Memory::CommBuf`] holding a copy of `data`.
+    fn upload_comm<T: NcclType>(
+        &self,
+        stream: &StreamOf<Self>,
+        data: &[T],
+    ) -> Result<Self::CommBuf<T>>;
 
     /// The contents of `buf`, once every work that uses it has run (blocks the caller).
     fn download<T: NcclType>(&self, stream: &StreamOf<Self>, buf: &Self::Buf<T>) -> Result<Vec<T>>;

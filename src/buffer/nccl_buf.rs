@@ -1,0 +1,320 @@
+//! NCCL's own memory as a buffer: [`NcclBuf`], allocated with `ncclMemAlloc` (NCCL 2.19+),
+//! the memory local registration works best on and symmetric windows require.
+//!
+//! Ordering is stream-ordered, as the rest of [`super`]: the allocation keeps one event,
+//! recorded after every use; each new use (an operation, a copy) first waits for it. Dropping
+//! the buffer never blocks: the memory is freed with `ncclMemFree` at once when that event has
+//! completed, else parked and freed by a later allocation or drop once it has (so the memory
+//! outlives the work that uses it, and Drop neither waits nor panics). Registrations keep the
+//! allocation alive too (see [`super::CommMem`]): it is freed only after every communicator
+//! that registered it has released it.
+
+use super::operand::next_id;
+use super::{Buffer, CommAlloc, CommMem, Memory, Operand};
+use crate::element::NcclType;
+use cudarc::driver::{result, CudaContext, CudaEvent, CudaStream, SyncOnDrop};
+use oxccl_core::{Device, Error, RawBuf, RawBufMut, Result};
+use oxccl_nccl::{cuda_error, NcclBackend, NcclMem, NcclStream};
+use std::marker::PhantomData;
+use std::sync::{Arc, Mutex, PoisonError};
+
+/// A buffer of `len` elements of `T` in memory from `ncclMemAlloc`: the
+/// [`Memory::CommBuf`] of NCCL, taken by every operation of the process group like a
+/// `CudaSlice`, and registered or put in a symmetric window as the group's tune table says.
+pub struct NcclBuf<T> {
+    alloc: Arc<NcclAlloc>,
+    len: usize,
+    _elem: PhantomData<fn() -> T>,
+}
+
+impl<T> std::fmt::Debug for NcclBuf<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NcclBuf")
+            .field("len", &self.len)
+            .field("addr", &format_args!("{:#x}", self.alloc.addr))
+            .finish()
+    }
+}
+
+/// One `ncclMemAlloc` allocation with the event of its last use.
+struct NcclAlloc {
+    id: u64,
+    addr: usize,
+    bytes: usize,
+    ctx: Arc<CudaContext>,
+    /// Recorded after every use; waited for by the next.
+    event: CudaEvent,
+    /// `None` only while being dropped.
+    mem: Option<NcclMem>,
+}
+
+/// Allocations dropped while work still used them, freed once it has run.
+static PARKED: Mutex<Vec<(NcclMem, CudaEvent, Arc<CudaContext>)>> = Mutex::new(Vec::new());
+
+/// Frees the parked allocations whose work has run (never blocks).
+fn reap() {
+    let mut parked = PARKED.lock().unwrap_or_else(PoisonError::into_inner);
+    parked.retain(|(_, ev, ctx)| {
+        // A broken context runs nothing any more: its memory is free to go.
+        let done = ev.try_is_complete().unwrap_or(true);
+        if done {
+            if let Err(e) = ctx.bind_to_thread() {
+                log::debug!("binding the context to free NCCL memory: {e}");
+            }
+        }
+        !done
+    });
+}
+
+impl Drop for NcclAlloc {
+    fn drop(&mut self) {
+        let Some(mem) = self.mem.take() else { return };
+        if let Err(e) = self.ctx.bind_to_thread() {
+            log::debug!("binding the context to free NCCL memory: {e}");
+        }
+        match self.event.try_is_complete() {
+            // Done (or the context is broken and runs nothing): free now, on this thread.
+            Ok(true) | Err(_) => drop(mem),
+            Ok(false) => {
+                // Still in use on a stream: park it with a fresh event (ours dies here)
+                // recorded nowhere new; the last use's event is what must complete, so keep
+                // that one instead by swapping it out.
+                let ev = std::mem::replace(
+                    &mut self.event,
+                    match self.ctx.new_event(None) {
+                        Ok(e) => e,
+                        Err(e) => {
+                            // Cannot make a placeholder: leak the memory rather than free it
+                            // under running work.
+                            log::warn!("leaking {} bytes of NCCL memory: {e}", self.bytes);
+                            std::mem::forget(mem);
+                            return;
+                        }
+                    },
+                );
+                PARKED.lock().unwrap_or_else(PoisonError::into_inner).push((
+                    mem,
+                    ev,
+                    self.ctx.clone(),
+                ));
+            }
+        }
+        reap();
+    }
+}
+
+impl CommAlloc for NcclAlloc {
+    fn idle(&self) -> bool {
+        self.event.try_is_complete().unwrap_or(true)
+    }
+}
+
+impl NcclAlloc {
+    /// Makes `stream` wait for the last use; the guard records the next one when dropped.
+    fn access<'a>(
+        &'a self,
+        arg: &'static str,
+        device: Device,
+        stream: &'a Arc<CudaStream>,
+    ) -> Result<SyncOnDrop<'a>> {
+        if !Arc::ptr_eq(stream.context(), &self.ctx) {
+            return Err(Error::invalid(
+                arg,
+                format_args!(
+                    "NCCL memory of the communicator's device {}, got memory of device {}",
+                    device.0,
+                    self.ctx.ordinal()
+                ),
+            ));
+        }
+        stream
+            .wait(&self.event)
+            .map_err(|e| cuda_error("ordering a use of NCCL memory", e))?;
+        Ok(SyncOnDrop::Record(Some((&self.event, stream))))
+    }
+}
+
+impl<T: NcclType> Buffer<T> for NcclBuf<T> {
+    fn len(&self) -> usize {
+        self.len
+    }
+}
+
+impl<T: NcclType> NcclBuf<T> {
+    /// `len` zeros in `ncclMemAlloc` memory on `stream`'s device.
+    pub fn zeros(backend: &NcclBackend, stream: &NcclStream, len: usize) -> Result<NcclBuf<T>> {
+        reap();
+        let bytes = len
+            .checked_mul(std::mem::size_of::<T>())
+            .filter(|b| *b > 0)
+            .ok_or_else(|| {
+                Error::invalid(
+                    "len",
+                    format_args!(
+                        "1 to {} elements of {} bytes, got {len}",
+                        usize::MAX / std::mem::size_of::<T>().max(1),
+                        std::mem::size_of::<T>()
+                    ),
+                )
+            })?;
+        let st = stream.cuda();
+        let ctx = st.context().clone();
+        ctx.bind_to_thread()
+            .map_err(|e| cuda_error("binding the device to allocate NCCL memory", e))?;
+        let mem = NcclMem::alloc(backend.library(), bytes)?;
+        let event = ctx
+            .new_event(None)
+            .map_err(|e| cuda_error("creating the event of NCCL memory", e))?;
+        let addr = mem.addr();
+        // SAFETY: `addr..addr+bytes` is the allocation just made on this context; the memset
+        // is ordered on `st`, and the event recorded after it orders every later use.
+        unsafe { result::memset_d8_async(addr as u64, 0, bytes, st.cu_stream()) }
+            .map_err(|e| cuda_error("zeroing NCCL memory", e))?;
+        event
+            .record(st)
+            .map_err(|e| cuda_error("recording the event of NCCL memory", e))?;
+        Ok(NcclBuf {
+            alloc: Arc::new(NcclAlloc {
+                id: next_id(),
+                addr,
+                bytes,
+                ctx,
+                event,
+                mem: Some(mem),
+            }),
+            len,
+            _elem: PhantomData,
+        })
+    }
+
+    /// A copy of `data` in `ncclMemAlloc` memory (blocks until copied).
+    pub fn from_host(backend: &NcclBackend, stream: &NcclStream, data: &[T]) -> Result<NcclBuf<T>> {
+        let mut buf = NcclBuf::zeros(backend, stream, data.len())?;
+        buf.copy_from_host(stream, data)?;
+        Ok(buf)
+    }
+
+    /// Overwrites the buffer with `data` (of its length; blocks until copied).
+    pub fn copy_from_host(&mut self, stream: &NcclStream, data: &[T]) -> Result<()> {
+        if data.len() != self.len {
+            return Err(Error::invalid(
+                "data",
+                format_args!("{} elements (the buffer's), got {}", self.len, data.len()),
+            ));
+        }
+        let st = stream.cuda();
+        let _rec = self.alloc.access("data", Device(0), st)?;
+        // SAFETY: the destination holds `data.len()` elements; the copy is ordered after the
+        // last use, and the stream is synchronized below before `data` can go away.
+        unsafe { result::memcpy_htod_async(self.alloc.addr as u64, data, st.cu_stream()) }
+            .map_err(|e| cuda_error("copying to NCCL memory", e))?;
+        st.synchronize()
+            .map_err(|e| cuda_error("waiting for a copy to NCCL memory", e))
+    }
+
+    /// The contents, after every work that uses the buffer (blocks).
+    pub fn to_host(&self, stream: &NcclStream) -> Result<Vec<T>> {
+        let st = stream.cuda();
+        // SAFETY: every `NcclType` is valid as all-zero bytes (`ValidAsZeroBits`).
+        let mut out = vec![unsafe { std::mem::zeroed::<T>() }; self.len];
+        {
+            let _rec = self.alloc.access("buf", Device(0), st)?;
+            // SAFETY: `out` holds `len` elements, as the source; ordered after the last use
+            // and synchronized below before `out` is read.
+            unsafe { result::memcpy_dtoh_async(&mut out, self.alloc.addr as u64, st.cu_stream()) }
+                .map_err(|e| cuda_error("copying from NCCL memory", e))?;
+        }
+        st.synchronize()
+            .map_err(|e| cuda_error("waiting for a copy from NCCL memory", e))?;
+        Ok(out)
+    }
+
+    /// The device address (for frameworks that issue on raw pointers).
+    pub fn addr(&self) -> usize {
+        self.alloc.addr
+    }
+}
+
+impl<T: NcclType> Operand<NcclBackend> for NcclBuf<T> {
+    type Elem = T;
+
+    fn numel(&self) -> usize {
+        self.len
+    }
+
+    fn read<'a>(
+        &'a self,
+        arg: &'static str,
+        device: Device,
+        stream: &'a NcclStream,
+    ) -> Result<(RawBuf, SyncOnDrop<'a>)> {
+        let g = self.alloc.access(arg, device, stream.cuda())?;
+        Ok((RawBuf::new(self.alloc.addr, self.len), g))
+    }
+
+    fn write<'a>(
+        &'a mut self,
+        arg: &'static str,
+        device: Device,
+        stream: &'a NcclStream,
+    ) -> Result<(RawBufMut, SyncOnDrop<'a>)> {
+        let g = self.alloc.access(arg, device, stream.cuda())?;
+        Ok((RawBufMut::new(self.alloc.addr, self.len), g))
+    }
+
+    fn download(&self, _backend: &NcclBackend, stream: &NcclStream) -> Result<Vec<T>> {
+        self.to_host(stream)
+    }
+
+    fn has_nan(&self, _backend: &NcclBackend, stream: &NcclStream) -> Result<bool> {
+        // Through the host: the NaN kernel takes cudarc slices, and this check is opt-in.
+        if T::FLOAT.is_none() {
+            return Ok(false);
+        }
+        Ok(self.to_host(stream)?.into_iter().any(T::is_nan))
+    }
+
+    fn comm_mem(&self) -> Option<CommMem> {
+        Some(CommMem {
+            id: self.alloc.id,
+            addr: self.alloc.addr,
+            bytes: self.alloc.bytes,
+            keep: self.alloc.clone(),
+        })
+    }
+}
+
+/// Plain cudarc memory: used as it is, never registered.
+impl<T: NcclType> Operand<NcclBackend> for cudarc::driver::CudaSlice<T> {
+    type Elem = T;
+
+    fn numel(&self) -> usize {
+        cudarc::driver::DeviceSlice::len(self)
+    }
+
+    fn read<'a>(
+        &'a self,
+        arg: &'static str,
+        device: Device,
+        stream: &'a NcclStream,
+    ) -> Result<(RawBuf, SyncOnDrop<'a>)> {
+        NcclBackend::read(arg, device, stream, self)
+    }
+
+    fn write<'a>(
+        &'a mut self,
+        arg: &'static str,
+        device: Device,
+        stream: &'a NcclStream,
+    ) -> Result<(RawBufMut, SyncOnDrop<'a>)> {
+        NcclBackend::write(arg, device, stream, self)
+    }
+
+    fn download(&self, backend: &NcclBackend, stream: &NcclStream) -> Result<Vec<T>> {
+        backend.download(stream, self)
+    }
+
+    fn has_nan(&self, backend: &NcclBackend, stream: &NcclStream) -> Result<bool> {
+        backend.has_nan(stream, self)
+    }
+}
