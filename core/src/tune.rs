@@ -169,6 +169,18 @@ impl TuneTable {
             .map_or(RegMode::Plain, |r| r.mode)
     }
 
+    /// The mode an operation uses: the table's, when every buffer of the operation can be
+    /// registered (`registrable`: all of them are memory of the library's allocator), else
+    /// [`RegMode::Plain`]. Pure, so ranks that pass the same table and the same kinds of
+    /// buffers decide alike (they must: a window registration is collective).
+    pub fn choose(&self, coll: OpKind, dtype: DataType, bytes: u64, registrable: bool) -> RegMode {
+        if registrable {
+            self.lookup(coll, dtype, bytes)
+        } else {
+            RegMode::Plain
+        }
+    }
+
     /// Whether any row asks for `mode`.
     pub fn uses(&self, mode: RegMode) -> bool {
         self.rows.iter().any(|r| r.mode == mode)

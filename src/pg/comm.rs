@@ -11,6 +11,8 @@ pub(crate) struct Entry<B: Memory> {
     pub comm: CommOf<B>,
     pub stream: StreamOf<B>,
     pub abort: AbortOf<B>,
+    /// Registrations and windows of buffers on `comm` (after it: dropped once it is gone).
+    pub regs: super::tuned::RegCache,
 }
 
 impl<B: Memory> Entry<B> {
@@ -21,6 +23,7 @@ impl<B: Memory> Entry<B> {
             comm,
             stream,
             abort,
+            regs: super::tuned::RegCache::default(),
         })
     }
 }

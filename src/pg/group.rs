@@ -418,6 +418,9 @@ impl<B: Memory> PgInner<B> {
             return Err(self.unusable(&slot, attempted));
         }
         let comm = self.make_comm()?;
+        // Before any operation: ranks with different tune tables would register windows at
+        // different operations and hang.
+        super::tuned::agree(self)?;
         let entry: Entry<B> = Entry::new(comm)?;
         let _ = self.abort.set(entry.abort.clone());
         if self.destroyed.load(Ordering::Acquire) {

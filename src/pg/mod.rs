@@ -17,6 +17,7 @@ mod options;
 pub mod recorder;
 mod subgroups;
 mod trace_slot;
+mod tuned;
 pub(crate) mod watch;
 mod work;
 
@@ -24,7 +25,9 @@ pub use coalesce::{Coalescing, P2pOp};
 pub use group::ProcessGroup;
 pub use options::{PgOptions, DEFAULT_TIMEOUT};
 pub use oxccl_core::state::work::WorkInfo;
+pub use oxccl_core::tune::{RegMode, TuneTable};
 pub use recorder::Recorder;
+pub use tuned::{load_tune_file, TunedStats, TUNE_FILE_VAR};
 pub use watch::{CompletedWork, CompletionHook};
 pub use work::{Work, WorkOf};
 

@@ -3,107 +3,136 @@
 
 use super::issue::{Issuer, OpDesc};
 use super::{ProcessGroup, WorkOf};
-use crate::buffer::{Buffer, Memory};
+use crate::buffer::{Memory, Operand};
 use crate::element::{host_op, NcclType};
 use oxccl_core::{CommOp, OpKind, RawBuf, RawBufMut, ReduceOp, Result};
 
 /// `buf` read on the issuer's stream; the access guard lives in the caller's scope.
 macro_rules! rd {
     ($is:expr, $arg:literal, $buf:expr) => {
-        B::read($arg, $is.device, $is.stream(), $buf)?
+        Operand::<B>::read($buf, $arg, $is.device, $is.stream())?
     };
 }
 /// `buf` written on the issuer's stream.
 macro_rules! wr {
     ($is:expr, $arg:literal, $buf:expr) => {
-        B::write($arg, $is.device, $is.stream(), $buf)?
+        Operand::<B>::write($buf, $arg, $is.device, $is.stream())?
     };
 }
 
 impl<B: Memory> ProcessGroup<B> {
     /// Reduces `buf` across the group's ranks, in place (c10d's `all_reduce`).
-    pub fn all_reduce<T: NcclType>(&self, buf: &mut B::Buf<T>, op: ReduceOp) -> Result<WorkOf<B>> {
+    pub fn all_reduce<T: NcclType>(
+        &self,
+        buf: &mut impl Operand<B, Elem = T>,
+        op: ReduceOp,
+    ) -> Result<WorkOf<B>> {
         let op = host_op::<T>(op)?;
         self.nan_check("all_reduce", "buf", buf)?;
-        let n = buf.len();
-        self.inner
-            .issue(desc::<T>(OpKind::AllReduce, (n, n), None), |is| {
-                let (w, _g) = wr!(is, "buf", buf);
-                let op = CommOp::AllReduce {
-                    send: w.as_read(),
-                    recv: w,
-                    dtype: T::DTYPE,
-                    op,
-                };
-                // SAFETY: the buffer came from `Memory::write` on the issuer's stream, its guard
-                // lives until this call returned.
-                unsafe { is.issue(&op) }
-            })
+        let n = buf.numel();
+        let d = desc::<T>(OpKind::AllReduce, (n, n), None);
+        let table = self.tune_for(d.kind);
+        self.inner.issue(d, |is| {
+            if table.is_some() {
+                is.prepare(table, &d, &[buf.comm_mem()])?;
+            }
+            let (w, _g) = wr!(is, "buf", buf);
+            let op = CommOp::AllReduce {
+                send: w.as_read(),
+                recv: w,
+                dtype: T::DTYPE,
+                op,
+            };
+            // SAFETY: the buffer came from `Memory::write` on the issuer's stream, its guard
+            // lives until this call returned.
+            unsafe { is.issue(&op) }
+        })
     }
 
     /// Copies `buf` of global rank `root` into `buf` of every rank, in place.
-    pub fn broadcast<T: NcclType>(&self, buf: &mut B::Buf<T>, root: u32) -> Result<WorkOf<B>> {
+    pub fn broadcast<T: NcclType>(
+        &self,
+        buf: &mut impl Operand<B, Elem = T>,
+        root: u32,
+    ) -> Result<WorkOf<B>> {
         let root = self.inner.to_group_rank("root", root)?;
         self.nan_check("broadcast", "buf", buf)?;
-        let n = buf.len();
-        self.inner
-            .issue(desc::<T>(OpKind::Broadcast, (n, n), None), |is| {
-                let (w, _g) = wr!(is, "buf", buf);
-                let op = CommOp::Broadcast {
-                    send: w.as_read(),
-                    recv: w,
-                    dtype: T::DTYPE,
-                    root,
-                };
-                // SAFETY: as in `all_reduce`.
-                unsafe { is.issue(&op) }
-            })
+        let n = buf.numel();
+        let d = desc::<T>(OpKind::Broadcast, (n, n), None);
+        let table = self.tune_for(d.kind);
+        self.inner.issue(d, |is| {
+            if table.is_some() {
+                is.prepare(table, &d, &[buf.comm_mem()])?;
+            }
+            let (w, _g) = wr!(is, "buf", buf);
+            let op = CommOp::Broadcast {
+                send: w.as_read(),
+                recv: w,
+                dtype: T::DTYPE,
+                root,
+            };
+            // SAFETY: as in `all_reduce`.
+            unsafe { is.issue(&op) }
+        })
     }
 
     /// Reduces `buf` across ranks into `buf` of global rank `root`, in place (the other
     /// ranks' buffers are left as they are).
     pub fn reduce<T: NcclType>(
         &self,
-        buf: &mut B::Buf<T>,
+        buf: &mut impl Operand<B, Elem = T>,
         root: u32,
         op: ReduceOp,
     ) -> Result<WorkOf<B>> {
         let op = host_op::<T>(op)?;
         let root = self.inner.to_group_rank("root", root)?;
         self.nan_check("reduce", "buf", buf)?;
-        let n = buf.len();
-        self.inner
-            .issue(desc::<T>(OpKind::Reduce, (n, n), None), |is| {
-                let (w, _g) = wr!(is, "buf", buf);
-                let op = CommOp::Reduce {
-                    send: w.as_read(),
-                    recv: w,
-                    dtype: T::DTYPE,
-                    op,
-                    root,
-                };
-                // SAFETY: as in `all_reduce`.
-                unsafe { is.issue(&op) }
-            })
+        let n = buf.numel();
+        let d = desc::<T>(OpKind::Reduce, (n, n), None);
+        let table = self.tune_for(d.kind);
+        self.inner.issue(d, |is| {
+            if table.is_some() {
+                is.prepare(table, &d, &[buf.comm_mem()])?;
+            }
+            let (w, _g) = wr!(is, "buf", buf);
+            let op = CommOp::Reduce {
+                send: w.as_read(),
+                recv: w,
+                dtype: T::DTYPE,
+                op,
+                root,
+            };
+            // SAFETY: as in `all_reduce`.
+            unsafe { is.issue(&op) }
+        })
     }
 
     /// Issues an operation reading `send` and writing `recv`.
-    fn two<'c, T: NcclType>(
+    fn two<'c, T: NcclType, S: Operand<B, Elem = T>, R: Operand<B, Elem = T>>(
         &self,
         kind: OpKind,
         peer: Option<u32>,
-        send: Option<&B::Buf<T>>,
-        recv: Option<&mut B::Buf<T>>,
+        send: Option<&S>,
+        recv: Option<&mut R>,
         build: impl FnOnce(RawBuf, RawBufMut) -> CommOp<'c>,
     ) -> Result<WorkOf<B>> {
         if let Some(send) = send {
             self.nan_check(kind.name(), "send", send)?;
         }
         let numel = (
-            send.map_or(0, |b| b.len()),
-            recv.as_ref().map_or(0, |b| b.len()),
+            send.map_or(0, |b| b.numel()),
+            recv.as_ref().map_or(0, |b| b.numel()),
         );
-        self.inner.issue(desc::<T>(kind, numel, peer), |is| {
+        let d = desc::<T>(kind, numel, peer);
+        let table = self.tune_for(kind);
+        self.inner.issue(d, |is| {
+            if table.is_some() {
+                let mems = [
+                    send.and_then(|b| b.comm_mem()),
+                    recv.as_ref().and_then(|b| b.comm_mem()),
+                ];
+                is.prepare(table, &d, &mems)?;
+            }
             two_on(is, send, recv, |s, r| {
                 // SAFETY: both buffers came from `Memory::read`/`write` on the issuer's stream
                 // and their guards live until `two_on` returns, after the issue.
@@ -116,8 +145,8 @@ impl<B: Memory> ProcessGroup<B> {
     /// (c10d's `all_gather_into_tensor`).
     pub fn all_gather<T: NcclType>(
         &self,
-        send: &B::Buf<T>,
-        recv: &mut B::Buf<T>,
+        send: &impl Operand<B, Elem = T>,
+        recv: &mut impl Operand<B, Elem = T>,
     ) -> Result<WorkOf<B>> {
         self.two(
             OpKind::AllGather,
@@ -136,8 +165,8 @@ impl<B: Memory> ProcessGroup<B> {
     /// in `recv` (c10d's `reduce_scatter_tensor`).
     pub fn reduce_scatter<T: NcclType>(
         &self,
-        send: &B::Buf<T>,
-        recv: &mut B::Buf<T>,
+        send: &impl Operand<B, Elem = T>,
+        recv: &mut impl Operand<B, Elem = T>,
         op: ReduceOp,
     ) -> Result<WorkOf<B>> {
         let op = host_op::<T>(op)?;
@@ -159,8 +188,8 @@ impl<B: Memory> ProcessGroup<B> {
     /// parts: c10d's `all_to_all_single` without split sizes).
     pub fn all_to_all<T: NcclType>(
         &self,
-        send: &B::Buf<T>,
-        recv: &mut B::Buf<T>,
+        send: &impl Operand<B, Elem = T>,
+        recv: &mut impl Operand<B, Elem = T>,
     ) -> Result<WorkOf<B>> {
         self.two(
             OpKind::AllToAll,
@@ -179,8 +208,8 @@ impl<B: Memory> ProcessGroup<B> {
     /// `recv` holds every part by rank (c10d's `all_gather` with uneven sizes).
     pub fn all_gather_v<T: NcclType>(
         &self,
-        send: &B::Buf<T>,
-        recv: &mut B::Buf<T>,
+        send: &impl Operand<B, Elem = T>,
+        recv: &mut impl Operand<B, Elem = T>,
         counts: &[usize],
     ) -> Result<WorkOf<B>> {
         self.two(
@@ -201,8 +230,8 @@ impl<B: Memory> ProcessGroup<B> {
     /// (c10d's `reduce_scatter` with uneven sizes).
     pub fn reduce_scatter_v<T: NcclType>(
         &self,
-        send: &B::Buf<T>,
-        recv: &mut B::Buf<T>,
+        send: &impl Operand<B, Elem = T>,
+        recv: &mut impl Operand<B, Elem = T>,
         counts: &[usize],
         op: ReduceOp,
     ) -> Result<WorkOf<B>> {
@@ -226,8 +255,8 @@ impl<B: Memory> ProcessGroup<B> {
     /// from group rank q (c10d's `all_to_all_single` with split sizes).
     pub fn all_to_all_v<T: NcclType>(
         &self,
-        send: &B::Buf<T>,
-        recv: &mut B::Buf<T>,
+        send: &impl Operand<B, Elem = T>,
+        recv: &mut impl Operand<B, Elem = T>,
         send_counts: &[usize],
         recv_counts: &[usize],
     ) -> Result<WorkOf<B>> {
@@ -247,10 +276,10 @@ impl<B: Memory> ProcessGroup<B> {
     }
 
     /// Scatters `send` (on global rank `root`; `None` elsewhere) by group rank into `recv`.
-    pub fn scatter<T: NcclType>(
+    pub fn scatter<T: NcclType, X: Operand<B, Elem = T>>(
         &self,
-        send: Option<&B::Buf<T>>,
-        recv: &mut B::Buf<T>,
+        send: Option<&X>,
+        recv: &mut X,
         root: u32,
     ) -> Result<WorkOf<B>> {
         let root = self.inner.to_group_rank("root", root)?;
@@ -265,10 +294,10 @@ impl<B: Memory> ProcessGroup<B> {
     }
 
     /// Gathers every rank's `send` into `recv` of global rank `root` (`None` elsewhere).
-    pub fn gather<T: NcclType>(
+    pub fn gather<T: NcclType, X: Operand<B, Elem = T>>(
         &self,
-        send: &B::Buf<T>,
-        recv: Option<&mut B::Buf<T>>,
+        send: &X,
+        recv: Option<&mut X>,
         root: u32,
     ) -> Result<WorkOf<B>> {
         let root = self.inner.to_group_rank("root", root)?;
@@ -283,9 +312,14 @@ impl<B: Memory> ProcessGroup<B> {
     }
 
     /// Sends `buf` to global rank `dst`.
-    pub fn send<T: NcclType>(&self, buf: &B::Buf<T>, dst: u32) -> Result<WorkOf<B>> {
+    pub fn send<T: NcclType>(
+        &self,
+        buf: &impl Operand<B, Elem = T>,
+        dst: u32,
+    ) -> Result<WorkOf<B>> {
         let peer = self.inner.to_group_rank("dst", dst)?;
-        self.two(OpKind::Send, Some(peer), Some(buf), None, |buf, _| {
+        let none: Option<&mut B::Buf<T>> = None;
+        self.two(OpKind::Send, Some(peer), Some(buf), none, |buf, _| {
             CommOp::Send {
                 buf,
                 dtype: T::DTYPE,
@@ -295,9 +329,14 @@ impl<B: Memory> ProcessGroup<B> {
     }
 
     /// Receives into `buf` from global rank `src`.
-    pub fn recv<T: NcclType>(&self, buf: &mut B::Buf<T>, src: u32) -> Result<WorkOf<B>> {
+    pub fn recv<T: NcclType>(
+        &self,
+        buf: &mut impl Operand<B, Elem = T>,
+        src: u32,
+    ) -> Result<WorkOf<B>> {
         let peer = self.inner.to_group_rank("src", src)?;
-        self.two(OpKind::Recv, Some(peer), None, Some(buf), |_, buf| {
+        let none: Option<&B::Buf<T>> = None;
+        self.two(OpKind::Recv, Some(peer), none, Some(buf), |_, buf| {
             CommOp::Recv {
                 buf,
                 dtype: T::DTYPE,
@@ -328,14 +367,19 @@ impl<B: Memory> ProcessGroup<B> {
 impl<B: Memory> ProcessGroup<B> {
     /// With the NaN check on, refuses an input holding a NaN, naming the operation, the rank
     /// and the buffer.
-    fn nan_check<T: NcclType>(&self, op: &str, arg: &'static str, buf: &B::Buf<T>) -> Result<()> {
+    fn nan_check<T: NcclType>(
+        &self,
+        op: &str,
+        arg: &'static str,
+        buf: &impl Operand<B, Elem = T>,
+    ) -> Result<()> {
         if !self.inner.opts.nan_check || T::FLOAT.is_none() {
             return Ok(());
         }
         let inner = &self.inner;
         let found = inner
             .entry("nan check")
-            .and_then(|e| inner.backend.has_nan(&e.stream, buf))?;
+            .and_then(|e| buf.has_nan(&inner.backend, &e.stream))?;
         if found {
             return Err(oxccl_core::Error::invalid(
                 arg,
@@ -361,12 +405,16 @@ fn desc<T: NcclType>(kind: OpKind, numel: (usize, usize), peer: Option<u32>) -> 
 
 /// Takes `send` (read) and `recv` (written) on the issuer's stream, an absent one as empty,
 /// and runs `f` while their access guards are alive.
-pub(crate) fn two_on<B: Memory, T: NcclType, R>(
+pub(crate) fn two_on<B: Memory, T: NcclType, S, D, R>(
     is: &Issuer<'_, B>,
-    send: Option<&B::Buf<T>>,
-    recv: Option<&mut B::Buf<T>>,
+    send: Option<&S>,
+    recv: Option<&mut D>,
     f: impl FnOnce(RawBuf, RawBufMut) -> Result<R>,
-) -> Result<R> {
+) -> Result<R>
+where
+    S: Operand<B, Elem = T>,
+    D: Operand<B, Elem = T>,
+{
     let (s, _gs) = match send {
         Some(b) => {
             let (s, g) = rd!(is, "send", b);

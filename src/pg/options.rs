@@ -46,6 +46,12 @@ pub struct PgOptions {
     /// The flight recorder operations are recorded in (`None`: the process's, sized by
     /// `OXCCL_TRACE_BUFFER_SIZE`). Subgroups use their parent's.
     pub recorder: Option<Recorder>,
+    /// Which buffer mode each collective uses per size (`oxccl perf --tune` measures one;
+    /// `OXCCL_TUNE_FILE` loads it): applies to buffers of the library's allocator
+    /// ([`crate::buffer::Memory::CommBuf`]); plain buffers are always used as they are.
+    /// Every rank must have the same table: they are compared when the communicator is made.
+    /// `None`: every buffer as it is.
+    pub tune: Option<std::sync::Arc<oxccl_core::tune::TuneTable>>,
 }
 
 impl Default for PgOptions {
@@ -64,6 +70,7 @@ impl Default for PgOptions {
             nan_check: false,
             trace_dir: None,
             recorder: None,
+            tune: None,
         }
     }
 }
@@ -102,6 +109,9 @@ impl PgOptions {
             .filter(|(k, _)| k.starts_with("OXCCL_"))
             .collect();
         let env = oxccl_core::env::EnvConfig::from_lookup(|k| vars.get(k).map(String::as_str))?;
-        Ok(PgOptions::from_config(&env, explicit_timeout))
+        let mut opts = PgOptions::from_config(&env, explicit_timeout);
+        opts.tune =
+            super::tuned::tune_from_env(vars.get(super::TUNE_FILE_VAR).map(String::as_str))?;
+        Ok(opts)
     }
 }

@@ -154,3 +154,11 @@ fn modes_parse_by_name_and_level() {
     }
     assert_eq!(RegMode::parse("Window"), None);
 }
+
+#[test]
+fn choose_falls_back_to_plain_for_plain_buffers() {
+    let t = TuneTable::uniform(RegMode::Window);
+    let f = DataType::Float32;
+    assert_eq!(t.choose(OpKind::AllGather, f, 8, true), RegMode::Window);
+    assert_eq!(t.choose(OpKind::AllGather, f, 8, false), RegMode::Plain);
+}

@@ -1,0 +1,291 @@
+//! Buffer modes per operation: the group's tune table ([`PgOptions::tune`]) says, for each
+//! collective and size, whether buffers of the library's allocator ([`Memory::CommBuf`]) are
+//! used as they are, registered with the communicator, or put in a symmetric window; this
+//! module applies it, caching each registration per (allocation, communicator).
+//!
+//! Why it cannot hang or free early:
+//! - Window registration is collective. It is issued here, inside the operation, under the
+//!   group's slot lock, so it happens at the same operation on every rank, as long as the
+//!   ranks decide alike: the decision ([`TuneTable::choose`]) is pure, over the op and the
+//!   table, and the ranks' tables are compared through the store when the communicator is
+//!   made ([`agree`]): different tables are refused on every rank before any operation.
+//!   (Ranks must also pass the same kinds of buffers, as they pass the same sizes.)
+//! - A registration keeps its allocation alive ([`CommMem::keep`]), and the cache lives in
+//!   the group's communicator entry after the communicator: the communicator is destroyed
+//!   (releasing what it registered) before the cache lets the memory go.
+//! - A local registration whose buffer the user dropped is released at a later operation once
+//!   its work has run (not collective, so any time is safe). Windows stay until the group's
+//!   communicator goes: releasing one is collective, and drops need not line up across ranks.
+//!   Window buffers are meant to be allocated once and reused, as NCCL advises.
+//!
+//! [`PgOptions::tune`]: super::PgOptions::tune
+//! [`Memory::CommBuf`]: crate::buffer::Memory::CommBuf
+
+use super::group::PgInner;
+use super::issue::{Issuer, OpDesc};
+use super::{CommOf, ProcessGroup};
+use crate::buffer::{CommMem, Memory};
+use oxccl_core::tune::{RegMode, TuneTable};
+use oxccl_core::{text, Communicator, Error, Feature, RegHandle, Result};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+/// The environment variable naming a tune table file (`oxccl perf --tune` writes one).
+pub const TUNE_FILE_VAR: &str = "OXCCL_TUNE_FILE";
+
+/// Reads a tune table file; errors name the file, and the line and field at fault.
+pub fn load_tune_file(path: &std::path::Path) -> Result<TuneTable> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        Error::invalid(
+            "tune file",
+            format_args!("a readable tune table at {}: {e}", path.display()),
+        )
+    })?;
+    TuneTable::parse(&text).map_err(|e| match e {
+        Error::InvalidArgument { expected, .. } => Error::invalid(
+            "tune file",
+            format_args!("{}: {}", path.display(), expected),
+        ),
+        other => other,
+    })
+}
+
+/// The table `OXCCL_TUNE_FILE` names (`value`: the variable's value; unset or empty: none).
+/// Errors name the variable, the file, and the line and field at fault.
+pub(crate) fn tune_from_env(value: Option<&str>) -> Result<Option<Arc<TuneTable>>> {
+    let Some(path) = value.filter(|v| !v.is_empty()) else {
+        return Ok(None);
+    };
+    load_tune_file(std::path::Path::new(path))
+        .map(|t| Some(Arc::new(t)))
+        .map_err(|e| match e {
+            Error::InvalidArgument { expected, .. } => {
+                Error::invalid(TUNE_FILE_VAR, format_args!("{expected}"))
+            }
+            other => other,
+        })
+}
+
+/// What a group's communicator did with buffers (see [`ProcessGroup::tuned_stats`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TunedStats {
+    /// Operations issued in each mode, by [`RegMode::level`] (plain, registered, window).
+    pub ops: [u64; 3],
+    /// Allocations registered with the communicator now.
+    pub registered: usize,
+    /// Allocations in a symmetric window now.
+    pub windows: usize,
+}
+
+/// The registrations of one communicator, by allocation id.
+#[derive(Default)]
+pub(crate) struct RegCache {
+    state: Mutex<CacheState>,
+}
+
+#[derive(Default)]
+struct CacheState {
+    bufs: HashMap<u64, Cached>,
+    ops: [u64; 3],
+}
+
+struct Cached {
+    /// Keeps the allocation alive while registered.
+    mem: CommMem,
+    local: Option<RegHandle>,
+    window: Option<RegHandle>,
+}
+
+impl RegCache {
+    fn lock(&self) -> std::sync::MutexGuard<'_, CacheState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn stats(&self) -> TunedStats {
+        let st = self.lock();
+        TunedStats {
+            ops: st.ops,
+            registered: st.bufs.values().filter(|c| c.local.is_some()).count(),
+            windows: st.bufs.values().filter(|c| c.window.is_some()).count(),
+        }
+    }
+}
+
+impl CacheState {
+    /// Releases the local registrations of allocations only the cache still holds, once
+    /// their work has run (windows stay: see the module's documentation).
+    fn sweep<C: Communicator>(&mut self, comm: &C) {
+        self.bufs.retain(|_, c| {
+            let orphan = Arc::strong_count(&c.mem.keep) == 1 && c.window.is_none();
+            if !orphan || !c.mem.keep.idle() {
+                return true;
+            }
+            if let Some(h) = c.local.take() {
+                if let Err(e) = comm.deregister(h) {
+                    log::debug!("releasing the registration of a dropped buffer: {e}");
+                }
+            }
+            false
+        });
+    }
+}
+
+impl<B: Memory> Issuer<'_, B> {
+    /// Chooses the mode of an operation on `mems` (one per buffer it uses, `None` for a plain
+    /// buffer) and makes the registrations it needs, before the operation is issued.
+    pub fn prepare(
+        &self,
+        table: Option<&TuneTable>,
+        op: &OpDesc,
+        mems: &[Option<CommMem>],
+    ) -> Result<RegMode> {
+        let comm = &self.entry.comm;
+        let mut st = self.entry.regs.lock();
+        st.sweep(comm);
+        let Some(table) = table else {
+            st.ops[0] += 1;
+            return Ok(RegMode::Plain);
+        };
+        let bytes = op.numel.0.max(op.numel.1) as u64 * op.dtype.size() as u64;
+        let registrable = !mems.is_empty() && mems.iter().all(Option::is_some);
+        let mode = table.choose(op.kind, op.dtype, bytes, registrable);
+        match mode {
+            RegMode::Plain => {}
+            RegMode::Registered => {
+                comm.features().require(Feature::BufferRegistration)?;
+                for m in mems.iter().flatten() {
+                    let c = st.bufs.entry(m.id).or_insert_with(|| cached(m));
+                    // A window serves as a registration: nothing more to do for it.
+                    if c.local.is_none() && c.window.is_none() {
+                        c.local = Some(comm.register(m.addr, m.bytes)?);
+                    }
+                }
+            }
+            RegMode::Window => {
+                comm.features().require(Feature::WindowRegistration)?;
+                for m in mems.iter().flatten() {
+                    let c = st.bufs.entry(m.id).or_insert_with(|| cached(m));
+                    if c.window.is_none() {
+                        // Collective: every rank reaches this at the same operation.
+                        c.window = Some(comm.register_window(m.addr, m.bytes)?);
+                    }
+                }
+            }
+        }
+        st.ops[usize::from(mode.level())] += 1;
+        Ok(mode)
+    }
+}
+
+fn cached(m: &CommMem) -> Cached {
+    Cached {
+        mem: m.clone(),
+        local: None,
+        window: None,
+    }
+}
+
+/// Compares the ranks' tune tables through the store when a communicator is made, before any
+/// operation on it: group rank 0 reads every rank's fingerprint and writes a verdict that every
+/// rank reads, so on a mismatch every rank refuses alike (a window registered on some ranks
+/// only would hang the others). Nothing is exchanged when this rank has no table; a rank with
+/// one waits (up to the group's timeout) for the others' fingerprints, so a rank without
+/// `OXCCL_TUNE_FILE` shows as the one that never wrote its key.
+pub(crate) fn agree<B: Memory>(inner: &PgInner<B>) -> Result<()> {
+    let Some(table) = inner.opts.tune.as_deref() else {
+        return Ok(());
+    };
+    let Some(rank) = inner.rank else {
+        return Ok(());
+    };
+    let store = &inner.store;
+    let timeout = inner.timeout();
+    let key = |r: &str| format!("oxccl/tune/{}/{r}", inner.uid);
+    let mine = format!("{:016x}", table.fingerprint());
+    store.set(&key(&rank.to_string()), mine.as_bytes())?;
+    let verdict = if rank == 0 {
+        let mut verdict = String::from("ok");
+        for r in 1..inner.ranks.len() {
+            let got = store
+                .get(&key(&r.to_string()), timeout)
+                .map_err(|e| waited(e, r))?;
+            if got != mine.as_bytes() {
+                verdict = format!(
+                    "global rank {} has tune table {} and rank {} has {mine}",
+                    inner.ranks[r],
+                    String::from_utf8_lossy(&got),
+                    inner.ranks[0]
+                );
+                break;
+            }
+        }
+        store.set(&key("verdict"), verdict.as_bytes())?;
+        verdict
+    } else {
+        let got = store
+            .get(&key("verdict"), timeout)
+            .map_err(|e| waited(e, 0))?;
+        String::from_utf8_lossy(&got).into_owned()
+    };
+    if verdict == "ok" {
+        return Ok(());
+    }
+    Err(Error::invalid(
+        "tune",
+        format_args!(
+            "the same tune table on every rank of group {} ({TUNE_FILE_VAR}): {verdict}",
+            inner.uid
+        ),
+    ))
+}
+
+fn waited(e: Error, r: usize) -> Error {
+    match e {
+        Error::Timeout { after_ms, .. } => Error::Timeout {
+            what: text!(
+                "group rank {r} never published its tune table (does every rank set {TUNE_FILE_VAR}?)"
+            ),
+            after_ms,
+        },
+        other => other,
+    }
+}
+
+impl<B: Memory> ProcessGroup<B> {
+    /// What the group's communicator did with buffers: operations per mode, allocations
+    /// registered and in windows now (makes the communicator if it is not made yet).
+    pub fn tuned_stats(&self) -> Result<TunedStats> {
+        Ok(self.inner.entry("read the buffer modes")?.regs.stats())
+    }
+
+    /// Runs `f` with the group's communicator (made first if needed), e.g. to inspect the
+    /// mock's registrations and windows. `f` runs without the group's lock, so it may call
+    /// the group; it must not issue on the communicator behind the group's back.
+    pub fn with_comm<R>(&self, f: impl FnOnce(&CommOf<B>) -> R) -> Result<R> {
+        let e = self.inner.entry("inspect the communicator")?;
+        Ok(f(&e.comm))
+    }
+
+    /// The group's tune table, if any.
+    pub fn tune_table(&self) -> Option<&TuneTable> {
+        self.inner.opts.tune.as_deref()
+    }
+}
+
+impl<B: Memory> ProcessGroup<B> {
+    /// The table for an operation of `kind`, when that kind is tuned: the operations whose
+    /// buffers have the same size on every rank (a window must). Rooted operations with an
+    /// absent buffer, uneven variants and p2p are always plain.
+    pub(crate) fn tune_for(&self, kind: oxccl_core::OpKind) -> Option<&TuneTable> {
+        use oxccl_core::OpKind as K;
+        match kind {
+            K::AllReduce
+            | K::Broadcast
+            | K::Reduce
+            | K::AllGather
+            | K::ReduceScatter
+            | K::AllToAll => self.inner.opts.tune.as_deref(),
+            _ => None,
+        }
+    }
+}
