@@ -133,6 +133,7 @@ impl<B: Memory> Coalescing<'_, B> {
             let is = Issuer {
                 entry: e,
                 device: inner.opts.device(),
+                cap: inner.captor()?,
             };
             body(&is, &mut |op| {
                 rules.enqueue(uid, OpSummary::of(op))?;
@@ -286,9 +287,26 @@ impl<B: Memory> Coalescing<'_, B> {
                 }
             }
             let timing = inner.opts.timing;
-            let end = e.stream.record(timing)?;
+            let captured = inner.capture.is_on();
+            let end = if captured {
+                None
+            } else {
+                Some(e.stream.record(timing)?)
+            };
             let seq = inner.next_seq(SeqKind::Collective);
             let kinds: Vec<OpKind> = self.ops.iter().map(|o| o.0).collect();
+            let info = WorkInfo {
+                seq,
+                kind: kinds.first().copied().unwrap_or(OpKind::AllReduce),
+                coalesced: true,
+                numel_in: self.numel.0,
+                numel_out: self.numel.1,
+                timeout_ms: timeout.as_millis().min(u128::from(u64::MAX)) as u64,
+                timing,
+            };
+            if captured {
+                return Ok(inner.captured_work(info));
+            }
             let metas = |pick: fn(&(OpKind, DataType, usize, usize)) -> usize| {
                 self.ops
                     .iter()
@@ -297,21 +315,7 @@ impl<B: Memory> Coalescing<'_, B> {
             };
             let trace =
                 inner.trace_built(coalesced_name(&kinds), seq, metas(|o| o.2), metas(|o| o.3));
-            Ok(inner.work(
-                WorkInfo {
-                    seq,
-                    kind: kinds.first().copied().unwrap_or(OpKind::AllReduce),
-                    coalesced: true,
-                    numel_in: self.numel.0,
-                    numel_out: self.numel.1,
-                    timeout_ms: timeout.as_millis().min(u128::from(u64::MAX)) as u64,
-                    timing,
-                },
-                None,
-                Some(end),
-                e,
-                trace,
-            ))
+            Ok(inner.work(info, None, end, e, trace))
         })
     }
 }

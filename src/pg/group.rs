@@ -58,6 +58,8 @@ pub(crate) struct PgInner<B: Memory> {
     destroyed: AtomicBool,
     /// See [`PgInner::copy_stream`].
     copy_stream: std::sync::OnceLock<crate::buffer::StreamOf<B>>,
+    /// A graph capture open on the group's stream, and what it recorded (see `capture`).
+    pub(crate) capture: super::capture::CaptureState,
 }
 
 /// A process group over backend `B`: c10d's `ProcessGroup`. Cheap to clone (the clones share
@@ -214,6 +216,7 @@ impl<B: Memory> ProcessGroup<B> {
                 abort: std::sync::OnceLock::new(),
                 destroyed: AtomicBool::new(false),
                 copy_stream: std::sync::OnceLock::new(),
+                capture: Default::default(),
             }),
         }
     }

@@ -31,11 +31,18 @@ pub(crate) struct OpDesc {
 pub(crate) struct Issuer<'a, B: Memory> {
     pub entry: &'a Entry<B>,
     pub device: Device,
+    /// Inside a graph capture: where buffers are reached instead (see `capture`).
+    pub cap: Option<super::capture::Captor<'a, B>>,
 }
 
 impl<B: Memory> Issuer<'_, B> {
+    /// The stream buffers are taken on: the group's stream, or the copy stream inside a
+    /// capture (the capturing stream may not wait on the buffers' earlier events).
     pub fn stream(&self) -> &StreamOf<B> {
-        &self.entry.stream
+        match &self.cap {
+            Some(c) => c.copy,
+            None => &self.entry.stream,
+        }
     }
 
     /// Issues `op` on the group's communicator and stream.
@@ -44,6 +51,9 @@ impl<B: Memory> Issuer<'_, B> {
     /// As [`Communicator::issue`]: the buffers of `op` come from [`Memory::read`] /
     /// [`Memory::write`] on [`Issuer::stream`], whose access guards are still alive.
     pub unsafe fn issue(&self, op: &CommOp<'_>) -> Result<()> {
+        if let Some(c) = &self.cap {
+            c.state.note(op);
+        }
         // SAFETY: forwarded contract; the group's slot lock is held by the caller, so no other
         // thread issues on this communicator meanwhile.
         unsafe { self.entry.comm.issue(op, &self.entry.stream) }
@@ -80,7 +90,9 @@ impl<B: Memory> PgInner<B> {
         }
         let timing = self.opts.timing;
         self.with_entry(name, |e| {
-            let start = if timing {
+            let cap = self.captor()?;
+            let captured = cap.is_some();
+            let start = if timing && !captured {
                 Some(e.stream.record(true)?)
             } else {
                 None
@@ -88,30 +100,33 @@ impl<B: Memory> PgInner<B> {
             body(&Issuer {
                 entry: e,
                 device: self.opts.device(),
+                cap,
             })?;
-            let end = e.stream.record(timing)?;
+            let end = if captured {
+                None
+            } else {
+                Some(e.stream.record(timing)?)
+            };
             let p2p = matches!(op.kind, OpKind::Send | OpKind::Recv);
             let seq = self.next_seq(if p2p {
                 SeqKind::P2p
             } else {
                 SeqKind::Collective
             });
+            let info = WorkInfo {
+                seq,
+                kind: op.kind,
+                coalesced: false,
+                numel_in: op.numel.0,
+                numel_out: op.numel.1,
+                timeout_ms: self.timeout_ms.load(Ordering::Relaxed),
+                timing,
+            };
+            if captured {
+                return Ok(self.captured_work(info));
+            }
             let trace = self.trace(op, seq, p2p);
-            Ok(self.work(
-                WorkInfo {
-                    seq,
-                    kind: op.kind,
-                    coalesced: false,
-                    numel_in: op.numel.0,
-                    numel_out: op.numel.1,
-                    timeout_ms: self.timeout_ms.load(Ordering::Relaxed),
-                    timing,
-                },
-                start,
-                Some(end),
-                e,
-                trace,
-            ))
+            Ok(self.work(info, start, end, e, trace))
         })
     }
 

@@ -8,6 +8,7 @@
 //! - Subgroups: [`ProcessGroup::new_group`], [`ProcessGroup::new_subgroups`],
 //!   [`ProcessGroup::new_subgroups_by_enumeration`], global ↔ group rank translation.
 
+mod capture;
 mod coalesce;
 mod comm;
 mod group;
@@ -21,6 +22,7 @@ mod tuned;
 pub(crate) mod watch;
 mod work;
 
+pub use capture::{Launch, PgGraph};
 pub use coalesce::{Coalescing, P2pOp};
 pub use group::ProcessGroup;
 pub use options::{PgOptions, DEFAULT_TIMEOUT};

@@ -347,7 +347,12 @@ impl<B: Memory> ProcessGroup<B> {
 
     /// A barrier: a one-element all-reduce whose work completes once every rank reached it
     /// (wait for it, with a timeout of its own if need be).
+    /// Refused inside a graph capture ([`oxccl_core::CaptureError::Unsupported`]).
     pub fn barrier(&self) -> Result<WorkOf<B>> {
+        self.inner.refuse_in_capture(
+            "a barrier",
+            "it allocates, and its work is meant to be waited on",
+        )?;
         let mut one = self.alloc_zeros::<u8>(1)?;
         self.inner
             .issue(desc::<u8>(OpKind::Barrier, (1, 1), None), |is| {

@@ -23,6 +23,8 @@ pub(crate) struct Inner<E, A> {
     watch: Arc<GroupWatch>,
     /// Whether the completion was handed to hooks and the recorder (once).
     reported: AtomicBool,
+    /// Issued inside a graph capture: it runs only at the graph's launches.
+    captured: bool,
 }
 
 /// An operation in flight: wait for it, ask whether it completed, read its first error and its
@@ -86,8 +88,46 @@ impl<E: Event + 'static, A: CommAbort> Work<E, A> {
                 trace: Mutex::new(trace),
                 watch,
                 reported: AtomicBool::new(false),
+                captured: false,
             }),
         }
+    }
+
+    /// The work of an operation issued inside a graph capture: nothing ran, and nothing will
+    /// run until the graph is launched, so it is final at once with a [`Error::Capture`]
+    /// ([`oxccl_core::CaptureError::Forbidden`]) that [`Work::wait`] returns instead of
+    /// waiting for something that never comes. No events, no watchdog.
+    pub(crate) fn captured(info: WorkInfo, watch: Arc<GroupWatch>) -> Self {
+        let now = now_ns();
+        let mut state = WorkMachine::new(info, now);
+        let _ = state.fail(
+            now,
+            oxccl_core::CaptureError::Forbidden.error(format_args!(
+                "waiting on {} (seq {}), which was captured into a graph: it runs at each \
+                 launch of the graph; wait on the work PgGraph::launch returns",
+                info.kind, info.seq
+            )),
+        );
+        Work {
+            inner: Arc::new(Inner {
+                start: None,
+                end: None,
+                abort: None,
+                state: Mutex::new(state),
+                trace: Mutex::new(TraceSlot::Off),
+                watch,
+                reported: AtomicBool::new(true),
+                captured: true,
+            }),
+        }
+    }
+
+    /// Whether the operation was issued inside a graph capture
+    /// ([`super::ProcessGroup::capture`]): such a work is final at once, not successful, and
+    /// [`Work::wait`] returns its [`Error::Capture`]; the operation runs at each launch of
+    /// the graph, whose own work ([`super::PgGraph::launch`]) is the one to wait on.
+    pub fn is_captured(&self) -> bool {
+        self.inner.captured
     }
 
     /// The work as the watchdog holds it.

@@ -15,7 +15,7 @@ use oxccl_core::text::text_str;
 use oxccl_core::traits::RegHandle;
 use oxccl_core::{
     check, text, CheckCtx, CommConfig, CommOp, CommState, DataType, Device, Error, Feature,
-    FeatureSet, OpKind, Progress, ReduceOp, Result, ResultCode,
+    FeatureSet, Progress, ReduceOp, Result, ResultCode,
 };
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -222,22 +222,7 @@ impl MockComm {
 
     /// The next sequence number for `op`: per communicator for collectives, per pair for p2p.
     fn next_seq(&self, op: &CommOp<'_>) -> u64 {
-        match (op.kind(), op.peer()) {
-            (OpKind::Send, Some(p)) | (OpKind::Recv, Some(p)) => {
-                let mut seqs = lock(&self.rs().p2p_seq);
-                let v = if op.kind() == OpKind::Send {
-                    &mut seqs.0
-                } else {
-                    &mut seqs.1
-                };
-                let s = v.entry(p).or_insert(0);
-                let this = *s;
-                // 2^64 messages on one pair cannot happen; wrapping keeps it panic-free anyway.
-                *s = s.wrapping_add(1);
-                this
-            }
-            _ => self.rs().coll_seq.fetch_add(1, Ordering::Relaxed),
-        }
+        crate::graph::next_seq(self.rs(), op.kind(), op.peer())
     }
 }
 

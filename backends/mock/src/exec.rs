@@ -9,7 +9,11 @@ use oxccl_core::{OpKind, Result};
 use std::sync::Arc;
 
 /// Hands `jobs` to `stream` as one task.
+/// A capturing stream records them instead (see `graph`).
 pub(crate) fn submit(stream: &Arc<StreamShared>, jobs: Vec<Job>) -> Result<()> {
+    let Some(jobs) = crate::graph::intercept(stream, jobs) else {
+        return Ok(());
+    };
     for j in &jobs {
         j.comm.job_started(j.rank);
     }

@@ -31,6 +31,8 @@ struct Queue {
 pub(crate) struct StreamShared {
     q: Mutex<Queue>,
     cv: Condvar,
+    /// What the stream records while it captures a graph (see `graph`).
+    pub(crate) rec: Mutex<crate::graph::Recording>,
 }
 
 impl StreamShared {
@@ -112,6 +114,7 @@ impl MockStream {
                 completed: 0,
             }),
             cv: Condvar::new(),
+            rec: Mutex::default(),
         });
         let s = shared.clone();
         let worker = std::thread::Builder::new()
@@ -136,7 +139,10 @@ impl MockStream {
 
     /// Runs `f` on the stream's worker after everything queued so far (CUDA's
     /// `cuLaunchHostFunc`): how buffers keep their memory alive until the work using it ran.
+    ///
+    /// Refused while the stream captures a graph (a one-shot closure cannot be replayed).
     pub fn host_fn(&self, f: impl FnOnce() + Send + 'static) -> Result<()> {
+        crate::graph::refuse_while_capturing(&self.shared, "a host callback")?;
         self.shared.push(Box::new(f))
     }
 
@@ -170,6 +176,8 @@ struct EventState {
     at: Mutex<Option<Instant>>,
     cv: Condvar,
     timing: bool,
+    /// Recorded while its stream captured a graph: never completes, and the host may not ask.
+    captured: bool,
 }
 
 /// A point in a stream's work, completed when the stream reaches it.
@@ -210,6 +218,21 @@ impl MockEvent {
         }
     }
 
+    /// Whether the event was recorded while its stream captured a graph.
+    pub fn is_captured(&self) -> bool {
+        self.state.captured
+    }
+
+    /// The refusal of `what` on an event recorded inside a capture.
+    fn refuse_captured(&self, what: &str) -> Result<()> {
+        if self.state.captured {
+            return Err(oxccl_core::CaptureError::Forbidden.error(format_args!(
+                "{what} an event recorded while its stream captured a graph"
+            )));
+        }
+        Ok(())
+    }
+
     /// When the stream reached the event, once it has.
     pub fn time(&self) -> Option<Instant> {
         *lock(&self.state.at)
@@ -220,19 +243,37 @@ impl oxccl_core::Stream for MockStream {
     type Event = MockEvent;
 
     fn record(&self, timing: bool) -> Result<MockEvent> {
+        let captured = crate::graph::capturing(&self.shared);
         let ev = MockEvent {
             state: Arc::new(EventState {
                 at: Mutex::new(None),
                 cv: Condvar::new(),
                 timing,
+                captured,
             }),
         };
+        if captured {
+            // A point inside the graph: the stream's own order already keeps it.
+            return Ok(ev);
+        }
         let e = ev.clone();
         self.shared.push(Box::new(move || e.complete()))?;
         Ok(ev)
     }
 
     fn wait_event(&self, event: &MockEvent) -> Result<()> {
+        if crate::graph::capturing(&self.shared) {
+            if event.state.captured {
+                // An event of this capture: the stream's order already keeps it.
+                return Ok(());
+            }
+            // CUDA: waiting on an event recorded outside the capture invalidates it.
+            crate::graph::refuse_while_capturing(
+                &self.shared,
+                "waiting on an event recorded outside the capture",
+            )?;
+        }
+        event.refuse_captured("waiting on")?;
         let e = event.clone();
         self.shared.push(Box::new(move || {
             e.wait();
@@ -240,6 +281,7 @@ impl oxccl_core::Stream for MockStream {
     }
 
     fn synchronize(&self) -> Result<()> {
+        crate::graph::refuse_while_capturing(&self.shared, "synchronizing the stream")?;
         // Waits for the worker's count, not only for an event task to have run: `query()` is
         // true as soon as this returns.
         let n = self.shared.push_numbered(Box::new(|| {}))?;
@@ -250,10 +292,12 @@ impl oxccl_core::Stream for MockStream {
 
 impl oxccl_core::Event for MockEvent {
     fn query(&self) -> Result<bool> {
+        self.refuse_captured("querying")?;
         Ok(self.is_done())
     }
 
     fn synchronize(&self) -> Result<()> {
+        self.refuse_captured("synchronizing")?;
         self.wait();
         Ok(())
     }

@@ -1,0 +1,480 @@
+//! Capturing a process group's operations into a graph (CUDA graphs on NCCL; a replayed
+//! recording on the mock) and launching it: [`ProcessGroup::capture`] and [`PgGraph`].
+//!
+//! Inside a capture nothing may make the host wait for the group's stream, so the group
+//! changes how it issues while a capture is open:
+//! - the communicator is made before the capture begins (its creation is collective);
+//! - buffers are reached on the group's copy stream, not on the capturing one: cudarc's event
+//!   tracking makes the stream that uses a buffer wait on the buffer's last events, and CUDA
+//!   forbids a capturing stream to wait on an event recorded outside the capture;
+//! - no event is recorded for the works, and they are not queued to the watchdog (nothing
+//!   runs until a launch). A work returned inside a capture is *captured*: it completed at
+//!   once as far as the host is concerned, [`Work::wait`](super::Work::wait) refuses with
+//!   [`Error::Capture`] ([`CaptureError::Forbidden`]) rather than hang or claim the operation
+//!   ran, and [`Work::is_captured`](super::Work::is_captured) says so. Each
+//!   [`PgGraph::launch`] returns a normal work for that launch, watched like any other;
+//! - refused: the NaN check (it synchronizes the host; refused when the capture begins), a
+//!   barrier (it allocates and is meant to be waited on), a nested capture.
+//!
+//! A launch proves the graph's buffers are alive and free: it takes every buffer the captured
+//! operations use by `&mut` (checked against the captured addresses and sizes), makes the
+//! group's stream wait for their earlier uses, launches, and records the launch as their last
+//! use. So the graph never borrows the buffers between launches, and safe code can neither
+//! free nor touch them while a launch may still run, as for any operation.
+
+use super::comm::Entry;
+use super::group::PgInner;
+use super::work::Work;
+use super::{ProcessGroup, WorkOf};
+use crate::buffer::{Buffer, Memory, StreamOf};
+use crate::element::NcclType;
+use oxccl_core::state::work::WorkInfo;
+use oxccl_core::{
+    text, Capture, CaptureError, CommAbort, CommOp, CommState, DataType, Error, Graph, OpKind,
+    RawBuf, RawBufMut, Result, Stream,
+};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+/// A byte range of device (or mock host) memory an operation uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Region {
+    addr: usize,
+    bytes: usize,
+}
+
+/// What an open capture has recorded so far.
+#[derive(Debug, Default)]
+struct Recorded {
+    /// Every distinct buffer the captured operations use, by address.
+    regions: Vec<Region>,
+    /// Each captured operation: kind, dtype, elements in and out.
+    ops: Vec<(OpKind, DataType, usize, usize)>,
+}
+
+/// A group's capture state: whether a capture is open on its stream, and what it recorded.
+#[derive(Debug, Default)]
+pub(crate) struct CaptureState {
+    on: AtomicBool,
+    rec: Mutex<Recorded>,
+}
+
+impl CaptureState {
+    /// Whether a capture is open (one relaxed load: the cost on the hot path).
+    pub fn is_on(&self) -> bool {
+        self.on.load(Ordering::Relaxed)
+    }
+
+    fn rec(&self) -> MutexGuard<'_, Recorded> {
+        self.rec.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Notes the buffers of `op` (issued inside the capture) and the op itself.
+    pub fn note(&self, op: &CommOp<'_>) {
+        let size = op.dtype().map_or(0, DataType::size);
+        let mut rec = self.rec();
+        for (addr, len) in buffers(op) {
+            let r = Region {
+                addr,
+                bytes: len.saturating_mul(size),
+            };
+            if r.bytes > 0 && !rec.regions.contains(&r) {
+                rec.regions.push(r);
+            }
+        }
+        if let Some(dtype) = op.dtype() {
+            rec.ops
+                .push((op.kind(), dtype, op.numel_in(), op.numel_out()));
+        }
+    }
+}
+
+/// The (address, elements) of each buffer `op` reads or writes.
+fn buffers(op: &CommOp<'_>) -> [(usize, usize); 2] {
+    let pair = |s: RawBuf, r: RawBufMut| [(s.addr, s.len), (r.addr, r.len)];
+    match *op {
+        CommOp::AllReduce { send, recv, .. }
+        | CommOp::Broadcast { send, recv, .. }
+        | CommOp::Reduce { send, recv, .. }
+        | CommOp::AllGather { send, recv, .. }
+        | CommOp::ReduceScatter { send, recv, .. }
+        | CommOp::AllToAll { send, recv, .. }
+        | CommOp::Gather { send, recv, .. }
+        | CommOp::Scatter { send, recv, .. }
+        | CommOp::AllToAllV { send, recv, .. }
+        | CommOp::AllGatherV { send, recv, .. }
+        | CommOp::ReduceScatterV { send, recv, .. } => pair(send, recv),
+        CommOp::Send { buf, .. } => pair(buf, RawBufMut::EMPTY),
+        CommOp::Recv { buf, .. } => pair(RawBuf::EMPTY, buf),
+        CommOp::Barrier => pair(RawBuf::EMPTY, RawBufMut::EMPTY),
+    }
+}
+
+/// How an operation issued inside a capture reaches its buffers: on the copy stream, which
+/// does not capture, while the operation itself goes on the group's capturing stream.
+pub(crate) struct Captor<'a, B: Memory> {
+    pub state: &'a CaptureState,
+    pub copy: &'a StreamOf<B>,
+}
+
+impl<B: Memory> PgInner<B> {
+    /// `Some` while a capture is open on this group (made with the copy stream the buffers
+    /// are reached on), `None` otherwise.
+    pub(crate) fn captor(&self) -> Result<Option<Captor<'_, B>>> {
+        if !self.capture.is_on() {
+            return Ok(None);
+        }
+        Ok(Some(Captor {
+            state: &self.capture,
+            copy: self.copy_stream()?,
+        }))
+    }
+
+    /// The work of an operation issued inside a capture (see the module's documentation).
+    pub(crate) fn captured_work(&self, info: WorkInfo) -> WorkOf<B> {
+        Work::captured(info, self.watch.clone())
+    }
+
+    /// Refuses `attempted` inside a capture, saying why it cannot be captured.
+    pub(crate) fn refuse_in_capture(&self, attempted: &str, why: &str) -> Result<()> {
+        if self.capture.is_on() {
+            return Err(CaptureError::Unsupported.error(format_args!(
+                "{attempted} cannot be captured into a graph: {why}; issue it outside the capture"
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Ends the capture however the closure left (an error, a panic): the stream stops
+/// capturing and the group issues normally again.
+struct Open<'a, B: Memory>
+where
+    StreamOf<B>: Capture,
+{
+    inner: &'a PgInner<B>,
+    entry: &'a Entry<B>,
+    ended: bool,
+}
+
+impl<B: Memory> Open<'_, B>
+where
+    StreamOf<B>: Capture,
+{
+    fn end(mut self) -> (Result<<StreamOf<B> as Capture>::Graph>, Recorded) {
+        self.ended = true;
+        self.inner.capture.on.store(false, Ordering::Release);
+        let graph = self.entry.stream.end_capture();
+        let rec = std::mem::take(&mut *self.inner.capture.rec());
+        (graph, rec)
+    }
+}
+
+impl<B: Memory> Drop for Open<'_, B>
+where
+    StreamOf<B>: Capture,
+{
+    fn drop(&mut self) {
+        if !self.ended {
+            self.inner.capture.on.store(false, Ordering::Release);
+            // The graph of an abandoned capture is dropped; an error ending it is only logged.
+            if let Err(e) = self.entry.stream.end_capture() {
+                log::warn!("ending an abandoned capture: {e}");
+            }
+            *self.inner.capture.rec() = Recorded::default();
+        }
+    }
+}
+
+impl<B: Memory> ProcessGroup<B>
+where
+    StreamOf<B>: Capture,
+{
+    /// Captures the operations `f` issues on this group into a graph, without running them
+    /// (CUDA graph capture on NCCL; the mock records and replays). Launch it with
+    /// [`PgGraph::launch`] as often as wanted: each launch runs them all again, in order.
+    ///
+    /// Every rank of the group captures the same operations. The communicator is made first
+    /// if needed (collective). Inside `f`, issue through this group as usual (its own
+    /// methods, coalescing blocks); the works returned there are captured (see
+    /// [`super::Work::is_captured`]). Refused with [`Error::Capture`]: a group with the NaN
+    /// check on ([`CaptureError::Unsupported`]), a capture already open on the group
+    /// ([`CaptureError::AlreadyCapturing`]), and inside `f` a barrier or anything that makes
+    /// the host wait for the group's stream. An error of `f` ends the capture and is
+    /// returned; no graph is made.
+    pub fn capture(&self, f: impl FnOnce(&ProcessGroup<B>) -> Result<()>) -> Result<PgGraph<B>> {
+        let inner = &*self.inner;
+        if inner.opts.nan_check {
+            return Err(CaptureError::Unsupported.error_str(
+                "the NaN check (PgOptions::nan_check) reads every input on the host, which a \
+                 graph capture forbids: turn it off for a group whose operations are captured",
+            ));
+        }
+        if inner.coalescing.load(Ordering::Acquire) {
+            return Err(Error::InvalidState {
+                state: CommState::Ready,
+                attempted: "capture",
+                reason: text!("a coalescing block is open on group {}", inner.uid),
+            });
+        }
+        let entry = inner.entry("capture")?;
+        // Made now: creating a stream inside the capture could synchronize.
+        inner.copy_stream()?;
+        if inner.capture.on.swap(true, Ordering::AcqRel) {
+            return Err(CaptureError::AlreadyCapturing.error(format_args!(
+                "a capture is already open on group {} ({}): captures do not nest",
+                inner.uid, inner.desc
+            )));
+        }
+        *inner.capture.rec() = Recorded::default();
+        if let Err(e) = entry.stream.begin_capture() {
+            inner.capture.on.store(false, Ordering::Release);
+            return Err(e);
+        }
+        let open = Open {
+            inner,
+            entry: &entry,
+            ended: false,
+        };
+        let body = f(self);
+        let (graph, mut rec) = open.end();
+        body?;
+        let graph = graph?;
+        rec.regions.sort();
+        Ok(PgGraph {
+            pg: self.clone(),
+            entry: entry.clone(),
+            graph,
+            regions: rec.regions,
+            ops: rec.ops,
+        })
+    }
+
+    /// Whether a capture is open on this group now.
+    pub fn is_capturing(&self) -> bool {
+        self.inner.capture.is_on()
+    }
+}
+
+/// The operations of a capture ([`ProcessGroup::capture`]), launched as one graph. It keeps
+/// its group and communicator alive. Dropping it frees the graph (never waits, never
+/// panics); launches already made still run.
+pub struct PgGraph<B: Memory>
+where
+    StreamOf<B>: Capture,
+{
+    pg: ProcessGroup<B>,
+    entry: Arc<Entry<B>>,
+    graph: <StreamOf<B> as Capture>::Graph,
+    /// The buffers the captured operations use, sorted by address.
+    regions: Vec<Region>,
+    ops: Vec<(OpKind, DataType, usize, usize)>,
+}
+
+impl<B: Memory> std::fmt::Debug for PgGraph<B>
+where
+    StreamOf<B>: Capture,
+{
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgGraph")
+            .field("group", &self.pg.uid())
+            .field("ops", &self.ops.len())
+            .field("buffers", &self.regions.len())
+            .finish()
+    }
+}
+
+impl<B: Memory> PgGraph<B>
+where
+    StreamOf<B>: Capture,
+{
+    /// Operations captured (each launch runs them all).
+    pub fn ops(&self) -> usize {
+        self.ops.len()
+    }
+
+    /// Distinct buffers the captured operations use: each launch must be given them all.
+    pub fn buffers(&self) -> usize {
+        self.regions.len()
+    }
+
+    /// The group the graph was captured on.
+    pub fn group(&self) -> &ProcessGroup<B> {
+        &self.pg
+    }
+
+    /// Starts a launch given buffers of several element types: [`Launch::buf`] each buffer
+    /// the captured operations use, then [`Launch::launch`].
+    pub fn bind<'a, T: NcclType>(&'a self, buf: &'a mut B::Buf<T>) -> Launch<'a, B> {
+        Launch {
+            graph: self,
+            held: Vec::new(),
+            bound: Vec::new(),
+            first_error: None,
+        }
+        .buf(buf)
+    }
+
+    /// Launches the graph once on the group's stream, given every buffer its operations use
+    /// (all of one element type; see [`PgGraph::bind`] otherwise), and returns the launch's
+    /// work (queued to the watchdog like any operation's).
+    ///
+    /// [`CaptureError::Mismatch`] when `bufs` are not exactly the captured buffers (by
+    /// address and size); [`Error::InvalidState`] when the group was destroyed or its
+    /// communicator aborted or failed; [`CaptureError::Forbidden`] inside a capture.
+    pub fn launch<T: NcclType>(&self, bufs: &mut [&mut B::Buf<T>]) -> Result<WorkOf<B>> {
+        let mut l = Launch {
+            graph: self,
+            held: Vec::new(),
+            bound: Vec::new(),
+            first_error: None,
+        };
+        for b in bufs.iter_mut() {
+            l = l.buf(&mut **b);
+        }
+        l.launch()
+    }
+}
+
+/// A launch being prepared: the buffers bound so far, each held (the group's stream waits
+/// for its earlier uses) until the launch is queued.
+#[must_use = "nothing is launched until Launch::launch"]
+pub struct Launch<'a, B: Memory>
+where
+    StreamOf<B>: Capture,
+{
+    graph: &'a PgGraph<B>,
+    held: Vec<B::Access<'a>>,
+    bound: Vec<Region>,
+    first_error: Option<Error>,
+}
+
+impl<'a, B: Memory> Launch<'a, B>
+where
+    StreamOf<B>: Capture,
+{
+    /// Binds one more buffer the captured operations use.
+    pub fn buf<T: NcclType>(mut self, buf: &'a mut B::Buf<T>) -> Self {
+        if self.first_error.is_some() {
+            return self;
+        }
+        let g = self.graph;
+        if g.pg.inner.capture.is_on() {
+            // Taking the buffer on the capturing stream would wait on its earlier events.
+            self.first_error = Some(oxccl_core::traits::forbidden(
+                "launching a graph of the group",
+            ));
+            return self;
+        }
+        let len = buf.len();
+        match B::write("bufs", g.pg.inner.opts.device(), &g.entry.stream, buf) {
+            Ok((raw, access)) => {
+                self.held.push(access);
+                if len > 0 {
+                    self.bound.push(Region {
+                        addr: raw.addr,
+                        bytes: len.saturating_mul(std::mem::size_of::<T>()),
+                    });
+                }
+            }
+            Err(e) => self.first_error = Some(e),
+        }
+        self
+    }
+
+    /// Launches the graph once on the group's stream after the bound buffers' earlier uses,
+    /// and returns the launch's work. See [`PgGraph::launch`] for the refusals.
+    pub fn launch(mut self) -> Result<WorkOf<B>> {
+        if let Some(e) = self.first_error.take() {
+            return Err(e);
+        }
+        let g = self.graph;
+        let inner = &*g.pg.inner;
+        if inner.capture.is_on() {
+            return Err(oxccl_core::traits::forbidden(
+                "launching a graph of the group",
+            ));
+        }
+        let mut bound = std::mem::take(&mut self.bound);
+        bound.sort();
+        if bound != g.regions {
+            return Err(CaptureError::Mismatch.error(format_args!(
+                "argument `bufs`: the {} buffers the captured operations use ({}), got {} ({})",
+                g.regions.len(),
+                list(&g.regions),
+                bound.len(),
+                list(&bound)
+            )));
+        }
+        match g.pg.comm_state() {
+            Some(CommState::Ready) => {}
+            state => {
+                let state = state.unwrap_or(CommState::Destroyed);
+                let reason = match g.entry.abort.poll() {
+                    Err(e) => text!("{e}"),
+                    Ok(_) => text!("the group's communicator is {state:?}"),
+                };
+                return Err(Error::InvalidState {
+                    state,
+                    attempted: "launch a graph",
+                    reason,
+                });
+            }
+        }
+        let timing = inner.opts.timing;
+        let e = &*g.entry;
+        let start = if timing {
+            Some(e.stream.record(true)?)
+        } else {
+            None
+        };
+        // SAFETY: every buffer the graph's operations use is bound (checked above: same
+        // addresses and sizes) and held by `&mut` until the accesses drop after the launch is
+        // queued; the group's stream waits for their earlier uses (taken on it), and their
+        // later uses wait for this launch (the accesses record it when dropped).
+        unsafe { g.graph.launch(&e.stream)? };
+        let end = e.stream.record(timing)?;
+        drop(std::mem::take(&mut self.held));
+        let seq = inner.next_seq(super::issue::SeqKind::Collective);
+        let (numel_in, numel_out) = g
+            .ops
+            .iter()
+            .fold((0usize, 0usize), |(a, b), o| (a + o.2, b + o.3));
+        let kinds: Vec<OpKind> = g.ops.iter().map(|o| o.0).collect();
+        let metas = |pick: fn(&(OpKind, DataType, usize, usize)) -> usize| {
+            g.ops
+                .iter()
+                .map(|o| oxccl_core::trace::TensorMeta::new(&[pick(o) as u64], o.1))
+                .collect::<Vec<_>>()
+        };
+        let trace = inner.trace_built(
+            format!("graph:{}", oxccl_core::trace::coalesced_name(&kinds)),
+            seq,
+            metas(|o| o.2),
+            metas(|o| o.3),
+        );
+        Ok(inner.work(
+            WorkInfo {
+                seq,
+                kind: kinds.first().copied().unwrap_or(OpKind::AllReduce),
+                coalesced: kinds.len() > 1,
+                numel_in,
+                numel_out,
+                timeout_ms: inner.timeout().as_millis().min(u128::from(u64::MAX)) as u64,
+                timing,
+            },
+            start,
+            Some(end),
+            e,
+            trace,
+        ))
+    }
+}
+
+/// `addr+bytes, …` for a mismatch's message.
+fn list(r: &[Region]) -> String {
+    r.iter()
+        .map(|r| format!("{:#x}+{}", r.addr, r.bytes))
+        .collect::<Vec<_>>()
+        .join(", ")
+}

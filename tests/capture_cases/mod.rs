@@ -1,0 +1,379 @@
+//! Graph-capture cases of the process group, written once over the backend: each runs on one
+//! rank and checks that rank's outcome. `tests/pg_capture.rs` runs them on the mock world
+//! (ranks as threads); `examples/pg_capture.rs` runs them on NCCL (one GPU per rank; one rank
+//! is enough) and on the mock when there is no GPU.
+#![allow(dead_code)]
+
+use oxccl::buffer::{Memory, StreamOf};
+use oxccl::core::{Capture, CaptureError};
+use oxccl::pg::{PgOptions, ProcessGroup};
+use oxccl::{CommState, Device, Error, HostScalar, ReduceOp, Scalar};
+use std::time::Duration;
+
+/// A case's verdict on one rank.
+pub type Verdict = Result<(), String>;
+
+/// Makes this rank's default group of the case with the given options.
+pub type MakeGroup<'a, B> = &'a dyn Fn(PgOptions) -> oxccl::Result<ProcessGroup<B>>;
+
+/// A case: its name and its body for one rank.
+pub type Case<B> = (&'static str, fn(MakeGroup<'_, B>, u32) -> Verdict);
+
+macro_rules! ensure {
+    ($cond:expr, $($fmt:tt)*) => {
+        if !$cond {
+            return Err(format!("{}:{}: {}", file!(), line!(), format!($($fmt)*)));
+        }
+    };
+}
+
+/// `r` unwrapped, or the error as a verdict.
+macro_rules! ok {
+    ($r:expr) => {
+        $r.map_err(|e| format!("{}:{}: {e}", file!(), line!()))?
+    };
+}
+
+/// The kind of a capture error, or the whole error when it is not one.
+fn capture_kind<T: std::fmt::Debug>(r: oxccl::Result<T>) -> Result<CaptureError, String> {
+    match r {
+        Err(Error::Capture { kind, .. }) => Ok(kind),
+        other => Err(format!("expected Error::Capture, got {other:?}")),
+    }
+}
+
+/// A group with the device bound (made at once), a timeout that ends a broken case quickly.
+pub fn opts(rank: u32) -> PgOptions {
+    PgOptions {
+        timeout: Duration::from_secs(60),
+        bound_device: Some(Device(rank)),
+        device: Device(rank),
+        error_handling: oxccl::core::env::ErrorHandling::CleanUpOnly,
+        ..PgOptions::default()
+    }
+}
+
+/// Every case, in order.
+pub fn all<B: Memory>() -> Vec<Case<B>>
+where
+    StreamOf<B>: Capture,
+{
+    vec![
+        ("values_after_launches", values_after_launches::<B>),
+        ("premul_sum_doubles_per_launch", premul_doubles::<B>),
+        ("coalesced_block_in_a_capture", coalesced::<B>),
+        ("mixed_dtypes_bound_one_by_one", mixed_dtypes::<B>),
+        ("refusals", refusals::<B>),
+        ("graph_dropped_before_and_after_launch", dropped::<B>),
+        ("lazy_communicator_made_before_capture", lazy_comm::<B>),
+        ("launch_on_aborted_or_destroyed_group", dead_group::<B>),
+    ]
+}
+
+/// Three all-reduces (sum) captured on one buffer: nothing runs at capture; each of 4 launches
+/// applies the three again, so the buffer holds S·n^11 (S the sum of the ranks' 1..=n) after
+/// them. The works of the capture are captured; the launches' works complete.
+pub fn values_after_launches<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict
+where
+    StreamOf<B>: Capture,
+{
+    let pg = ok!(mk(opts(rank)));
+    let n = pg.size();
+    let mut buf = ok!(pg.upload(&vec![(rank + 1) as f32; 1000]));
+    let seq0 = pg.seq();
+    let mut captured = Vec::new();
+    let graph = ok!(pg.capture(|pg| {
+        for _ in 0..3 {
+            captured.push(pg.all_reduce(&mut buf, ReduceOp::Sum)?);
+        }
+        Ok(())
+    }));
+    ensure!(!pg.is_capturing(), "capture over");
+    ensure!(graph.ops() == 3, "3 ops captured, got {}", graph.ops());
+    ensure!(graph.buffers() == 1, "one buffer, got {}", graph.buffers());
+    ensure!(pg.seq() == seq0 + 3, "captured ops take sequence numbers");
+    for w in &captured {
+        ensure!(w.is_captured(), "captured work");
+        ensure!(
+            w.is_completed() && !w.is_success(),
+            "final at once, not successful"
+        );
+        let kind = capture_kind(w.wait())?;
+        ensure!(kind == CaptureError::Forbidden, "wait: {kind:?}");
+        ensure!(matches!(w.error(), Some(Error::Capture { .. })), "error()");
+    }
+    ensure!(
+        ok!(pg.download(&buf)) == vec![(rank + 1) as f32; 1000],
+        "nothing ran at capture"
+    );
+    let s = (n * (n + 1) / 2) as f32;
+    for l in 1..=4u32 {
+        let w = ok!(graph.launch(&mut [&mut buf]));
+        ensure!(!w.is_captured(), "a launch's work is a normal one");
+        ok!(w.wait());
+        ensure!(w.is_success(), "launch {l} succeeded");
+        let want = s * (n as f32).powi((3 * l - 1) as i32);
+        let got = ok!(pg.download(&buf));
+        ensure!(
+            got.iter().all(|&x| x == want),
+            "after launch {l}: want {want}, got {:?}",
+            &got[..3]
+        );
+    }
+    ensure!(
+        pg.seq() == seq0 + 3 + 4,
+        "each launch takes a sequence number"
+    );
+    // The group issues normally again.
+    ok!(ok!(pg.all_reduce(&mut buf, ReduceOp::Sum)).wait());
+    let want = s * (n as f32).powi(12);
+    ensure!(
+        ok!(pg.download(&buf))[0] == want,
+        "plain op after the graph"
+    );
+    Ok(())
+}
+
+/// Premul-sum by 2 (host scalar) is the one reduction that changes a single rank's data: each
+/// launch multiplies by 2n, so five launches give (2n)^5.
+pub fn premul_doubles<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict
+where
+    StreamOf<B>: Capture,
+{
+    let pg = ok!(mk(opts(rank)));
+    let n = pg.size() as f32;
+    let mut buf = ok!(pg.upload(&[1.0f32; 16]));
+    let two = ReduceOp::PreMulSum(Scalar::Host(HostScalar::F32(2.0)));
+    let graph = ok!(pg.capture(|pg| pg.all_reduce(&mut buf, two).map(drop)));
+    for l in 1..=5 {
+        ok!(ok!(graph.launch(&mut [&mut buf])).wait());
+        let want = (2.0 * n).powi(l);
+        ensure!(
+            ok!(pg.download(&buf)) == vec![want; 16],
+            "after launch {l}: want {want}"
+        );
+    }
+    Ok(())
+}
+
+/// A coalescing block inside a capture: its work is captured; a launch given both buffers
+/// runs the block.
+pub fn coalesced<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict
+where
+    StreamOf<B>: Capture,
+{
+    let pg = ok!(mk(opts(rank)));
+    let n = pg.size() as f32;
+    let mut a = ok!(pg.upload(&[1.0f32; 8]));
+    let mut b = ok!(pg.upload(&[2.0f32; 4]));
+    let mut block = None;
+    let graph = ok!(pg.capture(|pg| {
+        block = Some(pg.coalesced(|c| {
+            c.all_reduce(&mut a, ReduceOp::Sum)?;
+            c.all_reduce(&mut b, ReduceOp::Sum)
+        })?);
+        Ok(())
+    }));
+    let block = block.ok_or("no block work")?;
+    ensure!(block.is_captured(), "the block's work is captured");
+    ensure!(graph.ops() == 2 && graph.buffers() == 2, "{graph:?}");
+    for l in 1..=3 {
+        ok!(ok!(graph.launch(&mut [&mut b, &mut a])).wait());
+        let f = n.powi(l);
+        ensure!(ok!(pg.download(&a)) == vec![f; 8], "a after launch {l}");
+        ensure!(
+            ok!(pg.download(&b)) == vec![2.0 * f; 4],
+            "b after launch {l}"
+        );
+    }
+    Ok(())
+}
+
+/// Buffers of two element types, bound one by one; all-gather and broadcast captured.
+pub fn mixed_dtypes<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict
+where
+    StreamOf<B>: Capture,
+{
+    let pg = ok!(mk(opts(rank)));
+    let n = pg.size() as usize;
+    let send = ok!(pg.upload(&[rank as i32 + 10; 3]));
+    let mut recv = ok!(pg.alloc_zeros::<i32>(3 * n));
+    let mut f = ok!(pg.upload(&[rank as f64; 5]));
+    let graph = ok!(pg.capture(|pg| {
+        pg.all_gather(&send, &mut recv)?;
+        pg.broadcast(&mut f, 0)?;
+        Ok(())
+    }));
+    ensure!(
+        graph.buffers() == 3,
+        "three buffers, got {}",
+        graph.buffers()
+    );
+    // All three are needed: two are refused, naming the argument.
+    let mut send_b = send;
+    let short = graph.bind(&mut send_b).buf(&mut recv).launch();
+    ensure!(
+        capture_kind(short)? == CaptureError::Mismatch,
+        "a launch missing a buffer"
+    );
+    let w = ok!(graph.bind(&mut send_b).buf(&mut recv).buf(&mut f).launch());
+    ok!(w.wait());
+    let want: Vec<i32> = (0..n).flat_map(|r| [r as i32 + 10; 3]).collect();
+    ensure!(ok!(pg.download(&recv)) == want, "all-gather after a launch");
+    ensure!(ok!(pg.download(&f)) == vec![0.0; 5], "broadcast from 0");
+    Ok(())
+}
+
+/// What a capture refuses, each with its exact variant, and the group usable after each.
+pub fn refusals<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict
+where
+    StreamOf<B>: Capture,
+{
+    let pg = ok!(mk(opts(rank)));
+    let mut buf = ok!(pg.upload(&[1.0f32; 4]));
+    // A barrier inside: Unsupported, and the capture returns it (no graph).
+    let r = pg.capture(|pg| pg.barrier().map(drop));
+    ensure!(capture_kind(r)? == CaptureError::Unsupported, "barrier");
+    ensure!(!pg.is_capturing(), "the failed capture ended");
+    // A nested capture.
+    let mut inner = None;
+    let r = pg.capture(|pg| {
+        inner = Some(capture_kind(pg.capture(|_| Ok(()))));
+        Ok(())
+    });
+    ok!(r);
+    ensure!(
+        inner == Some(Ok(CaptureError::AlreadyCapturing)),
+        "nested: {inner:?}"
+    );
+    // A launch inside a capture, and a launch with a buffer that is not the captured one.
+    let graph = ok!(pg.capture(|pg| pg.all_reduce(&mut buf, ReduceOp::Sum).map(drop)));
+    let mut other = ok!(pg.upload(&[1.0f32; 4]));
+    let mut inside = None;
+    ok!(pg.capture(|_| {
+        inside = Some(capture_kind(graph.launch(&mut [&mut buf])));
+        Ok(())
+    }));
+    ensure!(inside == Some(Ok(CaptureError::Forbidden)), "{inside:?}");
+    ensure!(
+        capture_kind(graph.launch(&mut [&mut other]))? == CaptureError::Mismatch,
+        "another buffer of the same size"
+    );
+    let mut longer = ok!(pg.upload(&[1.0f32; 5]));
+    ensure!(
+        capture_kind(graph.launch(&mut [&mut buf, &mut longer]))? == CaptureError::Mismatch,
+        "one buffer too many"
+    );
+    // An error of the closure is returned as it is, and the group works after it.
+    let r = pg.capture(|_| {
+        Err(Error::invalid(
+            "case",
+            format_args!("the closure's own error"),
+        ))
+    });
+    ensure!(
+        matches!(r, Err(Error::InvalidArgument { arg: "case", .. })),
+        "{r:?}"
+    );
+    ok!(ok!(pg.all_reduce(&mut buf, ReduceOp::Sum)).wait());
+    let n = pg.size() as f32;
+    ensure!(
+        ok!(pg.download(&buf)) == vec![n; 4],
+        "group usable after refusals"
+    );
+    // The NaN check synchronizes the host: a group with it on refuses to capture.
+    let nan = ok!(mk(PgOptions {
+        nan_check: true,
+        ..opts(rank)
+    }));
+    let r = nan.capture(|_| Ok(()));
+    ensure!(capture_kind(r)? == CaptureError::Unsupported, "nan check");
+    Ok(())
+}
+
+/// A graph dropped before any launch changes nothing; one dropped right after a launch (not
+/// waited) still lets the launch run to the end.
+pub fn dropped<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict
+where
+    StreamOf<B>: Capture,
+{
+    let pg = ok!(mk(opts(rank)));
+    let n = pg.size() as f32;
+    let mut buf = ok!(pg.upload(&[1.0f32; 64]));
+    let g = ok!(pg.capture(|pg| pg.all_reduce(&mut buf, ReduceOp::Sum).map(drop)));
+    drop(g);
+    ensure!(
+        ok!(pg.download(&buf)) == vec![1.0; 64],
+        "dropped unlaunched"
+    );
+    let g = ok!(pg.capture(|pg| pg.all_reduce(&mut buf, ReduceOp::Sum).map(drop)));
+    let w = ok!(g.launch(&mut [&mut buf]));
+    drop(g);
+    ok!(w.wait());
+    ensure!(ok!(pg.download(&buf)) == vec![n; 64], "the launch ran");
+    Ok(())
+}
+
+/// A lazy group (no bound device) makes its communicator before the capture begins (its
+/// creation is collective and cannot be captured).
+pub fn lazy_comm<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict
+where
+    StreamOf<B>: Capture,
+{
+    let pg = ok!(mk(PgOptions {
+        bound_device: None,
+        ..opts(rank)
+    }));
+    ensure!(pg.comm_state().is_none(), "lazy: no communicator yet");
+    let mut buf = ok!(pg.upload(&[3u8; 7]));
+    let g = ok!(pg.capture(|pg| pg.all_reduce(&mut buf, ReduceOp::Max).map(drop)));
+    ensure!(
+        pg.comm_state() == Some(CommState::Ready),
+        "made before the capture"
+    );
+    ok!(ok!(g.launch(&mut [&mut buf])).wait());
+    ensure!(
+        ok!(pg.download(&buf)) == vec![3u8; 7],
+        "max of equal values"
+    );
+    Ok(())
+}
+
+/// A graph of an aborted group, or of a destroyed one, refuses to launch (InvalidState).
+pub fn dead_group<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict
+where
+    StreamOf<B>: Capture,
+{
+    let pg = ok!(mk(opts(rank)));
+    let mut buf = ok!(pg.upload(&[1.0f32; 2]));
+    let g = ok!(pg.capture(|pg| pg.all_reduce(&mut buf, ReduceOp::Sum).map(drop)));
+    pg.abort("case: aborted on purpose");
+    let r = g.launch(&mut [&mut buf]);
+    ensure!(
+        matches!(
+            r,
+            Err(Error::InvalidState {
+                state: CommState::Aborted,
+                attempted: "launch a graph",
+                ..
+            })
+        ),
+        "aborted: {r:?}"
+    );
+    let pg2 = ok!(mk(opts(rank)));
+    let mut b2 = ok!(pg2.upload(&[1.0f32; 2]));
+    let g2 = ok!(pg2.capture(|pg| pg.all_reduce(&mut b2, ReduceOp::Sum).map(drop)));
+    pg2.destroy();
+    let r = g2.launch(&mut [&mut b2]);
+    ensure!(
+        matches!(
+            r,
+            Err(Error::InvalidState {
+                state: CommState::Destroyed,
+                ..
+            })
+        ),
+        "destroyed: {r:?}"
+    );
+    Ok(())
+}

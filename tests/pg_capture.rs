@@ -1,0 +1,201 @@
+//! Graph capture of the process group on the mock world (ranks as threads): the cases of
+//! `capture_cases/` (values after launches, refusals with their exact variants, coalescing,
+//! graphs dropped, work states), and the mock stream's own capture rules, which mirror CUDA's
+//! so that a forbidden call inside a capture fails here in CI, not first on a GPU.
+
+mod capture_cases;
+
+use capture_cases::Verdict;
+use oxccl::core::{Capture, CaptureError, Communicator, Event, Graph, Stream};
+use oxccl::mock::{MockBackend, MockStream, World};
+use oxccl::pg::{PgOptions, ProcessGroup};
+use oxccl::store::{MemStore, PrefixStore, Store};
+use oxccl::{CommOp, DataType, Error, RawBufMut, ReduceOp};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+
+type Body = fn(capture_cases::MakeGroup<'_, MockBackend>, u32) -> Verdict;
+
+/// Runs `body` on `n` ranks (a thread each); the k-th group a rank makes shares the k-th
+/// store prefix with the other ranks' k-th.
+fn run(n: u32, body: Body) {
+    let backend = MockBackend::new();
+    let store: Arc<dyn Store> = Arc::new(MemStore::new());
+    let threads: Vec<_> = (0..n)
+        .map(|r| {
+            let (backend, store) = (backend.clone(), store.clone());
+            std::thread::spawn(move || {
+                let made = AtomicU32::new(0);
+                let mk = |opts: PgOptions| {
+                    let k = made.fetch_add(1, Ordering::Relaxed);
+                    let store: Arc<dyn Store> =
+                        Arc::new(PrefixStore::new(format!("group{k}"), store.clone()));
+                    ProcessGroup::new(backend.clone(), store, r, n, opts)
+                };
+                body(&mk, r)
+            })
+        })
+        .collect();
+    for (r, t) in threads.into_iter().enumerate() {
+        if let Err(e) = t.join().expect("rank thread") {
+            panic!("rank {r}: {e}");
+        }
+    }
+}
+
+fn case(name: &str) -> Body {
+    capture_cases::all::<MockBackend>()
+        .into_iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, b)| b)
+        .expect("case exists")
+}
+
+#[test]
+fn values_after_launches_two_and_three_ranks() {
+    run(2, case("values_after_launches"));
+    run(3, case("values_after_launches"));
+}
+
+#[test]
+fn values_after_launches_one_rank() {
+    run(1, case("values_after_launches"));
+}
+
+#[test]
+fn premul_sum_doubles_per_launch() {
+    run(1, case("premul_sum_doubles_per_launch"));
+    run(2, case("premul_sum_doubles_per_launch"));
+}
+
+#[test]
+fn coalesced_block_in_a_capture() {
+    run(2, case("coalesced_block_in_a_capture"));
+}
+
+#[test]
+fn mixed_dtypes_bound_one_by_one() {
+    run(2, case("mixed_dtypes_bound_one_by_one"));
+}
+
+#[test]
+fn refusals() {
+    run(2, case("refusals"));
+}
+
+#[test]
+fn graph_dropped_before_and_after_launch() {
+    run(2, case("graph_dropped_before_and_after_launch"));
+}
+
+#[test]
+fn lazy_communicator_made_before_capture() {
+    run(2, case("lazy_communicator_made_before_capture"));
+}
+
+#[test]
+fn launch_on_aborted_or_destroyed_group() {
+    run(1, case("launch_on_aborted_or_destroyed_group"));
+}
+
+fn kind<T: std::fmt::Debug>(r: oxccl::Result<T>) -> CaptureError {
+    match r {
+        Err(Error::Capture { kind, .. }) => kind,
+        other => panic!("expected Error::Capture, got {other:?}"),
+    }
+}
+
+#[test]
+fn mock_stream_capture_rules() {
+    let s = MockStream::new().unwrap();
+    assert_eq!(kind(s.end_capture()), CaptureError::NotCapturing);
+    s.begin_capture().unwrap();
+    assert!(s.is_capturing());
+    assert_eq!(kind(s.begin_capture()), CaptureError::AlreadyCapturing);
+    // An event recorded inside is captured: the host may not ask it.
+    let ev = s.record(false).unwrap();
+    assert_eq!(kind(ev.query()), CaptureError::Forbidden);
+    assert_eq!(kind(ev.synchronize()), CaptureError::Forbidden);
+    // Waiting on it from the capturing stream is its own order: allowed.
+    s.wait_event(&ev).unwrap();
+    let g = s.end_capture().unwrap();
+    assert_eq!(g.ops(), 0);
+    assert!(!s.is_capturing());
+    // SAFETY: the graph has no operation, so no buffer.
+    unsafe { g.launch(&s).unwrap() };
+    s.synchronize().unwrap();
+}
+
+#[test]
+fn forbidden_calls_invalidate_the_capture() {
+    let outside = MockStream::new().unwrap();
+    let before = outside.record(false).unwrap();
+    let s = MockStream::new().unwrap();
+    // A synchronize.
+    s.begin_capture().unwrap();
+    assert_eq!(kind(s.synchronize()), CaptureError::Forbidden);
+    assert_eq!(kind(s.end_capture()), CaptureError::Invalidated);
+    assert!(!s.is_capturing(), "ended even though invalidated");
+    // A wait on an event recorded outside the capture (cudarc's tracking would do this).
+    s.begin_capture().unwrap();
+    assert_eq!(kind(s.wait_event(&before)), CaptureError::Forbidden);
+    assert_eq!(kind(s.end_capture()), CaptureError::Invalidated);
+    // A host callback (cannot be replayed).
+    s.begin_capture().unwrap();
+    assert_eq!(kind(s.host_fn(|| ())), CaptureError::Forbidden);
+    assert_eq!(kind(s.end_capture()), CaptureError::Invalidated);
+    // Launching on a capturing stream.
+    s.begin_capture().unwrap();
+    let empty = outside.end_capture();
+    assert_eq!(kind(empty), CaptureError::NotCapturing);
+    outside.begin_capture().unwrap();
+    let g = outside.end_capture().unwrap();
+    // SAFETY: no operation, no buffer.
+    assert_eq!(kind(unsafe { g.launch(&s) }), CaptureError::Forbidden);
+    s.end_capture().unwrap();
+    s.synchronize().unwrap();
+}
+
+/// The raw communicator captured directly: a graph of one all-reduce on two ranks, launched
+/// three times, renumbers its collective at each launch (the ranks meet every time).
+#[test]
+fn raw_comm_graph_replays_renumbered() {
+    let comms = World::new(2).unwrap();
+    let threads: Vec<_> = comms
+        .into_iter()
+        .map(|c| {
+            std::thread::spawn(move || {
+                let s = c.new_stream().unwrap();
+                let mut data = vec![1.0f32 + c.rank() as f32; 4];
+                let op = CommOp::AllReduce {
+                    send: RawBufMut::new(data.as_mut_ptr() as usize, 4).as_read(),
+                    recv: RawBufMut::new(data.as_mut_ptr() as usize, 4),
+                    dtype: DataType::Float32,
+                    op: ReduceOp::Sum,
+                };
+                s.begin_capture().unwrap();
+                // SAFETY: `data` outlives every launch below, which are synchronized.
+                unsafe { c.issue(&op, &s).unwrap() };
+                let g = s.end_capture().unwrap();
+                assert_eq!(g.ops(), 1);
+                s.synchronize().unwrap();
+                assert_eq!(
+                    data,
+                    vec![1.0f32 + c.rank() as f32; 4],
+                    "not run at capture"
+                );
+                for _ in 0..3 {
+                    // SAFETY: as above.
+                    unsafe { g.launch(&s).unwrap() };
+                }
+                s.synchronize().unwrap();
+                c.poll().unwrap();
+                data
+            })
+        })
+        .collect();
+    for t in threads {
+        // 3, then 6, then 12.
+        assert_eq!(t.join().unwrap(), vec![12.0f32; 4]);
+    }
+}
