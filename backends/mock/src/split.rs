@@ -2,9 +2,10 @@
 //! a new communicator ordered by (key, parent rank). A blocking split waits on the calling
 //! thread, as NCCL's does; a nonblocking one posts its call and returns, and its child completes
 //! the rendezvous when polled (so one thread can split every rank of a world). A peer that dies
-//! meanwhile ends the wait with a remote error.
+//! before its call ends the wait with a remote error; one that dies after it spoils nothing
+//! (its rank in its child is aborted, so its child's peers get a remote error there).
 
-use crate::shared::{first_dead, Child, CommShared, Hub, SplitSlot};
+use crate::shared::{Child, CommShared, Hub, SplitSlot};
 use crate::sync::{lock, wait_for, TICK};
 use oxccl_core::text::Text;
 use oxccl_core::{text, Error, Result};
@@ -41,6 +42,8 @@ impl CommShared {
         takes: bool,
     ) -> Vec<(Child, Text)> {
         let size = self.size;
+        // Ranks gone after their call: their child rank is aborted once made.
+        let gone = hub.dead.clone();
         let slot = hub.splits.entry(seq).or_insert_with(|| SplitSlot {
             calls: vec![None; size as usize],
             count: 0,
@@ -80,7 +83,9 @@ impl CommShared {
                 }
             }
             for (r, why) in slot.abandoned.iter().enumerate() {
-                let Some(why) = why else { continue };
+                let Some(why) = why.as_ref().or(gone.get(r).and_then(Option::as_ref)) else {
+                    continue;
+                };
                 if let Some(c) = result.get_mut(r).and_then(Option::take) {
                     orphans.push((c, why.clone()));
                 }
@@ -140,23 +145,41 @@ impl CommShared {
 
 /// `rank`'s result of split `seq` with the hub locked (see [`CommShared::split_try_take`]).
 pub(crate) fn take_locked(hub: &mut Hub, rank: u32, seq: u64) -> Option<Result<Option<Child>>> {
-    let dead = first_dead(hub, None);
-    let Some(slot) = hub.splits.get_mut(&seq) else {
+    let Hub { dead, splits, .. } = hub;
+    let Some(slot) = splits.get_mut(&seq) else {
         return Some(Err(Error::Remote {
             detail: text!("split {seq} vanished"),
         }));
     };
     if let Some(res) = slot.result.as_mut() {
         let mine = res.get_mut(rank as usize).and_then(Option::take);
+        let colored = slot
+            .calls
+            .get(rank as usize)
+            .is_some_and(|c| c.is_some_and(|(color, _)| color.is_some()));
         slot.takers = slot.takers.saturating_sub(1);
         if slot.takers == 0 && slot.count as usize == slot.calls.len() {
-            hub.splits.remove(&seq);
+            splits.remove(&seq);
+        }
+        if let (None, true, Some(Some(why))) = (&mine, colored, dead.get(rank as usize)) {
+            // Gone before it took its child (which was aborted for it): not a NOCOLOR answer.
+            return Some(Err(Error::Remote {
+                detail: text!("split {seq}: rank {rank} {why}"),
+            }));
         }
         return Some(Ok(mine));
     }
-    dead.map(|(d, why)| {
-        Err(Error::Remote {
-            detail: text!("split {seq}: rank {d} {why}"),
+    // The wait ends when this rank is gone, or a rank that has not called yet is (its call
+    // will never come); a rank gone after its call (destroyed its parent, say) spoils nothing.
+    dead.iter()
+        .enumerate()
+        .find(|(r, d)| {
+            d.is_some() && (*r as u32 == rank || slot.calls.get(*r).is_some_and(Option::is_none))
         })
-    })
+        .and_then(|(d, why)| why.clone().map(|why| (d, why)))
+        .map(|(d, why)| {
+            Err(Error::Remote {
+                detail: text!("split {seq}: rank {d} {why}"),
+            })
+        })
 }
