@@ -442,8 +442,9 @@ fn the_fault_plan_applies_across_processes() {
     }
 }
 
-/// Subgroups across processes: made through the store (the backend for processes offers no
-/// split), each reduces its own members only.
+/// Subgroups across processes of a group with no bound device: made by their members through
+/// the store, as in one process (`tests/mock_processes_split.rs` has them made by split), each
+/// reduces its own members only.
 #[test]
 fn subgroups_across_processes_reduce_their_members() {
     for r in run(4, "subgroups") {

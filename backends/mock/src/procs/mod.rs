@@ -42,16 +42,27 @@
 //! would, until their `Work::wait` timeout (`Error::Timeout`) and abort. Aborting a rank
 //! tells the host at once (peers get `Remote`) and wakes the rank's own waits.
 //!
+//! # Split
+//! A split is matched where the parent's state lives (its host) by the in-process code, so
+//! colors, keys, the order by key then parent rank, NOCOLOR and a dead rank failing the match
+//! are the same; each child is then hosted by the process of its own rank 0 and joined by its
+//! members like an init (see `procs/split.rs`). Children span processes, are independent of the
+//! parent's host, and split again. Every wait of a split across processes is bounded by the
+//! parent's init limit (`Error::Timeout`); a dead peer ends it with `Error::Remote`.
+//!
+//! # Init limit
+//! A blocking init waits for the other ranks up to the backend's init timeout, or the limit
+//! given to [`Backend::init_rank_within`](oxccl_core::Backend::init_rank_within) (a process
+//! group passes its timeout); a rank of another process sends its limit with its join, so its
+//! host times it out and answers with the ranks still missing.
+//!
 //! # Limits
 //! Linux only (abstract sockets, memfd): elsewhere an id spanning processes is refused with
 //! `Error::InvalidArgument` on `backend`, and the in-process mock is unchanged.
-//! `split` of a communicator spanning processes is not implemented: a backend made by
-//! `across_processes` hides `Feature::Split` (so a process group makes subgroups through the
-//! store, each with its own host), and a split called anyway fails on the calling rank with
-//! `Error::Backend` (invalid usage) and marks the rank dead, so its peers get `Remote` instead
-//! of hanging. A nonblocking init across processes returns after all ranks joined, then polls
-//! `InProgress` as configured. One group mixing in-process and cross-process communicators
-//! runs the cross-process share first.
+//! A nonblocking init across processes returns after all ranks joined, then polls
+//! `InProgress` as configured (a nonblocking split returns at once: its thread joins the
+//! child). One group mixing in-process and cross-process communicators runs the cross-process
+//! share first.
 
 #[cfg(target_os = "linux")]
 pub(crate) mod chan;
