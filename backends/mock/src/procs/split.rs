@@ -219,8 +219,8 @@ enum State {
     /// Still matching or joining; `Some` once the child was abandoned (aborted or dropped
     /// first), with why: its rank in the child is aborted once joined.
     Running(Option<String>),
-    /// The outcome, not yet taken.
-    Done(Result<Option<Child>>),
+    /// The outcome, not yet taken (boxed: an error is large, and the enum lives long).
+    Done(Box<Result<Option<Child>>>),
     /// Taken (or abandoned).
     Gone,
 }
@@ -266,7 +266,7 @@ impl Task {
                 }
                 *st = State::Gone;
             }
-            _ => *st = State::Done(r),
+            _ => *st = State::Done(Box::new(r)),
         }
     }
 
@@ -274,7 +274,7 @@ impl Task {
     pub(crate) fn try_take(&self) -> Option<Result<Option<Child>>> {
         let mut st = lock(&self.state);
         match std::mem::replace(&mut *st, State::Gone) {
-            State::Done(r) => Some(r),
+            State::Done(r) => Some(*r),
             State::Running(a) => {
                 *st = State::Running(a);
                 None
@@ -294,11 +294,14 @@ impl Task {
                 *st = State::Running(Some(why.to_string()));
                 None
             }
-            State::Done(Ok(Some((child, rank)))) => {
-                child.abort(rank, why);
-                Some((child, rank))
-            }
-            State::Done(_) | State::Gone => None,
+            State::Done(r) => match *r {
+                Ok(Some((child, rank))) => {
+                    child.abort(rank, why);
+                    Some((child, rank))
+                }
+                _ => None,
+            },
+            State::Gone => None,
         }
     }
 }
