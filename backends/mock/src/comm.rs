@@ -121,13 +121,6 @@ impl MockComm {
         self.calls.waited()
     }
 
-    /// The communicator state this handle is bound to now (the host's proxies reach it).
-    // Used by the transport across processes (Linux only).
-    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
-    pub(crate) fn shared(&self) -> &Arc<CommShared> {
-        self.b.sh()
-    }
-
     /// The communicator this handle is bound to now.
     fn sh(&self) -> &Arc<CommShared> {
         self.b.sh()
@@ -223,6 +216,52 @@ impl MockComm {
     /// The next sequence number for `op`: per communicator for collectives, per pair for p2p.
     fn next_seq(&self, op: &CommOp<'_>) -> u64 {
         crate::graph::next_seq(self.rs(), op.kind(), op.peer())
+    }
+}
+
+impl MockComm {
+    /// The child of a nonblocking split `seq` still in progress: a placeholder bound when
+    /// polled, by the parent's split slot or (across processes) by `task`.
+    fn pending_child(&self, seq: u64, task: Option<Arc<crate::procs::split::Task>>) -> MockComm {
+        let sh = self.sh();
+        let placeholder = CommShared::new(1, sh.features, FaultPlan::new(), 0, true);
+        MockComm {
+            b: Arc::new(Binding {
+                shared: placeholder,
+                rank: 0,
+                resolved: OnceLock::new(),
+                pending: Some(Pending {
+                    parent: sh.clone(),
+                    parent_rank: self.rk(),
+                    seq,
+                    polls: AtomicU32::new(sh.nb_polls),
+                    bind: Mutex::new(()),
+                    task,
+                }),
+            }),
+            device: self.device,
+            init_timeout: self.init_timeout,
+            calls: CallLock::default(),
+        }
+    }
+
+    /// Split `seq` of a communicator spanning processes (see `procs::split`): the children
+    /// span processes too. Waits are bounded by this communicator's init limit.
+    fn split_across(
+        &self,
+        seq: u64,
+        color: Option<u32>,
+        key: u32,
+        cfg: &CommConfig,
+    ) -> Result<Option<MockComm>> {
+        let (sh, rk, limit) = (self.sh(), self.rk(), self.init_timeout);
+        if cfg.is_nonblocking() {
+            let task = crate::procs::split::Task::start(sh.clone(), rk, seq, color, key, limit)?;
+            // NOCOLOR: the task still takes part in the match, and ends by itself.
+            return Ok(color.map(|_| self.pending_child(seq, Some(task))));
+        }
+        let child = crate::procs::split::split(sh, rk, seq, color, key, limit)?;
+        Ok(child.map(|(shared, rank)| MockComm::from_shared(shared, rank, self.device, limit)))
     }
 }
 
@@ -330,43 +369,15 @@ impl oxccl_core::Communicator for MockComm {
             ));
         }
         self.ensure_ready("split")?;
-        if self.sh().link.get().is_some() {
-            // Not implemented across processes: this rank leaves, so peers fail, never hang.
-            let e = Error::Backend {
-                code: ResultCode::INVALID_USAGE,
-                text: text_str(code_text(ResultCode::INVALID_USAGE)),
-                last: text!("split of a mock communicator spanning processes is not implemented"),
-            };
-            self.sh().fail(self.rk(), e.clone());
-            return Err(e);
-        }
         let seq = self.rs().split_seq.fetch_add(1, Ordering::Relaxed);
+        if crate::procs::spans(self.sh()) {
+            return self.split_across(seq, color, key, cfg);
+        }
         if cfg.is_nonblocking() {
             // Post the call and return: the child binds when polled (NOCOLOR: no child).
             self.sh()
                 .split_post(self.rk(), seq, color, key, color.is_some());
-            if color.is_none() {
-                return Ok(None);
-            }
-            let sh = self.sh();
-            let placeholder = CommShared::new(1, sh.features, FaultPlan::new(), 0, true);
-            return Ok(Some(MockComm {
-                b: Arc::new(Binding {
-                    shared: placeholder,
-                    rank: 0,
-                    resolved: OnceLock::new(),
-                    pending: Some(Pending {
-                        parent: sh.clone(),
-                        parent_rank: self.rk(),
-                        seq,
-                        polls: AtomicU32::new(sh.nb_polls),
-                        bind: Mutex::new(()),
-                    }),
-                }),
-                device: self.device,
-                init_timeout: self.init_timeout,
-                calls: CallLock::default(),
-            }));
+            return Ok(color.map(|_| self.pending_child(seq, None)));
         }
         let joined = self.sh().split_join(self.rk(), seq, color, key);
         let child = match joined {

@@ -105,8 +105,15 @@ pub(crate) struct CommShared {
     /// Set on a rank process's mirror of a communicator spanning processes: the connection to
     /// the host, where the cross-rank steps run (see `procs`).
     pub link: OnceLock<Arc<crate::procs::remote::Link>>,
-    /// Set on the host's communicator once a rank of another process joined it.
+    /// Set on the host's communicator once a rank of another process joins it (before that
+    /// rank counts as joined, so every rank sees it once init completes).
     pub hosted: AtomicBool,
+    /// The process of each rank (this process's id until a rank of another process joins):
+    /// a split across processes hosts each child in the process of the child's rank 0.
+    pub pids: Mutex<Vec<u32>>,
+    /// The token of the process-spanning id of this communicator when it is the child of a
+    /// split across processes (drawn by the first member that takes it).
+    pub token: OnceLock<[u8; 16]>,
 }
 
 impl CommShared {
@@ -162,6 +169,8 @@ impl CommShared {
             ranks,
             link: OnceLock::new(),
             hosted: AtomicBool::new(false),
+            pids: Mutex::new(vec![std::process::id(); n]),
+            token: OnceLock::new(),
         })
     }
 
