@@ -335,3 +335,44 @@ fn balanced_tags(s: &str) -> Result<(), String> {
         Err(format!("left open: {stack:?}"))
     }
 }
+
+/// -G on the mock: the pg layer captures each timed loop (ProcessGroup::capture) and launches
+/// the graph; every collective runs and checks, in both placements where the pg has them. -R
+/// stays NCCL-only.
+#[test]
+fn graphs_run_every_collective_through_the_pg_capture_on_the_mock() {
+    let v = json(&[
+        "perf",
+        "all",
+        "--backend",
+        "mock",
+        "-g",
+        "3",
+        "-G",
+        "3",
+        "-b",
+        "96",
+        "-e",
+        "96",
+        "-n",
+        "2",
+        "-w",
+        "1",
+        "-c",
+        "1",
+        "--json",
+    ]);
+    let results = v["results"].as_array().unwrap();
+    assert_eq!(results.len(), 9, "{v}");
+    assert_eq!(v["wrong_total"], 0);
+    for r in results {
+        assert_eq!(r["layer"], "pg");
+        let timed = ["in_place", "out_of_place"]
+            .iter()
+            .any(|p| r[p]["time_us"].as_f64().is_some_and(|t| t > 0.0));
+        assert!(timed, "a timed pg sample: {r}");
+    }
+    let reg = oxccl(&["perf", "--backend", "mock", "-R", "1"]);
+    assert_eq!(reg.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&reg.stderr).contains("-R needs NCCL"));
+}

@@ -4,8 +4,9 @@
 use crate::elem::Elem;
 use crate::expect::{self, Case};
 use crate::ops::Coll;
-use oxccl::buffer::Memory;
-use oxccl::pg::{P2pOp, ProcessGroup};
+use oxccl::buffer::{Memory, StreamOf};
+use oxccl::core::Capture;
+use oxccl::pg::{P2pOp, PgGraph, ProcessGroup, WorkOf};
 use oxccl::Result;
 use std::marker::PhantomData;
 
@@ -34,17 +35,28 @@ pub trait Layer {
 }
 
 /// The process group path: `ProcessGroup::<B>` calls, each returning a `Work`; the loop waits
-/// for the last work (stream order covers the others).
-pub struct PgLayer<B: Memory, T: Elem> {
+/// for the last work (stream order covers the others). With -G the timed loop is captured
+/// by [`ProcessGroup::capture`] and the graph launched -G times.
+pub struct PgLayer<B: Memory, T: Elem>
+where
+    StreamOf<B>: Capture,
+{
     pg: ProcessGroup<B>,
     case: Option<Case>,
     send: Option<B::Buf<T>>,
     recv: Option<B::Buf<T>>,
     corrupt: bool,
+    /// -G: graph launches per run (0: no graph).
+    graphs: u32,
+    /// The armed graph and the operations it holds.
+    graph: Option<(PgGraph<B>, usize)>,
     _t: PhantomData<T>,
 }
 
-impl<B: Memory, T: Elem> PgLayer<B, T> {
+impl<B: Memory, T: Elem> PgLayer<B, T>
+where
+    StreamOf<B>: Capture,
+{
     /// A layer over `pg`.
     pub fn new(pg: ProcessGroup<B>) -> Self {
         PgLayer {
@@ -53,8 +65,16 @@ impl<B: Memory, T: Elem> PgLayer<B, T> {
             send: None,
             recv: None,
             corrupt: false,
+            graphs: 0,
+            graph: None,
             _t: PhantomData,
         }
+    }
+
+    /// Captures the timed loop into a graph launched `n` times per run (-G; 0: no graph).
+    pub fn graphs(mut self, n: u32) -> Self {
+        self.graphs = n;
+        self
     }
 
     /// Makes every check see one wrong element (the hidden `--inject-error`, so tests can see
@@ -71,10 +91,29 @@ impl<B: Memory, T: Elem> PgLayer<B, T> {
         in_place == in_place_ops
     }
 
-    fn once(&mut self) -> Result<oxccl::pg::WorkOf<B>> {
+    fn once(&mut self) -> Result<WorkOf<B>> {
         let c = self.case.expect("set up");
+        Self::once_on(&self.pg, &c, self.send.as_ref(), self.recv.as_mut())
+    }
+
+    /// Which buffers an operation of `c` uses on this rank (send, recv), as `once_on` passes
+    /// them: a graph launch is given exactly these.
+    fn uses(c: &Case) -> (bool, bool) {
+        match c.coll {
+            Coll::AllReduce | Coll::All | Coll::Broadcast | Coll::Reduce => (false, true),
+            Coll::Gather => (true, c.rank == c.root),
+            Coll::Scatter => (c.rank == c.root, true),
+            _ => (true, true),
+        }
+    }
+
+    fn once_on(
+        pg: &ProcessGroup<B>,
+        c: &Case,
+        send: Option<&B::Buf<T>>,
+        recv: Option<&mut B::Buf<T>>,
+    ) -> Result<WorkOf<B>> {
         let op = c.redop.reduce_op();
-        let (pg, send, recv) = (&self.pg, self.send.as_ref(), self.recv.as_mut());
         let missing = || oxccl::Error::invalid("case", format_args!("a set-up case"));
         match c.coll {
             Coll::AllReduce | Coll::All => pg.all_reduce(recv.ok_or_else(missing)?, op),
@@ -116,9 +155,29 @@ impl<B: Memory, T: Elem> PgLayer<B, T> {
     }
 }
 
-impl<B: Memory, T: Elem> Layer for PgLayer<B, T> {
+impl<B: Memory, T: Elem> Layer for PgLayer<B, T>
+where
+    StreamOf<B>: Capture,
+{
     fn name(&self) -> &'static str {
         "pg"
+    }
+
+    fn arm(&mut self, iters: usize) -> Result<()> {
+        self.graph = None;
+        if self.graphs == 0 || iters == 0 {
+            return Ok(());
+        }
+        let c = self.case.expect("set up");
+        let (send, mut recv) = (self.send.as_ref(), self.recv.as_mut());
+        let graph = self.pg.capture(|pg| {
+            for _ in 0..iters {
+                Self::once_on(pg, &c, send, recv.as_deref_mut())?;
+            }
+            Ok(())
+        })?;
+        self.graph = Some((graph, iters));
+        Ok(())
     }
 
     fn setup(&mut self, case: &Case, in_place: bool) -> Result<bool> {
@@ -134,6 +193,25 @@ impl<B: Memory, T: Elem> Layer for PgLayer<B, T> {
     }
 
     fn run(&mut self, iters: usize) -> Result<usize> {
+        if let Some((g, per)) = &self.graph {
+            let c = self.case.expect("set up");
+            let (s, r) = Self::uses(&c);
+            let mut last = None;
+            for _ in 0..self.graphs {
+                let mut bufs: Vec<&mut B::Buf<T>> = Vec::with_capacity(2);
+                if let (true, Some(b)) = (s, self.send.as_mut()) {
+                    bufs.push(b);
+                }
+                if let (true, Some(b)) = (r, self.recv.as_mut()) {
+                    bufs.push(b);
+                }
+                last = Some(g.launch(&mut bufs)?);
+            }
+            if let Some(w) = last {
+                w.wait()?;
+            }
+            return Ok(per * self.graphs as usize);
+        }
         let mut last = None;
         for _ in 0..iters {
             last = Some(self.once()?);
@@ -145,6 +223,8 @@ impl<B: Memory, T: Elem> Layer for PgLayer<B, T> {
     }
 
     fn check(&mut self) -> Result<u64> {
+        // The graph's buffers are replaced by the filled ones.
+        self.graph = None;
         self.fill()?;
         self.once()?.wait()?;
         let c = self.case.expect("set up");
@@ -156,6 +236,7 @@ impl<B: Memory, T: Elem> Layer for PgLayer<B, T> {
     }
 
     fn teardown(&mut self) -> Result<()> {
+        self.graph = None;
         self.send = None;
         self.recv = None;
         self.case = None;

@@ -97,7 +97,8 @@ pub struct PerfArgs {
     #[arg(short = 'z', long = "blocking", default_value_t = 1, value_parser = clap::value_parser!(u8).range(0..=1))]
     pub blocking: u8,
     /// CUDA-graph launches: capture the timed loop into a graph and launch it this many
-    /// times (0: no graphs). NCCL only; raw and comm layers.
+    /// times (0: no graphs). Every layer on NCCL; the pg layer on the mock world too (its
+    /// streams record and replay).
     #[arg(short = 'G', long = "cudagraph", default_value_t = 0)]
     pub graphs: u32,
     /// Buffers: 0 plain, 1 registered (ncclCommRegister), 2 symmetric windows (ncclMemAlloc
@@ -153,14 +154,14 @@ pub fn run(a: &PerfArgs) -> ExitCode {
             eprintln!("oxccl perf: --layer {} needs NCCL and a GPU ({why}); use --layer pg on the mock world", a.layer.to_possible_value().map(|v| v.get_name().to_owned()).unwrap_or_default());
             return ExitCode::from(exit::ENV);
         }
-        // The process group allocates its own buffers and its stream is not public, so -R and
-        // -G do not apply to it: left out of `all`, refused alone.
-        (LayerSel::All, false) if a.graphs > 0 || a.registration > 0 => vec!["raw", "comm"],
+        // The process group allocates its own buffers, so -R does not apply to it: left out of
+        // `all`, refused alone. -G applies (ProcessGroup::capture).
+        (LayerSel::All, false) if a.registration > 0 => vec!["raw", "comm"],
         (LayerSel::All, false) => vec!["raw", "comm", "pg"],
         (LayerSel::Raw, false) => vec!["raw"],
         (LayerSel::Comm, false) => vec!["comm"],
-        (LayerSel::Pg, false) if a.graphs > 0 || a.registration > 0 => {
-            eprintln!("oxccl perf: -G and -R apply to the raw and comm layers only (the process group's stream and buffers are its own); drop them or use --layer comm");
+        (LayerSel::Pg, false) if a.registration > 0 => {
+            eprintln!("oxccl perf: -R applies to the raw and comm layers only (the process group's buffers are its own); drop it or use --layer comm");
             return ExitCode::from(exit::USAGE);
         }
         (LayerSel::Pg, false) => vec!["pg"],
@@ -194,8 +195,8 @@ pub fn run(a: &PerfArgs) -> ExitCode {
         check: a.check == 1,
         layers,
     };
-    if mock && (a.graphs > 0 || a.registration > 0) {
-        eprintln!("oxccl perf: -G and -R need NCCL and a GPU ({why}); drop them on the mock world");
+    if mock && a.registration > 0 {
+        eprintln!("oxccl perf: -R needs NCCL and a GPU ({why}); drop it on the mock world");
         return ExitCode::from(exit::ENV);
     }
     let outcome = if mock {
@@ -296,7 +297,7 @@ pub fn run_mock(a: &PerfArgs, plan: &Plan, why: &str) -> Result<Outcome, String>
     }
     let per_rank = mock_world(n, |pg, rank| {
         let mut layers: Vec<Box<dyn Layer>> = vec![
-            crate::with_dtype!(plan.dtype, T => Box::new(PgLayer::<MockBackend, T>::new(pg.clone()).corrupting(a.inject_error && rank == 0))),
+            crate::with_dtype!(plan.dtype, T => Box::new(PgLayer::<MockBackend, T>::new(pg.clone()).corrupting(a.inject_error && rank == 0).graphs(a.graphs))),
         ];
         let barrier_pg = pg.clone();
         let sync = move || barrier_pg.barrier()?.wait();

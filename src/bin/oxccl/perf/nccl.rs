@@ -216,7 +216,7 @@ pub fn layers(
     plan_layers
         .iter()
         .map(|l| match *l {
-            "pg" => crate::with_dtype!(dtype, T => Box::new(PgLayer::<Nccl, T>::new(pg.clone()).corrupting(corrupt)) as Box<dyn Layer>),
+            "pg" => crate::with_dtype!(dtype, T => Box::new(PgLayer::<Nccl, T>::new(pg.clone()).corrupting(corrupt).graphs(graphs)) as Box<dyn Layer>),
             name => {
                 let raw = name == "raw";
                 crate::with_dtype!(dtype, T => Box::new(NcclLayer::<T>::new(comm.clone(), lib.clone(), raw, registration, graphs).corrupting(corrupt).nonblocking(nonblocking)) as Box<dyn Layer>)
