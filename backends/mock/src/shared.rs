@@ -113,6 +113,8 @@ pub(crate) struct CommShared {
     pub pids: Mutex<Vec<u32>>,
     /// The token of the process-spanning id of this communicator when it is the child of a
     /// split across processes (drawn by the first member that takes it).
+    // Read by the transport (Linux only).
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     pub token: OnceLock<[u8; 16]>,
 }
 

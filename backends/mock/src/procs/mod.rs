@@ -93,6 +93,8 @@ pub(crate) struct ProcId {
 
 impl ProcId {
     /// The id's bytes.
+    // Used by the transport (Linux only) and the tests.
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     pub(crate) fn to_id(self) -> UniqueId {
         let mut b = [0u8; UniqueId::LEN];
         b[..8].copy_from_slice(MAGIC);
@@ -125,6 +127,8 @@ impl ProcId {
 /// Where one rank finds its child after a split across processes: the child's id (hosted by
 /// the process of the child's rank 0), and the rank's rank in it and its size.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+// Made by the transport (Linux only).
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 pub(crate) struct ChildSpec {
     pub id: ProcId,
     pub rank: u32,
