@@ -86,5 +86,6 @@ pub(crate) fn init_through_store<B: Memory>(backend: &B, p: &InitParams<'_>) -> 
         })?;
         UniqueId::from_bytes(&bytes)?
     };
-    backend.init_rank(&id, p.rank, p.size, p.device, p.config)
+    // The group's timeout bounds the wait for missing ranks too (where the backend can).
+    backend.init_rank_within(&id, p.rank, p.size, p.device, p.config, p.timeout)
 }
