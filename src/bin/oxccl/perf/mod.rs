@@ -5,10 +5,12 @@
 mod direct;
 mod drive;
 mod layer;
+mod modes;
 pub mod nccl;
 mod report;
 mod stop;
 mod svg;
+mod tune;
 
 pub use drive::{merge, sweep, Plan, Sample};
 pub use layer::{Layer, PgLayer};
@@ -102,9 +104,21 @@ pub struct PerfArgs {
     #[arg(short = 'G', long = "cudagraph", default_value_t = 0)]
     pub graphs: u32,
     /// Buffers: 0 plain, 1 registered (ncclCommRegister), 2 symmetric windows (ncclMemAlloc
-    /// + ncclCommWindowRegister, NCCL 2.27+). Raw and comm layers.
+    /// + ncclCommWindowRegister, NCCL 2.27+). Raw and comm layers by address; the pg layer
+    /// on CommBuf buffers in a group whose tune table says that mode (the mock world too).
     #[arg(short = 'R', long = "registration", default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=2))]
     pub registration: u8,
+    /// Measure every tuned collective at every size in each buffer mode (-R 0, 1, 2, rounds
+    /// alternating) and write the fastest mode per collective and size as a tune table
+    /// (give it to every rank as OXCCL_TUNE_FILE). A thread per local GPU, or the mock.
+    #[arg(long)]
+    pub tune: bool,
+    /// Where --tune writes its table (default: oxccl.tune).
+    #[arg(long, value_name = "FILE", requires = "tune")]
+    pub out: Option<std::path::PathBuf>,
+    /// --tune: rounds each size's iterations are split into, the modes alternating in each.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub rounds: u32,
     /// Layers to time side by side.
     #[arg(long, value_enum, default_value_t = LayerSel::All)]
     pub layer: LayerSel,
@@ -147,6 +161,9 @@ pub fn run(a: &PerfArgs) -> ExitCode {
             return ExitCode::from(exit::ENV);
         }
     };
+    if a.tune {
+        return tune::main(a, use_nccl, &why);
+    }
     let mock = !use_nccl;
     let layers: Vec<&'static str> = match (a.layer, mock) {
         (LayerSel::Pg | LayerSel::All, _) if mock => vec!["pg"],
@@ -154,14 +171,14 @@ pub fn run(a: &PerfArgs) -> ExitCode {
             eprintln!("oxccl perf: --layer {} needs NCCL and a GPU ({why}); use --layer pg on the mock world", a.layer.to_possible_value().map(|v| v.get_name().to_owned()).unwrap_or_default());
             return ExitCode::from(exit::ENV);
         }
-        // The process group allocates its own buffers, so -R does not apply to it: left out of
-        // `all`, refused alone. -G applies (ProcessGroup::capture).
-        (LayerSel::All, false) if a.registration > 0 => vec!["raw", "comm"],
+        // -R on the process group runs CommBuf buffers in a group of that mode; with -G too it
+        // is left out of `all` and refused alone (its graphs take plain buffers for now).
+        (LayerSel::All, false) if a.registration > 0 && a.graphs > 0 => vec!["raw", "comm"],
         (LayerSel::All, false) => vec!["raw", "comm", "pg"],
         (LayerSel::Raw, false) => vec!["raw"],
         (LayerSel::Comm, false) => vec!["comm"],
-        (LayerSel::Pg, false) if a.registration > 0 => {
-            eprintln!("oxccl perf: -R applies to the raw and comm layers only (the process group's buffers are its own); drop it or use --layer comm");
+        (LayerSel::Pg, false) if a.registration > 0 && a.graphs > 0 => {
+            eprintln!("oxccl perf: -R with -G on the pg layer is not supported yet (its graphs take plain buffers); drop one of them or use --layer comm");
             return ExitCode::from(exit::USAGE);
         }
         (LayerSel::Pg, false) => vec!["pg"],
@@ -195,8 +212,8 @@ pub fn run(a: &PerfArgs) -> ExitCode {
         check: a.check == 1,
         layers,
     };
-    if mock && a.registration > 0 {
-        eprintln!("oxccl perf: -R needs NCCL and a GPU ({why}); drop it on the mock world");
+    if mock && a.registration > 0 && a.graphs > 0 {
+        eprintln!("oxccl perf: -R with -G is not supported on the pg layer yet; drop one of them");
         return ExitCode::from(exit::ENV);
     }
     let outcome = if mock {
@@ -296,9 +313,13 @@ pub fn run_mock(a: &PerfArgs, plan: &Plan, why: &str) -> Result<Outcome, String>
         ));
     }
     let per_rank = mock_world(n, |pg, rank| {
-        let mut layers: Vec<Box<dyn Layer>> = vec![
-            crate::with_dtype!(plan.dtype, T => Box::new(PgLayer::<MockBackend, T>::new(pg.clone()).corrupting(a.inject_error && rank == 0).graphs(a.graphs))),
-        ];
+        let corrupt = a.inject_error && rank == 0;
+        let mut layers: Vec<Box<dyn Layer>> = vec![if a.registration > 0 {
+            // -R: CommBuf buffers in a group whose tune table says that mode.
+            modes::pg_layer(pg, plan.dtype, a.registration, corrupt)
+        } else {
+            crate::with_dtype!(plan.dtype, T => Box::new(PgLayer::<MockBackend, T>::new(pg.clone()).corrupting(corrupt).graphs(a.graphs)))
+        }];
         let barrier_pg = pg.clone();
         let sync = move || barrier_pg.barrier()?.wait();
         sweep(plan, &mut layers, n, rank, &sync, rank == 0)

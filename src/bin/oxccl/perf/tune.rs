@@ -1,0 +1,369 @@
+//! `oxccl perf --tune`: measures every tuned collective at every size of the sweep in each
+//! buffer mode (plain, registered, symmetric window), through the process group itself, and
+//! writes the tune table the process group reads (`OXCCL_TUNE_FILE`): per collective and size
+//! the fastest mode, the slowest rank's median deciding.
+//!
+//! Small-message times swing by tens of percent from one loop to the next, so the modes are
+//! measured round by round, alternating (R0 R1 R2, then R1 R2 R0, …), each round a share of
+//! `-n`, and the median of the rounds is kept: drift hits every mode alike.
+
+use super::layer::Layer;
+use super::modes::{self, ModeLayer};
+use super::{PerfArgs, Plan};
+use crate::exit;
+use crate::expect::Case;
+use crate::ops::{self, Coll};
+use oxccl::buffer::Memory;
+use oxccl::core::tune::TuneRow;
+use oxccl::pg::{ProcessGroup, RegMode, TuneTable};
+use oxccl::{Feature, Result};
+use std::process::ExitCode;
+
+/// Medians of one rank: `[collective][size][mode]` seconds per operation, NaN where the mode
+/// did not run (not in the library, wrong results, or a size too small to split).
+pub type Medians = Vec<f64>;
+
+/// The index of (collective c, size s, mode m).
+fn at(plan: &Plan, c: usize, s: usize, m: usize) -> usize {
+    (c * plan.sizes.len() + s) * 3 + m
+}
+
+/// The modes the library has: plain always, registered from 2.19, windows from 2.27.
+pub fn modes_of(features: &oxccl::FeatureSet) -> Result<Vec<RegMode>> {
+    features.require(Feature::MemAlloc)?;
+    let mut m = vec![RegMode::Plain];
+    if features.has(Feature::BufferRegistration) {
+        m.push(RegMode::Registered);
+    }
+    if features.has(Feature::WindowRegistration) {
+        m.push(RegMode::Window);
+    }
+    Ok(m)
+}
+
+/// Runs the measurement on this rank; every rank calls it with the same plan.
+pub fn rank<B: Memory>(
+    plan: &Plan,
+    pg: &ProcessGroup<B>,
+    rank: u32,
+    n: u32,
+    rounds: usize,
+) -> Result<Medians> {
+    let modes = modes_of(pg.backend().features())?;
+    let mut layers: Vec<(usize, Box<dyn Layer>)> = Vec::new();
+    for m in &modes {
+        let l: Box<dyn Layer> = crate::with_dtype!(plan.dtype, T => Box::new(ModeLayer::<B, T>::new(pg.clone(), *m, modes::name_of(*m))));
+        layers.push((usize::from(m.level()), l));
+    }
+    let sync = || pg.barrier()?.wait();
+    let rounds = rounds.max(1);
+    let per = (plan.iters / rounds).max(1);
+    let mut out = vec![f64::NAN; plan.colls.len() * plan.sizes.len() * 3];
+    for (c, coll) in plan.colls.iter().enumerate() {
+        let in_place = ModeLayer::<B, f32>::supports(*coll, true);
+        for (s, bytes) in plan.sizes.iter().enumerate() {
+            let case = Case {
+                coll: *coll,
+                count: coll.count_for(*bytes, plan.dtype.size(), n),
+                dtype: plan.dtype,
+                redop: plan.redop,
+                root: plan.root,
+                n,
+                rank,
+            };
+            let mut active = Vec::new();
+            for (i, (_, l)) in layers.iter_mut().enumerate() {
+                if l.setup(&case, in_place)? {
+                    l.arm(plan.warmup)?;
+                    l.run(plan.warmup)?;
+                    active.push(i);
+                }
+            }
+            let mut times: Vec<Vec<f64>> = vec![Vec::with_capacity(rounds); layers.len()];
+            for round in 0..rounds {
+                for k in 0..active.len() {
+                    let i = active[(k + round) % active.len()];
+                    let l = &mut layers[i].1;
+                    l.arm(per)?;
+                    sync()?;
+                    let t = std::time::Instant::now();
+                    let ops = l.run(per)?;
+                    times[i].push(t.elapsed().as_secs_f64() / ops.max(1) as f64);
+                }
+            }
+            for &i in &active {
+                let (m, l) = &mut layers[i];
+                let wrong = if plan.check { l.check()? } else { 0 };
+                l.teardown()?;
+                // A mode with wrong results is never chosen.
+                out[at(plan, c, s, *m)] = if wrong == 0 {
+                    median(&mut times[i])
+                } else {
+                    log::warn!(
+                        "{} at {} B in mode {m}: {wrong} wrong elements",
+                        coll.name(),
+                        bytes
+                    );
+                    f64::NAN
+                };
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+/// The ranks' medians merged: the slowest rank's, NaN when any rank has none.
+pub fn merge(per_rank: &[Medians]) -> Medians {
+    let len = per_rank.first().map_or(0, Vec::len);
+    (0..len)
+        .map(|i| {
+            per_rank
+                .iter()
+                .map(|r| r.get(i).copied().unwrap_or(f64::NAN))
+                .fold(f64::NEG_INFINITY, |a, x| {
+                    if x.is_nan() || a.is_nan() {
+                        f64::NAN
+                    } else {
+                        a.max(x)
+                    }
+                })
+        })
+        .collect()
+}
+
+/// One measured point of the decision: the op's bytes as the process group looks them up,
+/// and each mode's time.
+#[derive(Debug, Clone)]
+pub struct Point {
+    /// The collective.
+    pub coll: Coll,
+    /// The sweep's size (nccl-tests' column).
+    pub size: usize,
+    /// Bytes of the op's larger buffer, as [`oxccl::pg::ProcessGroup`] looks up the table.
+    pub op_bytes: u64,
+    /// Seconds per op by mode level; NaN: not measured.
+    pub secs: [f64; 3],
+    /// The fastest mode (ties go to the simpler one).
+    pub best: RegMode,
+}
+
+/// The points of the merged medians (sizes no mode ran are left out).
+pub fn points(plan: &Plan, merged: &Medians, n: u32) -> Vec<Point> {
+    let mut out = Vec::new();
+    for (c, coll) in plan.colls.iter().enumerate() {
+        for (s, size) in plan.sizes.iter().enumerate() {
+            let secs =
+                [0, 1, 2].map(|m| merged.get(at(plan, c, s, m)).copied().unwrap_or(f64::NAN));
+            let mut best: Option<(RegMode, f64)> = None;
+            for m in RegMode::ALL {
+                let t = secs[usize::from(m.level())];
+                if t.is_finite() && best.is_none_or(|(_, b)| t < b) {
+                    best = Some((m, t));
+                }
+            }
+            let Some((best, _)) = best else { continue };
+            let count = coll.count_for(*size, plan.dtype.size(), n);
+            let (sn, rn) = coll.shape(count, n, 0, plan.root);
+            out.push(Point {
+                coll: *coll,
+                size: *size,
+                op_bytes: (sn.max(rn) * plan.dtype.size()) as u64,
+                secs,
+                best,
+            });
+        }
+    }
+    out
+}
+
+/// The table of the points: per collective, each measured size covers the bytes above the
+/// previous one up to itself (the first from 0, the last to the end), neighbours of one mode
+/// merged into one row.
+pub fn table(points: &[Point]) -> Result<TuneTable> {
+    let mut rows: Vec<TuneRow> = Vec::new();
+    for coll in modes::TUNED {
+        let Some(kind) = modes::kind_of(coll) else {
+            continue;
+        };
+        let mut ps: Vec<&Point> = points.iter().filter(|p| p.coll == coll).collect();
+        ps.sort_by_key(|p| p.op_bytes);
+        ps.dedup_by_key(|p| p.op_bytes);
+        let mut lo = 0u64;
+        for (i, p) in ps.iter().enumerate() {
+            let hi = if i + 1 == ps.len() {
+                u64::MAX
+            } else {
+                p.op_bytes
+            };
+            match rows.last_mut() {
+                Some(r) if r.coll == Some(kind) && r.mode == p.best => r.max_bytes = hi,
+                _ => rows.push(TuneRow {
+                    coll: Some(kind),
+                    dtype: None,
+                    min_bytes: lo,
+                    max_bytes: hi,
+                    mode: p.best,
+                }),
+            }
+            lo = hi.saturating_add(1);
+        }
+    }
+    TuneTable::new(rows)
+}
+
+/// The report on stdout and the file's comment lines: every point with each mode's time.
+pub fn report(points: &[Point]) -> String {
+    let us = |t: f64| {
+        if t.is_finite() {
+            format!("{:>10.2}", t * 1e6)
+        } else {
+            format!("{:>10}", "N/A")
+        }
+    };
+    let mut s =
+        String::from("# collective          size   plain(us)  regist(us)  window(us)  best\n");
+    for p in points {
+        s.push_str(&format!(
+            "# {:<14} {:>10} {} {} {}  {}\n",
+            p.coll.name(),
+            ops::human(p.size),
+            us(p.secs[0]),
+            us(p.secs[1]),
+            us(p.secs[2]),
+            p.best.name()
+        ));
+    }
+    s
+}
+
+/// The file `--tune` writes: a header saying how it was measured, the report, the table.
+pub fn file_text(head: &str, points: &[Point], t: &TuneTable) -> String {
+    format!("# {head}\n{}{t}", report(points))
+}
+
+/// Checks `--tune`'s arguments against the plan: at least one tuned collective.
+pub fn tuned_colls(colls: &[Coll]) -> std::result::Result<Vec<Coll>, String> {
+    let c: Vec<Coll> = colls
+        .iter()
+        .copied()
+        .filter(|c| modes::TUNED.contains(c))
+        .collect();
+    if c.is_empty() {
+        return Err("none of the collectives given is tuned by the process group (all_reduce, all_gather, reduce_scatter, broadcast, reduce, alltoall)".to_owned());
+    }
+    Ok(c)
+}
+
+/// Where `--tune` writes when `--out` is not given.
+pub const DEFAULT_OUT: &str = "oxccl.tune";
+
+/// The rounds of `--tune`: at least 1, at most the iterations.
+pub fn rounds(a: &PerfArgs, iters: usize) -> usize {
+    (a.rounds as usize).clamp(1, iters.max(1))
+}
+
+/// Runs `oxccl perf --tune` (`use_nccl`, `why`: what [`super::choose`] found).
+pub fn main(a: &PerfArgs, use_nccl: bool, why: &str) -> ExitCode {
+    match measure(a, use_nccl, why) {
+        Ok(code) => code,
+        Err((code, msg)) => {
+            eprintln!("oxccl perf --tune: {msg}");
+            ExitCode::from(code)
+        }
+    }
+}
+
+fn measure(a: &PerfArgs, use_nccl: bool, why: &str) -> std::result::Result<ExitCode, (u8, String)> {
+    let usage = |m: String| (exit::USAGE, m);
+    let env = |m: String| (exit::ENV, m);
+    if a.graphs > 0 || a.registration > 0 {
+        return Err(usage(
+            "-G and -R do not combine with --tune (it measures every mode itself, without graphs)"
+                .to_owned(),
+        ));
+    }
+    let colls = tuned_colls(&ops::expand(&a.colls)).map_err(usage)?;
+    let mock = !use_nccl;
+    let min = a.min_bytes.unwrap_or(8);
+    let max = a
+        .max_bytes
+        .unwrap_or(if mock { 1 << 20 } else { 128 << 20 });
+    // The mock holds every rank's buffers in this process (as `oxccl perf` bounds it).
+    if mock && max > 256 << 20 {
+        return Err(usage(format!(
+            "-e {max} on the mock world: give -e 256M or less there"
+        )));
+    }
+    let sizes = ops::sweep(min, max, a.factor as usize, a.incr.unwrap_or(0));
+    if sizes.is_empty() {
+        return Err(usage(format!(
+            "-b {min} is above -e {max}: give a smallest size at most the largest"
+        )));
+    }
+    let iters = a.iters.unwrap_or(if mock { 5 } else { 20 }) as usize;
+    let plan = Plan {
+        colls,
+        sizes,
+        dtype: a.dtype,
+        redop: a.redop,
+        root: a.root,
+        iters,
+        warmup: a.warmup.unwrap_or(if mock { 1 } else { 5 }) as usize,
+        check: a.check == 1,
+        layers: RegMode::ALL.iter().map(|m| modes::name_of(*m)).collect(),
+    };
+    let rounds = rounds(a, iters);
+    let (per_rank, n, head) = if mock {
+        let n = a.gpus.unwrap_or(2);
+        let per = super::mock_world(n, |pg, r| rank(&plan, pg, r, n, rounds)).map_err(env)?;
+        (per, n, format!("mock world ({why}): {n} ranks as threads, host memory: a table for tests, not for a machine"))
+    } else {
+        let envv = oxccl::launch::EnvVars::from_process();
+        if oxccl::launch::LaunchInfo::detect(|k| envv.get(k)).is_ok() {
+            return Err(usage("--tune runs a thread per local GPU: run it without a launcher (oxccl perf --tune -g N), then give the table to every rank".to_owned()));
+        }
+        let lib = super::nccl::load(a.library.as_deref()).map_err(env)?;
+        let n = super::nccl::local_gpus(a.gpus).map_err(env)?;
+        let body = |pg: &ProcessGroup<oxccl::Nccl>,
+                    _: &std::rc::Rc<std::cell::RefCell<oxccl::Comm>>,
+                    r: u32| { rank(&plan, pg, r, n, rounds) };
+        let per = super::nccl::thread_world(&lib, n, a.blocking == 1, &body).map_err(env)?;
+        (
+            per,
+            n,
+            format!(
+                "NCCL {} at {}: {n} GPUs, a thread per GPU",
+                oxccl::core::Backend::version(&lib),
+                lib.library().path().display()
+            ),
+        )
+    };
+    let merged = merge(&per_rank);
+    let pts = points(&plan, &merged, n);
+    let t = table(&pts).map_err(|e| env(e.to_string()))?;
+    let head = format!(
+        "oxccl perf --tune on {head}; {} {}, {iters} iterations in {rounds} alternating rounds, medians, slowest rank",
+        plan.dtype.name(),
+        plan.redop.name()
+    );
+    let text = file_text(&head, &pts, &t);
+    let out = a.out.clone().unwrap_or_else(|| DEFAULT_OUT.into());
+    std::fs::write(&out, &text)
+        .map_err(|e| env(format!("cannot write --out {}: {e}", out.display())))?;
+    print!("{text}");
+    println!(
+        "# written to {} (give it to every rank: OXCCL_TUNE_FILE={})",
+        out.display(),
+        out.display()
+    );
+    Ok(ExitCode::SUCCESS)
+}
