@@ -33,6 +33,7 @@ fn child() {
     let r = match parts.as_slice() {
         ["layout", l, mode] => split_child::layout(l, *mode == "nb"),
         ["abort"] => split_child::abort(),
+        ["abandon"] => split_child::abandon(),
         ["kill", victim, when] => split_child::kill(victim.parse().unwrap(), *when == "late"),
         ["pg"] => pg_subgroups(),
         ["missing"] => init_process_group(Missing),
@@ -197,7 +198,8 @@ fn a_rank_with_no_color_gets_no_child_and_the_others_one() {
 }
 
 /// A child aborted by one rank: its peers' op on the child fails with `Remote` naming the
-/// abort; the aborted rank's own op is refused; the parent still reduces on every rank.
+/// abort; the aborted rank's own op and split are refused (`Aborted`); the parent still reduces
+/// on every rank.
 #[test]
 fn a_child_aborted_fails_its_peers_and_spares_the_parent() {
     for r in run(3, "abort", 15_000) {
@@ -207,10 +209,30 @@ fn a_child_aborted_fails_its_peers_and_spares_the_parent() {
         if r.rank == 1 {
             assert_eq!(field(&r.out, "child_state"), Some("Aborted"), "{what}");
             assert_ne!(field(&r.out, "child_err"), Some("none"), "{what}");
+            assert_eq!(field(&r.out, "split_err"), Some("Aborted"), "{what}");
         } else {
             assert_eq!(field(&r.out, "child_err"), Some("Remote"), "{what}");
             assert!(r.out.contains("child aborted by the test"), "{what}");
         }
+    }
+}
+
+/// A nonblocking split's child dropped before it was polled: the split still completes for
+/// the others, and their first op on the child fails with `Remote` saying why.
+#[test]
+fn a_pending_child_dropped_fails_its_peers_ops_not_their_split() {
+    for r in run(3, "abandon", 15_000) {
+        let what = format!("rank {}:\n{}", r.rank, r.out);
+        assert_eq!(r.code, Some(0), "{what}");
+        if r.rank == 1 {
+            continue;
+        }
+        assert_eq!(field(&r.out, "err"), Some("Remote"), "{what}");
+        assert!(
+            r.out
+                .contains("destroyed before its nonblocking split completed"),
+            "{what}"
+        );
     }
 }
 

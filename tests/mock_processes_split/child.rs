@@ -226,16 +226,60 @@ pub fn abort() -> Result<()> {
         })?;
     let cs = child.new_stream()?;
     all_reduce(&child, &cs, &[1.0])?;
+    let mut split_err = "none";
     if me == 1 {
         child.abort("child aborted by the test");
+        // A split of an aborted communicator is refused at once, joining nothing.
+        split_err = child
+            .split(Some(0), 0, &CommConfig::new())
+            .err()
+            .as_ref()
+            .map_or("none", variant);
     }
     let r = all_reduce(&child, &cs, &[1.0]);
     let sum = all_reduce(&comm, &s, &[1.0])?;
     println!(
-        "RESULT rank={me} child_err={} child_state={:?} parent_sum={}",
+        "RESULT rank={me} child_err={} child_state={:?} parent_sum={} split_err={split_err}",
         r.as_ref().err().map_or("none", variant),
         child.state(),
         sum[0]
+    );
+    if let Err(e) = r {
+        println!("DETAIL rank={me} {e}");
+    }
+    finish(&*store, me, 0..n)
+}
+
+/// `abandon`: a nonblocking split into one child; rank 1 drops its child before polling it.
+/// The others' children become ready (rank 1's split still joins), then their op fails with
+/// `Remote` naming why rank 1 left.
+pub fn abandon() -> Result<()> {
+    let (comm, store, me, n) = parent()?;
+    let cfg = CommConfig::new().blocking(false);
+    let child = comm
+        .split(Some(0), me, &cfg)?
+        .ok_or_else(|| Error::Remote {
+            detail: oxccl::core::text!("no child"),
+        })?;
+    if me == 1 {
+        drop(child);
+        println!("RESULT rank={me} dropped=1");
+        // Alive until the others are done: its split's thread joins the child, then aborts
+        // its part there (an exit would end it sooner, with another reason).
+        let keys: Vec<String> = (0..n)
+            .filter(|r| *r != me)
+            .map(|r| format!("done/{r}"))
+            .collect();
+        let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+        store.wait(&keys, Duration::from_secs(60))?;
+        return finish(&*store, me, 0..n);
+    }
+    ready(&child)?;
+    let cs = child.new_stream()?;
+    let r = all_reduce(&child, &cs, &[1.0]);
+    println!(
+        "RESULT rank={me} err={}",
+        r.as_ref().err().map_or("none", variant)
     );
     if let Err(e) = r {
         println!("DETAIL rank={me} {e}");
