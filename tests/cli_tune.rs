@@ -1,0 +1,177 @@
+//! `oxccl perf --tune` and `-R` on the pg layer, on the mock world: the file written is a
+//! valid tune table covering every tuned collective from 0 bytes to the end, the process
+//! group reads it back, and bad arguments are usage errors naming what to change.
+
+use oxccl::core::tune::{RegMode, COLLECTIVES};
+use oxccl::core::{DataType, OpKind};
+use std::process::{Command, Output};
+
+fn oxccl(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_oxccl"))
+        .args(args)
+        .output()
+        .expect("oxccl runs")
+}
+
+fn tmp(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("oxccl-cli-tune-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
+#[test]
+fn tune_on_the_mock_writes_a_table_the_group_reads() {
+    let out = tmp("all.tune");
+    let o = oxccl(&[
+        "perf",
+        "--backend",
+        "mock",
+        "all",
+        "-b",
+        "8",
+        "-e",
+        "4K",
+        "-n",
+        "4",
+        "--rounds",
+        "2",
+        "--tune",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{stderr}");
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(stdout.contains("# written to"), "{stdout}");
+    let text = std::fs::read_to_string(&out).unwrap();
+    assert!(
+        text.starts_with("# oxccl perf --tune on mock world"),
+        "{text}"
+    );
+    let t = oxccl::pg::load_tune_file(&out).unwrap();
+    // Six tuned collectives (gather, scatter, sendrecv are not), each covered from 0 to the
+    // end without a gap, with one of the three modes.
+    let tuned: Vec<OpKind> = t.rows().iter().filter_map(|r| r.coll).collect();
+    for k in [
+        OpKind::AllReduce,
+        OpKind::AllGather,
+        OpKind::ReduceScatter,
+        OpKind::Broadcast,
+        OpKind::Reduce,
+        OpKind::AllToAll,
+    ] {
+        assert!(tuned.contains(&k), "{k:?} missing from\n{text}");
+        let rows: Vec<_> = t.rows().iter().filter(|r| r.coll == Some(k)).collect();
+        assert_eq!(rows[0].min_bytes, 0);
+        assert_eq!(rows.last().unwrap().max_bytes, u64::MAX);
+        for w in rows.windows(2) {
+            assert_eq!(w[0].max_bytes + 1, w[1].min_bytes, "{text}");
+            assert_ne!(w[0].mode, w[1].mode, "neighbours of one mode are merged");
+        }
+    }
+    assert!(!tuned.contains(&OpKind::Gather) && !tuned.contains(&OpKind::Send));
+    assert!(t.rows().iter().all(|r| r.dtype.is_none()));
+    assert!(COLLECTIVES.contains(&OpKind::AllReduce));
+    // Every size measured has a comment line with the three modes' times and the choice.
+    let measured = text
+        .lines()
+        .filter(|l| l.starts_with("# all_reduce "))
+        .count();
+    assert_eq!(measured, 10, "8 B to 4 KiB: 10 sizes\n{text}");
+    // The choice written for each measured size is what the table gives for its bytes (an
+    // all_reduce of float32 moves its size in bytes).
+    for l in text.lines().filter(|l| l.starts_with("# all_reduce ")) {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        let bytes = parse_human(f[2]);
+        let best = RegMode::parse(f[f.len() - 1]).unwrap();
+        assert_eq!(
+            t.lookup(OpKind::AllReduce, DataType::Float32, bytes),
+            best,
+            "{l}"
+        );
+    }
+    let _ = std::fs::remove_file(&out);
+}
+
+/// "8B", "4KiB", "1MiB" as bytes.
+fn parse_human(s: &str) -> u64 {
+    for (suffix, unit) in [
+        ("KiB", 1u64 << 10),
+        ("MiB", 1 << 20),
+        ("GiB", 1 << 30),
+        ("B", 1),
+    ] {
+        if let Some(n) = s.strip_suffix(suffix) {
+            return n.parse::<u64>().unwrap() * unit;
+        }
+    }
+    panic!("size {s}")
+}
+
+#[test]
+fn tune_refuses_what_it_cannot_measure() {
+    let o = oxccl(&["perf", "--backend", "mock", "sendrecv", "gather", "--tune"]);
+    assert_eq!(o.status.code(), Some(2));
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(e.contains("none of the collectives given is tuned"), "{e}");
+    let o = oxccl(&["perf", "--backend", "mock", "--tune", "-R", "1"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("do not combine with --tune"));
+    let o = oxccl(&["perf", "--backend", "mock", "--out", "x.tune"]);
+    assert_eq!(o.status.code(), Some(2), "--out needs --tune");
+    let bad = tmp("no/such/dir/x.tune");
+    let o = oxccl(&[
+        "perf",
+        "--backend",
+        "mock",
+        "-e",
+        "64",
+        "--tune",
+        "--out",
+        bad.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("cannot write --out"));
+}
+
+#[test]
+fn r_on_the_pg_layer_runs_and_checks_on_the_mock() {
+    for r in ["1", "2"] {
+        let o = oxccl(&[
+            "perf",
+            "--backend",
+            "mock",
+            "all_reduce",
+            "all_gather",
+            "reduce_scatter",
+            "-b",
+            "8",
+            "-e",
+            "1K",
+            "-n",
+            "2",
+            "-R",
+            r,
+        ]);
+        let stdout = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            o.status.success(),
+            "-R {r}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert!(stdout.contains("# wrong elements: 0"), "{stdout}");
+        assert!(!stdout.contains("N/A     0"), "{stdout}");
+    }
+    // A wrong result is still caught through CommBuf buffers.
+    let o = oxccl(&[
+        "perf",
+        "--backend",
+        "mock",
+        "-e",
+        "64",
+        "-R",
+        "2",
+        "--inject-error",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+}
