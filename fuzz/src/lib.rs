@@ -6,7 +6,11 @@
 //! Several targets compare the code under test against a small reference model written in
 //! the target itself.
 
+pub mod check_model;
 pub mod check_op;
+pub mod comm_life;
+pub mod comm_life_model;
+mod comm_life_split;
 pub mod env;
 pub mod group;
 pub mod lifecycle;
@@ -23,6 +27,7 @@ pub type Body = fn(&[u8]);
 /// Every target: its name (the folder of its corpus) and its body.
 pub const TARGETS: &[(&str, Body)] = &[
     ("check_op", check_op::fuzz),
+    ("comm_life", comm_life::fuzz),
     ("env", env::fuzz),
     ("group", group::fuzz),
     ("lifecycle", lifecycle::fuzz),
