@@ -26,8 +26,7 @@ use super::comm::Entry;
 use super::group::PgInner;
 use super::work::Work;
 use super::{ProcessGroup, WorkOf};
-use crate::buffer::{Buffer, Memory, StreamOf};
-use crate::element::NcclType;
+use crate::buffer::{Memory, Operand, StreamOf};
 use oxccl_core::state::work::WorkInfo;
 use oxccl_core::{
     text, Capture, CaptureError, CommAbort, CommOp, CommState, DataType, Error, Graph, OpKind,
@@ -305,7 +304,7 @@ where
 
     /// Starts a launch given buffers of several element types: [`Launch::buf`] each buffer
     /// the captured operations use, then [`Launch::launch`].
-    pub fn bind<'a, T: NcclType>(&'a self, buf: &'a mut B::Buf<T>) -> Launch<'a, B> {
+    pub fn bind<'a, X: Operand<B>>(&'a self, buf: &'a mut X) -> Launch<'a, B> {
         Launch {
             graph: self,
             held: Vec::new(),
@@ -316,13 +315,13 @@ where
     }
 
     /// Launches the graph once on the group's stream, given every buffer its operations use
-    /// (all of one element type; see [`PgGraph::bind`] otherwise), and returns the launch's
+    /// (all of one type; see [`PgGraph::bind`] to mix types or kinds), and returns the launch's
     /// work (queued to the watchdog like any operation's).
     ///
     /// [`CaptureError::Mismatch`] when `bufs` are not exactly the captured buffers (by
     /// address and size); [`Error::InvalidState`] when the group was destroyed or its
     /// communicator aborted or failed; [`CaptureError::Forbidden`] inside a capture.
-    pub fn launch<T: NcclType>(&self, bufs: &mut [&mut B::Buf<T>]) -> Result<WorkOf<B>> {
+    pub fn launch<X: Operand<B>>(&self, bufs: &mut [&mut X]) -> Result<WorkOf<B>> {
         let mut l = Launch {
             graph: self,
             held: Vec::new(),
@@ -354,7 +353,7 @@ where
     StreamOf<B>: Capture,
 {
     /// Binds one more buffer the captured operations use.
-    pub fn buf<T: NcclType>(mut self, buf: &'a mut B::Buf<T>) -> Self {
+    pub fn buf<X: Operand<B>>(mut self, buf: &'a mut X) -> Self {
         if self.first_error.is_some() {
             return self;
         }
@@ -366,14 +365,14 @@ where
             ));
             return self;
         }
-        let len = buf.len();
-        match B::write("bufs", g.pg.inner.opts.device(), &g.entry.stream, buf) {
+        let len = buf.numel();
+        match buf.write("bufs", g.pg.inner.opts.device(), &g.entry.stream) {
             Ok((raw, access)) => {
                 self.held.push(access);
                 if len > 0 {
                     self.bound.push(Region {
                         addr: raw.addr,
-                        bytes: len.saturating_mul(std::mem::size_of::<T>()),
+                        bytes: len.saturating_mul(std::mem::size_of::<X::Elem>()),
                     });
                 }
             }

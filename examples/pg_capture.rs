@@ -1,0 +1,172 @@
+//! Graph capture of the process group on real NCCL: the cases of `tests/capture_cases` on one
+//! GPU (a single-rank group, no launcher needed; under torchrun, one rank per GPU), then the
+//! same small all-reduce loop timed eagerly and as a launched graph.
+//!
+//! ```text
+//! target/release/examples/pg_capture              # one GPU: rank 0 of 1
+//! torchrun --nproc_per_node 2 --no-python target/release/examples/pg_capture
+//! ```
+//! Without a GPU (or NCCL) the cases run on the mock world instead (two ranks as threads),
+//! and the output says so. Exits non-zero when a case failed.
+
+#[path = "../tests/capture_cases/mod.rs"]
+mod capture_cases;
+
+use oxccl::buffer::{Memory, StreamOf};
+use oxccl::core::{Backend, Capture};
+use oxccl::mock::MockBackend;
+use oxccl::pg::{PgOptions, ProcessGroup};
+use oxccl::store::{MemStore, PrefixStore, Store, TcpStore, TcpStoreOptions};
+use oxccl::{Nccl, ReduceOp, Result};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The launcher's store when started by one (rank 0 hosts it), else an in-process one.
+fn store_of(launch: Option<&oxccl::core::launch::LaunchInfo>) -> Result<Arc<dyn Store>> {
+    let Some(launch) = launch else {
+        return Ok(Arc::new(MemStore::new()));
+    };
+    let host = launch
+        .master_addr
+        .as_ref()
+        .map_or("127.0.0.1".to_string(), |h| h.as_str().to_string());
+    let port = launch.master_port.unwrap_or(29500);
+    let mut opts = if launch.use_agent_store || launch.rank != 0 {
+        TcpStoreOptions::client(&host, port)
+    } else {
+        TcpStoreOptions::server(&host, port)
+    };
+    opts.world_size = Some(launch.world_size);
+    opts.timeout = Duration::from_secs(60);
+    Ok(Arc::new(TcpStore::new(opts)?))
+}
+
+/// Runs every case on this rank; returns how many failed.
+fn cases<B: Memory>(backend: &B, store: &Arc<dyn Store>, rank: u32, world: u32) -> u32
+where
+    StreamOf<B>: Capture,
+{
+    let mut failed = 0;
+    for (name, body) in capture_cases::all::<B>() {
+        let made = AtomicU32::new(0);
+        let mk = |opts: PgOptions| {
+            let k = made.fetch_add(1, Ordering::Relaxed);
+            let store: Arc<dyn Store> =
+                Arc::new(PrefixStore::new(format!("{name}/{k}"), store.clone()));
+            ProcessGroup::new(backend.clone(), store, rank, world, opts)
+        };
+        let t = Instant::now();
+        let verdict = body(&mk, rank);
+        let ms = t.elapsed().as_millis();
+        match verdict {
+            Ok(()) => println!("rank {rank} {name}: ok ({ms} ms)"),
+            Err(e) => {
+                failed += 1;
+                println!("rank {rank} {name}: FAILED ({ms} ms): {e}");
+            }
+        }
+    }
+    failed
+}
+
+/// `ops` all-reduces of 2 floats, issued one by one and then as one captured graph launched
+/// `launches` times: microseconds per operation each way.
+fn timing<B: Memory>(pg: &ProcessGroup<B>, ops: usize, launches: usize) -> Result<(f64, f64)>
+where
+    StreamOf<B>: Capture,
+{
+    let mut buf = pg.upload(&[1.0f32, 2.0])?;
+    let mut eager = || -> Result<f64> {
+        let t = Instant::now();
+        let mut last = None;
+        for _ in 0..ops * launches {
+            last = Some(pg.all_reduce(&mut buf, ReduceOp::Max)?);
+        }
+        if let Some(w) = last {
+            w.wait()?;
+        }
+        Ok(t.elapsed().as_secs_f64() * 1e6 / (ops * launches) as f64)
+    };
+    eager()?;
+    let eager_us = eager()?;
+    let graph = pg.capture(|pg| {
+        for _ in 0..ops {
+            pg.all_reduce(&mut buf, ReduceOp::Max)?;
+        }
+        Ok(())
+    })?;
+    graph.launch(&mut [&mut buf])?.wait()?;
+    let t = Instant::now();
+    let mut last = None;
+    for _ in 0..launches {
+        last = Some(graph.launch(&mut [&mut buf])?);
+    }
+    if let Some(w) = last {
+        w.wait()?;
+    }
+    let graph_us = t.elapsed().as_secs_f64() * 1e6 / (ops * launches) as f64;
+    Ok((eager_us, graph_us))
+}
+
+fn main() -> Result<()> {
+    env_logger::init();
+    let vars: std::collections::HashMap<String, String> = std::env::vars().collect();
+    let launched = vars.contains_key("RANK") && vars.contains_key("WORLD_SIZE");
+    let launch = if launched {
+        Some(oxccl::core::launch::LaunchInfo::detect(|k| {
+            vars.get(k).map(String::as_str)
+        })?)
+    } else {
+        None
+    };
+    let (rank, world) = launch.as_ref().map_or((0, 1), |l| (l.rank, l.world_size));
+    let nccl = Nccl::load()
+        .ok()
+        .filter(|_| oxccl::nccl::require_driver().is_ok());
+    let Some(nccl) = nccl else {
+        println!("no GPU or no NCCL here: the capture cases run on the mock world (2 ranks)");
+        let store: Arc<dyn Store> = Arc::new(MemStore::new());
+        let backend = MockBackend::new();
+        let threads: Vec<_> = (0..2)
+            .map(|r| {
+                let (b, s) = (backend.clone(), store.clone());
+                std::thread::spawn(move || cases(&b, &s, r, 2))
+            })
+            .collect();
+        let failed: u32 = threads.into_iter().map(|t| t.join().unwrap_or(1)).sum();
+        println!("mock: {failed} failed");
+        std::process::exit(i32::from(failed > 0));
+    };
+    println!(
+        "rank {rank}/{world}: NCCL {} at {}",
+        nccl.version(),
+        nccl.library().path().display()
+    );
+    let store = store_of(launch.as_ref())?;
+    let failed = cases(&nccl, &store, rank, world);
+    let opts = PgOptions {
+        bound_device: Some(oxccl::Device(rank)),
+        device: oxccl::Device(rank),
+        ..PgOptions::default()
+    };
+    let pg = ProcessGroup::new(
+        nccl.clone(),
+        Arc::new(PrefixStore::new("timing", store.clone())),
+        rank,
+        world,
+        opts,
+    )?;
+    for (ops, launches) in [(20, 50), (200, 10)] {
+        let (eager, graph) = timing(&pg, ops, launches)?;
+        println!(
+            "rank {rank} timing: all_reduce 8 B, {ops} ops per graph x {launches} launches: \
+             eager {eager:.2} us/op, graph {graph:.2} us/op"
+        );
+    }
+    println!("rank {rank}: {failed} failed");
+    if failed > 0 {
+        std::process::exit(1);
+    }
+    Ok(())
+}
