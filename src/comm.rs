@@ -17,6 +17,8 @@ use std::sync::Arc;
 pub struct Comm {
     comm: NcclComm,
     stream: NcclStream,
+    /// A CUDA-graph capture open on the stream (see `comm_graph`).
+    cap: crate::comm_graph::CaptureSlot,
 }
 
 /// Stops a communicator from any thread (a watchdog, a signal handler): wakes ranks blocked in
@@ -55,7 +57,7 @@ fn rd<'a, T>(
     Ok((RawBuf::new(ptr as usize, s.len()), sync))
 }
 
-fn wr<'a, T>(
+pub(crate) fn wr<'a, T>(
     arg: &'static str,
     dev: Device,
     s: &'a mut impl DevicePtrMut<T>,
@@ -109,7 +111,11 @@ impl Comm {
     /// Wraps a backend communicator with a new stream on its device.
     pub fn with_new_stream(comm: NcclComm) -> Result<Comm> {
         let stream = comm.new_stream()?;
-        Ok(Comm { comm, stream })
+        Ok(Comm {
+            comm,
+            stream,
+            cap: Default::default(),
+        })
     }
 
     /// Wraps a backend communicator with the given stream (which must be on its device).
@@ -127,6 +133,7 @@ impl Comm {
         Ok(Comm {
             comm,
             stream: NcclStream::new(stream),
+            cap: Default::default(),
         })
     }
 
@@ -149,6 +156,18 @@ impl Comm {
     /// The stream operations are issued on.
     pub fn stream(&self) -> &Arc<CudaStream> {
         self.stream.cuda()
+    }
+    /// The stream as the core's `Stream` (for capture).
+    pub(crate) fn nccl_stream(&self) -> &NcclStream {
+        &self.stream
+    }
+    /// The capture state.
+    pub(crate) fn cap(&self) -> &crate::comm_graph::CaptureSlot {
+        &self.cap
+    }
+    /// The stream the typed calls take their slices on (another one while capturing).
+    fn access(&self) -> &CudaStream {
+        self.cap.access(self.stream.cuda())
     }
     /// The backend communicator (for the raw trait API and features not wrapped here).
     pub fn backend(&self) -> &NcclComm {
@@ -199,11 +218,13 @@ impl Comm {
     /// The buffers of `op` must be device memory of this communicator's device, of the stated
     /// lengths, valid and not written by others until the work on [`Comm::stream`] completes.
     pub unsafe fn issue(&mut self, op: &CommOp<'_>) -> Result<()> {
+        self.cap.note(op, true);
         // SAFETY: forwarded contract.
         unsafe { self.comm.issue(op, &self.stream) }
     }
 
     fn run(&self, op: CommOp<'_>) -> Result<()> {
+        self.cap.note(&op, false);
         // SAFETY: every buffer in `op` came from a cudarc slice of this device (checked by
         // `rd`/`wr`) whose length it carries; the slices' sync guards, dropped after this call,
         // order later use of the memory after the NCCL work on this stream.
@@ -219,7 +240,7 @@ impl Comm {
         recv: Option<&mut R>,
         op: impl FnOnce(RawBuf, RawBufMut) -> CommOp<'c>,
     ) -> Result<()> {
-        let (d, st) = (self.device(), self.stream.cuda());
+        let (d, st) = (self.device(), self.access());
         let (s, _a) = match send {
             Some(send) => {
                 let (s, g) = rd("send", d, send, st)?;
@@ -244,7 +265,7 @@ impl Comm {
         buf: &mut impl DevicePtrMut<T>,
         op: impl FnOnce(RawBufMut) -> CommOp<'c>,
     ) -> Result<()> {
-        let (r, _b) = wr("buf", self.device(), buf, self.stream.cuda())?;
+        let (r, _b) = wr("buf", self.device(), buf, self.access())?;
         self.run(op(r))
     }
 
@@ -279,7 +300,7 @@ impl Comm {
                 format_args!("at least one element"),
             ));
         }
-        let (f, _guard) = rd("factor", self.device(), factor, self.stream.cuda())?;
+        let (f, _guard) = rd("factor", self.device(), factor, self.access())?;
         let op = ReduceOp::PreMulSum(Scalar::Device { addr: f.addr });
         self.run_on(Some(send), Some(recv), |send, recv| CommOp::AllReduce {
             send,
@@ -477,7 +498,7 @@ impl Comm {
 
     /// Sends `buf` to `peer`.
     pub fn send<T: NcclType>(&mut self, buf: &impl DevicePtr<T>, peer: u32) -> Result<()> {
-        let (d, st) = (self.device(), self.stream.cuda());
+        let (d, st) = (self.device(), self.access());
         let (s, _a) = rd("buf", d, buf, st)?;
         self.run(CommOp::Send {
             buf: s,
@@ -526,7 +547,7 @@ impl Comm {
 
     /// Registers `buf` with the communicator (NCCL 2.19+) for faster transfers.
     pub fn register<T: NcclType>(&mut self, buf: &impl DevicePtr<T>) -> Result<RegHandle> {
-        let (d, st) = (self.device(), self.stream.cuda());
+        let (d, st) = (self.device(), self.access());
         let (s, _a) = rd("buf", d, buf, st)?;
         let bytes = s.len.checked_mul(std::mem::size_of::<T>()).ok_or_else(|| {
             Error::invalid("buf", format_args!("a buffer whose size fits in usize"))

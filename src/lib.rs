@@ -15,6 +15,7 @@
 
 pub mod buffer;
 mod comm;
+mod comm_graph;
 mod element;
 mod group;
 pub mod launch;
@@ -24,6 +25,7 @@ pub mod trace;
 pub mod watchdog;
 
 pub use comm::{AbortHandle, Comm};
+pub use comm_graph::{CommGraph, CommLaunch};
 pub use element::NcclType;
 pub use group::GroupGuard;
 

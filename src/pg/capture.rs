@@ -89,7 +89,7 @@ impl CaptureState {
 }
 
 /// The (address, elements) of each buffer `op` reads or writes.
-fn buffers(op: &CommOp<'_>) -> [(usize, usize); 2] {
+pub(crate) fn buffers(op: &CommOp<'_>) -> [(usize, usize); 2] {
     let pair = |s: RawBuf, r: RawBufMut| [(s.addr, s.len), (r.addr, r.len)];
     match *op {
         CommOp::AllReduce { send, recv, .. }

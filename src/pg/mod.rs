@@ -8,7 +8,7 @@
 //! - Subgroups: [`ProcessGroup::new_group`], [`ProcessGroup::new_subgroups`],
 //!   [`ProcessGroup::new_subgroups_by_enumeration`], global ↔ group rank translation.
 
-mod capture;
+pub(crate) mod capture;
 mod coalesce;
 mod comm;
 mod group;

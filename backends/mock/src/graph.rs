@@ -40,7 +40,7 @@ pub(crate) enum Recording {
     /// Capturing: the batches submitted so far, and the first forbidden call, if any.
     On {
         batches: Vec<Vec<Template>>,
-        invalid: Option<Error>,
+        invalid: Option<Box<Error>>,
     },
 }
 
@@ -95,7 +95,7 @@ pub(crate) fn refuse_while_capturing(stream: &StreamShared, what: &str) -> Resul
         Recording::Off => Ok(()),
         Recording::On { invalid, .. } => {
             let e = oxccl_core::traits::forbidden(what);
-            invalid.get_or_insert_with(|| e.clone());
+            invalid.get_or_insert_with(|| Box::new(e.clone()));
             Err(e)
         }
     }

@@ -1,0 +1,337 @@
+//! Capturing a [`Comm`]'s operations into a CUDA graph and launching it: [`Comm::capture`],
+//! [`CommGraph`].
+//!
+//! While a capture is open, the communicator's typed calls take their cudarc slices on a
+//! second stream of the device (made at the first capture) instead of the capturing one:
+//! cudarc's event tracking makes the stream that uses a slice wait on the slice's last events,
+//! and CUDA forbids a capturing stream to wait on an event recorded outside the capture. The
+//! operations themselves go on the communicator's stream and are captured. Refused inside a
+//! capture: a barrier (the backend's [`CaptureError::Unsupported`]), and anything that makes
+//! the host wait for the stream ([`Comm::synchronize`]: CUDA invalidates the capture).
+//!
+//! A launch proves the graph's buffers are alive and free, as the process group's does
+//! ([`crate::pg::PgGraph`]): it takes each captured buffer by `&mut` (checked by address and
+//! size), orders the stream after their earlier uses, launches, and records the launch as their
+//! last use. [`Comm::issue`] (raw addresses) inside a capture is captured too, but its buffers
+//! are not known to the graph: a graph holding a raw operation launches only through
+//! [`CommGraph::launch_unchecked`].
+
+use crate::comm::{wr, Comm};
+use cudarc::driver::{CudaStream, DevicePtrMut, SyncOnDrop};
+use oxccl_core::{
+    text, Capture, CaptureError, CommAbort, CommOp, CommState, DataType, Error, Graph, Result,
+};
+use oxccl_nccl::{NcclAbort, NcclGraph};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+
+/// A byte range of device memory an operation uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Region {
+    addr: usize,
+    bytes: usize,
+}
+
+/// What an open capture has recorded so far.
+#[derive(Debug, Default)]
+struct Recorded {
+    regions: Vec<Region>,
+    ops: usize,
+    /// A raw operation ([`Comm::issue`]) was captured: its buffers are not known.
+    raw: bool,
+}
+
+/// A communicator's capture state (a field of [`Comm`]).
+#[derive(Debug, Default)]
+pub(crate) struct CaptureSlot {
+    on: AtomicBool,
+    /// The stream slices are taken on while capturing (made at the first capture).
+    copy: OnceLock<Arc<CudaStream>>,
+    rec: Mutex<Recorded>,
+}
+
+impl CaptureSlot {
+    /// The stream the typed calls take their slices on: `stream`, or the second stream while
+    /// a capture is open (one relaxed load outside captures).
+    pub(crate) fn access<'a>(&'a self, stream: &'a CudaStream) -> &'a CudaStream {
+        if self.on.load(Ordering::Relaxed) {
+            if let Some(c) = self.copy.get() {
+                return c;
+            }
+        }
+        stream
+    }
+
+    /// Notes the buffers of a typed call's `op` while capturing (`raw`: from [`Comm::issue`],
+    /// whose buffers the graph cannot check).
+    pub(crate) fn note(&self, op: &CommOp<'_>, raw: bool) {
+        if !self.on.load(Ordering::Relaxed) {
+            return;
+        }
+        let size = op.dtype().map_or(0, DataType::size);
+        let mut rec = self.rec.lock().unwrap_or_else(PoisonError::into_inner);
+        rec.ops += 1;
+        rec.raw |= raw;
+        for (addr, len) in crate::pg::capture::buffers(op) {
+            let region = Region {
+                addr,
+                bytes: len.saturating_mul(size),
+            };
+            if region.bytes > 0 && !rec.regions.contains(&region) {
+                rec.regions.push(region);
+            }
+        }
+    }
+}
+
+impl Comm {
+    /// Captures the operations `f` issues on this communicator into a CUDA graph, without
+    /// running them. Launch it with [`CommGraph::launch`] (or [`CommGraph::bind`]) as often
+    /// as wanted; each launch runs them all again, in order. Every rank captures the same
+    /// operations. [`CaptureError::AlreadyCapturing`] when a capture is open; an error of `f`
+    /// ends the capture and is returned (no graph). A nonblocking init still running is
+    /// waited for first.
+    pub fn capture(&mut self, f: impl FnOnce(&mut Comm) -> Result<()>) -> Result<CommGraph> {
+        self.wait_ready()?;
+        if self.cap().copy.get().is_none() {
+            let copy = self
+                .stream()
+                .context()
+                .new_stream()
+                .map_err(|e| oxccl_nccl::cuda_error("creating the capture's copy stream", e))?;
+            let _ = self.cap().copy.set(copy);
+        }
+        if self.cap().on.swap(true, Ordering::AcqRel) {
+            return Err(CaptureError::AlreadyCapturing
+                .error_str("a capture is already open on this communicator"));
+        }
+        *self
+            .cap()
+            .rec
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Recorded::default();
+        if let Err(e) = self.nccl_stream().begin_capture() {
+            self.cap().on.store(false, Ordering::Release);
+            return Err(e);
+        }
+        let body = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(self)));
+        self.cap().on.store(false, Ordering::Release);
+        let graph = self.nccl_stream().end_capture();
+        let rec = std::mem::take(
+            &mut *self
+                .cap()
+                .rec
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+        let body = match body {
+            Ok(b) => b,
+            // The capture is over and the stream usable again: let the panic go on.
+            Err(p) => std::panic::resume_unwind(p),
+        };
+        body?;
+        let mut regions = rec.regions;
+        regions.sort();
+        Ok(CommGraph {
+            graph: graph?,
+            abort: oxccl_core::Communicator::abort_handle(self.backend()),
+            raw_comm: self.backend().raw().0 as usize,
+            regions,
+            ops: rec.ops,
+            has_raw: rec.raw,
+        })
+    }
+
+    /// Whether a capture is open on this communicator.
+    pub fn is_capturing(&self) -> bool {
+        self.cap().on.load(Ordering::Relaxed)
+    }
+}
+
+/// The operations of a [`Comm::capture`], launched as one CUDA graph on the communicator's
+/// stream. Dropping it frees the graph (never waits; launches already made still run).
+pub struct CommGraph {
+    graph: NcclGraph,
+    /// The captured communicator: keeps its state readable, so a launch after it was dropped
+    /// or aborted is refused.
+    abort: NcclAbort,
+    raw_comm: usize,
+    regions: Vec<Region>,
+    ops: usize,
+    has_raw: bool,
+}
+
+impl std::fmt::Debug for CommGraph {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CommGraph")
+            .field("ops", &self.ops)
+            .field("buffers", &self.regions.len())
+            .field("raw_ops", &self.has_raw)
+            .finish()
+    }
+}
+
+/// A launch being prepared: the buffers bound so far, held until the launch is queued.
+#[must_use = "nothing is launched until CommLaunch::launch"]
+pub struct CommLaunch<'a> {
+    graph: &'a CommGraph,
+    comm: &'a Comm,
+    held: Vec<SyncOnDrop<'a>>,
+    bound: Vec<Region>,
+    first_error: Option<Error>,
+}
+
+impl CommGraph {
+    /// Operations captured.
+    pub fn ops(&self) -> usize {
+        self.ops
+    }
+
+    /// Distinct buffers the typed operations use: each launch must be given them all.
+    pub fn buffers(&self) -> usize {
+        self.regions.len()
+    }
+
+    /// Starts a launch on `comm` (the captured communicator) given buffers of several types:
+    /// [`CommLaunch::buf`] each, then [`CommLaunch::launch`].
+    pub fn bind<'a, T>(
+        &'a self,
+        comm: &'a mut Comm,
+        buf: &'a mut impl DevicePtrMut<T>,
+    ) -> CommLaunch<'a> {
+        let comm: &'a Comm = comm;
+        CommLaunch {
+            graph: self,
+            comm,
+            held: Vec::new(),
+            bound: Vec::new(),
+            first_error: None,
+        }
+        .buf(buf)
+    }
+
+    /// Launches the graph once on `comm`'s stream, given every buffer its operations use (of
+    /// one type; [`CommGraph::bind`] otherwise). Refused: another communicator than the
+    /// captured one ([`CaptureError::Mismatch`], argument `comm`), buffers that are not the
+    /// captured ones ([`CaptureError::Mismatch`], argument `bufs`), a graph holding a raw
+    /// operation ([`CaptureError::Unsupported`]: use [`CommGraph::launch_unchecked`]), a
+    /// communicator no longer ready ([`Error::InvalidState`]), a launch inside a capture
+    /// ([`CaptureError::Forbidden`]).
+    pub fn launch<S: DevicePtrMut<T>, T>(
+        &self,
+        comm: &mut Comm,
+        bufs: &mut [&mut S],
+    ) -> Result<()> {
+        let comm: &Comm = comm;
+        let mut l = CommLaunch {
+            graph: self,
+            comm,
+            held: Vec::new(),
+            bound: Vec::new(),
+            first_error: None,
+        };
+        for b in bufs.iter_mut() {
+            l = l.buf(&mut **b);
+        }
+        l.launch()
+    }
+
+    /// Launches the graph on `comm`'s stream without checking or ordering its buffers.
+    ///
+    /// # Safety
+    /// Every buffer of every captured operation must be alive, of its captured length, and
+    /// not used by other work until this launch has completed on [`Comm::stream`]; earlier
+    /// work on those buffers on other streams must have completed or been waited for.
+    pub unsafe fn launch_unchecked(&self, comm: &mut Comm) -> Result<()> {
+        self.ready_on(comm)?;
+        // SAFETY: the caller's contract covers the buffers; the communicator is the captured
+        // one and ready (checked above).
+        unsafe { self.graph.launch(comm.nccl_stream()) }
+    }
+
+    /// `comm` is the captured communicator, ready, and not capturing.
+    fn ready_on(&self, comm: &Comm) -> Result<()> {
+        if comm.is_capturing() {
+            return Err(oxccl_core::traits::forbidden(
+                "launching a communicator's graph",
+            ));
+        }
+        match self.abort.state() {
+            CommState::Ready => {}
+            state => {
+                return Err(Error::InvalidState {
+                    state,
+                    attempted: "launch a graph",
+                    reason: text!("the captured communicator is {state:?}"),
+                })
+            }
+        }
+        if comm.backend().raw().0 as usize != self.raw_comm {
+            return Err(CaptureError::Mismatch.error_str(
+                "argument `comm`: the communicator the graph was captured on, got another",
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl<'a> CommLaunch<'a> {
+    /// Binds one more buffer the captured operations use.
+    pub fn buf<T>(mut self, buf: &'a mut impl DevicePtrMut<T>) -> Self {
+        if self.first_error.is_some() {
+            return self;
+        }
+        if self.comm.is_capturing() {
+            self.first_error = Some(oxccl_core::traits::forbidden(
+                "launching a communicator's graph",
+            ));
+            return self;
+        }
+        let len = buf.len();
+        match wr("bufs", self.comm.device(), buf, self.comm.stream()) {
+            Ok((raw, sync)) => {
+                self.held.push(sync);
+                if len > 0 {
+                    self.bound.push(Region {
+                        addr: raw.addr,
+                        bytes: len.saturating_mul(std::mem::size_of::<T>()),
+                    });
+                }
+            }
+            Err(e) => self.first_error = Some(e),
+        }
+        self
+    }
+
+    /// Launches the graph once after the bound buffers' earlier uses; their later uses wait
+    /// for it. See [`CommGraph::launch`] for the refusals.
+    pub fn launch(mut self) -> Result<()> {
+        if let Some(e) = self.first_error.take() {
+            return Err(e);
+        }
+        let g = self.graph;
+        g.ready_on(self.comm)?;
+        if g.has_raw {
+            return Err(CaptureError::Unsupported.error_str(
+                "the graph holds a raw operation (Comm::issue) whose buffers it cannot check: \
+                 launch it with CommGraph::launch_unchecked",
+            ));
+        }
+        let mut bound = std::mem::take(&mut self.bound);
+        bound.sort();
+        if bound != g.regions {
+            return Err(CaptureError::Mismatch.error(format_args!(
+                "argument `bufs`: the {} buffers the captured operations use, got {} others",
+                g.regions.len(),
+                bound.len()
+            )));
+        }
+        // SAFETY: every buffer of the captured operations is bound (same addresses and
+        // sizes), held by `&mut` until the guards drop after the launch is queued; the stream
+        // waited for their earlier uses when they were bound, and the guards record this
+        // launch as their last use.
+        unsafe { g.graph.launch(self.comm.nccl_stream())? };
+        drop(std::mem::take(&mut self.held));
+        Ok(())
+    }
+}
