@@ -117,13 +117,15 @@ impl NcclAlloc {
         device: Device,
         stream: &'a Arc<CudaStream>,
     ) -> Result<SyncOnDrop<'a>> {
-        if !Arc::ptr_eq(stream.context(), &self.ctx) {
+        // Compared by device: each `CudaContext::new` of a device is another handle of the
+        // same primary context.
+        let ordinal = self.ctx.ordinal();
+        if ordinal != device.0 as usize {
             return Err(Error::invalid(
                 arg,
                 format_args!(
-                    "NCCL memory of the communicator's device {}, got memory of device {}",
-                    device.0,
-                    self.ctx.ordinal()
+                    "NCCL memory on the communicator's device {}, got memory of device {ordinal}",
+                    device.0
                 ),
             ));
         }
@@ -203,7 +205,7 @@ impl<T: NcclType> NcclBuf<T> {
             ));
         }
         let st = stream.cuda();
-        let _rec = self.alloc.access("data", Device(0), st)?;
+        let _rec = self.alloc.access("data", self.device(), st)?;
         // SAFETY: the destination holds `data.len()` elements; the copy is ordered after the
         // last use, and the stream is synchronized below before `data` can go away.
         unsafe { result::memcpy_htod_async(self.alloc.addr as u64, data, st.cu_stream()) }
@@ -218,7 +220,7 @@ impl<T: NcclType> NcclBuf<T> {
         // SAFETY: every `NcclType` is valid as all-zero bytes (`ValidAsZeroBits`).
         let mut out = vec![unsafe { std::mem::zeroed::<T>() }; self.len];
         {
-            let _rec = self.alloc.access("buf", Device(0), st)?;
+            let _rec = self.alloc.access("buf", self.device(), st)?;
             // SAFETY: `out` holds `len` elements, as the source; ordered after the last use
             // and synchronized below before `out` is read.
             unsafe { result::memcpy_dtoh_async(&mut out, self.alloc.addr as u64, st.cu_stream()) }
@@ -227,6 +229,11 @@ impl<T: NcclType> NcclBuf<T> {
         st.synchronize()
             .map_err(|e| cuda_error("waiting for a copy from NCCL memory", e))?;
         Ok(out)
+    }
+
+    /// The device the memory is on.
+    pub fn device(&self) -> Device {
+        Device(self.alloc.ctx.ordinal() as u32)
     }
 
     /// The device address (for frameworks that issue on raw pointers).

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The GPU check of buffer modes (issue 9: -R on the pg layer, --tune, NcclBuf / windows).
+#
+#   here:   bash scripts/gpu-tune.sh stage          # .gpu/tune/{oxccl,comm_buffers} (release)
+#   there:  bash scripts/gpu-tune.sh run OUTDIR [NGPUS]
+#
+# `run` writes OUTDIR/log (everything), OUTDIR/tune.txt (the table --tune wrote) and exits
+# non-zero if any step failed. NGPUS defaults to 1 (single-rank communicators).
+set -u
+cmd=${1:-}; shift || true
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+
+if [ "$cmd" = stage ]; then
+    set -e
+    cargo build --release --bin oxccl --example comm_buffers
+    mkdir -p .gpu/tune
+    cp target/release/oxccl target/release/examples/comm_buffers .gpu/tune/
+    strip .gpu/tune/* 2>/dev/null || true
+    du -sh .gpu/tune
+    exit 0
+fi
+[ "$cmd" = run ] || { echo "usage: $0 stage | run OUTDIR [NGPUS]" >&2; exit 2; }
+
+out=${1:-/tmp/oxccl-tune}; n=${2:-1}
+mkdir -p "$out"
+nccl_home=${NCCL_HOME:-/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl}
+export OXCCL_NCCL_LIBRARY=${OXCCL_NCCL_LIBRARY:-$nccl_home/lib/libnccl.so.2}
+bin=.gpu/tune
+fails=0
+step() {
+    echo "== $*" | tee -a "$out/log"
+    "$@" 2>&1 | tee -a "$out/log"
+    rc=${PIPESTATUS[0]}
+    echo "exit $rc" | tee -a "$out/log"
+    [ "$rc" = 0 ] || fails=$((fails + 1))
+}
+step $bin/oxccl info
+# NcclBuf in each mode through the process group, values checked, drops while in flight.
+step $bin/comm_buffers "$n"
+# -R on the pg layer (checked results), beside raw and comm in the same mode.
+step $bin/oxccl perf all_reduce all_gather reduce_scatter -g "$n" -b 8 -e 128M -n 20 -w 5 -R 1
+step $bin/oxccl perf all_reduce all_gather reduce_scatter -g "$n" -b 8 -e 128M -n 20 -w 5 -R 2
+# The tune table of this machine, then the pg layer reading it back.
+step $bin/oxccl perf all -g "$n" -b 8 -e 128M -n 40 -w 5 --rounds 5 --tune --out "$out/tune.txt"
+echo "== failed steps: $fails" | tee -a "$out/log"
+[ "$fails" = 0 ]
