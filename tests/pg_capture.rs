@@ -7,10 +7,10 @@ mod capture_cases;
 
 use capture_cases::Verdict;
 use oxccl::core::{Capture, CaptureError, Communicator, Event, Graph, Stream};
-use oxccl::mock::{MockBackend, MockStream, World};
+use oxccl::mock::{FaultPlan, MockBackend, MockStream, World};
 use oxccl::pg::{PgOptions, ProcessGroup};
 use oxccl::store::{MemStore, PrefixStore, Store};
-use oxccl::{CommOp, DataType, Error, RawBufMut, ReduceOp};
+use oxccl::{CommOp, CommState, DataType, Error, RawBufMut, ReduceOp, ResultCode};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
@@ -91,6 +91,11 @@ fn graph_dropped_before_and_after_launch() {
 #[test]
 fn lazy_communicator_made_before_capture() {
     run(2, case("lazy_communicator_made_before_capture"));
+}
+
+#[test]
+fn launch_work_timed_and_watched() {
+    run(2, case("launch_work_timed_and_watched"));
 }
 
 #[test]
@@ -198,4 +203,47 @@ fn raw_comm_graph_replays_renumbered() {
         // 3, then 6, then 12.
         assert_eq!(t.join().unwrap(), vec![12.0f32; 4]);
     }
+}
+
+/// The fault plan numbers a graph's operations at each launch, as if issued then: op 0 is the
+/// capture's issue, ops 1 and 2 the first two launches. Failing op 2 fails the second launch
+/// with the planned code and the communicator with it; a third launch is refused.
+#[test]
+fn fault_plan_reaches_graph_launches() {
+    let code = ResultCode(6);
+    let mut comms = World::builder(1)
+        .faults(FaultPlan::new().fail_op(0, 2, code))
+        .build()
+        .unwrap();
+    let c = comms.remove(0);
+    let s = c.new_stream().unwrap();
+    let mut data = vec![5i32; 3];
+    let op = CommOp::AllReduce {
+        send: RawBufMut::new(data.as_mut_ptr() as usize, 3).as_read(),
+        recv: RawBufMut::new(data.as_mut_ptr() as usize, 3),
+        dtype: DataType::Int32,
+        op: ReduceOp::Sum,
+    };
+    s.begin_capture().unwrap();
+    // SAFETY: `data` outlives the launches, which are synchronized below.
+    unsafe { c.issue(&op, &s).unwrap() };
+    let g = s.end_capture().unwrap();
+    // SAFETY: as above.
+    unsafe { g.launch(&s).unwrap() };
+    s.synchronize().unwrap();
+    // SAFETY: as above.
+    let second = unsafe { g.launch(&s) };
+    assert!(
+        matches!(&second, Err(Error::Backend { code: c2, .. }) if *c2 == code),
+        "{second:?}"
+    );
+    assert_eq!(c.state(), CommState::Failed);
+    // SAFETY: as above.
+    let third = unsafe { g.launch(&s) };
+    assert!(
+        matches!(third, Err(Error::InvalidState { .. })),
+        "{third:?}"
+    );
+    s.synchronize().unwrap();
+    assert_eq!(data, vec![5i32; 3], "one rank: the sum is the value");
 }

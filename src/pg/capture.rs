@@ -16,6 +16,10 @@
 //! - refused: the NaN check (it synchronizes the host; refused when the capture begins), a
 //!   barrier (it allocates and is meant to be waited on), a nested capture.
 //!
+//! The capture belongs to the group, not to a thread: an operation another thread issues on
+//! the group while the capture is open is captured too (CUDA records whatever reaches the
+//! capturing stream), and its work says so.
+//!
 //! A launch proves the graph's buffers are alive and free: it takes every buffer the captured
 //! operations use by `&mut` (checked against the captured addresses and sizes), makes the
 //! group's stream wait for their earlier uses, launches, and records the launch as their last

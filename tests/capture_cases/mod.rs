@@ -67,6 +67,7 @@ where
         ("graph_dropped_before_and_after_launch", dropped::<B>),
         ("lazy_communicator_made_before_capture", lazy_comm::<B>),
         ("launch_on_aborted_or_destroyed_group", dead_group::<B>),
+        ("launch_work_timed_and_watched", timed::<B>),
     ]
 }
 
@@ -374,6 +375,39 @@ where
             })
         ),
         "destroyed: {r:?}"
+    );
+    Ok(())
+}
+
+/// With timing on, a launch's work has a duration (its start and end events surround the
+/// graph); the captured works have none. The watchdog's flight recorder holds the launch.
+pub fn timed<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict
+where
+    StreamOf<B>: Capture,
+{
+    let pg = ok!(mk(PgOptions {
+        timing: true,
+        ..opts(rank)
+    }));
+    let mut buf = ok!(pg.upload(&[1u32; 256]));
+    let mut captured = None;
+    let g = ok!(pg.capture(|pg| {
+        captured = Some(pg.all_reduce(&mut buf, ReduceOp::Sum)?);
+        Ok(())
+    }));
+    let captured = captured.ok_or("no captured work")?;
+    ensure!(
+        captured.duration().is_err(),
+        "a captured work has no duration"
+    );
+    let w = ok!(g.launch(&mut [&mut buf]));
+    ok!(w.wait());
+    ensure!(w.info().timing, "timed launch");
+    let d = ok!(w.duration());
+    ensure!(d < Duration::from_secs(60), "a duration: {d:?}");
+    ensure!(
+        w.seq() == captured.seq() + 1,
+        "the launch takes the next sequence number"
     );
     Ok(())
 }
