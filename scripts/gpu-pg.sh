@@ -17,8 +17,12 @@ if [ "$n" -ge 2 ]; then
     # NCCL's network transport (the inter-node path) forced on one node.
     NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 run "$torchrun" --nproc_per_node "$n" --no-python .gpu/pg_cases case_03 case_17 case_18 case_26
     run "$torchrun" --nproc_per_node "$n" --no-python .gpu/ddp_step
+    # CUDA-graph capture of the process group on every GPU (one rank each).
+    run "$torchrun" --nproc_per_node "$n" --no-python .gpu/pg_capture
     NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 run "$torchrun" --nproc_per_node "$n" --no-python .gpu/ddp_step
 fi
 run "$torchrun" --nproc_per_node 1 --no-python .gpu/ddp_step
+# CUDA-graph capture, process group and Comm, on one GPU without a launcher.
+run .gpu/pg_capture
 OXCCL_BENCH_GPUS=$n run .gpu/pg_overhead
 OXCCL_BENCH_GPUS=1 run .gpu/nan_check

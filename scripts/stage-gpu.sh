@@ -13,6 +13,6 @@ for l in sys.stdin:
         print(m['executable'])" | tail -1; }
 cp "$(pick gpu)" .gpu/gpu
 cp "$(pick host_overhead)" .gpu/host_overhead
-cp target/release/oxccl target/release/examples/cudarc_slices target/release/examples/raw_pointers .gpu/
+cp target/release/oxccl target/release/examples/cudarc_slices target/release/examples/raw_pointers target/release/examples/pg_capture .gpu/
 strip .gpu/* 2>/dev/null || true
 du -sh .gpu
