@@ -103,9 +103,9 @@ pub struct PerfArgs {
     /// streams record and replay).
     #[arg(short = 'G', long = "cudagraph", default_value_t = 0)]
     pub graphs: u32,
-    /// Buffers: 0 plain, 1 registered (ncclCommRegister), 2 symmetric windows (ncclMemAlloc
-    /// + ncclCommWindowRegister, NCCL 2.27+). Raw and comm layers by address; the pg layer
-    /// on CommBuf buffers in a group whose tune table says that mode (the mock world too).
+    /// Buffers: 0 plain, 1 registered (ncclCommRegister), 2 symmetric windows (ncclMemAlloc and
+    /// ncclCommWindowRegister, NCCL 2.27+). Raw and comm layers by address; the pg layer on
+    /// CommBuf buffers in a group whose tune table says that mode (the mock world too).
     #[arg(short = 'R', long = "registration", default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=2))]
     pub registration: u8,
     /// Measure every tuned collective at every size in each buffer mode (-R 0, 1, 2, rounds
