@@ -2,7 +2,11 @@
 //! beneath it, in the same binary, on the same GPUs, variants alternated round by round.
 //!
 //! Run on a GPU machine: `OXCCL_BENCH_GPUS=2 target/release/deps/pg_overhead-*` (a thread per
-//! GPU; one GPU works too). Without `OXCCL_BENCH_GPUS` it says so and exits.
+//! GPU; one GPU works too). Without `OXCCL_BENCH_GPUS` it runs on the mock world (one rank;
+//! `cargo bench --bench pg_overhead`): the process group with the watchdog and recorder off
+//! against on, which is what the watchdog's hand-off costs the issuing thread (the mock's own
+//! issue, a task queued to a stream thread, is far costlier than NCCL's, so only the paired
+//! difference means anything there).
 //!
 //! - issue: `CALLS` back-to-back 8-byte all_reduces without waiting, the issuing loop timed
 //!   (the process group's cost: a lock, two sequence numbers, an event and its work).
@@ -46,7 +50,10 @@ fn main() {
         .ok()
         .and_then(|v| v.parse::<u32>().ok())
     else {
-        eprintln!("skipped: set OXCCL_BENCH_GPUS=<n> on a GPU machine");
+        eprintln!(
+            "no OXCCL_BENCH_GPUS: the mock world (set OXCCL_BENCH_GPUS=<n> on a GPU machine)"
+        );
+        mock::run();
         return;
     };
     let lib = Nccl::load().expect("load NCCL");
@@ -158,4 +165,109 @@ fn rank(
     plain.destroy();
     full.destroy();
     per_call
+}
+
+/// The mock world's part: one rank, the process group with the watchdog and the recorder off
+/// and on, alternated round by round.
+mod mock {
+    use oxccl::mock::MockBackend;
+    use oxccl::pg::{PgOptions, ProcessGroup, Recorder};
+    use oxccl::store::{MemStore, Store};
+    use oxccl::ReduceOp;
+    use std::sync::Arc;
+    use std::time::Instant;
+
+    const VARIANTS: [(&str, usize); 4] = [
+        (
+            "issue: ProcessGroup::all_reduce, watchdog and recorder off (work dropped)",
+            0,
+        ),
+        (
+            "issue: ProcessGroup::all_reduce, watchdog on, recorder 2000 (work dropped)",
+            0,
+        ),
+        (
+            "latency: ProcessGroup::all_reduce + Work::wait, watchdog and recorder off",
+            2,
+        ),
+        (
+            "latency: ProcessGroup::all_reduce + Work::wait, watchdog on, recorder 2000",
+            2,
+        ),
+    ];
+
+    pub fn run() {
+        let rounds: usize = std::env::var("OXCCL_BENCH_ROUNDS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(super::ROUNDS);
+        let make = |watchdog: bool, capacity: usize| {
+            let store: Arc<dyn Store> = Arc::new(MemStore::new());
+            ProcessGroup::new(
+                MockBackend::new(),
+                store,
+                0,
+                1,
+                PgOptions {
+                    watchdog,
+                    heartbeat: None,
+                    recorder: Some(Recorder::new(capacity)),
+                    ..PgOptions::default()
+                },
+            )
+            .expect("process group")
+        };
+        let groups = [make(false, 0), make(true, 2000)];
+        let mut bufs: Vec<_> = groups
+            .iter()
+            .map(|g| g.upload(&[1.0f32, 2.0]).unwrap())
+            .collect();
+        let mut per_call = vec![Vec::new(); VARIANTS.len()];
+        for round in 0..super::WARMUP + rounds {
+            for (v, samples) in per_call.iter_mut().enumerate() {
+                let (g, b) = (&groups[v % 2], &mut bufs[v % 2]);
+                g.with_stream(|s| oxccl::core::Stream::synchronize(s).unwrap())
+                    .unwrap();
+                let t = Instant::now();
+                for _ in 0..super::CALLS {
+                    let w = g.all_reduce(b, ReduceOp::Sum).unwrap();
+                    if v >= 2 {
+                        w.wait().unwrap();
+                    }
+                }
+                let ns = t.elapsed().as_nanos() as f64 / super::CALLS as f64;
+                if round >= super::WARMUP {
+                    samples.push(ns);
+                }
+            }
+        }
+        println!(
+            "mock world, 1 rank, {} calls x {rounds} rounds, 8-byte float32 sum",
+            super::CALLS
+        );
+        println!(
+            "| path | median ns/call | min ns/call | compared with | median paired difference, ns |"
+        );
+        println!("|---|---|---|---|---|");
+        for (v, &(name, base)) in VARIANTS.iter().enumerate() {
+            let mut all = per_call[v].clone();
+            let mut diff: Vec<f64> = per_call[v]
+                .iter()
+                .zip(&per_call[base])
+                .map(|(a, b)| a - b)
+                .collect();
+            all.sort_by(|a, b| a.total_cmp(b));
+            diff.sort_by(|a, b| a.total_cmp(b));
+            println!(
+                "| {name} | {:.0} | {:.0} | row {} | {:+.0} |",
+                all[all.len() / 2],
+                all[0],
+                base + 1,
+                diff[diff.len() / 2]
+            );
+        }
+        for g in &groups {
+            g.destroy();
+        }
+    }
 }

@@ -70,8 +70,20 @@ impl WithProcessGroup for Scenario {
                 Ok(())
             }
             // Case 30: rank 1 is stuck on its second op (rank 0 never issues it); the group's
-            // timeout (1 s) makes rank 1's watchdog dump and end the process; rank 0 exits 0.
-            ["dump"] => {
+            // timeout (1 s) makes rank 1's watchdog dump, signal the other ranks through the
+            // store and end the process; rank 0 sees the signal, dumps too, and exits 0.
+            // "slowdump": rank 1's dump cannot be written (its temporary file is a FIFO nobody
+            // reads), so only OXCCL_WAIT_TIMEOUT_DUMP_MS lets it end.
+            [scenario @ ("dump" | "slowdump")] => {
+                if me == 1 && *scenario == "slowdump" {
+                    let dir = std::env::var("OXCCL_TRACE_DIR").unwrap();
+                    std::fs::create_dir_all(&dir).unwrap();
+                    let fifo = format!("{dir}/.oxccl-part-{}-1-pickle.tmp", std::process::id());
+                    let c = std::ffi::CString::new(fifo).unwrap();
+                    // SAFETY: a valid NUL-terminated path; mkfifo only creates the file.
+                    let made = unsafe { libc::mkfifo(c.as_ptr(), 0o600) };
+                    println!("RESULT rank=1 fifo={}", made == 0);
+                }
                 if me == 1 {
                     let _stuck = pg.all_reduce(&mut b, ReduceOp::Sum)?;
                     std::thread::sleep(Duration::from_secs(30));
@@ -173,7 +185,23 @@ fn case_30_timeout_dump() {
         dir.join("trace_1").exists() && dir.join("rank_1.json").exists(),
         "rank 1 dumped"
     );
-    assert!(!dir.join("trace_0").exists(), "the healthy rank dumped");
+    // Rank 0 never timed out: it dumped on rank 1's signal (the coordination check), its
+    // recorder holding the one all_reduce it issued, completed.
+    assert!(
+        dir.join("trace_0").exists() && dir.join("rank_0.json").exists(),
+        "the healthy rank did not dump on the signal"
+    );
+    let dump0 = oxccl::trace::parse_dump(
+        &std::fs::read_to_string(dir.join("rank_0.json")).unwrap(),
+        Some(0),
+    )
+    .unwrap();
+    let states0: Vec<(u64, String)> = dump0
+        .entries
+        .iter()
+        .map(|e| (e.collective_seq, e.state.clone()))
+        .collect();
+    assert_eq!(states0, vec![(1, "completed".to_string())]);
     let dump = oxccl::trace::parse_dump(
         &std::fs::read_to_string(dir.join("rank_1.json")).unwrap(),
         Some(1),
@@ -199,6 +227,33 @@ fn case_30_timeout_dump() {
     let analysis = oxccl::trace::analyze(&dumps.dumps);
     let text = oxccl::trace::render_text(&analysis);
     assert!(text.contains('1'), "{text}");
+    remove(&dir);
+}
+
+#[test]
+fn a_dump_that_cannot_finish_delays_the_end_only_by_its_limit() {
+    let dir = std::env::temp_dir().join(format!("oxccl-slowdump-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let env = [
+        ("OXCCL_TIMEOUT_MS", "1000".to_string()),
+        ("OXCCL_DUMP_ON_TIMEOUT", "1".to_string()),
+        ("OXCCL_WAIT_TIMEOUT_DUMP_MS", "300".to_string()),
+        ("OXCCL_TRACE_DIR", dir.display().to_string()),
+    ];
+    let began = Instant::now();
+    let ran = run(2, "slowdump", &env);
+    let took = began.elapsed();
+    let (code1, signal1, out1) = &ran[1];
+    assert_eq!(field(out1, "fifo"), Some("true"), "{out1}");
+    assert_eq!(
+        *signal1,
+        Some(libc::SIGABRT),
+        "rank 1: {code1:?} {signal1:?}\n{out1}"
+    );
+    assert!(!out1.contains("still alive"), "rank 1 was not stopped");
+    // Without the limit the dump would block rank 1 for the default 60 s.
+    assert!(took < Duration::from_secs(20), "took {took:?}");
+    assert_eq!(ran[0].0, Some(0), "rank 0\n{}", ran[0].2);
     remove(&dir);
 }
 

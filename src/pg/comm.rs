@@ -16,8 +16,9 @@ pub(crate) struct Entry<B: Memory> {
 }
 
 impl<B: Memory> Entry<B> {
-    pub fn new(comm: CommOf<B>) -> Result<Entry<B>> {
-        let stream = comm.new_stream()?;
+    /// The entry of `comm`, with a stream of `priority` made on it.
+    pub fn new(comm: CommOf<B>, priority: oxccl_core::traits::StreamPriority) -> Result<Entry<B>> {
+        let stream = comm.new_stream_with(priority)?;
         let abort = comm.abort_handle();
         Ok(Entry {
             comm,
@@ -88,4 +89,43 @@ pub(crate) fn init_through_store<B: Memory>(backend: &B, p: &InitParams<'_>) -> 
     };
     // The group's timeout bounds the wait for missing ranks too (where the backend can).
     backend.init_rank_within(&id, p.rank, p.size, p.device, p.config, p.timeout)
+}
+
+/// Waits for a nonblocking communicator's init or split to finish, polling its abort handle,
+/// bounded by `limit` (`OXCCL_NONBLOCKING_TIMEOUT_MS`; `None`: unbounded). Past the limit the
+/// communicator is aborted (its later operations fail fast saying why) and the wait is a
+/// timeout naming the variable. An abort from another thread ends the wait with its error.
+pub(crate) fn await_ready<A: oxccl_core::CommAbort>(
+    abort: &A,
+    limit: Option<Duration>,
+    what: &str,
+) -> Result<()> {
+    let began = std::time::Instant::now();
+    let mut polls = 0u32;
+    loop {
+        match abort.poll()? {
+            oxccl_core::Progress::Done => return Ok(()),
+            oxccl_core::Progress::InProgress => {}
+        }
+        let waited = began.elapsed();
+        if let Some(limit) = limit.filter(|l| waited >= *l) {
+            let after_ms = waited.as_millis().min(u128::from(u64::MAX)) as u64;
+            let why = format!(
+                "{what} still in progress after {after_ms} ms (OXCCL_NONBLOCKING_TIMEOUT_MS = {})",
+                limit.as_millis()
+            );
+            abort.abort(&why);
+            return Err(Error::Timeout {
+                what: text!("{why}"),
+                after_ms,
+            });
+        }
+        // Quick polls first (a split or init that is nearly done), then gentle ones.
+        polls = polls.saturating_add(1);
+        if polls < 64 {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
 }

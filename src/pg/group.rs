@@ -3,7 +3,7 @@
 
 use super::comm::{init_through_store, Entry, InitParams, Slot};
 use super::recorder::Recorder;
-use super::watch::{CompletionHook, GroupWatch};
+use super::watch::{CompletionHook, GroupWatch, WatchConfig};
 use super::PgOptions;
 use crate::buffer::Memory;
 use crate::store::Store;
@@ -60,6 +60,9 @@ pub(crate) struct PgInner<B: Memory> {
     copy_stream: std::sync::OnceLock<crate::buffer::StreamOf<B>>,
     /// A graph capture open on the group's stream, and what it recorded (see `capture`).
     pub(crate) capture: super::capture::CaptureState,
+    /// Whether the communicator's init was seen finished (see [`PgInner::await_init`]): one
+    /// load on the hot path after that.
+    init_awaited: AtomicBool,
 }
 
 /// A process group over backend `B`: c10d's `ProcessGroup`. Cheap to clone (the clones share
@@ -141,11 +144,17 @@ impl<B: Memory> ProcessGroup<B> {
             .clone()
             .or_else(crate::trace::dump_dir_from_env);
         if let (Some(dir), true) = (dir, pg.inner.opts.watchdog) {
-            Watchdog::global().add_dump_target(crate::watchdog::DumpTarget::new(
+            let mut target = crate::watchdog::DumpTarget::new(
                 dir,
                 crate::trace::DumpMeta::new(rank, size),
                 pg.inner.watch.recorder.clone(),
-            ));
+            );
+            target.wait_limit = pg.inner.opts.wait_timeout_dump;
+            if pg.inner.opts.dump_on_timeout {
+                // Dump when another rank's failure signals it (the coordination check).
+                target.signal = Some((pg.inner.store.clone(), pg.inner.opts.coord_check));
+            }
+            Watchdog::global().add_dump_target(target);
         }
         if pg.inner.opts.bound_device.is_some() {
             pg.inner.with_entry("init", |_| Ok(()))?;
@@ -175,14 +184,19 @@ impl<B: Memory> ProcessGroup<B> {
             desc: opts.desc.clone(),
             ranks: ranks.clone(),
         });
-        let watch = GroupWatch::new(
+        let watch = GroupWatch::new(WatchConfig {
             uid,
-            opts.desc.clone(),
+            desc: opts.desc.clone(),
             global_rank,
-            opts.error_handling,
-            opts.dump_on_timeout,
+            mode: opts.error_handling,
+            dump_on_timeout: opts.dump_on_timeout,
             recorder,
-        );
+            store: store.clone(),
+            wait_timeout_dump: opts.wait_timeout_dump,
+            desync: rank
+                .filter(|_| opts.desync_debug && opts.watchdog)
+                .map(|r| (r, ranks.clone())),
+        });
         if let (true, Some(limit)) = (opts.watchdog, opts.heartbeat) {
             HeartbeatMonitor::start(limit);
         }
@@ -217,6 +231,7 @@ impl<B: Memory> ProcessGroup<B> {
                 destroyed: AtomicBool::new(false),
                 copy_stream: std::sync::OnceLock::new(),
                 capture: Default::default(),
+                init_awaited: AtomicBool::new(false),
             }),
         }
     }
@@ -286,6 +301,14 @@ impl<B: Memory> ProcessGroup<B> {
         Ok(())
     }
 
+    /// The desync report of the last collective of this group that timed out on this rank,
+    /// with desync debugging on ([`PgOptions::desync_debug`]): which ranks never joined it,
+    /// which joined but did not finish (written by the watchdog, also logged).
+    pub fn desync_report(&self) -> Option<String> {
+        let d = self.inner.watch.desync.as_ref()?;
+        lock(&d.report).clone()
+    }
+
     /// What failing completion hooks reported so far.
     pub fn hook_errors(&self) -> Vec<String> {
         self.inner.watch.hook_errors()
@@ -344,6 +367,14 @@ impl<B: Memory> ProcessGroup<B> {
         // Abort first, without the slot lock: a thread blocked in an operation holds it.
         self.abort(&reason);
         lock(&self.inner.slot).close(&reason);
+    }
+
+    /// Runs `f` with the stream the group's operations are issued on (the communicator is
+    /// made first if needed): to order the caller's own work after them, or to look at it
+    /// (its priority under [`PgOptions::high_priority`]).
+    pub fn with_stream<R>(&self, f: impl FnOnce(&crate::buffer::StreamOf<B>) -> R) -> Result<R> {
+        let e = self.inner.entry("stream")?;
+        Ok(f(&e.stream))
     }
 
     /// A buffer of `len` zeros on this group's device (on the group's copy stream: no
@@ -415,6 +446,9 @@ impl<B: Memory> PgInner<B> {
     ) -> Result<R> {
         let mut slot = lock(&self.slot);
         if let Slot::Ready(e) = &*slot {
+            if !self.init_awaited.load(Ordering::Acquire) {
+                self.await_init(e)?;
+            }
             return f(e);
         }
         if !matches!(*slot, Slot::Empty) {
@@ -424,7 +458,12 @@ impl<B: Memory> PgInner<B> {
         // Before any operation: ranks with different tune tables would register windows at
         // different operations and hang.
         super::tuned::agree(self)?;
-        let entry: Entry<B> = Entry::new(comm)?;
+        let priority = if self.opts.high_priority {
+            oxccl_core::traits::StreamPriority::High
+        } else {
+            oxccl_core::traits::StreamPriority::Normal
+        };
+        let entry: Entry<B> = Entry::new(comm, priority)?;
         let _ = self.abort.set(entry.abort.clone());
         if self.destroyed.load(Ordering::Acquire) {
             // Destroyed while this communicator was being made.
@@ -432,9 +471,27 @@ impl<B: Memory> PgInner<B> {
         }
         *slot = Slot::Ready(Arc::new(entry));
         match &*slot {
-            Slot::Ready(e) => f(e),
+            // The eager init at creation does not wait for a nonblocking init to finish.
+            Slot::Ready(e) if attempted == "init" => f(e),
+            Slot::Ready(e) => {
+                self.await_init(e)?;
+                f(e)
+            }
             _ => Err(self.unusable(&slot, attempted)),
         }
+    }
+
+    /// Before the first use of the communicator: a nonblocking init or split still in
+    /// progress is waited for, bounded by [`PgOptions::nonblocking_timeout`]. Past the bound
+    /// the communicator is aborted and the wait is a timeout naming the variable; the slot
+    /// keeps the aborted communicator, so later calls fail fast with its reason.
+    fn await_init(&self, e: &Entry<B>) -> Result<()> {
+        if self.opts.config.is_nonblocking() {
+            let what = format!("the nonblocking init of group {} ({})", self.uid, self.desc);
+            super::comm::await_ready(&e.abort, self.opts.nonblocking_timeout, &what)?;
+        }
+        self.init_awaited.store(true, Ordering::Release);
+        Ok(())
     }
 
     /// The group's communicator and stream (made first if needed), for work that must not hold

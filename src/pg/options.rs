@@ -52,6 +52,26 @@ pub struct PgOptions {
     /// Every rank must have the same table: they are compared when the communicator is made.
     /// `None`: every buffer as it is.
     pub tune: Option<std::sync::Arc<oxccl_core::tune::TuneTable>>,
+    /// Issue on a high-priority stream (c10d's `is_high_priority_stream`,
+    /// `TORCH_NCCL_HIGH_PRIORITY`): the communicator's stream gets the device's greatest
+    /// priority, so collectives overtake queued compute kernels.
+    pub high_priority: bool,
+    /// Publish this rank's progress through the store and, when a collective times out, name
+    /// the ranks that never joined it (c10d's `TORCH_NCCL_DESYNC_DEBUG`; see
+    /// [`super::ProcessGroup::desync_report`]). Needs the watchdog.
+    pub desync_debug: bool,
+    /// How long a rank that failed waits for its flight-recorder dump before it goes on to
+    /// abort or end the process (c10d's `TORCH_NCCL_WAIT_TIMEOUT_DUMP_MILSEC`): a dump stuck on
+    /// a hung filesystem must not keep a broken process alive.
+    pub wait_timeout_dump: Duration,
+    /// How often this rank looks in the store for another rank's dump signal, to dump its own
+    /// flight recorder too (c10d's `TORCH_NCCL_COORD_CHECK_MILSEC`). Used by a default group
+    /// with [`PgOptions::dump_on_timeout`] and a dump directory.
+    pub coord_check: Duration,
+    /// Bound on waiting for a nonblocking communicator's init or split (c10d's
+    /// `TORCH_NCCL_NONBLOCKING_TIMEOUT`): past it the communicator is aborted and the operation
+    /// that waited fails with a timeout. `None`: unbounded (the backend's own limit remains).
+    pub nonblocking_timeout: Option<Duration>,
 }
 
 impl Default for PgOptions {
@@ -71,6 +91,11 @@ impl Default for PgOptions {
             trace_dir: None,
             recorder: None,
             tune: None,
+            high_priority: false,
+            desync_debug: false,
+            wait_timeout_dump: Duration::from_secs(60),
+            coord_check: Duration::from_secs(1),
+            nonblocking_timeout: Some(Duration::from_secs(30 * 60)),
         }
     }
 }
@@ -98,6 +123,12 @@ impl PgOptions {
             dump_on_timeout: env.dump_on_timeout,
             nan_check: env.nan_check,
             heartbeat: env.enable_monitoring.then_some(env.heartbeat_timeout),
+            high_priority: env.high_priority,
+            // As c10d: blocking wait leaves failures to the user's thread, so no desync report.
+            desync_debug: env.desync_debug && !env.blocking_wait,
+            wait_timeout_dump: env.wait_timeout_dump,
+            coord_check: env.coord_check,
+            nonblocking_timeout: env.nonblocking_timeout,
             ..PgOptions::default()
         }
     }

@@ -1,8 +1,11 @@
 //! What the watchdog needs to know of a group: its error-handling mode, its completion hooks,
-//! and the flight recorder its works are recorded in.
+//! the flight recorder its works are recorded in, the store it signals dumps through, and its
+//! desync-debug progress.
 
 use crate::pg::recorder::Recorder;
+use crate::store::Store;
 use oxccl_core::env::ErrorHandling;
+use oxccl_core::watchdog::desync::RankProgress;
 use oxccl_core::OpKind;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -37,8 +40,76 @@ pub(crate) struct GroupWatch {
     pub mode: ErrorHandling,
     pub dump_on_timeout: bool,
     pub recorder: Recorder,
+    /// The group's store: the dump signal is set there, desync reports live there.
+    pub store: Arc<dyn Store>,
+    /// How long a failed rank waits for its dump before it aborts or ends the process.
+    pub wait_timeout_dump: Duration,
+    /// Desync debugging, when on.
+    pub desync: Option<Desync>,
     hooks: Mutex<Vec<CompletionHook>>,
     hook_errors: Mutex<Vec<String>>,
+}
+
+/// What [`GroupWatch::new`] is made from.
+pub(crate) struct WatchConfig {
+    pub uid: u64,
+    pub desc: String,
+    pub global_rank: u32,
+    pub mode: ErrorHandling,
+    pub dump_on_timeout: bool,
+    pub recorder: Recorder,
+    pub store: Arc<dyn Store>,
+    pub wait_timeout_dump: Duration,
+    /// Desync debugging: this rank's group rank and the members' global ranks.
+    pub desync: Option<(u32, Vec<u32>)>,
+}
+
+/// A group's desync-debug state: this rank's progress (kept by the watchdog) and what it last
+/// published in the store.
+pub(crate) struct Desync {
+    /// This rank in the group.
+    pub group_rank: u32,
+    /// The members' global ranks, by group rank.
+    pub ranks: Vec<u32>,
+    /// (now, last published).
+    progress: Mutex<(RankProgress, Option<RankProgress>)>,
+    /// The last report written on a timeout.
+    pub report: Mutex<Option<String>>,
+}
+
+/// The store key of group `uid`'s group rank `rank`'s progress report.
+pub(crate) fn desync_key(uid: u64, rank: u32) -> String {
+    format!("oxccl/desync/{uid}/{rank}")
+}
+
+impl Desync {
+    /// Notes a collective issued (`completed == false`) or seen complete.
+    pub fn note(&self, seq: u64, completed: bool) {
+        let mut p = lock(&self.progress);
+        p.0.issued = p.0.issued.max(seq);
+        if completed {
+            p.0.completed = p.0.completed.max(seq);
+        }
+    }
+
+    /// Writes this rank's progress to the store when it changed since the last write (at most
+    /// one store call per group per watchdog pass). A store failure is logged, and retried at
+    /// the next change.
+    pub fn publish(&self, uid: u64, store: &dyn Store) {
+        let now = {
+            let mut p = lock(&self.progress);
+            if p.1 == Some(p.0) {
+                return;
+            }
+            p.1 = Some(p.0);
+            p.0
+        };
+        let key = desync_key(uid, self.group_rank);
+        if let Err(e) = store.set(&key, now.encode().as_bytes()) {
+            log::warn!("oxccl desync debug: cannot publish progress at `{key}`: {e}");
+            lock(&self.progress).1 = None;
+        }
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -46,24 +117,58 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl GroupWatch {
-    pub fn new(
-        uid: u64,
-        desc: String,
-        global_rank: u32,
-        mode: ErrorHandling,
-        dump_on_timeout: bool,
-        recorder: Recorder,
-    ) -> Arc<GroupWatch> {
+    pub fn new(c: WatchConfig) -> Arc<GroupWatch> {
         Arc::new(GroupWatch {
-            uid,
-            desc,
-            global_rank,
-            mode,
-            dump_on_timeout,
-            recorder,
+            uid: c.uid,
+            desc: c.desc,
+            global_rank: c.global_rank,
+            mode: c.mode,
+            dump_on_timeout: c.dump_on_timeout,
+            recorder: c.recorder,
+            store: c.store,
+            wait_timeout_dump: c.wait_timeout_dump,
+            desync: c.desync.map(|(group_rank, ranks)| Desync {
+                group_rank,
+                ranks,
+                progress: Mutex::new((RankProgress::default(), None)),
+                report: Mutex::new(None),
+            }),
             hooks: Mutex::new(Vec::new()),
             hook_errors: Mutex::new(Vec::new()),
         })
+    }
+
+    /// The desync report of a collective `seq` (`op`) that timed out here: every member's
+    /// published progress read from the store (each read bounded by `limit`), analysed by the
+    /// core ([`oxccl_core::watchdog::desync::write_report`]). `None` when desync debugging is
+    /// off. The report is also kept for [`super::ProcessGroup::desync_report`].
+    pub fn desync_report(&self, seq: u64, op: OpKind, limit: Duration) -> Option<String> {
+        let d = self.desync.as_ref()?;
+        // Publish this rank's own last state first, so the report has it.
+        d.publish(self.uid, &*self.store);
+        let reports: Vec<(u32, Option<RankProgress>)> = d
+            .ranks
+            .iter()
+            .enumerate()
+            .map(|(i, &global)| {
+                let key = desync_key(self.uid, i as u32);
+                let read = match self.store.check(&[&key]) {
+                    Ok(true) => self.store.get(&key, limit).ok(),
+                    _ => None,
+                };
+                (global, read.and_then(|v| RankProgress::decode(&v).ok()))
+            })
+            .collect();
+        let mut text = String::new();
+        let _ = oxccl_core::watchdog::desync::write_report(
+            &mut text,
+            self.global_rank,
+            seq,
+            op.name(),
+            &reports,
+        );
+        *lock(&d.report) = Some(text.clone());
+        Some(text)
     }
 
     pub fn add_hook(&self, hook: CompletionHook) {

@@ -3,7 +3,7 @@
 use super::recorder::now_ns;
 use super::trace_slot::TraceSlot;
 use super::watch::{CompletedWork, GroupWatch};
-use crate::watchdog::Watched;
+use crate::watchdog::{Hint, Watched};
 use oxccl_core::state::work::{Work as WorkMachine, WorkInfo};
 use oxccl_core::trace::TraceState;
 use oxccl_core::{CommAbort, Error, Event, OpKind, Result};
@@ -157,12 +157,12 @@ impl<E: Event + 'static, A: CommAbort> Work<E, A> {
 
     /// Whether the operation has finished, successfully or not (never blocks).
     pub fn is_completed(&self) -> bool {
-        !matches!(self.inner.poll(now_ns(), None), Ok(false))
+        !matches!(self.inner.poll(now_ns(), None, Hint::Unknown), Ok(false))
     }
 
     /// Whether the operation finished successfully (never blocks).
     pub fn is_success(&self) -> bool {
-        matches!(self.inner.poll(now_ns(), None), Ok(true))
+        matches!(self.inner.poll(now_ns(), None, Hint::Unknown), Ok(true))
     }
 
     /// The first error of the operation, once it failed.
@@ -180,7 +180,7 @@ impl<E: Event + 'static, A: CommAbort> Work<E, A> {
     /// [`Work::wait`] with its own limit, counted from the issue.
     pub fn wait_timeout(&self, limit: Duration) -> Result<()> {
         let mut polls = 0u32;
-        while !self.inner.poll(now_ns(), Some(ms(limit)))? {
+        while !self.inner.poll(now_ns(), Some(ms(limit)), Hint::Unknown)? {
             polls = polls.saturating_add(1);
             if polls < QUICK_POLLS {
                 std::thread::yield_now();
@@ -194,7 +194,7 @@ impl<E: Event + 'static, A: CommAbort> Work<E, A> {
     /// How long the operation ran on its stream; needs timing on ([`super::PgOptions::timing`])
     /// and a completed operation.
     pub fn duration(&self) -> Result<Duration> {
-        self.inner.poll(now_ns(), None)?;
+        self.inner.poll(now_ns(), None, Hint::Unknown)?;
         let ns = self.inner.lock().duration_ns()?;
         Ok(Duration::from_nanos(ns))
     }
@@ -226,14 +226,20 @@ impl<E: Event, A: CommAbort> Inner<E, A> {
     /// first error (the communicator's asynchronous error, an abort, a timeout). With
     /// `wait_limit_ms` (a waiting caller) a timeout aborts the communicator; without it (the
     /// watchdog, a query) the group's timeout applies and the watchdog's plan decides.
-    fn poll(&self, now: u64, wait_limit_ms: Option<u64>) -> Result<bool> {
+    /// `hint`: what the watchdog knows from the group's other works, saving the query.
+    fn poll(&self, now: u64, wait_limit_ms: Option<u64>, hint: Hint) -> Result<bool> {
         let mut st = self.lock();
         if st.state().is_final() {
             return st.error().map_or(Ok(true), |e| Err(e.clone()));
         }
-        let completed = match &self.end {
-            Some(end) => end.query(),
-            None => Ok(true),
+        if hint == Hint::Pending {
+            // An earlier work of the stream still runs: only the deadline can end this one.
+            drop(st);
+            return self.check_deadline(now, wait_limit_ms);
+        }
+        let completed = match (&self.end, hint) {
+            (None, _) | (_, Hint::Done) => Ok(true),
+            (Some(end), _) => end.query(),
         };
         // A stream that passed the operation may still have cut it short (an abort, a peer's
         // failure): the communicator's error decides.
@@ -277,6 +283,15 @@ impl<E: Event, A: CommAbort> Inner<E, A> {
                 }
             }
         }
+        drop(st);
+        self.check_deadline(now, wait_limit_ms)
+    }
+
+    /// `Ok(false)` while the work is within its limit (`wait_limit_ms`, else the group's
+    /// timeout); its timeout error past it (a waiting caller's timeout aborts the
+    /// communicator).
+    fn check_deadline(&self, now: u64, wait_limit_ms: Option<u64>) -> Result<bool> {
+        let mut st = self.lock();
         let limit = wait_limit_ms.unwrap_or(st.info().timeout_ms);
         if let Err(e) = st.check_deadline(now, limit) {
             drop(st);
@@ -296,8 +311,15 @@ impl<E: Event + 'static, A: CommAbort> Watched for Inner<E, A> {
         self.trace_id();
     }
 
-    fn poll(&self, now_ns: u64) -> Result<bool> {
-        let r = Inner::poll(self, now_ns, None);
+    fn probe_done(&self) -> bool {
+        match &self.end {
+            Some(end) => end.query().unwrap_or(false),
+            None => true,
+        }
+    }
+
+    fn poll(&self, now_ns: u64, hint: Hint) -> Result<bool> {
+        let r = Inner::poll(self, now_ns, None, hint);
         if matches!(r, Ok(true)) && !self.reported.swap(true, Ordering::AcqRel) {
             let st = self.lock();
             let duration = st.duration_ns().ok();
@@ -334,6 +356,14 @@ impl<E: Event + 'static, A: CommAbort> Watched for Inner<E, A> {
 
     fn watch(&self) -> &GroupWatch {
         &self.watch
+    }
+
+    fn watch_arc(&self) -> Arc<GroupWatch> {
+        self.watch.clone()
+    }
+
+    fn info(&self) -> WorkInfo {
+        *self.lock().info()
     }
 
     fn abort_comm(&self, reason: &str) {

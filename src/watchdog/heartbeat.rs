@@ -37,7 +37,7 @@ impl HeartbeatMonitor {
                             let reason = format!(
                                 "the watchdog made no pass for over {limit_ms} ms (stuck inside a library call?)"
                             );
-                            dog.dump(&reason);
+                            dog.dump_within(&reason, dog.dump_wait_limit());
                             let end = *super::lock(&dog.end_process);
                             end(&reason);
                             return;

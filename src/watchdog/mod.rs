@@ -1,35 +1,65 @@
 //! The watchdog: one thread per process that polls every work in flight, applies the group's
 //! error-handling mode when one fails or times out (the decision is the core's
-//! `failure_plan`), feeds completion hooks and the flight recorder, and beats a heartbeat a
-//! monitor thread checks. The hot path only queues a work (a lock and a push).
+//! `failure_plan`), feeds completion hooks and the flight recorder, publishes desync-debug
+//! progress, and beats a heartbeat a monitor thread checks.
+//!
+//! The hot path only queues a work: a few atomic operations on a preallocated slot of a
+//! lock-free ring (`queue`), and every [`WAKE_EVERY`] works an unpark of the watchdog (a
+//! futex wake only when it sleeps). A pass queries one end event per group when the group's
+//! newest work has completed: a group's works run in issue order on its one stream, so the
+//! newest one done means all are done, and the first one still running means the later ones
+//! are too. That keeps the watchdog's driver calls (which contend with the issuing thread's)
+//! to about one per group per pass instead of one per work.
 
+mod coord;
 mod dumps;
 mod heartbeat;
+mod queue;
 
 pub(crate) use dumps::DumpTarget;
 
 use crate::pg::recorder::now_ns;
 use crate::pg::watch::GroupWatch;
-use oxccl_core::watchdog::{failure_plan, next_sleep_ms, FailureKind};
+use oxccl_core::state::work::WorkInfo;
+use oxccl_core::watchdog::{failure_plan, next_sleep_ms, FailureKind, DUMP_SIGNAL_KEY};
 use oxccl_core::Result;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
-use std::thread::JoinHandle;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::thread::{JoinHandle, Thread};
 use std::time::Duration;
 
 pub use heartbeat::HeartbeatMonitor;
+
+/// What the watchdog already knows of a work from its group's other works (one stream, issue
+/// order), so it need not ask the library.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Hint {
+    /// Nothing: query its event.
+    Unknown,
+    /// A later work of its group has completed: so has this one.
+    Done,
+    /// An earlier work of its group is still running: so is this one (only its deadline is
+    /// checked).
+    Pending,
+}
 
 /// A work as the watchdog sees it.
 pub(crate) trait Watched: Send + Sync {
     /// Records the work's flight-recorder entry if still pending (issue order is queue order).
     fn record_trace(&self);
+    /// Whether its end event has been reached (one query, no state change).
+    fn probe_done(&self) -> bool;
     /// One look: completed, still running, or its first error (timeouts against the group's
     /// limit). The first completion seen feeds hooks and the recorder.
-    fn poll(&self, now_ns: u64) -> Result<bool>;
+    fn poll(&self, now_ns: u64, hint: Hint) -> Result<bool>;
     /// When its group's timeout runs out.
     fn deadline_ns(&self) -> u64;
     /// Its group's configuration.
     fn watch(&self) -> &GroupWatch;
+    /// Its group's configuration, shared.
+    fn watch_arc(&self) -> Arc<GroupWatch>;
+    /// What it is (sequence number, operation).
+    fn info(&self) -> WorkInfo;
     /// Aborts its communicator.
     fn abort_comm(&self, reason: &str);
 }
@@ -37,8 +67,13 @@ pub(crate) trait Watched: Send + Sync {
 /// How often the watchdog looks at works in flight when no deadline is nearer.
 const PERIOD_MS: u64 = 100;
 
-/// Works in flight after which the watchdog is woken before its period ends.
+/// Works queued after which the watchdog is woken before its period ends, so finished works
+/// give their events back to the stream's pool soon (a busy rank would otherwise create an
+/// event per work).
 const WAKE_EVERY: usize = 64;
+
+/// Slots of the hand-off ring (works queued between two passes beyond it overflow to a list).
+const QUEUE_SLOTS: usize = 4096;
 
 /// What ends a process the watchdog decided to take down (replaceable in tests).
 type EndProcess = fn(&str);
@@ -51,8 +86,10 @@ fn abort_process(reason: &str) {
 
 /// The process's watchdog.
 pub struct Watchdog {
-    queue: Mutex<Vec<Arc<dyn Watched>>>,
-    cv: Condvar,
+    /// Works handed over by issuing threads, not yet taken by a pass.
+    queue: queue::Queue<Arc<dyn Watched>>,
+    /// The thread to unpark (the running watchdog's).
+    thread_id: Mutex<Option<Thread>>,
     stop: AtomicBool,
     /// Whether a thread is running (restarted by the next work after a stop).
     running: AtomicBool,
@@ -60,10 +97,17 @@ pub struct Watchdog {
     heartbeat: AtomicU64,
     /// Passes made (tests wait on it).
     passes: AtomicU64,
+    /// Works the last pass kept watching.
+    in_flight: AtomicUsize,
     thread: Mutex<Option<JoinHandle<()>>>,
     end_process: Mutex<EndProcess>,
     /// Where dumps go (a target per default group with a dump directory).
     dumps: Mutex<Vec<DumpTarget>>,
+    /// Whether this process has dumped for a failure, its own or a signalled one (the
+    /// coordination check then has nothing left to do).
+    failure_dumped: AtomicBool,
+    /// Whether the coordination thread runs.
+    coord_started: AtomicBool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -84,15 +128,18 @@ impl Watchdog {
         static GLOBAL: OnceLock<Arc<Watchdog>> = OnceLock::new();
         GLOBAL.get_or_init(|| {
             Arc::new(Watchdog {
-                queue: Mutex::new(Vec::new()),
-                cv: Condvar::new(),
+                queue: queue::Queue::new(QUEUE_SLOTS),
+                thread_id: Mutex::new(None),
                 stop: AtomicBool::new(false),
                 running: AtomicBool::new(false),
                 heartbeat: AtomicU64::new(now_ns()),
                 passes: AtomicU64::new(0),
+                in_flight: AtomicUsize::new(0),
                 thread: Mutex::new(None),
                 end_process: Mutex::new(abort_process),
                 dumps: Mutex::new(Vec::new()),
+                failure_dumped: AtomicBool::new(false),
+                coord_started: AtomicBool::new(false),
             })
         })
     }
@@ -113,7 +160,10 @@ impl Watchdog {
             .name("oxccl-watchdog".into())
             .spawn(move || me.run())
         {
-            Ok(h) => *lock(&self.thread) = Some(h),
+            Ok(h) => {
+                *lock(&self.thread_id) = Some(h.thread().clone());
+                *lock(&self.thread) = Some(h);
+            }
             Err(e) => {
                 self.running.store(false, Ordering::Release);
                 log::error!("oxccl: cannot start the watchdog thread: {e}");
@@ -121,22 +171,26 @@ impl Watchdog {
         }
     }
 
-    /// Queues a work to watch. Every [`WAKE_EVERY`] works in flight the watchdog is woken
-    /// early, so works that finished give their events back to the stream's pool instead of
-    /// waiting for the next period (a busy rank would otherwise create an event per work).
-    pub(crate) fn watch(&self, w: Arc<dyn Watched>) {
-        let mut q = lock(&self.queue);
-        q.push(w);
-        let n = q.len();
-        drop(q);
-        if n % WAKE_EVERY == 0 {
-            self.cv.notify_one();
+    /// Wakes the watchdog for a pass now (an unpark: a futex wake only when it sleeps).
+    fn wake(&self) {
+        if let Some(t) = &*lock(&self.thread_id) {
+            t.unpark();
         }
     }
 
-    /// Works in flight.
+    /// Queues a work to watch: a slot of the hand-off ring; every [`WAKE_EVERY`] works the
+    /// watchdog is woken early (see the module documentation).
+    pub(crate) fn watch(&self, w: Arc<dyn Watched>) {
+        match self.queue.push(w) {
+            Some(pos) if pos % WAKE_EVERY != WAKE_EVERY - 1 => {}
+            // Every WAKE_EVERY-th slot, and whenever the ring was full.
+            _ => self.wake(),
+        }
+    }
+
+    /// Works in flight (as of the last pass; works queued since are not counted).
     pub fn in_flight(&self) -> usize {
-        lock(&self.queue).len()
+        self.in_flight.load(Ordering::Relaxed)
     }
 
     /// Passes made so far.
@@ -155,7 +209,7 @@ impl Watchdog {
             if began.elapsed() >= limit {
                 return false;
             }
-            self.cv.notify_all();
+            self.wake();
             std::thread::sleep(Duration::from_micros(200));
         }
         true
@@ -166,9 +220,14 @@ impl Watchdog {
         self.heartbeat.load(Ordering::Relaxed)
     }
 
-    /// Adds where a default group's dumps go.
-    pub(crate) fn add_dump_target(&self, target: DumpTarget) {
+    /// Adds where a default group's dumps go; a target with a signal store starts the
+    /// coordination check (see `coord`).
+    pub(crate) fn add_dump_target(self: &Arc<Self>, target: DumpTarget) {
+        let coordinated = target.signal.is_some();
         lock(&self.dumps).push(target);
+        if coordinated {
+            self.start_coordination();
+        }
     }
 
     /// Replaces what ends the process (tests observe the decision instead of dying).
@@ -179,9 +238,29 @@ impl Watchdog {
 
     /// Writes every registered dump (nothing when no group has a dump directory).
     pub fn dump(&self, reason: &str) {
-        for t in lock(&self.dumps).iter() {
-            t.write(reason, false);
+        for j in self.dump_jobs() {
+            j.write(reason, false);
         }
+    }
+
+    /// Every target's dump job (taken under the lock, written without it).
+    fn dump_jobs(&self) -> Vec<dumps::DumpJob> {
+        lock(&self.dumps).iter().map(DumpTarget::job).collect()
+    }
+
+    /// How long a failing process waits for its dumps: the longest limit of its targets.
+    fn dump_wait_limit(&self) -> Duration {
+        lock(&self.dumps)
+            .iter()
+            .map(|t| t.wait_limit)
+            .max()
+            .unwrap_or(Duration::from_secs(60))
+    }
+
+    /// Writes every registered dump, waiting at most `limit` (see [`dumps::write_within`]).
+    fn dump_within(&self, reason: &str, limit: Duration) -> bool {
+        self.failure_dumped.store(true, Ordering::Release);
+        dumps::write_within(self.dump_jobs(), reason, limit)
     }
 
     /// Serves dump requests (a `dump_request` file touched in a dump directory).
@@ -197,7 +276,7 @@ impl Watchdog {
     pub fn stop(&self, limit: Duration) {
         self.stop.store(true, Ordering::Release);
         self.running.store(false, Ordering::Release);
-        self.cv.notify_all();
+        self.wake();
         let handle = lock(&self.thread).take();
         if let Some(h) = handle {
             let began = std::time::Instant::now();
@@ -211,52 +290,113 @@ impl Watchdog {
     }
 
     fn run(&self) {
+        // Kept across passes: no allocation per pass once grown.
+        let mut works: Vec<Arc<dyn Watched>> = Vec::new();
+        let mut hints: Vec<(*const GroupWatch, Hint)> = Vec::new();
+        let mut publish: Vec<Arc<GroupWatch>> = Vec::new();
         while !self.stop.load(Ordering::Acquire) {
             let now = now_ns();
             self.heartbeat.store(now, Ordering::Relaxed);
-            let works = std::mem::take(&mut *lock(&self.queue));
-            let mut keep = Vec::with_capacity(works.len());
-            let mut earliest: Option<u64> = None;
-            for w in &works {
+            let before = works.len();
+            self.queue.drain_into(&mut works);
+            for w in &works[before..] {
                 w.record_trace();
-            }
-            for w in works {
-                match w.poll(now) {
-                    Ok(true) => {}
-                    Ok(false) => {
-                        let d = w.deadline_ns();
-                        earliest = Some(earliest.map_or(d, |e| e.min(d)));
-                        keep.push(w);
+                if let Some(d) = &w.watch().desync {
+                    let info = w.info();
+                    if counts_in_desync(&info) {
+                        d.note(info.seq, false);
                     }
-                    Err(e) => self.on_failure(&*w, &e),
                 }
             }
-            lock(&self.queue).extend(keep);
+            // The newest work of each group first: done means the whole group is done.
+            hints.clear();
+            for w in works.iter().rev() {
+                let g: *const GroupWatch = w.watch();
+                if !hints.iter().any(|(k, _)| *k == g) {
+                    let hint = if w.probe_done() {
+                        Hint::Done
+                    } else {
+                        Hint::Unknown
+                    };
+                    hints.push((g, hint));
+                }
+            }
+            let mut earliest: Option<u64> = None;
+            works.retain(|w| {
+                let g: *const GroupWatch = w.watch();
+                let slot = hints.iter().position(|(k, _)| *k == g);
+                let hint = slot.map_or(Hint::Unknown, |i| hints[i].1);
+                let r = w.poll(now, hint);
+                if w.watch().desync.is_some() {
+                    if matches!(r, Ok(true)) && counts_in_desync(&w.info()) {
+                        if let Some(d) = &w.watch().desync {
+                            d.note(w.info().seq, true);
+                        }
+                    }
+                    if !publish.iter().any(|p| std::ptr::eq(&**p, w.watch())) {
+                        publish.push(w.watch_arc());
+                    }
+                }
+                match r {
+                    Ok(true) => false,
+                    Ok(false) => {
+                        // The later works of its group are still running too.
+                        if let (Some(i), Hint::Unknown) = (slot, hint) {
+                            hints[i].1 = Hint::Pending;
+                        }
+                        let d = w.deadline_ns();
+                        earliest = Some(earliest.map_or(d, |e| e.min(d)));
+                        true
+                    }
+                    Err(e) => {
+                        self.on_failure(&**w, &e);
+                        false
+                    }
+                }
+            });
+            for g in publish.drain(..) {
+                if let Some(d) = &g.desync {
+                    d.publish(g.uid, &*g.store);
+                }
+            }
+            self.in_flight.store(works.len(), Ordering::Relaxed);
             self.serve_requests();
             self.passes.fetch_add(1, Ordering::Relaxed);
             let sleep = next_sleep_ms(PERIOD_MS, now_ns(), earliest);
-            let q = lock(&self.queue);
-            if !self.stop.load(Ordering::Acquire) {
-                let _ = self
-                    .cv
-                    .wait_timeout(q, Duration::from_millis(sleep))
-                    .unwrap_or_else(PoisonError::into_inner);
+            if !self.stop.load(Ordering::Acquire) && self.queue.is_empty() {
+                std::thread::park_timeout(Duration::from_millis(sleep));
             }
         }
     }
 
     fn on_failure(&self, w: &dyn Watched, e: &oxccl_core::Error) {
         let g = w.watch();
-        let plan = failure_plan(g.mode, FailureKind::of(e), g.dump_on_timeout);
-        let reason = format!(
+        let kind = FailureKind::of(e);
+        let plan = failure_plan(g.mode, kind, g.dump_on_timeout);
+        let mut reason = format!(
             "process group {} ({}) rank {}: {e}",
             g.uid, g.desc, g.global_rank
         );
+        if kind == FailureKind::Timeout {
+            let info = w.info();
+            if let Some(report) = g.desync_report(info.seq, info.kind, DESYNC_READ_LIMIT) {
+                log::error!("oxccl watchdog: {report}");
+                reason.push_str("; ");
+                reason.push_str(&report);
+            }
+        }
         if plan.abort || plan.dump || plan.end_process {
             log::error!("oxccl watchdog: {reason}");
         }
         if plan.dump {
-            self.dump(&reason);
+            if g.dump_on_timeout {
+                // Every rank's coordination check sees it and dumps too.
+                let me = g.global_rank.to_string();
+                if let Err(e) = g.store.set(DUMP_SIGNAL_KEY, me.as_bytes()) {
+                    log::warn!("oxccl watchdog: cannot signal the other ranks to dump: {e}");
+                }
+            }
+            self.dump_within(&reason, g.wait_timeout_dump);
         }
         if plan.abort {
             w.abort_comm(&reason);
@@ -266,4 +406,16 @@ impl Watchdog {
             end(&reason);
         }
     }
+}
+
+/// How long a desync report waits for each rank's progress in the store.
+const DESYNC_READ_LIMIT: Duration = Duration::from_secs(2);
+
+/// Whether a work counts in the desync sequence: collectives (point-to-point operations have
+/// a sequence of their own, and a peer that skips one is not behind the group).
+fn counts_in_desync(info: &WorkInfo) -> bool {
+    !matches!(
+        info.kind,
+        oxccl_core::OpKind::Send | oxccl_core::OpKind::Recv
+    )
 }

@@ -309,6 +309,10 @@ impl oxccl_core::Communicator for MockComm {
         MockStream::new()
     }
 
+    fn new_stream_with(&self, priority: oxccl_core::traits::StreamPriority) -> Result<MockStream> {
+        MockStream::with_priority(priority)
+    }
+
     fn abort_handle(&self) -> MockAbort {
         MockAbort { b: self.b.clone() }
     }

@@ -92,6 +92,8 @@ impl StreamShared {
 pub struct MockStream {
     shared: Arc<StreamShared>,
     worker: Option<JoinHandle<()>>,
+    /// The priority it was made with (recorded only: one worker thread per stream either way).
+    priority: oxccl_core::traits::StreamPriority,
 }
 
 impl std::fmt::Debug for MockStream {
@@ -128,7 +130,20 @@ impl MockStream {
         Ok(MockStream {
             shared,
             worker: Some(worker),
+            priority: oxccl_core::traits::StreamPriority::Normal,
         })
+    }
+
+    /// A new stream recording `priority` (what [`MockStream::priority`] reports).
+    pub fn with_priority(priority: oxccl_core::traits::StreamPriority) -> Result<MockStream> {
+        let mut s = MockStream::new()?;
+        s.priority = priority;
+        Ok(s)
+    }
+
+    /// The priority the stream was made with.
+    pub fn priority(&self) -> oxccl_core::traits::StreamPriority {
+        self.priority
     }
 
     /// Whether everything queued so far has run (never blocks).

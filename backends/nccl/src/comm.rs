@@ -497,6 +497,21 @@ impl Communicator for NcclComm {
         NcclStream::create(&self.inner.ctx)
     }
 
+    fn new_stream_with(&self, priority: oxccl_core::traits::StreamPriority) -> Result<NcclStream> {
+        match priority {
+            oxccl_core::traits::StreamPriority::Normal => NcclStream::create(&self.inner.ctx),
+            oxccl_core::traits::StreamPriority::High => {
+                // Lower numbers are higher priorities; the context says how far they go.
+                let ctx = &self.inner.ctx;
+                ctx.bind_to_thread()
+                    .and_then(|()| cudarc::driver::result::stream::get_priority_range())
+                    .and_then(|(_, greatest)| ctx.new_stream_with_priority(greatest))
+                    .map(NcclStream::new)
+                    .map_err(|e| crate::cuda::cuda_error("creating a high-priority stream", e))
+            }
+        }
+    }
+
     fn abort_handle(&self) -> NcclAbort {
         NcclAbort {
             inner: self.inner.clone(),

@@ -14,6 +14,17 @@ pub enum Progress {
     InProgress,
 }
 
+/// The priority of a stream made by [`Communicator::new_stream_with`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum StreamPriority {
+    /// The device's default priority (what [`Communicator::new_stream`] makes).
+    #[default]
+    Normal,
+    /// The device's greatest priority: its work is scheduled ahead of queued normal work
+    /// (c10d's `is_high_priority_stream`).
+    High,
+}
+
 /// A registered buffer, as returned by [`Communicator::register`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct RegHandle {
@@ -64,6 +75,11 @@ pub trait Communicator: Send + Sync + Sized {
     /// A new stream on this communicator's device (a CUDA stream for NCCL; an executor thread
     /// for the mock).
     fn new_stream(&self) -> Result<Self::Stream>;
+
+    /// [`Communicator::new_stream`] with a priority (a process group's communicator stream,
+    /// under `OXCCL_HIGH_PRIORITY`). NCCL makes a CUDA stream of that priority; the mock
+    /// records it on the stream.
+    fn new_stream_with(&self, priority: StreamPriority) -> Result<Self::Stream>;
 
     /// A handle that allows only abort, state and poll, from any thread, at any time.
     fn abort_handle(&self) -> Self::Abort;

@@ -11,7 +11,7 @@ mod stream;
 
 pub use abort::CommAbort;
 pub use backend::Backend;
-pub use communicator::{Communicator, Progress, RegHandle};
+pub use communicator::{Communicator, Progress, RegHandle, StreamPriority};
 pub use graph::{forbidden, Capture, CaptureError, Graph};
 pub use stream::{Event, Stream};
 

@@ -1,0 +1,72 @@
+//! The coordination check (c10d's `TORCH_NCCL_COORD_CHECK_MILSEC`): a rank whose failure
+//! dumps its flight recorder also sets a signal in the store ([`DUMP_SIGNAL_KEY`]); every
+//! process with a group that dumps on timeout looks for that signal every `coord_check` and,
+//! on seeing it, dumps its own flight recorder, so one rank's timeout leaves a dump of every
+//! rank for the analysis (`oxccl trace`, `torchfrtrace`).
+//!
+//! It runs on a thread of its own rather than in the watchdog's pass: a store that stopped
+//! answering may block a call for its whole timeout, and the watchdog must keep checking
+//! deadlines meanwhile. A process dumps once for failures (its own or signalled); the check
+//! ends then. What the process does afterwards is up to its own watchdog: the collectives it
+//! waits on with the failed rank time out there too.
+
+use super::{lock, Watchdog};
+use oxccl_core::watchdog::{dump_signal_rank, should_dump_on_signal, DUMP_SIGNAL_KEY};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+impl Watchdog {
+    /// Starts the coordination thread once per process.
+    pub(super) fn start_coordination(self: &Arc<Self>) {
+        if self.coord_started.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let me = self.clone();
+        let spawned = std::thread::Builder::new()
+            .name("oxccl-coord".into())
+            .spawn(move || me.coordinate());
+        if let Err(e) = spawned {
+            self.coord_started.store(false, Ordering::Release);
+            log::error!("oxccl: cannot start the dump coordination thread: {e}");
+        }
+    }
+
+    fn coordinate(&self) {
+        loop {
+            // The stores to look in, and how often (the shortest interval asked for).
+            let stores: Vec<_> = lock(&self.dumps)
+                .iter()
+                .filter_map(|t| t.signal.clone().map(|(s, every)| (s, every, t.meta.rank)))
+                .collect();
+            let every = stores
+                .iter()
+                .map(|(_, e, _)| *e)
+                .min()
+                .unwrap_or(Duration::from_secs(1));
+            std::thread::sleep(every);
+            if self.failure_dumped.load(Ordering::Acquire) {
+                return;
+            }
+            for (store, _, rank) in &stores {
+                if !matches!(store.check(&[DUMP_SIGNAL_KEY]), Ok(true)) {
+                    continue;
+                }
+                let signaller = store
+                    .get(DUMP_SIGNAL_KEY, every)
+                    .ok()
+                    .and_then(|v| dump_signal_rank(&v));
+                let dumped = self.failure_dumped.load(Ordering::Acquire);
+                if !should_dump_on_signal(signaller, *rank, dumped) {
+                    continue;
+                }
+                let who =
+                    signaller.map_or_else(|| "another rank".to_owned(), |r| format!("rank {r}"));
+                let reason = format!("{who} failed and signalled every rank to dump");
+                log::error!("oxccl: {reason}");
+                self.dump_within(&reason, self.dump_wait_limit());
+                return;
+            }
+        }
+    }
+}

@@ -1,0 +1,211 @@
+//! The watchdog's PyTorch settings on the mock world, ranks as threads of this process (one
+//! watchdog for all of them, as in a process hosting several ranks): the high-priority stream
+//! (`OXCCL_HIGH_PRIORITY`), the bound on nonblocking inits (`OXCCL_NONBLOCKING_TIMEOUT_MS`)
+//! and the desync report (`OXCCL_DESYNC_DEBUG`). The dump coordination and the wait for a dump
+//! (`OXCCL_COORD_CHECK_MS`, `OXCCL_WAIT_TIMEOUT_DUMP_MS`) need processes:
+//! `tests/safety_processes.rs`.
+
+use oxccl::core::env::{EnvConfig, ErrorHandling};
+use oxccl::core::traits::StreamPriority;
+use oxccl::mock::{FaultPlan, MockBackend};
+use oxccl::pg::{PgOptions, ProcessGroup};
+use oxccl::store::{MemStore, Store};
+use oxccl::{CommConfig, CommState, Device, Error, ReduceOp};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+fn opts(rank: u32) -> PgOptions {
+    PgOptions {
+        timeout: Duration::from_secs(30),
+        device: Device(rank),
+        // A failing case must fail, not end the test process.
+        error_handling: ErrorHandling::NoHandling,
+        ..PgOptions::default()
+    }
+}
+
+fn one_rank(backend: MockBackend, o: PgOptions) -> ProcessGroup<MockBackend> {
+    let store: Arc<dyn Store> = Arc::new(MemStore::new());
+    ProcessGroup::new(backend, store, 0, 1, o).unwrap()
+}
+
+#[test]
+fn the_environment_reaches_the_options() {
+    let vars = [
+        ("OXCCL_HIGH_PRIORITY", "1"),
+        ("OXCCL_DESYNC_DEBUG", "1"),
+        ("OXCCL_WAIT_TIMEOUT_DUMP_MS", "1234"),
+        ("OXCCL_COORD_CHECK_MS", "250"),
+        ("OXCCL_NONBLOCKING_TIMEOUT_MS", "0"),
+    ];
+    let look = |k: &str| vars.iter().find(|(n, _)| *n == k).map(|(_, v)| *v);
+    let o = PgOptions::from_config(&EnvConfig::from_lookup(look).unwrap(), None);
+    assert!(o.high_priority && o.desync_debug);
+    assert_eq!(o.wait_timeout_dump, Duration::from_millis(1234));
+    assert_eq!(o.coord_check, Duration::from_millis(250));
+    assert_eq!(o.nonblocking_timeout, None, "0 means unbounded");
+    // Blocking wait leaves failures to the user's thread: no desync report (as c10d).
+    let blocking = |k: &str| match k {
+        "OXCCL_BLOCKING_WAIT" => Some("1"),
+        other => look(other),
+    };
+    let o = PgOptions::from_config(&EnvConfig::from_lookup(blocking).unwrap(), None);
+    assert!(!o.desync_debug);
+    let d = PgOptions::from_config(&EnvConfig::default(), None);
+    assert!(!d.high_priority);
+    assert_eq!(d.nonblocking_timeout, Some(Duration::from_secs(1800)));
+}
+
+#[test]
+fn high_priority_groups_issue_on_a_high_priority_stream() {
+    for (high, want) in [
+        (true, StreamPriority::High),
+        (false, StreamPriority::Normal),
+    ] {
+        let pg = one_rank(
+            MockBackend::new(),
+            PgOptions {
+                high_priority: high,
+                ..opts(0)
+            },
+        );
+        let mut b = pg.upload(&[1.0f32, 2.0]).unwrap();
+        pg.all_reduce(&mut b, ReduceOp::Sum)
+            .unwrap()
+            .wait()
+            .unwrap();
+        assert_eq!(pg.with_stream(|s| s.priority()).unwrap(), want);
+        assert_eq!(pg.download(&b).unwrap(), vec![1.0, 2.0]);
+        pg.destroy();
+    }
+}
+
+#[test]
+fn a_nonblocking_init_past_its_limit_is_aborted_naming_the_variable() {
+    // The fault plan keeps the init in progress for ever.
+    let backend = MockBackend::with_options(
+        oxccl::FeatureSet::for_version(oxccl::mock::DEFAULT_VERSION),
+        FaultPlan::new().init_in_progress(0, u32::MAX),
+        1,
+        Duration::from_secs(60),
+    );
+    let pg = one_rank(
+        backend,
+        PgOptions {
+            config: CommConfig::new().blocking(false),
+            nonblocking_timeout: Some(Duration::from_millis(300)),
+            ..opts(0)
+        },
+    );
+    let mut b = pg.upload(&[1.0f32]).unwrap();
+    let began = Instant::now();
+    let r = pg.all_reduce(&mut b, ReduceOp::Sum).map(|_| ());
+    let took = began.elapsed();
+    match &r {
+        Err(Error::Timeout { what, .. }) => {
+            assert!(what.contains("OXCCL_NONBLOCKING_TIMEOUT_MS"), "{what}");
+        }
+        other => panic!("expected a timeout, got {other:?}"),
+    }
+    assert!(
+        took >= Duration::from_millis(300) && took < Duration::from_secs(5),
+        "{took:?}"
+    );
+    assert_eq!(pg.comm_state(), Some(CommState::Aborted));
+    // Later operations fail fast, saying why.
+    let began = Instant::now();
+    let again = pg.all_reduce(&mut b, ReduceOp::Sum).map(|_| ());
+    assert!(began.elapsed() < Duration::from_secs(1));
+    let text = format!("{:?}", again.unwrap_err());
+    assert!(text.contains("OXCCL_NONBLOCKING_TIMEOUT_MS"), "{text}");
+}
+
+#[test]
+fn a_nonblocking_init_within_its_limit_runs() {
+    let backend = MockBackend::with_options(
+        oxccl::FeatureSet::for_version(oxccl::mock::DEFAULT_VERSION),
+        FaultPlan::new().init_in_progress(0, 20),
+        1,
+        Duration::from_secs(60),
+    );
+    let pg = one_rank(
+        backend,
+        PgOptions {
+            config: CommConfig::new().blocking(false),
+            bound_device: Some(Device(0)),
+            nonblocking_timeout: Some(Duration::from_secs(10)),
+            ..opts(0)
+        },
+    );
+    let mut b = pg.upload(&[3.0f32]).unwrap();
+    pg.all_reduce(&mut b, ReduceOp::Sum)
+        .unwrap()
+        .wait()
+        .unwrap();
+    assert_eq!(pg.comm_state(), Some(CommState::Ready));
+}
+
+/// Three ranks all_reduce once; rank 2 then stops issuing while ranks 0 and 1 issue a second
+/// all_reduce, which times out: their desync reports name rank 2 as the rank that never
+/// joined #2 (it last issued #1), and themselves as joined but not finished.
+#[test]
+fn the_desync_report_names_the_rank_that_never_joined() {
+    let n = 3;
+    let backend = MockBackend::new();
+    let store: Arc<dyn Store> = Arc::new(MemStore::new());
+    let barrier = Arc::new(Barrier::new(n as usize));
+    let threads: Vec<_> = (0..n)
+        .map(|r| {
+            let (backend, store, barrier) = (backend.clone(), store.clone(), barrier.clone());
+            std::thread::spawn(move || {
+                let pg = ProcessGroup::new(
+                    backend,
+                    store,
+                    r,
+                    n,
+                    PgOptions {
+                        timeout: Duration::from_millis(600),
+                        desync_debug: true,
+                        ..opts(r)
+                    },
+                )
+                .unwrap();
+                let mut b = pg.upload(&[1.0f32; 8]).unwrap();
+                pg.all_reduce(&mut b, ReduceOp::Sum)
+                    .unwrap()
+                    .wait()
+                    .unwrap();
+                // Every rank's completion of #1 published before anyone goes on.
+                assert!(oxccl::watchdog::Watchdog::global().flush(Duration::from_secs(10)));
+                barrier.wait();
+                let report = if r == 2 {
+                    None
+                } else {
+                    let _stuck = pg.all_reduce(&mut b, ReduceOp::Sum).unwrap();
+                    let began = Instant::now();
+                    loop {
+                        if let Some(rep) = pg.desync_report() {
+                            break Some(rep);
+                        }
+                        assert!(began.elapsed() < Duration::from_secs(20), "no report");
+                        std::thread::sleep(Duration::from_millis(20));
+                    }
+                };
+                barrier.wait();
+                pg.abort("test over");
+                report
+            })
+        })
+        .collect();
+    let reports: Vec<Option<String>> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    for (r, rep) in reports.iter().enumerate().take(2) {
+        let rep = rep.as_deref().unwrap();
+        assert!(
+            rep.contains(&format!("collective #2 (all_reduce) timed out on rank {r}")),
+            "{rep}"
+        );
+        assert!(rep.contains("never joined it: 2 (last issued #1)"), "{rep}");
+        assert!(rep.contains("joined but not finished: 0 1"), "{rep}");
+    }
+    assert!(reports[2].is_none());
+}
