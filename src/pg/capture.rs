@@ -14,7 +14,8 @@
 //!   ran, and [`Work::is_captured`](super::Work::is_captured) says so. Each
 //!   [`PgGraph::launch`] returns a normal work for that launch, watched like any other;
 //! - refused: the NaN check (it synchronizes the host; refused when the capture begins), a
-//!   barrier (it allocates and is meant to be waited on), a nested capture.
+//!   barrier (it allocates and is meant to be waited on), a nested capture, and making any
+//!   group's communicator on the capturing thread (first use of a lazy group or subgroup).
 //!
 //! The capture belongs to the group, not to a thread: an operation another thread issues on
 //! the group while the capture is open is captured too (CUDA records whatever reaches the
@@ -149,6 +150,24 @@ impl<B: Memory> PgInner<B> {
     }
 }
 
+thread_local! {
+    /// Captures open on this thread, on any group: a communicator made meanwhile would be made
+    /// by the capturing thread, whose CUDA calls the capture forbids.
+    static OPEN_HERE: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// Refuses to make a communicator (group `uid`) on a thread that has a capture open: its
+/// creation allocates and synchronizes, which the capture forbids.
+pub(crate) fn refuse_init_in_capture(uid: u64, desc: &str) -> Result<()> {
+    if OPEN_HERE.with(|n| n.get()) > 0 {
+        return Err(CaptureError::Unsupported.error(format_args!(
+            "the communicator of group {uid} ({desc}) does not exist yet and cannot be made \
+             inside a graph capture: use the group once (or bind its device) before capturing"
+        )));
+    }
+    Ok(())
+}
+
 /// Ends the capture however the closure left (an error, a panic): the stream stops
 /// capturing and the group issues normally again.
 struct Open<'a, B: Memory>
@@ -166,6 +185,7 @@ where
 {
     fn end(mut self) -> (Result<<StreamOf<B> as Capture>::Graph>, Recorded) {
         self.ended = true;
+        OPEN_HERE.with(|n| n.set(n.get().saturating_sub(1)));
         self.inner.capture.on.store(false, Ordering::Release);
         let graph = self.entry.stream.end_capture();
         let rec = std::mem::take(&mut *self.inner.capture.rec());
@@ -179,6 +199,7 @@ where
 {
     fn drop(&mut self) {
         if !self.ended {
+            OPEN_HERE.with(|n| n.set(n.get().saturating_sub(1)));
             self.inner.capture.on.store(false, Ordering::Release);
             // The graph of an abandoned capture is dropped; an error ending it is only logged.
             if let Err(e) = self.entry.stream.end_capture() {
@@ -234,6 +255,7 @@ where
             inner.capture.on.store(false, Ordering::Release);
             return Err(e);
         }
+        OPEN_HERE.with(|n| n.set(n.get() + 1));
         let open = Open {
             inner,
             entry: &entry,

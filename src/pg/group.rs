@@ -454,6 +454,7 @@ impl<B: Memory> PgInner<B> {
         if !matches!(*slot, Slot::Empty) {
             return Err(self.unusable(&slot, attempted));
         }
+        super::capture::refuse_init_in_capture(self.uid, &self.desc)?;
         let comm = self.make_comm()?;
         // Before any operation: ranks with different tune tables would register windows at
         // different operations and hang.

@@ -337,6 +337,25 @@ where
         ok!(pg.download(&buf)) == vec![3u8; 7],
         "max of equal values"
     );
+    // Another lazy group first used inside the capture: its communicator cannot be made there.
+    let other = ok!(mk(PgOptions {
+        bound_device: None,
+        ..opts(rank)
+    }));
+    let mut b2 = ok!(other.upload(&[1u8; 3]));
+    let r = pg.capture(|_| other.all_reduce(&mut b2, ReduceOp::Sum).map(drop));
+    ensure!(
+        capture_kind(r)? == CaptureError::Unsupported,
+        "a communicator made inside a capture"
+    );
+    ensure!(other.comm_state().is_none(), "not made");
+    // Used outside, it is made and works.
+    ok!(ok!(other.all_reduce(&mut b2, ReduceOp::Sum)).wait());
+    let n = pg.size() as u8;
+    ensure!(
+        ok!(other.download(&b2)) == vec![n; 3],
+        "made outside the capture"
+    );
     Ok(())
 }
 
