@@ -1,0 +1,59 @@
+//! The mock's registrations and symmetric windows: recorded per rank, refused as NCCL's
+//! registry refuses them, gated by the version the world imitates, and released.
+
+use oxccl_core::{Communicator, Error, Feature, FeatureSet, Version};
+use oxccl_mock::World;
+
+#[test]
+fn windows_are_recorded_released_and_refused_twice() {
+    let comms = World::new(2).unwrap();
+    let c = &comms[0];
+    let buf = vec![0u8; 64];
+    let addr = buf.as_ptr() as usize;
+    let w = c.register_window(addr, 64).unwrap();
+    assert_eq!((w.addr, w.bytes), (addr, 64));
+    assert_eq!(c.windows(), vec![w]);
+    assert_eq!(c.windows_made(), 1);
+    // Rank 1 has none: windows are per rank.
+    assert!(comms[1].windows().is_empty());
+    // The same address twice is refused, naming the argument.
+    assert!(matches!(
+        c.register_window(addr, 64),
+        Err(Error::InvalidArgument { arg: "addr", .. })
+    ));
+    assert!(matches!(
+        c.register_window(0, 8),
+        Err(Error::InvalidArgument { arg: "addr", .. })
+    ));
+    // A local registration of the same memory is another record, with another handle.
+    let h = c.register(addr, 64).unwrap();
+    assert_ne!(h.raw, w.raw);
+    assert_eq!(c.registrations(), vec![h]);
+    assert_eq!(c.registrations_made(), 1);
+    c.deregister_window(w).unwrap();
+    assert!(c.windows().is_empty());
+    assert_eq!(c.windows_made(), 1, "made counts every window ever made");
+    assert!(matches!(
+        c.deregister_window(w),
+        Err(Error::InvalidArgument { arg: "handle", .. })
+    ));
+    c.deregister(h).unwrap();
+    assert!(c.registrations().is_empty());
+}
+
+#[test]
+fn windows_need_2_27() {
+    let comms = World::builder(1)
+        .features(FeatureSet::for_version(Version::new(2, 26, 6)))
+        .build()
+        .unwrap();
+    let buf = [0u8; 8];
+    match comms[0].register_window(buf.as_ptr() as usize, 8) {
+        Err(Error::Unsupported { feature, .. }) => {
+            assert_eq!(feature, Feature::WindowRegistration);
+        }
+        other => panic!("expected Unsupported(WindowRegistration), got {other:?}"),
+    }
+    // Local registration is older (2.19) and still works there.
+    assert!(comms[0].register(buf.as_ptr() as usize, 8).is_ok());
+}
