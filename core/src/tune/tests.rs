@@ -162,3 +162,97 @@ fn choose_falls_back_to_plain_for_plain_buffers() {
     assert_eq!(t.choose(OpKind::AllGather, f, 8, true), RegMode::Window);
     assert_eq!(t.choose(OpKind::AllGather, f, 8, false), RegMode::Plain);
 }
+
+/// A small deterministic generator, so the property tests need no dependency.
+struct Lcg(u64);
+
+impl Lcg {
+    fn next(&mut self) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        self.0 >> 11
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+#[test]
+fn random_tables_round_trip_and_look_up_like_a_linear_scan() {
+    let mut g = Lcg(9);
+    for _ in 0..300 {
+        let rows: alloc::vec::Vec<TuneRow> = (0..g.below(6))
+            .map(|_| {
+                let a = g.below(1 << 20);
+                let b = a + g.below(1 << 20);
+                TuneRow {
+                    coll: (g.below(3) > 0)
+                        .then(|| COLLECTIVES[g.below(COLLECTIVES.len() as u64) as usize]),
+                    dtype: (g.below(2) > 0)
+                        .then(|| DataType::ALL[g.below(DataType::ALL.len() as u64) as usize]),
+                    min_bytes: a,
+                    max_bytes: if g.below(4) == 0 { u64::MAX } else { b },
+                    mode: RegMode::ALL[g.below(3) as usize],
+                }
+            })
+            .collect();
+        let t = TuneTable::new(rows.clone()).unwrap();
+        let back = TuneTable::parse(&text(&t)).unwrap();
+        assert_eq!(back, t);
+        for _ in 0..20 {
+            let k = COLLECTIVES[g.below(COLLECTIVES.len() as u64) as usize];
+            let d = DataType::ALL[g.below(DataType::ALL.len() as u64) as usize];
+            let bytes = g.below(1 << 21);
+            let want = rows
+                .iter()
+                .find(|r| {
+                    r.coll.is_none_or(|c| c == k)
+                        && r.dtype.is_none_or(|x| x == d)
+                        && r.min_bytes <= bytes
+                        && bytes <= r.max_bytes
+                })
+                .map_or(RegMode::Plain, |r| r.mode);
+            assert_eq!(t.lookup(k, d, bytes), want);
+        }
+    }
+}
+
+#[test]
+fn junk_never_panics() {
+    let mut g = Lcg(1);
+    let words = [
+        "oxccl-tune 1",
+        "all_reduce",
+        "*",
+        "float32",
+        "0",
+        "max",
+        "window",
+        "#",
+        "\n",
+        " ",
+        "18446744073709551616",
+        "-",
+        "é",
+        "\u{0}",
+        "plain",
+        "2",
+    ];
+    for _ in 0..2000 {
+        let mut s = String::new();
+        for _ in 0..g.below(30) {
+            s.push_str(words[g.below(words.len() as u64) as usize]);
+            if g.below(3) == 0 {
+                s.push(' ');
+            }
+        }
+        // Either a table or a typed error naming the table: never a panic.
+        match TuneTable::parse(&s) {
+            Ok(t) => assert_eq!(TuneTable::parse(&text(&t)).unwrap(), t),
+            Err(Error::InvalidArgument { arg, .. }) => assert_eq!(arg, "tune table"),
+            Err(other) => panic!("{other:?}"),
+        }
+    }
+}
