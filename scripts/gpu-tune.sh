@@ -43,5 +43,10 @@ step $bin/oxccl perf all_reduce all_gather reduce_scatter -g "$n" -b 8 -e 128M -
 step $bin/oxccl perf all_reduce all_gather reduce_scatter -g "$n" -b 8 -e 128M -n 20 -w 5 -R 2
 # The tune table of this machine, then the pg layer reading it back.
 step $bin/oxccl perf all -g "$n" -b 8 -e 128M -n 40 -w 5 --rounds 5 --tune --out "$out/tune.txt"
+# The goal: the pg layer under the table against the pg layer in each mode alone.
+for r in 0 1 2; do
+    step $bin/oxccl perf all_reduce all_gather reduce_scatter --layer pg -g "$n" -b 8 -e 128M -n 20 -w 5 -R $r --json-out "$out/pg-R$r.json"
+done
+step $bin/oxccl perf all_reduce all_gather reduce_scatter --layer pg -g "$n" -b 8 -e 128M -n 20 -w 5 --tuned "$out/tune.txt" --json-out "$out/pg-tuned.json"
 echo "== failed steps: $fails" | tee -a "$out/log"
 [ "$fails" = 0 ]

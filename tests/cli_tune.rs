@@ -175,3 +175,52 @@ fn r_on_the_pg_layer_runs_and_checks_on_the_mock() {
     ]);
     assert_eq!(o.status.code(), Some(1));
 }
+
+#[test]
+fn tuned_runs_the_pg_layer_under_a_written_table() {
+    let out = tmp("for-tuned.tune");
+    std::fs::write(
+        &out,
+        "oxccl-tune 1\nall_reduce * 0 64 window\nall_reduce * 65 max registered\n",
+    )
+    .unwrap();
+    let o = oxccl(&[
+        "perf",
+        "--backend",
+        "mock",
+        "all_reduce",
+        "-b",
+        "8",
+        "-e",
+        "1K",
+        "-n",
+        "2",
+        "--tuned",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("# wrong elements: 0"));
+    // A bad table is a usage error naming the line and field; -R with --tuned is refused.
+    std::fs::write(&out, "oxccl-tune 1\nall_reduce * 0 64 fastest\n").unwrap();
+    let o = oxccl(&[
+        "perf",
+        "--backend",
+        "mock",
+        "--tuned",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(e.contains("line 2, field `mode`"), "{e}");
+    let o = oxccl(&[
+        "perf",
+        "--backend",
+        "mock",
+        "-R",
+        "1",
+        "--tuned",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    let _ = std::fs::remove_file(&out);
+}

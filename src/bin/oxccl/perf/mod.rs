@@ -113,6 +113,10 @@ pub struct PerfArgs {
     /// (give it to every rank as OXCCL_TUNE_FILE). A thread per local GPU, or the mock.
     #[arg(long)]
     pub tune: bool,
+    /// Time the pg layer under this tune table (a file --tune wrote), on CommBuf buffers: the
+    /// check that the table is at least as fast as the best of -R 0, 1, 2.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["registration", "tune"])]
+    pub tuned: Option<std::path::PathBuf>,
     /// Where --tune writes its table (default: oxccl.tune).
     #[arg(long, value_name = "FILE", requires = "tune")]
     pub out: Option<std::path::PathBuf>,
@@ -164,6 +168,16 @@ pub fn run(a: &PerfArgs) -> ExitCode {
     if a.tune {
         return tune::main(a, use_nccl, &why);
     }
+    match modes::pg_table(a.registration, a.tuned.as_deref()) {
+        Ok(Some(t)) => modes::set_pg_table(t),
+        Ok(None) => {}
+        Err(e) => {
+            eprintln!("oxccl perf: {e}");
+            return ExitCode::from(exit::USAGE);
+        }
+    }
+    // -R or --tuned: the pg layer runs CommBuf buffers under a tune table.
+    let pg_tuned = modes::pg_tuned();
     let mock = !use_nccl;
     let layers: Vec<&'static str> = match (a.layer, mock) {
         (LayerSel::Pg | LayerSel::All, _) if mock => vec!["pg"],
@@ -173,11 +187,11 @@ pub fn run(a: &PerfArgs) -> ExitCode {
         }
         // -R on the process group runs CommBuf buffers in a group of that mode; with -G too it
         // is left out of `all` and refused alone (its graphs take plain buffers for now).
-        (LayerSel::All, false) if a.registration > 0 && a.graphs > 0 => vec!["raw", "comm"],
+        (LayerSel::All, false) if pg_tuned && a.graphs > 0 => vec!["raw", "comm"],
         (LayerSel::All, false) => vec!["raw", "comm", "pg"],
         (LayerSel::Raw, false) => vec!["raw"],
         (LayerSel::Comm, false) => vec!["comm"],
-        (LayerSel::Pg, false) if a.registration > 0 && a.graphs > 0 => {
+        (LayerSel::Pg, false) if pg_tuned && a.graphs > 0 => {
             eprintln!("oxccl perf: -R with -G on the pg layer is not supported yet (its graphs take plain buffers); drop one of them or use --layer comm");
             return ExitCode::from(exit::USAGE);
         }
@@ -212,7 +226,7 @@ pub fn run(a: &PerfArgs) -> ExitCode {
         check: a.check == 1,
         layers,
     };
-    if mock && a.registration > 0 && a.graphs > 0 {
+    if mock && pg_tuned && a.graphs > 0 {
         eprintln!("oxccl perf: -R with -G is not supported on the pg layer yet; drop one of them");
         return ExitCode::from(exit::ENV);
     }
@@ -314,9 +328,9 @@ pub fn run_mock(a: &PerfArgs, plan: &Plan, why: &str) -> Result<Outcome, String>
     }
     let per_rank = mock_world(n, |pg, rank| {
         let corrupt = a.inject_error && rank == 0;
-        let mut layers: Vec<Box<dyn Layer>> = vec![if a.registration > 0 {
-            // -R: CommBuf buffers in a group whose tune table says that mode.
-            modes::pg_layer(pg, plan.dtype, a.registration, corrupt)
+        let mut layers: Vec<Box<dyn Layer>> = vec![if modes::pg_tuned() {
+            // -R or --tuned: CommBuf buffers in a group under that tune table.
+            modes::pg_layer(pg, plan.dtype, corrupt)
         } else {
             crate::with_dtype!(plan.dtype, T => Box::new(PgLayer::<MockBackend, T>::new(pg.clone()).corrupting(corrupt).graphs(a.graphs)))
         }];

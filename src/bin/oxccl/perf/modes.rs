@@ -1,6 +1,7 @@
-//! The process group on buffers of the library's allocator in one buffer mode: the `pg`
-//! layer of `oxccl perf -R 1|2`, and the three layers `--tune` alternates. Each mode runs on
-//! a group of its own whose tune table says that mode everywhere, so the process group itself
+//! The process group on buffers of the library's allocator under a tune table: the `pg`
+//! layer of `oxccl perf -R 1|2` (one mode everywhere) and of `--tuned FILE` (a table
+//! `--tune` wrote), and the three layers `--tune` alternates. Each runs on a group of its own
+//! whose tune table is that one, so the process group itself
 //! registers buffers or makes windows, as it would for a user with a tuned table.
 
 use super::layer::Layer;
@@ -38,12 +39,15 @@ pub fn kind_of(c: Coll) -> Option<oxccl::core::OpKind> {
     })
 }
 
-/// A group of `pg`'s ranks whose table says `mode` for everything. Collective: every rank
-/// calls it, in the same order.
-pub fn mode_group<B: Memory>(pg: &ProcessGroup<B>, mode: RegMode) -> Result<ProcessGroup<B>> {
+/// A group of `pg`'s ranks with `table`. Collective: every rank calls it, in the same order,
+/// with the same table.
+pub fn tuned_group<B: Memory>(
+    pg: &ProcessGroup<B>,
+    table: &Arc<TuneTable>,
+) -> Result<ProcessGroup<B>> {
     let opts = PgOptions {
-        tune: Some(Arc::new(TuneTable::uniform(mode))),
-        desc: format!("oxccl perf -R {}", mode.level()),
+        tune: Some(table.clone()),
+        desc: format!("oxccl perf, tune table {:016x}", table.fingerprint()),
         ..pg.options().clone()
     };
     pg.new_group(pg.ranks(), Some(opts))
@@ -63,9 +67,9 @@ pub fn name_of(mode: RegMode) -> &'static str {
 /// Buffers are pooled by length and reused across cases: windows stay registered as long as
 /// the group lives (releasing one is collective), so fresh buffers per case would pile up.
 pub struct ModeLayer<B: Memory, T: Elem> {
-    /// The group the mode's group is made from.
+    /// The group the layer's group is made from.
     base: ProcessGroup<B>,
-    mode: RegMode,
+    table: Arc<TuneTable>,
     /// The mode's group, made by the first [`Layer::setup`] (collective: every rank sets up
     /// the same cases in the same order), so that building a layer cannot fail.
     group: Option<ProcessGroup<B>>,
@@ -78,11 +82,16 @@ pub struct ModeLayer<B: Memory, T: Elem> {
 }
 
 impl<B: Memory, T: Elem> ModeLayer<B, T> {
-    /// A layer in `mode` on a group of `base`'s ranks, reported as `name`.
+    /// A layer in `mode` everywhere on a group of `base`'s ranks, reported as `name`.
     pub fn new(base: ProcessGroup<B>, mode: RegMode, name: &'static str) -> Self {
+        ModeLayer::with_table(base, Arc::new(TuneTable::uniform(mode)), name)
+    }
+
+    /// A layer under `table` on a group of `base`'s ranks, reported as `name`.
+    pub fn with_table(base: ProcessGroup<B>, table: Arc<TuneTable>, name: &'static str) -> Self {
         ModeLayer {
             base,
-            mode,
+            table,
             group: None,
             name,
             case: None,
@@ -158,7 +167,7 @@ impl<B: Memory, T: Elem> Layer for ModeLayer<B, T> {
     fn setup(&mut self, case: &Case, in_place: bool) -> Result<bool> {
         self.teardown()?;
         if self.group.is_none() {
-            self.group = Some(mode_group(&self.base, self.mode)?);
+            self.group = Some(tuned_group(&self.base, &self.table)?);
         }
         let (s, r) = case.shape();
         // Every rank takes the same branch: the shape's zero parts depend only on the case.
@@ -222,16 +231,47 @@ impl<B: Memory, T: Elem> Layer for ModeLayer<B, T> {
     }
 }
 
-/// The `pg` layer of `oxccl perf -R level` (1 or 2; 0 is the plain `pg` layer).
+/// The table of this run's `pg` layer (set once by `oxccl perf` from `-R` / `--tuned`).
+static PG_TABLE: std::sync::OnceLock<Arc<TuneTable>> = std::sync::OnceLock::new();
+
+/// Sets the table the `pg` layer runs under for this run (a second call is ignored: one
+/// run, one table).
+pub fn set_pg_table(table: Arc<TuneTable>) {
+    let _ = PG_TABLE.set(table);
+}
+
+/// Whether the `pg` layer runs under a table in this run (`-R 1|2` or `--tuned`).
+pub fn pg_tuned() -> bool {
+    PG_TABLE.get().is_some()
+}
+
+/// The `pg` layer under this run's table (see [`set_pg_table`]); under no table, plain mode
+/// everywhere.
 pub fn pg_layer<B: Memory>(
     pg: &ProcessGroup<B>,
     dtype: crate::ops::Dtype,
-    level: u8,
     corrupt: bool,
 ) -> Box<dyn Layer> {
-    let mode = RegMode::ALL
+    let table = PG_TABLE
+        .get()
+        .cloned()
+        .unwrap_or_else(|| Arc::new(TuneTable::uniform(RegMode::Plain)));
+    crate::with_dtype!(dtype, T => Box::new(ModeLayer::<B, T>::with_table(pg.clone(), table, "pg").corrupting(corrupt)))
+}
+
+/// The table the `pg` layer runs under: `--tuned FILE`, else `-R` as a uniform table, else
+/// none (the plain `pg` layer).
+pub fn pg_table(
+    registration: u8,
+    tuned: Option<&std::path::Path>,
+) -> std::result::Result<Option<Arc<TuneTable>>, String> {
+    if let Some(path) = tuned {
+        return oxccl::pg::load_tune_file(path)
+            .map(|t| Some(Arc::new(t)))
+            .map_err(|e| format!("--tuned: {e}"));
+    }
+    Ok(RegMode::ALL
         .into_iter()
-        .find(|m| m.level() == level)
-        .unwrap_or(RegMode::Plain);
-    crate::with_dtype!(dtype, T => Box::new(ModeLayer::<B, T>::new(pg.clone(), mode, "pg").corrupting(corrupt)))
+        .find(|m| m.level() == registration && registration > 0)
+        .map(|m| Arc::new(TuneTable::uniform(m))))
 }

@@ -216,8 +216,8 @@ pub fn layers(
     plan_layers
         .iter()
         .map(|l| match *l {
-            // -R on the process group: CommBuf buffers in a group whose table says that mode.
-            "pg" if registration > 0 => super::modes::pg_layer(pg, dtype, registration, corrupt),
+            // -R or --tuned: CommBuf buffers in a group under that tune table.
+            "pg" if super::modes::pg_tuned() => super::modes::pg_layer(pg, dtype, corrupt),
             "pg" => crate::with_dtype!(dtype, T => Box::new(PgLayer::<Nccl, T>::new(pg.clone()).corrupting(corrupt).graphs(graphs)) as Box<dyn Layer>),
             name => {
                 let raw = name == "raw";
