@@ -48,5 +48,11 @@ for r in 0 1 2; do
     step $bin/oxccl perf all_reduce all_gather reduce_scatter --layer pg -g "$n" -b 8 -e 128M -n 20 -w 5 -R $r --json-out "$out/pg-R$r.json"
 done
 step $bin/oxccl perf all_reduce all_gather reduce_scatter --layer pg -g "$n" -b 8 -e 128M -n 20 -w 5 --tuned "$out/tune.txt" --json-out "$out/pg-tuned.json"
+# --tune under a launcher (a process per GPU, medians merged through the group), when
+# torchrun is there.
+torchrun=$(command -v torchrun || echo /opt/torch/.venv/bin/torchrun)
+if [ -x "$torchrun" ]; then
+    step "$torchrun" --standalone --nproc-per-node "$n" --no-python $bin/oxccl perf all_reduce all_gather -b 8 -e 16M -n 10 --tune --out "$out/tune-launched.txt"
+fi
 echo "== failed steps: $fails" | tee -a "$out/log"
 [ "$fails" = 0 ]

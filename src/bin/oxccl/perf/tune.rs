@@ -327,11 +327,22 @@ fn measure(a: &PerfArgs, use_nccl: bool, why: &str) -> std::result::Result<ExitC
         let per = super::mock_world(n, |pg, r| rank(&plan, pg, r, n, rounds)).map_err(env)?;
         (per, n, format!("mock world ({why}): {n} ranks as threads, host memory: a table for tests, not for a machine"))
     } else {
+        let lib = super::nccl::load(a.library.as_deref()).map_err(env)?;
         let envv = oxccl::launch::EnvVars::from_process();
         if oxccl::launch::LaunchInfo::detect(|k| envv.get(k)).is_ok() {
-            return Err(usage("--tune runs a thread per local GPU: run it without a launcher (oxccl perf --tune -g N), then give the table to every rank".to_owned()));
+            // A process per GPU (torchrun, srun, mpirun): every rank measures, the medians
+            // are merged through the group, rank 0 writes.
+            let (merged, n, r) = launched(&lib, &plan, rounds).map_err(|e| env(e.to_string()))?;
+            if r != 0 {
+                return Ok(ExitCode::SUCCESS);
+            }
+            let head = format!(
+                "NCCL {} at {}: {n} ranks, a process per GPU",
+                oxccl::core::Backend::version(&lib),
+                lib.library().path().display()
+            );
+            return write(a, &plan, &merged, n, &head, iters, rounds);
         }
-        let lib = super::nccl::load(a.library.as_deref()).map_err(env)?;
         let n = super::nccl::local_gpus(a.gpus).map_err(env)?;
         let body = |pg: &ProcessGroup<oxccl::Nccl>,
                     _: &std::rc::Rc<std::cell::RefCell<oxccl::Comm>>,
@@ -347,8 +358,49 @@ fn measure(a: &PerfArgs, use_nccl: bool, why: &str) -> std::result::Result<ExitC
             ),
         )
     };
-    let merged = merge(&per_rank);
-    let pts = points(&plan, &merged, n);
+    write(a, &plan, &merge(&per_rank), n, &head, iters, rounds)
+}
+
+/// One rank of a launched job: its group from the launcher's variables, its medians, and
+/// the merge (slowest rank; NaN where any rank has none) through that group.
+fn launched(lib: &oxccl::Nccl, plan: &Plan, rounds: usize) -> Result<(Medians, u32, u32)> {
+    let boot = oxccl::launch::Bootstrap::from_env()?;
+    let (r, n) = (boot.rank, boot.world_size);
+    let opts = oxccl::pg::PgOptions {
+        bound_device: Some(boot.device),
+        ..oxccl::pg::PgOptions::default()
+    };
+    let pg = ProcessGroup::new(lib.clone(), boot.store.clone(), r, n, opts)?;
+    let out = rank(plan, &pg, r, n, rounds).and_then(|m| {
+        // NaN travels as +inf, which the max keeps.
+        let enc: Vec<f64> = m
+            .iter()
+            .map(|v| if v.is_nan() { f64::INFINITY } else { *v })
+            .collect();
+        let mut b = pg.upload(&enc)?;
+        pg.all_reduce(&mut b, oxccl::ReduceOp::Max)?.wait()?;
+        let got = pg.download(&b)?;
+        Ok(got
+            .into_iter()
+            .map(|v| if v.is_finite() { v } else { f64::NAN })
+            .collect())
+    });
+    pg.destroy();
+    Ok((out?, n, r))
+}
+
+/// Decides, writes the table to `--out` and prints it.
+fn write(
+    a: &PerfArgs,
+    plan: &Plan,
+    merged: &Medians,
+    n: u32,
+    head: &str,
+    iters: usize,
+    rounds: usize,
+) -> std::result::Result<ExitCode, (u8, String)> {
+    let env = |m: String| (exit::ENV, m);
+    let pts = points(plan, merged, n);
     let t = table(&pts).map_err(|e| env(e.to_string()))?;
     let head = format!(
         "oxccl perf --tune on {head}; {} {}, {iters} iterations in {rounds} alternating rounds, medians, slowest rank",
