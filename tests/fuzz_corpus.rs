@@ -68,3 +68,53 @@ fn the_pg_corpus_replays_repeatedly_without_heap_corruption() {
         assert!(replay(&dir, bodies::pg::fuzz) > 0);
     }
 }
+
+/// Regression (found by `comm_life`): a planned failure at issue while the rank's previous
+/// collective still waited for a peer lost its cause about one time in two: `fail` marks the
+/// rank dead before recording its error, the mark woke the waiting collective, and the stream
+/// recorded "operation abandoned" (a remote error) first. The planned error must be the one
+/// `poll` and `reason` report, every time.
+#[test]
+fn a_planned_failure_stays_the_first_cause_while_a_collective_waits() {
+    use oxccl_core::{CommAbort, CommOp, Communicator, DataType, Error, RawBuf, RawBufMut};
+    use oxccl_core::{ReduceOp, ResultCode};
+    use oxccl_mock::{FaultPlan, MockStream, World};
+    for i in 0..1000 {
+        let plan = FaultPlan::new().fail_op(0, 1, ResultCode::INTERNAL_ERROR);
+        let comms = World::builder(3).faults(plan).build().expect("world");
+        let stream = MockStream::new().expect("stream");
+        let send = Box::new([1.0f32; 4]);
+        let mut recv = Box::new([0.0f32; 4]);
+        let op = CommOp::AllReduce {
+            send: RawBuf::new(send.as_ptr() as usize, 4),
+            recv: RawBufMut::new(recv.as_mut_ptr() as usize, 4),
+            dtype: DataType::Float32,
+            op: ReduceOp::Sum,
+        };
+        // SAFETY: the buffers outlive the stream's work: it drains below before they drop.
+        unsafe {
+            // Op 0 waits for rank 1, which never joins; op 1 fails at issue, as planned.
+            comms[0].issue(&op, &stream).expect("op 0");
+            let e = comms[0]
+                .issue(&op, &stream)
+                .expect_err("op 1 is planned to fail");
+            assert_eq!(e.code(), Some(ResultCode::INTERNAL_ERROR));
+        }
+        while !stream.query() {
+            std::thread::sleep(std::time::Duration::from_micros(50));
+        }
+        let reason = comms[0].reason();
+        assert!(
+            reason.contains("failed by the fault plan"),
+            "run {i}: the first cause was lost: `{reason}`"
+        );
+        let polled = comms[0].abort_handle().poll();
+        assert!(
+            matches!(&polled, Err(Error::Backend { code, .. }) if *code == ResultCode::INTERNAL_ERROR),
+            "run {i}: poll reports {polled:?}"
+        );
+        drop(comms);
+        drop(stream);
+        drop((send, recv));
+    }
+}

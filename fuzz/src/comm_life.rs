@@ -127,7 +127,10 @@ fn run(u: &mut Unstructured<'_>) -> Result<()> {
             }
             let r = u.int_in_range(0..=n - 1)? as usize;
             match u.int_in_range(0..=7u8)? {
-                0 | 1 => issue(&mut w, &mut m, &mut bufs, r, planned),
+                0 | 1 => {
+                    let abort_meanwhile = u.arbitrary()?;
+                    issue(&mut w, &mut m, &mut bufs, r, planned, abort_meanwhile)
+                }
                 2 => {
                     let thread = u.arbitrary()?;
                     poll(&w, &mut m, r, thread);
@@ -224,6 +227,7 @@ fn issue(
     bufs: &mut Bufs,
     r: usize,
     planned: impl Fn(usize, u64) -> Option<FaultKind>,
+    abort_meanwhile: bool,
 ) {
     let Some(comm) = w[r].comm.as_ref() else {
         return;
@@ -231,8 +235,29 @@ fn issue(
     let id = bufs.len();
     bufs.push(all_reduce_bufs(r));
     let op = all_reduce_op(&mut bufs[id]);
+    // An op waiting for an init that outlasts its limit, aborted meanwhile from another thread.
+    let why = "abort during init";
+    let aborter = match m.ranks[r].life {
+        Life::Init(p) if huge(p) && abort_meanwhile => {
+            let h = w[r].abort.clone();
+            Some(std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(2));
+                h.abort(why);
+            }))
+        }
+        _ => None,
+    };
     // SAFETY: the buffers stay in `bufs` until every stream has drained and is gone.
     let got = unsafe { comm.issue(&op, &w[r].stream) };
+    if let Some(t) = aborter {
+        let _ = t.join();
+        let named = matches!(&got, Err(Error::Aborted { reason }) if reason.as_str() == why);
+        assert!(
+            named,
+            "issue waiting for an init, aborted meanwhile: {got:?}"
+        );
+        return m.abort(r, Cause::Exact(why.into()));
+    }
     if let Life::Init(p) = m.ranks[r].life {
         if huge(p) {
             // The op waits for the init, past the limit: the rank is aborted, saying why.

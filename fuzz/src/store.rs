@@ -9,6 +9,7 @@ use oxccl::store::tcp::{ServerLimits, ServerOptions, ServerStats};
 use oxccl::store::TcpServer;
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpStream};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 /// How long the server may take to finish with a client before it counts as a hang.
@@ -26,6 +27,30 @@ fn connect(port: u16) -> TcpStream {
     let c = TcpStream::connect(("127.0.0.1", port)).expect("connect to the fuzzed server");
     c.set_read_timeout(Some(LIMIT)).expect("timeout");
     c
+}
+
+/// Ports tried in turn for the servers (offsets into [`PORTS`]).
+static NEXT_PORT: AtomicU32 = AtomicU32::new(0);
+/// Loopback ports below Linux's ephemeral range (32768 up).
+const PORTS: (u32, u32) = (20_000, 10_000);
+
+/// A fresh server on a loopback port below the ephemeral range, else on any port. Every input
+/// makes a connection that the client closes first, so its port stays in TIME_WAIT for a
+/// minute: at a few hundred inputs a second they fill the ephemeral range, and a server bound
+/// to port 0 then fails with "Address already in use" (seen 2 minutes into a 10-minute
+/// campaign). A port below the range stays free (a listener reuses its address); a taken
+/// one is skipped.
+fn bind(opts: ServerOptions) -> TcpServer {
+    let from = std::process::id() % PORTS.1;
+    for _ in 0..64 {
+        let i = NEXT_PORT.fetch_add(1, Ordering::Relaxed);
+        let port = PORTS.0 + (from + i) % PORTS.1;
+        let port = u16::try_from(port).unwrap_or(0);
+        if let Ok(s) = TcpServer::bind_with("127.0.0.1", port, opts.clone()) {
+            return s;
+        }
+    }
+    TcpServer::bind_with("127.0.0.1", 0, opts).expect("bind")
 }
 
 fn validated() -> Vec<u8> {
@@ -59,7 +84,7 @@ pub fn fuzz(data: &[u8]) {
         token: None,
         limits: LIMITS,
     };
-    let s = TcpServer::bind_with("127.0.0.1", 0, opts).expect("bind");
+    let s = bind(opts);
     let port = s.port();
     {
         let mut c = connect(port);

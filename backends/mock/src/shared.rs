@@ -25,6 +25,10 @@ pub(crate) struct Life {
     pub nonblocking: bool,
     /// `poll` calls that still answer `InProgress` for a nonblocking group end or finalize.
     pub op_polls: u32,
+    /// Set by the call failing the rank (`fail`, `lose`) from before it marks the rank dead
+    /// until it has recorded its error: a waiter that the mark wakes (its own collective
+    /// abandoned) must not record a cause of its own first (the first cause would be lost).
+    pub failing: bool,
 }
 
 /// Per-rank state of a communicator.
@@ -143,6 +147,7 @@ impl CommShared {
                         init_polls,
                         nonblocking,
                         op_polls: 0,
+                        failing: false,
                     }),
                     ops: AtomicU64::new(0),
                     coll_seq: AtomicU64::new(0),
@@ -227,13 +232,29 @@ impl CommShared {
     /// stays as it is). Returns the text peers see when it was the first.
     pub(crate) fn set_error(&self, rank: u32, err: Error) -> Option<Text> {
         let mut life = lock(&self.rank(rank).life);
-        if life.cycle.state().is_dead() || life.error.is_some() {
+        if life.failing || life.cycle.state().is_dead() || life.error.is_some() {
             return None;
         }
-        let why = text!("{err}");
-        life.cycle.fail(&why);
-        life.error = Some(err);
-        Some(text!("failed: {why}"))
+        Some(record(&mut life, err))
+    }
+
+    /// Claims the failure of `rank` for the caller (false: it is dead, failed, or another call
+    /// is failing it); the caller then marks it dead and records its error with
+    /// [`CommShared::finish_failing`].
+    fn start_failing(&self, rank: u32) -> bool {
+        let mut life = lock(&self.rank(rank).life);
+        let first = !life.failing && !life.cycle.state().is_dead() && life.error.is_none();
+        life.failing |= first;
+        first
+    }
+
+    /// Records the error of a failure claimed by [`CommShared::start_failing`].
+    fn finish_failing(&self, rank: u32, err: Error) {
+        let mut life = lock(&self.rank(rank).life);
+        life.failing = false;
+        if !life.cycle.state().is_dead() && life.error.is_none() {
+            record(&mut life, err);
+        }
     }
 
     /// Fails `rank` with `err` (see [`CommShared::set_error`]) and tells its peers.
@@ -242,15 +263,14 @@ impl CommShared {
     /// free the buffers of its ops still queued, and no peer may run a collective with them
     /// after that (`coll_post` computes only while every rank is alive, under the hub lock
     /// that `mark_dead` takes, so a computation in progress finishes first).
+    ///
+    /// Only the first call records its error: one that finds the rank dead, failed or being
+    /// failed by another call does nothing (see [`Life::failing`]).
     pub(crate) fn fail(&self, rank: u32, err: Error) {
-        let first = {
-            let life = lock(&self.rank(rank).life);
-            !life.cycle.state().is_dead() && life.error.is_none()
-        };
-        if first {
+        if self.start_failing(rank) {
             self.mark_dead(rank, text!("failed: {err}"));
+            self.finish_failing(rank, err);
         }
-        self.set_error(rank, err);
     }
 
     /// Aborts `rank`: idempotent; wakes whatever waits on it.
@@ -271,9 +291,11 @@ impl CommShared {
             text: text_str(crate::comm::code_text(ResultCode::SYSTEM_ERROR)),
             last: text!("rank {rank} lost at op {index} (fault plan)"),
         };
-        // Dead before the error is visible, as in `fail`.
-        self.mark_dead(rank, text!("was lost at op {index} (fault plan)"));
-        self.set_error(rank, err);
+        // Dead before the error is visible, as in `fail`, and only the first cause recorded.
+        if self.start_failing(rank) {
+            self.mark_dead(rank, text!("was lost at op {index} (fault plan)"));
+            self.finish_failing(rank, err);
+        }
     }
 
     /// Blocks the calling stream until `rank` is dead (a planned hang, released by abort).
@@ -339,6 +361,14 @@ impl CommShared {
             p = wait_for(&rs.pending_cv, p, TICK);
         }
     }
+}
+
+/// Fails the lifecycle with `err` and keeps it as the sticky error; the text peers see.
+fn record(life: &mut Life, err: Error) -> Text {
+    let why = text!("{err}");
+    life.cycle.fail(&why);
+    life.error = Some(err);
+    text!("failed: {why}")
 }
 
 /// Why `rank` is dead, as recorded (empty when it is not).
