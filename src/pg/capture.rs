@@ -271,7 +271,7 @@ where
             entry: entry.clone(),
             graph,
             regions: rec.regions,
-            ops: rec.ops,
+            profile: Profile::of(&rec.ops, inner.global_rank),
         })
     }
 
@@ -293,7 +293,45 @@ where
     graph: <StreamOf<B> as Capture>::Graph,
     /// The buffers the captured operations use, sorted by address.
     regions: Vec<Region>,
-    ops: Vec<(OpKind, DataType, usize, usize)>,
+    /// What each launch's work and flight-recorder entry say, made once at capture.
+    profile: Profile,
+}
+
+/// A launch's description, computed at capture so that a launch allocates nothing for it
+/// (the recorder's entry is cloned only when the recorder is on).
+struct Profile {
+    ops: usize,
+    kind: OpKind,
+    numel: (usize, usize),
+    name: String,
+    inputs: Vec<oxccl_core::trace::TensorMeta>,
+    outputs: Vec<oxccl_core::trace::TensorMeta>,
+}
+
+impl Profile {
+    /// The profile of `ops` captured on global rank `rank`: one collective keeps its own
+    /// name ("graph:nccl:all_reduce"), several are named as a coalesced block.
+    fn of(ops: &[(OpKind, DataType, usize, usize)], rank: u32) -> Profile {
+        let kinds: Vec<OpKind> = ops.iter().map(|o| o.0).collect();
+        let metas = |pick: fn(&(OpKind, DataType, usize, usize)) -> usize| {
+            ops.iter()
+                .map(|o| oxccl_core::trace::TensorMeta::new(&[pick(o) as u64], o.1))
+                .collect::<Vec<_>>()
+        };
+        Profile {
+            ops: ops.len(),
+            kind: kinds.first().copied().unwrap_or(OpKind::AllReduce),
+            numel: ops.iter().fold((0, 0), |(a, b), o| (a + o.2, b + o.3)),
+            name: match kinds[..] {
+                [k] if !k.is_p2p() => {
+                    format!("graph:{}", oxccl_core::trace::profiling_name(k, rank, None))
+                }
+                _ => format!("graph:{}", oxccl_core::trace::coalesced_name(&kinds)),
+            },
+            inputs: metas(|o| o.2),
+            outputs: metas(|o| o.3),
+        }
+    }
 }
 
 impl<B: Memory> std::fmt::Debug for PgGraph<B>
@@ -303,7 +341,7 @@ where
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PgGraph")
             .field("group", &self.pg.uid())
-            .field("ops", &self.ops.len())
+            .field("ops", &self.profile.ops)
             .field("buffers", &self.regions.len())
             .finish()
     }
@@ -315,7 +353,7 @@ where
 {
     /// Operations captured (each launch runs them all).
     pub fn ops(&self) -> usize {
-        self.ops.len()
+        self.profile.ops
     }
 
     /// Distinct buffers the captured operations use: each launch must be given them all.
@@ -461,30 +499,20 @@ where
         let end = e.stream.record(timing)?;
         drop(std::mem::take(&mut self.held));
         let seq = inner.next_seq(super::issue::SeqKind::Collective);
-        let (numel_in, numel_out) = g
-            .ops
-            .iter()
-            .fold((0usize, 0usize), |(a, b), o| (a + o.2, b + o.3));
-        let kinds: Vec<OpKind> = g.ops.iter().map(|o| o.0).collect();
-        let metas = |pick: fn(&(OpKind, DataType, usize, usize)) -> usize| {
-            g.ops
-                .iter()
-                .map(|o| oxccl_core::trace::TensorMeta::new(&[pick(o) as u64], o.1))
-                .collect::<Vec<_>>()
+        let p = &g.profile;
+        let trace = if inner.watch.recorder.is_enabled() {
+            inner.trace_built(p.name.clone(), seq, p.inputs.clone(), p.outputs.clone())
+        } else {
+            // Numbers the op all the same; empty strings and vectors allocate nothing.
+            inner.trace_built(String::new(), seq, Vec::new(), Vec::new())
         };
-        let trace = inner.trace_built(
-            format!("graph:{}", oxccl_core::trace::coalesced_name(&kinds)),
-            seq,
-            metas(|o| o.2),
-            metas(|o| o.3),
-        );
         Ok(inner.work(
             WorkInfo {
                 seq,
-                kind: kinds.first().copied().unwrap_or(OpKind::AllReduce),
-                coalesced: kinds.len() > 1,
-                numel_in,
-                numel_out,
+                kind: p.kind,
+                coalesced: p.ops > 1,
+                numel_in: p.numel.0,
+                numel_out: p.numel.1,
                 timeout_ms: inner.timeout().as_millis().min(u128::from(u64::MAX)) as u64,
                 timing,
             },

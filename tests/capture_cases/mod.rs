@@ -399,13 +399,18 @@ where
 }
 
 /// With timing on, a launch's work has a duration (its start and end events surround the
-/// graph); the captured works have none. The watchdog's flight recorder holds the launch.
+/// graph); the captured works have none. The flight recorder holds each launch as one entry
+/// ("graph:" and the captured ops), not the captured operations.
 pub fn timed<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict
 where
     StreamOf<B>: Capture,
 {
+    let recorder = oxccl::pg::Recorder::new(64);
     let pg = ok!(mk(PgOptions {
         timing: true,
+        // Entries are recorded at issue without the watchdog: the check below sees them.
+        watchdog: false,
+        recorder: Some(recorder.clone()),
         ..opts(rank)
     }));
     let mut buf = ok!(pg.upload(&[1u32; 256]));
@@ -427,6 +432,15 @@ where
     ensure!(
         w.seq() == captured.seq() + 1,
         "the launch takes the next sequence number"
+    );
+    let names: Vec<String> = recorder
+        .lock()
+        .entries()
+        .map(|e| e.record.profiling_name.clone())
+        .collect();
+    ensure!(
+        names == ["graph:nccl:all_reduce"],
+        "one entry, the launch's: {names:?}"
     );
     Ok(())
 }
