@@ -160,8 +160,8 @@ fn run(u: &mut Unstructured<'_>) -> Result<()> {
         Ok(())
     })();
     teardown(w);
-    // SAFETY: every stream has drained and is gone: nothing uses the buffers any more.
-    unsafe { ManuallyDrop::drop(&mut bufs) };
+    // Every stream has drained and is gone: nothing uses the buffers any more.
+    drop(ManuallyDrop::into_inner(bufs));
     result
 }
 
@@ -251,6 +251,11 @@ fn issue(
     let got = unsafe { comm.issue(&op, &w[r].stream) };
     if let Some(t) = aborter {
         let _ = t.join();
+        // The abort ends the wait; only if its thread ran after the limit (a machine stalled
+        // for that long) did the init time out first, and the later abort changed nothing.
+        if matches!(got, Err(Error::Timeout { .. })) {
+            return m.abort(r, Cause::Has("nonblocking init timed out"));
+        }
         let named = matches!(&got, Err(Error::Aborted { reason }) if reason.as_str() == why);
         assert!(
             named,
