@@ -297,8 +297,9 @@ where
     profile: Profile,
 }
 
-/// A launch's description, computed at capture so that a launch allocates nothing for it
-/// (the recorder's entry is cloned only when the recorder is on).
+/// A launch's description, computed at capture. The recorder's entry (cloned per launch only
+/// when the recorder is on) holds the element totals, one tensor each way, not one per
+/// captured operation: a few allocations per launch, whatever the graph's length.
 struct Profile {
     ops: usize,
     kind: OpKind,
@@ -313,23 +314,21 @@ impl Profile {
     /// name ("graph:nccl:all_reduce"), several are named as a coalesced block.
     fn of(ops: &[(OpKind, DataType, usize, usize)], rank: u32) -> Profile {
         let kinds: Vec<OpKind> = ops.iter().map(|o| o.0).collect();
-        let metas = |pick: fn(&(OpKind, DataType, usize, usize)) -> usize| {
-            ops.iter()
-                .map(|o| oxccl_core::trace::TensorMeta::new(&[pick(o) as u64], o.1))
-                .collect::<Vec<_>>()
-        };
+        let numel = ops.iter().fold((0, 0), |(a, b), o| (a + o.2, b + o.3));
+        let dtype = ops.first().map_or(DataType::Uint8, |o| o.1);
+        let meta = |n: usize| vec![oxccl_core::trace::TensorMeta::new(&[n as u64], dtype)];
         Profile {
             ops: ops.len(),
             kind: kinds.first().copied().unwrap_or(OpKind::AllReduce),
-            numel: ops.iter().fold((0, 0), |(a, b), o| (a + o.2, b + o.3)),
+            numel,
             name: match kinds[..] {
                 [k] if !k.is_p2p() => {
                     format!("graph:{}", oxccl_core::trace::profiling_name(k, rank, None))
                 }
                 _ => format!("graph:{}", oxccl_core::trace::coalesced_name(&kinds)),
             },
-            inputs: metas(|o| o.2),
-            outputs: metas(|o| o.3),
+            inputs: meta(numel.0),
+            outputs: meta(numel.1),
         }
     }
 }
