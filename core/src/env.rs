@@ -74,14 +74,18 @@ pub const VARIABLES: &[(&str, &str, &str)] = &[
     (
         NONBLOCKING_TIMEOUT_MS,
         "1800000",
-        "bound on nonblocking init/finalize polls, ms (0: none)",
+        "bound on waiting for a nonblocking init or split, ms (0: none)",
     ),
-    (HIGH_PRIORITY, "0", "use high-priority streams"),
+    (
+        HIGH_PRIORITY,
+        "0",
+        "issue on a stream of the device's highest priority",
+    ),
     (NAN_CHECK, "0", "check collective inputs for NaN"),
     (
         DESYNC_DEBUG,
         "0",
-        "report which rank is behind on a timeout",
+        "on a timeout, name the ranks that never joined the collective",
     ),
     (
         DUMP_ON_TIMEOUT,
@@ -106,12 +110,12 @@ pub const VARIABLES: &[(&str, &str, &str)] = &[
     (
         WAIT_TIMEOUT_DUMP_MS,
         "60000",
-        "time allowed for the dump before exiting, ms",
+        "how long a failed rank waits for its dump before it aborts or exits, ms",
     ),
     (
         COORD_CHECK_MS,
         "1000",
-        "interval of the cross-rank dump signal check, ms",
+        "how often a rank looks for another rank's dump signal in the store, ms",
     ),
 ];
 
