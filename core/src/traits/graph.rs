@@ -113,3 +113,34 @@ pub fn forbidden(what: &str) -> Error {
         "{what} while the stream is capturing a graph (the host must not wait for it)"
     ))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn capture_errors_name_their_kind_and_detail() {
+        let e = forbidden("synchronizing the stream");
+        assert!(matches!(
+            e,
+            Error::Capture {
+                kind: CaptureError::Forbidden,
+                ..
+            }
+        ));
+        let mut s = heapless::String::<256>::new();
+        core::fmt::write(&mut s, format_args!("{e}")).unwrap();
+        assert!(
+            s.starts_with(
+                "graph capture (forbidden while capturing): synchronizing the stream while"
+            ),
+            "{s}"
+        );
+        assert!(
+            !e.is_fatal(),
+            "a misused capture leaves the communicator usable"
+        );
+        let n = CaptureError::NotCapturing.error_str("end without begin");
+        assert_eq!(n.code(), None);
+    }
+}
