@@ -170,6 +170,8 @@ fn case_30_timeout_dump() {
     let env = [
         ("OXCCL_TIMEOUT_MS", "1000".to_string()),
         ("OXCCL_DUMP_ON_TIMEOUT", "1".to_string()),
+        // Rank 0 looks for rank 1's signal 5 times a second (it leaves 4 s in).
+        ("OXCCL_COORD_CHECK_MS", "200".to_string()),
         ("OXCCL_TRACE_DIR", dir.display().to_string()),
     ];
     let ran = run(2, "dump", &env);
