@@ -293,3 +293,34 @@ fn the_tune_file_variable_names_itself_and_the_line() {
     assert_eq!(t, TuneTable::parse(TABLE).unwrap());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_buffer_moving_to_a_window_drops_its_local_registration() {
+    let t = TuneTable::parse(
+        "oxccl-tune 1\nall_reduce * 0 max registered\nall_gather * 0 max window\n",
+    )
+    .unwrap();
+    let out = world(MockBackend::new(), &[Some(t.clone()), Some(t)], |pg, _| {
+        let mut a = pg.upload_comm(&[1.0f32; 4])?;
+        pg.all_reduce(&mut a, ReduceOp::Sum)?.wait()?;
+        let before = pg.with_comm(|c| (c.registrations().len(), c.windows().len()))?;
+        let mut recv = pg.alloc_comm::<f32>(8)?;
+        pg.all_gather(&a, &mut recv)?.wait()?;
+        let after = pg.with_comm(|c| (c.registrations().len(), c.windows().len()))?;
+        // Registered mode on a buffer in a window: the window serves, nothing is added.
+        pg.all_reduce(&mut a, ReduceOp::Sum)?.wait()?;
+        let last = pg.with_comm(|c| (c.registrations().len(), c.windows().len()))?;
+        Ok((before, after, last, pg.download_any(&a)?))
+    });
+    for o in out {
+        let (before, after, last, a) = o.unwrap();
+        assert_eq!(before, (1, 0));
+        assert_eq!(
+            after,
+            (0, 2),
+            "a's registration released, a and recv in windows"
+        );
+        assert_eq!(last, (0, 2));
+        assert_eq!(a, vec![4.0; 4]);
+    }
+}

@@ -166,6 +166,13 @@ impl<B: Memory> Issuer<'_, B> {
                 for m in mems.iter().flatten() {
                     let c = st.bufs.entry(m.id).or_insert_with(|| cached(m));
                     if c.window.is_none() {
+                        // One kind of registration per buffer: a local one goes first (not
+                        // collective), once no work uses it, so NCCL never sees both.
+                        if c.local.is_some() && c.mem.keep.idle() {
+                            if let Some(h) = c.local.take() {
+                                comm.deregister(h)?;
+                            }
+                        }
                         // Collective: every rank reaches this at the same operation.
                         c.window = Some(comm.register_window(m.addr, m.bytes)?);
                     }
