@@ -48,6 +48,27 @@ for r in 0 1 2; do
     step $bin/oxccl perf all_reduce all_gather reduce_scatter --layer pg -g "$n" -b 8 -e 128M -n 20 -w 5 -R $r --json-out "$out/pg-R$r.json"
 done
 step $bin/oxccl perf all_reduce all_gather reduce_scatter --layer pg -g "$n" -b 8 -e 128M -n 20 -w 5 --tuned "$out/tune.txt" --json-out "$out/pg-tuned.json"
+# Where the pg layer under the table stands against the best single mode, per point.
+py=$(command -v python3 || echo /opt/torch/.venv/bin/python3)
+"$py" - "$out" <<'PY' 2>&1 | tee -a "$out/log"
+import json, sys
+out = sys.argv[1]
+runs = {k: json.load(open(f"{out}/pg-{k}.json"))["results"] for k in ["R0", "R1", "R2", "tuned"]}
+def t(r):
+    x = r["in_place"] or r["out_of_place"]
+    return x["time_us"] if x else None
+within, total, worst = 0, 0, (0.0, "")
+for i, r in enumerate(runs["R0"]):
+    ts = [t(runs[k][i]) for k in ["R0", "R1", "R2", "tuned"]]
+    if None in ts:
+        continue
+    ratio = ts[3] / min(ts[:3])
+    total += 1
+    within += ratio <= 1.05
+    if ratio > worst[0]:
+        worst = (ratio, f"{r['collective']} {r['size']} B: R0/R1/R2 {ts[0]:.2f}/{ts[1]:.2f}/{ts[2]:.2f} us, tuned {ts[3]:.2f} us")
+print(f"tuned within 5% of the best of -R 0/1/2 at {within} of {total} points; worst {worst[0]:.2f}x: {worst[1]}")
+PY
 # --tune under a launcher (a process per GPU, medians merged through the group), when
 # torchrun is there.
 torchrun=$(command -v torchrun || echo /opt/torch/.venv/bin/torchrun)

@@ -110,7 +110,8 @@ pub struct PerfArgs {
     pub registration: u8,
     /// Measure every tuned collective at every size in each buffer mode (-R 0, 1, 2, rounds
     /// alternating) and write the fastest mode per collective and size as a tune table
-    /// (give it to every rank as OXCCL_TUNE_FILE). A thread per local GPU, or the mock.
+    /// (give it to every rank as OXCCL_TUNE_FILE). A thread per local GPU, a process per GPU
+    /// under torchrun, srun or mpirun (rank 0 writes), or the mock world.
     #[arg(long)]
     pub tune: bool,
     /// Time the pg layer under this tune table (a file --tune wrote), on CommBuf buffers: the
