@@ -296,7 +296,9 @@ pub fn kill(victim: u32, late: bool) -> Result<()> {
     all_reduce(&comm, &s, &[1.0])?;
     if me == victim {
         let die = move || {
-            std::thread::sleep(Duration::from_millis(300));
+            // Long enough for a late victim's call to reach the host first, even on a busy
+            // machine.
+            std::thread::sleep(Duration::from_millis(600));
             println!("VICTIM rank={me}");
             // SAFETY: signals this process; the default action ends it.
             unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
@@ -312,7 +314,7 @@ pub fn kill(victim: u32, late: bool) -> Result<()> {
     }
     if late {
         // The victim's call is in, and it is dead, before these calls come.
-        std::thread::sleep(Duration::from_millis(800));
+        std::thread::sleep(Duration::from_millis(1_200));
     }
     let start = Instant::now();
     let r = comm.split(Some(0), me, &CommConfig::new());

@@ -122,23 +122,33 @@ fn timeout(rank: u32, seq: u64, start: Instant) -> Error {
     }
 }
 
-/// Posts `rank`'s call of split `seq` of `parent` and waits (up to `limit`) for where its
-/// child is.
+/// Posts `rank`'s call of split `seq` of `parent`: on the parent's host, or sent to it. Done
+/// before a split returns, even a nonblocking one, so the call is in before anything the rank
+/// does next (dropping its parent, say) reaches the host.
+fn post_call(parent: &CommShared, rank: u32, seq: u64, call: (Option<u32>, u32)) -> Result<()> {
+    match parent.link.get() {
+        None => {
+            parent.split_post(rank, seq, call.0, call.1, true);
+            Ok(())
+        }
+        Some(link) => link.split_call(seq, call.0, call.1),
+    }
+}
+
+/// Waits (up to `limit` from `start`) for where `rank`'s child of split `seq` is, its call
+/// posted.
 fn wait_spec(
     parent: &CommShared,
     rank: u32,
     seq: u64,
-    call: (Option<u32>, u32),
+    start: Instant,
     limit: Duration,
 ) -> Result<Option<ChildSpec>> {
-    let start = Instant::now();
     let Some(link) = parent.link.get() else {
-        // The parent's host: match here.
-        parent.split_post(rank, seq, call.0, call.1, true);
+        // The parent's host: matched here.
         return wait_taken(parent, rank, seq, start.checked_add(limit))
             .unwrap_or_else(|| Err(timeout(rank, seq, start)));
     };
-    link.split_call(seq, call.0, call.1)?;
     loop {
         if let Some(r) = link.split_answer(seq) {
             return r;
@@ -178,20 +188,6 @@ fn join_child(parent: &CommShared, spec: ChildSpec, limit: Duration) -> Result<A
     }
 }
 
-/// The whole split of one rank: its call, then its child joined (`None`: NOCOLOR).
-fn run(
-    parent: &CommShared,
-    rank: u32,
-    seq: u64,
-    call: (Option<u32>, u32),
-    limit: Duration,
-) -> Result<Option<Child>> {
-    let Some(spec) = wait_spec(parent, rank, seq, call, limit)? else {
-        return Ok(None);
-    };
-    Ok(Some((join_child(parent, spec, limit)?, spec.rank)))
-}
-
 /// A blocking split of `rank` of `parent` (a communicator spanning processes) with
 /// `color` (None = NOCOLOR) and `key`. A failed match (a peer died, or the calls did not all
 /// come within `limit`) fails the rank in the parent, as in-process, so its peers stop waiting.
@@ -203,7 +199,10 @@ pub(crate) fn split(
     key: u32,
     limit: Duration,
 ) -> Result<Option<Child>> {
-    let spec = match wait_spec(parent, rank, seq, (color, key), limit) {
+    let start = Instant::now();
+    let spec = post_call(parent, rank, seq, (color, key))
+        .and_then(|()| wait_spec(parent, rank, seq, start, limit));
+    let spec = match spec {
         Ok(s) => s,
         Err(e) => {
             parent.fail(rank, e.clone());
@@ -232,7 +231,8 @@ pub(crate) struct Task {
 }
 
 impl Task {
-    /// Starts `rank`'s split `seq` of `parent` on a new thread.
+    /// Posts `rank`'s call of split `seq` of `parent`, then waits for the match and joins
+    /// the child on a new thread.
     pub(crate) fn start(
         parent: Arc<CommShared>,
         rank: u32,
@@ -241,6 +241,8 @@ impl Task {
         key: u32,
         limit: Duration,
     ) -> Result<Arc<Task>> {
+        let start = Instant::now();
+        post_call(&parent, rank, seq, (color, key))?;
         let task = Arc::new(Task {
             state: Mutex::new(State::Running(None)),
         });
@@ -248,7 +250,10 @@ impl Task {
         std::thread::Builder::new()
             .name("oxccl-mock-split".into())
             .spawn(move || {
-                let r = run(&parent, rank, seq, (color, key), limit);
+                let r = wait_spec(&parent, rank, seq, start, limit).and_then(|spec| match spec {
+                    None => Ok(None),
+                    Some(spec) => Ok(Some((join_child(&parent, spec, limit)?, spec.rank))),
+                });
                 t2.finish(r);
             })
             .map_err(|e| Error::Remote {
