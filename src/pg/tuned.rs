@@ -141,7 +141,12 @@ impl<B: Memory> Issuer<'_, B> {
     ) -> Result<RegMode> {
         let comm = &self.entry.comm;
         let mut st = self.entry.regs.lock();
-        st.sweep(comm);
+        // The sweep walks every cached buffer: at every operation while they are few, every
+        // 64th once they are many, so a group with hundreds of buffers pays O(1) per op.
+        let issued: u64 = st.ops.iter().sum();
+        if st.bufs.len() <= 16 || issued % 64 == 0 {
+            st.sweep(comm);
+        }
         let Some(table) = table else {
             st.ops[0] += 1;
             return Ok(RegMode::Plain);
