@@ -8,7 +8,7 @@ use oxccl_mock::World;
 fn windows_are_recorded_released_and_refused_twice() {
     let comms = World::new(2).unwrap();
     let c = &comms[0];
-    let buf = vec![0u8; 64];
+    let buf = [0u8; 64];
     let addr = buf.as_ptr() as usize;
     let w = c.register_window(addr, 64).unwrap();
     assert_eq!((w.addr, w.bytes), (addr, 64));
