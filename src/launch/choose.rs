@@ -106,6 +106,7 @@ pub fn init_process_group<W: WithProcessGroup>(w: W) -> Result<W::Output> {
     let boot = Bootstrap::from_env()?;
     let mut opts = PgOptions::from_config(&env, None);
     opts.device = boot.device;
+    opts.tune = crate::pg::tune_from_env(vars.get(crate::pg::TUNE_FILE_VAR).map(String::as_str))?;
     struct Run<W> {
         boot: Bootstrap,
         opts: PgOptions,

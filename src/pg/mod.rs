@@ -29,6 +29,7 @@ pub use options::{PgOptions, DEFAULT_TIMEOUT};
 pub use oxccl_core::state::work::WorkInfo;
 pub use oxccl_core::tune::{RegMode, TuneTable};
 pub use recorder::Recorder;
+pub(crate) use tuned::tune_from_env;
 pub use tuned::{load_tune_file, TunedStats, TUNE_FILE_VAR};
 pub use watch::{CompletedWork, CompletionHook};
 pub use work::{Work, WorkOf};

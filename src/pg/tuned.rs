@@ -326,3 +326,30 @@ impl<B: Memory> ProcessGroup<B> {
         buf.download(&self.inner.backend, st)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_variable_loads_a_table_or_names_itself() {
+        assert!(tune_from_env(None).unwrap().is_none());
+        assert!(tune_from_env(Some("")).unwrap().is_none());
+        let dir = std::env::temp_dir().join(format!("oxccl-tune-env-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let good = dir.join("good.tune");
+        std::fs::write(&good, "oxccl-tune 1\nall_reduce * 0 max window\n").unwrap();
+        let t = tune_from_env(good.to_str()).unwrap().unwrap();
+        assert_eq!(t.rows().len(), 1);
+        let bad = dir.join("bad.tune");
+        std::fs::write(&bad, "oxccl-tune 1\nall_reduce * 0\n").unwrap();
+        match tune_from_env(bad.to_str()) {
+            Err(Error::InvalidArgument { arg, expected }) => {
+                assert_eq!(arg, TUNE_FILE_VAR);
+                assert!(expected.contains("line 2"), "{expected}");
+            }
+            other => panic!("{other:?}"),
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
