@@ -24,7 +24,7 @@ const CALLS: usize = 200;
 const ROUNDS: usize = 100;
 const WARMUP: usize = 5;
 /// The variants and the one each is compared with (paired, round by round).
-const VARIANTS: [(&str, usize); 6] = [
+const VARIANTS: [(&str, usize); 7] = [
     ("issue: Comm::all_reduce_in_place", 0),
     (
         "issue: ProcessGroup::all_reduce, watchdog and recorder off (work dropped)",
@@ -42,6 +42,10 @@ const VARIANTS: [(&str, usize); 6] = [
     (
         "latency: ProcessGroup::all_reduce + Work::wait, watchdog on, recorder 2000",
         4,
+    ),
+    (
+        "issue: ProcessGroup::all_reduce, watchdog on, recorder off (work dropped)",
+        1,
     ),
 ];
 
@@ -121,10 +125,12 @@ fn rank(
     };
     let plain = make("plain", false, 0);
     let full = make("full", true, 2000);
+    let dog = make("dog", true, 0);
     let st = comm.stream().clone();
     let mut cbuf = st.clone_htod(&[1.0f32, 2.0]).unwrap();
     let mut pbuf = plain.upload(&[1.0f32, 2.0]).unwrap();
     let mut fbuf = full.upload(&[1.0f32, 2.0]).unwrap();
+    let mut dbuf = dog.upload(&[1.0f32, 2.0]).unwrap();
     let mut per_call = vec![Vec::new(); VARIANTS.len()];
     for round in 0..WARMUP + ROUNDS {
         for (v, samples) in per_call.iter_mut().enumerate() {
@@ -144,17 +150,19 @@ fn rank(
                         .unwrap()
                         .wait()
                         .unwrap(),
-                    _ => full
+                    5 => full
                         .all_reduce(&mut fbuf, ReduceOp::Sum)
                         .unwrap()
                         .wait()
                         .unwrap(),
+                    _ => drop(dog.all_reduce(&mut dbuf, ReduceOp::Sum).unwrap()),
                 }
             }
             let ns = t.elapsed().as_nanos() as f64 / CALLS as f64;
             st.synchronize().unwrap();
             plain.download(&pbuf).unwrap();
             full.download(&fbuf).unwrap();
+            dog.download(&dbuf).unwrap();
             if round >= WARMUP {
                 samples.push(ns);
             }
@@ -164,6 +172,7 @@ fn rank(
     comm.destroy().unwrap();
     plain.destroy();
     full.destroy();
+    dog.destroy();
     per_call
 }
 

@@ -94,6 +94,7 @@ impl<B: Memory> Drop for PgInner<B> {
     fn drop(&mut self) {
         let slot = self.slot.get_mut().unwrap_or_else(PoisonError::into_inner);
         slot.close("process group dropped");
+        self.watch.close_graveyard();
     }
 }
 

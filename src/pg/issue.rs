@@ -211,6 +211,8 @@ impl<B: Memory> PgInner<B> {
         );
         if self.opts.watchdog {
             Watchdog::global().watch(work.watched());
+            // Drop here the works the watchdog is done with (see GroupWatch::bury).
+            self.watch.reap();
         }
         work
     }

@@ -7,6 +7,7 @@ use crate::store::Store;
 use oxccl_core::env::ErrorHandling;
 use oxccl_core::watchdog::desync::RankProgress;
 use oxccl_core::OpKind;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -48,7 +49,15 @@ pub(crate) struct GroupWatch {
     pub desync: Option<Desync>,
     hooks: Mutex<Vec<CompletionHook>>,
     hook_errors: Mutex<Vec<String>>,
+    /// Works the watchdog is done with, dropped by the next thread that issues on the group
+    /// (see [`GroupWatch::reap`]); `None` once the group is gone.
+    graveyard: Mutex<Option<Vec<Arc<dyn crate::watchdog::Watched>>>>,
+    /// Works in the graveyard (read without the lock on the hot path).
+    buried: AtomicUsize,
 }
+
+/// Works buried before the issuing thread drops them, in one batch.
+const REAP_EVERY: usize = 32;
 
 /// What [`GroupWatch::new`] is made from.
 pub(crate) struct WatchConfig {
@@ -135,7 +144,49 @@ impl GroupWatch {
             }),
             hooks: Mutex::new(Vec::new()),
             hook_errors: Mutex::new(Vec::new()),
+            graveyard: Mutex::new(Some(Vec::new())),
+            buried: AtomicUsize::new(0),
         })
+    }
+
+    /// Hands a work the watchdog is done with to the group's issuing thread, which drops it
+    /// ([`GroupWatch::reap`]): the work was allocated there, and freeing it there keeps its
+    /// memory, its event (back to the stream's pool) and the reference counts it holds (the
+    /// group's, the communicator's) on the issuing thread's core, instead of bouncing those
+    /// cache lines to the watchdog's on every operation. Dropped here when the group is gone.
+    pub fn bury(&self, w: Arc<dyn crate::watchdog::Watched>) {
+        let mut g = lock(&self.graveyard);
+        if let Some(v) = g.as_mut() {
+            v.push(w);
+            self.buried.store(v.len(), Ordering::Relaxed);
+            return;
+        }
+        drop(g);
+        drop(w);
+    }
+
+    /// Drops the buried works once there are [`REAP_EVERY`] of them (the issuing thread's
+    /// call: one relaxed load otherwise).
+    pub fn reap(&self) {
+        if self.buried.load(Ordering::Relaxed) < REAP_EVERY {
+            return;
+        }
+        let dead = match lock(&self.graveyard).as_mut() {
+            Some(v) => {
+                self.buried.store(0, Ordering::Relaxed);
+                std::mem::take(v)
+            }
+            None => return,
+        };
+        drop(dead);
+    }
+
+    /// Drops the buried works and buries no more (the group is gone: its works hold the
+    /// group's watch, so keeping them would keep it alive).
+    pub fn close_graveyard(&self) {
+        let dead = lock(&self.graveyard).take();
+        self.buried.store(0, Ordering::Relaxed);
+        drop(dead);
     }
 
     /// The desync report of a collective `seq` (`op`) that timed out here: every member's

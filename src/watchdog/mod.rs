@@ -338,7 +338,10 @@ impl Watchdog {
                     }
                 }
                 match r {
-                    Ok(true) => false,
+                    Ok(true) => {
+                        w.watch().bury(w.clone());
+                        false
+                    }
                     Ok(false) => {
                         // The later works of its group are still running too.
                         if let (Some(i), Hint::Unknown) = (slot, hint) {
@@ -350,6 +353,7 @@ impl Watchdog {
                     }
                     Err(e) => {
                         self.on_failure(&**w, &e);
+                        w.watch().bury(w.clone());
                         false
                     }
                 }
