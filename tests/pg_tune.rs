@@ -324,3 +324,37 @@ fn a_buffer_moving_to_a_window_drops_its_local_registration() {
         assert_eq!(a, vec![4.0; 4]);
     }
 }
+
+#[test]
+fn coalesced_blocks_take_comm_buffers_as_they_are() {
+    let t = TuneTable::uniform(RegMode::Window);
+    let out = world(MockBackend::new(), &[Some(t.clone()), Some(t)], |pg, r| {
+        let mut a = pg.upload_comm(&[1.0f32 + r as f32; 4])?;
+        let mut b = pg.upload(&[2i32; 2])?;
+        let mut c = pg.upload_comm(&[3i32; 2])?;
+        pg.coalesced(|blk| {
+            blk.all_reduce(&mut a, ReduceOp::Sum)?;
+            blk.broadcast(&mut c, 1)?;
+            blk.all_reduce(&mut b, ReduceOp::Max)
+        })?
+        .wait()?;
+        let mut bufs = [pg.upload_comm(&[1u8; 3])?, pg.upload_comm(&[2u8; 3])?];
+        let mut refs: Vec<&mut _> = bufs.iter_mut().collect();
+        pg.all_reduce_coalesced(&mut refs, ReduceOp::Sum)?.wait()?;
+        Ok((
+            pg.download_any(&a)?,
+            pg.download_any(&c)?,
+            pg.download_any(&bufs[1])?,
+            pg.tuned_stats()?,
+        ))
+    });
+    for o in out {
+        let (a, c, b1, stats) = o.unwrap();
+        assert_eq!(a, vec![3.0; 4]);
+        assert_eq!(c, vec![3; 2]);
+        assert_eq!(b1, vec![4; 3]);
+        // Inside a batch nothing is registered (a window inside a backend group would be a
+        // collective call inside another): the block's buffers are used as they are.
+        assert_eq!(stats, TunedStats::default());
+    }
+}

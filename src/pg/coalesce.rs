@@ -6,7 +6,7 @@
 use super::issue::{Issuer, SeqKind};
 use super::ops::two_on;
 use super::{ProcessGroup, WorkOf};
-use crate::buffer::{Buffer, Memory};
+use crate::buffer::{Memory, Operand};
 use crate::element::{host_op, NcclType};
 use oxccl_core::state::work::WorkInfo;
 use oxccl_core::trace::{coalesced_name, TensorMeta};
@@ -64,13 +64,15 @@ impl<B: Memory> ProcessGroup<B> {
 
     /// All-reduces each buffer of `bufs` in place, as one fused batch with one work (c10d's
     /// `all_reduce_coalesced`): every buffer of one dtype, one reduction.
-    pub fn all_reduce_coalesced<T: NcclType>(
+    pub fn all_reduce_coalesced<T: NcclType, X: Operand<B, Elem = T>>(
         &self,
-        bufs: &mut [&mut B::Buf<T>],
+        bufs: &mut [&mut X],
         op: ReduceOp,
     ) -> Result<WorkOf<B>> {
         let mut block = self.open_block(GroupKind::Fused)?;
-        let body = bufs.iter_mut().try_for_each(|b| block.all_reduce(b, op));
+        let body = bufs
+            .iter_mut()
+            .try_for_each(|b| block.all_reduce(&mut **b, op));
         let end = block.end();
         body.and(end)
     }
@@ -79,8 +81,8 @@ impl<B: Memory> ProcessGroup<B> {
     pub fn batch_isend_irecv<T: NcclType>(&self, ops: &mut [P2pOp<'_, B, T>]) -> Result<WorkOf<B>> {
         self.coalesced(|c| {
             ops.iter_mut().try_for_each(|op| match op {
-                P2pOp::Send(b, peer) => c.send(b, *peer),
-                P2pOp::Recv(b, peer) => c.recv(b, *peer),
+                P2pOp::Send(b, peer) => c.send(&**b, *peer),
+                P2pOp::Recv(b, peer) => c.recv(&mut **b, *peer),
             })
         })
     }
@@ -155,16 +157,16 @@ impl<B: Memory> Coalescing<'_, B> {
     }
 
     /// Issues an op reading `send` and writing `recv`, built by `build`.
-    fn two<T: NcclType>(
+    fn two<T: NcclType, S: Operand<B, Elem = T>, R: Operand<B, Elem = T>>(
         &mut self,
         kind: OpKind,
-        send: Option<&B::Buf<T>>,
-        recv: Option<&mut B::Buf<T>>,
+        send: Option<&S>,
+        recv: Option<&mut R>,
         build: impl FnOnce(RawBuf, RawBufMut) -> CommOp<'static>,
     ) -> Result<()> {
         let numel = (
-            send.map_or(0, |b| b.len()),
-            recv.as_ref().map_or(0, |b| b.len()),
+            send.map_or(0, |b| b.numel()),
+            recv.as_ref().map_or(0, |b| b.numel()),
         );
         self.push(kind, T::DTYPE, numel, |is, issue| {
             two_on(is, send, recv, |s, r| issue(&build(s, r)))
@@ -172,11 +174,15 @@ impl<B: Memory> Coalescing<'_, B> {
     }
 
     /// All-reduce of `buf` in place, in the batch.
-    pub fn all_reduce<T: NcclType>(&mut self, buf: &mut B::Buf<T>, op: ReduceOp) -> Result<()> {
+    pub fn all_reduce<T: NcclType>(
+        &mut self,
+        buf: &mut impl Operand<B, Elem = T>,
+        op: ReduceOp,
+    ) -> Result<()> {
         let op = host_op::<T>(op)?;
-        let n = buf.len();
+        let n = buf.numel();
         self.push(OpKind::AllReduce, T::DTYPE, (n, n), |is, issue| {
-            let (w, _g) = B::write("buf", is.device, is.stream(), buf)?;
+            let (w, _g) = Operand::<B>::write(buf, "buf", is.device, is.stream())?;
             issue(&CommOp::AllReduce {
                 send: w.as_read(),
                 recv: w,
@@ -187,11 +193,15 @@ impl<B: Memory> Coalescing<'_, B> {
     }
 
     /// Broadcast of `buf` from global rank `root`, in place, in the batch.
-    pub fn broadcast<T: NcclType>(&mut self, buf: &mut B::Buf<T>, root: u32) -> Result<()> {
+    pub fn broadcast<T: NcclType>(
+        &mut self,
+        buf: &mut impl Operand<B, Elem = T>,
+        root: u32,
+    ) -> Result<()> {
         let root = self.pg.inner.to_group_rank("root", root)?;
-        let n = buf.len();
+        let n = buf.numel();
         self.push(OpKind::Broadcast, T::DTYPE, (n, n), |is, issue| {
-            let (w, _g) = B::write("buf", is.device, is.stream(), buf)?;
+            let (w, _g) = Operand::<B>::write(buf, "buf", is.device, is.stream())?;
             issue(&CommOp::Broadcast {
                 send: w.as_read(),
                 recv: w,
@@ -204,8 +214,8 @@ impl<B: Memory> Coalescing<'_, B> {
     /// All-gather of `send` into `recv`, in the batch.
     pub fn all_gather<T: NcclType>(
         &mut self,
-        send: &B::Buf<T>,
-        recv: &mut B::Buf<T>,
+        send: &impl Operand<B, Elem = T>,
+        recv: &mut impl Operand<B, Elem = T>,
     ) -> Result<()> {
         self.two(OpKind::AllGather, Some(send), Some(recv), |send, recv| {
             CommOp::AllGather {
@@ -219,8 +229,8 @@ impl<B: Memory> Coalescing<'_, B> {
     /// Reduce-scatter of `send` into `recv`, in the batch.
     pub fn reduce_scatter<T: NcclType>(
         &mut self,
-        send: &B::Buf<T>,
-        recv: &mut B::Buf<T>,
+        send: &impl Operand<B, Elem = T>,
+        recv: &mut impl Operand<B, Elem = T>,
         op: ReduceOp,
     ) -> Result<()> {
         let op = host_op::<T>(op)?;
@@ -238,9 +248,10 @@ impl<B: Memory> Coalescing<'_, B> {
     }
 
     /// Send of `buf` to global rank `dst`, in the batch.
-    pub fn send<T: NcclType>(&mut self, buf: &B::Buf<T>, dst: u32) -> Result<()> {
+    pub fn send<T: NcclType>(&mut self, buf: &impl Operand<B, Elem = T>, dst: u32) -> Result<()> {
         let peer = self.pg.inner.to_group_rank("dst", dst)?;
-        self.two(OpKind::Send, Some(buf), None, |buf, _| CommOp::Send {
+        let none: Option<&mut B::Buf<T>> = None;
+        self.two(OpKind::Send, Some(buf), none, |buf, _| CommOp::Send {
             buf,
             dtype: T::DTYPE,
             peer,
@@ -248,9 +259,14 @@ impl<B: Memory> Coalescing<'_, B> {
     }
 
     /// Receive into `buf` from global rank `src`, in the batch.
-    pub fn recv<T: NcclType>(&mut self, buf: &mut B::Buf<T>, src: u32) -> Result<()> {
+    pub fn recv<T: NcclType>(
+        &mut self,
+        buf: &mut impl Operand<B, Elem = T>,
+        src: u32,
+    ) -> Result<()> {
         let peer = self.pg.inner.to_group_rank("src", src)?;
-        self.two(OpKind::Recv, None, Some(buf), |_, buf| CommOp::Recv {
+        let none: Option<&B::Buf<T>> = None;
+        self.two(OpKind::Recv, none, Some(buf), |_, buf| CommOp::Recv {
             buf,
             dtype: T::DTYPE,
             peer,
