@@ -160,6 +160,19 @@ impl<T> Queue<T> {
         }
         if self.overflowing.load(Ordering::Acquire) {
             let mut o = self.overflow.lock().unwrap_or_else(PoisonError::into_inner);
+            // Every value a producer put in the ring before its first overflowed one comes
+            // first: the ring may have filled again after the pass above, and a slot claimed
+            // but not yet published stops `pop` early. So take the ring up to the position
+            // claimed now, waiting for slow publishers (a producer never blocks between its
+            // claim and its publication). Positions claimed later are of producers with
+            // nothing in the overflow: one that has sees the flag and waits for this lock.
+            let until = self.tail.0.load(Ordering::Acquire);
+            while (until.wrapping_sub(self.head.0.load(Ordering::Relaxed)) as isize) > 0 {
+                match self.pop() {
+                    Some(v) => out.push(v),
+                    None => std::thread::yield_now(),
+                }
+            }
             out.append(&mut o);
             self.overflowing.store(false, Ordering::Release);
         }
