@@ -38,8 +38,11 @@ for t in "${targets[@]}"; do
     mkdir -p "$work" "corpus/$t" "regressions/$t"
     log="target/fuzz-$t.log"
     status=0
+    # fuzz/options/<target>, when present: more libFuzzer flags for that target (one line).
+    opts=()
+    if [ -f "options/$t" ]; then read -ra opts <"options/$t"; fi
     cargo fuzz run --sanitizer none "$t" "$work" "corpus/$t" "regressions/$t" -- \
-        -max_total_time="$secs" -print_final_stats=1 >"$log" 2>&1 || status=$?
+        -max_total_time="$secs" -print_final_stats=1 "${opts[@]}" >"$log" 2>&1 || status=$?
     grep -E "cov: " "$log" | tail -n 1 || true
     grep -E "^(Done [0-9]+ runs|stat::number_of_executed_units|stat::average_exec_per_sec)" "$log" || true
     if [ "$status" -ne 0 ]; then
