@@ -107,6 +107,7 @@ fn rank(
     barrier: Arc<Barrier>,
 ) -> Vec<Vec<f64>> {
     let mut comm = Comm::init_rank(&lib, &id, r, n, r, &CommConfig::new()).expect("init");
+    high_priority_check(&lib, &store, r, n);
     let make = |prefix: &str, watchdog: bool, capacity: usize| {
         let store: Arc<dyn Store> = Arc::new(PrefixStore::new(prefix, store.clone()));
         ProcessGroup::new(
@@ -174,6 +175,36 @@ fn rank(
     full.destroy();
     dog.destroy();
     per_call
+}
+
+/// Says which priority a group made with `high_priority` issues on (CUDA's number: lower is
+/// higher; 0 is the default).
+fn high_priority_check(lib: &Nccl, store: &Arc<dyn Store>, r: u32, n: u32) {
+    let store: Arc<dyn Store> = Arc::new(PrefixStore::new("prio", store.clone()));
+    let pg = ProcessGroup::new(
+        lib.clone(),
+        store,
+        r,
+        n,
+        PgOptions {
+            bound_device: Some(Device(r)),
+            high_priority: true,
+            ..PgOptions::default()
+        },
+    )
+    .expect("process group");
+    let prio = pg
+        .with_stream(|s| {
+            let mut p = 0;
+            // SAFETY: a live stream of this group; `p` is a valid place for the result.
+            let rc =
+                unsafe { cudarc::driver::sys::cuStreamGetPriority(s.cuda().cu_stream(), &mut p) };
+            (rc, p)
+        })
+        .expect("stream");
+    let range = cudarc::driver::result::stream::get_priority_range();
+    println!("rank {r}: high_priority stream priority {prio:?} (driver range (least, greatest) {range:?})");
+    pg.destroy();
 }
 
 /// The mock world's part: one rank, the process group with the watchdog and the recorder off
