@@ -29,7 +29,9 @@ pub struct PgOptions {
     /// What the watchdog does when an operation fails or times out (c10d's
     /// `TORCH_NCCL_ASYNC_ERROR_HANDLING`; default SkipCleanUp, as PyTorch: the process ends).
     pub error_handling: ErrorHandling,
-    /// Write the flight recorder's dump when an operation times out.
+    /// Write the flight recorder's dump when an operation times out. The rank also sets a
+    /// signal in the store, and every rank whose default group dumps on timeout dumps too when
+    /// it sees it (every [`PgOptions::coord_check`]): one timeout leaves every rank's dump.
     pub dump_on_timeout: bool,
     /// Queue every work to the process's watchdog (needed for the error-handling mode,
     /// completion hooks and recorder states; `Work::wait` works without it).
