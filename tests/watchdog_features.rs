@@ -146,8 +146,10 @@ fn a_nonblocking_init_within_its_limit_runs() {
 }
 
 /// Three ranks all_reduce once; rank 2 then stops issuing while ranks 0 and 1 issue a second
-/// all_reduce, which times out: their desync reports name rank 2 as the rank that never
-/// joined #2 (it last issued #1), and themselves as joined but not finished.
+/// all_reduce, which times out: rank 0's desync report names rank 2 as the rank that never
+/// joined #2 (it last issued #1), and ranks 0 and 1 as joined but not finished; its watchdog
+/// aborts its communicator (clean-up mode) with a reason that names rank 2 first. (Rank 1
+/// leaves failures to the user, so that rank 0's abort is the only one.)
 #[test]
 fn the_desync_report_names_the_rank_that_never_joined() {
     let n = 3;
@@ -158,6 +160,11 @@ fn the_desync_report_names_the_rank_that_never_joined() {
         .map(|r| {
             let (backend, store, barrier) = (backend.clone(), store.clone(), barrier.clone());
             std::thread::spawn(move || {
+                let mode = if r == 0 {
+                    ErrorHandling::CleanUpOnly
+                } else {
+                    ErrorHandling::NoHandling
+                };
                 let pg = ProcessGroup::new(
                     backend,
                     store,
@@ -166,6 +173,7 @@ fn the_desync_report_names_the_rank_that_never_joined() {
                     PgOptions {
                         timeout: Duration::from_millis(600),
                         desync_debug: true,
+                        error_handling: mode,
                         ..opts(r)
                     },
                 )
@@ -178,34 +186,39 @@ fn the_desync_report_names_the_rank_that_never_joined() {
                 // Every rank's completion of #1 published before anyone goes on.
                 assert!(oxccl::watchdog::Watchdog::global().flush(Duration::from_secs(10)));
                 barrier.wait();
-                let report = if r == 2 {
-                    None
-                } else {
-                    let _stuck = pg.all_reduce(&mut b, ReduceOp::Sum).unwrap();
+                let _stuck = (r < 2).then(|| pg.all_reduce(&mut b, ReduceOp::Sum).unwrap());
+                let seen = (r == 0).then(|| {
                     let began = Instant::now();
-                    loop {
+                    let rep = loop {
                         if let Some(rep) = pg.desync_report() {
-                            break Some(rep);
+                            break rep;
                         }
                         assert!(began.elapsed() < Duration::from_secs(20), "no report");
                         std::thread::sleep(Duration::from_millis(20));
+                    };
+                    while pg.comm_state() != Some(CommState::Aborted) {
+                        assert!(began.elapsed() < Duration::from_secs(20), "not aborted");
+                        std::thread::sleep(Duration::from_millis(20));
                     }
-                };
+                    let later = pg.all_reduce(&mut b, ReduceOp::Sum).map(|_| ());
+                    (rep, format!("{:?}", later.unwrap_err()))
+                });
                 barrier.wait();
                 pg.abort("test over");
-                report
+                seen
             })
         })
         .collect();
-    let reports: Vec<Option<String>> = threads.into_iter().map(|t| t.join().unwrap()).collect();
-    for (r, rep) in reports.iter().enumerate().take(2) {
-        let rep = rep.as_deref().unwrap();
-        assert!(
-            rep.contains(&format!("collective #2 (all_reduce) timed out on rank {r}")),
-            "{rep}"
-        );
-        assert!(rep.contains("never joined it: 2 (last issued #1)"), "{rep}");
-        assert!(rep.contains("joined but not finished: 0 1"), "{rep}");
-    }
-    assert!(reports[2].is_none());
+    let seen: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    let (rep, later) = seen[0].as_ref().unwrap();
+    assert!(
+        rep.contains("collective #2 (all_reduce) timed out on rank 0"),
+        "{rep}"
+    );
+    assert!(rep.contains("never joined it: 2 (last issued #1)"), "{rep}");
+    assert!(rep.contains("joined but not finished: 0 1"), "{rep}");
+    assert!(
+        later.contains("ranks [2] never joined collective #2"),
+        "{later}"
+    );
 }

@@ -192,8 +192,14 @@ impl GroupWatch {
     /// The desync report of a collective `seq` (`op`) that timed out here: every member's
     /// published progress read from the store (each read bounded by `limit`), analysed by the
     /// core ([`oxccl_core::watchdog::desync::write_report`]). `None` when desync debugging is
-    /// off. The report is also kept for [`super::ProcessGroup::desync_report`].
-    pub fn desync_report(&self, seq: u64, op: OpKind, limit: Duration) -> Option<String> {
+    /// off. The report is also kept for [`super::ProcessGroup::desync_report`]. With it, the
+    /// global ranks that never joined the collective.
+    pub fn desync_report(
+        &self,
+        seq: u64,
+        op: OpKind,
+        limit: Duration,
+    ) -> Option<(String, Vec<u32>)> {
         let d = self.desync.as_ref()?;
         // Publish this rank's own last state first, so the report has it.
         d.publish(self.uid, &*self.store);
@@ -219,7 +225,8 @@ impl GroupWatch {
             &reports,
         );
         *lock(&d.report) = Some(text.clone());
-        Some(text)
+        let lagging = oxccl_core::watchdog::desync::lagging(seq, &reports).collect();
+        Some((text, lagging))
     }
 
     pub fn add_hook(&self, hook: CompletionHook) {

@@ -385,8 +385,16 @@ impl Watchdog {
         );
         if kind == FailureKind::Timeout {
             let info = w.info();
-            if let Some(report) = g.desync_report(info.seq, info.kind, DESYNC_READ_LIMIT) {
+            if let Some((report, lagging)) = g.desync_report(info.seq, info.kind, DESYNC_READ_LIMIT)
+            {
                 log::error!("oxccl watchdog: {report}");
+                if !lagging.is_empty() {
+                    // First, so that a reason cut to the error's inline length still says it.
+                    reason = format!(
+                        "process group {} ({}) rank {}: ranks {lagging:?} never joined collective #{}; {e}",
+                        g.uid, g.desc, g.global_rank, info.seq
+                    );
+                }
                 reason.push_str("; ");
                 reason.push_str(&report);
             }
