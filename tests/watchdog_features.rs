@@ -222,3 +222,66 @@ fn the_desync_report_names_the_rank_that_never_joined() {
         "{later}"
     );
 }
+
+/// The watchdog reads a group's works in stream order (newest done: all done; first running:
+/// the later ones too). Behind an all_reduce that hangs (the fault plan), a later one and an
+/// empty coalescing block (which still records its event on the stream) stay running through
+/// the watchdog's passes, and all three fail once the group is aborted.
+#[test]
+fn works_behind_a_hung_one_stay_running() {
+    let backend = MockBackend::with_options(
+        oxccl::FeatureSet::for_version(oxccl::mock::DEFAULT_VERSION),
+        FaultPlan::new().hang_op(0, 0),
+        1,
+        Duration::from_secs(60),
+    );
+    let pg = one_rank(backend, opts(0));
+    let mut b = pg.upload(&[1.0f32]).unwrap();
+    let hung = pg.all_reduce(&mut b, ReduceOp::Sum).unwrap();
+    let behind = pg.all_reduce(&mut b, ReduceOp::Sum).unwrap();
+    let empty = pg.coalesced(|_| Ok(())).unwrap();
+    let dog = oxccl::watchdog::Watchdog::global();
+    assert!(dog.flush(Duration::from_secs(10)));
+    assert!(dog.flush(Duration::from_secs(10)));
+    for (what, w) in [("hung", &hung), ("behind", &behind), ("empty", &empty)] {
+        assert!(!w.is_completed(), "{what} was taken as done");
+    }
+    pg.abort("test over");
+    for w in [&hung, &behind, &empty] {
+        assert!(w.wait_timeout(Duration::from_secs(10)).is_err());
+    }
+}
+
+/// Works completed by the newest one's event (no query of their own) still each reach the
+/// completion hooks, in issue order, with a duration.
+#[test]
+fn every_work_completed_in_bulk_reaches_the_hooks_in_order() {
+    let pg = one_rank(
+        MockBackend::new(),
+        PgOptions {
+            timing: true,
+            ..opts(0)
+        },
+    );
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let s = seen.clone();
+    pg.on_completion(Box::new(move |done| {
+        s.lock().unwrap().push(done.seq);
+        Ok(())
+    }))
+    .unwrap();
+    let mut b = pg.upload(&[1.0f32; 4]).unwrap();
+    let works: Vec<_> = (0..300)
+        .map(|_| pg.all_reduce(&mut b, ReduceOp::Sum).unwrap())
+        .collect();
+    works.last().unwrap().wait().unwrap();
+    drop(works);
+    let dog = oxccl::watchdog::Watchdog::global();
+    let began = Instant::now();
+    while seen.lock().unwrap().len() < 300 {
+        assert!(began.elapsed() < Duration::from_secs(20), "hooks missing");
+        assert!(dog.flush(Duration::from_secs(10)));
+    }
+    assert_eq!(*seen.lock().unwrap(), (1..=300).collect::<Vec<u64>>());
+    assert!(pg.hook_errors().is_empty());
+}

@@ -311,11 +311,9 @@ impl<E: Event + 'static, A: CommAbort> Watched for Inner<E, A> {
         self.trace_id();
     }
 
-    fn probe_done(&self) -> bool {
-        match &self.end {
-            Some(end) => end.query().unwrap_or(false),
-            None => true,
-        }
+    fn probe_done(&self) -> Option<bool> {
+        // A work that issued nothing (an empty batch) says nothing of its stream.
+        self.end.as_ref().map(|end| end.query().unwrap_or(false))
     }
 
     fn poll(&self, now_ns: u64, hint: Hint) -> Result<bool> {

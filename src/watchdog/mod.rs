@@ -49,8 +49,9 @@ pub(crate) enum Hint {
 pub(crate) trait Watched: Send + Sync {
     /// Records the work's flight-recorder entry if still pending (issue order is queue order).
     fn record_trace(&self);
-    /// Whether its end event has been reached (one query, no state change).
-    fn probe_done(&self) -> bool;
+    /// Whether its end event has been reached (one query, no state change); `None` for a work
+    /// without one (it issued nothing, so it says nothing of its stream).
+    fn probe_done(&self) -> Option<bool>;
     /// One look: completed, still running, or its first error (timeouts against the group's
     /// limit). The first completion seen feeds hooks and the recorder.
     fn poll(&self, now_ns: u64, hint: Hint) -> Result<bool>;
@@ -315,12 +316,12 @@ impl Watchdog {
             for w in works.iter().rev() {
                 let g: *const GroupWatch = w.watch();
                 if !hints.iter().any(|(k, _)| *k == g) {
-                    let hint = if w.probe_done() {
-                        Hint::Done
-                    } else {
-                        Hint::Unknown
-                    };
-                    hints.push((g, hint));
+                    match w.probe_done() {
+                        Some(true) => hints.push((g, Hint::Done)),
+                        Some(false) => hints.push((g, Hint::Unknown)),
+                        // No event: the next older work of the group decides.
+                        None => {}
+                    }
                 }
             }
             let mut earliest: Option<u64> = None;
