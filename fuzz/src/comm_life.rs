@@ -151,6 +151,9 @@ fn run(u: &mut Unstructured<'_>) -> Result<()> {
                     for r in 0..w.len() {
                         for _ in 0..4 {
                             poll(&w, &mut m, r, false);
+                            // A poll that ends a finalize kills the rank: its peers' waiting
+                            // collectives fail now, before the next poll looks at them.
+                            settle(&w, &mut m, &bufs, n);
                         }
                     }
                 }
