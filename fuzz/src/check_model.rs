@@ -62,7 +62,7 @@ fn usable(addr: usize, len: usize, dt: DataType) -> bool {
     s.bytes <= isize::MAX as u128
         && (addr != 0 || len == 0)
         && no_wrap(addr, len, dt)
-        && s.addr.is_multiple_of(dt.size() as u128)
+        && s.addr % dt.size() as u128 == 0
 }
 
 /// The address one past the buffer's end is itself an address (`usize`): a buffer ending at
@@ -108,7 +108,7 @@ fn reduction(ctx: &CheckCtx<'_>, dt: DataType, op: &ReduceOp, f: &mut Faults) {
             Scalar::Host(h) => h.dtype() == dt,
             // One element read on the device: non-null, aligned, not wrapping.
             Scalar::Device { addr } => {
-                *addr != 0 && addr.is_multiple_of(dt.size()) && no_wrap(*addr, 1, dt)
+                *addr != 0 && *addr % dt.size() == 0 && no_wrap(*addr, 1, dt)
             }
         };
         f.flag(!scalar_ok, "scalar");
@@ -240,7 +240,7 @@ pub fn faults(op: &CommOp<'_>, ctx: &CheckCtx<'_>) -> Faults {
             f.flag(!usable(recv.addr, recv.len, dtype), "recv");
             // Equal lengths, `size` equal parts, never in place.
             f.flag(recv.len != send.len, "recv");
-            f.flag(!send.len.is_multiple_of(n), "send");
+            f.flag(send.len % n != 0, "send");
             distinct(send.addr, send.len, recv.addr, recv.len, dtype, &mut f);
         }
         CommOp::AllToAllV {
