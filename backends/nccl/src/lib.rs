@@ -26,8 +26,8 @@ mod wait;
 
 pub use backend::NcclBackend;
 pub use comm::{NcclAbort, NcclComm};
-pub use graph::NcclGraph;
 pub use cuda::{cuda_error, require_driver};
+pub use graph::NcclGraph;
 pub use mem::NcclMem;
 pub use registry::Window;
 pub use stream::{NcclEvent, NcclStream};
