@@ -81,8 +81,14 @@ fn child() {
     } else {
         panic!("unknown child mode {mode}");
     };
-    match result.and_then(|b| rank_work(&b)) {
-        Ok(()) => {}
+    match result.and_then(|b| rank_work(&b).map(|()| b.rank)) {
+        Ok(0) => {
+            // Rank 0 may host the store: it stays until the parent saw every other rank
+            // exit (closing this stdin), or a rank's last answer (the ping after its `done`
+            // set) could be cut off by this process leaving.
+            let _ = std::io::Read::read_to_end(&mut std::io::stdin(), &mut Vec::new());
+        }
+        Ok(_) => {}
         Err(e) => {
             println!("CHILD ERROR {e}");
             std::process::exit(3);
@@ -97,6 +103,7 @@ fn spawn(mode: &str, vars: &[(String, String)]) -> Child {
         .env_clear()
         .env(CHILD, mode)
         .envs(vars.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -110,6 +117,12 @@ fn finish(children: Vec<Child>) -> Vec<String> {
     let mut children: Vec<Option<Child>> = children.into_iter().map(Some).collect();
     let mut lines = vec![String::new(); children.len()];
     while children.iter().any(Option::is_some) {
+        // Every rank but the first is gone: let the first (the store's host) leave.
+        if children.iter().skip(1).all(Option::is_none) {
+            if let Some(Some(c)) = children.first_mut() {
+                drop(c.stdin.take());
+            }
+        }
         if start.elapsed() > Duration::from_secs(60) {
             for c in children.iter_mut().flatten() {
                 let _ = c.kill();
