@@ -17,25 +17,17 @@
 //! [`CommGraph::launch_unchecked`].
 
 use crate::comm::{wr, Comm};
+use crate::graph_buffers::GraphBuffers;
 use cudarc::driver::{CudaStream, DevicePtrMut, SyncOnDrop};
-use oxccl_core::{
-    text, Capture, CaptureError, CommAbort, CommOp, CommState, DataType, Error, Graph, Result,
-};
+use oxccl_core::{text, Capture, CaptureError, CommAbort, CommOp, CommState, Error, Graph, Result};
 use oxccl_nccl::{NcclAbort, NcclGraph};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
-/// A byte range of device memory an operation uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-struct Region {
-    addr: usize,
-    bytes: usize,
-}
-
 /// What an open capture has recorded so far.
 #[derive(Debug, Default)]
 struct Recorded {
-    regions: Vec<Region>,
+    regions: GraphBuffers,
     ops: usize,
     /// A raw operation ([`Comm::issue`]) was captured: its buffers are not known.
     raw: bool,
@@ -68,19 +60,10 @@ impl CaptureSlot {
         if !self.on.load(Ordering::Relaxed) {
             return;
         }
-        let size = op.dtype().map_or(0, DataType::size);
         let mut rec = self.rec.lock().unwrap_or_else(PoisonError::into_inner);
         rec.ops += 1;
         rec.raw |= raw;
-        for (addr, len) in crate::pg::capture::buffers(op) {
-            let region = Region {
-                addr,
-                bytes: len.saturating_mul(size),
-            };
-            if region.bytes > 0 && !rec.regions.contains(&region) {
-                rec.regions.push(region);
-            }
-        }
+        rec.regions.note(op);
     }
 }
 
@@ -130,8 +113,7 @@ impl Comm {
             Err(p) => std::panic::resume_unwind(p),
         };
         body?;
-        let mut regions = rec.regions;
-        regions.sort();
+        let regions = rec.regions.sorted();
         Ok(CommGraph {
             graph: graph?,
             abort: oxccl_core::Communicator::abort_handle(self.backend()),
@@ -156,7 +138,7 @@ pub struct CommGraph {
     /// or aborted is refused.
     abort: NcclAbort,
     raw_comm: usize,
-    regions: Vec<Region>,
+    regions: GraphBuffers,
     ops: usize,
     has_raw: bool,
 }
@@ -177,7 +159,7 @@ pub struct CommLaunch<'a> {
     graph: &'a CommGraph,
     comm: &'a Comm,
     held: Vec<SyncOnDrop<'a>>,
-    bound: Vec<Region>,
+    bound: GraphBuffers,
     first_error: Option<Error>,
 }
 
@@ -204,7 +186,7 @@ impl CommGraph {
             graph: self,
             comm,
             held: Vec::new(),
-            bound: Vec::new(),
+            bound: GraphBuffers::default(),
             first_error: None,
         }
         .buf(buf)
@@ -227,7 +209,7 @@ impl CommGraph {
             graph: self,
             comm,
             held: Vec::new(),
-            bound: Vec::new(),
+            bound: GraphBuffers::default(),
             first_error: None,
         };
         for b in bufs.iter_mut() {
@@ -292,10 +274,8 @@ impl<'a> CommLaunch<'a> {
             Ok((raw, sync)) => {
                 self.held.push(sync);
                 if len > 0 {
-                    self.bound.push(Region {
-                        addr: raw.addr,
-                        bytes: len.saturating_mul(std::mem::size_of::<T>()),
-                    });
+                    self.bound
+                        .add(raw.addr, len.saturating_mul(std::mem::size_of::<T>()));
                 }
             }
             Err(e) => self.first_error = Some(e),
@@ -317,15 +297,7 @@ impl<'a> CommLaunch<'a> {
                  launch it with CommGraph::launch_unchecked",
             ));
         }
-        let mut bound = std::mem::take(&mut self.bound);
-        bound.sort();
-        if bound != g.regions {
-            return Err(CaptureError::Mismatch.error(format_args!(
-                "argument `bufs`: the {} buffers the captured operations use, got {} others",
-                g.regions.len(),
-                bound.len()
-            )));
-        }
+        g.regions.check_bound(std::mem::take(&mut self.bound))?;
         // SAFETY: every buffer of the captured operations is bound (same addresses and
         // sizes), held by `&mut` until the guards drop after the launch is queued; the stream
         // waited for their earlier uses when they were bound, and the guards record this

@@ -17,6 +17,7 @@ pub mod buffer;
 mod comm;
 mod comm_graph;
 mod element;
+mod graph_buffers;
 mod group;
 pub mod launch;
 pub mod pg;

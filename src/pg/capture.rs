@@ -32,26 +32,20 @@ use super::group::PgInner;
 use super::work::Work;
 use super::{ProcessGroup, WorkOf};
 use crate::buffer::{Memory, Operand, StreamOf};
+use crate::graph_buffers::GraphBuffers;
 use oxccl_core::state::work::WorkInfo;
 use oxccl_core::{
     text, Capture, CaptureError, CommAbort, CommOp, CommState, DataType, Error, Graph, OpKind,
-    RawBuf, RawBufMut, Result, Stream,
+    Result, Stream,
 };
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-/// A byte range of device (or mock host) memory an operation uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-struct Region {
-    addr: usize,
-    bytes: usize,
-}
-
 /// What an open capture has recorded so far.
 #[derive(Debug, Default)]
 struct Recorded {
-    /// Every distinct buffer the captured operations use, by address.
-    regions: Vec<Region>,
+    /// Every distinct buffer the captured operations use.
+    regions: GraphBuffers,
     /// Each captured operation: kind, dtype, elements in and out.
     ops: Vec<(OpKind, DataType, usize, usize)>,
 }
@@ -75,42 +69,12 @@ impl CaptureState {
 
     /// Notes the buffers of `op` (issued inside the capture) and the op itself.
     pub fn note(&self, op: &CommOp<'_>) {
-        let size = op.dtype().map_or(0, DataType::size);
         let mut rec = self.rec();
-        for (addr, len) in buffers(op) {
-            let r = Region {
-                addr,
-                bytes: len.saturating_mul(size),
-            };
-            if r.bytes > 0 && !rec.regions.contains(&r) {
-                rec.regions.push(r);
-            }
-        }
+        rec.regions.note(op);
         if let Some(dtype) = op.dtype() {
             rec.ops
                 .push((op.kind(), dtype, op.numel_in(), op.numel_out()));
         }
-    }
-}
-
-/// The (address, elements) of each buffer `op` reads or writes.
-pub(crate) fn buffers(op: &CommOp<'_>) -> [(usize, usize); 2] {
-    let pair = |s: RawBuf, r: RawBufMut| [(s.addr, s.len), (r.addr, r.len)];
-    match *op {
-        CommOp::AllReduce { send, recv, .. }
-        | CommOp::Broadcast { send, recv, .. }
-        | CommOp::Reduce { send, recv, .. }
-        | CommOp::AllGather { send, recv, .. }
-        | CommOp::ReduceScatter { send, recv, .. }
-        | CommOp::AllToAll { send, recv, .. }
-        | CommOp::Gather { send, recv, .. }
-        | CommOp::Scatter { send, recv, .. }
-        | CommOp::AllToAllV { send, recv, .. }
-        | CommOp::AllGatherV { send, recv, .. }
-        | CommOp::ReduceScatterV { send, recv, .. } => pair(send, recv),
-        CommOp::Send { buf, .. } => pair(buf, RawBufMut::EMPTY),
-        CommOp::Recv { buf, .. } => pair(RawBuf::EMPTY, buf),
-        CommOp::Barrier => pair(RawBuf::EMPTY, RawBufMut::EMPTY),
     }
 }
 
@@ -262,15 +226,14 @@ where
             ended: false,
         };
         let body = f(self);
-        let (graph, mut rec) = open.end();
+        let (graph, rec) = open.end();
         body?;
         let graph = graph?;
-        rec.regions.sort();
         Ok(PgGraph {
             pg: self.clone(),
             entry: entry.clone(),
             graph,
-            regions: rec.regions,
+            regions: rec.regions.sorted(),
             profile: Profile::of(&rec.ops, inner.global_rank),
         })
     }
@@ -292,7 +255,7 @@ where
     entry: Arc<Entry<B>>,
     graph: <StreamOf<B> as Capture>::Graph,
     /// The buffers the captured operations use, sorted by address.
-    regions: Vec<Region>,
+    regions: GraphBuffers,
     /// What each launch's work and flight-recorder entry say, made once at capture.
     profile: Profile,
 }
@@ -371,7 +334,7 @@ where
         Launch {
             graph: self,
             held: Vec::new(),
-            bound: Vec::new(),
+            bound: GraphBuffers::default(),
             first_error: None,
         }
         .buf(buf)
@@ -388,7 +351,7 @@ where
         let mut l = Launch {
             graph: self,
             held: Vec::new(),
-            bound: Vec::new(),
+            bound: GraphBuffers::default(),
             first_error: None,
         };
         for b in bufs.iter_mut() {
@@ -407,7 +370,7 @@ where
 {
     graph: &'a PgGraph<B>,
     held: Vec<B::Access<'a>>,
-    bound: Vec<Region>,
+    bound: GraphBuffers,
     first_error: Option<Error>,
 }
 
@@ -433,10 +396,8 @@ where
             Ok((raw, access)) => {
                 self.held.push(access);
                 if len > 0 {
-                    self.bound.push(Region {
-                        addr: raw.addr,
-                        bytes: len.saturating_mul(std::mem::size_of::<X::Elem>()),
-                    });
+                    self.bound
+                        .add(raw.addr, len.saturating_mul(std::mem::size_of::<X::Elem>()));
                 }
             }
             Err(e) => self.first_error = Some(e),
@@ -457,17 +418,7 @@ where
                 "launching a graph of the group",
             ));
         }
-        let mut bound = std::mem::take(&mut self.bound);
-        bound.sort();
-        if bound != g.regions {
-            return Err(CaptureError::Mismatch.error(format_args!(
-                "argument `bufs`: the {} buffers the captured operations use ({}), got {} ({})",
-                g.regions.len(),
-                list(&g.regions),
-                bound.len(),
-                list(&bound)
-            )));
-        }
+        g.regions.check_bound(std::mem::take(&mut self.bound))?;
         match g.pg.comm_state() {
             Some(CommState::Ready) => {}
             state => {
@@ -521,12 +472,4 @@ where
             trace,
         ))
     }
-}
-
-/// `addr+bytes, …` for a mismatch's message.
-fn list(r: &[Region]) -> String {
-    r.iter()
-        .map(|r| format!("{:#x}+{}", r.addr, r.bytes))
-        .collect::<Vec<_>>()
-        .join(", ")
 }

@@ -1,0 +1,127 @@
+//! The buffers a captured graph uses, by address and size: noted while the operations are
+//! captured, and compared with the buffers a launch binds. One ledger for the process group's
+//! graphs and [`Comm`](crate::Comm)'s, so both refuse a launch by the same rule.
+
+use oxccl_core::{CaptureError, CommOp, DataType, RawBuf, RawBufMut, Result};
+
+/// A byte range of device (or mock host) memory an operation uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Region {
+    addr: usize,
+    bytes: usize,
+}
+
+/// A set of buffers (empty ones left out): those captured operations use, or those a launch
+/// binds.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(crate) struct GraphBuffers(Vec<Region>);
+
+impl GraphBuffers {
+    /// Adds `bytes` at `addr` (once; nothing when empty).
+    pub(crate) fn add(&mut self, addr: usize, bytes: usize) {
+        let r = Region { addr, bytes };
+        if bytes > 0 && !self.0.contains(&r) {
+            self.0.push(r);
+        }
+    }
+
+    /// Adds every buffer `op` reads or writes.
+    pub(crate) fn note(&mut self, op: &CommOp<'_>) {
+        let size = op.dtype().map_or(0, DataType::size);
+        for (addr, len) in buffers(op) {
+            self.add(addr, len.saturating_mul(size));
+        }
+    }
+
+    /// How many buffers.
+    pub(crate) fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Sorted by address, so two sets compare by content.
+    pub(crate) fn sorted(mut self) -> Self {
+        self.0.sort();
+        self
+    }
+
+    /// `Ok` when `bound` (what a launch binds) is exactly these (sorted) captured buffers;
+    /// else [`CaptureError::Mismatch`] listing both.
+    pub(crate) fn check_bound(&self, bound: GraphBuffers) -> Result<()> {
+        let bound = bound.sorted();
+        if bound == *self {
+            return Ok(());
+        }
+        Err(CaptureError::Mismatch.error(format_args!(
+            "argument `bufs`: the {} buffers the captured operations use ({}), got {} ({})",
+            self.len(),
+            self.list(),
+            bound.len(),
+            bound.list()
+        )))
+    }
+
+    /// `addr+bytes, …` for a mismatch's message.
+    fn list(&self) -> String {
+        self.0
+            .iter()
+            .map(|r| format!("{:#x}+{}", r.addr, r.bytes))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// The (address, elements) of each buffer `op` reads or writes.
+fn buffers(op: &CommOp<'_>) -> [(usize, usize); 2] {
+    let pair = |s: RawBuf, r: RawBufMut| [(s.addr, s.len), (r.addr, r.len)];
+    match *op {
+        CommOp::AllReduce { send, recv, .. }
+        | CommOp::Broadcast { send, recv, .. }
+        | CommOp::Reduce { send, recv, .. }
+        | CommOp::AllGather { send, recv, .. }
+        | CommOp::ReduceScatter { send, recv, .. }
+        | CommOp::AllToAll { send, recv, .. }
+        | CommOp::Gather { send, recv, .. }
+        | CommOp::Scatter { send, recv, .. }
+        | CommOp::AllToAllV { send, recv, .. }
+        | CommOp::AllGatherV { send, recv, .. }
+        | CommOp::ReduceScatterV { send, recv, .. } => pair(send, recv),
+        CommOp::Send { buf, .. } => pair(buf, RawBufMut::EMPTY),
+        CommOp::Recv { buf, .. } => pair(RawBuf::EMPTY, buf),
+        CommOp::Barrier => pair(RawBuf::EMPTY, RawBufMut::EMPTY),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_launch_must_bind_exactly_the_captured_buffers() {
+        let mut captured = GraphBuffers::default();
+        captured.add(0x2000, 8);
+        captured.add(0x1000, 16);
+        captured.add(0x1000, 16);
+        captured.add(0x3000, 0);
+        let captured = captured.sorted();
+        assert_eq!(captured.len(), 2);
+        let mut bound = GraphBuffers::default();
+        bound.add(0x1000, 16);
+        bound.add(0x2000, 8);
+        assert!(captured.check_bound(bound).is_ok());
+        let mut short = GraphBuffers::default();
+        short.add(0x1000, 16);
+        short.add(0x2000, 4);
+        let e = captured.check_bound(short).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                oxccl_core::Error::Capture {
+                    kind: CaptureError::Mismatch,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("0x2000+4"), "{e}");
+    }
+}
