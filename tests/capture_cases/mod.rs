@@ -6,33 +6,14 @@
 
 use oxccl::buffer::{Memory, StreamOf};
 use oxccl::core::{Capture, CaptureError};
-use oxccl::pg::{PgOptions, ProcessGroup};
+use oxccl::pg::PgOptions;
 use oxccl::{CommState, Device, Error, HostScalar, ReduceOp, Scalar};
 use std::time::Duration;
 
-/// A case's verdict on one rank.
-pub type Verdict = Result<(), String>;
-
-/// Makes this rank's default group of the case with the given options.
-pub type MakeGroup<'a, B> = &'a dyn Fn(PgOptions) -> oxccl::Result<ProcessGroup<B>>;
-
-/// A case: its name and its body for one rank.
-pub type Case<B> = (&'static str, fn(MakeGroup<'_, B>, u32) -> Verdict);
-
-macro_rules! ensure {
-    ($cond:expr, $($fmt:tt)*) => {
-        if !$cond {
-            return Err(format!("{}:{}: {}", file!(), line!(), format!($($fmt)*)));
-        }
-    };
-}
-
-/// `r` unwrapped, or the error as a verdict.
-macro_rules! ok {
-    ($r:expr) => {
-        $r.map_err(|e| format!("{}:{}: {e}", file!(), line!()))?
-    };
-}
+#[macro_use]
+#[path = "../case_kit/mod.rs"]
+mod case_kit;
+pub use case_kit::{Case, MakeGroup, Verdict};
 
 /// The kind of a capture error, or the whole error when it is not one.
 fn capture_kind<T: std::fmt::Debug>(r: oxccl::Result<T>) -> Result<CaptureError, String> {

@@ -9,29 +9,10 @@ use oxccl::pg::{PgOptions, ProcessGroup, DEFAULT_TIMEOUT};
 use oxccl::{CommConfig, CommState, Device, Error, ReduceOp};
 use std::time::Duration;
 
-/// A case's verdict on one rank.
-pub type Verdict = Result<(), String>;
-
-/// Makes this rank's default group of the case with the given options.
-pub type MakeGroup<'a, B> = &'a dyn Fn(PgOptions) -> oxccl::Result<ProcessGroup<B>>;
-
-/// A case: its name and its body for one rank.
-pub type Case<B> = (&'static str, fn(MakeGroup<'_, B>, u32) -> Verdict);
-
-macro_rules! ensure {
-    ($cond:expr, $($fmt:tt)*) => {
-        if !$cond {
-            return Err(format!("{}:{}: {}", file!(), line!(), format!($($fmt)*)));
-        }
-    };
-}
-
-/// `r` unwrapped, or the error as a verdict.
-macro_rules! ok {
-    ($r:expr) => {
-        $r.map_err(|e| format!("{}:{}: {e}", file!(), line!()))?
-    };
-}
+#[macro_use]
+#[path = "../case_kit/mod.rs"]
+mod case_kit;
+pub use case_kit::{Case, MakeGroup, Verdict};
 
 /// Lazy groups: nothing bound, a timeout that ends a broken case quickly.
 pub fn lazy(rank: u32) -> PgOptions {
