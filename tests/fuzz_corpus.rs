@@ -60,7 +60,11 @@ fn every_target_replays_its_corpus_and_regressions() {
 
 /// Regression: a mismatch inside a coalescing block on the mock let a rank see its error and
 /// free its buffers while a peer could still run the block's next collective with them (heap
-/// corruption in about one replay of the pg corpus in four). Replays it several times.
+/// corruption in about one replay of the pg corpus in four). Replays it several times. The
+/// same with point-to-point in the block: a rank failed by the block's mismatched collective
+/// still took its message and wrote it into a buffer its user had freed (about two replays in
+/// three once `pg` drove shifts; the mock's recv now checks and copies under the lock that
+/// marks ranks dead).
 #[test]
 fn the_pg_corpus_replays_repeatedly_without_heap_corruption() {
     let dir = root().join("fuzz/corpus/pg");

@@ -1,4 +1,5 @@
-//! Differential: arbitrary programs of collectives, single or in coalescing blocks, with
+//! Differential: arbitrary programs of collectives and point-to-point shifts (every rank sends
+//! to the rank `d` ahead and receives from the rank `d` behind), single or in coalescing blocks, with
 //! subgroups split off on the way, run by the process group (`ProcessGroup<MockBackend>`,
 //! ranks as threads, a `MemStore`) on 1–8 ranks, against a host reference computed here. A step may be mismatched (one rank gives another
 //! count): then every rank must fail that step with `Error::Mismatch`, and nothing may hang
@@ -6,7 +7,7 @@
 
 use arbitrary::{Arbitrary, Unstructured};
 use oxccl::mock::MockBackend;
-use oxccl::pg::{PgOptions, ProcessGroup};
+use oxccl::pg::{P2pOp, PgOptions, ProcessGroup};
 use oxccl::store::{MemStore, Store};
 use oxccl_core::env::ErrorHandling;
 use oxccl_core::{Device, Error, ReduceOp};
@@ -20,10 +21,29 @@ const DEADLINE: Duration = Duration::from_secs(30);
 
 #[derive(Debug, Clone, Copy, Arbitrary)]
 enum Op {
-    AllReduce { len: u8 },
-    Broadcast { root: u8, len: u8 },
-    AllGather { len: u8 },
-    ReduceScatter { len: u8 },
+    AllReduce {
+        len: u8,
+    },
+    Broadcast {
+        root: u8,
+        len: u8,
+    },
+    AllGather {
+        len: u8,
+    },
+    ReduceScatter {
+        len: u8,
+    },
+    /// Send to the rank `d` ahead, receive from the rank `d` behind (`d` from `by`, never 0).
+    Shift {
+        by: u8,
+        len: u8,
+    },
+}
+
+/// The distance of a shift among `n > 1` ranks: 1 to n - 1.
+fn distance(by: u8, n: u32) -> u32 {
+    1 + u32::from(by) % (n - 1)
 }
 
 #[derive(Debug, Clone, Arbitrary)]
@@ -72,6 +92,12 @@ fn expected(op: Op, n: u32, r: u32, s: usize, k: usize) -> Vec<f32> {
             (0..m)
                 .map(|i| (0..n).map(|q| value(q, s, k, r as usize * m + i)).sum())
                 .collect()
+        }
+        // One rank keeps its own input (nothing is sent).
+        Op::Shift { len, .. } if n == 1 => (0..len_of(len)).map(|i| value(r, s, k, i)).collect(),
+        Op::Shift { by, len } => {
+            let from = (r + n - distance(by, n)) % n;
+            (0..len_of(len)).map(|i| value(from, s, k, i)).collect()
         }
     }
 }
@@ -146,6 +172,7 @@ fn run_step(pg: &ProcessGroup<MockBackend>, step: &Step, n: u32, r: u32, s: usiz
                 let m = len_of(len) + extra;
                 (m * n as usize, m)
             }
+            Op::Shift { len, .. } => (len_of(len), len_of(len)),
         };
         let data: Vec<f32> = (0..in_len).map(|i| value(r, s, k, i)).collect();
         let send = pg.upload(&data)?;
@@ -160,6 +187,12 @@ fn run_step(pg: &ProcessGroup<MockBackend>, step: &Step, n: u32, r: u32, s: usiz
                     Op::Broadcast { root, .. } => c.broadcast(send, u32::from(root) % n)?,
                     Op::AllGather { .. } => c.all_gather(send, recv)?,
                     Op::ReduceScatter { .. } => c.reduce_scatter(send, recv, ReduceOp::Sum)?,
+                    Op::Shift { .. } if n == 1 => {}
+                    Op::Shift { by, .. } => {
+                        let d = distance(by, n);
+                        c.send(send, (r + d) % n)?;
+                        c.recv(recv, (r + n - d) % n)?;
+                    }
                 }
             }
             Ok(())
@@ -172,6 +205,14 @@ fn run_step(pg: &ProcessGroup<MockBackend>, step: &Step, n: u32, r: u32, s: usiz
                 Op::Broadcast { root, .. } => pg.broadcast(send, u32::from(root) % n)?,
                 Op::AllGather { .. } => pg.all_gather(send, recv)?,
                 Op::ReduceScatter { .. } => pg.reduce_scatter(send, recv, ReduceOp::Sum)?,
+                Op::Shift { .. } if n == 1 => continue,
+                Op::Shift { by, .. } => {
+                    let d = distance(by, n);
+                    pg.batch_isend_irecv(&mut [
+                        P2pOp::Send(send, (r + d) % n),
+                        P2pOp::Recv(recv, (r + n - d) % n),
+                    ])?
+                }
             };
             work.wait_timeout(WAIT)?;
         }
@@ -180,7 +221,10 @@ fn run_step(pg: &ProcessGroup<MockBackend>, step: &Step, n: u32, r: u32, s: usiz
     for (op, (send, recv)) in step.ops.iter().zip(&bufs) {
         out.push(match op {
             Op::AllReduce { .. } | Op::Broadcast { .. } => pg.download(send)?,
-            Op::AllGather { .. } | Op::ReduceScatter { .. } => pg.download(recv)?,
+            Op::Shift { .. } if n == 1 => pg.download(send)?,
+            Op::AllGather { .. } | Op::ReduceScatter { .. } | Op::Shift { .. } => {
+                pg.download(recv)?
+            }
         });
     }
     Ok(out)
@@ -196,7 +240,9 @@ pub fn fuzz(data: &[u8]) {
     input.steps.truncate(4);
     for st in &mut input.steps {
         st.ops.truncate(4);
-        if n == 1 || st.ops.is_empty() {
+        // A mismatch is made on the step's first operation, and only a collective's is seen
+        // by every rank (a shift's sizes are the pair's business).
+        if n == 1 || !matches!(st.ops.first(), Some(op) if !matches!(op, Op::Shift { .. })) {
             st.mismatch = None;
         }
         // A subgroup of at least one rank.

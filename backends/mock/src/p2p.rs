@@ -42,6 +42,12 @@ impl CommShared {
     ) -> Result<()> {
         let mut hub = lock(&self.hub);
         loop {
+            // A dead receiver's buffer may be freed already (its user saw the error): check
+            // under the lock that marks ranks dead, before taking the message.
+            if hub.dead.get(dst as usize).is_some_and(|d| d.is_some()) {
+                drop(hub);
+                return Err(self.own_error(dst));
+            }
             if let Some(msg) = hub.mail.remove(&(src, dst, seq)) {
                 if let Err(e) = mismatch::check_p2p(&msg.desc, src, desc, dst) {
                     // Both ends of a mismatched pair learn of it.
@@ -52,15 +58,14 @@ impl CommShared {
                     self.cv.notify_all();
                     return Err(e);
                 }
-                drop(hub);
-                // SAFETY: the caller's promise for the recv buffer; `check_p2p` matched the
-                // message's element count and type to it, so `msg.data` is exactly its span.
+                // Written under the hub's lock: the rank cannot be marked dead (and its user
+                // free the buffer) while the copy runs.
+                // SAFETY: the caller's promise for the recv buffer (alive: the rank is not
+                // dead, checked under this lock); `check_p2p` matched the message's element
+                // count and type to it, so `msg.data` is exactly its span.
                 unsafe { write(desc.recv.addr, &msg.data) };
-                return Ok(());
-            }
-            if hub.dead.get(dst as usize).is_some_and(|d| d.is_some()) {
                 drop(hub);
-                return Err(self.own_error(dst));
+                return Ok(());
             }
             if let Some(why) = hub.dead.get(src as usize).cloned().flatten() {
                 return Err(Error::Remote {
