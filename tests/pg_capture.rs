@@ -8,39 +8,13 @@ mod capture_cases;
 use capture_cases::Verdict;
 use oxccl::core::{Capture, CaptureError, Communicator, Event, Graph, Stream};
 use oxccl::mock::{FaultPlan, MockBackend, MockStream, World};
-use oxccl::pg::{PgOptions, ProcessGroup};
-use oxccl::store::{MemStore, PrefixStore, Store};
 use oxccl::{CommOp, CommState, DataType, Error, RawBufMut, ReduceOp, ResultCode};
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Arc;
 
 type Body = fn(capture_cases::MakeGroup<'_, MockBackend>, u32) -> Verdict;
 
-/// Runs `body` on `n` ranks (a thread each); the k-th group a rank makes shares the k-th
-/// store prefix with the other ranks' k-th.
+/// Runs `body` on `n` ranks (a thread each) of a fresh mock world.
 fn run(n: u32, body: Body) {
-    let backend = MockBackend::new();
-    let store: Arc<dyn Store> = Arc::new(MemStore::new());
-    let threads: Vec<_> = (0..n)
-        .map(|r| {
-            let (backend, store) = (backend.clone(), store.clone());
-            std::thread::spawn(move || {
-                let made = AtomicU32::new(0);
-                let mk = |opts: PgOptions| {
-                    let k = made.fetch_add(1, Ordering::Relaxed);
-                    let store: Arc<dyn Store> =
-                        Arc::new(PrefixStore::new(format!("group{k}"), store.clone()));
-                    ProcessGroup::new(backend.clone(), store, r, n, opts)
-                };
-                body(&mk, r)
-            })
-        })
-        .collect();
-    for (r, t) in threads.into_iter().enumerate() {
-        if let Err(e) = t.join().expect("rank thread") {
-            panic!("rank {r}: {e}");
-        }
-    }
+    capture_cases::run_on(MockBackend::new(), n, body)
 }
 
 fn case(name: &str) -> Body {

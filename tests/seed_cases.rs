@@ -8,39 +8,12 @@ mod pg_cases;
 
 use oxccl::mock::MockBackend;
 use oxccl::pg::{PgOptions, ProcessGroup};
-use oxccl::store::{MemStore, PrefixStore, Store};
+use oxccl::store::{MemStore, Store};
 use oxccl::Error;
-use pg_cases::{collectives, groups, safety, Verdict};
-use std::sync::atomic::{AtomicU32, Ordering};
+use pg_cases::{collectives, groups, run_on, safety, Verdict};
 use std::sync::Arc;
 
 type Body = fn(pg_cases::MakeGroup<'_, MockBackend>, u32) -> Verdict;
-
-/// Runs `body` on `n` ranks (a thread each) of `backend`; each default group a rank makes
-/// gets its own store prefix (the k-th group of every rank shares the k-th prefix).
-fn run_on(backend: MockBackend, n: u32, body: Body) {
-    let store: Arc<dyn Store> = Arc::new(MemStore::new());
-    let threads: Vec<_> = (0..n)
-        .map(|r| {
-            let (backend, store) = (backend.clone(), store.clone());
-            std::thread::spawn(move || {
-                let made = AtomicU32::new(0);
-                let mk = |opts: PgOptions| {
-                    let k = made.fetch_add(1, Ordering::Relaxed);
-                    let store: Arc<dyn Store> =
-                        Arc::new(PrefixStore::new(format!("group{k}"), store.clone()));
-                    ProcessGroup::new(backend.clone(), store, r, n, opts)
-                };
-                body(&mk, r)
-            })
-        })
-        .collect();
-    for (r, t) in threads.into_iter().enumerate() {
-        if let Err(e) = t.join().expect("rank thread") {
-            panic!("rank {r}: {e}");
-        }
-    }
-}
 
 fn run(n: u32, body: Body) {
     run_on(MockBackend::new(), n, body)

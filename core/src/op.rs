@@ -190,6 +190,24 @@ pub enum OpKind {
 }
 
 impl OpKind {
+    /// Every kind, in declaration order (a stable index for wire formats and fuzz inputs).
+    pub const ALL: [OpKind; 14] = [
+        OpKind::AllReduce,
+        OpKind::Broadcast,
+        OpKind::Reduce,
+        OpKind::AllGather,
+        OpKind::ReduceScatter,
+        OpKind::AllToAll,
+        OpKind::AllToAllV,
+        OpKind::Gather,
+        OpKind::Scatter,
+        OpKind::AllGatherV,
+        OpKind::ReduceScatterV,
+        OpKind::Send,
+        OpKind::Recv,
+        OpKind::Barrier,
+    ];
+
     /// The snake_case name used in traces and messages ("all_reduce").
     pub const fn name(self) -> &'static str {
         match self {

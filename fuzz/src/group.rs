@@ -46,23 +46,6 @@ struct Op {
     peer: Option<u32>,
 }
 
-const KINDS: [OpKind; 14] = [
-    OpKind::AllReduce,
-    OpKind::Broadcast,
-    OpKind::Reduce,
-    OpKind::AllGather,
-    OpKind::ReduceScatter,
-    OpKind::AllToAll,
-    OpKind::AllToAllV,
-    OpKind::Gather,
-    OpKind::Scatter,
-    OpKind::AllGatherV,
-    OpKind::ReduceScatterV,
-    OpKind::Send,
-    OpKind::Recv,
-    OpKind::Barrier,
-];
-
 /// Premul-sum factors, NaN and both zeros included (bitwise identity decides sameness).
 const FACTORS: [f32; 4] = [1.0, 0.0, -0.0, f32::NAN];
 
@@ -86,7 +69,7 @@ enum Red {
 }
 
 fn summary(op: &Op) -> (OpSummary, Option<Red>) {
-    let k = pick(&KINDS, op.kind).unwrap_or(OpKind::Barrier);
+    let k = pick(&OpKind::ALL, op.kind).unwrap_or(OpKind::Barrier);
     let dtype = DataType::from_code(i32::from(op.dtype % 14));
     let (reduce, red) = match op.reduce % 7 {
         r @ 0..=4 => (

@@ -12,7 +12,9 @@ use std::time::Duration;
 #[macro_use]
 #[path = "../case_kit/mod.rs"]
 mod case_kit;
-pub use case_kit::{Case, MakeGroup, Verdict};
+// `run_on` is for the mock suites; the GPU runners (examples) do not use it.
+#[allow(unused_imports)]
+pub use case_kit::{run_on, Case, MakeGroup, Verdict};
 
 /// Lazy groups: nothing bound, a timeout that ends a broken case quickly.
 pub fn lazy(rank: u32) -> PgOptions {

@@ -144,23 +144,6 @@ impl R<'_> {
     }
 }
 
-const KINDS: [OpKind; 14] = [
-    OpKind::AllReduce,
-    OpKind::Broadcast,
-    OpKind::Reduce,
-    OpKind::AllGather,
-    OpKind::ReduceScatter,
-    OpKind::AllToAll,
-    OpKind::AllToAllV,
-    OpKind::Gather,
-    OpKind::Scatter,
-    OpKind::AllGatherV,
-    OpKind::ReduceScatterV,
-    OpKind::Send,
-    OpKind::Recv,
-    OpKind::Barrier,
-];
-
 /// The static name a mismatch's `what` takes back (the mock's own names).
 fn what_static(s: &str) -> &'static str {
     [
@@ -320,7 +303,7 @@ fn get_opt(r: &mut R<'_>) -> Result<Option<u32>> {
 
 fn put_job(w: &mut W, j: &WireJob) {
     let d = &j.desc;
-    w.u8(KINDS.iter().position(|k| *k == d.kind).unwrap_or(0) as u8);
+    w.u8(OpKind::ALL.iter().position(|k| *k == d.kind).unwrap_or(0) as u8);
     w.u32(d.dtype.map_or(u32::MAX, |t| t.code() as u32));
     put_op(w, d.op);
     put_opt(w, d.root);
@@ -345,7 +328,7 @@ fn put_job(w: &mut W, j: &WireJob) {
 }
 
 fn get_job(r: &mut R<'_>) -> Result<WireJob> {
-    let kind = *KINDS.get(r.u8()? as usize).ok_or_else(short)?;
+    let kind = *OpKind::ALL.get(r.u8()? as usize).ok_or_else(short)?;
     let dt = r.u32()?;
     let dtype = if dt == u32::MAX {
         None
