@@ -44,13 +44,15 @@ fn the_environment_reaches_the_options() {
     assert_eq!(o.wait_timeout_dump, Duration::from_millis(1234));
     assert_eq!(o.coord_check, Duration::from_millis(250));
     assert_eq!(o.nonblocking_timeout, None, "0 means unbounded");
-    // Blocking wait leaves failures to the user's thread: no desync report (as c10d).
+    // Blocking wait leaves failures to the user's thread, whose `wait` then names the
+    // lagging ranks itself: desync debugging stays on.
     let blocking = |k: &str| match k {
         "OXCCL_BLOCKING_WAIT" => Some("1"),
         other => look(other),
     };
     let o = PgOptions::from_config(&EnvConfig::from_lookup(blocking).unwrap(), None);
-    assert!(!o.desync_debug);
+    assert!(o.desync_debug);
+    assert_eq!(o.error_handling, ErrorHandling::NoHandling);
     let d = PgOptions::from_config(&EnvConfig::default(), None);
     assert!(!d.high_priority);
     assert_eq!(d.nonblocking_timeout, Some(Duration::from_secs(1800)));

@@ -60,7 +60,9 @@ pub struct PgOptions {
     pub high_priority: bool,
     /// Publish this rank's progress through the store and, when a collective times out, name
     /// the ranks that never joined it (c10d's `TORCH_NCCL_DESYNC_DEBUG`; see
-    /// [`super::ProcessGroup::desync_report`]). Needs the watchdog.
+    /// [`super::ProcessGroup::desync_report`]). The timed-out work's own error (from
+    /// [`super::Work::wait`], [`super::Work::error`]) ends with the verdict, and the abort's
+    /// reason starts with it; also under blocking wait. Needs the watchdog (it publishes).
     pub desync_debug: bool,
     /// How long a rank that failed waits for its flight-recorder dump before it goes on to
     /// abort or end the process (c10d's `TORCH_NCCL_WAIT_TIMEOUT_DUMP_MILSEC`): a dump stuck on
@@ -126,8 +128,8 @@ impl PgOptions {
             nan_check: env.nan_check,
             heartbeat: env.enable_monitoring.then_some(env.heartbeat_timeout),
             high_priority: env.high_priority,
-            // As c10d: blocking wait leaves failures to the user's thread, so no desync report.
-            desync_debug: env.desync_debug && !env.blocking_wait,
+            // Also under blocking wait: the user's `wait` then names the lagging ranks itself.
+            desync_debug: env.desync_debug,
             wait_timeout_dump: env.wait_timeout_dump,
             coord_check: env.coord_check,
             nonblocking_timeout: env.nonblocking_timeout,

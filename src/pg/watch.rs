@@ -84,7 +84,53 @@ pub(crate) struct Desync {
     progress: Mutex<(RankProgress, Option<RankProgress>)>,
     /// The last report written on a timeout.
     pub report: Mutex<Option<String>>,
+    /// The verdict of the last collective that timed out here (computed once per collective,
+    /// by the watchdog or a blocking wait, whichever saw the timeout first).
+    last: Mutex<Option<Verdict>>,
 }
+
+/// What desync debugging concluded of a collective that timed out on this rank: the global
+/// ranks that never joined it (empty: every rank did, so the hang is elsewhere).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Verdict {
+    /// The collective's sequence number.
+    pub seq: u64,
+    /// The global ranks that never joined it, ascending.
+    pub lagging: Vec<u32>,
+}
+
+impl Verdict {
+    /// The ranks, runs folded (`[0-3, 7]`).
+    fn ranks(&self) -> String {
+        let mut s = String::new();
+        let _ = oxccl_core::watchdog::desync::write_ranks(&mut s, &self.lagging);
+        s
+    }
+
+    /// The note a timed-out work's error ends with.
+    pub fn note(&self) -> String {
+        if self.lagging.is_empty() {
+            String::from("every rank joined it (desync debug)")
+        } else {
+            format!("ranks {} never joined it", self.ranks())
+        }
+    }
+
+    /// The head of an abort reason (first, so that a reason cut to the error's inline length
+    /// still says it); `None` when no rank lagged.
+    pub fn headline(&self) -> Option<String> {
+        (!self.lagging.is_empty()).then(|| {
+            format!(
+                "ranks {} never joined collective #{}",
+                self.ranks(),
+                self.seq
+            )
+        })
+    }
+}
+
+/// How long a desync verdict waits for each rank's progress in the store.
+pub(crate) const DESYNC_READ_LIMIT: Duration = Duration::from_secs(2);
 
 /// The store key of group `uid`'s group rank `rank`'s progress report.
 pub(crate) fn desync_key(uid: u64, rank: u32) -> String {
@@ -141,6 +187,7 @@ impl GroupWatch {
                 ranks,
                 progress: Mutex::new((RankProgress::default(), None)),
                 report: Mutex::new(None),
+                last: Mutex::new(None),
             }),
             hooks: Mutex::new(Vec::new()),
             hook_errors: Mutex::new(Vec::new()),
@@ -227,6 +274,37 @@ impl GroupWatch {
         *lock(&d.report) = Some(text.clone());
         let lagging = oxccl_core::watchdog::desync::lagging(seq, &reports).collect();
         Some((text, lagging))
+    }
+
+    /// The desync verdict of collective `seq` (`op`) that timed out here: computed (and its
+    /// report kept, see [`GroupWatch::desync_report`]) by the first caller, the same for the
+    /// later ones. `None` with desync debugging off and for point-to-point operations (they
+    /// have a sequence of their own, and a peer that skips one is not behind the group).
+    pub fn verdict(&self, seq: u64, op: OpKind) -> Option<Verdict> {
+        let d = self.desync.as_ref()?;
+        if matches!(op, OpKind::Send | OpKind::Recv) {
+            return None;
+        }
+        if let Some(v) = lock(&d.last).as_ref().filter(|v| v.seq == seq) {
+            return Some(v.clone());
+        }
+        let (_, lagging) = self.desync_report(seq, op, DESYNC_READ_LIMIT)?;
+        let v = Verdict { seq, lagging };
+        *lock(&d.last) = Some(v.clone());
+        Some(v)
+    }
+
+    /// Why the communicator is aborted for a failure `e` of this group: the desync headline
+    /// first when there is one.
+    pub fn failure_reason(&self, e: &oxccl_core::Error, verdict: Option<&Verdict>) -> String {
+        let head = format!(
+            "process group {} ({}) rank {}",
+            self.uid, self.desc, self.global_rank
+        );
+        match verdict.and_then(Verdict::headline) {
+            Some(h) => format!("{head}: {h}; {e}"),
+            None => format!("{head}: {e}"),
+        }
     }
 
     pub fn add_hook(&self, hook: CompletionHook) {

@@ -289,15 +289,30 @@ impl<E: Event, A: CommAbort> Inner<E, A> {
 
     /// `Ok(false)` while the work is within its limit (`wait_limit_ms`, else the group's
     /// timeout); its timeout error past it (a waiting caller's timeout aborts the
-    /// communicator).
+    /// communicator). With desync debugging on, the error (and the abort's reason) says which
+    /// ranks never joined the collective: read from the store without the work's lock.
     fn check_deadline(&self, now: u64, wait_limit_ms: Option<u64>) -> Result<bool> {
-        let mut st = self.lock();
+        let st = self.lock();
         let limit = wait_limit_ms.unwrap_or(st.info().timeout_ms);
-        if let Err(e) = st.check_deadline(now, limit) {
-            drop(st);
+        let past = st.is_past_deadline(now, limit);
+        if !past && !st.state().is_final() {
+            return Ok(false);
+        }
+        let info = *st.info();
+        drop(st);
+        let verdict = past
+            .then(|| self.watch.verdict(info.seq, info.kind))
+            .flatten();
+        let note = verdict.as_ref().map(|v| v.note()).unwrap_or_default();
+        let checked = self.lock().check_deadline_noting(now, limit, &note);
+        if let Err(e) = checked {
             if wait_limit_ms.is_some() {
                 if let Some(a) = &self.abort {
-                    a.abort(&e.to_string());
+                    let reason = match verdict.as_ref().and_then(|v| v.headline()) {
+                        Some(h) => format!("{h}; {e}"),
+                        None => e.to_string(),
+                    };
+                    a.abort(&reason);
                 }
             }
             return Err(e);

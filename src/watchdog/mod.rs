@@ -380,22 +380,16 @@ impl Watchdog {
         let g = w.watch();
         let kind = FailureKind::of(e);
         let plan = failure_plan(g.mode, kind, g.dump_on_timeout);
-        let mut reason = format!(
-            "process group {} ({}) rank {}: {e}",
-            g.uid, g.desc, g.global_rank
-        );
-        if kind == FailureKind::Timeout {
-            let info = w.info();
-            if let Some((report, lagging)) = g.desync_report(info.seq, info.kind, DESYNC_READ_LIMIT)
-            {
+        // The verdict the work's own timeout error already carries (computed once per
+        // collective), first in the reason; the whole report after it, and in the log.
+        let info = w.info();
+        let verdict = (kind == FailureKind::Timeout)
+            .then(|| g.verdict(info.seq, info.kind))
+            .flatten();
+        let mut reason = g.failure_reason(e, verdict.as_ref());
+        if verdict.is_some() {
+            if let Some(report) = g.desync.as_ref().and_then(|d| lock(&d.report).clone()) {
                 log::error!("oxccl watchdog: {report}");
-                if !lagging.is_empty() {
-                    // First, so that a reason cut to the error's inline length still says it.
-                    reason = format!(
-                        "process group {} ({}) rank {}: ranks {lagging:?} never joined collective #{}; {e}",
-                        g.uid, g.desc, g.global_rank, info.seq
-                    );
-                }
                 reason.push_str("; ");
                 reason.push_str(&report);
             }
@@ -422,9 +416,6 @@ impl Watchdog {
         }
     }
 }
-
-/// How long a desync report waits for each rank's progress in the store.
-const DESYNC_READ_LIMIT: Duration = Duration::from_secs(2);
 
 /// Whether a work counts in the desync sequence: collectives (point-to-point operations have
 /// a sequence of their own, and a peer that skips one is not behind the group).

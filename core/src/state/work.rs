@@ -244,6 +244,28 @@ impl Work {
     /// [`Work::check_timeout`] against `limit_ms` instead of the work's own timeout (a
     /// `wait` with a timeout of its own); the text names the limit applied.
     pub fn check_deadline(&mut self, now_ns: u64, limit_ms: u64) -> Result<(), Error> {
+        self.check_deadline_noting(now_ns, limit_ms, "")
+    }
+
+    /// Whether the work is still in flight at `now_ns` past `limit_ms` from its creation: what
+    /// [`Work::check_deadline`] would turn into a timeout (it changes nothing). A caller that
+    /// has something to add to the timeout's text (a desync verdict that takes store reads)
+    /// asks first, gathers it without holding the work, then calls
+    /// [`Work::check_deadline_noting`].
+    pub fn is_past_deadline(&self, now_ns: u64, limit_ms: u64) -> bool {
+        !self.state.is_final()
+            && now_ns.saturating_sub(self.created_ns) > limit_ms.saturating_mul(NS_PER_MS)
+    }
+
+    /// [`Work::check_deadline`] whose timeout text ends with `note` after PyTorch's
+    /// description (`"; "` between them; nothing when `note` is empty). The text is cut at
+    /// the error's capacity, so a note of many ranks may lose its tail.
+    pub fn check_deadline_noting(
+        &mut self,
+        now_ns: u64,
+        limit_ms: u64,
+        note: &str,
+    ) -> Result<(), Error> {
         if self.state.is_final() {
             return match &self.error {
                 Some(e) => Err(e.clone()),
@@ -258,13 +280,15 @@ impl Work {
         let i = &self.info;
         let e = Error::Timeout {
             what: text(format_args!(
-                "WorkNCCL(SeqNum={}, OpType={}, NumelIn={}, NumelOut={}, Timeout(ms)={}) ran for {} milliseconds before timing out",
+                "WorkNCCL(SeqNum={}, OpType={}, NumelIn={}, NumelOut={}, Timeout(ms)={}) ran for {} milliseconds before timing out{}{}",
                 i.seq,
                 op_type_name(i.kind, i.coalesced),
                 i.numel_in,
                 i.numel_out,
                 limit_ms,
-                after_ms
+                after_ms,
+                if note.is_empty() { "" } else { "; " },
+                note
             )),
             after_ms,
         };

@@ -109,6 +109,33 @@ pub fn lagging(
         .map(|(r, _)| *r)
 }
 
+/// Writes `ranks` (ascending) as a bracketed list with runs folded: `[0-3, 7]`, so a verdict
+/// naming many ranks still fits a short error text.
+pub fn write_ranks(out: &mut impl Write, ranks: &[u32]) -> fmt::Result {
+    out.write_char('[')?;
+    let (mut i, mut first_run) = (0, true);
+    while i < ranks.len() {
+        let first = ranks[i];
+        let mut last = first;
+        while last != u32::MAX && ranks.get(i + 1) == Some(&(last + 1)) {
+            i += 1;
+            last = ranks[i];
+        }
+        if first_run {
+            first_run = false;
+        } else {
+            out.write_str(", ")?;
+        }
+        match last.wrapping_sub(first) {
+            0 => write!(out, "{first}")?,
+            1 => write!(out, "{first}, {last}")?,
+            _ => write!(out, "{first}-{last}")?,
+        }
+        i += 1;
+    }
+    out.write_char(']')
+}
+
 /// Writes the report of collective `seq` (`op`, e.g. "all_reduce") that timed out on rank `me`,
 /// from every member's report (`(global rank, report)`): who never joined it and where they
 /// are, who joined but did not finish, who finished.
@@ -160,6 +187,21 @@ mod tests {
 
     fn p(issued: u64, completed: u64) -> Option<RankProgress> {
         Some(RankProgress { issued, completed })
+    }
+
+    #[test]
+    fn rank_lists_fold_runs() {
+        let show = |r: &[u32]| {
+            let mut s = heapless::String::<64>::new();
+            write_ranks(&mut s, r).unwrap();
+            s
+        };
+        assert_eq!(show(&[]), "[]");
+        assert_eq!(show(&[2]), "[2]");
+        assert_eq!(show(&[1, 2]), "[1, 2]");
+        assert_eq!(show(&[0, 1, 2, 3, 7, 9, 10, 11]), "[0-3, 7, 9-11]");
+        assert_eq!(show(&[u32::MAX - 1, u32::MAX]), "[4294967294, 4294967295]");
+        assert_eq!(show(&[5, 3]), "[5, 3]", "not ascending: written as given");
     }
 
     #[test]

@@ -177,6 +177,34 @@ fn timeout_text_is_pytorchs() {
     assert_eq!(w.check_timeout(5_000 * MS), Err(e));
 }
 
+/// A note (a desync verdict) follows PyTorch's text; asking whether the deadline passed
+/// changes nothing, and a final work is never past it.
+#[test]
+fn a_noted_timeout_keeps_pytorchs_text_first() {
+    let mut w = new(false);
+    assert!(!w.is_past_deadline(1_100 * MS, 100));
+    assert!(w.is_past_deadline(1_100 * MS + 1, 100));
+    assert_eq!(w.state(), WorkState::Scheduled, "asking changes nothing");
+    let e = w
+        .check_deadline_noting(1_150 * MS, 100, "ranks [2] never joined it")
+        .unwrap_err();
+    let Error::Timeout {
+        what,
+        after_ms: 150,
+    } = &e
+    else {
+        panic!("{e:?}")
+    };
+    assert_eq!(
+        what.as_str(),
+        "WorkNCCL(SeqNum=3, OpType=ALLREDUCE, NumelIn=12, NumelOut=12, Timeout(ms)=100) ran for 150 milliseconds before timing out; ranks [2] never joined it"
+    );
+    assert_eq!(w.state(), WorkState::TimedOut);
+    assert!(!w.is_past_deadline(9_000 * MS, 100), "final: never past");
+    // The first failure stays, whatever a later note says.
+    assert_eq!(w.check_deadline_noting(9_000 * MS, 100, "other"), Err(e));
+}
+
 #[test]
 fn timeout_from_started_and_coalesced_name() {
     let mut w = Work::new(
