@@ -13,62 +13,32 @@
 #[path = "../tests/capture_cases/mod.rs"]
 mod capture_cases;
 
+#[path = "case_runner/mod.rs"]
+mod case_runner;
+
 use oxccl::buffer::{Memory, StreamOf};
 use oxccl::core::{Backend, Capture, CaptureError};
 use oxccl::mock::MockBackend;
 use oxccl::pg::{PgOptions, ProcessGroup};
-use oxccl::store::{MemStore, PrefixStore, Store, TcpStore, TcpStoreOptions};
+use oxccl::store::{MemStore, PrefixStore, Store};
 use oxccl::{Comm, CommConfig, Error, HostScalar, Nccl, ReduceOp, Result, Scalar};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// The launcher's store when started by one (rank 0 hosts it), else an in-process one.
 fn store_of(launch: Option<&oxccl::core::launch::LaunchInfo>) -> Result<Arc<dyn Store>> {
-    let Some(launch) = launch else {
-        return Ok(Arc::new(MemStore::new()));
-    };
-    let host = launch
-        .master_addr
-        .as_ref()
-        .map_or("127.0.0.1".to_string(), |h| h.as_str().to_string());
-    let port = launch.master_port.unwrap_or(29500);
-    let mut opts = if launch.use_agent_store || launch.rank != 0 {
-        TcpStoreOptions::client(&host, port)
-    } else {
-        TcpStoreOptions::server(&host, port)
-    };
-    opts.world_size = Some(launch.world_size);
-    opts.timeout = Duration::from_secs(60);
-    Ok(Arc::new(TcpStore::new(opts)?))
+    match launch {
+        Some(launch) => case_runner::launcher_store(launch),
+        None => Ok(Arc::new(MemStore::new())),
+    }
 }
 
 /// Runs every case on this rank; returns how many failed.
-fn cases<B: Memory>(backend: &B, store: &Arc<dyn Store>, rank: u32, world: u32) -> u32
+fn cases<B: Memory>(backend: &B, store: &Arc<dyn Store>, rank: u32, world: u32) -> Result<u32>
 where
     StreamOf<B>: Capture,
 {
-    let mut failed = 0;
-    for (name, body) in capture_cases::all::<B>() {
-        let made = AtomicU32::new(0);
-        let mk = |opts: PgOptions| {
-            let k = made.fetch_add(1, Ordering::Relaxed);
-            let store: Arc<dyn Store> =
-                Arc::new(PrefixStore::new(format!("{name}/{k}"), store.clone()));
-            ProcessGroup::new(backend.clone(), store, rank, world, opts)
-        };
-        let t = Instant::now();
-        let verdict = body(&mk, rank);
-        let ms = t.elapsed().as_millis();
-        match verdict {
-            Ok(()) => println!("rank {rank} {name}: ok ({ms} ms)"),
-            Err(e) => {
-                failed += 1;
-                println!("rank {rank} {name}: FAILED ({ms} ms): {e}");
-            }
-        }
-    }
-    failed
+    case_runner::run_cases(backend, store, rank, world, capture_cases::all::<B>())
 }
 
 /// `ops` all-reduces of 2 floats, issued one by one and then as one captured graph launched
@@ -217,15 +187,7 @@ fn comm_timing(nccl: &Nccl, ops: usize, launches: usize) -> Result<(f64, f64)> {
 
 fn main() -> Result<()> {
     env_logger::init();
-    let vars: std::collections::HashMap<String, String> = std::env::vars().collect();
-    let launched = vars.contains_key("RANK") && vars.contains_key("WORLD_SIZE");
-    let launch = if launched {
-        Some(oxccl::core::launch::LaunchInfo::detect(|k| {
-            vars.get(k).map(String::as_str)
-        })?)
-    } else {
-        None
-    };
+    let launch = case_runner::launched()?;
     let (rank, world) = launch.as_ref().map_or((0, 1), |l| (l.rank, l.world_size));
     let nccl = Nccl::load()
         .ok()
@@ -237,7 +199,7 @@ fn main() -> Result<()> {
         let threads: Vec<_> = (0..2)
             .map(|r| {
                 let (b, s) = (backend.clone(), store.clone());
-                std::thread::spawn(move || cases(&b, &s, r, 2))
+                std::thread::spawn(move || cases(&b, &s, r, 2).unwrap_or(1))
             })
             .collect();
         let failed: u32 = threads.into_iter().map(|t| t.join().unwrap_or(1)).sum();
@@ -250,7 +212,7 @@ fn main() -> Result<()> {
         nccl.library().path().display()
     );
     let store = store_of(launch.as_ref())?;
-    let failed = cases(&nccl, &store, rank, world);
+    let failed = cases(&nccl, &store, rank, world)?;
     let opts = PgOptions {
         bound_device: Some(oxccl::Device(rank)),
         device: oxccl::Device(rank),
