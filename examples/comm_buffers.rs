@@ -10,9 +10,12 @@
 //! the host), the mode counts and registrations the group reports (a window made once for
 //! repeated operations), a buffer dropped right after its operation was issued (freed after
 //! the work, never under it), a tuned table mixing modes by size, and on a library older than
-//! 2.27 that windows are refused naming the feature.
+//! 2.27 that windows are refused naming the feature. Then, per mode: a CUDA graph of
+//! all_reduces on a buffer registered before the capture (`register_buffer`), launched
+//! several times; a `batch_isend_irecv` ring on `NcclBuf`s, eager and captured; and
+//! `release_windows` letting go of every dropped buffer's window.
 
-use oxccl::pg::{PgOptions, ProcessGroup, RegMode, TuneTable, TunedStats};
+use oxccl::pg::{P2pOp, PgOptions, ProcessGroup, RegMode, TuneTable, TunedStats};
 use oxccl::store::{MemStore, Store};
 use oxccl::{Device, Error, Feature, Nccl, ReduceOp};
 use std::sync::Arc;
@@ -102,7 +105,15 @@ fn rank(nccl: Nccl, store: Arc<dyn Store>, r: u32, n: u32) -> Result<(), String>
             RegMode::Window => Some(Feature::WindowRegistration),
         };
         match (need.map(|f| feats.has(f)), modes(&pg, r, n, mode)) {
-            (None | Some(true), Ok(stats)) => println!("rank {r}: {} ok: {stats:?}", mode.name()),
+            (None | Some(true), Ok(stats)) => {
+                println!("rank {r}: {} ok: {stats:?}", mode.name());
+                let done = graphs_and_batches(&pg, r, n, mode)
+                    .map_err(|err| format!("{} graphs and batches: {err}", mode.name()))?;
+                println!(
+                    "rank {r}: {} graphs, batches, release ok: {done}",
+                    mode.name()
+                );
+            }
             (Some(false), Err(Error::Unsupported { feature, .. })) if Some(feature) == need => {
                 println!(
                     "rank {r}: {} refused as expected ({feature:?} missing)",
@@ -238,4 +249,85 @@ fn modes(pg: &ProcessGroup<Nccl>, r: u32, n: u32, mode: RegMode) -> oxccl::Resul
         ));
     }
     Ok(stats)
+}
+
+/// Graphs on registered buffers, batches of sends and receives on `NcclBuf`s (eager and
+/// captured), and the explicit release of windows, in `pg`'s mode. Says what it saw.
+fn graphs_and_batches(
+    pg: &ProcessGroup<Nccl>,
+    r: u32,
+    n: u32,
+    mode: RegMode,
+) -> oxccl::Result<String> {
+    let wrong = |what: &str, got: &[f32]| {
+        Error::invalid(
+            "result",
+            format_args!("{what}: got {:?}", &got[..got.len().min(4)]),
+        )
+    };
+    // 8 bytes, the headline size: registered before the capture, 10 all_reduces per launch.
+    let mut a = pg.upload_comm(&[1.0f32; 2])?;
+    pg.register_buffer(&a, mode)?;
+    let graph = pg.capture(|pg| {
+        for _ in 0..10 {
+            pg.all_reduce(&mut a, ReduceOp::Sum)?;
+        }
+        Ok(())
+    })?;
+    for _ in 0..3 {
+        graph.launch(&mut [&mut a])?;
+    }
+    let got = pg.download_any(&a)?;
+    // n^30 is a power of two's power for n = 1, 2, 4, 8: exact in f32.
+    let want = (n as f32).powi(30);
+    if got.iter().any(|v| *v != want) {
+        return Err(wrong("graph of 10 all_reduces x 3 launches", &got));
+    }
+    // A ring of sends and receives on NcclBufs, eager (registers them, as the table says),
+    // then captured and launched.
+    let (next, prev) = ((r + 1) % n, (r + n - 1) % n);
+    let send = pg.upload_comm(&vec![r as f32 + 1.0; 1024])?;
+    let mut recv = pg.alloc_comm::<f32>(1024)?;
+    pg.batch_isend_irecv(&mut [P2pOp::Send(&send, next), P2pOp::Recv(&mut recv, prev)])?
+        .wait()?;
+    let got = pg.download_any(&recv)?;
+    if got.iter().any(|v| *v != prev as f32 + 1.0) {
+        return Err(wrong("batch_isend_irecv", &got));
+    }
+    // A fresh receive buffer, registered by hand (a send or receive is never in a window),
+    // so the values below can only come from the launch.
+    let mut fresh = pg.alloc_comm::<f32>(1024)?;
+    pg.register_buffer(&fresh, mode.min(RegMode::Registered))?;
+    let ring = pg.capture(|pg| {
+        pg.batch_isend_irecv(&mut [P2pOp::Send(&send, next), P2pOp::Recv(&mut fresh, prev)])
+            .map(drop)
+    })?;
+    let mut send = send;
+    ring.bind(&mut send).buf(&mut fresh).launch()?.wait()?;
+    let got = pg.download_any(&fresh)?;
+    if got.iter().any(|v| *v != prev as f32 + 1.0) {
+        return Err(wrong("captured batch_isend_irecv", &got));
+    }
+    let before = pg.tuned_stats()?;
+    drop((graph, ring, a, send, recv, fresh));
+    let released = pg.release_windows()?;
+    let after = pg.tuned_stats()?;
+    let expect_windows = if mode == RegMode::Window {
+        before.windows
+    } else {
+        0
+    };
+    if released != expect_windows || after.windows != 0 {
+        return Err(Error::invalid(
+            "release_windows",
+            format_args!(
+                "every window released ({} before), got {released} released and {} left",
+                before.windows, after.windows
+            ),
+        ));
+    }
+    Ok(format!(
+        "{} windows and {} registrations before the release, {released} released",
+        before.windows, before.registered
+    ))
 }

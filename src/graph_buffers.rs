@@ -33,6 +33,14 @@ impl GraphBuffers {
         }
     }
 
+    /// Whether any buffer of the set overlaps `bytes` at `addr`.
+    pub(crate) fn overlaps(&self, addr: usize, bytes: usize) -> bool {
+        let end = addr.saturating_add(bytes);
+        self.0
+            .iter()
+            .any(|r| r.addr < end && addr < r.addr.saturating_add(r.bytes))
+    }
+
     /// How many buffers.
     pub(crate) fn len(&self) -> usize {
         self.0.len()
@@ -123,5 +131,10 @@ mod tests {
             "{e:?}"
         );
         assert!(e.to_string().contains("0x2000+4"), "{e}");
+        // An allocation holding a captured buffer overlaps it; one beside it does not.
+        assert!(captured.overlaps(0x0f00, 0x200));
+        assert!(captured.overlaps(0x2004, 1));
+        assert!(!captured.overlaps(0x1010, 0xff0));
+        assert!(!captured.overlaps(0x2008, 8));
     }
 }

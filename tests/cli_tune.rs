@@ -224,3 +224,55 @@ fn tuned_runs_the_pg_layer_under_a_written_table() {
     assert_eq!(o.status.code(), Some(2));
     let _ = std::fs::remove_file(&out);
 }
+
+/// -R with -G on the pg layer (the mock world): each arm runs the operation once (the table
+/// registers the buffers or makes their windows), then captures the timed loop; every tuned
+/// collective checks with 0 wrong, and a wrong result is still caught through the graphs.
+#[test]
+fn registration_with_graphs_runs_the_pg_layer_on_the_mock() {
+    for r in ["1", "2"] {
+        let o = oxccl(&[
+            "perf",
+            "--backend",
+            "mock",
+            "all_reduce",
+            "all_gather",
+            "reduce_scatter",
+            "broadcast",
+            "alltoall",
+            "-b",
+            "8",
+            "-e",
+            "4K",
+            "-n",
+            "3",
+            "-G",
+            "4",
+            "-R",
+            r,
+            "--layer",
+            "all",
+        ]);
+        let stdout = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            o.status.success(),
+            "-G -R {r}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert!(stdout.contains("# wrong elements: 0"), "{stdout}");
+        assert!(stdout.contains("      pg  alltoall"), "{stdout}");
+    }
+    let o = oxccl(&[
+        "perf",
+        "--backend",
+        "mock",
+        "-e",
+        "64",
+        "-G",
+        "2",
+        "-R",
+        "2",
+        "--inject-error",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+}

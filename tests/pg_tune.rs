@@ -3,6 +3,8 @@
 //! across ranks, mismatched tables are refused on every rank, and version gates name the
 //! feature.
 
+mod tune_kit;
+
 use oxccl::buffer::Memory;
 use oxccl::mock::MockBackend;
 use oxccl::pg::{PgOptions, ProcessGroup, RegMode, TuneTable, TunedStats};
@@ -10,41 +12,7 @@ use oxccl::store::{MemStore, Store};
 use oxccl::{Device, Error, Feature, ReduceOp};
 use std::sync::Arc;
 use std::time::Duration;
-
-/// Runs `body` on `n` mock ranks (a thread and a group each, rank r with table `tables[r]`).
-fn world<R: Send>(
-    backend: MockBackend,
-    tables: &[Option<TuneTable>],
-    body: impl Fn(&ProcessGroup<MockBackend>, u32) -> oxccl::Result<R> + Sync,
-) -> Vec<oxccl::Result<R>> {
-    let n = tables.len() as u32;
-    let store: Arc<dyn Store> = Arc::new(MemStore::new());
-    std::thread::scope(|s| {
-        let hs: Vec<_> = (0..n)
-            .map(|r| {
-                let (backend, store, body) = (backend.clone(), store.clone(), &body);
-                let tune = tables[r as usize].clone().map(Arc::new);
-                s.spawn(move || {
-                    let opts = PgOptions {
-                        timeout: Duration::from_secs(20),
-                        device: Device(r),
-                        error_handling: oxccl::core::env::ErrorHandling::CleanUpOnly,
-                        watchdog: false,
-                        tune,
-                        ..PgOptions::default()
-                    };
-                    let pg = ProcessGroup::new(backend, store, r, n, opts)?;
-                    let out = body(&pg, r);
-                    pg.destroy();
-                    out
-                })
-            })
-            .collect();
-        hs.into_iter()
-            .map(|h| h.join().expect("rank thread panicked"))
-            .collect()
-    })
-}
+use tune_kit::world;
 
 const TABLE: &str = "oxccl-tune 1
 all_reduce * 0 64 window

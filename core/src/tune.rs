@@ -173,11 +173,18 @@ impl TuneTable {
     /// registered (`registrable`: all of them are memory of the library's allocator), else
     /// [`RegMode::Plain`]. Pure, so ranks that pass the same table and the same kinds of
     /// buffers decide alike (they must: a window registration is collective).
+    ///
+    /// A send or receive (only a row for any collective covers one) is never put in a window:
+    /// a window registration is collective over the whole communicator, and a point-to-point
+    /// operation involves two ranks, so [`RegMode::Window`] becomes [`RegMode::Registered`]
+    /// (local, not collective) for them.
     pub fn choose(&self, coll: OpKind, dtype: DataType, bytes: u64, registrable: bool) -> RegMode {
-        if registrable {
-            self.lookup(coll, dtype, bytes)
-        } else {
-            RegMode::Plain
+        if !registrable {
+            return RegMode::Plain;
+        }
+        match self.lookup(coll, dtype, bytes) {
+            RegMode::Window if coll.is_p2p() => RegMode::Registered,
+            mode => mode,
         }
     }
 

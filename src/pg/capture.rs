@@ -13,6 +13,12 @@
 //!   [`Error::Capture`] ([`CaptureError::Forbidden`]) rather than hang or claim the operation
 //!   ran, and [`Work::is_captured`](super::Work::is_captured) says so. Each
 //!   [`PgGraph::launch`] returns a normal work for that launch, watched like any other;
+//! - buffers of the library's allocator ([`crate::buffer::Memory::CommBuf`]) are not
+//!   registered or put in windows inside the capture (host calls, collective for windows):
+//!   the program prepares them before it ([`ProcessGroup::register_buffer`], or the same
+//!   operations run once outside the capture), an operation on a buffer not yet in the mode
+//!   the tune table asks for is refused, and the graph keeps those registrations as long as
+//!   it lives (see `tuned` for why this design);
 //! - refused: the NaN check (it synchronizes the host; refused when the capture begins), a
 //!   barrier (it allocates and is meant to be waited on), a nested capture, and making any
 //!   group's communicator on the capturing thread (first use of a lazy group or subgroup).
@@ -188,8 +194,10 @@ where
     /// [`super::Work::is_captured`]). Refused with [`Error::Capture`]: a group with the NaN
     /// check on ([`CaptureError::Unsupported`]), a capture already open on the group
     /// ([`CaptureError::AlreadyCapturing`]), and inside `f` a barrier or anything that makes
-    /// the host wait for the group's stream. An error of `f` ends the capture and is
-    /// returned; no graph is made.
+    /// the host wait for the group's stream, and an operation on a [`Memory::CommBuf`] the
+    /// group's tune table puts in a mode it is not in yet ([`CaptureError::Unsupported`]:
+    /// register it first with [`ProcessGroup::register_buffer`], or run the operations once
+    /// before capturing). An error of `f` ends the capture and is returned; no graph is made.
     pub fn capture(&self, f: impl FnOnce(&ProcessGroup<B>) -> Result<()>) -> Result<PgGraph<B>> {
         let inner = &*self.inner;
         if inner.opts.nan_check {
@@ -229,10 +237,12 @@ where
         let (graph, rec) = open.end();
         body?;
         let graph = graph?;
+        let pins = entry.regs.pins(&rec.regions);
         Ok(PgGraph {
             pg: self.clone(),
             entry: entry.clone(),
             graph,
+            pins,
             regions: rec.regions.sorted(),
             profile: Profile::of(&rec.ops, inner.global_rank),
         })
@@ -254,6 +264,9 @@ where
     pg: ProcessGroup<B>,
     entry: Arc<Entry<B>>,
     graph: <StreamOf<B> as Capture>::Graph,
+    /// The registered allocations the captured operations use: kept, so their registrations
+    /// and windows outlive every launch (see `tuned`).
+    pins: Vec<crate::buffer::CommMem>,
     /// The buffers the captured operations use, sorted by address.
     regions: GraphBuffers,
     /// What each launch's work and flight-recorder entry say, made once at capture.
@@ -305,6 +318,7 @@ where
             .field("group", &self.pg.uid())
             .field("ops", &self.profile.ops)
             .field("buffers", &self.regions.len())
+            .field("registered", &self.pins.len())
             .finish()
     }
 }

@@ -3,7 +3,7 @@
 //! communicator per block, and for a fused block (c10d's `all_reduce_coalesced` and friends)
 //! one kind, one dtype and one reduction.
 
-use super::issue::{Issuer, SeqKind};
+use super::issue::{Issuer, OpDesc, SeqKind};
 use super::ops::two_on;
 use super::{ProcessGroup, WorkOf};
 use crate::buffer::{Memory, Operand};
@@ -19,12 +19,13 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 /// One send or receive of a batch ([`ProcessGroup::batch_isend_irecv`]); peers are global
-/// ranks.
+/// ranks. Either kind of buffer ([`Memory::Buf`] or [`Memory::CommBuf`]), mixed freely in
+/// one batch: `P2pOp::Send(&buf, 1)` takes a reference to either.
 pub enum P2pOp<'a, B: Memory, T: NcclType> {
     /// Send the buffer to the peer.
-    Send(&'a B::Buf<T>, u32),
+    Send(&'a dyn Operand<B, Elem = T>, u32),
     /// Receive into the buffer from the peer.
-    Recv(&'a mut B::Buf<T>, u32),
+    Recv(&'a mut dyn Operand<B, Elem = T>, u32),
 }
 
 /// An open coalescing block on a group: operations issued through it are launched together
@@ -78,7 +79,39 @@ impl<B: Memory> ProcessGroup<B> {
     }
 
     /// Sends and receives of `ops` as one batch with one work (c10d's `batch_isend_irecv`).
+    ///
+    /// With a tune table ([`super::PgOptions::tune`]), its [`Memory::CommBuf`] buffers are
+    /// registered as the table says for sends and receives (locally at most: a window is
+    /// collective over the whole group, a send involves two ranks), before the batch opens,
+    /// since nothing is registered inside one. Inside a capture they must be registered
+    /// already (see [`ProcessGroup::capture`]).
     pub fn batch_isend_irecv<T: NcclType>(&self, ops: &mut [P2pOp<'_, B, T>]) -> Result<WorkOf<B>> {
+        if let Some(table) = self.tune_for(OpKind::Send) {
+            let inner = &self.inner;
+            let capturing = inner.capture.is_on();
+            inner.with_entry("batch_isend_irecv", |e| {
+                ops.iter().try_for_each(|op| {
+                    let (kind, buf): (_, &dyn Operand<B, Elem = T>) = match op {
+                        P2pOp::Send(b, _) => (OpKind::Send, *b),
+                        P2pOp::Recv(b, _) => (OpKind::Recv, &**b),
+                    };
+                    let n = buf.numel();
+                    let d = OpDesc {
+                        kind,
+                        dtype: T::DTYPE,
+                        numel: if kind == OpKind::Send { (n, 0) } else { (0, n) },
+                        peer: None,
+                    };
+                    let mems = if kind == OpKind::Send {
+                        [buf.comm_mem(), None]
+                    } else {
+                        [None, buf.comm_mem()]
+                    };
+                    super::tuned::prepare_on(&e.comm, &e.regs, Some(table), &d, &mems, capturing)
+                        .map(drop)
+                })
+            })?;
+        }
         self.coalesced(|c| {
             ops.iter_mut().try_for_each(|op| match op {
                 P2pOp::Send(b, peer) => c.send(&**b, *peer),
@@ -247,29 +280,40 @@ impl<B: Memory> Coalescing<'_, B> {
         )
     }
 
-    /// Send of `buf` to global rank `dst`, in the batch.
-    pub fn send<T: NcclType>(&mut self, buf: &impl Operand<B, Elem = T>, dst: u32) -> Result<()> {
+    /// Send of `buf` to global rank `dst`, in the batch (either kind of buffer, as it is:
+    /// nothing is registered inside a block).
+    pub fn send<T: NcclType, X: Operand<B, Elem = T> + ?Sized>(
+        &mut self,
+        buf: &X,
+        dst: u32,
+    ) -> Result<()> {
         let peer = self.pg.inner.to_group_rank("dst", dst)?;
-        let none: Option<&mut B::Buf<T>> = None;
-        self.two(OpKind::Send, Some(buf), none, |buf, _| CommOp::Send {
-            buf,
-            dtype: T::DTYPE,
-            peer,
+        let n = buf.numel();
+        self.push(OpKind::Send, T::DTYPE, (n, 0), |is, issue| {
+            let (r, _g) = buf.read("buf", is.device, is.stream())?;
+            issue(&CommOp::Send {
+                buf: r,
+                dtype: T::DTYPE,
+                peer,
+            })
         })
     }
 
     /// Receive into `buf` from global rank `src`, in the batch.
-    pub fn recv<T: NcclType>(
+    pub fn recv<T: NcclType, X: Operand<B, Elem = T> + ?Sized>(
         &mut self,
-        buf: &mut impl Operand<B, Elem = T>,
+        buf: &mut X,
         src: u32,
     ) -> Result<()> {
         let peer = self.pg.inner.to_group_rank("src", src)?;
-        let none: Option<&B::Buf<T>> = None;
-        self.two(OpKind::Recv, none, Some(buf), |_, buf| CommOp::Recv {
-            buf,
-            dtype: T::DTYPE,
-            peer,
+        let n = buf.numel();
+        self.push(OpKind::Recv, T::DTYPE, (0, n), |is, issue| {
+            let (w, _g) = buf.write("buf", is.device, is.stream())?;
+            issue(&CommOp::Recv {
+                buf: w,
+                dtype: T::DTYPE,
+                peer,
+            })
         })
     }
 

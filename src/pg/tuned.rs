@@ -9,14 +9,31 @@
 //!   ranks decide alike: the decision ([`TuneTable::choose`]) is pure, over the op and the
 //!   table, and the ranks' tables are compared through the store when the communicator is
 //!   made ([`agree`]): different tables are refused on every rank before any operation.
-//!   (Ranks must also pass the same kinds of buffers, as they pass the same sizes.)
+//!   (Ranks must also pass the same kinds of buffers, as they pass the same sizes.) Sends
+//!   and receives are registered at most, never windowed: they involve two ranks.
 //! - A registration keeps its allocation alive ([`CommMem::keep`]), and the cache lives in
 //!   the group's communicator entry after the communicator: the communicator is destroyed
 //!   (releasing what it registered) before the cache lets the memory go.
 //! - A local registration whose buffer the user dropped is released at a later operation once
-//!   its work has run (not collective, so any time is safe). Windows stay until the group's
-//!   communicator goes: releasing one is collective, and drops need not line up across ranks.
-//!   Window buffers are meant to be allocated once and reused, as NCCL advises.
+//!   its work has run (not collective, so any time is safe). Windows stay until the program
+//!   releases them ([`ProcessGroup::release_windows`], collective: see `release`) or the
+//!   group's communicator goes: drops need not line up across ranks, so no operation may
+//!   release a window on its own. Window buffers are meant to be allocated once and reused,
+//!   as NCCL advises.
+//!
+//! Graphs ([`ProcessGroup::capture`]): inside a capture nothing is registered or released,
+//! only checked. A registration is a host call (a window's is collective, with its own
+//! exchange between ranks), which a capture forbids; and it cannot wait until the capture
+//! ends, because the library picks the kernel (symmetric or not) when the operation is
+//! captured. Nor can the capture find out the buffers first: its closure runs once (it is
+//! the program's code, with its own effects), so it cannot be dry-run. So the program
+//! prepares the buffers before the capture, which only it can do at the right moment on
+//! every rank: [`ProcessGroup::register_buffer`], or the same operations run once outside
+//! the capture (the table registers them then, as nccl-tests' and PyTorch's warm-up runs
+//! do). An operation captured on a buffer not yet in the mode the table asks for is refused
+//! with [`CaptureError::Unsupported`] saying so. The graph then keeps the allocations it
+//! uses that are registered ([`RegCache::pins`]), so their registrations outlive every
+//! launch, and a launch still checks the buffers it binds by address and size.
 //!
 //! [`PgOptions::tune`]: super::PgOptions::tune
 //! [`Memory::CommBuf`]: crate::buffer::Memory::CommBuf
@@ -25,10 +42,13 @@ use super::group::PgInner;
 use super::issue::{Issuer, OpDesc};
 use super::{CommOf, ProcessGroup};
 use crate::buffer::{CommMem, Memory};
+use crate::graph_buffers::GraphBuffers;
 use oxccl_core::tune::{RegMode, TuneTable};
-use oxccl_core::{text, Communicator, Error, Feature, RegHandle, Result};
+use oxccl_core::{text, CaptureError, Communicator, Error, Feature, OpKind, RegHandle, Result};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
+
+mod release;
 
 /// The environment variable naming a tune table file (`oxccl perf --tune` writes one).
 pub const TUNE_FILE_VAR: &str = "OXCCL_TUNE_FILE";
@@ -84,20 +104,34 @@ pub(crate) struct RegCache {
 }
 
 #[derive(Default)]
-struct CacheState {
+pub(super) struct CacheState {
     bufs: HashMap<u64, Cached>,
     ops: [u64; 3],
+    /// Windows made so far: numbers each window in the order it was made, which is the same
+    /// on every rank (a window is made collectively), so ranks release them in one order.
+    windows_made: u64,
+    /// Calls of [`ProcessGroup::release_windows`] so far (numbers their store keys).
+    releases: u64,
 }
 
 struct Cached {
     /// Keeps the allocation alive while registered.
     mem: CommMem,
     local: Option<RegHandle>,
-    window: Option<RegHandle>,
+    /// The window and its number (see [`CacheState::windows_made`]).
+    window: Option<(RegHandle, u64)>,
+}
+
+impl Cached {
+    /// Whether only the cache holds the allocation: the program dropped every buffer of it
+    /// and no graph ([`super::PgGraph`]) pins it.
+    fn orphan(&self) -> bool {
+        Arc::strong_count(&self.mem.keep) == 1
+    }
 }
 
 impl RegCache {
-    fn lock(&self) -> std::sync::MutexGuard<'_, CacheState> {
+    pub(super) fn lock(&self) -> std::sync::MutexGuard<'_, CacheState> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -109,6 +143,19 @@ impl RegCache {
             windows: st.bufs.values().filter(|c| c.window.is_some()).count(),
         }
     }
+
+    /// The registered allocations a captured graph uses (those overlapping `regions`): the
+    /// graph keeps them ([`CommMem::keep`]), so neither the sweep nor
+    /// [`ProcessGroup::release_windows`] releases them while it can be launched.
+    pub(super) fn pins(&self, regions: &GraphBuffers) -> Vec<CommMem> {
+        let st = self.lock();
+        st.bufs
+            .values()
+            .filter(|c| c.local.is_some() || c.window.is_some())
+            .filter(|c| regions.overlaps(c.mem.addr, c.mem.bytes))
+            .map(|c| c.mem.clone())
+            .collect()
+    }
 }
 
 impl CacheState {
@@ -116,8 +163,7 @@ impl CacheState {
     /// their work has run (windows stay: see the module's documentation).
     fn sweep<C: Communicator>(&mut self, comm: &C) {
         self.bufs.retain(|_, c| {
-            let orphan = Arc::strong_count(&c.mem.keep) == 1 && c.window.is_none();
-            if !orphan || !c.mem.keep.idle() {
+            if !c.orphan() || c.window.is_some() || !c.mem.keep.idle() {
                 return true;
             }
             if let Some(h) = c.local.take() {
@@ -128,64 +174,127 @@ impl CacheState {
             false
         });
     }
+
+    /// Makes the registration `mode` needs for `m`, if it is not there yet (a window is
+    /// collective: every rank reaches this at the same point).
+    fn ensure<C: Communicator>(&mut self, comm: &C, m: &CommMem, mode: RegMode) -> Result<()> {
+        match mode {
+            RegMode::Plain => {}
+            RegMode::Registered => {
+                comm.features().require(Feature::BufferRegistration)?;
+                let c = self.bufs.entry(m.id).or_insert_with(|| cached(m));
+                // A window serves as a registration: nothing more to do for it.
+                if c.local.is_none() && c.window.is_none() {
+                    c.local = Some(comm.register(m.addr, m.bytes)?);
+                }
+            }
+            RegMode::Window => {
+                comm.features().require(Feature::WindowRegistration)?;
+                let c = self.bufs.entry(m.id).or_insert_with(|| cached(m));
+                if c.window.is_none() {
+                    // One kind of registration per buffer: a local one goes first (not
+                    // collective), once no work uses it, so NCCL never sees both.
+                    if c.local.is_some() && c.mem.keep.idle() {
+                        if let Some(h) = c.local.take() {
+                            comm.deregister(h)?;
+                        }
+                    }
+                    let h = comm.register_window(m.addr, m.bytes)?;
+                    self.windows_made += 1;
+                    c.window = Some((h, self.windows_made));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Inside a capture nothing is registered (a host call; collective for windows): `Ok`
+    /// when `m` already has what `mode` needs, else the refusal saying how to prepare it.
+    fn check_ready(&self, m: &CommMem, mode: RegMode, op: &OpDesc, bytes: u64) -> Result<()> {
+        let c = self.bufs.get(&m.id);
+        let ready = match mode {
+            RegMode::Plain => true,
+            RegMode::Registered => c.is_some_and(|c| c.local.is_some() || c.window.is_some()),
+            RegMode::Window => c.is_some_and(|c| c.window.is_some()),
+        };
+        if ready {
+            return Ok(());
+        }
+        // Kept short (errors hold 192 bytes inline): the fix comes before anything cut.
+        let state = match mode {
+            RegMode::Window => "in a window",
+            _ => "registered",
+        };
+        Err(CaptureError::Unsupported.error(format_args!(
+            "{} of {bytes} B needs buffer {:#x} {state} (tune table); a capture cannot \
+             register: call ProcessGroup::register_buffer before it, or run the ops once first",
+            op.kind.name(),
+            m.addr,
+        )))
+    }
+}
+
+/// The buffers of `op` a mode applies to: both of a collective; of a send or receive, only
+/// the one it moves (the other is absent, not plain).
+fn moved<'m>(op: &OpDesc, mems: &'m [Option<CommMem>]) -> &'m [Option<CommMem>] {
+    match (op.kind, mems) {
+        (OpKind::Send, [send, _]) => std::slice::from_ref(send),
+        (OpKind::Recv, [_, recv]) => std::slice::from_ref(recv),
+        _ => mems,
+    }
+}
+
+/// Chooses the mode of an operation on `mems` (one per buffer it uses, `None` for a plain
+/// buffer) and makes the registrations it needs on `comm` before it is issued; inside a
+/// capture (`capturing`) only checks that they were made before (see the module's
+/// documentation).
+pub(super) fn prepare_on<C: Communicator>(
+    comm: &C,
+    regs: &RegCache,
+    table: Option<&TuneTable>,
+    op: &OpDesc,
+    mems: &[Option<CommMem>],
+    capturing: bool,
+) -> Result<RegMode> {
+    let mut st = regs.lock();
+    // The sweep walks every cached buffer: at every operation while they are few, every
+    // 64th once they are many, so a group with hundreds of buffers pays O(1) per op. Never
+    // inside a capture: releasing is a host call too.
+    let issued: u64 = st.ops.iter().sum();
+    if !capturing && (st.bufs.len() <= 16 || issued % 64 == 0) {
+        st.sweep(comm);
+    }
+    let Some(table) = table else {
+        st.ops[0] += 1;
+        return Ok(RegMode::Plain);
+    };
+    let mems = moved(op, mems);
+    let bytes = op.numel.0.max(op.numel.1) as u64 * op.dtype.size() as u64;
+    let registrable = !mems.is_empty() && mems.iter().all(Option::is_some);
+    let mode = table.choose(op.kind, op.dtype, bytes, registrable);
+    for m in mems.iter().flatten() {
+        if capturing {
+            st.check_ready(m, mode, op, bytes)?;
+        } else {
+            st.ensure(comm, m, mode)?;
+        }
+    }
+    st.ops[usize::from(mode.level())] += 1;
+    Ok(mode)
 }
 
 impl<B: Memory> Issuer<'_, B> {
     /// Chooses the mode of an operation on `mems` (one per buffer it uses, `None` for a plain
-    /// buffer) and makes the registrations it needs, before the operation is issued.
+    /// or absent buffer) and makes the registrations it needs, before the operation is
+    /// issued (inside a capture: checks they were made; see the module's documentation).
     pub fn prepare(
         &self,
         table: Option<&TuneTable>,
         op: &OpDesc,
         mems: &[Option<CommMem>],
     ) -> Result<RegMode> {
-        let comm = &self.entry.comm;
-        let mut st = self.entry.regs.lock();
-        // The sweep walks every cached buffer: at every operation while they are few, every
-        // 64th once they are many, so a group with hundreds of buffers pays O(1) per op.
-        let issued: u64 = st.ops.iter().sum();
-        if st.bufs.len() <= 16 || issued % 64 == 0 {
-            st.sweep(comm);
-        }
-        let Some(table) = table else {
-            st.ops[0] += 1;
-            return Ok(RegMode::Plain);
-        };
-        let bytes = op.numel.0.max(op.numel.1) as u64 * op.dtype.size() as u64;
-        let registrable = !mems.is_empty() && mems.iter().all(Option::is_some);
-        let mode = table.choose(op.kind, op.dtype, bytes, registrable);
-        match mode {
-            RegMode::Plain => {}
-            RegMode::Registered => {
-                comm.features().require(Feature::BufferRegistration)?;
-                for m in mems.iter().flatten() {
-                    let c = st.bufs.entry(m.id).or_insert_with(|| cached(m));
-                    // A window serves as a registration: nothing more to do for it.
-                    if c.local.is_none() && c.window.is_none() {
-                        c.local = Some(comm.register(m.addr, m.bytes)?);
-                    }
-                }
-            }
-            RegMode::Window => {
-                comm.features().require(Feature::WindowRegistration)?;
-                for m in mems.iter().flatten() {
-                    let c = st.bufs.entry(m.id).or_insert_with(|| cached(m));
-                    if c.window.is_none() {
-                        // One kind of registration per buffer: a local one goes first (not
-                        // collective), once no work uses it, so NCCL never sees both.
-                        if c.local.is_some() && c.mem.keep.idle() {
-                            if let Some(h) = c.local.take() {
-                                comm.deregister(h)?;
-                            }
-                        }
-                        // Collective: every rank reaches this at the same operation.
-                        c.window = Some(comm.register_window(m.addr, m.bytes)?);
-                    }
-                }
-            }
-        }
-        st.ops[usize::from(mode.level())] += 1;
-        Ok(mode)
+        let e = self.entry;
+        prepare_on(&e.comm, &e.regs, table, op, mems, self.cap.is_some())
     }
 }
 
@@ -198,22 +307,53 @@ fn cached(m: &CommMem) -> Cached {
 }
 
 /// Compares the ranks' tune tables through the store when a communicator is made, before any
-/// operation on it: group rank 0 reads every rank's fingerprint and writes a verdict that every
-/// rank reads, so on a mismatch every rank refuses alike (a window registered on some ranks
-/// only would hang the others). Nothing is exchanged when this rank has no table; a rank with
-/// one waits (up to the group's timeout) for the others' fingerprints, so a rank without
-/// `OXCCL_TUNE_FILE` shows as the one that never wrote its key.
+/// operation on it (see [`agree_on`]), so on a mismatch every rank refuses alike (a window
+/// registered on some ranks only would hang the others). Nothing is exchanged when this rank
+/// has no table; a rank with one waits (up to the group's timeout) for the others'
+/// fingerprints, so a rank without `OXCCL_TUNE_FILE` shows as the one that never wrote its key.
 pub(crate) fn agree<B: Memory>(inner: &PgInner<B>) -> Result<()> {
     let Some(table) = inner.opts.tune.as_deref() else {
         return Ok(());
     };
+    let mine = format!("{:016x}", table.fingerprint());
+    let hint = format!("its tune table (does every rank set {TUNE_FILE_VAR}?)");
+    match agree_on(inner, "tune", &mine, "tune table", &hint)? {
+        None => Ok(()),
+        Some(verdict) => Err(Error::invalid(
+            "tune",
+            format_args!(
+                "the same tune table on every rank of group {} ({TUNE_FILE_VAR}): {verdict}",
+                inner.uid
+            ),
+        )),
+    }
+}
+
+/// Whether every member of the group holds the same `mine` for `topic`, through the store:
+/// group rank 0 reads every rank's value and writes a verdict every rank reads, so all
+/// ranks decide alike. `None`: they agree; `Some(why)`: the first difference, naming the
+/// ranks and their values (`what` names the value). A rank that never writes its value is
+/// named after the group's timeout (`hint`: what it did not publish, and the likely cause).
+pub(super) fn agree_on<B: Memory>(
+    inner: &PgInner<B>,
+    topic: &str,
+    mine: &str,
+    what: &str,
+    hint: &str,
+) -> Result<Option<String>> {
     let Some(rank) = inner.rank else {
-        return Ok(());
+        return Ok(None);
     };
     let store = &inner.store;
     let timeout = inner.timeout();
-    let key = |r: &str| format!("oxccl/tune/{}/{r}", inner.uid);
-    let mine = format!("{:016x}", table.fingerprint());
+    let key = |r: &str| format!("oxccl/{topic}/{}/{r}", inner.uid);
+    let waited = |e: Error, r: usize| match e {
+        Error::Timeout { after_ms, .. } => Error::Timeout {
+            what: text!("group rank {r} never published {hint}"),
+            after_ms,
+        },
+        other => other,
+    };
     store.set(&key(&rank.to_string()), mine.as_bytes())?;
     let verdict = if rank == 0 {
         let mut verdict = String::from("ok");
@@ -223,7 +363,7 @@ pub(crate) fn agree<B: Memory>(inner: &PgInner<B>) -> Result<()> {
                 .map_err(|e| waited(e, r))?;
             if got != mine.as_bytes() {
                 verdict = format!(
-                    "global rank {} has tune table {} and rank {} has {mine}",
+                    "global rank {} has {what} {} and rank {} has {mine}",
                     inner.ranks[r],
                     String::from_utf8_lossy(&got),
                     inner.ranks[0]
@@ -239,28 +379,7 @@ pub(crate) fn agree<B: Memory>(inner: &PgInner<B>) -> Result<()> {
             .map_err(|e| waited(e, 0))?;
         String::from_utf8_lossy(&got).into_owned()
     };
-    if verdict == "ok" {
-        return Ok(());
-    }
-    Err(Error::invalid(
-        "tune",
-        format_args!(
-            "the same tune table on every rank of group {} ({TUNE_FILE_VAR}): {verdict}",
-            inner.uid
-        ),
-    ))
-}
-
-fn waited(e: Error, r: usize) -> Error {
-    match e {
-        Error::Timeout { after_ms, .. } => Error::Timeout {
-            what: text!(
-                "group rank {r} never published its tune table (does every rank set {TUNE_FILE_VAR}?)"
-            ),
-            after_ms,
-        },
-        other => other,
-    }
+    Ok((verdict != "ok").then_some(verdict))
 }
 
 impl<B: Memory> ProcessGroup<B> {
@@ -285,9 +404,10 @@ impl<B: Memory> ProcessGroup<B> {
 }
 
 impl<B: Memory> ProcessGroup<B> {
-    /// The table for an operation of `kind`, when that kind is tuned: the operations whose
-    /// buffers have the same size on every rank (a window must). Rooted operations with an
-    /// absent buffer, uneven variants and p2p are always plain.
+    /// The table for an operation of `kind`, when that kind is tuned: the collectives whose
+    /// buffers have the same size on every rank (a window must), and sends and receives
+    /// (registered at most: see [`TuneTable::choose`]). Rooted operations with an absent
+    /// buffer and uneven variants are always plain.
     pub(crate) fn tune_for(&self, kind: oxccl_core::OpKind) -> Option<&TuneTable> {
         use oxccl_core::OpKind as K;
         match kind {
@@ -296,7 +416,9 @@ impl<B: Memory> ProcessGroup<B> {
             | K::Reduce
             | K::AllGather
             | K::ReduceScatter
-            | K::AllToAll => self.inner.opts.tune.as_deref(),
+            | K::AllToAll
+            | K::Send
+            | K::Recv => self.inner.opts.tune.as_deref(),
             _ => None,
         }
     }

@@ -163,6 +163,22 @@ fn choose_falls_back_to_plain_for_plain_buffers() {
     assert_eq!(t.choose(OpKind::AllGather, f, 8, false), RegMode::Plain);
 }
 
+#[test]
+fn sends_and_receives_are_registered_never_windowed() {
+    let f = DataType::Float32;
+    let win = TuneTable::uniform(RegMode::Window);
+    for k in [OpKind::Send, OpKind::Recv] {
+        assert_eq!(win.choose(k, f, 8, true), RegMode::Registered);
+        assert_eq!(win.choose(k, f, 8, false), RegMode::Plain);
+    }
+    // A row naming a collective does not cover them; the registered and plain rows pass.
+    let named = TuneTable::parse("oxccl-tune 1\nall_reduce * 0 max window\n").unwrap();
+    assert_eq!(named.choose(OpKind::Send, f, 8, true), RegMode::Plain);
+    let reg = TuneTable::uniform(RegMode::Registered);
+    assert_eq!(reg.choose(OpKind::Recv, f, 8, true), RegMode::Registered);
+    assert_eq!(win.choose(OpKind::AllReduce, f, 8, true), RegMode::Window);
+}
+
 /// A small deterministic generator, so the property tests need no dependency.
 struct Lcg(u64);
 

@@ -105,7 +105,8 @@ pub struct PerfArgs {
     pub graphs: u32,
     /// Buffers: 0 plain, 1 registered (ncclCommRegister), 2 symmetric windows (ncclMemAlloc and
     /// ncclCommWindowRegister, NCCL 2.27+). Raw and comm layers by address; the pg layer on
-    /// CommBuf buffers in a group whose tune table says that mode (the mock world too).
+    /// CommBuf buffers in a group whose tune table says that mode (the mock world too; with
+    /// -G, registered before each capture).
     #[arg(short = 'R', long = "registration", default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=2))]
     pub registration: u8,
     /// Measure every tuned collective at every size in each buffer mode (-R 0, 1, 2, rounds
@@ -177,8 +178,6 @@ pub fn run(a: &PerfArgs) -> ExitCode {
             return ExitCode::from(exit::USAGE);
         }
     }
-    // -R or --tuned: the pg layer runs CommBuf buffers under a tune table.
-    let pg_tuned = modes::pg_tuned();
     let mock = !use_nccl;
     let layers: Vec<&'static str> = match (a.layer, mock) {
         (LayerSel::Pg | LayerSel::All, _) if mock => vec!["pg"],
@@ -186,16 +185,11 @@ pub fn run(a: &PerfArgs) -> ExitCode {
             eprintln!("oxccl perf: --layer {} needs NCCL and a GPU ({why}); use --layer pg on the mock world", a.layer.to_possible_value().map(|v| v.get_name().to_owned()).unwrap_or_default());
             return ExitCode::from(exit::ENV);
         }
-        // -R on the process group runs CommBuf buffers in a group of that mode; with -G too it
-        // is left out of `all` and refused alone (its graphs take plain buffers for now).
-        (LayerSel::All, false) if pg_tuned && a.graphs > 0 => vec!["raw", "comm"],
+        // -R on the process group runs CommBuf buffers in a group of that mode (with -G, in
+        // graphs of that group).
         (LayerSel::All, false) => vec!["raw", "comm", "pg"],
         (LayerSel::Raw, false) => vec!["raw"],
         (LayerSel::Comm, false) => vec!["comm"],
-        (LayerSel::Pg, false) if pg_tuned && a.graphs > 0 => {
-            eprintln!("oxccl perf: -R with -G on the pg layer is not supported yet (its graphs take plain buffers); drop one of them or use --layer comm");
-            return ExitCode::from(exit::USAGE);
-        }
         (LayerSel::Pg, false) => vec!["pg"],
     };
     let min = a.min_bytes.unwrap_or(8);
@@ -227,10 +221,6 @@ pub fn run(a: &PerfArgs) -> ExitCode {
         check: a.check == 1,
         layers,
     };
-    if mock && pg_tuned && a.graphs > 0 {
-        eprintln!("oxccl perf: -R with -G is not supported on the pg layer yet; drop one of them");
-        return ExitCode::from(exit::ENV);
-    }
     let outcome = if mock {
         run_mock(a, &plan, &why)
     } else {
@@ -331,7 +321,7 @@ pub fn run_mock(a: &PerfArgs, plan: &Plan, why: &str) -> Result<Outcome, String>
         let corrupt = a.inject_error && rank == 0;
         let mut layers: Vec<Box<dyn Layer>> = vec![if modes::pg_tuned() {
             // -R or --tuned: CommBuf buffers in a group under that tune table.
-            modes::pg_layer(pg, plan.dtype, corrupt)
+            modes::pg_layer(pg, plan.dtype, corrupt, a.graphs)
         } else {
             crate::with_dtype!(plan.dtype, T => Box::new(PgLayer::<MockBackend, T>::new(pg.clone()).corrupting(corrupt).graphs(a.graphs)))
         }];

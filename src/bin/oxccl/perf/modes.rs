@@ -8,8 +8,9 @@ use super::layer::Layer;
 use crate::elem::Elem;
 use crate::expect::{self, Case};
 use crate::ops::Coll;
-use oxccl::buffer::{Memory, Operand};
-use oxccl::pg::{PgOptions, ProcessGroup, RegMode, TuneTable, WorkOf};
+use oxccl::buffer::{Memory, Operand, StreamOf};
+use oxccl::core::Capture;
+use oxccl::pg::{PgGraph, PgOptions, ProcessGroup, RegMode, TuneTable, WorkOf};
 use oxccl::Result;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -66,7 +67,15 @@ pub fn name_of(mode: RegMode) -> &'static str {
 ///
 /// Buffers are pooled by length and reused across cases: windows stay registered as long as
 /// the group lives (releasing one is collective), so fresh buffers per case would pile up.
-pub struct ModeLayer<B: Memory, T: Elem> {
+///
+/// With -G the timed loop is captured ([`ProcessGroup::capture`]) and launched -G times.
+/// Nothing is registered inside a capture, so each arm first runs the operation once
+/// outside it: the group's table registers the buffers then, as it would for a user's
+/// warm-up step.
+pub struct ModeLayer<B: Memory, T: Elem>
+where
+    StreamOf<B>: Capture,
+{
     /// The group the layer's group is made from.
     base: ProcessGroup<B>,
     table: Arc<TuneTable>,
@@ -79,9 +88,16 @@ pub struct ModeLayer<B: Memory, T: Elem> {
     recv: Option<B::CommBuf<T>>,
     pool: HashMap<usize, Vec<B::CommBuf<T>>>,
     corrupt: bool,
+    /// -G: graph launches per run (0: no graph).
+    graphs: u32,
+    /// The armed graph and the operations it holds.
+    graph: Option<(PgGraph<B>, usize)>,
 }
 
-impl<B: Memory, T: Elem> ModeLayer<B, T> {
+impl<B: Memory, T: Elem> ModeLayer<B, T>
+where
+    StreamOf<B>: Capture,
+{
     /// A layer in `mode` everywhere on a group of `base`'s ranks, reported as `name`.
     pub fn new(base: ProcessGroup<B>, mode: RegMode, name: &'static str) -> Self {
         ModeLayer::with_table(base, Arc::new(TuneTable::uniform(mode)), name)
@@ -99,7 +115,15 @@ impl<B: Memory, T: Elem> ModeLayer<B, T> {
             recv: None,
             pool: HashMap::new(),
             corrupt: false,
+            graphs: 0,
+            graph: None,
         }
+    }
+
+    /// Captures the timed loop into a graph launched `n` times per run (-G; 0: no graph).
+    pub fn graphs(mut self, n: u32) -> Self {
+        self.graphs = n;
+        self
     }
 
     /// Makes every check see one wrong element (the hidden `--inject-error`).
@@ -140,9 +164,18 @@ impl<B: Memory, T: Elem> ModeLayer<B, T> {
     fn once(&mut self) -> Result<WorkOf<B>> {
         let missing = || oxccl::Error::invalid("case", format_args!("a set-up case"));
         let c = self.case.ok_or_else(missing)?;
-        let op = c.redop.reduce_op();
         let pg = self.group.as_ref().ok_or_else(missing)?;
-        let (send, recv) = (self.send.as_ref(), self.recv.as_mut());
+        Self::once_on(pg, &c, self.send.as_ref(), self.recv.as_mut())
+    }
+
+    fn once_on(
+        pg: &ProcessGroup<B>,
+        c: &Case,
+        send: Option<&B::CommBuf<T>>,
+        recv: Option<&mut B::CommBuf<T>>,
+    ) -> Result<WorkOf<B>> {
+        let missing = || oxccl::Error::invalid("case", format_args!("a set-up case"));
+        let op = c.redop.reduce_op();
         let recv = recv.ok_or_else(missing)?;
         match c.coll {
             Coll::AllReduce => pg.all_reduce(recv, op),
@@ -159,9 +192,33 @@ impl<B: Memory, T: Elem> ModeLayer<B, T> {
     }
 }
 
-impl<B: Memory, T: Elem> Layer for ModeLayer<B, T> {
+impl<B: Memory, T: Elem> Layer for ModeLayer<B, T>
+where
+    StreamOf<B>: Capture,
+{
     fn name(&self) -> &'static str {
         self.name
+    }
+
+    fn arm(&mut self, iters: usize) -> Result<()> {
+        self.graph = None;
+        if self.graphs == 0 || iters == 0 {
+            return Ok(());
+        }
+        // Outside the capture: the table registers the buffers (or makes their windows).
+        self.once()?.wait()?;
+        let missing = || oxccl::Error::invalid("case", format_args!("a set-up case"));
+        let c = self.case.ok_or_else(missing)?;
+        let pg = self.group.as_ref().ok_or_else(missing)?;
+        let (send, mut recv) = (self.send.as_ref(), self.recv.as_mut());
+        let graph = pg.capture(|pg| {
+            for _ in 0..iters {
+                Self::once_on(pg, &c, send, recv.as_deref_mut())?;
+            }
+            Ok(())
+        })?;
+        self.graph = Some((graph, iters));
+        Ok(())
     }
 
     fn setup(&mut self, case: &Case, in_place: bool) -> Result<bool> {
@@ -183,6 +240,20 @@ impl<B: Memory, T: Elem> Layer for ModeLayer<B, T> {
     }
 
     fn run(&mut self, iters: usize) -> Result<usize> {
+        if let Some((g, per)) = &self.graph {
+            let mut last = None;
+            for _ in 0..self.graphs {
+                // In place: the graph uses recv only; else send and recv.
+                let mut bufs: Vec<&mut B::CommBuf<T>> = Vec::with_capacity(2);
+                bufs.extend(self.send.as_mut());
+                bufs.extend(self.recv.as_mut());
+                last = Some(g.launch(&mut bufs)?);
+            }
+            if let Some(w) = last {
+                w.wait()?;
+            }
+            return Ok(per * self.graphs as usize);
+        }
         let mut last = None;
         for _ in 0..iters {
             last = Some(self.once()?);
@@ -194,6 +265,8 @@ impl<B: Memory, T: Elem> Layer for ModeLayer<B, T> {
     }
 
     fn check(&mut self) -> Result<u64> {
+        // The graph's buffers go back to the pool and fresh inputs come in.
+        self.graph = None;
         let c = self
             .case
             .ok_or_else(|| oxccl::Error::invalid("case", format_args!("a set-up case")))?;
@@ -223,6 +296,7 @@ impl<B: Memory, T: Elem> Layer for ModeLayer<B, T> {
     }
 
     fn teardown(&mut self) -> Result<()> {
+        self.graph = None;
         let (s, r) = (self.send.take(), self.recv.take());
         self.give_back(s);
         self.give_back(r);
@@ -251,12 +325,16 @@ pub fn pg_layer<B: Memory>(
     pg: &ProcessGroup<B>,
     dtype: crate::ops::Dtype,
     corrupt: bool,
-) -> Box<dyn Layer> {
+    graphs: u32,
+) -> Box<dyn Layer>
+where
+    StreamOf<B>: Capture,
+{
     let table = PG_TABLE
         .get()
         .cloned()
         .unwrap_or_else(|| Arc::new(TuneTable::uniform(RegMode::Plain)));
-    crate::with_dtype!(dtype, T => Box::new(ModeLayer::<B, T>::with_table(pg.clone(), table, "pg").corrupting(corrupt)))
+    crate::with_dtype!(dtype, T => Box::new(ModeLayer::<B, T>::with_table(pg.clone(), table, "pg").corrupting(corrupt).graphs(graphs)))
 }
 
 /// The table the `pg` layer runs under: `--tuned FILE`, else `-R` as a uniform table, else

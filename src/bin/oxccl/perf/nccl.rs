@@ -217,7 +217,7 @@ pub fn layers(
         .iter()
         .map(|l| match *l {
             // -R or --tuned: CommBuf buffers in a group under that tune table.
-            "pg" if super::modes::pg_tuned() => super::modes::pg_layer(pg, dtype, corrupt),
+            "pg" if super::modes::pg_tuned() => super::modes::pg_layer(pg, dtype, corrupt, graphs),
             "pg" => crate::with_dtype!(dtype, T => Box::new(PgLayer::<Nccl, T>::new(pg.clone()).corrupting(corrupt).graphs(graphs)) as Box<dyn Layer>),
             name => {
                 let raw = name == "raw";

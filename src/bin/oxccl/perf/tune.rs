@@ -48,7 +48,10 @@ pub fn rank<B: Memory>(
     rank: u32,
     n: u32,
     rounds: usize,
-) -> Result<Medians> {
+) -> Result<Medians>
+where
+    oxccl::buffer::StreamOf<B>: oxccl::core::Capture,
+{
     let modes = modes_of(pg.backend().features())?;
     let mut layers: Vec<(usize, Box<dyn Layer>)> = Vec::new();
     for m in &modes {
