@@ -37,6 +37,7 @@ fn child() {
         ["kill", victim, when] => split_child::kill(victim.parse().unwrap(), *when == "late"),
         ["pg"] => pg_subgroups(),
         ["missing"] => init_process_group(Missing),
+        ["missing_split"] => missing_split(),
         other => panic!("unknown scenario {other:?}"),
     };
     if let Err(e) = r {
@@ -71,6 +72,41 @@ fn pg_subgroups() -> Result<()> {
         "RESULT rank={me} sub={sub} checked={checked} splits={}",
         pg.split_count()
     );
+    pg_finish(&pg, None)
+}
+
+/// `missing_split`: ranks bound to devices make their communicator, then every rank but the
+/// last makes a subgroup of all (split at once, collective over the parent); the last never
+/// calls it. The others' `new_group` fails once the group's timeout passed, naming it.
+fn missing_split() -> Result<()> {
+    let boot = oxccl::launch::Bootstrap::from_env()?;
+    let mut opts = PgOptions::from_env(None)?;
+    opts.bound_device = Some(Device(boot.rank));
+    let pg = ProcessGroup::new(
+        MockBackend::for_processes(),
+        boot.store,
+        boot.rank,
+        boot.world_size,
+        opts,
+    )?;
+    let me = pg.global_rank();
+    if me == pg.size() - 1 {
+        println!("RESULT rank={me} absent=1");
+        return pg_finish(&pg, None);
+    }
+    let everyone: Vec<u32> = (0..pg.size()).collect();
+    let start = Instant::now();
+    let r = pg.new_group(&everyone, None);
+    let ms = start.elapsed().as_millis();
+    let err = match &r {
+        Ok(_) => "none",
+        Err(Error::Timeout { .. }) => "Timeout",
+        Err(_) => "Other",
+    };
+    println!("RESULT rank={me} err={err} ms={ms}");
+    if let Err(e) = r {
+        println!("DETAIL rank={me} {e}");
+    }
     pg_finish(&pg, None)
 }
 
@@ -293,6 +329,32 @@ fn process_group_subgroups_across_processes_are_split() {
     }
 }
 
+/// A rank that never calls a split its parent's members must all call: the others' split
+/// fails once the group's timeout passed, naming it (the store's arrival marks), and nobody
+/// is left waiting inside the backend.
+#[test]
+fn a_member_missing_from_a_split_is_named_within_the_group_timeout() {
+    let timeout_ms = 1_500;
+    for r in run(3, "missing_split", timeout_ms) {
+        let what = format!("rank {}:\n{}", r.rank, r.out);
+        assert_eq!(r.code, Some(0), "{what}");
+        if r.rank == 2 {
+            continue;
+        }
+        assert_eq!(field(&r.out, "err"), Some("Timeout"), "{what}");
+        assert!(
+            r.out
+                .contains("ranks [2] never arrived at split #0 of group 0 (default_pg)"),
+            "{what}"
+        );
+        let ms: u64 = field(&r.out, "ms").unwrap().parse().unwrap();
+        assert!(
+            (timeout_ms - 100..timeout_ms + 2_000).contains(&ms),
+            "waited {ms} ms: {what}"
+        );
+    }
+}
+
 /// A rank that never makes the communicator: the others' init fails once the group's timeout
 /// passed (not the backend's 60 s), with an error naming the missing rank.
 #[test]
@@ -305,7 +367,12 @@ fn a_missing_rank_fails_init_within_the_group_timeout_naming_it() {
             continue;
         }
         assert_eq!(field(&r.out, "err"), Some("Timeout"), "{what}");
-        assert!(r.out.contains("rank(s) 2 of 3"), "{what}");
+        // Named by the process group from the store's arrival marks, whatever the backend.
+        assert!(
+            r.out
+                .contains("ranks [2] never arrived at the init of group 0 (default_pg)"),
+            "{what}"
+        );
         let ms: u64 = field(&r.out, "ms").unwrap().parse().unwrap();
         assert!(
             (timeout_ms - 100..timeout_ms + 2_500).contains(&ms),

@@ -4,7 +4,7 @@
 use super::{AbortOf, CommOf};
 use crate::buffer::{Memory, StreamOf};
 use oxccl_core::{text, CommConfig, Communicator, Error, Result, UniqueId};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// A communicator with the stream the group issues on.
 pub(crate) struct Entry<B: Memory> {
@@ -54,41 +54,209 @@ impl<B: Memory> Slot<B> {
 /// The parts of a communicator init through the store.
 pub(crate) struct InitParams<'a> {
     pub store: &'a dyn crate::store::Store,
-    pub key: String,
+    /// The group's uid and description (for the error texts).
+    pub uid: u64,
+    pub desc: &'a str,
+    /// Which init of the group this is (a key per attempt).
+    pub attempt: u64,
     pub rank: u32,
-    pub size: u32,
-    /// The global rank of group rank 0, which writes the id.
-    pub writer: u32,
+    /// The members' global ranks, by group rank (rank 0 writes the id).
+    pub ranks: &'a [u32],
     pub global_rank: u32,
     pub device: oxccl_core::Device,
     pub config: &'a CommConfig,
     pub timeout: Duration,
 }
 
-/// Rank 0 makes the unique id and sets it in the store; the others wait for it (bounded by the
-/// group's timeout: a rank that waits in vain is told which key and which rank it waited for).
+/// Rank 0 makes the unique id and sets it in the store; every member then marks its arrival
+/// and waits for the others' ([`Arrival`]), and all init. The group's timeout bounds the whole:
+/// a member that never arrives is named by the others' timeouts (from the marks that are
+/// missing), and the backend's init gets what is left of the timeout (where the backend can
+/// bound it: [`oxccl_core::Backend::init_rank_within`]).
 pub(crate) fn init_through_store<B: Memory>(backend: &B, p: &InitParams<'_>) -> Result<CommOf<B>> {
+    let arrival = Arrival {
+        store: p.store,
+        prefix: format!("oxccl/pg/{}/init/{}", p.uid, p.attempt),
+        index: p.rank,
+        ranks: p.ranks,
+        deadline: deadline_after(p.timeout),
+        what: format!("the init of group {} ({})", p.uid, p.desc),
+    };
+    let key = format!("oxccl/pg/{}/unique_id/{}", p.uid, p.attempt);
+    let writer = p.ranks.first().copied().unwrap_or(0);
     let id = if p.rank == 0 {
         let id = backend.unique_id()?;
-        p.store.set(&p.key, id.as_bytes())?;
-        id
+        p.store.set(&key, id.as_bytes())?;
+        Some(id)
     } else {
-        let bytes = p.store.get(&p.key, p.timeout).map_err(|e| match e {
-            Error::Timeout { after_ms, .. } => Error::Timeout {
-                what: text!(
-                    "rank {} waited for the unique id at store key `{}`, which rank {} writes (did it fail?)",
-                    p.global_rank,
-                    p.key,
-                    p.writer
-                ),
-                after_ms,
-            },
-            other => other,
-        })?;
-        UniqueId::from_bytes(&bytes)?
+        None
     };
-    // The group's timeout bounds the wait for missing ranks too (where the backend can).
-    backend.init_rank_within(&id, p.rank, p.size, p.device, p.config, p.timeout)
+    arrival.arrive()?;
+    let waited_for_id = format!(
+        "rank {} waited for the unique id at store key `{key}`, which rank {writer} writes",
+        p.global_rank
+    );
+    arrival.wait_all((p.rank != 0).then_some(waited_for_id.as_str()))?;
+    let id = match id {
+        Some(id) => id,
+        // Rank 0 set it before it arrived, so it is there.
+        None => UniqueId::from_bytes(&p.store.get(&key, arrival.left().max(MIN_STEP))?)?,
+    };
+    let limit = arrival.left();
+    backend
+        .init_rank_within(&id, p.rank, p.size(), p.device, p.config, limit)
+        .map_err(|e| arrival.explain(e))
+}
+
+impl InitParams<'_> {
+    fn size(&self) -> u32 {
+        self.ranks.len() as u32
+    }
+}
+
+/// Before split `k` of `parent`'s communicator: every member of the parent arrives in the
+/// store (see [`Arrival`]), bounded by the parent's timeout, so that a member that never
+/// calls the split is named by the others instead of waited for inside the backend.
+pub(crate) fn arrive_for_split<B: Memory>(parent: &super::group::PgInner<B>, k: u64) -> Result<()> {
+    let arrival = Arrival {
+        store: &*parent.store,
+        prefix: format!("oxccl/pg/{}/split/{k}", parent.uid),
+        index: parent.rank.unwrap_or(0),
+        ranks: &parent.ranks,
+        deadline: deadline_after(parent.timeout()),
+        what: format!("split #{k} of group {} ({})", parent.uid, parent.desc),
+    };
+    arrival.arrive()?;
+    arrival.wait_all(None)
+}
+
+/// The shortest limit a store read after the barrier is given (the value is there already).
+const MIN_STEP: Duration = Duration::from_millis(100);
+
+/// The arrival of the participants of a collective creation (an init, a split) in the store,
+/// before the backend is called: each marks itself (`PREFIX/arrived/INDEX`) and counts itself
+/// (`PREFIX/count`); the last one sets `PREFIX/all`, which every one waits for until the
+/// deadline. A participant that never arrives is named by the others from the marks missing,
+/// whatever the backend (NCCL cannot say which rank it waits for), and the backend is not
+/// called while one is missing: a creation that cannot complete leaves nothing to abort.
+pub(crate) struct Arrival<'a> {
+    pub store: &'a dyn crate::store::Store,
+    /// Key prefix of this creation (equal across participants).
+    pub prefix: String,
+    /// This participant's index in `ranks`.
+    pub index: u32,
+    /// The participants' global ranks, by index.
+    pub ranks: &'a [u32],
+    /// When the creation's time is up.
+    pub deadline: Instant,
+    /// What is being created, for the error texts ("the init of group 3 (tp)").
+    pub what: String,
+}
+
+impl Arrival<'_> {
+    fn mark(&self, index: usize) -> String {
+        format!("{}/arrived/{index}", self.prefix)
+    }
+
+    /// Time left before the deadline.
+    pub fn left(&self) -> Duration {
+        self.deadline.saturating_duration_since(Instant::now())
+    }
+
+    /// Marks and counts this participant; the last one to arrive says so to all.
+    pub fn arrive(&self) -> Result<()> {
+        self.store.set(&self.mark(self.index as usize), b"1")?;
+        let n = self.store.add(&format!("{}/count", self.prefix), 1)?;
+        if n >= self.ranks.len() as i64 {
+            self.store.set(&format!("{}/all", self.prefix), b"1")?;
+        }
+        Ok(())
+    }
+
+    /// Waits until every participant arrived; past the deadline, [`Error::Timeout`] naming
+    /// the global ranks whose marks are missing. `first_note` is said instead of where the
+    /// marks are when participant 0 is among them (it may have had more to do: the unique id).
+    pub fn wait_all(&self, first_note: Option<&str>) -> Result<()> {
+        let began = Instant::now();
+        let all = format!("{}/all", self.prefix);
+        match self.store.wait(&[&all], self.left()) {
+            Err(Error::Timeout { .. }) => {
+                Err(self.missing_error(ms(began.elapsed()), None, first_note))
+            }
+            other => other,
+        }
+    }
+
+    /// The global ranks whose marks are missing (`Err`: the store could not say).
+    pub fn missing(&self) -> Result<Vec<u32>> {
+        let mut out = Vec::new();
+        for (i, &g) in self.ranks.iter().enumerate() {
+            if !self.store.check(&[&self.mark(i)])? {
+                out.push(g);
+            }
+        }
+        Ok(out)
+    }
+
+    /// The timeout of this participant after `after_ms`, naming who never arrived first (the
+    /// text is cut at the error's capacity); `cause`: the backend's own timeout, when it was
+    /// the backend that gave up.
+    fn missing_error(
+        &self,
+        after_ms: u64,
+        cause: Option<&Error>,
+        first_note: Option<&str>,
+    ) -> Error {
+        let me = self.ranks.get(self.index as usize).copied().unwrap_or(0);
+        let what = match (self.missing(), cause) {
+            (Ok(m), _) if !m.is_empty() => {
+                let mut list = String::new();
+                let _ = oxccl_core::watchdog::desync::write_ranks(&mut list, &m);
+                let first_missing = self.ranks.first().is_some_and(|r| m.contains(r));
+                match first_note.filter(|_| first_missing) {
+                    Some(note) => format!("ranks {list} never arrived at {}; {note}", self.what),
+                    None => format!(
+                        "ranks {list} never arrived at {} (seen by rank {me}; store marks `{}/arrived/<group rank>`)",
+                        self.what, self.prefix
+                    ),
+                }
+            }
+            (Ok(_), Some(e)) => format!(
+                "every rank arrived at {} (store marks), but the backend did not complete it in time on rank {me}: {e}",
+                self.what
+            ),
+            (Ok(_), None) => format!("{}: every rank arrived, but too late for rank {me}", self.what),
+            (Err(read), _) => format!(
+                "{} did not complete on rank {me}; the store cannot say who is missing: {read}",
+                self.what
+            ),
+        };
+        Error::Timeout {
+            what: text!("{what}"),
+            after_ms,
+        }
+    }
+
+    /// A backend's failure to create, explained: its timeout becomes this creation's, naming
+    /// the ranks that never arrived (if any, by then); other errors pass.
+    pub fn explain(&self, e: Error) -> Error {
+        match &e {
+            Error::Timeout { after_ms, .. } => self.missing_error(*after_ms, Some(&e), None),
+            _ => e,
+        }
+    }
+}
+
+/// `limit` from now; a limit past what the clock can hold counts as about a century.
+fn deadline_after(limit: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(limit)
+        .or_else(|| now.checked_add(Duration::from_secs(100 * 365 * 86_400)))
+        .unwrap_or(now)
+}
+
+fn ms(d: Duration) -> u64 {
+    d.as_millis().min(u128::from(u64::MAX)) as u64
 }
 
 /// Waits for a nonblocking communicator's init or split to finish, polling its abort handle,

@@ -526,10 +526,11 @@ impl<B: Memory> PgInner<B> {
                 let n = self.inits.fetch_add(1, Ordering::Relaxed);
                 let params = InitParams {
                     store: &*self.store,
-                    key: format!("oxccl/pg/{}/unique_id/{}", self.uid, n),
+                    uid: self.uid,
+                    desc: &self.desc,
+                    attempt: n,
                     rank,
-                    size: self.ranks.len() as u32,
-                    writer: self.ranks[0],
+                    ranks: &self.ranks,
                     global_rank: self.global_rank,
                     device: self.opts.device(),
                     config: &self.opts.config,
@@ -548,7 +549,12 @@ impl<B: Memory> PgInner<B> {
         key: u32,
         cfg: &oxccl_core::CommConfig,
     ) -> Result<Option<super::CommOf<B>>> {
-        let child = self.with_entry("split", |e| e.comm.split(color, key, cfg))?;
+        let child = self.with_entry("split", |e| {
+            // Every member arrives in the store first (bounded by the group's timeout), so a
+            // member that never calls the split is named instead of waited for.
+            super::comm::arrive_for_split(self, self.splits.load(Ordering::Relaxed))?;
+            e.comm.split(color, key, cfg)
+        })?;
         self.splits.fetch_add(1, Ordering::Relaxed);
         Ok(child)
     }

@@ -167,7 +167,7 @@ impl MockBackend {
 }
 
 /// `ranks` as a short list for a message (the first 8, then how many more).
-fn rank_list(ranks: &[u32]) -> String {
+pub(crate) fn rank_list(ranks: &[u32]) -> String {
     let mut s: Vec<String> = ranks.iter().take(8).map(u32::to_string).collect();
     if ranks.len() > 8 {
         s.push(format!("and {} more", ranks.len() - 8));

@@ -383,9 +383,17 @@ impl oxccl_core::Communicator for MockComm {
                 .split_post(self.rk(), seq, color, key, color.is_some());
             return Ok(color.map(|_| self.pending_child(seq, None)));
         }
-        let joined = self.sh().split_join(self.rk(), seq, color, key);
+        // Bounded by the init limit (a process group's timeout), as the init is.
+        let joined = self
+            .sh()
+            .split_join(self.rk(), seq, color, key, self.init_timeout);
         let child = match joined {
             Ok(c) => c,
+            Err(e @ Error::Timeout { .. }) => {
+                // As NCCL's parent stuck in a split: nothing else can run on it.
+                self.b.abort(&format!("{e}"));
+                return Err(e);
+            }
             Err(e) => {
                 self.sh().fail(self.rk(), e.clone());
                 return Err(e);

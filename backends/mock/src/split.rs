@@ -1,6 +1,8 @@
 //! Split: the k-th split call of every rank is matched; once all called, ranks of one color form
 //! a new communicator ordered by (key, parent rank). A blocking split waits on the calling
-//! thread, as NCCL's does; a nonblocking one posts its call and returns, and its child completes
+//! thread, as NCCL's does, bounded by the communicator's init limit (a process group's
+//! timeout): past it the error names the ranks that never called and the caller's rank of
+//! the parent is aborted; a nonblocking one posts its call and returns, and its child completes
 //! the rendezvous when polled (so one thread can split every rank of a world). A peer that dies
 //! before its call ends the wait with a remote error; one that dies after it spoils nothing
 //! (its rank in its child is aborted, so its child's peers get a remote error there).
@@ -10,6 +12,7 @@ use crate::sync::{lock, wait_for, TICK};
 use oxccl_core::text::Text;
 use oxccl_core::{text, Error, Result};
 use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
 
 impl CommShared {
     /// Posts `rank`'s call of split `seq` (never blocks); `takes`: the rank will take its
@@ -124,21 +127,53 @@ impl CommShared {
 
     /// Joins split `seq` as `rank` with `color` (None = NOCOLOR) and `key`, blocking until every
     /// rank called; returns the child and this rank's rank in it (children start ready; the
-    /// caller applies its config).
+    /// caller applies its config). Past `limit` the call is abandoned (its child, if the
+    /// others complete the split later, is aborted for it) and the error is a timeout naming
+    /// the ranks that never called; the caller aborts this rank of the parent.
     pub(crate) fn split_join(
         &self,
         rank: u32,
         seq: u64,
         color: Option<u32>,
         key: u32,
+        limit: Duration,
     ) -> Result<Option<Child>> {
         self.split_post(rank, seq, color, key, true);
+        let start = Instant::now();
         let mut hub = lock(&self.hub);
         loop {
             if let Some(r) = take_locked(&mut hub, rank, seq) {
                 return r;
             }
-            hub = wait_for(&self.cv, hub, TICK);
+            let waited = start.elapsed();
+            if waited >= limit {
+                let missing: Vec<u32> = hub
+                    .splits
+                    .get(&seq)
+                    .map(|slot| {
+                        (0..self.size)
+                            .filter(|r| slot.calls.get(*r as usize).is_some_and(Option::is_none))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                drop(hub);
+                let why = format!("split {seq} timed out after {} ms", waited.as_millis());
+                // A NOCOLOR call takes no child: nothing to abandon.
+                let left = color.and_then(|_| self.split_abandon(rank, seq, &why));
+                if let Some((child, r)) = left {
+                    // Completed meanwhile: this rank leaves its child anyway.
+                    child.abort(r, &why);
+                }
+                return Err(Error::Timeout {
+                    what: text!(
+                        "split {seq}: rank {rank} waited for rank(s) {} of {} to call it",
+                        crate::backend::rank_list(&missing),
+                        self.size
+                    ),
+                    after_ms: u64::try_from(waited.as_millis()).unwrap_or(u64::MAX),
+                });
+            }
+            hub = wait_for(&self.cv, hub, TICK.min(limit - waited));
         }
     }
 }

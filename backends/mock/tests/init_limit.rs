@@ -102,3 +102,58 @@ fn ranks_that_all_come_within_the_limit_join() {
     });
     assert_eq!(ranks, vec![0, 1, 2]);
 }
+
+/// A blocking split is bounded by the init limit too: ranks 0 and 1 of 3 split, rank 2 never
+/// does; past the limit their splits fail naming rank 2, and their parent ranks are aborted
+/// (a later call fails fast instead of waiting).
+#[test]
+fn a_blocking_split_missing_a_rank_ends_at_the_limit_naming_it() {
+    let b = backend();
+    let id = b.unique_id().unwrap();
+    let limit = Duration::from_millis(300);
+    let comms: Vec<_> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..3u32)
+            .map(|r| {
+                let (b, id) = (b.clone(), id);
+                s.spawn(move || {
+                    b.init_rank_within(&id, r, 3, Device(r), &CommConfig::new(), limit)
+                        .unwrap()
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let outcomes: Vec<(Error, Duration, oxccl_core::CommState)> = std::thread::scope(|s| {
+        let hs: Vec<_> = comms[..2]
+            .iter()
+            .enumerate()
+            .map(|(r, c)| {
+                s.spawn(move || {
+                    let start = Instant::now();
+                    // Rank 1 asks for no child: it still waits for every rank's call.
+                    let color = (r == 0).then_some(7);
+                    let e = oxccl_core::Communicator::split(c, color, 0, &CommConfig::new())
+                        .unwrap_err();
+                    (e, start.elapsed(), oxccl_core::Communicator::state(c))
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for (e, took, state) in outcomes {
+        assert!(
+            took >= limit && took < limit + Duration::from_secs(2),
+            "waited {took:?}"
+        );
+        match e {
+            Error::Timeout { what, after_ms } => {
+                assert!(what.contains("waited for rank(s) 2 of 3"), "{what}");
+                assert!(after_ms >= 300, "{after_ms}");
+            }
+            e => panic!("not a timeout: {e:?}"),
+        }
+        assert_eq!(state, oxccl_core::CommState::Aborted);
+    }
+    let again = oxccl_core::Communicator::split(&comms[0], Some(7), 0, &CommConfig::new());
+    assert!(matches!(again, Err(Error::Aborted { .. })), "{again:?}");
+}

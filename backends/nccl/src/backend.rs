@@ -244,6 +244,65 @@ impl Backend for NcclBackend {
         })
     }
 
+    /// Bounded by `limit` on NCCL 2.14+ (`ncclCommInitRankConfig` with a nonblocking config):
+    /// a blocking config is turned nonblocking for the init, which is polled until it is done
+    /// or `limit` passes; past it the communicator is aborted and the error is
+    /// [`Error::Timeout`]. NCCL cannot say which ranks are missing (the process group names
+    /// them from the store). The communicator stays nonblocking for its life (NCCL fixes that
+    /// at init): its calls wait out `InProgress` themselves, bounded by [`NcclComm::timeout`].
+    /// A nonblocking config returns at once, `Initializing`, as [`Backend::init_rank`] does
+    /// (the caller's wait bounds it). Without nonblocking init (NCCL before 2.14) the blocking
+    /// init is used and `limit` cannot apply: it waits as long as NCCL does.
+    fn init_rank_within(
+        &self,
+        id: &UniqueId,
+        rank: u32,
+        size: u32,
+        device: Device,
+        cfg: &CommConfig,
+        limit: Duration,
+    ) -> Result<NcclComm> {
+        let bounded = !cfg.is_nonblocking()
+            && self.settings.features.has(Feature::NonBlocking)
+            && self.lib.api().comm_init_rank_config.is_some();
+        if !bounded {
+            if !cfg.is_nonblocking() {
+                log::debug!(
+                    "oxccl: NCCL {} has no nonblocking init: rank {rank}'s init is not bounded",
+                    self.lib.version()
+                );
+            }
+            return self.init_rank(id, rank, size, device, cfg);
+        }
+        let comm = self.init_rank(id, rank, size, device, &cfg.clone().blocking(false))?;
+        let polled = crate::wait::Deadline::after(limit)
+            .poll("init", || oxccl_core::Communicator::poll(&comm));
+        match polled {
+            Ok(()) => Ok(comm),
+            Err(e) => {
+                let why = match &e {
+                    Error::Timeout { after_ms, .. } => format!(
+                        "init of rank {rank} of {size} timed out after {after_ms} ms (limit {} ms)",
+                        limit.as_millis()
+                    ),
+                    other => format!("init of rank {rank} of {size} failed: {other}"),
+                };
+                // Never used: aborting releases it (NCCL stops the init's own thread).
+                comm.abort(&why);
+                drop(comm);
+                Err(match e {
+                    Error::Timeout { after_ms, .. } => Error::Timeout {
+                        what: oxccl_core::text!(
+                            "NCCL's init of rank {rank} of {size} still in progress (ranks missing?)"
+                        ),
+                        after_ms,
+                    },
+                    other => other,
+                })
+            }
+        }
+    }
+
     fn group_start(&self) -> Result<()> {
         crate::group::start(&self.lib)
     }

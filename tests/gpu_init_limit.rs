@@ -1,0 +1,118 @@
+//! The bound on making a communicator, on real NCCL with one GPU: a world of 2 where only
+//! rank 0 exists. Runs when `OXCCL_TEST_GPUS=<n>` is set and skips, saying so, otherwise; run
+//! each test alone, under a time limit, and check that the process exits (no hang in Drop).
+//!
+//! - the process group's init: rank 1 never arrives, so the store's arrival marks name it
+//!   within the group's timeout and NCCL's init is never called;
+//! - the process group's init with rank 1 present in the store only (its marks written here):
+//!   NCCL's init runs (nonblocking, 2.14+) and cannot complete; past the rest of the timeout
+//!   the communicator is aborted and the error says every rank arrived but NCCL did not finish;
+//! - the backend alone: `init_rank_within` with a limit, aborted past it.
+
+use oxccl::core::env::ErrorHandling;
+use oxccl::core::Backend;
+use oxccl::pg::{PgOptions, ProcessGroup};
+use oxccl::store::{MemStore, Store};
+use oxccl::{CommConfig, Device, Error, Nccl};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const TIMEOUT: Duration = Duration::from_secs(3);
+const SLACK: Duration = Duration::from_secs(2);
+
+fn gpus() -> bool {
+    let on = std::env::var("OXCCL_TEST_GPUS")
+        .ok()
+        .and_then(|v| v.parse::<u32>().ok())
+        .is_some_and(|n| n >= 1);
+    if !on {
+        eprintln!("skipped: no GPU configured (set OXCCL_TEST_GPUS=<n> to run the GPU tests)");
+    }
+    on
+}
+
+fn nccl() -> Nccl {
+    Nccl::load().unwrap_or_else(|e| panic!("loading NCCL: {e}"))
+}
+
+fn opts() -> PgOptions {
+    PgOptions {
+        timeout: TIMEOUT,
+        bound_device: Some(Device(0)),
+        error_handling: ErrorHandling::NoHandling,
+        ..PgOptions::default()
+    }
+}
+
+/// Rank 0 of 2 makes its group; the variant, the time, and the text.
+fn make_rank0(store: Arc<dyn Store>) -> (String, Duration) {
+    let began = Instant::now();
+    let made = ProcessGroup::new(nccl(), store, 0, 2, opts()).map(|_| ());
+    let took = began.elapsed();
+    println!("RESULT took_ms={} outcome={made:?}", took.as_millis());
+    match made {
+        Err(Error::Timeout { what, .. }) => (what.to_string(), took),
+        other => panic!("expected Error::Timeout, got {other:?}"),
+    }
+}
+
+#[test]
+fn gpu_pg_init_names_the_rank_that_never_arrived() {
+    if !gpus() {
+        return;
+    }
+    let (text, took) = make_rank0(Arc::new(MemStore::new()));
+    assert!(took >= TIMEOUT && took < TIMEOUT + SLACK, "{took:?}");
+    assert!(
+        text.starts_with("ranks [1] never arrived at the init of group 0 (default_pg)"),
+        "{text}"
+    );
+}
+
+#[test]
+fn gpu_pg_init_that_nccl_cannot_complete_is_aborted_in_time() {
+    if !gpus() {
+        return;
+    }
+    let store: Arc<dyn Store> = Arc::new(MemStore::new());
+    // Rank 1 arrives in the store, and never calls NCCL.
+    store.set("oxccl/pg/0/init/0/arrived/1", b"1").unwrap();
+    store.add("oxccl/pg/0/init/0/count", 1).unwrap();
+    let (text, took) = make_rank0(store);
+    let bounded = nccl().features().has(oxccl::Feature::NonBlocking);
+    println!("RESULT version={} bounded={bounded}", nccl().version());
+    assert!(bounded, "NCCL before 2.14: the init cannot be bounded");
+    assert!(took >= TIMEOUT && took < TIMEOUT + SLACK, "{took:?}");
+    assert!(
+        text.starts_with(
+            "every rank arrived at the init of group 0 (default_pg) (store marks), but the backend did not complete it in time on rank 0"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("NCCL's init of rank 0 of 2 still in progress"),
+        "{text}"
+    );
+}
+
+#[test]
+fn gpu_backend_init_within_a_limit_is_aborted_past_it() {
+    if !gpus() {
+        return;
+    }
+    let b = nccl();
+    let id = b.unique_id().unwrap();
+    let limit = Duration::from_secs(2);
+    let began = Instant::now();
+    let r = b.init_rank_within(&id, 0, 2, Device(0), &CommConfig::new(), limit);
+    let took = began.elapsed();
+    println!("RESULT took_ms={} outcome={r:?}", took.as_millis());
+    match r {
+        Err(Error::Timeout { what, after_ms }) => {
+            assert!(what.contains("still in progress"), "{what}");
+            assert!(after_ms >= 2_000, "{after_ms}");
+        }
+        other => panic!("expected Error::Timeout, got {other:?}"),
+    }
+    assert!(took >= limit && took < limit + SLACK, "{took:?}");
+}
