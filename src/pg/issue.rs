@@ -197,14 +197,16 @@ impl<B: Memory> PgInner<B> {
         e: &Entry<B>,
         mut trace: TraceSlot,
     ) -> WorkOf<B> {
+        // One clock read per operation: the recorder entry's, else one here.
+        let created_ns = trace.created_ns().unwrap_or_else(now_ns);
         if !self.opts.watchdog {
             // No watchdog to record it later: record now.
             trace.settle(&self.watch.recorder);
         }
         let work = Work::new(
             info,
-            start,
-            end,
+            created_ns,
+            (start, end),
             Some(e.abort.clone()),
             trace,
             self.watch.clone(),

@@ -67,6 +67,19 @@ impl Recorder {
         }
     }
 
+    /// Marks entry `id` completed at `now_ns`, with its duration when known, and retires it
+    /// (one lock: the watchdog's call per completed work).
+    pub(crate) fn complete(&self, id: Option<u64>, now_ns: u64, duration_ns: Option<u64>) {
+        if let Some(id) = id {
+            let mut r = self.lock();
+            r.update_state(id, TraceState::Completed, now_ns);
+            if let Some(ns) = duration_ns {
+                r.set_duration(id, ns);
+            }
+            r.retire(id);
+        }
+    }
+
     pub(crate) fn finish(&self, id: Option<u64>, duration_ns: Option<u64>) {
         if let Some(id) = id {
             let mut r = self.lock();

@@ -58,6 +58,24 @@ pub(crate) enum TraceSlot {
 }
 
 impl TraceSlot {
+    /// The entry's id if already recorded (records nothing).
+    pub fn recorded(&self) -> Option<u64> {
+        match *self {
+            TraceSlot::Recorded(id) => Some(id),
+            _ => None,
+        }
+    }
+
+    /// When the operation was issued, if the entry to record says (its clock read is then the
+    /// work's too: one per operation).
+    pub fn created_ns(&self) -> Option<u64> {
+        match self {
+            TraceSlot::Pending(p) => Some(p.created_ns),
+            TraceSlot::Built(r) => Some(r.time_created_ns),
+            TraceSlot::Off | TraceSlot::Recorded(_) => None,
+        }
+    }
+
     /// Records a pending entry into `recorder` (once) and returns its id.
     pub fn settle(&mut self, recorder: &Recorder) -> Option<u64> {
         let id = match std::mem::replace(self, TraceSlot::Off) {

@@ -51,13 +51,23 @@ pub(crate) struct GroupWatch {
     hook_errors: Mutex<Vec<String>>,
     /// Works the watchdog is done with, dropped by the next thread that issues on the group
     /// (see [`GroupWatch::reap`]); `None` once the group is gone.
-    graveyard: Mutex<Option<Vec<Arc<dyn crate::watchdog::Watched>>>>,
+    graveyard: Mutex<Option<Graveyard>>,
     /// Works in the graveyard (read without the lock on the hot path).
     buried: AtomicUsize,
 }
 
 /// Works buried before the issuing thread drops them, in one batch.
 const REAP_EVERY: usize = 32;
+
+type Buried = Vec<Arc<dyn crate::watchdog::Watched>>;
+
+/// Buried works, and the emptied list of the last reap kept for the next one (no allocation
+/// on either thread once both lists have grown).
+#[derive(Default)]
+struct Graveyard {
+    dead: Buried,
+    spare: Buried,
+}
 
 /// What [`GroupWatch::new`] is made from.
 pub(crate) struct WatchConfig {
@@ -191,25 +201,25 @@ impl GroupWatch {
             }),
             hooks: Mutex::new(Vec::new()),
             hook_errors: Mutex::new(Vec::new()),
-            graveyard: Mutex::new(Some(Vec::new())),
+            graveyard: Mutex::new(Some(Graveyard::default())),
             buried: AtomicUsize::new(0),
         })
     }
 
-    /// Hands a work the watchdog is done with to the group's issuing thread, which drops it
-    /// ([`GroupWatch::reap`]): the work was allocated there, and freeing it there keeps its
+    /// Hands works the watchdog is done with to the group's issuing thread, which drops them
+    /// ([`GroupWatch::reap`]): a work was allocated there, and freeing it there keeps its
     /// memory, its event (back to the stream's pool) and the reference counts it holds (the
     /// group's, the communicator's) on the issuing thread's core, instead of bouncing those
     /// cache lines to the watchdog's on every operation. Dropped here when the group is gone.
-    pub fn bury(&self, w: Arc<dyn crate::watchdog::Watched>) {
+    pub fn bury(&self, works: impl Iterator<Item = Arc<dyn crate::watchdog::Watched>>) {
         let mut g = lock(&self.graveyard);
-        if let Some(v) = g.as_mut() {
-            v.push(w);
-            self.buried.store(v.len(), Ordering::Relaxed);
+        if let Some(y) = g.as_mut() {
+            y.dead.extend(works);
+            self.buried.store(y.dead.len(), Ordering::Relaxed);
             return;
         }
         drop(g);
-        drop(w);
+        works.for_each(drop);
     }
 
     /// Drops the buried works once there are [`REAP_EVERY`] of them (the issuing thread's
@@ -218,14 +228,19 @@ impl GroupWatch {
         if self.buried.load(Ordering::Relaxed) < REAP_EVERY {
             return;
         }
-        let dead = match lock(&self.graveyard).as_mut() {
-            Some(v) => {
+        let mut dead = match lock(&self.graveyard).as_mut() {
+            Some(y) => {
                 self.buried.store(0, Ordering::Relaxed);
-                std::mem::take(v)
+                let spare = std::mem::take(&mut y.spare);
+                std::mem::replace(&mut y.dead, spare)
             }
             None => return,
         };
-        drop(dead);
+        // Dropped without the lock (the watchdog may bury meanwhile).
+        dead.clear();
+        if let Some(y) = lock(&self.graveyard).as_mut() {
+            y.spare = dead;
+        }
     }
 
     /// Drops the buried works and buries no more (the group is gone: its works hold the

@@ -7,24 +7,42 @@ use crate::watchdog::{Hint, Watched};
 use oxccl_core::state::work::{Work as WorkMachine, WorkInfo};
 use oxccl_core::trace::TraceState;
 use oxccl_core::{CommAbort, Error, Event, OpKind, Result};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 pub(crate) struct Inner<E, A> {
+    /// What polls change, under one lock (one lock per look, for the watchdog too).
+    cell: Mutex<Cell>,
+    /// What the work is: fixed at creation, read without the lock.
+    info: WorkInfo,
+    /// When it was issued (process clock, ns): fixed, read without the lock.
+    created_ns: u64,
     /// Recorded before the operation when timing is on.
     start: Option<E>,
     /// Recorded after the operation; `None` for work that issued nothing.
     end: Option<E>,
     abort: Option<A>,
-    state: Mutex<WorkMachine>,
-    /// The flight-recorder entry (recorded by the watchdog, off the hot path).
-    trace: Mutex<TraceSlot>,
     watch: Arc<GroupWatch>,
-    /// Whether the completion was handed to hooks and the recorder (once).
-    reported: AtomicBool,
     /// Issued inside a graph capture: it runs only at the graph's launches.
     captured: bool,
+}
+
+/// The changing part of a work.
+struct Cell {
+    machine: WorkMachine,
+    /// The flight-recorder entry (recorded by the watchdog, off the hot path).
+    trace: TraceSlot,
+    /// Whether the completion was handed to hooks and the recorder (once).
+    reported: bool,
+}
+
+/// What the watchdog does, once the work's lock is released, with a completion or failure it
+/// saw first.
+struct Report {
+    trace: Option<u64>,
+    /// `Some` once completed (the duration, when known).
+    completed: Option<Option<u64>>,
+    hook: Option<CompletedWork>,
 }
 
 /// An operation in flight: wait for it, ask whether it completed, read its first error and its
@@ -44,14 +62,16 @@ impl<E, A> Clone for Work<E, A> {
 
 impl<E, A> std::fmt::Debug for Work<E, A> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let st = self
+        let state = self
             .inner
-            .state
+            .cell
             .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+            .unwrap_or_else(PoisonError::into_inner)
+            .machine
+            .state();
         f.debug_struct("Work")
-            .field("info", st.info())
-            .field("state", &st.state())
+            .field("info", &self.inner.info)
+            .field("state", &state)
             .finish()
     }
 }
@@ -66,28 +86,33 @@ fn ms(d: Duration) -> u64 {
 }
 
 impl<E: Event + 'static, A: CommAbort> Work<E, A> {
+    /// The work of an operation issued at `created_ns` (the caller's one clock read).
     pub(crate) fn new(
         info: WorkInfo,
-        start: Option<E>,
-        end: Option<E>,
+        created_ns: u64,
+        (start, end): (Option<E>, Option<E>),
         abort: Option<A>,
         trace: TraceSlot,
         watch: Arc<GroupWatch>,
     ) -> Self {
-        let mut state = WorkMachine::new(info, now_ns());
+        let mut machine = WorkMachine::new(info, created_ns);
         if end.is_none() {
             // Nothing was issued: complete at once (an empty batch).
-            let _ = state.observe(now_ns(), true, true);
+            let _ = machine.observe(created_ns, true, true);
         }
         Work {
             inner: Arc::new(Inner {
+                cell: Mutex::new(Cell {
+                    machine,
+                    trace,
+                    reported: false,
+                }),
+                info,
+                created_ns,
                 start,
                 end,
                 abort,
-                state: Mutex::new(state),
-                trace: Mutex::new(trace),
                 watch,
-                reported: AtomicBool::new(false),
                 captured: false,
             }),
         }
@@ -99,8 +124,8 @@ impl<E: Event + 'static, A: CommAbort> Work<E, A> {
     /// waiting for something that never comes. No events, no watchdog.
     pub(crate) fn captured(info: WorkInfo, watch: Arc<GroupWatch>) -> Self {
         let now = now_ns();
-        let mut state = WorkMachine::new(info, now);
-        let _ = state.fail(
+        let mut machine = WorkMachine::new(info, now);
+        let _ = machine.fail(
             now,
             oxccl_core::CaptureError::Forbidden.error(format_args!(
                 "waiting on {} (seq {}), which was captured into a graph: it runs at each \
@@ -110,13 +135,17 @@ impl<E: Event + 'static, A: CommAbort> Work<E, A> {
         );
         Work {
             inner: Arc::new(Inner {
+                cell: Mutex::new(Cell {
+                    machine,
+                    trace: TraceSlot::Off,
+                    reported: true,
+                }),
+                info,
+                created_ns: now,
                 start: None,
                 end: None,
                 abort: None,
-                state: Mutex::new(state),
-                trace: Mutex::new(TraceSlot::Off),
                 watch,
-                reported: AtomicBool::new(true),
                 captured: true,
             }),
         }
@@ -137,7 +166,7 @@ impl<E: Event + 'static, A: CommAbort> Work<E, A> {
 
     /// What the work is: sequence number, operation, element counts, timeout.
     pub fn info(&self) -> WorkInfo {
-        *self.inner.lock().info()
+        self.inner.info
     }
 
     /// The sequence number (from 1 per group, equal across ranks).
@@ -157,17 +186,23 @@ impl<E: Event + 'static, A: CommAbort> Work<E, A> {
 
     /// Whether the operation has finished, successfully or not (never blocks).
     pub fn is_completed(&self) -> bool {
-        !matches!(self.inner.poll(now_ns(), None, Hint::Unknown), Ok(false))
+        !matches!(
+            self.inner.poll(now_ns(), None, Hint::Unknown, false),
+            Ok(false)
+        )
     }
 
     /// Whether the operation finished successfully (never blocks).
     pub fn is_success(&self) -> bool {
-        matches!(self.inner.poll(now_ns(), None, Hint::Unknown), Ok(true))
+        matches!(
+            self.inner.poll(now_ns(), None, Hint::Unknown, false),
+            Ok(true)
+        )
     }
 
     /// The first error of the operation, once it failed.
     pub fn error(&self) -> Option<Error> {
-        self.inner.lock().error().cloned()
+        self.inner.lock().machine.error().cloned()
     }
 
     /// Blocks until the operation completed, bounded by the group's timeout (counted from the
@@ -180,7 +215,10 @@ impl<E: Event + 'static, A: CommAbort> Work<E, A> {
     /// [`Work::wait`] with its own limit, counted from the issue.
     pub fn wait_timeout(&self, limit: Duration) -> Result<()> {
         let mut polls = 0u32;
-        while !self.inner.poll(now_ns(), Some(ms(limit)), Hint::Unknown)? {
+        while !self
+            .inner
+            .poll(now_ns(), Some(ms(limit)), Hint::Unknown, false)?
+        {
             polls = polls.saturating_add(1);
             if polls < QUICK_POLLS {
                 std::thread::yield_now();
@@ -194,31 +232,59 @@ impl<E: Event + 'static, A: CommAbort> Work<E, A> {
     /// How long the operation ran on its stream; needs timing on ([`super::PgOptions::timing`])
     /// and a completed operation.
     pub fn duration(&self) -> Result<Duration> {
-        self.inner.poll(now_ns(), None, Hint::Unknown)?;
-        let ns = self.inner.lock().duration_ns()?;
+        self.inner.poll(now_ns(), None, Hint::Unknown, false)?;
+        let ns = self.inner.lock().machine.duration_ns()?;
         Ok(Duration::from_nanos(ns))
     }
 }
 
 impl<E: Event, A: CommAbort> Inner<E, A> {
-    fn lock(&self) -> MutexGuard<'_, WorkMachine> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    fn lock(&self) -> MutexGuard<'_, Cell> {
+        self.cell.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The work's recorder entry, recorded now if still pending (the watchdog's call: it
-    /// records in queue order, which is issue order).
-    fn trace_id(&self) -> Option<u64> {
-        self.trace
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .settle(&self.watch.recorder)
+    /// What to report of a completion (`completed`) or failure seen now, unless the work's
+    /// completion or failure was reported already (the watchdog's part, under the lock).
+    fn take_report(&self, c: &mut Cell, now: u64, completed: bool) -> Option<Report> {
+        if std::mem::replace(&mut c.reported, true) {
+            return None;
+        }
+        // Recorded now if still pending: the watchdog records before it polls, in queue
+        // order, so this only settles an entry it has not reached yet.
+        let trace = c.trace.settle(&self.watch.recorder);
+        if !completed {
+            return Some(Report {
+                trace,
+                completed: None,
+                hook: None,
+            });
+        }
+        let duration = c.machine.duration_ns().ok();
+        let hook = duration.map(|ns| CompletedWork {
+            group: self.watch.uid,
+            op: self.info.kind,
+            coalesced: self.info.coalesced,
+            seq: self.info.seq,
+            created_ns: self.created_ns,
+            completed_ns: c.machine.ended_ns().unwrap_or(now),
+            duration: Duration::from_nanos(ns),
+        });
+        Some(Report {
+            trace,
+            completed: Some(duration),
+            hook,
+        })
     }
 
-    /// The work's recorder entry if already recorded (any thread; records nothing).
-    fn recorded_id(&self) -> Option<u64> {
-        match *self.trace.lock().unwrap_or_else(PoisonError::into_inner) {
-            TraceSlot::Recorded(id) => Some(id),
-            _ => None,
+    /// Hands a report to the recorder and the hooks (without the work's lock).
+    fn deliver(&self, r: Report, now: u64) {
+        match r.completed {
+            Some(duration) => self.watch.recorder.complete(r.trace, now, duration),
+            // Its entry keeps the state it reached (scheduled or started) for the dumps.
+            None => self.watch.recorder.finish(r.trace, None),
+        }
+        if let Some(done) = r.hook {
+            self.watch.run_hooks(&done);
         }
     }
 
@@ -227,15 +293,23 @@ impl<E: Event, A: CommAbort> Inner<E, A> {
     /// `wait_limit_ms` (a waiting caller) a timeout aborts the communicator; without it (the
     /// watchdog, a query) the group's timeout applies and the watchdog's plan decides.
     /// `hint`: what the watchdog knows from the group's other works, saving the query.
-    fn poll(&self, now: u64, wait_limit_ms: Option<u64>, hint: Hint) -> Result<bool> {
-        let mut st = self.lock();
-        if st.state().is_final() {
-            return st.error().map_or(Ok(true), |e| Err(e.clone()));
+    /// With `report` (the watchdog), the first completion or failure seen is also handed to
+    /// the recorder and the hooks.
+    fn poll(&self, now: u64, wait_limit_ms: Option<u64>, hint: Hint, report: bool) -> Result<bool> {
+        let mut c = self.lock();
+        if c.machine.state().is_final() {
+            let r = c.machine.error().map_or(Ok(true), |e| Err(e.clone()));
+            let rep = report.then(|| self.take_report(&mut c, now, r.is_ok()));
+            drop(c);
+            if let Some(rep) = rep.flatten() {
+                self.deliver(rep, now);
+            }
+            return r;
         }
         if hint == Hint::Pending {
             // An earlier work of the stream still runs: only the deadline can end this one.
-            drop(st);
-            return self.check_deadline(now, wait_limit_ms);
+            drop(c);
+            return self.check_deadline(now, wait_limit_ms, report);
         }
         let completed = match (&self.end, hint) {
             (None, _) | (_, Hint::Done) => Ok(true),
@@ -256,55 +330,82 @@ impl<E: Event, A: CommAbort> Inner<E, A> {
             None => Ok(c),
         });
         let completed = match outcome {
-            Ok(c) => c,
+            Ok(done) => done,
             Err(e) => {
-                let _ = st.fail(now, e.clone());
-                drop(st);
-                self.watch.recorder.finish(self.recorded_id(), None);
+                let _ = c.machine.fail(now, e.clone());
+                let rep = if report {
+                    self.take_report(&mut c, now, false)
+                } else {
+                    None
+                };
+                let id = c.trace.recorded();
+                drop(c);
+                match rep {
+                    Some(rep) => self.deliver(rep, now),
+                    None => self.watch.recorder.finish(id, None),
+                }
                 return Err(e);
             }
         };
         if completed {
-            let _ = st.observe(now, true, true);
+            let _ = c.machine.observe(now, true, true);
             if let (Some(s), Some(e)) = (&self.start, &self.end) {
                 if let Ok(ms) = s.elapsed_ms(e) {
-                    let _ = st.set_measured_duration((f64::from(ms.max(0.0)) * 1e6) as u64);
+                    let _ = c
+                        .machine
+                        .set_measured_duration((f64::from(ms.max(0.0)) * 1e6) as u64);
                 }
+            }
+            let rep = report.then(|| self.take_report(&mut c, now, true));
+            drop(c);
+            if let Some(rep) = rep.flatten() {
+                self.deliver(rep, now);
             }
             return Ok(true);
         }
-        if st.state() == oxccl_core::WorkState::Scheduled {
+        if c.machine.state() == oxccl_core::WorkState::Scheduled {
             if let Some(s) = &self.start {
                 if s.query().unwrap_or(false) {
-                    let _ = st.observe(now, true, false);
+                    let _ = c.machine.observe(now, true, false);
                     self.watch
                         .recorder
-                        .update(self.recorded_id(), TraceState::Started, now);
+                        .update(c.trace.recorded(), TraceState::Started, now);
                 }
             }
         }
-        drop(st);
-        self.check_deadline(now, wait_limit_ms)
+        drop(c);
+        self.check_deadline(now, wait_limit_ms, report)
     }
 
     /// `Ok(false)` while the work is within its limit (`wait_limit_ms`, else the group's
     /// timeout); its timeout error past it (a waiting caller's timeout aborts the
     /// communicator). With desync debugging on, the error (and the abort's reason) says which
     /// ranks never joined the collective: read from the store without the work's lock.
-    fn check_deadline(&self, now: u64, wait_limit_ms: Option<u64>) -> Result<bool> {
-        let st = self.lock();
-        let limit = wait_limit_ms.unwrap_or(st.info().timeout_ms);
-        let past = st.is_past_deadline(now, limit);
-        if !past && !st.state().is_final() {
+    /// With `report` (the watchdog), a timeout seen first is reported (see [`Inner::poll`]).
+    fn check_deadline(&self, now: u64, wait_limit_ms: Option<u64>, report: bool) -> Result<bool> {
+        let limit = wait_limit_ms.unwrap_or(self.info.timeout_ms);
+        let c = self.lock();
+        let past = c.machine.is_past_deadline(now, limit);
+        if !past && !c.machine.state().is_final() {
             return Ok(false);
         }
-        let info = *st.info();
-        drop(st);
+        drop(c);
+        let info = self.info;
         let verdict = past
             .then(|| self.watch.verdict(info.seq, info.kind))
             .flatten();
         let note = verdict.as_ref().map(|v| v.note()).unwrap_or_default();
-        let checked = self.lock().check_deadline_noting(now, limit, &note);
+        let mut c = self.lock();
+        let checked = c.machine.check_deadline_noting(now, limit, &note);
+        let rep = if report && checked.is_err() {
+            self.take_report(&mut c, now, false)
+        } else {
+            None
+        };
+        drop(c);
+        if let Some(rep) = rep {
+            self.deliver(rep, now);
+        }
         if let Err(e) = checked {
             if wait_limit_ms.is_some() {
                 if let Some(a) = &self.abort {
@@ -323,7 +424,7 @@ impl<E: Event, A: CommAbort> Inner<E, A> {
 
 impl<E: Event + 'static, A: CommAbort> Watched for Inner<E, A> {
     fn record_trace(&self) {
-        self.trace_id();
+        self.lock().trace.settle(&self.watch.recorder);
     }
 
     fn probe_done(&self) -> Option<bool> {
@@ -332,39 +433,12 @@ impl<E: Event + 'static, A: CommAbort> Watched for Inner<E, A> {
     }
 
     fn poll(&self, now_ns: u64, hint: Hint) -> Result<bool> {
-        let r = Inner::poll(self, now_ns, None, hint);
-        if matches!(r, Ok(true)) && !self.reported.swap(true, Ordering::AcqRel) {
-            let st = self.lock();
-            let duration = st.duration_ns().ok();
-            let done = duration.map(|ns| CompletedWork {
-                group: self.watch.uid,
-                op: st.info().kind,
-                coalesced: st.info().coalesced,
-                seq: st.info().seq,
-                created_ns: st.created_ns(),
-                completed_ns: st.ended_ns().unwrap_or(now_ns),
-                duration: Duration::from_nanos(ns),
-            });
-            drop(st);
-            self.watch
-                .recorder
-                .update(self.trace_id(), TraceState::Completed, now_ns);
-            self.watch.recorder.finish(self.trace_id(), duration);
-            if let Some(done) = done {
-                self.watch.run_hooks(&done);
-            }
-        }
-        if r.is_err() && !self.reported.swap(true, Ordering::AcqRel) {
-            // Its entry keeps the state it reached (scheduled or started) for the dumps.
-            self.watch.recorder.finish(self.trace_id(), None);
-        }
-        r
+        Inner::poll(self, now_ns, None, hint, true)
     }
 
     fn deadline_ns(&self) -> u64 {
-        let st = self.lock();
-        st.created_ns()
-            .saturating_add(st.info().timeout_ms.saturating_mul(1_000_000))
+        self.created_ns
+            .saturating_add(self.info.timeout_ms.saturating_mul(1_000_000))
     }
 
     fn watch(&self) -> &GroupWatch {
@@ -376,7 +450,7 @@ impl<E: Event + 'static, A: CommAbort> Watched for Inner<E, A> {
     }
 
     fn info(&self) -> WorkInfo {
-        *self.lock().info()
+        self.info
     }
 
     fn abort_comm(&self, reason: &str) {

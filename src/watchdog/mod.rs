@@ -295,6 +295,8 @@ impl Watchdog {
     fn run(&self) {
         // Kept across passes: no allocation per pass once grown.
         let mut works: Vec<Arc<dyn Watched>> = Vec::new();
+        let mut looked: Vec<Arc<dyn Watched>> = Vec::new();
+        let mut done: Vec<Arc<dyn Watched>> = Vec::new();
         let mut hints: Vec<(*const GroupWatch, Hint)> = Vec::new();
         let mut publish: Vec<Arc<GroupWatch>> = Vec::new();
         while !self.stop.load(Ordering::Acquire) {
@@ -325,7 +327,10 @@ impl Watchdog {
                 }
             }
             let mut earliest: Option<u64> = None;
-            works.retain(|w| {
+            // Each work moves to `looked` (still running) or `done`: moved, never cloned, so
+            // this thread never writes the works' reference counts.
+            std::mem::swap(&mut works, &mut looked);
+            for w in looked.drain(..) {
                 let g: *const GroupWatch = w.watch();
                 let slot = hints.iter().position(|(k, _)| *k == g);
                 let hint = slot.map_or(Hint::Unknown, |i| hints[i].1);
@@ -341,10 +346,7 @@ impl Watchdog {
                     }
                 }
                 match r {
-                    Ok(true) => {
-                        w.watch().bury(w.clone());
-                        false
-                    }
+                    Ok(true) => done.push(w),
                     Ok(false) => {
                         // The later works of its group are still running too.
                         if let (Some(i), Hint::Unknown) = (slot, hint) {
@@ -352,15 +354,24 @@ impl Watchdog {
                         }
                         let d = w.deadline_ns();
                         earliest = Some(earliest.map_or(d, |e| e.min(d)));
-                        true
+                        works.push(w);
                     }
                     Err(e) => {
-                        self.on_failure(&**w, &e);
-                        w.watch().bury(w.clone());
-                        false
+                        self.on_failure(&*w, &e);
+                        done.push(w);
                     }
                 }
-            });
+            }
+            // Back to their groups, one hand-over per run of a group's works.
+            while let Some(first) = done.first() {
+                let g: *const GroupWatch = first.watch();
+                let n = done
+                    .iter()
+                    .take_while(|w| std::ptr::eq(w.watch(), g))
+                    .count();
+                let watch = first.watch_arc();
+                watch.bury(done.drain(..n));
+            }
             for g in publish.drain(..) {
                 if let Some(d) = &g.desync {
                     d.publish(g.uid, &*g.store);

@@ -137,7 +137,29 @@ pub struct Work {
     started_ns: Option<u64>,
     ended_ns: Option<u64>,
     measured_ns: Option<u64>,
-    error: Option<Error>,
+    error: Option<Failure>,
+}
+
+/// A work's first failure: boxed where there is an allocator, because a work is made per
+/// operation and rarely fails, and the error's inline texts (~400 bytes) would otherwise be
+/// most of its size (and of every process-group work's allocation).
+#[cfg(feature = "alloc")]
+type Failure = alloc::boxed::Box<Error>;
+#[cfg(not(feature = "alloc"))]
+type Failure = Error;
+
+#[cfg(feature = "alloc")]
+fn failure(e: Error) -> Failure {
+    alloc::boxed::Box::new(e)
+}
+#[cfg(not(feature = "alloc"))]
+fn failure(e: Error) -> Failure {
+    e
+}
+
+/// The error a [`Failure`] holds (a deref of the box, where there is one).
+fn failed(f: &Failure) -> &Error {
+    f
 }
 
 impl Work {
@@ -186,7 +208,7 @@ impl Work {
 
     /// The first failure (failed, timed out or aborted).
     pub fn error(&self) -> Option<&Error> {
-        self.error.as_ref()
+        self.error.as_ref().map(failed)
     }
 
     /// Whole milliseconds from creation to `now_ns`.
@@ -267,7 +289,7 @@ impl Work {
         note: &str,
     ) -> Result<(), Error> {
         if self.state.is_final() {
-            return match &self.error {
+            return match self.error() {
                 Some(e) => Err(e.clone()),
                 None => Ok(()),
             };
@@ -349,7 +371,7 @@ impl Work {
         self.state = state;
         self.ended_ns = Some(now_ns);
         if self.error.is_none() {
-            self.error = error;
+            self.error = error.map(failure);
         }
     }
 }

@@ -1,0 +1,638 @@
+//! The process group's own host cost per call, without a library or a GPU: a backend defined
+//! here whose issue does nothing and whose events are complete at once, so what is timed is
+//! oxccl's code alone (the lock, sequence numbers, the work, the watchdog's hand-off, the
+//! flight recorder's entry), free of the mock's stream thread and of the driver.
+//!
+//! Run: `cargo bench --bench pg_host` (or the release binary). Variants are alternated round
+//! by round; each round times `OXCCL_BENCH_CALLS` (200) back-to-back 8-byte float32 sum
+//! all_reduces on one thread. Reported: the median per-call CPU time of the issuing thread
+//! (`CLOCK_THREAD_CPUTIME_ID`, blind to time spent waiting for a core on a busy machine) and
+//! the median of the per-round differences to the row named. `OXCCL_BENCH_ROUNDS` (300)
+//! changes the rounds; `OXCCL_BENCH_ONLY=<row>` runs that row alone for a profiler.
+//!
+//! Rows: the `Comm` path over the same backend (buffer access + `Communicator::issue`, what
+//! `Comm::all_reduce_in_place` does), then the process group with the watchdog and recorder
+//! off, the watchdog alone, both on (a 2000-entry recorder, the default), the recorder alone,
+//! then the same groups with each call waited for (`Work::wait`).
+
+use oxccl::buffer::{Buffer, Memory, Operand, StreamOf};
+use oxccl::core::traits::StreamPriority;
+use oxccl::core::{Backend, CommAbort, Communicator, Event, Stream};
+use oxccl::pg::{PgOptions, ProcessGroup, Recorder};
+use oxccl::store::{MemStore, Store};
+use oxccl::{
+    CommConfig, CommOp, CommState, Device, Feature, FeatureSet, NcclType, Progress, RawBuf,
+    RawBufMut, ReduceOp, RegHandle, Result, UniqueId, Version,
+};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// The backend that does nothing: every call succeeds at once.
+#[derive(Clone)]
+struct Null {
+    features: Arc<FeatureSet>,
+}
+
+impl Null {
+    fn new() -> Null {
+        let all = FeatureSet::for_version(Version::new(2, 28, 3));
+        // Nothing the process group would use on its own: no windows, no allocator.
+        let features = all
+            .without(Feature::WindowRegistration)
+            .without(Feature::MemAlloc);
+        Null {
+            features: Arc::new(features),
+        }
+    }
+}
+
+struct NullComm {
+    features: Arc<FeatureSet>,
+    abort: NullAbort,
+}
+
+/// Shared like NCCL's abort handle (an `Arc` of the communicator's state).
+#[derive(Clone)]
+struct NullAbort(Arc<AtomicBool>);
+
+#[derive(Clone)]
+struct NullStream;
+
+struct NullEvent;
+
+/// A buffer that is only a length (nothing ever reads or writes it).
+struct NullBuf<T> {
+    data: Vec<T>,
+}
+
+impl Backend for Null {
+    type Comm = NullComm;
+
+    fn version(&self) -> Version {
+        self.features.version()
+    }
+
+    fn features(&self) -> &FeatureSet {
+        &self.features
+    }
+
+    fn unique_id(&self) -> Result<UniqueId> {
+        UniqueId::from_bytes(&[7u8; UniqueId::LEN])
+    }
+
+    fn init_rank(
+        &self,
+        _id: &UniqueId,
+        _rank: u32,
+        _size: u32,
+        _device: Device,
+        _cfg: &CommConfig,
+    ) -> Result<NullComm> {
+        Ok(NullComm {
+            features: self.features.clone(),
+            abort: NullAbort(Arc::new(AtomicBool::new(false))),
+        })
+    }
+
+    fn group_start(&self) -> Result<()> {
+        Ok(())
+    }
+
+    fn group_end(&self) -> Result<Progress> {
+        Ok(Progress::Done)
+    }
+}
+
+impl CommAbort for NullAbort {
+    fn abort(&self, _reason: &str) {
+        self.0.store(true, Ordering::Release);
+    }
+
+    fn state(&self) -> CommState {
+        if self.0.load(Ordering::Acquire) {
+            CommState::Aborted
+        } else {
+            CommState::Ready
+        }
+    }
+
+    fn poll(&self) -> Result<Progress> {
+        Ok(Progress::Done)
+    }
+}
+
+impl Communicator for NullComm {
+    type Stream = NullStream;
+    type Abort = NullAbort;
+
+    fn rank(&self) -> u32 {
+        0
+    }
+
+    fn size(&self) -> u32 {
+        1
+    }
+
+    fn device(&self) -> Device {
+        Device(0)
+    }
+
+    fn features(&self) -> &FeatureSet {
+        &self.features
+    }
+
+    fn state(&self) -> CommState {
+        self.abort.state()
+    }
+
+    fn poll(&self) -> Result<Progress> {
+        Ok(Progress::Done)
+    }
+
+    fn new_stream(&self) -> Result<NullStream> {
+        Ok(NullStream)
+    }
+
+    fn new_stream_with(&self, _priority: StreamPriority) -> Result<NullStream> {
+        Ok(NullStream)
+    }
+
+    fn abort_handle(&self) -> NullAbort {
+        self.abort.clone()
+    }
+
+    unsafe fn issue(&self, op: &CommOp<'_>, _stream: &NullStream) -> Result<()> {
+        // Keep the operation observable so the call is not optimized away.
+        std::hint::black_box(op);
+        Ok(())
+    }
+
+    fn split(&self, _color: Option<u32>, _key: u32, _cfg: &CommConfig) -> Result<Option<Self>> {
+        Ok(None)
+    }
+
+    fn abort(&self, reason: &str) {
+        self.abort.abort(reason);
+    }
+
+    fn finalize(&self) -> Result<Progress> {
+        Ok(Progress::Done)
+    }
+
+    fn register(&self, addr: usize, bytes: usize) -> Result<RegHandle> {
+        Ok(RegHandle {
+            raw: 1,
+            addr,
+            bytes,
+        })
+    }
+
+    fn deregister(&self, _handle: RegHandle) -> Result<()> {
+        Ok(())
+    }
+}
+
+impl Stream for NullStream {
+    type Event = NullEvent;
+
+    fn record(&self, _timing: bool) -> Result<NullEvent> {
+        Ok(NullEvent)
+    }
+
+    fn wait_event(&self, _event: &NullEvent) -> Result<()> {
+        Ok(())
+    }
+
+    fn synchronize(&self) -> Result<()> {
+        Ok(())
+    }
+}
+
+impl Event for NullEvent {
+    fn query(&self) -> Result<bool> {
+        Ok(true)
+    }
+
+    fn synchronize(&self) -> Result<()> {
+        Ok(())
+    }
+
+    fn elapsed_ms(&self, _end: &NullEvent) -> Result<f32> {
+        Ok(0.0)
+    }
+}
+
+impl<T: NcclType> Buffer<T> for NullBuf<T> {
+    fn len(&self) -> usize {
+        self.data.len()
+    }
+}
+
+impl<T: NcclType> Operand<Null> for NullBuf<T> {
+    type Elem = T;
+
+    fn numel(&self) -> usize {
+        self.data.len()
+    }
+
+    fn read<'a>(
+        &'a self,
+        arg: &'static str,
+        device: Device,
+        stream: &'a NullStream,
+    ) -> Result<(RawBuf, ())> {
+        Null::read(arg, device, stream, self)
+    }
+
+    fn write<'a>(
+        &'a mut self,
+        arg: &'static str,
+        device: Device,
+        stream: &'a NullStream,
+    ) -> Result<(RawBufMut, ())> {
+        Null::write(arg, device, stream, self)
+    }
+
+    fn download(&self, backend: &Null, stream: &NullStream) -> Result<Vec<T>> {
+        backend.download(stream, self)
+    }
+
+    fn has_nan(&self, _backend: &Null, _stream: &NullStream) -> Result<bool> {
+        Ok(false)
+    }
+}
+
+impl Memory for Null {
+    type Buf<T: NcclType> = NullBuf<T>;
+    type CommBuf<T: NcclType> = NullBuf<T>;
+    type Access<'a> = ();
+
+    fn stream(&self, _device: Device) -> Result<StreamOf<Self>> {
+        Ok(NullStream)
+    }
+
+    fn alloc_zeros<T: NcclType>(&self, _stream: &NullStream, len: usize) -> Result<NullBuf<T>> {
+        let data = (0..len).map(|_| unsafe_zero::<T>()).collect::<Vec<T>>();
+        Ok(NullBuf { data })
+    }
+
+    fn upload<T: NcclType>(&self, _stream: &NullStream, data: &[T]) -> Result<NullBuf<T>> {
+        Ok(NullBuf {
+            data: data.to_vec(),
+        })
+    }
+
+    fn alloc_comm<T: NcclType>(&self, stream: &NullStream, len: usize) -> Result<NullBuf<T>> {
+        self.alloc_zeros(stream, len)
+    }
+
+    fn upload_comm<T: NcclType>(&self, stream: &NullStream, data: &[T]) -> Result<NullBuf<T>> {
+        self.upload(stream, data)
+    }
+
+    fn download<T: NcclType>(&self, _stream: &NullStream, buf: &NullBuf<T>) -> Result<Vec<T>> {
+        Ok(buf.data.clone())
+    }
+
+    fn has_nan<T: NcclType>(&self, _stream: &NullStream, _buf: &NullBuf<T>) -> Result<bool> {
+        Ok(false)
+    }
+
+    fn read<'a, T: NcclType>(
+        _arg: &'static str,
+        _device: Device,
+        _stream: &'a NullStream,
+        buf: &'a NullBuf<T>,
+    ) -> Result<(RawBuf, ())> {
+        Ok((RawBuf::new(buf.data.as_ptr() as usize, buf.data.len()), ()))
+    }
+
+    fn write<'a, T: NcclType>(
+        _arg: &'static str,
+        _device: Device,
+        _stream: &'a NullStream,
+        buf: &'a mut NullBuf<T>,
+    ) -> Result<(RawBufMut, ())> {
+        Ok((
+            RawBufMut::new(buf.data.as_mut_ptr() as usize, buf.data.len()),
+            (),
+        ))
+    }
+}
+
+/// A zero of any element type NCCL moves.
+fn unsafe_zero<T: NcclType>() -> T {
+    // SAFETY: `NcclType` requires `ValidAsZeroBits`: all-zero bytes are a valid value.
+    unsafe { std::mem::zeroed() }
+}
+
+/// CPU time the calling thread has used, in ns.
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec to write; the clock id is a constant the kernel knows.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// (name, the row it is compared with, the group it uses (`None`: the communicator alone),
+/// whether each call is waited for).
+const ROWS: [(&str, usize, Option<usize>, bool); 8] = [
+    (
+        "Comm path: buffer access + Communicator::issue",
+        0,
+        None,
+        false,
+    ),
+    (
+        "pg, watchdog and recorder off (work dropped)",
+        0,
+        Some(0),
+        false,
+    ),
+    ("pg, watchdog on, recorder off", 1, Some(1), false),
+    ("pg, watchdog on, recorder 2000", 1, Some(2), false),
+    ("pg, watchdog off, recorder 2000", 1, Some(3), false),
+    ("pg + Work::wait, both off", 0, Some(0), true),
+    (
+        "pg + Work::wait, watchdog on, recorder 2000",
+        5,
+        Some(2),
+        true,
+    ),
+    (
+        "pg + Work::wait, watchdog on, recorder off",
+        5,
+        Some(1),
+        true,
+    ),
+];
+
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn main() {
+    if let Some(n) = std::env::var("OXCCL_BENCH_GPUS")
+        .ok()
+        .and_then(|v| v.parse::<u32>().ok())
+    {
+        assert!(n >= 1, "OXCCL_BENCH_GPUS: at least 1");
+        gpu::run();
+        return;
+    }
+    let calls = env_usize("OXCCL_BENCH_CALLS", 200);
+    let rounds = env_usize("OXCCL_BENCH_ROUNDS", 300);
+    let only = std::env::var("OXCCL_BENCH_ONLY")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok());
+    let backend = Null::new();
+    let make = |watchdog: bool, capacity: usize| {
+        let store: Arc<dyn Store> = Arc::new(MemStore::new());
+        ProcessGroup::new(
+            backend.clone(),
+            store,
+            0,
+            1,
+            PgOptions {
+                watchdog,
+                heartbeat: None,
+                recorder: Some(Recorder::new(capacity)),
+                ..PgOptions::default()
+            },
+        )
+        .expect("process group")
+    };
+    let groups = [
+        make(false, 0),
+        make(true, 0),
+        make(true, 2000),
+        make(false, 2000),
+    ];
+    let mut bufs: Vec<NullBuf<f32>> = groups
+        .iter()
+        .map(|g| g.upload(&[1.0f32, 2.0]).unwrap())
+        .collect();
+    let comm = backend
+        .init_rank(
+            &backend.unique_id().unwrap(),
+            0,
+            1,
+            Device(0),
+            &CommConfig::new(),
+        )
+        .unwrap();
+    let stream = comm.new_stream().unwrap();
+    let mut cbuf = NullBuf {
+        data: vec![1.0f32, 2.0],
+    };
+    let rows: Vec<usize> = match only {
+        Some(r) if r < ROWS.len() => vec![r],
+        _ => (0..ROWS.len()).collect(),
+    };
+    let mut cpu = vec![Vec::new(); ROWS.len()];
+    let mut wall = vec![Vec::new(); ROWS.len()];
+    const WARMUP: usize = 5;
+    for round in 0..WARMUP + rounds {
+        for &v in &rows {
+            let (_, _, group, wait) = ROWS[v];
+            let (t, c) = (Instant::now(), thread_cpu_ns());
+            match group {
+                None => {
+                    for _ in 0..calls {
+                        let op = <f32 as NcclType>::map_op(ReduceOp::Sum).unwrap();
+                        let (w, ()) = Null::write("buf", Device(0), &stream, &mut cbuf).unwrap();
+                        let op = CommOp::AllReduce {
+                            send: w.as_read(),
+                            recv: w,
+                            dtype: <f32 as NcclType>::DTYPE,
+                            op,
+                        };
+                        // SAFETY: the null communicator touches no memory.
+                        unsafe { comm.issue(&op, &stream) }.unwrap();
+                    }
+                }
+                Some(g) => {
+                    let (pg, b) = (&groups[g], &mut bufs[g]);
+                    for _ in 0..calls {
+                        let w = pg.all_reduce(b, ReduceOp::Sum).unwrap();
+                        if wait {
+                            w.wait().unwrap();
+                        }
+                    }
+                }
+            }
+            let cpu_ns = (thread_cpu_ns() - c) as f64 / calls as f64;
+            let wall_ns = t.elapsed().as_nanos() as f64 / calls as f64;
+            if round >= WARMUP {
+                cpu[v].push(cpu_ns);
+                wall[v].push(wall_ns);
+            }
+        }
+    }
+    println!(
+        "null backend, 1 rank, {calls} calls x {rounds} rounds, 8-byte float32 sum; ns per call"
+    );
+    println!(
+        "| row | path | CPU median | CPU min | wall median | compared with | CPU: median paired difference | wall: median paired difference |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(|a, b| a.total_cmp(b));
+        v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+    };
+    for &v in &rows {
+        let (name, base, _, _) = ROWS[v];
+        let diff = |s: &[Vec<f64>]| {
+            median(
+                s[v].iter()
+                    .zip(&s[base])
+                    .map(|(a, b)| a - b)
+                    .collect::<Vec<_>>(),
+            )
+        };
+        let min = cpu[v].iter().copied().fold(f64::INFINITY, f64::min);
+        println!(
+            "| {} | {name} | {:.0} | {:.0} | {:.0} | row {} | {:+.0} | {:+.0} |",
+            v + 1,
+            median(cpu[v].clone()),
+            min,
+            median(wall[v].clone()),
+            base + 1,
+            diff(&cpu),
+            diff(&wall),
+        );
+    }
+    for g in &groups {
+        g.destroy();
+    }
+}
+
+/// On a GPU (`OXCCL_BENCH_GPUS=1`): what the pieces of a process group's issue cost on NCCL
+/// and the driver, each timed alone on one GPU, rows alternated round by round (wall time per
+/// call, the median of rounds).
+mod gpu {
+    use super::env_usize;
+    use oxccl::core::{Backend, Stream};
+    use oxccl::pg::{PgOptions, ProcessGroup, Recorder};
+    use oxccl::store::{MemStore, Store};
+    use oxccl::{Comm, CommConfig, Device, Nccl, NcclStream, ReduceOp};
+    use std::sync::Arc;
+    use std::time::Instant;
+
+    const ROWS: [&str; 8] = [
+        "Comm::all_reduce_in_place",
+        "ProcessGroup::all_reduce, watchdog and recorder off (work dropped)",
+        "ProcessGroup::all_reduce, watchdog on, recorder 2000 (work dropped)",
+        "ProcessGroup::all_reduce, watchdog on, recorder off (work dropped)",
+        "NcclStream::record(false) + drop (the event pool's round trip)",
+        "cudarc CudaEvent::record of one event (context check + cuEventRecord)",
+        "cuEventRecord alone (one event)",
+        "cudarc device_ptr_mut + its guard (the buffer's event tracking)",
+    ];
+
+    pub fn run() {
+        let calls = env_usize("OXCCL_BENCH_CALLS", 200);
+        let rounds = env_usize("OXCCL_BENCH_ROUNDS", 100);
+        let only = std::env::var("OXCCL_BENCH_ONLY")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok());
+        let lib = Nccl::load().expect("load NCCL");
+        let id = lib.unique_id().expect("unique id");
+        let mut comm = Comm::init_rank(&lib, &id, 0, 1, 0, &CommConfig::new()).expect("init");
+        let make = |watchdog: bool, capacity: usize| {
+            let store: Arc<dyn Store> = Arc::new(MemStore::new());
+            ProcessGroup::new(
+                lib.clone(),
+                store,
+                0,
+                1,
+                PgOptions {
+                    bound_device: Some(Device(0)),
+                    watchdog,
+                    recorder: Some(Recorder::new(capacity)),
+                    ..PgOptions::default()
+                },
+            )
+            .expect("process group")
+        };
+        let groups = [make(false, 0), make(true, 2000), make(true, 0)];
+        let st = comm.stream().clone();
+        let mut cbuf = st.clone_htod(&[1.0f32, 2.0]).unwrap();
+        let mut tbuf = st.clone_htod(&[1.0f32, 2.0]).unwrap();
+        let mut bufs: Vec<_> = groups
+            .iter()
+            .map(|g| g.upload(&[1.0f32, 2.0]).unwrap())
+            .collect();
+        let pooled = NcclStream::new(st.clone());
+        let ev = st.context().new_event(None).unwrap();
+        let rows: Vec<usize> = match only {
+            Some(r) if r < ROWS.len() => vec![r],
+            _ => (0..ROWS.len()).collect(),
+        };
+        let mut per_call = vec![Vec::new(); ROWS.len()];
+        for round in 0..5 + rounds {
+            for &v in &rows {
+                let t = Instant::now();
+                for _ in 0..calls {
+                    match v {
+                        0 => comm.all_reduce_in_place(&mut cbuf, ReduceOp::Sum).unwrap(),
+                        1..=3 => {
+                            let g = [0, 1, 2][v - 1];
+                            drop(groups[g].all_reduce(&mut bufs[g], ReduceOp::Sum).unwrap())
+                        }
+                        4 => drop(pooled.record(false).unwrap()),
+                        5 => ev.record(&st).unwrap(),
+                        6 => {
+                            // SAFETY: a live event and stream of the same context, current
+                            // on this thread (the cudarc calls above bound it).
+                            unsafe {
+                                cudarc::driver::result::event::record(ev.cu_event(), st.cu_stream())
+                            }
+                            .unwrap()
+                        }
+                        _ => {
+                            use cudarc::driver::DevicePtrMut;
+                            let (p, g) = tbuf.device_ptr_mut(&st);
+                            std::hint::black_box(p);
+                            drop(g);
+                        }
+                    }
+                }
+                let ns = t.elapsed().as_nanos() as f64 / calls as f64;
+                st.synchronize().unwrap();
+                if round >= 5 {
+                    per_call[v].push(ns);
+                }
+            }
+        }
+        println!(
+            "NCCL {} at {}, 1 GPU, {calls} calls x {rounds} rounds; wall ns per call",
+            lib.version(),
+            lib.library().path().display()
+        );
+        println!("| row | what | median | min |");
+        println!("|---|---|---|---|");
+        for &v in &rows {
+            let mut s = per_call[v].clone();
+            s.sort_by(|a, b| a.total_cmp(b));
+            println!(
+                "| {} | {} | {:.0} | {:.0} |",
+                v + 1,
+                ROWS[v],
+                s[s.len() / 2],
+                s[0]
+            );
+        }
+        for g in &groups {
+            g.destroy();
+        }
+        comm.destroy().unwrap();
+    }
+}
