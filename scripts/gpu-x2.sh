@@ -5,8 +5,9 @@
 #   here:   bash scripts/gpu-x2.sh stage
 #           release tool, examples, benches and nccl-tests' source into .gpu/x2/ (carry it)
 #   there:  bash scripts/gpu-x2.sh run NGPUS OUTDIR PART...
-#           PART: correct (issues 7 and 10, ~3 min), perf (issue 9, ~7 min), all, or item ids
-#           (`bash scripts/gpu-x2.sh list` prints them)
+#           PART: correct (issues 7 and 10 and the host-overhead goals), modes (issue 9: graphs
+#           and windows, the tune table), sweep (issue 9: the 8 B - 1 GiB tables), all, or item
+#           ids (`bash scripts/gpu-x2.sh list` prints them). Two calls: `correct modes`, `sweep`.
 #
 # Every item runs under its own time limit; a failure is recorded and the next item runs.
 # OUTDIR gets summary.txt (a line per item: PASS, FAIL, MISS (ran, a goal missed), SKIP
@@ -62,9 +63,10 @@ fi
 
 # Items: id, GPUs needed, time limit (s), what. The order is the run order of `all`.
 ITEMS_CORRECT="info i7.case02 i7.cases1 i7.cases i10.cases i7.ddp i7.socket i9.capture2 i10.death i10.dump i7.overhead i9.buffers i10.nan"
-ITEMS_PERF="i9.ncclbuild i9.sweep i9.graphs i9.tune"
+ITEMS_MODES="i9.ncclbuild i9.graphs i9.tune"
+ITEMS_SWEEP="i9.ncclbuild i9.sweep"
 need_of() { case $1 in info|i7.case02|i7.cases1|i7.overhead|i9.buffers|i10.nan|i9.ncclbuild|i9.sweep|i9.graphs|i9.tune) echo 1 ;; *) echo 2 ;; esac; }
-limit_of() { case $1 in i9.sweep) echo 300 ;; i9.tune) echo 240 ;; i9.graphs|i9.ncclbuild) echo 180 ;; i10.death) echo 120 ;; *) echo 90 ;; esac; }
+limit_of() { case $1 in i9.sweep) echo 540 ;; i7.cases) echo 150 ;; i9.tune) echo 240 ;; i9.graphs|i9.ncclbuild) echo 180 ;; i10.death) echo 120 ;; *) echo 90 ;; esac; }
 what_of() {
     case $1 in
     info) echo "GPUs, NCCL libraries, torch, oxccl info" ;;
@@ -89,7 +91,7 @@ what_of() {
 }
 
 if [ "$cmd" = list ]; then
-    for i in $ITEMS_CORRECT $ITEMS_PERF; do printf '%-12s %s GPU(s)  %4ss  %s\n' "$i" "$(need_of "$i")" "$(limit_of "$i")" "$(what_of "$i")"; done
+    for i in $ITEMS_CORRECT $ITEMS_MODES i9.sweep; do printf '%-12s %s GPU(s)  %4ss  %s\n' "$i" "$(need_of "$i")" "$(limit_of "$i")" "$(what_of "$i")"; done
     exit 0
 fi
 [ "$cmd" = run ] || { echo "usage: $0 stage | list | run NGPUS OUTDIR PART..." >&2; exit 2; }
@@ -99,8 +101,9 @@ items=""
 for p in "${@:-all}"; do
     case $p in
     correct) items="$items $ITEMS_CORRECT" ;;
-    perf) items="$items $ITEMS_PERF" ;;
-    all) items="$items $ITEMS_CORRECT $ITEMS_PERF" ;;
+    modes) items="$items $ITEMS_MODES" ;;
+    sweep) items="$items $ITEMS_SWEEP" ;;
+    all) items="$items $ITEMS_CORRECT $ITEMS_MODES i9.sweep" ;;
     *) what_of "$p" >/dev/null || { echo "unknown item $p (see: $0 list)" >&2; exit 2; }; items="$items $p" ;;
     esac
 done
@@ -321,7 +324,7 @@ item_i9_buffers() {
 }
 item_i10_nan() {
     OXCCL_BENCH_GPUS=1 $bin/nan_check | tee "$d/nan.md"; local rc=$?
-    echo "NOTE: $(grep -E '^\| *(f32|f64|f16|bf16)' "$d/nan.md" | awk -F'|' '{printf "%s %s ms/GiB;", $2, $3}' | tr -s ' ')"
+    echo "NOTE: $(grep -E '^\| *(f32|f64|f16|bf16)' "$d/nan.md" | awk -F'|' '{printf "%s %s ms/GiB;", $2, $4}' | tr -s ' ')"
     return $rc
 }
 
@@ -362,18 +365,21 @@ item_i9_sweep() {
                     $bin/oxccl perf "$c" $sweep -g "$n" --layer all -c $chk \
                         --json-out "$d/oxccl_$c.r$rep.json" $svg >"$d/oxccl_$c.r$rep.txt" 2>&1 || { echo "oxccl perf $c failed"; rc=1; }
                     tail -4 "$d/oxccl_$c.r$rep.txt"
+                    pack
                 done ;;
             nccl-tests)
                 for c in $colls; do
                     nccl_tests "$c" $sweep -t "$n" -g 1 -c $chk >"$d/nccl-tests_$c.r$rep.txt" 2>&1 || { echo "nccl-tests $c failed"; rc=1; }
                     tail -3 "$d/nccl-tests_$c.r$rep.txt"
+                    pack
                 done ;;
             torch)
                 next_port
                 PYTHONUNBUFFERED=1 "$py" -m torch.distributed.run --nproc_per_node "$n" --master_port "$port" \
                     scripts/torch_baseline.py $colls $sweep -c $chk --json-out "$d/torch.r$rep.json" \
                     >"$d/torch.r$rep.txt" 2>&1 || { echo "torch_baseline failed"; rc=1; }
-                tail -3 "$d/torch.r$rep.txt" ;;
+                tail -3 "$d/torch.r$rep.txt"
+                pack ;;
             esac
         done
     done
@@ -417,7 +423,7 @@ item_i9_tune() {
     return $rc
 }
 
-export n bin py nccl_home nt_build colls work I10_CASES ONE_RANK_CASES OXCCL_NCCL_LIBRARY
+export n bin py nccl_home nt_build colls work out summary I10_CASES ONE_RANK_CASES OXCCL_NCCL_LIBRARY
 export -f $(declare -F | awk '{print $3}')
 fails=0
 k=0

@@ -25,19 +25,22 @@ def human(size):
     return str(size)
 
 
-def placed(rec, prefer_in_place=True):
-    """(time_us, busbw) of a result record ({in_place, out_of_place}), in place first."""
-    order = ("in_place", "out_of_place") if prefer_in_place else ("out_of_place", "in_place")
-    for k in order:
+PLACES = ("in_place", "out_of_place")
+
+
+def place_of(rec):
+    """{placement: (time_us, busbw, wrong)} of a result record, the placements it has."""
+    out = {}
+    for k in PLACES:
         x = rec.get(k)
         if x and x.get("time_us") is not None:
-            return x["time_us"], x.get("busbw_gbps"), x.get("wrong", 0)
-    return None
+            out[k] = (x["time_us"], x.get("busbw_gbps"), x.get("wrong", 0))
+    return out
 
 
 def oxccl_json(path):
-    """{(layer, collective, size): (time, busbw, wrong)} of an `oxccl perf --json-out` (or
-    torch_baseline.py) file."""
+    """{(layer, collective, size): {placement: (time, busbw, wrong)}} of an `oxccl perf
+    --json-out` (or torch_baseline.py) file."""
     out = {}
     try:
         doc = json.load(open(path))
@@ -45,43 +48,60 @@ def oxccl_json(path):
         print(f"cannot read {path}: {e}")
         return out
     for r in doc.get("results", []):
-        p = placed(r)
+        p = place_of(r)
         if p:
             out[(r["layer"], r["collective"], r["size"])] = p
     return out
 
 
 def nccl_tests(path):
-    """{size: (time, busbw, wrong)} of nccl-tests' text output, in place (out of place where
-    in place is N/A)."""
+    """{size: {placement: (time, busbw, wrong)}} of nccl-tests' text output."""
     out = {}
     try:
         lines = open(path).read().splitlines()
     except OSError as e:
         print(f"cannot read {path}: {e}")
         return out
+    def num(x):
+        try:
+            return float(x)
+        except ValueError:
+            return None
     for line in lines:
         f = line.split()
         if len(f) < 13 or line.lstrip().startswith("#") or not f[0].isdigit():
             continue
-        def num(x):
-            try:
-                return float(x)
-            except ValueError:
-                return None
-        ip, oop = (num(f[9]), num(f[11]), num(f[12])), (num(f[5]), num(f[7]), num(f[8]))
-        out[int(f[0])] = ip if ip[0] is not None else oop
+        row = {}
+        for k, (t, bw, w) in (("out_of_place", (5, 7, 8)), ("in_place", (9, 11, 12))):
+            if num(f[t]) is not None:
+                row[k] = (num(f[t]), num(f[bw]), num(f[w]))
+        out[int(f[0])] = row
     return out
 
 
 def best(*tables):
-    """The fastest entry per key over several runs' tables (a table may be missing)."""
+    """The fastest entry per key and placement over several runs' tables."""
     out = {}
     for t in tables:
-        for k, v in t.items():
-            if v and v[0] is not None and (k not in out or v[0] < out[k][0]):
-                out[k] = v
+        for k, row in t.items():
+            cur = out.setdefault(k, {})
+            for p, v in row.items():
+                if v[0] is not None and (p not in cur or v[0] < cur[p][0]):
+                    cur[p] = v
     return out
+
+
+def subject_place(row):
+    """The placement a row of the subject (oxccl's pg layer) is compared in: in place where
+    it has one (as the tools time it for all_reduce and broadcast), else out of place."""
+    return "in_place" if row and "in_place" in row else "out_of_place"
+
+
+def at(row, place):
+    """(time, busbw, wrong) of `row` in `place`, else in the other placement; None if none."""
+    if not row:
+        return None
+    return row.get(place) or next(iter(row.values()), None)
 
 
 def fmt(x, spec=".2f"):
@@ -134,14 +154,16 @@ def sweep(d, n):
             notes.append(f"{c}: no oxccl rows")
             missed.append(c)
             continue
-        md.append(f"\n### {c} ({n} GPUs): time µs (busbw GB/s), fastest of the rounds\n")
+        md.append(f"\n### {c} ({n} GPUs): time µs (busbw GB/s), fastest of the rounds, "
+                  "in place where the pg layer has it, else out of place\n")
         md.append("| size | raw | comm | pg | nccl-tests -t N -g 1 | torch | comm/raw | pg/comm |")
         md.append("|---|---|---|---|---|---|---|---|")
         for s in sizes:
-            g = lambda layer: ox.get((layer, c, s))
+            place = subject_place(ox.get(("pg", c, s)))
+            g = lambda layer: at(ox.get((layer, c, s)), place)
             raw, comm, pg = g("raw"), g("comm"), g("pg")
-            t = tt.get(("torch", c, s))
-            ntv = nt.get(s)
+            t = at(tt.get(("torch", c, s)), place)
+            ntv = at(nt.get(s), place)
             cell = lambda v: "–" if not v else f"{v[0]:.2f} ({fmt(v[1])})"
             r1 = comm[0] / raw[0] if raw and comm else None
             r2 = pg[0] / comm[0] if pg and comm else None
@@ -159,14 +181,14 @@ def sweep(d, n):
             missed.append(f"{c}: no nccl-tests rows")
         if not any(k[1] == c for k in tt):
             missed.append(f"{c}: no torch rows")
-        wrong = sum(v[2] or 0 for k, v in ox.items() if k[1] == c)
+        wrong = sum(v[2] or 0 for k, row in ox.items() if k[1] == c for v in row.values())
         notes.append(f"{c}: wrong {wrong}")
         if wrong:
             missed.append(f"{c} wrong elements {wrong}")
     comm_miss = worst_comm[0] > 1.02
     if comm_miss:
         missed.append(f"comm/raw worst {worst_comm[0]:.3f} at {worst_comm[1]}")
-    ar8 = (ox.get(("pg", "all_reduce", 8)), ox.get(("comm", "all_reduce", 8)))
+    ar8 = (at(ox.get(("pg", "all_reduce", 8)), "in_place"), at(ox.get(("comm", "all_reduce", 8)), "in_place"))
     if all(ar8):
         ratio = ar8[0][0] / ar8[1][0]
         notes.append(f"all_reduce 8 B pg {ar8[0][0]:.2f} / comm {ar8[1][0]:.2f} us = {ratio:.3f}x")
@@ -193,18 +215,20 @@ def graphs(d):
         sizes = sorted({k[2] for ox, _ in per.values() for k in ox})
         for s in sizes:
             for tag, (ox, nt) in per.items():
-                v = lambda layer: fmt((ox.get((layer, c, s)) or (None,))[0])
-                md.append(f"| {human(s)} | {tag} | {v('raw')} | {v('comm')} | {v('pg')} | {fmt((nt.get(s) or (None,))[0])} |")
+                place = subject_place(ox.get(("pg", c, s)))
+                v = lambda row: fmt((at(row, place) or (None,))[0])
+                md.append(f"| {human(s)} | {tag} | {v(ox.get(('raw', c, s)))} | {v(ox.get(('comm', c, s)))} | "
+                          f"{v(ox.get(('pg', c, s)))} | {v(nt.get(s))} |")
         ox, nt = per["R2G10"]
-        pg8 = ox.get(("pg", c, 8))
+        pg8 = at(ox.get(("pg", c, 8)), "in_place")
         if c == "all_reduce":
             if pg8:
-                notes.append(f"pg all_reduce 8 B with -R 2 -G 10: {pg8[0]:.2f} us (nccl-tests {fmt((nt.get(8) or (None,))[0])})")
+                notes.append(f"pg all_reduce 8 B with -R 2 -G 10: {pg8[0]:.2f} us (nccl-tests {fmt((at(nt.get(8), 'in_place') or (None,))[0])})")
                 if pg8[0] > 4.0:
                     missed.append("pg 8 B all_reduce > 4 us")
             else:
                 missed.append("no pg 8 B all_reduce with -R 2 -G 10")
-        wrong = sum(v[2] or 0 for ox, _ in per.values() for v in ox.values())
+        wrong = sum(v[2] or 0 for ox, _ in per.values() for row in ox.values() for v in row.values())
         if wrong:
             missed.append(f"{c}: {wrong} wrong")
     open(f"{d}/tables.md", "w").write("\n".join(md) + "\n")
@@ -220,14 +244,17 @@ def tune(d):
         return BROKEN
     md = ["| collective | size | pg tuned µs | nccl-tests -R 0 / 1 / 2 µs | tuned / best |", "|---|---|---|---|---|"]
     ratios = []
-    for (layer, c, s), v in sorted(tuned.items(), key=lambda kv: (kv[0][1], kv[0][2])):
-        modes = [best(*[nccl_tests(p) for p in glob.glob(f"{d}/nccl-tests_{c}_R{r}.r?.txt")]).get(s) for r in range(3)]
+    for (layer, c, s), row in sorted(tuned.items(), key=lambda kv: (kv[0][1], kv[0][2])):
+        place = subject_place(row)
+        v = row[place]
+        modes = [at(best(*[nccl_tests(p) for p in glob.glob(f"{d}/nccl-tests_{c}_R{r}.r?.txt")]).get(s), place)
+                 for r in range(3)]
         times = [m[0] for m in modes if m and m[0] is not None]
         if not times:
             continue
         ratio = v[0] / min(times)
         ratios.append((ratio, f"{c} {human(s)}"))
-        md.append(f"| {c} | {human(s)} | {v[0]:.2f} | {' / '.join(fmt(m[0] if m else None) for m in modes)} | {ratio:.3f} |")
+        md.append(f"| {c} | {human(s)} {place.replace('_', ' ')} | {v[0]:.2f} | {' / '.join(fmt(m[0] if m else None) for m in modes)} | {ratio:.3f} |")
     if not ratios:
         print("no nccl-tests results to compare with")
         return BROKEN
