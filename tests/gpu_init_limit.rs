@@ -83,15 +83,9 @@ fn gpu_pg_init_that_nccl_cannot_complete_is_aborted_in_time() {
     println!("RESULT version={} bounded={bounded}", nccl().version());
     assert!(bounded, "NCCL before 2.14: the init cannot be bounded");
     assert!(took >= TIMEOUT && took < TIMEOUT + SLACK, "{took:?}");
-    assert!(
-        text.starts_with(
-            "every rank arrived at the init of group 0 (default_pg) (store marks), but the backend did not complete it in time on rank 0"
-        ),
-        "{text}"
-    );
-    assert!(
-        text.contains("NCCL's init of rank 0 of 2 still in progress"),
-        "{text}"
+    assert_eq!(
+        text,
+        "every rank arrived at the init of group 0 (default_pg); the backend did not complete it in time on rank 0: NCCL's init of rank 0 of 2 still in progress (ranks missing?)"
     );
 }
 

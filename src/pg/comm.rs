@@ -221,11 +221,21 @@ impl Arrival<'_> {
                     ),
                 }
             }
-            (Ok(_), Some(e)) => format!(
-                "every rank arrived at {} (store marks), but the backend did not complete it in time on rank {me}: {e}",
+            (Ok(_), Some(e)) => {
+                // Its own words only: the time is the error's already.
+                let said = match e {
+                    Error::Timeout { what, .. } => what.to_string(),
+                    other => other.to_string(),
+                };
+                format!(
+                    "every rank arrived at {}; the backend did not complete it in time on rank {me}: {said}",
+                    self.what
+                )
+            }
+            (Ok(_), None) => format!(
+                "{}: every rank arrived, but too late for rank {me}",
                 self.what
             ),
-            (Ok(_), None) => format!("{}: every rank arrived, but too late for rank {me}", self.what),
             (Err(read), _) => format!(
                 "{} did not complete on rank {me}; the store cannot say who is missing: {read}",
                 self.what
