@@ -9,7 +9,8 @@
 #           and windows, the tune table), sweep (issue 9: the 8 B - 1 GiB tables), all, or item
 #           ids (`bash scripts/gpu-x2.sh list` prints them). Two calls: `correct modes`, `sweep`.
 #
-# Every item runs under its own time limit; a failure is recorded and the next item runs.
+# Every item runs under its own time limit; a failure is recorded and the next item runs. (It
+# replaces gpu-pg.sh and gpu-perf.sh: their runs are items here; `run 1` runs the 1-GPU ones.)
 # OUTDIR gets summary.txt (a line per item: PASS, FAIL, MISS (ran, a goal missed), SKIP
 # (needs more GPUs)) and results.tar.gz (every item's log, tables, JSON, SVG, dumps), both
 # rewritten after each item, so a call cut short still brings back what ran. Exit status:
@@ -63,7 +64,7 @@ fi
 
 # Items: id, GPUs needed, time limit (s), what. The order is the run order of `all`.
 ITEMS_CORRECT="info i7.case02 i7.cases1 i7.cases i10.cases i7.ddp i7.socket i9.capture2 i10.death i10.dump i7.overhead i9.buffers i10.nan"
-ITEMS_MODES="i9.ncclbuild i9.graphs i9.tune"
+ITEMS_MODES="i9.ncclbuild i9.graphs i9.tune i9.procs"
 ITEMS_SWEEP="i9.ncclbuild i9.check i9.sweep"
 need_of() { case $1 in i9.check|info|i7.case02|i7.cases1|i7.overhead|i9.buffers|i10.nan|i9.ncclbuild|i9.sweep|i9.graphs|i9.tune) echo 1 ;; *) echo 2 ;; esac; }
 limit_of() { case $1 in i9.sweep) echo 480 ;; i7.cases|i9.check) echo 150 ;; i9.tune) echo 240 ;; i9.graphs|i9.ncclbuild) echo 180 ;; i10.death) echo 120 ;; *) echo 90 ;; esac; }
@@ -82,6 +83,7 @@ what_of() {
     i7.overhead) echo "pg_overhead (twice): pg - Comm <= 1 us issue, latency <= 1.05x Comm, watchdog + recorder <= 0.5 us" ;;
     i9.buffers) echo "NcclBuf through the process group: plain, registered, windows, mixed (examples/comm_buffers)" ;;
     i10.nan) echo "NaN check cost per GiB (f32, f64, f16, bf16) on GPU 0" ;;
+    i9.procs) echo "oxccl perf and --tune as a process per GPU under torchrun --no-python (all_reduce, all_gather)" ;;
     i9.check) echo "oxccl check --backend nccl (every op x dtype x redop) and perf all -c 1 to 64 MiB on the three layers" ;;
     i9.ncclbuild) echo "nccl-tests built from source (sm_90, MPI=0) against torch's NCCL" ;;
     i9.sweep) echo "5 collectives 8 B-1 GiB: oxccl raw/comm/pg, nccl-tests -t N -g 1, torch.distributed; 2 rounds alternated; SVGs" ;;
@@ -326,6 +328,17 @@ item_i9_buffers() {
 item_i10_nan() {
     OXCCL_BENCH_GPUS=1 $bin/nan_check | tee "$d/nan.md"; local rc=$?
     echo "NOTE: $(grep -E '^\| *(f32|f64|f16|bf16)' "$d/nan.md" | awk -F'|' '{printf "%s %s ms/GiB;", $2, $4}' | tr -s ' ')"
+    return $rc
+}
+
+item_i9_procs() {
+    local rc=0
+    trun "$n" $bin/oxccl perf all_reduce all_gather -b 8 -e 1G -f 4 -n 20 -w 5 --layer all -c 0 \
+        --json-out "$d/procs.json" >"$d/procs.txt" 2>&1 || { echo "oxccl perf under torchrun failed"; rc=1; }
+    grep -E "^#|all_reduce +8 " "$d/procs.txt" | head -12
+    trun "$n" $bin/oxccl perf all_reduce all_gather -b 8 -e 16M -f 4 -n 10 --tune --out "$d/tune-launched.txt" ||
+        { echo "--tune under torchrun failed"; rc=1; }
+    echo "NOTE: $(grep -h 'Avg bus bandwidth' "$d/procs.txt" | tr -s ' ' | tr '\n' ';') tune table: $(grep -vc '^#' "$d/tune-launched.txt" 2>/dev/null) lines"
     return $rc
 }
 
