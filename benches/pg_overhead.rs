@@ -76,13 +76,20 @@ fn main() {
         lib.version(),
         lib.library().path().display()
     );
+    print_table(&VARIANTS, &results);
+}
+
+/// The markdown table of `rows` (name, the row it is compared with) from the samples of each
+/// rank (`by_rank[rank][row]`, ns per call by round): median and min over every rank's
+/// samples, and the median of the differences paired within a rank and round.
+fn print_table(rows: &[(&str, usize)], by_rank: &[Vec<Vec<f64>>]) {
     println!(
         "| path | median ns/call | min ns/call | compared with | median paired difference, ns |"
     );
     println!("|---|---|---|---|---|");
-    for (v, &(name, base)) in VARIANTS.iter().enumerate() {
-        let mut all: Vec<f64> = results.iter().flat_map(|r| r[v].clone()).collect();
-        let mut diff: Vec<f64> = results
+    for (v, &(name, base)) in rows.iter().enumerate() {
+        let mut all: Vec<f64> = by_rank.iter().flat_map(|r| r[v].clone()).collect();
+        let mut diff: Vec<f64> = by_rank
             .iter()
             .flat_map(|r| r[v].iter().zip(&r[base]).map(|(a, b)| a - b))
             .collect();
@@ -314,27 +321,8 @@ mod mock {
              issuing thread per call (wall time on a shared machine is mostly scheduling noise)",
             super::CALLS
         );
-        println!(
-            "| path | median ns/call | min ns/call | compared with | median paired difference, ns |"
-        );
-        println!("|---|---|---|---|---|");
-        for (v, &(name, base, _)) in VARIANTS.iter().enumerate() {
-            let mut all = per_call[v].clone();
-            let mut diff: Vec<f64> = per_call[v]
-                .iter()
-                .zip(&per_call[base])
-                .map(|(a, b)| a - b)
-                .collect();
-            all.sort_by(|a, b| a.total_cmp(b));
-            diff.sort_by(|a, b| a.total_cmp(b));
-            println!(
-                "| {name} | {:.0} | {:.0} | row {} | {:+.0} |",
-                all[all.len() / 2],
-                all[0],
-                base + 1,
-                diff[diff.len() / 2]
-            );
-        }
+        let rows: Vec<(&str, usize)> = VARIANTS.iter().map(|&(n, b, _)| (n, b)).collect();
+        super::print_table(&rows, &[per_call]);
         for g in &groups {
             g.destroy();
         }
