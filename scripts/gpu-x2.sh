@@ -373,7 +373,8 @@ nccl_tests() {  # COLL ARGS...: nccl-tests' COLL_perf with torch's NCCL
 }
 
 item_i9_sweep() {
-    local rc=0 rep c sweep="-b 8 -e 1G -f 2 -n 20 -w 5"
+    # X2_SWEEP shrinks the sweep for a rehearsal (the mock world, a short call).
+    local rc=0 rep c sweep=${X2_SWEEP:-"-b 8 -e 1G -f 2 -n 20 -w 5"}
     [ -x "$nt_build/all_reduce_perf" ] || item_i9_ncclbuild || rc=1
     # Two rounds, the order of the three tools reversed in the second. oxccl's results are
     # checked by i9.check instead (its host reference costs seconds per GiB and layer); the
@@ -448,7 +449,7 @@ item_i9_tune() {
     return $rc
 }
 
-export n bin py nccl_home nt_build colls work out summary I10_CASES ONE_RANK_CASES OXCCL_NCCL_LIBRARY
+export X2_SWEEP n bin py nccl_home nt_build colls work out summary I10_CASES ONE_RANK_CASES OXCCL_NCCL_LIBRARY
 export -f $(declare -F | awk '{print $3}')
 fails=0
 k=0
