@@ -466,8 +466,9 @@ for id in $items; do
     fi
     t0=$(date +%s.%N)
     # The item in a subshell under its own limit: a hang, a crash or an exit ends that item only.
-    # (timeout signals the item's whole process group: torchrun, its workers, started ranks.)
-    timeout -k 10 "$limit" bash -c "item_${id//./_}" >"$d/log" 2>&1
+    # (timeout signals the item's process group: started ranks, torchrun, which ends its own
+    # workers (they run in sessions of their own) within 30 s; hence 40 s before SIGKILL.)
+    timeout -k 40 "$limit" bash -c "item_${id//./_}" >"$d/log" 2>&1
     rc=$?
     secs=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.0f", b - a }')
     note=$(grep -h '^NOTE: ' "$d/log" | tail -1 | sed 's/^NOTE: //')
