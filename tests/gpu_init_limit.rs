@@ -110,3 +110,42 @@ fn gpu_backend_init_within_a_limit_is_aborted_past_it() {
     }
     assert!(took >= limit && took < limit + SLACK, "{took:?}");
 }
+
+/// A group made within its timeout works as before: its communicator is nonblocking for NCCL
+/// (so that the init could be bounded) and its operations, a coalesced block and a subgroup
+/// split from it give the right values (one rank: what one GPU can show).
+#[test]
+fn gpu_pg_made_within_its_timeout_runs() {
+    if !gpus() {
+        return;
+    }
+    let store: Arc<dyn Store> = Arc::new(MemStore::new());
+    let pg = ProcessGroup::new(nccl(), store, 0, 1, opts()).unwrap();
+    assert_eq!(pg.comm_state(), Some(oxccl::CommState::Ready));
+    let mut b = pg.upload(&[1.0f32, 2.0, 3.0]).unwrap();
+    pg.all_reduce(&mut b, oxccl::ReduceOp::Sum)
+        .unwrap()
+        .wait()
+        .unwrap();
+    let mut c = pg.upload(&[5i64; 4]).unwrap();
+    pg.coalesced(|g| {
+        g.all_reduce(&mut b, oxccl::ReduceOp::Max)?;
+        g.all_reduce(&mut c, oxccl::ReduceOp::Sum)
+    })
+    .unwrap()
+    .wait()
+    .unwrap();
+    let sub = pg.new_group(&[0], None).unwrap();
+    let mut d = sub.upload(&[7.0f64]).unwrap();
+    sub.all_reduce(&mut d, oxccl::ReduceOp::Sum)
+        .unwrap()
+        .wait()
+        .unwrap();
+    assert_eq!(pg.download(&b).unwrap(), vec![1.0, 2.0, 3.0]);
+    assert_eq!(pg.download(&c).unwrap(), vec![5; 4]);
+    assert_eq!(sub.download(&d).unwrap(), vec![7.0]);
+    assert_eq!(pg.split_count(), 1);
+    println!("RESULT one-rank group ok, split_count=1");
+    sub.destroy();
+    pg.destroy();
+}
