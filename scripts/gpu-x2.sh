@@ -14,7 +14,8 @@
 # OUTDIR gets summary.txt (a line per item: PASS, FAIL, MISS (ran, a goal missed), SKIP
 # (needs more GPUs)) and results.tar.gz (every item's log, tables, JSON, SVG, dumps), both
 # rewritten after each item, so a call cut short still brings back what ran. Exit status:
-# the number of FAIL items (MISS and SKIP do not count).
+# the number of FAIL items (MISS and SKIP do not count). X2_DEADLINE (default 585 s, the run
+# tool allows 600) bounds the whole call: items that would not fit are skipped, named.
 set -u
 cmd=${1:-}; shift || true
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -451,6 +452,7 @@ item_i9_tune() {
 
 export X2_SWEEP n bin py nccl_home nt_build colls work out summary I10_CASES ONE_RANK_CASES OXCCL_NCCL_LIBRARY
 export -f $(declare -F | awk '{print $3}')
+deadline=${X2_DEADLINE:-585}
 fails=0
 k=0
 for id in $items; do
@@ -464,12 +466,25 @@ for id in $items; do
         pack
         continue
     fi
+    # Every item ends inside the call's own limit (X2_DEADLINE s after the start; the run
+    # tool's is 600), so the summary always gets its line.
+    left=$((deadline - SECONDS - 10))
+    if [ "$left" -lt 30 ]; then
+        printf '%-5s %-12s %6s  %s — no time left in this call (run it in the next)\n' SKIP "$id" - "$what" | tee -a "$summary"
+        pack
+        continue
+    fi
+    [ "$left" -lt "$limit" ] && limit=$left
     t0=$(date +%s.%N)
     # The item in a subshell under its own limit: a hang, a crash or an exit ends that item only.
     # (timeout signals the item's process group: started ranks, torchrun, which ends its own
     # workers (they run in sessions of their own) within 30 s; hence 40 s before SIGKILL.)
     timeout -k 40 "$limit" bash -c "item_${id//./_}" >"$d/log" 2>&1
     rc=$?
+    # A sweep cut short still gets its tables from what it finished.
+    if [ "$id" = i9.sweep ] && [ ! -s "$d/tables.md" ]; then
+        "$py" scripts/x2_report.py sweep "$d" "$n" >>"$d/log" 2>&1
+    fi
     secs=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.0f", b - a }')
     note=$(grep -h '^NOTE: ' "$d/log" | tail -1 | sed 's/^NOTE: //')
     case $rc in
