@@ -70,12 +70,11 @@ fn timeout_text(r: Result<(), Error>, took: Duration) -> String {
 fn init_without(absent: u32) -> Vec<(u32, String)> {
     let (b, store): (MockBackend, Arc<dyn Store>) = (backend(), Arc::new(MemStore::new()));
     let present: Vec<u32> = (0..3).filter(|r| *r != absent).collect();
-    let texts = on_threads(&present, move |r| {
+    on_threads(&present, move |r| {
         let began = Instant::now();
         let made = ProcessGroup::new(b.clone(), store.clone(), r, 3, opts(r)).map(|_| ());
         (r, timeout_text(made, began.elapsed()))
-    });
-    texts
+    })
 }
 
 #[test]
