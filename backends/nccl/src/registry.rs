@@ -100,6 +100,7 @@ impl Registry {
         addr: usize,
         bytes: usize,
         flags: i32,
+        settle: impl FnOnce(i32) -> Result<()>,
     ) -> Result<Window> {
         if addr == 0 || bytes == 0 {
             return Err(Error::invalid(
@@ -121,15 +122,20 @@ impl Registry {
                 Feature::WindowRegistration,
                 "ncclCommWindowRegister",
             ))?;
-        let mut win: *mut std::ffi::c_void = std::ptr::null_mut();
-        // SAFETY: live communicator; caller-owned device memory; valid out-pointer. Window
-        // registration is collective: every rank calls it.
-        lib.check(
-            unsafe { f(raw, addr as *mut std::ffi::c_void, bytes, &mut win, flags) },
-            raw,
-        )?;
+        // Boxed: on a nonblocking communicator NCCL fills it from its own thread when the
+        // registration completes, which may be after `settle` gave up waiting (then the box
+        // is leaked, so that late write still lands in live memory).
+        let mut win: Box<*mut std::ffi::c_void> = Box::new(std::ptr::null_mut());
+        // SAFETY: live communicator; caller-owned device memory; the out-pointer stays valid
+        // until the call completed (settled) or forever (leaked). Window registration is
+        // collective: every rank calls it.
+        let code = unsafe { f(raw, addr as *mut std::ffi::c_void, bytes, &mut *win, flags) };
+        if let Err(e) = settle(code) {
+            std::mem::forget(win);
+            return Err(e);
+        }
         let w = Window {
-            raw: win as usize,
+            raw: *win as usize,
             addr,
             bytes,
         };
@@ -137,7 +143,13 @@ impl Registry {
         Ok(w)
     }
 
-    pub(crate) fn window_deregister(&self, lib: &Library, raw: RawComm, w: Window) -> Result<()> {
+    pub(crate) fn window_deregister(
+        &self,
+        lib: &Library,
+        raw: RawComm,
+        w: Window,
+        settle: impl FnOnce(i32) -> Result<()>,
+    ) -> Result<()> {
         let mut wins = self.windows.lock();
         let Some(i) = wins.iter().position(|x| *x == w) else {
             return Err(Error::invalid(
@@ -153,7 +165,7 @@ impl Registry {
                 "ncclCommWindowDeregister",
             ))?;
         // SAFETY: live communicator; the window came from ncclCommWindowRegister on it.
-        lib.check(unsafe { f(raw, w.raw as *mut std::ffi::c_void) }, raw)?;
+        settle(unsafe { f(raw, w.raw as *mut std::ffi::c_void) })?;
         wins.swap_remove(i);
         Ok(())
     }
@@ -195,9 +207,14 @@ impl crate::NcclComm {
             .features
             .require(Feature::WindowRegistration)?;
         self.ensure_ready("register a window")?;
-        self.inner
-            .registry
-            .window_register(&self.inner.lib, self.inner.raw, addr, bytes, flags)
+        self.inner.registry.window_register(
+            &self.inner.lib,
+            self.inner.raw,
+            addr,
+            bytes,
+            flags,
+            |code| self.settle_window(code, "register a window"),
+        )
     }
 
     /// Releases a window made by [`crate::NcclComm::window_register`].
@@ -206,6 +223,19 @@ impl crate::NcclComm {
         self.ensure_ready("deregister a window")?;
         self.inner
             .registry
-            .window_deregister(&self.inner.lib, self.inner.raw, w)
+            .window_deregister(&self.inner.lib, self.inner.raw, w, |code| {
+                self.settle_window(code, "deregister a window")
+            })
+    }
+
+    /// The end of a window call: on a nonblocking communicator NCCL runs it on its own thread
+    /// even when it returns success, and the communicator refuses every call until it is
+    /// done ("Attempt to use communicator before the previous operation returned
+    /// ncclSuccess", seen on an H100 with NCCL 2.28.9), so it is polled to the end.
+    fn settle_window(&self, code: i32, what: &str) -> Result<()> {
+        if code == 0 && self.inner.nonblocking {
+            return self.wait_ready(what);
+        }
+        self.finish(code, what)
     }
 }
