@@ -36,11 +36,15 @@ step() {
     [ "$rc" = 0 ] || fails=$((fails + 1))
 }
 step $bin/oxccl info
-# NcclBuf in each mode through the process group, values checked, drops while in flight.
+# NcclBuf in each mode through the process group, values checked, drops while in flight;
+# graphs on registered buffers, batches of sends and receives, release_windows.
 step $bin/comm_buffers "$n"
 # -R on the pg layer (checked results), beside raw and comm in the same mode.
 step $bin/oxccl perf all_reduce all_gather reduce_scatter -g "$n" -b 8 -e 128M -n 20 -w 5 -R 1
 step $bin/oxccl perf all_reduce all_gather reduce_scatter -g "$n" -b 8 -e 128M -n 20 -w 5 -R 2
+# -R with CUDA graphs on every layer (the pg layer's buffers put in their mode before each
+# capture), checked.
+step $bin/oxccl perf all_reduce all_gather -g "$n" -b 8 -e 16M -f 8 -n 20 -w 5 -G 10 -R 2 --layer all
 # The tune table of this machine, then the pg layer reading it back.
 step $bin/oxccl perf all -g "$n" -b 8 -e 128M -n 40 -w 5 --rounds 5 --tune --out "$out/tune.txt"
 # The goal: the pg layer under the table against the pg layer in each mode alone.
