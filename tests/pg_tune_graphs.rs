@@ -419,3 +419,37 @@ fn batches_in_a_capture_use_registrations_made_before() {
         assert_eq!(regs, (0, 0, if r == 0 { 2 } else { 3 }), "rank {r}");
     }
 }
+
+#[test]
+fn a_graph_keeps_local_registrations_and_launches_check_comm_buffers() {
+    let out = world(
+        MockBackend::new(),
+        &both(TuneTable::uniform(RegMode::Registered)),
+        |pg, _| {
+            let mut buf = pg.upload_comm(&[3i32; 4])?;
+            pg.all_reduce(&mut buf, ReduceOp::Sum)?.wait()?;
+            let graph = pg.capture(|pg| pg.all_reduce(&mut buf, ReduceOp::Sum).map(drop))?;
+            // Another CommBuf of the same size is not the captured one.
+            let mut other = pg.upload_comm(&[3i32; 4])?;
+            let mismatch = capture_kind(graph.launch(&mut [&mut other])).0;
+            graph.launch(&mut [&mut buf])?.wait()?;
+            let got = pg.download_any(&buf)?;
+            drop(buf);
+            // Operations sweep dropped buffers' registrations: not the graph's.
+            for _ in 0..3 {
+                pg.all_reduce(&mut other, ReduceOp::Sum)?.wait()?;
+            }
+            let kept = mock_regs(pg)?.2;
+            drop(graph);
+            pg.all_reduce(&mut other, ReduceOp::Sum)?.wait()?;
+            Ok((mismatch, got, kept, mock_regs(pg)?.2))
+        },
+    );
+    for o in out {
+        let (mismatch, got, kept, after) = o.unwrap();
+        assert_eq!(mismatch, CaptureError::Mismatch);
+        assert_eq!(got, vec![12; 4]);
+        assert_eq!(kept, 2, "the graph's buffer and `other`");
+        assert_eq!(after, 1, "only `other` once the graph is gone");
+    }
+}
