@@ -203,9 +203,14 @@ impl<B: Memory> PgInner<B> {
             // No watchdog to record it later: record now.
             trace.settle(&self.watch.recorder);
         }
+        let place = if self.opts.watchdog {
+            self.watch.next_place()
+        } else {
+            0
+        };
         let work = Work::new(
             info,
-            created_ns,
+            (created_ns, place),
             (start, end),
             Some(e.abort.clone()),
             trace,

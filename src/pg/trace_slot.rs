@@ -76,6 +76,18 @@ impl TraceSlot {
         }
     }
 
+    /// Records the entry from its facts (a copy: the slot is left as it is) and returns its
+    /// id: the watchdog's call, which keeps the id itself, so that it writes nothing into the
+    /// work. An entry already recorded gives its id.
+    pub fn record_copy(&self, recorder: &Recorder) -> Option<u64> {
+        match self {
+            TraceSlot::Off => None,
+            TraceSlot::Recorded(id) => Some(*id),
+            TraceSlot::Pending(p) => recorder.record(p.record()),
+            TraceSlot::Built(r) => recorder.record((**r).clone()),
+        }
+    }
+
     /// Records a pending entry into `recorder` (once) and returns its id.
     pub fn settle(&mut self, recorder: &Recorder) -> Option<u64> {
         let id = match std::mem::replace(self, TraceSlot::Off) {

@@ -7,7 +7,7 @@ use crate::store::Store;
 use oxccl_core::env::ErrorHandling;
 use oxccl_core::watchdog::desync::RankProgress;
 use oxccl_core::OpKind;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -54,7 +54,17 @@ pub(crate) struct GroupWatch {
     graveyard: Mutex<Option<Graveyard>>,
     /// Works in the graveyard (read without the lock on the hot path).
     buried: AtomicUsize,
+    /// Works queued to the watchdog so far (the last one's place; the issuing thread's).
+    queued: AtomicU64,
+    /// The place of the newest work the watchdog saw complete: it and every earlier work of
+    /// the group's stream are done (written by the watchdog, on a line of its own).
+    done: Padded,
 }
+
+/// A counter alone on its cache line (the watchdog writes it; issuing threads only read it).
+#[repr(align(128))]
+#[derive(Default)]
+struct Padded(AtomicU64);
 
 /// Works buried before the issuing thread drops them, in one batch.
 const REAP_EVERY: usize = 32;
@@ -203,7 +213,25 @@ impl GroupWatch {
             hook_errors: Mutex::new(Vec::new()),
             graveyard: Mutex::new(Some(Graveyard::default())),
             buried: AtomicUsize::new(0),
+            queued: AtomicU64::new(0),
+            done: Padded::default(),
         })
+    }
+
+    /// The place of the next work queued to the watchdog (from 1, issue order; called under
+    /// the group's issue lock).
+    pub fn next_place(&self) -> u64 {
+        self.queued.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// The watchdog saw the work at `place` complete (so every earlier one is done too).
+    pub fn saw_done(&self, place: u64) {
+        self.done.0.fetch_max(place, Ordering::Release);
+    }
+
+    /// The place of the newest work the watchdog saw complete (0: none yet).
+    pub fn done_upto(&self) -> u64 {
+        self.done.0.load(Ordering::Acquire)
     }
 
     /// Hands works the watchdog is done with to the group's issuing thread, which drops them

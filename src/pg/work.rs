@@ -1,4 +1,10 @@
 //! The handle of an operation in flight: c10d's `Work`, over the core's work state machine.
+//!
+//! The watchdog looks at every work but writes nothing into it while all goes well: it reads
+//! the work's fixed facts and events, keeps the recorder entry's id itself, and says what it
+//! saw completed through its group ([`GroupWatch::saw_done`]). So the work's memory stays
+//! with the issuing thread, which made it and frees it; only a failure, a timeout or timing
+//! (durations, hooks) takes the work's lock on the watchdog's side.
 
 use super::recorder::now_ns;
 use super::trace_slot::TraceSlot;
@@ -6,38 +12,46 @@ use super::watch::{CompletedWork, GroupWatch};
 use crate::watchdog::{Hint, Watched};
 use oxccl_core::state::work::{Work as WorkMachine, WorkInfo};
 use oxccl_core::trace::TraceState;
-use oxccl_core::{CommAbort, Error, Event, OpKind, Result};
+use oxccl_core::{CommAbort, CommState, Error, Event, OpKind, Result, WorkState};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 pub(crate) struct Inner<E, A> {
-    /// What polls change, under one lock (one lock per look, for the watchdog too).
-    cell: Mutex<Cell>,
+    /// What polls change.
+    machine: Mutex<WorkMachine>,
+    /// Whether the machine is final and how ([`RUNNING`], [`COMPLETED`], [`FAILED`]): set
+    /// under the lock, read by the watchdog without it.
+    fin: AtomicU8,
     /// What the work is: fixed at creation, read without the lock.
     info: WorkInfo,
     /// When it was issued (process clock, ns): fixed, read without the lock.
     created_ns: u64,
+    /// Its place among the works its group queued to the watchdog (from 1, issue order); 0
+    /// when not watched.
+    pos: u64,
     /// Recorded before the operation when timing is on.
     start: Option<E>,
     /// Recorded after the operation; `None` for work that issued nothing.
     end: Option<E>,
     abort: Option<A>,
     watch: Arc<GroupWatch>,
+    /// The flight-recorder entry: recorded at issue (no watchdog), or by the watchdog from
+    /// these facts, which keeps the id (fixed once made).
+    trace: TraceSlot,
     /// Issued inside a graph capture: it runs only at the graph's launches.
     captured: bool,
 }
 
-/// The changing part of a work.
-struct Cell {
-    machine: WorkMachine,
-    /// The flight-recorder entry (recorded by the watchdog, off the hot path).
-    trace: TraceSlot,
-    /// Whether the completion was handed to hooks and the recorder (once).
-    reported: bool,
-}
+/// [`Inner::fin`]: not final.
+const RUNNING: u8 = 0;
+/// [`Inner::fin`]: completed.
+const COMPLETED: u8 = 1;
+/// [`Inner::fin`]: failed, timed out or aborted.
+const FAILED: u8 = 2;
 
-/// What the watchdog does, once the work's lock is released, with a completion or failure it
-/// saw first.
+/// What the watchdog does, once the work's lock is released, with the completion or failure
+/// it saw.
 struct Report {
     trace: Option<u64>,
     /// `Some` once completed (the duration, when known).
@@ -64,10 +78,9 @@ impl<E, A> std::fmt::Debug for Work<E, A> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let state = self
             .inner
-            .cell
+            .machine
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .machine
             .state();
         f.debug_struct("Work")
             .field("info", &self.inner.info)
@@ -86,33 +99,35 @@ fn ms(d: Duration) -> u64 {
 }
 
 impl<E: Event + 'static, A: CommAbort> Work<E, A> {
-    /// The work of an operation issued at `created_ns` (the caller's one clock read).
+    /// The work of an operation issued at `created_ns` (the caller's one clock read), `pos`
+    /// its place in its group's watched works (0: not watched).
     pub(crate) fn new(
         info: WorkInfo,
-        created_ns: u64,
+        (created_ns, pos): (u64, u64),
         (start, end): (Option<E>, Option<E>),
         abort: Option<A>,
         trace: TraceSlot,
         watch: Arc<GroupWatch>,
     ) -> Self {
         let mut machine = WorkMachine::new(info, created_ns);
+        let mut fin = RUNNING;
         if end.is_none() {
             // Nothing was issued: complete at once (an empty batch).
             let _ = machine.observe(created_ns, true, true);
+            fin = COMPLETED;
         }
         Work {
             inner: Arc::new(Inner {
-                cell: Mutex::new(Cell {
-                    machine,
-                    trace,
-                    reported: false,
-                }),
+                machine: Mutex::new(machine),
+                fin: AtomicU8::new(fin),
                 info,
                 created_ns,
+                pos,
                 start,
                 end,
                 abort,
                 watch,
+                trace,
                 captured: false,
             }),
         }
@@ -135,17 +150,16 @@ impl<E: Event + 'static, A: CommAbort> Work<E, A> {
         );
         Work {
             inner: Arc::new(Inner {
-                cell: Mutex::new(Cell {
-                    machine,
-                    trace: TraceSlot::Off,
-                    reported: true,
-                }),
+                machine: Mutex::new(machine),
+                fin: AtomicU8::new(FAILED),
                 info,
                 created_ns: now,
+                pos: 0,
                 start: None,
                 end: None,
                 abort: None,
                 watch,
+                trace: TraceSlot::Off,
                 captured: true,
             }),
         }
@@ -187,7 +201,7 @@ impl<E: Event + 'static, A: CommAbort> Work<E, A> {
     /// Whether the operation has finished, successfully or not (never blocks).
     pub fn is_completed(&self) -> bool {
         !matches!(
-            self.inner.poll(now_ns(), None, Hint::Unknown, false),
+            self.inner.poll(now_ns(), None, Hint::Unknown, None),
             Ok(false)
         )
     }
@@ -195,14 +209,14 @@ impl<E: Event + 'static, A: CommAbort> Work<E, A> {
     /// Whether the operation finished successfully (never blocks).
     pub fn is_success(&self) -> bool {
         matches!(
-            self.inner.poll(now_ns(), None, Hint::Unknown, false),
+            self.inner.poll(now_ns(), None, Hint::Unknown, None),
             Ok(true)
         )
     }
 
     /// The first error of the operation, once it failed.
     pub fn error(&self) -> Option<Error> {
-        self.inner.lock().machine.error().cloned()
+        self.inner.lock().error().cloned()
     }
 
     /// Blocks until the operation completed, bounded by the group's timeout (counted from the
@@ -217,7 +231,7 @@ impl<E: Event + 'static, A: CommAbort> Work<E, A> {
         let mut polls = 0u32;
         while !self
             .inner
-            .poll(now_ns(), Some(ms(limit)), Hint::Unknown, false)?
+            .poll(now_ns(), Some(ms(limit)), Hint::Unknown, None)?
         {
             polls = polls.saturating_add(1);
             if polls < QUICK_POLLS {
@@ -232,48 +246,68 @@ impl<E: Event + 'static, A: CommAbort> Work<E, A> {
     /// How long the operation ran on its stream; needs timing on ([`super::PgOptions::timing`])
     /// and a completed operation.
     pub fn duration(&self) -> Result<Duration> {
-        self.inner.poll(now_ns(), None, Hint::Unknown, false)?;
-        let ns = self.inner.lock().machine.duration_ns()?;
+        self.inner.poll(now_ns(), None, Hint::Unknown, None)?;
+        let ns = self.inner.lock().duration_ns()?;
         Ok(Duration::from_nanos(ns))
     }
 }
 
 impl<E: Event, A: CommAbort> Inner<E, A> {
-    fn lock(&self) -> MutexGuard<'_, Cell> {
-        self.cell.lock().unwrap_or_else(PoisonError::into_inner)
+    fn lock(&self) -> MutexGuard<'_, WorkMachine> {
+        self.machine.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// What to report of a completion (`completed`) or failure seen now, unless the work's
-    /// completion or failure was reported already (the watchdog's part, under the lock).
-    fn take_report(&self, c: &mut Cell, now: u64, completed: bool) -> Option<Report> {
-        if std::mem::replace(&mut c.reported, true) {
-            return None;
+    /// Notes whether the machine is final, for the watchdog's reads (under the lock).
+    fn note_fin(&self, m: &WorkMachine) {
+        let fin = match m.state() {
+            WorkState::Completed => COMPLETED,
+            s if s.is_final() => FAILED,
+            _ => RUNNING,
+        };
+        self.fin.store(fin, Ordering::Release);
+    }
+
+    /// Completes the machine (its measured duration with timing).
+    fn complete(&self, m: &mut WorkMachine, now: u64) {
+        let _ = m.observe(now, true, true);
+        if let (Some(s), Some(e)) = (&self.start, &self.end) {
+            if let Ok(ms) = s.elapsed_ms(e) {
+                let _ = m.set_measured_duration((f64::from(ms.max(0.0)) * 1e6) as u64);
+            }
         }
-        // Recorded now if still pending: the watchdog records before it polls, in queue
-        // order, so this only settles an entry it has not reached yet.
-        let trace = c.trace.settle(&self.watch.recorder);
+        self.note_fin(m);
+    }
+
+    /// The recorder entry's id as a user's look knows it: recorded at issue when the group has
+    /// no watchdog; with one, the entry is the watchdog's to update.
+    fn user_trace(&self) -> Option<u64> {
+        self.trace.recorded()
+    }
+
+    /// What the watchdog reports of the completion (`completed`) or failure it saw.
+    fn report(&self, m: &WorkMachine, trace: Option<u64>, now: u64, completed: bool) -> Report {
         if !completed {
-            return Some(Report {
+            return Report {
                 trace,
                 completed: None,
                 hook: None,
-            });
+            };
         }
-        let duration = c.machine.duration_ns().ok();
+        let duration = m.duration_ns().ok();
         let hook = duration.map(|ns| CompletedWork {
             group: self.watch.uid,
             op: self.info.kind,
             coalesced: self.info.coalesced,
             seq: self.info.seq,
             created_ns: self.created_ns,
-            completed_ns: c.machine.ended_ns().unwrap_or(now),
+            completed_ns: m.ended_ns().unwrap_or(now),
             duration: Duration::from_nanos(ns),
         });
-        Some(Report {
+        Report {
             trace,
             completed: Some(duration),
             hook,
-        })
+        }
     }
 
     /// Hands a report to the recorder and the hooks (without the work's lock).
@@ -293,22 +327,34 @@ impl<E: Event, A: CommAbort> Inner<E, A> {
     /// `wait_limit_ms` (a waiting caller) a timeout aborts the communicator; without it (the
     /// watchdog, a query) the group's timeout applies and the watchdog's plan decides.
     /// `hint`: what the watchdog knows from the group's other works, saving the query.
-    /// With `report` (the watchdog), the first completion or failure seen is also handed to
-    /// the recorder and the hooks.
-    fn poll(&self, now: u64, wait_limit_ms: Option<u64>, hint: Hint, report: bool) -> Result<bool> {
-        let mut c = self.lock();
-        if c.machine.state().is_final() {
-            let r = c.machine.error().map_or(Ok(true), |e| Err(e.clone()));
-            let rep = report.then(|| self.take_report(&mut c, now, r.is_ok()));
-            drop(c);
-            if let Some(rep) = rep.flatten() {
+    /// `report` (the watchdog's look, with the recorder entry's id): a completion or failure
+    /// seen is handed to the recorder and the hooks.
+    fn poll(
+        &self,
+        now: u64,
+        wait_limit_ms: Option<u64>,
+        hint: Hint,
+        report: Option<Option<u64>>,
+    ) -> Result<bool> {
+        let mut m = self.lock();
+        let seen = self.pos != 0 && self.watch.done_upto() >= self.pos;
+        if !m.state().is_final() && seen {
+            // The watchdog saw it (or a later work of its stream) complete, and noted that in
+            // its group rather than here: completed, as if it had noted it here.
+            self.complete(&mut m, now);
+        }
+        if m.state().is_final() {
+            let r = m.error().map_or(Ok(true), |e| Err(e.clone()));
+            let rep = report.map(|t| self.report(&m, t, now, r.is_ok()));
+            drop(m);
+            if let Some(rep) = rep {
                 self.deliver(rep, now);
             }
             return r;
         }
         if hint == Hint::Pending {
             // An earlier work of the stream still runs: only the deadline can end this one.
-            drop(c);
+            drop(m);
             return self.check_deadline(now, wait_limit_ms, report);
         }
         let completed = match (&self.end, hint) {
@@ -320,9 +366,9 @@ impl<E: Event, A: CommAbort> Inner<E, A> {
         let outcome = completed.and_then(|c| match &self.abort {
             Some(a) => match (c, a.state()) {
                 // Passed on a healthy communicator: done, without asking the library.
-                (true, oxccl_core::CommState::Ready) => Ok(true),
+                (true, CommState::Ready) => Ok(true),
                 // A destroyed communicator's stream may have dropped the work unrun.
-                (_, oxccl_core::CommState::Destroyed) => Err(Error::Aborted {
+                (_, CommState::Destroyed) => Err(Error::Aborted {
                     reason: oxccl_core::text!("the communicator was destroyed"),
                 }),
                 _ => a.poll().map(|_| c),
@@ -332,48 +378,36 @@ impl<E: Event, A: CommAbort> Inner<E, A> {
         let completed = match outcome {
             Ok(done) => done,
             Err(e) => {
-                let _ = c.machine.fail(now, e.clone());
-                let rep = if report {
-                    self.take_report(&mut c, now, false)
-                } else {
-                    None
-                };
-                let id = c.trace.recorded();
-                drop(c);
+                let _ = m.fail(now, e.clone());
+                self.note_fin(&m);
+                let rep = report.map(|t| self.report(&m, t, now, false));
+                drop(m);
                 match rep {
                     Some(rep) => self.deliver(rep, now),
-                    None => self.watch.recorder.finish(id, None),
+                    None => self.watch.recorder.finish(self.user_trace(), None),
                 }
                 return Err(e);
             }
         };
         if completed {
-            let _ = c.machine.observe(now, true, true);
-            if let (Some(s), Some(e)) = (&self.start, &self.end) {
-                if let Ok(ms) = s.elapsed_ms(e) {
-                    let _ = c
-                        .machine
-                        .set_measured_duration((f64::from(ms.max(0.0)) * 1e6) as u64);
-                }
-            }
-            let rep = report.then(|| self.take_report(&mut c, now, true));
-            drop(c);
-            if let Some(rep) = rep.flatten() {
+            self.complete(&mut m, now);
+            let rep = report.map(|t| self.report(&m, t, now, true));
+            drop(m);
+            if let Some(rep) = rep {
                 self.deliver(rep, now);
             }
             return Ok(true);
         }
-        if c.machine.state() == oxccl_core::WorkState::Scheduled {
+        if m.state() == WorkState::Scheduled {
             if let Some(s) = &self.start {
                 if s.query().unwrap_or(false) {
-                    let _ = c.machine.observe(now, true, false);
-                    self.watch
-                        .recorder
-                        .update(c.trace.recorded(), TraceState::Started, now);
+                    let _ = m.observe(now, true, false);
+                    let id = report.flatten().or(self.user_trace());
+                    self.watch.recorder.update(id, TraceState::Started, now);
                 }
             }
         }
-        drop(c);
+        drop(m);
         self.check_deadline(now, wait_limit_ms, report)
     }
 
@@ -381,28 +415,33 @@ impl<E: Event, A: CommAbort> Inner<E, A> {
     /// timeout); its timeout error past it (a waiting caller's timeout aborts the
     /// communicator). With desync debugging on, the error (and the abort's reason) says which
     /// ranks never joined the collective: read from the store without the work's lock.
-    /// With `report` (the watchdog), a timeout seen first is reported (see [`Inner::poll`]).
-    fn check_deadline(&self, now: u64, wait_limit_ms: Option<u64>, report: bool) -> Result<bool> {
+    /// `report`: as in [`Inner::poll`].
+    fn check_deadline(
+        &self,
+        now: u64,
+        wait_limit_ms: Option<u64>,
+        report: Option<Option<u64>>,
+    ) -> Result<bool> {
         let limit = wait_limit_ms.unwrap_or(self.info.timeout_ms);
-        let c = self.lock();
-        let past = c.machine.is_past_deadline(now, limit);
-        if !past && !c.machine.state().is_final() {
+        let m = self.lock();
+        let past = m.is_past_deadline(now, limit);
+        if !past && !m.state().is_final() {
             return Ok(false);
         }
-        drop(c);
+        drop(m);
         let info = self.info;
         let verdict = past
             .then(|| self.watch.verdict(info.seq, info.kind))
             .flatten();
         let note = verdict.as_ref().map(|v| v.note()).unwrap_or_default();
-        let mut c = self.lock();
-        let checked = c.machine.check_deadline_noting(now, limit, &note);
-        let rep = if report && checked.is_err() {
-            self.take_report(&mut c, now, false)
-        } else {
-            None
+        let mut m = self.lock();
+        let checked = m.check_deadline_noting(now, limit, &note);
+        self.note_fin(&m);
+        let rep = match (&checked, report) {
+            (Err(_), Some(t)) => Some(self.report(&m, t, now, false)),
+            _ => None,
         };
-        drop(c);
+        drop(m);
         if let Some(rep) = rep {
             self.deliver(rep, now);
         }
@@ -423,8 +462,8 @@ impl<E: Event, A: CommAbort> Inner<E, A> {
 }
 
 impl<E: Event + 'static, A: CommAbort> Watched for Inner<E, A> {
-    fn record_trace(&self) {
-        self.lock().trace.settle(&self.watch.recorder);
+    fn record_trace(&self) -> Option<u64> {
+        self.trace.record_copy(&self.watch.recorder)
     }
 
     fn probe_done(&self) -> Option<bool> {
@@ -432,8 +471,37 @@ impl<E: Event + 'static, A: CommAbort> Watched for Inner<E, A> {
         self.end.as_ref().map(|end| end.query().unwrap_or(false))
     }
 
-    fn poll(&self, now_ns: u64, hint: Hint) -> Result<bool> {
-        Inner::poll(self, now_ns, None, hint, true)
+    fn poll(&self, now_ns: u64, hint: Hint, trace: Option<u64>) -> Result<bool> {
+        // Without timing and with nothing failed, a look that finds the work done, or behind
+        // a running one and in time, writes nothing into it (see the module's documentation).
+        if !self.info.timing && self.fin.load(Ordering::Acquire) != FAILED {
+            let done = match (&self.end, hint) {
+                (_, Hint::Pending) => Ok(false),
+                (None, _) | (_, Hint::Done) => Ok(true),
+                (Some(end), Hint::Unknown) => end.query(),
+            };
+            match done {
+                Ok(true)
+                    if self
+                        .abort
+                        .as_ref()
+                        .is_none_or(|a| a.state() == CommState::Ready) =>
+                {
+                    self.watch.saw_done(self.pos);
+                    self.watch.recorder.complete(trace, now_ns, None);
+                    return Ok(true);
+                }
+                Ok(false)
+                    if hint == Hint::Pending
+                        && now_ns.saturating_sub(self.created_ns)
+                            <= self.info.timeout_ms.saturating_mul(1_000_000) =>
+                {
+                    return Ok(false);
+                }
+                _ => {}
+            }
+        }
+        Inner::poll(self, now_ns, None, hint, Some(trace))
     }
 
     fn deadline_ns(&self) -> u64 {

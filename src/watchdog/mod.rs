@@ -47,14 +47,16 @@ pub(crate) enum Hint {
 
 /// A work as the watchdog sees it.
 pub(crate) trait Watched: Send + Sync {
-    /// Records the work's flight-recorder entry if still pending (issue order is queue order).
-    fn record_trace(&self);
+    /// Records the work's flight-recorder entry unless it was recorded at issue (issue order
+    /// is queue order); its id, which the watchdog keeps (nothing is written into the work).
+    fn record_trace(&self) -> Option<u64>;
     /// Whether its end event has been reached (one query, no state change); `None` for a work
     /// without one (it issued nothing, so it says nothing of its stream).
     fn probe_done(&self) -> Option<bool>;
     /// One look: completed, still running, or its first error (timeouts against the group's
-    /// limit). The first completion seen feeds hooks and the recorder.
-    fn poll(&self, now_ns: u64, hint: Hint) -> Result<bool>;
+    /// limit). A completion or failure seen feeds hooks and the recorder (entry `trace`): the
+    /// watchdog looks until then, and no more.
+    fn poll(&self, now_ns: u64, hint: Hint, trace: Option<u64>) -> Result<bool>;
     /// When its group's timeout runs out.
     fn deadline_ns(&self) -> u64;
     /// Its group's configuration.
@@ -294,28 +296,30 @@ impl Watchdog {
 
     fn run(&self) {
         // Kept across passes: no allocation per pass once grown.
-        let mut works: Vec<Arc<dyn Watched>> = Vec::new();
-        let mut looked: Vec<Arc<dyn Watched>> = Vec::new();
+        let mut fresh: Vec<Arc<dyn Watched>> = Vec::new();
+        // Each work with its recorder entry's id.
+        let mut works: Vec<(Arc<dyn Watched>, Option<u64>)> = Vec::new();
+        let mut looked: Vec<(Arc<dyn Watched>, Option<u64>)> = Vec::new();
         let mut done: Vec<Arc<dyn Watched>> = Vec::new();
         let mut hints: Vec<(*const GroupWatch, Hint)> = Vec::new();
         let mut publish: Vec<Arc<GroupWatch>> = Vec::new();
         while !self.stop.load(Ordering::Acquire) {
             let now = now_ns();
             self.heartbeat.store(now, Ordering::Relaxed);
-            let before = works.len();
-            self.queue.drain_into(&mut works);
-            for w in &works[before..] {
-                w.record_trace();
+            self.queue.drain_into(&mut fresh);
+            for w in fresh.drain(..) {
+                let trace = w.record_trace();
                 if let Some(d) = &w.watch().desync {
                     let info = w.info();
                     if counts_in_desync(&info) {
                         d.note(info.seq, false);
                     }
                 }
+                works.push((w, trace));
             }
             // The newest work of each group first: done means the whole group is done.
             hints.clear();
-            for w in works.iter().rev() {
+            for (w, _) in works.iter().rev() {
                 let g: *const GroupWatch = w.watch();
                 if !hints.iter().any(|(k, _)| *k == g) {
                     match w.probe_done() {
@@ -330,11 +334,11 @@ impl Watchdog {
             // Each work moves to `looked` (still running) or `done`: moved, never cloned, so
             // this thread never writes the works' reference counts.
             std::mem::swap(&mut works, &mut looked);
-            for w in looked.drain(..) {
+            for (w, trace) in looked.drain(..) {
                 let g: *const GroupWatch = w.watch();
                 let slot = hints.iter().position(|(k, _)| *k == g);
                 let hint = slot.map_or(Hint::Unknown, |i| hints[i].1);
-                let r = w.poll(now, hint);
+                let r = w.poll(now, hint, trace);
                 if w.watch().desync.is_some() {
                     if matches!(r, Ok(true)) && counts_in_desync(&w.info()) {
                         if let Some(d) = &w.watch().desync {
@@ -354,7 +358,7 @@ impl Watchdog {
                         }
                         let d = w.deadline_ns();
                         earliest = Some(earliest.map_or(d, |e| e.min(d)));
-                        works.push(w);
+                        works.push((w, trace));
                     }
                     Err(e) => {
                         self.on_failure(&*w, &e);
