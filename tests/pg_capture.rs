@@ -53,6 +53,13 @@ fn mixed_dtypes_bound_one_by_one() {
 }
 
 #[test]
+fn comm_buffers_in_their_mode() {
+    run(1, case("comm_buffers_in_their_mode"));
+    run(2, case("comm_buffers_in_their_mode"));
+    run(3, case("comm_buffers_in_their_mode"));
+}
+
+#[test]
 fn refusals() {
     run(2, case("refusals"));
 }

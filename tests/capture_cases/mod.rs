@@ -6,8 +6,9 @@
 
 use oxccl::buffer::{Memory, StreamOf};
 use oxccl::core::{Capture, CaptureError};
-use oxccl::pg::PgOptions;
-use oxccl::{CommState, Device, Error, HostScalar, ReduceOp, Scalar};
+use oxccl::pg::{PgOptions, RegMode, TuneTable};
+use oxccl::{CommState, Device, Error, Feature, HostScalar, ReduceOp, Scalar};
+use std::sync::Arc;
 use std::time::Duration;
 
 #[macro_use]
@@ -51,6 +52,7 @@ where
         ("lazy_communicator_made_before_capture", lazy_comm::<B>),
         ("launch_on_aborted_or_destroyed_group", dead_group::<B>),
         ("launch_work_timed_and_watched", timed::<B>),
+        ("comm_buffers_in_their_mode", comm_buffers::<B>),
     ]
 }
 
@@ -425,5 +427,83 @@ where
         names == ["graph:nccl:all_reduce"],
         "one entry, the launch's: {names:?}"
     );
+    Ok(())
+}
+
+/// Buffers of the library's allocator under a table putting everything in symmetric windows
+/// (local registration where the library has no windows; skipped without its allocator):
+/// refused inside a capture until in their mode, put there by `register_buffer` before it;
+/// two launches of (all_reduce, all_reduce, all_gather) give S·n³ (S the sum of 1..=n) and make
+/// no registration; once the graph and buffers are dropped, `release_windows` frees their
+/// windows.
+pub fn comm_buffers<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict
+where
+    StreamOf<B>: Capture,
+{
+    let base = ok!(mk(opts(rank)));
+    let feats = *oxccl::core::Backend::features(base.backend());
+    let mode = if feats.has(Feature::WindowRegistration) {
+        RegMode::Window
+    } else if feats.has(Feature::BufferRegistration) {
+        RegMode::Registered
+    } else {
+        return Ok(());
+    };
+    let pg = ok!(base.new_group(
+        base.ranks(),
+        Some(PgOptions {
+            tune: Some(Arc::new(TuneTable::uniform(mode))),
+            ..opts(rank)
+        })
+    ));
+    let n = pg.size();
+    let want = (n * (n + 1) / 2) as f32 * (n as f32).powi(3);
+    let mut a = ok!(pg.upload_comm(&[(rank + 1) as f32; 2]));
+    let mut g = ok!(pg.alloc_comm::<f32>(2 * n as usize));
+    let refused = capture_kind(pg.capture(|pg| pg.all_reduce(&mut a, ReduceOp::Sum).map(drop)));
+    ensure!(
+        refused == Ok(CaptureError::Unsupported),
+        "a buffer not yet in its mode: {refused:?}"
+    );
+    ok!(pg.register_buffer(&a, mode));
+    ok!(pg.register_buffer(&g, mode));
+    let before = ok!(pg.tuned_stats());
+    let in_mode = |st: oxccl::pg::TunedStats| match mode {
+        RegMode::Window => st.windows,
+        _ => st.registered,
+    };
+    ensure!(in_mode(before) == 2, "both in {}: {before:?}", mode.name());
+    let graph = ok!(pg.capture(|pg| {
+        pg.all_reduce(&mut a, ReduceOp::Sum)?;
+        pg.all_reduce(&mut a, ReduceOp::Sum)?;
+        pg.all_gather(&a, &mut g)?;
+        Ok(())
+    }));
+    for _ in 0..2 {
+        ok!(ok!(graph.bind(&mut a).buf(&mut g).launch()).wait());
+    }
+    ensure!(
+        ok!(pg.download_any(&a)) == vec![want; 2],
+        "all_reduce twice per launch"
+    );
+    ensure!(
+        ok!(pg.download_any(&g)) == vec![want; 2 * n as usize],
+        "all_gather after them"
+    );
+    let after = ok!(pg.tuned_stats());
+    ensure!(
+        (after.registered, after.windows) == (before.registered, before.windows),
+        "the capture and launches registered nothing: {before:?} then {after:?}"
+    );
+    ensure!(
+        after.ops[usize::from(mode.level())] == 3,
+        "three ops captured in {}: {after:?}",
+        mode.name()
+    );
+    drop((graph, a, g));
+    let released = ok!(pg.release_windows());
+    let expect = if mode == RegMode::Window { 2 } else { 0 };
+    ensure!(released == expect, "{released} windows released");
+    ensure!(ok!(pg.tuned_stats()).windows == 0, "no window left");
     Ok(())
 }
