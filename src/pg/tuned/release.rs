@@ -44,7 +44,8 @@ impl<B: Memory> ProcessGroup<B> {
     /// (collective: every rank calls this for its buffer at the same point). Nothing when the
     /// buffer already has it ([`RegMode::Plain`]: nothing at all). Meant for buffers a graph
     /// capture will use: inside a capture nothing is registered (see
-    /// [`ProcessGroup::capture`]).
+    /// [`ProcessGroup::capture`]). Makes the group's communicator first if it is not made yet
+    /// (collective, as at a first operation).
     ///
     /// Refused: a plain buffer in another mode ([`Error::InvalidArgument`] naming `buf`),
     /// memory of another device, inside a capture ([`oxccl_core::CaptureError::Unsupported`])
@@ -88,7 +89,8 @@ impl<B: Memory> ProcessGroup<B> {
     /// (bounded by the group's timeout: [`Error::Timeout`]).
     ///
     /// Refused inside a capture ([`oxccl_core::CaptureError::Unsupported`]) and inside a
-    /// coalescing block ([`Error::InvalidState`]).
+    /// coalescing block ([`Error::InvalidState`]). Makes the group's communicator first if it
+    /// is not made yet (collective; nothing to release then).
     pub fn release_windows(&self) -> Result<usize> {
         let inner = &*self.inner;
         inner.refuse_in_capture(
