@@ -231,6 +231,13 @@ fn random_tables_round_trip_and_look_up_like_a_linear_scan() {
                 })
                 .map_or(RegMode::Plain, |r| r.mode);
             assert_eq!(t.lookup(k, d, bytes), want);
+            assert_eq!(t.choose(k, d, bytes, true), want);
+            assert_eq!(t.choose(k, d, bytes, false), RegMode::Plain);
+            // A send or receive: the same row's mode, but never a window.
+            let p2p = [OpKind::Send, OpKind::Recv][g.below(2) as usize];
+            let got = t.choose(p2p, d, bytes, true);
+            assert_ne!(got, RegMode::Window);
+            assert_eq!(got, t.lookup(p2p, d, bytes).min(RegMode::Registered));
         }
     }
 }
