@@ -44,8 +44,10 @@ impl PendingTrace {
     }
 }
 
-/// Where a work's entry is.
+/// Where a work's entry is. The tag first (`repr(u8)`): the watchdog reads it of every work,
+/// on the work's first cache line.
 #[derive(Debug)]
+#[repr(u8)]
 pub(crate) enum TraceSlot {
     /// Not recorded (the recorder is off).
     Off,

@@ -17,30 +17,45 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+/// Laid out for the watchdog's reads: aligned to a cache line (so the reference counts before
+/// it, which only the issuing thread writes, are on a line of their own), with what the
+/// watchdog reads of every work first, on one line; the rest is the issuing thread's and
+/// the user's. Every line the watchdog reads has to come back to the issuing thread's core
+/// when it reuses the memory for a new work.
+#[repr(C, align(64))]
 pub(crate) struct Inner<E, A> {
-    /// What polls change.
-    machine: Mutex<WorkMachine>,
     /// Whether the machine is final and how ([`RUNNING`], [`COMPLETED`], [`FAILED`]): set
     /// under the lock, read by the watchdog without it.
     fin: AtomicU8,
+    /// `info.timing`, here for the watchdog.
+    timing: bool,
+    /// Its place among the works its group queued to the watchdog (from 1, issue order); 0
+    /// when not watched.
+    pos: u64,
+    /// When its group's timeout runs out (process clock, ns).
+    deadline_ns: u64,
+    watch: Arc<GroupWatch>,
+    abort: Option<A>,
+    /// The flight-recorder entry: recorded at issue (no watchdog), or by the watchdog from
+    /// these facts, which keeps the id (fixed once made). Its tag on the first line.
+    trace: TraceSlot,
     /// What the work is: fixed at creation, read without the lock.
     info: WorkInfo,
     /// When it was issued (process clock, ns): fixed, read without the lock.
     created_ns: u64,
-    /// Its place among the works its group queued to the watchdog (from 1, issue order); 0
-    /// when not watched.
-    pos: u64,
     /// Recorded before the operation when timing is on.
     start: Option<E>,
     /// Recorded after the operation; `None` for work that issued nothing.
     end: Option<E>,
-    abort: Option<A>,
-    watch: Arc<GroupWatch>,
-    /// The flight-recorder entry: recorded at issue (no watchdog), or by the watchdog from
-    /// these facts, which keeps the id (fixed once made).
-    trace: TraceSlot,
+    /// What polls change.
+    machine: Mutex<WorkMachine>,
     /// Issued inside a graph capture: it runs only at the graph's launches.
     captured: bool,
+}
+
+/// When a work issued at `created_ns` with `info` times out.
+fn deadline(info: &WorkInfo, created_ns: u64) -> u64 {
+    created_ns.saturating_add(info.timeout_ms.saturating_mul(1_000_000))
 }
 
 /// [`Inner::fin`]: not final.
@@ -118,11 +133,13 @@ impl<E: Event + 'static, A: CommAbort> Work<E, A> {
         }
         Work {
             inner: Arc::new(Inner {
-                machine: Mutex::new(machine),
                 fin: AtomicU8::new(fin),
+                timing: info.timing,
+                pos,
+                deadline_ns: deadline(&info, created_ns),
+                machine: Mutex::new(machine),
                 info,
                 created_ns,
-                pos,
                 start,
                 end,
                 abort,
@@ -150,11 +167,13 @@ impl<E: Event + 'static, A: CommAbort> Work<E, A> {
         );
         Work {
             inner: Arc::new(Inner {
-                machine: Mutex::new(machine),
                 fin: AtomicU8::new(FAILED),
+                timing: info.timing,
+                pos: 0,
+                deadline_ns: deadline(&info, now),
+                machine: Mutex::new(machine),
                 info,
                 created_ns: now,
-                pos: 0,
                 start: None,
                 end: None,
                 abort: None,
@@ -474,7 +493,7 @@ impl<E: Event + 'static, A: CommAbort> Watched for Inner<E, A> {
     fn poll(&self, now_ns: u64, hint: Hint, trace: Option<u64>) -> Result<bool> {
         // Without timing and with nothing failed, a look that finds the work done, or behind
         // a running one and in time, writes nothing into it (see the module's documentation).
-        if !self.info.timing && self.fin.load(Ordering::Acquire) != FAILED {
+        if !self.timing && self.fin.load(Ordering::Acquire) != FAILED {
             let done = match (&self.end, hint) {
                 (_, Hint::Pending) => Ok(false),
                 (None, _) | (_, Hint::Done) => Ok(true),
@@ -491,11 +510,7 @@ impl<E: Event + 'static, A: CommAbort> Watched for Inner<E, A> {
                     self.watch.recorder.complete(trace, now_ns, None);
                     return Ok(true);
                 }
-                Ok(false)
-                    if hint == Hint::Pending
-                        && now_ns.saturating_sub(self.created_ns)
-                            <= self.info.timeout_ms.saturating_mul(1_000_000) =>
-                {
+                Ok(false) if hint == Hint::Pending && now_ns <= self.deadline_ns => {
                     return Ok(false);
                 }
                 _ => {}
@@ -505,8 +520,7 @@ impl<E: Event + 'static, A: CommAbort> Watched for Inner<E, A> {
     }
 
     fn deadline_ns(&self) -> u64 {
-        self.created_ns
-            .saturating_add(self.info.timeout_ms.saturating_mul(1_000_000))
+        self.deadline_ns
     }
 
     fn watch(&self) -> &GroupWatch {
@@ -530,3 +544,22 @@ impl<E: Event + 'static, A: CommAbort> Watched for Inner<E, A> {
 
 /// `Work` over a backend's event and abort handle.
 pub type WorkOf<B> = Work<super::EventOf<B>, super::AbortOf<B>>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_the_watchdog_reads_is_on_one_cache_line() {
+        // An event as large as NCCL's (32 bytes) and an abort handle of one pointer.
+        type I = Inner<[u64; 4], Arc<()>>;
+        assert_eq!(std::mem::align_of::<I>(), 64);
+        let trace = std::mem::offset_of!(I, trace);
+        // The trace slot's tag (its first byte) and every field before it.
+        assert!(trace < 64, "the trace slot's tag is at {trace}");
+        assert!(std::mem::offset_of!(I, abort) + 8 <= trace);
+        // The issuing thread's part comes after.
+        assert!(std::mem::offset_of!(I, machine) >= 64);
+        assert!(std::mem::offset_of!(I, info) >= 64);
+    }
+}
