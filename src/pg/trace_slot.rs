@@ -45,7 +45,7 @@ impl PendingTrace {
 }
 
 /// Where a work's entry is. The tag first (`repr(u8)`): the watchdog reads it of every work,
-/// on the work's first cache line.
+/// with the work's other first bytes.
 #[derive(Debug)]
 #[repr(u8)]
 pub(crate) enum TraceSlot {
