@@ -526,7 +526,7 @@ mod gpu {
     use std::sync::Arc;
     use std::time::Instant;
 
-    const ROWS: [&str; 8] = [
+    const ROWS: [&str; 9] = [
         "Comm::all_reduce_in_place",
         "ProcessGroup::all_reduce, watchdog and recorder off (work dropped)",
         "ProcessGroup::all_reduce, watchdog on, recorder 2000 (work dropped)",
@@ -535,6 +535,7 @@ mod gpu {
         "cudarc CudaEvent::record of one event (context check + cuEventRecord)",
         "cuEventRecord alone (one event)",
         "cudarc device_ptr_mut + its guard (the buffer's event tracking)",
+        "Comm::all_reduce_in_place + NcclStream::record(false) + drop (an event after the launch)",
     ];
 
     pub fn run() {
@@ -596,6 +597,10 @@ mod gpu {
                                 cudarc::driver::result::event::record(ev.cu_event(), st.cu_stream())
                             }
                             .unwrap()
+                        }
+                        8 => {
+                            comm.all_reduce_in_place(&mut cbuf, ReduceOp::Sum).unwrap();
+                            drop(pooled.record(false).unwrap());
                         }
                         _ => {
                             use cudarc::driver::DevicePtrMut;
