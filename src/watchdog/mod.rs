@@ -5,7 +5,8 @@
 //!
 //! The hot path only queues a work: a few atomic operations on a preallocated slot of a
 //! lock-free ring (`queue`), and every 64 works an unpark of the watchdog (a
-//! futex wake only when it sleeps). A pass queries one end event per group when the group's
+//! futex wake only when it sleeps). A pass reads works and never writes into one while all
+//! goes well (see `pg::work`). A pass queries one end event per group when the group's
 //! newest work has completed: a group's works run in issue order on its one stream, so the
 //! newest one done means all are done, and the first one still running means the later ones
 //! are too. That keeps the watchdog's driver calls (which contend with the issuing thread's)
