@@ -2,7 +2,7 @@
 //! or an unknown deregistration is an error and so that all are released before the
 //! communicator is.
 
-use oxccl_core::{text, Error, Feature, RegHandle, Result};
+use oxccl_core::{text, Error, Feature, RegHandle, Result, ResultCode};
 use oxccl_loader::{Library, RawComm};
 
 /// The registrations of one communicator.
@@ -123,15 +123,22 @@ impl Registry {
                 "ncclCommWindowRegister",
             ))?;
         // Boxed: on a nonblocking communicator NCCL fills it from its own thread when the
-        // registration completes, which may be after `settle` gave up waiting (then the box
-        // is leaked, so that late write still lands in live memory).
+        // registration completes, which may be after `settle` gave up waiting. The box is
+        // then leaked (one pointer, 8 bytes), so that late write still lands in live memory;
+        // only a call NCCL accepted (success or in progress) can write late, so a refused
+        // call frees it, and each leak is one registration that outlived the communicator's
+        // timeout (NCCL refuses every other call on the communicator while it runs).
         let mut win: Box<*mut std::ffi::c_void> = Box::new(std::ptr::null_mut());
-        // SAFETY: live communicator; caller-owned device memory; the out-pointer stays valid
-        // until the call completed (settled) or forever (leaked). Window registration is
-        // collective: every rank calls it.
+        // SAFETY: live communicator (the caller checked it is ready and holds its call lock);
+        // `addr..addr+bytes` is device memory the caller owns (the window contract); the
+        // out-pointer is a heap slot that stays valid until the call completed (`settle`
+        // returned Ok) or forever (leaked below when NCCL may still write it). Window
+        // registration is collective: every rank calls it.
         let code = unsafe { f(raw, addr as *mut std::ffi::c_void, bytes, &mut *win, flags) };
         if let Err(e) = settle(code) {
-            std::mem::forget(win);
+            if accepted(code) {
+                std::mem::forget(win);
+            }
             return Err(e);
         }
         let w = Window {
@@ -164,10 +171,16 @@ impl Registry {
                 Feature::WindowRegistration,
                 "ncclCommWindowDeregister",
             ))?;
-        // SAFETY: live communicator; the window came from ncclCommWindowRegister on it.
-        settle(unsafe { f(raw, w.raw as *mut std::ffi::c_void) })?;
-        wins.swap_remove(i);
-        Ok(())
+        // SAFETY: live communicator (ready, its call lock held by the caller); the window came
+        // from ncclCommWindowRegister on it and is still in `wins`, so it was never released.
+        let code = unsafe { f(raw, w.raw as *mut std::ffi::c_void) };
+        // Once NCCL accepted the deregistration the window is its to finish releasing, even
+        // if `settle` gives up waiting: forgotten here, so that neither a second call nor
+        // `release_all` deregisters it again (a double release inside NCCL).
+        if accepted(code) {
+            wins.swap_remove(i);
+        }
+        settle(code)
     }
 
     /// Deregisters everything (errors are logged: this runs on the way to abort or destroy).
@@ -198,8 +211,17 @@ impl Registry {
     }
 }
 
+/// Whether NCCL took a nonblocking-capable call (done, or running on its own thread): only
+/// then may it still write the call's out-pointer or act on its handle after we stop waiting.
+fn accepted(code: i32) -> bool {
+    code == ResultCode::SUCCESS.0 || code == ResultCode::IN_PROGRESS.0
+}
+
 impl crate::NcclComm {
     /// Registers a window over `bytes` at `addr` (NCCL 2.27+; collective: every rank calls it).
+    /// On a nonblocking communicator it waits for NCCL to finish, bounded by
+    /// [`crate::NcclComm::timeout`]; past it, [`Error::Timeout`], and a window NCCL completes
+    /// later is not tracked here: it goes with the communicator (abort or destroy).
     pub fn window_register(&self, addr: usize, bytes: usize, flags: i32) -> Result<Window> {
         let _serial = self.inner.serial();
         self.inner
@@ -217,7 +239,9 @@ impl crate::NcclComm {
         )
     }
 
-    /// Releases a window made by [`crate::NcclComm::window_register`].
+    /// Releases a window made by [`crate::NcclComm::window_register`]. Once NCCL accepted
+    /// the call the window is forgotten here even if the wait for it times out (NCCL finishes
+    /// it; calling again is refused, never a second release).
     pub fn window_deregister(&self, w: Window) -> Result<()> {
         let _serial = self.inner.serial();
         self.ensure_ready("deregister a window")?;
@@ -237,5 +261,19 @@ impl crate::NcclComm {
             return self.wait_ready(what);
         }
         self.finish(code, what)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::accepted;
+
+    #[test]
+    fn only_success_and_in_progress_leave_work_to_nccl() {
+        assert!(accepted(0));
+        assert!(accepted(7));
+        for refused in [1, 2, 3, 4, 5, 6, 8, -1, i32::MAX] {
+            assert!(!accepted(refused), "code {refused}");
+        }
     }
 }
