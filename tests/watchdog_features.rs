@@ -287,3 +287,26 @@ fn every_work_completed_in_bulk_reaches_the_hooks_in_order() {
     assert_eq!(*seen.lock().unwrap(), (1..=300).collect::<Vec<u64>>());
     assert!(pg.hook_errors().is_empty());
 }
+
+/// A work the watchdog saw complete stays completed when its communicator is aborted later,
+/// though nobody had asked the work itself before the abort (the watchdog notes completions in
+/// the group, not in each work).
+#[test]
+fn a_work_the_watchdog_saw_complete_stays_completed_after_an_abort() {
+    let pg = one_rank(MockBackend::new(), opts(0));
+    let mut b = pg.upload(&[1.0f32]).unwrap();
+    let first = pg.all_reduce(&mut b, ReduceOp::Sum).unwrap();
+    // The stream runs in order: once the second is done, so is the first.
+    pg.all_reduce(&mut b, ReduceOp::Sum)
+        .unwrap()
+        .wait()
+        .unwrap();
+    let dog = oxccl::watchdog::Watchdog::global();
+    assert!(dog.flush(Duration::from_secs(10)));
+    pg.abort("test over");
+    assert!(first.is_success());
+    first.wait().unwrap();
+    assert_eq!(first.error(), None);
+    // A work issued after the abort fails (the abort did take).
+    assert!(pg.all_reduce(&mut b, ReduceOp::Sum).is_err());
+}

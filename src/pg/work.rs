@@ -506,7 +506,11 @@ impl<E: Event + 'static, A: CommAbort> Watched for Inner<E, A> {
                         .as_ref()
                         .is_none_or(|a| a.state() == CommState::Ready) =>
                 {
-                    self.watch.saw_done(self.pos);
+                    // Only a work with an end event says its stream got past it (one that
+                    // issued nothing says nothing of the works before it).
+                    if self.end.is_some() {
+                        self.watch.saw_done(self.pos);
+                    }
                     self.watch.recorder.complete(trace, now_ns, None);
                     return Ok(true);
                 }
