@@ -14,6 +14,9 @@
 //! `Comm::all_reduce_in_place` does), then the process group with the watchdog and recorder
 //! off, the watchdog alone, both on (a 2000-entry recorder, the default), the recorder alone,
 //! then the same groups with each call waited for (`Work::wait`).
+//!
+//! With `OXCCL_BENCH_GPUS=1` (a GPU machine, NCCL found as usual) it times instead what each
+//! piece of a process-group issue costs on NCCL and the driver (module `gpu`).
 
 use oxccl::buffer::{Buffer, Memory, Operand, StreamOf};
 use oxccl::core::traits::StreamPriority;
