@@ -76,8 +76,13 @@ fn gpu_pg_init_that_nccl_cannot_complete_is_aborted_in_time() {
     }
     let store: Arc<dyn Store> = Arc::new(MemStore::new());
     // Rank 1 arrives in the store, and never calls NCCL.
-    store.set("oxccl/pg/0/init/0/arrived/1", b"1").unwrap();
-    store.add("oxccl/pg/0/init/0/count", 1).unwrap();
+    // In the namespace of the first world of 2 on the store (src/pg/keys.rs).
+    store
+        .set("oxccl/world/2/0/oxccl/pg/0/init/0/arrived/1", b"1")
+        .unwrap();
+    store
+        .add("oxccl/world/2/0/oxccl/pg/0/init/0/count", 1)
+        .unwrap();
     let (text, took) = make_rank0(store);
     let bounded = nccl().features().has(oxccl::Feature::NonBlocking);
     println!("RESULT version={} bounded={bounded}", nccl().version());

@@ -108,8 +108,13 @@ fn a_missing_writer_of_the_unique_id_is_named_with_its_key() {
 #[test]
 fn a_backend_init_that_cannot_complete_gets_the_rest_of_the_timeout() {
     let (b, store): (MockBackend, Arc<dyn Store>) = (backend(), Arc::new(MemStore::new()));
-    store.set("oxccl/pg/0/init/0/arrived/2", b"1").unwrap();
-    store.add("oxccl/pg/0/init/0/count", 1).unwrap();
+    // In the namespace of the first world of 3 on the store (src/pg/keys.rs).
+    store
+        .set("oxccl/world/3/0/oxccl/pg/0/init/0/arrived/2", b"1")
+        .unwrap();
+    store
+        .add("oxccl/world/3/0/oxccl/pg/0/init/0/count", 1)
+        .unwrap();
     let texts = on_threads(&[0, 1], move |r| {
         let began = Instant::now();
         let made = ProcessGroup::new(b.clone(), store.clone(), r, 3, opts(r)).map(|_| ());

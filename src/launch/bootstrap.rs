@@ -2,8 +2,8 @@
 //! the job and the store the ranks rendezvous through (c10d's rendezvous handlers).
 
 use super::InitMethod;
-use crate::store::{FileStore, Store, TcpStore, TcpStoreOptions};
-use oxccl_core::env::EnvConfig;
+use crate::store::{FileStore, PrefixStore, Store, TcpStore, TcpStoreOptions};
+use oxccl_core::env::{parse_u64, EnvConfig};
 use oxccl_core::launch::{LaunchInfo, Launcher};
 use oxccl_core::{Device, Error, Result};
 use std::collections::HashMap;
@@ -65,8 +65,13 @@ pub struct Bootstrap {
     pub launcher: Launcher,
     /// Everything the launcher said (local size, master address, agent store).
     pub info: LaunchInfo,
-    /// The store every rank of the job shares.
+    /// The store every rank of the job shares, as the launcher serves it: no prefix, so keys
+    /// the program sets meet those of a PyTorch program of the same launch (PyTorch since
+    /// 2.5 adds none to torchrun's agent store either).
     pub store: Arc<dyn Store>,
+    /// Where in `store` this launch's process groups go, when it is scoped (see
+    /// [`restart_scope`]): [`Bootstrap::group_store`] is the view under it.
+    pub group_scope: Option<String>,
 }
 
 impl std::fmt::Debug for Bootstrap {
@@ -77,11 +82,21 @@ impl std::fmt::Debug for Bootstrap {
             .field("local_rank", &self.local_rank)
             .field("device", &self.device)
             .field("launcher", &self.launcher)
+            .field("group_scope", &self.group_scope)
             .finish_non_exhaustive()
     }
 }
 
 impl Bootstrap {
+    /// The store a default group of this launch is made on: [`Bootstrap::store`], under
+    /// [`Bootstrap::group_scope`] when there is one (what [`super::init_process_group`] uses).
+    pub fn group_store(&self) -> Arc<dyn Store> {
+        match &self.group_scope {
+            Some(scope) => Arc::new(PrefixStore::new(scope.clone(), self.store.clone())),
+            None => self.store.clone(),
+        }
+    }
+
     /// `env://` from the process's environment, with the store timeout of
     /// `OXCCL_TIMEOUT_MS` (600 s when unset): what a process started by torchrun, `srun` or
     /// `mpirun` calls.
@@ -145,6 +160,22 @@ impl Bootstrap {
                 Arc::new(FileStore::new(path, Some(info.world_size))?.with_timeout(timeout))
             }
         };
+        let group_scope = restart_scope(
+            info.use_agent_store,
+            env.get(RESTART_COUNT),
+            env.get(AGENTS),
+        )?;
+        match (&group_scope, env.get(RESTART_COUNT)) {
+            (Some(scope), _) => log::info!(
+                "oxccl bootstrap: torchrun's agent store outlives restarts; restart {} of this launch: process groups under `{scope}/`",
+                env.get(RESTART_COUNT).unwrap_or_default()
+            ),
+            (None, Some(n)) if info.use_agent_store => log::info!(
+                "oxccl bootstrap: torchrun's agent store of {} agents, restart {n} here: restart counts differ between nodes, so process groups are told apart by their incarnation count alone",
+                env.get(AGENTS).unwrap_or("an unknown number of")
+            ),
+            _ => {}
+        }
         Ok(Bootstrap {
             rank: info.rank,
             world_size: info.world_size,
@@ -153,8 +184,43 @@ impl Bootstrap {
             launcher: info.launcher,
             info,
             store,
+            group_scope,
         })
     }
+}
+
+/// torchrun's restart count, set in every worker it starts.
+const RESTART_COUNT: &str = "TORCHELASTIC_RESTART_COUNT";
+/// torchrun's number of agents (nodes) in the rendezvous.
+const AGENTS: &str = "GROUP_WORLD_SIZE";
+
+/// The scope of a launch's process groups in its store: `oxccl/restart/<n>` when the store is
+/// torchrun's agent store (`use_agent_store`), which outlives a restart of the workers, and
+/// the restart count `n` (`TORCHELASTIC_RESTART_COUNT`) is the same on every rank, which it is
+/// only with one agent (`GROUP_WORLD_SIZE=1`): each agent counts its own restarts, and one
+/// that restarts its workers because another node failed, or that replaced a node, counts
+/// differently (PyTorch's issue 135712, why PyTorch since 2.5 no longer scopes the agent store
+/// by it). Elsewhere `None`: the groups' incarnation count (`pg::keys`) alone keeps them apart;
+/// the scope adds that a restart after a rank died before making its group starts afresh.
+/// Values are parsed strictly: an error names the variable.
+pub fn restart_scope(
+    use_agent_store: bool,
+    restart_count: Option<&str>,
+    agents: Option<&str>,
+) -> Result<Option<String>> {
+    if !use_agent_store {
+        return Ok(None);
+    }
+    let n = restart_count
+        .map(|v| parse_u64(RESTART_COUNT, v, 0, u64::from(u32::MAX)))
+        .transpose()?;
+    let agents = agents
+        .map(|v| parse_u64(AGENTS, v, 1, u64::from(u32::MAX)))
+        .transpose()?;
+    Ok(match (n, agents) {
+        (Some(n), Some(1)) => Some(format!("oxccl/restart/{n}")),
+        _ => None,
+    })
 }
 
 /// The TCP store at `host:port`: hosted by rank 0 unless the agent's store is used.
@@ -175,4 +241,42 @@ fn tcp_store(host: &str, port: u16, info: &LaunchInfo, timeout: Duration) -> Res
         if hosts { "hosting" } else { "joining" }
     );
     TcpStore::new(opts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_agent_scopes_by_restart_and_several_do_not() {
+        let s = |agent, n, k| restart_scope(agent, n, k).unwrap();
+        assert_eq!(
+            s(true, Some("1"), Some("1")).as_deref(),
+            Some("oxccl/restart/1")
+        );
+        assert_eq!(
+            s(true, Some("0"), Some("1")).as_deref(),
+            Some("oxccl/restart/0")
+        );
+        // Counts differ between agents; without the agent store the store dies with rank 0.
+        assert_eq!(s(true, Some("1"), Some("2")), None);
+        assert_eq!(s(true, Some("1"), None), None);
+        assert_eq!(s(true, None, Some("1")), None);
+        assert_eq!(s(false, Some("1"), Some("1")), None);
+    }
+
+    #[test]
+    fn bad_counts_name_their_variable() {
+        for (n, k, var) in [
+            ("x", "1", RESTART_COUNT),
+            ("-1", "1", RESTART_COUNT),
+            ("1", "0", AGENTS),
+            ("1", "two", AGENTS),
+        ] {
+            match restart_scope(true, Some(n), Some(k)) {
+                Err(Error::InvalidArgument { arg, .. }) => assert_eq!(arg, var),
+                other => panic!("{n} {k}: {other:?}"),
+            }
+        }
+    }
 }

@@ -99,7 +99,8 @@ pub fn with_backend<W: WithBackend>(env: &EnvConfig, w: W) -> Result<W::Output> 
 /// c10d's `init_process_group()` for a launched job: [`Bootstrap::from_env`] (rank, world
 /// size, device, store from torchrun, Slurm or MPI variables), the backend of
 /// [`with_backend`], options from `OXCCL_*` variables with the bootstrap's device, then `w`
-/// with the default group.
+/// with the default group, made on [`Bootstrap::group_store`] (scoped by torchrun's restart
+/// count where that is safe).
 pub fn init_process_group<W: WithProcessGroup>(w: W) -> Result<W::Output> {
     let vars: std::collections::HashMap<String, String> = std::env::vars().collect();
     let env = EnvConfig::from_lookup(|k| vars.get(k).map(String::as_str))?;
@@ -116,7 +117,8 @@ pub fn init_process_group<W: WithProcessGroup>(w: W) -> Result<W::Output> {
         type Output = Result<W::Output>;
         fn run<B: Memory>(self, backend: B) -> Result<W::Output> {
             let b = self.boot;
-            let pg = ProcessGroup::new(backend, b.store, b.rank, b.world_size, self.opts)?;
+            let store = b.group_store();
+            let pg = ProcessGroup::new(backend, store, b.rank, b.world_size, self.opts)?;
             self.w.run(pg)
         }
     }

@@ -9,7 +9,7 @@ mod bootstrap;
 mod choose;
 mod init;
 
-pub use bootstrap::{Bootstrap, EnvVars};
+pub use bootstrap::{restart_scope, Bootstrap, EnvVars};
 pub use choose::{decide, init_process_group, with_backend, Choice, WithBackend, WithProcessGroup};
 pub use init::InitMethod;
 pub use oxccl_core::launch::{HostList, HostName, LaunchInfo, Launcher};

@@ -76,13 +76,13 @@ pub(crate) struct InitParams<'a> {
 pub(crate) fn init_through_store<B: Memory>(backend: &B, p: &InitParams<'_>) -> Result<CommOf<B>> {
     let arrival = Arrival {
         store: p.store,
-        prefix: format!("oxccl/pg/{}/init/{}", p.uid, p.attempt),
+        prefix: super::keys::init(p.uid, p.attempt),
         index: p.rank,
         ranks: p.ranks,
         deadline: deadline_after(p.timeout),
         what: format!("the init of group {} ({})", p.uid, p.desc),
     };
-    let key = format!("oxccl/pg/{}/unique_id/{}", p.uid, p.attempt);
+    let key = super::keys::unique_id(p.uid, p.attempt);
     let writer = p.ranks.first().copied().unwrap_or(0);
     let id = if p.rank == 0 {
         let id = backend.unique_id()?;
@@ -120,7 +120,7 @@ impl InitParams<'_> {
 pub(crate) fn arrive_for_split<B: Memory>(parent: &super::group::PgInner<B>, k: u64) -> Result<()> {
     let arrival = Arrival {
         store: &*parent.store,
-        prefix: format!("oxccl/pg/{}/split/{k}", parent.uid),
+        prefix: super::keys::split(parent.uid, k),
         index: parent.rank.unwrap_or(0),
         ranks: &parent.ranks,
         deadline: deadline_after(parent.timeout()),

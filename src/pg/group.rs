@@ -104,7 +104,9 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl<B: Memory> ProcessGroup<B> {
     /// The default group of `size` ranks, this process being `rank`, rendezvousing through
-    /// `store` (c10d's `init_process_group` with a store). With a bound device
+    /// `store` (c10d's `init_process_group` with a store), under a namespace of its own on it
+    /// (the next incarnation of a world of `size` there: see the `keys` module, so an earlier
+    /// group's keys on the same store are never read). With a bound device
     /// ([`PgOptions::bound_device`]) the communicator is made now; otherwise at the first
     /// operation.
     pub fn new(
@@ -123,6 +125,12 @@ impl<B: Memory> ProcessGroup<B> {
         if opts.desc == "undefined" {
             opts.desc = String::from("default_pg");
         }
+        // Everything this group and its subgroups write goes under this incarnation's own
+        // namespace, so no key of an earlier group on the same store is read (see `keys`).
+        let (store, incarnation, ns) = super::keys::enter(store, size)?;
+        log::info!(
+            "oxccl process group: rank {rank} of {size}, incarnation {incarnation} of a world of {size} on this store; its keys under `{ns}/`"
+        );
         let registry = Arc::new(Registry {
             next_uid: AtomicU64::new(1),
         });
@@ -273,7 +281,9 @@ impl<B: Memory> ProcessGroup<B> {
         &self.inner.backend
     }
 
-    /// The store the group rendezvous through.
+    /// The store the group rendezvous through: a view of the store given to
+    /// [`ProcessGroup::new`] under this incarnation's namespace (`oxccl/world/<size>/<k>/`),
+    /// where every key of the group and its subgroups lives, and keys set here too.
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.inner.store
     }

@@ -13,6 +13,7 @@ mod coalesce;
 mod comm;
 mod group;
 mod issue;
+mod keys;
 mod ops;
 mod options;
 pub mod recorder;
