@@ -2,6 +2,7 @@
 //! process group's decisions are tested and fuzzed without threads or GPUs.
 
 use crate::error::{Error, Result};
+use core::fmt;
 
 /// A group's member list is valid for a world of `world` ranks: each rank below `world`, no
 /// rank twice. (The list's order is the group-rank order the caller chose; c10d sorts it.)
@@ -108,6 +109,101 @@ pub fn comm_plan(
     }
 }
 
+/// The members whose arrival marks are missing before a collective creation (an init, a
+/// split): `ranks[i]` (participant `i`'s global rank) for each `i` not marked in `marked`
+/// (a participant past `marked`'s end counts as missing), in participant order.
+pub fn missing_arrivals<'a>(
+    ranks: &'a [u32],
+    marked: &'a [bool],
+) -> impl Iterator<Item = u32> + 'a {
+    ranks
+        .iter()
+        .enumerate()
+        .filter(move |(i, _)| !marked.get(*i).copied().unwrap_or(false))
+        .map(|(_, &r)| r)
+}
+
+/// Why a participant's wait for a collective creation ended in a timeout.
+#[derive(Clone, Copy)]
+pub enum ArrivalStall<'a> {
+    /// These global ranks never marked their arrival (not empty).
+    Missing(&'a [u32]),
+    /// Every rank arrived; the backend did not complete the creation in time (its own words).
+    BackendLate(&'a str),
+    /// Every rank arrived, but after this participant's deadline.
+    Late,
+    /// The store could not say who is missing (its error).
+    Unreadable(&'a dyn fmt::Display),
+}
+
+impl<'a> ArrivalStall<'a> {
+    /// The stall from what the store said of the marks (`Ok`: the missing ranks) and, when
+    /// the backend gave up, its words: missing ranks first, then the backend, then the clock.
+    pub fn of(
+        missing: core::result::Result<&'a [u32], &'a dyn fmt::Display>,
+        backend: Option<&'a str>,
+    ) -> Self {
+        match (missing, backend) {
+            (Ok(m), _) if !m.is_empty() => ArrivalStall::Missing(m),
+            (Ok(_), Some(said)) => ArrivalStall::BackendLate(said),
+            (Ok(_), None) => ArrivalStall::Late,
+            (Err(read), _) => ArrivalStall::Unreadable(read),
+        }
+    }
+}
+
+/// What a participant's timeout on a collective creation says.
+#[derive(Debug, Clone, Copy)]
+pub struct ArrivalTimeout<'a> {
+    /// What was being created ("the init of group 3 (tp)").
+    pub what: &'a str,
+    /// This participant's global rank.
+    pub me: u32,
+    /// The creation's key prefix in the store (its marks are `PREFIX/arrived/<group rank>`).
+    pub prefix: &'a str,
+    /// Participant 0's global rank (it had more to do: the unique id).
+    pub first: Option<u32>,
+    /// Said instead of where the marks are when `first` is among the missing.
+    pub first_note: Option<&'a str>,
+}
+
+/// Writes the text of a creation's timeout: who never arrived first (ranks folded, see
+/// [`crate::watchdog::desync::write_ranks`]), else that the backend or the clock gave up.
+pub fn write_arrival_timeout(
+    out: &mut impl fmt::Write,
+    t: &ArrivalTimeout<'_>,
+    stall: ArrivalStall<'_>,
+) -> fmt::Result {
+    let what = t.what;
+    let me = t.me;
+    match stall {
+        ArrivalStall::Missing(m) if !m.is_empty() => {
+            out.write_str("ranks ")?;
+            crate::watchdog::desync::write_ranks(out, m)?;
+            let first_missing = t.first.is_some_and(|r| m.contains(&r));
+            match t.first_note.filter(|_| first_missing) {
+                Some(note) => write!(out, " never arrived at {what}; {note}"),
+                None => write!(
+                    out,
+                    " never arrived at {what} (seen by rank {me}; store marks `{}/arrived/<group rank>`)",
+                    t.prefix
+                ),
+            }
+        }
+        ArrivalStall::BackendLate(said) => write!(
+            out,
+            "every rank arrived at {what}; the backend did not complete it in time on rank {me}: {said}"
+        ),
+        ArrivalStall::Missing(_) | ArrivalStall::Late => {
+            write!(out, "{what}: every rank arrived, but too late for rank {me}")
+        }
+        ArrivalStall::Unreadable(read) => write!(
+            out,
+            "{what} did not complete on rank {me}; the store cannot say who is missing: {read}"
+        ),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -182,6 +278,52 @@ mod tests {
         assert_eq!(
             comm_plan(false, true, false, 4, 4),
             CommPlan::InitOnFirstUse
+        );
+    }
+
+    #[test]
+    fn missing_arrivals_are_the_unmarked_members() {
+        let ranks = [4, 0, 7, 2];
+        let got: heapless::Vec<u32, 4> = missing_arrivals(&ranks, &[true, false, true]).collect();
+        assert_eq!(got.as_slice(), &[0, 2], "unmarked, and past the marks' end");
+        assert_eq!(missing_arrivals(&ranks, &[true; 4]).count(), 0);
+        assert_eq!(missing_arrivals(&[], &[false]).count(), 0);
+    }
+
+    #[test]
+    fn arrival_timeouts_say_who_or_why() {
+        let t = ArrivalTimeout {
+            what: "the init of group 3 (tp)",
+            me: 1,
+            prefix: "oxccl/pg/3/init/0",
+            first: Some(0),
+            first_note: Some("rank 1 waited for the unique id"),
+        };
+        let show = |stall| {
+            let mut s = heapless::String::<256>::new();
+            write_arrival_timeout(&mut s, &t, stall).unwrap();
+            s
+        };
+        let err: &dyn fmt::Display = &"connection reset";
+        assert_eq!(
+            show(ArrivalStall::of(Ok(&[2, 3]), Some("late"))),
+            "ranks [2, 3] never arrived at the init of group 3 (tp) (seen by rank 1; store marks `oxccl/pg/3/init/0/arrived/<group rank>`)"
+        );
+        assert_eq!(
+            show(ArrivalStall::of(Ok(&[0, 5]), None)),
+            "ranks [0, 5] never arrived at the init of group 3 (tp); rank 1 waited for the unique id"
+        );
+        assert_eq!(
+            show(ArrivalStall::of(Ok(&[]), Some("NCCL timed out"))),
+            "every rank arrived at the init of group 3 (tp); the backend did not complete it in time on rank 1: NCCL timed out"
+        );
+        assert_eq!(
+            show(ArrivalStall::of(Ok(&[]), None)),
+            "the init of group 3 (tp): every rank arrived, but too late for rank 1"
+        );
+        assert_eq!(
+            show(ArrivalStall::of(Err(err), Some("x"))),
+            "the init of group 3 (tp) did not complete on rank 1; the store cannot say who is missing: connection reset"
         );
     }
 }

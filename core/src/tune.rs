@@ -26,6 +26,8 @@ use crate::op::OpKind;
 use alloc::vec::Vec;
 use core::fmt::{self, Write};
 
+pub mod release;
+
 /// The header line of the text form (with its format version).
 pub const HEADER: &str = "oxccl-tune 1";
 

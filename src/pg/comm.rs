@@ -189,58 +189,45 @@ impl Arrival<'_> {
 
     /// The global ranks whose marks are missing (`Err`: the store could not say).
     pub fn missing(&self) -> Result<Vec<u32>> {
-        let mut out = Vec::new();
-        for (i, &g) in self.ranks.iter().enumerate() {
-            if !self.store.check(&[&self.mark(i)])? {
-                out.push(g);
-            }
-        }
-        Ok(out)
+        let marked = (0..self.ranks.len())
+            .map(|i| self.store.check(&[&self.mark(i)]))
+            .collect::<Result<Vec<bool>>>()?;
+        Ok(oxccl_core::membership::missing_arrivals(self.ranks, &marked).collect())
     }
 
     /// The timeout of this participant after `after_ms`, naming who never arrived first (the
-    /// text is cut at the error's capacity); `cause`: the backend's own timeout, when it was
-    /// the backend that gave up.
+    /// text is cut at the error's capacity; [`oxccl_core::membership::write_arrival_timeout`]
+    /// decides it); `cause`: the backend's own timeout, when it was the backend that gave up.
     fn missing_error(
         &self,
         after_ms: u64,
         cause: Option<&Error>,
         first_note: Option<&str>,
     ) -> Error {
-        let me = self.ranks.get(self.index as usize).copied().unwrap_or(0);
-        let what = match (self.missing(), cause) {
-            (Ok(m), _) if !m.is_empty() => {
-                let mut list = String::new();
-                let _ = oxccl_core::watchdog::desync::write_ranks(&mut list, &m);
-                let first_missing = self.ranks.first().is_some_and(|r| m.contains(r));
-                match first_note.filter(|_| first_missing) {
-                    Some(note) => format!("ranks {list} never arrived at {}; {note}", self.what),
-                    None => format!(
-                        "ranks {list} never arrived at {} (seen by rank {me}; store marks `{}/arrived/<group rank>`)",
-                        self.what, self.prefix
-                    ),
-                }
-            }
-            (Ok(_), Some(e)) => {
-                // Its own words only: the time is the error's already.
-                let said = match e {
-                    Error::Timeout { what, .. } => what.to_string(),
-                    other => other.to_string(),
-                };
-                format!(
-                    "every rank arrived at {}; the backend did not complete it in time on rank {me}: {said}",
-                    self.what
-                )
-            }
-            (Ok(_), None) => format!(
-                "{}: every rank arrived, but too late for rank {me}",
-                self.what
-            ),
-            (Err(read), _) => format!(
-                "{} did not complete on rank {me}; the store cannot say who is missing: {read}",
-                self.what
-            ),
+        use oxccl_core::membership::{write_arrival_timeout, ArrivalStall, ArrivalTimeout};
+        // Its own words only: the time is the error's already.
+        let said = cause.map(|e| match e {
+            Error::Timeout { what, .. } => what.to_string(),
+            other => other.to_string(),
+        });
+        let missing = self.missing();
+        let stall = ArrivalStall::of(
+            match &missing {
+                Ok(m) => Ok(m.as_slice()),
+                Err(read) => Err(read),
+            },
+            said.as_deref(),
+        );
+        let t = ArrivalTimeout {
+            what: &self.what,
+            me: self.ranks.get(self.index as usize).copied().unwrap_or(0),
+            prefix: &self.prefix,
+            first: self.ranks.first().copied(),
+            first_note,
         };
+        let mut what = String::new();
+        // Writing into a String cannot fail.
+        let _ = write_arrival_timeout(&mut what, &t, stall);
         Error::Timeout {
             what: text!("{what}"),
             after_ms,

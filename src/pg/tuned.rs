@@ -43,6 +43,7 @@ use super::issue::{Issuer, OpDesc};
 use super::{CommOf, ProcessGroup};
 use crate::buffer::{CommMem, Memory};
 use crate::graph_buffers::GraphBuffers;
+use oxccl_core::tune::release::{write_disagreement, AGREED};
 use oxccl_core::tune::{RegMode, TuneTable};
 use oxccl_core::{text, CaptureError, Communicator, Error, Feature, OpKind, RegHandle, Result};
 use std::collections::HashMap;
@@ -356,17 +357,21 @@ pub(super) fn agree_on<B: Memory>(
     };
     store.set(&key(&rank.to_string()), mine.as_bytes())?;
     let verdict = if rank == 0 {
-        let mut verdict = String::from("ok");
-        for r in 1..inner.ranks.len() {
+        let mut verdict = String::from(AGREED);
+        for (r, &global) in inner.ranks.iter().enumerate().skip(1) {
             let got = store
                 .get(&key(&r.to_string()), timeout)
                 .map_err(|e| waited(e, r))?;
             if got != mine.as_bytes() {
-                verdict = format!(
-                    "global rank {} has {what} {} and rank {} has {mine}",
-                    inner.ranks[r],
-                    String::from_utf8_lossy(&got),
-                    inner.ranks[0]
+                verdict.clear();
+                // Writing into a String cannot fail.
+                let _ = write_disagreement(
+                    &mut verdict,
+                    what,
+                    global,
+                    &String::from_utf8_lossy(&got),
+                    inner.ranks.first().copied().unwrap_or(0),
+                    mine,
                 );
                 break;
             }
@@ -379,7 +384,7 @@ pub(super) fn agree_on<B: Memory>(
             .map_err(|e| waited(e, 0))?;
         String::from_utf8_lossy(&got).into_owned()
     };
-    Ok((verdict != "ok").then_some(verdict))
+    Ok((verdict != AGREED).then_some(verdict))
 }
 
 impl<B: Memory> ProcessGroup<B> {

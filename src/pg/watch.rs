@@ -120,32 +120,22 @@ pub(crate) struct Verdict {
 }
 
 impl Verdict {
-    /// The ranks, runs folded (`[0-3, 7]`).
-    fn ranks(&self) -> String {
+    /// The note a timed-out work's error ends with (the core's
+    /// [`oxccl_core::watchdog::desync::write_note`]).
+    pub fn note(&self) -> String {
         let mut s = String::new();
-        let _ = oxccl_core::watchdog::desync::write_ranks(&mut s, &self.lagging);
+        // Writing into a String cannot fail.
+        let _ = oxccl_core::watchdog::desync::write_note(&mut s, &self.lagging);
         s
     }
 
-    /// The note a timed-out work's error ends with.
-    pub fn note(&self) -> String {
-        if self.lagging.is_empty() {
-            String::from("every rank joined it (desync debug)")
-        } else {
-            format!("ranks {} never joined it", self.ranks())
-        }
-    }
-
     /// The head of an abort reason (first, so that a reason cut to the error's inline length
-    /// still says it); `None` when no rank lagged.
+    /// still says it); `None` when no rank lagged (the core's
+    /// [`oxccl_core::watchdog::desync::write_headline`]).
     pub fn headline(&self) -> Option<String> {
-        (!self.lagging.is_empty()).then(|| {
-            format!(
-                "ranks {} never joined collective #{}",
-                self.ranks(),
-                self.seq
-            )
-        })
+        let mut s = String::new();
+        let wrote = oxccl_core::watchdog::desync::write_headline(&mut s, self.seq, &self.lagging);
+        wrote.unwrap_or(false).then_some(s)
     }
 }
 

@@ -136,6 +136,35 @@ pub fn write_ranks(out: &mut impl Write, ranks: &[u32]) -> fmt::Result {
     out.write_char(']')
 }
 
+/// Writes the note a collective's timeout ends with when desync debugging gave a verdict:
+/// `ranks [..] never joined it`, or, when `lagging` is empty, that every rank joined it (so
+/// the hang is elsewhere). `lagging`: global ranks, ascending.
+pub fn write_note(out: &mut impl Write, lagging: &[u32]) -> fmt::Result {
+    if lagging.is_empty() {
+        return out.write_str("every rank joined it (desync debug)");
+    }
+    out.write_str("ranks ")?;
+    write_ranks(out, lagging)?;
+    out.write_str(" never joined it")
+}
+
+/// Writes the head of the abort reason for collective `seq` when ranks lagged (`ranks [..]
+/// never joined collective #seq`: first, so that a reason cut to the error's inline length
+/// still says it); writes nothing and returns `false` when `lagging` is empty.
+pub fn write_headline(
+    out: &mut impl Write,
+    seq: u64,
+    lagging: &[u32],
+) -> core::result::Result<bool, fmt::Error> {
+    if lagging.is_empty() {
+        return Ok(false);
+    }
+    out.write_str("ranks ")?;
+    write_ranks(out, lagging)?;
+    write!(out, " never joined collective #{seq}")?;
+    Ok(true)
+}
+
 /// Writes the report of collective `seq` (`op`, e.g. "all_reduce") that timed out on rank `me`,
 /// from every member's report (`(global rank, report)`): who never joined it and where they
 /// are, who joined but did not finish, who finished.
@@ -202,6 +231,22 @@ mod tests {
         assert_eq!(show(&[0, 1, 2, 3, 7, 9, 10, 11]), "[0-3, 7, 9-11]");
         assert_eq!(show(&[u32::MAX - 1, u32::MAX]), "[4294967294, 4294967295]");
         assert_eq!(show(&[5, 3]), "[5, 3]", "not ascending: written as given");
+    }
+
+    #[test]
+    fn verdict_texts_name_the_lagging_ranks() {
+        let mut s = heapless::String::<96>::new();
+        write_note(&mut s, &[1, 2, 3, 6]).unwrap();
+        assert_eq!(s, "ranks [1-3, 6] never joined it");
+        s.clear();
+        write_note(&mut s, &[]).unwrap();
+        assert_eq!(s, "every rank joined it (desync debug)");
+        s.clear();
+        assert_eq!(write_headline(&mut s, 9, &[4]), Ok(true));
+        assert_eq!(s, "ranks [4] never joined collective #9");
+        s.clear();
+        assert_eq!(write_headline(&mut s, 9, &[]), Ok(false));
+        assert_eq!(s, "");
     }
 
     #[test]

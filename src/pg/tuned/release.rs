@@ -17,6 +17,7 @@ use super::super::group::PgInner;
 use super::super::ProcessGroup;
 use super::agree_on;
 use crate::buffer::{Memory, Operand};
+use oxccl_core::tune::release::write_release_list;
 use oxccl_core::tune::RegMode;
 use oxccl_core::{text, CommState, Communicator, Error, Result};
 use std::sync::atomic::Ordering;
@@ -141,15 +142,10 @@ impl<B: Memory> ProcessGroup<B> {
                 .filter_map(|(id, c)| c.window.map(|(_, n)| (n, *id)))
                 .collect();
             doomed.sort_unstable();
-            let mine = if doomed.is_empty() {
-                String::from("none")
-            } else {
-                doomed
-                    .iter()
-                    .map(|(n, _)| n.to_string())
-                    .collect::<Vec<_>>()
-                    .join(",")
-            };
+            let mut numbers: Vec<u64> = doomed.iter().map(|(n, _)| *n).collect();
+            let mut mine = String::new();
+            // Writing into a String cannot fail.
+            let _ = write_release_list(&mut mine, &mut numbers);
             let topic = format!("release/{call}");
             let hint = "its windows to release (does every rank call release_windows?)";
             if let Some(why) = agree_on(inner, &topic, &mine, "windows to release", hint)? {
