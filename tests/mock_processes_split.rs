@@ -329,54 +329,47 @@ fn process_group_subgroups_across_processes_are_split() {
     }
 }
 
-/// A rank that never calls a split its parent's members must all call: the others' split
-/// fails once the group's timeout passed, naming it (the store's arrival marks), and nobody
-/// is left waiting inside the backend.
-#[test]
-fn a_member_missing_from_a_split_is_named_within_the_group_timeout() {
+/// Runs `case` on 3 ranks of which rank 2 never arrives: every other rank exits cleanly with
+/// a timeout whose text says `named` (the store's arrival marks name the missing rank), after
+/// the group's timeout and at most `slack_ms` more.
+fn assert_missing_rank_named(case: &str, named: &str, slack_ms: u64) {
     let timeout_ms = 1_500;
-    for r in run(3, "missing_split", timeout_ms) {
+    for r in run(3, case, timeout_ms) {
         let what = format!("rank {}:\n{}", r.rank, r.out);
         assert_eq!(r.code, Some(0), "{what}");
         if r.rank == 2 {
             continue;
         }
         assert_eq!(field(&r.out, "err"), Some("Timeout"), "{what}");
-        assert!(
-            r.out
-                .contains("ranks [2] never arrived at split #0 of group 0 (default_pg)"),
-            "{what}"
-        );
+        assert!(r.out.contains(named), "{what}");
         let ms: u64 = field(&r.out, "ms").unwrap().parse().unwrap();
         assert!(
-            (timeout_ms - 100..timeout_ms + 2_000).contains(&ms),
+            (timeout_ms - 100..timeout_ms + slack_ms).contains(&ms),
             "waited {ms} ms: {what}"
         );
     }
 }
 
+/// A rank that never calls a split its parent's members must all call: the others' split
+/// fails once the group's timeout passed, naming it (the store's arrival marks), and nobody
+/// is left waiting inside the backend.
+#[test]
+fn a_member_missing_from_a_split_is_named_within_the_group_timeout() {
+    assert_missing_rank_named(
+        "missing_split",
+        "ranks [2] never arrived at split #0 of group 0 (default_pg)",
+        2_000,
+    );
+}
+
 /// A rank that never makes the communicator: the others' init fails once the group's timeout
-/// passed (not the backend's 60 s), with an error naming the missing rank.
+/// passed (not the backend's 60 s), with an error naming the missing rank (named by the
+/// process group from the store's arrival marks, whatever the backend).
 #[test]
 fn a_missing_rank_fails_init_within_the_group_timeout_naming_it() {
-    let timeout_ms = 1_500;
-    for r in run(3, "missing", timeout_ms) {
-        let what = format!("rank {}:\n{}", r.rank, r.out);
-        assert_eq!(r.code, Some(0), "{what}");
-        if r.rank == 2 {
-            continue;
-        }
-        assert_eq!(field(&r.out, "err"), Some("Timeout"), "{what}");
-        // Named by the process group from the store's arrival marks, whatever the backend.
-        assert!(
-            r.out
-                .contains("ranks [2] never arrived at the init of group 0 (default_pg)"),
-            "{what}"
-        );
-        let ms: u64 = field(&r.out, "ms").unwrap().parse().unwrap();
-        assert!(
-            (timeout_ms - 100..timeout_ms + 2_500).contains(&ms),
-            "waited {ms} ms: {what}"
-        );
-    }
+    assert_missing_rank_named(
+        "missing",
+        "ranks [2] never arrived at the init of group 0 (default_pg)",
+        2_500,
+    );
 }
