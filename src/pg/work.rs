@@ -369,6 +369,11 @@ impl<E: Event, A: CommAbort> Inner<E, A> {
             if let Some(rep) = rep {
                 self.deliver(rep, now);
             }
+            if let (Err(e @ Error::Timeout { .. }), Some(_)) = (&r, wait_limit_ms) {
+                // The watchdog noted the timeout first (its plan may not abort): a waiting
+                // caller's timeout aborts all the same, as when the wait notes it itself.
+                self.abort_for_wait(e);
+            }
             return r;
         }
         if hint == Hint::Pending {
@@ -466,17 +471,27 @@ impl<E: Event, A: CommAbort> Inner<E, A> {
         }
         if let Err(e) = checked {
             if wait_limit_ms.is_some() {
-                if let Some(a) = &self.abort {
-                    let reason = match verdict.as_ref().and_then(|v| v.headline()) {
-                        Some(h) => format!("{h}; {e}"),
-                        None => e.to_string(),
-                    };
-                    a.abort(&reason);
-                }
+                self.abort_for_wait(&e);
             }
             return Err(e);
         }
         Ok(false)
+    }
+
+    /// A waiting caller's timeout `e` aborts the communicator (c10d's blocking wait), the
+    /// reason led by the desync verdict's headline when there is one (computed once per
+    /// collective, so asking again is a read). An abort already under way keeps its reason.
+    fn abort_for_wait(&self, e: &Error) {
+        let Some(a) = &self.abort else { return };
+        if a.state() == CommState::Aborted {
+            return;
+        }
+        let verdict = self.watch.verdict(self.info.seq, self.info.kind);
+        let reason = match verdict.as_ref().and_then(|v| v.headline()) {
+            Some(h) => format!("{h}; {e}"),
+            None => e.to_string(),
+        };
+        a.abort(&reason);
     }
 }
 
