@@ -81,12 +81,14 @@ fn child() {
     } else {
         panic!("unknown child mode {mode}");
     };
-    match result.and_then(|b| rank_work(&b).map(|()| b.rank)) {
-        Ok(0) => {
-            // Rank 0 may host the store: it stays until the parent saw every other rank
-            // exit (closing this stdin), or a rank's last answer (the ping after its `done`
-            // set) could be cut off by this process leaving.
+    // The bootstrap (and the store server rank 0 may host) lives to the end of this match.
+    match result.and_then(|b| rank_work(&b).map(|()| b)) {
+        Ok(b) if b.rank == 0 => {
+            // Rank 0 may host the store: it stays, the server with it, until the parent saw
+            // every other rank exit (closing this stdin), or a rank's last answer (the ping
+            // after its `done` set) could be cut off by the server going.
             let _ = std::io::Read::read_to_end(&mut std::io::stdin(), &mut Vec::new());
+            drop(b);
         }
         Ok(_) => {}
         Err(e) => {
@@ -275,14 +277,19 @@ fn agent_store_every_rank_is_a_client() {
 fn tcp_bootstrap_in_threads() {
     let port = free_port();
     let init = InitMethod::parse(&format!("tcp://127.0.0.1:{port}")).unwrap();
+    // Every rank keeps its bootstrap until all are done: rank 0's holds the store server,
+    // and its going would cut off another rank's last answer.
+    let all_done = std::sync::Arc::new(std::sync::Barrier::new(2));
     let ranks: Vec<_> = (0..2u32)
         .map(|r| {
-            let init = init.clone();
+            let (init, all_done) = (init.clone(), all_done.clone());
             std::thread::spawn(move || {
                 let b = Bootstrap::with_env(&init, Some(r), Some(2), TIMEOUT, &EnvVars::default())
                     .unwrap();
                 assert_eq!((b.launcher, b.rank, b.device.0), (Launcher::Explicit, r, 0));
-                rank_work(&b).unwrap();
+                let worked = rank_work(&b);
+                all_done.wait();
+                worked.unwrap();
             })
         })
         .collect();
