@@ -109,15 +109,26 @@ def fmt(x, spec=".2f"):
 
 
 def overhead(paths):
+    if not paths:
+        print("overhead: expected one or more bench output files, got none")
+        return BROKEN
     rows_by_run = []
     for p in paths:
         rows = []
-        for line in open(p):
+        try:
+            lines = open(p).read().splitlines()
+        except OSError as e:
+            print(f"cannot read {p}: {e}")
+            return BROKEN
+        for line in lines:
             m = re.match(r"\| (.+?) \| (\d+) \| (\d+) \| row (\d+) \| ([+-]\d+) \|", line)
             if m:
                 rows.append((m.group(1), int(m.group(2)), int(m.group(5))))
         if len(rows) < 7:
             print(f"{p}: {len(rows)} rows, expected 7")
+            return BROKEN
+        if rows[3][1] == 0:
+            print(f"{p}: Comm's latency (row 3) is 0 ns, expected a measurement")
             return BROKEN
         rows_by_run.append(rows)
     notes, missed = [], False
@@ -276,7 +287,13 @@ def main(argv):
     if what == "overhead":
         return overhead(args)
     if what == "sweep":
+        if len(args) != 2 or not args[1].isdigit():
+            print("sweep: expected DIR and N (the number of runs, a whole number)")
+            return 2
         return sweep(args[0], int(args[1]))
+    if what in ("graphs", "tune") and len(args) != 1:
+        print(f"{what}: expected DIR")
+        return 2
     if what == "graphs":
         return graphs(args[0])
     if what == "tune":
