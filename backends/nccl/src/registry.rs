@@ -108,8 +108,9 @@ impl Registry {
                 format_args!("a non-null buffer of at least one byte"),
             ));
         }
-        let mut wins = self.windows.lock();
-        if wins.iter().any(|w| w.addr == addr) {
+        // Not held across the call (see `windows_unlocked_while_nccl_works`); the caller's
+        // call lock keeps another registration from slipping in between.
+        if self.windows.lock().iter().any(|w| w.addr == addr) {
             return Err(Error::invalid(
                 "addr",
                 format_args!("a buffer not yet in a window: {addr:#x} already is"),
@@ -146,7 +147,7 @@ impl Registry {
             addr,
             bytes,
         };
-        wins.push(w);
+        self.windows.lock().push(w);
         Ok(w)
     }
 
@@ -157,28 +158,36 @@ impl Registry {
         w: Window,
         settle: impl FnOnce(i32) -> Result<()>,
     ) -> Result<()> {
-        let mut wins = self.windows.lock();
-        let Some(i) = wins.iter().position(|x| *x == w) else {
-            return Err(Error::invalid(
-                "window",
-                format_args!("a window of this communicator, {:#x} is not", w.addr),
-            ));
+        // Taken out before the call, so that `release_all` (an abort from another thread)
+        // never releases it too; the lock is not held across the call (see
+        // `windows_unlocked_while_nccl_works`).
+        let f = {
+            let mut wins = self.windows.lock();
+            let Some(i) = wins.iter().position(|x| *x == w) else {
+                return Err(Error::invalid(
+                    "window",
+                    format_args!("a window of this communicator, {:#x} is not", w.addr),
+                ));
+            };
+            let f = lib
+                .api()
+                .comm_window_deregister
+                .ok_or(crate::absent::feature_symbol(
+                    Feature::WindowRegistration,
+                    "ncclCommWindowDeregister",
+                ))?;
+            wins.swap_remove(i);
+            f
         };
-        let f = lib
-            .api()
-            .comm_window_deregister
-            .ok_or(crate::absent::feature_symbol(
-                Feature::WindowRegistration,
-                "ncclCommWindowDeregister",
-            ))?;
         // SAFETY: live communicator (ready, its call lock held by the caller); the window came
-        // from ncclCommWindowRegister on it and is still in `wins`, so it was never released.
+        // from ncclCommWindowRegister on it and was still tracked, so it was never released.
         let code = unsafe { f(raw, w.raw as *mut std::ffi::c_void) };
         // Once NCCL accepted the deregistration the window is its to finish releasing, even
-        // if `settle` gives up waiting: forgotten here, so that neither a second call nor
-        // `release_all` deregisters it again (a double release inside NCCL).
-        if accepted(code) {
-            wins.swap_remove(i);
+        // if `settle` gives up waiting: it stays out, so that neither a second call nor
+        // `release_all` deregisters it again (a double release inside NCCL). A refused call
+        // leaves it registered: tracked again.
+        if !accepted(code) {
+            self.windows.lock().push(w);
         }
         settle(code)
     }
@@ -210,6 +219,12 @@ impl Registry {
         }
     }
 }
+
+// windows_unlocked_while_nccl_works: a window call waits for NCCL on a nonblocking
+// communicator (`settle` polls it, each poll taking the communicator's `raw_use` read lock),
+// and an abort from another thread takes `raw_use` for writing, then `windows` in
+// `release_all`. Holding `windows` across the wait would deadlock the two (the poll waits for
+// the abort, the abort for `windows`), so it is only held to read or change the list.
 
 /// Whether NCCL took a nonblocking-capable call (done, or running on its own thread): only
 /// then may it still write the call's out-pointer or act on its handle after we stop waiting.
