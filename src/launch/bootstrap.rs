@@ -124,6 +124,8 @@ impl Bootstrap {
     /// except under `TORCHELASTIC_USE_AGENT_STORE=True`, where torchrun's agent already
     /// serves one: then every rank, rank 0 too, is a client. `file://` opens a
     /// [`FileStore`] counted for `world_size` processes (the last one out removes the file).
+    /// On torchrun's agent store with one agent, [`Bootstrap::group_scope`] is the restart's
+    /// (see [`restart_scope`]; logged).
     pub fn with_env(
         init: &InitMethod,
         rank: Option<u32>,
@@ -160,17 +162,15 @@ impl Bootstrap {
                 Arc::new(FileStore::new(path, Some(info.world_size))?.with_timeout(timeout))
             }
         };
-        let group_scope = restart_scope(
-            info.use_agent_store,
-            env.get(RESTART_COUNT),
-            env.get(AGENTS),
-        )?;
+        // A file store is the program's own, even under torchrun.
+        let on_agent_store = info.use_agent_store && !matches!(init, InitMethod::File { .. });
+        let group_scope = restart_scope(on_agent_store, env.get(RESTART_COUNT), env.get(AGENTS))?;
         match (&group_scope, env.get(RESTART_COUNT)) {
             (Some(scope), _) => log::info!(
                 "oxccl bootstrap: torchrun's agent store outlives restarts; restart {} of this launch: process groups under `{scope}/`",
                 env.get(RESTART_COUNT).unwrap_or_default()
             ),
-            (None, Some(n)) if info.use_agent_store => log::info!(
+            (None, Some(n)) if on_agent_store => log::info!(
                 "oxccl bootstrap: torchrun's agent store of {} agents, restart {n} here: restart counts differ between nodes, so process groups are told apart by their incarnation count alone",
                 env.get(AGENTS).unwrap_or("an unknown number of")
             ),
@@ -263,6 +263,22 @@ mod tests {
         assert_eq!(s(true, Some("1"), None), None);
         assert_eq!(s(true, None, Some("1")), None);
         assert_eq!(s(false, Some("1"), Some("1")), None);
+    }
+
+    #[test]
+    fn a_file_store_under_torchrun_is_not_scoped() {
+        let dir = std::env::temp_dir().join(format!("oxccl-scope-{}", std::process::id()));
+        let init = InitMethod::File { path: dir.clone() };
+        let env = EnvVars::from_pairs([
+            ("TORCHELASTIC_USE_AGENT_STORE", "True"),
+            (RESTART_COUNT, "2"),
+            (AGENTS, "1"),
+        ]);
+        let t = Duration::from_secs(5);
+        let b = Bootstrap::with_env(&init, Some(0), Some(1), t, &env).unwrap();
+        assert_eq!(b.group_scope, None);
+        drop(b);
+        let _ = std::fs::remove_file(&dir);
     }
 
     #[test]

@@ -3,7 +3,9 @@
 //!
 //! The decisions (which launcher, which rank, conflicts between launchers) are pure functions
 //! of the core ([`oxccl_core::launch`]); this module reads the process environment once and
-//! opens the store.
+//! opens the store. On torchrun's agent store, which outlives restarted workers, the process
+//! groups of one agent's launch are scoped by its restart count ([`restart_scope`]); the
+//! store itself is left as PyTorch leaves it, so keys of a torch program of the launch meet.
 
 mod bootstrap;
 mod choose;
