@@ -35,9 +35,9 @@
 //! | `oxccl/pg/<uid>/unique_id/<attempt>` | group rank 0 ([`unique_id`]) | the backend's unique id of init `attempt` of group `uid` (0: the default group) |
 //! | `oxccl/pg/<uid>/init/<attempt>/arrived/<group rank>`, `…/count`, `…/all` | every member ([`init`]) | arrival before an init: who came, how many, all came |
 //! | `oxccl/pg/<uid>/split/<k>/arrived/<group rank>`, `…/count`, `…/all` | every member of the parent ([`split`]) | arrival before split `k` of group `uid`'s communicator |
-//! | `oxccl/tune/<uid>/<group rank>`, `oxccl/tune/<uid>/verdict` | every member; group rank 0 the verdict (`tuned::agree_on`) | the tune tables agree |
-//! | `oxccl/release/<call>/<uid>/<group rank>`, `…/verdict` | likewise (`tuned/release.rs`) | the windows release call `call` frees agree |
-//! | `oxccl/desync/<uid>/<group rank>` | the watchdog (`watch::desync_key`) | progress read by a desync report |
+//! | `oxccl/tune/<uid>/<group rank>`, `oxccl/tune/<uid>/verdict` | every member; group rank 0 the verdict ([`agreement`]) | the tune tables agree |
+//! | `oxccl/release/<call>/<uid>/<group rank>`, `…/verdict` | likewise ([`agreement`], from `tuned/release.rs`) | the windows release call `call` frees agree |
+//! | `oxccl/desync/<uid>/<group rank>` | the watchdog ([`desync`]) | progress read by a desync report |
 //! | `oxccl/timeout_dump` | a rank whose failure dumps (`oxccl_core::watchdog::DUMP_SIGNAL_KEY`) | the signal for every rank to dump |
 //!
 //! Outside the namespace: the counter `oxccl/world/<size>/incarnations` ([`incarnations`]);
@@ -66,6 +66,17 @@ pub(crate) fn init(uid: u64, attempt: u64) -> String {
 /// The arrival prefix of split `k` of group `uid`'s communicator.
 pub(crate) fn split(uid: u64, k: u64) -> String {
     format!("oxccl/pg/{uid}/split/{k}")
+}
+
+/// Where `who` (a group rank, or `verdict`) of group `uid` writes its value for the
+/// agreement on `topic` (`tune`, `release/<call>`).
+pub(crate) fn agreement(topic: &str, uid: u64, who: &str) -> String {
+    format!("oxccl/{topic}/{uid}/{who}")
+}
+
+/// Where the watchdog of group `uid`'s group rank `rank` writes its progress.
+pub(crate) fn desync(uid: u64, rank: u32) -> String {
+    format!("oxccl/desync/{uid}/{rank}")
 }
 
 /// The counter of default groups of `size` ranks made on a store.

@@ -347,7 +347,7 @@ pub(super) fn agree_on<B: Memory>(
     };
     let store = &inner.store;
     let timeout = inner.timeout();
-    let key = |r: &str| format!("oxccl/{topic}/{}/{r}", inner.uid);
+    let key = |r: &str| super::keys::agreement(topic, inner.uid, r);
     let waited = |e: Error, r: usize| match e {
         Error::Timeout { after_ms, .. } => Error::Timeout {
             what: text!("group rank {r} never published {hint}"),

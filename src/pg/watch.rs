@@ -142,11 +142,6 @@ impl Verdict {
 /// How long a desync verdict waits for each rank's progress in the store.
 pub(crate) const DESYNC_READ_LIMIT: Duration = Duration::from_secs(2);
 
-/// The store key of group `uid`'s group rank `rank`'s progress report.
-pub(crate) fn desync_key(uid: u64, rank: u32) -> String {
-    format!("oxccl/desync/{uid}/{rank}")
-}
-
 impl Desync {
     /// Notes a collective issued (`completed == false`) or seen complete.
     pub fn note(&self, seq: u64, completed: bool) {
@@ -169,7 +164,7 @@ impl Desync {
             p.1 = Some(p.0);
             p.0
         };
-        let key = desync_key(uid, self.group_rank);
+        let key = super::keys::desync(uid, self.group_rank);
         if let Err(e) = store.set(&key, now.encode().as_bytes()) {
             log::warn!("oxccl desync debug: cannot publish progress at `{key}`: {e}");
             lock(&self.progress).1 = None;
@@ -288,7 +283,7 @@ impl GroupWatch {
             .iter()
             .enumerate()
             .map(|(i, &global)| {
-                let key = desync_key(self.uid, i as u32);
+                let key = super::keys::desync(self.uid, i as u32);
                 let read = match self.store.check(&[&key]) {
                     Ok(true) => self.store.get(&key, limit).ok(),
                     _ => None,
