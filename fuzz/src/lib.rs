@@ -17,6 +17,7 @@ pub mod lifecycle;
 pub mod pg;
 pub mod store;
 pub mod trace;
+pub mod verdicts;
 pub mod watchdog;
 pub mod wire;
 pub mod work;
@@ -34,6 +35,7 @@ pub const TARGETS: &[(&str, Body)] = &[
     ("pg", pg::fuzz),
     ("store", store::fuzz),
     ("trace", trace::fuzz),
+    ("verdicts", verdicts::fuzz),
     ("watchdog", watchdog::fuzz),
     ("wire", wire::fuzz),
     ("work", work::fuzz),

@@ -3,6 +3,7 @@
 
 use arbitrary::{Arbitrary, Unstructured};
 use oxccl_core::state::work::{Work, WorkError, WorkInfo, WorkState};
+use oxccl_core::text::TEXT_CAPACITY;
 use oxccl_core::{Error, OpKind};
 
 #[derive(Debug, Arbitrary)]
@@ -23,6 +24,13 @@ enum Step {
     },
     Measured(u64),
     Duration,
+    /// `is_past_deadline` then `check_deadline_noting` against a limit of the caller's, with
+    /// a note or none (a blocking wait that adds a desync verdict).
+    CheckNoting {
+        t: Time,
+        limit_ms: u64,
+        noted: bool,
+    },
 }
 
 /// The clock at a step: forward, backward (a clock stepped back), or anywhere (overflow
@@ -144,6 +152,46 @@ pub fn fuzz(data: &[u8]) {
                         assert_eq!(Some(&e), w.error());
                         let _ = format!("{e}");
                     }
+                }
+            }
+            Step::CheckNoting { t, limit_ms, noted } => {
+                now = t.apply(now);
+                // The model: as CheckTimeout, against `limit_ms`; the text ends with the note.
+                let elapsed = now.saturating_sub(input.created_ns);
+                let due = !before.is_finished() && elapsed > limit_ms.saturating_mul(1_000_000);
+                assert_eq!(w.is_past_deadline(now, limit_ms), due);
+                let note = if noted {
+                    "ranks [1-3] never joined it"
+                } else {
+                    ""
+                };
+                let r = w.check_deadline_noting(now, limit_ms, note);
+                if !before.is_finished() {
+                    assert_eq!(r.is_err(), due, "deadline at {elapsed} ns");
+                }
+                if due {
+                    let Err(Error::Timeout { what, after_ms }) = &r else {
+                        panic!("not a timeout: {r:?}");
+                    };
+                    assert_eq!(*after_ms, elapsed / 1_000_000);
+                    // The same text as without a note, then "; " and the note, cut at the
+                    // error's capacity.
+                    let Err(Error::Timeout { what: plain, .. }) =
+                        before.clone().check_deadline(now, limit_ms)
+                    else {
+                        panic!("check_deadline disagrees with check_deadline_noting");
+                    };
+                    let mut want = plain.to_string();
+                    if noted {
+                        want.push_str("; ");
+                        want.push_str(note);
+                    }
+                    want.truncate(TEXT_CAPACITY);
+                    assert_eq!(what.as_str(), want);
+                    assert_eq!(w.state(), WorkState::TimedOut);
+                }
+                if let Err(e) = &r {
+                    assert_eq!(Some(e), w.error());
                 }
             }
             Step::Measured(ns) => {
