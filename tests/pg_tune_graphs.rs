@@ -299,6 +299,51 @@ fn release_windows_with_different_drops_is_refused_on_every_rank() {
     }
 }
 
+/// A rank that never calls `release_windows` is named once the group's timeout has passed on
+/// rank 0, even when another rank published late: one deadline for all of rank 0's reads
+/// (each read given a whole timeout kept it for about 1.5 + 2 s here).
+#[test]
+fn release_windows_names_a_rank_that_never_calls_it_within_one_timeout() {
+    let timeout = std::time::Duration::from_secs(2);
+    let out = world(
+        MockBackend::new(),
+        &[
+            Some(TuneTable::uniform(RegMode::Window)),
+            Some(TuneTable::uniform(RegMode::Window)),
+            Some(TuneTable::uniform(RegMode::Window)),
+        ],
+        |pg, r| {
+            pg.all_reduce(&mut pg.upload(&[1i32; 2])?, ReduceOp::Sum)?
+                .wait()?;
+            pg.set_timeout(timeout);
+            let began = std::time::Instant::now();
+            match r {
+                0 => Ok(Some((pg.release_windows(), began.elapsed()))),
+                1 => {
+                    std::thread::sleep(std::time::Duration::from_millis(1_500));
+                    // Its own wait for the verdict ends in a timeout too: not checked here.
+                    let _ = pg.release_windows();
+                    Ok(None)
+                }
+                _ => Ok(None),
+            }
+        },
+    );
+    let (res, took) = out.into_iter().next().unwrap().unwrap().unwrap();
+    match res {
+        Err(Error::Timeout { what, .. }) => assert_eq!(
+            what.as_str(),
+            "group rank 2 never published its windows to release (does every rank call \
+             release_windows?)"
+        ),
+        other => panic!("rank 0: {other:?}"),
+    }
+    assert!(
+        took >= timeout && took < timeout + std::time::Duration::from_millis(1_000),
+        "rank 0 waited {took:?}"
+    );
+}
+
 #[test]
 fn release_windows_is_refused_in_a_capture_and_in_a_block() {
     let out = world(

@@ -330,6 +330,9 @@ pub(crate) fn agree<B: Memory>(inner: &PgInner<B>) -> Result<()> {
     }
 }
 
+/// The least time [`agree_on`] gives a read past its deadline.
+const LAST_READ: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// Whether every member of the group holds the same `mine` for `topic`, through the store:
 /// group rank 0 reads every rank's value and writes a verdict every rank reads, so all
 /// ranks decide alike. `None`: they agree; `Some(why)`: the first difference, naming the
@@ -357,10 +360,15 @@ pub(super) fn agree_on<B: Memory>(
     };
     store.set(&key(&rank.to_string()), mine.as_bytes())?;
     let verdict = if rank == 0 {
+        // One deadline for all the reads (a read per rank each given the whole timeout kept
+        // rank 0 up to (size - 1) timeouts, and the others' wait for the verdict ended first);
+        // a read past it still gets a moment, for a value that is there already.
+        let began = std::time::Instant::now();
+        let left = || timeout.saturating_sub(began.elapsed()).max(LAST_READ);
         let mut verdict = String::from(AGREED);
         for (r, &global) in inner.ranks.iter().enumerate().skip(1) {
             let got = store
-                .get(&key(&r.to_string()), timeout)
+                .get(&key(&r.to_string()), left())
                 .map_err(|e| waited(e, r))?;
             if got != mine.as_bytes() {
                 verdict.clear();
