@@ -55,7 +55,9 @@ impl Registry {
             ))?;
         let mut handle: *mut std::ffi::c_void = std::ptr::null_mut();
         // SAFETY: live communicator; `addr..addr+bytes` is device memory the caller owns
-        // (the register contract); valid out-pointer.
+        // (the register contract); valid out-pointer for the call: unlike a window, a local
+        // registration is not run on NCCL's own thread on a nonblocking communicator (it
+        // writes `handle` before it returns), so a stack slot suffices.
         lib.check(
             unsafe { f(raw, addr as *mut std::ffi::c_void, bytes, &mut handle) },
             raw,
