@@ -294,11 +294,11 @@ impl Work {
                 None => Ok(()),
             };
         }
-        let elapsed_ns = now_ns.saturating_sub(self.created_ns);
-        if elapsed_ns <= limit_ms.saturating_mul(NS_PER_MS) {
+        // One rule for both: what `is_past_deadline` says is what times out here.
+        if !self.is_past_deadline(now_ns, limit_ms) {
             return Ok(());
         }
-        let after_ms = elapsed_ns / NS_PER_MS;
+        let after_ms = now_ns.saturating_sub(self.created_ns) / NS_PER_MS;
         let i = &self.info;
         let e = Error::Timeout {
             what: text(format_args!(
