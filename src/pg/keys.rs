@@ -112,6 +112,17 @@ pub(crate) fn enter(store: Arc<dyn Store>, size: u32) -> Result<(Arc<dyn Store>,
     Ok((Arc::new(PrefixStore::new(ns.clone(), store)), k, ns))
 }
 
+/// A fresh namespace on `store` for one incarnation of a world of `size` ranks, counted as
+/// [`ProcessGroup::new`] counts its own (see the module documentation): for keys a program
+/// exchanges beside its groups, such as the unique id of a communicator it makes outside
+/// them. Every rank of the world calls it once per incarnation, in the same order relative
+/// to its other entries.
+///
+/// [`ProcessGroup::new`]: super::ProcessGroup::new
+pub fn world_namespace(store: Arc<dyn Store>, size: u32) -> Result<Arc<dyn Store>> {
+    enter(store, size).map(|(view, _, _)| view)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -26,6 +26,7 @@ mod work;
 pub use capture::{Launch, PgGraph};
 pub use coalesce::{Coalescing, P2pOp};
 pub use group::ProcessGroup;
+pub use keys::world_namespace;
 pub use options::{PgOptions, DEFAULT_TIMEOUT};
 pub use oxccl_core::state::work::WorkInfo;
 pub use oxccl_core::tune::{RegMode, TuneTable};

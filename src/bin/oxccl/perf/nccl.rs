@@ -129,23 +129,16 @@ pub fn run(a: &PerfArgs, plan: &Plan) -> std::result::Result<Outcome, String> {
             format!("{e} (check the launcher's RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT)")
         })?;
         let (r, n) = (boot.rank, boot.world_size);
-        let id = exchange_id(&lib, boot.store.as_ref(), r).map_err(|e| e.to_string())?;
+        // A namespace of this run's own: a store that outlives a run (torchrun's agent store
+        // across restarts) must not hand a restarted rank the last run's unique id.
+        let store = oxccl::pg::world_namespace(boot.group_store(), n).map_err(|e| e.to_string())?;
+        let id = exchange_id(&lib, store.as_ref(), r).map_err(|e| e.to_string())?;
         let body = |pg: &ProcessGroup<Nccl>, comm: &Rc<RefCell<Comm>>, r: u32| {
             let samples = rank(a, plan, &lib, pg, comm, r, n)?;
             merge_through(pg, samples)
         };
-        let samples = with_rank(
-            &lib,
-            id,
-            boot.store.clone(),
-            r,
-            n,
-            boot.device,
-            blocking,
-            None,
-            &body,
-        )
-        .map_err(|e| format!("rank {r}: {e}"))?;
+        let samples = with_rank(&lib, id, store, r, n, boot.device, blocking, None, &body)
+            .map_err(|e| format!("rank {r}: {e}"))?;
         let first = format!(
             "NCCL {version}: {n} ranks, one process per GPU ({:?}), graphs {}, registration {}",
             boot.launcher, a.graphs, a.registration

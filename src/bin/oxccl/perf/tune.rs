@@ -373,7 +373,7 @@ fn launched(lib: &oxccl::Nccl, plan: &Plan, rounds: usize) -> Result<(Medians, u
         bound_device: Some(boot.device),
         ..oxccl::pg::PgOptions::default()
     };
-    let pg = ProcessGroup::new(lib.clone(), boot.store.clone(), r, n, opts)?;
+    let pg = ProcessGroup::new(lib.clone(), boot.group_store(), r, n, opts)?;
     let out = rank(plan, &pg, r, n, rounds).and_then(|m| {
         // NaN travels as +inf, which the max keeps.
         let enc: Vec<f64> = m
