@@ -121,7 +121,7 @@ pub(crate) fn arrive_for_split<B: Memory>(parent: &super::group::PgInner<B>, k: 
     let arrival = Arrival {
         store: &*parent.store,
         prefix: super::keys::split(parent.uid, k),
-        index: parent.rank.unwrap_or(0),
+        index: parent.member_rank()?,
         ranks: &parent.ranks,
         deadline: deadline_after(parent.timeout()),
         what: format!("split #{k} of group {} ({})", parent.uid, parent.desc),

@@ -517,9 +517,16 @@ impl<B: Memory> PgInner<B> {
         }
     }
 
+    /// This process's rank in the group; the refusal a non-member gets otherwise (callers
+    /// are reached only through a member's entry, so it is a guard, not a path).
+    pub(crate) fn member_rank(&self) -> Result<u32> {
+        self.rank
+            .ok_or_else(|| self.unusable(&Slot::NotMember, "use"))
+    }
+
     /// Makes this member's communicator by the group's plan.
     fn make_comm(&self) -> Result<super::CommOf<B>> {
-        let rank = self.rank.unwrap_or(0);
+        let rank = self.member_rank()?;
         match (&self.parent, self.plan) {
             (Some(parent), CommPlan::SplitOnFirstUse | CommPlan::SplitNow) => {
                 let color = membership::split_color(&self.ranks);

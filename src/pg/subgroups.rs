@@ -65,7 +65,7 @@ impl<B: Memory> ProcessGroup<B> {
             } else {
                 // A split is collective over the parent: a non-member takes part, and gets none.
                 if let Some(c) =
-                    inner.split(None, inner.rank.unwrap_or(0), &child.inner.opts.config)?
+                    inner.split(None, inner.member_rank()?, &child.inner.opts.config)?
                 {
                     drop(c);
                     return Err(Error::Remote {
