@@ -3,6 +3,7 @@
 //! plain (-R 0), registered with the communicator (-R 1) or NCCL memory in symmetric windows
 //! (-R 2); with -G the timed loop is captured into a CUDA graph and the graph launched.
 
+use super::layer::not_set_up;
 use super::Layer;
 use crate::elem::Elem;
 use crate::expect::{self, Case};
@@ -20,6 +21,18 @@ enum Mem {
     Nccl(NcclMem),
 }
 
+/// A set-up case: the case, its placement, and the device addresses of its send and recv
+/// buffers (in place, nccl-tests' layout in one buffer). The addresses are taken once at
+/// set-up: no cudarc call (event tracking) runs between the set-up and the teardown, so the
+/// issuing loop is capturable.
+#[derive(Clone, Copy)]
+struct SetUp {
+    case: Case,
+    in_place: bool,
+    send: usize,
+    recv: usize,
+}
+
 /// The raw (`raw == true`: NCCL's function pointers) or comm (`Comm::issue`) layer.
 pub struct NcclLayer<T: Elem> {
     comm: Rc<RefCell<Comm>>,
@@ -27,11 +40,10 @@ pub struct NcclLayer<T: Elem> {
     raw: bool,
     registration: u8,
     graphs: u32,
-    case: Option<(Case, bool)>,
+    /// The case set up (none before the first setup, after a teardown, or after a setup that
+    /// said N/A or failed).
+    set: Option<SetUp>,
     bufs: Vec<Mem>,
-    // Device addresses of `bufs`, taken once at set-up: no cudarc call (event tracking) runs
-    // between the set-up and the teardown, so the issuing loop is capturable.
-    ptrs: Vec<usize>,
     regs: Vec<RegHandle>,
     windows: Vec<Window>,
     graph: Option<(CudaGraph, usize)>,
@@ -55,9 +67,8 @@ impl<T: Elem> NcclLayer<T> {
             raw,
             registration,
             graphs,
-            case: None,
+            set: None,
             bufs: Vec::new(),
-            ptrs: Vec::new(),
             regs: Vec::new(),
             windows: Vec::new(),
             graph: None,
@@ -79,24 +90,9 @@ impl<T: Elem> NcclLayer<T> {
         self
     }
 
-    fn addr(&self, i: usize) -> usize {
-        self.ptrs[i]
-    }
-
-    /// (send address, recv address) of the case: in place, nccl-tests' layout in one buffer.
-    fn addrs(&self) -> (usize, usize) {
-        let (c, in_place) = self.case.expect("set up");
-        let sz = std::mem::size_of::<T>();
-        let off = c.rank as usize * c.part() * sz;
-        match (in_place, c.coll) {
-            (false, _) => (self.addr(0), self.addr(1)),
-            (true, Coll::AllGather) => (self.addr(0) + off, self.addr(0)),
-            (true, Coll::ReduceScatter) => (self.addr(0), self.addr(0) + off),
-            (true, _) => (self.addr(0), self.addr(0)),
-        }
-    }
-
-    fn alloc(&mut self, bytes: usize) -> Result<()> {
+    /// Allocates (and registers, or puts in a window, per -R) a device buffer of `bytes`,
+    /// kept until the teardown; returns its address.
+    fn alloc(&mut self, bytes: usize) -> Result<usize> {
         let bytes = bytes.max(1);
         let comm = self.comm.borrow();
         let mem = if self.registration == 2 {
@@ -124,14 +120,12 @@ impl<T: Elem> NcclLayer<T> {
             Mem::Cuda(c) => c.device_ptr(self.comm.borrow().stream()).0 as usize,
             Mem::Nccl(m) => m.addr(),
         };
-        self.ptrs.push(addr);
         self.bufs.push(mem);
-        Ok(())
+        Ok(addr)
     }
 
-    fn once(&self) -> Result<()> {
-        let (c, _) = self.case.expect("set up");
-        let (s, r) = self.addrs();
+    fn once(&self, set: &SetUp) -> Result<()> {
+        let (c, s, r) = (set.case, set.send, set.recv);
         let (sn, rn) = c.shape();
         let (send, recv) = (RawBuf::new(s, sn), RawBufMut::new(r, rn));
         let dtype = c.dtype.data_type();
@@ -506,13 +500,23 @@ impl<T: Elem> Layer for NcclLayer<T> {
         }
         let sz = std::mem::size_of::<T>();
         let (s, r) = case.shape();
-        self.case = Some((*case, in_place));
-        if in_place {
-            self.alloc(s.max(r) * sz)?;
+        let (send, recv) = if in_place {
+            let at = self.alloc(s.max(r) * sz)?;
+            let off = case.rank as usize * case.part() * sz;
+            match case.coll {
+                Coll::AllGather => (at + off, at),
+                Coll::ReduceScatter => (at, at + off),
+                _ => (at, at),
+            }
         } else {
-            self.alloc(s * sz)?;
-            self.alloc(r * sz)?;
-        }
+            (self.alloc(s * sz)?, self.alloc(r * sz)?)
+        };
+        self.set = Some(SetUp {
+            case: *case,
+            in_place,
+            send,
+            recv,
+        });
         Ok(true)
     }
 
@@ -521,13 +525,14 @@ impl<T: Elem> Layer for NcclLayer<T> {
         if self.graphs == 0 || iters == 0 {
             return Ok(());
         }
+        let set = self.set.ok_or_else(not_set_up)?;
         let st = self.comm.borrow().stream().clone();
         let cuda = |e: cudarc::driver::DriverError| {
             Error::invalid("graph", format_args!("a capturable stream ({e:?})"))
         };
         st.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
             .map_err(cuda)?;
-        let issued = (0..iters).try_for_each(|_| self.once());
+        let issued = (0..iters).try_for_each(|_| self.once(&set));
         let graph = st
             .end_capture(sys::CUgraphInstantiate_flags(0))
             .map_err(cuda)?;
@@ -548,8 +553,9 @@ impl<T: Elem> Layer for NcclLayer<T> {
                 per * self.graphs as usize
             }
             None => {
+                let set = self.set.ok_or_else(not_set_up)?;
                 for _ in 0..iters {
-                    self.once()?;
+                    self.once(&set)?;
                 }
                 iters
             }
@@ -559,9 +565,9 @@ impl<T: Elem> Layer for NcclLayer<T> {
     }
 
     fn check(&mut self) -> Result<u64> {
-        let (c, in_place) = self.case.expect("set up");
+        let set = self.set.ok_or_else(not_set_up)?;
+        let (c, in_place, s, r) = (set.case, set.in_place, set.send, set.recv);
         let (sn, rn) = c.shape();
-        let (s, r) = self.addrs();
         let st = self.comm.borrow().stream().clone();
         let cuda = |e: cudarc::driver::DriverError| {
             Error::invalid("check", format_args!("a device copy ({e:?})"))
@@ -579,7 +585,7 @@ impl<T: Elem> Layer for NcclLayer<T> {
         // A synchronous copy from pageable memory may return before its DMA lands, and the
         // communicator's stream does not wait for the default stream: wait for the context.
         cudarc::driver::result::ctx::synchronize().map_err(cuda)?;
-        self.once()?;
+        self.once(&set)?;
         self.comm.borrow().synchronize()?;
         let mut got = vec![T::of(0.0); rn];
         // SAFETY: as above.
@@ -601,9 +607,8 @@ impl<T: Elem> Layer for NcclLayer<T> {
             comm.backend().window_deregister(w)?;
         }
         drop(comm);
-        self.ptrs.clear();
         self.bufs.clear();
-        self.case = None;
+        self.set = None;
         Ok(())
     }
 }

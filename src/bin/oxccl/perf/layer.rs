@@ -34,6 +34,45 @@ pub trait Layer {
     }
 }
 
+/// The error of a launch method ([`Layer::arm`], [`Layer::run`], [`Layer::check`]) called
+/// with no case set up (no [`Layer::setup`] since the last teardown, or one that said N/A).
+pub fn not_set_up() -> oxccl::Error {
+    oxccl::Error::invalid("case", format_args!("a set-up case"))
+}
+
+/// The -G capture of the process group layers: `iters` operations, each issued by `once` on
+/// the capturing group, captured on `pg` into one graph. Returns the graph and the
+/// operations it holds.
+pub fn capture_ops<B: Memory>(
+    pg: &ProcessGroup<B>,
+    iters: usize,
+    mut once: impl FnMut(&ProcessGroup<B>) -> Result<WorkOf<B>>,
+) -> Result<(PgGraph<B>, usize)>
+where
+    StreamOf<B>: Capture,
+{
+    let graph = pg.capture(|pg| {
+        for _ in 0..iters {
+            once(pg)?;
+        }
+        Ok(())
+    })?;
+    Ok((graph, iters))
+}
+
+/// A set-up case of the `pg` layer: the case, its buffers (both made by the setup, refilled
+/// by a check) and the graph armed over them (-G).
+struct SetUp<B: Memory, T: Elem>
+where
+    StreamOf<B>: Capture,
+{
+    /// The armed graph and the operations it holds (first: dropped before the buffers).
+    graph: Option<(PgGraph<B>, usize)>,
+    send: B::Buf<T>,
+    recv: B::Buf<T>,
+    case: Case,
+}
+
 /// The process group path: `ProcessGroup::<B>` calls, each returning a `Work`; the loop waits
 /// for the last work (stream order covers the others). With -G the timed loop is captured
 /// by [`ProcessGroup::capture`] and the graph launched -G times.
@@ -42,14 +81,12 @@ where
     StreamOf<B>: Capture,
 {
     pg: ProcessGroup<B>,
-    case: Option<Case>,
-    send: Option<B::Buf<T>>,
-    recv: Option<B::Buf<T>>,
+    /// The case set up, with its buffers (none before the first setup, after a teardown, or
+    /// after a setup that said N/A).
+    set: Option<SetUp<B, T>>,
     corrupt: bool,
     /// -G: graph launches per run (0: no graph).
     graphs: u32,
-    /// The armed graph and the operations it holds.
-    graph: Option<(PgGraph<B>, usize)>,
     _t: PhantomData<T>,
 }
 
@@ -61,12 +98,9 @@ where
     pub fn new(pg: ProcessGroup<B>) -> Self {
         PgLayer {
             pg,
-            case: None,
-            send: None,
-            recv: None,
+            set: None,
             corrupt: false,
             graphs: 0,
-            graph: None,
             _t: PhantomData,
         }
     }
@@ -91,11 +125,6 @@ where
         in_place == in_place_ops
     }
 
-    fn once(&mut self) -> Result<WorkOf<B>> {
-        let c = self.case.expect("set up");
-        Self::once_on(&self.pg, &c, self.send.as_ref(), self.recv.as_mut())
-    }
-
     /// Which buffers an operation of `c` uses on this rank (send, recv), as `once_on` passes
     /// them: a graph launch is given exactly these.
     fn uses(c: &Case) -> (bool, bool) {
@@ -110,46 +139,51 @@ where
     fn once_on(
         pg: &ProcessGroup<B>,
         c: &Case,
-        send: Option<&B::Buf<T>>,
-        recv: Option<&mut B::Buf<T>>,
+        send: &B::Buf<T>,
+        recv: &mut B::Buf<T>,
     ) -> Result<WorkOf<B>> {
         let op = c.redop.reduce_op();
-        let missing = || oxccl::Error::invalid("case", format_args!("a set-up case"));
         match c.coll {
-            Coll::AllReduce | Coll::All => pg.all_reduce(recv.ok_or_else(missing)?, op),
-            Coll::Broadcast => pg.broadcast(recv.ok_or_else(missing)?, c.root),
-            Coll::Reduce => pg.reduce(recv.ok_or_else(missing)?, c.root, op),
-            Coll::AllGather => pg.all_gather(send.ok_or_else(missing)?, recv.ok_or_else(missing)?),
-            Coll::ReduceScatter => {
-                pg.reduce_scatter(send.ok_or_else(missing)?, recv.ok_or_else(missing)?, op)
-            }
-            Coll::Alltoall => pg.all_to_all(send.ok_or_else(missing)?, recv.ok_or_else(missing)?),
+            Coll::AllReduce | Coll::All => pg.all_reduce(recv, op),
+            Coll::Broadcast => pg.broadcast(recv, c.root),
+            Coll::Reduce => pg.reduce(recv, c.root, op),
+            Coll::AllGather => pg.all_gather(send, recv),
+            Coll::ReduceScatter => pg.reduce_scatter(send, recv, op),
+            Coll::Alltoall => pg.all_to_all(send, recv),
             Coll::Gather => {
-                let recv = if c.rank == c.root { recv } else { None };
-                pg.gather(send.ok_or_else(missing)?, recv, c.root)
+                let recv = if c.rank == c.root { Some(recv) } else { None };
+                pg.gather(send, recv, c.root)
             }
             Coll::Scatter => {
-                let send = if c.rank == c.root { send } else { None };
-                pg.scatter(send, recv.ok_or_else(missing)?, c.root)
+                let send = if c.rank == c.root { Some(send) } else { None };
+                pg.scatter(send, recv, c.root)
             }
             Coll::Sendrecv => {
                 let (next, prev) = ((c.rank + 1) % c.n, (c.rank + c.n - 1) % c.n);
-                pg.batch_isend_irecv(&mut [
-                    P2pOp::Send(send.ok_or_else(missing)?, next),
-                    P2pOp::Recv(recv.ok_or_else(missing)?, prev),
-                ])
+                pg.batch_isend_irecv(&mut [P2pOp::Send(send, next), P2pOp::Recv(recv, prev)])
             }
         }
     }
+}
 
-    fn fill(&mut self) -> Result<()> {
-        let c = self.case.expect("set up");
+impl<B: Memory, T: Elem> SetUp<B, T>
+where
+    StreamOf<B>: Capture,
+{
+    /// Issues one operation of the case on `pg`.
+    fn once(&mut self, pg: &ProcessGroup<B>) -> Result<WorkOf<B>> {
+        PgLayer::<B, T>::once_on(pg, &self.case, &self.send, &mut self.recv)
+    }
+
+    /// Fresh inputs for a check: the collective's input buffer uploaded, its output zeroed.
+    fn fill(&mut self, pg: &ProcessGroup<B>) -> Result<()> {
+        let c = self.case;
         let (s, r) = c.shape();
-        if Self::supports(c.coll, true) {
-            self.recv = Some(self.pg.upload(&expect::inputs::<T>(&c, r))?);
+        if PgLayer::<B, T>::supports(c.coll, true) {
+            self.recv = pg.upload(&expect::inputs::<T>(&c, r))?;
         } else {
-            self.send = Some(self.pg.upload(&expect::inputs::<T>(&c, s))?);
-            self.recv = Some(self.pg.alloc_zeros::<T>(r)?);
+            self.send = pg.upload(&expect::inputs::<T>(&c, s))?;
+            self.recv = pg.alloc_zeros::<T>(r)?;
         }
         Ok(())
     }
@@ -164,19 +198,16 @@ where
     }
 
     fn arm(&mut self, iters: usize) -> Result<()> {
-        self.graph = None;
+        if let Some(set) = self.set.as_mut() {
+            set.graph = None;
+        }
         if self.graphs == 0 || iters == 0 {
             return Ok(());
         }
-        let c = self.case.expect("set up");
-        let (send, mut recv) = (self.send.as_ref(), self.recv.as_mut());
-        let graph = self.pg.capture(|pg| {
-            for _ in 0..iters {
-                Self::once_on(pg, &c, send, recv.as_deref_mut())?;
-            }
-            Ok(())
-        })?;
-        self.graph = Some((graph, iters));
+        let set = self.set.as_mut().ok_or_else(not_set_up)?;
+        let (c, send, recv) = (set.case, &set.send, &mut set.recv);
+        let graph = capture_ops(&self.pg, iters, |pg| Self::once_on(pg, &c, send, recv))?;
+        set.graph = Some(graph);
         Ok(())
     }
 
@@ -185,36 +216,41 @@ where
         if !Self::supports(case.coll, in_place) {
             return Ok(false);
         }
-        self.case = Some(*case);
         let (s, r) = case.shape();
-        self.send = Some(self.pg.alloc_zeros::<T>(s)?);
-        self.recv = Some(self.pg.alloc_zeros::<T>(r)?);
+        self.set = Some(SetUp {
+            graph: None,
+            send: self.pg.alloc_zeros::<T>(s)?,
+            recv: self.pg.alloc_zeros::<T>(r)?,
+            case: *case,
+        });
         Ok(true)
     }
 
     fn run(&mut self, iters: usize) -> Result<usize> {
-        if let Some((g, per)) = &self.graph {
-            let c = self.case.expect("set up");
-            let (s, r) = Self::uses(&c);
+        let graphs = self.graphs;
+        let pg = &self.pg;
+        let set = self.set.as_mut().ok_or_else(not_set_up)?;
+        if let Some((g, per)) = &set.graph {
+            let (s, r) = Self::uses(&set.case);
             let mut last = None;
-            for _ in 0..self.graphs {
+            for _ in 0..graphs {
                 let mut bufs: Vec<&mut B::Buf<T>> = Vec::with_capacity(2);
-                if let (true, Some(b)) = (s, self.send.as_mut()) {
-                    bufs.push(b);
+                if s {
+                    bufs.push(&mut set.send);
                 }
-                if let (true, Some(b)) = (r, self.recv.as_mut()) {
-                    bufs.push(b);
+                if r {
+                    bufs.push(&mut set.recv);
                 }
                 last = Some(g.launch(&mut bufs)?);
             }
             if let Some(w) = last {
                 w.wait()?;
             }
-            return Ok(per * self.graphs as usize);
+            return Ok(per * graphs as usize);
         }
         let mut last = None;
         for _ in 0..iters {
-            last = Some(self.once()?);
+            last = Some(set.once(pg)?);
         }
         if let Some(w) = last {
             w.wait()?;
@@ -223,23 +259,21 @@ where
     }
 
     fn check(&mut self) -> Result<u64> {
+        let pg = &self.pg;
+        let set = self.set.as_mut().ok_or_else(not_set_up)?;
         // The graph's buffers are replaced by the filled ones.
-        self.graph = None;
-        self.fill()?;
-        self.once()?.wait()?;
-        let c = self.case.expect("set up");
-        let mut got = self.pg.download(self.recv.as_ref().expect("filled"))?;
+        set.graph = None;
+        set.fill(pg)?;
+        set.once(pg)?.wait()?;
+        let mut got = pg.download(&set.recv)?;
         if let (true, Some(g)) = (self.corrupt, got.first_mut()) {
             *g = T::of(g.get() + 101.0);
         }
-        Ok(expect::count_wrong(&c, &got))
+        Ok(expect::count_wrong(&set.case, &got))
     }
 
     fn teardown(&mut self) -> Result<()> {
-        self.graph = None;
-        self.send = None;
-        self.recv = None;
-        self.case = None;
+        self.set = None;
         Ok(())
     }
 }

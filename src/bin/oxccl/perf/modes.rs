@@ -4,7 +4,7 @@
 //! whose tune table is that one, so the process group itself
 //! registers buffers or makes windows, as it would for a user with a tuned table.
 
-use super::layer::Layer;
+use super::layer::{capture_ops, not_set_up, Layer};
 use crate::elem::Elem;
 use crate::expect::{self, Case};
 use crate::ops::Coll;
@@ -162,9 +162,8 @@ where
     }
 
     fn once(&mut self) -> Result<WorkOf<B>> {
-        let missing = || oxccl::Error::invalid("case", format_args!("a set-up case"));
-        let c = self.case.ok_or_else(missing)?;
-        let pg = self.group.as_ref().ok_or_else(missing)?;
+        let c = self.case.ok_or_else(not_set_up)?;
+        let pg = self.group.as_ref().ok_or_else(not_set_up)?;
         Self::once_on(pg, &c, self.send.as_ref(), self.recv.as_mut())
     }
 
@@ -174,16 +173,15 @@ where
         send: Option<&B::CommBuf<T>>,
         recv: Option<&mut B::CommBuf<T>>,
     ) -> Result<WorkOf<B>> {
-        let missing = || oxccl::Error::invalid("case", format_args!("a set-up case"));
         let op = c.redop.reduce_op();
-        let recv = recv.ok_or_else(missing)?;
+        let recv = recv.ok_or_else(not_set_up)?;
         match c.coll {
             Coll::AllReduce => pg.all_reduce(recv, op),
             Coll::Broadcast => pg.broadcast(recv, c.root),
             Coll::Reduce => pg.reduce(recv, c.root, op),
-            Coll::AllGather => pg.all_gather(send.ok_or_else(missing)?, recv),
-            Coll::ReduceScatter => pg.reduce_scatter(send.ok_or_else(missing)?, recv, op),
-            Coll::Alltoall => pg.all_to_all(send.ok_or_else(missing)?, recv),
+            Coll::AllGather => pg.all_gather(send.ok_or_else(not_set_up)?, recv),
+            Coll::ReduceScatter => pg.reduce_scatter(send.ok_or_else(not_set_up)?, recv, op),
+            Coll::Alltoall => pg.all_to_all(send.ok_or_else(not_set_up)?, recv),
             other => Err(oxccl::Error::invalid(
                 "collective",
                 format_args!("one the process group tunes, got {}", other.name()),
@@ -207,17 +205,13 @@ where
         }
         // Outside the capture: the table registers the buffers (or makes their windows).
         self.once()?.wait()?;
-        let missing = || oxccl::Error::invalid("case", format_args!("a set-up case"));
-        let c = self.case.ok_or_else(missing)?;
-        let pg = self.group.as_ref().ok_or_else(missing)?;
+        let c = self.case.ok_or_else(not_set_up)?;
+        let pg = self.group.as_ref().ok_or_else(not_set_up)?;
         let (send, mut recv) = (self.send.as_ref(), self.recv.as_mut());
-        let graph = pg.capture(|pg| {
-            for _ in 0..iters {
-                Self::once_on(pg, &c, send, recv.as_deref_mut())?;
-            }
-            Ok(())
+        let graph = capture_ops(pg, iters, |pg| {
+            Self::once_on(pg, &c, send, recv.as_deref_mut())
         })?;
-        self.graph = Some((graph, iters));
+        self.graph = Some(graph);
         Ok(())
     }
 
@@ -267,9 +261,7 @@ where
     fn check(&mut self) -> Result<u64> {
         // The graph's buffers go back to the pool and fresh inputs come in.
         self.graph = None;
-        let c = self
-            .case
-            .ok_or_else(|| oxccl::Error::invalid("case", format_args!("a set-up case")))?;
+        let c = self.case.ok_or_else(not_set_up)?;
         let (s, r) = c.shape();
         // Fresh inputs into the same buffers (their registrations stay valid).
         if let Some(send) = self.send.take() {
