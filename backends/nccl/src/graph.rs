@@ -13,7 +13,7 @@ use crate::cuda::cuda_error;
 use crate::stream::NcclStream;
 use cudarc::driver::{result, sys, CudaGraph};
 use oxccl_core::{Capture, CaptureError, Error, Graph, Result};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 /// A captured and instantiated CUDA graph. Dropping it destroys the graph and its
 /// executable (errors are kept by cudarc's context, never a panic); launches already queued
@@ -103,6 +103,16 @@ impl NcclGraph {
     /// Uploads the graph to the device ahead of its first launch (`cuGraphUpload`), so the
     /// first launch costs what the later ones cost.
     pub fn upload(&self, stream: &NcclStream) -> Result<()> {
+        let g = self.locked_for(stream)?;
+        // SAFETY: the executable is live (owned by `g`, locked) and `stream` is a live stream
+        // of the same context (checked above).
+        unsafe { result::graph::upload(g.cu_graph_exec(), stream.cuda().cu_stream()) }
+            .map_err(|e| cuda_error("uploading a graph", e))
+    }
+
+    /// The executable, locked, once `stream` is checked to be of the graph's device and that
+    /// device is bound to this thread: what an upload or a launch needs first.
+    fn locked_for(&self, stream: &NcclStream) -> Result<MutexGuard<'_, CudaGraph>> {
         self.same_device(stream)?;
         let g = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         stream
@@ -110,10 +120,7 @@ impl NcclGraph {
             .context()
             .bind_to_thread()
             .map_err(|e| cuda_error("binding the device to the thread", e))?;
-        // SAFETY: the executable is live (owned by `g`, locked) and `stream` is a live stream
-        // of the same context (checked above).
-        unsafe { result::graph::upload(g.cu_graph_exec(), stream.cuda().cu_stream()) }
-            .map_err(|e| cuda_error("uploading a graph", e))
+        Ok(g)
     }
 
     fn same_device(&self, stream: &NcclStream) -> Result<()> {
@@ -135,16 +142,10 @@ impl Graph for NcclGraph {
     type Stream = NcclStream;
 
     unsafe fn launch(&self, stream: &NcclStream) -> Result<()> {
-        self.same_device(stream)?;
+        let g = self.locked_for(stream)?;
         if status(stream)? != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
             return Err(oxccl_core::traits::forbidden("launching a graph"));
         }
-        let g = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
-        stream
-            .cuda()
-            .context()
-            .bind_to_thread()
-            .map_err(|e| cuda_error("binding the device to the thread", e))?;
         // SAFETY: the executable is live (owned by `g`, locked for the call) and `stream` is a
         // live stream of its context (checked above); the buffers its nodes use are valid by
         // this function's contract.

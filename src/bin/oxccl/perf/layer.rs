@@ -34,6 +34,13 @@ pub trait Layer {
     }
 }
 
+/// Whether the process group runs `coll` in this placement: its reductions and broadcast
+/// in place (c10d's API), the rest out of place. Every pg-based layer follows it.
+pub fn pg_placement(coll: Coll, in_place: bool) -> bool {
+    let in_place_ops = matches!(coll, Coll::AllReduce | Coll::Broadcast | Coll::Reduce);
+    in_place == in_place_ops
+}
+
 /// The error of a launch method ([`Layer::arm`], [`Layer::run`], [`Layer::check`]) called
 /// with no case set up (no [`Layer::setup`] since the last teardown, or one that said N/A).
 pub fn not_set_up() -> oxccl::Error {
@@ -118,11 +125,9 @@ where
         self
     }
 
-    /// Whether the process group has `coll` in this placement: its reductions and broadcast
-    /// are in place (c10d's API), the rest out of place.
+    /// Whether the process group has `coll` in this placement (see [`pg_placement`]).
     pub fn supports(coll: Coll, in_place: bool) -> bool {
-        let in_place_ops = matches!(coll, Coll::AllReduce | Coll::Broadcast | Coll::Reduce);
-        in_place == in_place_ops
+        pg_placement(coll, in_place)
     }
 
     /// Which buffers an operation of `c` uses on this rank (send, recv), as `once_on` passes

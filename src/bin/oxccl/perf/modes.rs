@@ -135,8 +135,7 @@ where
     /// Whether the layer runs `coll` in this placement: the tuned collectives, reductions
     /// and broadcast in place, the rest out of place (as the `pg` layer).
     pub fn supports(coll: Coll, in_place: bool) -> bool {
-        let in_place_ops = matches!(coll, Coll::AllReduce | Coll::Broadcast | Coll::Reduce);
-        TUNED.contains(&coll) && in_place == in_place_ops
+        TUNED.contains(&coll) && super::layer::pg_placement(coll, in_place)
     }
 
     /// A zeroed buffer of `len` elements, from the pool when one is there. Every buffer
