@@ -72,20 +72,39 @@ impl RegMode {
     }
 }
 
-/// The collectives a row can name (p2p and barriers move no user buffer worth tuning).
-pub const COLLECTIVES: [OpKind; 11] = [
-    OpKind::AllReduce,
-    OpKind::Broadcast,
-    OpKind::Reduce,
-    OpKind::AllGather,
-    OpKind::ReduceScatter,
-    OpKind::AllToAll,
-    OpKind::AllToAllV,
-    OpKind::Gather,
-    OpKind::Scatter,
-    OpKind::AllGatherV,
-    OpKind::ReduceScatterV,
-];
+/// The collectives a row can name: [`OpKind::ALL`] less p2p and barriers (they move no user
+/// buffer worth tuning), in its order. Derived, so a kind added there is tunable here.
+pub const COLLECTIVES: [OpKind; tunable_count()] = tunable_kinds();
+
+/// Whether a row can name `k`.
+const fn tunable(k: OpKind) -> bool {
+    !k.is_p2p() && !matches!(k, OpKind::Barrier)
+}
+
+const fn tunable_count() -> usize {
+    let (mut n, mut i) = (0, 0);
+    while i < OpKind::ALL.len() {
+        if tunable(OpKind::ALL[i]) {
+            n += 1;
+        }
+        i += 1;
+    }
+    n
+}
+
+const fn tunable_kinds<const N: usize>() -> [OpKind; N] {
+    // The placeholder is overwritten: exactly N kinds of ALL pass `tunable`.
+    let mut out = [OpKind::AllReduce; N];
+    let (mut n, mut i) = (0, 0);
+    while i < OpKind::ALL.len() {
+        if tunable(OpKind::ALL[i]) {
+            out[n] = OpKind::ALL[i];
+            n += 1;
+        }
+        i += 1;
+    }
+    out
+}
 
 /// One row: operations of `coll` (any when `None`) on `dtype` (any when `None`) moving
 /// `min_bytes..=max_bytes` bytes use `mode`.

@@ -30,6 +30,26 @@ all_gather * 0 max 2
 ";
 
 #[test]
+fn collectives_are_all_kinds_but_p2p_and_barrier() {
+    let excluded = [OpKind::Send, OpKind::Recv, OpKind::Barrier];
+    let want: Vec<OpKind> = OpKind::ALL
+        .into_iter()
+        .filter(|k| !excluded.contains(k))
+        .collect();
+    assert_eq!(COLLECTIVES.as_slice(), want.as_slice());
+    for k in excluded {
+        let row = TuneRow {
+            coll: Some(k),
+            dtype: None,
+            min_bytes: 0,
+            max_bytes: u64::MAX,
+            mode: RegMode::Plain,
+        };
+        assert!(TuneTable::new(vec![row]).is_err(), "{k} named in a row");
+    }
+}
+
+#[test]
 fn parses_rows_and_looks_up_first_match() {
     let t = TuneTable::parse(SAMPLE).unwrap();
     assert_eq!(t.rows().len(), 3);
