@@ -529,7 +529,7 @@ mod gpu {
     use std::sync::Arc;
     use std::time::Instant;
 
-    const ROWS: [&str; 9] = [
+    const ROWS: [&str; 12] = [
         "Comm::all_reduce_in_place",
         "ProcessGroup::all_reduce, watchdog and recorder off (work dropped)",
         "ProcessGroup::all_reduce, watchdog on, recorder 2000 (work dropped)",
@@ -539,6 +539,9 @@ mod gpu {
         "cuEventRecord alone (one event)",
         "cudarc device_ptr_mut + its guard (the buffer's event tracking)",
         "Comm::all_reduce_in_place + NcclStream::record(false) + drop (an event after the launch)",
+        "cuStreamWriteValue64 into host-mapped memory (a completion counter)",
+        "Comm::all_reduce_in_place + cuStreamWriteValue64 (a counter after the launch)",
+        "cuEventQuery of a completed event (the watchdog's look)",
     ];
 
     pub fn run() {
@@ -576,6 +579,8 @@ mod gpu {
             .collect();
         let pooled = NcclStream::new(st.clone());
         let ev = st.context().new_event(None).unwrap();
+        let counter = HostCounter::new();
+        let mut next = 0u64;
         let rows: Vec<usize> = match only {
             Some(r) if r < ROWS.len() => vec![r],
             _ => (0..ROWS.len()).collect(),
@@ -605,6 +610,20 @@ mod gpu {
                             comm.all_reduce_in_place(&mut cbuf, ReduceOp::Sum).unwrap();
                             drop(pooled.record(false).unwrap());
                         }
+                        9 => {
+                            next += 1;
+                            counter.write(&st, next);
+                        }
+                        10 => {
+                            comm.all_reduce_in_place(&mut cbuf, ReduceOp::Sum).unwrap();
+                            next += 1;
+                            counter.write(&st, next);
+                        }
+                        11 => {
+                            // SAFETY: a live event of the context bound on this thread.
+                            let q = unsafe { cudarc::driver::sys::cuEventQuery(ev.cu_event()) };
+                            std::hint::black_box(q);
+                        }
                         _ => {
                             use cudarc::driver::DevicePtrMut;
                             let (p, g) = tbuf.device_ptr_mut(&st);
@@ -620,6 +639,8 @@ mod gpu {
                 }
             }
         }
+        st.synchronize().unwrap();
+        println!("host counter reads {} after {next} writes", counter.read());
         println!(
             "NCCL {} at {}, 1 GPU, {calls} calls x {rounds} rounds; wall ns per call",
             lib.version(),
@@ -642,5 +663,60 @@ mod gpu {
             g.destroy();
         }
         comm.destroy().unwrap();
+    }
+
+    /// Eight bytes of pinned host memory the device can write (experiment).
+    struct HostCounter {
+        host: *mut u64,
+        dev: cudarc::driver::sys::CUdeviceptr,
+    }
+
+    impl HostCounter {
+        fn new() -> HostCounter {
+            use cudarc::driver::sys;
+            let mut host = std::ptr::null_mut();
+            let mut dev = 0;
+            // SAFETY: out-pointers valid; the context is bound on this thread.
+            unsafe {
+                let r = sys::cuMemHostAlloc(
+                    &mut host,
+                    8,
+                    sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE,
+                );
+                assert_eq!(r, sys::CUresult::CUDA_SUCCESS, "cuMemHostAlloc");
+                *(host as *mut u64) = 0;
+                let r = sys::cuMemHostGetDevicePointer_v2(&mut dev, host, 0);
+                assert_eq!(r, sys::CUresult::CUDA_SUCCESS, "cuMemHostGetDevicePointer");
+            }
+            HostCounter {
+                host: host as *mut u64,
+                dev,
+            }
+        }
+
+        fn write(&self, st: &cudarc::driver::CudaStream, v: u64) {
+            // SAFETY: a live stream; `dev` maps 8 pinned bytes that live as long as `self`.
+            let r = unsafe {
+                cudarc::driver::sys::cuStreamWriteValue64_v2(st.cu_stream(), self.dev, v, 0)
+            };
+            assert_eq!(
+                r,
+                cudarc::driver::sys::CUresult::CUDA_SUCCESS,
+                "cuStreamWriteValue64"
+            );
+        }
+
+        fn read(&self) -> u64 {
+            // SAFETY: pinned memory the device writes; a volatile read sees its last write.
+            unsafe { std::ptr::read_volatile(self.host) }
+        }
+    }
+
+    impl Drop for HostCounter {
+        fn drop(&mut self) {
+            // SAFETY: allocated by cuMemHostAlloc in `new`; the stream was synchronized
+            // before the bench ends, so no write to it is pending.
+            unsafe { cudarc::driver::sys::cuMemFreeHost(self.host as *mut _) };
+        }
     }
 }
