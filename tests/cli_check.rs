@@ -1,15 +1,10 @@
 //! `oxccl check` on the mock world: every case right, the table and JSON, and exit 1 when a
 //! result is wrong.
 
-use serde_json::Value;
-use std::process::Command;
+mod common;
 
-fn oxccl(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_oxccl"))
-        .args(args)
-        .output()
-        .expect("oxccl runs")
-}
+use common::oxccl;
+use serde_json::Value;
 
 #[test]
 fn every_case_passes_and_is_listed() {

@@ -1,15 +1,11 @@
 //! `oxccl perf` on the mock world (forced with `--backend mock`, so the test means the same on
 //! a GPU machine): its first line, columns, values, JSON schema, SVG chart and exit codes.
 
-use serde_json::Value;
-use std::process::{Command, Output};
+mod common;
 
-fn oxccl(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_oxccl"))
-        .args(args)
-        .output()
-        .expect("oxccl runs")
-}
+use common::oxccl;
+use serde_json::Value;
+use std::process::Output;
 
 fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()

@@ -2,15 +2,28 @@
 //! valid tune table covering every tuned collective from 0 bytes to the end, the process
 //! group reads it back, and bad arguments are usage errors naming what to change.
 
+mod common;
+
 use oxccl::core::tune::{RegMode, COLLECTIVES};
 use oxccl::core::{DataType, OpKind};
-use std::process::{Command, Output};
+use std::process::Output;
 
-fn oxccl(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_oxccl"))
-        .args(args)
-        .output()
-        .expect("oxccl runs")
+/// `oxccl perf --backend mock` with `args`.
+fn perf(args: &[&str]) -> Output {
+    common::oxccl(&[&["perf", "--backend", "mock"], args].concat())
+}
+
+/// `perf(args)`, which must succeed with no wrong element; its stdout.
+fn perf_right(args: &[&str]) -> String {
+    let o = perf(args);
+    let stdout = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(
+        o.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(stdout.contains("# wrong elements: 0"), "{stdout}");
+    stdout
 }
 
 fn tmp(name: &str) -> std::path::PathBuf {
@@ -22,10 +35,7 @@ fn tmp(name: &str) -> std::path::PathBuf {
 #[test]
 fn tune_on_the_mock_writes_a_table_the_group_reads() {
     let out = tmp("all.tune");
-    let o = oxccl(&[
-        "perf",
-        "--backend",
-        "mock",
+    let o = perf(&[
         "all",
         "-b",
         "8",
@@ -110,26 +120,17 @@ fn parse_human(s: &str) -> u64 {
 
 #[test]
 fn tune_refuses_what_it_cannot_measure() {
-    let o = oxccl(&["perf", "--backend", "mock", "sendrecv", "gather", "--tune"]);
+    let o = perf(&["sendrecv", "gather", "--tune"]);
     assert_eq!(o.status.code(), Some(2));
     let e = String::from_utf8_lossy(&o.stderr);
     assert!(e.contains("none of the collectives given is tuned"), "{e}");
-    let o = oxccl(&["perf", "--backend", "mock", "--tune", "-R", "1"]);
+    let o = perf(&["--tune", "-R", "1"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("do not combine with --tune"));
-    let o = oxccl(&["perf", "--backend", "mock", "--out", "x.tune"]);
+    let o = perf(&["--out", "x.tune"]);
     assert_eq!(o.status.code(), Some(2), "--out needs --tune");
     let bad = tmp("no/such/dir/x.tune");
-    let o = oxccl(&[
-        "perf",
-        "--backend",
-        "mock",
-        "-e",
-        "64",
-        "--tune",
-        "--out",
-        bad.to_str().unwrap(),
-    ]);
+    let o = perf(&["-e", "64", "--tune", "--out", bad.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(3));
     assert!(String::from_utf8_lossy(&o.stderr).contains("cannot write --out"));
 }
@@ -137,10 +138,7 @@ fn tune_refuses_what_it_cannot_measure() {
 #[test]
 fn r_on_the_pg_layer_runs_and_checks_on_the_mock() {
     for r in ["1", "2"] {
-        let o = oxccl(&[
-            "perf",
-            "--backend",
-            "mock",
+        let stdout = perf_right(&[
             "all_reduce",
             "all_gather",
             "reduce_scatter",
@@ -153,26 +151,10 @@ fn r_on_the_pg_layer_runs_and_checks_on_the_mock() {
             "-R",
             r,
         ]);
-        let stdout = String::from_utf8_lossy(&o.stdout);
-        assert!(
-            o.status.success(),
-            "-R {r}: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-        assert!(stdout.contains("# wrong elements: 0"), "{stdout}");
         assert!(!stdout.contains("N/A     0"), "{stdout}");
     }
     // A wrong result is still caught through CommBuf buffers.
-    let o = oxccl(&[
-        "perf",
-        "--backend",
-        "mock",
-        "-e",
-        "64",
-        "-R",
-        "2",
-        "--inject-error",
-    ]);
+    let o = perf(&["-e", "64", "-R", "2", "--inject-error"]);
     assert_eq!(o.status.code(), Some(1));
 }
 
@@ -184,10 +166,7 @@ fn tuned_runs_the_pg_layer_under_a_written_table() {
         "oxccl-tune 1\nall_reduce * 0 64 window\nall_reduce * 65 max registered\n",
     )
     .unwrap();
-    let o = oxccl(&[
-        "perf",
-        "--backend",
-        "mock",
+    perf_right(&[
         "all_reduce",
         "-b",
         "8",
@@ -198,29 +177,13 @@ fn tuned_runs_the_pg_layer_under_a_written_table() {
         "--tuned",
         out.to_str().unwrap(),
     ]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    assert!(String::from_utf8_lossy(&o.stdout).contains("# wrong elements: 0"));
     // A bad table is a usage error naming the line and field; -R with --tuned is refused.
     std::fs::write(&out, "oxccl-tune 1\nall_reduce * 0 64 fastest\n").unwrap();
-    let o = oxccl(&[
-        "perf",
-        "--backend",
-        "mock",
-        "--tuned",
-        out.to_str().unwrap(),
-    ]);
+    let o = perf(&["--tuned", out.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(2));
     let e = String::from_utf8_lossy(&o.stderr);
     assert!(e.contains("line 2, field `mode`"), "{e}");
-    let o = oxccl(&[
-        "perf",
-        "--backend",
-        "mock",
-        "-R",
-        "1",
-        "--tuned",
-        out.to_str().unwrap(),
-    ]);
+    let o = perf(&["-R", "1", "--tuned", out.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(2));
     let _ = std::fs::remove_file(&out);
 }
@@ -231,10 +194,7 @@ fn tuned_runs_the_pg_layer_under_a_written_table() {
 #[test]
 fn registration_with_graphs_runs_the_pg_layer_on_the_mock() {
     for r in ["1", "2"] {
-        let o = oxccl(&[
-            "perf",
-            "--backend",
-            "mock",
+        let stdout = perf_right(&[
             "all_reduce",
             "all_gather",
             "reduce_scatter",
@@ -253,26 +213,8 @@ fn registration_with_graphs_runs_the_pg_layer_on_the_mock() {
             "--layer",
             "all",
         ]);
-        let stdout = String::from_utf8_lossy(&o.stdout);
-        assert!(
-            o.status.success(),
-            "-G -R {r}: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-        assert!(stdout.contains("# wrong elements: 0"), "{stdout}");
         assert!(stdout.contains("      pg  alltoall"), "{stdout}");
     }
-    let o = oxccl(&[
-        "perf",
-        "--backend",
-        "mock",
-        "-e",
-        "64",
-        "-G",
-        "2",
-        "-R",
-        "2",
-        "--inject-error",
-    ]);
+    let o = perf(&["-e", "64", "-G", "2", "-R", "2", "--inject-error"]);
     assert_eq!(o.status.code(), Some(1));
 }

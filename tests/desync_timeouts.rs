@@ -4,12 +4,13 @@
 //! operation on the aborted group all say it. On the mock world, ranks as threads of this
 //! process sharing one store; the fault plan makes a rank hang inside the collective.
 
+mod common;
+
+use oxccl::buffer::HostBuf;
 use oxccl::core::env::ErrorHandling;
 use oxccl::mock::{FaultPlan, MockBackend};
 use oxccl::pg::{PgOptions, ProcessGroup};
-use oxccl::store::{MemStore, Store};
 use oxccl::{CommState, Device, Error, ReduceOp};
-use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 const N: u32 = 3;
@@ -31,67 +32,36 @@ fn run(
     mode: ErrorHandling,
     see: fn(&ProcessGroup<MockBackend>, &oxccl::pg::WorkOf<MockBackend>) -> Result<(), Error>,
 ) -> Seen {
-    let backend = MockBackend::with_options(
-        oxccl::FeatureSet::for_version(oxccl::mock::DEFAULT_VERSION),
-        plan,
-        N,
-        Duration::from_secs(60),
-    );
-    let store: Arc<dyn Store> = Arc::new(MemStore::new());
-    let barrier = Arc::new(Barrier::new(N as usize));
-    let threads: Vec<_> = (0..N)
-        .map(|r| {
-            let (backend, store, barrier) = (backend.clone(), store.clone(), barrier.clone());
-            std::thread::spawn(move || {
-                let pg = ProcessGroup::new(
-                    backend,
-                    store,
-                    r,
-                    N,
-                    PgOptions {
-                        timeout: TIMEOUT,
-                        device: Device(r),
-                        desync_debug: true,
-                        // Only rank 0's failure handling acts (one abort, the one observed).
-                        error_handling: if r == 0 {
-                            mode
-                        } else {
-                            ErrorHandling::NoHandling
-                        },
-                        ..PgOptions::default()
-                    },
-                )
-                .unwrap();
-                let mut b = pg.upload(&[1.0f32; 8]).unwrap();
-                pg.all_reduce(&mut b, ReduceOp::Sum)
-                    .unwrap()
-                    .wait()
-                    .unwrap();
-                // Every rank's completion of #1 is published before anyone goes on.
-                assert!(oxccl::watchdog::Watchdog::global().flush(Duration::from_secs(10)));
-                barrier.wait();
-                let work = (r < 2 || rank2_joins).then(|| pg.all_reduce(&mut b, ReduceOp::Sum));
-                let seen = (r == 0).then(|| {
-                    let w = work.unwrap().unwrap();
-                    let began = Instant::now();
-                    let waited = see(&pg, &w);
-                    let took = began.elapsed();
-                    let error = w.error();
-                    let next = pg.all_reduce(&mut b, ReduceOp::Sum).and_then(|w| w.wait());
-                    Seen {
-                        waited,
-                        error,
-                        next,
-                        took,
-                    }
-                });
-                barrier.wait();
-                pg.abort("test over");
-                seen
-            })
+    let opts = move |r| PgOptions {
+        timeout: TIMEOUT,
+        device: Device(r),
+        desync_debug: true,
+        // Only rank 0's failure handling acts (one abort, the one observed).
+        error_handling: if r == 0 {
+            mode
+        } else {
+            ErrorHandling::NoHandling
+        },
+        ..PgOptions::default()
+    };
+    let second = move |pg: &ProcessGroup<MockBackend>, b: &mut HostBuf<f32>, r: u32| {
+        let work = (r < 2 || rank2_joins).then(|| pg.all_reduce(b, ReduceOp::Sum));
+        (r == 0).then(|| {
+            let w = work.unwrap().unwrap();
+            let began = Instant::now();
+            let waited = see(pg, &w);
+            let took = began.elapsed();
+            let error = w.error();
+            let next = pg.all_reduce(b, ReduceOp::Sum).and_then(|w| w.wait());
+            Seen {
+                waited,
+                error,
+                next,
+                took,
+            }
         })
-        .collect();
-    let mut seen: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    };
+    let mut seen = common::after_one_all_reduce(common::mock_with(plan, N), N, opts, second);
     seen.swap_remove(0).unwrap()
 }
 

@@ -4,20 +4,14 @@
 //! so that a forbidden call inside a capture fails here in CI, not first on a GPU.
 
 mod capture_cases;
+mod common;
 
-use capture_cases::Verdict;
+use capture_cases::{run, Body};
 use oxccl::core::{Capture, CaptureError, Communicator, Event, Graph, Stream};
 use oxccl::mock::{FaultPlan, MockBackend, MockStream, World};
 use oxccl::{CommOp, CommState, DataType, Error, RawBufMut, ReduceOp, ResultCode};
 
-type Body = fn(capture_cases::MakeGroup<'_, MockBackend>, u32) -> Verdict;
-
-/// Runs `body` on `n` ranks (a thread each) of a fresh mock world.
-fn run(n: u32, body: Body) {
-    capture_cases::run_on(MockBackend::new(), n, body)
-}
-
-fn case(name: &str) -> Body {
+fn case(name: &str) -> Body<MockBackend> {
     capture_cases::all::<MockBackend>()
         .into_iter()
         .find(|(n, _)| *n == name)
@@ -85,10 +79,7 @@ fn launch_on_aborted_or_destroyed_group() {
 }
 
 fn kind<T: std::fmt::Debug>(r: oxccl::Result<T>) -> CaptureError {
-    match r {
-        Err(Error::Capture { kind, .. }) => kind,
-        other => panic!("expected Error::Capture, got {other:?}"),
-    }
+    common::capture_error(r).0
 }
 
 #[test]

@@ -5,8 +5,10 @@
 //! (never in windows); `release_windows` releases the windows of dropped buffers only, on
 //! every rank alike, and is refused where it cannot run.
 
+mod common;
 mod tune_kit;
 
+use common::capture_error;
 use oxccl::buffer::Operand;
 use oxccl::core::CaptureError;
 use oxccl::mock::MockBackend;
@@ -23,35 +25,32 @@ fn mock_regs(pg: &ProcessGroup<MockBackend>) -> oxccl::Result<(u64, usize, usize
     pg.with_comm(|c| (c.windows_made(), c.windows().len(), c.registrations().len()))
 }
 
-fn capture_kind<T: std::fmt::Debug>(r: oxccl::Result<T>) -> (CaptureError, String) {
-    match r {
-        Err(e @ Error::Capture { kind, .. }) => (kind, e.to_string()),
-        other => panic!("expected Error::Capture, got {other:?}"),
-    }
+/// Runs `body` on two mock ranks whose tables put every operation in `mode`.
+fn in_mode<R: Send>(
+    mode: RegMode,
+    body: impl Fn(&ProcessGroup<MockBackend>, u32) -> oxccl::Result<R> + Sync,
+) -> Vec<oxccl::Result<R>> {
+    world(MockBackend::new(), &both(TuneTable::uniform(mode)), body)
 }
 
 #[test]
 fn a_capture_uses_the_window_a_warm_up_made_and_makes_none() {
-    let out = world(
-        MockBackend::new(),
-        &both(TuneTable::uniform(RegMode::Window)),
-        |pg, r| {
-            let mut buf = pg.upload_comm(&[1.0f32 + r as f32; 4])?;
-            // The warm-up: the table makes the window (collective) outside the capture.
-            pg.all_reduce(&mut buf, ReduceOp::Sum)?.wait()?;
-            let before = mock_regs(pg)?;
-            let graph = pg.capture(|pg| {
-                pg.all_reduce(&mut buf, ReduceOp::Sum)?;
-                pg.all_reduce(&mut buf, ReduceOp::Sum)?;
-                Ok(())
-            })?;
-            for _ in 0..3 {
-                graph.launch(&mut [&mut buf])?.wait()?;
-            }
-            let after = mock_regs(pg)?;
-            Ok((before, after, pg.download_any(&buf)?, pg.tuned_stats()?))
-        },
-    );
+    let out = in_mode(RegMode::Window, |pg, r| {
+        let mut buf = pg.upload_comm(&[1.0f32 + r as f32; 4])?;
+        // The warm-up: the table makes the window (collective) outside the capture.
+        pg.all_reduce(&mut buf, ReduceOp::Sum)?.wait()?;
+        let before = mock_regs(pg)?;
+        let graph = pg.capture(|pg| {
+            pg.all_reduce(&mut buf, ReduceOp::Sum)?;
+            pg.all_reduce(&mut buf, ReduceOp::Sum)?;
+            Ok(())
+        })?;
+        for _ in 0..3 {
+            graph.launch(&mut [&mut buf])?.wait()?;
+        }
+        let after = mock_regs(pg)?;
+        Ok((before, after, pg.download_any(&buf)?, pg.tuned_stats()?))
+    });
     for (r, o) in out.into_iter().enumerate() {
         let (before, after, got, stats) = o.unwrap();
         assert_eq!(before, (1, 1, 0), "rank {r}");
@@ -120,25 +119,21 @@ fn register_buffer_prepares_a_capture_in_either_mode() {
 
 #[test]
 fn a_capture_refuses_a_buffer_not_yet_in_its_mode_and_registers_nothing() {
-    let out = world(
-        MockBackend::new(),
-        &both(TuneTable::uniform(RegMode::Window)),
-        |pg, _| {
-            let mut buf = pg.upload_comm(&[1.0f32; 4])?;
-            let refused =
-                capture_kind(pg.capture(|pg| pg.all_reduce(&mut buf, ReduceOp::Sum).map(drop)));
-            let regs = mock_regs(pg)?;
-            // A plain buffer needs nothing: captured as it is.
-            let mut plain = pg.upload(&[1.0f32; 4])?;
-            let g = pg.capture(|pg| pg.all_reduce(&mut plain, ReduceOp::Sum).map(drop))?;
-            g.launch(&mut [&mut plain])?.wait()?;
-            // A registration is not enough where the table asks for a window.
-            pg.register_buffer(&buf, RegMode::Registered)?;
-            let still =
-                capture_kind(pg.capture(|pg| pg.all_reduce(&mut buf, ReduceOp::Sum).map(drop)));
-            Ok((refused, regs, pg.download(&plain)?, still.0))
-        },
-    );
+    let out = in_mode(RegMode::Window, |pg, _| {
+        let mut buf = pg.upload_comm(&[1.0f32; 4])?;
+        let refused =
+            capture_error(pg.capture(|pg| pg.all_reduce(&mut buf, ReduceOp::Sum).map(drop)));
+        let regs = mock_regs(pg)?;
+        // A plain buffer needs nothing: captured as it is.
+        let mut plain = pg.upload(&[1.0f32; 4])?;
+        let g = pg.capture(|pg| pg.all_reduce(&mut plain, ReduceOp::Sum).map(drop))?;
+        g.launch(&mut [&mut plain])?.wait()?;
+        // A registration is not enough where the table asks for a window.
+        pg.register_buffer(&buf, RegMode::Registered)?;
+        let still =
+            capture_error(pg.capture(|pg| pg.all_reduce(&mut buf, ReduceOp::Sum).map(drop)));
+        Ok((refused, regs, pg.download(&plain)?, still.0))
+    });
     for o in out {
         let ((kind, msg), regs, plain, still) = o.unwrap();
         assert_eq!(kind, CaptureError::Unsupported);
@@ -156,23 +151,19 @@ fn a_capture_refuses_a_buffer_not_yet_in_its_mode_and_registers_nothing() {
 
 #[test]
 fn register_buffer_refusals() {
-    let out = world(
-        MockBackend::new(),
-        &both(TuneTable::uniform(RegMode::Window)),
-        |pg, _| {
-            let plain = pg.upload(&[1u8; 4])?;
-            let comm = pg.upload_comm(&[1u8; 4])?;
-            let plain_window = pg.register_buffer(&plain, RegMode::Window);
-            pg.register_buffer(&plain, RegMode::Plain)?;
-            let in_capture = pg
-                .capture(|pg| pg.register_buffer(&comm, RegMode::Registered))
-                .map(drop);
-            let block = pg.start_coalescing()?;
-            let in_block = pg.register_buffer(&comm, RegMode::Registered);
-            block.end()?.wait()?;
-            Ok((plain_window, in_capture, in_block, mock_regs(pg)?))
-        },
-    );
+    let out = in_mode(RegMode::Window, |pg, _| {
+        let plain = pg.upload(&[1u8; 4])?;
+        let comm = pg.upload_comm(&[1u8; 4])?;
+        let plain_window = pg.register_buffer(&plain, RegMode::Window);
+        pg.register_buffer(&plain, RegMode::Plain)?;
+        let in_capture = pg
+            .capture(|pg| pg.register_buffer(&comm, RegMode::Registered))
+            .map(drop);
+        let block = pg.start_coalescing()?;
+        let in_block = pg.register_buffer(&comm, RegMode::Registered);
+        block.end()?.wait()?;
+        Ok((plain_window, in_capture, in_block, mock_regs(pg)?))
+    });
     for o in out {
         let (plain_window, in_capture, in_block, regs) = o.unwrap();
         match plain_window {
@@ -182,7 +173,7 @@ fn register_buffer_refusals() {
             }
             other => panic!("{other:?}"),
         }
-        assert_eq!(capture_kind(in_capture).0, CaptureError::Unsupported);
+        assert_eq!(capture_error(in_capture).0, CaptureError::Unsupported);
         assert!(
             matches!(
                 in_block,
@@ -199,23 +190,19 @@ fn register_buffer_refusals() {
 
 #[test]
 fn a_graph_keeps_its_windows_until_it_is_dropped() {
-    let out = world(
-        MockBackend::new(),
-        &both(TuneTable::uniform(RegMode::Window)),
-        |pg, _| {
-            let mut buf = pg.upload_comm(&[2u32; 2])?;
-            pg.register_buffer(&buf, RegMode::Window)?;
-            let graph = pg.capture(|pg| pg.all_reduce(&mut buf, ReduceOp::Sum).map(drop))?;
-            graph.launch(&mut [&mut buf])?.wait()?;
-            let got = pg.download_any(&buf)?;
-            drop(buf);
-            // Dropped, but the graph still uses it: kept.
-            let while_graph = (pg.release_windows()?, pg.tuned_stats()?.windows);
-            drop(graph);
-            let after = (pg.release_windows()?, pg.tuned_stats()?.windows);
-            Ok((got, while_graph, after, mock_regs(pg)?))
-        },
-    );
+    let out = in_mode(RegMode::Window, |pg, _| {
+        let mut buf = pg.upload_comm(&[2u32; 2])?;
+        pg.register_buffer(&buf, RegMode::Window)?;
+        let graph = pg.capture(|pg| pg.all_reduce(&mut buf, ReduceOp::Sum).map(drop))?;
+        graph.launch(&mut [&mut buf])?.wait()?;
+        let got = pg.download_any(&buf)?;
+        drop(buf);
+        // Dropped, but the graph still uses it: kept.
+        let while_graph = (pg.release_windows()?, pg.tuned_stats()?.windows);
+        drop(graph);
+        let after = (pg.release_windows()?, pg.tuned_stats()?.windows);
+        Ok((got, while_graph, after, mock_regs(pg)?))
+    });
     for o in out {
         let (got, while_graph, after, regs) = o.unwrap();
         assert_eq!(got, vec![4, 4]);
@@ -227,35 +214,31 @@ fn a_graph_keeps_its_windows_until_it_is_dropped() {
 
 #[test]
 fn release_windows_releases_the_dropped_buffers_only() {
-    let out = world(
-        MockBackend::new(),
-        &both(TuneTable::uniform(RegMode::Window)),
-        |pg, _| {
-            let mut keep = pg.upload_comm(&[1.0f64; 2])?;
-            let mut gone = pg.upload_comm(&[1.0f64; 3])?;
-            let mut third = pg.upload_comm(&[1.0f64; 5])?;
-            pg.all_reduce(&mut keep, ReduceOp::Sum)?.wait()?;
-            pg.all_reduce(&mut gone, ReduceOp::Sum)?;
-            // Its work may still be queued: release waits for it.
-            pg.all_reduce(&mut third, ReduceOp::Sum)?;
-            drop(gone);
-            drop(third);
-            let before = pg.tuned_stats()?.windows;
-            let released = pg.release_windows()?;
-            let after = pg.tuned_stats()?.windows;
-            // The kept buffer still works on its window; nothing new is made.
-            pg.all_reduce(&mut keep, ReduceOp::Sum)?.wait()?;
-            let again = pg.release_windows()?;
-            Ok((
-                before,
-                released,
-                after,
-                again,
-                mock_regs(pg)?,
-                pg.download_any(&keep)?,
-            ))
-        },
-    );
+    let out = in_mode(RegMode::Window, |pg, _| {
+        let mut keep = pg.upload_comm(&[1.0f64; 2])?;
+        let mut gone = pg.upload_comm(&[1.0f64; 3])?;
+        let mut third = pg.upload_comm(&[1.0f64; 5])?;
+        pg.all_reduce(&mut keep, ReduceOp::Sum)?.wait()?;
+        pg.all_reduce(&mut gone, ReduceOp::Sum)?;
+        // Its work may still be queued: release waits for it.
+        pg.all_reduce(&mut third, ReduceOp::Sum)?;
+        drop(gone);
+        drop(third);
+        let before = pg.tuned_stats()?.windows;
+        let released = pg.release_windows()?;
+        let after = pg.tuned_stats()?.windows;
+        // The kept buffer still works on its window; nothing new is made.
+        pg.all_reduce(&mut keep, ReduceOp::Sum)?.wait()?;
+        let again = pg.release_windows()?;
+        Ok((
+            before,
+            released,
+            after,
+            again,
+            mock_regs(pg)?,
+            pg.download_any(&keep)?,
+        ))
+    });
     for o in out {
         let (before, released, after, again, regs, keep) = o.unwrap();
         assert_eq!((before, released, after, again), (3, 2, 1, 0));
@@ -266,22 +249,18 @@ fn release_windows_releases_the_dropped_buffers_only() {
 
 #[test]
 fn release_windows_with_different_drops_is_refused_on_every_rank() {
-    let out = world(
-        MockBackend::new(),
-        &both(TuneTable::uniform(RegMode::Window)),
-        |pg, r| {
-            let mut a = pg.upload_comm(&[1i32; 2])?;
-            pg.all_reduce(&mut a, ReduceOp::Sum)?.wait()?;
-            let kept = if r == 0 {
-                drop(a);
-                None
-            } else {
-                Some(a)
-            };
-            let res = pg.release_windows();
-            Ok((res, pg.tuned_stats()?.windows, kept.is_some()))
-        },
-    );
+    let out = in_mode(RegMode::Window, |pg, r| {
+        let mut a = pg.upload_comm(&[1i32; 2])?;
+        pg.all_reduce(&mut a, ReduceOp::Sum)?.wait()?;
+        let kept = if r == 0 {
+            drop(a);
+            None
+        } else {
+            Some(a)
+        };
+        let res = pg.release_windows();
+        Ok((res, pg.tuned_stats()?.windows, kept.is_some()))
+    });
     for (r, o) in out.into_iter().enumerate() {
         let (res, windows, _) = o.unwrap();
         match res {
@@ -346,20 +325,16 @@ fn release_windows_names_a_rank_that_never_calls_it_within_one_timeout() {
 
 #[test]
 fn release_windows_is_refused_in_a_capture_and_in_a_block() {
-    let out = world(
-        MockBackend::new(),
-        &both(TuneTable::uniform(RegMode::Window)),
-        |pg, _| {
-            let in_capture = pg.capture(|pg| pg.release_windows().map(drop)).map(drop);
-            let block = pg.start_coalescing()?;
-            let in_block = pg.release_windows();
-            block.end()?.wait()?;
-            Ok((in_capture, in_block, pg.release_windows()?))
-        },
-    );
+    let out = in_mode(RegMode::Window, |pg, _| {
+        let in_capture = pg.capture(|pg| pg.release_windows().map(drop)).map(drop);
+        let block = pg.start_coalescing()?;
+        let in_block = pg.release_windows();
+        block.end()?.wait()?;
+        Ok((in_capture, in_block, pg.release_windows()?))
+    });
     for o in out {
         let (in_capture, in_block, outside) = o.unwrap();
-        let (kind, msg) = capture_kind(in_capture);
+        let (kind, msg) = capture_error(in_capture);
         assert_eq!(kind, CaptureError::Unsupported, "{msg}");
         assert!(
             matches!(
@@ -377,39 +352,35 @@ fn release_windows_is_refused_in_a_capture_and_in_a_block() {
 
 #[test]
 fn batches_register_comm_buffers_locally_and_mix_kinds() {
-    let out = world(
-        MockBackend::new(),
-        &both(TuneTable::uniform(RegMode::Window)),
-        |pg, r| {
-            let peer = 1 - r;
-            let send = pg.upload_comm(&[10 + r as i64; 3])?;
-            let mut recv = pg.alloc_comm::<i64>(3)?;
-            let plain_send = pg.upload(&[20 + r as i64; 2])?;
-            let mut plain_recv = pg.alloc_zeros::<i64>(2)?;
-            pg.batch_isend_irecv(&mut [
-                P2pOp::Send(&send, peer),
-                P2pOp::Recv(&mut recv, peer),
-                P2pOp::Send(&plain_send, peer),
-                P2pOp::Recv(&mut plain_recv, peer),
-            ])?
+    let out = in_mode(RegMode::Window, |pg, r| {
+        let peer = 1 - r;
+        let send = pg.upload_comm(&[10 + r as i64; 3])?;
+        let mut recv = pg.alloc_comm::<i64>(3)?;
+        let plain_send = pg.upload(&[20 + r as i64; 2])?;
+        let mut plain_recv = pg.alloc_zeros::<i64>(2)?;
+        pg.batch_isend_irecv(&mut [
+            P2pOp::Send(&send, peer),
+            P2pOp::Recv(&mut recv, peer),
+            P2pOp::Send(&plain_send, peer),
+            P2pOp::Recv(&mut plain_recv, peer),
+        ])?
+        .wait()?;
+        let regs = mock_regs(pg)?;
+        // Again: the cached registrations serve, nothing new is made.
+        pg.batch_isend_irecv(&mut [P2pOp::Send(&send, peer), P2pOp::Recv(&mut recv, peer)])?
             .wait()?;
-            let regs = mock_regs(pg)?;
-            // Again: the cached registrations serve, nothing new is made.
-            pg.batch_isend_irecv(&mut [P2pOp::Send(&send, peer), P2pOp::Recv(&mut recv, peer)])?
-                .wait()?;
-            let made = pg.with_comm(|c| c.registrations_made())?;
-            let send_addr = Operand::<MockBackend>::comm_mem(&send).map(|m| m.addr);
-            Ok((
-                pg.download_any(&recv)?,
-                pg.download(&plain_recv)?,
-                regs,
-                made,
-                pg.tuned_stats()?.ops,
-                send_addr,
-                pg.with_comm(|c| c.registrations().iter().map(|h| h.addr).collect::<Vec<_>>())?,
-            ))
-        },
-    );
+        let made = pg.with_comm(|c| c.registrations_made())?;
+        let send_addr = Operand::<MockBackend>::comm_mem(&send).map(|m| m.addr);
+        Ok((
+            pg.download_any(&recv)?,
+            pg.download(&plain_recv)?,
+            regs,
+            made,
+            pg.tuned_stats()?.ops,
+            send_addr,
+            pg.with_comm(|c| c.registrations().iter().map(|h| h.addr).collect::<Vec<_>>())?,
+        ))
+    });
     for (r, o) in out.into_iter().enumerate() {
         let (recv, plain_recv, regs, made, ops, send_addr, reg_addrs) = o.unwrap();
         let peer = 1 - r as i64;
@@ -426,36 +397,32 @@ fn batches_register_comm_buffers_locally_and_mix_kinds() {
 
 #[test]
 fn batches_in_a_capture_use_registrations_made_before() {
-    let out = world(
-        MockBackend::new(),
-        &both(TuneTable::uniform(RegMode::Registered)),
-        |pg, r| {
-            let peer = 1 - r;
-            let send = pg.upload_comm(&[1.5f32 + r as f32; 2])?;
-            let mut recv = pg.alloc_comm::<f32>(2)?;
-            let refused = capture_kind(pg.capture(|pg| {
-                pg.batch_isend_irecv(&mut [P2pOp::Send(&send, peer), P2pOp::Recv(&mut recv, peer)])
-                    .map(drop)
-            }));
-            // The warm-up registers both; the capture then takes them.
-            pg.batch_isend_irecv(&mut [P2pOp::Send(&send, peer), P2pOp::Recv(&mut recv, peer)])?
-                .wait()?;
-            let graph = pg.capture(|pg| {
-                pg.batch_isend_irecv(&mut [P2pOp::Send(&send, peer), P2pOp::Recv(&mut recv, peer)])
-                    .map(drop)
-            })?;
-            let mut send = send;
-            graph.bind(&mut send).buf(&mut recv).launch()?.wait()?;
-            // Single sends and receives are registered as well.
-            let mut one = pg.alloc_comm::<f32>(2)?;
-            if r == 0 {
-                pg.send(&send, 1)?.wait()?;
-            } else {
-                pg.recv(&mut one, 0)?.wait()?;
-            }
-            Ok((refused.0, pg.download_any(&recv)?, mock_regs(pg)?))
-        },
-    );
+    let out = in_mode(RegMode::Registered, |pg, r| {
+        let peer = 1 - r;
+        let send = pg.upload_comm(&[1.5f32 + r as f32; 2])?;
+        let mut recv = pg.alloc_comm::<f32>(2)?;
+        let refused = capture_error(pg.capture(|pg| {
+            pg.batch_isend_irecv(&mut [P2pOp::Send(&send, peer), P2pOp::Recv(&mut recv, peer)])
+                .map(drop)
+        }));
+        // The warm-up registers both; the capture then takes them.
+        pg.batch_isend_irecv(&mut [P2pOp::Send(&send, peer), P2pOp::Recv(&mut recv, peer)])?
+            .wait()?;
+        let graph = pg.capture(|pg| {
+            pg.batch_isend_irecv(&mut [P2pOp::Send(&send, peer), P2pOp::Recv(&mut recv, peer)])
+                .map(drop)
+        })?;
+        let mut send = send;
+        graph.bind(&mut send).buf(&mut recv).launch()?.wait()?;
+        // Single sends and receives are registered as well.
+        let mut one = pg.alloc_comm::<f32>(2)?;
+        if r == 0 {
+            pg.send(&send, 1)?.wait()?;
+        } else {
+            pg.recv(&mut one, 0)?.wait()?;
+        }
+        Ok((refused.0, pg.download_any(&recv)?, mock_regs(pg)?))
+    });
     for (r, o) in out.into_iter().enumerate() {
         let (refused, recv, regs) = o.unwrap();
         assert_eq!(refused, CaptureError::Unsupported, "rank {r}");
@@ -467,29 +434,25 @@ fn batches_in_a_capture_use_registrations_made_before() {
 
 #[test]
 fn a_graph_keeps_local_registrations_and_launches_check_comm_buffers() {
-    let out = world(
-        MockBackend::new(),
-        &both(TuneTable::uniform(RegMode::Registered)),
-        |pg, _| {
-            let mut buf = pg.upload_comm(&[3i32; 4])?;
-            pg.all_reduce(&mut buf, ReduceOp::Sum)?.wait()?;
-            let graph = pg.capture(|pg| pg.all_reduce(&mut buf, ReduceOp::Sum).map(drop))?;
-            // Another CommBuf of the same size is not the captured one.
-            let mut other = pg.upload_comm(&[3i32; 4])?;
-            let mismatch = capture_kind(graph.launch(&mut [&mut other])).0;
-            graph.launch(&mut [&mut buf])?.wait()?;
-            let got = pg.download_any(&buf)?;
-            drop(buf);
-            // Operations sweep dropped buffers' registrations: not the graph's.
-            for _ in 0..3 {
-                pg.all_reduce(&mut other, ReduceOp::Sum)?.wait()?;
-            }
-            let kept = mock_regs(pg)?.2;
-            drop(graph);
+    let out = in_mode(RegMode::Registered, |pg, _| {
+        let mut buf = pg.upload_comm(&[3i32; 4])?;
+        pg.all_reduce(&mut buf, ReduceOp::Sum)?.wait()?;
+        let graph = pg.capture(|pg| pg.all_reduce(&mut buf, ReduceOp::Sum).map(drop))?;
+        // Another CommBuf of the same size is not the captured one.
+        let mut other = pg.upload_comm(&[3i32; 4])?;
+        let mismatch = capture_error(graph.launch(&mut [&mut other])).0;
+        graph.launch(&mut [&mut buf])?.wait()?;
+        let got = pg.download_any(&buf)?;
+        drop(buf);
+        // Operations sweep dropped buffers' registrations: not the graph's.
+        for _ in 0..3 {
             pg.all_reduce(&mut other, ReduceOp::Sum)?.wait()?;
-            Ok((mismatch, got, kept, mock_regs(pg)?.2))
-        },
-    );
+        }
+        let kept = mock_regs(pg)?.2;
+        drop(graph);
+        pg.all_reduce(&mut other, ReduceOp::Sum)?.wait()?;
+        Ok((mismatch, got, kept, mock_regs(pg)?.2))
+    });
     for o in out {
         let (mismatch, got, kept, after) = o.unwrap();
         assert_eq!(mismatch, CaptureError::Mismatch);

@@ -10,14 +10,8 @@ use oxccl::mock::MockBackend;
 use oxccl::pg::{PgOptions, ProcessGroup};
 use oxccl::store::{MemStore, Store};
 use oxccl::Error;
-use pg_cases::{collectives, groups, run_on, safety, Verdict};
+use pg_cases::{collectives, groups, run, run_on, safety};
 use std::sync::Arc;
-
-type Body = fn(pg_cases::MakeGroup<'_, MockBackend>, u32) -> Verdict;
-
-fn run(n: u32, body: Body) {
-    run_on(MockBackend::new(), n, body)
-}
 
 #[test]
 fn case_01_no_gpu_is_a_clear_error() {

@@ -5,13 +5,16 @@
 //! (`OXCCL_COORD_CHECK_MS`, `OXCCL_WAIT_TIMEOUT_DUMP_MS`) need processes:
 //! `tests/safety_processes.rs`.
 
+mod common;
+
+use oxccl::buffer::HostBuf;
 use oxccl::core::env::{EnvConfig, ErrorHandling};
 use oxccl::core::traits::StreamPriority;
 use oxccl::mock::{FaultPlan, MockBackend};
 use oxccl::pg::{PgOptions, ProcessGroup};
 use oxccl::store::{MemStore, Store};
 use oxccl::{CommConfig, CommState, Device, Error, ReduceOp};
-use std::sync::{Arc, Barrier};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 fn opts(rank: u32) -> PgOptions {
@@ -85,12 +88,7 @@ fn high_priority_groups_issue_on_a_high_priority_stream() {
 #[test]
 fn a_nonblocking_init_past_its_limit_is_aborted_naming_the_variable() {
     // The fault plan keeps the init in progress for ever.
-    let backend = MockBackend::with_options(
-        oxccl::FeatureSet::for_version(oxccl::mock::DEFAULT_VERSION),
-        FaultPlan::new().init_in_progress(0, u32::MAX),
-        1,
-        Duration::from_secs(60),
-    );
+    let backend = common::mock_with(FaultPlan::new().init_in_progress(0, u32::MAX), 1);
     let pg = one_rank(
         backend,
         PgOptions {
@@ -124,12 +122,7 @@ fn a_nonblocking_init_past_its_limit_is_aborted_naming_the_variable() {
 
 #[test]
 fn a_nonblocking_init_within_its_limit_runs() {
-    let backend = MockBackend::with_options(
-        oxccl::FeatureSet::for_version(oxccl::mock::DEFAULT_VERSION),
-        FaultPlan::new().init_in_progress(0, 20),
-        1,
-        Duration::from_secs(60),
-    );
+    let backend = common::mock_with(FaultPlan::new().init_in_progress(0, 20), 1);
     let pg = one_rank(
         backend,
         PgOptions {
@@ -154,64 +147,36 @@ fn a_nonblocking_init_within_its_limit_runs() {
 /// leaves failures to the user, so that rank 0's abort is the only one.)
 #[test]
 fn the_desync_report_names_the_rank_that_never_joined() {
-    let n = 3;
-    let backend = MockBackend::new();
-    let store: Arc<dyn Store> = Arc::new(MemStore::new());
-    let barrier = Arc::new(Barrier::new(n as usize));
-    let threads: Vec<_> = (0..n)
-        .map(|r| {
-            let (backend, store, barrier) = (backend.clone(), store.clone(), barrier.clone());
-            std::thread::spawn(move || {
-                let mode = if r == 0 {
-                    ErrorHandling::CleanUpOnly
-                } else {
-                    ErrorHandling::NoHandling
-                };
-                let pg = ProcessGroup::new(
-                    backend,
-                    store,
-                    r,
-                    n,
-                    PgOptions {
-                        timeout: Duration::from_millis(600),
-                        desync_debug: true,
-                        error_handling: mode,
-                        ..opts(r)
-                    },
-                )
-                .unwrap();
-                let mut b = pg.upload(&[1.0f32; 8]).unwrap();
-                pg.all_reduce(&mut b, ReduceOp::Sum)
-                    .unwrap()
-                    .wait()
-                    .unwrap();
-                // Every rank's completion of #1 published before anyone goes on.
-                assert!(oxccl::watchdog::Watchdog::global().flush(Duration::from_secs(10)));
-                barrier.wait();
-                let _stuck = (r < 2).then(|| pg.all_reduce(&mut b, ReduceOp::Sum).unwrap());
-                let seen = (r == 0).then(|| {
-                    let began = Instant::now();
-                    let rep = loop {
-                        if let Some(rep) = pg.desync_report() {
-                            break rep;
-                        }
-                        assert!(began.elapsed() < Duration::from_secs(20), "no report");
-                        std::thread::sleep(Duration::from_millis(20));
-                    };
-                    while pg.comm_state() != Some(CommState::Aborted) {
-                        assert!(began.elapsed() < Duration::from_secs(20), "not aborted");
-                        std::thread::sleep(Duration::from_millis(20));
-                    }
-                    let later = pg.all_reduce(&mut b, ReduceOp::Sum).map(|_| ());
-                    (rep, format!("{:?}", later.unwrap_err()))
-                });
-                barrier.wait();
-                pg.abort("test over");
-                seen
-            })
+    let options = |r| PgOptions {
+        timeout: Duration::from_millis(600),
+        desync_debug: true,
+        error_handling: if r == 0 {
+            ErrorHandling::CleanUpOnly
+        } else {
+            ErrorHandling::NoHandling
+        },
+        ..opts(r)
+    };
+    let second = |pg: &ProcessGroup<MockBackend>, b: &mut HostBuf<f32>, r: u32| {
+        let _stuck = (r < 2).then(|| pg.all_reduce(b, ReduceOp::Sum).unwrap());
+        (r == 0).then(|| {
+            let began = Instant::now();
+            let rep = loop {
+                if let Some(rep) = pg.desync_report() {
+                    break rep;
+                }
+                assert!(began.elapsed() < Duration::from_secs(20), "no report");
+                std::thread::sleep(Duration::from_millis(20));
+            };
+            while pg.comm_state() != Some(CommState::Aborted) {
+                assert!(began.elapsed() < Duration::from_secs(20), "not aborted");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let later = pg.all_reduce(b, ReduceOp::Sum).map(|_| ());
+            (rep, format!("{:?}", later.unwrap_err()))
         })
-        .collect();
-    let seen: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    };
+    let seen = common::after_one_all_reduce(MockBackend::new(), 3, options, second);
     let (rep, later) = seen[0].as_ref().unwrap();
     assert!(
         rep.contains("collective #2 (all_reduce) timed out on rank 0"),
@@ -231,12 +196,7 @@ fn the_desync_report_names_the_rank_that_never_joined() {
 /// the watchdog's passes, and all three fail once the group is aborted.
 #[test]
 fn works_behind_a_hung_one_stay_running() {
-    let backend = MockBackend::with_options(
-        oxccl::FeatureSet::for_version(oxccl::mock::DEFAULT_VERSION),
-        FaultPlan::new().hang_op(0, 0),
-        1,
-        Duration::from_secs(60),
-    );
+    let backend = common::mock_with(FaultPlan::new().hang_op(0, 0), 1);
     let pg = one_rank(backend, opts(0));
     let mut b = pg.upload(&[1.0f32]).unwrap();
     let hung = pg.all_reduce(&mut b, ReduceOp::Sum).unwrap();

@@ -14,9 +14,9 @@ use std::time::Duration;
 #[macro_use]
 #[path = "../case_kit/mod.rs"]
 mod case_kit;
-// `run_on` is for the mock suites; the GPU runners (examples) do not use it.
+// `run` and `run_on` are for the mock suites; the GPU runners (examples) do not use it.
 #[allow(unused_imports)]
-pub use case_kit::{run_on, Case, MakeGroup, Verdict};
+pub use case_kit::{run, run_on, Body, Case, MakeGroup, Verdict};
 
 /// The kind of a capture error, or the whole error when it is not one.
 fn capture_kind<T: std::fmt::Debug>(r: oxccl::Result<T>) -> Result<CaptureError, String> {

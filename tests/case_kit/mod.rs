@@ -14,8 +14,11 @@ pub type Verdict = Result<(), String>;
 /// Makes this rank's default group of the case with the given options.
 pub type MakeGroup<'a, B> = &'a dyn Fn(PgOptions) -> oxccl::Result<ProcessGroup<B>>;
 
+/// A case's body for one rank.
+pub type Body<B> = fn(MakeGroup<'_, B>, u32) -> Verdict;
+
 /// A case: its name and its body for one rank.
-pub type Case<B> = (&'static str, fn(MakeGroup<'_, B>, u32) -> Verdict);
+pub type Case<B> = (&'static str, Body<B>);
 
 macro_rules! ensure {
     ($cond:expr, $($fmt:tt)*) => {
@@ -34,7 +37,7 @@ macro_rules! ok {
 
 /// Runs `body` on `n` ranks (a thread each) of `backend`; each default group a rank makes
 /// gets its own store prefix (the k-th group of every rank shares the k-th prefix).
-pub fn run_on(backend: MockBackend, n: u32, body: fn(MakeGroup<'_, MockBackend>, u32) -> Verdict) {
+pub fn run_on(backend: MockBackend, n: u32, body: Body<MockBackend>) {
     let store: Arc<dyn Store> = Arc::new(MemStore::new());
     let threads: Vec<_> = (0..n)
         .map(|r| {
@@ -56,4 +59,9 @@ pub fn run_on(backend: MockBackend, n: u32, body: fn(MakeGroup<'_, MockBackend>,
             panic!("rank {r}: {e}");
         }
     }
+}
+
+/// [`run_on`] a fresh mock world.
+pub fn run(n: u32, body: Body<MockBackend>) {
+    run_on(MockBackend::new(), n, body)
 }

@@ -1,0 +1,79 @@
+//! Set-up that several test files share (each includes this file as `mod common;`): the
+//! `oxccl` tool run as a child, a mock backend with a fault plan, ranks as threads that
+//! all_reduce once before the part a test is about, and a capture error's kind.
+#![allow(dead_code)]
+
+use oxccl::buffer::HostBuf;
+use oxccl::core::CaptureError;
+use oxccl::mock::{FaultPlan, MockBackend};
+use oxccl::pg::{PgOptions, ProcessGroup};
+use oxccl::store::{MemStore, Store};
+use oxccl::{Error, ReduceOp};
+use std::process::{Command, Output};
+use std::sync::{Arc, Barrier};
+use std::time::Duration;
+
+/// Runs the `oxccl` tool with `args` and waits for it.
+pub fn oxccl(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_oxccl"))
+        .args(args)
+        .output()
+        .expect("oxccl runs")
+}
+
+/// A mock backend imitating NCCL [`oxccl::mock::DEFAULT_VERSION`] whose communicators follow
+/// `plan`, with `polls` polls of `InProgress` for nonblocking inits and a 60 s init limit.
+pub fn mock_with(plan: FaultPlan, polls: u32) -> MockBackend {
+    MockBackend::with_options(
+        oxccl::FeatureSet::for_version(oxccl::mock::DEFAULT_VERSION),
+        plan,
+        polls,
+        Duration::from_secs(60),
+    )
+}
+
+/// Runs `n` ranks of `backend` as threads sharing one store, rank r's group made with
+/// `opts(r)`. Each all_reduces 8 ones (collective #1) and waits; once every rank's completion
+/// of #1 is published, each runs `then` on its group and buffer; then all abort, and each
+/// rank's result of `then` is returned, rank 0's first. A rank that panics fails the caller.
+pub fn after_one_all_reduce<T, O, F>(backend: MockBackend, n: u32, opts: O, then: F) -> Vec<T>
+where
+    T: Send + 'static,
+    O: Fn(u32) -> PgOptions + Clone + Send + 'static,
+    F: Fn(&ProcessGroup<MockBackend>, &mut HostBuf<f32>, u32) -> T + Clone + Send + 'static,
+{
+    let store: Arc<dyn Store> = Arc::new(MemStore::new());
+    let barrier = Arc::new(Barrier::new(n as usize));
+    // Plain threads, not a scope: a panicking rank fails the test at its join while the
+    // others still wait at a barrier, where a scope would wait for them for ever.
+    let threads: Vec<_> = (0..n)
+        .map(|r| {
+            let (backend, store, barrier) = (backend.clone(), store.clone(), barrier.clone());
+            let (opts, then) = (opts.clone(), then.clone());
+            std::thread::spawn(move || {
+                let pg = ProcessGroup::new(backend, store, r, n, opts(r)).unwrap();
+                let mut b = pg.upload(&[1.0f32; 8]).unwrap();
+                pg.all_reduce(&mut b, ReduceOp::Sum)
+                    .unwrap()
+                    .wait()
+                    .unwrap();
+                // Every rank's completion of #1 is published before anyone goes on.
+                assert!(oxccl::watchdog::Watchdog::global().flush(Duration::from_secs(10)));
+                barrier.wait();
+                let out = then(&pg, &mut b, r);
+                barrier.wait();
+                pg.abort("test over");
+                out
+            })
+        })
+        .collect();
+    threads.into_iter().map(|t| t.join().unwrap()).collect()
+}
+
+/// The kind and text of a capture error; panics on anything else.
+pub fn capture_error<T: std::fmt::Debug>(r: oxccl::Result<T>) -> (CaptureError, String) {
+    match r {
+        Err(e @ Error::Capture { kind, .. }) => (kind, e.to_string()),
+        other => panic!("expected Error::Capture, got {other:?}"),
+    }
+}
