@@ -83,7 +83,7 @@ fn a_rank_that_never_arrives_is_named_by_the_others_init() {
         assert_eq!(
             text,
             format!(
-                "ranks [2] never arrived at the init of group 0 (default_pg) (seen by rank {r}; store marks `oxccl/pg/0/init/0/arrived/<group rank>`)"
+                "ranks [2] never arrived at the init of group 0 (default_pg) (seen by rank {r}; store marks `oxccl/world/3/0/oxccl/pg/0/init/0/arrived/<group rank>`)"
             )
         );
     }
@@ -96,7 +96,7 @@ fn a_missing_writer_of_the_unique_id_is_named_with_its_key() {
         assert_eq!(
             text,
             format!(
-                "ranks [0] never arrived at the init of group 0 (default_pg); rank {r} waited for the unique id at store key `oxccl/pg/0/unique_id/0`, which rank 0 writes"
+                "ranks [0] never arrived at the init of group 0 (default_pg); rank {r} waited for the unique id at store key `oxccl/world/3/0/oxccl/pg/0/unique_id/0`, which rank 0 writes"
             )
         );
     }
@@ -154,7 +154,7 @@ fn a_rank_that_never_joins_a_split_is_named() {
         assert_eq!(
             text,
             format!(
-                "ranks [2] never arrived at split #0 of group 0 (default_pg) (seen by rank {r}; store marks `oxccl/pg/0/split/0/arrived/<group rank>`)"
+                "ranks [2] never arrived at split #0 of group 0 (default_pg) (seen by rank {r}; store marks `oxccl/world/3/0/oxccl/pg/0/split/0/arrived/<group rank>`)"
             )
         );
         assert_eq!(state, Some(CommState::Ready));

@@ -93,8 +93,9 @@ pub(crate) fn init_through_store<B: Memory>(backend: &B, p: &InitParams<'_>) -> 
     };
     arrival.arrive()?;
     let waited_for_id = format!(
-        "rank {} waited for the unique id at store key `{key}`, which rank {writer} writes",
-        p.global_rank
+        "rank {} waited for the unique id at store key `{}`, which rank {writer} writes",
+        p.global_rank,
+        p.store.full_key(&key)
     );
     arrival.wait_all((p.rank != 0).then_some(waited_for_id.as_str()))?;
     let id = match id {
@@ -218,10 +219,11 @@ impl Arrival<'_> {
             },
             said.as_deref(),
         );
+        let prefix = self.store.full_key(&self.prefix);
         let t = ArrivalTimeout {
             what: &self.what,
             me: self.ranks.get(self.index as usize).copied().unwrap_or(0),
-            prefix: &self.prefix,
+            prefix: &prefix,
             first: self.ranks.first().copied(),
             first_note,
         };

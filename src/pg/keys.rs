@@ -43,7 +43,9 @@
 //! Outside the namespace: the counter `oxccl/world/<size>/incarnations` ([`incarnations`]);
 //! and, under torchrun's agent store on one node, everything above sits under
 //! `oxccl/restart/<TORCHELASTIC_RESTART_COUNT>/` too. Keys the program itself sets through
-//! [`ProcessGroup::store`] share the namespace.
+//! [`ProcessGroup::store`] share the namespace. Error texts and logs name keys whole, as the
+//! store underneath holds them ([`Store::full_key`]), so a person can look them up with
+//! another client.
 //!
 //! [`ProcessGroup::new`]: super::ProcessGroup::new
 //! [`ProcessGroup::store`]: super::ProcessGroup::store
@@ -91,25 +93,27 @@ pub(crate) fn namespace(size: u32, k: u64) -> String {
 
 /// The incarnation a rank belongs to whose add to the counter returned `count`, in a world
 /// of `size` ranks: `(count - 1) / size`. A count below 1 (someone else wrote the key) is
-/// an error naming the key.
-pub(crate) fn incarnation_of(count: i64, size: u32) -> Result<u64> {
+/// an error naming the counter's key as the store holds it (`full_key`).
+pub(crate) fn incarnation_of(count: i64, size: u32, full_key: &str) -> Result<u64> {
     match u64::try_from(count) {
         Ok(c) if c >= 1 && size > 0 => Ok((c - 1) / u64::from(size)),
         _ => Err(Error::Remote {
             detail: text!(
-                "store key `{}` counted {count} after this rank's add: not a counter oxccl keeps (set by something else?)",
-                incarnations(size)
+                "store key `{full_key}` counted {count} after this rank's add: not a counter oxccl keeps (set by something else?)"
             ),
         }),
     }
 }
 
 /// Counts this rank into the next incarnation of a world of `size` on `store`: the
-/// namespace's view of `store`, its incarnation, and its name (see the module documentation).
+/// namespace's view of `store`, its incarnation, and its name as the store underneath holds
+/// it (see the module documentation).
 pub(crate) fn enter(store: Arc<dyn Store>, size: u32) -> Result<(Arc<dyn Store>, u64, String)> {
-    let k = incarnation_of(store.add(&incarnations(size), 1)?, size)?;
+    let counter = incarnations(size);
+    let k = incarnation_of(store.add(&counter, 1)?, size, &store.full_key(&counter))?;
     let ns = namespace(size, k);
-    Ok((Arc::new(PrefixStore::new(ns.clone(), store)), k, ns))
+    let full = store.full_key(&ns);
+    Ok((Arc::new(PrefixStore::new(ns, store)), k, full))
 }
 
 /// A fresh namespace on `store` for one incarnation of a world of `size` ranks, counted as
@@ -131,13 +135,16 @@ mod tests {
 
     #[test]
     fn each_block_of_size_adds_is_one_incarnation() {
-        let got: Vec<u64> = (1..=7).map(|c| incarnation_of(c, 3).unwrap()).collect();
+        let key = "p/oxccl/world/3/incarnations";
+        let got: Vec<u64> = (1..=7)
+            .map(|c| incarnation_of(c, 3, key).unwrap())
+            .collect();
         assert_eq!(got, [0, 0, 0, 1, 1, 1, 2]);
-        assert_eq!(incarnation_of(1, 1).unwrap(), 0);
-        assert_eq!(incarnation_of(2, 1).unwrap(), 1);
+        assert_eq!(incarnation_of(1, 1, key).unwrap(), 0);
+        assert_eq!(incarnation_of(2, 1, key).unwrap(), 1);
         for bad in [0, -1, i64::MIN] {
-            let e = incarnation_of(bad, 3).unwrap_err().to_string();
-            assert!(e.contains("oxccl/world/3/incarnations"), "{e}");
+            let e = incarnation_of(bad, 3, key).unwrap_err().to_string();
+            assert!(e.contains("`p/oxccl/world/3/incarnations`"), "{e}");
         }
     }
 
@@ -159,5 +166,28 @@ mod tests {
         );
         assert_eq!(second.2, "oxccl/world/2/1");
         assert!(!other.0.check(&[&unique_id(0, 0)]).unwrap());
+    }
+
+    #[test]
+    fn names_are_the_keys_the_store_underneath_holds() {
+        let raw: Arc<dyn Store> = Arc::new(MemStore::new());
+        let scoped: Arc<dyn Store> = Arc::new(PrefixStore::new("oxccl/restart/1", raw.clone()));
+        let (view, k, name) = enter(scoped.clone(), 2).unwrap();
+        assert_eq!((k, name.as_str()), (0, "oxccl/restart/1/oxccl/world/2/0"));
+        assert_eq!(
+            view.full_key(&unique_id(0, 0)),
+            "oxccl/restart/1/oxccl/world/2/0/oxccl/pg/0/unique_id/0"
+        );
+        view.set(&unique_id(0, 0), b"id").unwrap();
+        let t = Duration::from_secs(1);
+        assert_eq!(raw.get(&view.full_key(&unique_id(0, 0)), t).unwrap(), b"id");
+        // A counter someone else wrote is named where it is.
+        raw.set("oxccl/restart/1/oxccl/world/3/incarnations", b"-5")
+            .unwrap();
+        let e = enter(scoped, 3).map(|_| ()).unwrap_err().to_string();
+        assert!(
+            e.contains("`oxccl/restart/1/oxccl/world/3/incarnations`"),
+            "{e}"
+        );
     }
 }

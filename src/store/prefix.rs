@@ -88,4 +88,8 @@ impl Store for PrefixStore {
     fn timeout(&self) -> Duration {
         self.inner.timeout()
     }
+
+    fn full_key(&self, key: &str) -> String {
+        self.inner.full_key(&self.key(key))
+    }
 }
