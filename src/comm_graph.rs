@@ -181,15 +181,7 @@ impl CommGraph {
         comm: &'a mut Comm,
         buf: &'a mut impl DevicePtrMut<T>,
     ) -> CommLaunch<'a> {
-        let comm: &'a Comm = comm;
-        CommLaunch {
-            graph: self,
-            comm,
-            held: Vec::new(),
-            bound: GraphBuffers::default(),
-            first_error: None,
-        }
-        .buf(buf)
+        self.unbound(comm).buf(buf)
     }
 
     /// Launches the graph once on `comm`'s stream, given every buffer its operations use (of
@@ -204,18 +196,21 @@ impl CommGraph {
         comm: &mut Comm,
         bufs: &mut [&mut S],
     ) -> Result<()> {
-        let comm: &Comm = comm;
-        let mut l = CommLaunch {
+        bufs.iter_mut()
+            .fold(self.unbound(comm), |l, b| l.buf(&mut **b))
+            .launch()
+    }
+
+    /// A launch on `comm` with no buffer bound yet: where [`CommGraph::bind`] and
+    /// [`CommGraph::launch`] start.
+    fn unbound<'a>(&'a self, comm: &'a Comm) -> CommLaunch<'a> {
+        CommLaunch {
             graph: self,
             comm,
             held: Vec::new(),
             bound: GraphBuffers::default(),
             first_error: None,
-        };
-        for b in bufs.iter_mut() {
-            l = l.buf(&mut **b);
         }
-        l.launch()
     }
 
     /// Launches the graph on `comm`'s stream without checking or ordering its buffers.

@@ -345,13 +345,7 @@ where
     /// Starts a launch given buffers of several element types: [`Launch::buf`] each buffer
     /// the captured operations use, then [`Launch::launch`].
     pub fn bind<'a, X: Operand<B>>(&'a self, buf: &'a mut X) -> Launch<'a, B> {
-        Launch {
-            graph: self,
-            held: Vec::new(),
-            bound: GraphBuffers::default(),
-            first_error: None,
-        }
-        .buf(buf)
+        self.unbound().buf(buf)
     }
 
     /// Launches the graph once on the group's stream, given every buffer its operations use
@@ -362,16 +356,20 @@ where
     /// address and size); [`Error::InvalidState`] when the group was destroyed or its
     /// communicator aborted or failed; [`CaptureError::Forbidden`] inside a capture.
     pub fn launch<X: Operand<B>>(&self, bufs: &mut [&mut X]) -> Result<WorkOf<B>> {
-        let mut l = Launch {
+        bufs.iter_mut()
+            .fold(self.unbound(), |l, b| l.buf(&mut **b))
+            .launch()
+    }
+
+    /// A launch with no buffer bound yet: where [`PgGraph::bind`] and [`PgGraph::launch`]
+    /// start.
+    fn unbound(&self) -> Launch<'_, B> {
+        Launch {
             graph: self,
             held: Vec::new(),
             bound: GraphBuffers::default(),
             first_error: None,
-        };
-        for b in bufs.iter_mut() {
-            l = l.buf(&mut **b);
         }
-        l.launch()
     }
 }
 

@@ -168,9 +168,15 @@ fn wait_spec(
     }
 }
 
-/// Joins the child `spec` names, with the parent's settings: hosts it when this process is
-/// its rank 0's, else connects to that process. Waits up to `limit` for the other members.
-fn join_child(parent: &CommShared, spec: ChildSpec, limit: Duration) -> Result<Arc<CommShared>> {
+/// Joins the child `spec` names (none for NOCOLOR), with the parent's settings: hosts it when
+/// this process is its rank 0's, else connects to that process. Waits up to `limit` for the
+/// other members. The blocking split and a nonblocking one's thread both end here.
+fn join_child(
+    parent: &CommShared,
+    spec: Option<ChildSpec>,
+    limit: Duration,
+) -> Result<Option<Child>> {
+    let Some(spec) = spec else { return Ok(None) };
     let make = || {
         MockBackend::with_options(
             parent.features,
@@ -180,12 +186,13 @@ fn join_child(parent: &CommShared, spec: ChildSpec, limit: Duration) -> Result<A
         )
         .across_processes()
     };
-    if spec.id.pid == std::process::id() {
+    let shared = if spec.id.pid == std::process::id() {
         let host = super::host::host_child(&spec.id, limit, make)?;
-        host.join_shared(&spec.id.to_id(), spec.rank, spec.size, false, None, limit)
+        host.join_shared(&spec.id.to_id(), spec.rank, spec.size, false, None, limit)?
     } else {
-        make().join_remote(&spec.id, spec.rank, spec.size, false, limit)
-    }
+        make().join_remote(&spec.id, spec.rank, spec.size, false, limit)?
+    };
+    Ok(Some((shared, spec.rank)))
 }
 
 /// A blocking split of `rank` of `parent` (a communicator spanning processes) with
@@ -209,8 +216,7 @@ pub(crate) fn split(
             return Err(e);
         }
     };
-    let Some(spec) = spec else { return Ok(None) };
-    Ok(Some((join_child(parent, spec, limit)?, spec.rank)))
+    join_child(parent, spec, limit)
 }
 
 /// Where a nonblocking split's thread is.
@@ -250,10 +256,8 @@ impl Task {
         std::thread::Builder::new()
             .name("oxccl-mock-split".into())
             .spawn(move || {
-                let r = wait_spec(&parent, rank, seq, start, limit).and_then(|spec| match spec {
-                    None => Ok(None),
-                    Some(spec) => Ok(Some((join_child(&parent, spec, limit)?, spec.rank))),
-                });
+                let r = wait_spec(&parent, rank, seq, start, limit)
+                    .and_then(|spec| join_child(&parent, spec, limit));
                 t2.finish(r);
             })
             .map_err(|e| Error::Remote {
