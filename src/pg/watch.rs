@@ -267,8 +267,9 @@ impl GroupWatch {
     /// The desync report of a collective `seq` (`op`) that timed out here: every member's
     /// published progress read from the store (each read bounded by `limit`), analysed by the
     /// core ([`oxccl_core::watchdog::desync::write_report`]). `None` when desync debugging is
-    /// off. The report is also kept for [`super::ProcessGroup::desync_report`]. With it, the
-    /// global ranks that never joined the collective.
+    /// off, and when the store could not be read (the report kept then says so). The report
+    /// is also kept for [`super::ProcessGroup::desync_report`]. With it, the global ranks that
+    /// never joined the collective.
     pub fn desync_report(
         &self,
         seq: u64,
@@ -278,19 +279,40 @@ impl GroupWatch {
         let d = self.desync.as_ref()?;
         // Publish this rank's own last state first, so the report has it.
         d.publish(self.uid, &*self.store);
+        // After the first failed store call the rest are not read (unknown): a store that is
+        // gone or cut off would otherwise cost its timeout once per rank, on the watchdog's
+        // thread, and a heartbeat monitor would end the process meanwhile.
+        let mut reachable = true;
         let reports: Vec<(u32, Option<RankProgress>)> = d
             .ranks
             .iter()
             .enumerate()
             .map(|(i, &global)| {
                 let key = super::keys::desync(self.uid, i as u32);
-                let read = match self.store.check(&[&key]) {
-                    Ok(true) => self.store.get(&key, limit).ok(),
-                    _ => None,
+                let read = match reachable.then(|| self.store.check(&[&key])) {
+                    Some(Ok(true)) => self.store.get(&key, limit).ok(),
+                    Some(Ok(false)) | None => None,
+                    Some(Err(e)) => {
+                        log::warn!(
+                            "oxccl desync debug: store unreachable reading `{}` ({e}): the other ranks' progress is unknown",
+                            self.store.full_key(&key)
+                        );
+                        reachable = false;
+                        None
+                    }
                 };
                 (global, read.and_then(|v| RankProgress::decode(&v).ok()))
             })
             .collect();
+        if !reachable {
+            // No verdict: ranks whose progress could not be read are not known to lag.
+            *lock(&d.report) = Some(format!(
+                "desync report: collective #{seq} ({}) timed out on rank {}; the store could not be read, so the other ranks' progress is unknown",
+                op.name(),
+                self.global_rank
+            ));
+            return None;
+        }
         let mut text = String::new();
         let _ = oxccl_core::watchdog::desync::write_report(
             &mut text,
@@ -360,5 +382,115 @@ impl GroupWatch {
 
     pub fn hook_errors(&self) -> Vec<String> {
         lock(&self.hook_errors).clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::MemStore;
+
+    /// A store that is gone: every call fails, and is counted.
+    struct Gone {
+        calls: AtomicUsize,
+    }
+
+    impl Store for Gone {
+        fn set(&self, _: &str, _: &[u8]) -> oxccl_core::Result<()> {
+            Err(self.fail())
+        }
+        fn get(&self, _: &str, _: Duration) -> oxccl_core::Result<Vec<u8>> {
+            Err(self.fail())
+        }
+        fn add(&self, _: &str, _: i64) -> oxccl_core::Result<i64> {
+            Err(self.fail())
+        }
+        fn wait(&self, _: &[&str], _: Duration) -> oxccl_core::Result<()> {
+            Err(self.fail())
+        }
+        fn check(&self, _: &[&str]) -> oxccl_core::Result<bool> {
+            Err(self.fail())
+        }
+        fn compare_set(&self, _: &str, _: &[u8], _: &[u8]) -> oxccl_core::Result<Vec<u8>> {
+            Err(self.fail())
+        }
+        fn delete(&self, _: &str) -> oxccl_core::Result<bool> {
+            Err(self.fail())
+        }
+        fn num_keys(&self) -> oxccl_core::Result<u64> {
+            Err(self.fail())
+        }
+        fn timeout(&self) -> Duration {
+            Duration::from_secs(1)
+        }
+    }
+
+    impl Gone {
+        fn fail(&self) -> oxccl_core::Error {
+            self.calls.fetch_add(1, Ordering::Relaxed);
+            oxccl_core::Error::Remote {
+                detail: oxccl_core::text!("connection refused"),
+            }
+        }
+    }
+
+    fn watch(store: Arc<dyn Store>, ranks: u32) -> Arc<GroupWatch> {
+        GroupWatch::new(WatchConfig {
+            uid: 0,
+            desc: String::from("default_pg"),
+            global_rank: 0,
+            mode: ErrorHandling::CleanUpOnly,
+            dump_on_timeout: false,
+            recorder: Recorder::new(0),
+            store,
+            wait_timeout_dump: Duration::from_secs(1),
+            desync: Some((0, (0..ranks).collect())),
+        })
+    }
+
+    #[test]
+    fn a_gone_store_costs_one_failed_read_not_one_per_rank() {
+        let gone = Arc::new(Gone {
+            calls: AtomicUsize::new(0),
+        });
+        let w = watch(gone.clone(), 64);
+        // No verdict: nobody's progress is known, so nobody is named as lagging.
+        assert_eq!(
+            w.desync_report(5, OpKind::AllReduce, Duration::from_secs(1)),
+            None
+        );
+        // This rank's publish, then the first check; the other 63 ranks are not asked.
+        assert_eq!(gone.calls.load(Ordering::Relaxed), 2);
+        assert_eq!(w.verdict(5, OpKind::AllReduce), None);
+        assert_eq!(gone.calls.load(Ordering::Relaxed), 4);
+        let kept = w.desync.as_ref().unwrap().report.lock().unwrap().clone();
+        assert_eq!(
+            kept.as_deref(),
+            Some(
+                "desync report: collective #5 (all_reduce) timed out on rank 0; the store could \
+                 not be read, so the other ranks' progress is unknown"
+            )
+        );
+    }
+
+    #[test]
+    fn a_live_store_is_read_for_every_rank() {
+        let store: Arc<dyn Store> = Arc::new(MemStore::new());
+        let w = watch(store.clone(), 3);
+        // Ranks 0 and 1 issued and completed seq 5; rank 2 never got to it.
+        for r in [1u32, 2] {
+            let p = RankProgress {
+                issued: if r == 1 { 5 } else { 4 },
+                completed: 4,
+            };
+            store
+                .set(&super::super::keys::desync(0, r), p.encode().as_bytes())
+                .unwrap();
+        }
+        w.desync.as_ref().unwrap().note(5, false);
+        let (_, lagging) = w
+            .desync_report(5, OpKind::AllReduce, Duration::from_secs(1))
+            .unwrap();
+        assert_eq!(lagging, [2]);
     }
 }
