@@ -191,6 +191,72 @@ impl NcclBackend {
     }
 }
 
+impl NcclBackend {
+    /// The blocking init (NCCL before 2.14) bounded by `limit`: run on a thread of its own,
+    /// abandoned past the limit, its communicator aborted on that thread if it ever comes (see
+    /// [`Backend::init_rank_within`]).
+    fn init_blocking_within(
+        &self,
+        id: UniqueId,
+        rank: u32,
+        size: u32,
+        device: Device,
+        cfg: &CommConfig,
+        limit: Duration,
+    ) -> Result<NcclComm> {
+        Self::rank_size(rank, size)?;
+        // On the caller's thread too: the device is checked before a thread is started, and
+        // the caller has it bound afterwards as after an init on its own thread. The init's
+        // thread binds it again for itself (`init_with`).
+        crate::cuda::context(device)?;
+        log::debug!(
+            "oxccl: NCCL {} has no nonblocking init: rank {rank}'s blocking init runs on its \
+             own thread, waited for {} ms at most",
+            self.lib.version(),
+            limit.as_millis()
+        );
+        let backend = self.clone();
+        let cfg = cfg.clone();
+        let what = format!("NCCL's init of rank {rank} of {size}");
+        crate::bounded::within(
+            limit,
+            format!("oxccl-init-r{rank}"),
+            &what,
+            move || backend.init_rank(&id, rank, size, device, &cfg),
+            move |comm: NcclComm| {
+                log::debug!(
+                    "oxccl: NCCL's init of rank {rank} of {size} completed after its caller \
+                     stopped waiting ({} ms): aborting the communicator",
+                    limit.as_millis()
+                );
+                // Nobody else holds it: abort releases it once, and the drop then finds it
+                // released.
+                comm.abort(&format!(
+                    "init of rank {rank} of {size} completed past its limit of {} ms",
+                    limit.as_millis()
+                ));
+                drop(comm);
+                log::debug!("oxccl: the late communicator of rank {rank} of {size} is aborted");
+            },
+        )
+        .map_err(|e| init_timed_out(e, rank, size))
+    }
+}
+
+/// A timeout of rank `rank`'s init said the same way whichever path bounded it; other errors
+/// as they are.
+fn init_timed_out(e: Error, rank: u32, size: u32) -> Error {
+    match e {
+        Error::Timeout { after_ms, .. } => Error::Timeout {
+            what: oxccl_core::text!(
+                "NCCL's init of rank {rank} of {size} still in progress (ranks missing?)"
+            ),
+            after_ms,
+        },
+        other => other,
+    }
+}
+
 impl Backend for NcclBackend {
     type Comm = NcclComm;
 
@@ -244,15 +310,26 @@ impl Backend for NcclBackend {
         })
     }
 
-    /// Bounded by `limit` on NCCL 2.14+ (`ncclCommInitRankConfig` with a nonblocking config):
-    /// a blocking config is turned nonblocking for the init, which is polled until it is done
-    /// or `limit` passes; past it the communicator is aborted and the error is
-    /// [`Error::Timeout`]. NCCL cannot say which ranks are missing (the process group names
-    /// them from the store). The communicator stays nonblocking for its life (NCCL fixes that
-    /// at init): its calls wait out `InProgress` themselves, bounded by [`NcclComm::timeout`].
+    /// Bounded by `limit` on every release; past it the error is [`Error::Timeout`] ("NCCL's
+    /// init of rank {rank} of {size} still in progress (ranks missing?)"). NCCL cannot say which
+    /// ranks are missing (the process group names them from the store).
+    ///
+    /// On NCCL 2.14+ (`ncclCommInitRankConfig` with a nonblocking config) a blocking config is
+    /// turned nonblocking for the init, which is polled until it is done or `limit` passes; past
+    /// it the communicator is aborted. The communicator stays nonblocking for its life (NCCL
+    /// fixes that at init): its calls wait out `InProgress` themselves, bounded by
+    /// [`NcclComm::timeout`].
+    ///
+    /// Without nonblocking init (NCCL before 2.14, or [`Feature::NonBlocking`] hidden with
+    /// [`NcclBackend::without`]) the blocking init runs on a thread of its own
+    /// (`oxccl-init-r<rank>`, the device bound there as on the caller's) and the caller waits
+    /// for it at most `limit`. A blocking NCCL call cannot be interrupted: past the limit the
+    /// init is abandoned, still running on its thread (and still waiting for its peers); if it
+    /// ever returns, that thread aborts the communicator it made (an error it returns is only
+    /// logged). The caller's thread has the device bound, as after an init on it.
+    ///
     /// A nonblocking config returns at once, `Initializing`, as [`Backend::init_rank`] does
-    /// (the caller's wait bounds it). Without nonblocking init (NCCL before 2.14) the blocking
-    /// init is used and `limit` cannot apply: it waits as long as NCCL does.
+    /// (the caller's wait bounds it).
     fn init_rank_within(
         &self,
         id: &UniqueId,
@@ -262,17 +339,14 @@ impl Backend for NcclBackend {
         cfg: &CommConfig,
         limit: Duration,
     ) -> Result<NcclComm> {
-        let bounded = !cfg.is_nonblocking()
+        let polled_init = !cfg.is_nonblocking()
             && self.settings.features.has(Feature::NonBlocking)
             && self.lib.api().comm_init_rank_config.is_some();
-        if !bounded {
-            if !cfg.is_nonblocking() {
-                log::debug!(
-                    "oxccl: NCCL {} has no nonblocking init: rank {rank}'s init is not bounded",
-                    self.lib.version()
-                );
+        if !polled_init {
+            if cfg.is_nonblocking() {
+                return self.init_rank(id, rank, size, device, cfg);
             }
-            return self.init_rank(id, rank, size, device, cfg);
+            return self.init_blocking_within(*id, rank, size, device, cfg, limit);
         }
         let comm = self.init_rank(id, rank, size, device, &cfg.clone().blocking(false))?;
         let polled = crate::wait::Deadline::after(limit)
@@ -290,15 +364,7 @@ impl Backend for NcclBackend {
                 // Never used: aborting releases it (NCCL stops the init's own thread).
                 comm.abort(&why);
                 drop(comm);
-                Err(match e {
-                    Error::Timeout { after_ms, .. } => Error::Timeout {
-                        what: oxccl_core::text!(
-                            "NCCL's init of rank {rank} of {size} still in progress (ranks missing?)"
-                        ),
-                        after_ms,
-                    },
-                    other => other,
-                })
+                Err(init_timed_out(e, rank, size))
             }
         }
     }

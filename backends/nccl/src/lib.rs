@@ -12,6 +12,7 @@
 
 mod absent;
 mod backend;
+mod bounded;
 mod comm;
 mod create;
 mod cuda;

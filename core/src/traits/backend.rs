@@ -36,12 +36,14 @@ pub trait Backend: Clone + Send + Sync {
 
     /// [`Backend::init_rank`] whose wait for the other ranks is bounded by `limit`, where the
     /// backend can bound it: a blocking init still incomplete after `limit` fails with
-    /// [`crate::Error::Timeout`], its communicator aborted (nothing is left running). A process
-    /// group passes what is left of its timeout here, after its members' arrival in the store
-    /// (which names a missing rank: a backend may not know which). The mock honours `limit`
-    /// and names the missing ranks; NCCL 2.14+ inits nonblocking and polls up to `limit`
-    /// (before 2.14 it cannot: its blocking init waits as long as the library does). A
-    /// nonblocking config returns `Initializing` at once, as `init_rank`; the caller's wait
+    /// [`crate::Error::Timeout`], its communicator aborted, or, where the library's init
+    /// cannot be stopped, abandoned (it may run on, and what it makes is aborted when it
+    /// completes). A process group passes what is left of its timeout here, after its
+    /// members' arrival in the store (which names a missing rank: a backend may not know
+    /// which). The mock honours `limit` and names the missing ranks; NCCL 2.14+ inits
+    /// nonblocking, polls up to `limit` and aborts; before 2.14 NCCL's blocking init runs on a
+    /// thread of its own, abandoned past `limit` (a blocking NCCL call cannot be interrupted).
+    /// A nonblocking config returns `Initializing` at once, as `init_rank`; the caller's wait
     /// bounds it. The default ignores `limit`.
     fn init_rank_within(
         &self,
