@@ -240,7 +240,14 @@ impl FlightRecorder {
             e.state = state;
             match state {
                 TraceState::Started => e.time_discovered_started_ns = Some(now_ns),
-                TraceState::Completed => e.time_discovered_completed_ns = Some(now_ns),
+                TraceState::Completed => {
+                    e.time_discovered_completed_ns = Some(now_ns);
+                    // With timing the start event comes before the end event: a completion
+                    // seen first is also the first sight of the start (as c10d's).
+                    if e.record.timing && e.time_discovered_started_ns.is_none() {
+                        e.time_discovered_started_ns = Some(now_ns);
+                    }
+                }
                 TraceState::Scheduled => {}
             }
         }
@@ -447,10 +454,14 @@ mod tests {
         assert!(r.retire(id));
         assert!(!r.update_state(id, TraceState::Completed, 10));
         assert_eq!(r.get(id).unwrap().state, TraceState::Started);
-        // Completion seen without a seen start leaves the start unknown.
+        // Completion seen without a seen start leaves the start unknown without timing; with
+        // timing the start was seen then too.
         let id = r.record(all_reduce(0, 2, 0, false)).unwrap();
         assert!(r.update_state(id, TraceState::Completed, 7));
         assert_eq!(r.get(id).unwrap().time_discovered_started_ns, None);
+        let id = r.record(all_reduce(0, 3, 0, true)).unwrap();
+        assert!(r.update_state(id, TraceState::Completed, 8));
+        assert_eq!(r.get(id).unwrap().time_discovered_started_ns, Some(8));
     }
 
     // Seed 29: p2p names with p2p seq and op id from 1.
