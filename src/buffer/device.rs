@@ -17,6 +17,10 @@ impl Memory for NcclBackend {
     type CommBuf<T: NcclType> = super::NcclBuf<T>;
     type Access<'a> = SyncOnDrop<'a>;
 
+    fn require_devices(&self) -> Result<()> {
+        oxccl_nccl::require_driver()
+    }
+
     fn stream(&self, device: Device) -> Result<NcclStream> {
         oxccl_nccl::require_driver()?;
         let ctx =

@@ -65,6 +65,13 @@ pub trait Memory: Backend + 'static {
     /// A new stream on `device` for the caller's copies (the type the communicators issue on).
     fn stream(&self, device: Device) -> Result<StreamOf<Self>>;
 
+    /// `Ok` when this process has the devices the backend needs at all; otherwise the error a
+    /// process group is refused with at construction, lazy or eager (c10d: "only supported with
+    /// GPUs, no GPUs found"). The mock world needs none.
+    fn require_devices(&self) -> Result<()> {
+        Ok(())
+    }
+
     /// A buffer of `len` zeros, allocated in `stream`'s order.
     fn alloc_zeros<T: NcclType>(&self, stream: &StreamOf<Self>, len: usize)
         -> Result<Self::Buf<T>>;

@@ -122,6 +122,8 @@ impl<B: Memory> ProcessGroup<B> {
                 format_args!("a rank below the world size {size}, got {rank}"),
             ));
         }
+        // No GPU at all is refused here, not at the first operation of a lazy group.
+        backend.require_devices()?;
         if opts.desc == "undefined" {
             opts.desc = String::from("default_pg");
         }
