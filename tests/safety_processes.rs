@@ -160,12 +160,116 @@ fn case_15_peer_death() {
         assert_eq!(field(out0, "alloc_ok"), Some("true"), "{how}");
         let (_, _, out2) = &ran[2];
         assert_eq!(field(out2, "failed"), Some("true"), "{how}: rank 2\n{out2}");
+        // Rank 1 died the way the case says, before any result of its own.
+        let (code1, signal1, out1) = &ran[1];
+        let want = match how {
+            "exit0" => (Some(0), None),
+            "exit1" => (Some(1), None),
+            "sigterm" => (None, Some(libc::SIGTERM)),
+            _ => (None, Some(libc::SIGKILL)),
+        };
+        assert_eq!((*code1, *signal1), want, "{how}: rank 1\n{out1}");
+        assert!(!out1.contains("RESULT"), "{how}: rank 1 lived on\n{out1}");
     }
 }
 
+/// Case 16 end to end: a blocking-wait variable that is not 0 or 1 fails the group's
+/// construction (`init_process_group`), naming the variable and the value; nothing runs.
+#[test]
+fn case_16_bad_boolean_fails_init_process_group() {
+    for bad in ["abc", "-1", "2147483647", "4294967295"] {
+        let ran = run(1, "dump", &[("OXCCL_BLOCKING_WAIT", bad.to_string())]);
+        let (code, _, out) = &ran[0];
+        assert_eq!(*code, Some(3), "{bad}: {out}");
+        let line = out
+            .lines()
+            .find(|l| l.contains("CHILD ERROR"))
+            .unwrap_or_else(|| panic!("{bad}: no error\n{out}"));
+        assert!(
+            line.contains("OXCCL_BLOCKING_WAIT") && line.contains(bad),
+            "{bad}: {line}"
+        );
+        assert!(!out.contains("FIRST"), "{bad}: the group was made\n{out}");
+    }
+}
+
+/// `(collective seq, state)` of each entry of `rank`'s JSON dump in `dir`, oldest first.
+fn dumped_states(dir: &Path, rank: u32) -> Vec<(u64, String)> {
+    let file = dir.join(format!("rank_{rank}.json"));
+    let text = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+    oxccl::trace::parse_dump(&text, Some(rank))
+        .unwrap()
+        .entries
+        .iter()
+        .map(|e| (e.collective_seq, e.state.clone()))
+        .collect()
+}
+
+/// Case 30 as c10d's test_timeout_dumps: group timeout 1 s; rank 1 is stuck on its second
+/// all_reduce, times out, writes trace_1 holding seq 1 completed and seq 2 started (timing on)
+/// or scheduled (off), and is ended by its watchdog (SIGABRT, c10d's -6); the healthy rank 0
+/// exits 0 without a dump (c10d's healthy rank has left before the signal; here it does not
+/// look for the signal within its life: the coordination check every 60 s).
 #[test]
 fn case_30_timeout_dump() {
-    let dir = std::env::temp_dir().join(format!("oxccl-case30-{}", std::process::id()));
+    for timing in [false, true] {
+        let dir =
+            std::env::temp_dir().join(format!("oxccl-case30-{}-{timing}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut env = vec![
+            ("OXCCL_TIMEOUT_MS", "1000".to_string()),
+            ("OXCCL_DUMP_ON_TIMEOUT", "1".to_string()),
+            ("OXCCL_COORD_CHECK_MS", "60000".to_string()),
+            ("OXCCL_TRACE_DIR", dir.display().to_string()),
+        ];
+        if timing {
+            env.push(("OXCCL_ENABLE_TIMING", "1".to_string()));
+        }
+        let ran = run(2, "dump", &env);
+        let (code0, _, out0) = &ran[0];
+        assert_eq!(*code0, Some(0), "timing={timing}: rank 0\n{out0}");
+        assert_eq!(
+            field(out0, "rank"),
+            Some("0"),
+            "rank 0 ran to its end\n{out0}"
+        );
+        assert!(
+            !dir.join("trace_0").exists() && !dir.join("rank_0.json").exists(),
+            "timing={timing}: the healthy rank dumped"
+        );
+        let (code1, signal1, out1) = &ran[1];
+        assert_eq!(
+            (*code1, *signal1),
+            (None, Some(libc::SIGABRT)),
+            "timing={timing}: rank 1 must be ended by its watchdog\n{out1}"
+        );
+        assert!(!out1.contains("still alive"), "rank 1 was not stopped");
+        assert!(dir.join("trace_1").exists(), "timing={timing}: no trace_1");
+        let want = if timing { "started" } else { "scheduled" };
+        assert_eq!(
+            dumped_states(&dir, 1),
+            vec![(1, "completed".to_string()), (2, want.to_string())],
+            "timing={timing}"
+        );
+        // The analysis names rank 1's stop at seq 2 and rank 0 as the one without a dump.
+        let dumps = oxccl::trace::read_dump_dir(&dir).unwrap();
+        let text = oxccl::trace::render_text(&oxccl::trace::analyze(&dumps.dumps));
+        assert!(
+            text.contains("hang at collective seq 2")
+                && text.contains("stopped: rank 1 at seq 2 nccl:all_reduce")
+                && text.contains("never dumped: rank 0"),
+            "{text}"
+        );
+        remove(&dir);
+    }
+}
+
+/// Case 30 as c10d's test_timeout_dumps_on_stuck_ranks: the same stuck rank 1, and a
+/// healthy rank 0 that stays and looks for the signal 5 times a second: it dumps too (its
+/// one all_reduce, completed) and exits 0.
+#[test]
+fn case_30_healthy_rank_dumps_on_the_signal() {
+    let dir = std::env::temp_dir().join(format!("oxccl-case30s-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let env = [
         ("OXCCL_TIMEOUT_MS", "1000".to_string()),
@@ -178,57 +282,28 @@ fn case_30_timeout_dump() {
     let (code0, _, out0) = &ran[0];
     assert_eq!(*code0, Some(0), "rank 0\n{out0}");
     let (code1, signal1, out1) = &ran[1];
-    assert!(
-        code1 != &Some(0),
-        "rank 1 must stop with an error: {code1:?} {signal1:?}"
+    assert_eq!(
+        (*code1, *signal1),
+        (None, Some(libc::SIGABRT)),
+        "rank 1 must be ended by its watchdog\n{out1}"
     );
     assert!(!out1.contains("still alive"), "rank 1 was not stopped");
-    assert!(
-        dir.join("trace_1").exists() && dir.join("rank_1.json").exists(),
-        "rank 1 dumped"
+    for r in 0..2 {
+        assert!(dir.join(format!("trace_{r}")).exists(), "no trace_{r}");
+    }
+    // Rank 0 never timed out: it dumped on rank 1's signal, its recorder holding the one
+    // all_reduce it issued, completed.
+    assert_eq!(dumped_states(&dir, 0), vec![(1, "completed".to_string())]);
+    assert_eq!(
+        dumped_states(&dir, 1),
+        vec![(1, "completed".to_string()), (2, "scheduled".to_string())]
     );
-    // Rank 0 never timed out: it dumped on rank 1's signal (the coordination check), its
-    // recorder holding the one all_reduce it issued, completed.
-    assert!(
-        dir.join("trace_0").exists() && dir.join("rank_0.json").exists(),
-        "the healthy rank did not dump on the signal"
-    );
-    let dump0 = oxccl::trace::parse_dump(
-        &std::fs::read_to_string(dir.join("rank_0.json")).unwrap(),
-        Some(0),
-    )
-    .unwrap();
-    let states0: Vec<(u64, String)> = dump0
-        .entries
-        .iter()
-        .map(|e| (e.collective_seq, e.state.clone()))
-        .collect();
-    assert_eq!(states0, vec![(1, "completed".to_string())]);
-    let dump = oxccl::trace::parse_dump(
-        &std::fs::read_to_string(dir.join("rank_1.json")).unwrap(),
-        Some(1),
-    )
-    .unwrap();
-    let states: Vec<(u64, String)> = dump
-        .entries
-        .iter()
-        .map(|e| (e.collective_seq, e.state.clone()))
-        .collect();
-    assert!(
-        states.iter().any(|(s, st)| *s == 1 && st == "completed"),
-        "{states:?}"
-    );
-    assert!(
-        states
-            .iter()
-            .any(|(s, st)| *s == 2 && (st == "started" || st == "scheduled")),
-        "{states:?}"
-    );
-    // The analysis names rank 1's stop at seq 2.
     let dumps = oxccl::trace::read_dump_dir(&dir).unwrap();
-    let analysis = oxccl::trace::analyze(&dumps.dumps);
-    let text = oxccl::trace::render_text(&analysis);
-    assert!(text.contains('1'), "{text}");
+    let text = oxccl::trace::render_text(&oxccl::trace::analyze(&dumps.dumps));
+    assert!(
+        text.contains("2 rank(s) dumped") && text.contains("rank 1 at seq 2"),
+        "{text}"
+    );
     remove(&dir);
 }
 

@@ -13,27 +13,52 @@ use oxccl::Error;
 use pg_cases::{collectives, groups, run, run_on, safety};
 use std::sync::Arc;
 
+/// The NCCL release `scripts/fetch-nccl.sh` caches (any release: case 1 never reaches a GPU);
+/// `None` only when the cache is missing and `OXCCL_SKIP_REAL_NCCL=1` says to go without.
+fn cached_nccl() -> Option<oxccl::Nccl> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join(".cache/nccl/2.32.3/lib/libnccl.so.2");
+    if !path.exists() {
+        assert!(
+            std::env::var("OXCCL_SKIP_REAL_NCCL").as_deref() == Ok("1"),
+            "{} is missing: run scripts/fetch-nccl.sh (or set OXCCL_SKIP_REAL_NCCL=1)",
+            path.display()
+        );
+        println!(
+            "skipped: {} missing and OXCCL_SKIP_REAL_NCCL=1",
+            path.display()
+        );
+        return None;
+    }
+    Some(oxccl::Nccl::open(&path).expect("the cached release loads"))
+}
+
 #[test]
 fn case_01_no_gpu_is_a_clear_error() {
-    let lib = oxccl::nccl::NcclBackend::load();
-    let Ok(nccl) = lib else {
-        println!("skipped: no NCCL library found (run scripts/fetch-nccl.sh)");
+    let Some(nccl) = cached_nccl() else {
         return;
     };
     if oxccl::nccl::require_driver().is_ok() {
         println!("skipped: this machine has a CUDA driver; case 1 is about machines without");
         return;
     }
-    let store: Arc<dyn Store> = Arc::new(MemStore::new());
-    let err = ProcessGroup::new(nccl, store, 0, 1, pg_cases::eager(0)).unwrap_err();
-    let Error::Backend { text, .. } = &err else {
-        panic!("expected a backend error, got {err:?}")
-    };
-    assert!(text.contains("no CUDA driver"), "{err}");
-    assert!(
-        err.to_string().contains("needs NVIDIA GPUs, none found"),
-        "{err}"
-    );
+    // Refused at construction, lazy or eager (c10d's constructor refuses before any use).
+    for opts in [pg_cases::lazy(0), pg_cases::eager(0)] {
+        let bound = opts.bound_device;
+        let store: Arc<dyn Store> = Arc::new(MemStore::new());
+        let err = ProcessGroup::new(nccl.clone(), store, 0, 1, opts)
+            .map(|_| ())
+            .unwrap_err();
+        let Error::Backend { code, text, .. } = &err else {
+            panic!("bound={bound:?}: expected a backend error, got {err:?}")
+        };
+        assert_eq!(*code, oxccl::ResultCode::UNHANDLED_CUDA_ERROR, "{err}");
+        assert!(text.contains("no CUDA driver"), "{err}");
+        assert!(
+            err.to_string().contains("needs NVIDIA GPUs, none found"),
+            "{err}"
+        );
+    }
 }
 
 #[test]
@@ -69,6 +94,14 @@ fn case_08_eager_split() {
 #[test]
 fn case_09_nonblocking_init_lazy_and_eager() {
     run(2, pg_cases::case_09);
+    // Inits that stay in progress for a few polls, so the ops really wait for them.
+    let slow_init = MockBackend::with_options(
+        oxccl::FeatureSet::for_version(oxccl::mock::DEFAULT_VERSION),
+        oxccl::mock::FaultPlan::new(),
+        5,
+        oxccl::mock::DEFAULT_INIT_TIMEOUT,
+    );
+    run_on(slow_init, 2, pg_cases::case_09);
 }
 
 #[test]
@@ -122,9 +155,28 @@ fn case_16_strict_boolean_environment() {
             ),
             "{bad}: {e:?}"
         );
+        assert!(
+            e.to_string().contains(bad),
+            "{bad}: the value is not named: {e}"
+        );
     }
-    let ok = EnvConfig::from_lookup(|k| (k == "OXCCL_BLOCKING_WAIT").then_some("1")).unwrap();
-    assert!(ok.blocking_wait);
+    for (v, want) in [("1", true), ("0", false)] {
+        let ok = EnvConfig::from_lookup(|k| (k == "OXCCL_BLOCKING_WAIT").then_some(v)).unwrap();
+        assert_eq!(ok.blocking_wait, want, "{v}");
+    }
+    // The same strictness for another boolean, and the default when unset.
+    let e = EnvConfig::from_lookup(|k| (k == "OXCCL_NAN_CHECK").then_some("abc")).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::InvalidArgument {
+                arg: "OXCCL_NAN_CHECK",
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    assert!(!EnvConfig::from_lookup(|_| None).unwrap().blocking_wait);
 }
 
 #[test]
@@ -143,16 +195,30 @@ fn case_19_coalescing_block_gives_one_work() {
     run(2, collectives::case_19);
 }
 
-#[test]
-fn case_20_fp8_reductions_follow_the_library() {
-    run(2, collectives::case_20);
-    let before_fp8 = MockBackend::with_options(
+/// A mock imitating NCCL 2.23.4, the last release without fp8.
+fn before_fp8() -> MockBackend {
+    MockBackend::with_options(
         oxccl::FeatureSet::for_version(oxccl::Version::new(2, 23, 4)),
         oxccl::mock::FaultPlan::new(),
         1,
         oxccl::mock::DEFAULT_INIT_TIMEOUT,
-    );
-    run_on(before_fp8, 2, collectives::case_20);
+    )
+}
+
+#[test]
+fn case_20_fp8_reductions_follow_the_library() {
+    run(2, collectives::case_20);
+    run(3, collectives::case_20);
+    run_on(before_fp8(), 2, collectives::case_20);
+}
+
+/// c10d moves fp8 as bytes for non-reductions on any NCCL (reference/c10d-behaviour.md:
+/// "bool and fp8 travel as uint8 for non-reductions"), so case 20's fp8 all_gather is
+/// byte-exact before NCCL 2.24.3 too. oxccl refuses it there (`Unsupported { Float8 }`).
+#[test]
+#[ignore = "reason: fp8 all_gather (a non-reduction) is refused as Unsupported(Float8) before NCCL 2.24.3 instead of travelling as uint8 (spec case 20)"]
+fn case_20_fp8_all_gather_before_nccl_2_24() {
+    run_on(before_fp8(), 2, collectives::case_20_gather);
 }
 
 #[test]
@@ -189,6 +255,13 @@ fn case_26_subgroups_with_global_peers() {
 #[test]
 fn case_31_config_passes_through() {
     run(2, groups::case_31);
+    let before_config = MockBackend::with_options(
+        oxccl::FeatureSet::for_version(oxccl::Version::new(2, 16, 5)),
+        oxccl::mock::FaultPlan::new(),
+        1,
+        oxccl::mock::DEFAULT_INIT_TIMEOUT,
+    );
+    run_on(before_config, 2, groups::case_31_before_2_17);
 }
 
 #[test]

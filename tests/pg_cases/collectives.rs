@@ -2,6 +2,7 @@
 
 use super::{all_reduce_values, lazy, MakeGroup, Verdict};
 use oxccl::buffer::Memory;
+use oxccl::pg::ProcessGroup;
 use oxccl::{Error, ReduceOp};
 
 /// Five chunks of arange(60) shifted by `shift`, as `T`.
@@ -108,8 +109,9 @@ pub fn case_19<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
 }
 
 /// Case 20: fp8 reductions follow the loaded library (PyTorch refuses them all; NCCL reduces
-/// fp8 since 2.24.3): refused as Unsupported before, exact after. The fp8 all_gather of ones
-/// is byte-exact wherever fp8 exists.
+/// fp8 since 2.24.3): refused as Unsupported naming float8 before, exact after. The fp8
+/// all_gather of ones(10, 16) is byte-exact, e4m3 and e5m2 (before 2.24.3 see
+/// `case_20_gather`, which c10d runs on any NCCL: fp8 travels as bytes there).
 pub fn case_20<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
     use float8::{F8E4M3, F8E5M2};
     let pg = ok!(mk(lazy(rank)));
@@ -120,7 +122,8 @@ pub fn case_20<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
         .check(oxccl::Feature::Float8)
         .is_ok();
     let mut a = ok!(pg.upload(&[F8E4M3::from_f32(1.0); 8]));
-    let mut refs = vec![&mut a];
+    let mut a2 = ok!(pg.upload(&[F8E4M3::from_f32(2.0); 3]));
+    let mut refs = vec![&mut a, &mut a2];
     let r1 = pg
         .all_reduce_coalesced(&mut refs, ReduceOp::Sum)
         .and_then(|w| w.wait());
@@ -131,26 +134,43 @@ pub fn case_20<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
         .and_then(|w| w.wait());
     let in5 = ok!(pg.upload(&vec![F8E5M2::from_f32(1.0); 2 * n]));
     let mut out5 = ok!(pg.alloc_zeros::<F8E5M2>(2));
+    let mut out5b = ok!(pg.alloc_zeros::<F8E5M2>(2));
     let r3 = pg
-        .coalesced(|c| c.reduce_scatter(&in5, &mut out5, ReduceOp::Sum))
+        .coalesced(|c| {
+            c.reduce_scatter(&in5, &mut out5, ReduceOp::Sum)?;
+            c.reduce_scatter(&in5, &mut out5b, ReduceOp::Sum)
+        })
         .and_then(|w| w.wait());
     if !has_fp8 {
-        for r in [r1, r2, r3] {
+        for (what, r) in [
+            ("all_reduce_coalesced", r1),
+            ("reduce_scatter", r2),
+            ("coalesced reduce_scatter", r3),
+        ] {
             ensure!(
                 matches!(
-                    r,
-                    Err(Error::Unsupported {
+                    &r,
+                    Err(e @ Error::Unsupported {
                         feature: oxccl::Feature::Float8,
                         ..
-                    })
+                    }) if e.to_string().contains("float8") && e.to_string().contains("2.24.3")
                 ),
-                "{r:?}"
+                "{what}: {r:?}"
             );
         }
+        // Nothing was written.
+        ensure!(
+            ok!(pg.download(&output)) == vec![F8E4M3::from_f32(0.0); 2],
+            "refused reduce_scatter wrote"
+        );
         return Ok(());
     }
-    for r in [r1, r2, r3] {
-        ensure!(r.is_ok(), "{r:?}");
+    for (what, r) in [
+        ("all_reduce_coalesced", r1),
+        ("reduce_scatter", r2),
+        ("coalesced reduce_scatter", r3),
+    ] {
+        ensure!(r.is_ok(), "{what}: {r:?}");
     }
     let want = n as f32;
     ensure!(
@@ -158,23 +178,48 @@ pub fn case_20<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
         "all_reduce"
     );
     ensure!(
+        ok!(pg.download(&a2))
+            .iter()
+            .all(|x| x.to_f32() == 2.0 * want),
+        "all_reduce, second buffer"
+    );
+    ensure!(
         ok!(pg.download(&output)).iter().all(|x| x.to_f32() == want),
         "reduce_scatter"
     );
-    ensure!(
-        ok!(pg.download(&out5)).iter().all(|x| x.to_f32() == want),
-        "e5m2"
-    );
-    let ones = ok!(pg.upload(&[F8E4M3::from_f32(1.0); 160]));
-    let mut gathered = ok!(pg.alloc_zeros::<F8E4M3>(160 * n));
-    ok!(ok!(pg.all_gather(&ones, &mut gathered)).wait());
-    let g = ok!(pg.download(&gathered));
-    let one = F8E4M3::from_f32(1.0).to_bits();
-    ensure!(
-        g.iter().all(|x| x.to_bits() == one),
-        "all_gather not byte-exact"
-    );
-    Ok(())
+    for (k, o) in [&out5, &out5b].into_iter().enumerate() {
+        ensure!(
+            ok!(pg.download(o)).iter().all(|x| x.to_f32() == want),
+            "e5m2 {k}"
+        );
+    }
+    case_20_gather(mk, rank)
+}
+
+/// Case 20's all_gather_into_tensor of ones(10, 16) in fp8, e4m3 and e5m2, on this group's
+/// library: every byte of the output is the byte of 1.0.
+pub fn case_20_gather<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
+    use float8::{F8E4M3, F8E5M2};
+    fn gather<B: Memory, T: oxccl::NcclType>(
+        pg: &ProcessGroup<B>,
+        one: T,
+        bits: fn(T) -> u8,
+    ) -> Verdict {
+        let n = pg.size() as usize;
+        let ones = ok!(pg.upload(&[one; 160]));
+        let mut gathered = ok!(pg.alloc_zeros::<T>(160 * n));
+        ok!(ok!(pg.all_gather(&ones, &mut gathered)).wait());
+        let g: Vec<u8> = ok!(pg.download(&gathered)).into_iter().map(bits).collect();
+        ensure!(
+            g == vec![bits(one); 160 * n],
+            "all_gather not byte-exact: {:?}",
+            &g[..4]
+        );
+        Ok(())
+    }
+    let pg = ok!(mk(lazy(rank)));
+    gather(&pg, F8E4M3::from_f32(1.0), |x| x.to_bits())?;
+    gather(&pg, F8E5M2::from_f32(1.0), |x| x.to_bits())
 }
 
 /// Case 21: reduce_scatter of arange(2N) int64 → [2rN, (2r+1)N]; the coalesced variant with
@@ -231,40 +276,121 @@ pub fn case_22<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
     Ok(())
 }
 
-/// Case 23: one call cannot mix dtypes (a buffer has one element type); ranks that disagree
-/// on the dtype are caught. Mock only: NCCL itself would hang on such a mismatch.
-pub fn case_23<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
-    let pg = ok!(mk(lazy(rank)));
+/// The dtype-mixing calls of case 23, each issued with elements `one` of this rank's type.
+const MIXED_CALLS: [&str; 10] = [
+    "all_gather",
+    "all_gather_coalesced",
+    "all_reduce_coalesced",
+    "reduce_scatter",
+    "reduce_scatter_coalesced",
+    "all_to_all_single",
+    "all_to_all",
+    "scatter",
+    "gather",
+    "broadcast",
+];
+
+/// Issues case 23's call `what` with 4 elements per rank of `one`'s type and waits for it.
+fn mixed_call<B: Memory, T: oxccl::NcclType>(
+    pg: &ProcessGroup<B>,
+    rank: u32,
+    what: &str,
+    one: T,
+) -> oxccl::Result<()> {
     let n = pg.size() as usize;
-    let r = if rank == 0 {
-        let x = ok!(pg.upload(&[1.0f32; 4]));
-        let mut y = ok!(pg.alloc_zeros::<f32>(4 * n));
-        pg.all_gather(&x, &mut y).and_then(|w| w.wait())
-    } else {
-        let x = ok!(pg.upload(&[half::f16::ONE; 4]));
-        let mut y = ok!(pg.alloc_zeros::<half::f16>(4 * n));
-        pg.all_gather(&x, &mut y).and_then(|w| w.wait())
+    let x = pg.upload(&[one; 4])?;
+    let xs = pg.upload(&vec![one; 4 * n])?;
+    let mut y = pg.alloc_zeros::<T>(4 * n)?;
+    let mut y2 = pg.alloc_zeros::<T>(4 * n)?;
+    let mut o = pg.alloc_zeros::<T>(4)?;
+    let mut o2 = pg.alloc_zeros::<T>(4)?;
+    let w = match what {
+        "all_gather" => pg.all_gather(&x, &mut y)?,
+        "all_gather_coalesced" => pg.coalesced(|c| {
+            c.all_gather(&x, &mut y)?;
+            c.all_gather(&x, &mut y2)
+        })?,
+        "all_reduce_coalesced" => pg.all_reduce_coalesced(&mut [&mut o, &mut o2], ReduceOp::Sum)?,
+        "reduce_scatter" => pg.reduce_scatter(&xs, &mut o, ReduceOp::Sum)?,
+        "reduce_scatter_coalesced" => pg.coalesced(|c| {
+            c.reduce_scatter(&xs, &mut o, ReduceOp::Sum)?;
+            c.reduce_scatter(&xs, &mut o2, ReduceOp::Sum)
+        })?,
+        "all_to_all_single" => pg.all_to_all(&xs, &mut y)?,
+        "all_to_all" => pg.all_to_all_v(&xs, &mut y, &vec![4; n], &vec![4; n])?,
+        "scatter" => pg.scatter((rank == 0).then_some(&xs), &mut o2, 0)?,
+        "gather" => pg.gather(&x, (rank == 0).then_some(&mut y), 0)?,
+        "broadcast" => pg.broadcast(&mut o, 0)?,
+        other => unreachable!("{other}"),
     };
-    ensure!(
-        matches!(r, Err(Error::Mismatch { what: "dtype", .. })),
-        "{r:?}"
-    );
+    w.wait()
+}
+
+/// Case 23: one call cannot mix dtypes (a buffer has one element type, so c10d's lists of
+/// f32 and f16 tensors cannot be written); ranks that disagree on the dtype of a call are
+/// caught instead, on every rank and for every kind of call, naming both types. Mock only:
+/// NCCL itself would hang on such a mismatch.
+pub fn case_23<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
+    for what in MIXED_CALLS {
+        // A fresh group per call: a mismatch fails the communicator of the call.
+        let pg = ok!(mk(lazy(rank)));
+        let r = if rank == 0 {
+            mixed_call(&pg, rank, what, 1.0f32)
+        } else {
+            mixed_call(&pg, rank, what, half::f16::ONE)
+        };
+        ensure!(
+            matches!(&r, Err(Error::Mismatch { what: "dtype", detail })
+                if detail.contains("float32") && detail.contains("float16")),
+            "{what}: {r:?}"
+        );
+        ensure!(
+            r.unwrap_err().to_string().contains("disagree on dtype"),
+            "{what}"
+        );
+        pg.abort("end of the call");
+    }
     Ok(())
 }
 
-/// Case 24: complex64 travels as pairs of f32: gathering complex and real buffers agrees.
+/// Case 24: complex64 travels as pairs of f32 (c10d's view_as_real; oxccl has no complex
+/// type). An all_gather of pairs keeps every pair bit for bit (signed zeros, NaN payloads,
+/// subnormals: no arithmetic touches them), alone and in one block with two real gathers
+/// (c10d's list mixing one complex64 with two f32).
 pub fn case_24<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
     let pg = ok!(mk(lazy(rank)));
     let n = pg.size();
+    // Two complex numbers (re, im) per rank.
     let pairs = |r: u32| {
         let r = r as f32;
-        [r, -r, r + 0.5, 2.0]
+        [
+            r,
+            -0.0,
+            f32::from_bits(0x7fc0_0000 | (r as u32 + 1)),
+            f32::from_bits(1 + r as u32),
+        ]
     };
+    let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<_>>();
+    let want: Vec<u32> = bits((0..n).flat_map(pairs).collect());
     let x = ok!(pg.upload(&pairs(rank)));
     let mut y = ok!(pg.alloc_zeros::<f32>(4 * n as usize));
     ok!(ok!(pg.all_gather(&x, &mut y)).wait());
-    let want: Vec<f32> = (0..n).flat_map(pairs).collect();
-    ensure!(ok!(pg.download(&y)) == want, "gathered");
+    ensure!(bits(ok!(pg.download(&y))) == want, "gathered pairs");
+    let reals = [rank as f32 + 0.5; 2];
+    let r1 = ok!(pg.upload(&reals));
+    let mut y1 = ok!(pg.alloc_zeros::<f32>(2 * n as usize));
+    let mut y2 = ok!(pg.alloc_zeros::<f32>(2 * n as usize));
+    let mut yc = ok!(pg.alloc_zeros::<f32>(4 * n as usize));
+    ok!(ok!(pg.coalesced(|c| {
+        c.all_gather(&x, &mut yc)?;
+        c.all_gather(&r1, &mut y1)?;
+        c.all_gather(&r1, &mut y2)
+    }))
+    .wait());
+    ensure!(bits(ok!(pg.download(&yc))) == want, "pairs in the block");
+    let real_want: Vec<f32> = (0..n).flat_map(|r| [r as f32 + 0.5; 2]).collect();
+    ensure!(ok!(pg.download(&y1)) == real_want, "first real gather");
+    ensure!(ok!(pg.download(&y2)) == real_want, "second real gather");
     Ok(())
 }
 

@@ -3,7 +3,7 @@
 use super::{all_reduce_values, lazy, MakeGroup, Verdict};
 use oxccl::buffer::Memory;
 use oxccl::pg::PgOptions;
-use oxccl::{CommConfig, ConfigField, ReduceOp};
+use oxccl::{CommConfig, ConfigField, Error, ReduceOp};
 
 /// Case 25: group [1]: group rank of global 1 is 0, of global 0 "not part of group"; global
 /// rank of group rank 0 is 1; ranks [1]; once destroyed, "not registered".
@@ -11,14 +11,44 @@ pub fn case_25<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
     let pg = ok!(mk(lazy(rank)));
     let g = ok!(pg.new_group(&[1], None));
     ensure!(ok!(g.group_rank_of(1)) == 0, "group rank of 1");
-    let e = g.group_rank_of(0).unwrap_err().to_string();
-    ensure!(e.contains("not part of group"), "{e}");
+    let e = g.group_rank_of(0);
+    ensure!(
+        matches!(&e, Err(e @ Error::InvalidArgument { arg: "global_rank", .. })
+            if e.to_string().contains("global rank 0 is not part of group")),
+        "{e:?}"
+    );
     ensure!(ok!(g.global_rank_of(0)) == 1, "global rank of 0");
+    let e = g.global_rank_of(1);
+    ensure!(
+        matches!(
+            e,
+            Err(Error::InvalidArgument {
+                arg: "group_rank",
+                ..
+            })
+        ),
+        "global rank of group rank 1: {e:?}"
+    );
     ensure!(g.ranks() == [1], "{:?}", g.ranks());
+    ensure!(
+        g.rank() == (rank == 1).then_some(0),
+        "this rank in the group: {:?}",
+        g.rank()
+    );
     if rank == 1 {
         g.destroy();
-        let e = g.group_rank_of(1).unwrap_err().to_string();
-        ensure!(e.contains("not registered"), "{e}");
+        for e in [
+            g.group_rank_of(1).map(|_| ()),
+            g.global_rank_of(0).map(|_| ()),
+        ] {
+            ensure!(
+                matches!(&e, Err(e @ Error::InvalidArgument { arg: "group", .. })
+                    if e.to_string().contains("not registered")),
+                "{e:?}"
+            );
+        }
+        // The default group is still registered.
+        ensure!(ok!(pg.group_rank_of(1)) == 1, "default group");
     }
     Ok(())
 }
@@ -87,6 +117,55 @@ pub fn case_26<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
     let root_in = if rank == base { Some(&src) } else { None };
     ok!(ok!(mine.scatter(root_in, &mut sc, base)).wait());
     ensure!(ok!(pg.download(&sc)) == ones(rank), "scatter");
+
+    // c10d's local-sync groups (made by their members alone; here every rank calls
+    // new_group in the same order, as oxccl asks, and the partial groups are made by their
+    // members alone at their first operation): a non-member gets no rank in the group and
+    // its collectives are refused; each pair all-gathers [g, r] into [[g, 2g], [g, 2g+1]];
+    // two groups of the same members are independent.
+    let mut dups = Vec::new();
+    for _ in 0..2 {
+        let made: Vec<_> = pairs
+            .iter()
+            .map(|p| pg.new_group(p, None))
+            .collect::<oxccl::Result<_>>()
+            .map_err(|e| e.to_string())?;
+        dups.push(made);
+    }
+    ensure!(
+        dups[0][0].uid() != dups[1][0].uid(),
+        "duplicate groups share uid {}",
+        dups[0][0].uid()
+    );
+    let g = rank / 2;
+    for (k, made) in dups.iter().enumerate() {
+        for (p, grp) in made.iter().enumerate() {
+            if p as u32 != g {
+                ensure!(
+                    grp.rank().is_none(),
+                    "non-member of pair {p}: {:?}",
+                    grp.rank()
+                );
+                let mut b = ok!(pg.upload(&[1.0f32]));
+                let r = grp.all_reduce(&mut b, ReduceOp::Sum).map(|_| ());
+                ensure!(
+                    matches!(&r, Err(e @ oxccl::Error::InvalidArgument { arg: "group", .. })
+                        if e.to_string().contains("not part of group")),
+                    "non-member's op on pair {p}: {r:?}"
+                );
+            }
+        }
+        let grp = &made[g as usize];
+        ensure!(grp.rank() == Some(rank % 2), "{:?}", grp.rank());
+        let x = ok!(pg.upload(&[g as i64, rank as i64]));
+        let mut out = ok!(pg.upload(&[-1i64; 4]));
+        ok!(ok!(grp.all_gather(&x, &mut out)).wait());
+        let want = vec![g as i64, 2 * g as i64, g as i64, 2 * g as i64 + 1];
+        ensure!(
+            ok!(pg.download(&out)) == want,
+            "duplicate {k}: local-sync all_gather"
+        );
+    }
     Ok(())
 }
 
@@ -106,15 +185,51 @@ pub fn case_31<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
     if rank > 1 {
         return Ok(());
     }
+    let kept = &sub.options().config;
+    let got = (
+        kept.int(ConfigField::MaxCtas),
+        kept.int(ConfigField::MinCtas),
+        kept.int(ConfigField::CgaClusterSize),
+        kept.string(ConfigField::NetName),
+    );
     ensure!(
-        sub.options().config.int(ConfigField::MaxCtas) == Some(4),
-        "config kept"
+        got == (Some(4), Some(2), Some(2), Some("Socket")),
+        "config kept: {got:?}"
     );
     let v = vec![(rank + 1) as f32; 10];
     ensure!(
         ok!(all_reduce_values(&sub, &v)) == vec![3.0; 10],
         "subgroup all_reduce"
     );
+    Ok(())
+}
+
+/// Case 31 on a library older than the config fields (NCCL < 2.17): the fields are refused,
+/// naming the first one and the release it needs, never dropped silently: at construction
+/// when the device is bound, at the first operation when lazy.
+pub fn case_31_before_2_17<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
+    let config = ok!(CommConfig::new()
+        .set(ConfigField::MaxCtas, 4)
+        .and_then(|c| c.set(ConfigField::MinCtas, 2))
+        .and_then(|c| c.set(ConfigField::CgaClusterSize, 2))
+        .and_then(|c| c.net_name("Socket")));
+    let refused = |r: &oxccl::Result<()>| {
+        matches!(r, Err(e @ Error::InvalidArgument { arg: "config", .. })
+            if e.to_string().contains("`cgaClusterSize` needs NCCL 2.17.1"))
+    };
+    let eager = mk(PgOptions {
+        config: config.clone(),
+        ..super::eager(rank)
+    })
+    .map(|_| ());
+    ensure!(refused(&eager), "eager: {eager:?}");
+    let pg = ok!(mk(PgOptions {
+        config,
+        ..lazy(rank)
+    }));
+    let mut b = ok!(pg.upload(&[1.0f32]));
+    let r = pg.all_reduce(&mut b, ReduceOp::Sum).map(|_| ());
+    ensure!(refused(&r), "lazy, first op: {r:?}");
     Ok(())
 }
 

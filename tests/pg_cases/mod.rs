@@ -93,9 +93,17 @@ pub fn case_02<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
         ..lazy(rank)
     })
     .and_then(|pg| all_reduce_values(&pg, &[1.0, 2.0, 3.0]));
+    // A backend error (NCCL's invalid usage: "Duplicate GPU detected"), not another variant
+    // that happens to carry the code.
     ensure!(
-        matches!(&r, Err(e) if e.code() == Some(oxccl::ResultCode::INVALID_USAGE)),
-        "expected invalid usage, got {r:?}"
+        matches!(
+            &r,
+            Err(Error::Backend {
+                code: oxccl::ResultCode::INVALID_USAGE,
+                ..
+            })
+        ),
+        "expected a backend error of invalid usage, got {r:?}"
     );
     Ok(())
 }
@@ -108,19 +116,28 @@ pub fn case_03<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
     ensure!(v == vec![n; 100], "all_reduce gave {v:?}");
     let mut b = ok!(pg.upload(&[1.0f32; 4]));
     pg.destroy();
-    let after = pg.all_reduce(&mut b, ReduceOp::Sum).map(|_| ());
     ensure!(
-        matches!(
-            after,
-            Err(Error::InvalidState {
-                state: CommState::Destroyed,
-                ..
-            })
-        ),
-        "after destroy: {after:?}"
+        pg.comm_state() == Some(CommState::Destroyed),
+        "state after destroy: {:?}",
+        pg.comm_state()
     );
+    // Refused at the call (no work to wait for, so nothing can hang), every time.
+    for attempt in 0..2 {
+        let after = pg.all_reduce(&mut b, ReduceOp::Sum).map(|_| ());
+        ensure!(
+            matches!(
+                after,
+                Err(Error::InvalidState {
+                    state: CommState::Destroyed,
+                    ..
+                })
+            ),
+            "after destroy (attempt {attempt}): {after:?}"
+        );
+    }
     let pg = ok!(mk(lazy(rank)));
-    ok!(all_reduce_values(&pg, &[1.0]));
+    let v = ok!(all_reduce_values(&pg, &[1.0]));
+    ensure!(v == vec![n], "second group: {v:?}");
     drop(pg);
     Ok(())
 }
@@ -128,7 +145,8 @@ pub fn case_03<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
 /// Case 4: an unmatched all_reduce on rank 0 is ended by an abort from another thread.
 pub fn case_04<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
     let pg = ok!(mk(lazy(rank)));
-    ok!(all_reduce_values(&pg, &[1.0]));
+    let v = ok!(all_reduce_values(&pg, &[1.0]));
+    ensure!(v == vec![pg.size() as f32], "first all_reduce: {v:?}");
     if rank == 0 {
         let mut b = ok!(pg.upload(&[1.0f32; 8]));
         let work = ok!(pg.all_reduce(&mut b, ReduceOp::Sum));
@@ -137,9 +155,31 @@ pub fn case_04<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
             std::thread::sleep(Duration::from_millis(200));
             aborter.abort("shut down by the test");
         });
+        // The host sync (c10d's `t.cpu()`): blocked behind the unmatched all_reduce until the
+        // abort frees it, whatever it then returns.
+        let began = std::time::Instant::now();
+        let _ = pg.download(&b);
+        let blocked = began.elapsed();
         let r = work.wait();
         let _ = t.join();
-        ensure!(matches!(r, Err(Error::Aborted { .. })), "wait gave {r:?}");
+        ensure!(
+            blocked >= Duration::from_millis(150) && blocked < Duration::from_secs(10),
+            "the host sync returned after {blocked:?} (the abort came at 200 ms)"
+        );
+        ensure!(
+            matches!(&r, Err(Error::Aborted { reason }) if reason.contains("shut down by the test")),
+            "wait gave {r:?}"
+        );
+        ensure!(
+            pg.comm_state() == Some(CommState::Aborted),
+            "state {:?}",
+            pg.comm_state()
+        );
+        let next = pg.all_reduce(&mut b, ReduceOp::Sum).map(|_| ());
+        ensure!(
+            matches!(&next, Err(Error::Aborted { reason }) if reason.contains("shut down by the test")),
+            "the next op: {next:?}"
+        );
     } else {
         // Stay alive past the abort: a peer that leaves is a different failure (Remote).
         std::thread::sleep(Duration::from_millis(1500));
@@ -164,6 +204,25 @@ pub fn case_05<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
         a.destroy();
     }
     pg.destroy();
+    for (name, g) in [("a", &a), ("b", &b), ("default", &pg)] {
+        ensure!(
+            g.comm_state() == Some(CommState::Destroyed),
+            "{name}: {:?}",
+            g.comm_state()
+        );
+        let mut x = ok!(pg.upload(&[1.0f32]));
+        let r = g.all_reduce(&mut x, ReduceOp::Sum).map(|_| ());
+        ensure!(
+            matches!(
+                r,
+                Err(Error::InvalidState {
+                    state: CommState::Destroyed,
+                    ..
+                })
+            ),
+            "{name} after destroy: {r:?}"
+        );
+    }
     Ok(())
 }
 
@@ -177,10 +236,18 @@ pub fn case_06<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
     ok!(all_reduce_values(&a, &[1.0]));
     ok!(all_reduce_values(&b, &[1.0]));
     ensure!(pg.split_count() == 2, "two used: {}", pg.split_count());
+    // A fresh default group: one subgroup used and one never used split once.
+    let pg = ok!(mk(lazy(rank)));
+    ok!(all_reduce_values(&pg, &[1.0]));
     let _unused = ok!(pg.new_group(&all, None));
     let d = ok!(pg.new_group(&all, None));
-    ok!(all_reduce_values(&d, &[1.0]));
-    ensure!(pg.split_count() == 3, "one more used: {}", pg.split_count());
+    let v = ok!(all_reduce_values(&d, &[1.0]));
+    ensure!(v == vec![pg.size() as f32], "used subgroup: {v:?}");
+    ensure!(
+        pg.split_count() == 1,
+        "one used, one unused: {}",
+        pg.split_count()
+    );
     Ok(())
 }
 
@@ -239,6 +306,12 @@ pub fn case_09<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
         ok!(ok!(ng.broadcast(&mut t, 0)).wait());
         ensure!(pg.split_count() == 1, "third: {}", pg.split_count());
         ensure!(ok!(pg.download(&t)) == vec![0], "broadcast");
+        ensure!(
+            pg.comm_state() == Some(CommState::Ready) && ng.comm_state() == Some(CommState::Ready),
+            "states {:?} {:?}",
+            pg.comm_state(),
+            ng.comm_state()
+        );
     }
     Ok(())
 }
@@ -255,10 +328,20 @@ pub fn case_10<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
         pg.timeout()
     );
     pg.set_timeout(Duration::from_secs(23));
+    ensure!(
+        pg.timeout() == Duration::from_secs(23),
+        "{:?}",
+        pg.timeout()
+    );
     let mut b = ok!(pg.upload(&[1.0f32]));
     let w = ok!(pg.all_reduce(&mut b, ReduceOp::Sum));
     ensure!(w.timeout() == Duration::from_secs(23), "23");
     pg.set_timeout(Duration::from_secs(252));
+    ensure!(
+        pg.timeout() == Duration::from_secs(252),
+        "{:?}",
+        pg.timeout()
+    );
     let w = ok!(pg.all_reduce(&mut b, ReduceOp::Sum));
     ensure!(w.timeout() == Duration::from_secs(252), "252");
     ok!(w.wait());

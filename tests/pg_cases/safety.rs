@@ -40,15 +40,25 @@ pub fn case_13<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
     if rank == 1 {
         let w = ok!(pg.all_reduce(&mut b, ReduceOp::Sum));
         let r = w.wait_timeout(Duration::from_millis(500));
-        ensure!(matches!(r, Err(Error::Timeout { .. })), "wait gave {r:?}");
-        let next = pg.all_reduce(&mut b, ReduceOp::Sum).and_then(|w| w.wait());
-        let text = match &next {
-            Err(e) => e.to_string(),
-            Ok(()) => String::new(),
-        };
         ensure!(
-            text.contains("abort") && text.contains("timing out"),
+            matches!(&r, Err(Error::Timeout { what, .. }) if what.contains("SeqNum=2") && what.contains("Timeout(ms)=500")),
+            "wait gave {r:?}"
+        );
+        // The wait's error aborted the communicator: the next op is refused as aborted, and
+        // the reason names the operation that timed out.
+        ensure!(
+            pg.comm_state() == Some(oxccl::CommState::Aborted),
+            "state {:?}",
+            pg.comm_state()
+        );
+        let next = pg.all_reduce(&mut b, ReduceOp::Sum).and_then(|w| w.wait());
+        ensure!(
+            matches!(&next, Err(Error::Aborted { reason }) if reason.contains("timing out") && reason.contains("SeqNum=2")),
             "next op: {next:?}"
+        );
+        ensure!(
+            next.as_ref().unwrap_err().to_string().contains("aborted"),
+            "{next:?}"
         );
     } else {
         std::thread::sleep(Duration::from_millis(1500));
@@ -133,6 +143,7 @@ pub fn case_27<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
         ok!(pg.download(&g)) == vec![n; pg.size() as usize],
         "all_gather N × [N]"
     );
+    ensure!(ok!(pg.download(&c)) == vec![n], "the third op");
     ensure!(
         eventually(|| seen.load(Ordering::SeqCst) == 5),
         "5 hooks in all"
@@ -154,10 +165,11 @@ pub fn case_27<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
     Ok(())
 }
 
-/// Case 28: a ring of 10 after 12 operations keeps 10, the last seq minus the first is 9; the
-/// drained last entry is retired and completed; after two all_reduces of 12 floats (a 3×4
-/// tensor): record id 1, collective seq 2, sizes [[12]], float32, timeout 600000 ms,
-/// completed, a duration only with timing.
+/// Case 28: a ring of 10 after 12 operations keeps 10, the last seq minus the first is 9, and
+/// the drained last entry is retired and completed; after two all_reduces of 12 floats (a 3×4
+/// tensor), the second's entry: record id 1, group 0 ("default_pg"), "nccl:all_reduce",
+/// collective seq 2, input and output sizes [[12]] float32, timeout 600000 ms, completed (its
+/// completion seen, and with timing its start before it), a duration only with timing.
 pub fn case_28<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
     for timing in [false, true] {
         let recorder = Recorder::new(10);
@@ -180,19 +192,46 @@ pub fn case_28<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
         );
         {
             let r = recorder.lock();
+            ensure!(r.len() == 2, "{} entries after two ops", r.len());
             let e = r.get(1).ok_or("entry 1")?;
+            ensure!(e.id == 1, "record id {}", e.id);
+            ensure!(e.record.pg_id == 0, "group {}", e.record.pg_id);
+            ensure!(
+                r.pg_configs()
+                    .iter()
+                    .any(|c| c.id == 0 && c.desc == "default_pg"),
+                "{:?}",
+                r.pg_configs()
+            );
+            ensure!(
+                e.record.profiling_name == "nccl:all_reduce",
+                "{}",
+                e.record.profiling_name
+            );
             ensure!(
                 e.record.collective_seq == 2,
                 "seq {}",
                 e.record.collective_seq
             );
-            ensure!(e.record.inputs[0].sizes == [12], "{:?}", e.record.inputs);
-            ensure!(e.record.inputs[0].dtype == DataType::Float32, "dtype");
+            for (what, t) in [("inputs", &e.record.inputs), ("outputs", &e.record.outputs)] {
+                let got: Vec<_> = t.iter().map(|m| (m.sizes.clone(), m.dtype)).collect();
+                ensure!(
+                    got == vec![(vec![12], DataType::Float32)],
+                    "{what}: {got:?}"
+                );
+            }
             ensure!(e.record.timeout_ms == 600_000, "timeout");
+            ensure!(!e.record.is_p2p, "not p2p");
             ensure!(e.state == TraceState::Completed, "state {:?}", e.state);
+            let done = e.time_discovered_completed_ns.ok_or("completion time")?;
+            if timing {
+                let began = e.time_discovered_started_ns.ok_or("start time")?;
+                ensure!(began <= done, "started {began} after completed {done}");
+            }
             ensure!(
                 e.duration_ns.is_some() == timing,
-                "duration with timing={timing}"
+                "duration {:?} with timing={timing}",
+                e.duration_ns
             );
         }
         drop(last);
@@ -200,20 +239,35 @@ pub fn case_28<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
             ok!(ok!(pg.all_reduce(&mut b, ReduceOp::Sum)).wait());
         }
         settle()?;
+        ensure!(
+            eventually(|| recorder.lock().entries().last().is_some_and(|e| e.retired)),
+            "the last entry was not retired"
+        );
         let r = recorder.lock();
         let entries: Vec<_> = r.entries().collect();
         ensure!(entries.len() == 10, "{} entries", entries.len());
         let first = entries[0].record.collective_seq;
         let last = entries[9].record.collective_seq;
+        ensure!(first == 3 && last == 12, "{first}..{last}");
         ensure!(last - first == 9, "{first}..{last}");
+        ensure!(
+            entries[9].retired && entries[9].state == TraceState::Completed,
+            "last entry: {:?}",
+            entries[9]
+        );
+        ensure!(
+            entries.iter().all(|e| e.duration_ns.is_some() == timing),
+            "durations with timing={timing}"
+        );
     }
     Ok(())
 }
 
 /// Case 29: an unmatched second operation reads "started" with timing and "scheduled"
-/// without; an only-active dump keeps only it; p2p entries are named "nccl:send 1->0" /
-/// "nccl:recv 0<-1" with p2p seq and op id from 1; a coalesced block is one entry with all
-/// its input and output sizes.
+/// without (no completion seen); an only-active dump keeps only it on the stuck rank and
+/// nothing on its peer, whose last entry is its seq-1 all_reduce, completed; p2p entries are
+/// named "nccl:send 1->0" / "nccl:recv 0<-1" with p2p seq and op id from 1, completed, sizes
+/// in and out; a coalesced block is one entry with all its input and output sizes.
 pub fn case_29<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
     for timing in [true, false] {
         let recorder = Recorder::new(100);
@@ -239,6 +293,18 @@ pub fn case_29<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
                 recorder.lock().get(1).map(|e| e.state)
             );
             settle()?;
+            let all = recorder.lock().dump(false);
+            let last = all.last().ok_or("no entries")?;
+            ensure!(
+                all.len() == 2
+                    && last.id == 1
+                    && last.record.collective_seq == 2
+                    && last.record.profiling_name == "nccl:all_reduce"
+                    && last.state == want
+                    && last.time_discovered_completed_ns.is_none()
+                    && !last.retired,
+                "timing={timing}: {all:?}"
+            );
             let active = recorder.lock().dump(true);
             ensure!(
                 active.len() == 1 && active[0].id == 1,
@@ -246,6 +312,24 @@ pub fn case_29<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
             );
             pg.abort("end of case 29");
         } else {
+            settle()?;
+            ensure!(
+                eventually(|| recorder.lock().get(0).is_some_and(|e| e.retired)),
+                "the first all_reduce was not retired"
+            );
+            let all = recorder.lock().dump(false);
+            ensure!(
+                all.len() == 1
+                    && all[0].record.collective_seq == 1
+                    && all[0].record.profiling_name == "nccl:all_reduce"
+                    && all[0].state == TraceState::Completed,
+                "{all:?}"
+            );
+            let active = recorder.lock().dump(true);
+            ensure!(
+                active.is_empty(),
+                "only active on the healthy rank: {active:?}"
+            );
             std::thread::sleep(Duration::from_millis(800));
         }
     }
@@ -256,31 +340,61 @@ pub fn case_29<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
         ..lazy(rank)
     }));
     let peer = 1 - rank.min(1);
-    let s = ok!(pg.upload(&[1.0f32; 4]));
-    let mut r = ok!(pg.alloc_zeros::<f32>(4));
+    let repeats = 3u64;
     if rank <= 1 {
-        if rank == 1 {
-            ok!(ok!(pg.send(&s, peer)).wait());
-        } else {
-            ok!(ok!(pg.recv(&mut r, peer)).wait());
+        for _ in 0..repeats {
+            for len in [4usize, 6] {
+                let s = ok!(pg.upload(&vec![2.0f32; len]));
+                let mut r = ok!(pg.alloc_zeros::<f32>(len));
+                if rank == 1 {
+                    ok!(ok!(pg.send(&s, peer)).wait());
+                } else {
+                    ok!(ok!(pg.recv(&mut r, peer)).wait());
+                    ensure!(ok!(pg.download(&r)) == vec![2.0; len], "received");
+                }
+            }
         }
         settle()?;
-        let e = recorder.lock().get(0).cloned().ok_or("p2p entry")?;
+        ensure!(
+            eventually(|| recorder.lock().entries().all(|e| e.retired)),
+            "p2p entries not retired"
+        );
+        let entries = recorder.lock().dump(false);
+        ensure!(entries.len() == 2 * repeats as usize, "{entries:?}");
         let want = if rank == 1 {
             "nccl:send 1->0"
         } else {
             "nccl:recv 0<-1"
         };
-        ensure!(
-            e.record.profiling_name == want,
-            "{}",
-            e.record.profiling_name
-        );
-        ensure!(
-            e.record.is_p2p && e.record.p2p_seq == 1 && e.record.op_id == 1,
-            "{e:?}"
-        );
+        for (i, e) in entries.iter().enumerate() {
+            let k = i as u64 + 1;
+            let len = if i % 2 == 0 { 4 } else { 6 };
+            ensure!(
+                e.record.profiling_name == want,
+                "{}",
+                e.record.profiling_name
+            );
+            ensure!(
+                e.record.is_p2p && e.record.p2p_seq == k && e.record.op_id == k,
+                "entry {i}: {e:?}"
+            );
+            let sizes = |t: &[oxccl::core::trace::TensorMeta]| -> Vec<Vec<u64>> {
+                t.iter().map(|m| m.sizes.clone()).collect()
+            };
+            // The buffer moved: the send's input, the recv's output (what torchfrtrace
+            // matches: a send's input sizes against its recv's output sizes).
+            let moved = if rank == 1 {
+                sizes(&e.record.inputs)
+            } else {
+                sizes(&e.record.outputs)
+            };
+            ensure!(moved == vec![vec![len]], "entry {i}: {e:?}");
+            ensure!(e.state == TraceState::Completed, "entry {i}: {e:?}");
+            ensure!(e.duration_ns.is_none(), "a duration without timing");
+        }
     }
+    let before = recorder.lock().len();
+    let seq_before = pg.seq();
     let mut x = ok!(pg.upload(&[1.0f32; 3]));
     let mut y = ok!(pg.upload(&[1.0f32; 5]));
     ok!(ok!(pg.coalesced(|c| {
@@ -288,17 +402,37 @@ pub fn case_29<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
         c.all_reduce(&mut y, ReduceOp::Sum)
     }))
     .wait());
+    let n = pg.size() as f32;
+    ensure!(
+        ok!(pg.download(&x)) == vec![n; 3] && ok!(pg.download(&y)) == vec![n; 5],
+        "coalesced values"
+    );
     settle()?;
     let rec = recorder.lock();
+    ensure!(rec.len() == before + 1, "one entry for the block");
     let e = rec.entries().last().cloned().ok_or("coalesced entry")?;
     ensure!(
         e.record.profiling_name == "nccl:all_reduce_coalesced",
         "{}",
         e.record.profiling_name
     );
-    let sizes: Vec<_> = e.record.inputs.iter().map(|t| t.sizes.clone()).collect();
-    ensure!(sizes == vec![vec![3], vec![5]], "{sizes:?}");
-    ensure!(e.record.outputs.len() == 2, "outputs");
+    ensure!(
+        e.record.collective_seq == seq_before + 1 && !e.record.is_p2p,
+        "{e:?}"
+    );
+    let sizes = |t: &[oxccl::core::trace::TensorMeta]| -> Vec<Vec<u64>> {
+        t.iter().map(|m| m.sizes.clone()).collect()
+    };
+    ensure!(
+        sizes(&e.record.inputs) == vec![vec![3], vec![5]],
+        "{:?}",
+        e.record.inputs
+    );
+    ensure!(
+        sizes(&e.record.outputs) == vec![vec![3], vec![5]],
+        "{:?}",
+        e.record.outputs
+    );
     Ok(())
 }
 
