@@ -17,7 +17,19 @@ pub enum FloatFormat {
 
 /// A Rust type with an NCCL data type. `bool` travels as `uint8`, with sum as max (logical or)
 /// and product as min (logical and); average of bools is refused, as in PyTorch.
-pub trait NcclType:
+///
+/// Implemented for every type NCCL has; a program rarely needs its own implementation (a
+/// newtype over one of them, say).
+///
+/// # Safety
+///
+/// The backends size every transfer, and the NaN check its kernel's reads, from these items,
+/// not from the Rust type: an implementation must have `size_of::<Self>() ==
+/// Self::DTYPE.size()` and an alignment NCCL's type allows, `FLOAT` (when `Some`) must be
+/// the layout of `Self`, and `map_op` must return only operators `Self::DTYPE` supports, never
+/// a premul-sum with a device factor (an address safe code could not vouch for). Otherwise an
+/// operation reads or writes past the buffer.
+pub unsafe trait NcclType:
     cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits + Copy + Send + Sync + 'static
 {
     /// The NCCL type of the elements.
@@ -39,7 +51,10 @@ pub trait NcclType:
 
 macro_rules! nccl_type {
     ($($t:ty => $d:ident),* $(,)?) => {
-        $(impl NcclType for $t { const DTYPE: DataType = DataType::$d; })*
+        // SAFETY: each type is the size and layout of its NCCL type (pinned by the test
+        // `every_type_is_the_size_of_its_nccl_type`); the default `map_op` returns the
+        // operator it was given, which the core's check applies to the type.
+        $(unsafe impl NcclType for $t { const DTYPE: DataType = DataType::$d; })*
     };
 }
 
@@ -50,7 +65,8 @@ nccl_type! {
 
 macro_rules! float_type {
     ($($t:ty => $d:ident, $f:ident),* $(,)?) => {
-        $(impl NcclType for $t {
+        // SAFETY: as in `nccl_type!`; `FLOAT` is the type's own IEEE (or bfloat16) format.
+        $(unsafe impl NcclType for $t {
             const DTYPE: DataType = DataType::$d;
             const FLOAT: Option<FloatFormat> = Some(FloatFormat::$f);
             fn is_nan(self) -> bool {
@@ -65,7 +81,9 @@ float_type! {
     half::bf16 => Bfloat16, Bf16,
 }
 
-impl NcclType for bool {
+// SAFETY: a bool is one byte holding 0 or 1, as uint8; max and min of such bytes (the only
+// operators `map_op` returns) are 0 or 1 again, so what comes back is a valid bool.
+unsafe impl NcclType for bool {
     const DTYPE: DataType = DataType::Uint8;
 
     fn map_op(op: ReduceOp) -> Result<ReduceOp> {
@@ -107,5 +125,31 @@ mod tests {
         ));
         assert_eq!(f32::map_op(ReduceOp::Avg).unwrap(), ReduceOp::Avg);
         assert_eq!(<half::bf16 as NcclType>::DTYPE, DataType::Bfloat16);
+    }
+
+    fn size_matches<T: NcclType>() {
+        assert_eq!(
+            std::mem::size_of::<T>(),
+            T::DTYPE.size(),
+            "{}",
+            std::any::type_name::<T>()
+        );
+    }
+
+    #[test]
+    fn every_type_is_the_size_of_its_nccl_type() {
+        size_matches::<i8>();
+        size_matches::<u8>();
+        size_matches::<i32>();
+        size_matches::<u32>();
+        size_matches::<i64>();
+        size_matches::<u64>();
+        size_matches::<float8::F8E4M3>();
+        size_matches::<float8::F8E5M2>();
+        size_matches::<half::f16>();
+        size_matches::<half::bf16>();
+        size_matches::<f32>();
+        size_matches::<f64>();
+        size_matches::<bool>();
     }
 }
