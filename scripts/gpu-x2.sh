@@ -16,6 +16,14 @@
 # rewritten after each item, so a call cut short still brings back what ran. Exit status:
 # the number of FAIL items (MISS and SKIP do not count). X2_DEADLINE (default 585 s, the run
 # tool allows 600) bounds the whole call: items that would not fit are skipped, named.
+#
+# Rehearsal without a GPU (never set on the GPU machine): OXCCL_BACKEND=mock makes ddp_step,
+# pg_faults and pg_cases run on the mock spanning the ranks' processes; X2_REHEARSAL=1 also
+# shrinks every oxccl perf/check sweep to 8 B - 1 KiB (the mock holds every rank's buffers in
+# host memory) and runs torch_baseline.py on gloo (--device cpu); X2_SWEEP replaces the
+# sweep's sizes and counts alone. Put the torch venv's python3 first on PATH (py falls back to
+# python3 where /opt/torch/.venv is absent). Items needing the GPU itself (nvidia-smi, NCCL's
+# channels, nccl-tests, CUDA graphs of Comm, the NaN kernels) fail there by design.
 set -u
 cmd=${1:-}; shift || true
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -123,6 +131,8 @@ export OXCCL_NCCL_LIBRARY=${OXCCL_NCCL_LIBRARY:-$nccl_home/lib/libnccl.so.2}
 nt_build=${NCCL_TESTS_BUILD:-/tmp/oxccl-nccl-tests}
 colls="all_reduce all_gather reduce_scatter broadcast alltoall"
 next_port() { port=$((port + 7)); }
+# The sizes of an oxccl perf run: as given, or 8 B - 1 KiB in a rehearsal (X2_REHEARSAL=1).
+sizes() { if [ -n "${X2_REHEARSAL:-}" ]; then printf '%s\n' "-b 8 -e 1K -f 4"; else printf '%s\n' "$*"; fi; }
 
 {
     echo "# oxccl 2-GPU plan, $(date -u +%FT%TZ), NGPUS=$n, items:$items"
@@ -231,8 +241,9 @@ PY
 item_i7_ddp() { trun "$n" $bin/ddp_step; local rc=$?; ddp_check "$d/log" "$n" || rc=1; return $rc; }
 item_i7_socket() {
     local rc=0
-    # oxccl's own TCP store (rank 0 hosts it, no torchrun), NCCL on sockets.
-    NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET \
+    # oxccl's own TCP store (rank 0 hosts it, no torchrun), NCCL on sockets (NCCL_NET=Socket:
+    # without it a host with InfiniBand or a net plugin would connect the ranks via NET/IB).
+    NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_NET=Socket NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET \
         ranks "$n" "$d/ddp" 60 $bin/ddp_step | tee "$d/ddp.status"
     cat "$d"/ddp/rank_*.out >"$d/ddp.log"
     grep -q "exit [1-9]\|killed" "$d/ddp.status" && rc=1
@@ -242,7 +253,7 @@ item_i7_socket() {
     grep -q "via NET/Socket" "$d/ddp.log" || { echo "no 'via NET/Socket' channel in NCCL's log"; rc=1; }
     grep -q "via P2P\|via SHM" "$d/ddp.log" && { echo "a P2P or SHM channel was used"; rc=1; }
     # The seed cases under torchrun (PyTorch's TCPStore), sockets too.
-    NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 trun "$n" $bin/pg_cases case_03 case_17 case_18 case_26 || rc=1
+    NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_NET=Socket trun "$n" $bin/pg_cases case_03 case_17 case_18 case_26 || rc=1
     local ok
     ok=$(grep -c '^rank 0 .*: ok' "$d/log")
     echo "NOTE: ddp_step over ${via:-no NET channel seen}; seed cases 3/17/18/26: $ok of 4 ok on rank 0"
@@ -316,28 +327,35 @@ sys.exit(0 if c and s else 1)' "$dd/trace.json" || rc=1
 
 item_i7_overhead() {
     local rc=0
-    OXCCL_BENCH_GPUS=$n $bin/pg_overhead | tee "$d/run1.md" || rc=1
-    OXCCL_BENCH_GPUS=$n $bin/pg_overhead | tee "$d/run2.md" || rc=1
+    OXCCL_BENCH_GPUS=$n $bin/pg_overhead | tee "$d/run1.md"; [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+    OXCCL_BENCH_GPUS=$n $bin/pg_overhead | tee "$d/run2.md"; [ "${PIPESTATUS[0]}" = 0 ] || rc=1
     "$py" scripts/x2_report.py overhead "$d/run1.md" "$d/run2.md" || { local g=$?; [ $rc = 0 ] && rc=$g; }
     return $rc
 }
 item_i9_buffers() {
     $bin/comm_buffers "$n"; local rc=$?
+    # comm_buffers exits 0 when it skips (no GPU or no NCCL): only its PASS line passes.
+    grep -q '^comm_buffers: PASS$' "$d/log" || { [ $rc = 0 ] && rc=1; }
     echo "NOTE: $(tail -1 "$d/log")"
     return $rc
 }
 item_i10_nan() {
-    OXCCL_BENCH_GPUS=1 $bin/nan_check | tee "$d/nan.md"; local rc=$?
+    OXCCL_BENCH_GPUS=1 $bin/nan_check | tee "$d/nan.md"; local rc=${PIPESTATUS[0]}
+    # A row per type, each with the planted NaN found (the last column).
+    local rows found
+    rows=$(grep -cE '^\| *(f32|f64|f16|bf16) ' "$d/nan.md")
+    found=$(grep -cE '^\| *(f32|f64|f16|bf16) .*\| *true *\|$' "$d/nan.md")
+    [ "$rows" = 4 ] && [ "$found" = 4 ] || { echo "$rows of 4 types timed, the NaN found in $found"; [ $rc = 0 ] && rc=1; }
     echo "NOTE: $(grep -E '^\| *(f32|f64|f16|bf16)' "$d/nan.md" | awk -F'|' '{printf "%s %s ms/GiB;", $2, $4}' | tr -s ' ')"
     return $rc
 }
 
 item_i9_procs() {
     local rc=0
-    trun "$n" $bin/oxccl perf all_reduce all_gather -b 8 -e 1G -f 4 -n 20 -w 5 --layer all -c 0 \
+    trun "$n" $bin/oxccl perf all_reduce all_gather $(sizes -b 8 -e 1G -f 4) -n 20 -w 5 --layer all -c 0 \
         --json-out "$d/procs.json" >"$d/procs.txt" 2>&1 || { echo "oxccl perf under torchrun failed"; rc=1; }
     grep -E "^#|all_reduce +8 " "$d/procs.txt" | head -12
-    trun "$n" $bin/oxccl perf all_reduce all_gather -b 8 -e 16M -f 4 -n 10 --tune --out "$d/tune-launched.txt" ||
+    trun "$n" $bin/oxccl perf all_reduce all_gather $(sizes -b 8 -e 16M -f 4) -n 10 --tune --out "$d/tune-launched.txt" ||
         { echo "--tune under torchrun failed"; rc=1; }
     echo "NOTE: $(grep -h 'Avg bus bandwidth' "$d/procs.txt" | tr -s ' ' | tr '\n' ';') tune table: $(grep -vc '^#' "$d/tune-launched.txt" 2>/dev/null) lines"
     return $rc
@@ -347,9 +365,11 @@ item_i9_check() {
     local rc=0
     $bin/oxccl check --backend nccl -g "$n" >"$d/check.txt" 2>&1 || rc=1
     tail -3 "$d/check.txt"
-    $bin/oxccl perf all -g "$n" --layer all -c 1 -b 8 -e 64M -f 8 -n 5 -w 2 >"$d/perf-check.txt" 2>&1 || rc=1
+    $bin/oxccl perf all -g "$n" --layer all -c 1 $(sizes -b 8 -e 64M -f 8) -n 5 -w 2 >"$d/perf-check.txt" 2>&1 || rc=1
     tail -5 "$d/perf-check.txt"
-    echo "NOTE: check: $(grep -h 'cases wrong' "$d/check.txt" | tail -1); perf all -c 1: $(grep -h 'wrong elements' "$d/perf-check.txt" | tail -1)"
+    local verdict
+    verdict=$(grep -h 'cases wrong' "$d/check.txt" | tail -1)
+    echo "NOTE: check: ${verdict:-no verdict: $(tail -1 "$d/check.txt")}; perf all -c 1: $(grep -h 'wrong elements' "$d/perf-check.txt" | tail -1)"
     return $rc
 }
 
@@ -375,7 +395,8 @@ nccl_tests() {  # COLL ARGS...: nccl-tests' COLL_perf with torch's NCCL
 
 item_i9_sweep() {
     # X2_SWEEP shrinks the sweep for a rehearsal (the mock world, a short call).
-    local rc=0 rep c sweep=${X2_SWEEP:-"-b 8 -e 1G -f 2 -n 20 -w 5"}
+    local rc=0 rep c sweep=${X2_SWEEP:-"$(sizes -b 8 -e 1G -f 2) -n 20 -w 5"} dev=()
+    [ -n "${X2_REHEARSAL:-}" ] && dev=(--device cpu)
     [ -x "$nt_build/all_reduce_perf" ] || item_i9_ncclbuild || rc=1
     # Two rounds, the order of the three tools reversed in the second. oxccl's results are
     # checked by i9.check instead (its host reference costs seconds per GiB and layer); the
@@ -403,7 +424,7 @@ item_i9_sweep() {
             torch)
                 next_port
                 PYTHONUNBUFFERED=1 "$py" -m torch.distributed.run --nproc_per_node "$n" --master_port "$port" \
-                    scripts/torch_baseline.py $colls $sweep -c $chk --json-out "$d/torch.r$rep.json" \
+                    scripts/torch_baseline.py $colls $sweep -c $chk ${dev[@]+"${dev[@]}"} --json-out "$d/torch.r$rep.json" \
                     >"$d/torch.r$rep.txt" 2>&1 || { echo "torch_baseline failed"; rc=1; }
                 tail -3 "$d/torch.r$rep.txt"
                 pack ;;
@@ -422,7 +443,7 @@ item_i9_graphs() {
             tag=$(echo "$m" | tr -d ' -')
             for c in all_reduce all_gather; do
                 nccl_tests "$c" -b 8 -e 128M -f 8 -n 20 -w 5 -t "$n" -g 1 $m >"$d/nccl-tests_${c}_$tag.r$rep.txt" 2>&1 || { echo "nccl-tests $c $m failed"; rc=1; }
-                $bin/oxccl perf "$c" -b 8 -e 128M -f 8 -n 20 -w 5 -g "$n" --layer all $m -c $((rep == 1 ? 1 : 0)) \
+                $bin/oxccl perf "$c" $(sizes -b 8 -e 128M -f 8) -n 20 -w 5 -g "$n" --layer all $m -c $((rep == 1 ? 1 : 0)) \
                     --json-out "$d/oxccl_${c}_$tag.r$rep.json" >"$d/oxccl_${c}_$tag.r$rep.txt" 2>&1 || { echo "oxccl perf $c $m failed"; rc=1; }
             done
         done
@@ -433,17 +454,18 @@ item_i9_graphs() {
 
 item_i9_tune() {
     local rc=0 rep r tcolls="all_reduce all_gather reduce_scatter broadcast alltoall"
-    local sizes="-b 8 -e 128M -f 4"
-    $bin/oxccl perf $tcolls -g "$n" $sizes -n 40 -w 5 --rounds 5 --tune --out "$d/tune.txt" >"$d/tune.log" 2>&1 ||
+    local sz
+    sz=$(sizes -b 8 -e 128M -f 4)
+    $bin/oxccl perf $tcolls -g "$n" $sz -n 40 -w 5 --rounds 5 --tune --out "$d/tune.txt" >"$d/tune.log" 2>&1 ||
         { echo "--tune failed"; tail "$d/tune.log"; return 1; }
     head -20 "$d/tune.txt"
     for rep in 1 2; do
         for c in $tcolls; do
             for r in 0 1 2; do
-                nccl_tests "$c" $sizes -n 20 -w 5 -t "$n" -g 1 -R $r >"$d/nccl-tests_${c}_R$r.r$rep.txt" 2>&1 || { echo "nccl-tests $c -R $r failed"; rc=1; }
+                nccl_tests "$c" $sz -n 20 -w 5 -t "$n" -g 1 -R $r >"$d/nccl-tests_${c}_R$r.r$rep.txt" 2>&1 || { echo "nccl-tests $c -R $r failed"; rc=1; }
             done
         done
-        $bin/oxccl perf $tcolls --layer pg -g "$n" $sizes -n 20 -w 5 --tuned "$d/tune.txt" \
+        $bin/oxccl perf $tcolls --layer pg -g "$n" $sz -n 20 -w 5 --tuned "$d/tune.txt" \
             --json-out "$d/oxccl_tuned.r$rep.json" >"$d/oxccl_tuned.r$rep.txt" 2>&1 || { echo "oxccl --tuned failed"; rc=1; }
     done
     "$py" scripts/x2_report.py tune "$d" || { local g=$?; [ $rc = 0 ] && rc=$g; }
@@ -481,9 +503,12 @@ for id in $items; do
     # workers (they run in sessions of their own) within 30 s; hence 40 s before SIGKILL.)
     timeout -k 40 "$limit" bash -c "item_${id//./_}" >"$d/log" 2>&1
     rc=$?
-    # A sweep cut short still gets its tables from what it finished.
-    if [ "$id" = i9.sweep ] && [ ! -s "$d/tables.md" ]; then
-        "$py" scripts/x2_report.py sweep "$d" "$n" >>"$d/log" 2>&1
+    # An item cut short (its limit) still gets its tables from what it finished.
+    if [ ! -s "$d/tables.md" ]; then
+        case $id in
+        i9.sweep) "$py" scripts/x2_report.py sweep "$d" "$n" >>"$d/log" 2>&1 ;;
+        i9.graphs|i9.tune) "$py" scripts/x2_report.py "${id#i9.}" "$d" >>"$d/log" 2>&1 ;;
+        esac
     fi
     secs=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.0f", b - a }')
     note=$(grep -h '^NOTE: ' "$d/log" | tail -1 | sed 's/^NOTE: //')

@@ -110,7 +110,7 @@ def fmt(x, spec=".2f"):
 
 def overhead(paths):
     if not paths:
-        print("overhead: expected one or more bench output files, got none")
+        print("NOTE: overhead: expected one or more bench output files, got none")
         return BROKEN
     rows_by_run = []
     for p in paths:
@@ -118,17 +118,17 @@ def overhead(paths):
         try:
             lines = open(p).read().splitlines()
         except OSError as e:
-            print(f"cannot read {p}: {e}")
+            print(f"NOTE: cannot read {p}: {e}")
             return BROKEN
         for line in lines:
             m = re.match(r"\| (.+?) \| (\d+) \| (\d+) \| row (\d+) \| ([+-]\d+) \|", line)
             if m:
                 rows.append((m.group(1), int(m.group(2)), int(m.group(5))))
         if len(rows) < 7:
-            print(f"{p}: {len(rows)} rows, expected 7")
+            print(f"NOTE: {os.path.basename(p)}: {len(rows)} rows, expected 7 (the bench failed?)")
             return BROKEN
         if rows[3][1] == 0:
-            print(f"{p}: Comm's latency (row 3) is 0 ns, expected a measurement")
+            print(f"NOTE: {os.path.basename(p)}: Comm's latency (row 3) is 0 ns, expected a measurement")
             return BROKEN
         rows_by_run.append(rows)
     notes, missed = [], False
@@ -154,7 +154,7 @@ def sweep(d, n):
                 if re.search(r"oxccl_[a-z_]+\.r\d\.json$", p)])
     tt = best(*[oxccl_json(p) for p in sorted(glob.glob(f"{d}/torch.r?.json"))])
     if not ox:
-        print("no oxccl results")
+        print("NOTE: no oxccl results (oxccl_<collective>.r<round>.json)")
         return BROKEN
     md, notes, missed = [], [], []
     worst_comm = (0.0, "")
@@ -251,10 +251,10 @@ def graphs(d):
 def tune(d):
     tuned = best(*[oxccl_json(p) for p in glob.glob(f"{d}/oxccl_tuned.r?.json")])
     if not tuned:
-        print("no --tuned results")
+        print("NOTE: no --tuned results (oxccl_tuned.r<round>.json)")
         return BROKEN
     md = ["| collective | size | pg tuned µs | nccl-tests -R 0 / 1 / 2 µs | tuned / best |", "|---|---|---|---|---|"]
-    ratios = []
+    ratios, unmatched = [], []
     for (layer, c, s), row in sorted(tuned.items(), key=lambda kv: (kv[0][1], kv[0][2])):
         place = subject_place(row)
         v = row[place]
@@ -262,12 +262,15 @@ def tune(d):
                  for r in range(3)]
         times = [m[0] for m in modes if m and m[0] is not None]
         if not times:
+            # nccl-tests has no row of that size (it rounds the smallest sizes of the
+            # collectives that split a buffer per rank down to 0 B) or did not run.
+            unmatched.append(f"{c} {human(s)}")
             continue
         ratio = v[0] / min(times)
         ratios.append((ratio, f"{c} {human(s)}"))
         md.append(f"| {c} | {human(s)} {place.replace('_', ' ')} | {v[0]:.2f} | {' / '.join(fmt(m[0] if m else None) for m in modes)} | {ratio:.3f} |")
     if not ratios:
-        print("no nccl-tests results to compare with")
+        print(f"NOTE: no nccl-tests results to compare with ({len(unmatched)} tuned points; nccl-tests_<c>_R<r>.r<round>.txt)")
         return BROKEN
     open(f"{d}/tables.md", "w").write("\n".join(md) + "\n")
     print("\n".join(md))
@@ -275,7 +278,8 @@ def tune(d):
     at1 = sum(r <= 1.0 for r, _ in ratios)
     at5 = sum(r <= 1.05 for r, _ in ratios)
     print(f"NOTE: pg under the tune table at least as fast as nccl-tests' best -R at {at1} of {len(ratios)} points, "
-          f"within 5% at {at5}; worst {worst[0]:.3f}x ({worst[1]})")
+          f"within 5% at {at5}; worst {worst[0]:.3f}x ({worst[1]})"
+          + (f"; {len(unmatched)} without a nccl-tests row: {', '.join(unmatched[:6])}" if unmatched else ""))
     return MISS if at5 < len(ratios) else 0
 
 
