@@ -8,6 +8,8 @@
 mod contract;
 #[path = "gpu/devbuf.rs"]
 mod devbuf;
+#[path = "gpu/fp8.rs"]
+mod fp8;
 #[path = "gpu/suite.rs"]
 mod suite;
 #[path = "gpu/typed.rs"]
@@ -120,6 +122,32 @@ fn gpu_threads_fallback_paths() {
         failed.len()
     );
     assert!(failed.is_empty(), "{failed:#?}");
+}
+
+/// fp8 moves byte-exact on the loaded library, whatever its release: as uint8 before 2.24.3
+/// (`OXCCL_NCCL_LIBRARY` naming a 2.23 library runs that path as released; a newer one runs it
+/// with fp8 hidden), where its reductions are refused.
+#[test]
+fn gpu_fp8_moves_byte_exact_on_any_release() {
+    let Some(n) = gpus() else { return };
+    let lib = nccl();
+    let mut libs = vec![(lib.clone(), "as loaded")];
+    if lib.features().has(Feature::Float8) {
+        libs.push((lib.without(Feature::Float8), "fp8 hidden"));
+    }
+    for (lib, how) in libs {
+        let version = lib.version();
+        let checked = on_threads_with(lib, n, CommConfig::new(), |_, mut c| {
+            let k = fp8::run_all(&mut c);
+            c.destroy().expect("finalize + destroy");
+            k
+        });
+        println!(
+            "fp8 on NCCL {version} ({how}): {} byte-exact checks over {n} ranks",
+            checked.iter().sum::<usize>()
+        );
+        assert!(checked.iter().all(|k| *k >= 16));
+    }
 }
 
 #[test]

@@ -214,11 +214,19 @@ fn case_20_fp8_reductions_follow_the_library() {
 
 /// c10d moves fp8 as bytes for non-reductions on any NCCL (reference/c10d-behaviour.md:
 /// "bool and fp8 travel as uint8 for non-reductions"), so case 20's fp8 all_gather is
-/// byte-exact before NCCL 2.24.3 too. oxccl refuses it there (`Unsupported { Float8 }`).
+/// byte-exact before NCCL 2.24.3 too: it travels as uint8 there (`check::wire_dtype`), while
+/// the reductions of `case_20` are refused naming Float8 and 2.24.3.
 #[test]
-#[ignore = "reason: fp8 all_gather (a non-reduction) is refused as Unsupported(Float8) before NCCL 2.24.3 instead of travelling as uint8 (spec case 20)"]
 fn case_20_fp8_all_gather_before_nccl_2_24() {
     run_on(before_fp8(), 2, collectives::case_20_gather);
+}
+
+/// Every other operation that only moves data carries fp8 byte-exact too, on any library.
+#[test]
+fn case_20_fp8_moves_on_any_nccl() {
+    run_on(before_fp8(), 2, collectives::case_20_moves);
+    run_on(before_fp8(), 3, collectives::case_20_moves);
+    run(3, collectives::case_20_moves);
 }
 
 #[test]

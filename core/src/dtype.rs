@@ -28,9 +28,9 @@ pub enum DataType {
     Float64 = 8,
     /// `ncclBfloat16` (NCCL 2.10+).
     Bfloat16 = 9,
-    /// `ncclFloat8e4m3` (NCCL 2.24+).
+    /// `ncclFloat8e4m3` (NCCL 2.24.3+; moved as `ncclUint8` before, reduced only from it).
     Float8E4M3 = 10,
-    /// `ncclFloat8e5m2` (NCCL 2.24+).
+    /// `ncclFloat8e5m2` (NCCL 2.24.3+; moved as `ncclUint8` before, reduced only from it).
     Float8E5M2 = 11,
 }
 

@@ -30,7 +30,8 @@ pub enum Feature {
     GroupSimulate,
     /// `ncclCommInitRankScalable`: init from several unique ids.
     ScalableInit,
-    /// `ncclFloat8e4m3` / `ncclFloat8e5m2` element types.
+    /// `ncclFloat8e4m3` / `ncclFloat8e5m2` element types: needed to reduce fp8; operations that
+    /// only move data carry fp8 as `ncclUint8` without it ([`crate::check::wire_dtype`]).
     Float8,
     /// `ncclCommShrink`: a communicator without some ranks.
     Shrink,

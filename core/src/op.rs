@@ -232,6 +232,17 @@ impl OpKind {
     pub const fn is_p2p(self) -> bool {
         matches!(self, OpKind::Send | OpKind::Recv)
     }
+
+    /// Whether this combines the elements of ranks with a reduction (all_reduce, reduce,
+    /// reduce_scatter, reduce_scatter_v: the kinds that take a [`ReduceOp`]). Every other kind
+    /// only moves elements, so their bytes arrive unchanged whatever type they are read as (a
+    /// barrier's one-element all-reduce runs on backend scratch, not on a caller's type).
+    pub const fn reduces(self) -> bool {
+        matches!(
+            self,
+            OpKind::AllReduce | OpKind::Reduce | OpKind::ReduceScatter | OpKind::ReduceScatterV
+        )
+    }
 }
 
 impl fmt::Display for OpKind {
@@ -279,6 +290,30 @@ impl CommOp<'_> {
             | CommOp::Recv { dtype, .. } => Some(*dtype),
             CommOp::Barrier => None,
         }
+    }
+
+    /// The same operation on the same buffers with its elements read as `dtype` (a barrier
+    /// stays itself). Lengths are counts of elements, so this describes the same bytes only when
+    /// `dtype` has the size of the operation's own type (see [`crate::check::wire_op`]).
+    pub const fn with_dtype(self, dtype: DataType) -> Self {
+        let mut op = self;
+        match &mut op {
+            CommOp::AllReduce { dtype: d, .. }
+            | CommOp::Broadcast { dtype: d, .. }
+            | CommOp::Reduce { dtype: d, .. }
+            | CommOp::AllGather { dtype: d, .. }
+            | CommOp::ReduceScatter { dtype: d, .. }
+            | CommOp::AllToAll { dtype: d, .. }
+            | CommOp::AllToAllV { dtype: d, .. }
+            | CommOp::Gather { dtype: d, .. }
+            | CommOp::Scatter { dtype: d, .. }
+            | CommOp::AllGatherV { dtype: d, .. }
+            | CommOp::ReduceScatterV { dtype: d, .. }
+            | CommOp::Send { dtype: d, .. }
+            | CommOp::Recv { dtype: d, .. } => *d = dtype,
+            CommOp::Barrier => {}
+        }
+        op
     }
 
     /// The reduction, for reducing operations.

@@ -72,11 +72,13 @@ fn no_wrap(addr: usize, len: usize, dt: DataType) -> bool {
     s.addr + s.bytes <= usize::MAX as u128
 }
 
-/// The data type exists in the loaded library.
-fn data_type(ctx: &CheckCtx<'_>, dt: DataType, f: &mut Faults) {
+/// The data type exists in the loaded library, for what the call does with it: fp8 that is
+/// only moved needs nothing (it travels as uint8 without the library's fp8); reduced, it needs
+/// the library's fp8 (2.24.3+).
+fn data_type(ctx: &CheckCtx<'_>, dt: DataType, reduced: bool, f: &mut Faults) {
     let needs = match dt {
         DataType::Bfloat16 => Some(Feature::Bfloat16),
-        DataType::Float8E4M3 | DataType::Float8E5M2 => Some(Feature::Float8),
+        DataType::Float8E4M3 | DataType::Float8E5M2 if reduced => Some(Feature::Float8),
         _ => None,
     };
     if needs.is_some_and(|n| ctx.features.require(n).is_err()) {
@@ -145,7 +147,7 @@ pub fn faults(op: &CommOp<'_>, ctx: &CheckCtx<'_>) -> Faults {
             dtype,
             op,
         } => {
-            data_type(ctx, dtype, &mut f);
+            data_type(ctx, dtype, true, &mut f);
             reduction(ctx, dtype, &op, &mut f);
             f.flag(!usable(send.addr, send.len, dtype), "send");
             f.flag(!usable(recv.addr, recv.len, dtype), "recv");
@@ -163,7 +165,7 @@ pub fn faults(op: &CommOp<'_>, ctx: &CheckCtx<'_>) -> Faults {
             dtype,
             root,
         } => {
-            data_type(ctx, dtype, &mut f);
+            data_type(ctx, dtype, false, &mut f);
             root_at_fault(root, &mut f);
             f.flag(!usable(recv.addr, recv.len, dtype), "recv");
             // `send` is read on the root only, and nowhere else looked at.
@@ -184,7 +186,7 @@ pub fn faults(op: &CommOp<'_>, ctx: &CheckCtx<'_>) -> Faults {
             op,
             root,
         } => {
-            data_type(ctx, dtype, &mut f);
+            data_type(ctx, dtype, true, &mut f);
             reduction(ctx, dtype, &op, &mut f);
             root_at_fault(root, &mut f);
             f.flag(!usable(send.addr, send.len, dtype), "send");
@@ -199,7 +201,7 @@ pub fn faults(op: &CommOp<'_>, ctx: &CheckCtx<'_>) -> Faults {
             f.flag(send.addr != recv.addr && s.overlaps(r), "recv");
         }
         CommOp::AllGather { send, recv, dtype } => {
-            data_type(ctx, dtype, &mut f);
+            data_type(ctx, dtype, false, &mut f);
             f.flag(!usable(send.addr, send.len, dtype), "send");
             f.flag(!usable(recv.addr, recv.len, dtype), "recv");
             let whole = send.len as u128 * n as u128;
@@ -219,7 +221,7 @@ pub fn faults(op: &CommOp<'_>, ctx: &CheckCtx<'_>) -> Faults {
             dtype,
             op,
         } => {
-            data_type(ctx, dtype, &mut f);
+            data_type(ctx, dtype, true, &mut f);
             reduction(ctx, dtype, &op, &mut f);
             f.flag(!usable(send.addr, send.len, dtype), "send");
             f.flag(!usable(recv.addr, recv.len, dtype), "recv");
@@ -235,7 +237,7 @@ pub fn faults(op: &CommOp<'_>, ctx: &CheckCtx<'_>) -> Faults {
             f.flag(recv.addr as u128 != at && s.overlaps(r), "recv");
         }
         CommOp::AllToAll { send, recv, dtype } => {
-            data_type(ctx, dtype, &mut f);
+            data_type(ctx, dtype, false, &mut f);
             f.flag(!usable(send.addr, send.len, dtype), "send");
             f.flag(!usable(recv.addr, recv.len, dtype), "recv");
             // Equal lengths, `size` equal parts, never in place.
@@ -250,7 +252,7 @@ pub fn faults(op: &CommOp<'_>, ctx: &CheckCtx<'_>) -> Faults {
             send_counts,
             recv_counts,
         } => {
-            data_type(ctx, dtype, &mut f);
+            data_type(ctx, dtype, false, &mut f);
             f.flag(!usable(send.addr, send.len, dtype), "send");
             f.flag(!usable(recv.addr, recv.len, dtype), "recv");
             // One count per rank each way, summing to the buffer's length.
@@ -268,7 +270,7 @@ pub fn faults(op: &CommOp<'_>, ctx: &CheckCtx<'_>) -> Faults {
             dtype,
             root,
         } => {
-            data_type(ctx, dtype, &mut f);
+            data_type(ctx, dtype, false, &mut f);
             root_at_fault(root, &mut f);
             f.flag(!usable(send.addr, send.len, dtype), "send");
             f.flag(!usable(recv.addr, recv.len, dtype), "recv");
@@ -288,7 +290,7 @@ pub fn faults(op: &CommOp<'_>, ctx: &CheckCtx<'_>) -> Faults {
             dtype,
             root,
         } => {
-            data_type(ctx, dtype, &mut f);
+            data_type(ctx, dtype, false, &mut f);
             root_at_fault(root, &mut f);
             f.flag(!usable(send.addr, send.len, dtype), "send");
             f.flag(!usable(recv.addr, recv.len, dtype), "recv");
@@ -307,7 +309,7 @@ pub fn faults(op: &CommOp<'_>, ctx: &CheckCtx<'_>) -> Faults {
             dtype,
             counts,
         } => {
-            data_type(ctx, dtype, &mut f);
+            data_type(ctx, dtype, false, &mut f);
             f.flag(!usable(send.addr, send.len, dtype), "send");
             f.flag(!usable(recv.addr, recv.len, dtype), "recv");
             // This rank's count in, every rank's count out.
@@ -324,7 +326,7 @@ pub fn faults(op: &CommOp<'_>, ctx: &CheckCtx<'_>) -> Faults {
             op,
             counts,
         } => {
-            data_type(ctx, dtype, &mut f);
+            data_type(ctx, dtype, true, &mut f);
             reduction(ctx, dtype, &op, &mut f);
             f.flag(!usable(send.addr, send.len, dtype), "send");
             f.flag(!usable(recv.addr, recv.len, dtype), "recv");
@@ -336,13 +338,13 @@ pub fn faults(op: &CommOp<'_>, ctx: &CheckCtx<'_>) -> Faults {
             distinct(send.addr, send.len, recv.addr, recv.len, dtype, &mut f);
         }
         CommOp::Send { buf, dtype, peer } => {
-            data_type(ctx, dtype, &mut f);
+            data_type(ctx, dtype, false, &mut f);
             // Any rank, itself included (inside a group).
             f.flag(peer >= ctx.size, "peer");
             f.flag(!usable(buf.addr, buf.len, dtype), "buf");
         }
         CommOp::Recv { buf, dtype, peer } => {
-            data_type(ctx, dtype, &mut f);
+            data_type(ctx, dtype, false, &mut f);
             f.flag(peer >= ctx.size, "peer");
             f.flag(!usable(buf.addr, buf.len, dtype), "buf");
         }

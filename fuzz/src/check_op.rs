@@ -5,7 +5,7 @@
 use super::check_model::faults;
 use arbitrary::{Result, Unstructured};
 use oxccl_core::check::{self, CheckCtx};
-use oxccl_core::feature::FeatureSet;
+use oxccl_core::feature::{Feature, FeatureSet};
 use oxccl_core::state::group::OpSummary;
 use oxccl_core::{
     CommOp, DataType, Error, HostScalar, RawBuf, RawBufMut, ReduceOp, Scalar, Version,
@@ -174,6 +174,9 @@ fn run(u: &mut Unstructured<'_>) -> Result<()> {
     };
     let verdict = check::op(&op, &ctx);
     judge(&op, &ctx, &verdict);
+    if verdict.is_ok() {
+        on_the_wire(&op, &ctx);
+    }
     // The error's text is formatted too: Display must not panic either.
     if let Err(e) = &verdict {
         let _ = std::format!("{e}");
@@ -189,6 +192,34 @@ fn run(u: &mut Unstructured<'_>) -> Result<()> {
 /// One fuzz input: any bytes.
 pub fn fuzz(data: &[u8]) {
     let _ = run(&mut Unstructured::new(data));
+}
+
+/// An accepted call goes to the library as the same call with a type the library has: its
+/// own, or uint8 for fp8 that is only moved on a library without fp8 (the same count: both are
+/// one byte).
+fn on_the_wire(op: &CommOp<'_>, ctx: &CheckCtx<'_>) {
+    let wire = check::wire_op(op, ctx.features);
+    let reduces = op.reduce_op().is_some();
+    let has_fp8 = ctx.features.has(Feature::Float8);
+    let want = op.dtype().map(|dt| match dt {
+        DataType::Float8E4M3 | DataType::Float8E5M2 if !reduces && !has_fp8 => DataType::Uint8,
+        dt => dt,
+    });
+    assert_eq!(wire.dtype(), want, "{op:?}");
+    if let Some(dt) = op.dtype() {
+        // Compared as text: a premul-sum factor may be NaN, which `==` never equals.
+        assert_eq!(
+            std::format!("{:?}", wire.with_dtype(dt)),
+            std::format!("{op:?}"),
+            "only the type changes"
+        );
+        // The library is handed a type it has, even to reduce.
+        let on_wire = faults(&wire, ctx);
+        assert!(
+            !on_wire.unsupported,
+            "{op:?} goes as {wire:?}, which the library lacks"
+        );
+    }
 }
 
 /// The verdict of the checks against the model's: an accepted call violates nothing, a

@@ -110,8 +110,8 @@ pub fn case_19<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
 
 /// Case 20: fp8 reductions follow the loaded library (PyTorch refuses them all; NCCL reduces
 /// fp8 since 2.24.3): refused as Unsupported naming float8 before, exact after. The fp8
-/// all_gather of ones(10, 16) is byte-exact, e4m3 and e5m2 (before 2.24.3 see
-/// `case_20_gather`, which c10d runs on any NCCL: fp8 travels as bytes there).
+/// all_gather of ones(10, 16) is byte-exact, e4m3 and e5m2, on any library (`case_20_gather`,
+/// which c10d runs on any NCCL: before 2.24.3 fp8 travels as uint8).
 pub fn case_20<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
     use float8::{F8E4M3, F8E5M2};
     let pg = ok!(mk(lazy(rank)));
@@ -163,7 +163,8 @@ pub fn case_20<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
             ok!(pg.download(&output)) == vec![F8E4M3::from_f32(0.0); 2],
             "refused reduce_scatter wrote"
         );
-        return Ok(());
+        // The refusals leave the group working, and fp8 still moves (as uint8).
+        return case_20_gather(mk, rank);
     }
     for (what, r) in [
         ("all_reduce_coalesced", r1),
@@ -220,6 +221,95 @@ pub fn case_20_gather<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
     let pg = ok!(mk(lazy(rank)));
     gather(&pg, F8E4M3::from_f32(1.0), |x| x.to_bits())?;
     gather(&pg, F8E5M2::from_f32(1.0), |x| x.to_bits())
+}
+
+/// Case 20's rule for every operation that only moves data (c10d sends fp8 as uint8 for all
+/// of them): broadcast, all_to_all(_v), all_gather_v, scatter, gather and a send/recv ring
+/// carry fp8 e4m3 and e5m2 byte-exact on this group's library, every one of the 256 bit
+/// patterns included (NaNs too), before NCCL 2.24.3 as after.
+pub fn case_20_moves<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
+    use float8::{F8E4M3, F8E5M2};
+    let pg = ok!(mk(lazy(rank)));
+    moves(&pg, rank, F8E4M3::from_bits, |x| x.to_bits())?;
+    moves(&pg, rank, F8E5M2::from_bits, |x| x.to_bits())
+}
+
+/// [`case_20_moves`] for one element type, built from and read back as its bits.
+fn moves<B: Memory, T: oxccl::NcclType>(
+    pg: &ProcessGroup<B>,
+    rank: u32,
+    of: fn(u8) -> T,
+    bits: fn(T) -> u8,
+) -> Verdict {
+    let n = pg.size() as usize;
+    let me = rank as usize;
+    // Rank q's `len` bytes for the call `salt`: every byte value appears across a call.
+    let pat = |q: usize, len: usize, salt: usize| -> Vec<u8> {
+        (0..len)
+            .map(|i| ((q * 37 + i * 11 + salt * 101) % 256) as u8)
+            .collect()
+    };
+    let up = |b: &[u8]| pg.upload(&b.iter().map(|x| of(*x)).collect::<Vec<T>>());
+    let down = |b: &B::Buf<T>| -> Result<Vec<u8>, String> {
+        Ok(ok!(pg.download(b)).into_iter().map(bits).collect())
+    };
+    // broadcast from the last rank, in place
+    let root = n - 1;
+    let mut b = ok!(up(&pat(me, 256, 1)));
+    ok!(ok!(pg.broadcast(&mut b, root as u32)).wait());
+    ensure!(down(&b)? == pat(root, 256, 1), "broadcast");
+    // all_to_all: part q of rank p's input lands in part p of rank q's output
+    let x = ok!(up(&pat(me, 8 * n, 2)));
+    let mut y = ok!(pg.alloc_zeros::<T>(8 * n));
+    ok!(ok!(pg.all_to_all(&x, &mut y)).wait());
+    let want: Vec<u8> = (0..n)
+        .flat_map(|p| pat(p, 8 * n, 2)[me * 8..(me + 1) * 8].to_vec())
+        .collect();
+    ensure!(down(&y)? == want, "all_to_all");
+    // all_to_all_v: rank p sends q + 1 elements to rank q
+    let sc: Vec<usize> = (0..n).map(|q| q + 1).collect();
+    let rc = vec![me + 1; n];
+    let x = ok!(up(&pat(me, n * (n + 1) / 2, 3)));
+    let mut y = ok!(pg.alloc_zeros::<T>(n * (me + 1)));
+    ok!(ok!(pg.all_to_all_v(&x, &mut y, &sc, &rc)).wait());
+    let at = me * (me + 1) / 2;
+    let want: Vec<u8> = (0..n)
+        .flat_map(|p| pat(p, n * (n + 1) / 2, 3)[at..at + me + 1].to_vec())
+        .collect();
+    ensure!(down(&y)? == want, "all_to_all_v");
+    // all_gather_v: rank q contributes q + 2 elements
+    let counts: Vec<usize> = (0..n).map(|q| q + 2).collect();
+    let x = ok!(up(&pat(me, me + 2, 4)));
+    let mut y = ok!(pg.alloc_zeros::<T>(counts.iter().sum()));
+    ok!(ok!(pg.all_gather_v(&x, &mut y, &counts)).wait());
+    let want: Vec<u8> = (0..n).flat_map(|q| pat(q, q + 2, 4)).collect();
+    ensure!(down(&y)? == want, "all_gather_v");
+    // scatter from rank 0, gather to rank 0
+    let whole = ok!(up(&pat(0, 8 * n, 5)));
+    let mut part = ok!(pg.alloc_zeros::<T>(8));
+    ok!(ok!(pg.scatter((me == 0).then_some(&whole), &mut part, 0)).wait());
+    ensure!(
+        down(&part)? == pat(0, 8 * n, 5)[me * 8..(me + 1) * 8],
+        "scatter"
+    );
+    let x = ok!(up(&pat(me, 8, 6)));
+    let mut all = ok!(pg.alloc_zeros::<T>(8 * n));
+    ok!(ok!(pg.gather(&x, (me == 0).then_some(&mut all), 0)).wait());
+    if me == 0 {
+        let want: Vec<u8> = (0..n).flat_map(|q| pat(q, 8, 6)).collect();
+        ensure!(down(&all)? == want, "gather");
+    }
+    // a send/recv ring in one block
+    let (next, prev) = ((me + 1) % n, (me + n - 1) % n);
+    let x = ok!(up(&pat(me, 64, 7)));
+    let mut y = ok!(pg.alloc_zeros::<T>(64));
+    ok!(ok!(pg.coalesced(|c| {
+        c.send(&x, next as u32)?;
+        c.recv(&mut y, prev as u32)
+    }))
+    .wait());
+    ensure!(down(&y)? == pat(prev, 64, 7), "send/recv");
+    Ok(())
 }
 
 /// Case 21: reduce_scatter of arange(2N) int64 → [2rN, (2r+1)N]; the coalesced variant with

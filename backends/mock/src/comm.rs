@@ -270,7 +270,8 @@ impl MockComm {
     /// (the mock's issue applies reductions itself; this is for tests of the rules).
     pub fn create_op(&self, op: &ReduceOp, dtype: DataType) -> Result<MockRedOp> {
         let _call = self.calls.enter();
-        check::dtype(&self.ctx(), dtype)?;
+        // A reduction handle reduces `dtype` (fp8 needs the library's own, 2.24.3+).
+        check::dtype(&self.ctx(), dtype, true)?;
         check::reduce_op(&self.ctx(), dtype, op)?;
         self.ensure_ready("create a reduction")?;
         Ok(MockRedOp { op: *op, dtype })
@@ -320,6 +321,9 @@ impl oxccl_core::Communicator for MockComm {
     unsafe fn issue(&self, op: &CommOp<'_>, stream: &MockStream) -> Result<()> {
         let _call = self.calls.enter();
         check::op(op, &self.ctx())?;
+        // As the NCCL backend issues it: fp8 that is only moved travels as uint8 on a library
+        // without fp8 (the cross-rank matching compares what NCCL would be given).
+        let op = &check::wire_op(op, &self.sh().features);
         self.wait_ready()?;
         self.ensure_ready(op.kind().name())?;
         let index = self.rs().ops.fetch_add(1, Ordering::Relaxed);

@@ -1,13 +1,14 @@
 //! Every collective × every dtype × every applicable reduction × world sizes 1, 2, 3, 4, 8 ×
-//! lengths 0, 1, 7, 33, in place and out of place where the op allows, against a host reference.
+//! lengths 0, 1, 7, 33, in place and out of place where the op allows, against a host reference;
+//! and on a mock of NCCL 2.23.4, where fp8 moves but does not reduce.
 
 mod common;
 
 use common::*;
 use half::{bf16, f16};
 use oxccl_core::{
-    CommOp, Communicator, DataType, HostScalar, OpKind, Progress, RawBuf, RawBufMut, ReduceOp,
-    Scalar, Stream,
+    CommOp, Communicator, DataType, Feature, HostScalar, OpKind, Progress, RawBuf, RawBufMut,
+    ReduceOp, Scalar, Stream, Version,
 };
 use oxccl_mock::World;
 
@@ -106,6 +107,12 @@ fn run_rank(comm: oxccl_mock::MockComm) -> usize {
                 kind,
                 OpKind::AllReduce | OpKind::Reduce | OpKind::ReduceScatter | OpKind::ReduceScatterV
             );
+            if reducing && dt.is_fp8() && !comm.features().has(Feature::Float8) {
+                // Before NCCL 2.24.3 fp8 moves (as uint8) but does not reduce.
+                refused_fp8_reduction(&comm, &s, n, kind, dt);
+                cases += 1;
+                continue;
+            }
             let reds: Vec<Option<RedCase>> = if reducing {
                 reductions(dt)
                     .into_iter()
@@ -141,6 +148,63 @@ fn run_rank(comm: oxccl_mock::MockComm) -> usize {
         }
     }
     cases
+}
+
+/// A reduction of fp8 on a library without fp8: refused as Unsupported naming Float8 and
+/// 2.24.3, before anything is written.
+fn refused_fp8_reduction(
+    comm: &oxccl_mock::MockComm,
+    s: &oxccl_mock::MockStream,
+    n: usize,
+    kind: OpKind,
+    dt: DataType,
+) {
+    let mut send = Buf::filled(2 * n, 0x38);
+    let mut recv = Buf::filled(2 * n, SENTINEL);
+    let counts = vec![2; n];
+    let (sb, op) = (send.rd(dt), ReduceOp::Sum);
+    let cop = match kind {
+        OpKind::AllReduce => CommOp::AllReduce {
+            send: sb,
+            recv: recv.wr(dt),
+            dtype: dt,
+            op,
+        },
+        OpKind::Reduce => CommOp::Reduce {
+            send: sb,
+            recv: recv.wr(dt),
+            dtype: dt,
+            op,
+            root: 0,
+        },
+        OpKind::ReduceScatter => CommOp::ReduceScatter {
+            send: sb,
+            recv: recv.wr_at(dt, 0, 2),
+            dtype: dt,
+            op,
+        },
+        _ => CommOp::ReduceScatterV {
+            send: sb,
+            recv: recv.wr_at(dt, 0, 2),
+            dtype: dt,
+            op,
+            counts: &counts,
+        },
+    };
+    // SAFETY: refused before it runs (and the buffers outlive the call).
+    let e = unsafe { comm.issue(&cop, s) }.expect_err("fp8 reduction before 2.24.3");
+    assert!(
+        matches!(
+            e,
+            oxccl_core::Error::Unsupported {
+                feature: Feature::Float8,
+                ..
+            }
+        ) && e.to_string().contains("2.24.3"),
+        "{kind} {dt}: {e:?}"
+    );
+    assert!(recv.bytes().iter().all(|b| *b == SENTINEL), "{kind} {dt}");
+    let _ = send.bytes_mut();
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -352,6 +416,29 @@ fn enc_f_or_empty(dt: DataType, rc: Option<RedCase>, me: usize) -> Vec<u8> {
 fn world(n: u32) {
     let counts = on_ranks(World::new(n).unwrap(), run_rank);
     assert!(counts.iter().all(|c| *c == counts[0] && *c > 0));
+}
+
+/// The whole matrix on a mock of NCCL 2.23.4, the last release without fp8: every operation
+/// that moves data carries fp8 byte-exact (it travels as uint8), every reduction of it is
+/// refused naming Float8.
+fn world_before_fp8(n: u32) {
+    let comms = World::builder(n)
+        .version(Version::new(2, 23, 4))
+        .build()
+        .unwrap();
+    assert!(!comms[0].features().has(Feature::Float8));
+    let counts = on_ranks(comms, run_rank);
+    assert!(counts.iter().all(|c| *c == counts[0] && *c > 0));
+}
+
+#[test]
+fn world_of_1_before_fp8() {
+    world_before_fp8(1);
+}
+
+#[test]
+fn world_of_3_before_fp8() {
+    world_before_fp8(3);
 }
 
 #[test]

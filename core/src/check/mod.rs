@@ -3,6 +3,7 @@
 //! before any library call.
 
 mod buffers;
+mod element;
 
 use crate::dtype::DataType;
 use crate::error::{Error, Result};
@@ -12,6 +13,12 @@ use crate::reduce::{ReduceOp, Scalar};
 use crate::{RawBuf, RawBufMut};
 pub use buffers::{buffer, buffer_mut, exact_len, parts_sum};
 use buffers::{in_place_or_disjoint, InPlace};
+pub use element::{dtype, wire_dtype, wire_op};
+
+/// `reduces` of [`dtype`] for the four reductions.
+const REDUCED: bool = true;
+/// `reduces` of [`dtype`] for every operation that only moves elements.
+const MOVED: bool = false;
 
 /// What the checks need to know of the communicator.
 #[derive(Debug, Clone, Copy)]
@@ -112,15 +119,6 @@ pub fn op(op: &CommOp<'_>, ctx: &CheckCtx<'_>) -> Result<()> {
     }
 }
 
-/// The element type exists in the loaded library.
-pub fn dtype(ctx: &CheckCtx<'_>, dtype: DataType) -> Result<()> {
-    match dtype {
-        DataType::Bfloat16 => ctx.features.require(Feature::Bfloat16),
-        DataType::Float8E4M3 | DataType::Float8E5M2 => ctx.features.require(Feature::Float8),
-        _ => Ok(()),
-    }
-}
-
 /// The reduction exists in the loaded library and applies to `dtype`; a premul-sum factor has
 /// the buffer's type (host) or a non-null address (device).
 pub fn reduce_op(ctx: &CheckCtx<'_>, dtype: DataType, op: &ReduceOp) -> Result<()> {
@@ -192,7 +190,7 @@ pub fn all_reduce(
     op: &ReduceOp,
 ) -> Result<()> {
     ctx.validate()?;
-    dtype(ctx, dt)?;
+    dtype(ctx, dt, REDUCED)?;
     reduce_op(ctx, dt, op)?;
     buffer("send", send, dt)?;
     buffer_mut("recv", recv, dt)?;
@@ -209,7 +207,7 @@ pub fn broadcast(
     root: u32,
 ) -> Result<()> {
     ctx.validate()?;
-    dtype(ctx, dt)?;
+    dtype(ctx, dt, MOVED)?;
     rank_arg(ctx, "root", root)?;
     buffer_mut("recv", recv, dt)?;
     if ctx.rank == root {
@@ -230,7 +228,7 @@ pub fn reduce(
     root: u32,
 ) -> Result<()> {
     ctx.validate()?;
-    dtype(ctx, dt)?;
+    dtype(ctx, dt, REDUCED)?;
     reduce_op(ctx, dt, op)?;
     rank_arg(ctx, "root", root)?;
     buffer("send", send, dt)?;
@@ -250,7 +248,7 @@ pub fn reduce(
 /// all_gather: `recv` is `size` times `send`; in place when `send` is part `rank` of `recv`.
 pub fn all_gather(ctx: &CheckCtx<'_>, send: RawBuf, recv: RawBufMut, dt: DataType) -> Result<()> {
     ctx.validate()?;
-    dtype(ctx, dt)?;
+    dtype(ctx, dt, MOVED)?;
     buffer("send", send, dt)?;
     buffer_mut("recv", recv, dt)?;
     let whole = buffers::times("send", send.len, ctx.size)?;
@@ -272,7 +270,7 @@ pub fn reduce_scatter(
     op: &ReduceOp,
 ) -> Result<()> {
     ctx.validate()?;
-    dtype(ctx, dt)?;
+    dtype(ctx, dt, REDUCED)?;
     reduce_op(ctx, dt, op)?;
     buffer("send", send, dt)?;
     buffer_mut("recv", recv, dt)?;
@@ -289,7 +287,7 @@ pub fn reduce_scatter(
 /// all_to_all: equal lengths that divide by the world size; distinct memory.
 pub fn all_to_all(ctx: &CheckCtx<'_>, send: RawBuf, recv: RawBufMut, dt: DataType) -> Result<()> {
     ctx.validate()?;
-    dtype(ctx, dt)?;
+    dtype(ctx, dt, MOVED)?;
     buffer("send", send, dt)?;
     buffer_mut("recv", recv, dt)?;
     exact_len("recv", recv.len, send.len, "as long as send")?;
@@ -315,7 +313,7 @@ pub fn all_to_all_v(
     recv_counts: &[usize],
 ) -> Result<()> {
     ctx.validate()?;
-    dtype(ctx, dt)?;
+    dtype(ctx, dt, MOVED)?;
     buffer("send", send, dt)?;
     buffer_mut("recv", recv, dt)?;
     let s = parts_sum("send_counts", send_counts, ctx.size)?;
@@ -353,7 +351,7 @@ pub fn gather(
     root: u32,
 ) -> Result<()> {
     ctx.validate()?;
-    dtype(ctx, dt)?;
+    dtype(ctx, dt, MOVED)?;
     rank_arg(ctx, "root", root)?;
     rooted_parts(ctx, send, recv, dt, root, Whole::Recv)
 }
@@ -367,7 +365,7 @@ pub fn scatter(
     root: u32,
 ) -> Result<()> {
     ctx.validate()?;
-    dtype(ctx, dt)?;
+    dtype(ctx, dt, MOVED)?;
     rank_arg(ctx, "root", root)?;
     rooted_parts(ctx, send, recv, dt, root, Whole::Send)
 }
@@ -417,7 +415,7 @@ pub fn all_gather_v(
     counts: &[usize],
 ) -> Result<()> {
     ctx.validate()?;
-    dtype(ctx, dt)?;
+    dtype(ctx, dt, MOVED)?;
     counted_parts(ctx, send, recv, dt, counts, Whole::Recv)
 }
 
@@ -431,7 +429,7 @@ pub fn reduce_scatter_v(
     counts: &[usize],
 ) -> Result<()> {
     ctx.validate()?;
-    dtype(ctx, dt)?;
+    dtype(ctx, dt, REDUCED)?;
     reduce_op(ctx, dt, op)?;
     counted_parts(ctx, send, recv, dt, counts, Whole::Send)
 }
@@ -468,7 +466,7 @@ fn counted_parts(
 /// send: a peer of the communicator (itself allowed inside a group), a valid buffer.
 pub fn send(ctx: &CheckCtx<'_>, buf: RawBuf, dt: DataType, peer: u32) -> Result<()> {
     ctx.validate()?;
-    dtype(ctx, dt)?;
+    dtype(ctx, dt, MOVED)?;
     rank_arg(ctx, "peer", peer)?;
     buffer("buf", buf, dt)
 }
@@ -476,7 +474,7 @@ pub fn send(ctx: &CheckCtx<'_>, buf: RawBuf, dt: DataType, peer: u32) -> Result<
 /// recv: a peer of the communicator, a valid buffer.
 pub fn recv(ctx: &CheckCtx<'_>, buf: RawBufMut, dt: DataType, peer: u32) -> Result<()> {
     ctx.validate()?;
-    dtype(ctx, dt)?;
+    dtype(ctx, dt, MOVED)?;
     rank_arg(ctx, "peer", peer)?;
     buffer_mut("buf", buf, dt)
 }

@@ -97,6 +97,7 @@ impl Ctx<'_> {
 /// call lock.
 pub(crate) unsafe fn issue(comm: &NcclComm, op: &CommOp<'_>, stream: &NcclStream) -> Result<()> {
     check::op(op, &comm.check_ctx())?;
+    let op = &wire(op, &comm.inner.settings.features);
     comm.ready_for(op.kind().name())?;
     // Premul-sum ops live until the call returns, then are destroyed (allowed by NCCL).
     let red = match op.reduce_op() {
@@ -139,6 +140,13 @@ pub(crate) unsafe fn issue(comm: &NcclComm, op: &CommOp<'_>, stream: &NcclStream
     comm.finish(code, op.kind().name())
 }
 
+/// `op` with the element type the library is called with: fp8 that is only moved goes as
+/// `ncclUint8` (same count) to a library without fp8 ([`check::wire_op`]). Every native and
+/// grouped call below takes its `ncclDataType_t` from the result.
+fn wire<'a>(op: &CommOp<'a>, features: &oxccl_core::FeatureSet) -> CommOp<'a> {
+    check::wire_op(op, features)
+}
+
 /// The one-element device buffer a barrier all-reduces, made on first use.
 fn barrier_scratch(comm: &NcclComm, stream: &NcclStream) -> Result<usize> {
     if let Some(s) = comm.inner.scratch.get() {
@@ -161,3 +169,6 @@ fn slice_addr(s: &cudarc::driver::CudaSlice<f32>, stream: &NcclStream) -> usize 
     let (ptr, _sync) = s.device_ptr(stream.cuda());
     ptr as usize
 }
+
+#[cfg(test)]
+mod tests;

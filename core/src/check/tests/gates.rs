@@ -1,6 +1,7 @@
 //! Feature gates and applicability: element types, reductions, premul-sum factors.
 
 use super::*;
+use crate::OpKind;
 
 const SCALARS: [HostScalar; 4] = [
     HostScalar::F16(0x3c00),
@@ -15,49 +16,146 @@ fn premul(s: HostScalar) -> ReduceOp {
 
 #[test]
 fn dtype_gates() {
-    let f = fs_at(2, 9, 6);
-    assert_eq!(
-        missing(dtype(&ctx(0, 2, &f), DataType::Bfloat16), Feature::Bfloat16),
-        too_old((2, 10, 3), (2, 9, 6))
-    );
-    let f = fs_at(2, 10, 3);
-    assert!(dtype(&ctx(0, 2, &f), DataType::Bfloat16).is_ok());
+    for reduces in [true, false] {
+        let f = fs_at(2, 9, 6);
+        assert_eq!(
+            missing(
+                dtype(&ctx(0, 2, &f), DataType::Bfloat16, reduces),
+                Feature::Bfloat16
+            ),
+            too_old((2, 10, 3), (2, 9, 6))
+        );
+        let f = fs_at(2, 10, 3);
+        assert!(dtype(&ctx(0, 2, &f), DataType::Bfloat16, reduces).is_ok());
+        // every other type but fp8 needs nothing
+        let f = fs_at(2, 9, 6);
+        for dt in DataType::ALL {
+            if dt != DataType::Bfloat16 && !dt.is_fp8() {
+                assert!(dtype(&ctx(0, 2, &f), dt, reduces).is_ok(), "{dt}");
+            }
+        }
+    }
     let f = fs_at(2, 19, 3);
     for dt in [DataType::Float8E4M3, DataType::Float8E5M2] {
+        // Reducing fp8 needs the library's fp8 (2.24.3); moving it needs nothing.
         assert_eq!(
-            missing(dtype(&ctx(0, 2, &f), dt), Feature::Float8),
+            missing(dtype(&ctx(0, 2, &f), dt, true), Feature::Float8),
             too_old((2, 24, 3), (2, 19, 3))
         );
-        assert!(dtype(&ctx(0, 2, &fs_at(2, 24, 3)), dt).is_ok());
-    }
-    // every other type needs nothing
-    let f = fs_at(2, 9, 6);
-    for dt in DataType::ALL {
-        if dt != DataType::Bfloat16 && !dt.is_fp8() {
-            assert!(dtype(&ctx(0, 2, &f), dt).is_ok(), "{dt}");
+        assert!(dtype(&ctx(0, 2, &f), dt, false).is_ok());
+        for reduces in [true, false] {
+            assert!(dtype(&ctx(0, 2, &fs_at(2, 24, 3)), dt, reduces).is_ok());
         }
+        // A release that has it, hiding it, is as one that has not.
+        let hidden = fs().without(Feature::Float8);
+        missing(dtype(&ctx(0, 2, &hidden), dt, true), Feature::Float8);
+        assert!(dtype(&ctx(0, 2, &hidden), dt, false).is_ok());
     }
 }
 
+/// Before 2.24.3 fp8 is refused by the four reductions only, naming Float8 and 2.24.3; every
+/// operation that moves data accepts it. From 2.24.3 every operation accepts it.
 #[test]
 fn every_op_applies_the_dtype_gate() {
-    let old = fs_at(2, 19, 3);
-    let new = fs();
-    for o in &every_op(DataType::Float8E5M2, ReduceOp::Sum) {
-        if *o == CommOp::Barrier {
-            continue;
+    let old = fs_at(2, 23, 4);
+    let new = fs_at(2, 24, 3);
+    for dt in [DataType::Float8E4M3, DataType::Float8E5M2] {
+        let ops = every_op(dt, ReduceOp::Sum);
+        assert_eq!(ops.iter().filter(|o| o.kind().reduces()).count(), 4);
+        for o in &ops {
+            if o.kind().reduces() {
+                let e = op(o, &ctx(0, 2, &old)).unwrap_err();
+                assert_eq!(
+                    missing(Err(e.clone()), Feature::Float8),
+                    too_old((2, 24, 3), (2, 23, 4)),
+                    "{o:?}"
+                );
+                let text = crate::text!("{e}");
+                assert!(text.contains("float8") && text.contains("2.24.3"), "{text}");
+            } else {
+                assert!(op(o, &ctx(0, 2, &old)).is_ok(), "{o:?}");
+            }
+            assert!(op(o, &ctx(0, 2, &new)).is_ok(), "{o:?}");
         }
-        assert_eq!(
-            missing(op(o, &ctx(0, 2, &old)), Feature::Float8),
-            too_old((2, 24, 3), (2, 19, 3)),
-            "{o:?}"
-        );
-        assert!(op(o, &ctx(0, 2, &new)).is_ok(), "{o:?}");
     }
     let f = fs_at(2, 9, 6);
     for o in &every_op(DataType::Bfloat16, ReduceOp::Sum) {
         if *o != CommOp::Barrier {
             missing(op(o, &ctx(0, 2, &f)), Feature::Bfloat16);
+        }
+    }
+}
+
+/// The reducing kinds are exactly those that carry a reduction.
+#[test]
+fn the_reducing_kinds_are_those_with_an_operator() {
+    for o in &every_op(DataType::Float32, ReduceOp::Sum) {
+        assert_eq!(o.kind().reduces(), o.reduce_op().is_some(), "{o:?}");
+    }
+    for kind in OpKind::ALL {
+        let reducing = [
+            OpKind::AllReduce,
+            OpKind::Reduce,
+            OpKind::ReduceScatter,
+            OpKind::ReduceScatterV,
+        ];
+        assert_eq!(kind.reduces(), reducing.contains(&kind), "{kind}");
+    }
+}
+
+/// fp8 travels as uint8 exactly when the library lacks it and the operation moves data; every
+/// other type, and fp8 on a library that has it, travels as itself.
+#[test]
+fn wire_dtype_of_every_type_and_kind() {
+    let libs = [
+        fs_at(2, 13, 4),
+        fs_at(2, 23, 4),
+        fs_at(2, 24, 3),
+        fs(),
+        fs().without(Feature::Float8),
+    ];
+    for f in &libs {
+        let has = f.has(Feature::Float8);
+        for kind in OpKind::ALL {
+            for dt in DataType::ALL {
+                let wire = wire_dtype(dt, kind.reduces(), f);
+                let want = if dt.is_fp8() && !has && !kind.reduces() {
+                    DataType::Uint8
+                } else {
+                    dt
+                };
+                assert_eq!(wire, want, "{kind} {dt} on {:?}", f.version());
+                assert_eq!(wire.size(), dt.size());
+                // Whatever the check accepts goes to the library as a type it has.
+                if dtype(&ctx(0, 2, f), dt, kind.reduces()).is_ok() {
+                    assert!(dtype(&ctx(0, 2, f), wire, true).is_ok(), "{kind} {dt}");
+                }
+            }
+        }
+    }
+}
+
+/// `wire_op` changes the type of the moving operations only, and nothing else of any.
+#[test]
+fn wire_op_of_every_op() {
+    let old = fs_at(2, 23, 4);
+    for dt in DataType::ALL {
+        for o in &every_op(dt, ReduceOp::Sum) {
+            assert_eq!(wire_op(o, &fs()), *o, "{o:?}");
+            let w = wire_op(o, &old);
+            let reduces = o.kind().reduces();
+            let want = o.dtype().map(|d| wire_dtype(d, reduces, &old));
+            assert_eq!(w.dtype(), want, "{o:?}");
+            assert_eq!(w.with_dtype(dt), *o, "only the type changed: {o:?}");
+            assert_eq!(
+                (w.kind(), w.numel_in(), w.numel_out(), w.root(), w.peer()),
+                (o.kind(), o.numel_in(), o.numel_out(), o.root(), o.peer())
+            );
+            if dt.is_fp8() && !reduces && *o != CommOp::Barrier {
+                assert_eq!(w.dtype(), Some(DataType::Uint8), "{o:?}");
+                // The op as issued passes the checks on its own too.
+                assert!(op(&w, &ctx(0, 2, &old)).is_ok(), "{w:?}");
+            }
         }
     }
 }
@@ -202,7 +300,8 @@ fn reduce_op_rules() {
     assert!(matches!(
         dtype(
             &ctx(0, 2, &FeatureSet::for_version(Version::new(2, 19, 3))),
-            DataType::Float8E4M3
+            DataType::Float8E4M3,
+            true
         ),
         Err(Error::Unsupported {
             feature: Feature::Float8,
