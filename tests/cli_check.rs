@@ -84,3 +84,74 @@ fn usage_errors_exit_2() {
         assert!(text.contains(cmd), "{cmd} missing from --help: {text}");
     }
 }
+
+/// A library without fp8 (NCCL before 2.24.3, imitated by the mock): fp8 reductions are
+/// listed as skipped with the library's reason, the moves run (as uint8) and are right, and
+/// the run passes; a wrong result still fails it.
+#[test]
+fn what_the_library_cannot_run_is_skipped_not_failed() {
+    let args = [
+        "check",
+        "--json",
+        "-d",
+        "f8e4m3",
+        "--mock-version",
+        "2.23.4",
+    ];
+    let o = oxccl(&args);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(
+        v["first_line"]
+            .as_str()
+            .unwrap()
+            .ends_with("imitating NCCL 2.23.4"),
+        "{}",
+        v["first_line"]
+    );
+    let rows = v["results"].as_array().unwrap();
+    let moves = [
+        "all_gather",
+        "broadcast",
+        "alltoall",
+        "gather",
+        "scatter",
+        "sendrecv",
+    ];
+    let ran: Vec<&str> = rows
+        .iter()
+        .map(|r| r["collective"].as_str().unwrap())
+        .collect();
+    assert_eq!(ran, moves);
+    assert!(rows
+        .iter()
+        .all(|r| r["ok"] == true && r["type"] == "f8e4m3"));
+    let skipped = v["skipped"].as_array().unwrap();
+    // The three reductions × five operators.
+    assert_eq!(skipped.len(), 3 * 5);
+    for s in skipped {
+        assert!(
+            ["all_reduce", "reduce_scatter", "reduce"].contains(&s["collective"].as_str().unwrap()),
+            "{s}"
+        );
+        assert_eq!(
+            s["why"], "float8 is unavailable: needs NCCL 2.24.3, loaded 2.23.4",
+            "{s}"
+        );
+    }
+    // On the release that has fp8, nothing is skipped.
+    let now = oxccl(&["check", "--json", "-d", "f8e4m3", "all_reduce"]);
+    let v: Value = serde_json::from_slice(&now.stdout).unwrap();
+    assert_eq!(v["skipped"].as_array().unwrap().len(), 0);
+    assert_eq!(v["cases"], 5);
+
+    let mut bad = args.to_vec();
+    bad.push("--inject-error");
+    let o = oxccl(&bad);
+    assert_eq!(o.status.code(), Some(1));
+}

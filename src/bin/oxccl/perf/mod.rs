@@ -342,7 +342,15 @@ pub fn mock_world<R: Send>(
     n: u32,
     body: impl Fn(&ProcessGroup<MockBackend>, u32) -> oxccl::Result<R> + Sync,
 ) -> Result<Vec<R>, String> {
-    let backend = MockBackend::new();
+    mock_world_of(MockBackend::new(), n, body)
+}
+
+/// [`mock_world`] over `backend` (a mock of another NCCL release, say).
+pub fn mock_world_of<R: Send>(
+    backend: MockBackend,
+    n: u32,
+    body: impl Fn(&ProcessGroup<MockBackend>, u32) -> oxccl::Result<R> + Sync,
+) -> Result<Vec<R>, String> {
     let store: Arc<dyn Store> = Arc::new(MemStore::new());
     let start = Arc::new(Barrier::new(n as usize));
     let stopper = stop::Stopper::default();
