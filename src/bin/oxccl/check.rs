@@ -148,8 +148,8 @@ pub fn run(a: &CheckArgs) -> ExitCode {
         None => MockBackend::new(),
     };
     let features = match &lib {
-        Some(l) => l.features().clone(),
-        None => mock.features().clone(),
+        Some(l) => *l.features(),
+        None => *mock.features(),
     };
     let mut cases = Vec::new();
     let mut skipped: Vec<(Coll, Dtype, Option<Redop>, String)> = Vec::new();
