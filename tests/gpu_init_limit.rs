@@ -5,9 +5,9 @@
 //! - the process group's init: rank 1 never arrives, so the store's arrival marks name it
 //!   within the group's timeout and NCCL's init is never called;
 //! - the process group's init with rank 1 present in the store only (its marks written here):
-//!   NCCL's init runs (nonblocking on 2.14+, on a thread of its own before) and cannot
-//!   complete; past the rest of the timeout the communicator is aborted (before 2.14: when
-//!   the abandoned init returns) and the error says every rank arrived but NCCL did not finish;
+//!   NCCL's init runs (blocking, on a thread of its own) and cannot complete; past the rest of
+//!   the timeout it is abandoned (its communicator aborted if it ever returns) and the error
+//!   says every rank arrived but NCCL did not finish;
 //! - the backend alone: `init_rank_within` with a limit, aborted past it.
 
 use oxccl::core::env::ErrorHandling;
@@ -119,9 +119,9 @@ fn gpu_backend_init_within_a_limit_is_aborted_past_it() {
     assert!(took >= limit && took < limit + SLACK, "{took:?}");
 }
 
-/// A group made within its timeout works as before: its communicator is nonblocking for NCCL
-/// (so that the init could be bounded) and its operations, a coalesced block and a subgroup
-/// split from it give the right values (one rank: what one GPU can show).
+/// A group made within its timeout works as before: its communicator (blocking, its init
+/// bounded on a thread of its own) and its operations, a coalesced block and a subgroup split
+/// from it give the right values (one rank: what one GPU can show).
 #[test]
 fn gpu_pg_made_within_its_timeout_runs() {
     if !gpus() {

@@ -15,10 +15,9 @@ pub struct PgOptions {
     /// How long an operation may run before its work reports a timeout. It also bounds the
     /// making of the group's communicator (init or split): members mark their arrival in the
     /// store first, and a member that never comes is named in the others'
-    /// [`crate::Error::Timeout`]; the backend's init gets what is left (NCCL 2.14+ inits
-    /// nonblocking to honour it, and its communicators are then nonblocking for life; before
-    /// 2.14 a rank that arrived in the store but never inits leaves the others in NCCL's
-    /// blocking init).
+    /// [`crate::Error::Timeout`]; the backend's init gets what is left (on NCCL a blocking
+    /// init runs on a thread of its own, abandoned past the limit: see
+    /// [`oxccl_core::Backend::init_rank_within`]).
     pub timeout: Duration,
     /// A device bound at init: communicators are created at once (eagerly) on it, and
     /// subgroups split at `new_group`. `None`: created on first use, on the device the
