@@ -104,11 +104,6 @@ impl<E, A> std::fmt::Debug for Work<E, A> {
     }
 }
 
-/// How long a waiting thread sleeps between polls once the first quick polls found nothing.
-const POLL_SLEEP: Duration = Duration::from_micros(200);
-/// Polls that only yield before the waiting thread starts to sleep (short operations end here).
-const QUICK_POLLS: u32 = 64;
-
 fn ms(d: Duration) -> u64 {
     d.as_millis().min(u128::from(u64::MAX)) as u64
 }
@@ -247,16 +242,16 @@ impl<E: Event + 'static, A: CommAbort> Work<E, A> {
 
     /// [`Work::wait`] with its own limit, counted from the issue.
     pub fn wait_timeout(&self, limit: Duration) -> Result<()> {
-        let mut polls = 0u32;
+        use oxccl_core::state::wait::{pause, Pause};
+        let began = std::time::Instant::now();
         while !self
             .inner
             .poll(now_ns(), Some(ms(limit)), Hint::Unknown, None)?
         {
-            polls = polls.saturating_add(1);
-            if polls < QUICK_POLLS {
-                std::thread::yield_now();
-            } else {
-                std::thread::sleep(POLL_SLEEP);
+            // Yields first, then sleeps longer the longer it waits (the core's rule).
+            match pause(began.elapsed()) {
+                Pause::Yield => std::thread::yield_now(),
+                Pause::Sleep(d) => std::thread::sleep(d),
             }
         }
         Ok(())

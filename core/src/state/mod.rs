@@ -2,4 +2,5 @@
 
 pub mod group;
 pub mod lifecycle;
+pub mod wait;
 pub mod work;
