@@ -533,10 +533,10 @@ impl<T: Elem> Layer for NcclLayer<T> {
         st.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
             .map_err(cuda)?;
         let issued = (0..iters).try_for_each(|_| self.once(&set));
-        let graph = st
-            .end_capture(sys::CUgraphInstantiate_flags(0))
-            .map_err(cuda)?;
+        let graph = st.end_capture(sys::CUgraphInstantiate_flags(0));
+        // The call that broke the capture says why; the capture's end only that it broke.
         issued?;
+        let graph = graph.map_err(cuda)?;
         self.graph = graph.map(|g| (g, iters));
         Ok(())
     }
