@@ -1,6 +1,7 @@
 //! One rank's NCCL communicator: its lifecycle, async-error polling, split, abort, finalize.
 
 use crate::create::{config, create, none_made, OutHandle};
+use crate::graph_refs::{self, Counted, GraphCount};
 use crate::registry::Registry;
 use crate::stream::NcclStream;
 use crate::wait::Deadline;
@@ -40,6 +41,15 @@ pub(crate) struct CommInner {
     /// premul-sum op's destroy) and exclusively by [`CommInner::release`], so the raw
     /// communicator is never freed while one of them uses it.
     raw_use: spin::RwLock<()>,
+    /// The live graphs (and open captures) holding operations of this communicator: while
+    /// any does, NCCL's release waits for them, so it runs on a detached thread.
+    pub(crate) graphs: GraphCount,
+}
+
+impl Counted for CommInner {
+    fn graph_count(&self) -> &GraphCount {
+        &self.graphs
+    }
 }
 
 // SAFETY: `raw` is an opaque NCCL handle. NCCL allows a communicator to be used from any thread
@@ -52,11 +62,36 @@ unsafe impl Sync for CommInner {}
 impl CommInner {
     /// Releases the raw communicator once: destroy after a clean finalize, abort otherwise
     /// (abort never waits for peers, so this never hangs). Registrations go first.
-    fn release(&self, destroy: bool) {
-        let _excl = self.raw_use.write();
-        if self.released.swap(true, Ordering::AcqRel) {
-            return;
+    ///
+    /// While live CUDA graphs hold operations of this communicator, NCCL's release waits until
+    /// the last of them is destroyed, so it runs on a detached thread (`oxccl-abort`) and this
+    /// returns at once: an abort sets NCCL's abort flag (waking peers) before that wait, and
+    /// the thread ends when the last graph is dropped. The communicator counts as released
+    /// from here on either way (poll and op destroys no longer touch it).
+    fn release(self: &Arc<Self>, destroy: bool) {
+        {
+            let _excl = self.raw_use.write();
+            if self.released.swap(true, Ordering::AcqRel) {
+                return;
+            }
+            if graph_refs::release_inline(self.graphs.live()) {
+                self.release_raw(destroy);
+                return;
+            }
         }
+        log::info!(
+            "rank {}: live CUDA graphs hold operations of this NCCL communicator: it is {} on \
+             a detached thread, which ends when the last of them is dropped",
+            self.rank,
+            if destroy { "destroyed" } else { "aborted" }
+        );
+        let me = Arc::clone(self);
+        graph_refs::detach(self.rank, move || me.release_raw(destroy));
+    }
+
+    /// The release itself, once `released` is set by the caller (so nothing else uses `raw`
+    /// any more: poll and op destroys check it under `raw_use`).
+    fn release_raw(&self, destroy: bool) {
         self.registry.release_all(&self.lib, self.raw);
         let api = self.lib.api();
         let f = if destroy {
@@ -65,8 +100,9 @@ impl CommInner {
             api.comm_abort
         };
         if let Some(f) = f {
-            // SAFETY: `raw` is a live communicator (not yet released, checked by the swap above),
-            // and no poll or op destroy is using it (`raw_use` is held exclusively).
+            // SAFETY: `raw` is a live communicator: the caller set `released` (its swap saw it
+            // unset), so this runs once; no poll or op destroy uses it (they check `released`
+            // under `raw_use`, which the caller held exclusively while setting it).
             let code = unsafe { f(self.raw) };
             if code != 0 {
                 log::warn!(
@@ -139,7 +175,10 @@ impl CommInner {
         }
     }
 
-    fn abort(&self, reason: &str) {
+    /// Aborts: the state is Aborted at once for every handle, then the release (see
+    /// [`CommInner::release`]: with live graphs the library's release finishes when the last
+    /// graph is dropped).
+    fn abort(self: &Arc<Self>, reason: &str) {
         self.transition(|l| l.abort(reason));
         self.release(false);
     }
@@ -163,6 +202,9 @@ impl std::fmt::Debug for NcclAbort {
 }
 
 impl CommAbort for NcclAbort {
+    /// Aborts the communicator (see [`NcclComm::abort`]): never waits, even while live CUDA
+    /// graphs hold its operations (then the library's release finishes when the last graph is
+    /// dropped).
     fn abort(&self, reason: &str) {
         self.inner.abort(reason);
     }
@@ -178,7 +220,9 @@ impl CommAbort for NcclAbort {
 
 impl Drop for NcclComm {
     /// Releases the communicator (destroy after a clean finalize, abort otherwise), even while
-    /// abort handles live: they then report the final state.
+    /// abort handles live: they then report the final state. Never waits for live CUDA graphs
+    /// holding its operations: the library's release then finishes when the last graph is
+    /// dropped.
     fn drop(&mut self) {
         let finalized = self.inner.state() == CommState::Finalized;
         self.inner.release(finalized);
@@ -187,9 +231,13 @@ impl Drop for NcclComm {
 }
 
 impl Drop for CommInner {
+    /// The last handle: no graph references the communicator any more (each holds a handle),
+    /// so the release runs here and never waits for one.
     fn drop(&mut self) {
         let finalized = self.life.lock().state() == CommState::Finalized;
-        self.release(finalized);
+        if !self.released.swap(true, Ordering::AcqRel) {
+            self.release_raw(finalized);
+        }
     }
 }
 
@@ -278,6 +326,7 @@ impl NcclComm {
                 released: AtomicBool::new(false),
                 calls: std::sync::Mutex::new(()),
                 raw_use: spin::RwLock::new(()),
+                graphs: GraphCount::default(),
             }),
         }
     }
@@ -389,16 +438,31 @@ impl NcclComm {
     }
 
     /// Stops this communicator from any thread. Equivalent to [`Communicator::abort`].
+    ///
+    /// Its state is Aborted at once for every handle, and it never waits: while live CUDA
+    /// graphs ([`crate::NcclGraph`]) hold operations of this communicator, NCCL's abort waits
+    /// until they are destroyed, so it runs on a detached thread named `oxccl-abort`. NCCL sets
+    /// its abort flag first (peers blocked on this rank are woken at once); with live graphs
+    /// the library's release finishes when the last graph is dropped. Only captures begun with
+    /// [`oxccl_core::Capture::begin_capture`] on an [`NcclStream`] are counted.
     pub fn abort(&self, reason: &str) {
         Communicator::abort(self, reason)
     }
 
     /// Ends the communicator: finalize (when the library has it and it is ready), then destroy.
     /// A communicator that failed or was aborted is released without waiting on peers.
+    ///
+    /// While live CUDA graphs hold its operations, NCCL's finalize and destroy would wait
+    /// until they are destroyed: the finalize is skipped and the destroy runs on a detached
+    /// thread (as [`NcclComm::abort`]); the library's release finishes when the last graph is
+    /// dropped.
     pub fn destroy(self) -> Result<()> {
         let state = self.state();
         let mut result = Ok(());
-        if state == CommState::Ready && self.inner.settings.features.has(Feature::Finalize) {
+        if state == CommState::Ready
+            && self.inner.settings.features.has(Feature::Finalize)
+            && graph_refs::release_inline(self.inner.graphs.live())
+        {
             result = self.finalize().map(|_| ());
         }
         let finalized = self.state() == CommState::Finalized;
@@ -555,13 +619,30 @@ impl Communicator for NcclComm {
         self.adopt_child("split", code, &new, true, cfg)
     }
 
+    /// See [`NcclComm::abort`]: never waits; with live graphs the library's release finishes
+    /// when the last graph is dropped.
     fn abort(&self, reason: &str) {
         self.inner.abort(reason);
     }
 
+    /// Refused with [`Error::InvalidState`] while live CUDA graphs hold operations of this
+    /// communicator: NCCL's finalize waits until they are destroyed (drop them first, or use
+    /// [`NcclComm::destroy`], which then skips the finalize).
     fn finalize(&self) -> Result<Progress> {
         let _serial = self.inner.serial();
         self.inner.settings.features.require(Feature::Finalize)?;
+        let live = self.inner.graphs.live();
+        if !graph_refs::release_inline(live) {
+            return Err(Error::InvalidState {
+                state: self.state(),
+                attempted: "finalize",
+                reason: text!(
+                    "{live} live CUDA graph(s) or open capture(s) hold operations of this \
+                     communicator, and NCCL's finalize waits until they are destroyed: drop \
+                     them first"
+                ),
+            });
+        }
         self.transition(|l| l.finalize_start())?;
         let f = self
             .inner

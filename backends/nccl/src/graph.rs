@@ -9,7 +9,9 @@
 //! event recorded outside the capture from a capturing stream: callers take buffer addresses
 //! on another, non-capturing stream (the process group's copy stream) or before the capture.
 
+use crate::comm::CommInner;
 use crate::cuda::cuda_error;
+use crate::graph_refs::GraphRef;
 use crate::stream::NcclStream;
 use cudarc::driver::{result, sys, CudaGraph};
 use oxccl_core::{Capture, CaptureError, Error, Graph, Result};
@@ -18,12 +20,20 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 /// A captured and instantiated CUDA graph. Dropping it destroys the graph and its
 /// executable (errors are kept by cudarc's context, never a panic); launches already queued
 /// still run, as CUDA keeps a launched executable alive until its work is done.
+///
+/// It counts as holding every communicator whose operations it captured: NCCL cannot release
+/// those until it is destroyed, so aborting or destroying one of them meanwhile releases it on
+/// a detached thread, which ends when the last such graph is dropped (see
+/// [`crate::NcclComm::abort`]).
 pub struct NcclGraph {
     /// cudarc's owner of the graph and its executable; behind a lock because CUDA forbids
-    /// using one graph object from two threads at once.
+    /// using one graph object from two threads at once. Dropped before `holds`: the count
+    /// falls once NCCL's own reference is gone.
     inner: Mutex<CudaGraph>,
     /// The device ordinal of the captured stream: a launch elsewhere is refused.
     ordinal: usize,
+    /// The communicators whose operations the graph captured, counted while it lives.
+    holds: Vec<GraphRef<CommInner>>,
 }
 
 // SAFETY: the CUDA graph handles are plain driver handles, usable from any thread of the
@@ -37,6 +47,7 @@ impl std::fmt::Debug for NcclGraph {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("NcclGraph")
             .field("device", &self.ordinal)
+            .field("communicators", &self.holds.len())
             .finish()
     }
 }
@@ -57,13 +68,23 @@ impl Capture for NcclStream {
                 "begin_capture on a CUDA stream that is capturing: captures do not nest",
             ));
         }
-        self.cuda()
+        self.captured.begin();
+        let begun = self
+            .cuda()
             .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
-            .map_err(|e| cuda_error("beginning a stream capture", e))
+            .map_err(|e| cuda_error("beginning a stream capture", e));
+        if begun.is_err() {
+            self.captured.cancel();
+        }
+        begun
     }
 
     fn end_capture(&self) -> Result<NcclGraph> {
+        // The communicators issued on since the capture began (taken once the stream's status
+        // is known): the graph holds them; without a graph they are let go (CUDA destroys a failed capture's graph, and NCCL's
+        // reference with it).
         let was = status(self)?;
+        let holds = self.captured.end();
         if was == sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
             return Err(CaptureError::NotCapturing
                 .error_str("end_capture on a CUDA stream that is not capturing"));
@@ -80,6 +101,7 @@ impl Capture for NcclStream {
             Ok(Some(g)) => Ok(NcclGraph {
                 inner: Mutex::new(g),
                 ordinal: self.cuda().context().ordinal(),
+                holds,
             }),
             Ok(None) => Err(invalidated(&"no graph")),
             Err(e) if e.0 == sys::cudaError_enum::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED => {

@@ -17,6 +17,7 @@ mod comm;
 mod create;
 mod cuda;
 mod graph;
+mod graph_refs;
 mod group;
 mod issue;
 mod mem;

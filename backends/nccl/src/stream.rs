@@ -1,6 +1,8 @@
 //! CUDA streams and events behind the core's `Stream` and `Event` traits.
 
+use crate::comm::CommInner;
 use crate::cuda::cuda_error;
+use crate::graph_refs::CaptureRefs;
 use cudarc::driver::{sys, CudaContext, CudaEvent, CudaStream};
 use oxccl_core::{Error, Event, Result, Stream};
 use std::mem::ManuallyDrop;
@@ -41,6 +43,9 @@ impl EventPool {
 pub struct NcclStream {
     inner: Arc<CudaStream>,
     pool: Arc<EventPool>,
+    /// The communicators issued on this stream while a capture begun on it is open (shared
+    /// by its clones): the graph the capture makes counts as holding them.
+    pub(crate) captured: Arc<CaptureRefs<CommInner>>,
 }
 
 impl NcclStream {
@@ -49,6 +54,7 @@ impl NcclStream {
         NcclStream {
             inner,
             pool: Arc::default(),
+            captured: Arc::default(),
         }
     }
 

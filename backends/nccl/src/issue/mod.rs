@@ -98,6 +98,10 @@ impl Ctx<'_> {
 pub(crate) unsafe fn issue(comm: &NcclComm, op: &CommOp<'_>, stream: &NcclStream) -> Result<()> {
     check::op(op, &comm.check_ctx())?;
     let op = &wire(op, &comm.inner.settings.features);
+    // Inside a capture begun on `stream`, the graph it makes will hold this communicator
+    // (NCCL's release then waits for that graph): noted before the state check, so an abort
+    // from another thread either sees it or makes the check below refuse.
+    stream.captured.note(&comm.inner);
     comm.ready_for(op.kind().name())?;
     // Premul-sum ops live until the call returns, then are destroyed (allowed by NCCL).
     let red = match op.reduce_op() {
