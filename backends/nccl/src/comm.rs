@@ -92,7 +92,10 @@ impl CommInner {
     /// The release itself, once `released` is set by the caller (so nothing else uses `raw`
     /// any more: poll and op destroys check it under `raw_use`).
     fn release_raw(&self, destroy: bool) {
-        self.registry.release_all(&self.lib, self.raw);
+        // An abort never waits for peers: the collective window deregistrations are left to
+        // NCCL's abort (on a blocking communicator ncclCommWindowDeregister waits for the
+        // peers' matching calls, which a failed or departed peer never makes).
+        self.registry.release_all(&self.lib, self.raw, destroy);
         let api = self.lib.api();
         let f = if destroy {
             api.comm_destroy

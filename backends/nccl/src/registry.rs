@@ -195,7 +195,11 @@ impl Registry {
     }
 
     /// Deregisters everything (errors are logged: this runs on the way to abort or destroy).
-    pub(crate) fn release_all(&self, lib: &Library, raw: RawComm) {
+    /// `windows`: also the symmetric windows, whose deregistration is collective (on a
+    /// blocking communicator it waits for every peer's matching call). An abort passes
+    /// `false`: it must never wait for peers, and the library's abort releases the
+    /// communicator's windows with it. The local registrations always go here.
+    pub(crate) fn release_all(&self, lib: &Library, raw: RawComm, windows: bool) {
         let api = lib.api();
         for h in self.buffers.lock().drain(..) {
             if let Some(f) = api.comm_deregister {
@@ -210,7 +214,17 @@ impl Registry {
                 }
             }
         }
-        for w in self.windows.lock().drain(..) {
+        let windows: Vec<_> = if windows {
+            self.windows.lock().drain(..).collect()
+        } else {
+            // Left to the abort; counted so the log says what it released.
+            let n = self.windows.lock().drain(..).count();
+            if n > 0 {
+                log::debug!("{n} window(s) left to the communicator's abort to release");
+            }
+            Vec::new()
+        };
+        for w in windows {
             if let Some(f) = api.comm_window_deregister {
                 // SAFETY: as above.
                 let code = unsafe { f(raw, w.raw as *mut std::ffi::c_void) };
