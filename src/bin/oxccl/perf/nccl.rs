@@ -102,7 +102,9 @@ fn with_rank<R>(
     }
     let out = body(&pg, &comm, r);
     if let (Err(e), Some(stop)) = (&out, stop) {
-        // The other ranks would wait for this one in their next collective: stop them.
+        // Said at once (the run's own report waits for every rank), then the other ranks,
+        // which would wait for this one in their next collective, are stopped.
+        eprintln!("oxccl perf: rank {r} failed: {e}; stopping the other ranks");
         stop.stop(&format!("rank {r} failed: {e}"));
     }
     pg.destroy();
