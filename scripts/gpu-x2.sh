@@ -34,11 +34,13 @@ if [ "$cmd" = stage ]; then
     set -eo pipefail
     examples=(pg_cases pg_capture pg_faults ddp_step comm_buffers)
     benches=(pg_overhead nan_check)
+    tests=(gpu_abort_windows)
     # Where cargo put each executable (CARGO_TARGET_DIR honoured; bench names are hashed).
     json=$(cargo build --release --bin oxccl $(printf -- '--example %s ' "${examples[@]}") \
-        $(printf -- '--bench %s ' "${benches[@]}") --message-format=json-render-diagnostics)
+        $(printf -- '--bench %s ' "${benches[@]}") $(printf -- '--test %s ' "${tests[@]}") \
+        --message-format=json-render-diagnostics)
     rm -rf "$bin" && mkdir -p "$bin"
-    for t in oxccl "${examples[@]}" "${benches[@]}"; do
+    for t in oxccl "${examples[@]}" "${benches[@]}" "${tests[@]}"; do
         exe=$(echo "$json" | python3 -c "
 import sys, json
 for l in sys.stdin:
@@ -72,7 +74,7 @@ for l in sys.stdin:
 fi
 
 # Items: id, GPUs needed, time limit (s), what. The order is the run order of `all`.
-ITEMS_CORRECT="info i7.case02 i7.cases1 i7.cases i10.cases i7.ddp i7.socket i9.capture2 i10.death i10.dump i7.overhead i9.buffers i10.nan"
+ITEMS_CORRECT="info i7.case02 i7.cases1 i7.cases i10.cases i7.ddp i7.socket i9.capture2 i10.death i10.dump i10.abortwin i7.overhead i9.buffers i10.nan"
 ITEMS_MODES="i9.ncclbuild i9.graphs i9.tune i9.procs"
 ITEMS_SWEEP="i9.ncclbuild i9.check i9.sweep"
 need_of() { case $1 in i9.check|info|i7.case02|i7.cases1|i7.overhead|i9.buffers|i10.nan|i9.ncclbuild|i9.sweep|i9.graphs|i9.tune) echo 1 ;; *) echo 2 ;; esac; }
@@ -91,6 +93,7 @@ what_of() {
     i10.dump) echo "case 30: a rank stuck past a 1 s timeout dumps and ends; the healthy rank dumps on its signal and exits 0" ;;
     i7.overhead) echo "pg_overhead (twice): pg - Comm <= 1 us issue, latency <= 1.05x Comm, watchdog + recorder <= 0.5 us" ;;
     i9.buffers) echo "NcclBuf through the process group: plain, registered, windows, mixed (examples/comm_buffers)" ;;
+    i10.abortwin) echo "an abort with symmetric windows does not wait for the peer (tests/gpu_abort_windows.rs)" ;;
     i10.nan) echo "NaN check cost per GiB (f32, f64, f16, bf16) on GPU 0" ;;
     i9.procs) echo "oxccl perf and --tune as a process per GPU under torchrun --no-python (all_reduce, all_gather)" ;;
     i9.check) echo "oxccl check --backend nccl (every op x dtype x redop) and perf all -c 1 to 64 MiB on the three layers" ;;
@@ -337,6 +340,11 @@ item_i9_buffers() {
     # comm_buffers exits 0 when it skips (no GPU or no NCCL): only its PASS line passes.
     grep -q '^comm_buffers: PASS$' "$d/log" || { [ $rc = 0 ] && rc=1; }
     echo "NOTE: $(tail -1 "$d/log")"
+    return $rc
+}
+item_i10_abortwin() {
+    OXCCL_TEST_GPUS=$n $bin/gpu_abort_windows --nocapture; local rc=$?
+    echo "NOTE: $(grep -h '^RESULT\|skipped' "$d/log" | head -1)"
     return $rc
 }
 item_i10_nan() {
