@@ -1,5 +1,6 @@
 //! One rank's NCCL communicator: its lifecycle, async-error polling, split, abort, finalize.
 
+use crate::abort::NcclAbort;
 use crate::create::{config, create, none_made, OutHandle};
 use crate::graph_refs::{self, Counted, GraphCount};
 use crate::registry::Registry;
@@ -8,8 +9,8 @@ use crate::wait::Deadline;
 use cudarc::driver::{CudaContext, CudaSlice};
 use oxccl_core::state::lifecycle::Lifecycle;
 use oxccl_core::{
-    text, CheckCtx, CommAbort, CommConfig, CommState, Communicator, Device, Error, Feature,
-    FeatureSet, Progress, RegHandle, Result, ResultCode,
+    text, CheckCtx, CommConfig, CommState, Communicator, Device, Error, Feature, FeatureSet,
+    Progress, RegHandle, Result, ResultCode,
 };
 use oxccl_loader::{Library, RawComm};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -143,12 +144,12 @@ impl CommInner {
         out
     }
 
-    fn state(&self) -> CommState {
+    pub(crate) fn state(&self) -> CommState {
         self.life.lock().state()
     }
 
     /// The asynchronous error, and the end of a nonblocking init (see [`Communicator::poll`]).
-    fn poll(&self) -> Result<Progress> {
+    pub(crate) fn poll(&self) -> Result<Progress> {
         let polled = {
             let _live = self.use_raw();
             {
@@ -181,43 +182,9 @@ impl CommInner {
     /// Aborts: the state is Aborted at once for every handle, then the release (see
     /// [`CommInner::release`]: with live graphs the library's release finishes when the last
     /// graph is dropped).
-    fn abort(self: &Arc<Self>, reason: &str) {
+    pub(crate) fn abort(self: &Arc<Self>, reason: &str) {
         self.transition(|l| l.abort(reason));
         self.release(false);
-    }
-}
-
-/// Aborts, watches and polls one NCCL communicator from any thread (made by
-/// [`Communicator::abort_handle`]); it allows nothing else. It may outlive the communicator:
-/// its calls then report the final state.
-#[derive(Clone)]
-pub struct NcclAbort {
-    inner: Arc<CommInner>,
-}
-
-impl std::fmt::Debug for NcclAbort {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("NcclAbort")
-            .field("rank", &self.inner.rank)
-            .field("state", &self.inner.state())
-            .finish()
-    }
-}
-
-impl CommAbort for NcclAbort {
-    /// Aborts the communicator (see [`NcclComm::abort`]): never waits, even while live CUDA
-    /// graphs hold its operations (then the library's release finishes when the last graph is
-    /// dropped).
-    fn abort(&self, reason: &str) {
-        self.inner.abort(reason);
-    }
-
-    fn state(&self) -> CommState {
-        self.inner.state()
-    }
-
-    fn poll(&self) -> Result<Progress> {
-        self.inner.poll()
     }
 }
 

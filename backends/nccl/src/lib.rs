@@ -10,6 +10,7 @@
 //! loaded library).
 #![warn(missing_docs)]
 
+mod abort;
 mod absent;
 mod backend;
 mod bounded;
@@ -26,8 +27,9 @@ mod registry;
 mod stream;
 mod wait;
 
+pub use abort::NcclAbort;
 pub use backend::NcclBackend;
-pub use comm::{NcclAbort, NcclComm};
+pub use comm::NcclComm;
 pub use cuda::{cuda_error, require_driver};
 pub use graph::NcclGraph;
 pub use mem::NcclMem;
