@@ -191,72 +191,6 @@ impl NcclBackend {
     }
 }
 
-impl NcclBackend {
-    /// The blocking init (NCCL before 2.14) bounded by `limit`: run on a thread of its own,
-    /// abandoned past the limit, its communicator aborted on that thread if it ever comes (see
-    /// [`Backend::init_rank_within`]).
-    fn init_blocking_within(
-        &self,
-        id: UniqueId,
-        rank: u32,
-        size: u32,
-        device: Device,
-        cfg: &CommConfig,
-        limit: Duration,
-    ) -> Result<NcclComm> {
-        Self::rank_size(rank, size)?;
-        // On the caller's thread too: the device is checked before a thread is started, and
-        // the caller has it bound afterwards as after an init on its own thread. The init's
-        // thread binds it again for itself (`init_with`).
-        crate::cuda::context(device)?;
-        log::debug!(
-            "oxccl: NCCL {}: rank {rank}'s blocking init runs on its own thread, waited for {} ms \
-             at most",
-            self.lib.version(),
-            limit.as_millis()
-        );
-        let backend = self.clone();
-        let cfg = cfg.clone();
-        let what = format!("NCCL's init of rank {rank} of {size}");
-        crate::bounded::within(
-            limit,
-            format!("oxccl-init-r{rank}"),
-            &what,
-            move || backend.init_rank(&id, rank, size, device, &cfg),
-            move |comm: NcclComm| {
-                log::debug!(
-                    "oxccl: NCCL's init of rank {rank} of {size} completed after its caller \
-                     stopped waiting ({} ms): aborting the communicator",
-                    limit.as_millis()
-                );
-                // Nobody else holds it: abort releases it once, and the drop then finds it
-                // released.
-                comm.abort(&format!(
-                    "init of rank {rank} of {size} completed past its limit of {} ms",
-                    limit.as_millis()
-                ));
-                drop(comm);
-                log::debug!("oxccl: the late communicator of rank {rank} of {size} is aborted");
-            },
-        )
-        .map_err(|e| init_timed_out(e, rank, size))
-    }
-}
-
-/// A timeout of rank `rank`'s init said the same way whichever path bounded it; other errors
-/// as they are.
-fn init_timed_out(e: Error, rank: u32, size: u32) -> Error {
-    match e {
-        Error::Timeout { after_ms, .. } => Error::Timeout {
-            what: oxccl_core::text!(
-                "NCCL's init of rank {rank} of {size} still in progress (ranks missing?)"
-            ),
-            after_ms,
-        },
-        other => other,
-    }
-}
-
 impl Backend for NcclBackend {
     type Comm = NcclComm;
 
@@ -324,7 +258,7 @@ impl Backend for NcclBackend {
     /// Not a nonblocking init polled to the limit, although that could abort the init itself:
     /// NCCL fixes the mode at init, and a nonblocking communicator launches every grouped
     /// operation from a thread it starts for it (`ncclGroupEnd` answers `InProgress`), which
-    /// cost 60–100 µs per eager operation of two ranks on 2 × H200 (NCCL 2.28.9), against
+    /// cost 60–130 µs per eager operation of two ranks on 2 × H200 (NCCL 2.28.9), against
     /// ~10 µs blocking.
     ///
     /// A nonblocking config returns at once, `Initializing`, as [`Backend::init_rank`] does
@@ -341,7 +275,50 @@ impl Backend for NcclBackend {
         if cfg.is_nonblocking() {
             return self.init_rank(id, rank, size, device, cfg);
         }
-        self.init_blocking_within(*id, rank, size, device, cfg, limit)
+        Self::rank_size(rank, size)?;
+        // On the caller's thread too: the device is checked before a thread is started, and
+        // the caller has it bound afterwards as after an init on its own thread. The init's
+        // thread binds it again for itself (`init_with`).
+        crate::cuda::context(device)?;
+        log::debug!(
+            "oxccl: NCCL {}: rank {rank}'s blocking init runs on its own thread, waited for {} ms \
+             at most",
+            self.lib.version(),
+            limit.as_millis()
+        );
+        let (backend, cfg, id) = (self.clone(), cfg.clone(), *id);
+        let what = format!("NCCL's init of rank {rank} of {size}");
+        crate::bounded::within(
+            limit,
+            format!("oxccl-init-r{rank}"),
+            &what,
+            move || backend.init_rank(&id, rank, size, device, &cfg),
+            move |comm: NcclComm| {
+                log::debug!(
+                    "oxccl: NCCL's init of rank {rank} of {size} completed after its caller \
+                     stopped waiting ({} ms): aborting the communicator",
+                    limit.as_millis()
+                );
+                // Nobody else holds it: abort releases it once, and the drop then finds it
+                // released.
+                comm.abort(&format!(
+                    "init of rank {rank} of {size} completed past its limit of {} ms",
+                    limit.as_millis()
+                ));
+                drop(comm);
+                log::debug!("oxccl: the late communicator of rank {rank} of {size} is aborted");
+            },
+        )
+        .map_err(|e| match e {
+            // The bound's own words name only the call: say what a stalled init usually means.
+            Error::Timeout { after_ms, .. } => Error::Timeout {
+                what: oxccl_core::text!(
+                    "NCCL's init of rank {rank} of {size} still in progress (ranks missing?)"
+                ),
+                after_ms,
+            },
+            other => other,
+        })
     }
 
     fn group_start(&self) -> Result<()> {
