@@ -1,6 +1,6 @@
-//! The bound on NCCL's blocking init (releases before 2.14, which have no nonblocking init, or
-//! any release with [`Feature::NonBlocking`] hidden): `init_rank_within` runs the init on a
-//! thread of its own and gives up on it past the limit. On real NCCL with one GPU; runs when
+//! The bound on NCCL's blocking init (a blocking config, on every release): `init_rank_within`
+//! runs the init on a thread of its own and gives up on it past the limit. On real NCCL with one
+//! GPU; runs when
 //! `OXCCL_TEST_GPUS=<n>` is set and skips, saying so, otherwise. Run each test alone (its own
 //! process, under a time limit, e.g. `OXCCL_NCCL_LIBRARY=<2.13.4>`), and check that the process
 //! exits: an abandoned init still runs on its thread when the test ends.
@@ -15,7 +15,7 @@
 //! process): the name tells that the init's thread exists, not that it ended.
 
 use oxccl::core::Backend;
-use oxccl::{CommConfig, CommState, Device, Error, Feature, Nccl};
+use oxccl::{CommConfig, CommState, Device, Error, Nccl};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -62,20 +62,18 @@ fn logged(part: &str) -> bool {
         .any(|l| l.contains(part))
 }
 
-/// NCCL as loaded, with nonblocking init hidden where the release has it, so that every
-/// release takes the blocking path.
+/// NCCL as loaded, its log kept.
 fn blocking_nccl() -> Nccl {
     if log::set_logger(&Kept).is_ok() {
         log::set_max_level(log::LevelFilter::Debug);
     }
     let b = Nccl::load().unwrap_or_else(|e| panic!("loading NCCL: {e}"));
-    let had = b.features().has(Feature::NonBlocking);
     println!(
-        "RESULT version={} path={} nonblocking_hidden={had}",
+        "RESULT version={} path={}",
         b.version(),
         b.library().path().display()
     );
-    b.without(Feature::NonBlocking)
+    b
 }
 
 /// How many threads of this process are named `name` (Linux: `/proc/self/task/*/comm`).
