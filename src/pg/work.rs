@@ -243,18 +243,19 @@ impl<E: Event + 'static, A: CommAbort> Work<E, A> {
     /// [`Work::wait`] with its own limit, counted from the issue.
     pub fn wait_timeout(&self, limit: Duration) -> Result<()> {
         use oxccl_core::state::wait::{pause, Pause};
-        let began = std::time::Instant::now();
-        while !self
-            .inner
-            .poll(now_ns(), Some(ms(limit)), Hint::Unknown, None)?
-        {
+        let began = now_ns();
+        loop {
+            // One clock read per look: the poll's time and the pause's.
+            let now = now_ns();
+            if self.inner.poll(now, Some(ms(limit)), Hint::Unknown, None)? {
+                return Ok(());
+            }
             // Yields first, then sleeps longer the longer it waits (the core's rule).
-            match pause(began.elapsed()) {
+            match pause(Duration::from_nanos(now.saturating_sub(began))) {
                 Pause::Yield => std::thread::yield_now(),
                 Pause::Sleep(d) => std::thread::sleep(d),
             }
         }
-        Ok(())
     }
 
     /// How long the operation ran on its stream; needs timing on ([`super::PgOptions::timing`])
