@@ -10,7 +10,7 @@ use crate::perf::{BackendSel, Layer, PgLayer};
 use clap::Args;
 use oxccl::core::Backend;
 use oxccl::mock::MockBackend;
-use oxccl::{Feature, FeatureSet, Version};
+use oxccl::{FeatureSet, Version};
 use serde_json::json;
 use std::process::ExitCode;
 
@@ -68,20 +68,32 @@ fn parse_version(s: &str) -> Result<Version, String> {
     }
 }
 
-/// Why the library with `features` cannot run a case, if it cannot: the features the case
-/// needs (bfloat16; fp8 and average in a reduction, fp8 that only moves travelling as
-/// uint8), the first one missing said in the library's words.
-fn lacking(features: &FeatureSet, coll: Coll, dtype: Dtype, redop: Redop) -> Option<String> {
-    let fp8 = matches!(dtype, Dtype::F8e4m3 | Dtype::F8e5m2);
-    let needs = [
-        (dtype == Dtype::Bfloat16, Feature::Bfloat16),
-        (fp8 && coll.reduces(), Feature::Float8),
-        (coll.reduces() && redop == Redop::Avg, Feature::Avg),
-    ];
-    needs
-        .iter()
-        .filter(|(needed, _)| *needed)
-        .find_map(|(_, f)| features.require(*f).err())
+/// Why the library with `features` cannot run a case on `ranks` ranks, if it cannot: the
+/// core's own checks of the element type and the operator (the ones every operation passes
+/// before the library is called), so what is skipped here is exactly what would be refused.
+fn lacking(
+    features: &FeatureSet,
+    ranks: u32,
+    coll: Coll,
+    dtype: Dtype,
+    redop: Redop,
+) -> Option<String> {
+    use oxccl::core::check;
+    let ctx = oxccl::core::CheckCtx {
+        rank: 0,
+        size: ranks,
+        features,
+    };
+    let dt = dtype.data_type();
+    check::dtype(&ctx, dt, coll.reduces())
+        .and_then(|()| {
+            if coll.reduces() {
+                check::reduce_op(&ctx, dt, &redop.reduce_op())
+            } else {
+                Ok(())
+            }
+        })
+        .err()
         .map(|e| e.to_string())
 }
 
@@ -165,7 +177,7 @@ pub fn run(a: &CheckArgs) -> ExitCode {
                 if a.gpus == 1 && fp8 && r == Redop::Avg {
                     continue;
                 }
-                if let Some(why) = lacking(&features, *c, *d, r) {
+                if let Some(why) = lacking(&features, a.gpus, *c, *d, r) {
                     skipped.push((*c, *d, c.reduces().then_some(r), why));
                     continue;
                 }
