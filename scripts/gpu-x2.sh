@@ -77,8 +77,8 @@ fi
 ITEMS_CORRECT="info i7.case02 i7.cases1 i7.cases i10.cases i7.ddp i7.socket i9.capture2 i10.death i10.dump i10.abortwin i7.overhead i9.buffers i10.nan"
 ITEMS_MODES="i9.ncclbuild i9.graphs i9.tune i9.procs"
 ITEMS_SWEEP="i9.ncclbuild i9.check i9.sweep"
-need_of() { case $1 in i9.check|info|i7.case02|i7.cases1|i7.overhead|i9.buffers|i10.nan|i9.ncclbuild|i9.sweep|i9.graphs|i9.tune) echo 1 ;; *) echo 2 ;; esac; }
-limit_of() { case $1 in i9.sweep) echo 480 ;; i7.cases|i9.check) echo 150 ;; i9.tune) echo 240 ;; i9.graphs|i9.ncclbuild) echo 180 ;; i10.death) echo 120 ;; *) echo 90 ;; esac; }
+need_of() { case $1 in i9.big|i9.check|info|i7.case02|i7.cases1|i7.overhead|i9.buffers|i10.nan|i9.ncclbuild|i9.sweep|i9.graphs|i9.tune) echo 1 ;; *) echo 2 ;; esac; }
+limit_of() { case $1 in i9.sweep) echo 480 ;; i9.big) echo 300 ;; i7.cases|i9.check) echo 150 ;; i9.tune) echo 240 ;; i9.graphs|i9.ncclbuild) echo 180 ;; i10.death) echo 120 ;; *) echo 90 ;; esac; }
 what_of() {
     case $1 in
     info) echo "GPUs, NCCL libraries, torch, oxccl info" ;;
@@ -101,12 +101,13 @@ what_of() {
     i9.sweep) echo "5 collectives 8 B-1 GiB: oxccl raw/comm/pg, nccl-tests -t N -g 1, torch.distributed; 2 rounds alternated; SVGs" ;;
     i9.graphs) echo "graphs and windows: -G 10 with -R 0 and -R 2, oxccl and nccl-tests alternated; pg 8 B all_reduce <= 4 us" ;;
     i9.tune) echo "--tune table, pg under it against nccl-tests' best of -R 0/1/2 per collective and size" ;;
+    i9.big) echo "the sweep at 128 MiB-1 GiB only (5 collectives, the same tools and rounds): busbw >= 99 % of nccl-tests" ;;
     *) return 1 ;;
     esac
 }
 
 if [ "$cmd" = list ]; then
-    for i in $ITEMS_CORRECT $ITEMS_MODES i9.check i9.sweep; do printf '%-12s %s GPU(s)  %4ss  %s\n' "$i" "$(need_of "$i")" "$(limit_of "$i")" "$(what_of "$i")"; done
+    for i in $ITEMS_CORRECT $ITEMS_MODES i9.check i9.sweep i9.big; do printf '%-12s %s GPU(s)  %4ss  %s\n' "$i" "$(need_of "$i")" "$(limit_of "$i")" "$(what_of "$i")"; done
     exit 0
 fi
 [ "$cmd" = run ] || { echo "usage: $0 stage | list | run NGPUS OUTDIR PART..." >&2; exit 2; }
@@ -460,6 +461,10 @@ item_i9_graphs() {
     return $rc
 }
 
+item_i9_big() {
+    X2_SWEEP=${X2_SWEEP:-"$(sizes -b 128M -e 1G -f 2) -n 20 -w 5"} item_i9_sweep
+}
+
 item_i9_tune() {
     local rc=0 rep r tcolls="all_reduce all_gather reduce_scatter broadcast alltoall"
     local sz
@@ -514,7 +519,7 @@ for id in $items; do
     # An item cut short (its limit) still gets its tables from what it finished.
     if [ ! -s "$d/tables.md" ]; then
         case $id in
-        i9.sweep) "$py" scripts/x2_report.py sweep "$d" "$n" >>"$d/log" 2>&1 ;;
+        i9.sweep | i9.big) "$py" scripts/x2_report.py sweep "$d" "$n" >>"$d/log" 2>&1 ;;
         i9.graphs|i9.tune) "$py" scripts/x2_report.py "${id#i9.}" "$d" >>"$d/log" 2>&1 ;;
         esac
     fi
