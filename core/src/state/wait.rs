@@ -20,8 +20,10 @@ pub enum Pause {
     Sleep(Duration),
 }
 
-/// How long a waiter only yields between looks: past it, it sleeps.
-pub const YIELD_FOR: Duration = Duration::from_millis(2);
+/// How long a waiter only yields between looks: past it, it sleeps. Waits up to here end on
+/// time (CUDA's own stream synchronize spins likewise); past it the shortest sleep is at most
+/// 0.5 % of the wait.
+pub const YIELD_FOR: Duration = Duration::from_millis(10);
 /// The shortest sleep past [`YIELD_FOR`].
 pub const FIRST_SLEEP: Duration = Duration::from_micros(50);
 /// The longest sleep: a wait notices an end, an error or an abort within it.
@@ -51,8 +53,7 @@ mod tests {
     #[test]
     fn yields_first_then_sleeps_longer_up_to_the_cap() {
         assert_eq!(pause(Duration::ZERO), Pause::Yield);
-        assert_eq!(pause(us(1_999)), Pause::Yield);
-        assert_eq!(pause(us(2_000)), Pause::Sleep(us(50)));
+        assert_eq!(pause(us(9_999)), Pause::Yield);
         assert_eq!(pause(us(10_000)), Pause::Sleep(us(50)));
         assert_eq!(pause(us(18_000)), Pause::Sleep(us(90)));
         assert_eq!(pause(us(100_000)), Pause::Sleep(us(500)));
@@ -63,10 +64,10 @@ mod tests {
     #[test]
     fn a_sleep_past_the_shortest_is_at_most_its_share_of_the_wait() {
         // The process group's loss at 128 MiB came from 1 ms sleeps on 18 ms waits.
-        for ms in 2..2_000u64 {
+        for ms in 0..2_000u64 {
             let waited = Duration::from_millis(ms);
             if let Pause::Sleep(d) = pause(waited) {
-                assert!(d <= FIRST_SLEEP.max(waited / SLEEP_SHARE), "{ms} ms: {d:?}");
+                assert!(d <= waited / SLEEP_SHARE, "{ms} ms: {d:?}");
             }
         }
     }

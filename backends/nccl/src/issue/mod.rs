@@ -141,7 +141,27 @@ pub(crate) unsafe fn issue(comm: &NcclComm, op: &CommOp<'_>, stream: &NcclStream
         None => unsafe { grouped::call(&c, op)? },
     };
     drop(red);
-    comm.finish(code, op.kind().name())
+    let r = comm.finish(code, op.kind().name());
+    match r {
+        Err(e) if code != 0 && oxccl_core::Capture::is_capturing(stream) => {
+            Err(failed_in_capture(op.kind().name(), &e))
+        }
+        r => r,
+    }
+}
+
+/// An operation NCCL failed inside a capture, with the likely cause: NCCL connects a
+/// communicator to its peers at its first operation that needs each connection
+/// (`NCCL_RUNTIME_CONNECT`, on by default), and a capture forbids what connecting does
+/// (seen on 2 × H200: "failed to peer with device 0: operation not permitted when stream is
+/// capturing", then `ncclInternalError`). NCCL's own error is kept in the text.
+fn failed_in_capture(what: &str, e: &oxccl_core::Error) -> oxccl_core::Error {
+    oxccl_core::CaptureError::Unsupported.error(format_args!(
+        "{what} failed inside a graph capture ({e}); NCCL connects to peers at the first \
+         operation that needs each connection, which a capture forbids: issue each operation \
+         once outside the capture before capturing it, or set NCCL_RUNTIME_CONNECT=0 to \
+         connect at init; the communicator is failed and must be rebuilt"
+    ))
 }
 
 /// `op` with the element type the library is called with: fp8 that is only moved goes as

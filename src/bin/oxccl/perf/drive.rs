@@ -90,7 +90,9 @@ pub fn sweep(
                     if !layer.setup(&case, p)? {
                         continue;
                     }
-                    layer.arm(plan.warmup)?;
+                    // Warm-up outside any graph, as nccl-tests does: NCCL connects peers at
+                    // their first operation, which a capture forbids.
+                    layer.arm(0)?;
                     layer.run(plan.warmup)?;
                     layer.arm(plan.iters)?;
                     sync()?;
