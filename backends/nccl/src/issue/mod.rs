@@ -156,11 +156,12 @@ pub(crate) unsafe fn issue(comm: &NcclComm, op: &CommOp<'_>, stream: &NcclStream
 /// (seen on 2 × H200: "failed to peer with device 0: operation not permitted when stream is
 /// capturing", then `ncclInternalError`). NCCL's own error is kept in the text.
 fn failed_in_capture(what: &str, e: &oxccl_core::Error) -> oxccl_core::Error {
+    // The advice first: errors hold 192 bytes inline, and NCCL's own text is long (so it is
+    // logged whole too).
+    log::warn!("{what} failed inside a graph capture: {e}");
     oxccl_core::CaptureError::Unsupported.error(format_args!(
-        "{what} failed inside a graph capture ({e}); NCCL connects to peers at the first \
-         operation that needs each connection, which a capture forbids: issue each operation \
-         once outside the capture before capturing it, or set NCCL_RUNTIME_CONNECT=0 to \
-         connect at init; the communicator is failed and must be rebuilt"
+        "{what} failed in a capture: run it once outside the capture first (NCCL connects \
+         peers at first use) or set NCCL_RUNTIME_CONNECT=0; communicator failed. NCCL: {e}"
     ))
 }
 
