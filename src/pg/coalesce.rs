@@ -107,8 +107,16 @@ impl<B: Memory> ProcessGroup<B> {
                     } else {
                         [None, buf.comm_mem()]
                     };
-                    super::tuned::prepare_on(&e.comm, &e.regs, Some(table), &d, &mems, capturing)
-                        .map(drop)
+                    super::tuned::prepare_on(
+                        &e.comm,
+                        &e.regs,
+                        Some(table),
+                        &d,
+                        &mems,
+                        capturing,
+                        inner.timeout(),
+                    )
+                    .map(drop)
                 })
             })?;
         }
@@ -169,6 +177,7 @@ impl<B: Memory> Coalescing<'_, B> {
                 entry: e,
                 device: inner.opts.device(),
                 cap: inner.captor()?,
+                timeout_ms: inner.timeout_ms.load(std::sync::atomic::Ordering::Relaxed),
             };
             body(&is, &mut |op| {
                 rules.enqueue(uid, OpSummary::of(op))?;

@@ -33,7 +33,7 @@ impl<B: Memory> ProcessGroup<B> {
         let d = desc::<T>(OpKind::AllReduce, (n, n), None);
         let table = self.tune_for(d.kind);
         self.inner.issue(d, |is| {
-            if table.is_some() {
+            if is.tunes(table) {
                 is.prepare(table, &d, &[buf.comm_mem()])?;
             }
             let (w, _g) = wr!(is, "buf", buf);
@@ -61,7 +61,7 @@ impl<B: Memory> ProcessGroup<B> {
         let d = desc::<T>(OpKind::Broadcast, (n, n), None);
         let table = self.tune_for(d.kind);
         self.inner.issue(d, |is| {
-            if table.is_some() {
+            if is.tunes(table) {
                 is.prepare(table, &d, &[buf.comm_mem()])?;
             }
             let (w, _g) = wr!(is, "buf", buf);
@@ -91,7 +91,7 @@ impl<B: Memory> ProcessGroup<B> {
         let d = desc::<T>(OpKind::Reduce, (n, n), None);
         let table = self.tune_for(d.kind);
         self.inner.issue(d, |is| {
-            if table.is_some() {
+            if is.tunes(table) {
                 is.prepare(table, &d, &[buf.comm_mem()])?;
             }
             let (w, _g) = wr!(is, "buf", buf);
@@ -126,7 +126,7 @@ impl<B: Memory> ProcessGroup<B> {
         let d = desc::<T>(kind, numel, peer);
         let table = self.tune_for(kind);
         self.inner.issue(d, |is| {
-            if table.is_some() {
+            if is.tunes(table) {
                 let mems = [
                     send.and_then(|b| b.comm_mem()),
                     recv.as_ref().and_then(|b| b.comm_mem()),

@@ -21,6 +21,15 @@
 //!   release a window on its own. Window buffers are meant to be allocated once and reused,
 //!   as NCCL advises.
 //!
+//! One operation, one kind of buffer: the buffers of an operation are all in windows or none
+//! is. Seen on 2 × H200 with NCCL 2.28.9: an all_to_all whose send buffer was in a window
+//! (made by an earlier all_reduce on it) and whose receive buffer was not gave wrong results
+//! in one run and hung in another; NCCL sees a window whatever the table says for this
+//! operation. So an operation with some of its buffers in windows puts the others in
+//! windows too (collective, decided from window state, which every rank made alike), and
+//! one whose other buffer cannot be (not the library's memory) is refused, naming it, before
+//! any library call. Groups with windows check this at every operation, table or not.
+//!
 //! Graphs ([`ProcessGroup::capture`]): inside a capture nothing is registered or released,
 //! only checked. A registration is a host call (a window's is collective, with its own
 //! exchange between ranks), which a capture forbids; and it cannot wait until the capture
@@ -47,7 +56,9 @@ use oxccl_core::tune::release::{write_disagreement, AGREED};
 use oxccl_core::tune::{RegMode, TuneTable};
 use oxccl_core::{text, CaptureError, Communicator, Error, Feature, OpKind, RegHandle, Result};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 mod release;
 
@@ -102,6 +113,9 @@ pub struct TunedStats {
 #[derive(Default)]
 pub(crate) struct RegCache {
     state: Mutex<CacheState>,
+    /// Whether any allocation is in a window now (read without the lock at every operation:
+    /// such groups check every operation's buffers, see the module's documentation).
+    any_window: AtomicBool,
 }
 
 #[derive(Default)]
@@ -113,6 +127,8 @@ pub(super) struct CacheState {
     windows_made: u64,
     /// Calls of [`ProcessGroup::release_windows`] so far (numbers their store keys).
     releases: u64,
+    /// Allocations in a window now.
+    pub(super) live_windows: usize,
 }
 
 struct Cached {
@@ -134,6 +150,17 @@ impl Cached {
 impl RegCache {
     pub(super) fn lock(&self) -> std::sync::MutexGuard<'_, CacheState> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether any allocation is in a window (see [`RegCache::publish`]).
+    pub(super) fn has_windows(&self) -> bool {
+        self.any_window.load(Ordering::Relaxed)
+    }
+
+    /// Notes whether `st` (this cache's state, locked) has windows, after a change.
+    pub(super) fn publish(&self, st: &CacheState) {
+        self.any_window
+            .store(st.live_windows > 0, Ordering::Relaxed);
     }
 
     fn stats(&self) -> TunedStats {
@@ -177,8 +204,15 @@ impl CacheState {
     }
 
     /// Makes the registration `mode` needs for `m`, if it is not there yet (a window is
-    /// collective: every rank reaches this at the same point).
-    fn ensure<C: Communicator>(&mut self, comm: &C, m: &CommMem, mode: RegMode) -> Result<()> {
+    /// collective: every rank reaches this at the same point). `timeout` bounds the wait for
+    /// the work on a locally registered buffer that goes into a window.
+    pub(super) fn ensure<C: Communicator>(
+        &mut self,
+        comm: &C,
+        m: &CommMem,
+        mode: RegMode,
+        timeout: Duration,
+    ) -> Result<()> {
         match mode {
             RegMode::Plain => {}
             RegMode::Registered => {
@@ -194,19 +228,58 @@ impl CacheState {
                 let c = self.bufs.entry(m.id).or_insert_with(|| cached(m));
                 if c.window.is_none() {
                     // One kind of registration per buffer: a local one goes first (not
-                    // collective), once no work uses it, so NCCL never sees both.
-                    if c.local.is_some() && c.mem.keep.idle() {
-                        if let Some(h) = c.local.take() {
-                            comm.deregister(h)?;
+                    // collective), once no work uses it, so NCCL never sees both. Waited
+                    // for, on every rank alike: a rank whose buffer happened to be busy
+                    // must not end up with both kinds while its peers have one.
+                    if let Some(h) = c.local.take() {
+                        if let Err(e) = wait_idle(&c.mem, timeout) {
+                            c.local = Some(h);
+                            return Err(e);
                         }
+                        comm.deregister(h)?;
                     }
                     let h = comm.register_window(m.addr, m.bytes)?;
                     self.windows_made += 1;
+                    self.live_windows += 1;
                     c.window = Some((h, self.windows_made));
                 }
             }
         }
         Ok(())
+    }
+
+    /// Whether allocation `id` is in a window.
+    fn in_window(&self, id: u64) -> bool {
+        self.bufs.get(&id).is_some_and(|c| c.window.is_some())
+    }
+
+    /// The mode of an operation on `mems` whose table chose `chosen`: window mode when some
+    /// of its buffers are in windows and all can be (see the module's documentation); a
+    /// refusal naming the buffer that cannot be.
+    fn one_kind(&self, op: &OpDesc, mems: &[Option<CommMem>], chosen: RegMode) -> Result<RegMode> {
+        let windowed = mems
+            .iter()
+            .map(|m| m.as_ref().is_some_and(|m| self.in_window(m.id)));
+        let (any, all) = windowed.fold((false, true), |(a, l), w| (a || w, l && w));
+        if !any || all {
+            return Ok(chosen);
+        }
+        if mems.iter().all(Option::is_some) {
+            return Ok(RegMode::Window);
+        }
+        // Two buffers: name the one that is plain memory.
+        let (arg, other) = match mems {
+            [None, _] => ("send", "recv"),
+            _ => ("recv", "send"),
+        };
+        Err(Error::invalid(
+            arg,
+            format_args!(
+                "memory of the library's allocator, to go in a window as {other} is ({} \
+                 mixing window and plain buffers goes wrong on NCCL 2.28), got plain memory",
+                op.kind.name()
+            ),
+        ))
     }
 
     /// Inside a capture nothing is registered (a host call; collective for windows): `Ok`
@@ -256,6 +329,7 @@ pub(super) fn prepare_on<C: Communicator>(
     op: &OpDesc,
     mems: &[Option<CommMem>],
     capturing: bool,
+    timeout: Duration,
 ) -> Result<RegMode> {
     let mut st = regs.lock();
     // The sweep walks every cached buffer: at every operation while they are few, every
@@ -265,23 +339,46 @@ pub(super) fn prepare_on<C: Communicator>(
     if !capturing && (st.bufs.len() <= 16 || issued % 64 == 0) {
         st.sweep(comm);
     }
-    let Some(table) = table else {
-        st.ops[0] += 1;
-        return Ok(RegMode::Plain);
-    };
     let mems = moved(op, mems);
     let bytes = op.numel.0.max(op.numel.1) as u64 * op.dtype.size() as u64;
     let registrable = !mems.is_empty() && mems.iter().all(Option::is_some);
-    let mode = table.choose(op.kind, op.dtype, bytes, registrable);
+    let chosen = table.map_or(RegMode::Plain, |t| {
+        t.choose(op.kind, op.dtype, bytes, registrable)
+    });
+    let mode = st.one_kind(op, mems, chosen)?;
     for m in mems.iter().flatten() {
         if capturing {
             st.check_ready(m, mode, op, bytes)?;
         } else {
-            st.ensure(comm, m, mode)?;
+            let made = st.ensure(comm, m, mode, timeout);
+            regs.publish(&st);
+            made?;
         }
     }
     st.ops[usize::from(mode.level())] += 1;
     Ok(mode)
+}
+
+/// Waits until no work issued on `m` is pending, up to `timeout` (a [`Error::Timeout`]
+/// naming the buffer past it): what must hold before a registration of it is released.
+pub(super) fn wait_idle(m: &CommMem, timeout: Duration) -> Result<()> {
+    let began = Instant::now();
+    let mut polls = 0u32;
+    while !m.keep.idle() {
+        if began.elapsed() >= timeout {
+            return Err(Error::Timeout {
+                what: text!("the work on buffer {:#x} ({} B)", m.addr, m.bytes),
+                after_ms: timeout.as_millis().min(u128::from(u64::MAX)) as u64,
+            });
+        }
+        polls = polls.saturating_add(1);
+        if polls < 64 {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+    Ok(())
 }
 
 impl<B: Memory> Issuer<'_, B> {
@@ -295,7 +392,22 @@ impl<B: Memory> Issuer<'_, B> {
         mems: &[Option<CommMem>],
     ) -> Result<RegMode> {
         let e = self.entry;
-        prepare_on(&e.comm, &e.regs, table, op, mems, self.cap.is_some())
+        let timeout = Duration::from_millis(self.timeout_ms);
+        prepare_on(
+            &e.comm,
+            &e.regs,
+            table,
+            op,
+            mems,
+            self.cap.is_some(),
+            timeout,
+        )
+    }
+
+    /// Whether an operation must go through [`Issuer::prepare`]: under a table, or on a
+    /// communicator with windows (whose buffers must be all in windows or none).
+    pub fn tunes(&self, table: Option<&TuneTable>) -> bool {
+        table.is_some() || self.entry.regs.has_windows()
     }
 }
 

@@ -75,8 +75,12 @@ impl<B: Memory> ProcessGroup<B> {
         // Refuses memory of another device before any library call (the access is dropped
         // at once: it only orders the copy stream after the buffer's last use).
         drop(buf.read("buf", inner.opts.device(), inner.copy_stream()?)?);
+        let timeout = inner.timeout();
         inner.with_entry("register a buffer", |e| {
-            e.regs.lock().ensure(&e.comm, &m, mode)
+            let mut st = e.regs.lock();
+            let made = st.ensure(&e.comm, &m, mode, timeout);
+            e.regs.publish(&st);
+            made
         })
     }
 
@@ -172,7 +176,10 @@ impl<B: Memory> ProcessGroup<B> {
                 }
                 if let Some((h, n)) = c.window.take() {
                     match e.comm.deregister_window(h) {
-                        Ok(()) => released += 1,
+                        Ok(()) => {
+                            released += 1;
+                            st.live_windows -= 1;
+                        }
                         Err(err) => {
                             // Still registered as far as we know: keep the memory alive.
                             c.window = Some((h, n));
@@ -183,6 +190,7 @@ impl<B: Memory> ProcessGroup<B> {
                 }
             }
             st.sweep(&e.comm);
+            e.regs.publish(&st);
             first_error.map_or(Ok(released), Err)
         })
     }
