@@ -6,9 +6,9 @@
 //! capture) must then capture and launch with the right values. Runs when `OXCCL_TEST_GPUS`
 //! is 2 or more and skips, saying so, otherwise.
 
+use oxccl::core::CaptureError;
 use oxccl::pg::{PgOptions, ProcessGroup};
 use oxccl::store::{MemStore, PrefixStore, Store};
-use oxccl::core::CaptureError;
 use oxccl::{Device, Error, Nccl, ReduceOp};
 use std::sync::Arc;
 
