@@ -15,10 +15,49 @@ use oxccl::{Comm, CommOp, Error, Nccl, NcclMem, RawBuf, RawBufMut, RegHandle, Re
 use std::cell::RefCell;
 use std::rc::Rc;
 
-/// Device memory by address: cudarc's allocation, or NCCL's (for symmetric windows).
+/// Device memory by address: cudarc's allocation, or NCCL's (for symmetric windows), or
+/// `cuMemAlloc`'s (`OXCCL_PERF_ALLOC=sync`, see [`SyncMem`]).
 enum Mem {
     Cuda(CudaSlice<u8>),
     Nccl(NcclMem),
+    Sync(SyncMem),
+}
+
+/// Device memory from `cuMemAlloc` instead of cudarc's stream-ordered pool
+/// (`cuMemAllocAsync`), as nccl-tests allocates (`cudaMalloc`): set `OXCCL_PERF_ALLOC=sync`
+/// to compare what the kind of memory costs NCCL per call (-R 0 only).
+struct SyncMem(sys::CUdeviceptr);
+
+impl SyncMem {
+    fn zeros(ctx: &cudarc::driver::CudaContext, bytes: usize) -> Result<SyncMem> {
+        let cuda = |e: cudarc::driver::DriverError| {
+            Error::invalid("size", format_args!("device memory for {bytes} bytes ({e:?})"))
+        };
+        ctx.bind_to_thread().map_err(cuda)?;
+        // SAFETY: the context is current on this thread; `bytes` > 0; the memset covers
+        // exactly the allocation just made.
+        unsafe {
+            let p = cudarc::driver::result::malloc_sync(bytes).map_err(cuda)?;
+            let m = SyncMem(p);
+            cudarc::driver::result::memset_d8_sync(p, 0, bytes).map_err(cuda)?;
+            Ok(m)
+        }
+    }
+}
+
+impl Drop for SyncMem {
+    fn drop(&mut self) {
+        // SAFETY: allocated by `cuMemAlloc` in `zeros`, freed once; the layer synchronized
+        // its stream (every run waits for its last operation) before letting buffers go.
+        if let Err(e) = unsafe { cudarc::driver::result::free_sync(self.0) } {
+            log::debug!("freeing a perf buffer: {e:?}");
+        }
+    }
+}
+
+/// Whether `OXCCL_PERF_ALLOC=sync` asks for `cuMemAlloc` memory.
+fn sync_alloc() -> bool {
+    std::env::var("OXCCL_PERF_ALLOC").is_ok_and(|v| v == "sync")
 }
 
 /// A set-up case: the case, its placement, and the device addresses of its send and recv
@@ -101,6 +140,8 @@ impl<T: Elem> NcclLayer<T> {
             self.windows
                 .push(comm.backend().window_register(m.addr(), bytes, 1)?);
             Mem::Nccl(m)
+        } else if self.registration == 0 && sync_alloc() {
+            Mem::Sync(SyncMem::zeros(comm.stream().context(), bytes)?)
         } else {
             let s = comm.stream().clone();
             Mem::Cuda(s.alloc_zeros::<u8>(bytes).map_err(|e| {
@@ -119,6 +160,7 @@ impl<T: Elem> NcclLayer<T> {
             // The guard records the slice's use now, outside any capture.
             Mem::Cuda(c) => c.device_ptr(self.comm.borrow().stream()).0 as usize,
             Mem::Nccl(m) => m.addr(),
+            Mem::Sync(m) => m.0 as usize,
         };
         self.bufs.push(mem);
         Ok(addr)
