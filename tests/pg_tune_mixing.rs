@@ -122,3 +122,33 @@ fn a_busy_buffer_leaves_its_local_registration_before_its_window() {
         assert_eq!(recv, vec![2.0; 8], "rank {r}");
     }
 }
+
+#[test]
+fn a_coalescing_block_refuses_plain_memory_beside_a_window() {
+    // A block cannot make windows (the library's group is open): the mix is refused there.
+    let out = world(MockBackend::new(), &[None, None], |pg, r| {
+        let win = pg.upload_comm(&[r as i32 + 1; 2])?;
+        pg.register_buffer(&win, RegMode::Window)?;
+        let mut plain = pg.alloc_zeros::<i32>(4)?;
+        let refused = pg
+            .coalesced(|blk| blk.all_gather(&win, &mut plain))
+            .map(drop);
+        // The group is still usable, and a block of one kind of buffer runs.
+        let mut win_recv = pg.alloc_comm::<i32>(4)?;
+        pg.register_buffer(&win_recv, RegMode::Window)?;
+        pg.coalesced(|blk| blk.all_gather(&win, &mut win_recv))?
+            .wait()?;
+        Ok((refused, pg.download_any(&win_recv)?))
+    });
+    for (r, o) in out.into_iter().enumerate() {
+        let (refused, got) = o.unwrap();
+        match refused {
+            Err(Error::InvalidArgument { arg, expected }) => {
+                assert_eq!(arg, "recv", "rank {r}");
+                assert!(expected.contains("register_buffer"), "rank {r}: {expected}");
+            }
+            other => panic!("rank {r}: a mixed all_gather in a block gave {other:?}"),
+        }
+        assert_eq!(got, [1, 1, 2, 2], "rank {r}");
+    }
+}

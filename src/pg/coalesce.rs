@@ -211,6 +211,11 @@ impl<B: Memory> Coalescing<'_, B> {
             recv.as_ref().map_or(0, |b| b.numel()),
         );
         self.push(kind, T::DTYPE, numel, |is, issue| {
+            let mems = [
+                send.and_then(|b| b.comm_mem()),
+                recv.as_ref().and_then(|b| b.comm_mem()),
+            ];
+            super::tuned::refuse_mixed(&is.entry.regs, kind, &mems)?;
             two_on(is, send, recv, |s, r| issue(&build(s, r)))
         })
     }

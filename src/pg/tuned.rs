@@ -253,25 +253,25 @@ impl CacheState {
         self.bufs.get(&id).is_some_and(|c| c.window.is_some())
     }
 
+    /// Where `mems` mix buffers in windows with others: the index of the first that is not
+    /// in a window (`None`: all or none are).
+    fn mixed(&self, mems: &[Option<CommMem>]) -> Option<usize> {
+        let windowed = |m: &Option<CommMem>| m.as_ref().is_some_and(|m| self.in_window(m.id));
+        let any = mems.iter().any(windowed);
+        mems.iter().position(|m| !windowed(m)).filter(|_| any)
+    }
+
     /// The mode of an operation on `mems` whose table chose `chosen`: window mode when some
     /// of its buffers are in windows and all can be (see the module's documentation); a
     /// refusal naming the buffer that cannot be.
     fn one_kind(&self, op: &OpDesc, mems: &[Option<CommMem>], chosen: RegMode) -> Result<RegMode> {
-        let windowed = mems
-            .iter()
-            .map(|m| m.as_ref().is_some_and(|m| self.in_window(m.id)));
-        let (any, all) = windowed.fold((false, true), |(a, l), w| (a || w, l && w));
-        if !any || all {
+        let Some(plain) = self.mixed(mems) else {
             return Ok(chosen);
-        }
+        };
         if mems.iter().all(Option::is_some) {
             return Ok(RegMode::Window);
         }
-        // Two buffers: name the one that is plain memory.
-        let (arg, other) = match mems {
-            [None, _] => ("send", "recv"),
-            _ => ("recv", "send"),
-        };
+        let (arg, other) = names(plain);
         Err(Error::invalid(
             arg,
             format_args!(
@@ -316,6 +316,36 @@ fn moved<'m>(op: &OpDesc, mems: &'m [Option<CommMem>]) -> &'m [Option<CommMem>] 
         (OpKind::Recv, [_, recv]) => std::slice::from_ref(recv),
         _ => mems,
     }
+}
+
+/// The argument names of buffer `i` of a two-buffer operation and of the other one.
+fn names(i: usize) -> (&'static str, &'static str) {
+    if i == 0 {
+        ("send", "recv")
+    } else {
+        ("recv", "send")
+    }
+}
+
+/// Inside a coalescing block nothing is registered (the library's group is open): an
+/// operation there whose buffers mix windows with others is refused, naming the one outside
+/// a window (see the module's documentation).
+pub(super) fn refuse_mixed(regs: &RegCache, kind: OpKind, mems: &[Option<CommMem>]) -> Result<()> {
+    if !regs.has_windows() {
+        return Ok(());
+    }
+    let Some(plain) = regs.lock().mixed(mems) else {
+        return Ok(());
+    };
+    let (arg, other) = names(plain);
+    Err(Error::invalid(
+        arg,
+        format_args!(
+            "a buffer in a window as {other} is ({} mixing window and other buffers goes wrong \
+             on NCCL 2.28; a coalescing block cannot make windows: register_buffer first)",
+            kind.name()
+        ),
+    ))
 }
 
 /// Chooses the mode of an operation on `mems` (one per buffer it uses, `None` for a plain
