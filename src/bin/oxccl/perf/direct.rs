@@ -31,7 +31,10 @@ struct SyncMem(sys::CUdeviceptr);
 impl SyncMem {
     fn zeros(ctx: &cudarc::driver::CudaContext, bytes: usize) -> Result<SyncMem> {
         let cuda = |e: cudarc::driver::DriverError| {
-            Error::invalid("size", format_args!("device memory for {bytes} bytes ({e:?})"))
+            Error::invalid(
+                "size",
+                format_args!("device memory for {bytes} bytes ({e:?})"),
+            )
         };
         ctx.bind_to_thread().map_err(cuda)?;
         // SAFETY: the context is current on this thread; `bytes` > 0; the memset covers
