@@ -3,6 +3,8 @@
 //! matching call), so an abort that deregistered windows first would block until the peer
 //! aborted too. Runs when `OXCCL_TEST_GPUS` is 2 or more and skips, saying so, otherwise.
 
+mod common;
+
 use oxccl::core::Backend;
 use oxccl::pg::{PgOptions, ProcessGroup, RegMode};
 use oxccl::store::{MemStore, Store};
@@ -10,23 +12,12 @@ use oxccl::{Device, Feature, Nccl};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-fn gpus() -> bool {
-    let n = std::env::var("OXCCL_TEST_GPUS")
-        .ok()
-        .and_then(|v| v.parse::<u32>().ok())
-        .unwrap_or(0);
-    if n < 2 {
-        eprintln!("skipped: needs 2 GPUs (set OXCCL_TEST_GPUS=2 on a machine with two)");
-    }
-    n >= 2
-}
-
 /// How long the peer waits before it aborts too: an abort that waits for it takes this long.
 const PEER_LATE: Duration = Duration::from_secs(3);
 
 #[test]
 fn gpu_abort_with_windows_does_not_wait_for_the_peer() {
-    if !gpus() {
+    if !common::gpus_at_least(2) {
         return;
     }
     let lib = Nccl::load().unwrap_or_else(|e| panic!("loading NCCL: {e}"));

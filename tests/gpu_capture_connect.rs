@@ -6,22 +6,13 @@
 //! capture) must then capture and launch with the right values. Runs when `OXCCL_TEST_GPUS`
 //! is 2 or more and skips, saying so, otherwise.
 
+mod common;
+
 use oxccl::core::CaptureError;
 use oxccl::pg::{PgOptions, ProcessGroup};
 use oxccl::store::{MemStore, PrefixStore, Store};
 use oxccl::{Device, Error, Nccl, ReduceOp};
 use std::sync::Arc;
-
-fn gpus() -> bool {
-    let n = std::env::var("OXCCL_TEST_GPUS")
-        .ok()
-        .and_then(|v| v.parse::<u32>().ok())
-        .unwrap_or(0);
-    if n < 2 {
-        eprintln!("skipped: needs 2 GPUs (set OXCCL_TEST_GPUS=2 on a machine with two)");
-    }
-    n >= 2
-}
 
 fn group(lib: &Nccl, store: &Arc<dyn Store>, name: &str, r: u32) -> ProcessGroup<Nccl> {
     let store: Arc<dyn Store> = Arc::new(PrefixStore::new(name, store.clone()));
@@ -46,7 +37,7 @@ fn capture_twice(
 
 #[test]
 fn gpu_first_collective_in_a_capture_says_to_run_it_once_before() {
-    if !gpus() {
+    if !common::gpus_at_least(2) {
         return;
     }
     let lib = Nccl::load().unwrap_or_else(|e| panic!("loading NCCL: {e}"));

@@ -14,6 +14,8 @@
 //! with `NCCL_SET_THREAD_NAME=1`, and some, like 2.24+'s RAS thread, live as long as the
 //! process): the name tells that the init's thread exists, not that it ended.
 
+mod common;
+
 use oxccl::core::Backend;
 use oxccl::{CommConfig, CommState, Device, Error, Nccl};
 use std::sync::Mutex;
@@ -21,17 +23,6 @@ use std::time::{Duration, Instant};
 
 const SLACK: Duration = Duration::from_secs(2);
 const THREAD: &str = "oxccl-init-r0";
-
-fn gpus() -> bool {
-    let on = std::env::var("OXCCL_TEST_GPUS")
-        .ok()
-        .and_then(|v| v.parse::<u32>().ok())
-        .is_some_and(|n| n >= 1);
-    if !on {
-        eprintln!("skipped: no GPU configured (set OXCCL_TEST_GPUS=<n> to run the GPU tests)");
-    }
-    on
-}
 
 /// Keeps the backend's log (and prints it): the late path is seen in it.
 struct Kept;
@@ -90,7 +81,7 @@ fn threads_named(name: &str) -> usize {
 
 #[test]
 fn gpu_blocking_init_of_a_missing_peer_times_out_at_the_limit() {
-    if !gpus() {
+    if !common::gpus_at_least(1) {
         return;
     }
     let b = blocking_nccl();
@@ -119,7 +110,7 @@ fn gpu_blocking_init_of_a_missing_peer_times_out_at_the_limit() {
 
 #[test]
 fn gpu_blocking_init_completing_late_is_aborted_on_its_thread() {
-    if !gpus() {
+    if !common::gpus_at_least(1) {
         return;
     }
     let b = blocking_nccl();

@@ -11,6 +11,8 @@
 //!
 //! The backend's own bound (`init_rank_within` alone) is tested in `gpu_init_blocking.rs`.
 
+mod common;
+
 use oxccl::core::env::ErrorHandling;
 use oxccl::core::Backend;
 use oxccl::pg::{PgOptions, ProcessGroup};
@@ -21,17 +23,6 @@ use std::time::{Duration, Instant};
 
 const TIMEOUT: Duration = Duration::from_secs(3);
 const SLACK: Duration = Duration::from_secs(2);
-
-fn gpus() -> bool {
-    let on = std::env::var("OXCCL_TEST_GPUS")
-        .ok()
-        .and_then(|v| v.parse::<u32>().ok())
-        .is_some_and(|n| n >= 1);
-    if !on {
-        eprintln!("skipped: no GPU configured (set OXCCL_TEST_GPUS=<n> to run the GPU tests)");
-    }
-    on
-}
 
 fn nccl() -> Nccl {
     Nccl::load().unwrap_or_else(|e| panic!("loading NCCL: {e}"))
@@ -60,7 +51,7 @@ fn make_rank0(store: Arc<dyn Store>) -> (String, Duration) {
 
 #[test]
 fn gpu_pg_init_names_the_rank_that_never_arrived() {
-    if !gpus() {
+    if !common::gpus_at_least(1) {
         return;
     }
     let (text, took) = make_rank0(Arc::new(MemStore::new()));
@@ -73,7 +64,7 @@ fn gpu_pg_init_names_the_rank_that_never_arrived() {
 
 #[test]
 fn gpu_pg_init_that_nccl_cannot_complete_is_aborted_in_time() {
-    if !gpus() {
+    if !common::gpus_at_least(1) {
         return;
     }
     let store: Arc<dyn Store> = Arc::new(MemStore::new());
@@ -103,7 +94,7 @@ fn gpu_pg_init_that_nccl_cannot_complete_is_aborted_in_time() {
 /// from it give the right values (one rank: what one GPU can show).
 #[test]
 fn gpu_pg_made_within_its_timeout_runs() {
-    if !gpus() {
+    if !common::gpus_at_least(1) {
         return;
     }
     let store: Arc<dyn Store> = Arc::new(MemStore::new());

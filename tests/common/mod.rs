@@ -77,3 +77,18 @@ pub fn capture_error<T: std::fmt::Debug>(r: oxccl::Result<T>) -> (CaptureError, 
         other => panic!("expected Error::Capture, got {other:?}"),
     }
 }
+
+/// Whether `OXCCL_TEST_GPUS` says this machine has at least `need` GPUs for the GPU tests;
+/// when not, says on stderr that the test is skipped and how to run it.
+pub fn gpus_at_least(need: u32) -> bool {
+    let have = std::env::var("OXCCL_TEST_GPUS")
+        .ok()
+        .and_then(|v| v.parse::<u32>().ok())
+        .unwrap_or(0);
+    if have < need {
+        eprintln!(
+            "skipped: needs {need} GPU(s) (set OXCCL_TEST_GPUS=<n> on a machine with them to run the GPU tests)"
+        );
+    }
+    have >= need
+}

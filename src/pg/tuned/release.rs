@@ -21,7 +21,7 @@ use oxccl_core::tune::release::write_release_list;
 use oxccl_core::tune::RegMode;
 use oxccl_core::{text, CommState, Communicator, Error, Result};
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// Refuses `attempted` while a coalescing block is open on the group (its backend group is
 /// open, and a window registration or release is collective).
@@ -112,32 +112,16 @@ impl<B: Memory> ProcessGroup<B> {
             // may go only then, and a buffer's last uses may still hold it (the mock's
             // streams do), so whether the program dropped it is known only once it is idle.
             let began = Instant::now();
-            let busy: Vec<u64> = st
-                .bufs
-                .iter()
-                .filter(|(_, c)| c.window.is_some())
-                .map(|(id, _)| *id)
-                .collect();
-            for id in &busy {
-                let mut polls = 0u32;
-                while !st.bufs.get(id).is_none_or(|c| c.mem.keep.idle()) {
-                    if began.elapsed() >= timeout {
-                        return Err(Error::Timeout {
-                            what: text!(
-                                "the work on buffers in windows of group {}, before releasing \
-                                 the dropped ones",
-                                inner.uid
-                            ),
-                            after_ms: timeout.as_millis().min(u128::from(u64::MAX)) as u64,
-                        });
-                    }
-                    polls = polls.saturating_add(1);
-                    if polls < 64 {
-                        std::thread::yield_now();
-                    } else {
-                        std::thread::sleep(Duration::from_millis(1));
-                    }
-                }
+            for c in st.bufs.values().filter(|c| c.window.is_some()) {
+                let left = timeout.saturating_sub(began.elapsed());
+                super::wait_idle(&c.mem, left).map_err(|_| Error::Timeout {
+                    what: text!(
+                        "the work on buffers in windows of group {}, before releasing the \
+                         dropped ones",
+                        inner.uid
+                    ),
+                    after_ms: timeout.as_millis().min(u128::from(u64::MAX)) as u64,
+                })?;
             }
             let mut doomed: Vec<(u64, u64)> = st
                 .bufs
