@@ -220,7 +220,7 @@ impl<B: Memory> PgInner<B> {
             self.watch.clone(),
         );
         if self.opts.watchdog {
-            Watchdog::global().watch(work.watched());
+            Watchdog::global().watch(&self.watch, work.watched());
             // Drop here the works the watchdog is done with (see GroupWatch::bury).
             self.watch.reap();
         }

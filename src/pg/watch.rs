@@ -7,7 +7,7 @@ use crate::store::Store;
 use oxccl_core::env::ErrorHandling;
 use oxccl_core::watchdog::desync::RankProgress;
 use oxccl_core::OpKind;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -59,6 +59,11 @@ pub(crate) struct GroupWatch {
     /// The place of the newest work the watchdog saw complete: it and every earlier work of
     /// the group's stream are done (written by the watchdog, on a line of its own).
     done: Padded,
+    /// Works handed to the watchdog, not yet taken by a pass (the group's own ring; see
+    /// `crate::watchdog`).
+    pub inbox: crate::watchdog::Inbox,
+    /// Whether the watchdog drains [`GroupWatch::inbox`] (set by its first work).
+    pub enrolled: AtomicBool,
 }
 
 /// A counter alone on its cache line (the watchdog writes it; issuing threads only read it).
@@ -200,6 +205,8 @@ impl GroupWatch {
             buried: AtomicUsize::new(0),
             queued: AtomicU64::new(0),
             done: Padded::default(),
+            inbox: crate::watchdog::inbox(),
+            enrolled: AtomicBool::new(false),
         })
     }
 

@@ -3,9 +3,12 @@
 //! `failure_plan`), feeds completion hooks and the flight recorder, publishes desync-debug
 //! progress, and beats a heartbeat a monitor thread checks.
 //!
-//! The hot path only queues a work: a few atomic operations on a preallocated slot of a
-//! lock-free ring (`queue`), and every 64 works an unpark of the watchdog (a
-//! futex wake only when it sleeps). A pass reads works and never writes into one while all
+//! The hot path only queues a work: a few atomic operations on a preallocated slot of its
+//! group's lock-free ring (`queue`), and every 64 works an unpark of the watchdog (a
+//! futex wake only when it sleeps). Each group has a ring of its own, which the watchdog
+//! drains: ranks issuing from threads of one process (a thread per GPU) each write their own
+//! ring's counters, where one ring for the process made their cores pass its tail back and
+//! forth at every operation (+0.1–0.2 µs per operation on 2 × H200 against one rank). A pass reads works and never writes into one while all
 //! goes well (see `pg::work`). A pass queries one end event per group when the group's
 //! newest work has completed: a group's works run in issue order on its one stream, so the
 //! newest one done means all are done, and the first one still running means the later ones
@@ -19,6 +22,14 @@ mod dumps;
 mod heartbeat;
 mod queue;
 
+/// A group's hand-off ring to the watchdog (held by its [`GroupWatch`]).
+pub(crate) type Inbox = queue::Queue<Arc<dyn Watched>>;
+
+/// A new group's hand-off ring.
+pub(crate) fn inbox() -> Inbox {
+    queue::Queue::new(INBOX_SLOTS)
+}
+
 pub(crate) use dumps::DumpTarget;
 
 use crate::pg::recorder::now_ns;
@@ -27,7 +38,7 @@ use oxccl_core::state::work::WorkInfo;
 use oxccl_core::watchdog::{failure_plan, next_sleep_ms, FailureKind, DUMP_SIGNAL_KEY};
 use oxccl_core::Result;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 use std::thread::{JoinHandle, Thread};
 use std::time::Duration;
 
@@ -78,8 +89,9 @@ const PERIOD_MS: u64 = 100;
 /// event per work).
 const WAKE_EVERY: usize = 64;
 
-/// Slots of the hand-off ring (works queued between two passes beyond it overflow to a list).
-const QUEUE_SLOTS: usize = 4096;
+/// Slots of a group's hand-off ring (works queued between two passes beyond it overflow to a
+/// list).
+const INBOX_SLOTS: usize = 1024;
 
 /// What ends a process the watchdog decided to take down (replaceable in tests).
 type EndProcess = fn(&str);
@@ -92,8 +104,8 @@ fn abort_process(reason: &str) {
 
 /// The process's watchdog.
 pub struct Watchdog {
-    /// Works handed over by issuing threads, not yet taken by a pass.
-    queue: queue::Queue<Arc<dyn Watched>>,
+    /// The groups whose works it watches: their hand-off rings, drained by each pass.
+    groups: Mutex<Vec<Weak<GroupWatch>>>,
     /// The thread to unpark (the running watchdog's).
     thread_id: Mutex<Option<Thread>>,
     stop: AtomicBool,
@@ -134,7 +146,7 @@ impl Watchdog {
         static GLOBAL: OnceLock<Arc<Watchdog>> = OnceLock::new();
         GLOBAL.get_or_init(|| {
             Arc::new(Watchdog {
-                queue: queue::Queue::new(QUEUE_SLOTS),
+                groups: Mutex::new(Vec::new()),
                 thread_id: Mutex::new(None),
                 stop: AtomicBool::new(false),
                 running: AtomicBool::new(false),
@@ -184,14 +196,45 @@ impl Watchdog {
         }
     }
 
-    /// Queues a work to watch: a slot of the hand-off ring; every [`WAKE_EVERY`] works the
-    /// watchdog is woken early (see the module documentation).
-    pub(crate) fn watch(&self, w: Arc<dyn Watched>) {
-        match self.queue.push(w) {
+    /// Queues a work of `group` to watch: a slot of the group's hand-off ring; every
+    /// [`WAKE_EVERY`] works the watchdog is woken early (see the module documentation).
+    pub(crate) fn watch(&self, group: &Arc<GroupWatch>, w: Arc<dyn Watched>) {
+        if !group.enrolled.load(Ordering::Acquire) {
+            self.enroll(group);
+        }
+        match group.inbox.push(w) {
             Some(pos) if pos % WAKE_EVERY != WAKE_EVERY - 1 => {}
             // Every WAKE_EVERY-th slot, and whenever the ring was full.
             _ => self.wake(),
         }
+    }
+
+    /// Makes the watchdog drain `group`'s ring from its next pass on (once per group).
+    fn enroll(&self, group: &Arc<GroupWatch>) {
+        let mut groups = lock(&self.groups);
+        if !group.enrolled.swap(true, Ordering::AcqRel) {
+            groups.push(Arc::downgrade(group));
+        }
+    }
+
+    /// Moves every enrolled group's queued works into `out` (each group's in issue order), and
+    /// forgets the groups that are gone.
+    fn drain_into(&self, out: &mut Vec<Arc<dyn Watched>>) {
+        lock(&self.groups).retain(|g| match g.upgrade() {
+            Some(g) => {
+                g.inbox.drain_into(out);
+                true
+            }
+            None => false,
+        });
+    }
+
+    /// Whether no enrolled group has works queued (a hint, as [`queue::Queue::is_empty`]).
+    fn nothing_queued(&self) -> bool {
+        lock(&self.groups)
+            .iter()
+            .filter_map(Weak::upgrade)
+            .all(|g| g.inbox.is_empty())
     }
 
     /// Works in flight (as of the last pass; works queued since are not counted).
@@ -307,7 +350,7 @@ impl Watchdog {
         while !self.stop.load(Ordering::Acquire) {
             let now = now_ns();
             self.heartbeat.store(now, Ordering::Relaxed);
-            self.queue.drain_into(&mut fresh);
+            self.drain_into(&mut fresh);
             for w in fresh.drain(..) {
                 let trace = w.record_trace();
                 if let Some(d) = &w.watch().desync {
@@ -386,7 +429,7 @@ impl Watchdog {
             self.serve_requests();
             self.passes.fetch_add(1, Ordering::Relaxed);
             let sleep = next_sleep_ms(PERIOD_MS, now_ns(), earliest);
-            if !self.stop.load(Ordering::Acquire) && self.queue.is_empty() {
+            if !self.stop.load(Ordering::Acquire) && self.nothing_queued() {
                 std::thread::park_timeout(Duration::from_millis(sleep));
             }
         }
