@@ -8,7 +8,9 @@
 //! all_reduces on one thread. Reported: the median per-call CPU time of the issuing thread
 //! (`CLOCK_THREAD_CPUTIME_ID`, blind to time spent waiting for a core on a busy machine) and
 //! the median of the per-round differences to the row named. `OXCCL_BENCH_ROUNDS` (300)
-//! changes the rounds; `OXCCL_BENCH_ONLY=<row>` runs that row alone for a profiler.
+//! changes the rounds; `OXCCL_BENCH_ONLY=<row>` runs that row alone for a profiler;
+//! `OXCCL_BENCH_THREADS=<n>` (1) issues from n threads at once, each its own rank and groups
+//! with the one watchdog of the process (a thread per GPU), samples of all threads merged.
 //!
 //! Rows: the `Comm` path over the same backend (buffer access + `Communicator::issue`, what
 //! `Comm::all_reduce_in_place` does), then the process group with the watchdog and recorder
@@ -28,7 +30,7 @@ use oxccl::{
     RawBufMut, ReduceOp, RegHandle, Result, UniqueId, Version,
 };
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Barrier};
 use std::time::Instant;
 
 /// The backend that does nothing: every call succeeds at once.
@@ -395,6 +397,69 @@ fn main() {
     let only = std::env::var("OXCCL_BENCH_ONLY")
         .ok()
         .and_then(|v| v.parse::<usize>().ok());
+    let threads = env_usize("OXCCL_BENCH_THREADS", 1).max(1);
+    let rows: Vec<usize> = match only {
+        Some(r) if r < ROWS.len() => vec![r],
+        _ => (0..ROWS.len()).collect(),
+    };
+    let barrier = Barrier::new(threads);
+    // Every thread's samples, merged: (CPU, wall) per row.
+    let per_thread: Vec<Samples> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..threads)
+            .map(|_| s.spawn(|| issue_rounds(calls, rounds, &rows, &barrier)))
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let mut cpu = vec![Vec::new(); ROWS.len()];
+    let mut wall = vec![Vec::new(); ROWS.len()];
+    for (c, w) in per_thread {
+        for v in 0..ROWS.len() {
+            cpu[v].extend(&c[v]);
+            wall[v].extend(&w[v]);
+        }
+    }
+    println!(
+        "null backend, {threads} issuing thread(s) (a rank and its groups each, one watchdog), {calls} calls x {rounds} rounds, 8-byte float32 sum; ns per call"
+    );
+    println!(
+        "| row | path | CPU median | CPU min | wall median | compared with | CPU: median paired difference | wall: median paired difference |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(|a, b| a.total_cmp(b));
+        v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+    };
+    for &v in &rows {
+        let (name, base, _, _) = ROWS[v];
+        let diff = |s: &[Vec<f64>]| {
+            median(
+                s[v].iter()
+                    .zip(&s[base])
+                    .map(|(a, b)| a - b)
+                    .collect::<Vec<_>>(),
+            )
+        };
+        let min = cpu[v].iter().copied().fold(f64::INFINITY, f64::min);
+        println!(
+            "| {} | {name} | {:.0} | {:.0} | {:.0} | row {} | {:+.0} | {:+.0} |",
+            v + 1,
+            median(cpu[v].clone()),
+            min,
+            median(wall[v].clone()),
+            base + 1,
+            diff(&cpu),
+            diff(&wall),
+        );
+    }
+}
+
+/// CPU and wall ns per call, by row and round.
+type Samples = (Vec<Vec<f64>>, Vec<Vec<f64>>);
+
+/// One issuing thread's rounds (its own backend, communicator and groups; every thread of
+/// the run shares the process's watchdog), rows in turn, each row begun by all threads at
+/// once.
+fn issue_rounds(calls: usize, rounds: usize, rows: &[usize], barrier: &Barrier) -> Samples {
     let backend = Null::new();
     let make = |watchdog: bool, capacity: usize| {
         let store: Arc<dyn Store> = Arc::new(MemStore::new());
@@ -435,16 +500,13 @@ fn main() {
     let mut cbuf = NullBuf {
         data: vec![1.0f32, 2.0],
     };
-    let rows: Vec<usize> = match only {
-        Some(r) if r < ROWS.len() => vec![r],
-        _ => (0..ROWS.len()).collect(),
-    };
     let mut cpu = vec![Vec::new(); ROWS.len()];
     let mut wall = vec![Vec::new(); ROWS.len()];
     const WARMUP: usize = 5;
     for round in 0..WARMUP + rounds {
-        for &v in &rows {
+        for &v in rows {
             let (_, _, group, wait) = ROWS[v];
+            barrier.wait();
             let (t, c) = (Instant::now(), thread_cpu_ns());
             match group {
                 None => {
@@ -479,42 +541,10 @@ fn main() {
             }
         }
     }
-    println!(
-        "null backend, 1 rank, {calls} calls x {rounds} rounds, 8-byte float32 sum; ns per call"
-    );
-    println!(
-        "| row | path | CPU median | CPU min | wall median | compared with | CPU: median paired difference | wall: median paired difference |"
-    );
-    println!("|---|---|---|---|---|---|---|---|");
-    let median = |mut v: Vec<f64>| {
-        v.sort_by(|a, b| a.total_cmp(b));
-        v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
-    };
-    for &v in &rows {
-        let (name, base, _, _) = ROWS[v];
-        let diff = |s: &[Vec<f64>]| {
-            median(
-                s[v].iter()
-                    .zip(&s[base])
-                    .map(|(a, b)| a - b)
-                    .collect::<Vec<_>>(),
-            )
-        };
-        let min = cpu[v].iter().copied().fold(f64::INFINITY, f64::min);
-        println!(
-            "| {} | {name} | {:.0} | {:.0} | {:.0} | row {} | {:+.0} | {:+.0} |",
-            v + 1,
-            median(cpu[v].clone()),
-            min,
-            median(wall[v].clone()),
-            base + 1,
-            diff(&cpu),
-            diff(&wall),
-        );
-    }
     for g in &groups {
         g.destroy();
     }
+    (cpu, wall)
 }
 
 /// On a GPU (`OXCCL_BENCH_GPUS=1`): what the pieces of a process group's issue cost on NCCL
