@@ -538,6 +538,10 @@ impl<E: Event + 'static, A: CommAbort> Watched for Inner<E, A> {
         self.deadline_ns
     }
 
+    fn created_ns(&self) -> u64 {
+        self.created_ns
+    }
+
     fn watch(&self) -> &GroupWatch {
         &self.watch
     }

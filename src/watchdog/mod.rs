@@ -60,7 +60,8 @@ pub(crate) enum Hint {
 /// A work as the watchdog sees it.
 pub(crate) trait Watched: Send + Sync {
     /// Records the work's flight-recorder entry unless it was recorded at issue (issue order
-    /// is queue order); its id, which the watchdog keeps (nothing is written into the work).
+    /// order, to within a pass: see `issue_order`); its id, which the watchdog keeps (nothing
+    /// is written into the work).
     fn record_trace(&self) -> Option<u64>;
     /// Whether its end event has been reached (one query, no state change); `None` for a work
     /// without one (it issued nothing, so it says nothing of its stream).
@@ -71,6 +72,8 @@ pub(crate) trait Watched: Send + Sync {
     fn poll(&self, now_ns: u64, hint: Hint, trace: Option<u64>) -> Result<bool>;
     /// When its group's timeout runs out.
     fn deadline_ns(&self) -> u64;
+    /// When it was issued (process clock, ns).
+    fn created_ns(&self) -> u64;
     /// Its group's configuration.
     fn watch(&self) -> &GroupWatch;
     /// Its group's configuration, shared.
@@ -217,12 +220,14 @@ impl Watchdog {
         }
     }
 
-    /// Moves every enrolled group's queued works into `out` (each group's in issue order), and
-    /// forgets the groups that are gone.
-    fn drain_into(&self, out: &mut Vec<Arc<dyn Watched>>) {
+    /// Moves every enrolled group's queued works into `out`, a run per group in its issue
+    /// order (`ends`: where each run ends), and forgets the groups that are gone.
+    fn drain_into(&self, out: &mut Vec<Arc<dyn Watched>>, ends: &mut Vec<usize>) {
+        ends.clear();
         lock(&self.groups).retain(|g| match g.upgrade() {
             Some(g) => {
                 g.inbox.drain_into(out);
+                ends.push(out.len());
                 true
             }
             None => false,
@@ -341,6 +346,9 @@ impl Watchdog {
     fn run(&self) {
         // Kept across passes: no allocation per pass once grown.
         let mut fresh: Vec<Arc<dyn Watched>> = Vec::new();
+        // Where each group's run in `fresh` ends, the works' issue times, the merged order.
+        let (mut ends, mut times, mut order) = (Vec::new(), Vec::new(), Vec::new());
+        let mut taken: Vec<Option<Arc<dyn Watched>>> = Vec::new();
         // Each work with its recorder entry's id.
         let mut works: Vec<(Arc<dyn Watched>, Option<u64>)> = Vec::new();
         let mut looked: Vec<(Arc<dyn Watched>, Option<u64>)> = Vec::new();
@@ -350,8 +358,18 @@ impl Watchdog {
         while !self.stop.load(Ordering::Acquire) {
             let now = now_ns();
             self.heartbeat.store(now, Ordering::Relaxed);
-            self.drain_into(&mut fresh);
-            for w in fresh.drain(..) {
+            self.drain_into(&mut fresh, &mut ends);
+            // Flight-recorder entries are numbered in the order they are recorded here: the
+            // groups' runs merged by issue time, each run kept in its own (issue) order. (A
+            // work queued while this pass drains the groups may be taken by the next pass
+            // while a later one of another group is taken by this one: across groups the
+            // numbering is issue order to within a pass.)
+            times.clear();
+            times.extend(fresh.iter().map(|w| w.created_ns()));
+            issue_order(&times, &ends, &mut order);
+            taken.clear();
+            taken.extend(fresh.drain(..).map(Some));
+            for w in order.iter().filter_map(|&i| taken[i].take()) {
                 let trace = w.record_trace();
                 if let Some(d) = &w.watch().desync {
                     let info = w.info();
@@ -483,4 +501,47 @@ fn counts_in_desync(info: &WorkInfo) -> bool {
         info.kind,
         oxccl_core::OpKind::Send | oxccl_core::OpKind::Recv
     )
+}
+
+/// The order in which to take works drained as runs (`ends`: where each run ends in `times`,
+/// the works' issue times): the runs merged by issue time, the earliest head first, each run
+/// in its own order (a group's order is its issue order, whatever its clock reads say).
+fn issue_order(times: &[u64], ends: &[usize], order: &mut Vec<usize>) {
+    order.clear();
+    // The next index of each run, and where it ends.
+    let mut heads: Vec<(usize, usize)> = Vec::with_capacity(ends.len());
+    let mut start = 0;
+    for &end in ends {
+        if end > start {
+            heads.push((start, end));
+        }
+        start = end;
+    }
+    while let Some(k) = (0..heads.len()).min_by_key(|&k| (times[heads[k].0], k)) {
+        let (next, end) = heads[k];
+        order.push(next);
+        if next + 1 < end {
+            heads[k].0 = next + 1;
+        } else {
+            heads.swap_remove(k);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::issue_order;
+
+    #[test]
+    fn runs_merge_by_issue_time_and_keep_their_own_order() {
+        let mut order = Vec::new();
+        // Run a: 10, 30, 20 (its own order wins over its clock); run b: 15, 25.
+        issue_order(&[10, 30, 20, 15, 25], &[3, 5], &mut order);
+        assert_eq!(order, vec![0, 3, 4, 1, 2]);
+        // Empty runs and ties (the earlier run first).
+        issue_order(&[5, 5, 7], &[0, 1, 1, 3], &mut order);
+        assert_eq!(order, vec![0, 1, 2]);
+        issue_order(&[], &[0, 0], &mut order);
+        assert!(order.is_empty());
+    }
 }
