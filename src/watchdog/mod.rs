@@ -59,7 +59,7 @@ pub(crate) enum Hint {
 
 /// A work as the watchdog sees it.
 pub(crate) trait Watched: Send + Sync {
-    /// Records the work's flight-recorder entry unless it was recorded at issue (issue order
+    /// Records the work's flight-recorder entry unless it was recorded at issue (in issue
     /// order, to within a pass: see `issue_order`); its id, which the watchdog keeps (nothing
     /// is written into the work).
     fn record_trace(&self) -> Option<u64>;
