@@ -177,7 +177,7 @@ impl<B: Memory> Coalescing<'_, B> {
                 entry: e,
                 device: inner.opts.device(),
                 cap: inner.captor()?,
-                timeout_ms: inner.timeout_ms.load(std::sync::atomic::Ordering::Relaxed),
+                timeout_ms: &inner.timeout_ms,
             };
             body(&is, &mut |op| {
                 rules.enqueue(uid, OpSummary::of(op))?;

@@ -33,8 +33,8 @@ pub(crate) struct Issuer<'a, B: Memory> {
     pub device: Device,
     /// Inside a graph capture: where buffers are reached instead (see `capture`).
     pub cap: Option<super::capture::Captor<'a, B>>,
-    /// The group's timeout now, in ms (bounds what preparing buffers may wait for).
-    pub timeout_ms: u64,
+    /// The group's timeout in ms (bounds what preparing buffers may wait for; read only then).
+    pub timeout_ms: &'a std::sync::atomic::AtomicU64,
 }
 
 impl<B: Memory> Issuer<'_, B> {
@@ -103,7 +103,7 @@ impl<B: Memory> PgInner<B> {
                 entry: e,
                 device: self.opts.device(),
                 cap,
-                timeout_ms: self.timeout_ms.load(Ordering::Relaxed),
+                timeout_ms: &self.timeout_ms,
             })?;
             let end = if captured {
                 None

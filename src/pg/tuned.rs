@@ -148,19 +148,17 @@ impl Cached {
 }
 
 impl RegCache {
-    pub(super) fn lock(&self) -> std::sync::MutexGuard<'_, CacheState> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    /// The state, locked; whether it has windows is noted when the lock is let go.
+    pub(super) fn lock(&self) -> CacheGuard<'_> {
+        CacheGuard {
+            state: self.state.lock().unwrap_or_else(PoisonError::into_inner),
+            any_window: &self.any_window,
+        }
     }
 
-    /// Whether any allocation is in a window (see [`RegCache::publish`]).
+    /// Whether any allocation is in a window (as of the last lock let go).
     pub(super) fn has_windows(&self) -> bool {
         self.any_window.load(Ordering::Relaxed)
-    }
-
-    /// Notes whether `st` (this cache's state, locked) has windows, after a change.
-    pub(super) fn publish(&self, st: &CacheState) {
-        self.any_window
-            .store(st.live_windows > 0, Ordering::Relaxed);
     }
 
     fn stats(&self) -> TunedStats {
@@ -183,6 +181,33 @@ impl RegCache {
             .filter(|c| regions.overlaps(c.mem.addr, c.mem.bytes))
             .map(|c| c.mem.clone())
             .collect()
+    }
+}
+
+/// The locked state of a [`RegCache`]: letting it go notes whether windows are left, so no
+/// change can forget to.
+pub(super) struct CacheGuard<'a> {
+    state: std::sync::MutexGuard<'a, CacheState>,
+    any_window: &'a AtomicBool,
+}
+
+impl std::ops::Deref for CacheGuard<'_> {
+    type Target = CacheState;
+    fn deref(&self) -> &CacheState {
+        &self.state
+    }
+}
+
+impl std::ops::DerefMut for CacheGuard<'_> {
+    fn deref_mut(&mut self) -> &mut CacheState {
+        &mut self.state
+    }
+}
+
+impl Drop for CacheGuard<'_> {
+    fn drop(&mut self) {
+        self.any_window
+            .store(self.state.live_windows > 0, Ordering::Relaxed);
     }
 }
 
@@ -380,9 +405,7 @@ pub(super) fn prepare_on<C: Communicator>(
         if capturing {
             st.check_ready(m, mode, op, bytes)?;
         } else {
-            let made = st.ensure(comm, m, mode, timeout);
-            regs.publish(&st);
-            made?;
+            st.ensure(comm, m, mode, timeout)?;
         }
     }
     st.ops[usize::from(mode.level())] += 1;
@@ -422,7 +445,7 @@ impl<B: Memory> Issuer<'_, B> {
         mems: &[Option<CommMem>],
     ) -> Result<RegMode> {
         let e = self.entry;
-        let timeout = Duration::from_millis(self.timeout_ms);
+        let timeout = Duration::from_millis(self.timeout_ms.load(Ordering::Relaxed));
         prepare_on(
             &e.comm,
             &e.regs,

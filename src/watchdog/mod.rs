@@ -4,18 +4,18 @@
 //! progress, and beats a heartbeat a monitor thread checks.
 //!
 //! The hot path only queues a work: a few atomic operations on a preallocated slot of its
-//! group's lock-free ring (`queue`), and every 64 works an unpark of the watchdog (a
-//! futex wake only when it sleeps). Each group has a ring of its own, which the watchdog
-//! drains: ranks issuing from threads of one process (a thread per GPU) each write their own
-//! ring's counters, where one ring for the process made their cores pass its tail back and
-//! forth at every operation (+0.1–0.2 µs per operation on 2 × H200 against one rank). A pass reads works and never writes into one while all
-//! goes well (see `pg::work`). A pass queries one end event per group when the group's
-//! newest work has completed: a group's works run in issue order on its one stream, so the
-//! newest one done means all are done, and the first one still running means the later ones
-//! are too. That keeps the watchdog's driver calls (which contend with the issuing thread's)
-//! to about one per group per pass instead of one per work. Works the watchdog is done with
-//! go back to their group and are dropped by the next issue there (`GroupWatch::bury`), on
-//! the core that made them.
+//! group's lock-free ring (`queue`), and every 64 works an unpark of the watchdog (a futex
+//! wake only when it sleeps). Each group has a ring of its own, which the watchdog drains:
+//! ranks issuing from threads of one process (a thread per GPU) each write their own ring's
+//! counters, where one ring for the process made their cores pass its tail back and forth at
+//! every operation (+0.1–0.2 µs per operation on 2 × H200 against one rank). A pass reads
+//! works and never writes into one while all goes well (see `pg::work`). A pass queries one
+//! end event per group when the group's newest work has completed: a group's works run in
+//! issue order on its one stream, so the newest one done means all are done, and the first one
+//! still running means the later ones are too. That keeps the watchdog's driver calls (which
+//! contend with the issuing thread's) to about one per group per pass instead of one per work.
+//! Works the watchdog is done with go back to their group and are dropped by the next issue
+//! there (`GroupWatch::bury`), on the core that made them.
 
 mod coord;
 mod dumps;

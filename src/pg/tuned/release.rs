@@ -77,10 +77,7 @@ impl<B: Memory> ProcessGroup<B> {
         drop(buf.read("buf", inner.opts.device(), inner.copy_stream()?)?);
         let timeout = inner.timeout();
         inner.with_entry("register a buffer", |e| {
-            let mut st = e.regs.lock();
-            let made = st.ensure(&e.comm, &m, mode, timeout);
-            e.regs.publish(&st);
-            made
+            e.regs.lock().ensure(&e.comm, &m, mode, timeout)
         })
     }
 
@@ -174,7 +171,6 @@ impl<B: Memory> ProcessGroup<B> {
                 }
             }
             st.sweep(&e.comm);
-            e.regs.publish(&st);
             first_error.map_or(Ok(released), Err)
         })
     }
