@@ -186,8 +186,10 @@ fn modes(pg: &ProcessGroup<Nccl>, r: u32, n: u32, mode: RegMode) -> oxccl::Resul
             ),
         )
     };
-    // all_reduce three times on one buffer: one registration or window for all three.
-    let mut a = pg.upload_comm(&[1.0f32; 1024])?;
+    // all_reduce three times on one buffer: one registration or window for all three. 16 MiB,
+    // so the download (on another stream) truly has running work to wait for, and the uses
+    // after the first on the group's stream wait for nothing but its order.
+    let mut a = pg.upload_comm(&vec![1.0f32; 1 << 22])?;
     for _ in 0..3 {
         pg.all_reduce(&mut a, ReduceOp::Sum)?;
     }

@@ -77,8 +77,8 @@ fi
 ITEMS_CORRECT="info i7.case02 i7.cases1 i7.cases i10.cases i7.ddp i7.socket i9.capture2 i10.death i10.dump i10.abortwin i7.overhead i9.buffers i10.nan"
 ITEMS_MODES="i9.ncclbuild i9.connect i9.graphs i9.tune i9.procs"
 ITEMS_SWEEP="i9.ncclbuild i9.check i9.sweep"
-need_of() { case $1 in i9.big|i9.check|info|i7.case02|i7.cases1|i7.overhead|i9.buffers|i10.nan|i9.ncclbuild|i9.sweep|i9.graphs|i9.tune) echo 1 ;; *) echo 2 ;; esac; }
-limit_of() { case $1 in i9.sweep) echo 480 ;; i9.big) echo 300 ;; i7.cases|i9.check) echo 150 ;; i9.tune) echo 240 ;; i9.graphs|i9.ncclbuild) echo 180 ;; i10.death) echo 120 ;; *) echo 90 ;; esac; }
+need_of() { case $1 in i9.small|i9.big|i9.check|info|i7.case02|i7.cases1|i7.overhead|i9.buffers|i10.nan|i9.ncclbuild|i9.sweep|i9.graphs|i9.tune) echo 1 ;; *) echo 2 ;; esac; }
+limit_of() { case $1 in i9.sweep) echo 480 ;; i9.small) echo 200 ;; i9.big) echo 300 ;; i7.cases|i9.check) echo 150 ;; i9.tune) echo 240 ;; i9.graphs|i9.ncclbuild) echo 180 ;; i10.death) echo 120 ;; *) echo 90 ;; esac; }
 what_of() {
     case $1 in
     info) echo "GPUs, NCCL libraries, torch, oxccl info" ;;
@@ -102,6 +102,7 @@ what_of() {
     i9.sweep) echo "5 collectives 8 B-1 GiB: oxccl raw/comm/pg, nccl-tests -t N -g 1, torch.distributed; 2 rounds alternated; SVGs" ;;
     i9.graphs) echo "graphs and windows: -G 10 with -R 0 and -R 2, oxccl and nccl-tests alternated; pg 8 B all_reduce <= 4 us" ;;
     i9.tune) echo "--tune table, pg under it against nccl-tests' best of -R 0/1/2 per collective and size" ;;
+    i9.small) echo "diagnostic: 8 B all_reduce, oxccl layers against nccl-tests, -n 20 and 500, threads free and pinned; all_gather 128 MiB -R 0 -G 10 on pool and cuMemAlloc memory" ;;
     i9.big) echo "the sweep at 128 MiB-1 GiB only (5 collectives, the same tools and rounds): busbw >= 99 % of nccl-tests" ;;
     *) return 1 ;;
     esac
@@ -465,6 +466,38 @@ item_i9_graphs() {
     done
     "$py" scripts/x2_report.py graphs "$d" || { local g=$?; [ $rc = 0 ] && rc=$g; }
     return $rc
+}
+
+# Why eager small messages are slower through oxccl's raw layer than through nccl-tests: the
+# same 8 B all_reduce, alternated, with few and many iterations, threads free or pinned to the
+# GPUs' CPUs; and all_gather 128 MiB -R 0 -G 10 on cuMemAlloc memory (OXCCL_PERF_ALLOC=sync).
+item_i9_small() {
+    local rep it cpus
+    [ -x "$nt_build/all_reduce_perf" ] || item_i9_ncclbuild || return 1
+    cpus=$(nvidia-smi topo -m 2>/dev/null | awk '$1 == "GPU0" { for (i = 2; i <= NF; i++) if ($i ~ /^[0-9]+-[0-9]+/) { print $i; exit } }')
+    echo "NOTE: GPU0's CPUs: ${cpus:-unknown}"
+    for rep in 1 2 3; do
+        for it in "-n 20 -w 5" "-n 500 -w 50"; do
+            for pin in free pinned; do
+                local pre=()
+                [ $pin = pinned ] && [ -n "$cpus" ] && pre=(taskset -c "$cpus")
+                local tag="${pin}_$(echo "$it" | tr -d ' -')"
+                "${pre[@]}" env LD_LIBRARY_PATH=$nccl_home/lib:${LD_LIBRARY_PATH:-} "$nt_build/all_reduce_perf" -b 8 -e 8 $it -t "$n" -g 1 \
+                    >"$d/nt_$tag.r$rep.txt" 2>&1
+                "${pre[@]}" $bin/oxccl perf all_reduce -b 8 -e 8 $it -g "$n" --layer all -c 0 \
+                    >"$d/ox_$tag.r$rep.txt" 2>&1
+                echo "r$rep $tag nccl-tests $(grep -E '^ +8 ' "$d/nt_$tag.r$rep.txt" | awk '{print $6, $10}') | oxccl $(grep -E '^ +(raw|comm|pg) ' "$d/ox_$tag.r$rep.txt" | awk '{printf "%s %s %s  ", $1, $8, $12}')"
+            done
+        done
+    done
+    for rep in 1 2; do
+        for alloc in pool sync; do
+            OXCCL_PERF_ALLOC=$alloc $bin/oxccl perf all_gather -b 128M -e 128M -n 20 -w 5 -g "$n" --layer raw -R 0 -G 10 -c 0 \
+                >"$d/ag_$alloc.r$rep.txt" 2>&1
+            echo "r$rep all_gather 128M -R 0 -G 10 $alloc: $(grep -E '^ +raw ' "$d/ag_$alloc.r$rep.txt" | awk '{printf "%s %s %s", $1, $8, $12}')"
+        done
+    done
+    return 0
 }
 
 item_i9_big() {

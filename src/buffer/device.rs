@@ -1,8 +1,9 @@
 //! NCCL's memory: cudarc device slices, ordered by cudarc's own event tracking.
 
+use super::NcclAccess;
 use super::{Buffer, Memory};
 use crate::element::NcclType;
-use cudarc::driver::{CudaContext, CudaSlice, DevicePtr, DevicePtrMut, DeviceSlice, SyncOnDrop};
+use cudarc::driver::{CudaContext, CudaSlice, DevicePtr, DevicePtrMut, DeviceSlice};
 use oxccl_core::{Device, RawBuf, RawBufMut, Result};
 use oxccl_nccl::{cuda_error, NcclBackend, NcclStream};
 
@@ -15,7 +16,7 @@ impl<T: NcclType> Buffer<T> for CudaSlice<T> {
 impl Memory for NcclBackend {
     type Buf<T: NcclType> = CudaSlice<T>;
     type CommBuf<T: NcclType> = super::NcclBuf<T>;
-    type Access<'a> = SyncOnDrop<'a>;
+    type Access<'a> = NcclAccess<'a>;
 
     fn require_devices(&self) -> Result<()> {
         oxccl_nccl::require_driver()
@@ -74,10 +75,13 @@ impl Memory for NcclBackend {
         device: Device,
         stream: &'a NcclStream,
         buf: &'a CudaSlice<T>,
-    ) -> Result<(RawBuf, SyncOnDrop<'a>)> {
+    ) -> Result<(RawBuf, NcclAccess<'a>)> {
         crate::comm::same_device(arg, device, buf, stream.cuda())?;
         let (ptr, sync) = buf.device_ptr(stream.cuda());
-        Ok((RawBuf::new(ptr as usize, DeviceSlice::len(buf)), sync))
+        Ok((
+            RawBuf::new(ptr as usize, DeviceSlice::len(buf)),
+            NcclAccess::Slice(sync),
+        ))
     }
 
     fn write<'a, T: NcclType>(
@@ -85,10 +89,10 @@ impl Memory for NcclBackend {
         device: Device,
         stream: &'a NcclStream,
         buf: &'a mut CudaSlice<T>,
-    ) -> Result<(RawBufMut, SyncOnDrop<'a>)> {
+    ) -> Result<(RawBufMut, NcclAccess<'a>)> {
         crate::comm::same_device(arg, device, buf, stream.cuda())?;
         let len = DeviceSlice::len(buf);
         let (ptr, sync) = buf.device_ptr_mut(stream.cuda());
-        Ok((RawBufMut::new(ptr as usize, len), sync))
+        Ok((RawBufMut::new(ptr as usize, len), NcclAccess::Slice(sync)))
     }
 }

@@ -29,7 +29,7 @@ mod nccl_buf;
 mod operand;
 
 pub use host::HostBuf;
-pub use nccl_buf::NcclBuf;
+pub use nccl_buf::{CommUse, NcclAccess, NcclBuf};
 pub use operand::{CommAlloc, CommMem, Operand};
 
 use crate::element::NcclType;

@@ -1,22 +1,25 @@
 //! NCCL's own memory as a buffer: [`NcclBuf`], allocated with `ncclMemAlloc` (NCCL 2.19+),
 //! the memory local registration works best on and symmetric windows require.
 //!
-//! Ordering is stream-ordered, as the rest of [`super`]: the allocation keeps one event,
-//! recorded after every use; each new use (an operation, a copy) first waits for it. Dropping
-//! the buffer never blocks: the memory is freed with `ncclMemFree` at once when that event has
-//! completed, else parked and freed by a later allocation or drop once it has (so the memory
-//! outlives the work that uses it, and Drop neither waits nor panics). Registrations keep the
-//! allocation alive too (see [`super::CommMem`]): it is freed only after every communicator
-//! that registered it has released it.
+//! Ordering is stream-ordered, as the rest of [`super`]: the allocation keeps, per stream
+//! that used it, an event recorded after that stream's last use ([`Uses`]). A new use on a
+//! stream waits for the other streams' events; on the stream of the last use it waits for
+//! nothing (the stream's order already puts it after), so the process group's back-to-back
+//! operations on its stream cost one event record per buffer and no stream wait. Dropping the
+//! buffer never blocks: the memory is freed with `ncclMemFree` at once when every event has
+//! completed, else parked and freed by a later allocation or drop once they have (so the
+//! memory outlives the work that uses it, and Drop neither waits nor panics). Registrations
+//! keep the allocation alive too (see [`super::CommMem`]): it is freed only after every
+//! communicator that registered it has released it.
 
 use super::operand::next_id;
 use super::{Buffer, CommAlloc, CommMem, Memory, Operand};
 use crate::element::NcclType;
-use cudarc::driver::{result, CudaContext, CudaEvent, CudaStream, SyncOnDrop};
+use cudarc::driver::{result, CudaContext, CudaEvent, CudaStream};
 use oxccl_core::{Device, Error, RawBuf, RawBufMut, Result};
 use oxccl_nccl::{cuda_error, NcclBackend, NcclMem, NcclStream};
 use std::marker::PhantomData;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 /// A buffer of `len` elements of `T` in memory from `ncclMemAlloc`: the
 /// [`Memory::CommBuf`] of NCCL, taken by every operation of the process group like a
@@ -36,27 +39,45 @@ impl<T> std::fmt::Debug for NcclBuf<T> {
     }
 }
 
-/// One `ncclMemAlloc` allocation with the event of its last use.
+/// The streams that used an allocation, each with an event recorded after its last use
+/// there. Streams are kept alive (their handles are never reused while listed), so a use
+/// is "on the same stream" only when it truly is.
+///
+/// Every use first makes its stream wait for the other streams' events and records its own
+/// stream's event when it ends, under this lock each time. Uses that overlap are reads (a
+/// write takes the buffer by `&mut`, so no other guard lives meanwhile); each leaves its own
+/// stream's event, so a later write, a drop or a copy to the host waits for all of them.
+#[derive(Default)]
+struct Uses(Vec<(Arc<CudaStream>, CudaEvent)>);
+
+impl Uses {
+    /// Whether every recorded use has run (a broken context runs nothing any more: done).
+    fn idle(&self) -> bool {
+        self.0
+            .iter()
+            .all(|(_, ev)| ev.try_is_complete().unwrap_or(true))
+    }
+}
+
+/// One `ncclMemAlloc` allocation with the events of its last uses.
 struct NcclAlloc {
     id: u64,
     addr: usize,
     bytes: usize,
     ctx: Arc<CudaContext>,
-    /// Recorded after every use; waited for by the next.
-    event: CudaEvent,
+    uses: Mutex<Uses>,
     /// `None` only while being dropped.
     mem: Option<NcclMem>,
 }
 
 /// Allocations dropped while work still used them, freed once it has run.
-static PARKED: Mutex<Vec<(NcclMem, CudaEvent, Arc<CudaContext>)>> = Mutex::new(Vec::new());
+static PARKED: Mutex<Vec<(NcclMem, Uses, Arc<CudaContext>)>> = Mutex::new(Vec::new());
 
 /// Frees the parked allocations whose work has run (never blocks).
 fn reap() {
     let mut parked = PARKED.lock().unwrap_or_else(PoisonError::into_inner);
-    parked.retain(|(_, ev, ctx)| {
-        // A broken context runs nothing any more: its memory is free to go.
-        let done = ev.try_is_complete().unwrap_or(true);
+    parked.retain(|(_, uses, ctx)| {
+        let done = uses.idle();
         if done {
             if let Err(e) = ctx.bind_to_thread() {
                 log::debug!("binding the context to free NCCL memory: {e}");
@@ -72,32 +93,16 @@ impl Drop for NcclAlloc {
         if let Err(e) = self.ctx.bind_to_thread() {
             log::debug!("binding the context to free NCCL memory: {e}");
         }
-        match self.event.try_is_complete() {
-            // Done (or the context is broken and runs nothing): free now, on this thread.
-            Ok(true) | Err(_) => drop(mem),
-            Ok(false) => {
-                // Still in use on a stream: park it with a fresh event (ours dies here)
-                // recorded nowhere new; the last use's event is what must complete, so keep
-                // that one instead by swapping it out.
-                let ev = std::mem::replace(
-                    &mut self.event,
-                    match self.ctx.new_event(None) {
-                        Ok(e) => e,
-                        Err(e) => {
-                            // Cannot make a placeholder: leak the memory rather than free it
-                            // under running work.
-                            log::warn!("leaking {} bytes of NCCL memory: {e}", self.bytes);
-                            std::mem::forget(mem);
-                            return;
-                        }
-                    },
-                );
-                PARKED.lock().unwrap_or_else(PoisonError::into_inner).push((
-                    mem,
-                    ev,
-                    self.ctx.clone(),
-                ));
-            }
+        let uses = std::mem::take(self.uses.get_mut().unwrap_or_else(PoisonError::into_inner));
+        if uses.idle() {
+            drop(mem);
+        } else {
+            // Still in use on a stream: freed by a later reap once the events completed.
+            PARKED.lock().unwrap_or_else(PoisonError::into_inner).push((
+                mem,
+                uses,
+                self.ctx.clone(),
+            ));
         }
         reap();
     }
@@ -105,18 +110,52 @@ impl Drop for NcclAlloc {
 
 impl CommAlloc for NcclAlloc {
     fn idle(&self) -> bool {
-        self.event.try_is_complete().unwrap_or(true)
+        self.lock_uses().idle()
+    }
+}
+
+/// Proof that a buffer of NCCL's memory is in use by work being issued on a stream (the
+/// [`Memory::Access`] of NCCL): dropping it records the use, so that later uses wait for it.
+pub enum NcclAccess<'a> {
+    /// A cudarc slice's: cudarc's event tracking records the use.
+    Slice(cudarc::driver::SyncOnDrop<'a>),
+    /// An [`NcclBuf`]'s: see [`CommUse`].
+    Comm(CommUse<'a>),
+}
+
+/// A use of an [`NcclBuf`] on a stream: records that stream's event of the allocation when
+/// dropped (after the use's work was enqueued), so later uses elsewhere, a drop or a copy to
+/// the host wait for it. The event was made when the use began, so this cannot fail but for
+/// a broken context, which runs nothing any more.
+pub struct CommUse<'a> {
+    alloc: &'a NcclAlloc,
+    stream: &'a Arc<CudaStream>,
+}
+
+impl Drop for CommUse<'_> {
+    fn drop(&mut self) {
+        let uses = self.alloc.lock_uses();
+        if let Some((_, ev)) = uses.0.iter().find(|(s, _)| Arc::ptr_eq(s, self.stream)) {
+            if let Err(e) = ev.record(self.stream) {
+                log::debug!("recording the use of NCCL memory: {e}");
+            }
+        }
     }
 }
 
 impl NcclAlloc {
-    /// Makes `stream` wait for the last use; the guard records the next one when dropped.
+    fn lock_uses(&self) -> MutexGuard<'_, Uses> {
+        self.uses.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Makes `stream` wait for the uses on other streams; the guard records this one when
+    /// dropped.
     fn access<'a>(
         &'a self,
         arg: &'static str,
         device: Device,
         stream: &'a Arc<CudaStream>,
-    ) -> Result<SyncOnDrop<'a>> {
+    ) -> Result<CommUse<'a>> {
         // Compared by device: each `CudaContext::new` of a device is another handle of the
         // same primary context.
         let ordinal = self.ctx.ordinal();
@@ -129,10 +168,35 @@ impl NcclAlloc {
                 ),
             ));
         }
-        stream
-            .wait(&self.event)
-            .map_err(|e| cuda_error("ordering a use of NCCL memory", e))?;
-        Ok(SyncOnDrop::Record(Some((&self.event, stream))))
+        let mut uses = self.lock_uses();
+        let mut known = false;
+        for (s, ev) in &uses.0 {
+            if Arc::ptr_eq(s, stream) {
+                known = true;
+            } else {
+                stream
+                    .wait(ev)
+                    .map_err(|e| cuda_error("ordering a use of NCCL memory", e))?;
+            }
+        }
+        if !known {
+            // Streams whose last use has run are forgotten, so a buffer used on a new stream
+            // per step keeps only the streams still running its work.
+            uses.0
+                .retain(|(_, ev)| !ev.try_is_complete().unwrap_or(true));
+            // The stream's event is made before the use, so that its end cannot fail for
+            // want of one. Until recorded it counts as complete, which it is: nothing of
+            // this use has been enqueued yet.
+            let ev = self
+                .ctx
+                .new_event(None)
+                .map_err(|e| cuda_error("creating the event of NCCL memory", e))?;
+            uses.0.push((stream.clone(), ev));
+        }
+        Ok(CommUse {
+            alloc: self,
+            stream,
+        })
     }
 }
 
@@ -181,7 +245,7 @@ impl<T: NcclType> NcclBuf<T> {
                 addr,
                 bytes,
                 ctx,
-                event,
+                uses: Mutex::new(Uses(vec![(st.clone(), event)])),
                 mem: Some(mem),
             }),
             len,
@@ -254,9 +318,9 @@ impl<T: NcclType> Operand<NcclBackend> for NcclBuf<T> {
         arg: &'static str,
         device: Device,
         stream: &'a NcclStream,
-    ) -> Result<(RawBuf, SyncOnDrop<'a>)> {
+    ) -> Result<(RawBuf, NcclAccess<'a>)> {
         let g = self.alloc.access(arg, device, stream.cuda())?;
-        Ok((RawBuf::new(self.alloc.addr, self.len), g))
+        Ok((RawBuf::new(self.alloc.addr, self.len), NcclAccess::Comm(g)))
     }
 
     fn write<'a>(
@@ -264,9 +328,12 @@ impl<T: NcclType> Operand<NcclBackend> for NcclBuf<T> {
         arg: &'static str,
         device: Device,
         stream: &'a NcclStream,
-    ) -> Result<(RawBufMut, SyncOnDrop<'a>)> {
+    ) -> Result<(RawBufMut, NcclAccess<'a>)> {
         let g = self.alloc.access(arg, device, stream.cuda())?;
-        Ok((RawBufMut::new(self.alloc.addr, self.len), g))
+        Ok((
+            RawBufMut::new(self.alloc.addr, self.len),
+            NcclAccess::Comm(g),
+        ))
     }
 
     fn download(&self, _backend: &NcclBackend, stream: &NcclStream) -> Result<Vec<T>> {
@@ -304,7 +371,7 @@ impl<T: NcclType> Operand<NcclBackend> for cudarc::driver::CudaSlice<T> {
         arg: &'static str,
         device: Device,
         stream: &'a NcclStream,
-    ) -> Result<(RawBuf, SyncOnDrop<'a>)> {
+    ) -> Result<(RawBuf, NcclAccess<'a>)> {
         NcclBackend::read(arg, device, stream, self)
     }
 
@@ -313,7 +380,7 @@ impl<T: NcclType> Operand<NcclBackend> for cudarc::driver::CudaSlice<T> {
         arg: &'static str,
         device: Device,
         stream: &'a NcclStream,
-    ) -> Result<(RawBufMut, SyncOnDrop<'a>)> {
+    ) -> Result<(RawBufMut, NcclAccess<'a>)> {
         NcclBackend::write(arg, device, stream, self)
     }
 
