@@ -170,6 +170,7 @@ impl Communicator for NullComm {
     unsafe fn issue(&self, op: &CommOp<'_>, _stream: &NullStream) -> Result<()> {
         // Keep the operation observable so the call is not optimized away.
         std::hint::black_box(op);
+        evict();
         Ok(())
     }
 
@@ -455,6 +456,34 @@ fn main() {
 
 /// CPU and wall ns per call, by row and round.
 type Samples = (Vec<Vec<f64>>, Vec<Vec<f64>>);
+
+/// Bytes of memory each issue writes (`OXCCL_BENCH_EVICT`, KiB; 0 by default): a stand-in
+/// for the library's and the driver's own footprint per call, which pushes the process
+/// group's data out of the nearer caches between two calls as a real launch does.
+fn evict_bytes() -> usize {
+    static BYTES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *BYTES.get_or_init(|| {
+        std::env::var("OXCCL_BENCH_EVICT")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+            .unwrap_or(0)
+            * 1024
+    })
+}
+
+/// Writes a byte per cache line of this thread's [`evict_bytes`] of memory.
+fn evict() {
+    thread_local! {
+        static MEM: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(vec![0; evict_bytes()]);
+    }
+    MEM.with(|m| {
+        let mut m = m.borrow_mut();
+        for i in (0..m.len()).step_by(64) {
+            m[i] = m[i].wrapping_add(1);
+        }
+        std::hint::black_box(&mut *m);
+    });
+}
 
 /// One issuing thread's rounds (its own backend, communicator and groups; every thread of
 /// the run shares the process's watchdog), rows in turn, each row begun by all threads at
