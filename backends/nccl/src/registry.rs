@@ -2,14 +2,17 @@
 //! or an unknown deregistration is an error and so that all are released before the
 //! communicator is.
 
-use oxccl_core::{text, Error, Feature, RegHandle, Result, ResultCode};
+use oxccl_core::{text, CommOp, Error, Feature, RegHandle, Result, ResultCode};
 use oxccl_loader::{Library, RawComm};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// The registrations of one communicator.
 #[derive(Default)]
 pub(crate) struct Registry {
     buffers: spin::Mutex<Vec<RegHandle>>,
     windows: spin::Mutex<Vec<Window>>,
+    /// How many windows `windows` holds, read without its lock by every issue.
+    window_count: AtomicUsize,
 }
 
 /// A window registered with `ncclCommWindowRegister` (NCCL 2.27+).
@@ -24,6 +27,33 @@ pub struct Window {
 }
 
 impl Registry {
+    /// `w` tracked as a window of this communicator.
+    fn track(&self, w: Window) {
+        let mut wins = self.windows.lock();
+        wins.push(w);
+        self.window_count.store(wins.len(), Ordering::Relaxed);
+    }
+
+    /// Every tracked window, no longer tracked.
+    fn untrack_all(&self) -> Vec<Window> {
+        let mut wins = self.windows.lock();
+        self.window_count.store(0, Ordering::Relaxed);
+        wins.drain(..).collect()
+    }
+
+    /// `Ok` unless `op` mixes a buffer in one of this communicator's windows with one in
+    /// none (see [`oxccl_core::check::windows`]); one atomic load when there are no windows.
+    pub(crate) fn one_kind(&self, op: &CommOp<'_>, rank: u32) -> Result<()> {
+        if self.window_count.load(Ordering::Relaxed) == 0 {
+            return Ok(());
+        }
+        let wins = self.windows.lock();
+        oxccl_core::check::windows::one_kind(op, rank, |addr, bytes| {
+            wins.iter()
+                .any(|w| addr >= w.addr && addr.saturating_add(bytes) <= w.addr + w.bytes)
+        })
+    }
+
     pub(crate) fn register(
         &self,
         lib: &Library,
@@ -149,7 +179,7 @@ impl Registry {
             addr,
             bytes,
         };
-        self.windows.lock().push(w);
+        self.track(w);
         Ok(w)
     }
 
@@ -179,6 +209,7 @@ impl Registry {
                     "ncclCommWindowDeregister",
                 ))?;
             wins.swap_remove(i);
+            self.window_count.store(wins.len(), Ordering::Relaxed);
             f
         };
         // SAFETY: live communicator (ready, its call lock held by the caller); the window came
@@ -189,7 +220,7 @@ impl Registry {
         // `release_all` deregisters it again (a double release inside NCCL). A refused call
         // leaves it registered: tracked again.
         if !accepted(code) {
-            self.windows.lock().push(w);
+            self.track(w);
         }
         settle(code)
     }
@@ -215,10 +246,10 @@ impl Registry {
             }
         }
         let windows: Vec<_> = if windows {
-            self.windows.lock().drain(..).collect()
+            self.untrack_all()
         } else {
             // Left to the abort; counted so the log says what it released.
-            let n = self.windows.lock().drain(..).count();
+            let n = self.untrack_all().len();
             if n > 0 {
                 log::debug!("{n} window(s) left to the communicator's abort to release");
             }
@@ -297,7 +328,33 @@ impl crate::NcclComm {
 
 #[cfg(test)]
 mod tests {
-    use super::accepted;
+    use super::{accepted, Registry, Window};
+    use oxccl_core::{CommOp, DataType, Error, RawBuf, RawBufMut};
+
+    #[test]
+    fn an_issue_mixing_a_window_and_plain_memory_is_refused() {
+        let reg = Registry::default();
+        let a2a = |send, recv| CommOp::AllToAll {
+            send: RawBuf::new(send, 256),
+            recv: RawBufMut::new(recv, 256),
+            dtype: DataType::Float32,
+        };
+        // No window: nothing is looked at.
+        assert!(reg.one_kind(&a2a(0x10000, 0x90000), 0).is_ok());
+        reg.track(Window {
+            raw: 1,
+            addr: 0x10000,
+            bytes: 0x10000,
+        });
+        assert!(reg.one_kind(&a2a(0x10000, 0x14000), 0).is_ok());
+        match reg.one_kind(&a2a(0x10000, 0x90000), 0) {
+            Err(Error::InvalidArgument { arg, .. }) => assert_eq!(arg, "recv"),
+            other => panic!("expected recv refused, got {other:?}"),
+        }
+        // Released windows no longer count.
+        assert_eq!(reg.untrack_all().len(), 1);
+        assert!(reg.one_kind(&a2a(0x10000, 0x90000), 0).is_ok());
+    }
 
     #[test]
     fn only_success_and_in_progress_leave_work_to_nccl() {

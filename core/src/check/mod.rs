@@ -4,6 +4,7 @@
 
 mod buffers;
 mod element;
+pub mod windows;
 
 use crate::dtype::DataType;
 use crate::error::{Error, Result};

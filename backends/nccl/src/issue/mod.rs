@@ -97,6 +97,7 @@ impl Ctx<'_> {
 /// call lock.
 pub(crate) unsafe fn issue(comm: &NcclComm, op: &CommOp<'_>, stream: &NcclStream) -> Result<()> {
     check::op(op, &comm.check_ctx())?;
+    comm.inner.registry.one_kind(op, comm.inner.rank)?;
     let op = &wire(op, &comm.inner.settings.features);
     // Inside a capture begun on `stream`, the graph it makes will hold this communicator
     // (NCCL's release then waits for that graph): noted before the state check, so an abort
