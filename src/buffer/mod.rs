@@ -27,6 +27,7 @@ mod host;
 mod nan;
 mod nccl_buf;
 mod operand;
+mod uses;
 
 pub use host::HostBuf;
 pub use nccl_buf::{CommUse, NcclAccess, NcclBuf};

@@ -2,7 +2,7 @@
 //! the memory local registration works best on and symmetric windows require.
 //!
 //! Ordering is stream-ordered, as the rest of [`super`]: the allocation keeps, per stream
-//! that used it, an event recorded after that stream's last use ([`Uses`]). A new use on a
+//! that used it, an event recorded after that stream's last use (see `uses`). A new use on a
 //! stream waits for the other streams' events; on the stream of the last use it waits for
 //! nothing (the stream's order already puts it after), so the process group's back-to-back
 //! operations on its stream cost one event record per buffer and no stream wait. Dropping the
@@ -13,6 +13,7 @@
 //! communicator that registered it has released it.
 
 use super::operand::next_id;
+use super::uses::Uses;
 use super::{Buffer, CommAlloc, CommMem, Memory, Operand};
 use crate::element::NcclType;
 use cudarc::driver::{result, CudaContext, CudaEvent, CudaStream};
@@ -39,24 +40,16 @@ impl<T> std::fmt::Debug for NcclBuf<T> {
     }
 }
 
-/// The streams that used an allocation, each with an event recorded after its last use
-/// there. Streams are kept alive (their handles are never reused while listed), so a use
-/// is "on the same stream" only when it truly is.
-///
-/// Every use first makes its stream wait for the other streams' events and records its own
-/// stream's event when it ends, under this lock each time. Uses that overlap are reads (a
-/// write takes the buffer by `&mut`, so no other guard lives meanwhile); each leaves its own
-/// stream's event, so a later write, a drop or a copy to the host waits for all of them.
-#[derive(Default)]
-struct Uses(Vec<(Arc<CudaStream>, CudaEvent)>);
+/// The streams an allocation's work is on (see [`super::uses`]). Streams are kept alive
+/// while listed (their handles are never reused meanwhile), so a use is "on the same
+/// stream" only when it truly is.
+type StreamUses = Uses<Arc<CudaStream>, CudaEvent>;
 
-impl Uses {
-    /// Whether every recorded use has run (a broken context runs nothing any more: done).
-    fn idle(&self) -> bool {
-        self.0
-            .iter()
-            .all(|(_, ev)| ev.try_is_complete().unwrap_or(true))
-    }
+/// Whether every use has run (a broken context runs nothing any more: done). Never called
+/// while a capture may be open (an event query would end it): on drop and by the process
+/// group's sweep, which skips captures.
+fn idle(uses: &StreamUses) -> bool {
+    uses.events().all(|ev| ev.try_is_complete().unwrap_or(true))
 }
 
 /// One `ncclMemAlloc` allocation with the events of its last uses.
@@ -65,19 +58,19 @@ struct NcclAlloc {
     addr: usize,
     bytes: usize,
     ctx: Arc<CudaContext>,
-    uses: Mutex<Uses>,
+    uses: Mutex<StreamUses>,
     /// `None` only while being dropped.
     mem: Option<NcclMem>,
 }
 
 /// Allocations dropped while work still used them, freed once it has run.
-static PARKED: Mutex<Vec<(NcclMem, Uses, Arc<CudaContext>)>> = Mutex::new(Vec::new());
+static PARKED: Mutex<Vec<(NcclMem, StreamUses, Arc<CudaContext>)>> = Mutex::new(Vec::new());
 
 /// Frees the parked allocations whose work has run (never blocks).
 fn reap() {
     let mut parked = PARKED.lock().unwrap_or_else(PoisonError::into_inner);
     parked.retain(|(_, uses, ctx)| {
-        let done = uses.idle();
+        let done = idle(uses);
         if done {
             if let Err(e) = ctx.bind_to_thread() {
                 log::debug!("binding the context to free NCCL memory: {e}");
@@ -93,8 +86,8 @@ impl Drop for NcclAlloc {
         if let Err(e) = self.ctx.bind_to_thread() {
             log::debug!("binding the context to free NCCL memory: {e}");
         }
-        let uses = std::mem::take(self.uses.get_mut().unwrap_or_else(PoisonError::into_inner));
-        if uses.idle() {
+        let uses = self.take_uses();
+        if idle(&uses) {
             drop(mem);
         } else {
             // Still in use on a stream: freed by a later reap once the events completed.
@@ -110,7 +103,7 @@ impl Drop for NcclAlloc {
 
 impl CommAlloc for NcclAlloc {
     fn idle(&self) -> bool {
-        self.lock_uses().idle()
+        idle(&self.lock_uses())
     }
 }
 
@@ -130,22 +123,31 @@ pub enum NcclAccess<'a> {
 pub struct CommUse<'a> {
     alloc: &'a NcclAlloc,
     stream: &'a Arc<CudaStream>,
+    began: u64,
 }
 
 impl Drop for CommUse<'_> {
     fn drop(&mut self) {
-        let uses = self.alloc.lock_uses();
-        if let Some((_, ev)) = uses.0.iter().find(|(s, _)| Arc::ptr_eq(s, self.stream)) {
-            if let Err(e) = ev.record(self.stream) {
-                log::debug!("recording the use of NCCL memory: {e}");
-            }
-        }
+        let stream = self.stream;
+        self.alloc
+            .lock_uses()
+            .end(stream, self.began, Arc::ptr_eq, |ev| {
+                if let Err(e) = ev.record(stream) {
+                    log::debug!("recording the use of NCCL memory: {e}");
+                }
+            });
     }
 }
 
 impl NcclAlloc {
-    fn lock_uses(&self) -> MutexGuard<'_, Uses> {
+    fn lock_uses(&self) -> MutexGuard<'_, StreamUses> {
         self.uses.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The uses, taken out (on drop).
+    fn take_uses(&mut self) -> StreamUses {
+        let slot = self.uses.get_mut().unwrap_or_else(PoisonError::into_inner);
+        std::mem::replace(slot, Uses::empty())
     }
 
     /// Makes `stream` wait for the uses on other streams; the guard records this one when
@@ -168,34 +170,24 @@ impl NcclAlloc {
                 ),
             ));
         }
-        let mut uses = self.lock_uses();
-        let mut known = false;
-        for (s, ev) in &uses.0 {
-            if Arc::ptr_eq(s, stream) {
-                known = true;
-            } else {
+        let ctx = &self.ctx;
+        let began = self.lock_uses().begin(
+            stream,
+            Arc::ptr_eq,
+            |ev| {
                 stream
                     .wait(ev)
-                    .map_err(|e| cuda_error("ordering a use of NCCL memory", e))?;
-            }
-        }
-        if !known {
-            // Streams whose last use has run are forgotten, so a buffer used on a new stream
-            // per step keeps only the streams still running its work.
-            uses.0
-                .retain(|(_, ev)| !ev.try_is_complete().unwrap_or(true));
-            // The stream's event is made before the use, so that its end cannot fail for
-            // want of one. Until recorded it counts as complete, which it is: nothing of
-            // this use has been enqueued yet.
-            let ev = self
-                .ctx
-                .new_event(None)
-                .map_err(|e| cuda_error("creating the event of NCCL memory", e))?;
-            uses.0.push((stream.clone(), ev));
-        }
+                    .map_err(|e| cuda_error("ordering a use of NCCL memory", e))
+            },
+            || {
+                ctx.new_event(None)
+                    .map_err(|e| cuda_error("creating the event of NCCL memory", e))
+            },
+        )?;
         Ok(CommUse {
             alloc: self,
             stream,
+            began,
         })
     }
 }
@@ -228,7 +220,12 @@ impl<T: NcclType> NcclBuf<T> {
         ctx.bind_to_thread()
             .map_err(|e| cuda_error("binding the device to allocate NCCL memory", e))?;
         let mem = NcclMem::alloc(backend.library(), bytes)?;
+        // Two events: the first use's, and a spare for a second stream (the process group's
+        // copy stream inside a capture, where making an event is best avoided).
         let event = ctx
+            .new_event(None)
+            .map_err(|e| cuda_error("creating the event of NCCL memory", e))?;
+        let spare = ctx
             .new_event(None)
             .map_err(|e| cuda_error("creating the event of NCCL memory", e))?;
         let addr = mem.addr();
@@ -245,7 +242,7 @@ impl<T: NcclType> NcclBuf<T> {
                 addr,
                 bytes,
                 ctx,
-                uses: Mutex::new(Uses(vec![(st.clone(), event)])),
+                uses: Mutex::new(Uses::new(st.clone(), event, spare)),
                 mem: Some(mem),
             }),
             len,

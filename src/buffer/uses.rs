@@ -1,0 +1,245 @@
+//! Which streams an allocation's work is on: the bookkeeping behind [`super::NcclBuf`]'s
+//! stream order, written over any stream and event type so that its rules are tested on
+//! the host.
+//!
+//! Each stream that used the allocation has an event recorded after its last use there. A
+//! use on stream T begins by making T wait for the other streams' events (not T's own:
+//! T's order already puts the use after it) and ends by recording T's event. When it ends,
+//! the entries of other streams that T waited for, and that no use has re-recorded since,
+//! are covered by T's event and let go (their events kept as spares), so with one use at a
+//! time the list is one entry long and a use on the stream of the last one costs one
+//! record and no wait. Overlapping uses are reads (a write takes the buffer by `&mut`):
+//! an entry with a use in progress, or re-recorded after T began, is never let go.
+
+/// Events recorded on a stream (or streams) after an allocation's uses there.
+pub(crate) struct Uses<S, E> {
+    list: Vec<Use<S, E>>,
+    spare: Vec<E>,
+    /// Counts the records, numbering each entry's last one.
+    gen: u64,
+}
+
+struct Use<S, E> {
+    stream: S,
+    event: E,
+    /// Number of this entry's last record (0: recorded before any use began).
+    gen: u64,
+    /// Uses on this stream in progress.
+    active: u32,
+}
+
+impl<S, E> Uses<S, E> {
+    /// Uses so far: `event`, recorded on `stream` after the allocation's first work (its
+    /// zeroing), and `spare` for a second stream.
+    pub fn new(stream: S, event: E, spare: E) -> Self {
+        Uses {
+            list: vec![Use {
+                stream,
+                event,
+                gen: 0,
+                active: 0,
+            }],
+            spare: vec![spare],
+            gen: 0,
+        }
+    }
+
+    /// No uses and no events (what a dropped allocation leaves behind).
+    pub fn empty() -> Self {
+        Uses {
+            list: Vec::new(),
+            spare: Vec::new(),
+            gen: 0,
+        }
+    }
+
+    /// Begins a use on `stream` (`same` compares streams): waits on the other streams'
+    /// events, takes an entry for `stream` (a spare event, else `make`). Returns what
+    /// [`Uses::end`] takes.
+    pub fn begin<Err>(
+        &mut self,
+        stream: &S,
+        same: impl Fn(&S, &S) -> bool,
+        mut wait: impl FnMut(&E) -> Result<(), Err>,
+        make: impl FnOnce() -> Result<E, Err>,
+    ) -> Result<u64, Err>
+    where
+        S: Clone,
+    {
+        let mut mine = None;
+        for (i, u) in self.list.iter().enumerate() {
+            if same(&u.stream, stream) {
+                mine = Some(i);
+            } else {
+                wait(&u.event)?;
+            }
+        }
+        let i = match mine {
+            Some(i) => i,
+            None => {
+                let event = match self.spare.pop() {
+                    Some(e) => e,
+                    None => make()?,
+                };
+                // Unrecorded until its use ends: until then a wait on it orders nothing,
+                // which is right, nothing of this use being enqueued yet.
+                self.list.push(Use {
+                    stream: stream.clone(),
+                    event,
+                    gen: 0,
+                    active: 0,
+                });
+                self.list.len() - 1
+            }
+        };
+        self.list[i].active += 1;
+        Ok(self.gen)
+    }
+
+    /// Ends the use on `stream` that [`Uses::begin`] numbered `began`: records its event
+    /// (with `record`) and lets go of the entries it covers.
+    pub fn end(
+        &mut self,
+        stream: &S,
+        began: u64,
+        same: impl Fn(&S, &S) -> bool,
+        record: impl FnOnce(&E),
+    ) {
+        self.gen += 1;
+        let now = self.gen;
+        let Some(u) = self.list.iter_mut().find(|u| same(&u.stream, stream)) else {
+            return;
+        };
+        u.active = u.active.saturating_sub(1);
+        u.gen = now;
+        record(&u.event);
+        // Entries this use waited for (last recorded before it began), idle since: covered.
+        let mut i = 0;
+        while i < self.list.len() {
+            let u = &self.list[i];
+            if !same(&u.stream, stream) && u.active == 0 && u.gen <= began {
+                let gone = self.list.swap_remove(i);
+                self.spare.push(gone.event);
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    /// The events of the uses so far (all complete: the allocation is idle).
+    pub fn events(&self) -> impl Iterator<Item = &E> {
+        self.list.iter().map(|u| &u.event)
+    }
+
+    /// How many streams are listed.
+    #[cfg(test)]
+    fn streams(&self) -> usize {
+        self.list.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::RefCell;
+
+    /// A log of what the bookkeeping asked the streams to do: (stream, "wait"/"record", event).
+    type Log = RefCell<Vec<(u32, &'static str, u32)>>;
+
+    fn same(a: &u32, b: &u32) -> bool {
+        a == b
+    }
+
+    /// Begins a use on `s`; `next` numbers the events made (counted up when one is).
+    fn begin(u: &mut Uses<u32, u32>, s: u32, log: &Log, next: &mut u32) -> u64 {
+        let r = u.begin(
+            &s,
+            same,
+            |e| {
+                log.borrow_mut().push((s, "wait", *e));
+                Ok::<(), ()>(())
+            },
+            || {
+                *next += 1;
+                Ok(*next - 1)
+            },
+        );
+        r.unwrap()
+    }
+
+    fn end(u: &mut Uses<u32, u32>, s: u32, began: u64, log: &Log) {
+        u.end(&s, began, same, |e| {
+            log.borrow_mut().push((s, "record", *e))
+        });
+    }
+
+    #[test]
+    fn the_stream_of_the_last_use_waits_for_nothing() {
+        let log = Log::default();
+        let mut next = 10;
+        // Zeroed on stream 1 with event 1; spare event 2.
+        let mut u = Uses::new(1, 1, 2);
+        for _ in 0..3 {
+            let b = begin(&mut u, 1, &log, &mut next);
+            end(&mut u, 1, b, &log);
+        }
+        assert_eq!(*log.borrow(), vec![(1, "record", 1); 3]);
+        assert_eq!(u.streams(), 1);
+    }
+
+    #[test]
+    fn another_stream_waits_then_covers_the_first() {
+        let log = Log::default();
+        let mut next = 10;
+        let mut u = Uses::new(1, 1, 2);
+        let b = begin(&mut u, 7, &log, &mut next);
+        end(&mut u, 7, b, &log);
+        // Stream 7 waited for stream 1's event and took the spare; stream 1 is covered.
+        assert_eq!(*log.borrow(), vec![(7, "wait", 1), (7, "record", 2)]);
+        assert_eq!(u.streams(), 1);
+        // Back on stream 1: waits for 7's event, reusing event 1 (no new event made).
+        log.borrow_mut().clear();
+        let b = begin(&mut u, 1, &log, &mut next);
+        end(&mut u, 1, b, &log);
+        assert_eq!(*log.borrow(), vec![(1, "wait", 2), (1, "record", 1)]);
+        assert_eq!(next, 10, "no event made: the spare, then the covered one");
+    }
+
+    #[test]
+    fn overlapping_reads_each_keep_their_event() {
+        let log = Log::default();
+        let mut next = 10;
+        let mut u = Uses::new(1, 1, 2);
+        // Reads on streams 7 and 8 overlap; 7 ends first.
+        let b7 = begin(&mut u, 7, &log, &mut next);
+        let b8 = begin(&mut u, 8, &log, &mut next);
+        end(&mut u, 7, b7, &log);
+        // 8's use is in progress: its entry stays.
+        assert_eq!(u.streams(), 2, "7 and 8 (1 is covered by 7)");
+        end(&mut u, 8, b8, &log);
+        // 8 began before 7 recorded: 7's entry is not covered by 8's event and stays.
+        assert_eq!(u.streams(), 2);
+        // A writer on stream 9 waits for both reads.
+        log.borrow_mut().clear();
+        let b9 = begin(&mut u, 9, &log, &mut next);
+        let waits: Vec<_> = log.borrow().iter().map(|x| x.2).collect();
+        assert_eq!(waits.len(), 2, "{:?}", log.borrow());
+        end(&mut u, 9, b9, &log);
+        assert_eq!(u.streams(), 1);
+    }
+
+    #[test]
+    fn an_entry_re_recorded_after_a_use_began_is_kept() {
+        let log = Log::default();
+        let mut next = 10;
+        let mut u = Uses::new(1, 1, 2);
+        // A read on 7 begins; meanwhile a read on 1 runs to its end (re-recording 1).
+        let b7 = begin(&mut u, 7, &log, &mut next);
+        let b1 = begin(&mut u, 1, &log, &mut next);
+        end(&mut u, 1, b1, &log);
+        end(&mut u, 7, b7, &log);
+        // 7 waited for 1's earlier record only: 1's entry must stay.
+        assert_eq!(u.streams(), 2);
+        assert_eq!(u.events().count(), 2);
+    }
+}
