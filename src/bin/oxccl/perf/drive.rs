@@ -69,6 +69,7 @@ pub fn sweep(
     let start = Instant::now();
     let draw = progress && std::io::stderr().is_terminal();
     for (c, coll) in plan.colls.iter().enumerate() {
+        warm_up(plan, layers, *coll, n, rank)?;
         for (s, bytes) in plan.sizes.iter().enumerate() {
             let count = coll.count_for(*bytes, plan.dtype.size(), n);
             let case = Case {
@@ -125,6 +126,45 @@ pub fn sweep(
     Ok(out)
 }
 
+/// Every size of `coll` run `plan.warmup` times on every layer before any is timed, as
+/// nccl-tests warms up: the library's connections for each size's algorithm, the host's
+/// clocks and caches are then warm when the first size is timed (without it the first
+/// small sizes of a run measured up to 2× their steady time on 2 × H200).
+fn warm_up(
+    plan: &Plan,
+    layers: &mut [Box<dyn Layer>],
+    coll: Coll,
+    n: u32,
+    rank: u32,
+) -> Result<()> {
+    if plan.warmup == 0 {
+        return Ok(());
+    }
+    for bytes in &plan.sizes {
+        let case = Case {
+            coll,
+            count: coll.count_for(*bytes, plan.dtype.size(), n),
+            dtype: plan.dtype,
+            redop: plan.redop,
+            root: plan.root,
+            n,
+            rank,
+        };
+        for layer in layers.iter_mut() {
+            // The placement the layer has (the process group's reductions are in place).
+            for p in [false, true] {
+                if layer.setup(&case, p)? {
+                    layer.arm(0)?;
+                    layer.run(plan.warmup)?;
+                    layer.teardown()?;
+                    break;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The ranks' samples merged: the slowest rank's time, wrong elements summed.
 pub fn merge(per_rank: &[Vec<Sample>]) -> Vec<Sample> {
     let Some(first) = per_rank.first() else {
@@ -154,6 +194,67 @@ pub fn merge(per_rank: &[Vec<Sample>]) -> Vec<Sample> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A layer that runs in place only and logs (elements, iterations) of each run.
+    struct Logged {
+        log: std::rc::Rc<std::cell::RefCell<Vec<(usize, usize)>>>,
+        count: Option<usize>,
+    }
+
+    impl Layer for Logged {
+        fn name(&self) -> &'static str {
+            "pg"
+        }
+        fn setup(&mut self, case: &Case, in_place: bool) -> Result<bool> {
+            self.count = in_place.then_some(case.count);
+            Ok(in_place)
+        }
+        fn run(&mut self, iters: usize) -> Result<usize> {
+            let count = self.count.ok_or_else(super::super::layer::not_set_up)?;
+            self.log.borrow_mut().push((count, iters));
+            Ok(iters)
+        }
+        fn check(&mut self) -> Result<u64> {
+            Ok(0)
+        }
+    }
+
+    #[test]
+    fn every_size_is_warmed_up_before_the_first_is_timed() {
+        let plan = Plan {
+            colls: vec![Coll::AllReduce],
+            sizes: vec![8, 64, 512],
+            dtype: Dtype::Float32,
+            redop: Redop::Sum,
+            root: 0,
+            iters: 20,
+            warmup: 3,
+            check: false,
+            layers: vec!["pg"],
+        };
+        let log = std::rc::Rc::default();
+        let mut layers: Vec<Box<dyn Layer>> = vec![Box::new(Logged {
+            log: std::rc::Rc::clone(&log),
+            count: None,
+        })];
+        let out = sweep(&plan, &mut layers, 2, 0, &|| Ok(()), false).unwrap();
+        // Warm-up of 2, 16 and 128 floats, then per size its own warm-up and the timed run
+        // (in place only: the out-of-place samples stay N/A).
+        let want = vec![
+            (2, 3),
+            (16, 3),
+            (128, 3),
+            (2, 3),
+            (2, 20),
+            (16, 3),
+            (16, 20),
+            (128, 3),
+            (128, 20),
+        ];
+        assert_eq!(*log.borrow(), want);
+        assert!(out[index(&plan, 0, 0, 0, false)].secs.is_nan());
+        assert!(!out[index(&plan, 0, 0, 0, true)].secs.is_nan());
+    }
 
     #[test]
     fn merge_takes_the_slowest_and_sums_wrong() {
