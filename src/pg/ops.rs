@@ -33,9 +33,7 @@ impl<B: Memory> ProcessGroup<B> {
         let d = desc::<T>(OpKind::AllReduce, (n, n), None);
         let table = self.tune_for(d.kind);
         self.inner.issue(d, |is| {
-            if is.tunes(table) {
-                is.prepare(table, &d, &[buf.comm_mem()])?;
-            }
+            is.tune(table, &d, || [buf.comm_mem()])?;
             let (w, _g) = wr!(is, "buf", buf);
             let op = CommOp::AllReduce {
                 send: w.as_read(),
@@ -61,9 +59,7 @@ impl<B: Memory> ProcessGroup<B> {
         let d = desc::<T>(OpKind::Broadcast, (n, n), None);
         let table = self.tune_for(d.kind);
         self.inner.issue(d, |is| {
-            if is.tunes(table) {
-                is.prepare(table, &d, &[buf.comm_mem()])?;
-            }
+            is.tune(table, &d, || [buf.comm_mem()])?;
             let (w, _g) = wr!(is, "buf", buf);
             let op = CommOp::Broadcast {
                 send: w.as_read(),
@@ -91,9 +87,7 @@ impl<B: Memory> ProcessGroup<B> {
         let d = desc::<T>(OpKind::Reduce, (n, n), None);
         let table = self.tune_for(d.kind);
         self.inner.issue(d, |is| {
-            if is.tunes(table) {
-                is.prepare(table, &d, &[buf.comm_mem()])?;
-            }
+            is.tune(table, &d, || [buf.comm_mem()])?;
             let (w, _g) = wr!(is, "buf", buf);
             let op = CommOp::Reduce {
                 send: w.as_read(),
@@ -126,13 +120,12 @@ impl<B: Memory> ProcessGroup<B> {
         let d = desc::<T>(kind, numel, peer);
         let table = self.tune_for(kind);
         self.inner.issue(d, |is| {
-            if is.tunes(table) {
-                let mems = [
+            is.tune(table, &d, || {
+                [
                     send.and_then(|b| b.comm_mem()),
                     recv.as_ref().and_then(|b| b.comm_mem()),
-                ];
-                is.prepare(table, &d, &mems)?;
-            }
+                ]
+            })?;
             two_on(is, send, recv, |s, r| {
                 // SAFETY: both buffers came from `Memory::read`/`write` on the issuer's stream
                 // and their guards live until `two_on` returns, after the issue.

@@ -457,6 +457,20 @@ impl<B: Memory> Issuer<'_, B> {
         )
     }
 
+    /// [`Issuer::prepare`] when the operation must go through it ([`Issuer::tunes`]); the
+    /// buffers' identities (`mems`) are taken only then.
+    pub fn tune<const N: usize>(
+        &self,
+        table: Option<&TuneTable>,
+        op: &OpDesc,
+        mems: impl FnOnce() -> [Option<CommMem>; N],
+    ) -> Result<()> {
+        if self.tunes(table) {
+            self.prepare(table, op, &mems())?;
+        }
+        Ok(())
+    }
+
     /// Whether an operation must go through [`Issuer::prepare`]: under a table, or on a
     /// communicator with windows (whose buffers must be all in windows or none).
     pub fn tunes(&self, table: Option<&TuneTable>) -> bool {
