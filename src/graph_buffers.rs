@@ -2,7 +2,7 @@
 //! captured, and compared with the buffers a launch binds. One ledger for the process group's
 //! graphs and [`Comm`](crate::Comm)'s, so both refuse a launch by the same rule.
 
-use oxccl_core::{CaptureError, CommOp, DataType, RawBuf, RawBufMut, Result};
+use oxccl_core::{CaptureError, CommOp, DataType, Result};
 
 /// A byte range of device (or mock host) memory an operation uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -80,23 +80,8 @@ impl GraphBuffers {
 
 /// The (address, elements) of each buffer `op` reads or writes.
 fn buffers(op: &CommOp<'_>) -> [(usize, usize); 2] {
-    let pair = |s: RawBuf, r: RawBufMut| [(s.addr, s.len), (r.addr, r.len)];
-    match *op {
-        CommOp::AllReduce { send, recv, .. }
-        | CommOp::Broadcast { send, recv, .. }
-        | CommOp::Reduce { send, recv, .. }
-        | CommOp::AllGather { send, recv, .. }
-        | CommOp::ReduceScatter { send, recv, .. }
-        | CommOp::AllToAll { send, recv, .. }
-        | CommOp::Gather { send, recv, .. }
-        | CommOp::Scatter { send, recv, .. }
-        | CommOp::AllToAllV { send, recv, .. }
-        | CommOp::AllGatherV { send, recv, .. }
-        | CommOp::ReduceScatterV { send, recv, .. } => pair(send, recv),
-        CommOp::Send { buf, .. } => pair(buf, RawBufMut::EMPTY),
-        CommOp::Recv { buf, .. } => pair(RawBuf::EMPTY, buf),
-        CommOp::Barrier => pair(RawBuf::EMPTY, RawBufMut::EMPTY),
-    }
+    let (s, r) = op.buffers();
+    [(s.addr, s.len), (r.addr, r.len)]
 }
 
 #[cfg(test)]

@@ -252,6 +252,28 @@ impl fmt::Display for OpKind {
 }
 
 impl CommOp<'_> {
+    /// The buffers the operation reads and writes, [`RawBuf::EMPTY`] / [`RawBufMut::EMPTY`]
+    /// where it has none (a send's buffer is its input, a receive's its output). Roots'
+    /// buffers are listed on every rank: which rank touches which is the caller's rule.
+    pub const fn buffers(&self) -> (RawBuf, RawBufMut) {
+        match *self {
+            CommOp::AllReduce { send, recv, .. }
+            | CommOp::Broadcast { send, recv, .. }
+            | CommOp::Reduce { send, recv, .. }
+            | CommOp::AllGather { send, recv, .. }
+            | CommOp::ReduceScatter { send, recv, .. }
+            | CommOp::AllToAll { send, recv, .. }
+            | CommOp::AllToAllV { send, recv, .. }
+            | CommOp::Gather { send, recv, .. }
+            | CommOp::Scatter { send, recv, .. }
+            | CommOp::AllGatherV { send, recv, .. }
+            | CommOp::ReduceScatterV { send, recv, .. } => (send, recv),
+            CommOp::Send { buf, .. } => (buf, RawBufMut::EMPTY),
+            CommOp::Recv { buf, .. } => (RawBuf::EMPTY, buf),
+            CommOp::Barrier => (RawBuf::EMPTY, RawBufMut::EMPTY),
+        }
+    }
+
     /// What kind of operation this is.
     pub const fn kind(&self) -> OpKind {
         match self {

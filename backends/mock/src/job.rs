@@ -28,56 +28,29 @@ pub(crate) struct OpDesc {
 impl OpDesc {
     /// The owned description of `op`.
     pub(crate) fn of(op: &CommOp<'_>) -> OpDesc {
-        let mut d = OpDesc {
+        let (send, recv) = op.buffers();
+        let (counts, recv_counts) = match *op {
+            CommOp::AllToAllV {
+                send_counts,
+                recv_counts,
+                ..
+            } => (send_counts.to_vec(), recv_counts.to_vec()),
+            CommOp::AllGatherV { counts, .. } | CommOp::ReduceScatterV { counts, .. } => {
+                (counts.to_vec(), Vec::new())
+            }
+            _ => (Vec::new(), Vec::new()),
+        };
+        OpDesc {
             kind: op.kind(),
             dtype: op.dtype(),
             op: op.reduce_op().copied(),
             root: op.root(),
             peer: op.peer(),
-            send: RawBuf::EMPTY,
-            recv: RawBufMut::EMPTY,
-            counts: Vec::new(),
-            recv_counts: Vec::new(),
-        };
-        match *op {
-            CommOp::AllReduce { send, recv, .. }
-            | CommOp::Broadcast { send, recv, .. }
-            | CommOp::Reduce { send, recv, .. }
-            | CommOp::AllGather { send, recv, .. }
-            | CommOp::ReduceScatter { send, recv, .. }
-            | CommOp::AllToAll { send, recv, .. }
-            | CommOp::Gather { send, recv, .. }
-            | CommOp::Scatter { send, recv, .. } => {
-                d.send = send;
-                d.recv = recv;
-            }
-            CommOp::AllToAllV {
-                send,
-                recv,
-                send_counts,
-                recv_counts,
-                ..
-            } => {
-                d.send = send;
-                d.recv = recv;
-                d.counts = send_counts.to_vec();
-                d.recv_counts = recv_counts.to_vec();
-            }
-            CommOp::AllGatherV {
-                send, recv, counts, ..
-            }
-            | CommOp::ReduceScatterV {
-                send, recv, counts, ..
-            } => {
-                d.send = send;
-                d.recv = recv;
-                d.counts = counts.to_vec();
-            }
-            CommOp::Send { buf, .. } => d.send = buf,
-            CommOp::Recv { buf, .. } => d.recv = buf,
-            CommOp::Barrier => {}
+            send,
+            recv,
+            counts,
+            recv_counts,
         }
-        d
     }
 
     /// Bytes per element (0 for a barrier).

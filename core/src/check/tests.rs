@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::version::Version;
-use crate::{HostScalar, Missing, RawBuf, RawBufMut};
+use crate::{HostScalar, Missing, OpKind, RawBuf, RawBufMut};
 
 mod all_to_all;
 mod communicator;
@@ -169,4 +169,29 @@ fn every_op(dt: DataType, red: ReduceOp) -> [CommOp<'static>; 14] {
         },
         CommOp::Barrier,
     ]
+}
+
+/// Every operation's buffers as `buffers` lists them, and the window rule over them: on rank
+/// 0 (the root), an input in a window beside a plain output is refused, naming the output;
+/// a send, a receive and a barrier have one buffer or none, so nothing to mix.
+#[test]
+fn every_op_lists_its_buffers_and_the_window_rule_reads_them() {
+    for op in every_op(DataType::Float32, ReduceOp::Sum) {
+        let (send, recv) = op.buffers();
+        let kind = op.kind();
+        let (has_send, has_recv) = match kind {
+            OpKind::Send => (true, false),
+            OpKind::Recv => (false, true),
+            OpKind::Barrier => (false, false),
+            _ => (true, true),
+        };
+        assert_eq!(send.addr == A, has_send, "{kind:?}: {send:?}");
+        assert_eq!(recv.addr == B, has_recv, "{kind:?}: {recv:?}");
+        let mixed = super::windows::one_kind(&op, 0, |addr, _| addr == A);
+        match (has_send && has_recv, mixed) {
+            (true, Err(Error::InvalidArgument { arg, .. })) => assert_eq!(arg, "recv", "{kind:?}"),
+            (false, Ok(())) => {}
+            (_, other) => panic!("{kind:?}: {other:?}"),
+        }
+    }
 }

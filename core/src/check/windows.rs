@@ -7,7 +7,7 @@
 //! on this rank count: a broadcast's input off the root, say, is never touched.
 
 use crate::error::{Error, Result};
-use crate::CommOp;
+use crate::{CommOp, OpKind};
 
 /// A buffer of an operation on this rank: its argument name, address and bytes.
 pub type Used = (&'static str, usize, usize);
@@ -15,41 +15,31 @@ pub type Used = (&'static str, usize, usize);
 /// The buffers `op` uses on `rank` (at most two; empty buffers left out).
 pub fn used(op: &CommOp<'_>, rank: u32) -> [Option<Used>; 2] {
     let size = op.dtype().map_or(0, |d| d.size());
-    let buf = |arg, addr: usize, len: usize| (len > 0).then_some((arg, addr, len * size));
-    let at_root = |root: u32| root == rank;
-    match *op {
-        CommOp::AllReduce { send, recv, .. }
-        | CommOp::AllGather { send, recv, .. }
-        | CommOp::ReduceScatter { send, recv, .. }
-        | CommOp::AllToAll { send, recv, .. }
-        | CommOp::AllToAllV { send, recv, .. }
-        | CommOp::AllGatherV { send, recv, .. }
-        | CommOp::ReduceScatterV { send, recv, .. } => [
-            buf("send", send.addr, send.len),
-            buf("recv", recv.addr, recv.len),
-        ],
-        CommOp::Broadcast {
-            send, recv, root, ..
-        }
-        | CommOp::Scatter {
-            send, recv, root, ..
-        } => [
-            buf("send", send.addr, send.len).filter(|_| at_root(root)),
-            buf("recv", recv.addr, recv.len),
-        ],
-        CommOp::Reduce {
-            send, recv, root, ..
-        }
-        | CommOp::Gather {
-            send, recv, root, ..
-        } => [
-            buf("send", send.addr, send.len),
-            buf("recv", recv.addr, recv.len).filter(|_| at_root(root)),
-        ],
-        CommOp::Send { buf: b, .. } => [buf("buf", b.addr, b.len), None],
-        CommOp::Recv { buf: b, .. } => [buf("buf", b.addr, b.len), None],
-        CommOp::Barrier => [None, None],
-    }
+    let (send, recv) = op.buffers();
+    // A rooted operation's input (broadcast, scatter) or output (reduce, gather) is touched
+    // on its root only.
+    let (send_here, recv_here) = match (op.kind(), op.root()) {
+        (OpKind::Broadcast | OpKind::Scatter, Some(root)) => (root == rank, true),
+        (OpKind::Reduce | OpKind::Gather, Some(root)) => (true, root == rank),
+        _ => (true, true),
+    };
+    let buf = |arg, here: bool, addr: usize, len: usize| {
+        (here && len > 0).then_some((arg, addr, len * size))
+    };
+    let send_arg = if matches!(op.kind(), OpKind::Send) {
+        "buf"
+    } else {
+        "send"
+    };
+    let recv_arg = if matches!(op.kind(), OpKind::Recv) {
+        "buf"
+    } else {
+        "recv"
+    };
+    [
+        buf(send_arg, send_here, send.addr, send.len),
+        buf(recv_arg, recv_here, recv.addr, recv.len),
+    ]
 }
 
 /// `Ok` when the buffers `op` uses on `rank` are all inside windows or none is, by
