@@ -4,6 +4,7 @@
 use super::{AbortOf, CommOf};
 use crate::buffer::{Memory, StreamOf};
 use oxccl_core::{text, CommConfig, Communicator, Error, Result, UniqueId};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// A communicator with the stream the group issues on.
@@ -11,19 +12,31 @@ pub(crate) struct Entry<B: Memory> {
     pub comm: CommOf<B>,
     pub stream: StreamOf<B>,
     pub abort: AbortOf<B>,
+    /// What the works issued on `comm` share (the group's watch, `abort`).
+    pub home: Arc<super::work::WorkHome<AbortOf<B>>>,
     /// Registrations and windows of buffers on `comm` (after it: dropped once it is gone).
     pub regs: super::tuned::RegCache,
 }
 
 impl<B: Memory> Entry<B> {
-    /// The entry of `comm`, with a stream of `priority` made on it.
-    pub fn new(comm: CommOf<B>, priority: oxccl_core::traits::StreamPriority) -> Result<Entry<B>> {
+    /// The entry of `comm`, with a stream of `priority` made on it; its works report to
+    /// `watch`.
+    pub fn new(
+        comm: CommOf<B>,
+        priority: oxccl_core::traits::StreamPriority,
+        watch: Arc<super::watch::GroupWatch>,
+    ) -> Result<Entry<B>> {
         let stream = comm.new_stream_with(priority)?;
         let abort = comm.abort_handle();
+        let home = Arc::new(super::work::WorkHome {
+            watch,
+            abort: Some(abort.clone()),
+        });
         Ok(Entry {
             comm,
             stream,
             abort,
+            home,
             regs: super::tuned::RegCache::default(),
         })
     }

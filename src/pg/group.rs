@@ -477,7 +477,7 @@ impl<B: Memory> PgInner<B> {
         } else {
             oxccl_core::traits::StreamPriority::Normal
         };
-        let entry: Entry<B> = Entry::new(comm, priority)?;
+        let entry: Entry<B> = Entry::new(comm, priority, self.watch.clone())?;
         let _ = self.abort.set(entry.abort.clone());
         if self.destroyed.load(Ordering::Acquire) {
             // Destroyed while this communicator was being made.

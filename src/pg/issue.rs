@@ -215,9 +215,8 @@ impl<B: Memory> PgInner<B> {
             info,
             (created_ns, place),
             (start, end),
-            Some(e.abort.clone()),
+            e.home.clone(),
             trace,
-            self.watch.clone(),
         );
         if self.opts.watchdog {
             Watchdog::global().watch(&self.watch, work.watched());

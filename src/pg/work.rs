@@ -34,8 +34,8 @@ pub(crate) struct Inner<E, A> {
     pos: u64,
     /// When its group's timeout runs out (process clock, ns).
     deadline_ns: u64,
-    watch: Arc<GroupWatch>,
-    abort: Option<A>,
+    /// The group's watch and the communicator's abort handle, shared by the entry's works.
+    home: Arc<WorkHome<A>>,
     /// The flight-recorder entry: recorded at issue (no watchdog), or by the watchdog from
     /// these facts, which keeps the id (fixed once made). Its tag with the fields above.
     trace: TraceSlot,
@@ -51,6 +51,14 @@ pub(crate) struct Inner<E, A> {
     machine: Mutex<WorkMachine>,
     /// Issued inside a graph capture: it runs only at the graph's launches.
     captured: bool,
+}
+
+/// What every work of a communicator shares: its group's watch and the communicator's abort
+/// handle (none for captured works), behind one reference count, so a work costs one count
+/// to make and one to drop instead of two each.
+pub(crate) struct WorkHome<A> {
+    pub watch: Arc<GroupWatch>,
+    pub abort: Option<A>,
 }
 
 /// When a work issued at `created_ns` with `info` times out.
@@ -115,9 +123,8 @@ impl<E: Event + 'static, A: CommAbort> Work<E, A> {
         info: WorkInfo,
         (created_ns, pos): (u64, u64),
         (start, end): (Option<E>, Option<E>),
-        abort: Option<A>,
+        home: Arc<WorkHome<A>>,
         trace: TraceSlot,
-        watch: Arc<GroupWatch>,
     ) -> Self {
         let mut machine = WorkMachine::new(info, created_ns);
         let mut fin = RUNNING;
@@ -137,8 +144,7 @@ impl<E: Event + 'static, A: CommAbort> Work<E, A> {
                 created_ns,
                 start,
                 end,
-                abort,
-                watch,
+                home,
                 trace,
                 captured: false,
             }),
@@ -171,8 +177,7 @@ impl<E: Event + 'static, A: CommAbort> Work<E, A> {
                 created_ns: now,
                 start: None,
                 end: None,
-                abort: None,
-                watch,
+                home: Arc::new(WorkHome { watch, abort: None }),
                 trace: TraceSlot::Off,
                 captured: true,
             }),
@@ -310,7 +315,7 @@ impl<E: Event, A: CommAbort> Inner<E, A> {
         }
         let duration = m.duration_ns().ok();
         let hook = duration.map(|ns| CompletedWork {
-            group: self.watch.uid,
+            group: self.home.watch.uid,
             op: self.info.kind,
             coalesced: self.info.coalesced,
             seq: self.info.seq,
@@ -328,12 +333,12 @@ impl<E: Event, A: CommAbort> Inner<E, A> {
     /// Hands a report to the recorder and the hooks (without the work's lock).
     fn deliver(&self, r: Report, now: u64) {
         match r.completed {
-            Some(duration) => self.watch.recorder.complete(r.trace, now, duration),
+            Some(duration) => self.home.watch.recorder.complete(r.trace, now, duration),
             // Its entry keeps the state it reached (scheduled or started) for the dumps.
-            None => self.watch.recorder.finish(r.trace, None),
+            None => self.home.watch.recorder.finish(r.trace, None),
         }
         if let Some(done) = r.hook {
-            self.watch.run_hooks(&done);
+            self.home.watch.run_hooks(&done);
         }
     }
 
@@ -352,7 +357,7 @@ impl<E: Event, A: CommAbort> Inner<E, A> {
         report: Option<Option<u64>>,
     ) -> Result<bool> {
         let mut m = self.lock();
-        let seen = self.pos != 0 && self.watch.done_upto() >= self.pos;
+        let seen = self.pos != 0 && self.home.watch.done_upto() >= self.pos;
         if !m.state().is_final() && seen {
             // The watchdog saw it (or a later work of its stream) complete, and noted that in
             // its group rather than here: completed, as if it had noted it here.
@@ -383,7 +388,7 @@ impl<E: Event, A: CommAbort> Inner<E, A> {
         };
         // A stream that passed the operation may still have cut it short (an abort, a peer's
         // failure): the communicator's error decides.
-        let outcome = completed.and_then(|c| match &self.abort {
+        let outcome = completed.and_then(|c| match &self.home.abort {
             Some(a) => match (c, a.state()) {
                 // Passed on a healthy communicator: done, without asking the library.
                 (true, CommState::Ready) => Ok(true),
@@ -404,7 +409,7 @@ impl<E: Event, A: CommAbort> Inner<E, A> {
                 drop(m);
                 match rep {
                     Some(rep) => self.deliver(rep, now),
-                    None => self.watch.recorder.finish(self.user_trace(), None),
+                    None => self.home.watch.recorder.finish(self.user_trace(), None),
                 }
                 return Err(e);
             }
@@ -423,7 +428,10 @@ impl<E: Event, A: CommAbort> Inner<E, A> {
                 if s.query().unwrap_or(false) {
                     let _ = m.observe(now, true, false);
                     let id = report.flatten().or(self.user_trace());
-                    self.watch.recorder.update(id, TraceState::Started, now);
+                    self.home
+                        .watch
+                        .recorder
+                        .update(id, TraceState::Started, now);
                 }
             }
         }
@@ -451,7 +459,7 @@ impl<E: Event, A: CommAbort> Inner<E, A> {
         drop(m);
         let info = self.info;
         let verdict = past
-            .then(|| self.watch.verdict(info.seq, info.kind))
+            .then(|| self.home.watch.verdict(info.seq, info.kind))
             .flatten();
         let note = verdict.as_ref().map(|v| v.note()).unwrap_or_default();
         let mut m = self.lock();
@@ -478,11 +486,11 @@ impl<E: Event, A: CommAbort> Inner<E, A> {
     /// reason led by the desync verdict's headline when there is one (computed once per
     /// collective, so asking again is a read). An abort already under way keeps its reason.
     fn abort_for_wait(&self, e: &Error) {
-        let Some(a) = &self.abort else { return };
+        let Some(a) = &self.home.abort else { return };
         if a.state() == CommState::Aborted {
             return;
         }
-        let verdict = self.watch.verdict(self.info.seq, self.info.kind);
+        let verdict = self.home.watch.verdict(self.info.seq, self.info.kind);
         let reason = match verdict.as_ref().and_then(|v| v.headline()) {
             Some(h) => format!("{h}; {e}"),
             None => e.to_string(),
@@ -493,7 +501,7 @@ impl<E: Event, A: CommAbort> Inner<E, A> {
 
 impl<E: Event + 'static, A: CommAbort> Watched for Inner<E, A> {
     fn record_trace(&self) -> Option<u64> {
-        self.trace.record_copy(&self.watch.recorder)
+        self.trace.record_copy(&self.home.watch.recorder)
     }
 
     fn probe_done(&self) -> Option<bool> {
@@ -513,6 +521,7 @@ impl<E: Event + 'static, A: CommAbort> Watched for Inner<E, A> {
             match done {
                 Ok(true)
                     if self
+                        .home
                         .abort
                         .as_ref()
                         .is_none_or(|a| a.state() == CommState::Ready) =>
@@ -520,9 +529,9 @@ impl<E: Event + 'static, A: CommAbort> Watched for Inner<E, A> {
                     // Only a work with an end event says its stream got past it (one that
                     // issued nothing says nothing of the works before it).
                     if self.end.is_some() {
-                        self.watch.saw_done(self.pos);
+                        self.home.watch.saw_done(self.pos);
                     }
-                    self.watch.recorder.complete(trace, now_ns, None);
+                    self.home.watch.recorder.complete(trace, now_ns, None);
                     return Ok(true);
                 }
                 Ok(false) if hint == Hint::Pending && now_ns <= self.deadline_ns => {
@@ -543,11 +552,11 @@ impl<E: Event + 'static, A: CommAbort> Watched for Inner<E, A> {
     }
 
     fn watch(&self) -> &GroupWatch {
-        &self.watch
+        &self.home.watch
     }
 
     fn watch_arc(&self) -> Arc<GroupWatch> {
-        self.watch.clone()
+        self.home.watch.clone()
     }
 
     fn info(&self) -> WorkInfo {
@@ -555,7 +564,7 @@ impl<E: Event + 'static, A: CommAbort> Watched for Inner<E, A> {
     }
 
     fn abort_comm(&self, reason: &str) {
-        if let Some(a) = &self.abort {
+        if let Some(a) = &self.home.abort {
             a.abort(reason);
         }
     }
@@ -577,7 +586,7 @@ mod tests {
         let trace = std::mem::offset_of!(I, trace);
         // The trace slot's tag (its first byte) and every field before it.
         assert!(counts + trace < 64, "the trace slot's tag is at {trace}");
-        assert!(std::mem::offset_of!(I, abort) + 8 <= trace);
+        assert!(std::mem::offset_of!(I, home) + 8 <= trace);
         // The issuing thread's part comes after.
         assert!(counts + std::mem::offset_of!(I, info) >= 64);
         assert!(std::mem::offset_of!(I, machine) > std::mem::offset_of!(I, info));

@@ -6,15 +6,17 @@ use crate::graph_refs::CaptureRefs;
 use cudarc::driver::{sys, CudaContext, CudaEvent, CudaStream};
 use oxccl_core::{Error, Event, Result, Stream};
 use std::mem::ManuallyDrop;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
 /// Events kept for reuse: creating a CUDA event costs about a microsecond, and a process
 /// group records one per operation. Re-recording a released event is safe: a stream wait
-/// already issued on it captured its earlier state.
+/// already issued on it captured its earlier state. A spin lock: it is held for one push or
+/// pop, and its release is a plain store where a mutex's is a second atomic exchange, on
+/// a path every operation of a group takes twice.
 #[derive(Debug, Default)]
 struct EventPool {
     /// Released events: without timing, with timing.
-    free: [Mutex<Vec<CudaEvent>>; 2],
+    free: [spin::Mutex<Vec<CudaEvent>>; 2],
 }
 
 /// Released events kept per kind beyond which they are destroyed.
@@ -22,16 +24,11 @@ const POOL_LIMIT: usize = 256;
 
 impl EventPool {
     fn take(&self, timing: bool) -> Option<CudaEvent> {
-        self.free[usize::from(timing)]
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .pop()
+        self.free[usize::from(timing)].lock().pop()
     }
 
     fn give(&self, timing: bool, ev: CudaEvent) {
-        let mut free = self.free[usize::from(timing)]
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut free = self.free[usize::from(timing)].lock();
         if free.len() < POOL_LIMIT {
             free.push(ev);
         }
