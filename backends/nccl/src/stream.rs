@@ -3,7 +3,7 @@
 use crate::comm::CommInner;
 use crate::cuda::cuda_error;
 use crate::graph_refs::CaptureRefs;
-use cudarc::driver::{sys, CudaContext, CudaEvent, CudaStream};
+use cudarc::driver::{sys, CudaContext, CudaEvent, CudaStream, DriverError};
 use oxccl_core::{Error, Event, Result, Stream};
 use std::mem::ManuallyDrop;
 use std::sync::Arc;
@@ -73,13 +73,34 @@ impl NcclStream {
     }
 }
 
+impl NcclStream {
+    /// Records `ev`, one of this stream's pooled events, straight through the driver: a
+    /// non-default stream carries its context, so the call needs neither cudarc's context
+    /// check nor its binding (an atomic exchange and a lookup per call, on every operation
+    /// of a process group). The default stream, or a driver that wants the context current
+    /// after all, goes through cudarc's call, which binds it.
+    fn record_pooled(&self, ev: &CudaEvent) -> std::result::Result<(), DriverError> {
+        let stream = self.inner.cu_stream();
+        if !stream.is_null() {
+            // SAFETY: `ev` was made by `record_event` on this stream's context (the pool
+            // belongs to this stream and its clones) and is alive (borrowed); the stream is
+            // alive (held by `inner`) and not the default one.
+            match unsafe { cudarc::driver::result::event::record(ev.cu_event(), stream) } {
+                Err(DriverError(sys::cudaError_enum::CUDA_ERROR_INVALID_CONTEXT)) => {}
+                done => return done,
+            }
+        }
+        ev.record(&self.inner)
+    }
+}
+
 impl Stream for NcclStream {
     type Event = NcclEvent;
 
     fn record(&self, timing: bool) -> Result<NcclEvent> {
         let ev = match self.pool.take(timing) {
-            Some(ev) => ev
-                .record(&self.inner)
+            Some(ev) => self
+                .record_pooled(&ev)
                 .map(|()| ev)
                 .map_err(|e| cuda_error("recording an event", e))?,
             None => {
