@@ -242,4 +242,92 @@ mod tests {
         assert_eq!(u.streams(), 2);
         assert_eq!(u.events().count(), 2);
     }
+
+    /// A model of what each event covers: the uses enqueued on its stream before it was
+    /// recorded, and whatever that stream had waited for by then. Random interleavings of
+    /// overlapping reads and exclusive writes on four streams; after every step, the listed
+    /// events together cover every use that has ended (what a drop or `idle` relies on), and
+    /// a write's stream, once it has waited, covers every use before it.
+    #[test]
+    fn the_listed_events_always_cover_every_ended_use() {
+        use std::collections::{BTreeSet, HashMap};
+        type Cover = BTreeSet<u32>;
+        let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = |n: u64| {
+            seed = seed
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            (seed >> 33) % n
+        };
+        for _ in 0..200 {
+            // Event id -> what it covers; stream -> what it covers so far.
+            let covers: RefCell<HashMap<u32, Cover>> = RefCell::new(HashMap::new());
+            let streams: RefCell<HashMap<u32, Cover>> = RefCell::new(HashMap::new());
+            covers.borrow_mut().insert(1, Cover::new());
+            covers.borrow_mut().insert(2, Cover::new());
+            let mut u: Uses<u32, u32> = Uses::new(0, 1, 2);
+            let mut made = 3;
+            let mut ended = Cover::new();
+            // Reads in progress: (use id, stream, began).
+            let mut open: Vec<(u32, u32, u64)> = Vec::new();
+            for id in 0..40u32 {
+                let s = next(4) as u32;
+                let write = next(4) == 0;
+                if write || open.len() >= 3 {
+                    // End the reads in progress first (a write is exclusive), in any order.
+                    while !open.is_empty() {
+                        let (rid, rs, rb) = open.swap_remove(next(open.len() as u64) as usize);
+                        u.end(&rs, rb, same, |e| {
+                            let c = streams.borrow().get(&rs).cloned().unwrap_or_default();
+                            covers.borrow_mut().insert(*e, c);
+                        });
+                        ended.insert(rid);
+                    }
+                }
+                let began = u
+                    .begin(
+                        &s,
+                        same,
+                        |e| {
+                            let c = covers.borrow().get(e).cloned().unwrap_or_default();
+                            streams.borrow_mut().entry(s).or_default().extend(c);
+                            Ok::<(), ()>(())
+                        },
+                        || {
+                            made += 1;
+                            covers.borrow_mut().insert(made, Cover::new());
+                            Ok(made)
+                        },
+                    )
+                    .unwrap();
+                if write {
+                    let here = streams.borrow().get(&s).cloned().unwrap_or_default();
+                    assert!(
+                        ended.is_subset(&here),
+                        "a write on {s} misses {ended:?} - {here:?}"
+                    );
+                }
+                // The use's work, enqueued on its stream.
+                streams.borrow_mut().entry(s).or_default().insert(id);
+                if write {
+                    u.end(&s, began, same, |e| {
+                        let c = streams.borrow().get(&s).cloned().unwrap_or_default();
+                        covers.borrow_mut().insert(*e, c);
+                    });
+                    ended.insert(id);
+                } else {
+                    open.push((id, s, began));
+                }
+                let listed: Cover = u
+                    .events()
+                    .flat_map(|e| covers.borrow().get(e).cloned().unwrap_or_default())
+                    .collect();
+                assert!(
+                    ended.is_subset(&listed),
+                    "ended {ended:?}, listed cover {listed:?}"
+                );
+                assert!(u.streams() <= 4);
+            }
+        }
+    }
 }
