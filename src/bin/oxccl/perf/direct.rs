@@ -61,7 +61,7 @@ impl Drop for SyncMem {
 /// Where the raw and comm layers' buffers come from (`OXCCL_PERF_ALLOC`).
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Alloc {
-    /// `ncclMemAlloc` (NCCL 2.19+), the default: what nccl-tests allocates since 2.19, and
+    /// `ncclMemAlloc` (NCCL 2.19+), the default at -R 0: what nccl-tests allocates since 2.19, and
     /// what NCCL registers by itself when a graph captures an operation
     /// (`NCCL_GRAPH_REGISTER`): measured on 2 × H200, all_gather 128 MiB `-R 0 -G 10` takes
     /// 227 µs on it and 287 µs on cudarc's pool memory, which NCCL does not register.
@@ -185,7 +185,11 @@ impl<T: Elem> NcclLayer<T> {
                 Mem::Nccl(m)
             }
             (0, Alloc::Sync) => Mem::Sync(SyncMem::zeros(comm.stream().context(), bytes)?),
-            (_, Alloc::Nccl) if has_nccl_mem => {
+            // -R 1 stays on cudarc's pool: on 2 × H200 (NCCL 2.28.9), ncclMemAlloc memory
+            // registered with ncclCommRegister and captured into a graph gave wrong results
+            // in the next layer's buffers (freed, reallocated at the same addresses, and
+            // registered again) unless NCCL_GRAPH_REGISTER=0; see docs/BENCHMARKS.md.
+            (0, Alloc::Nccl) if has_nccl_mem => {
                 let m = NcclMem::alloc(self.lib.library(), bytes)?;
                 zero(comm.stream(), m.addr(), bytes)?;
                 Mem::Nccl(m)
