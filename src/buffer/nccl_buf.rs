@@ -45,9 +45,10 @@ impl<T> std::fmt::Debug for NcclBuf<T> {
 /// stream" only when it truly is.
 type StreamUses = Uses<Arc<CudaStream>, CudaEvent>;
 
-/// Whether every use has run (a broken context runs nothing any more: done). Never called
-/// while a capture may be open (an event query would end it): on drop and by the process
-/// group's sweep, which skips captures.
+/// Whether every use has run (a broken context runs nothing any more: done). An event query,
+/// so not for inside a graph capture, which it would end: called on drop, by the process
+/// group's sweep (which skips captures) and before a registration is let go. Uses
+/// themselves never query (see `uses`).
 fn idle(uses: &StreamUses) -> bool {
     uses.events().all(|ev| ev.try_is_complete().unwrap_or(true))
 }
