@@ -7,6 +7,7 @@ mod drive;
 mod layer;
 mod modes;
 pub mod nccl;
+mod raw_call;
 mod report;
 mod stop;
 mod svg;
