@@ -346,21 +346,15 @@ item_i9_buffers() {
     echo "NOTE: $(tail -1 "$d/log")"
     return $rc
 }
-item_i10_abortwin() {
-    OXCCL_TEST_GPUS=$n $bin/gpu_abort_windows --nocapture; local rc=$?
-    echo "NOTE: $(grep -h '^RESULT\|skipped' "$d/log" | head -1)"
-    return $rc
-}
-item_i9_winmix() {
-    OXCCL_TEST_GPUS=$n $bin/gpu_window_mix --nocapture; local rc=$?
+# A GPU test binary on $n GPUs; its RESULT (or skip) line is the item's note.
+gpu_test() {
+    OXCCL_TEST_GPUS=$n "$bin/$1" --nocapture; local rc=$?
     echo "NOTE: $(grep -h '^RESULT\|skipped' "$d/log" | head -1 | cut -c1-160)"
     return $rc
 }
-item_i9_connect() {
-    OXCCL_TEST_GPUS=$n $bin/gpu_capture_connect --nocapture; local rc=$?
-    echo "NOTE: $(grep -h '^RESULT\|skipped' "$d/log" | head -1 | cut -c1-160)"
-    return $rc
-}
+item_i10_abortwin() { gpu_test gpu_abort_windows; }
+item_i9_winmix() { gpu_test gpu_window_mix; }
+item_i9_connect() { gpu_test gpu_capture_connect; }
 item_i10_nan() {
     OXCCL_BENCH_GPUS=1 $bin/nan_check | tee "$d/nan.md"; local rc=${PIPESTATUS[0]}
     # A row per type, each with the planted NaN found (the last column).

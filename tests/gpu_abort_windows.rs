@@ -5,10 +5,9 @@
 
 mod common;
 
-use oxccl::core::Backend;
 use oxccl::pg::{PgOptions, ProcessGroup, RegMode};
 use oxccl::store::{MemStore, Store};
-use oxccl::{Device, Feature, Nccl};
+use oxccl::Device;
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
@@ -17,14 +16,9 @@ const PEER_LATE: Duration = Duration::from_secs(3);
 
 #[test]
 fn gpu_abort_with_windows_does_not_wait_for_the_peer() {
-    if !common::gpus_at_least(2) {
+    let Some(lib) = common::nccl_with_windows(2) else {
         return;
-    }
-    let lib = Nccl::load().unwrap_or_else(|e| panic!("loading NCCL: {e}"));
-    if !lib.features().has(Feature::WindowRegistration) {
-        eprintln!("skipped: NCCL {} has no symmetric windows", lib.version());
-        return;
-    }
+    };
     let store: Arc<dyn Store> = Arc::new(MemStore::new());
     let both = Arc::new(Barrier::new(2));
     let took: Vec<Duration> = std::thread::scope(|s| {

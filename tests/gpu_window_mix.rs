@@ -7,20 +7,15 @@
 mod common;
 
 use oxccl::core::{Backend as _, Communicator as _};
-use oxccl::{Comm, CommConfig, CommOp, DataType, Error, Feature, Nccl, NcclMem, RawBuf, RawBufMut};
+use oxccl::{Comm, CommConfig, CommOp, DataType, Error, NcclMem, RawBuf, RawBufMut};
 
 const N: usize = 1 << 16;
 
 #[test]
 fn gpu_comm_refuses_a_window_beside_plain_memory() {
-    if !common::gpus_at_least(2) {
+    let Some(lib) = common::nccl_with_windows(2) else {
         return;
-    }
-    let lib = Nccl::load().unwrap_or_else(|e| panic!("loading NCCL: {e}"));
-    if !lib.features().has(Feature::WindowRegistration) {
-        eprintln!("skipped: NCCL {} has no symmetric windows", lib.version());
-        return;
-    }
+    };
     let id = lib.unique_id().expect("unique id");
     let outcomes: Vec<String> = std::thread::scope(|s| {
         let ranks: Vec<_> = (0..2u32)

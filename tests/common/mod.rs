@@ -78,6 +78,21 @@ pub fn capture_error<T: std::fmt::Debug>(r: oxccl::Result<T>) -> (CaptureError, 
     }
 }
 
+/// NCCL with symmetric windows when `need` GPUs are configured and the library has them;
+/// otherwise `None`, saying why (the test then skips).
+pub fn nccl_with_windows(need: u32) -> Option<oxccl::Nccl> {
+    use oxccl::core::Backend as _;
+    if !gpus_at_least(need) {
+        return None;
+    }
+    let lib = oxccl::Nccl::load().unwrap_or_else(|e| panic!("loading NCCL: {e}"));
+    if !lib.features().has(oxccl::Feature::WindowRegistration) {
+        eprintln!("skipped: NCCL {} has no symmetric windows", lib.version());
+        return None;
+    }
+    Some(lib)
+}
+
 /// Whether `OXCCL_TEST_GPUS` says this machine has at least `need` GPUs for the GPU tests;
 /// when not, says on stderr that the test is skipped and how to run it.
 pub fn gpus_at_least(need: u32) -> bool {
