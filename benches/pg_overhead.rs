@@ -9,7 +9,9 @@
 //! difference means anything there).
 //!
 //! - issue: `CALLS` back-to-back 8-byte all_reduces without waiting, the issuing loop timed
-//!   (the process group's cost: a lock, two sequence numbers, an event and its work).
+//!   (the process group's cost: a lock, two sequence numbers, an event and its work). On
+//!   cudarc slices, as `Comm` takes them (cudarc records the slice's own event besides the
+//!   work's), and on `NcclBuf`, the group's own buffer, whose use ends with the work's event.
 //! - latency: each call waited for before the next (`Work::wait` against a stream
 //!   synchronize), the whole loop timed.
 
@@ -24,7 +26,7 @@ const CALLS: usize = 200;
 const ROUNDS: usize = 100;
 const WARMUP: usize = 5;
 /// The variants and the one each is compared with (paired, round by round).
-const VARIANTS: [(&str, usize); 7] = [
+const VARIANTS: [(&str, usize); 9] = [
     ("issue: Comm::all_reduce_in_place", 0),
     (
         "issue: ProcessGroup::all_reduce, watchdog and recorder off (work dropped)",
@@ -46,6 +48,14 @@ const VARIANTS: [(&str, usize); 7] = [
     (
         "issue: ProcessGroup::all_reduce, watchdog on, recorder off (work dropped)",
         1,
+    ),
+    (
+        "issue: ProcessGroup::all_reduce on NcclBuf, watchdog and recorder off (work dropped)",
+        0,
+    ),
+    (
+        "issue: ProcessGroup::all_reduce on NcclBuf, watchdog on, recorder 2000 (work dropped)",
+        7,
     ),
 ];
 
@@ -139,6 +149,9 @@ fn rank(
     let mut pbuf = plain.upload(&[1.0f32, 2.0]).unwrap();
     let mut fbuf = full.upload(&[1.0f32, 2.0]).unwrap();
     let mut dbuf = dog.upload(&[1.0f32, 2.0]).unwrap();
+    // The group's own buffer type: its stream order shares the work's end event.
+    let mut pnb = plain.upload_comm(&[1.0f32, 2.0]).unwrap();
+    let mut fnb = full.upload_comm(&[1.0f32, 2.0]).unwrap();
     let mut per_call = vec![Vec::new(); VARIANTS.len()];
     for round in 0..WARMUP + ROUNDS {
         for (v, samples) in per_call.iter_mut().enumerate() {
@@ -163,7 +176,9 @@ fn rank(
                         .unwrap()
                         .wait()
                         .unwrap(),
-                    _ => drop(dog.all_reduce(&mut dbuf, ReduceOp::Sum).unwrap()),
+                    6 => drop(dog.all_reduce(&mut dbuf, ReduceOp::Sum).unwrap()),
+                    7 => drop(plain.all_reduce(&mut pnb, ReduceOp::Sum).unwrap()),
+                    _ => drop(full.all_reduce(&mut fnb, ReduceOp::Sum).unwrap()),
                 }
             }
             let ns = t.elapsed().as_nanos() as f64 / CALLS as f64;
@@ -171,6 +186,8 @@ fn rank(
             plain.download(&pbuf).unwrap();
             full.download(&fbuf).unwrap();
             dog.download(&dbuf).unwrap();
+            plain.download_any(&pnb).unwrap();
+            full.download_any(&fnb).unwrap();
             if round >= WARMUP {
                 samples.push(ns);
             }

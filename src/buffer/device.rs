@@ -22,6 +22,14 @@ impl Memory for NcclBackend {
         oxccl_nccl::require_driver()
     }
 
+    fn end_access(access: NcclAccess<'_>, end: &oxccl_nccl::NcclEvent) {
+        match access {
+            NcclAccess::Comm(u) => u.end_with(end),
+            // cudarc records the slice's own events: it keeps no other.
+            NcclAccess::Slice(s) => drop(s),
+        }
+    }
+
     fn stream(&self, device: Device) -> Result<NcclStream> {
         oxccl_nccl::require_driver()?;
         let ctx =

@@ -53,12 +53,24 @@ pub struct HostAccess<'a> {
     stream: &'a MockStream,
     last: &'a Mutex<Option<MockEvent>>,
     keep: Option<Arc<dyn Send + Sync>>,
+    /// Ended by [`HostAccess::end_with`]: nothing left to do on drop.
+    ended: bool,
 }
 
-impl Drop for HostAccess<'_> {
-    fn drop(&mut self) {
-        // The memory's reference rides on the stream behind the work issued with it, so a
-        // buffer dropped right after the issue is freed only once that work ran.
+impl HostAccess<'_> {
+    /// Ends the access with `end`, recorded on its stream after its work (see
+    /// [`Memory::end_access`]); an event of another stream is not taken.
+    fn end_with(mut self, end: &MockEvent) {
+        if self.stream.records(end) {
+            self.release();
+            *self.last.lock().unwrap_or_else(PoisonError::into_inner) = Some(end.clone());
+            self.ended = true;
+        }
+    }
+
+    /// Sends the memory's reference down the stream behind the work issued with it, so a
+    /// buffer dropped right after the issue is freed only once that work ran.
+    fn release(&mut self) {
         if let Some(keep) = self.keep.take() {
             if let Err(e) = self.stream.host_fn(move || drop(keep)) {
                 // The stream is closing: its queued work is being dropped too, so nothing
@@ -66,6 +78,15 @@ impl Drop for HostAccess<'_> {
                 log::debug!("mock stream closed while releasing a buffer: {e}");
             }
         }
+    }
+}
+
+impl Drop for HostAccess<'_> {
+    fn drop(&mut self) {
+        if self.ended {
+            return;
+        }
+        self.release();
         match self.stream.record(false) {
             Ok(ev) => *self.last.lock().unwrap_or_else(PoisonError::into_inner) = Some(ev),
             Err(e) => log::debug!("mock stream closed while recording a buffer's use: {e}"),
@@ -108,6 +129,7 @@ impl<T: NcclType> HostBuf<T> {
                 stream,
                 last: &self.mem.last,
                 keep: Some(keep),
+                ended: false,
             },
         ))
     }
@@ -169,6 +191,10 @@ impl Memory for MockBackend {
     type Buf<T: NcclType> = HostBuf<T>;
     type CommBuf<T: NcclType> = HostBuf<T>;
     type Access<'a> = HostAccess<'a>;
+
+    fn end_access(access: HostAccess<'_>, end: &MockEvent) {
+        access.end_with(end);
+    }
 
     fn stream(&self, _device: Device) -> Result<MockStream> {
         MockStream::new()

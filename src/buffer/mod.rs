@@ -34,7 +34,7 @@ pub use nccl_buf::{CommUse, NcclAccess, NcclBuf};
 pub use operand::{CommAlloc, CommMem, Operand};
 
 use crate::element::NcclType;
-use oxccl_core::{Backend, Communicator, Device, RawBuf, RawBufMut, Result};
+use oxccl_core::{Backend, Communicator, Device, RawBuf, RawBufMut, Result, Stream};
 
 /// The stream type of a backend's communicators.
 pub type StreamOf<B> = <<B as Backend>::Comm as Communicator>::Stream;
@@ -118,4 +118,13 @@ pub trait Memory: Backend + 'static {
         stream: &'a StreamOf<Self>,
         buf: &'a mut Self::Buf<T>,
     ) -> Result<(RawBufMut, Self::Access<'a>)>;
+
+    /// Ends `access` with `end`, an event recorded on the access's stream after the work
+    /// that used the buffer was enqueued: a buffer that can keeps `end` as that use's event
+    /// instead of recording one of its own, so an operation's work and its buffers share one
+    /// event. The default drops the access, which records as it always does.
+    fn end_access(access: Self::Access<'_>, end: &<StreamOf<Self> as Stream>::Event) {
+        let _ = end;
+        drop(access);
+    }
 }

@@ -16,11 +16,11 @@ use super::operand::next_id;
 use super::uses::Uses;
 use super::{Buffer, CommAlloc, CommMem, Memory, Operand};
 use crate::element::NcclType;
-use cudarc::driver::{result, CudaContext, CudaEvent, CudaStream};
-use oxccl_core::{Device, Error, RawBuf, RawBufMut, Result};
-use oxccl_nccl::{cuda_error, NcclBackend, NcclMem, NcclStream};
+use cudarc::driver::{result, CudaContext, CudaStream};
+use oxccl_core::{Device, Error, Event, RawBuf, RawBufMut, Result, Stream};
+use oxccl_nccl::{cuda_error, NcclBackend, NcclEvent, NcclMem, NcclStream};
 use std::marker::PhantomData;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 
 /// A buffer of `len` elements of `T` in memory from `ncclMemAlloc`: the
 /// [`Memory::CommBuf`] of NCCL, taken by every operation of the process group like a
@@ -43,14 +43,14 @@ impl<T> std::fmt::Debug for NcclBuf<T> {
 /// The streams an allocation's work is on (see [`super::uses`]). Streams are kept alive
 /// while listed (their handles are never reused meanwhile), so a use is "on the same
 /// stream" only when it truly is.
-type StreamUses = Uses<Arc<CudaStream>, CudaEvent>;
+type StreamUses = Uses<Arc<CudaStream>, NcclEvent>;
 
 /// Whether every use has run (a broken context runs nothing any more: done). An event query,
 /// so not for inside a graph capture, which it would end: called on drop, by the process
 /// group's sweep (which skips captures) and before a registration is let go. Uses
 /// themselves never query (see `uses`).
 fn idle(uses: &StreamUses) -> bool {
-    uses.events().all(|ev| ev.try_is_complete().unwrap_or(true))
+    uses.events().all(|ev| ev.query().unwrap_or(true))
 }
 
 /// One `ncclMemAlloc` allocation with the events of its last uses.
@@ -59,7 +59,9 @@ struct NcclAlloc {
     addr: usize,
     bytes: usize,
     ctx: Arc<CudaContext>,
-    uses: Mutex<StreamUses>,
+    /// A spin lock: held for a few list steps (and, on another stream's use, a stream
+    /// wait), on a path every operation takes per buffer.
+    uses: spin::Mutex<StreamUses>,
     /// `None` only while being dropped.
     mem: Option<NcclMem>,
 }
@@ -117,38 +119,60 @@ pub enum NcclAccess<'a> {
     Comm(CommUse<'a>),
 }
 
-/// A use of an [`NcclBuf`] on a stream: records that stream's event of the allocation when
-/// dropped (after the use's work was enqueued), so later uses elsewhere, a drop or a copy to
-/// the host wait for it. The event was made when the use began, so this cannot fail but for
-/// a broken context, which runs nothing any more.
+/// A use of an [`NcclBuf`] on a stream: when it ends, the allocation keeps an event recorded
+/// on that stream after the use's work, so later uses elsewhere, a drop or a copy to the
+/// host wait for it. Ended by [`CommUse::end_with`] with the operation's own end event (one
+/// event for the work and its buffers), else on drop with an event of its own.
 pub struct CommUse<'a> {
     alloc: &'a NcclAlloc,
-    stream: &'a Arc<CudaStream>,
+    stream: &'a NcclStream,
     began: u64,
+    ended: bool,
+}
+
+impl CommUse<'_> {
+    /// Ends the use with `event`, recorded after the use's work: kept as the allocation's
+    /// event for the use's stream. An event of another stream (its pool tells) is not
+    /// taken: the use then records its own.
+    pub fn end_with(mut self, event: &NcclEvent) {
+        if self.stream.records(event) {
+            self.finish(Some(event.clone()));
+        }
+    }
+
+    fn finish(&mut self, event: Option<NcclEvent>) {
+        self.ended = true;
+        self.alloc
+            .lock_uses()
+            .end(self.stream.cuda(), self.began, Arc::ptr_eq, event);
+    }
 }
 
 impl Drop for CommUse<'_> {
     fn drop(&mut self) {
-        let stream = self.stream;
-        self.alloc
-            .lock_uses()
-            .end(stream, self.began, Arc::ptr_eq, |ev| {
-                if let Err(e) = ev.record(stream) {
-                    log::debug!("recording the use of NCCL memory: {e}");
-                }
-            });
+        if self.ended {
+            return;
+        }
+        let event = match self.stream.record(false) {
+            Ok(ev) => Some(ev),
+            Err(e) => {
+                // A broken context runs nothing any more: the earlier event stands.
+                log::debug!("recording the use of NCCL memory: {e}");
+                None
+            }
+        };
+        self.finish(event);
     }
 }
 
 impl NcclAlloc {
-    fn lock_uses(&self) -> MutexGuard<'_, StreamUses> {
-        self.uses.lock().unwrap_or_else(PoisonError::into_inner)
+    fn lock_uses(&self) -> spin::MutexGuard<'_, StreamUses> {
+        self.uses.lock()
     }
 
     /// The uses, taken out (on drop).
     fn take_uses(&mut self) -> StreamUses {
-        let slot = self.uses.get_mut().unwrap_or_else(PoisonError::into_inner);
-        std::mem::replace(slot, Uses::empty())
+        std::mem::replace(self.uses.get_mut(), Uses::empty())
     }
 
     /// Makes `stream` wait for the uses on other streams; the guard records this one when
@@ -157,7 +181,7 @@ impl NcclAlloc {
         &'a self,
         arg: &'static str,
         device: Device,
-        stream: &'a Arc<CudaStream>,
+        stream: &'a NcclStream,
     ) -> Result<CommUse<'a>> {
         // Compared by device: each `CudaContext::new` of a device is another handle of the
         // same primary context.
@@ -171,24 +195,16 @@ impl NcclAlloc {
                 ),
             ));
         }
-        let ctx = &self.ctx;
-        let began = self.lock_uses().begin(
-            stream,
-            Arc::ptr_eq,
-            |ev| {
-                stream
-                    .wait(ev)
-                    .map_err(|e| cuda_error("ordering a use of NCCL memory", e))
-            },
-            || {
-                ctx.new_event(None)
-                    .map_err(|e| cuda_error("creating the event of NCCL memory", e))
-            },
-        )?;
+        let st = stream.cuda();
+        let began = self.lock_uses().begin(st, Arc::ptr_eq, |ev| {
+            st.wait(ev.cuda())
+                .map_err(|e| cuda_error("ordering a use of NCCL memory", e))
+        })?;
         Ok(CommUse {
             alloc: self,
             stream,
             began,
+            ended: false,
         })
     }
 }
@@ -221,29 +237,19 @@ impl<T: NcclType> NcclBuf<T> {
         ctx.bind_to_thread()
             .map_err(|e| cuda_error("binding the device to allocate NCCL memory", e))?;
         let mem = NcclMem::alloc(backend.library(), bytes)?;
-        // Two events: the first use's, and a spare for a second stream (the process group's
-        // copy stream inside a capture, where making an event is best avoided).
-        let event = ctx
-            .new_event(None)
-            .map_err(|e| cuda_error("creating the event of NCCL memory", e))?;
-        let spare = ctx
-            .new_event(None)
-            .map_err(|e| cuda_error("creating the event of NCCL memory", e))?;
         let addr = mem.addr();
         // SAFETY: `addr..addr+bytes` is the allocation just made on this context; the memset
         // is ordered on `st`, and the event recorded after it orders every later use.
         unsafe { result::memset_d8_async(addr as u64, 0, bytes, st.cu_stream()) }
             .map_err(|e| cuda_error("zeroing NCCL memory", e))?;
-        event
-            .record(st)
-            .map_err(|e| cuda_error("recording the event of NCCL memory", e))?;
+        let event = stream.record(false)?;
         Ok(NcclBuf {
             alloc: Arc::new(NcclAlloc {
                 id: next_id(),
                 addr,
                 bytes,
                 ctx,
-                uses: Mutex::new(Uses::new(st.clone(), event, spare)),
+                uses: spin::Mutex::new(Uses::new(st.clone(), event)),
                 mem: Some(mem),
             }),
             len,
@@ -267,7 +273,7 @@ impl<T: NcclType> NcclBuf<T> {
             ));
         }
         let st = stream.cuda();
-        let _rec = self.alloc.access("data", self.device(), st)?;
+        let _rec = self.alloc.access("data", self.device(), stream)?;
         // SAFETY: the destination holds `data.len()` elements; the copy is ordered after the
         // last use, and the stream is synchronized below before `data` can go away.
         unsafe { result::memcpy_htod_async(self.alloc.addr as u64, data, st.cu_stream()) }
@@ -282,7 +288,7 @@ impl<T: NcclType> NcclBuf<T> {
         // SAFETY: every `NcclType` is valid as all-zero bytes (`ValidAsZeroBits`).
         let mut out = vec![unsafe { std::mem::zeroed::<T>() }; self.len];
         {
-            let _rec = self.alloc.access("buf", self.device(), st)?;
+            let _rec = self.alloc.access("buf", self.device(), stream)?;
             // SAFETY: `out` holds `len` elements, as the source; ordered after the last use
             // and synchronized below before `out` is read.
             unsafe { result::memcpy_dtoh_async(&mut out, self.alloc.addr as u64, st.cu_stream()) }
@@ -317,7 +323,7 @@ impl<T: NcclType> Operand<NcclBackend> for NcclBuf<T> {
         device: Device,
         stream: &'a NcclStream,
     ) -> Result<(RawBuf, NcclAccess<'a>)> {
-        let g = self.alloc.access(arg, device, stream.cuda())?;
+        let g = self.alloc.access(arg, device, stream)?;
         Ok((RawBuf::new(self.alloc.addr, self.len), NcclAccess::Comm(g)))
     }
 
@@ -327,7 +333,7 @@ impl<T: NcclType> Operand<NcclBackend> for NcclBuf<T> {
         device: Device,
         stream: &'a NcclStream,
     ) -> Result<(RawBufMut, NcclAccess<'a>)> {
-        let g = self.alloc.access(arg, device, stream.cuda())?;
+        let g = self.alloc.access(arg, device, stream)?;
         Ok((
             RawBufMut::new(self.alloc.addr, self.len),
             NcclAccess::Comm(g),

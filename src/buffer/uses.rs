@@ -4,25 +4,29 @@
 //!
 //! Each stream that used the allocation has an event recorded after its last use there. A
 //! use on stream T begins by making T wait for the other streams' events (not T's own:
-//! T's order already puts the use after it) and ends by recording T's event. When it ends,
-//! the entries of other streams that T waited for, and that no use has re-recorded since,
-//! are covered by T's event and let go (their events kept as spares), so with one use at a
-//! time the list is one entry long and a use on the stream of the last one costs one
-//! record and no wait. Overlapping uses are reads (a write takes the buffer by `&mut`):
-//! an entry with a use in progress, or re-recorded after T began, is never let go.
+//! T's order already puts the use after it) and ends with an event recorded on T after its
+//! work, which replaces T's entry's event (events are values: one recorded event may be
+//! shared with the operation's work, and is never recorded again while held). When a use
+//! ends, the entries of other streams that T waited for, and that no use has ended on
+//! since, are covered by T's new event and let go, so with one use at a time the list is
+//! one entry long and a use on the stream of the last one costs no wait. Overlapping uses
+//! are reads (a write takes the buffer by `&mut`): an entry with a use in progress, or
+//! ended after T began, is never let go.
 
 /// Events recorded on a stream (or streams) after an allocation's uses there.
 pub(crate) struct Uses<S, E> {
     list: Vec<Use<S, E>>,
-    spare: Vec<E>,
-    /// Counts the records, numbering each entry's last one.
+    /// Counts the ends, numbering each entry's last one.
     gen: u64,
 }
 
 struct Use<S, E> {
     stream: S,
-    event: E,
-    /// Number of this entry's last record (0: recorded before any use began).
+    /// Recorded after this stream's last use; `None` until a first use here has ended
+    /// (until then a wait on the entry orders nothing, which is right: nothing of that use
+    /// is enqueued yet).
+    event: Option<E>,
+    /// Number of this entry's last end (0: recorded before any use began).
     gen: u64,
     /// Uses on this stream in progress.
     active: u32,
@@ -30,16 +34,15 @@ struct Use<S, E> {
 
 impl<S, E> Uses<S, E> {
     /// Uses so far: `event`, recorded on `stream` after the allocation's first work (its
-    /// zeroing), and `spare` for a second stream.
-    pub fn new(stream: S, event: E, spare: E) -> Self {
+    /// zeroing).
+    pub fn new(stream: S, event: E) -> Self {
         Uses {
             list: vec![Use {
                 stream,
-                event,
+                event: Some(event),
                 gen: 0,
                 active: 0,
             }],
-            spare: vec![spare],
             gen: 0,
         }
     }
@@ -48,20 +51,17 @@ impl<S, E> Uses<S, E> {
     pub fn empty() -> Self {
         Uses {
             list: Vec::new(),
-            spare: Vec::new(),
             gen: 0,
         }
     }
 
     /// Begins a use on `stream` (`same` compares streams): waits on the other streams'
-    /// events, takes an entry for `stream` (a spare event, else `make`). Returns what
-    /// [`Uses::end`] takes.
+    /// events and takes an entry for `stream`. Returns what [`Uses::end`] takes.
     pub fn begin<Err>(
         &mut self,
         stream: &S,
         same: impl Fn(&S, &S) -> bool,
         mut wait: impl FnMut(&E) -> Result<(), Err>,
-        make: impl FnOnce() -> Result<E, Err>,
     ) -> Result<u64, Err>
     where
         S: Clone,
@@ -70,22 +70,16 @@ impl<S, E> Uses<S, E> {
         for (i, u) in self.list.iter().enumerate() {
             if same(&u.stream, stream) {
                 mine = Some(i);
-            } else {
-                wait(&u.event)?;
+            } else if let Some(ev) = &u.event {
+                wait(ev)?;
             }
         }
         let i = match mine {
             Some(i) => i,
             None => {
-                let event = match self.spare.pop() {
-                    Some(e) => e,
-                    None => make()?,
-                };
-                // Unrecorded until its use ends: until then a wait on it orders nothing,
-                // which is right, nothing of this use being enqueued yet.
                 self.list.push(Use {
                     stream: stream.clone(),
-                    event,
+                    event: None,
                     gen: 0,
                     active: 0,
                 });
@@ -96,15 +90,11 @@ impl<S, E> Uses<S, E> {
         Ok(self.gen)
     }
 
-    /// Ends the use on `stream` that [`Uses::begin`] numbered `began`: records its event
-    /// (with `record`) and lets go of the entries it covers.
-    pub fn end(
-        &mut self,
-        stream: &S,
-        began: u64,
-        same: impl Fn(&S, &S) -> bool,
-        record: impl FnOnce(&E),
-    ) {
+    /// Ends the use on `stream` that [`Uses::begin`] numbered `began`, with `event`,
+    /// recorded on `stream` after the use's work (`None`: recording failed, the context is
+    /// broken and runs nothing more; the entry keeps its event), and lets go of the entries
+    /// it covers.
+    pub fn end(&mut self, stream: &S, began: u64, same: impl Fn(&S, &S) -> bool, event: Option<E>) {
         self.gen += 1;
         let now = self.gen;
         let Some(u) = self.list.iter_mut().find(|u| same(&u.stream, stream)) else {
@@ -112,23 +102,17 @@ impl<S, E> Uses<S, E> {
         };
         u.active = u.active.saturating_sub(1);
         u.gen = now;
-        record(&u.event);
-        // Entries this use waited for (last recorded before it began), idle since: covered.
-        let mut i = 0;
-        while i < self.list.len() {
-            let u = &self.list[i];
-            if !same(&u.stream, stream) && u.active == 0 && u.gen <= began {
-                let gone = self.list.swap_remove(i);
-                self.spare.push(gone.event);
-            } else {
-                i += 1;
-            }
+        if event.is_some() {
+            u.event = event;
         }
+        // Entries this use waited for (last ended before it began), idle since: covered.
+        self.list
+            .retain(|u| same(&u.stream, stream) || u.active > 0 || u.gen > began);
     }
 
     /// The events of the uses so far (all complete: the allocation is idle).
     pub fn events(&self) -> impl Iterator<Item = &E> {
-        self.list.iter().map(|u| &u.event)
+        self.list.iter().filter_map(|u| u.event.as_ref())
     }
 
     /// How many streams are listed.
@@ -150,81 +134,86 @@ mod tests {
         a == b
     }
 
-    /// Begins a use on `s`; `next` numbers the events made (counted up when one is).
-    fn begin(u: &mut Uses<u32, u32>, s: u32, log: &Log, next: &mut u32) -> u64 {
-        let r = u.begin(
-            &s,
-            same,
-            |e| {
-                log.borrow_mut().push((s, "wait", *e));
-                Ok::<(), ()>(())
-            },
-            || {
-                *next += 1;
-                Ok(*next - 1)
-            },
-        );
+    /// Begins a use on `s`.
+    fn begin(u: &mut Uses<u32, u32>, s: u32, log: &Log) -> u64 {
+        let r = u.begin(&s, same, |e| {
+            log.borrow_mut().push((s, "wait", *e));
+            Ok::<(), ()>(())
+        });
         r.unwrap()
     }
 
-    fn end(u: &mut Uses<u32, u32>, s: u32, began: u64, log: &Log) {
-        u.end(&s, began, same, |e| {
-            log.borrow_mut().push((s, "record", *e))
-        });
+    /// Ends a use on `s` with a new event, numbered by `next` (counted up).
+    fn end(u: &mut Uses<u32, u32>, s: u32, began: u64, log: &Log, next: &mut u32) {
+        *next += 1;
+        log.borrow_mut().push((s, "record", *next));
+        u.end(&s, began, same, Some(*next));
     }
 
     #[test]
     fn the_stream_of_the_last_use_waits_for_nothing() {
         let log = Log::default();
         let mut next = 10;
-        // Zeroed on stream 1 with event 1; spare event 2.
-        let mut u = Uses::new(1, 1, 2);
+        // Zeroed on stream 1 with event 1.
+        let mut u = Uses::new(1, 1);
         for _ in 0..3 {
-            let b = begin(&mut u, 1, &log, &mut next);
-            end(&mut u, 1, b, &log);
+            let b = begin(&mut u, 1, &log);
+            end(&mut u, 1, b, &log, &mut next);
         }
-        assert_eq!(*log.borrow(), vec![(1, "record", 1); 3]);
-        assert_eq!(u.streams(), 1);
+        assert_eq!(
+            *log.borrow(),
+            vec![(1, "record", 11), (1, "record", 12), (1, "record", 13)]
+        );
+        assert_eq!(u.events().copied().collect::<Vec<_>>(), vec![13]);
     }
 
     #[test]
     fn another_stream_waits_then_covers_the_first() {
         let log = Log::default();
         let mut next = 10;
-        let mut u = Uses::new(1, 1, 2);
-        let b = begin(&mut u, 7, &log, &mut next);
-        end(&mut u, 7, b, &log);
-        // Stream 7 waited for stream 1's event and took the spare; stream 1 is covered.
-        assert_eq!(*log.borrow(), vec![(7, "wait", 1), (7, "record", 2)]);
+        let mut u = Uses::new(1, 1);
+        let b = begin(&mut u, 7, &log);
+        end(&mut u, 7, b, &log, &mut next);
+        // Stream 7 waited for stream 1's event; stream 1 is covered by 7's.
+        assert_eq!(*log.borrow(), vec![(7, "wait", 1), (7, "record", 11)]);
         assert_eq!(u.streams(), 1);
-        // Back on stream 1: waits for 7's event, reusing event 1 (no new event made).
+        // Back on stream 1: waits for 7's event.
         log.borrow_mut().clear();
-        let b = begin(&mut u, 1, &log, &mut next);
-        end(&mut u, 1, b, &log);
-        assert_eq!(*log.borrow(), vec![(1, "wait", 2), (1, "record", 1)]);
-        assert_eq!(next, 10, "no event made: the spare, then the covered one");
+        let b = begin(&mut u, 1, &log);
+        end(&mut u, 1, b, &log, &mut next);
+        assert_eq!(*log.borrow(), vec![(1, "wait", 11), (1, "record", 12)]);
+        assert_eq!(u.events().copied().collect::<Vec<_>>(), vec![12]);
+    }
+
+    #[test]
+    fn a_failed_record_keeps_the_entry_s_event() {
+        let log = Log::default();
+        let mut u = Uses::new(1, 1);
+        let b = begin(&mut u, 1, &log);
+        u.end(&1, b, same, None);
+        assert_eq!(u.events().copied().collect::<Vec<_>>(), vec![1]);
     }
 
     #[test]
     fn overlapping_reads_each_keep_their_event() {
         let log = Log::default();
         let mut next = 10;
-        let mut u = Uses::new(1, 1, 2);
+        let mut u = Uses::new(1, 1);
         // Reads on streams 7 and 8 overlap; 7 ends first.
-        let b7 = begin(&mut u, 7, &log, &mut next);
-        let b8 = begin(&mut u, 8, &log, &mut next);
-        end(&mut u, 7, b7, &log);
+        let b7 = begin(&mut u, 7, &log);
+        let b8 = begin(&mut u, 8, &log);
+        end(&mut u, 7, b7, &log, &mut next);
         // 8's use is in progress: its entry stays.
         assert_eq!(u.streams(), 2, "7 and 8 (1 is covered by 7)");
-        end(&mut u, 8, b8, &log);
-        // 8 began before 7 recorded: 7's entry is not covered by 8's event and stays.
+        end(&mut u, 8, b8, &log, &mut next);
+        // 8 began before 7 ended: 7's entry is not covered by 8's event and stays.
         assert_eq!(u.streams(), 2);
         // A writer on stream 9 waits for both reads.
         log.borrow_mut().clear();
-        let b9 = begin(&mut u, 9, &log, &mut next);
+        let b9 = begin(&mut u, 9, &log);
         let waits: Vec<_> = log.borrow().iter().map(|x| x.2).collect();
-        assert_eq!(waits.len(), 2, "{:?}", log.borrow());
-        end(&mut u, 9, b9, &log);
+        assert_eq!(waits, vec![11, 12], "{:?}", log.borrow());
+        end(&mut u, 9, b9, &log, &mut next);
         assert_eq!(u.streams(), 1);
     }
 
@@ -232,13 +221,13 @@ mod tests {
     fn an_entry_re_recorded_after_a_use_began_is_kept() {
         let log = Log::default();
         let mut next = 10;
-        let mut u = Uses::new(1, 1, 2);
-        // A read on 7 begins; meanwhile a read on 1 runs to its end (re-recording 1).
-        let b7 = begin(&mut u, 7, &log, &mut next);
-        let b1 = begin(&mut u, 1, &log, &mut next);
-        end(&mut u, 1, b1, &log);
-        end(&mut u, 7, b7, &log);
-        // 7 waited for 1's earlier record only: 1's entry must stay.
+        let mut u = Uses::new(1, 1);
+        // A read on 7 begins; meanwhile a read on 1 runs to its end (a new event for 1).
+        let b7 = begin(&mut u, 7, &log);
+        let b1 = begin(&mut u, 1, &log);
+        end(&mut u, 1, b1, &log, &mut next);
+        end(&mut u, 7, b7, &log, &mut next);
+        // 7 waited for 1's earlier event only: 1's entry must stay.
         assert_eq!(u.streams(), 2);
         assert_eq!(u.events().count(), 2);
     }
@@ -264,9 +253,14 @@ mod tests {
             let covers: RefCell<HashMap<u32, Cover>> = RefCell::new(HashMap::new());
             let streams: RefCell<HashMap<u32, Cover>> = RefCell::new(HashMap::new());
             covers.borrow_mut().insert(1, Cover::new());
-            covers.borrow_mut().insert(2, Cover::new());
-            let mut u: Uses<u32, u32> = Uses::new(0, 1, 2);
-            let mut made = 3;
+            let mut u: Uses<u32, u32> = Uses::new(0, 1);
+            let mut made = 1;
+            let mut record = |s: u32| {
+                made += 1;
+                let c = streams.borrow().get(&s).cloned().unwrap_or_default();
+                covers.borrow_mut().insert(made, c);
+                made
+            };
             let mut ended = Cover::new();
             // Reads in progress: (use id, stream, began).
             let mut open: Vec<(u32, u32, u64)> = Vec::new();
@@ -277,28 +271,17 @@ mod tests {
                     // End the reads in progress first (a write is exclusive), in any order.
                     while !open.is_empty() {
                         let (rid, rs, rb) = open.swap_remove(next(open.len() as u64) as usize);
-                        u.end(&rs, rb, same, |e| {
-                            let c = streams.borrow().get(&rs).cloned().unwrap_or_default();
-                            covers.borrow_mut().insert(*e, c);
-                        });
+                        let ev = record(rs);
+                        u.end(&rs, rb, same, Some(ev));
                         ended.insert(rid);
                     }
                 }
                 let began = u
-                    .begin(
-                        &s,
-                        same,
-                        |e| {
-                            let c = covers.borrow().get(e).cloned().unwrap_or_default();
-                            streams.borrow_mut().entry(s).or_default().extend(c);
-                            Ok::<(), ()>(())
-                        },
-                        || {
-                            made += 1;
-                            covers.borrow_mut().insert(made, Cover::new());
-                            Ok(made)
-                        },
-                    )
+                    .begin(&s, same, |e| {
+                        let c = covers.borrow().get(e).cloned().unwrap_or_default();
+                        streams.borrow_mut().entry(s).or_default().extend(c);
+                        Ok::<(), ()>(())
+                    })
                     .unwrap();
                 if write {
                     let here = streams.borrow().get(&s).cloned().unwrap_or_default();
@@ -310,10 +293,8 @@ mod tests {
                 // The use's work, enqueued on its stream.
                 streams.borrow_mut().entry(s).or_default().insert(id);
                 if write {
-                    u.end(&s, began, same, |e| {
-                        let c = streams.borrow().get(&s).cloned().unwrap_or_default();
-                        covers.borrow_mut().insert(*e, c);
-                    });
+                    let ev = record(s);
+                    u.end(&s, began, same, Some(ev));
                     ended.insert(id);
                 } else {
                     open.push((id, s, began));

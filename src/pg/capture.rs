@@ -456,10 +456,13 @@ where
         // SAFETY: every buffer the graph's operations use is bound (checked above: same
         // addresses and sizes) and held by `&mut` until the accesses drop after the launch is
         // queued; the group's stream waits for their earlier uses (taken on it), and their
-        // later uses wait for this launch (the accesses record it when dropped).
+        // later uses wait for this launch (the accesses end with its end event).
         unsafe { g.graph.launch(&e.stream)? };
         let end = e.stream.record(timing)?;
-        drop(std::mem::take(&mut self.held));
+        // The launch's end is the bound buffers' end too: one event.
+        for access in std::mem::take(&mut self.held) {
+            B::end_access(access, &end);
+        }
         let seq = inner.next_seq(super::issue::SeqKind::Collective);
         let p = &g.profile;
         let trace = if inner.watch.recorder.is_enabled() {

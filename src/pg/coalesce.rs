@@ -3,6 +3,7 @@
 //! communicator per block, and for a fused block (c10d's `all_reduce_coalesced` and friends)
 //! one kind, one dtype and one reduction.
 
+use super::comm::Entry;
 use super::issue::{Issuer, OpDesc, SeqKind};
 use super::ops::two_on;
 use super::{ProcessGroup, WorkOf};
@@ -16,6 +17,7 @@ use oxccl_core::{
 };
 use oxccl_core::{DataType, OpKind};
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Instant;
 
 /// One send or receive of a batch ([`ProcessGroup::batch_isend_irecv`]); peers are global
@@ -31,9 +33,29 @@ pub enum P2pOp<'a, B: Memory, T: NcclType> {
 /// An open coalescing block on a group: operations issued through it are launched together
 /// when it ends, as one work. Dropping it without [`Coalescing::end`] still closes the
 /// backend group (never left open), and the batch's work is lost.
+///
+/// The block borrows every buffer given to it until it ends: its operations run only once
+/// the backend group ends, so the buffers' stream order is recorded then, and nothing may
+/// free, reuse or read them before. Safe code cannot:
+///
+/// ```compile_fail
+/// # fn f(pg: &oxccl::pg::ProcessGroup<oxccl::mock::MockBackend>) -> oxccl::Result<()> {
+/// let mut a = pg.upload(&[1.0f32])?;
+/// let mut block = pg.start_coalescing()?;
+/// block.all_reduce(&mut a, oxccl::ReduceOp::Sum)?;
+/// drop(a); // error: `a` is borrowed by the block until it ends
+/// block.end()?.wait()
+/// # }
+/// ```
 #[must_use = "the batch is launched when the block ends"]
-pub struct Coalescing<'g, B: Memory> {
-    pg: &'g ProcessGroup<B>,
+pub struct Coalescing<'a, B: Memory> {
+    /// Declared first, dropped first (after `Drop::drop` closed the backend group): each
+    /// borrows `entry`'s stream.
+    held: Vec<B::Access<'a>>,
+    pg: &'a ProcessGroup<B>,
+    /// The group's communicator and stream, kept for the block's life: the accesses in
+    /// `held` borrow its stream (see [`Coalescing::entry`]).
+    entry: Arc<Entry<B>>,
     kind: GroupKind,
     rules: Box<GroupState>,
     numel: (usize, usize),
@@ -53,9 +75,9 @@ impl<B: Memory> ProcessGroup<B> {
 
     /// Runs `f` inside a coalescing block and ends it, whatever `f` returns: the block can
     /// never be left open. The first error (of `f` or of the end) is returned.
-    pub fn coalesced(
-        &self,
-        f: impl FnOnce(&mut Coalescing<'_, B>) -> Result<()>,
+    pub fn coalesced<'a>(
+        &'a self,
+        f: impl FnOnce(&mut Coalescing<'a, B>) -> Result<()>,
     ) -> Result<WorkOf<B>> {
         let mut block = self.start_coalescing()?;
         let body = f(&mut block);
@@ -85,7 +107,10 @@ impl<B: Memory> ProcessGroup<B> {
     /// collective over the whole group, a send involves two ranks), before the batch opens,
     /// since nothing is registered inside one. Inside a capture they must be registered
     /// already (see [`ProcessGroup::capture`]).
-    pub fn batch_isend_irecv<T: NcclType>(&self, ops: &mut [P2pOp<'_, B, T>]) -> Result<WorkOf<B>> {
+    pub fn batch_isend_irecv<'a, T: NcclType>(
+        &'a self,
+        ops: &'a mut [P2pOp<'_, B, T>],
+    ) -> Result<WorkOf<B>> {
         if let Some(table) = self.tune_for(OpKind::Send) {
             let inner = &self.inner;
             let capturing = inner.capture.is_on();
@@ -122,7 +147,7 @@ impl<B: Memory> ProcessGroup<B> {
         }
         self.coalesced(|c| {
             ops.iter_mut().try_for_each(|op| match op {
-                P2pOp::Send(b, peer) => c.send(&**b, *peer),
+                P2pOp::Send(b, peer) => c.send(*b, *peer),
                 P2pOp::Recv(b, peer) => c.recv(&mut **b, *peer),
             })
         })
@@ -130,7 +155,7 @@ impl<B: Memory> ProcessGroup<B> {
 
     fn open_block(&self, kind: GroupKind) -> Result<Coalescing<'_, B>> {
         let inner = &self.inner;
-        inner.with_entry(kind.start_call(), |_| Ok(()))?;
+        let entry = inner.entry(kind.start_call())?;
         if inner.coalescing.swap(true, Ordering::AcqRel) {
             return Err(Error::InvalidState {
                 state: CommState::Ready,
@@ -148,7 +173,9 @@ impl<B: Memory> ProcessGroup<B> {
             return Err(e);
         }
         Ok(Coalescing {
+            held: Vec::new(),
             pg: self,
+            entry,
             kind,
             rules,
             numel: (0, 0),
@@ -159,32 +186,52 @@ impl<B: Memory> ProcessGroup<B> {
     }
 }
 
-impl<B: Memory> Coalescing<'_, B> {
-    /// Queues `op` under the block's rules, then issues it inside the backend group. The
-    /// first failure is kept and returned again by [`Coalescing::end`].
+impl<'a, B: Memory> Coalescing<'a, B> {
+    /// The group's communicator and stream, for as long as the block borrows its buffers.
+    fn entry(&self) -> &'a Entry<B> {
+        // SAFETY: `self.entry` is an `Arc` the block owns and never replaces, so the entry
+        // lives at this address until the block is dropped; the references made here are
+        // the issuers' and the accesses' in `held`, which are ended or dropped before
+        // `entry` (in `end`, and in `Drop`, `held` being the first field).
+        unsafe { &*Arc::as_ptr(&self.entry) }
+    }
+
+    /// Queues `op` under the block's rules, then issues it inside the backend group; `body`
+    /// returns the accesses of its buffers, held until the group has ended (nothing of the
+    /// batch is enqueued before). The first failure is kept and returned again by
+    /// [`Coalescing::end`].
     fn push(
         &mut self,
         kind: OpKind,
         dtype: DataType,
         numel: (usize, usize),
-        body: impl FnOnce(&Issuer<'_, B>, &mut dyn FnMut(&CommOp<'_>) -> Result<()>) -> Result<()>,
+        body: impl FnOnce(
+            &Issuer<'a, B>,
+            &mut dyn FnMut(&CommOp<'_>) -> Result<()>,
+        ) -> Result<Vec<B::Access<'a>>>,
     ) -> Result<()> {
         let inner = &self.pg.inner;
         let uid = inner.uid;
+        let entry = self.entry();
         let rules = &mut self.rules;
-        let r = inner.with_entry("coalesced op", |e| {
+        let held = &mut self.held;
+        let r = inner.with_entry("coalesced op", |_| {
             let is = Issuer {
-                entry: e,
+                entry,
                 device: inner.opts.device(),
                 cap: inner.captor()?,
                 timeout_ms: &inner.timeout_ms,
+                timing: inner.opts.timing,
+                end: std::cell::Cell::new(None),
             };
-            body(&is, &mut |op| {
+            let mut taken = body(&is, &mut |op| {
                 rules.enqueue(uid, OpSummary::of(op))?;
                 // SAFETY: `body` passes only buffers taken by `Memory::read`/`write` on the
-                // issuer's stream whose guards are alive during this call.
+                // issuer's stream whose guards are alive (returned, then held) past this call.
                 unsafe { is.issue(op) }
-            })
+            })?;
+            held.append(&mut taken);
+            Ok(())
         });
         match &r {
             Ok(()) => {
@@ -202,8 +249,8 @@ impl<B: Memory> Coalescing<'_, B> {
     fn two<T: NcclType, S: Operand<B, Elem = T>, R: Operand<B, Elem = T>>(
         &mut self,
         kind: OpKind,
-        send: Option<&S>,
-        recv: Option<&mut R>,
+        send: Option<&'a S>,
+        recv: Option<&'a mut R>,
         build: impl FnOnce(RawBuf, RawBufMut) -> CommOp<'static>,
     ) -> Result<()> {
         let numel = (
@@ -216,53 +263,58 @@ impl<B: Memory> Coalescing<'_, B> {
                 recv.as_ref().and_then(|b| b.comm_mem()),
             ];
             super::tuned::refuse_mixed(&is.entry.regs, kind, &mems)?;
-            two_on(is, send, recv, |s, r| issue(&build(s, r)))
+            two_on(is, send, recv, |s, r, held| {
+                issue(&build(s, r))?;
+                Ok(held.into_iter().flatten().collect())
+            })
         })
     }
 
     /// All-reduce of `buf` in place, in the batch.
     pub fn all_reduce<T: NcclType>(
         &mut self,
-        buf: &mut impl Operand<B, Elem = T>,
+        buf: &'a mut impl Operand<B, Elem = T>,
         op: ReduceOp,
     ) -> Result<()> {
         let op = host_op::<T>(op)?;
         let n = buf.numel();
         self.push(OpKind::AllReduce, T::DTYPE, (n, n), |is, issue| {
-            let (w, _g) = Operand::<B>::write(buf, "buf", is.device, is.stream())?;
+            let (w, g) = Operand::<B>::write(buf, "buf", is.device, is.stream())?;
             issue(&CommOp::AllReduce {
                 send: w.as_read(),
                 recv: w,
                 dtype: T::DTYPE,
                 op,
-            })
+            })?;
+            Ok(vec![g])
         })
     }
 
     /// Broadcast of `buf` from global rank `root`, in place, in the batch.
     pub fn broadcast<T: NcclType>(
         &mut self,
-        buf: &mut impl Operand<B, Elem = T>,
+        buf: &'a mut impl Operand<B, Elem = T>,
         root: u32,
     ) -> Result<()> {
         let root = self.pg.inner.to_group_rank("root", root)?;
         let n = buf.numel();
         self.push(OpKind::Broadcast, T::DTYPE, (n, n), |is, issue| {
-            let (w, _g) = Operand::<B>::write(buf, "buf", is.device, is.stream())?;
+            let (w, g) = Operand::<B>::write(buf, "buf", is.device, is.stream())?;
             issue(&CommOp::Broadcast {
                 send: w.as_read(),
                 recv: w,
                 dtype: T::DTYPE,
                 root,
-            })
+            })?;
+            Ok(vec![g])
         })
     }
 
     /// All-gather of `send` into `recv`, in the batch.
     pub fn all_gather<T: NcclType>(
         &mut self,
-        send: &impl Operand<B, Elem = T>,
-        recv: &mut impl Operand<B, Elem = T>,
+        send: &'a impl Operand<B, Elem = T>,
+        recv: &'a mut impl Operand<B, Elem = T>,
     ) -> Result<()> {
         self.two(OpKind::AllGather, Some(send), Some(recv), |send, recv| {
             CommOp::AllGather {
@@ -276,8 +328,8 @@ impl<B: Memory> Coalescing<'_, B> {
     /// Reduce-scatter of `send` into `recv`, in the batch.
     pub fn reduce_scatter<T: NcclType>(
         &mut self,
-        send: &impl Operand<B, Elem = T>,
-        recv: &mut impl Operand<B, Elem = T>,
+        send: &'a impl Operand<B, Elem = T>,
+        recv: &'a mut impl Operand<B, Elem = T>,
         op: ReduceOp,
     ) -> Result<()> {
         let op = host_op::<T>(op)?;
@@ -298,36 +350,38 @@ impl<B: Memory> Coalescing<'_, B> {
     /// nothing is registered inside a block).
     pub fn send<T: NcclType, X: Operand<B, Elem = T> + ?Sized>(
         &mut self,
-        buf: &X,
+        buf: &'a X,
         dst: u32,
     ) -> Result<()> {
         let peer = self.pg.inner.to_group_rank("dst", dst)?;
         let n = buf.numel();
         self.push(OpKind::Send, T::DTYPE, (n, 0), |is, issue| {
-            let (r, _g) = buf.read("buf", is.device, is.stream())?;
+            let (r, g) = buf.read("buf", is.device, is.stream())?;
             issue(&CommOp::Send {
                 buf: r,
                 dtype: T::DTYPE,
                 peer,
-            })
+            })?;
+            Ok(vec![g])
         })
     }
 
     /// Receive into `buf` from global rank `src`, in the batch.
     pub fn recv<T: NcclType, X: Operand<B, Elem = T> + ?Sized>(
         &mut self,
-        buf: &mut X,
+        buf: &'a mut X,
         src: u32,
     ) -> Result<()> {
         let peer = self.pg.inner.to_group_rank("src", src)?;
         let n = buf.numel();
         self.push(OpKind::Recv, T::DTYPE, (0, n), |is, issue| {
-            let (w, _g) = buf.write("buf", is.device, is.stream())?;
+            let (w, g) = buf.write("buf", is.device, is.stream())?;
             issue(&CommOp::Recv {
                 buf: w,
                 dtype: T::DTYPE,
                 peer,
-            })
+            })?;
+            Ok(vec![g])
         })
     }
 
@@ -367,6 +421,13 @@ impl<B: Memory> Coalescing<'_, B> {
             } else {
                 Some(e.stream.record(timing)?)
             };
+            // The batch is enqueued: its buffers' uses end with its work's event.
+            for access in std::mem::take(&mut self.held) {
+                match &end {
+                    Some(ev) => B::end_access(access, ev),
+                    None => drop(access),
+                }
+            }
             let seq = inner.next_seq(SeqKind::Collective);
             let kinds: Vec<OpKind> = self.ops.iter().map(|o| o.0).collect();
             let info = WorkInfo {
@@ -403,5 +464,7 @@ impl<B: Memory> Drop for Coalescing<'_, B> {
                 log::warn!("closing a coalescing block on drop: {e}");
             }
         }
+        // After the group ended (what it launched is enqueued): the accesses record now.
+        self.held.clear();
     }
 }

@@ -35,19 +35,49 @@ pub(crate) struct Issuer<'a, B: Memory> {
     pub cap: Option<super::capture::Captor<'a, B>>,
     /// The group's timeout in ms (bounds what preparing buffers may wait for; read only then).
     pub timeout_ms: &'a std::sync::atomic::AtomicU64,
+    /// Whether the work's events are timed.
+    pub timing: bool,
+    /// The end event [`Issuer::issue_ending`] recorded: the work's, shared with its buffers.
+    pub end: std::cell::Cell<Option<super::EventOf<B>>>,
 }
 
-impl<B: Memory> Issuer<'_, B> {
+impl<'a, B: Memory> Issuer<'a, B> {
     /// The stream buffers are taken on: the group's stream, or the copy stream inside a
     /// capture (the capturing stream may not wait on the buffers' earlier events).
-    pub fn stream(&self) -> &StreamOf<B> {
+    pub fn stream(&self) -> &'a StreamOf<B> {
         match &self.cap {
             Some(c) => c.copy,
             None => &self.entry.stream,
         }
     }
 
-    /// Issues `op` on the group's communicator and stream.
+    /// Issues `op` and ends the accesses of its buffers, `held`, after it: outside a capture
+    /// with the work's end event, recorded here and shared with them (one event per
+    /// operation; see [`Memory::end_access`]), kept for [`PgInner::issue`] to take.
+    ///
+    /// # Safety
+    /// As [`Issuer::issue`]; `held` are the guards of the buffers of `op`.
+    pub unsafe fn issue_ending<'x>(
+        &self,
+        op: &CommOp<'_>,
+        held: impl IntoIterator<Item = B::Access<'x>>,
+    ) -> Result<()> {
+        // SAFETY: forwarded contract.
+        unsafe { self.issue(op)? };
+        if self.cap.is_some() {
+            // Captured: nothing ran; the accesses record on the copy stream (see `capture`).
+            return Ok(());
+        }
+        let end = self.entry.stream.record(self.timing)?;
+        for access in held {
+            B::end_access(access, &end);
+        }
+        self.end.set(Some(end));
+        Ok(())
+    }
+
+    /// Issues `op` on the group's communicator and stream (inside a backend group, where
+    /// nothing is enqueued before the group ends: the caller ends the accesses then).
     ///
     /// # Safety
     /// As [`Communicator::issue`]: the buffers of `op` come from [`Memory::read`] /
@@ -99,16 +129,20 @@ impl<B: Memory> PgInner<B> {
             } else {
                 None
             };
-            body(&Issuer {
+            let is = Issuer {
                 entry: e,
                 device: self.opts.device(),
                 cap,
                 timeout_ms: &self.timeout_ms,
-            })?;
-            let end = if captured {
-                None
-            } else {
-                Some(e.stream.record(timing)?)
+                timing,
+                end: std::cell::Cell::new(None),
+            };
+            body(&is)?;
+            let end = match (captured, is.end.take()) {
+                (true, _) => None,
+                (false, Some(end)) => Some(end),
+                // A body that issued without ending its accesses (none today).
+                (false, None) => Some(e.stream.record(timing)?),
             };
             let p2p = matches!(op.kind, OpKind::Send | OpKind::Recv);
             let seq = self.next_seq(if p2p {

@@ -34,7 +34,7 @@ impl<B: Memory> ProcessGroup<B> {
         let table = self.tune_for(d.kind);
         self.inner.issue(d, |is| {
             is.tune(table, &d, || [buf.comm_mem()])?;
-            let (w, _g) = wr!(is, "buf", buf);
+            let (w, g) = wr!(is, "buf", buf);
             let op = CommOp::AllReduce {
                 send: w.as_read(),
                 recv: w,
@@ -43,7 +43,7 @@ impl<B: Memory> ProcessGroup<B> {
             };
             // SAFETY: the buffer came from `Memory::write` on the issuer's stream, its guard
             // lives until this call returned.
-            unsafe { is.issue(&op) }
+            unsafe { is.issue_ending(&op, [g]) }
         })
     }
 
@@ -60,7 +60,7 @@ impl<B: Memory> ProcessGroup<B> {
         let table = self.tune_for(d.kind);
         self.inner.issue(d, |is| {
             is.tune(table, &d, || [buf.comm_mem()])?;
-            let (w, _g) = wr!(is, "buf", buf);
+            let (w, g) = wr!(is, "buf", buf);
             let op = CommOp::Broadcast {
                 send: w.as_read(),
                 recv: w,
@@ -68,7 +68,7 @@ impl<B: Memory> ProcessGroup<B> {
                 root,
             };
             // SAFETY: as in `all_reduce`.
-            unsafe { is.issue(&op) }
+            unsafe { is.issue_ending(&op, [g]) }
         })
     }
 
@@ -88,7 +88,7 @@ impl<B: Memory> ProcessGroup<B> {
         let table = self.tune_for(d.kind);
         self.inner.issue(d, |is| {
             is.tune(table, &d, || [buf.comm_mem()])?;
-            let (w, _g) = wr!(is, "buf", buf);
+            let (w, g) = wr!(is, "buf", buf);
             let op = CommOp::Reduce {
                 send: w.as_read(),
                 recv: w,
@@ -97,7 +97,7 @@ impl<B: Memory> ProcessGroup<B> {
                 root,
             };
             // SAFETY: as in `all_reduce`.
-            unsafe { is.issue(&op) }
+            unsafe { is.issue_ending(&op, [g]) }
         })
     }
 
@@ -126,10 +126,10 @@ impl<B: Memory> ProcessGroup<B> {
                     recv.as_ref().and_then(|b| b.comm_mem()),
                 ]
             })?;
-            two_on(is, send, recv, |s, r| {
+            two_on(is, send, recv, |s, r, held| {
                 // SAFETY: both buffers came from `Memory::read`/`write` on the issuer's stream
-                // and their guards live until `two_on` returns, after the issue.
-                unsafe { is.issue(&build(s, r)) }
+                // and their guards are handed to the issue, which ends them after it.
+                unsafe { is.issue_ending(&build(s, r), held.into_iter().flatten()) }
             })
         })
     }
@@ -349,7 +349,7 @@ impl<B: Memory> ProcessGroup<B> {
         let mut one = self.alloc_zeros::<u8>(1)?;
         self.inner
             .issue(desc::<u8>(OpKind::Barrier, (1, 1), None), |is| {
-                let (w, _g) = wr!(is, "buf", &mut one);
+                let (w, g) = wr!(is, "buf", &mut one);
                 let op = CommOp::AllReduce {
                     send: w.as_read(),
                     recv: w,
@@ -357,7 +357,7 @@ impl<B: Memory> ProcessGroup<B> {
                     op: ReduceOp::Sum,
                 };
                 // SAFETY: as in `all_reduce`; the buffer is freed after the work in stream order.
-                unsafe { is.issue(&op) }
+                unsafe { is.issue_ending(&op, [g]) }
             })
     }
 }
@@ -402,30 +402,31 @@ fn desc<T: NcclType>(kind: OpKind, numel: (usize, usize), peer: Option<u32>) -> 
 }
 
 /// Takes `send` (read) and `recv` (written) on the issuer's stream, an absent one as empty,
-/// and runs `f` while their access guards are alive.
-pub(crate) fn two_on<B: Memory, T: NcclType, S, D, R>(
-    is: &Issuer<'_, B>,
-    send: Option<&S>,
-    recv: Option<&mut D>,
-    f: impl FnOnce(RawBuf, RawBufMut) -> Result<R>,
+/// and hands `f` their addresses and access guards (ended after the issue: by the issue
+/// itself on the eager path, by the block's end when coalesced).
+pub(crate) fn two_on<'a, B: Memory, T: NcclType, S, D, R>(
+    is: &Issuer<'a, B>,
+    send: Option<&'a S>,
+    recv: Option<&'a mut D>,
+    f: impl FnOnce(RawBuf, RawBufMut, [Option<B::Access<'a>>; 2]) -> Result<R>,
 ) -> Result<R>
 where
     S: Operand<B, Elem = T>,
     D: Operand<B, Elem = T>,
 {
-    let (s, _gs) = match send {
+    let (s, gs) = match send {
         Some(b) => {
             let (s, g) = rd!(is, "send", b);
             (s, Some(g))
         }
         None => (RawBuf::EMPTY, None),
     };
-    let (r, _gr) = match recv {
+    let (r, gr) = match recv {
         Some(b) => {
             let (r, g) = wr!(is, "recv", b);
             (r, Some(g))
         }
         None => (RawBufMut::EMPTY, None),
     };
-    f(s, r)
+    f(s, r, [gs, gr])
 }

@@ -9,25 +9,26 @@ use std::mem::ManuallyDrop;
 use std::sync::Arc;
 
 /// Events kept for reuse: creating a CUDA event costs about a microsecond, and a process
-/// group records one per operation. Re-recording a released event is safe: a stream wait
-/// already issued on it captured its earlier state. A spin lock: it is held for one push or
-/// pop, and its release is a plain store where a mutex's is a second atomic exchange, on
-/// a path every operation of a group takes twice.
+/// group records one per operation. An event goes back to the pool only when its last holder
+/// lets go (see [`NcclEvent`]), so a recorded event is never re-recorded while anything can
+/// still wait on it. A spin lock: it is held for one push or pop, and its release is a plain
+/// store where a mutex's is a second atomic exchange, on a path every operation of a group
+/// takes twice.
 #[derive(Debug, Default)]
 struct EventPool {
     /// Released events: without timing, with timing.
-    free: [spin::Mutex<Vec<CudaEvent>>; 2],
+    free: [spin::Mutex<Vec<Arc<CudaEvent>>>; 2],
 }
 
 /// Released events kept per kind beyond which they are destroyed.
 const POOL_LIMIT: usize = 256;
 
 impl EventPool {
-    fn take(&self, timing: bool) -> Option<CudaEvent> {
+    fn take(&self, timing: bool) -> Option<Arc<CudaEvent>> {
         self.free[usize::from(timing)].lock().pop()
     }
 
-    fn give(&self, timing: bool, ev: CudaEvent) {
+    fn give(&self, timing: bool, ev: Arc<CudaEvent>) {
         let mut free = self.free[usize::from(timing)].lock();
         if free.len() < POOL_LIMIT {
             free.push(ev);
@@ -65,6 +66,12 @@ impl NcclStream {
     /// The cudarc stream.
     pub fn cuda(&self) -> &Arc<CudaStream> {
         &self.inner
+    }
+
+    /// Whether `event` was recorded on this stream (it came from this stream's pool, which
+    /// its clones share with it and no other stream has).
+    pub fn records(&self, event: &NcclEvent) -> bool {
+        Arc::ptr_eq(&self.pool, &event.pool)
     }
 
     /// The raw `cudaStream_t` given to NCCL.
@@ -111,6 +118,7 @@ impl Stream for NcclStream {
                 };
                 self.inner
                     .record_event(Some(flags))
+                    .map(Arc::new)
                     .map_err(|e| cuda_error("recording an event", e))?
             }
         };
@@ -134,19 +142,36 @@ impl Stream for NcclStream {
     }
 }
 
-/// A recorded CUDA event; dropping it returns it to its stream's pool.
+/// A recorded CUDA event. Clones share the one record (an operation's work and the buffers
+/// it used end with the same event); the last one dropped returns the event to its
+/// stream's pool, the only place an event is recorded again.
 #[derive(Debug)]
 pub struct NcclEvent {
-    inner: ManuallyDrop<CudaEvent>,
+    inner: ManuallyDrop<Arc<CudaEvent>>,
     timing: bool,
     pool: Arc<EventPool>,
+}
+
+impl Clone for NcclEvent {
+    fn clone(&self) -> NcclEvent {
+        NcclEvent {
+            inner: self.inner.clone(),
+            timing: self.timing,
+            pool: self.pool.clone(),
+        }
+    }
 }
 
 impl Drop for NcclEvent {
     fn drop(&mut self) {
         // SAFETY: `inner` is taken once, here, and never touched again.
         let ev = unsafe { ManuallyDrop::take(&mut self.inner) };
-        self.pool.give(self.timing, ev);
+        // The only holder: nobody can clone it any more (no weak references are made), so
+        // nothing waits on it after it is pooled. Two last clones dropped at once both see
+        // 2 and the event is destroyed instead: never re-recorded early.
+        if Arc::strong_count(&ev) == 1 {
+            self.pool.give(self.timing, ev);
+        }
     }
 }
 
@@ -154,6 +179,11 @@ impl NcclEvent {
     /// The cudarc event.
     pub fn cuda(&self) -> &CudaEvent {
         &self.inner
+    }
+
+    /// Whether `self` and `other` are the same record (clones of one event).
+    pub fn same_record(&self, other: &NcclEvent) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
     }
 }
 
