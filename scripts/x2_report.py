@@ -136,8 +136,10 @@ def overhead(paths):
         pg_issue = rows[1][2]
         ratio = rows[4][1] / rows[3][1]
         wd_issue, wd_latency = rows[2][2], rows[5][2]
+        nb = (f", pg on NcclBuf-Comm issue {rows[7][2]:+d} ns (with watchdog+recorder "
+              f"{rows[7][2] + rows[8][2]:+d})") if len(rows) >= 9 else ""
         notes.append(f"run {i}: pg-Comm issue {pg_issue:+d} ns, latency pg/Comm {ratio:.3f}x "
-                     f"(Comm {rows[3][1]} ns), watchdog+recorder issue {wd_issue:+d} ns / latency {wd_latency:+d} ns")
+                     f"(Comm {rows[3][1]} ns), watchdog+recorder issue {wd_issue:+d} ns / latency {wd_latency:+d} ns{nb}")
     mean = lambda k, j: sum(r[k][j] for r in rows_by_run) / len(rows_by_run)
     goals = [("pg - Comm <= 1000 ns", mean(1, 2) <= 1000),
              ("latency <= 1.05x", mean(4, 1) / mean(3, 1) <= 1.05),
