@@ -14,9 +14,11 @@
 //!   work's), and on `NcclBuf`, the group's own buffer, whose use ends with the work's event.
 //! - latency: each call waited for before the next (`Work::wait` against a stream
 //!   synchronize), the whole loop timed.
+//! - pipelined: `CALLS` calls, then a wait for the last, the whole timed: what `oxccl perf`
+//!   and nccl-tests time (the host's issue or the GPU's run, whichever is slower).
 
 use oxccl::core::Backend;
-use oxccl::pg::{PgOptions, ProcessGroup, Recorder};
+use oxccl::pg::{PgOptions, ProcessGroup, Recorder, RegMode, TuneTable};
 use oxccl::store::{MemStore, PrefixStore, Store};
 use oxccl::{Comm, CommConfig, Device, Nccl, ReduceOp};
 use std::sync::{Arc, Barrier};
@@ -26,7 +28,7 @@ const CALLS: usize = 200;
 const ROUNDS: usize = 100;
 const WARMUP: usize = 5;
 /// The variants and the one each is compared with (paired, round by round).
-const VARIANTS: [(&str, usize); 9] = [
+const VARIANTS: [(&str, usize); 13] = [
     ("issue: Comm::all_reduce_in_place", 0),
     (
         "issue: ProcessGroup::all_reduce, watchdog and recorder off (work dropped)",
@@ -56,6 +58,22 @@ const VARIANTS: [(&str, usize); 9] = [
     (
         "issue: ProcessGroup::all_reduce on NcclBuf, watchdog on, recorder 2000 (work dropped)",
         7,
+    ),
+    (
+        "pipelined: Comm::all_reduce_in_place x CALLS, then stream synchronize",
+        9,
+    ),
+    (
+        "pipelined: ProcessGroup::all_reduce on NcclBuf x CALLS, then the last Work::wait, watchdog on, recorder 2000",
+        9,
+    ),
+    (
+        "pipelined: as row 11, in a group made by new_group with a uniform -R 1 tune table",
+        10,
+    ),
+    (
+        "pipelined: as row 11, in a group made by ProcessGroup::new with a uniform -R 1 tune table",
+        10,
     ),
 ];
 
@@ -152,11 +170,40 @@ fn rank(
     // The group's own buffer type: its stream order shares the work's end event.
     let mut pnb = plain.upload_comm(&[1.0f32, 2.0]).unwrap();
     let mut fnb = full.upload_comm(&[1.0f32, 2.0]).unwrap();
+    // Groups under a tune table (registration everywhere), as `oxccl perf -R 1` makes one
+    // (new_group of its base group) and as a user would at construction.
+    let table = Some(Arc::new(TuneTable::uniform(RegMode::Registered)));
+    let sub = full
+        .new_group(
+            &full.ranks(),
+            Some(PgOptions {
+                tune: table.clone(),
+                ..full.options().clone()
+            }),
+        )
+        .expect("new_group");
+    let tuned = {
+        let store: Arc<dyn Store> = Arc::new(PrefixStore::new("tuned", store.clone()));
+        ProcessGroup::new(
+            lib.clone(),
+            store,
+            r,
+            n,
+            PgOptions {
+                tune: table,
+                ..full.options().clone()
+            },
+        )
+        .expect("process group")
+    };
+    let mut snb = sub.upload_comm(&[1.0f32, 2.0]).unwrap();
+    let mut tnb = tuned.upload_comm(&[1.0f32, 2.0]).unwrap();
     let mut per_call = vec![Vec::new(); VARIANTS.len()];
     for round in 0..WARMUP + ROUNDS {
         for (v, samples) in per_call.iter_mut().enumerate() {
             barrier.wait();
             let t = Instant::now();
+            let mut last = None;
             for _ in 0..CALLS {
                 match v {
                     0 => comm.all_reduce_in_place(&mut cbuf, ReduceOp::Sum).unwrap(),
@@ -178,8 +225,19 @@ fn rank(
                         .unwrap(),
                     6 => drop(dog.all_reduce(&mut dbuf, ReduceOp::Sum).unwrap()),
                     7 => drop(plain.all_reduce(&mut pnb, ReduceOp::Sum).unwrap()),
-                    _ => drop(full.all_reduce(&mut fnb, ReduceOp::Sum).unwrap()),
+                    8 => drop(full.all_reduce(&mut fnb, ReduceOp::Sum).unwrap()),
+                    9 => comm.all_reduce_in_place(&mut cbuf, ReduceOp::Sum).unwrap(),
+                    10 => last = Some(full.all_reduce(&mut fnb, ReduceOp::Sum).unwrap()),
+                    11 => last = Some(sub.all_reduce(&mut snb, ReduceOp::Sum).unwrap()),
+                    _ => last = Some(tuned.all_reduce(&mut tnb, ReduceOp::Sum).unwrap()),
                 }
+            }
+            // The pipelined rows time the loop up to the end of its last operation, as
+            // `oxccl perf` and nccl-tests do (host or GPU, whichever is slower).
+            match (v, last) {
+                (9, _) => st.synchronize().unwrap(),
+                (_, Some(w)) => w.wait().unwrap(),
+                _ => {}
             }
             let ns = t.elapsed().as_nanos() as f64 / CALLS as f64;
             st.synchronize().unwrap();
@@ -188,6 +246,8 @@ fn rank(
             dog.download(&dbuf).unwrap();
             plain.download_any(&pnb).unwrap();
             full.download_any(&fnb).unwrap();
+            sub.download_any(&snb).unwrap();
+            tuned.download_any(&tnb).unwrap();
             if round >= WARMUP {
                 samples.push(ns);
             }
@@ -196,6 +256,8 @@ fn rank(
     barrier.wait();
     comm.destroy().unwrap();
     plain.destroy();
+    sub.destroy();
+    tuned.destroy();
     full.destroy();
     dog.destroy();
     per_call
