@@ -175,7 +175,7 @@ fn rank(
     let table = Some(Arc::new(TuneTable::uniform(RegMode::Registered)));
     let sub = full
         .new_group(
-            &full.ranks(),
+            full.ranks(),
             Some(PgOptions {
                 tune: table.clone(),
                 ..full.options().clone()
