@@ -321,6 +321,7 @@ impl oxccl_core::Communicator for MockComm {
     unsafe fn issue(&self, op: &CommOp<'_>, stream: &MockStream) -> Result<()> {
         let _call = self.calls.enter();
         check::op(op, &self.ctx())?;
+        self.one_kind(op)?;
         // As the NCCL backend issues it: fp8 that is only moved travels as uint8 on a library
         // without fp8 (the cross-rank matching compares what NCCL would be given).
         let op = &check::wire_op(op, &self.sh().features);

@@ -5,7 +5,7 @@
 
 use crate::comm::MockComm;
 use crate::sync::lock;
-use oxccl_core::{Error, Feature, RegHandle, Result};
+use oxccl_core::{CommOp, Communicator, Error, Feature, RegHandle, Result};
 
 impl MockComm {
     pub(crate) fn window_add(&self, addr: usize, bytes: usize) -> Result<RegHandle> {
@@ -47,6 +47,21 @@ impl MockComm {
             "handle",
             format_args!("a window of this communicator, {:#x} is not", h.addr),
         ))
+    }
+
+    /// `Ok` unless `op` mixes a buffer in one of this rank's windows with one in none: the
+    /// NCCL backend refuses that before NCCL (NCCL 2.28 goes wrong on it), and so does the
+    /// mock, by the same pure rule ([`oxccl_core::check::windows::one_kind`]).
+    pub(crate) fn one_kind(&self, op: &CommOp<'_>) -> Result<()> {
+        let wins = lock(&self.rank_state().windows);
+        if wins.0.is_empty() {
+            return Ok(());
+        }
+        oxccl_core::check::windows::one_kind(op, self.rank(), |addr, bytes| {
+            wins.0
+                .values()
+                .any(|w| addr >= w.addr && addr.saturating_add(bytes) <= w.addr + w.bytes)
+        })
     }
 
     /// This rank's live local registrations ([`oxccl_core::Communicator::register`]), by
