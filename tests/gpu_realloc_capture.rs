@@ -57,6 +57,17 @@ fn rank(lib: oxccl::Nccl, store: Arc<dyn Store>, r: u32, mode: RegMode) -> Vec<u
         );
         drop(graph);
         drop(a);
+        // Let the group let go of the dropped buffer, so its memory is freed before the next
+        // round allocates: a window by the collective release, a local registration by the
+        // sweep the next operation runs (here a one-element all_reduce on other memory).
+        if mode == RegMode::Window {
+            pg.release_windows().expect("release_windows");
+        } else {
+            let mut scratch = pg.upload(&[0.0f32]).expect("upload");
+            pg.all_reduce(&mut scratch, ReduceOp::Sum)
+                .and_then(|w| w.wait())
+                .expect("scratch all_reduce");
+        }
     }
     pg.destroy();
     addrs
