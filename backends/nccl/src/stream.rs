@@ -180,11 +180,6 @@ impl NcclEvent {
     pub fn cuda(&self) -> &CudaEvent {
         &self.inner
     }
-
-    /// Whether `self` and `other` are the same record (clones of one event).
-    pub fn same_record(&self, other: &NcclEvent) -> bool {
-        Arc::ptr_eq(&self.inner, &other.inner)
-    }
 }
 
 impl Event for NcclEvent {
