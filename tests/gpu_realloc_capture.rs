@@ -4,7 +4,10 @@
 //! (`NCCL_GRAPH_REGISTER`), so a registration outliving its memory would be found again at
 //! the reused address and move the wrong data. `oxccl perf`'s raw and comm layers met wrong
 //! results that way at `-R 1 -G` (docs/BENCHMARKS.md); the group's `NcclBuf` keeps its
-//! memory until every registration and graph is gone, and this test holds it to that. Runs
+//! memory until every registration and graph is gone, and this test holds it to that, on an
+//! in-place all_reduce of one size and on out-of-place all_gathers of changing sizes whose
+//! buffers are allocated in alternating order (a freed address comes back in another role
+//! and size, as in `oxccl perf`'s sweep). Runs
 //! when `OXCCL_TEST_GPUS` is 2 or more and skips, saying so, otherwise.
 
 mod common;
@@ -21,7 +24,8 @@ const LAUNCHES: u32 = 3;
 
 /// One rank: per round a fresh buffer of rank+1, an eager all_reduce (sum: 3), a graph of
 /// one all_reduce launched `LAUNCHES` times (doubling each time), the values read back,
-/// then graph and buffer dropped. Returns the buffer addresses seen, by round.
+/// then graph and buffer dropped, and an all_gather round ([`gather_round`]). Returns the
+/// addresses of every buffer allocated, in order.
 fn rank(lib: oxccl::Nccl, store: Arc<dyn Store>, r: u32, mode: RegMode) -> Vec<usize> {
     let opts = PgOptions {
         bound_device: Some(Device(r)),
@@ -57,6 +61,7 @@ fn rank(lib: oxccl::Nccl, store: Arc<dyn Store>, r: u32, mode: RegMode) -> Vec<u
         );
         drop(graph);
         drop(a);
+        addrs.extend(gather_round(&pg, r, mode, round));
         // Let the group let go of the dropped buffer, so its memory is freed before the next
         // round allocates: a window by the collective release, a local registration by the
         // sweep the next operation runs (here a one-element all_reduce on other memory).
@@ -71,6 +76,55 @@ fn rank(lib: oxccl::Nccl, store: Arc<dyn Store>, r: u32, mode: RegMode) -> Vec<u
     }
     pg.destroy();
     addrs
+}
+
+/// Sizes (elements per rank) of the all_gather rounds: growing and shrinking, so a freed
+/// address comes back for a buffer of another size or role.
+const GATHER: [usize; 6] = [1 << 19, 1 << 22, 1 << 20, 1 << 22, 1 << 18, 1 << 21];
+
+/// An out-of-place all_gather of this round's size: eager into one output (registering the
+/// buffers as the table says), then captured into a fresh, zeroed output registered
+/// beforehand, launched and checked; buffers allocated in alternating order (addresses swap
+/// roles and sizes from round to round), then dropped.
+fn gather_round(pg: &ProcessGroup<oxccl::Nccl>, r: u32, mode: RegMode, round: usize) -> [usize; 3] {
+    let n = GATHER[round % GATHER.len()];
+    let mine = vec![r as f32 + 1.0; n];
+    let (mut send, mut first) = if round % 2 == 0 {
+        let s = pg.upload_comm(&mine).expect("upload");
+        (s, pg.alloc_comm::<f32>(2 * n).expect("alloc"))
+    } else {
+        let f = pg.alloc_comm::<f32>(2 * n).expect("alloc");
+        (pg.upload_comm(&mine).expect("upload"), f)
+    };
+    pg.all_gather(&send, &mut first)
+        .and_then(|w| w.wait())
+        .expect("eager all_gather");
+    let mut recv = pg.alloc_comm::<f32>(2 * n).expect("alloc");
+    pg.register_buffer(&recv, mode).expect("register recv");
+    let graph = pg
+        .capture(|pg| pg.all_gather(&send, &mut recv).map(drop))
+        .expect("capture all_gather");
+    let mut last = None;
+    for _ in 0..LAUNCHES {
+        last = Some(graph.launch(&mut [&mut send, &mut recv]).expect("launch"));
+    }
+    last.expect("a launch").wait().expect("wait");
+    for (what, buf) in [("eager", &first), ("graph", &recv)] {
+        let got = pg.download_any(buf).expect("download");
+        let wrong = got
+            .iter()
+            .enumerate()
+            .filter(|&(i, &x)| x != (i / n) as f32 + 1.0)
+            .count();
+        assert_eq!(
+            wrong,
+            0,
+            "rank {r}, {mode:?}, gather round {round} ({n} per rank, {what}): {wrong} of {} wrong",
+            2 * n
+        );
+    }
+    drop(graph);
+    [send.addr(), first.addr(), recv.addr()]
 }
 
 #[test]
@@ -90,11 +144,15 @@ fn gpu_registered_memory_captured_freed_and_reallocated_stays_right() {
                 .collect();
             ranks.into_iter().map(|h| h.join().unwrap()).collect()
         });
-        // How often an address came back (what makes the test mean something).
-        let reused = addrs[0].windows(2).filter(|w| w[0] == w[1]).count();
+        // How many allocations got an address seen before (what makes the test mean
+        // something).
+        let seen = &addrs[0];
+        let reused = (0..seen.len())
+            .filter(|&i| seen[..i].contains(&seen[i]))
+            .count();
+        let total = seen.len();
         said.push(format!(
-            "{mode:?}: {ROUNDS} rounds right, rank 0's address reused in {reused} of {}",
-            ROUNDS - 1
+            "{mode:?}: {ROUNDS} rounds (all_reduce and all_gather) right, {reused} of rank 0's {total} allocations at an address used before"
         ));
     }
     println!("RESULT {}", said.join("; "));
