@@ -109,7 +109,13 @@ fn gather_round(pg: &ProcessGroup<oxccl::Nccl>, r: u32, mode: RegMode, round: us
         last = Some(graph.launch(&mut [&mut send, &mut recv]).expect("launch"));
     }
     last.expect("a launch").wait().expect("wait");
-    for (what, buf) in [("eager", &first), ("graph", &recv)] {
+    // Eager again while the graph (which holds NCCL's own registration of these buffers)
+    // still lives, into the first output, zeroed first so this run's result is what is read.
+    first = pg.alloc_comm::<f32>(2 * n).expect("alloc");
+    pg.all_gather(&send, &mut first)
+        .and_then(|w| w.wait())
+        .expect("eager all_gather beside the graph");
+    for (what, buf) in [("eager beside the graph", &first), ("graph", &recv)] {
         let got = pg.download_any(buf).expect("download");
         let wrong = got
             .iter()
