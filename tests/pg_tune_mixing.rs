@@ -1,9 +1,11 @@
 //! One operation, one kind of buffer (src/pg/tuned.rs): the buffers of an operation are all
 //! in symmetric windows or none is (NCCL 2.28.9 on 2 × H200 gave wrong results, or hung, on
 //! an all_to_all whose send buffer was in a window and whose receive buffer was not). On the
-//! mock world: the other buffer is put in a window too, plain memory beside a window is
-//! refused naming it, and a buffer leaves its local registration before its window on every
-//! rank, also while its last work still runs.
+//! mock world: the other buffer is put in a window too; plain memory beside a window is
+//! refused naming it, by the backend (the core's rule, `oxccl_core::check::windows`, as the
+//! NCCL backend applies it), before the op is queued, inside a coalescing block too; and a
+//! buffer leaves its local registration before its window on every rank, also while its
+//! last work still runs.
 
 mod tune_kit;
 
@@ -12,6 +14,23 @@ use oxccl::pg::{RegMode, TuneTable, TunedStats};
 use oxccl::{Error, FeatureSet, ReduceOp};
 use std::time::Duration;
 use tune_kit::world;
+
+/// Asserts `res` is the backend's refusal of a window beside plain memory, naming `arg` (the
+/// plain buffer) on an op of `kind`.
+fn assert_refused(res: oxccl::Result<()>, arg: &str, kind: &str, r: usize) {
+    match res {
+        Err(Error::InvalidArgument { arg: a, expected }) => {
+            assert_eq!(a, arg, "rank {r}");
+            assert!(
+                expected.contains("symmetric window")
+                    && expected.contains(kind)
+                    && expected.contains("got plain memory"),
+                "rank {r}: {expected}"
+            );
+        }
+        other => panic!("rank {r}: a plain {arg} beside a window gave {other:?}"),
+    }
+}
 
 #[test]
 fn an_op_with_one_buffer_in_a_window_puts_the_other_in_one_too() {
@@ -56,36 +75,29 @@ fn plain_memory_beside_a_window_is_refused_naming_it() {
         let win = pg.upload_comm(&[r as i32 + 1; 4])?;
         pg.register_buffer(&win, RegMode::Window)?;
         let mut plain = pg.alloc_zeros::<i32>(4)?;
+        let issued = pg.with_comm(|c| c.ops_issued())?;
         let as_recv = pg.all_to_all(&win, &mut plain).map(drop);
         let mut win_recv = pg.alloc_comm::<i32>(4)?;
         pg.register_buffer(&win_recv, RegMode::Window)?;
         let plain_send = pg.upload(&[7i32; 4])?;
         let as_send = pg.all_to_all(&plain_send, &mut win_recv).map(drop);
+        // Neither refused op reached the mock's queue (it numbers every op it takes).
+        let unqueued = pg.with_comm(|c| c.ops_issued())? == issued;
         // Nothing was issued: both kinds alike still work, and the values are right.
         pg.all_to_all(&win, &mut win_recv)?.wait()?;
         let mut plain2 = pg.alloc_zeros::<i32>(4)?;
         pg.all_to_all(&plain_send, &mut plain2)?.wait()?;
         Ok((
-            as_recv,
-            as_send,
+            (as_recv, as_send, unqueued),
             pg.download_any(&win_recv)?,
             pg.download(&plain2)?,
         ))
     });
     for (r, o) in out.into_iter().enumerate() {
-        let (as_recv, as_send, got, plain) = o.unwrap();
-        for (res, arg) in [(as_recv, "recv"), (as_send, "send")] {
-            match res {
-                Err(Error::InvalidArgument { arg: a, expected }) => {
-                    assert_eq!(a, arg, "rank {r}");
-                    assert!(
-                        expected.contains("window") && expected.contains("all_to_all"),
-                        "rank {r}: {expected}"
-                    );
-                }
-                other => panic!("rank {r}: a plain {arg} beside a window gave {other:?}"),
-            }
-        }
+        let ((as_recv, as_send, unqueued), got, plain) = o.unwrap();
+        assert_refused(as_recv, "recv", "all_to_all", r);
+        assert_refused(as_send, "send", "all_to_all", r);
+        assert!(unqueued, "rank {r}: a refused op was queued");
         assert_eq!(got, [1, 1, 2, 2], "rank {r}");
         assert_eq!(plain, [7; 4], "rank {r}");
     }
@@ -125,30 +137,35 @@ fn a_busy_buffer_leaves_its_local_registration_before_its_window() {
 
 #[test]
 fn a_coalescing_block_refuses_plain_memory_beside_a_window() {
-    // A block cannot make windows (the library's group is open): the mix is refused there.
+    // A block cannot make windows (the library's group is open), so the mix is refused
+    // there, by the backend at the op's issue: before anything of it is queued in the open
+    // group, not at the group's end.
     let out = world(MockBackend::new(), &[None, None], |pg, r| {
         let win = pg.upload_comm(&[r as i32 + 1; 2])?;
         pg.register_buffer(&win, RegMode::Window)?;
         let mut plain = pg.alloc_zeros::<i32>(4)?;
+        let issued = pg.with_comm(|c| c.ops_issued())?;
+        let mut at_op = None;
         let refused = pg
-            .coalesced(|blk| blk.all_gather(&win, &mut plain))
+            .coalesced(|blk| {
+                let r = blk.all_gather(&win, &mut plain);
+                at_op = Some(r.clone());
+                r
+            })
             .map(drop);
+        let unqueued = pg.with_comm(|c| c.ops_issued())? == issued;
         // The group is still usable, and a block of one kind of buffer runs.
         let mut win_recv = pg.alloc_comm::<i32>(4)?;
         pg.register_buffer(&win_recv, RegMode::Window)?;
         pg.coalesced(|blk| blk.all_gather(&win, &mut win_recv))?
             .wait()?;
-        Ok((refused, pg.download_any(&win_recv)?))
+        Ok((refused, at_op, unqueued, pg.download_any(&win_recv)?))
     });
     for (r, o) in out.into_iter().enumerate() {
-        let (refused, got) = o.unwrap();
-        match refused {
-            Err(Error::InvalidArgument { arg, expected }) => {
-                assert_eq!(arg, "recv", "rank {r}");
-                assert!(expected.contains("register_buffer"), "rank {r}: {expected}");
-            }
-            other => panic!("rank {r}: a mixed all_gather in a block gave {other:?}"),
-        }
+        let (refused, at_op, unqueued, got) = o.unwrap();
+        assert_refused(at_op.expect("the block ran"), "recv", "all_gather", r);
+        assert_refused(refused, "recv", "all_gather", r);
+        assert!(unqueued, "rank {r}: the refused op was queued");
         assert_eq!(got, [1, 1, 2, 2], "rank {r}");
     }
 }

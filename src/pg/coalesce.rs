@@ -257,12 +257,9 @@ impl<'a, B: Memory> Coalescing<'a, B> {
             send.map_or(0, |b| b.numel()),
             recv.as_ref().map_or(0, |b| b.numel()),
         );
+        // A window beside plain memory is refused by the backend's issue, before anything
+        // of the op is queued in the open group (the core's rule, as outside a block).
         self.push(kind, T::DTYPE, numel, |is, issue| {
-            let mems = [
-                send.and_then(|b| b.comm_mem()),
-                recv.as_ref().and_then(|b| b.comm_mem()),
-            ];
-            super::tuned::refuse_mixed(&is.entry.regs, kind, &mems)?;
             two_on(is, send, recv, |s, r, held| {
                 issue(&build(s, r))?;
                 Ok(held.into_iter().flatten().collect())

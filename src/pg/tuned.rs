@@ -27,8 +27,11 @@
 //! in one run and hung in another; NCCL sees a window whatever the table says for this
 //! operation. So an operation with some of its buffers in windows puts the others in
 //! windows too (collective, decided from window state, which every rank made alike), and
-//! one whose other buffer cannot be (not the library's memory) is refused, naming it, before
-//! any library call. Groups with windows check this at every operation, table or not.
+//! groups with windows check this at every operation, table or not. One whose other buffer
+//! cannot be (not the library's memory) is left as it is: the backend refuses it when it is
+//! issued, naming that buffer, before anything of it reaches the library (the core's rule,
+//! `oxccl_core::check::windows`, which the NCCL backend and the mock both apply, inside a
+//! coalescing block too), so the rule has one copy.
 //!
 //! Graphs ([`ProcessGroup::capture`]): inside a capture nothing is registered or released,
 //! only checked. A registration is a host call (a window's is collective, with its own
@@ -278,33 +281,22 @@ impl CacheState {
         self.bufs.get(&id).is_some_and(|c| c.window.is_some())
     }
 
-    /// Where `mems` mix buffers in windows with others: the index of the first that is not
-    /// in a window (`None`: all or none are).
-    fn mixed(&self, mems: &[Option<CommMem>]) -> Option<usize> {
+    /// Whether `mems` mix buffers in windows with others (an absent or plain one counts as
+    /// outside).
+    fn mixed(&self, mems: &[Option<CommMem>]) -> bool {
         let windowed = |m: &Option<CommMem>| m.as_ref().is_some_and(|m| self.in_window(m.id));
-        let any = mems.iter().any(windowed);
-        mems.iter().position(|m| !windowed(m)).filter(|_| any)
+        mems.iter().any(windowed) && !mems.iter().all(windowed)
     }
 
     /// The mode of an operation on `mems` whose table chose `chosen`: window mode when some
-    /// of its buffers are in windows and all can be (see the module's documentation); a
-    /// refusal naming the buffer that cannot be.
-    fn one_kind(&self, op: &OpDesc, mems: &[Option<CommMem>], chosen: RegMode) -> Result<RegMode> {
-        let Some(plain) = self.mixed(mems) else {
-            return Ok(chosen);
-        };
-        if mems.iter().all(Option::is_some) {
-            return Ok(RegMode::Window);
+    /// of its buffers are in windows and all can be (see the module's documentation). When
+    /// one cannot be, `chosen` stands and the backend refuses the mix at issue.
+    fn one_kind(&self, mems: &[Option<CommMem>], chosen: RegMode) -> RegMode {
+        if self.mixed(mems) && mems.iter().all(Option::is_some) {
+            RegMode::Window
+        } else {
+            chosen
         }
-        let (arg, other) = names(plain);
-        Err(Error::invalid(
-            arg,
-            format_args!(
-                "memory of the library's allocator, to go in a window as {other} is ({} \
-                 mixing window and plain buffers goes wrong on NCCL 2.28), got plain memory",
-                op.kind.name()
-            ),
-        ))
     }
 
     /// Inside a capture nothing is registered (a host call; collective for windows): `Ok`
@@ -343,36 +335,6 @@ fn moved<'m>(op: &OpDesc, mems: &'m [Option<CommMem>]) -> &'m [Option<CommMem>] 
     }
 }
 
-/// The argument names of buffer `i` of a two-buffer operation and of the other one.
-fn names(i: usize) -> (&'static str, &'static str) {
-    if i == 0 {
-        ("send", "recv")
-    } else {
-        ("recv", "send")
-    }
-}
-
-/// Inside a coalescing block nothing is registered (the library's group is open): an
-/// operation there whose buffers mix windows with others is refused, naming the one outside
-/// a window (see the module's documentation).
-pub(super) fn refuse_mixed(regs: &RegCache, kind: OpKind, mems: &[Option<CommMem>]) -> Result<()> {
-    if !regs.has_windows() {
-        return Ok(());
-    }
-    let Some(plain) = regs.lock().mixed(mems) else {
-        return Ok(());
-    };
-    let (arg, other) = names(plain);
-    Err(Error::invalid(
-        arg,
-        format_args!(
-            "a buffer in a window as {other} is ({} mixing window and other buffers goes wrong \
-             on NCCL 2.28; a coalescing block cannot make windows: register_buffer first)",
-            kind.name()
-        ),
-    ))
-}
-
 /// Chooses the mode of an operation on `mems` (one per buffer it uses, `None` for a plain
 /// buffer) and makes the registrations it needs on `comm` before it is issued; inside a
 /// capture (`capturing`) only checks that they were made before (see the module's
@@ -400,7 +362,7 @@ pub(super) fn prepare_on<C: Communicator>(
     let chosen = table.map_or(RegMode::Plain, |t| {
         t.choose(op.kind, op.dtype, bytes, registrable)
     });
-    let mode = st.one_kind(op, mems, chosen)?;
+    let mode = st.one_kind(mems, chosen);
     for m in mems.iter().flatten() {
         if capturing {
             st.check_ready(m, mode, op, bytes)?;

@@ -9,7 +9,7 @@ use oxccl_core::text::{text_str, Text};
 use oxccl_core::traits::RegHandle;
 use oxccl_core::{text, CommState, Error, FeatureSet, Result, ResultCode};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -50,6 +50,9 @@ pub(crate) struct RankState {
     pub regs: Mutex<(HashMap<usize, RegHandle>, usize)>,
     /// Symmetric windows by address, and how many were ever made (see `window.rs`).
     pub windows: Mutex<(HashMap<usize, RegHandle>, u64)>,
+    /// How many windows `windows` holds, kept under its lock and read without it by every
+    /// issue (most communicators have none: see `MockComm::one_kind`).
+    pub live_windows: AtomicUsize,
 }
 
 /// A message sent eagerly and not yet received.
@@ -157,6 +160,7 @@ impl CommShared {
                     pending_cv: Condvar::new(),
                     regs: Mutex::new((HashMap::new(), 1)),
                     windows: Mutex::new((HashMap::new(), 0)),
+                    live_windows: AtomicUsize::new(0),
                 }
             })
             .collect();
