@@ -29,6 +29,15 @@ impl Case {
         self.coll.shape(self.count, self.n, self.rank, self.root)
     }
 
+    /// (send, recv) element counts of the rank with the most of each: what every rank
+    /// allocates, so that buffers (and the collective windows of -R 2) are alike on all
+    /// ranks, where a rooted operation's own shapes differ by rank.
+    pub fn shape_any_rank(&self) -> (usize, usize) {
+        (0..self.n)
+            .map(|k| self.coll.shape(self.count, self.n, k, self.root))
+            .fold(self.shape(), |(a, b), (s, r)| (a.max(s), b.max(r)))
+    }
+
     /// Elements of one rank's part.
     pub fn part(&self) -> usize {
         self.count / self.n.max(1) as usize
@@ -135,6 +144,19 @@ mod tests {
             n: 2,
             rank,
         }
+    }
+
+    #[test]
+    fn every_rank_allocates_the_largest_shape() {
+        let mut g = case(Coll::Gather, Redop::Sum, 1);
+        assert_eq!(g.shape(), (4, 0));
+        assert_eq!(g.shape_any_rank(), (4, 8));
+        g.rank = 0;
+        assert_eq!(g.shape_any_rank(), (4, 8));
+        let s = case(Coll::Scatter, Redop::Sum, 1);
+        assert_eq!((s.shape(), s.shape_any_rank()), ((0, 4), (8, 4)));
+        let a = case(Coll::AllGather, Redop::Sum, 1);
+        assert_eq!(a.shape_any_rank(), a.shape());
     }
 
     #[test]

@@ -2,6 +2,14 @@
 //! (`Comm::issue`, the checked path under the safe calls) over device buffers by address:
 //! plain (-R 0), registered with the communicator (-R 1) or NCCL memory in symmetric windows
 //! (-R 2); with -G the timed loop is captured into a CUDA graph and the graph launched.
+//!
+//! Buffers are kept for the whole run, pooled by size, each with its registration or window:
+//! a case takes the buffers of its sizes from the pool and gives them back at its teardown, so
+//! no address is freed and handed out again while the communicator lives (nccl-tests, too,
+//! allocates and registers its buffers once per run). On 2 × H200 with NCCL 2.28.9, NCCL
+//! memory that a graph had captured while it was registered, then deregistered, freed and
+//! allocated again at the same address gave wrong in-place all_gather results at 16 and
+//! 128 MiB in 6 of 9 runs (never when the buffers were kept; docs/BENCHMARKS.md).
 
 use super::layer::not_set_up;
 use super::raw_call::{call, raw_issue, settle};
@@ -59,10 +67,23 @@ impl Drop for SyncMem {
     }
 }
 
+/// A buffer of a layer's pool, with what -R gave it (kept with it until the layer goes).
+struct Pooled {
+    bytes: usize,
+    addr: usize,
+    /// Its local registration (-R 1).
+    reg: Option<RegHandle>,
+    /// Its symmetric window (-R 2).
+    window: Option<Window>,
+    /// The memory, held for its drop; declared last: freed after its registration or
+    /// window is let go (see `Drop`).
+    _mem: Mem,
+}
+
 /// Where the raw and comm layers' buffers come from (`OXCCL_PERF_ALLOC`).
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Alloc {
-    /// `ncclMemAlloc` (NCCL 2.19+), the default at -R 0: what nccl-tests allocates since 2.19, and
+    /// `ncclMemAlloc` (NCCL 2.19+), the default: what nccl-tests allocates since 2.19, and
     /// what NCCL registers by itself when a graph captures an operation
     /// (`NCCL_GRAPH_REGISTER`): measured on 2 × H200, all_gather 128 MiB `-R 0 -G 10` takes
     /// 227 µs on it and 287 µs on cudarc's pool memory, which NCCL does not register.
@@ -124,9 +145,10 @@ pub struct NcclLayer<T: Elem> {
     /// The case set up (none before the first setup, after a teardown, or after a setup that
     /// said N/A or failed).
     set: Option<SetUp>,
-    bufs: Vec<Mem>,
-    regs: Vec<RegHandle>,
-    windows: Vec<Window>,
+    /// Buffers no case holds, by size.
+    pool: Vec<Pooled>,
+    /// The buffers of the case set up.
+    taken: Vec<Pooled>,
     graph: Option<(CudaGraph, usize)>,
     corrupt: bool,
     blocking: bool,
@@ -149,9 +171,8 @@ impl<T: Elem> NcclLayer<T> {
             registration,
             graphs,
             set: None,
-            bufs: Vec::new(),
-            regs: Vec::new(),
-            windows: Vec::new(),
+            pool: Vec::new(),
+            taken: Vec::new(),
             graph: None,
             corrupt: false,
             blocking: true,
@@ -171,26 +192,29 @@ impl<T: Elem> NcclLayer<T> {
         self
     }
 
-    /// Allocates (and registers, or puts in a window, per -R) a device buffer of `bytes`,
-    /// kept until the teardown; returns its address.
+    /// A device buffer of `bytes` for the case being set up, from the pool, else allocated
+    /// (and registered, or put in a window, per -R); returns its address.
     fn alloc(&mut self, bytes: usize) -> Result<usize> {
         let bytes = bytes.max(1);
+        if let Some(i) = self.pool.iter().position(|p| p.bytes == bytes) {
+            let p = self.pool.swap_remove(i);
+            let addr = p.addr;
+            self.taken.push(p);
+            return Ok(addr);
+        }
+        let mut window = None;
         let comm = self.comm.borrow();
         let has_nccl_mem = oxccl::core::Backend::features(&self.lib).has(oxccl::Feature::MemAlloc);
         let mem = match (self.registration, alloc_kind()) {
             (2, _) => {
                 let m = NcclMem::alloc(self.lib.library(), bytes)?;
-                // NCCL_WIN_COLL_SYMMETRIC: every rank registers a buffer of the same size.
-                self.windows
-                    .push(comm.backend().window_register(m.addr(), bytes, 1)?);
+                // NCCL_WIN_COLL_SYMMETRIC: every rank registers a buffer of the same size
+                // (every rank sets up the same cases, so their pools match).
+                window = Some(comm.backend().window_register(m.addr(), bytes, 1)?);
                 Mem::Nccl(m)
             }
             (0, Alloc::Sync) => Mem::Sync(SyncMem::zeros(comm.stream().context(), bytes)?),
-            // -R 1 stays on cudarc's pool: on 2 × H200 (NCCL 2.28.9), ncclMemAlloc memory
-            // registered with ncclCommRegister and captured into a graph gave wrong results
-            // in the next layer's buffers (freed, reallocated at the same addresses, and
-            // registered again) unless NCCL_GRAPH_REGISTER=0; see docs/BENCHMARKS.md.
-            (0, Alloc::Nccl) if has_nccl_mem => {
+            (0 | 1, Alloc::Nccl) if has_nccl_mem => {
                 let m = NcclMem::alloc(self.lib.library(), bytes)?;
                 zero(comm.stream(), m.addr(), bytes)?;
                 Mem::Nccl(m)
@@ -212,11 +236,22 @@ impl<T: Elem> NcclLayer<T> {
             Mem::Nccl(m) => m.addr(),
             Mem::Sync(m) => m.0 as usize,
         };
-        if self.registration == 1 {
-            let h = oxccl::core::Communicator::register(self.comm.borrow().backend(), addr, bytes)?;
-            self.regs.push(h);
-        }
-        self.bufs.push(mem);
+        let reg = if self.registration == 1 {
+            Some(oxccl::core::Communicator::register(
+                self.comm.borrow().backend(),
+                addr,
+                bytes,
+            )?)
+        } else {
+            None
+        };
+        self.taken.push(Pooled {
+            bytes,
+            addr,
+            reg,
+            window,
+            _mem: mem,
+        });
         Ok(addr)
     }
 
@@ -347,7 +382,11 @@ impl<T: Elem> Layer for NcclLayer<T> {
             return Ok(false);
         }
         let sz = std::mem::size_of::<T>();
-        let (s, r) = case.shape();
+        // Allocated alike on every rank, so that every rank's pool makes the same choices
+        // and the windows of -R 2, collective and of one size on all ranks, are made by all
+        // ranks together (before, a gather's root made larger windows than the others:
+        // NCCL 2.28.9 failed with "operation not supported" from 4 MiB up).
+        let (s, r) = case.shape_any_rank();
         let (send, recv) = if in_place {
             let at = self.alloc(s.max(r) * sz)?;
             let off = case.rank as usize * case.part() * sz;
@@ -428,6 +467,9 @@ impl<T: Elem> Layer for NcclLayer<T> {
         } else {
             input
         };
+        // A pooled output holds an earlier case's results: zeroed, an operation that wrote
+        // nothing cannot pass for one that did.
+        zero(&st, r, rn * std::mem::size_of::<T>())?;
         // SAFETY: `s` and `r` address this layer's live buffers, at least `sn`/`rn` elements.
         unsafe { cudarc::driver::result::memcpy_htod_sync(s as u64, &input).map_err(cuda)? };
         // A synchronous copy from pageable memory may return before its DMA lands, and the
@@ -446,17 +488,48 @@ impl<T: Elem> Layer for NcclLayer<T> {
 
     fn teardown(&mut self) -> Result<()> {
         self.graph = None;
-        let mut comm = self.comm.borrow_mut();
-        comm.synchronize()?;
-        for h in self.regs.drain(..) {
-            comm.deregister(h)?;
+        self.set = None;
+        if self.taken.is_empty() {
+            return Ok(());
         }
-        for w in self.windows.drain(..) {
-            comm.backend().window_deregister(w)?;
+        // The case's work ends before its buffers serve another case.
+        self.comm.borrow().synchronize()?;
+        self.pool.append(&mut self.taken);
+        Ok(())
+    }
+}
+
+impl<T: Elem> Drop for NcclLayer<T> {
+    /// Lets the pool go: registrations and windows first (windows are collective: every
+    /// rank's layer goes at the same point of the run), then the memory. After a failure
+    /// (the communicator stopped, its stream not synchronized) nothing is deregistered and
+    /// the memory is kept, never freed under work that may still run: the communicator's
+    /// destruction releases NCCL's side, the process's end the rest.
+    fn drop(&mut self) {
+        self.graph = None;
+        self.pool.append(&mut self.taken);
+        let Ok(mut comm) = self.comm.try_borrow_mut() else {
+            std::mem::forget(std::mem::take(&mut self.pool));
+            return;
+        };
+        if let Err(e) = comm.synchronize() {
+            log::debug!("perf layer {}: keeping its buffers ({e})", self.name());
+            std::mem::forget(std::mem::take(&mut self.pool));
+            return;
+        }
+        for p in &mut self.pool {
+            if let Some(h) = p.reg.take() {
+                if let Err(e) = comm.deregister(h) {
+                    log::debug!("perf layer: deregistering a buffer: {e}");
+                }
+            }
+            if let Some(w) = p.window.take() {
+                if let Err(e) = comm.backend().window_deregister(w) {
+                    log::debug!("perf layer: deregistering a window: {e}");
+                }
+            }
         }
         drop(comm);
-        self.bufs.clear();
-        self.set = None;
-        Ok(())
+        self.pool.clear();
     }
 }
