@@ -78,7 +78,7 @@ ITEMS_CORRECT="info i7.case02 i7.cases1 i7.cases i10.cases i7.ddp i7.socket i9.c
 ITEMS_MODES="i9.ncclbuild i9.connect i9.winmix i9.realloc i9.graphs i9.tune i9.procs"
 ITEMS_SWEEP="i9.ncclbuild i9.check i9.sweep"
 need_of() { case $1 in i9.small|i9.big|i9.check|info|i7.case02|i7.cases1|i7.overhead|i9.buffers|i10.nan|i9.ncclbuild|i9.sweep|i9.graphs|i9.tune) echo 1 ;; *) echo 2 ;; esac; }
-limit_of() { case $1 in i9.sweep) echo 480 ;; i9.small) echo 200 ;; i9.big) echo 300 ;; i7.cases|i9.check) echo 150 ;; i9.tune) echo 240 ;; i9.graphs|i9.ncclbuild) echo 180 ;; i10.death) echo 120 ;; *) echo 90 ;; esac; }
+limit_of() { case $1 in i9.sweep) echo 480 ;; i9.realloc) echo 300 ;; i9.small) echo 200 ;; i9.big) echo 300 ;; i7.cases|i9.check) echo 150 ;; i9.tune) echo 240 ;; i9.graphs|i9.ncclbuild) echo 180 ;; i10.death) echo 120 ;; *) echo 90 ;; esac; }
 what_of() {
     case $1 in
     info) echo "GPUs, NCCL libraries, torch, oxccl info" ;;
@@ -95,7 +95,7 @@ what_of() {
     i9.buffers) echo "NcclBuf through the process group: plain, registered, windows, mixed (examples/comm_buffers)" ;;
     i10.abortwin) echo "an abort with symmetric windows does not wait for the peer (tests/gpu_abort_windows.rs)" ;;
     i9.winmix) echo "Comm (no process group) refuses an all_to_all mixing a window and plain memory, naming recv; all in windows runs right (tests/gpu_window_mix.rs)" ;;
-    i9.realloc) echo "NcclBuf registered (then in a window), captured, dropped and allocated again at reused addresses, 6 rounds each: values right every round (tests/gpu_realloc_capture.rs)" ;;
+    i9.realloc) echo "NcclBuf registered (then in a window), captured, dropped and allocated again at reused addresses, 6 rounds each of all_reduce, all_gather, broadcast and send/recv: values right every round (tests/gpu_realloc_capture.rs)" ;;
     i9.connect) echo "a first collective captured before it ever ran: a capture error naming NCCL_RUNTIME_CONNECT; run once eagerly, then captured right (tests/gpu_capture_connect.rs)" ;;
     i10.nan) echo "NaN check cost per GiB (f32, f64, f16, bf16) on GPU 0" ;;
     i9.procs) echo "oxccl perf and --tune as a process per GPU under torchrun --no-python (all_reduce, all_gather)" ;;

@@ -5,9 +5,13 @@
 //! the reused address and move the wrong data. `oxccl perf`'s raw and comm layers met wrong
 //! results that way at `-R 1 -G` (docs/BENCHMARKS.md); the group's `NcclBuf` keeps its
 //! memory until every registration and graph is gone, and this test holds it to that, on an
-//! in-place all_reduce of one size and on out-of-place all_gathers of changing sizes whose
+//! in-place all_reduce of one size, on out-of-place all_gathers of changing sizes whose
 //! buffers are allocated in alternating order (a freed address comes back in another role
-//! and size, as in `oxccl perf`'s sweep). Runs
+//! and size, as in `oxccl perf`'s sweep), and on broadcasts and send/recv pairs of changing
+//! sizes. With NCCL memory freed at drop, a captured broadcast of a registered buffer
+//! delivered nothing in the third round on 2 × H200 (NCCL 2.28.9): `NcclMem` now keeps the
+//! memory it lets go for the next allocation of its size. Prints each round and step to
+//! stderr, so a run cut short says where it was. Runs
 //! when `OXCCL_TEST_GPUS` is 2 or more and skips, saying so, otherwise.
 
 mod common;
@@ -35,6 +39,7 @@ fn rank(lib: oxccl::Nccl, store: Arc<dyn Store>, r: u32, mode: RegMode) -> Vec<u
     let pg = ProcessGroup::new(lib, store, r, 2, opts).expect("process group");
     let mut addrs = Vec::new();
     for round in 0..ROUNDS {
+        eprintln!("rank {r}, {mode:?}: round {round}");
         let mut a = pg.upload_comm(&vec![r as f32 + 1.0; N]).expect("upload");
         addrs.push(a.addr());
         // Eager first: the table registers the buffer (or makes its window) outside the
@@ -62,6 +67,7 @@ fn rank(lib: oxccl::Nccl, store: Arc<dyn Store>, r: u32, mode: RegMode) -> Vec<u
         drop(graph);
         drop(a);
         addrs.extend(gather_round(&pg, r, mode, round));
+        addrs.extend(rooted_round(&pg, r, mode, round));
         // Let the group let go of the dropped buffer, so its memory is freed before the next
         // round allocates: a window by the collective release, a local registration by the
         // sweep the next operation runs (here a one-element all_reduce on other memory).
@@ -133,6 +139,91 @@ fn gather_round(pg: &ProcessGroup<oxccl::Nccl>, r: u32, mode: RegMode, round: us
     [send.addr(), first.addr(), recv.addr()]
 }
 
+/// Every element of `buf` is `want` (a broadcast's or a receive's result), else the test
+/// fails naming `what`.
+fn expect_all(
+    pg: &ProcessGroup<oxccl::Nccl>,
+    buf: &oxccl::buffer::NcclBuf<f32>,
+    want: f32,
+    what: &str,
+) {
+    let got = pg.download_any(buf).expect("download");
+    let wrong = got.iter().filter(|&&x| x != want).count();
+    assert_eq!(
+        wrong,
+        0,
+        "{what}: {wrong} of {} wrong (want {want}, got e.g. {:?})",
+        got.len(),
+        got.iter().find(|&&x| x != want)
+    );
+}
+
+/// An in-place broadcast from rank 0, then a send from rank 0 to rank 1, each eager and then
+/// captured on a fresh buffer registered beforehand, launched and checked; the size changes
+/// from round to round and everything is dropped after, so the memory comes back at other
+/// roles and sizes (with windows, `oxccl perf`'s raw layer, which freed and allocated its
+/// buffers per case, met wrong broadcast and sendrecv results that way).
+fn rooted_round(pg: &ProcessGroup<oxccl::Nccl>, r: u32, mode: RegMode, round: usize) -> [usize; 4] {
+    let n = GATHER[(round + 3) % GATHER.len()];
+    let v = (round + 1) as f32;
+    let from_root = |x: f32| {
+        if r == 0 {
+            pg.upload_comm(&vec![x; n])
+        } else {
+            pg.alloc_comm::<f32>(n)
+        }
+        .expect("buffer")
+    };
+    let at = format!("rank {r}, {mode:?}, round {round} ({n} elements)");
+    let step = |what: &str| eprintln!("{at}: {what}");
+    step("broadcast");
+    let mut b = from_root(v);
+    pg.broadcast(&mut b, 0)
+        .and_then(|w| w.wait())
+        .expect("eager broadcast");
+    expect_all(pg, &b, v, &format!("{at}, eager broadcast"));
+    let mut c = from_root(v + 100.0);
+    pg.register_buffer(&c, mode).expect("register");
+    let graph = pg
+        .capture(|pg| pg.broadcast(&mut c, 0).map(drop))
+        .expect("capture broadcast");
+    graph
+        .launch(&mut [&mut c])
+        .and_then(|w| w.wait())
+        .expect("launch");
+    expect_all(pg, &c, v + 100.0, &format!("{at}, captured broadcast"));
+    drop(graph);
+    step("send/recv");
+    let mut p = from_root(v + 200.0);
+    let w = if r == 0 {
+        pg.send(&p, 1)
+    } else {
+        pg.recv(&mut p, 0)
+    };
+    w.and_then(|w| w.wait()).expect("eager send/recv");
+    expect_all(pg, &p, v + 200.0, &format!("{at}, eager send/recv"));
+    step("captured send/recv");
+    let mut q = from_root(v + 300.0);
+    pg.register_buffer(&q, mode).expect("register");
+    let graph = pg
+        .capture(|pg| {
+            if r == 0 {
+                pg.send(&q, 1)
+            } else {
+                pg.recv(&mut q, 0)
+            }
+            .map(drop)
+        })
+        .expect("capture send/recv");
+    graph
+        .launch(&mut [&mut q])
+        .and_then(|w| w.wait())
+        .expect("launch");
+    expect_all(pg, &q, v + 300.0, &format!("{at}, captured send/recv"));
+    drop(graph);
+    [b.addr(), c.addr(), p.addr(), q.addr()]
+}
+
 #[test]
 fn gpu_registered_memory_captured_freed_and_reallocated_stays_right() {
     let Some(lib) = common::nccl_with_windows(2) else {
@@ -158,7 +249,7 @@ fn gpu_registered_memory_captured_freed_and_reallocated_stays_right() {
             .count();
         let total = seen.len();
         said.push(format!(
-            "{mode:?}: {ROUNDS} rounds (all_reduce and all_gather) right, {reused} of rank 0's {total} allocations at an address used before"
+            "{mode:?}: {ROUNDS} rounds (all_reduce, all_gather, broadcast, send/recv) right, {reused} of rank 0's {total} allocations at an address used before"
         ));
     }
     println!("RESULT {}", said.join("; "));

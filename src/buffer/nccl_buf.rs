@@ -6,11 +6,13 @@
 //! stream waits for the other streams' events; on the stream of the last use it waits for
 //! nothing (the stream's order already puts it after), so the process group's back-to-back
 //! operations on its stream cost one event record per buffer and no stream wait. Dropping the
-//! buffer never blocks: the memory is freed with `ncclMemFree` at once when every event has
-//! completed, else parked and freed by a later allocation or drop once they have (so the
-//! memory outlives the work that uses it, and Drop neither waits nor panics). Registrations
-//! keep the allocation alive too (see [`super::CommMem`]): it is freed only after every
-//! communicator that registered it has released it.
+//! buffer never blocks: the memory is let go at once when every event has completed, else
+//! parked and let go by a later allocation or drop once they have (so the memory outlives the
+//! work that uses it, and Drop neither waits nor panics). Registrations keep the allocation
+//! alive too (see [`super::CommMem`]): it is let go only after every communicator that
+//! registered it has released it. Let go, it is kept for the next buffer of its size rather
+//! than freed ([`NcclMem`]'s documentation says why: NCCL met memory freed and allocated again
+//! at the same address with wrong data).
 
 use super::operand::next_id;
 use super::uses::Uses;

@@ -1,20 +1,117 @@
 //! Device memory from NCCL's own allocator (`ncclMemAlloc`, 2.19+), suited to registration
 //! and NVLink SHARP buffers.
+//!
+//! Memory let go is kept, not freed: the next allocation of the same size on the same device
+//! takes it back, and [`NcclMem::release_kept`] frees it when the program says no
+//! communicator that used it lives any more. On 2 × H200 with NCCL 2.28.9, memory that a
+//! communicator had registered (locally or in a window) or captured into a graph, then
+//! deregistered and freed, and allocated again at the same address (which `ncclMemAlloc`
+//! tends to hand back) moved the wrong data: captured broadcasts that delivered nothing,
+//! in-place all_gathers and send/recv pairs with wrong elements, silently. A peer's mapping
+//! of the old memory outlives the free. Memory kept and handed back keeps its address and
+//! its physical pages together, so whatever NCCL remembers of it stays true.
 
-use oxccl_core::{Error, Feature, Result};
+use oxccl_core::{text, Error, Feature, Result};
 use oxccl_loader::{Library, RawComm};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
-/// A device allocation made by `ncclMemAlloc`; freed with `ncclMemFree` on drop.
+/// A device allocation made by `ncclMemAlloc`; kept for reuse when dropped (see the module
+/// documentation), freed with `ncclMemFree` only by [`NcclMem::release_kept`].
 #[derive(Debug)]
 pub struct NcclMem {
     lib: Arc<Library>,
     ptr: usize,
     bytes: usize,
+    /// The device it is on (`None`: unknown, then freed at drop instead of kept).
+    device: Option<i32>,
+}
+
+/// Blocks let go, by library, device and size.
+static KEPT: Mutex<Shelf<Arc<Library>>> = Mutex::new(Shelf::new());
+
+/// Blocks waiting to be handed out again: generic over what owns them, so that the rule is
+/// tested without a library.
+#[derive(Debug)]
+pub(crate) struct Shelf<L> {
+    blocks: Vec<Block<L>>,
+}
+
+#[derive(Debug)]
+struct Block<L> {
+    owner: L,
+    device: i32,
+    ptr: usize,
+    bytes: usize,
+}
+
+impl<L> Shelf<L> {
+    pub(crate) const fn new() -> Self {
+        Shelf { blocks: Vec::new() }
+    }
+
+    /// Keeps a block.
+    pub(crate) fn keep(&mut self, owner: L, device: i32, ptr: usize, bytes: usize) {
+        self.blocks.push(Block {
+            owner,
+            device,
+            ptr,
+            bytes,
+        });
+    }
+
+    /// A kept block of exactly `bytes` on `device` from `owner` (the newest first: the most
+    /// likely to be warm), taken off the shelf.
+    pub(crate) fn take(
+        &mut self,
+        owner: impl Fn(&L) -> bool,
+        device: i32,
+        bytes: usize,
+    ) -> Option<usize> {
+        let i = self
+            .blocks
+            .iter()
+            .rposition(|b| b.device == device && b.bytes == bytes && owner(&b.owner))?;
+        Some(self.blocks.swap_remove(i).ptr)
+    }
+
+    /// Takes every block of `owner` off the shelf: (address, bytes) each.
+    pub(crate) fn take_all(&mut self, owner: impl Fn(&L) -> bool) -> Vec<(usize, usize)> {
+        let (mine, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.blocks)
+            .into_iter()
+            .partition(|b| owner(&b.owner));
+        self.blocks = rest;
+        mine.into_iter().map(|b| (b.ptr, b.bytes)).collect()
+    }
+
+    /// Bytes kept for `owner`.
+    pub(crate) fn bytes(&self, owner: impl Fn(&L) -> bool) -> usize {
+        self.blocks
+            .iter()
+            .filter(|b| owner(&b.owner))
+            .map(|b| b.bytes)
+            .sum()
+    }
+}
+
+fn kept() -> std::sync::MutexGuard<'static, Shelf<Arc<Library>>> {
+    KEPT.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The device of the calling thread's current context (what `ncclMemAlloc` allocates on);
+/// `None` without a driver or a current context.
+fn current_device() -> Option<i32> {
+    crate::cuda::require_driver().ok()?;
+    let mut dev: cudarc::driver::sys::CUdevice = 0;
+    // SAFETY: a valid out-pointer; without a current context the call fails and writes
+    // nothing.
+    let r = unsafe { cudarc::driver::sys::cuCtxGetDevice(&mut dev) };
+    (r == cudarc::driver::sys::CUresult::CUDA_SUCCESS).then_some(dev)
 }
 
 impl NcclMem {
-    /// Allocates `bytes` on the current CUDA device of the calling thread.
+    /// Allocates `bytes` on the current CUDA device of the calling thread: a block of that
+    /// size kept from an earlier [`NcclMem`] of this library on that device if there is one,
+    /// else from `ncclMemAlloc`. The contents are undefined.
     pub fn alloc(lib: &Arc<Library>, bytes: usize) -> Result<NcclMem> {
         lib.features().require(Feature::MemAlloc)?;
         if bytes == 0 {
@@ -24,13 +121,40 @@ impl NcclMem {
             Feature::MemAlloc,
             "ncclMemAlloc",
         ))?;
+        let device = current_device();
+        if let Some(d) = device {
+            if let Some(ptr) = kept().take(|l| Arc::ptr_eq(l, lib), d, bytes) {
+                return Ok(NcclMem {
+                    lib: lib.clone(),
+                    ptr,
+                    bytes,
+                    device,
+                });
+            }
+        }
         let mut ptr: *mut std::ffi::c_void = std::ptr::null_mut();
         // SAFETY: valid out-pointer; NCCL allocates on the current device.
-        lib.check(unsafe { f(&mut ptr, bytes) }, RawComm::NULL)?;
+        let code = unsafe { f(&mut ptr, bytes) };
+        if let Err(e) = lib.check(code, RawComm::NULL) {
+            let held = kept().bytes(|l| Arc::ptr_eq(l, lib));
+            if held == 0 {
+                return Err(e);
+            }
+            return Err(Error::Backend {
+                code: oxccl_core::ResultCode::UNHANDLED_CUDA_ERROR,
+                text: text!(
+                    "ncclMemAlloc of {bytes} bytes failed while {held} bytes of NCCL memory \
+                     are kept for reuse: call NcclMem::release_kept once no communicator that \
+                     used them lives ({e})"
+                ),
+                last: text!(""),
+            });
+        }
         Ok(NcclMem {
             lib: lib.clone(),
             ptr: ptr as usize,
             bytes,
+            device,
         })
     }
 
@@ -43,16 +167,84 @@ impl NcclMem {
     pub fn bytes(&self) -> usize {
         self.bytes
     }
+
+    /// Bytes of `lib`'s memory kept for reuse (dropped [`NcclMem`]s not yet handed out again).
+    pub fn kept_bytes(lib: &Arc<Library>) -> usize {
+        kept().bytes(|l| Arc::ptr_eq(l, lib))
+    }
+
+    /// Frees every block of `lib`'s memory kept for reuse with `ncclMemFree`; returns the
+    /// bytes freed. Call it only when every communicator that registered or captured that
+    /// memory has been destroyed: NCCL may otherwise move a later allocation's data through
+    /// the freed memory (see the module documentation). The calling thread's current device
+    /// must be the blocks' device for NCCL to free them, as for `ncclMemFree`.
+    pub fn release_kept(lib: &Arc<Library>) -> usize {
+        let blocks = kept().take_all(|l| Arc::ptr_eq(l, lib));
+        let mut freed = 0;
+        for (ptr, bytes) in blocks {
+            if free(lib, ptr) {
+                freed += bytes;
+            }
+        }
+        freed
+    }
+}
+
+/// `ncclMemFree(ptr)`; whether it succeeded.
+fn free(lib: &Library, ptr: usize) -> bool {
+    let Some(f) = lib.api().mem_free else {
+        return false;
+    };
+    // SAFETY: `ptr` came from ncclMemAlloc of this library, is no longer handed out (its
+    // `NcclMem` is gone and it is off the shelf) and is freed once.
+    let code = unsafe { f(ptr as *mut std::ffi::c_void) };
+    if code != 0 {
+        log::warn!("ncclMemFree({ptr:#x}) returned {code}");
+    }
+    code == 0
 }
 
 impl Drop for NcclMem {
     fn drop(&mut self) {
-        if let Some(f) = self.lib.api().mem_free {
-            // SAFETY: `ptr` came from ncclMemAlloc of this library and is freed once.
-            let code = unsafe { f(self.ptr as *mut std::ffi::c_void) };
-            if code != 0 {
-                log::warn!("ncclMemFree({:#x}) returned {code}", self.ptr);
+        match self.device {
+            Some(d) => kept().keep(self.lib.clone(), d, self.ptr, self.bytes),
+            None => {
+                free(&self.lib, self.ptr);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Shelf;
+
+    #[test]
+    fn a_block_comes_back_only_for_its_owner_device_and_size() {
+        let mut s: Shelf<u8> = Shelf::new();
+        s.keep(1, 0, 0x1000, 4096);
+        s.keep(1, 1, 0x2000, 4096);
+        s.keep(2, 0, 0x3000, 4096);
+        assert_eq!(s.take(|&o| o == 1, 0, 8192), None, "another size");
+        assert_eq!(s.take(|&o| o == 3, 0, 4096), None, "another owner");
+        assert_eq!(s.take(|&o| o == 1, 0, 4096), Some(0x1000));
+        assert_eq!(s.take(|&o| o == 1, 0, 4096), None, "taken once");
+        assert_eq!(s.take(|&o| o == 1, 1, 4096), Some(0x2000));
+        assert_eq!(s.bytes(|&o| o == 2), 4096);
+    }
+
+    #[test]
+    fn the_newest_block_goes_first_and_release_takes_an_owners_blocks() {
+        let mut s: Shelf<u8> = Shelf::new();
+        s.keep(1, 0, 0x1000, 64);
+        s.keep(1, 0, 0x2000, 64);
+        s.keep(2, 0, 0x3000, 64);
+        assert_eq!(s.take(|&o| o == 1, 0, 64), Some(0x2000));
+        s.keep(1, 0, 0x4000, 128);
+        let mut all = s.take_all(|&o| o == 1);
+        all.sort();
+        assert_eq!(all, vec![(0x1000, 64), (0x4000, 128)]);
+        assert_eq!(s.bytes(|&o| o == 1), 0);
+        assert_eq!(s.take(|&o| o == 2, 0, 64), Some(0x3000));
     }
 }
