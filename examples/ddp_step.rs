@@ -55,7 +55,13 @@ fn on_mock(n: u32) -> Result<()> {
         .map(|r| {
             let (backend, store) = (backend.clone(), store.clone());
             std::thread::spawn(move || -> Result<()> {
-                let pg = ProcessGroup::new(backend, store, r, n, PgOptions::from_env(None)?)?;
+                // A device per rank, as on GPUs (the mock refuses two ranks on one device, as
+                // NCCL does).
+                let opts = PgOptions {
+                    device: oxccl::Device(r),
+                    ..PgOptions::from_env(None)?
+                };
+                let pg = ProcessGroup::new(backend, store, r, n, opts)?;
                 let mut weights = vec![1.0f32; 15];
                 let grads = train_step(&pg, &mut weights, 0.5)?;
                 report(r, &grads, &weights);

@@ -330,7 +330,7 @@ fn rank_lines(out: &[u8]) -> Vec<String> {
 }
 
 #[test]
-fn ddp_step_under_torchrun_prints_what_the_threads_print() {
+fn ddp_step_under_torchrun_prints_what_the_threads_print_and_the_right_average() {
     let Some(torchrun) = torch_env::venv_program("torchrun") else {
         return;
     };
@@ -374,6 +374,26 @@ fn ddp_step_under_torchrun_prints_what_the_threads_print() {
     let (t, p) = (rank_lines(&threads.stdout), rank_lines(&procs.stdout));
     assert_eq!(t.len(), 4, "{t:?}");
     assert_eq!(p, t);
+    // The values themselves: bucket b (4 + b values) of rank r holds r + b, so its average
+    // over 4 ranks is b + 1.5 on every rank.
+    let want: Vec<f32> = (0..3)
+        .flat_map(|b| std::iter::repeat_n(b as f32 + 1.5, 4 + b))
+        .collect();
+    for line in &p {
+        let grads = line
+            .split("averaged gradients [")
+            .nth(1)
+            .and_then(|rest| rest.split(']').next())
+            .unwrap_or_else(|| panic!("no averaged gradients in {line:?}"));
+        let got: Vec<f32> = grads
+            .split(", ")
+            .map(|x| {
+                x.parse()
+                    .unwrap_or_else(|e| panic!("{x:?} in {line:?}: {e}"))
+            })
+            .collect();
+        assert_eq!(got, want, "{line}");
+    }
 }
 
 /// A rank that stops answering (SIGSTOP: alive, connection open) is seen through the group's

@@ -62,6 +62,13 @@ fn case_01_no_gpu_is_a_clear_error() {
 }
 
 #[test]
+fn case_02_two_ranks_on_one_device_are_invalid_usage() {
+    // The mock refuses a device another rank of the communicator is on, as NCCL does
+    // ("Duplicate GPU detected"): every rank gets the backend's invalid usage.
+    run(2, pg_cases::case_02);
+}
+
+#[test]
 fn case_03_use_after_destroy_is_an_error() {
     run(2, pg_cases::case_03);
 }

@@ -39,8 +39,9 @@ pub mod collectives;
 pub mod groups;
 pub mod safety;
 
-/// The cases that run wherever a backend runs them (case 2 needs devices, 23 the mock's
-/// mismatch detection; case 26 needs an even number of ranks).
+/// The cases that run wherever a backend runs them (case 2 puts every rank on device 0, which
+/// needs a backend with one device per rank, 23 the mock's mismatch detection; case 26 needs
+/// an even number of ranks).
 pub fn portable<B: Memory>() -> Vec<Case<B>> {
     vec![
         ("case_03_use_after_destroy", case_03::<B>),

@@ -19,6 +19,37 @@ use std::time::{Duration, Instant, SystemTime};
 pub const DEFAULT_INIT_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// A communicator some but not all ranks joined.
+/// How a rank joins a rendezvous.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Joiner {
+    pub nonblocking: bool,
+    /// The process of a rank joining through this process's host.
+    pub from: Option<u32>,
+    /// The device label of a rank of this process (see [`CommShared::same_device`]).
+    pub device: Option<u32>,
+}
+
+impl Joiner {
+    /// A rank of this process on `device`.
+    pub(crate) fn here(nonblocking: bool, device: Device) -> Joiner {
+        Joiner {
+            nonblocking,
+            from: None,
+            device: Some(device.0),
+        }
+    }
+
+    /// A rank whose device this process does not know: of another process (`from`), or a
+    /// split's child.
+    pub(crate) fn elsewhere(from: Option<u32>) -> Joiner {
+        Joiner {
+            nonblocking: false,
+            from,
+            device: None,
+        }
+    }
+}
+
 struct Join {
     shared: Arc<CommShared>,
     /// Which ranks joined.
@@ -250,11 +281,29 @@ impl Backend for MockBackend {
         let shared = match crate::procs::ProcId::of(id) {
             Some(pid) => match crate::procs::host::local_host(&pid) {
                 // The host's own ranks join its rendezvous like threads do.
-                Some(host) => host.join_shared(id, rank, size, nonblocking, None, limit)?,
+                Some(host) => {
+                    host.join_shared(id, rank, size, Joiner::here(nonblocking, device), limit)?
+                }
                 None => self.join_remote(&pid, rank, size, nonblocking, limit)?,
             },
-            None => self.join_shared(id, rank, size, nonblocking, None, limit)?,
+            None => self.join_shared(id, rank, size, Joiner::here(nonblocking, device), limit)?,
         };
+        if !nonblocking {
+            // Every rank of this process has joined: as NCCL does at init, each refuses a
+            // device another rank is on ("Duplicate GPU detected"), so all of them fail.
+            if let Some(other) = shared.same_device(rank) {
+                shared.abort(rank, "duplicate device");
+                return Err(Error::Backend {
+                    code: oxccl_core::ResultCode::INVALID_USAGE,
+                    text: text!(
+                        "invalid usage: duplicate device: rank {rank} and rank {other} are both on \
+                         device {} (one rank per device)",
+                        device.0
+                    ),
+                    last: text!(""),
+                });
+            }
+        }
         Ok(MockComm::from_shared(shared, rank, device, limit))
     }
 
@@ -309,10 +358,14 @@ impl MockBackend {
         id: &UniqueId,
         rank: u32,
         size: u32,
-        nonblocking: bool,
-        from: Option<u32>,
+        how: Joiner,
         limit: Duration,
     ) -> Result<Arc<CommShared>> {
+        let Joiner {
+            nonblocking,
+            from,
+            device,
+        } = how;
         let shared = {
             let mut joining = lock(&self.inner.joining);
             let j = joining.entry(id.0).or_insert_with(|| {
@@ -355,6 +408,11 @@ impl MockBackend {
                 if let Some(p) = lock(&j.shared.pids).get_mut(rank as usize) {
                     *p = pid;
                 }
+            }
+            if let (Some(d), Some(slot)) = (device, lock(&j.shared.devices).get_mut(rank as usize))
+            {
+                // Before the rank counts as joined, so every rank sees it once init completes.
+                *slot = Some(d);
             }
             j.waiting += u32::from(!nonblocking);
             let shared = j.shared.clone();

@@ -123,6 +123,9 @@ pub(crate) struct CommShared {
     // Read by the transport (Linux only).
     #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     pub token: OnceLock<[u8; 16]>,
+    /// The device label each rank of this process joined with (`None`: not joined here, or
+    /// through another process's host), for NCCL's refusal of two ranks on one device.
+    pub devices: Mutex<Vec<Option<u32>>>,
 }
 
 impl CommShared {
@@ -182,7 +185,15 @@ impl CommShared {
             hosted: AtomicBool::new(false),
             pids: Mutex::new(vec![std::process::id(); n]),
             token: OnceLock::new(),
+            devices: Mutex::new(vec![None; n]),
         })
+    }
+
+    /// Another rank of this process that joined on `rank`'s device, if any.
+    pub(crate) fn same_device(&self, rank: u32) -> Option<u32> {
+        let devices = lock(&self.devices);
+        let mine = (*devices.get(rank as usize)?)?;
+        (0..devices.len() as u32).find(|&r| r != rank && devices[r as usize] == Some(mine))
     }
 
     /// The state of `rank` (rank is always in range: comms are built with it).

@@ -162,7 +162,7 @@ fn backend_init_rank_sizes_ranks_plans_and_timeouts_at_the_limits() {
     let be = MockBackend::new();
     let id = be.unique_id().unwrap();
     let init = |be: &MockBackend, id: &UniqueId, rank: u32, size: u32| {
-        be.init_rank(id, rank, size, oxccl_core::Device(0), &CommConfig::new())
+        be.init_rank(id, rank, size, oxccl_core::Device(rank), &CommConfig::new())
     };
     assert_eq!(invalid_arg(init(&be, &id, 0, 0)), "size");
     assert_eq!(invalid_arg(init(&be, &id, 0, MAX_RANKS + 1)), "size");

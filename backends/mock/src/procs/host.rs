@@ -155,7 +155,13 @@ fn serve(backend: MockBackend, pid: ProcId, sock: UnixStream) {
     }
     // The rank's own limit: its timeout error, naming the missing ranks, comes from here.
     let limit = Duration::from_millis(limit_ms);
-    let real = match backend.join_shared(&pid.to_id(), rank, size, false, Some(from), limit) {
+    let real = match backend.join_shared(
+        &pid.to_id(),
+        rank,
+        size,
+        crate::backend::Joiner::elsewhere(Some(from)),
+        limit,
+    ) {
         Ok(c) => c,
         Err(e) => {
             let _ = tx.send(&Msg::Welcome(Err(e)), None);

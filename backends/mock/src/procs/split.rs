@@ -188,7 +188,13 @@ fn join_child(
     };
     let shared = if spec.id.pid == std::process::id() {
         let host = super::host::host_child(&spec.id, limit, make)?;
-        host.join_shared(&spec.id.to_id(), spec.rank, spec.size, false, None, limit)?
+        host.join_shared(
+            &spec.id.to_id(),
+            spec.rank,
+            spec.size,
+            crate::backend::Joiner::elsewhere(None),
+            limit,
+        )?
     } else {
         make().join_remote(&spec.id, spec.rank, spec.size, false, limit)?
     };
