@@ -1,7 +1,8 @@
 """Tables and goal checks of the 2-GPU plan (scripts/gpu-x2.sh), from the files its items wrote.
 
     x2_report.py overhead RUN.md...   pg_overhead's tables: pg vs Comm, watchdog + recorder
-    x2_report.py sweep DIR N          oxccl raw/comm/pg, nccl-tests, torch: 8 B - 1 GiB
+    x2_report.py sweep DIR N          oxccl raw/comm/pg, nccl-tests, torch: 8 B - 1 GiB (tables,
+                                      and DIR/chart_<collective>.svg with the five side by side)
     x2_report.py graphs DIR           -G 10 with -R 0 / -R 2, and -R 2 alone: oxccl and nccl-tests
     x2_report.py tune DIR             the pg layer under --tune's table vs nccl-tests' best -R
 
@@ -14,6 +15,9 @@ import json
 import os
 import re
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from x2_chart import chart  # noqa: E402
 
 MISS, BROKEN = 3, 1
 
@@ -171,12 +175,16 @@ def sweep(d, n):
                   "in place where the pg layer has it, else out of place\n")
         md.append("| size | raw | comm | pg | nccl-tests -t N -g 1 | torch | comm/raw | pg/comm |")
         md.append("|---|---|---|---|---|---|---|---|")
+        lines = {k: [] for k in ("raw", "comm", "pg", "nccl-tests", "torch")}
         for s in sizes:
             place = subject_place(ox.get(("pg", c, s)))
             g = lambda layer: at(ox.get((layer, c, s)), place)
             raw, comm, pg = g("raw"), g("comm"), g("pg")
             t = at(tt.get(("torch", c, s)), place)
             ntv = at(nt.get(s), place)
+            for name, v in (("raw", raw), ("comm", comm), ("pg", pg), ("nccl-tests", ntv), ("torch", t)):
+                if v:
+                    lines[name].append((s, v[0], v[1]))
             cell = lambda v: "–" if not v else f"{v[0]:.2f} ({fmt(v[1])})"
             r1 = comm[0] / raw[0] if raw and comm else None
             r2 = pg[0] / comm[0] if pg and comm else None
@@ -187,6 +195,8 @@ def sweep(d, n):
                 for layer, v in (("comm", comm), ("pg", pg)):
                     if v and v[1] is not None and v[1] < 0.99 * ntv[1]:
                         missed.append(f"{c} {human(s)} {layer} busbw {v[1]:.0f} < 99% of {ntv[1]:.0f}")
+        drawn = chart(f"{c} ({n} GPUs)", {k: v for k, v in lines.items() if v}, f"{d}/chart_{c}.svg")
+        notes.append(f"{c}: chart of {', '.join(drawn)}")
         for layer in ("raw", "comm", "pg"):
             if not any(k[0] == layer and k[1] == c for k in ox):
                 missed.append(f"{c}: no {layer} layer")
