@@ -218,3 +218,49 @@ fn registration_with_graphs_runs_the_pg_layer_on_the_mock() {
     let o = perf(&["-e", "64", "-G", "2", "-R", "2", "--inject-error"]);
     assert_eq!(o.status.code(), Some(1));
 }
+
+#[test]
+fn tune_json_is_one_object_with_the_points_and_the_table() {
+    let out = tmp("json.tune");
+    let o = perf(&[
+        "all_reduce",
+        "-b",
+        "8",
+        "-e",
+        "64",
+        "-n",
+        "2",
+        "--rounds",
+        "1",
+        "--tune",
+        "--json",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("one JSON object");
+    assert!(
+        v["measured"].as_str().unwrap().contains("mock world"),
+        "{v}"
+    );
+    assert_eq!(v["written_to"], out.to_str().unwrap());
+    let points = v["points"].as_array().unwrap();
+    // 8, 16, 32 and 64 bytes, each timed in the three modes, the best one named.
+    assert_eq!(points.len(), 4, "{v}");
+    for p in points {
+        assert_eq!(p["collective"], "all_reduce");
+        for m in ["plain_us", "registered_us", "window_us"] {
+            assert!(p[m].as_f64().unwrap() > 0.0, "{p}");
+        }
+        assert!(["plain", "registered", "window"].contains(&p["best"].as_str().unwrap()));
+    }
+    // The table in the JSON is the file's table.
+    let t = oxccl::pg::load_tune_file(&out).unwrap();
+    let rows = v["table"].as_array().unwrap();
+    assert_eq!(rows.len(), t.rows().len());
+    for (j, r) in rows.iter().zip(t.rows()) {
+        assert_eq!(j["mode"], r.mode.name());
+        assert_eq!(j["min_bytes"], r.min_bytes);
+        assert_eq!(j["max_bytes"], r.max_bytes);
+    }
+}

@@ -414,6 +414,11 @@ fn write(
     let out = a.out.clone().unwrap_or_else(|| DEFAULT_OUT.into());
     std::fs::write(&out, &text)
         .map_err(|e| env(format!("cannot write --out {}: {e}", out.display())))?;
+    if a.json {
+        let v = json_of(&head, &pts, &t, &out);
+        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        return Ok(ExitCode::SUCCESS);
+    }
     print!("{text}");
     println!(
         "# written to {} (give it to every rank: OXCCL_TUNE_FILE={})",
@@ -421,4 +426,44 @@ fn write(
         out.display()
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// `--tune --json`: what the file says, as one object: the measurement, every point with its
+/// modes' times (µs, null where not measured) and choice, the table's rows, the file written.
+pub fn json_of(
+    head: &str,
+    points: &[Point],
+    t: &TuneTable,
+    out: &std::path::Path,
+) -> serde_json::Value {
+    use serde_json::json;
+    let us = |x: f64| x.is_finite().then(|| x * 1e6);
+    let pts: Vec<_> = points
+        .iter()
+        .map(|p| {
+            json!({
+                "collective": p.coll.name(),
+                "size": p.size,
+                "op_bytes": p.op_bytes,
+                "plain_us": us(p.secs[0]),
+                "registered_us": us(p.secs[1]),
+                "window_us": us(p.secs[2]),
+                "best": p.best.name(),
+            })
+        })
+        .collect();
+    let rows: Vec<_> = t
+        .rows()
+        .iter()
+        .map(|r| {
+            json!({
+                "collective": r.coll.map(|k| k.name()),
+                "dtype": r.dtype.map(|d| format!("{d:?}")),
+                "min_bytes": r.min_bytes,
+                "max_bytes": r.max_bytes,
+                "mode": r.mode.name(),
+            })
+        })
+        .collect();
+    json!({"measured": head, "points": pts, "table": rows, "written_to": out.display().to_string()})
 }
