@@ -437,7 +437,7 @@ pub fn json_of(
     out: &std::path::Path,
 ) -> serde_json::Value {
     use serde_json::json;
-    let us = |x: f64| x.is_finite().then(|| x * 1e6);
+    let us = |x: f64| x.is_finite().then_some(x * 1e6);
     let pts: Vec<_> = points
         .iter()
         .map(|p| {
