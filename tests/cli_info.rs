@@ -130,3 +130,41 @@ fn info_search_lists_every_place_tried_in_json() {
         .unwrap()
         .contains("nvidia-nccl-cu12"));
 }
+
+#[test]
+fn info_names_the_launcher_and_this_ranks_place() {
+    let run = |vars: &[(&str, &str)]| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_oxccl"));
+        c.arg("info");
+        for k in [
+            "RANK",
+            "WORLD_SIZE",
+            "LOCAL_RANK",
+            "SLURM_PROCID",
+            "PMI_RANK",
+        ] {
+            c.env_remove(k);
+        }
+        for (k, v) in vars {
+            c.env(k, v);
+        }
+        let out = c.output().expect("oxccl runs");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let ompi = [
+        ("OMPI_COMM_WORLD_RANK", "1"),
+        ("OMPI_COMM_WORLD_SIZE", "4"),
+        ("MASTER_ADDR", "h"),
+        ("MASTER_PORT", "1"),
+    ];
+    let text = run(&ompi);
+    assert!(
+        text.contains("launcher:  OpenMpi: rank 1 of 4, local rank not given by the launcher"),
+        "{text}"
+    );
+    let text = run(&[&ompi[..], &[("OMPI_COMM_WORLD_LOCAL_RANK", "1")]].concat());
+    assert!(
+        text.contains("launcher:  OpenMpi: rank 1 of 4, local rank 1\n"),
+        "{text}"
+    );
+}

@@ -243,12 +243,15 @@ fn text(r: &Value) -> String {
     if l["recognised"].is_null() {
         s += &format!("launcher:  none recognised ({})\n", str_of(&l["note"]));
     } else {
+        let local = match &l["local_rank"] {
+            serde_json::Value::Null => "not given by the launcher".to_owned(),
+            v => v.to_string(),
+        };
         s += &format!(
-            "launcher:  {}: rank {} of {}, local rank {}\n",
+            "launcher:  {}: rank {} of {}, local rank {local}\n",
             str_of(&l["recognised"]),
             l["rank"],
             l["world_size"],
-            l["local_rank"]
         );
     }
     s
