@@ -24,7 +24,7 @@ fn main() {
     run::<half::bf16>(&nccl, &stream, "bf16", half::bf16::NAN);
 }
 
-fn run<T: oxccl::NcclType>(nccl: &Nccl, stream: &oxccl::NcclStream, name: &str, nan: T) {
+fn run<T: oxccl::Element>(nccl: &Nccl, stream: &oxccl::NcclStream, name: &str, nan: T) {
     let n = GIB / std::mem::size_of::<T>();
     let clean = nccl.alloc_zeros::<T>(stream, n).expect("alloc");
     let mut times = Vec::new();

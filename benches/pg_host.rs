@@ -26,7 +26,7 @@ use oxccl::core::{Backend, CommAbort, Communicator, Event, Stream};
 use oxccl::pg::{PgOptions, ProcessGroup, Recorder};
 use oxccl::store::{MemStore, Store};
 use oxccl::{
-    CommConfig, CommOp, CommState, Device, Feature, FeatureSet, NcclType, Progress, RawBuf,
+    CommConfig, CommOp, CommState, Device, Element, Feature, FeatureSet, Progress, RawBuf,
     RawBufMut, ReduceOp, RegHandle, Result, UniqueId, Version,
 };
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -229,13 +229,13 @@ impl Event for NullEvent {
     }
 }
 
-impl<T: NcclType> Buffer<T> for NullBuf<T> {
+impl<T: Element> Buffer<T> for NullBuf<T> {
     fn len(&self) -> usize {
         self.data.len()
     }
 }
 
-impl<T: NcclType> Operand<Null> for NullBuf<T> {
+impl<T: Element> Operand<Null> for NullBuf<T> {
     type Elem = T;
 
     fn numel(&self) -> usize {
@@ -270,42 +270,42 @@ impl<T: NcclType> Operand<Null> for NullBuf<T> {
 }
 
 impl Memory for Null {
-    type Buf<T: NcclType> = NullBuf<T>;
-    type CommBuf<T: NcclType> = NullBuf<T>;
+    type Buf<T: Element> = NullBuf<T>;
+    type CommBuf<T: Element> = NullBuf<T>;
     type Access<'a> = ();
 
     fn stream(&self, _device: Device) -> Result<StreamOf<Self>> {
         Ok(NullStream)
     }
 
-    fn alloc_zeros<T: NcclType>(&self, _stream: &NullStream, len: usize) -> Result<NullBuf<T>> {
+    fn alloc_zeros<T: Element>(&self, _stream: &NullStream, len: usize) -> Result<NullBuf<T>> {
         let data = (0..len).map(|_| unsafe_zero::<T>()).collect::<Vec<T>>();
         Ok(NullBuf { data })
     }
 
-    fn upload<T: NcclType>(&self, _stream: &NullStream, data: &[T]) -> Result<NullBuf<T>> {
+    fn upload<T: Element>(&self, _stream: &NullStream, data: &[T]) -> Result<NullBuf<T>> {
         Ok(NullBuf {
             data: data.to_vec(),
         })
     }
 
-    fn alloc_comm<T: NcclType>(&self, stream: &NullStream, len: usize) -> Result<NullBuf<T>> {
+    fn alloc_comm<T: Element>(&self, stream: &NullStream, len: usize) -> Result<NullBuf<T>> {
         self.alloc_zeros(stream, len)
     }
 
-    fn upload_comm<T: NcclType>(&self, stream: &NullStream, data: &[T]) -> Result<NullBuf<T>> {
+    fn upload_comm<T: Element>(&self, stream: &NullStream, data: &[T]) -> Result<NullBuf<T>> {
         self.upload(stream, data)
     }
 
-    fn download<T: NcclType>(&self, _stream: &NullStream, buf: &NullBuf<T>) -> Result<Vec<T>> {
+    fn download<T: Element>(&self, _stream: &NullStream, buf: &NullBuf<T>) -> Result<Vec<T>> {
         Ok(buf.data.clone())
     }
 
-    fn has_nan<T: NcclType>(&self, _stream: &NullStream, _buf: &NullBuf<T>) -> Result<bool> {
+    fn has_nan<T: Element>(&self, _stream: &NullStream, _buf: &NullBuf<T>) -> Result<bool> {
         Ok(false)
     }
 
-    fn read<'a, T: NcclType>(
+    fn read<'a, T: Element>(
         _arg: &'static str,
         _device: Device,
         _stream: &'a NullStream,
@@ -314,7 +314,7 @@ impl Memory for Null {
         Ok((RawBuf::new(buf.data.as_ptr() as usize, buf.data.len()), ()))
     }
 
-    fn write<'a, T: NcclType>(
+    fn write<'a, T: Element>(
         _arg: &'static str,
         _device: Device,
         _stream: &'a NullStream,
@@ -328,8 +328,8 @@ impl Memory for Null {
 }
 
 /// A zero of any element type NCCL moves.
-fn unsafe_zero<T: NcclType>() -> T {
-    // SAFETY: `NcclType` requires `ValidAsZeroBits`: all-zero bytes are a valid value.
+fn unsafe_zero<T: Element>() -> T {
+    // SAFETY: `Element` requires `ValidAsZeroBits`: all-zero bytes are a valid value.
     unsafe { std::mem::zeroed() }
 }
 
@@ -540,12 +540,12 @@ fn issue_rounds(calls: usize, rounds: usize, rows: &[usize], barrier: &Barrier) 
             match group {
                 None => {
                     for _ in 0..calls {
-                        let op = <f32 as NcclType>::map_op(ReduceOp::Sum).unwrap();
+                        let op = <f32 as Element>::map_op(ReduceOp::Sum).unwrap();
                         let (w, ()) = Null::write("buf", Device(0), &stream, &mut cbuf).unwrap();
                         let op = CommOp::AllReduce {
                             send: w.as_read(),
                             recv: w,
-                            dtype: <f32 as NcclType>::DTYPE,
+                            dtype: <f32 as Element>::DTYPE,
                             op,
                         };
                         // SAFETY: the null communicator touches no memory.

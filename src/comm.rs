@@ -1,6 +1,6 @@
 //! The safe communicator: typed cudarc buffers in, checked NCCL calls out.
 
-use crate::element::{host_op, NcclType};
+use crate::element::{host_op, Element};
 use crate::group::GroupGuard;
 use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut, DeviceSlice, SyncOnDrop};
 use oxccl_core::{
@@ -270,7 +270,7 @@ impl Comm {
     }
 
     /// Reduces `send` across ranks into `recv` on every rank.
-    pub fn all_reduce<T: NcclType>(
+    pub fn all_reduce<T: Element>(
         &mut self,
         send: &impl DevicePtr<T>,
         recv: &mut impl DevicePtrMut<T>,
@@ -288,7 +288,7 @@ impl Comm {
     /// Premul-sum all-reduce with the factor read from device memory when the collective runs:
     /// `recv = Σ factor[0] × send` over ranks. `factor` holds at least one element of `T` on
     /// this device.
-    pub fn all_reduce_premul_device<T: NcclType>(
+    pub fn all_reduce_premul_device<T: Element>(
         &mut self,
         send: &impl DevicePtr<T>,
         recv: &mut impl DevicePtrMut<T>,
@@ -311,7 +311,7 @@ impl Comm {
     }
 
     /// Reduces `buf` across ranks in place.
-    pub fn all_reduce_in_place<T: NcclType>(
+    pub fn all_reduce_in_place<T: Element>(
         &mut self,
         buf: &mut impl DevicePtrMut<T>,
         op: ReduceOp,
@@ -326,7 +326,7 @@ impl Comm {
     }
 
     /// Copies `send` of `root` into `recv` of every rank (`send` is read on the root only).
-    pub fn broadcast<T: NcclType>(
+    pub fn broadcast<T: Element>(
         &mut self,
         send: &impl DevicePtr<T>,
         recv: &mut impl DevicePtrMut<T>,
@@ -341,7 +341,7 @@ impl Comm {
     }
 
     /// Broadcasts `buf` of `root` in place.
-    pub fn broadcast_in_place<T: NcclType>(
+    pub fn broadcast_in_place<T: Element>(
         &mut self,
         buf: &mut impl DevicePtrMut<T>,
         root: u32,
@@ -355,7 +355,7 @@ impl Comm {
     }
 
     /// Reduces `send` across ranks into `recv` of `root` (`recv` may be `None` off the root).
-    pub fn reduce<T: NcclType, R: DevicePtrMut<T>>(
+    pub fn reduce<T: Element, R: DevicePtrMut<T>>(
         &mut self,
         send: &impl DevicePtr<T>,
         recv: Option<&mut R>,
@@ -373,7 +373,7 @@ impl Comm {
     }
 
     /// Gathers every rank's `send` into `recv` (world size × `send.len()`), by rank.
-    pub fn all_gather<T: NcclType>(
+    pub fn all_gather<T: Element>(
         &mut self,
         send: &impl DevicePtr<T>,
         recv: &mut impl DevicePtrMut<T>,
@@ -386,7 +386,7 @@ impl Comm {
     }
 
     /// Reduces `send` (world size × `recv.len()`) across ranks; rank r keeps part r in `recv`.
-    pub fn reduce_scatter<T: NcclType>(
+    pub fn reduce_scatter<T: Element>(
         &mut self,
         send: &impl DevicePtr<T>,
         recv: &mut impl DevicePtrMut<T>,
@@ -402,7 +402,7 @@ impl Comm {
     }
 
     /// Equal all-to-all: part p of `send` goes to rank p; part q of `recv` comes from rank q.
-    pub fn all_to_all<T: NcclType>(
+    pub fn all_to_all<T: Element>(
         &mut self,
         send: &impl DevicePtr<T>,
         recv: &mut impl DevicePtrMut<T>,
@@ -415,7 +415,7 @@ impl Comm {
     }
 
     /// Uneven all-to-all: `send_counts[p]` elements to rank p, `recv_counts[q]` from rank q.
-    pub fn all_to_all_v<T: NcclType>(
+    pub fn all_to_all_v<T: Element>(
         &mut self,
         send: &impl DevicePtr<T>,
         recv: &mut impl DevicePtrMut<T>,
@@ -432,7 +432,7 @@ impl Comm {
     }
 
     /// Gathers every rank's `send` into `recv` of `root` (`None` off the root).
-    pub fn gather<T: NcclType, R: DevicePtrMut<T>>(
+    pub fn gather<T: Element, R: DevicePtrMut<T>>(
         &mut self,
         send: &impl DevicePtr<T>,
         recv: Option<&mut R>,
@@ -447,7 +447,7 @@ impl Comm {
     }
 
     /// Scatters `send` of `root` (`None` off the root): rank r receives part r in `recv`.
-    pub fn scatter<T: NcclType, S: DevicePtr<T>>(
+    pub fn scatter<T: Element, S: DevicePtr<T>>(
         &mut self,
         send: Option<&S>,
         recv: &mut impl DevicePtrMut<T>,
@@ -462,7 +462,7 @@ impl Comm {
     }
 
     /// All-gather of uneven parts: rank r contributes `counts[r]` elements.
-    pub fn all_gather_v<T: NcclType>(
+    pub fn all_gather_v<T: Element>(
         &mut self,
         send: &impl DevicePtr<T>,
         recv: &mut impl DevicePtrMut<T>,
@@ -477,7 +477,7 @@ impl Comm {
     }
 
     /// Reduce-scatter of uneven parts: rank r keeps `counts[r]` elements of the result.
-    pub fn reduce_scatter_v<T: NcclType>(
+    pub fn reduce_scatter_v<T: Element>(
         &mut self,
         send: &impl DevicePtr<T>,
         recv: &mut impl DevicePtrMut<T>,
@@ -497,7 +497,7 @@ impl Comm {
     }
 
     /// Sends `buf` to `peer`.
-    pub fn send<T: NcclType>(&mut self, buf: &impl DevicePtr<T>, peer: u32) -> Result<()> {
+    pub fn send<T: Element>(&mut self, buf: &impl DevicePtr<T>, peer: u32) -> Result<()> {
         let (d, st) = (self.device(), self.access());
         let (s, _a) = rd("buf", d, buf, st)?;
         self.run(CommOp::Send {
@@ -508,7 +508,7 @@ impl Comm {
     }
 
     /// Receives into `buf` from `peer`.
-    pub fn recv<T: NcclType>(&mut self, buf: &mut impl DevicePtrMut<T>, peer: u32) -> Result<()> {
+    pub fn recv<T: Element>(&mut self, buf: &mut impl DevicePtrMut<T>, peer: u32) -> Result<()> {
         self.run_on_buf(buf, |buf| CommOp::Recv {
             buf,
             dtype: T::DTYPE,
@@ -546,7 +546,7 @@ impl Comm {
     }
 
     /// Registers `buf` with the communicator (NCCL 2.19+) for faster transfers.
-    pub fn register<T: NcclType>(&mut self, buf: &impl DevicePtr<T>) -> Result<RegHandle> {
+    pub fn register<T: Element>(&mut self, buf: &impl DevicePtr<T>) -> Result<RegHandle> {
         let (d, st) = (self.device(), self.access());
         let (s, _a) = rd("buf", d, buf, st)?;
         let bytes = s.len.checked_mul(std::mem::size_of::<T>()).ok_or_else(|| {

@@ -29,7 +29,7 @@ pub enum FloatFormat {
 /// the layout of `Self`, and `map_op` must return only operators `Self::DTYPE` supports, never
 /// a premul-sum with a device factor (an address safe code could not vouch for). Otherwise an
 /// operation reads or writes past the buffer.
-pub unsafe trait NcclType:
+pub unsafe trait Element:
     cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits + Copy + Send + Sync + 'static
 {
     /// The NCCL type of the elements.
@@ -54,7 +54,7 @@ macro_rules! nccl_type {
         // SAFETY: each type is the size and layout of its NCCL type (pinned by the test
         // `every_type_is_the_size_of_its_nccl_type`); the default `map_op` returns the
         // operator it was given, which the core's check applies to the type.
-        $(unsafe impl NcclType for $t { const DTYPE: DataType = DataType::$d; })*
+        $(unsafe impl Element for $t { const DTYPE: DataType = DataType::$d; })*
     };
 }
 
@@ -66,7 +66,7 @@ nccl_type! {
 macro_rules! float_type {
     ($($t:ty => $d:ident, $f:ident),* $(,)?) => {
         // SAFETY: as in `nccl_type!`; `FLOAT` is the type's own IEEE (or bfloat16) format.
-        $(unsafe impl NcclType for $t {
+        $(unsafe impl Element for $t {
             const DTYPE: DataType = DataType::$d;
             const FLOAT: Option<FloatFormat> = Some(FloatFormat::$f);
             fn is_nan(self) -> bool {
@@ -83,7 +83,7 @@ float_type! {
 
 // SAFETY: a bool is one byte holding 0 or 1, as uint8; max and min of such bytes (the only
 // operators `map_op` returns) are 0 or 1 again, so what comes back is a valid bool.
-unsafe impl NcclType for bool {
+unsafe impl Element for bool {
     const DTYPE: DataType = DataType::Uint8;
 
     fn map_op(op: ReduceOp) -> Result<ReduceOp> {
@@ -101,7 +101,7 @@ unsafe impl NcclType for bool {
 /// The operator NCCL applies for `op` on `T`, refusing a premul-sum factor given as a raw
 /// device address: safe code cannot vouch for one (it goes through a device buffer or the raw
 /// `issue`).
-pub(crate) fn host_op<T: NcclType>(op: ReduceOp) -> Result<ReduceOp> {
+pub(crate) fn host_op<T: Element>(op: ReduceOp) -> Result<ReduceOp> {
     if let ReduceOp::PreMulSum(oxccl_core::Scalar::Device { .. }) = op {
         return Err(Error::invalid(
             "op",
@@ -124,10 +124,10 @@ mod tests {
             Err(Error::InvalidArgument { arg: "op", .. })
         ));
         assert_eq!(f32::map_op(ReduceOp::Avg).unwrap(), ReduceOp::Avg);
-        assert_eq!(<half::bf16 as NcclType>::DTYPE, DataType::Bfloat16);
+        assert_eq!(<half::bf16 as Element>::DTYPE, DataType::Bfloat16);
     }
 
-    fn size_matches<T: NcclType>() {
+    fn size_matches<T: Element>() {
         assert_eq!(
             std::mem::size_of::<T>(),
             T::DTYPE.size(),

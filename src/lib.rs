@@ -27,7 +27,9 @@ pub mod watchdog;
 
 pub use comm::{AbortHandle, Comm};
 pub use comm_graph::{CommGraph, CommLaunch};
-pub use element::NcclType;
+pub use element::Element;
+/// The former name of [`Element`], kept so that code written against it still builds.
+pub use element::Element as NcclType;
 pub use group::GroupGuard;
 
 pub use oxccl_core as core;

@@ -2,20 +2,20 @@
 
 use super::NcclAccess;
 use super::{Buffer, Memory};
-use crate::element::NcclType;
+use crate::element::Element;
 use cudarc::driver::{CudaContext, CudaSlice, DevicePtr, DevicePtrMut, DeviceSlice};
 use oxccl_core::{Device, RawBuf, RawBufMut, Result};
 use oxccl_nccl::{cuda_error, NcclBackend, NcclStream};
 
-impl<T: NcclType> Buffer<T> for CudaSlice<T> {
+impl<T: Element> Buffer<T> for CudaSlice<T> {
     fn len(&self) -> usize {
         DeviceSlice::len(self)
     }
 }
 
 impl Memory for NcclBackend {
-    type Buf<T: NcclType> = CudaSlice<T>;
-    type CommBuf<T: NcclType> = super::NcclBuf<T>;
+    type Buf<T: Element> = CudaSlice<T>;
+    type CommBuf<T: Element> = super::NcclBuf<T>;
     type Access<'a> = NcclAccess<'a>;
 
     fn require_devices(&self) -> Result<()> {
@@ -37,29 +37,25 @@ impl Memory for NcclBackend {
         NcclStream::create(&ctx)
     }
 
-    fn alloc_zeros<T: NcclType>(&self, stream: &NcclStream, len: usize) -> Result<CudaSlice<T>> {
+    fn alloc_zeros<T: Element>(&self, stream: &NcclStream, len: usize) -> Result<CudaSlice<T>> {
         stream
             .cuda()
             .alloc_zeros::<T>(len)
             .map_err(|e| cuda_error("allocating device memory", e))
     }
 
-    fn upload<T: NcclType>(&self, stream: &NcclStream, data: &[T]) -> Result<CudaSlice<T>> {
+    fn upload<T: Element>(&self, stream: &NcclStream, data: &[T]) -> Result<CudaSlice<T>> {
         stream
             .cuda()
             .clone_htod(data)
             .map_err(|e| cuda_error("copying to the device", e))
     }
 
-    fn alloc_comm<T: NcclType>(
-        &self,
-        stream: &NcclStream,
-        len: usize,
-    ) -> Result<super::NcclBuf<T>> {
+    fn alloc_comm<T: Element>(&self, stream: &NcclStream, len: usize) -> Result<super::NcclBuf<T>> {
         super::NcclBuf::zeros(self, stream, len)
     }
 
-    fn upload_comm<T: NcclType>(
+    fn upload_comm<T: Element>(
         &self,
         stream: &NcclStream,
         data: &[T],
@@ -67,18 +63,18 @@ impl Memory for NcclBackend {
         super::NcclBuf::from_host(self, stream, data)
     }
 
-    fn download<T: NcclType>(&self, stream: &NcclStream, buf: &CudaSlice<T>) -> Result<Vec<T>> {
+    fn download<T: Element>(&self, stream: &NcclStream, buf: &CudaSlice<T>) -> Result<Vec<T>> {
         stream
             .cuda()
             .clone_dtoh(buf)
             .map_err(|e| cuda_error("copying from the device", e))
     }
 
-    fn has_nan<T: NcclType>(&self, stream: &NcclStream, buf: &CudaSlice<T>) -> Result<bool> {
+    fn has_nan<T: Element>(&self, stream: &NcclStream, buf: &CudaSlice<T>) -> Result<bool> {
         super::nan::has_nan(stream, buf)
     }
 
-    fn read<'a, T: NcclType>(
+    fn read<'a, T: Element>(
         arg: &'static str,
         device: Device,
         stream: &'a NcclStream,
@@ -92,7 +88,7 @@ impl Memory for NcclBackend {
         ))
     }
 
-    fn write<'a, T: NcclType>(
+    fn write<'a, T: Element>(
         arg: &'static str,
         device: Device,
         stream: &'a NcclStream,

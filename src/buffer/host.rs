@@ -2,7 +2,7 @@
 
 use super::operand::next_id;
 use super::{Buffer, CommAlloc, CommMem, Memory, Operand, StreamOf};
-use crate::element::NcclType;
+use crate::element::Element;
 use oxccl_core::{Backend, Device, Error, Event, Feature, RawBuf, RawBufMut, Result, Stream};
 use oxccl_mock::{MockBackend, MockEvent, MockStream};
 use std::cell::UnsafeCell;
@@ -41,7 +41,7 @@ impl<T> std::fmt::Debug for HostBuf<T> {
     }
 }
 
-impl<T: NcclType> Buffer<T> for HostBuf<T> {
+impl<T: Element> Buffer<T> for HostBuf<T> {
     fn len(&self) -> usize {
         self.mem.cells.len()
     }
@@ -94,7 +94,7 @@ impl Drop for HostAccess<'_> {
     }
 }
 
-impl<T: NcclType> HostBuf<T> {
+impl<T: Element> HostBuf<T> {
     fn from_vec(v: Vec<T>) -> HostBuf<T> {
         HostBuf::with_comm(v, None)
     }
@@ -135,7 +135,7 @@ impl<T: NcclType> HostBuf<T> {
     }
 }
 
-impl<T: NcclType> CommAlloc for HostMem<T> {
+impl<T: Element> CommAlloc for HostMem<T> {
     fn idle(&self) -> bool {
         let last = self.last.lock().unwrap_or_else(PoisonError::into_inner);
         // A stream that failed runs nothing more: idle too.
@@ -143,7 +143,7 @@ impl<T: NcclType> CommAlloc for HostMem<T> {
     }
 }
 
-impl<T: NcclType> Operand<MockBackend> for HostBuf<T> {
+impl<T: Element> Operand<MockBackend> for HostBuf<T> {
     type Elem = T;
 
     fn numel(&self) -> usize {
@@ -188,8 +188,8 @@ impl<T: NcclType> Operand<MockBackend> for HostBuf<T> {
 }
 
 impl Memory for MockBackend {
-    type Buf<T: NcclType> = HostBuf<T>;
-    type CommBuf<T: NcclType> = HostBuf<T>;
+    type Buf<T: Element> = HostBuf<T>;
+    type CommBuf<T: Element> = HostBuf<T>;
     type Access<'a> = HostAccess<'a>;
 
     fn end_access(access: HostAccess<'_>, end: &MockEvent) {
@@ -200,7 +200,7 @@ impl Memory for MockBackend {
         MockStream::new()
     }
 
-    fn alloc_zeros<T: NcclType>(&self, _stream: &MockStream, len: usize) -> Result<HostBuf<T>> {
+    fn alloc_zeros<T: Element>(&self, _stream: &MockStream, len: usize) -> Result<HostBuf<T>> {
         // All-zero bytes are zero (or false) for every element type NCCL moves.
         let mut v = Vec::new();
         v.try_reserve_exact(len).map_err(|_| {
@@ -209,7 +209,7 @@ impl Memory for MockBackend {
                 format_args!("a buffer that fits in memory, got {len} elements"),
             )
         })?;
-        // SAFETY: every `NcclType` (integers, floats, half types, fp8, bool) is valid as all
+        // SAFETY: every `Element` (integers, floats, half types, fp8, bool) is valid as all
         // zero bytes, and `len` elements were reserved above.
         unsafe {
             std::ptr::write_bytes(v.as_mut_ptr(), 0, len);
@@ -218,11 +218,11 @@ impl Memory for MockBackend {
         Ok(HostBuf::from_vec(v))
     }
 
-    fn upload<T: NcclType>(&self, _stream: &MockStream, data: &[T]) -> Result<HostBuf<T>> {
+    fn upload<T: Element>(&self, _stream: &MockStream, data: &[T]) -> Result<HostBuf<T>> {
         Ok(HostBuf::from_vec(data.to_vec()))
     }
 
-    fn alloc_comm<T: NcclType>(&self, stream: &MockStream, len: usize) -> Result<HostBuf<T>> {
+    fn alloc_comm<T: Element>(&self, stream: &MockStream, len: usize) -> Result<HostBuf<T>> {
         self.features().require(Feature::MemAlloc)?;
         if len == 0 {
             // As ncclMemAlloc, which refuses an empty allocation.
@@ -244,7 +244,7 @@ impl Memory for MockBackend {
         })
     }
 
-    fn upload_comm<T: NcclType>(&self, _stream: &MockStream, data: &[T]) -> Result<HostBuf<T>> {
+    fn upload_comm<T: Element>(&self, _stream: &MockStream, data: &[T]) -> Result<HostBuf<T>> {
         self.features().require(Feature::MemAlloc)?;
         if data.is_empty() {
             return Err(Error::invalid(
@@ -255,7 +255,7 @@ impl Memory for MockBackend {
         Ok(HostBuf::with_comm(data.to_vec(), Some(next_id())))
     }
 
-    fn download<T: NcclType>(&self, _stream: &StreamOf<Self>, buf: &HostBuf<T>) -> Result<Vec<T>> {
+    fn download<T: Element>(&self, _stream: &StreamOf<Self>, buf: &HostBuf<T>) -> Result<Vec<T>> {
         let last = buf
             .mem
             .last
@@ -271,14 +271,14 @@ impl Memory for MockBackend {
         Ok(buf.mem.cells.iter().map(|c| unsafe { *c.get() }).collect())
     }
 
-    fn has_nan<T: NcclType>(&self, stream: &MockStream, buf: &HostBuf<T>) -> Result<bool> {
+    fn has_nan<T: Element>(&self, stream: &MockStream, buf: &HostBuf<T>) -> Result<bool> {
         if T::FLOAT.is_none() {
             return Ok(false);
         }
         Ok(self.download(stream, buf)?.into_iter().any(T::is_nan))
     }
 
-    fn read<'a, T: NcclType>(
+    fn read<'a, T: Element>(
         _arg: &'static str,
         _device: Device,
         stream: &'a MockStream,
@@ -288,7 +288,7 @@ impl Memory for MockBackend {
         Ok((RawBuf::new(addr, buf.len()), access))
     }
 
-    fn write<'a, T: NcclType>(
+    fn write<'a, T: Element>(
         _arg: &'static str,
         _device: Device,
         stream: &'a MockStream,

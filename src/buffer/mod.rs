@@ -33,7 +33,7 @@ pub use host::HostBuf;
 pub use nccl_buf::{CommUse, NcclAccess, NcclBuf};
 pub use operand::{CommAlloc, CommMem, Operand};
 
-use crate::element::NcclType;
+use crate::element::Element;
 use oxccl_core::{Backend, Communicator, Device, RawBuf, RawBufMut, Result, Stream};
 
 /// The stream type of a backend's communicators.
@@ -53,11 +53,11 @@ pub trait Buffer<T>: Send + Sync {
 /// A backend whose memory safe code can allocate, fill, read and hand to operations.
 pub trait Memory: Backend + 'static {
     /// A buffer of elements of `T`.
-    type Buf<T: NcclType>: Buffer<T> + Operand<Self, Elem = T>;
+    type Buf<T: Element>: Buffer<T> + Operand<Self, Elem = T>;
 
     /// A buffer of elements of `T` in the library's own allocator, which registration and
     /// symmetric windows take (see [`Operand::comm_mem`]).
-    type CommBuf<T: NcclType>: Buffer<T> + Operand<Self, Elem = T>;
+    type CommBuf<T: Element>: Buffer<T> + Operand<Self, Elem = T>;
 
     /// Proof that a buffer is in use by work being issued on a stream; dropping it records the
     /// use, so that later uses of the buffer wait for that work. Live only across one issue.
@@ -74,37 +74,36 @@ pub trait Memory: Backend + 'static {
     }
 
     /// A buffer of `len` zeros, allocated in `stream`'s order.
-    fn alloc_zeros<T: NcclType>(&self, stream: &StreamOf<Self>, len: usize)
-        -> Result<Self::Buf<T>>;
+    fn alloc_zeros<T: Element>(&self, stream: &StreamOf<Self>, len: usize) -> Result<Self::Buf<T>>;
 
     /// A buffer holding a copy of `data`.
-    fn upload<T: NcclType>(&self, stream: &StreamOf<Self>, data: &[T]) -> Result<Self::Buf<T>>;
+    fn upload<T: Element>(&self, stream: &StreamOf<Self>, data: &[T]) -> Result<Self::Buf<T>>;
 
     /// A [`Memory::CommBuf`] of `len` zeros (NCCL: `ncclMemAlloc`, NCCL 2.19+; an older
     /// library is refused with [`oxccl_core::Error::Unsupported`] naming `MemAlloc`).
-    fn alloc_comm<T: NcclType>(
+    fn alloc_comm<T: Element>(
         &self,
         stream: &StreamOf<Self>,
         len: usize,
     ) -> Result<Self::CommBuf<T>>;
 
     /// A [`Memory::CommBuf`] holding a copy of `data`.
-    fn upload_comm<T: NcclType>(
+    fn upload_comm<T: Element>(
         &self,
         stream: &StreamOf<Self>,
         data: &[T],
     ) -> Result<Self::CommBuf<T>>;
 
     /// The contents of `buf`, once every work that uses it has run (blocks the caller).
-    fn download<T: NcclType>(&self, stream: &StreamOf<Self>, buf: &Self::Buf<T>) -> Result<Vec<T>>;
+    fn download<T: Element>(&self, stream: &StreamOf<Self>, buf: &Self::Buf<T>) -> Result<Vec<T>>;
 
     /// Whether `buf` holds a NaN (after the work that wrote it; blocks the caller). Types
-    /// without NaNs ([`NcclType::FLOAT`] `None`) give `false` at once.
-    fn has_nan<T: NcclType>(&self, stream: &StreamOf<Self>, buf: &Self::Buf<T>) -> Result<bool>;
+    /// without NaNs ([`Element::FLOAT`] `None`) give `false` at once.
+    fn has_nan<T: Element>(&self, stream: &StreamOf<Self>, buf: &Self::Buf<T>) -> Result<bool>;
 
     /// `buf` as an operation's input on `stream` (of `device`): `stream` first waits for
     /// earlier writers of `buf`. `arg` names the argument in errors (a buffer on another device).
-    fn read<'a, T: NcclType>(
+    fn read<'a, T: Element>(
         arg: &'static str,
         device: Device,
         stream: &'a StreamOf<Self>,
@@ -112,7 +111,7 @@ pub trait Memory: Backend + 'static {
     ) -> Result<(RawBuf, Self::Access<'a>)>;
 
     /// `buf` as an operation's output on `stream`: `stream` first waits for every earlier use.
-    fn write<'a, T: NcclType>(
+    fn write<'a, T: Element>(
         arg: &'static str,
         device: Device,
         stream: &'a StreamOf<Self>,

@@ -3,7 +3,7 @@
 //! sets a flag when an element is a NaN. The flag is read back, so the check synchronizes its
 //! stream: it is opt-in (`OXCCL_NAN_CHECK`).
 
-use crate::element::{FloatFormat, NcclType};
+use crate::element::{Element, FloatFormat};
 use cudarc::driver::{CudaFunction, CudaModule, CudaSlice, LaunchConfig, PushKernelArg};
 use oxccl_core::Result;
 use oxccl_nccl::{cuda_error, NcclStream};
@@ -42,7 +42,7 @@ fn function(stream: &NcclStream, name: &str) -> Result<CudaFunction> {
 }
 
 /// Whether `buf` holds a NaN, by the kernel for its float format.
-pub(super) fn has_nan<T: NcclType>(stream: &NcclStream, buf: &CudaSlice<T>) -> Result<bool> {
+pub(super) fn has_nan<T: Element>(stream: &NcclStream, buf: &CudaSlice<T>) -> Result<bool> {
     let Some(format) = T::FLOAT else {
         return Ok(false);
     };

@@ -17,7 +17,7 @@
 use super::operand::next_id;
 use super::uses::Uses;
 use super::{Buffer, CommAlloc, CommMem, Memory, Operand};
-use crate::element::NcclType;
+use crate::element::Element;
 use cudarc::driver::{result, CudaContext, CudaStream};
 use oxccl_core::{Device, Error, Event, RawBuf, RawBufMut, Result, Stream};
 use oxccl_nccl::{cuda_error, NcclBackend, NcclEvent, NcclMem, NcclStream};
@@ -211,13 +211,13 @@ impl NcclAlloc {
     }
 }
 
-impl<T: NcclType> Buffer<T> for NcclBuf<T> {
+impl<T: Element> Buffer<T> for NcclBuf<T> {
     fn len(&self) -> usize {
         self.len
     }
 }
 
-impl<T: NcclType> NcclBuf<T> {
+impl<T: Element> NcclBuf<T> {
     /// `len` zeros in `ncclMemAlloc` memory on `stream`'s device.
     pub fn zeros(backend: &NcclBackend, stream: &NcclStream, len: usize) -> Result<NcclBuf<T>> {
         reap();
@@ -287,7 +287,7 @@ impl<T: NcclType> NcclBuf<T> {
     /// The contents, after every work that uses the buffer (blocks).
     pub fn to_host(&self, stream: &NcclStream) -> Result<Vec<T>> {
         let st = stream.cuda();
-        // SAFETY: every `NcclType` is valid as all-zero bytes (`ValidAsZeroBits`).
+        // SAFETY: every `Element` is valid as all-zero bytes (`ValidAsZeroBits`).
         let mut out = vec![unsafe { std::mem::zeroed::<T>() }; self.len];
         {
             let _rec = self.alloc.access("buf", self.device(), stream)?;
@@ -312,7 +312,7 @@ impl<T: NcclType> NcclBuf<T> {
     }
 }
 
-impl<T: NcclType> Operand<NcclBackend> for NcclBuf<T> {
+impl<T: Element> Operand<NcclBackend> for NcclBuf<T> {
     type Elem = T;
 
     fn numel(&self) -> usize {
@@ -365,7 +365,7 @@ impl<T: NcclType> Operand<NcclBackend> for NcclBuf<T> {
 }
 
 /// Plain cudarc memory: used as it is, never registered.
-impl<T: NcclType> Operand<NcclBackend> for cudarc::driver::CudaSlice<T> {
+impl<T: Element> Operand<NcclBackend> for cudarc::driver::CudaSlice<T> {
     type Elem = T;
 
     fn numel(&self) -> usize {

@@ -3,7 +3,7 @@
 //! carrying a [`CommMem`] identity that registration and symmetric windows key on.
 
 use super::{Memory, StreamOf};
-use crate::element::NcclType;
+use crate::element::Element;
 use oxccl_core::{Device, RawBuf, RawBufMut, Result};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -16,7 +16,7 @@ use std::sync::Arc;
 /// [`crate::pg::PgOptions::tune`]).
 pub trait Operand<B: Memory>: Send + Sync {
     /// The element type.
-    type Elem: NcclType;
+    type Elem: Element;
 
     /// Number of elements (named apart from [`super::Buffer::len`], which plain buffers
     /// also have, so that calls are never ambiguous).

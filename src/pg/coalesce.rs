@@ -8,7 +8,7 @@ use super::issue::{Issuer, OpDesc, SeqKind};
 use super::ops::two_on;
 use super::{ProcessGroup, WorkOf};
 use crate::buffer::{Memory, Operand};
-use crate::element::{host_op, NcclType};
+use crate::element::{host_op, Element};
 use oxccl_core::state::work::WorkInfo;
 use oxccl_core::trace::{coalesced_name, TensorMeta};
 use oxccl_core::{
@@ -23,7 +23,7 @@ use std::time::Instant;
 /// One send or receive of a batch ([`ProcessGroup::batch_isend_irecv`]); peers are global
 /// ranks. Either kind of buffer ([`Memory::Buf`] or [`Memory::CommBuf`]), mixed freely in
 /// one batch: `P2pOp::Send(&buf, 1)` takes a reference to either.
-pub enum P2pOp<'a, B: Memory, T: NcclType> {
+pub enum P2pOp<'a, B: Memory, T: Element> {
     /// Send the buffer to the peer.
     Send(&'a dyn Operand<B, Elem = T>, u32),
     /// Receive into the buffer from the peer.
@@ -39,7 +39,7 @@ pub enum P2pOp<'a, B: Memory, T: NcclType> {
 /// free, reuse or read them before. Safe code cannot:
 ///
 /// ```compile_fail
-/// # fn f(pg: &oxccl::pg::ProcessGroup<oxccl::mock::MockBackend>) -> oxccl::Result<()> {
+/// # fn f<B: oxccl::buffer::Memory>(pg: &oxccl::pg::ProcessGroup<B>) -> oxccl::Result<()> {
 /// let mut a = pg.upload(&[1.0f32])?;
 /// let mut block = pg.start_coalescing()?;
 /// block.all_reduce(&mut a, oxccl::ReduceOp::Sum)?;
@@ -87,7 +87,7 @@ impl<B: Memory> ProcessGroup<B> {
 
     /// All-reduces each buffer of `bufs` in place, as one fused batch with one work (c10d's
     /// `all_reduce_coalesced`): every buffer of one dtype, one reduction.
-    pub fn all_reduce_coalesced<T: NcclType, X: Operand<B, Elem = T>>(
+    pub fn all_reduce_coalesced<T: Element, X: Operand<B, Elem = T>>(
         &self,
         bufs: &mut [&mut X],
         op: ReduceOp,
@@ -107,7 +107,7 @@ impl<B: Memory> ProcessGroup<B> {
     /// collective over the whole group, a send involves two ranks), before the batch opens,
     /// since nothing is registered inside one. Inside a capture they must be registered
     /// already (see [`ProcessGroup::capture`]).
-    pub fn batch_isend_irecv<'a, T: NcclType>(
+    pub fn batch_isend_irecv<'a, T: Element>(
         &'a self,
         ops: &'a mut [P2pOp<'_, B, T>],
     ) -> Result<WorkOf<B>> {
@@ -246,7 +246,7 @@ impl<'a, B: Memory> Coalescing<'a, B> {
     }
 
     /// Issues an op reading `send` and writing `recv`, built by `build`.
-    fn two<T: NcclType, S: Operand<B, Elem = T>, R: Operand<B, Elem = T>>(
+    fn two<T: Element, S: Operand<B, Elem = T>, R: Operand<B, Elem = T>>(
         &mut self,
         kind: OpKind,
         send: Option<&'a S>,
@@ -268,7 +268,7 @@ impl<'a, B: Memory> Coalescing<'a, B> {
     }
 
     /// All-reduce of `buf` in place, in the batch.
-    pub fn all_reduce<T: NcclType>(
+    pub fn all_reduce<T: Element>(
         &mut self,
         buf: &'a mut impl Operand<B, Elem = T>,
         op: ReduceOp,
@@ -288,7 +288,7 @@ impl<'a, B: Memory> Coalescing<'a, B> {
     }
 
     /// Broadcast of `buf` from global rank `root`, in place, in the batch.
-    pub fn broadcast<T: NcclType>(
+    pub fn broadcast<T: Element>(
         &mut self,
         buf: &'a mut impl Operand<B, Elem = T>,
         root: u32,
@@ -308,7 +308,7 @@ impl<'a, B: Memory> Coalescing<'a, B> {
     }
 
     /// All-gather of `send` into `recv`, in the batch.
-    pub fn all_gather<T: NcclType>(
+    pub fn all_gather<T: Element>(
         &mut self,
         send: &'a impl Operand<B, Elem = T>,
         recv: &'a mut impl Operand<B, Elem = T>,
@@ -323,7 +323,7 @@ impl<'a, B: Memory> Coalescing<'a, B> {
     }
 
     /// Reduce-scatter of `send` into `recv`, in the batch.
-    pub fn reduce_scatter<T: NcclType>(
+    pub fn reduce_scatter<T: Element>(
         &mut self,
         send: &'a impl Operand<B, Elem = T>,
         recv: &'a mut impl Operand<B, Elem = T>,
@@ -345,7 +345,7 @@ impl<'a, B: Memory> Coalescing<'a, B> {
 
     /// Send of `buf` to global rank `dst`, in the batch (either kind of buffer, as it is:
     /// nothing is registered inside a block).
-    pub fn send<T: NcclType, X: Operand<B, Elem = T> + ?Sized>(
+    pub fn send<T: Element, X: Operand<B, Elem = T> + ?Sized>(
         &mut self,
         buf: &'a X,
         dst: u32,
@@ -364,7 +364,7 @@ impl<'a, B: Memory> Coalescing<'a, B> {
     }
 
     /// Receive into `buf` from global rank `src`, in the batch.
-    pub fn recv<T: NcclType, X: Operand<B, Elem = T> + ?Sized>(
+    pub fn recv<T: Element, X: Operand<B, Elem = T> + ?Sized>(
         &mut self,
         buf: &'a mut X,
         src: u32,

@@ -392,19 +392,19 @@ impl<B: Memory> ProcessGroup<B> {
 
     /// A buffer of `len` zeros on this group's device (on the group's copy stream: no
     /// communicator is made for it, so allocating never waits for other ranks).
-    pub fn alloc_zeros<T: crate::NcclType>(&self, len: usize) -> Result<B::Buf<T>> {
+    pub fn alloc_zeros<T: crate::Element>(&self, len: usize) -> Result<B::Buf<T>> {
         let st = self.inner.copy_stream()?;
         self.inner.backend.alloc_zeros(st, len)
     }
 
     /// A buffer on this group's device holding a copy of `data`.
-    pub fn upload<T: crate::NcclType>(&self, data: &[T]) -> Result<B::Buf<T>> {
+    pub fn upload<T: crate::Element>(&self, data: &[T]) -> Result<B::Buf<T>> {
         let st = self.inner.copy_stream()?;
         self.inner.backend.upload(st, data)
     }
 
     /// The contents of `buf`, after every operation that uses it (blocks).
-    pub fn download<T: crate::NcclType>(&self, buf: &B::Buf<T>) -> Result<Vec<T>> {
+    pub fn download<T: crate::Element>(&self, buf: &B::Buf<T>) -> Result<Vec<T>> {
         let st = self.inner.copy_stream()?;
         self.inner.backend.download(st, buf)
     }

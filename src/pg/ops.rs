@@ -4,7 +4,7 @@
 use super::issue::{Issuer, OpDesc};
 use super::{ProcessGroup, WorkOf};
 use crate::buffer::{Memory, Operand};
-use crate::element::{host_op, NcclType};
+use crate::element::{host_op, Element};
 use oxccl_core::{CommOp, OpKind, RawBuf, RawBufMut, ReduceOp, Result};
 
 /// `buf` read on the issuer's stream; the access guard lives in the caller's scope.
@@ -22,7 +22,7 @@ macro_rules! wr {
 
 impl<B: Memory> ProcessGroup<B> {
     /// Reduces `buf` across the group's ranks, in place (c10d's `all_reduce`).
-    pub fn all_reduce<T: NcclType>(
+    pub fn all_reduce<T: Element>(
         &self,
         buf: &mut impl Operand<B, Elem = T>,
         op: ReduceOp,
@@ -48,7 +48,7 @@ impl<B: Memory> ProcessGroup<B> {
     }
 
     /// Copies `buf` of global rank `root` into `buf` of every rank, in place.
-    pub fn broadcast<T: NcclType>(
+    pub fn broadcast<T: Element>(
         &self,
         buf: &mut impl Operand<B, Elem = T>,
         root: u32,
@@ -74,7 +74,7 @@ impl<B: Memory> ProcessGroup<B> {
 
     /// Reduces `buf` across ranks into `buf` of global rank `root`, in place (the other
     /// ranks' buffers are left as they are).
-    pub fn reduce<T: NcclType>(
+    pub fn reduce<T: Element>(
         &self,
         buf: &mut impl Operand<B, Elem = T>,
         root: u32,
@@ -102,7 +102,7 @@ impl<B: Memory> ProcessGroup<B> {
     }
 
     /// Issues an operation reading `send` and writing `recv`.
-    fn two<'c, T: NcclType, S: Operand<B, Elem = T>, R: Operand<B, Elem = T>>(
+    fn two<'c, T: Element, S: Operand<B, Elem = T>, R: Operand<B, Elem = T>>(
         &self,
         kind: OpKind,
         peer: Option<u32>,
@@ -136,7 +136,7 @@ impl<B: Memory> ProcessGroup<B> {
 
     /// Gathers every rank's `send` into `recv` (`size × send.len()` elements), by group rank
     /// (c10d's `all_gather_into_tensor`).
-    pub fn all_gather<T: NcclType>(
+    pub fn all_gather<T: Element>(
         &self,
         send: &impl Operand<B, Elem = T>,
         recv: &mut impl Operand<B, Elem = T>,
@@ -156,7 +156,7 @@ impl<B: Memory> ProcessGroup<B> {
 
     /// Reduces `send` (`size × recv.len()` elements) across ranks; group rank r keeps part r
     /// in `recv` (c10d's `reduce_scatter_tensor`).
-    pub fn reduce_scatter<T: NcclType>(
+    pub fn reduce_scatter<T: Element>(
         &self,
         send: &impl Operand<B, Elem = T>,
         recv: &mut impl Operand<B, Elem = T>,
@@ -179,7 +179,7 @@ impl<B: Memory> ProcessGroup<B> {
 
     /// Part p of `send` goes to group rank p; part q of `recv` comes from group rank q (equal
     /// parts: c10d's `all_to_all_single` without split sizes).
-    pub fn all_to_all<T: NcclType>(
+    pub fn all_to_all<T: Element>(
         &self,
         send: &impl Operand<B, Elem = T>,
         recv: &mut impl Operand<B, Elem = T>,
@@ -199,7 +199,7 @@ impl<B: Memory> ProcessGroup<B> {
 
     /// Gathers uneven parts: group rank r contributes `counts[r]` elements (`send`), and
     /// `recv` holds every part by rank (c10d's `all_gather` with uneven sizes).
-    pub fn all_gather_v<T: NcclType>(
+    pub fn all_gather_v<T: Element>(
         &self,
         send: &impl Operand<B, Elem = T>,
         recv: &mut impl Operand<B, Elem = T>,
@@ -221,7 +221,7 @@ impl<B: Memory> ProcessGroup<B> {
 
     /// Reduce-scatter of uneven parts: group rank r keeps `counts[r]` elements of the result
     /// (c10d's `reduce_scatter` with uneven sizes).
-    pub fn reduce_scatter_v<T: NcclType>(
+    pub fn reduce_scatter_v<T: Element>(
         &self,
         send: &impl Operand<B, Elem = T>,
         recv: &mut impl Operand<B, Elem = T>,
@@ -246,7 +246,7 @@ impl<B: Memory> ProcessGroup<B> {
 
     /// All-to-all with uneven parts: `send_counts[p]` elements to group rank p, `recv_counts[q]`
     /// from group rank q (c10d's `all_to_all_single` with split sizes).
-    pub fn all_to_all_v<T: NcclType>(
+    pub fn all_to_all_v<T: Element>(
         &self,
         send: &impl Operand<B, Elem = T>,
         recv: &mut impl Operand<B, Elem = T>,
@@ -269,7 +269,7 @@ impl<B: Memory> ProcessGroup<B> {
     }
 
     /// Scatters `send` (on global rank `root`; `None` elsewhere) by group rank into `recv`.
-    pub fn scatter<T: NcclType, X: Operand<B, Elem = T>>(
+    pub fn scatter<T: Element, X: Operand<B, Elem = T>>(
         &self,
         send: Option<&X>,
         recv: &mut X,
@@ -287,7 +287,7 @@ impl<B: Memory> ProcessGroup<B> {
     }
 
     /// Gathers every rank's `send` into `recv` of global rank `root` (`None` elsewhere).
-    pub fn gather<T: NcclType, X: Operand<B, Elem = T>>(
+    pub fn gather<T: Element, X: Operand<B, Elem = T>>(
         &self,
         send: &X,
         recv: Option<&mut X>,
@@ -305,11 +305,7 @@ impl<B: Memory> ProcessGroup<B> {
     }
 
     /// Sends `buf` to global rank `dst`.
-    pub fn send<T: NcclType>(
-        &self,
-        buf: &impl Operand<B, Elem = T>,
-        dst: u32,
-    ) -> Result<WorkOf<B>> {
+    pub fn send<T: Element>(&self, buf: &impl Operand<B, Elem = T>, dst: u32) -> Result<WorkOf<B>> {
         let peer = self.inner.to_group_rank("dst", dst)?;
         let none: Option<&mut B::Buf<T>> = None;
         self.two(OpKind::Send, Some(peer), Some(buf), none, |buf, _| {
@@ -322,7 +318,7 @@ impl<B: Memory> ProcessGroup<B> {
     }
 
     /// Receives into `buf` from global rank `src`.
-    pub fn recv<T: NcclType>(
+    pub fn recv<T: Element>(
         &self,
         buf: &mut impl Operand<B, Elem = T>,
         src: u32,
@@ -365,7 +361,7 @@ impl<B: Memory> ProcessGroup<B> {
 impl<B: Memory> ProcessGroup<B> {
     /// With the NaN check on, refuses an input holding a NaN, naming the operation, the rank
     /// and the buffer.
-    fn nan_check<T: NcclType>(
+    fn nan_check<T: Element>(
         &self,
         op: &str,
         arg: &'static str,
@@ -392,7 +388,7 @@ impl<B: Memory> ProcessGroup<B> {
 }
 
 /// The description of an operation on elements of `T`.
-fn desc<T: NcclType>(kind: OpKind, numel: (usize, usize), peer: Option<u32>) -> OpDesc {
+fn desc<T: Element>(kind: OpKind, numel: (usize, usize), peer: Option<u32>) -> OpDesc {
     OpDesc {
         kind,
         dtype: T::DTYPE,
@@ -404,7 +400,7 @@ fn desc<T: NcclType>(kind: OpKind, numel: (usize, usize), peer: Option<u32>) -> 
 /// Takes `send` (read) and `recv` (written) on the issuer's stream, an absent one as empty,
 /// and hands `f` their addresses and access guards (ended after the issue: by the issue
 /// itself on the eager path, by the block's end when coalesced).
-pub(crate) fn two_on<'a, B: Memory, T: NcclType, S, D, R>(
+pub(crate) fn two_on<'a, B: Memory, T: Element, S, D, R>(
     is: &Issuer<'a, B>,
     send: Option<&'a S>,
     recv: Option<&'a mut D>,

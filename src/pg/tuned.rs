@@ -582,19 +582,19 @@ impl<B: Memory> ProcessGroup<B> {
     /// A buffer of `len` zeros in the library's allocator ([`Memory::CommBuf`]: NCCL's
     /// `ncclMemAlloc`, 2.19+), which the tune table may register or put in a window. Made on
     /// the group's copy stream, so allocating never makes the communicator.
-    pub fn alloc_comm<T: crate::NcclType>(&self, len: usize) -> Result<B::CommBuf<T>> {
+    pub fn alloc_comm<T: crate::Element>(&self, len: usize) -> Result<B::CommBuf<T>> {
         let st = self.inner.copy_stream()?;
         self.inner.backend.alloc_comm(st, len)
     }
 
     /// A [`Memory::CommBuf`] holding a copy of `data`.
-    pub fn upload_comm<T: crate::NcclType>(&self, data: &[T]) -> Result<B::CommBuf<T>> {
+    pub fn upload_comm<T: crate::Element>(&self, data: &[T]) -> Result<B::CommBuf<T>> {
         let st = self.inner.copy_stream()?;
         self.inner.backend.upload_comm(st, data)
     }
 
     /// The contents of `buf` (either kind), after every operation that uses it (blocks).
-    pub fn download_any<T: crate::NcclType>(
+    pub fn download_any<T: crate::Element>(
         &self,
         buf: &impl crate::buffer::Operand<B, Elem = T>,
     ) -> Result<Vec<T>> {

@@ -3,18 +3,15 @@
 
 use oxccl::buffer::Memory;
 use oxccl::pg::ProcessGroup;
-use oxccl::{NcclType, ReduceOp, Result};
+use oxccl::{Element, ReduceOp, Result};
 use std::fmt::Debug;
 
 /// An element type of the tests: built from small integers, exact in every type.
 pub trait El:
-    NcclType + From<i16> + PartialEq + Debug + PartialOrd + std::ops::Add<Output = Self>
+    Element + From<i16> + PartialEq + Debug + PartialOrd + std::ops::Add<Output = Self>
 {
 }
-impl<T: NcclType + From<i16> + PartialEq + Debug + PartialOrd + std::ops::Add<Output = T>> El
-    for T
-{
-}
+impl<T: Element + From<i16> + PartialEq + Debug + PartialOrd + std::ops::Add<Output = T>> El for T {}
 
 /// What rank `r` holds at index `i`.
 fn v<T: El>(r: u32, i: usize) -> T {

@@ -201,7 +201,7 @@ pub fn case_20<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
 /// library: every byte of the output is the byte of 1.0.
 pub fn case_20_gather<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
     use float8::{F8E4M3, F8E5M2};
-    fn gather<B: Memory, T: oxccl::NcclType>(
+    fn gather<B: Memory, T: oxccl::Element>(
         pg: &ProcessGroup<B>,
         one: T,
         bits: fn(T) -> u8,
@@ -235,7 +235,7 @@ pub fn case_20_moves<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
 }
 
 /// [`case_20_moves`] for one element type, built from and read back as its bits.
-fn moves<B: Memory, T: oxccl::NcclType>(
+fn moves<B: Memory, T: oxccl::Element>(
     pg: &ProcessGroup<B>,
     rank: u32,
     of: fn(u8) -> T,
@@ -381,7 +381,7 @@ const MIXED_CALLS: [&str; 10] = [
 ];
 
 /// Issues case 23's call `what` with 4 elements per rank of `one`'s type and waits for it.
-fn mixed_call<B: Memory, T: oxccl::NcclType>(
+fn mixed_call<B: Memory, T: oxccl::Element>(
     pg: &ProcessGroup<B>,
     rank: u32,
     what: &str,

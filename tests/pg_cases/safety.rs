@@ -444,7 +444,7 @@ pub fn case_12<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
         ..lazy(rank)
     }));
     let n = pg.size() as f64;
-    fn check<B: Memory, T: oxccl::NcclType>(
+    fn check<B: Memory, T: oxccl::Element>(
         pg: &ProcessGroup<B>,
         rank: u32,
         n: f64,

@@ -1,10 +1,10 @@
 //! Element values for `perf -c` and `check`: every NCCL type to and from f64, and the
 //! tolerance a reduction in that type may be off by.
 
-use oxccl::NcclType;
+use oxccl::Element;
 
 /// An element type the tool fills and checks.
-pub trait Elem: NcclType + PartialEq {
+pub trait Elem: Element + PartialEq {
     /// `v` in this type (rounded, saturated or wrapped as the type converts).
     fn of(v: f64) -> Self;
     /// The value as f64.
