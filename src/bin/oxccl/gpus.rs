@@ -1,8 +1,8 @@
 //! The GPUs of this machine and the links between each pair, through the CUDA driver
-//! (cudarc's `driver::sys`). Every call is behind `require_driver`, so a machine without a GPU
-//! gets "no GPU" instead of a panic. cudarc 0.19 has no NVML binding, so the link kind comes
-//! from the driver's P2P attributes: NVLink is inferred from native atomics over P2P (PCIe
-//! peer access does not offer them), which is what the driver can say without NVML.
+//! (cudarc's `driver::sys`) and NVML. Every driver call is behind `require_driver`, so a
+//! machine without a GPU gets "no GPU" instead of a panic. The link kind comes from the
+//! driver's P2P attributes (NVLink is inferred from native atomics over P2P, which PCIe peer
+//! access does not offer); the NVLink count from NVML ([`crate::nvml`]), where it is.
 
 use cudarc::driver::sys;
 use serde_json::{json, Value};
@@ -27,10 +27,15 @@ pub struct Link {
     pub kind: &'static str,
     /// The driver's relative performance rank of the P2P link (lower is faster).
     pub perf_rank: i32,
+    /// NVLinks between the two (NVML), and whether through NVSwitches.
+    pub nvlinks: Option<(u32, bool)>,
 }
 
+/// The GPUs, their links, and why NVML could not count NVLinks (if it could not).
+pub type Probe = (Vec<Gpu>, Vec<Link>, Option<String>);
+
 /// The GPUs and their links, or why there are none to report.
-pub fn probe() -> Result<(Vec<Gpu>, Vec<Link>), String> {
+pub fn probe() -> Result<Probe, String> {
     oxccl::nccl::require_driver().map_err(|_| {
         "no GPU: the CUDA driver (libcuda.so) is not installed here; perf and check run on the mock world"
             .to_owned()
@@ -49,9 +54,35 @@ pub fn probe() -> Result<(Vec<Gpu>, Vec<Link>), String> {
         let mut n = 0;
         ok(sys::cuDeviceGetCount(&mut n), "cuDeviceGetCount")?;
         let mut gpus = Vec::new();
+        let (mut bus_ids, mut addrs) = (Vec::new(), Vec::new());
         for i in 0..n {
             let mut dev = 0;
             ok(sys::cuDeviceGet(&mut dev, i), "cuDeviceGet")?;
+            let mut bus = [0 as std::ffi::c_char; 32];
+            ok(
+                sys::cuDeviceGetPCIBusId(bus.as_mut_ptr(), bus.len() as i32, dev),
+                "cuDeviceGetPCIBusId",
+            )?;
+            bus_ids.push(
+                std::ffi::CStr::from_ptr(bus.as_ptr())
+                    .to_string_lossy()
+                    .into_owned(),
+            );
+            let pci = |at: sys::CUdevice_attribute| {
+                let mut v = 0;
+                let r = sys::cuDeviceGetAttribute(&mut v, at, dev);
+                if r == sys::CUresult::CUDA_SUCCESS {
+                    v as u32
+                } else {
+                    u32::MAX
+                }
+            };
+            use sys::CUdevice_attribute as D;
+            addrs.push(crate::nvml::PciAddr {
+                domain: pci(D::CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID),
+                bus: pci(D::CU_DEVICE_ATTRIBUTE_PCI_BUS_ID),
+                device: pci(D::CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID),
+            });
             let mut name = [0 as std::ffi::c_char; 256];
             ok(
                 sys::cuDeviceGetName(name.as_mut_ptr(), name.len() as i32, dev),
@@ -68,6 +99,7 @@ pub fn probe() -> Result<(Vec<Gpu>, Vec<Link>), String> {
                 memory: mem,
             });
         }
+        let reach = crate::nvml::probe(&bus_ids, &addrs);
         let mut links = Vec::new();
         for a in 0..n {
             for b in (a + 1)..n {
@@ -87,15 +119,20 @@ pub fn probe() -> Result<(Vec<Gpu>, Vec<Link>), String> {
                 let access = attr(A::CU_DEVICE_P2P_ATTRIBUTE_ACCESS_SUPPORTED);
                 let atomics = attr(A::CU_DEVICE_P2P_ATTRIBUTE_NATIVE_ATOMIC_SUPPORTED);
                 let perf_rank = attr(A::CU_DEVICE_P2P_ATTRIBUTE_PERFORMANCE_RANK);
+                let nvlinks = reach
+                    .as_ref()
+                    .ok()
+                    .and_then(|r| crate::nvml::between(&r[a as usize], &r[b as usize], b as usize));
                 links.push(Link {
                     a,
                     b,
                     kind: link_kind(access != 0, atomics != 0),
                     perf_rank,
+                    nvlinks,
                 });
             }
         }
-        Ok((gpus, links))
+        Ok((gpus, links, reach.err()))
     }
 }
 
@@ -109,11 +146,16 @@ pub fn link_kind(access: bool, native_atomics: bool) -> &'static str {
 }
 
 /// The report as JSON.
-pub fn to_json(r: &Result<(Vec<Gpu>, Vec<Link>), String>) -> Value {
+pub fn to_json(r: &Result<Probe, String>) -> Value {
     match r {
-        Ok((gpus, links)) => json!({
+        Ok((gpus, links, nvml)) => json!({
             "gpus": gpus.iter().map(|g| json!({"index": g.index, "name": g.name, "memory_bytes": g.memory})).collect::<Vec<_>>(),
-            "links": links.iter().map(|l| json!({"a": l.a, "b": l.b, "kind": l.kind, "perf_rank": l.perf_rank})).collect::<Vec<_>>(),
+            "links": links.iter().map(|l| json!({
+                "a": l.a, "b": l.b, "kind": l.kind, "perf_rank": l.perf_rank,
+                "nvlinks": l.nvlinks.map(|(n, _)| n),
+                "through_nvswitch": l.nvlinks.map(|(_, s)| s),
+            })).collect::<Vec<_>>(),
+            "nvml": match nvml { None => json!("ok"), Some(e) => json!(e) },
         }),
         Err(e) => json!({"gpus": [], "links": [], "error": e}),
     }

@@ -219,9 +219,16 @@ fn text(r: &Value) -> String {
                 let gib = d["memory_bytes"].as_f64().unwrap_or(0.0) / f64::from(1u32 << 30);
                 s += &format!("  {}: {} ({gib:.1} GiB)\n", d["index"], str_of(&d["name"]));
             }
+            let nvml = str_of(&g["nvml"]);
             for l in g["links"].as_array().into_iter().flatten() {
+                let nv = match (l["nvlinks"].as_u64(), l["through_nvswitch"].as_bool()) {
+                    (Some(n), Some(true)) => format!("; {n} NVLinks through NVSwitch"),
+                    (Some(n), _) => format!("; {n} NVLinks"),
+                    (None, _) if nvml == "ok" => "; no NVLink (NVML)".to_owned(),
+                    (None, _) => format!("; NVLink count unknown: {nvml}"),
+                };
                 s += &format!(
-                    "  {} <-> {}: {} (P2P rank {})\n",
+                    "  {} <-> {}: {} (P2P rank {}){nv}\n",
                     l["a"],
                     l["b"],
                     str_of(&l["kind"]),

@@ -9,6 +9,7 @@ mod elem;
 mod expect;
 mod gpus;
 mod info;
+mod nvml;
 mod ops;
 mod perf;
 mod store;
