@@ -216,6 +216,45 @@ fn env_slurm_three_processes() {
     }
 }
 
+/// Three processes as `mpirun` (Open MPI) and MPICH's Hydra start them: their own rank
+/// variables, the master from MASTER_ADDR/MASTER_PORT (neither launcher sets one).
+#[test]
+fn env_open_mpi_and_mpich_three_processes() {
+    for (launcher, rank, size, local) in [
+        (
+            "OpenMpi",
+            "OMPI_COMM_WORLD_RANK",
+            "OMPI_COMM_WORLD_SIZE",
+            "OMPI_COMM_WORLD_LOCAL_RANK",
+        ),
+        ("Mpich", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"),
+    ] {
+        let port = free_port().to_string();
+        let children = (0..3)
+            .map(|r| {
+                spawn(
+                    "env",
+                    &vars(&[
+                        (rank, r.to_string()),
+                        (size, "3".into()),
+                        (local, r.to_string()),
+                        ("MASTER_ADDR", "127.0.0.1".into()),
+                        ("MASTER_PORT", port.clone()),
+                    ]),
+                )
+            })
+            .collect();
+        for (r, line) in finish(children).iter().enumerate() {
+            assert_eq!(
+                line,
+                &format!(
+                    "CHILD rank={r} world=3 local=Some({r}) device={r} launcher={launcher} count=3"
+                )
+            );
+        }
+    }
+}
+
 #[test]
 fn file_three_processes() {
     let path: PathBuf =
