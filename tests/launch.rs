@@ -161,59 +161,50 @@ fn vars(pairs: &[(&str, String)]) -> Vec<(String, String)> {
         .collect()
 }
 
-#[test]
-fn env_torchrun_three_processes() {
-    let port = free_port().to_string();
-    let children = (0..3)
-        .map(|r| {
-            spawn(
-                "env",
-                &vars(&[
-                    ("RANK", r.to_string()),
-                    ("WORLD_SIZE", "3".into()),
-                    ("LOCAL_RANK", r.to_string()),
-                    ("LOCAL_WORLD_SIZE", "3".into()),
-                    ("MASTER_ADDR", "127.0.0.1".into()),
-                    ("MASTER_PORT", port.clone()),
-                ]),
-            )
-        })
-        .collect();
-    let lines = finish(children);
-    for (r, line) in lines.iter().enumerate() {
+/// Three `env://` children, rank r given `vars_of(r)`: each must see its rank, a world of 3,
+/// local rank and device r, `launcher`, and the shared store's count.
+fn three_by_env(launcher: &str, vars_of: impl Fn(u32) -> Vec<(String, String)>) {
+    let children = (0..3).map(|r| spawn("env", &vars_of(r))).collect();
+    for (r, line) in finish(children).iter().enumerate() {
         assert_eq!(
             line,
-            &format!("CHILD rank={r} world=3 local=Some({r}) device={r} launcher=Torchrun count=3")
+            &format!(
+                "CHILD rank={r} world=3 local=Some({r}) device={r} launcher={launcher} count=3"
+            )
         );
     }
 }
 
 #[test]
+fn env_torchrun_three_processes() {
+    let port = free_port().to_string();
+    three_by_env("Torchrun", |r| {
+        vars(&[
+            ("RANK", r.to_string()),
+            ("WORLD_SIZE", "3".into()),
+            ("LOCAL_RANK", r.to_string()),
+            ("LOCAL_WORLD_SIZE", "3".into()),
+            ("MASTER_ADDR", "127.0.0.1".into()),
+            ("MASTER_PORT", port.clone()),
+        ])
+    });
+}
+
+#[test]
 fn env_slurm_three_processes() {
     let port = free_port().to_string();
-    let children = (0..3)
-        .map(|r| {
-            spawn(
-                "env",
-                &vars(&[
-                    ("SLURM_PROCID", r.to_string()),
-                    ("SLURM_NTASKS", "3".into()),
-                    ("SLURM_LOCALID", r.to_string()),
-                    ("SLURM_NODEID", "0".into()),
-                    ("SLURM_TASKS_PER_NODE", "3".into()),
-                    // The first host of the step's node list is the master.
-                    ("SLURM_STEP_NODELIST", "127.0.0.[1-3]".into()),
-                    ("MASTER_PORT", port.clone()),
-                ]),
-            )
-        })
-        .collect();
-    for (r, line) in finish(children).iter().enumerate() {
-        assert_eq!(
-            line,
-            &format!("CHILD rank={r} world=3 local=Some({r}) device={r} launcher=Slurm count=3")
-        );
-    }
+    three_by_env("Slurm", |r| {
+        vars(&[
+            ("SLURM_PROCID", r.to_string()),
+            ("SLURM_NTASKS", "3".into()),
+            ("SLURM_LOCALID", r.to_string()),
+            ("SLURM_NODEID", "0".into()),
+            ("SLURM_TASKS_PER_NODE", "3".into()),
+            // The first host of the step's node list is the master.
+            ("SLURM_STEP_NODELIST", "127.0.0.[1-3]".into()),
+            ("MASTER_PORT", port.clone()),
+        ])
+    });
 }
 
 /// Three processes as `mpirun` (Open MPI) and MPICH's Hydra start them: their own rank
@@ -230,28 +221,15 @@ fn env_open_mpi_and_mpich_three_processes() {
         ("Mpich", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"),
     ] {
         let port = free_port().to_string();
-        let children = (0..3)
-            .map(|r| {
-                spawn(
-                    "env",
-                    &vars(&[
-                        (rank, r.to_string()),
-                        (size, "3".into()),
-                        (local, r.to_string()),
-                        ("MASTER_ADDR", "127.0.0.1".into()),
-                        ("MASTER_PORT", port.clone()),
-                    ]),
-                )
-            })
-            .collect();
-        for (r, line) in finish(children).iter().enumerate() {
-            assert_eq!(
-                line,
-                &format!(
-                    "CHILD rank={r} world=3 local=Some({r}) device={r} launcher={launcher} count=3"
-                )
-            );
-        }
+        three_by_env(launcher, |r| {
+            vars(&[
+                (rank, r.to_string()),
+                (size, "3".into()),
+                (local, r.to_string()),
+                ("MASTER_ADDR", "127.0.0.1".into()),
+                ("MASTER_PORT", port.clone()),
+            ])
+        });
     }
 }
 

@@ -18,7 +18,6 @@ use std::time::{Duration, Instant, SystemTime};
 /// How long a blocking `init_rank` waits for the other ranks by default.
 pub const DEFAULT_INIT_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// A communicator some but not all ranks joined.
 /// How a rank joins a rendezvous.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Joiner {
@@ -50,6 +49,7 @@ impl Joiner {
     }
 }
 
+/// A communicator some but not all ranks joined.
 struct Join {
     shared: Arc<CommShared>,
     /// Which ranks joined.

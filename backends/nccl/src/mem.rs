@@ -140,14 +140,17 @@ impl NcclMem {
             if held == 0 {
                 return Err(e);
             }
-            return Err(Error::Backend {
-                code: oxccl_core::ResultCode::UNHANDLED_CUDA_ERROR,
-                text: text!(
-                    "ncclMemAlloc of {bytes} bytes failed while {held} bytes of NCCL memory \
-                     are kept for reuse: call NcclMem::release_kept once no communicator that \
-                     used them lives ({e})"
-                ),
-                last: text!(""),
+            // NCCL's own code and last error, with what the program can do about it.
+            return Err(match e {
+                Error::Backend { code, text, last } => Error::Backend {
+                    code,
+                    text: text!(
+                        "{text}; {held} bytes of NCCL memory are kept for reuse: call \
+                         NcclMem::release_kept once no communicator that used them lives"
+                    ),
+                    last,
+                },
+                other => other,
             });
         }
         Ok(NcclMem {

@@ -35,7 +35,7 @@ impl Case {
     pub fn shape_any_rank(&self) -> (usize, usize) {
         (0..self.n)
             .map(|k| self.coll.shape(self.count, self.n, k, self.root))
-            .fold(self.shape(), |(a, b), (s, r)| (a.max(s), b.max(r)))
+            .fold((0, 0), |(a, b), (s, r)| (a.max(s), b.max(r)))
     }
 
     /// Elements of one rank's part.
