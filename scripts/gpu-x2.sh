@@ -77,13 +77,14 @@ fi
 ITEMS_CORRECT="info i7.case02 i7.cases1 i7.cases i10.cases i7.ddp i7.socket i9.capture2 i10.death i10.dump i10.abortwin i7.overhead i9.buffers i10.nan"
 ITEMS_MODES="i9.ncclbuild i9.connect i9.winmix i9.realloc i9.graphs i9.tune i9.procs"
 ITEMS_SWEEP="i9.ncclbuild i9.check i9.sweep"
-need_of() { case $1 in i9.small|i9.big|i9.check|info|i7.case02|i7.cases1|i7.overhead|i9.buffers|i10.nan|i9.ncclbuild|i9.sweep|i9.graphs|i9.tune) echo 1 ;; *) echo 2 ;; esac; }
+need_of() { case $1 in i12.case22) echo 4 ;; i9.small|i9.big|i9.check|info|i7.case02|i7.cases1|i7.overhead|i9.buffers|i10.nan|i9.ncclbuild|i9.sweep|i9.graphs|i9.tune) echo 1 ;; *) echo 2 ;; esac; }
 limit_of() { case $1 in i9.sweep) echo 480 ;; i9.realloc) echo 300 ;; i9.small) echo 200 ;; i9.big) echo 300 ;; i7.cases|i9.check) echo 150 ;; i9.tune) echo 240 ;; i9.graphs|i9.ncclbuild) echo 180 ;; i10.death) echo 120 ;; *) echo 90 ;; esac; }
 what_of() {
     case $1 in
     info) echo "GPUs, NCCL libraries, torch, oxccl info" ;;
     i7.case02) echo "seed case 2: two ranks on GPU 0 → ncclInvalidUsage, no hang (torchrun, 2 processes)" ;;
     i7.cases1) echo "the seed cases that hold with one rank (torchrun, 1 process)" ;;
+    i12.case22) echo "seed case 22 as written: N = 2 on 4 GPUs, rank r on GPU 2r (torchrun, PG_CASES_DEVICE_STRIDE=2)" ;;
     i7.cases) echo "the GPU-applicable seed cases of issue 7 on NCCL (torchrun --no-python, a process per GPU)" ;;
     i10.cases) echo "seed cases 12-14, 27-29 on NCCL (torchrun --no-python, a process per GPU)" ;;
     i7.ddp) echo "examples/ddp_step on N GPUs (torchrun --no-python): averaged gradients checked" ;;
@@ -111,7 +112,7 @@ what_of() {
 }
 
 if [ "$cmd" = list ]; then
-    for i in $ITEMS_CORRECT $ITEMS_MODES i9.check i9.sweep i9.big; do printf '%-12s %s GPU(s)  %4ss  %s\n' "$i" "$(need_of "$i")" "$(limit_of "$i")" "$(what_of "$i")"; done
+    for i in $ITEMS_CORRECT $ITEMS_MODES i9.check i9.sweep i9.big i12.case22; do printf '%-12s %s GPU(s)  %4ss  %s\n' "$i" "$(need_of "$i")" "$(limit_of "$i")" "$(what_of "$i")"; done
     exit 0
 fi
 [ "$cmd" = run ] || { echo "usage: $0 stage | list | run NGPUS OUTDIR PART..." >&2; exit 2; }
@@ -229,6 +230,11 @@ item_i7_cases() {
     [ -n "$names" ] || { echo "NOTE: pg_cases --list gave nothing"; return 1; }
     trun "$n" $bin/pg_cases $names; local rc=$?
     cases_note "$(echo $names | wc -w)"; return $rc
+}
+item_i12_case22() {
+    PG_CASES_DEVICE_STRIDE=2 trun 2 $bin/pg_cases case_22; local rc=$?
+    grep -h "^rank .*: NCCL\|device" "$d/log" | head -4
+    cases_note 1; return $rc
 }
 item_i10_cases() { trun "$n" $bin/pg_cases $I10_CASES; local rc=$?; cases_note 6; return $rc; }
 

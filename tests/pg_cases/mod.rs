@@ -16,11 +16,22 @@ mod case_kit;
 #[allow(unused_imports)]
 pub use case_kit::{run, run_on, Body, Case, MakeGroup, Verdict};
 
+/// The device of `rank`: `rank × PG_CASES_DEVICE_STRIDE` (default 1), so that seed case 22's
+/// "N = 2 on 4 GPUs, tensors on GPU 2r" runs as written with a stride of 2.
+pub fn device_of(rank: u32) -> Device {
+    let stride = std::env::var("PG_CASES_DEVICE_STRIDE")
+        .ok()
+        .and_then(|s| s.parse::<u32>().ok())
+        .filter(|&s| s > 0)
+        .unwrap_or(1);
+    Device(rank * stride)
+}
+
 /// Lazy groups: nothing bound, a timeout that ends a broken case quickly.
 pub fn lazy(rank: u32) -> PgOptions {
     PgOptions {
         timeout: Duration::from_secs(60),
-        device: Device(rank),
+        device: device_of(rank),
         // A failing case must fail, not end the test process (the default, as PyTorch's).
         error_handling: oxccl::core::env::ErrorHandling::CleanUpOnly,
         ..PgOptions::default()
@@ -30,7 +41,7 @@ pub fn lazy(rank: u32) -> PgOptions {
 /// Eager groups: the device bound at init.
 pub fn eager(rank: u32) -> PgOptions {
     PgOptions {
-        bound_device: Some(Device(rank)),
+        bound_device: Some(device_of(rank)),
         ..lazy(rank)
     }
 }

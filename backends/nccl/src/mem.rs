@@ -74,11 +74,15 @@ impl<L> Shelf<L> {
         Some(self.blocks.swap_remove(i).ptr)
     }
 
-    /// Takes every block of `owner` off the shelf: (address, bytes) each.
-    pub(crate) fn take_all(&mut self, owner: impl Fn(&L) -> bool) -> Vec<(usize, usize)> {
+    /// Takes every block of `owner` on `device` off the shelf: (address, bytes) each.
+    pub(crate) fn take_all(
+        &mut self,
+        owner: impl Fn(&L) -> bool,
+        device: i32,
+    ) -> Vec<(usize, usize)> {
         let (mine, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.blocks)
             .into_iter()
-            .partition(|b| owner(&b.owner));
+            .partition(|b| b.device == device && owner(&b.owner));
         self.blocks = rest;
         mine.into_iter().map(|b| (b.ptr, b.bytes)).collect()
     }
@@ -176,17 +180,24 @@ impl NcclMem {
         kept().bytes(|l| Arc::ptr_eq(l, lib))
     }
 
-    /// Frees every block of `lib`'s memory kept for reuse with `ncclMemFree`; returns the
-    /// bytes freed. Call it only when every communicator that registered or captured that
-    /// memory has been destroyed: NCCL may otherwise move a later allocation's data through
-    /// the freed memory (see the module documentation). The calling thread's current device
-    /// must be the blocks' device for NCCL to free them, as for `ncclMemFree`.
+    /// Frees every block of `lib`'s memory kept for reuse on the calling thread's current
+    /// device with `ncclMemFree` (which frees only there); returns the bytes freed. Blocks of
+    /// other devices stay kept: release them from a thread on their device. A block whose
+    /// free fails stays kept too, so it is neither lost nor handed out twice. Call it only
+    /// when every communicator that registered or captured that memory has been destroyed:
+    /// NCCL may otherwise move a later allocation's data through the freed memory (see the
+    /// module documentation). Without a current device nothing is freed.
     pub fn release_kept(lib: &Arc<Library>) -> usize {
-        let blocks = kept().take_all(|l| Arc::ptr_eq(l, lib));
+        let Some(device) = current_device() else {
+            return 0;
+        };
+        let blocks = kept().take_all(|l| Arc::ptr_eq(l, lib), device);
         let mut freed = 0;
         for (ptr, bytes) in blocks {
             if free(lib, ptr) {
                 freed += bytes;
+            } else {
+                kept().keep(lib.clone(), device, ptr, bytes);
             }
         }
         freed
@@ -244,9 +255,12 @@ mod tests {
         s.keep(2, 0, 0x3000, 64);
         assert_eq!(s.take(|&o| o == 1, 0, 64), Some(0x2000));
         s.keep(1, 0, 0x4000, 128);
-        let mut all = s.take_all(|&o| o == 1);
+        s.keep(1, 1, 0x5000, 64);
+        let mut all = s.take_all(|&o| o == 1, 0);
         all.sort();
         assert_eq!(all, vec![(0x1000, 64), (0x4000, 128)]);
+        assert_eq!(s.bytes(|&o| o == 1), 64, "device 1's block stays kept");
+        assert_eq!(s.take_all(|&o| o == 1, 1), vec![(0x5000, 64)]);
         assert_eq!(s.bytes(|&o| o == 1), 0);
         assert_eq!(s.take(|&o| o == 2, 0, 64), Some(0x3000));
     }
