@@ -10,7 +10,10 @@
 //! and size, as in `oxccl perf`'s sweep), and on broadcasts and send/recv pairs of changing
 //! sizes. With NCCL memory freed at drop, a captured broadcast of a registered buffer
 //! delivered nothing in the third round on 2 × H200 (NCCL 2.28.9): `NcclMem` now keeps the
-//! memory it lets go for the next allocation of its size. Prints each round and step to
+//! memory it lets go for the next allocation of its size. Handed back even so, memory that
+//! captured operations had used hung the sixth round's all_gather on 4 × H100 (NCCL 2.28.3
+//! and 2.28.9; it passed with `NCCL_GRAPH_REGISTER=0`): a capture now marks the memory it
+//! used, which is kept but never handed out again. Prints each round and step to
 //! stderr, so a run cut short says where it was. Runs
 //! when `OXCCL_TEST_GPUS` is 2 or more and skips, saying so, otherwise.
 
@@ -42,11 +45,16 @@ fn rank(lib: oxccl::Nccl, store: Arc<dyn Store>, r: u32, mode: RegMode) -> Vec<u
         eprintln!("rank {r}, {mode:?}: round {round}");
         let mut a = pg.upload_comm(&vec![r as f32 + 1.0; N]).expect("upload");
         addrs.push(a.addr());
+        eprintln!(
+            "rank {r}, {mode:?}, round {round}: all_reduce at {:#x}",
+            a.addr()
+        );
         // Eager first: the table registers the buffer (or makes its window) outside the
         // capture, and NCCL connects the peers.
         pg.all_reduce(&mut a, ReduceOp::Sum)
             .and_then(|w| w.wait())
             .expect("eager all_reduce");
+        eprintln!("rank {r}, {mode:?}, round {round}: all_reduce captured");
         let graph = pg
             .capture(|pg| pg.all_reduce(&mut a, ReduceOp::Sum).map(drop))
             .expect("capture");
@@ -54,6 +62,7 @@ fn rank(lib: oxccl::Nccl, store: Arc<dyn Store>, r: u32, mode: RegMode) -> Vec<u
         for _ in 0..LAUNCHES {
             last = Some(graph.launch(&mut [&mut a]).expect("launch"));
         }
+        eprintln!("rank {r}, {mode:?}, round {round}: all_reduce launched");
         last.expect("a launch").wait().expect("wait");
         let got = pg.download_any(&a).expect("download");
         let want = 3.0 * f32::powi(2.0, LAUNCHES as i32);
@@ -94,6 +103,7 @@ const GATHER: [usize; 6] = [1 << 19, 1 << 22, 1 << 20, 1 << 22, 1 << 18, 1 << 21
 /// roles and sizes from round to round), then dropped.
 fn gather_round(pg: &ProcessGroup<oxccl::Nccl>, r: u32, mode: RegMode, round: usize) -> [usize; 3] {
     let n = GATHER[round % GATHER.len()];
+    eprintln!("rank {r}, {mode:?}, round {round}: all_gather ({n} per rank)");
     let mine = vec![r as f32 + 1.0; n];
     let (mut send, mut first) = if round % 2 == 0 {
         let s = pg.upload_comm(&mine).expect("upload");
@@ -105,6 +115,7 @@ fn gather_round(pg: &ProcessGroup<oxccl::Nccl>, r: u32, mode: RegMode, round: us
     pg.all_gather(&send, &mut first)
         .and_then(|w| w.wait())
         .expect("eager all_gather");
+    eprintln!("rank {r}, {mode:?}, round {round}: all_gather captured");
     let mut recv = pg.alloc_comm::<f32>(2 * n).expect("alloc");
     pg.register_buffer(&recv, mode).expect("register recv");
     let graph = pg
@@ -115,6 +126,7 @@ fn gather_round(pg: &ProcessGroup<oxccl::Nccl>, r: u32, mode: RegMode, round: us
         last = Some(graph.launch(&mut [&mut send, &mut recv]).expect("launch"));
     }
     last.expect("a launch").wait().expect("wait");
+    eprintln!("rank {r}, {mode:?}, round {round}: all_gather beside the graph");
     // Eager again while the graph (which holds NCCL's own registration of these buffers)
     // still lives, into the first output, zeroed first so this run's result is what is read.
     first = pg.alloc_comm::<f32>(2 * n).expect("alloc");

@@ -10,6 +10,14 @@
 //! in-place all_gathers and send/recv pairs with wrong elements, silently. A peer's mapping
 //! of the old memory outlives the free. Memory kept and handed back keeps its address and
 //! its physical pages together, so whatever NCCL remembers of it stays true.
+//!
+//! Memory a CUDA graph captured an operation on is not handed back even so: it is kept until
+//! [`NcclMem::release_kept`]. NCCL registers a captured operation's buffers by itself
+//! (`NCCL_GRAPH_REGISTER`, on by default) and undoes that registration at some point after
+//! the graph is destroyed; on 4 × H100 (NCCL 2.28.3 and 2.28.9), an all_gather on memory that
+//! earlier captured operations had used, handed back at the same address, hung in the sixth
+//! round of `tests/gpu_realloc_capture.rs` (and passed with `NCCL_GRAPH_REGISTER=0`).
+//! Captures say which memory they used through [`NcclMem::note_captured`].
 
 use oxccl_core::{text, Error, Feature, Result};
 use oxccl_loader::{Library, RawComm};
@@ -29,6 +37,47 @@ pub struct NcclMem {
 /// Blocks let go, by library, device and size.
 static KEPT: Mutex<Shelf<Arc<Library>>> = Mutex::new(Shelf::new());
 
+/// The live allocations, and which of them a capture used.
+static LIVE: Mutex<LiveSet> = Mutex::new(LiveSet::new());
+
+/// Live allocations by address and size, each marked once a captured operation used it.
+#[derive(Debug)]
+pub(crate) struct LiveSet {
+    /// (address, bytes, captured).
+    blocks: Vec<(usize, usize, bool)>,
+}
+
+impl LiveSet {
+    pub(crate) const fn new() -> Self {
+        LiveSet { blocks: Vec::new() }
+    }
+
+    /// An allocation handed out.
+    pub(crate) fn add(&mut self, ptr: usize, bytes: usize) {
+        self.blocks.push((ptr, bytes, false));
+    }
+
+    /// Marks every live allocation overlapping `bytes` at `addr` as captured.
+    pub(crate) fn mark(&mut self, addr: usize, bytes: usize) {
+        let end = addr.saturating_add(bytes);
+        for b in &mut self.blocks {
+            if b.0 < end && addr < b.0.saturating_add(b.1) {
+                b.2 = true;
+            }
+        }
+    }
+
+    /// The allocation at `ptr` let go: whether a capture used it (`None`: not live).
+    pub(crate) fn remove(&mut self, ptr: usize) -> Option<bool> {
+        let i = self.blocks.iter().position(|b| b.0 == ptr)?;
+        Some(self.blocks.swap_remove(i).2)
+    }
+}
+
+fn live() -> std::sync::MutexGuard<'static, LiveSet> {
+    LIVE.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
 /// Blocks waiting to be handed out again: generic over what owns them, so that the rule is
 /// tested without a library.
 #[derive(Debug)]
@@ -42,6 +91,8 @@ struct Block<L> {
     device: i32,
     ptr: usize,
     bytes: usize,
+    /// Whether it may be handed out again (not after a capture used it).
+    reusable: bool,
 }
 
 impl<L> Shelf<L> {
@@ -49,28 +100,28 @@ impl<L> Shelf<L> {
         Shelf { blocks: Vec::new() }
     }
 
-    /// Keeps a block.
-    pub(crate) fn keep(&mut self, owner: L, device: i32, ptr: usize, bytes: usize) {
+    /// Keeps a block: to be handed out again when `reusable`, else only to be freed.
+    pub(crate) fn keep(&mut self, owner: L, device: i32, ptr: usize, bytes: usize, reusable: bool) {
         self.blocks.push(Block {
             owner,
             device,
             ptr,
             bytes,
+            reusable,
         });
     }
 
-    /// A kept block of exactly `bytes` on `device` from `owner` (the newest first: the most
-    /// likely to be warm), taken off the shelf.
+    /// A reusable kept block of exactly `bytes` on `device` from `owner` (the newest first:
+    /// the most likely to be warm), taken off the shelf.
     pub(crate) fn take(
         &mut self,
         owner: impl Fn(&L) -> bool,
         device: i32,
         bytes: usize,
     ) -> Option<usize> {
-        let i = self
-            .blocks
-            .iter()
-            .rposition(|b| b.device == device && b.bytes == bytes && owner(&b.owner))?;
+        let i = self.blocks.iter().rposition(|b| {
+            b.reusable && b.device == device && b.bytes == bytes && owner(&b.owner)
+        })?;
         Some(self.blocks.swap_remove(i).ptr)
     }
 
@@ -128,6 +179,7 @@ impl NcclMem {
         let device = current_device();
         if let Some(d) = device {
             if let Some(ptr) = kept().take(|l| Arc::ptr_eq(l, lib), d, bytes) {
+                live().add(ptr, bytes);
                 return Ok(NcclMem {
                     lib: lib.clone(),
                     ptr,
@@ -157,12 +209,20 @@ impl NcclMem {
                 other => other,
             });
         }
+        live().add(ptr as usize, bytes);
         Ok(NcclMem {
             lib: lib.clone(),
             ptr: ptr as usize,
             bytes,
             device,
         })
+    }
+
+    /// Says that a CUDA graph captured an operation on `bytes` at `addr`: the [`NcclMem`]s
+    /// overlapping it are not handed out again once let go, only freed by
+    /// [`NcclMem::release_kept`] (see the module documentation). Other memory is ignored.
+    pub fn note_captured(addr: usize, bytes: usize) {
+        live().mark(addr, bytes);
     }
 
     /// The device address.
@@ -197,7 +257,7 @@ impl NcclMem {
             if free(lib, ptr) {
                 freed += bytes;
             } else {
-                kept().keep(lib.clone(), device, ptr, bytes);
+                kept().keep(lib.clone(), device, ptr, bytes, false);
             }
         }
         freed
@@ -220,8 +280,9 @@ fn free(lib: &Library, ptr: usize) -> bool {
 
 impl Drop for NcclMem {
     fn drop(&mut self) {
+        let captured = live().remove(self.ptr).unwrap_or(false);
         match self.device {
-            Some(d) => kept().keep(self.lib.clone(), d, self.ptr, self.bytes),
+            Some(d) => kept().keep(self.lib.clone(), d, self.ptr, self.bytes, !captured),
             None => {
                 free(&self.lib, self.ptr);
             }
@@ -231,14 +292,40 @@ impl Drop for NcclMem {
 
 #[cfg(test)]
 mod tests {
-    use super::Shelf;
+    use super::{LiveSet, Shelf};
+
+    #[test]
+    fn a_block_a_capture_used_is_kept_but_never_handed_out_again() {
+        let mut live = LiveSet::new();
+        live.add(0x1000, 4096);
+        live.add(0x3000, 4096);
+        live.add(0x5000, 4096);
+        // A captured buffer inside the second allocation, and one spanning the third's start.
+        live.mark(0x3100, 16);
+        live.mark(0x4ff0, 32);
+        assert_eq!(live.remove(0x1000), Some(false));
+        assert_eq!(live.remove(0x3000), Some(true));
+        assert_eq!(live.remove(0x5000), Some(true));
+        assert_eq!(live.remove(0x5000), None, "removed once");
+        let mut s: Shelf<u8> = Shelf::new();
+        s.keep(1, 0, 0x1000, 4096, true);
+        s.keep(1, 0, 0x3000, 4096, false);
+        assert_eq!(s.take(|&o| o == 1, 0, 4096), Some(0x1000));
+        assert_eq!(
+            s.take(|&o| o == 1, 0, 4096),
+            None,
+            "the captured block stays out"
+        );
+        assert_eq!(s.bytes(|&o| o == 1), 4096, "but it is kept, to be freed");
+        assert_eq!(s.take_all(|&o| o == 1, 0), vec![(0x3000, 4096)]);
+    }
 
     #[test]
     fn a_block_comes_back_only_for_its_owner_device_and_size() {
         let mut s: Shelf<u8> = Shelf::new();
-        s.keep(1, 0, 0x1000, 4096);
-        s.keep(1, 1, 0x2000, 4096);
-        s.keep(2, 0, 0x3000, 4096);
+        s.keep(1, 0, 0x1000, 4096, true);
+        s.keep(1, 1, 0x2000, 4096, true);
+        s.keep(2, 0, 0x3000, 4096, true);
         assert_eq!(s.take(|&o| o == 1, 0, 8192), None, "another size");
         assert_eq!(s.take(|&o| o == 3, 0, 4096), None, "another owner");
         assert_eq!(s.take(|&o| o == 1, 0, 4096), Some(0x1000));
@@ -250,12 +337,12 @@ mod tests {
     #[test]
     fn the_newest_block_goes_first_and_release_takes_an_owners_blocks() {
         let mut s: Shelf<u8> = Shelf::new();
-        s.keep(1, 0, 0x1000, 64);
-        s.keep(1, 0, 0x2000, 64);
-        s.keep(2, 0, 0x3000, 64);
+        s.keep(1, 0, 0x1000, 64, true);
+        s.keep(1, 0, 0x2000, 64, true);
+        s.keep(2, 0, 0x3000, 64, true);
         assert_eq!(s.take(|&o| o == 1, 0, 64), Some(0x2000));
-        s.keep(1, 0, 0x4000, 128);
-        s.keep(1, 1, 0x5000, 64);
+        s.keep(1, 0, 0x4000, 128, true);
+        s.keep(1, 1, 0x5000, 64, true);
         let mut all = s.take_all(|&o| o == 1, 0);
         all.sort();
         assert_eq!(all, vec![(0x1000, 64), (0x4000, 128)]);
