@@ -64,6 +64,9 @@ def _range(vals, log):
 
 def chart(title, series, path):
     """Writes the chart of `series` to `path`; returns the names of the series drawn."""
+    # A size of 0 (a part rounded to nothing, as nccl-tests' 4-rank gathers at 8 B) has no
+    # place on a log axis.
+    series = {n: [p for p in v if p[0] > 0] for n, v in series.items()}
     bw = {n: [(s, b) for s, _, b in v if b and b > 0] for n, v in series.items()}
     tm = {n: [(s, t) for s, t, _ in v if t and t > 0] for n, v in series.items()}
     sizes = [s for v in series.values() for s, _, _ in v]

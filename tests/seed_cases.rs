@@ -245,6 +245,8 @@ fn case_21_reduce_scatter_int64() {
 #[test]
 fn case_22_single_rank_groups() {
     run(2, collectives::case_22);
+    // Ranks 2 and 3 join the world and leave the rest to ranks 0 and 1 (as on 4 GPUs).
+    run(4, collectives::case_22);
 }
 
 #[test]

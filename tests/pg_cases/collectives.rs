@@ -339,21 +339,24 @@ pub fn case_21<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
     Ok(())
 }
 
-/// Case 22: [r+1]*10 all-reduced on the world and on [0, 1] → [3]*10; on [0] and on [1]
-/// (single-rank groups) unchanged; the other rank's single group refuses this rank.
+/// Case 22: [r+1]*10 all-reduced on the world and on [0, 1] → [3]*10 (the world: N(N+1)/2
+/// with more ranks); on [0] and on [1] (single-rank groups) unchanged; the other rank's single
+/// group refuses this rank.
 pub fn case_22<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
     let pg = ok!(mk(lazy(rank)));
     let v = vec![(rank + 1) as f32; 10];
     let g0 = ok!(pg.new_group(&[0], None));
     let g1 = ok!(pg.new_group(&[1], None));
     let both = ok!(pg.new_group(&[0, 1], None));
+    // The world (every rank: N(N+1)/2, the case's [3]*10 at N = 2); the rest is ranks 0, 1.
+    let n = pg.size() as f32;
+    ensure!(
+        ok!(all_reduce_values(&pg, &v)) == vec![n * (n + 1.0) / 2.0; 10],
+        "world (N={n})"
+    );
     if rank > 1 {
         return Ok(());
     }
-    ensure!(
-        ok!(all_reduce_values(&pg, &v)) == vec![3.0; 10],
-        "world (N=2)"
-    );
     ensure!(ok!(all_reduce_values(&both, &v)) == vec![3.0; 10], "[0, 1]");
     let (mine, other) = if rank == 0 { (&g0, &g1) } else { (&g1, &g0) };
     ensure!(ok!(all_reduce_values(mine, &v)) == v, "single-rank group");
