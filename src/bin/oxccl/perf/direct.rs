@@ -424,6 +424,10 @@ impl<T: Elem> Layer for NcclLayer<T> {
         // The call that broke the capture says why; the capture's end only that it broke.
         issued?;
         let graph = graph.map_err(cuda)?;
+        // NCCL registered the captured buffers by itself: their memory must not come back
+        // for another buffer once the pool lets it go (see `NcclMem::note_captured`).
+        NcclMem::note_captured(set.send, 1);
+        NcclMem::note_captured(set.recv, 1);
         self.graph = graph.map(|g| (g, iters));
         Ok(())
     }
