@@ -114,9 +114,6 @@ impl Comm {
         };
         body?;
         let regions = rec.regions.sorted();
-        for (addr, bytes) in regions.iter() {
-            oxccl_nccl::NcclMem::note_captured(addr, bytes);
-        }
         Ok(CommGraph {
             graph: graph?,
             abort: oxccl_core::Communicator::abort_handle(self.backend()),

@@ -41,11 +41,6 @@ impl GraphBuffers {
             .any(|r| r.addr < end && addr < r.addr.saturating_add(r.bytes))
     }
 
-    /// Each buffer: (address, bytes).
-    pub(crate) fn iter(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
-        self.0.iter().map(|r| (r.addr, r.bytes))
-    }
-
     /// How many buffers.
     pub(crate) fn len(&self) -> usize {
         self.0.len()

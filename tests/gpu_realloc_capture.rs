@@ -12,8 +12,8 @@
 //! delivered nothing in the third round on 2 × H200 (NCCL 2.28.9): `NcclMem` now keeps the
 //! memory it lets go for the next allocation of its size. Handed back even so, memory that
 //! captured operations had used hung the sixth round's all_gather on 4 × H100 (NCCL 2.28.3
-//! and 2.28.9; it passed with `NCCL_GRAPH_REGISTER=0`): a capture now marks the memory it
-//! used, which is kept but never handed out again. Prints each round and step to
+//! and 2.28.9; it passed with `NCCL_GRAPH_REGISTER=0`): an operation issued inside a capture
+//! now marks its memory, which is kept but never handed out again. Prints each round and step to
 //! stderr, so a run cut short says where it was. Runs
 //! when `OXCCL_TEST_GPUS` is 2 or more and skips, saying so, otherwise.
 
@@ -54,7 +54,7 @@ fn rank(lib: oxccl::Nccl, store: Arc<dyn Store>, r: u32, mode: RegMode) -> Vec<u
         pg.all_reduce(&mut a, ReduceOp::Sum)
             .and_then(|w| w.wait())
             .expect("eager all_reduce");
-        eprintln!("rank {r}, {mode:?}, round {round}: all_reduce captured");
+        eprintln!("rank {r}, {mode:?}, round {round}: all_reduce capturing");
         let graph = pg
             .capture(|pg| pg.all_reduce(&mut a, ReduceOp::Sum).map(drop))
             .expect("capture");
@@ -115,7 +115,7 @@ fn gather_round(pg: &ProcessGroup<oxccl::Nccl>, r: u32, mode: RegMode, round: us
     pg.all_gather(&send, &mut first)
         .and_then(|w| w.wait())
         .expect("eager all_gather");
-    eprintln!("rank {r}, {mode:?}, round {round}: all_gather captured");
+    eprintln!("rank {r}, {mode:?}, round {round}: all_gather capturing");
     let mut recv = pg.alloc_comm::<f32>(2 * n).expect("alloc");
     pg.register_buffer(&recv, mode).expect("register recv");
     let graph = pg

@@ -30,10 +30,6 @@ impl Memory for NcclBackend {
         }
     }
 
-    fn note_captured(&self, addr: usize, bytes: usize) {
-        oxccl_nccl::NcclMem::note_captured(addr, bytes);
-    }
-
     fn stream(&self, device: Device) -> Result<NcclStream> {
         oxccl_nccl::require_driver()?;
         let ctx =

@@ -118,13 +118,6 @@ pub trait Memory: Backend + 'static {
         buf: &'a mut Self::Buf<T>,
     ) -> Result<(RawBufMut, Self::Access<'a>)>;
 
-    /// Says that a graph captured an operation on `bytes` at `addr`, so the library's own
-    /// allocator does not hand that memory out again (NCCL: see `NcclMem::note_captured`).
-    /// The default does nothing.
-    fn note_captured(&self, addr: usize, bytes: usize) {
-        let _ = (addr, bytes);
-    }
-
     /// Ends `access` with `end`, an event recorded on the access's stream after the work
     /// that used the buffer was enqueued: a buffer that can keeps `end` as that use's event
     /// instead of recording one of its own, so an operation's work and its buffers share one

@@ -237,9 +237,6 @@ where
         let (graph, rec) = open.end();
         body?;
         let graph = graph?;
-        for (addr, bytes) in rec.regions.iter() {
-            inner.backend.note_captured(addr, bytes);
-        }
         let pins = entry.regs.pins(&rec.regions);
         Ok(PgGraph {
             pg: self.clone(),

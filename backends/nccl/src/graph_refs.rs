@@ -113,6 +113,11 @@ impl<T: Counted> CaptureRefs<T> {
         std::sync::atomic::fence(Ordering::SeqCst);
     }
 
+    /// Whether a capture begun on the stream is open (one relaxed load).
+    pub(crate) fn is_on(&self) -> bool {
+        self.on.load(Ordering::Relaxed)
+    }
+
     /// The capture ends: its references, for the graph it made (dropped when none was made).
     pub(crate) fn end(&self) -> Vec<GraphRef<T>> {
         self.on.store(false, Ordering::SeqCst);

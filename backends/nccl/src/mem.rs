@@ -17,14 +17,17 @@
 //! the graph is destroyed; on 4 × H100 (NCCL 2.28.3 and 2.28.9), an all_gather on memory that
 //! earlier captured operations had used, handed back at the same address, hung in the sixth
 //! round of `tests/gpu_realloc_capture.rs` (and passed with `NCCL_GRAPH_REGISTER=0`).
-//! Captures say which memory they used through [`NcclMem::note_captured`].
+//! Operations issued inside a capture begun on an [`crate::NcclStream`] mark their buffers
+//! through [`NcclMem::note_captured`] as they are issued (a capture begun another way must
+//! call it itself, as `oxccl perf`'s raw layer does).
 
 use oxccl_core::{text, Error, Feature, Result};
 use oxccl_loader::{Library, RawComm};
 use std::sync::{Arc, Mutex, PoisonError};
 
-/// A device allocation made by `ncclMemAlloc`; kept for reuse when dropped (see the module
-/// documentation), freed with `ncclMemFree` only by [`NcclMem::release_kept`].
+/// A device allocation made by `ncclMemAlloc`; kept when dropped, for reuse unless a capture
+/// used it (see the module documentation), freed with `ncclMemFree` only by
+/// [`NcclMem::release_kept`].
 #[derive(Debug)]
 pub struct NcclMem {
     lib: Arc<Library>,
@@ -178,7 +181,10 @@ impl NcclMem {
         ))?;
         let device = current_device();
         if let Some(d) = device {
-            if let Some(ptr) = kept().take(|l| Arc::ptr_eq(l, lib), d, bytes) {
+            // Taken apart from the `if let`, so that the shelf's lock is not held while the
+            // live set's is taken (no path holds both).
+            let taken = kept().take(|l| Arc::ptr_eq(l, lib), d, bytes);
+            if let Some(ptr) = taken {
                 live().add(ptr, bytes);
                 return Ok(NcclMem {
                     lib: lib.clone(),
@@ -201,8 +207,9 @@ impl NcclMem {
                 Error::Backend { code, text, last } => Error::Backend {
                     code,
                     text: text!(
-                        "{text}; {held} bytes of NCCL memory are kept for reuse: call \
-                         NcclMem::release_kept once no communicator that used them lives"
+                        "{text}; {held} bytes of NCCL memory are kept (for reuse, or after a \
+                         capture): call NcclMem::release_kept once no communicator that used \
+                         them lives"
                     ),
                     last,
                 },
@@ -235,7 +242,8 @@ impl NcclMem {
         self.bytes
     }
 
-    /// Bytes of `lib`'s memory kept for reuse (dropped [`NcclMem`]s not yet handed out again).
+    /// Bytes of `lib`'s memory kept, on every device: dropped [`NcclMem`]s not yet handed out
+    /// again, and those a capture used, which are only freed by [`NcclMem::release_kept`].
     pub fn kept_bytes(lib: &Arc<Library>) -> usize {
         kept().bytes(|l| Arc::ptr_eq(l, lib))
     }
@@ -243,7 +251,8 @@ impl NcclMem {
     /// Frees every block of `lib`'s memory kept for reuse on the calling thread's current
     /// device with `ncclMemFree` (which frees only there); returns the bytes freed. Blocks of
     /// other devices stay kept: release them from a thread on their device. A block whose
-    /// free fails stays kept too, so it is neither lost nor handed out twice. Call it only
+    /// free fails stays kept too, no longer to be handed out (only freed by a later call), so
+    /// it is neither lost nor handed out twice. Call it only
     /// when every communicator that registered or captured that memory has been destroyed:
     /// NCCL may otherwise move a later allocation's data through the freed memory (see the
     /// module documentation). Without a current device nothing is freed.

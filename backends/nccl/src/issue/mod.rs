@@ -92,6 +92,19 @@ impl Ctx<'_> {
     }
 }
 
+/// Marks the memory of a captured operation's buffers: NCCL registers them by itself
+/// (`NCCL_GRAPH_REGISTER`), so [`crate::NcclMem`] must not hand that memory out again (see
+/// [`crate::NcclMem::note_captured`]).
+fn captured_buffers(op: &CommOp<'_>) {
+    let size = op.dtype().map_or(1, DataType::size);
+    let (s, r) = op.buffers();
+    for (addr, len) in [(s.addr, s.len), (r.addr, r.len)] {
+        if len > 0 {
+            crate::NcclMem::note_captured(addr, len.saturating_mul(size));
+        }
+    }
+}
+
 /// Issues `op` on `stream` after `check::op`, waiting out a nonblocking init first. See
 /// [`oxccl_core::Communicator::issue`] for the contract; the caller holds the communicator's
 /// call lock.
@@ -103,6 +116,9 @@ pub(crate) unsafe fn issue(comm: &NcclComm, op: &CommOp<'_>, stream: &NcclStream
     // (NCCL's release then waits for that graph): noted before the state check, so an abort
     // from another thread either sees it or makes the check below refuse.
     stream.captured.note(&comm.inner);
+    if stream.captured.is_on() {
+        captured_buffers(op);
+    }
     comm.ready_for(op.kind().name())?;
     // Premul-sum ops live until the call returns, then are destroyed (allowed by NCCL).
     let red = match op.reduce_op() {
