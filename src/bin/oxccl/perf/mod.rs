@@ -7,6 +7,7 @@ mod drive;
 mod layer;
 mod modes;
 pub mod nccl;
+mod processes;
 mod raw_call;
 mod report;
 mod stop;
@@ -309,8 +310,28 @@ pub fn choose(
     }
 }
 
-/// The `pg` layer on the mock world: `n` ranks as threads over one `MockBackend`.
+/// The `pg` layer of one mock rank: `CommBuf` buffers in a group under the tune table of -R
+/// or --tuned, else plain buffers; rank 0's results corrupted with --inject-error.
+fn mock_layers(
+    a: &PerfArgs,
+    plan: &Plan,
+    pg: &ProcessGroup<MockBackend>,
+    rank: u32,
+) -> Vec<Box<dyn Layer>> {
+    let corrupt = a.inject_error && rank == 0;
+    vec![if modes::pg_tuned() {
+        modes::pg_layer(pg, plan.dtype, corrupt, a.graphs)
+    } else {
+        crate::with_dtype!(plan.dtype, T => Box::new(PgLayer::<MockBackend, T>::new(pg.clone()).corrupting(corrupt).graphs(a.graphs)))
+    }]
+}
+
+/// The `pg` layer on the mock world: `n` ranks as threads over one `MockBackend`, or, under
+/// torchrun, srun or mpirun, a rank per launched process (see `processes`).
 pub fn run_mock(a: &PerfArgs, plan: &Plan, why: &str) -> Result<Outcome, String> {
+    if processes::launched() {
+        return processes::run_mock(a, plan, why);
+    }
     let n = a.gpus.unwrap_or(2);
     if plan.root >= n {
         return Err(format!(
@@ -319,13 +340,7 @@ pub fn run_mock(a: &PerfArgs, plan: &Plan, why: &str) -> Result<Outcome, String>
         ));
     }
     let per_rank = mock_world(n, |pg, rank| {
-        let corrupt = a.inject_error && rank == 0;
-        let mut layers: Vec<Box<dyn Layer>> = vec![if modes::pg_tuned() {
-            // -R or --tuned: CommBuf buffers in a group under that tune table.
-            modes::pg_layer(pg, plan.dtype, corrupt, a.graphs)
-        } else {
-            crate::with_dtype!(plan.dtype, T => Box::new(PgLayer::<MockBackend, T>::new(pg.clone()).corrupting(corrupt).graphs(a.graphs)))
-        }];
+        let mut layers = mock_layers(a, plan, pg, rank);
         let barrier_pg = pg.clone();
         let sync = move || barrier_pg.barrier()?.wait();
         sweep(plan, &mut layers, n, rank, &sync, rank == 0)

@@ -125,11 +125,8 @@ pub fn run(a: &PerfArgs, plan: &Plan) -> std::result::Result<Outcome, String> {
     let lib = load(a.library.as_deref())?;
     let version = lib.version();
     let blocking = a.blocking == 1;
-    let env = oxccl::launch::EnvVars::from_process();
-    if oxccl::launch::LaunchInfo::detect(|k| env.get(k)).is_ok() {
-        let boot = oxccl::launch::Bootstrap::from_env().map_err(|e| {
-            format!("{e} (check the launcher's RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT)")
-        })?;
+    if super::processes::launched() {
+        let boot = super::processes::bootstrap()?;
         let (r, n) = (boot.rank, boot.world_size);
         // A namespace of this run's own: a store that outlives a run (torchrun's agent store
         // across restarts) must not hand a restarted rank the last run's unique id.
@@ -137,7 +134,7 @@ pub fn run(a: &PerfArgs, plan: &Plan) -> std::result::Result<Outcome, String> {
         let id = exchange_id(&lib, store.as_ref(), r).map_err(|e| e.to_string())?;
         let body = |pg: &ProcessGroup<Nccl>, comm: &Rc<RefCell<Comm>>, r: u32| {
             let samples = rank(a, plan, &lib, pg, comm, r, n)?;
-            merge_through(pg, samples)
+            super::processes::merge_through(pg, samples)
         };
         let samples = with_rank(&lib, id, store, r, n, boot.device, blocking, None, &body)
             .map_err(|e| format!("rank {r}: {e}"))?;
@@ -247,31 +244,4 @@ fn rank(
     let sync_pg = pg.clone();
     let sync = move || sync_pg.barrier()?.wait();
     super::sweep(plan, &mut layers, n, r, &sync, r == 0)
-}
-
-/// One process per rank: the samples merged through the process group (the slowest rank's
-/// time, wrong elements summed, N/A kept), as rank 0 reports them.
-fn merge_through(pg: &ProcessGroup<Nccl>, mut samples: Vec<Sample>) -> Result<Vec<Sample>> {
-    let secs: Vec<f64> = samples
-        .iter()
-        .map(|s| if s.secs.is_nan() { -1.0 } else { s.secs })
-        .collect();
-    let wrong: Vec<f64> = samples.iter().map(|s| s.wrong as f64).collect();
-    let reduce = |v: &[f64], op| -> Result<Vec<f64>> {
-        let mut b = pg.upload(v)?;
-        pg.all_reduce(&mut b, op)?.wait()?;
-        pg.download(&b)
-    };
-    let secs = reduce(&secs, oxccl::ReduceOp::Max)?;
-    let unchecked = reduce(&wrong, oxccl::ReduceOp::Min)?;
-    let wrong = reduce(&wrong, oxccl::ReduceOp::Sum)?;
-    for (i, s) in samples.iter_mut().enumerate() {
-        s.secs = if secs[i] < 0.0 { f64::NAN } else { secs[i] };
-        s.wrong = if unchecked[i] < 0.0 {
-            -1
-        } else {
-            wrong[i] as i64
-        };
-    }
-    Ok(samples)
 }
