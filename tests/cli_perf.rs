@@ -190,20 +190,7 @@ fn every_collective_runs_and_checks_on_the_mock() {
         .iter()
         .map(|r| r["collective"].as_str().unwrap())
         .collect();
-    assert_eq!(
-        names,
-        [
-            "all_reduce",
-            "all_gather",
-            "reduce_scatter",
-            "broadcast",
-            "reduce",
-            "alltoall",
-            "gather",
-            "scatter",
-            "sendrecv"
-        ]
-    );
+    assert_eq!(names, common::ALL_COLLECTIVES);
     assert_eq!(v["wrong_total"], 0);
     assert_eq!(v["redop"], "max");
 }

@@ -4,31 +4,12 @@
 //! rank 0 reports the merged results, the others print nothing, and a wrong result on one
 //! rank makes rank 0 exit 1.
 
+mod common;
+
+use common::launchers::{free_port, slurm, torchrun, vars, LAUNCH_VARS};
+use common::ALL_COLLECTIVES;
 use serde_json::Value;
 use std::process::{Child, Command, Output, Stdio};
-
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port()
-}
-
-/// The variables every launcher's children could inherit from this test's environment.
-const LAUNCH_VARS: [&str; 14] = [
-    "RANK",
-    "WORLD_SIZE",
-    "LOCAL_RANK",
-    "LOCAL_WORLD_SIZE",
-    "MASTER_ADDR",
-    "MASTER_PORT",
-    "TORCHELASTIC_USE_AGENT_STORE",
-    "SLURM_PROCID",
-    "SLURM_NTASKS",
-    "SLURM_LOCALID",
-    "OMPI_COMM_WORLD_RANK",
-    "OMPI_COMM_WORLD_SIZE",
-    "PMI_RANK",
-    "PMI_SIZE",
-];
 
 /// Rank `r`'s `oxccl perf ARGS` with `vars`.
 fn spawn(vars: &[(String, String)], args: &[&str]) -> Child {
@@ -53,23 +34,6 @@ fn run(n: u32, vars_of: impl Fn(u32) -> Vec<(String, String)>, args: &[&str]) ->
         .into_iter()
         .map(|c| c.wait_with_output().expect("oxccl ends"))
         .collect()
-}
-
-fn vars(kv: &[(&str, String)]) -> Vec<(String, String)> {
-    kv.iter().map(|(k, v)| (k.to_string(), v.clone())).collect()
-}
-
-fn torchrun(n: u32, port: u16) -> impl Fn(u32) -> Vec<(String, String)> {
-    move |r| {
-        vars(&[
-            ("RANK", r.to_string()),
-            ("WORLD_SIZE", n.to_string()),
-            ("LOCAL_RANK", r.to_string()),
-            ("LOCAL_WORLD_SIZE", n.to_string()),
-            ("MASTER_ADDR", "127.0.0.1".into()),
-            ("MASTER_PORT", port.to_string()),
-        ])
-    }
 }
 
 fn text(b: &[u8]) -> String {
@@ -111,20 +75,10 @@ fn assert_all_right(v: &Value, colls: &[&str]) {
 
 #[test]
 fn torchrun_two_processes_run_every_collective_and_rank_0_reports() {
-    let colls = [
-        "all_reduce",
-        "all_gather",
-        "reduce_scatter",
-        "broadcast",
-        "reduce",
-        "alltoall",
-        "gather",
-        "scatter",
-        "sendrecv",
-    ];
+    let port = free_port();
     let outs = run(
         2,
-        torchrun(2, free_port()),
+        |r| torchrun(r, 2, port),
         &[
             "all", "-b", "64", "-e", "4K", "-f", "8", "-c", "1", "--json",
         ],
@@ -137,24 +91,12 @@ fn torchrun_two_processes_run_every_collective_and_rank_0_reports() {
     assert!(v["first_line"]
         .as_str()
         .is_some_and(|l| l.starts_with("mock world") && l.contains("one process per rank")));
-    assert_all_right(&v, &colls);
+    assert_all_right(&v, &ALL_COLLECTIVES);
 }
 
 #[test]
 fn slurm_and_open_mpi_processes_bootstrap_and_report() {
     let port = free_port();
-    let slurm = move |r: u32| {
-        vars(&[
-            ("SLURM_PROCID", r.to_string()),
-            ("SLURM_NTASKS", "3".into()),
-            ("SLURM_LOCALID", r.to_string()),
-            ("SLURM_NODEID", "0".into()),
-            ("SLURM_TASKS_PER_NODE", "3".into()),
-            // The first host of the step's node list is the master.
-            ("SLURM_STEP_NODELIST", "127.0.0.[1-3]".into()),
-            ("MASTER_PORT", port.to_string()),
-        ])
-    };
     let args = [
         "all_reduce",
         "alltoall",
@@ -166,7 +108,7 @@ fn slurm_and_open_mpi_processes_bootstrap_and_report() {
         "1",
         "--json",
     ];
-    let v = report(&run(3, slurm, &args));
+    let v = report(&run(3, |r| slurm(r, 3, port), &args));
     assert_eq!(
         (v["launcher"].as_str(), v["ranks"].as_u64()),
         (Some("Slurm"), Some(3))
@@ -193,9 +135,10 @@ fn slurm_and_open_mpi_processes_bootstrap_and_report() {
 
 #[test]
 fn a_wrong_result_on_rank_0_makes_rank_0_exit_1_and_the_others_0() {
+    let port = free_port();
     let outs = run(
         2,
-        torchrun(2, free_port()),
+        |r| torchrun(r, 2, port),
         &[
             "all_reduce",
             "-b",

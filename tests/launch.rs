@@ -4,6 +4,9 @@
 //! A child is this binary run with `--exact child --nocapture` and `OXCCL_LAUNCH_CHILD` set;
 //! without that variable the `child` test does nothing.
 
+mod common;
+
+use common::launchers::{self, free_port, vars};
 use oxccl::launch::{Bootstrap, EnvVars, InitMethod, Launcher};
 use oxccl::store::{Store, TcpStore, TcpStoreOptions};
 use oxccl::Error;
@@ -19,12 +22,6 @@ fn arg_of(e: &Error) -> &'static str {
         Error::InvalidArgument { arg, .. } => arg,
         other => panic!("expected InvalidArgument, got {other:?}"),
     }
-}
-
-/// A port that was free a moment ago.
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port()
 }
 
 /// The rank's work: rank 0 sets a value, every rank reads it and counts itself in, and each
@@ -154,13 +151,6 @@ fn finish(children: Vec<Child>) -> Vec<String> {
     lines
 }
 
-fn vars(pairs: &[(&str, String)]) -> Vec<(String, String)> {
-    pairs
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.clone()))
-        .collect()
-}
-
 /// Three `env://` children, rank r given `vars_of(r)`: each must see its rank, a world of 3,
 /// local rank and device r, `launcher`, and the shared store's count.
 fn three_by_env(launcher: &str, vars_of: impl Fn(u32) -> Vec<(String, String)>) {
@@ -177,34 +167,14 @@ fn three_by_env(launcher: &str, vars_of: impl Fn(u32) -> Vec<(String, String)>) 
 
 #[test]
 fn env_torchrun_three_processes() {
-    let port = free_port().to_string();
-    three_by_env("Torchrun", |r| {
-        vars(&[
-            ("RANK", r.to_string()),
-            ("WORLD_SIZE", "3".into()),
-            ("LOCAL_RANK", r.to_string()),
-            ("LOCAL_WORLD_SIZE", "3".into()),
-            ("MASTER_ADDR", "127.0.0.1".into()),
-            ("MASTER_PORT", port.clone()),
-        ])
-    });
+    let port = free_port();
+    three_by_env("Torchrun", |r| launchers::torchrun(r, 3, port));
 }
 
 #[test]
 fn env_slurm_three_processes() {
-    let port = free_port().to_string();
-    three_by_env("Slurm", |r| {
-        vars(&[
-            ("SLURM_PROCID", r.to_string()),
-            ("SLURM_NTASKS", "3".into()),
-            ("SLURM_LOCALID", r.to_string()),
-            ("SLURM_NODEID", "0".into()),
-            ("SLURM_TASKS_PER_NODE", "3".into()),
-            // The first host of the step's node list is the master.
-            ("SLURM_STEP_NODELIST", "127.0.0.[1-3]".into()),
-            ("MASTER_PORT", port.clone()),
-        ])
-    });
+    let port = free_port();
+    three_by_env("Slurm", |r| launchers::slurm(r, 3, port));
 }
 
 /// Three processes as `mpirun` (Open MPI) and MPICH's Hydra start them: their own rank

@@ -3,6 +3,8 @@
 //! all_reduce once before the part a test is about, and a capture error's kind.
 #![allow(dead_code)]
 
+pub mod launchers;
+
 use oxccl::buffer::HostBuf;
 use oxccl::core::CaptureError;
 use oxccl::mock::{FaultPlan, MockBackend};
@@ -12,6 +14,19 @@ use oxccl::{Error, ReduceOp};
 use std::process::{Command, Output};
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
+
+/// Every collective of `oxccl perf`, in the order `perf all` runs them.
+pub const ALL_COLLECTIVES: [&str; 9] = [
+    "all_reduce",
+    "all_gather",
+    "reduce_scatter",
+    "broadcast",
+    "reduce",
+    "alltoall",
+    "gather",
+    "scatter",
+    "sendrecv",
+];
 
 /// Runs the `oxccl` tool with `args` and waits for it.
 pub fn oxccl(args: &[&str]) -> Output {
