@@ -2,7 +2,7 @@
 //! captured, and compared with the buffers a launch binds. One ledger for the process group's
 //! graphs and [`Comm`](crate::Comm)'s, so both refuse a launch by the same rule.
 
-use oxccl_core::{CaptureError, CommOp, DataType, Result};
+use oxccl_core::{CaptureError, CommOp, Result};
 
 /// A byte range of device (or mock host) memory an operation uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -27,9 +27,8 @@ impl GraphBuffers {
 
     /// Adds every buffer `op` reads or writes.
     pub(crate) fn note(&mut self, op: &CommOp<'_>) {
-        let size = op.dtype().map_or(0, DataType::size);
-        for (addr, len) in buffers(op) {
-            self.add(addr, len.saturating_mul(size));
+        for (addr, bytes) in op.byte_spans() {
+            self.add(addr, bytes);
         }
     }
 
@@ -76,12 +75,6 @@ impl GraphBuffers {
             .collect::<Vec<_>>()
             .join(", ")
     }
-}
-
-/// The (address, elements) of each buffer `op` reads or writes.
-fn buffers(op: &CommOp<'_>) -> [(usize, usize); 2] {
-    let (s, r) = op.buffers();
-    [(s.addr, s.len), (r.addr, r.len)]
 }
 
 #[cfg(test)]

@@ -274,6 +274,17 @@ impl CommOp<'_> {
         }
     }
 
+    /// The (address, bytes) of its input and of its output ([`CommOp::buffers`] in bytes of
+    /// its element type; 0 bytes where it has none).
+    pub fn byte_spans(&self) -> [(usize, usize); 2] {
+        let size = self.dtype().map_or(0, DataType::size);
+        let (send, recv) = self.buffers();
+        [
+            (send.addr, send.len.saturating_mul(size)),
+            (recv.addr, recv.len.saturating_mul(size)),
+        ]
+    }
+
     /// What kind of operation this is.
     pub const fn kind(&self) -> OpKind {
         match self {

@@ -97,12 +97,13 @@ impl<T: Counted> CaptureRefs<T> {
         self.end();
     }
 
-    /// Notes that `comm` issues on the stream (one relaxed load when no capture is open).
-    /// Called before the communicator's state is checked, so that an abort from another thread
-    /// either sees the reference or is seen by the issue's state check.
-    pub(crate) fn note(&self, comm: &Arc<T>) {
+    /// Notes that `comm` issues on the stream (one relaxed load when no capture is open);
+    /// whether a capture is open. Called before the communicator's state is checked, so that
+    /// an abort from another thread either sees the reference or is seen by the issue's state
+    /// check.
+    pub(crate) fn note(&self, comm: &Arc<T>) -> bool {
         if !self.on.load(Ordering::Relaxed) {
-            return;
+            return false;
         }
         {
             let mut refs = self.refs();
@@ -111,11 +112,7 @@ impl<T: Counted> CaptureRefs<T> {
             }
         }
         std::sync::atomic::fence(Ordering::SeqCst);
-    }
-
-    /// Whether a capture begun on the stream is open (one relaxed load).
-    pub(crate) fn is_on(&self) -> bool {
-        self.on.load(Ordering::Relaxed)
+        true
     }
 
     /// The capture ends: its references, for the graph it made (dropped when none was made).

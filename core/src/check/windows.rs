@@ -14,8 +14,7 @@ pub type Used = (&'static str, usize, usize);
 
 /// The buffers `op` uses on `rank` (at most two; empty buffers left out).
 pub fn used(op: &CommOp<'_>, rank: u32) -> [Option<Used>; 2] {
-    let size = op.dtype().map_or(0, |d| d.size());
-    let (send, recv) = op.buffers();
+    let [send, recv] = op.byte_spans();
     // A rooted operation's input (broadcast, scatter) or output (reduce, gather) is touched
     // on its root only.
     let (send_here, recv_here) = match (op.kind(), op.root()) {
@@ -23,8 +22,8 @@ pub fn used(op: &CommOp<'_>, rank: u32) -> [Option<Used>; 2] {
         (OpKind::Reduce | OpKind::Gather, Some(root)) => (true, root == rank),
         _ => (true, true),
     };
-    let buf = |arg, here: bool, addr: usize, len: usize| {
-        (here && len > 0).then_some((arg, addr, len * size))
+    let buf = |arg, here: bool, (addr, bytes): (usize, usize)| {
+        (here && bytes > 0).then_some((arg, addr, bytes))
     };
     let send_arg = if matches!(op.kind(), OpKind::Send) {
         "buf"
@@ -37,8 +36,8 @@ pub fn used(op: &CommOp<'_>, rank: u32) -> [Option<Used>; 2] {
         "recv"
     };
     [
-        buf(send_arg, send_here, send.addr, send.len),
-        buf(recv_arg, recv_here, recv.addr, recv.len),
+        buf(send_arg, send_here, send),
+        buf(recv_arg, recv_here, recv),
     ]
 }
 

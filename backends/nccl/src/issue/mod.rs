@@ -96,11 +96,9 @@ impl Ctx<'_> {
 /// (`NCCL_GRAPH_REGISTER`), so [`crate::NcclMem`] must not hand that memory out again (see
 /// [`crate::NcclMem::note_captured`]).
 fn captured_buffers(op: &CommOp<'_>) {
-    let size = op.dtype().map_or(1, DataType::size);
-    let (s, r) = op.buffers();
-    for (addr, len) in [(s.addr, s.len), (r.addr, r.len)] {
-        if len > 0 {
-            crate::NcclMem::note_captured(addr, len.saturating_mul(size));
+    for (addr, bytes) in op.byte_spans() {
+        if bytes > 0 {
+            crate::NcclMem::note_captured(addr, bytes);
         }
     }
 }
@@ -115,8 +113,7 @@ pub(crate) unsafe fn issue(comm: &NcclComm, op: &CommOp<'_>, stream: &NcclStream
     // Inside a capture begun on `stream`, the graph it makes will hold this communicator
     // (NCCL's release then waits for that graph): noted before the state check, so an abort
     // from another thread either sees it or makes the check below refuse.
-    stream.captured.note(&comm.inner);
-    if stream.captured.is_on() {
+    if stream.captured.note(&comm.inner) {
         captured_buffers(op);
     }
     comm.ready_for(op.kind().name())?;
