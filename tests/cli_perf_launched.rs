@@ -5,9 +5,11 @@
 //! rank makes rank 0 exit 1.
 
 mod common;
+mod ranks;
 
-use common::launchers::{free_port, slurm, torchrun, vars, LAUNCH_VARS};
+use common::launchers::{slurm, torchrun, vars, LAUNCH_VARS};
 use common::ALL_COLLECTIVES;
+use ranks::free_port;
 use serde_json::Value;
 use std::process::{Child, Command, Output, Stdio};
 

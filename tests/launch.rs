@@ -5,11 +5,13 @@
 //! without that variable the `child` test does nothing.
 
 mod common;
+mod ranks;
 
-use common::launchers::{self, free_port, vars};
+use common::launchers::{self, vars};
 use oxccl::launch::{Bootstrap, EnvVars, InitMethod, Launcher};
 use oxccl::store::{Store, TcpStore, TcpStoreOptions};
 use oxccl::Error;
+use ranks::free_port;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};

@@ -1,11 +1,6 @@
 //! The variables launchers give each process they start, for tests that start ranks as
-//! child processes the way torchrun, Slurm's srun, Open MPI's mpirun and MPICH's Hydra do.
-
-/// A TCP port free on the loopback now (for a master's store).
-pub fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
-    l.local_addr().expect("its address").port()
-}
+//! child processes the way torchrun, Slurm's srun, Open MPI's mpirun and MPICH's Hydra do
+//! (their master's port: `ranks::free_port`).
 
 /// `(name, value)` pairs as owned strings.
 pub fn vars(pairs: &[(&str, String)]) -> Vec<(String, String)> {
