@@ -381,7 +381,16 @@ fn ops_queued_behind_a_failure_do_not_hang_and_drop_is_prompt() {
     assert!(all_reduce(&comms[1], &s, &mut b).is_err());
     let start = Instant::now();
     for _ in 0..3 {
-        all_reduce(&comms[0], &s, &mut b).unwrap();
+        // Queued while rank 1's failure has not reached rank 0 yet, refused at once after
+        // (which of the two depends on the threads' timing): never a hang.
+        match all_reduce(&comms[0], &s, &mut b) {
+            Ok(_)
+            | Err(Error::InvalidState {
+                state: CommState::Failed,
+                ..
+            }) => {}
+            Err(e) => panic!("{e:?}"),
+        }
     }
     s.synchronize().unwrap();
     assert!(matches!(comms[0].poll(), Err(Error::Remote { .. })));
