@@ -75,10 +75,10 @@ fi
 
 # Items: id, GPUs needed, time limit (s), what. The order is the run order of `all`.
 ITEMS_CORRECT="info i7.case02 i7.cases1 i7.cases i10.cases i7.ddp i7.socket i9.capture2 i10.death i10.dump i10.abortwin i7.overhead i9.buffers i10.nan"
-ITEMS_MODES="i9.ncclbuild i9.connect i9.winmix i9.realloc i9.graphs i9.tune i9.procs"
+ITEMS_MODES="i9.ncclbuild i9.connect i9.winmix i9.realloc i9.graphs i9.tune i9.procs i9.launchers"
 ITEMS_SWEEP="i9.ncclbuild i9.check i9.sweep"
 need_of() { case $1 in i12.case22) echo 4 ;; i9.small|i9.big|i9.check|info|i7.case02|i7.cases1|i7.overhead|i9.buffers|i10.nan|i9.ncclbuild|i9.sweep|i9.graphs|i9.tune) echo 1 ;; *) echo 2 ;; esac; }
-limit_of() { case $1 in i9.sweep) echo 480 ;; i9.realloc) echo 300 ;; i9.small) echo 200 ;; i9.big) echo 300 ;; i7.cases|i9.check) echo 150 ;; i9.tune) echo 240 ;; i9.graphs|i9.ncclbuild) echo 180 ;; i10.death) echo 120 ;; *) echo 90 ;; esac; }
+limit_of() { case $1 in i9.sweep) echo 480 ;; i9.launchers) echo 200 ;; i9.realloc) echo 300 ;; i9.small) echo 200 ;; i9.big) echo 300 ;; i7.cases|i9.check) echo 150 ;; i9.tune) echo 240 ;; i9.graphs|i9.ncclbuild) echo 180 ;; i10.death) echo 120 ;; *) echo 90 ;; esac; }
 what_of() {
     case $1 in
     info) echo "GPUs, NCCL libraries, torch, oxccl info" ;;
@@ -100,6 +100,7 @@ what_of() {
     i9.connect) echo "a first collective captured before it ever ran: a capture error naming NCCL_RUNTIME_CONNECT; run once eagerly, then captured right (tests/gpu_capture_connect.rs)" ;;
     i10.nan) echo "NaN check cost per GiB (f32, f64, f16, bf16) on GPU 0" ;;
     i9.procs) echo "oxccl perf and --tune as a process per GPU under torchrun --no-python (all_reduce, all_gather)" ;;
+    i9.launchers) echo "oxccl perf -c 1 as a process per GPU under srun's and Open MPI's variables, and a real mpirun where there is one" ;;
     i9.check) echo "oxccl check --backend nccl (every op x dtype x redop) and perf all -c 1 to 64 MiB on the three layers" ;;
     i9.ncclbuild) echo "nccl-tests built from source (sm_90, MPI=0) against torch's NCCL" ;;
     i9.sweep) echo "5 collectives 8 B-1 GiB: oxccl raw/comm/pg, nccl-tests -t N -g 1, torch.distributed; 2 rounds alternated; SVGs" ;;
@@ -161,17 +162,29 @@ trun() {
     "$py" -m torch.distributed.run --nproc_per_node "$np" --master_port "$port" --no-python "$@"
 }
 
+# The variables a launcher gives rank R of NP on one node: torchrun's (the default), srun's
+# (the master is the first host of the step's node list) or Open MPI's mpirun's.
+launcher_vars() {
+    local r=$1 np=$2
+    case ${RANKS_STYLE:-torchrun} in
+    slurm) echo "SLURM_PROCID=$r SLURM_NTASKS=$np SLURM_LOCALID=$r SLURM_NODEID=0 SLURM_STEP_NODELIST=localhost MASTER_PORT=$port" ;;
+    ompi) echo "OMPI_COMM_WORLD_RANK=$r OMPI_COMM_WORLD_SIZE=$np OMPI_COMM_WORLD_LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=$port" ;;
+    *) echo "RANK=$r LOCAL_RANK=$r WORLD_SIZE=$np LOCAL_WORLD_SIZE=$np MASTER_ADDR=127.0.0.1 MASTER_PORT=$port" ;;
+    esac
+}
+
 # Ranks started without torchrun (whose agent would end the survivors when one rank dies):
-# torchrun's variables, rank 0 hosts oxccl's TCP store. Output: DIR/rank_R.out; prints
-# "rank R exit CODE" per rank; kills whatever is left after LIMIT seconds.
+# a launcher's variables (launcher_vars), rank 0 hosts oxccl's TCP store. Output:
+# DIR/rank_R.out; prints "rank R exit CODE" per rank; kills whatever is left after LIMIT
+# seconds.
 ranks() {
     local np=$1 dir=$2 limit=$3; shift 3
     next_port
     mkdir -p "$dir"
     local pids=() r
     for ((r = 0; r < np; r++)); do
-        env -u TORCHELASTIC_USE_AGENT_STORE RANK=$r LOCAL_RANK=$r WORLD_SIZE=$np LOCAL_WORLD_SIZE=$np \
-            MASTER_ADDR=127.0.0.1 MASTER_PORT=$port "$@" >"$dir/rank_$r.out" 2>&1 &
+        # shellcheck disable=SC2046 # one word per variable
+        env -u TORCHELASTIC_USE_AGENT_STORE $(launcher_vars "$r" "$np") "$@" >"$dir/rank_$r.out" 2>&1 &
         pids+=($!)
     done
     local began=$SECONDS
@@ -382,6 +395,29 @@ item_i9_procs() {
     trun "$n" $bin/oxccl perf all_reduce all_gather $(sizes -b 8 -e 16M -f 4) -n 10 --tune --out "$d/tune-launched.txt" ||
         { echo "--tune under torchrun failed"; rc=1; }
     echo "NOTE: $(grep -h 'Avg bus bandwidth' "$d/procs.txt" | tr -s ' ' | tr '\n' ';') tune table: $(grep -vc '^#' "$d/tune-launched.txt" 2>/dev/null) lines"
+    return $rc
+}
+
+# oxccl perf as a process per GPU under srun's and mpirun's variables (set as those launchers
+# set them: neither is on these machines), and under a real mpirun where there is one.
+item_i9_launchers() {
+    local rc=0 style
+    local args=(perf all_reduce all_gather -b 8 -e 16M -f 16 -n 10 -w 3 --layer all -c 1)
+    for style in slurm ompi; do
+        RANKS_STYLE=$style ranks "$n" "$d/$style" 120 $bin/oxccl "${args[@]}" >"$d/$style.exits"
+        cat "$d/$style.exits"
+        grep -qv "exit 0" "$d/$style.exits" && { echo "$style: a rank failed"; rc=1; }
+        head -1 "$d/$style/rank_0.out"
+        grep -q "wrong elements: 0" "$d/$style/rank_0.out" || { echo "$style: results not all right"; rc=1; }
+    done
+    local real="no mpirun here"
+    if command -v mpirun >/dev/null; then
+        next_port
+        timeout 120 mpirun --allow-run-as-root --oversubscribe -np "$n" -x MASTER_ADDR=127.0.0.1 -x MASTER_PORT=$port \
+            $bin/oxccl "${args[@]}" >"$d/mpirun.out" 2>&1 && real="mpirun: $(grep -h 'wrong elements' "$d/mpirun.out" | head -1)" ||
+            { real="mpirun failed: $(tail -1 "$d/mpirun.out")"; rc=1; }
+    fi
+    echo "NOTE: srun's variables: $(head -1 "$d/slurm/rank_0.out" | cut -c1-90); mpirun's: $(grep -h 'wrong elements' "$d/ompi/rank_0.out" | head -1); $real"
     return $rc
 }
 

@@ -103,6 +103,15 @@ fn alloc_kind() -> Alloc {
     }
 }
 
+/// Whether the raw and comm layers take `ncclMemAlloc` memory at -R 0 (the default
+/// allocator, on a library that has it): the pg layer then runs on `NcclBuf`, the same
+/// memory, so the three layers differ only in the path, not in what cudarc's event tracking
+/// costs per use of a slice (two stream waits and a record; measured apart by
+/// `benches/pg_overhead.rs`) nor in what NCCL registers by itself inside a graph.
+pub fn library_memory(lib: &oxccl::Nccl) -> bool {
+    alloc_kind() == Alloc::Nccl && oxccl::core::Backend::features(lib).has(oxccl::Feature::MemAlloc)
+}
+
 /// Zeroes `bytes` at `addr` on `stream` and waits (set-up only, outside the timed loop).
 fn zero(
     stream: &std::sync::Arc<cudarc::driver::CudaStream>,

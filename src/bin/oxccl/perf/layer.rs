@@ -4,7 +4,7 @@
 use crate::elem::Elem;
 use crate::expect::{self, Case};
 use crate::ops::Coll;
-use oxccl::buffer::{Memory, StreamOf};
+use oxccl::buffer::{Memory, Operand, StreamOf};
 use oxccl::core::Capture;
 use oxccl::pg::{P2pOp, PgGraph, ProcessGroup, WorkOf};
 use oxccl::Result;
@@ -67,37 +67,80 @@ where
     Ok((graph, iters))
 }
 
+/// Which of the backend's two buffer types a [`PgLayer`] runs on: [`Plain`] (the backend's
+/// own, cudarc slices on NCCL) or [`Library`] (the library's allocator, `NcclBuf` on NCCL,
+/// the memory the `raw` and `comm` layers take by default, so the three compare like with
+/// like).
+pub trait PgBufs<B: Memory, T: Elem> {
+    /// The buffer type.
+    type Buf: Operand<B, Elem = T>;
+    /// Whether a buffer may hold no element (the library's allocator refuses empty ones).
+    const EMPTY_OK: bool;
+    /// `len` zeros.
+    fn zeros(pg: &ProcessGroup<B>, len: usize) -> Result<Self::Buf>;
+    /// A copy of `data`.
+    fn upload(pg: &ProcessGroup<B>, data: &[T]) -> Result<Self::Buf>;
+}
+
+/// The backend's plain buffers ([`Memory::Buf`]).
+pub struct Plain;
+
+/// The library allocator's buffers ([`Memory::CommBuf`]), used as they are (no tune table).
+pub struct Library;
+
+impl<B: Memory, T: Elem> PgBufs<B, T> for Plain {
+    type Buf = B::Buf<T>;
+    const EMPTY_OK: bool = true;
+    fn zeros(pg: &ProcessGroup<B>, len: usize) -> Result<Self::Buf> {
+        pg.alloc_zeros::<T>(len)
+    }
+    fn upload(pg: &ProcessGroup<B>, data: &[T]) -> Result<Self::Buf> {
+        pg.upload(data)
+    }
+}
+
+impl<B: Memory, T: Elem> PgBufs<B, T> for Library {
+    type Buf = B::CommBuf<T>;
+    const EMPTY_OK: bool = false;
+    fn zeros(pg: &ProcessGroup<B>, len: usize) -> Result<Self::Buf> {
+        pg.alloc_comm::<T>(len)
+    }
+    fn upload(pg: &ProcessGroup<B>, data: &[T]) -> Result<Self::Buf> {
+        pg.upload_comm(data)
+    }
+}
+
 /// A set-up case of the `pg` layer: the case, its buffers (both made by the setup, refilled
 /// by a check) and the graph armed over them (-G).
-struct SetUp<B: Memory, T: Elem>
+struct SetUp<B: Memory, T: Elem, K: PgBufs<B, T>>
 where
     StreamOf<B>: Capture,
 {
     /// The armed graph and the operations it holds (first: dropped before the buffers).
     graph: Option<(PgGraph<B>, usize)>,
-    send: B::Buf<T>,
-    recv: B::Buf<T>,
+    send: K::Buf,
+    recv: K::Buf,
     case: Case,
 }
 
 /// The process group path: `ProcessGroup::<B>` calls, each returning a `Work`; the loop waits
 /// for the last work (stream order covers the others). With -G the timed loop is captured
-/// by [`ProcessGroup::capture`] and the graph launched -G times.
-pub struct PgLayer<B: Memory, T: Elem>
+/// by [`ProcessGroup::capture`] and the graph launched -G times. Its buffers are of kind `K`.
+pub struct PgLayer<B: Memory, T: Elem, K: PgBufs<B, T> = Plain>
 where
     StreamOf<B>: Capture,
 {
     pg: ProcessGroup<B>,
     /// The case set up, with its buffers (none before the first setup, after a teardown, or
     /// after a setup that said N/A).
-    set: Option<SetUp<B, T>>,
+    set: Option<SetUp<B, T, K>>,
     corrupt: bool,
     /// -G: graph launches per run (0: no graph).
     graphs: u32,
     _t: PhantomData<T>,
 }
 
-impl<B: Memory, T: Elem> PgLayer<B, T>
+impl<B: Memory, T: Elem, K: PgBufs<B, T>> PgLayer<B, T, K>
 where
     StreamOf<B>: Capture,
 {
@@ -144,8 +187,8 @@ where
     fn once_on(
         pg: &ProcessGroup<B>,
         c: &Case,
-        send: &B::Buf<T>,
-        recv: &mut B::Buf<T>,
+        send: &K::Buf,
+        recv: &mut K::Buf,
     ) -> Result<WorkOf<B>> {
         let op = c.redop.reduce_op();
         match c.coll {
@@ -171,30 +214,36 @@ where
     }
 }
 
-impl<B: Memory, T: Elem> SetUp<B, T>
+impl<B: Memory, T: Elem, K: PgBufs<B, T>> SetUp<B, T, K>
 where
     StreamOf<B>: Capture,
 {
     /// Issues one operation of the case on `pg`.
     fn once(&mut self, pg: &ProcessGroup<B>) -> Result<WorkOf<B>> {
-        PgLayer::<B, T>::once_on(pg, &self.case, &self.send, &mut self.recv)
+        PgLayer::<B, T, K>::once_on(pg, &self.case, &self.send, &mut self.recv)
     }
 
     /// Fresh inputs for a check: the collective's input buffer uploaded, its output zeroed.
     fn fill(&mut self, pg: &ProcessGroup<B>) -> Result<()> {
         let c = self.case;
         let (s, r) = c.shape();
-        if PgLayer::<B, T>::supports(c.coll, true) {
-            self.recv = pg.upload(&expect::inputs::<T>(&c, r))?;
+        // An empty part is one this rank does not pass (see `PgLayer::setup`).
+        let least = usize::from(!K::EMPTY_OK);
+        let input = |n: usize| match n {
+            0 => K::zeros(pg, least),
+            n => K::upload(pg, &expect::inputs::<T>(&c, n)),
+        };
+        if PgLayer::<B, T, K>::supports(c.coll, true) {
+            self.recv = input(r)?;
         } else {
-            self.send = pg.upload(&expect::inputs::<T>(&c, s))?;
-            self.recv = pg.alloc_zeros::<T>(r)?;
+            self.send = input(s)?;
+            self.recv = K::zeros(pg, r.max(least))?;
         }
         Ok(())
     }
 }
 
-impl<B: Memory, T: Elem> Layer for PgLayer<B, T>
+impl<B: Memory, T: Elem, K: PgBufs<B, T>> Layer for PgLayer<B, T, K>
 where
     StreamOf<B>: Capture,
 {
@@ -222,10 +271,19 @@ where
             return Ok(false);
         }
         let (s, r) = case.shape();
+        let (use_s, use_r) = Self::uses(case);
+        let empty = (use_s && s == 0) || (use_r && r == 0);
+        // Every rank takes the same branch: a used buffer is empty only when the count is 0.
+        if empty && !K::EMPTY_OK {
+            return Ok(false);
+        }
+        // A buffer this rank does not pass (a non-root's of gather or scatter) still needs
+        // one element where empty ones are refused.
+        let least = usize::from(!K::EMPTY_OK);
         self.set = Some(SetUp {
             graph: None,
-            send: self.pg.alloc_zeros::<T>(s)?,
-            recv: self.pg.alloc_zeros::<T>(r)?,
+            send: K::zeros(&self.pg, s.max(least))?,
+            recv: K::zeros(&self.pg, r.max(least))?,
             case: *case,
         });
         Ok(true)
@@ -239,7 +297,7 @@ where
             let (s, r) = Self::uses(&set.case);
             let mut last = None;
             for _ in 0..graphs {
-                let mut bufs: Vec<&mut B::Buf<T>> = Vec::with_capacity(2);
+                let mut bufs: Vec<&mut K::Buf> = Vec::with_capacity(2);
                 if s {
                     bufs.push(&mut set.send);
                 }
@@ -270,7 +328,7 @@ where
         set.graph = None;
         set.fill(pg)?;
         set.once(pg)?.wait()?;
-        let mut got = pg.download(&set.recv)?;
+        let mut got = pg.download_any(&set.recv)?;
         if let (true, Some(g)) = (self.corrupt, got.first_mut()) {
             *g = T::of(g.get() + 101.0);
         }
@@ -280,5 +338,63 @@ where
     fn teardown(&mut self) -> Result<()> {
         self.set = None;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::{Dtype, Redop};
+    use oxccl::mock::MockBackend;
+
+    /// Every collective on the library's buffers, 3 mock ranks, root 0: right results, the
+    /// forced wrong element seen, and the cases with no element (refused by that allocator)
+    /// said N/A on every rank.
+    #[test]
+    fn library_buffers_run_every_collective_right() {
+        let out = crate::perf::mock_world(3, |pg, rank| {
+            let mut seen = Vec::new();
+            for coll in Coll::EACH {
+                for count in [0, 12] {
+                    let case = Case {
+                        coll,
+                        count,
+                        dtype: Dtype::Float32,
+                        redop: Redop::Sum,
+                        root: 0,
+                        n: 3,
+                        rank,
+                    };
+                    let in_place = pg_placement(coll, true);
+                    for corrupt in [false, true] {
+                        let mut l = PgLayer::<MockBackend, f32, Library>::new(pg.clone())
+                            .corrupting(corrupt && rank == 0);
+                        let ran = l.setup(&case, in_place)?;
+                        let wrong = if ran {
+                            l.run(2)?;
+                            Some(l.check()?)
+                        } else {
+                            None
+                        };
+                        seen.push((coll, count, corrupt, wrong));
+                    }
+                }
+            }
+            Ok(seen)
+        })
+        .expect("mock world");
+        for (rank, seen) in out.iter().enumerate() {
+            for &(coll, count, corrupt, wrong) in seen {
+                let expected = match (count, corrupt && rank == 0) {
+                    (0, _) => None,
+                    (_, true) => Some(1),
+                    _ => Some(0),
+                };
+                assert_eq!(
+                    wrong, expected,
+                    "rank {rank}, {coll:?} of {count}, corrupt {corrupt}"
+                );
+            }
+        }
     }
 }

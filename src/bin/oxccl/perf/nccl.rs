@@ -3,6 +3,7 @@
 //! symmetric windows; CUDA-graph capture of the timed loop) beside the `pg` layer.
 
 use super::direct::NcclLayer;
+use super::layer::Library;
 use super::stop::Stopper;
 use super::{Layer, Outcome, PerfArgs, PgLayer, Plan, Sample};
 use oxccl::core::Backend;
@@ -177,7 +178,7 @@ fn exchange_id(lib: &Nccl, store: &dyn Store, r: u32) -> Result<oxccl::UniqueId>
     }
 }
 
-/// How the raw and comm layers are set up (the pg layer takes only `corrupt`).
+/// How the layers are set up (the pg layer takes `corrupt`, `graphs` and `library_bufs`).
 #[derive(Clone, Copy, Default)]
 pub struct LayerOpts {
     /// -R: 0 plain, 1 registered, 2 symmetric windows.
@@ -188,6 +189,9 @@ pub struct LayerOpts {
     pub corrupt: bool,
     /// -z 0: the communicator is nonblocking.
     pub nonblocking: bool,
+    /// The pg layer runs on `NcclBuf` (the memory the raw and comm layers take by default)
+    /// instead of cudarc slices (see [`super::direct::library_memory`]).
+    pub library_bufs: bool,
 }
 
 /// The layers of `plan` on one rank.
@@ -204,12 +208,14 @@ pub fn layers(
         graphs,
         corrupt,
         nonblocking,
+        library_bufs,
     } = o;
     plan_layers
         .iter()
         .map(|l| match *l {
             // -R or --tuned: CommBuf buffers in a group under that tune table.
             "pg" if super::modes::pg_tuned() => super::modes::pg_layer(pg, dtype, corrupt, graphs),
+            "pg" if library_bufs => crate::with_dtype!(dtype, T => Box::new(PgLayer::<Nccl, T, Library>::new(pg.clone()).corrupting(corrupt).graphs(graphs)) as Box<dyn Layer>),
             "pg" => crate::with_dtype!(dtype, T => Box::new(PgLayer::<Nccl, T>::new(pg.clone()).corrupting(corrupt).graphs(graphs)) as Box<dyn Layer>),
             name => {
                 let raw = name == "raw";
@@ -239,6 +245,7 @@ fn rank(
             graphs: a.graphs,
             corrupt: a.inject_error && r == 0,
             nonblocking: a.blocking == 0,
+            library_bufs: super::direct::library_memory(lib),
         },
     );
     let sync_pg = pg.clone();
