@@ -5,7 +5,9 @@
 //!
 //! The hot path only queues a work: a few atomic operations on a preallocated slot of its
 //! group's lock-free ring (`queue`), and every 64 works an unpark of the watchdog (a futex
-//! wake only when it sleeps). Each group has a ring of its own, which the watchdog drains:
+//! wake only when it sleeps). Between those wakes the watchdog sleeps even with works queued
+//! (unless a ring fills up), so a tight issuing loop wakes it once per 64 works rather than
+//! keeping it passing without pause. Each group has a ring of its own, which the watchdog drains:
 //! ranks issuing from threads of one process (a thread per GPU) each write their own ring's
 //! counters, where one ring for the process made their cores pass its tail back and forth at
 //! every operation (+0.1–0.2 µs per operation on 2 × H200 against one rank). A pass reads
@@ -95,6 +97,13 @@ const WAKE_EVERY: usize = 64;
 /// Slots of a group's hand-off ring (works queued between two passes beyond it overflow to a
 /// list).
 const INBOX_SLOTS: usize = 1024;
+
+/// Works waiting in one group's ring from which a pass follows the last at once instead of
+/// a park: short of it the watchdog sleeps until the next wake ([`WAKE_EVERY`]) or deadline,
+/// even with works queued, so that issuing threads in a tight loop do not keep it passing
+/// without pause (each pass queries events, contending with their driver calls, and reads
+/// the rings' counters they write).
+const BACKLOG: usize = INBOX_SLOTS / 4;
 
 /// What ends a process the watchdog decided to take down (replaceable in tests).
 type EndProcess = fn(&str);
@@ -234,12 +243,13 @@ impl Watchdog {
         });
     }
 
-    /// Whether no enrolled group has works queued (a hint, as [`queue::Queue::is_empty`]).
-    fn nothing_queued(&self) -> bool {
+    /// Whether an enrolled group has [`BACKLOG`] works or more queued, or an overflow (a
+    /// hint, as [`queue::Queue::backlog`]).
+    fn backlogged(&self) -> bool {
         lock(&self.groups)
             .iter()
             .filter_map(Weak::upgrade)
-            .all(|g| g.inbox.is_empty())
+            .any(|g| g.inbox.backlog() >= BACKLOG)
     }
 
     /// Works in flight (as of the last pass; works queued since are not counted).
@@ -447,7 +457,7 @@ impl Watchdog {
             self.serve_requests();
             self.passes.fetch_add(1, Ordering::Relaxed);
             let sleep = next_sleep_ms(PERIOD_MS, now_ns(), earliest);
-            if !self.stop.load(Ordering::Acquire) && self.nothing_queued() {
+            if !self.stop.load(Ordering::Acquire) && !self.backlogged() {
                 std::thread::park_timeout(Duration::from_millis(sleep));
             }
         }
