@@ -206,7 +206,7 @@ where
                  graph capture forbids: turn it off for a group whose operations are captured",
             ));
         }
-        if inner.coalescing.load(Ordering::Acquire) {
+        if inner.hot.coalescing.load(Ordering::Acquire) {
             return Err(Error::InvalidState {
                 state: CommState::Ready,
                 attempted: "capture",

@@ -156,7 +156,7 @@ impl<B: Memory> ProcessGroup<B> {
     fn open_block(&self, kind: GroupKind) -> Result<Coalescing<'_, B>> {
         let inner = &self.inner;
         let entry = inner.entry(kind.start_call())?;
-        if inner.coalescing.swap(true, Ordering::AcqRel) {
+        if inner.hot.coalescing.swap(true, Ordering::AcqRel) {
             return Err(Error::InvalidState {
                 state: CommState::Ready,
                 attempted: kind.start_call(),
@@ -169,7 +169,7 @@ impl<B: Memory> ProcessGroup<B> {
             .map_err(Error::from)
             .and_then(|_| inner.backend.group_start());
         if let Err(e) = opened {
-            inner.coalescing.store(false, Ordering::Release);
+            inner.hot.coalescing.store(false, Ordering::Release);
             return Err(e);
         }
         Ok(Coalescing {
@@ -220,7 +220,7 @@ impl<'a, B: Memory> Coalescing<'a, B> {
                 entry,
                 device: inner.opts.device(),
                 cap: inner.captor()?,
-                timeout_ms: &inner.timeout_ms,
+                timeout_ms: &inner.hot.timeout_ms,
                 timing: inner.opts.timing,
                 end: std::cell::Cell::new(None),
             };
@@ -388,7 +388,7 @@ impl<'a, B: Memory> Coalescing<'a, B> {
     pub fn end(mut self) -> Result<WorkOf<B>> {
         self.open = false;
         let inner = &self.pg.inner;
-        inner.coalescing.store(false, Ordering::Release);
+        inner.hot.coalescing.store(false, Ordering::Release);
         let rules_end = self.rules.end(self.kind);
         let ended = inner.backend.group_end();
         if let Some(e) = self.first_error.take() {
@@ -455,7 +455,7 @@ impl<'a, B: Memory> Coalescing<'a, B> {
 impl<B: Memory> Drop for Coalescing<'_, B> {
     fn drop(&mut self) {
         if self.open {
-            self.pg.inner.coalescing.store(false, Ordering::Release);
+            self.pg.inner.hot.coalescing.store(false, Ordering::Release);
             self.rules.fail();
             if let Err(e) = self.pg.inner.backend.group_end() {
                 log::warn!("closing a coalescing block on drop: {e}");

@@ -21,6 +21,26 @@ pub(crate) struct Registry {
     pub next_uid: AtomicU64,
 }
 
+/// The state every operation of a group reads or writes, kept on one cache line: between
+/// two operations the driver's and NCCL's calls evict the issuing core's nearer caches, so
+/// each line the issue path touches costs a miss, and these fields would otherwise lie
+/// wherever the compiler placed them among the group's cold ones.
+#[repr(C, align(64))]
+pub(crate) struct IssueState {
+    /// Collective and p2p sequence numbers (the last one used).
+    pub seq: AtomicU64,
+    pub p2p_seq: AtomicU64,
+    /// Every operation, both kinds (the recorder's op id).
+    pub op_id: AtomicU64,
+    /// The group's timeout in ms (changeable at run time).
+    pub timeout_ms: AtomicU64,
+    /// A coalescing block is open on this group.
+    pub coalescing: AtomicBool,
+    /// Whether the communicator's init was seen finished (see [`PgInner::await_init`]): one
+    /// load on the hot path after that.
+    pub init_awaited: AtomicBool,
+}
+
 pub(crate) struct PgInner<B: Memory> {
     pub backend: B,
     pub store: Arc<dyn Store>,
@@ -34,21 +54,15 @@ pub(crate) struct PgInner<B: Memory> {
     /// This rank in the group; `None` when it is not a member.
     pub rank: Option<u32>,
     pub opts: PgOptions,
-    pub(super) timeout_ms: AtomicU64,
+    /// What every operation reads or writes, on a cache line of its own.
+    pub(crate) hot: IssueState,
     pub parent: Option<Arc<PgInner<B>>>,
     pub plan: CommPlan,
     pub slot: Mutex<Slot<B>>,
-    /// Collective and p2p sequence numbers (the last one used).
-    pub(super) seq: AtomicU64,
-    pub(super) p2p_seq: AtomicU64,
     /// Communicators split from this group's communicator.
     pub splits: AtomicU64,
     /// Communicators this group made through the store (numbers their id keys).
     inits: AtomicU64,
-    /// A coalescing block is open on this group.
-    pub coalescing: AtomicBool,
-    /// Every operation, both kinds (the recorder's op id).
-    pub(super) op_id: AtomicU64,
     /// The watchdog's view of the group.
     pub watch: Arc<GroupWatch>,
     /// The communicator's abort handle, once made: abort and destroy use it without the slot
@@ -60,9 +74,6 @@ pub(crate) struct PgInner<B: Memory> {
     copy_stream: std::sync::OnceLock<crate::buffer::StreamOf<B>>,
     /// A graph capture open on the group's stream, and what it recorded (see `capture`).
     pub(crate) capture: super::capture::CaptureState,
-    /// Whether the communicator's init was seen finished (see [`PgInner::await_init`]): one
-    /// load on the hot path after that.
-    init_awaited: AtomicBool,
 }
 
 /// A process group over backend `B`: c10d's `ProcessGroup`. Cheap to clone (the clones share
@@ -223,7 +234,14 @@ impl<B: Memory> ProcessGroup<B> {
                 ranks,
                 rank,
                 opts,
-                timeout_ms: AtomicU64::new(timeout_ms),
+                hot: IssueState {
+                    seq: AtomicU64::new(0),
+                    p2p_seq: AtomicU64::new(0),
+                    op_id: AtomicU64::new(0),
+                    timeout_ms: AtomicU64::new(timeout_ms),
+                    coalescing: AtomicBool::new(false),
+                    init_awaited: AtomicBool::new(false),
+                },
                 parent,
                 plan,
                 slot: Mutex::new(if rank.is_some() {
@@ -231,18 +249,13 @@ impl<B: Memory> ProcessGroup<B> {
                 } else {
                     Slot::NotMember
                 }),
-                seq: AtomicU64::new(0),
-                p2p_seq: AtomicU64::new(0),
                 splits: AtomicU64::new(0),
                 inits: AtomicU64::new(0),
-                coalescing: AtomicBool::new(false),
-                op_id: AtomicU64::new(0),
                 watch,
                 abort: std::sync::OnceLock::new(),
                 destroyed: AtomicBool::new(false),
                 copy_stream: std::sync::OnceLock::new(),
                 capture: Default::default(),
-                init_awaited: AtomicBool::new(false),
             }),
         }
     }
@@ -335,7 +348,7 @@ impl<B: Memory> ProcessGroup<B> {
     /// Changes the timeout of the group's later operations.
     pub fn set_timeout(&self, timeout: Duration) {
         let ms = timeout.as_millis().min(u128::from(u64::MAX)) as u64;
-        self.inner.timeout_ms.store(ms, Ordering::Relaxed);
+        self.inner.hot.timeout_ms.store(ms, Ordering::Relaxed);
     }
 
     /// Communicators split from this group's communicator so far (c10d's
@@ -346,7 +359,7 @@ impl<B: Memory> ProcessGroup<B> {
 
     /// The sequence number of the last collective issued (0 before the first).
     pub fn seq(&self) -> u64 {
-        self.inner.seq.load(Ordering::Relaxed)
+        self.inner.hot.seq.load(Ordering::Relaxed)
     }
 
     /// The communicator's state: `None` before it is made, or when this rank is not a member.
@@ -429,7 +442,7 @@ impl<B: Memory> PgInner<B> {
     }
 
     pub fn timeout(&self) -> Duration {
-        Duration::from_millis(self.timeout_ms.load(Ordering::Relaxed))
+        Duration::from_millis(self.hot.timeout_ms.load(Ordering::Relaxed))
     }
 
     /// The refusal for a call on a non-member or destroyed group.
@@ -459,7 +472,7 @@ impl<B: Memory> PgInner<B> {
     ) -> Result<R> {
         let mut slot = lock(&self.slot);
         if let Slot::Ready(e) = &*slot {
-            if !self.init_awaited.load(Ordering::Acquire) {
+            if !self.hot.init_awaited.load(Ordering::Acquire) {
                 self.await_init(e)?;
             }
             return f(e);
@@ -504,7 +517,7 @@ impl<B: Memory> PgInner<B> {
             let what = format!("the nonblocking init of group {} ({})", self.uid, self.desc);
             super::comm::await_ready(&e.abort, self.opts.nonblocking_timeout, &what)?;
         }
-        self.init_awaited.store(true, Ordering::Release);
+        self.hot.init_awaited.store(true, Ordering::Release);
         Ok(())
     }
 

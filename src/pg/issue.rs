@@ -110,7 +110,7 @@ impl<B: Memory> PgInner<B> {
         body: impl FnOnce(&Issuer<'_, B>) -> Result<()>,
     ) -> Result<WorkOf<B>> {
         let name = op.kind.name();
-        if self.coalescing.load(Ordering::Relaxed) {
+        if self.hot.coalescing.load(Ordering::Relaxed) {
             return Err(Error::InvalidState {
                 state: CommState::Ready,
                 attempted: name,
@@ -133,7 +133,7 @@ impl<B: Memory> PgInner<B> {
                 entry: e,
                 device: self.opts.device(),
                 cap,
-                timeout_ms: &self.timeout_ms,
+                timeout_ms: &self.hot.timeout_ms,
                 timing,
                 end: std::cell::Cell::new(None),
             };
@@ -156,7 +156,7 @@ impl<B: Memory> PgInner<B> {
                 coalesced: false,
                 numel_in: op.numel.0,
                 numel_out: op.numel.1,
-                timeout_ms: self.timeout_ms.load(Ordering::Relaxed),
+                timeout_ms: self.hot.timeout_ms.load(Ordering::Relaxed),
                 timing,
             };
             if captured {
@@ -170,7 +170,7 @@ impl<B: Memory> PgInner<B> {
     /// The flight-recorder entry of an operation, to be recorded off the hot path (no
     /// allocation here); op ids count every operation, recorded or not.
     pub fn trace(&self, op: OpDesc, seq: u64, p2p: bool) -> TraceSlot {
-        let op_id = self.op_id.fetch_add(1, Ordering::Relaxed) + 1;
+        let op_id = self.hot.op_id.fetch_add(1, Ordering::Relaxed) + 1;
         if !self.watch.recorder.is_enabled() {
             return TraceSlot::Off;
         }
@@ -193,7 +193,7 @@ impl<B: Memory> PgInner<B> {
             p2p,
             op_id,
             created_ns: now_ns(),
-            timeout_ms: self.timeout_ms.load(Ordering::Relaxed),
+            timeout_ms: self.hot.timeout_ms.load(Ordering::Relaxed),
             timing: self.opts.timing,
         })
     }
@@ -206,7 +206,7 @@ impl<B: Memory> PgInner<B> {
         inputs: Vec<TensorMeta>,
         outputs: Vec<TensorMeta>,
     ) -> TraceSlot {
-        let op_id = self.op_id.fetch_add(1, Ordering::Relaxed) + 1;
+        let op_id = self.hot.op_id.fetch_add(1, Ordering::Relaxed) + 1;
         if !self.watch.recorder.is_enabled() {
             return TraceSlot::Off;
         }
@@ -219,7 +219,7 @@ impl<B: Memory> PgInner<B> {
             inputs,
             outputs,
             time_created_ns: now_ns(),
-            timeout_ms: self.timeout_ms.load(Ordering::Relaxed),
+            timeout_ms: self.hot.timeout_ms.load(Ordering::Relaxed),
             is_p2p: false,
             timing: self.opts.timing,
         }))
@@ -262,8 +262,8 @@ impl<B: Memory> PgInner<B> {
 
     pub fn next_seq(&self, kind: SeqKind) -> u64 {
         let counter = match kind {
-            SeqKind::Collective => &self.seq,
-            SeqKind::P2p => &self.p2p_seq,
+            SeqKind::Collective => &self.hot.seq,
+            SeqKind::P2p => &self.hot.p2p_seq,
         };
         counter.fetch_add(1, Ordering::Relaxed) + 1
     }

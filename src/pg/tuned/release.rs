@@ -26,7 +26,7 @@ use std::time::Instant;
 /// Refuses `attempted` while a coalescing block is open on the group (its backend group is
 /// open, and a window registration or release is collective).
 fn refuse_in_block<B: Memory>(inner: &PgInner<B>, attempted: &'static str) -> Result<()> {
-    if inner.coalescing.load(Ordering::Acquire) {
+    if inner.hot.coalescing.load(Ordering::Acquire) {
         return Err(Error::InvalidState {
             state: CommState::Ready,
             attempted,
