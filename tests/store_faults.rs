@@ -11,9 +11,6 @@
 //! A child is this binary run with `--exact child --nocapture` and `OXCCL_FAULT_CHILD` set;
 //! without that variable the `child` test does nothing.
 
-mod common;
-mod ranks;
-
 use oxccl::core::Device;
 use oxccl::launch::Bootstrap;
 use oxccl::mock::MockBackend;
@@ -83,14 +80,21 @@ fn spawn_with(
     agent_store: bool,
     extra: &[(&'static str, String)],
 ) -> Child {
-    let mut vars = common::launchers::torchrun(rank, world, port);
+    let mut vars = vec![
+        ("RANK", rank.to_string()),
+        ("WORLD_SIZE", world.to_string()),
+        ("LOCAL_RANK", rank.to_string()),
+        ("LOCAL_WORLD_SIZE", world.to_string()),
+        ("MASTER_ADDR", "127.0.0.1".to_string()),
+        ("MASTER_PORT", port.to_string()),
+    ];
     if !extra.iter().any(|(k, _)| *k == "OXCCL_TIMEOUT_MS") {
-        vars.push(("OXCCL_TIMEOUT_MS".into(), "20000".into()));
+        vars.push(("OXCCL_TIMEOUT_MS", "20000".to_string()));
     }
-    vars.extend(common::launchers::vars(extra));
+    vars.extend(extra.iter().cloned());
     if agent_store {
-        vars.push(("TORCHELASTIC_RUN_ID".into(), "faults".into()));
-        vars.push(("TORCHELASTIC_USE_AGENT_STORE".into(), "True".into()));
+        vars.push(("TORCHELASTIC_RUN_ID", "faults".to_string()));
+        vars.push(("TORCHELASTIC_USE_AGENT_STORE", "True".to_string()));
     }
     Command::new(std::env::current_exe().unwrap())
         .args(["--exact", "child", "--nocapture", "--test-threads=1"])
@@ -133,6 +137,11 @@ fn finish(children: Vec<Child>) -> Vec<(Option<i32>, String)> {
     out
 }
 
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
 #[test]
 fn a_rank_killed_during_bootstrap_is_named_by_the_others() {
     // The agent's store, as torchrun hosts it.
@@ -165,7 +174,7 @@ fn a_rank_killed_during_bootstrap_is_named_by_the_others() {
 
 #[test]
 fn the_store_host_killed_fails_the_others_within_their_timeout() {
-    let port = ranks::free_port();
+    let port = free_port();
     let t0 = Instant::now();
     // Rank 0 hosts the store (no agent store) and dies once every rank has joined.
     let children = vec![
@@ -202,7 +211,7 @@ fn a_store_token_admits_the_job_and_refuses_a_rank_without_it() {
         ]
     };
     // Rank 0 hosts the store with the job's token; every rank presents it.
-    let port = ranks::free_port();
+    let port = free_port();
     let ok = vec![
         spawn_with("boot", 0, 3, port, false, &token("job-secret")),
         spawn_with("boot", 1, 3, port, false, &token("job-secret")),
@@ -212,7 +221,7 @@ fn a_store_token_admits_the_job_and_refuses_a_rank_without_it() {
         assert_eq!((*code, line.as_str()), (Some(0), "CHILD OK"), "rank {r}");
     }
     // A rank with another token is refused (and rank 0 times out waiting for it).
-    let port = ranks::free_port();
+    let port = free_port();
     let t0 = Instant::now();
     let mixed = vec![
         spawn_with("boot", 0, 2, port, false, &token("job-secret")),

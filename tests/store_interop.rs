@@ -14,7 +14,6 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-mod ranks;
 mod torch_env;
 
 use torch_env::python;
@@ -216,12 +215,17 @@ fn torch_clients_on_oxccl_server() {
     assert!(!s.check(&["py_tmp", "py_absent"]).unwrap());
 }
 
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind((HOST, 0)).unwrap();
+    l.local_addr().unwrap().port()
+}
+
 #[test]
 fn wait_for_workers_counts_across_torch_and_oxccl() {
     let Some(py) = python() else { return };
     // A torch master for 3 workers blocks in its constructor until two oxccl clients joined
     // (they count themselves on torch's own `init/` key).
-    let port = ranks::free_port();
+    let port = free_port();
     let master = format!(
         "import datetime\n\
 import torch.distributed as d\n\
@@ -254,7 +258,7 @@ print('joined', flush=True)\n"
     let _ = child.wait();
 
     // And the other way: an oxccl server store for 3 waits for two torch workers.
-    let port = ranks::free_port();
+    let port = free_port();
     let worker = format!(
         "import datetime\n\
 import torch.distributed as d\n\
