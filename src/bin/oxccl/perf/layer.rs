@@ -273,7 +273,8 @@ where
         let (s, r) = case.shape();
         let (use_s, use_r) = Self::uses(case);
         let empty = (use_s && s == 0) || (use_r && r == 0);
-        // Every rank takes the same branch: a used buffer is empty only when the count is 0.
+        // Every rank takes the same branch: a used buffer is empty only when the count (or a
+        // rank's part of it) is 0, the same on every rank.
         if empty && !K::EMPTY_OK {
             return Ok(false);
         }
@@ -329,6 +330,9 @@ where
         set.fill(pg)?;
         set.once(pg)?.wait()?;
         let mut got = pg.download_any(&set.recv)?;
+        // Only the case's own elements: a buffer this rank does not use may hold one element
+        // of padding (see `setup`).
+        got.truncate(set.case.shape().1);
         if let (true, Some(g)) = (self.corrupt, got.first_mut()) {
             *g = T::of(g.get() + 101.0);
         }
@@ -394,6 +398,38 @@ mod tests {
                     wrong, expected,
                     "rank {rank}, {coll:?} of {count}, corrupt {corrupt}"
                 );
+            }
+        }
+    }
+
+    /// With root 1 and a product (whose inputs are 1 and 2, never 0), the padding element of
+    /// a non-root's unused gather buffer is not counted: every rank right.
+    #[test]
+    fn library_buffers_check_only_the_case_s_elements() {
+        let out = crate::perf::mock_world(3, |pg, rank| {
+            let mut wrong = Vec::new();
+            for coll in Coll::EACH {
+                let case = Case {
+                    coll,
+                    count: 12,
+                    dtype: Dtype::Float32,
+                    redop: Redop::Prod,
+                    root: 1,
+                    n: 3,
+                    rank,
+                };
+                let mut l = PgLayer::<MockBackend, f32, Library>::new(pg.clone());
+                if l.setup(&case, pg_placement(coll, true))? {
+                    wrong.push((coll, l.check()?));
+                }
+            }
+            Ok(wrong)
+        })
+        .expect("mock world");
+        for (rank, wrong) in out.iter().enumerate() {
+            assert_eq!(wrong.len(), Coll::EACH.len(), "rank {rank}");
+            for (coll, w) in wrong {
+                assert_eq!(*w, 0, "rank {rank}, {coll:?}");
             }
         }
     }
