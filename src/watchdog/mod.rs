@@ -5,9 +5,9 @@
 //!
 //! The hot path only queues a work: a few atomic operations on a preallocated slot of its
 //! group's lock-free ring (`queue`), and every 64 works an unpark of the watchdog (a futex
-//! wake only when it sleeps). Between those wakes the watchdog sleeps even with works queued
-//! (unless a ring fills up), so a tight issuing loop wakes it once per 64 works rather than
-//! keeping it passing without pause. Each group has a ring of its own, which the watchdog drains:
+//! wake only when it sleeps). Between those wakes the watchdog sleeps even with works queued,
+//! so a tight issuing loop wakes it about once per 64 works rather than keeping it passing
+//! without pause. Each group has a ring of its own, which the watchdog drains:
 //! ranks issuing from threads of one process (a thread per GPU) each write their own ring's
 //! counters, where one ring for the process made their cores pass its tail back and forth at
 //! every operation (+0.1–0.2 µs per operation on 2 × H200 against one rank). A pass reads
@@ -97,13 +97,6 @@ const WAKE_EVERY: usize = 64;
 /// Slots of a group's hand-off ring (works queued between two passes beyond it overflow to a
 /// list).
 const INBOX_SLOTS: usize = 1024;
-
-/// Works waiting in one group's ring from which a pass follows the last at once instead of
-/// a park: short of it the watchdog sleeps until the next wake ([`WAKE_EVERY`]) or deadline,
-/// even with works queued, so that issuing threads in a tight loop do not keep it passing
-/// without pause (each pass queries events, contending with their driver calls, and reads
-/// the rings' counters they write).
-const BACKLOG: usize = INBOX_SLOTS / 4;
 
 /// What ends a process the watchdog decided to take down (replaceable in tests).
 type EndProcess = fn(&str);
@@ -241,15 +234,6 @@ impl Watchdog {
             }
             None => false,
         });
-    }
-
-    /// Whether an enrolled group has [`BACKLOG`] works or more queued, or an overflow (a
-    /// hint, as [`queue::Queue::backlog`]).
-    fn backlogged(&self) -> bool {
-        lock(&self.groups)
-            .iter()
-            .filter_map(Weak::upgrade)
-            .any(|g| g.inbox.backlog() >= BACKLOG)
     }
 
     /// Works in flight (as of the last pass; works queued since are not counted).
@@ -457,7 +441,13 @@ impl Watchdog {
             self.serve_requests();
             self.passes.fetch_add(1, Ordering::Relaxed);
             let sleep = next_sleep_ms(PERIOD_MS, now_ns(), earliest);
-            if !self.stop.load(Ordering::Acquire) && !self.backlogged() {
+            // Even with works queued: the next wake (every WAKE_EVERY works, and every push
+            // that overflows a ring) ends the sleep, and one that came during this pass ends
+            // it at once, so nothing waits longer than the period. Without the sleep a tight
+            // issuing loop kept the watchdog passing without pause, each pass querying events
+            // beside the issuing threads' driver calls and reading the rings' counters they
+            // write.
+            if !self.stop.load(Ordering::Acquire) {
                 std::thread::park_timeout(Duration::from_millis(sleep));
             }
         }
