@@ -27,18 +27,19 @@ pub(crate) struct Registry {
 /// wherever the compiler placed them among the group's cold ones.
 #[repr(C, align(64))]
 pub(crate) struct IssueState {
-    /// Collective and p2p sequence numbers (the last one used).
-    pub seq: AtomicU64,
-    pub p2p_seq: AtomicU64,
+    /// The collective sequence number (the last one used).
+    pub(super) seq: AtomicU64,
+    /// The p2p sequence number (the last one used).
+    pub(super) p2p_seq: AtomicU64,
     /// Every operation, both kinds (the recorder's op id).
-    pub op_id: AtomicU64,
+    pub(super) op_id: AtomicU64,
     /// The group's timeout in ms (changeable at run time).
-    pub timeout_ms: AtomicU64,
+    pub(super) timeout_ms: AtomicU64,
     /// A coalescing block is open on this group.
-    pub coalescing: AtomicBool,
+    pub(super) coalescing: AtomicBool,
     /// Whether the communicator's init was seen finished (see [`PgInner::await_init`]): one
     /// load on the hot path after that.
-    pub init_awaited: AtomicBool,
+    pub(super) init_awaited: AtomicBool,
 }
 
 pub(crate) struct PgInner<B: Memory> {
