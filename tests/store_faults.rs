@@ -11,6 +11,8 @@
 //! A child is this binary run with `--exact child --nocapture` and `OXCCL_FAULT_CHILD` set;
 //! without that variable the `child` test does nothing.
 
+mod common;
+
 use oxccl::core::Device;
 use oxccl::launch::Bootstrap;
 use oxccl::mock::MockBackend;
@@ -80,21 +82,14 @@ fn spawn_with(
     agent_store: bool,
     extra: &[(&'static str, String)],
 ) -> Child {
-    let mut vars = vec![
-        ("RANK", rank.to_string()),
-        ("WORLD_SIZE", world.to_string()),
-        ("LOCAL_RANK", rank.to_string()),
-        ("LOCAL_WORLD_SIZE", world.to_string()),
-        ("MASTER_ADDR", "127.0.0.1".to_string()),
-        ("MASTER_PORT", port.to_string()),
-    ];
+    let mut vars = common::launchers::torchrun(rank, world, port);
     if !extra.iter().any(|(k, _)| *k == "OXCCL_TIMEOUT_MS") {
-        vars.push(("OXCCL_TIMEOUT_MS", "20000".to_string()));
+        vars.push(("OXCCL_TIMEOUT_MS".into(), "20000".into()));
     }
-    vars.extend(extra.iter().cloned());
+    vars.extend(common::launchers::vars(extra));
     if agent_store {
-        vars.push(("TORCHELASTIC_RUN_ID", "faults".to_string()));
-        vars.push(("TORCHELASTIC_USE_AGENT_STORE", "True".to_string()));
+        vars.push(("TORCHELASTIC_RUN_ID".into(), "faults".into()));
+        vars.push(("TORCHELASTIC_USE_AGENT_STORE".into(), "True".into()));
     }
     Command::new(std::env::current_exe().unwrap())
         .args(["--exact", "child", "--nocapture", "--test-threads=1"])
