@@ -12,6 +12,8 @@
 //!   (the process group's cost: a lock, two sequence numbers, an event and its work). On
 //!   cudarc slices, as `Comm` takes them (cudarc records the slice's own event besides the
 //!   work's), and on `NcclBuf`, the group's own buffer, whose use ends with the work's event.
+//!   Every buffer is read back once a round (see `reader`); the last two rows show what one
+//!   event record costs beside `Comm`'s call, and `Comm` on a slice never read back.
 //! - latency: each call waited for before the next (`Work::wait` against a stream
 //!   synchronize), the whole loop timed.
 //! - pipelined: `CALLS` calls, then a wait for the last, the whole timed: what `oxccl perf`
@@ -28,7 +30,7 @@ const CALLS: usize = 200;
 const ROUNDS: usize = 100;
 const WARMUP: usize = 5;
 /// The variants and the one each is compared with (paired, round by round).
-const VARIANTS: [(&str, usize); 13] = [
+const VARIANTS: [(&str, usize); 15] = [
     ("issue: Comm::all_reduce_in_place", 0),
     (
         "issue: ProcessGroup::all_reduce, watchdog and recorder off (work dropped)",
@@ -74,6 +76,14 @@ const VARIANTS: [(&str, usize); 13] = [
     (
         "pipelined: as row 11, in a group made by ProcessGroup::new with a uniform -R 1 tune table",
         10,
+    ),
+    (
+        "issue: Comm::all_reduce_in_place + one event record per call (what a work's event costs)",
+        0,
+    ),
+    (
+        "issue: Comm::all_reduce_in_place on a slice never read back (its read event the allocation's)",
+        0,
     ),
 ];
 
@@ -164,6 +174,19 @@ fn rank(
     let dog = make("dog", true, 0);
     let st = comm.stream().clone();
     let mut cbuf = st.clone_htod(&[1.0f32, 2.0]).unwrap();
+    // Every buffer here is read back once a round, the group's through its copy stream, so
+    // `Comm`'s through a stream of its own too: an operation waits on a slice's read event,
+    // and the driver's wait costs more once that event was last recorded by a later read
+    // than while it still holds the allocation's record (+220 to +400 ns per call on
+    // 2 × H100), which would otherwise count against the group.
+    let reader = st.context().new_stream().unwrap();
+    let mut fresh = st.clone_htod(&[1.0f32, 2.0]).unwrap();
+    let mark = st
+        .context()
+        .new_event(Some(
+            cudarc::driver::sys::CUevent_flags::CU_EVENT_DISABLE_TIMING,
+        ))
+        .unwrap();
     let mut pbuf = plain.upload(&[1.0f32, 2.0]).unwrap();
     let mut fbuf = full.upload(&[1.0f32, 2.0]).unwrap();
     let mut dbuf = dog.upload(&[1.0f32, 2.0]).unwrap();
@@ -229,7 +252,12 @@ fn rank(
                     9 => comm.all_reduce_in_place(&mut cbuf, ReduceOp::Sum).unwrap(),
                     10 => last = Some(full.all_reduce(&mut fnb, ReduceOp::Sum).unwrap()),
                     11 => last = Some(sub.all_reduce(&mut snb, ReduceOp::Sum).unwrap()),
-                    _ => last = Some(tuned.all_reduce(&mut tnb, ReduceOp::Sum).unwrap()),
+                    12 => last = Some(tuned.all_reduce(&mut tnb, ReduceOp::Sum).unwrap()),
+                    13 => {
+                        comm.all_reduce_in_place(&mut cbuf, ReduceOp::Sum).unwrap();
+                        mark.record(&st).unwrap();
+                    }
+                    _ => comm.all_reduce_in_place(&mut fresh, ReduceOp::Sum).unwrap(),
                 }
             }
             // The pipelined rows time the loop up to the end of its last operation, as
@@ -241,6 +269,7 @@ fn rank(
             }
             let ns = t.elapsed().as_nanos() as f64 / CALLS as f64;
             st.synchronize().unwrap();
+            reader.clone_dtoh(&cbuf).unwrap();
             plain.download(&pbuf).unwrap();
             full.download(&fbuf).unwrap();
             dog.download(&dbuf).unwrap();
