@@ -1,13 +1,15 @@
 //! The watchdog's decisions (`oxccl_core::watchdog`) against models written here: the plan
 //! for a failed work under each error-handling mode, whether the heartbeat is stuck and how
 //! long to sleep, with arbitrary clocks (backwards, at the ends of `u64`, limits that
-//! overflow when turned into nanoseconds).
+//! overflow when turned into nanoseconds), and the search for a stream's newest ended work
+//! (right, and within its bound of questions).
 
 use arbitrary::{Arbitrary, Unstructured};
 use oxccl_core::state::lifecycle::CommState;
 use oxccl_core::text::text_str;
 use oxccl_core::watchdog::{
-    failure_plan, heartbeat_stuck, next_sleep_ms, FailureKind, FailurePlan,
+    failure_plan, heartbeat_stuck, newest_done, next_sleep_ms, stream_hints, FailureKind,
+    FailurePlan, Hint,
 };
 use oxccl_core::{Error, ErrorHandling};
 
@@ -28,6 +30,17 @@ enum Case {
         period_ms: u64,
         now: u64,
         deadline: Option<u64>,
+    },
+    /// Works of one stream, the oldest `done` of them ended.
+    Boundary {
+        works: u16,
+        done: u16,
+    },
+    /// Works of several groups in issue order: (group, has an end event); each group's
+    /// oldest `ended[group]` works with an event have ended.
+    Hints {
+        works: Vec<(u8, bool)>,
+        ended: [u8; 4],
     },
 }
 
@@ -156,6 +169,68 @@ pub fn fuzz(data: &[u8]) {
                     None => assert_eq!(got, cap),
                 }
             }
+            Case::Boundary { works, done } => {
+                let (n, b) = (usize::from(works), usize::from(done.min(works)));
+                let mut asked = 0u32;
+                let got = newest_done(n, |i| {
+                    assert!(i < n, "asked about work {i} of {n}");
+                    asked += 1;
+                    i < b
+                });
+                assert_eq!(got, b.checked_sub(1), "{n} works, {b} done");
+                let bound = 2 * (usize::BITS - n.leading_zeros()) + 1;
+                assert!(asked <= bound, "{n} works, {b} done: {asked} questions");
+            }
+            Case::Hints { works, ended } => hints(&works, ended),
         }
+    }
+}
+
+/// `stream_hints` against a scan of every work: a work is `Done` when a work of its group at
+/// or after it (with an event) has ended, `Pending` when a work of its group before it (with
+/// an event) is still running, else `Unknown`; only works with events are queried.
+fn hints(works: &[(u8, bool)], ended: [u8; 4]) {
+    let works = &works[..works.len().min(512)];
+    let group = |i: usize| usize::from(works[i].0 % 4);
+    // A work's end: its place among its group's works with an event, against the count ended.
+    let place = |i: usize| {
+        (0..i)
+            .filter(|&j| group(j) == group(i) && works[j].1)
+            .count()
+    };
+    let ended_at = |i: usize| place(i) < usize::from(ended[group(i)]);
+    let mut got = vec![None; works.len()];
+    let mut scratch = vec![0; works.len()];
+    let mut asked = [0u32; 4];
+    stream_hints(
+        group,
+        |i| works[i].1,
+        |i| {
+            assert!(works[i].1, "work {i} has no event to query");
+            asked[group(i)] += 1;
+            ended_at(i)
+        },
+        &mut got,
+        &mut scratch,
+    );
+    for (i, h) in got.iter().enumerate() {
+        let later_ended =
+            (i..works.len()).any(|j| group(j) == group(i) && works[j].1 && ended_at(j));
+        let earlier_running = (0..i).any(|j| group(j) == group(i) && works[j].1 && !ended_at(j));
+        let want = if earlier_running {
+            Hint::Pending
+        } else if later_ended {
+            Hint::Done
+        } else {
+            Hint::Unknown
+        };
+        assert_eq!(*h, Some(want), "work {i} of {works:?}, ended {ended:?}");
+    }
+    for (g, &a) in asked.iter().enumerate() {
+        let n = (0..works.len())
+            .filter(|&i| group(i) == g && works[i].1)
+            .count();
+        let bound = 2 * (usize::BITS - n.leading_zeros()) + 1;
+        assert!(a <= bound, "group {g}: {a} queries for {n} works");
     }
 }

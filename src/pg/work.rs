@@ -509,6 +509,10 @@ impl<E: Event + 'static, A: CommAbort> Watched for Inner<E, A> {
         self.end.as_ref().map(|end| end.query().unwrap_or(false))
     }
 
+    fn has_end(&self) -> bool {
+        self.end.is_some()
+    }
+
     fn poll(&self, now_ns: u64, hint: Hint, trace: Option<u64>) -> Result<bool> {
         // Without timing and with nothing failed, a look that finds the work done, or behind
         // a running one and in time, writes nothing into it (see the module's documentation).

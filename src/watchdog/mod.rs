@@ -37,7 +37,9 @@ pub(crate) use dumps::DumpTarget;
 use crate::pg::recorder::now_ns;
 use crate::pg::watch::GroupWatch;
 use oxccl_core::state::work::WorkInfo;
-use oxccl_core::watchdog::{failure_plan, next_sleep_ms, FailureKind, DUMP_SIGNAL_KEY};
+use oxccl_core::watchdog::{
+    failure_plan, next_sleep_ms, stream_hints, FailureKind, DUMP_SIGNAL_KEY,
+};
 use oxccl_core::Result;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
@@ -46,18 +48,7 @@ use std::time::Duration;
 
 pub use heartbeat::HeartbeatMonitor;
 
-/// What the watchdog already knows of a work from its group's other works (one stream, issue
-/// order), so it need not ask the library.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Hint {
-    /// Nothing: query its event.
-    Unknown,
-    /// A later work of its group has completed: so has this one.
-    Done,
-    /// An earlier work of its group is still running: so is this one (only its deadline is
-    /// checked).
-    Pending,
-}
+pub(crate) use oxccl_core::watchdog::Hint;
 
 /// A work as the watchdog sees it.
 pub(crate) trait Watched: Send + Sync {
@@ -68,6 +59,8 @@ pub(crate) trait Watched: Send + Sync {
     /// Whether its end event has been reached (one query, no state change); `None` for a work
     /// without one (it issued nothing, so it says nothing of its stream).
     fn probe_done(&self) -> Option<bool>;
+    /// Whether it has an end event (no query).
+    fn has_end(&self) -> bool;
     /// One look: completed, still running, or its first error (timeouts against the group's
     /// limit). A completion or failure seen feeds hooks and the recorder (entry `trace`): the
     /// watchdog looks until then, and no more.
@@ -347,7 +340,8 @@ impl Watchdog {
         let mut works: Vec<(Arc<dyn Watched>, Option<u64>)> = Vec::new();
         let mut looked: Vec<(Arc<dyn Watched>, Option<u64>)> = Vec::new();
         let mut done: Vec<Arc<dyn Watched>> = Vec::new();
-        let mut hints: Vec<(*const GroupWatch, Hint)> = Vec::new();
+        // Each work's hint (by its place in `works`), and the places `stream_hints` needs.
+        let (mut hints, mut scratch): (Vec<Option<Hint>>, Vec<usize>) = (Vec::new(), Vec::new());
         let mut publish: Vec<Arc<GroupWatch>> = Vec::new();
         while !self.stop.load(Ordering::Acquire) {
             let now = now_ns();
@@ -373,27 +367,23 @@ impl Watchdog {
                 }
                 works.push((w, trace));
             }
-            // The newest work of each group first: done means the whole group is done.
+            // A few event queries per group (its works end in order), not one per work.
             hints.clear();
-            for (w, _) in works.iter().rev() {
-                let g: *const GroupWatch = w.watch();
-                if !hints.iter().any(|(k, _)| *k == g) {
-                    match w.probe_done() {
-                        Some(true) => hints.push((g, Hint::Done)),
-                        Some(false) => hints.push((g, Hint::Unknown)),
-                        // No event: the next older work of the group decides.
-                        None => {}
-                    }
-                }
-            }
+            hints.resize(works.len(), None);
+            scratch.resize(works.len(), 0);
+            stream_hints(
+                |i| works[i].0.watch() as *const GroupWatch as usize,
+                |i| works[i].0.has_end(),
+                |i| works[i].0.probe_done() == Some(true),
+                &mut hints,
+                &mut scratch,
+            );
             let mut earliest: Option<u64> = None;
             // Each work moves to `looked` (still running) or `done`: moved, never cloned, so
             // this thread never writes the works' reference counts.
             std::mem::swap(&mut works, &mut looked);
-            for (w, trace) in looked.drain(..) {
-                let g: *const GroupWatch = w.watch();
-                let slot = hints.iter().position(|(k, _)| *k == g);
-                let hint = slot.map_or(Hint::Unknown, |i| hints[i].1);
+            for (i, (w, trace)) in looked.drain(..).enumerate() {
+                let hint = hints.get(i).copied().flatten().unwrap_or(Hint::Unknown);
                 let r = w.poll(now, hint, trace);
                 if w.watch().desync.is_some() {
                     if matches!(r, Ok(true)) && counts_in_desync(&w.info()) {
@@ -408,10 +398,6 @@ impl Watchdog {
                 match r {
                     Ok(true) => done.push(w),
                     Ok(false) => {
-                        // The later works of its group are still running too.
-                        if let (Some(i), Hint::Unknown) = (slot, hint) {
-                            hints[i].1 = Hint::Pending;
-                        }
                         let d = w.deadline_ns();
                         earliest = Some(earliest.map_or(d, |e| e.min(d)));
                         works.push((w, trace));
