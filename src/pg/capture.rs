@@ -446,6 +446,30 @@ where
                 });
             }
         }
+        if inner
+            .hot
+            .coalescing
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            // Its operations would run before the block's, queued earlier.
+            return Err(Error::InvalidState {
+                state: CommState::Ready,
+                attempted: "launch a graph",
+                reason: text!(
+                    "a coalescing block is open on group {}: launch after it ends",
+                    inner.uid
+                ),
+            });
+        }
+        // Under the group's lock, as every operation: the launch's end event and its place
+        // in the watchdog's queue keep the stream's order (the watchdog counts on it).
+        inner.with_entry("launch a graph", |_| self.launch_locked())
+    }
+
+    /// [`Launch::launch`] under the group's lock, the refusals passed.
+    fn launch_locked(&mut self) -> Result<WorkOf<B>> {
+        let g = self.graph;
+        let inner = &*g.pg.inner;
         let timing = inner.opts.timing;
         let e = &*g.entry;
         let start = if timing {

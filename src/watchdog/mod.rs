@@ -50,6 +50,11 @@ pub use heartbeat::HeartbeatMonitor;
 
 pub(crate) use oxccl_core::watchdog::Hint;
 
+/// A group's identity for one pass (its watch's address: alive while its works are).
+fn group_key(g: &GroupWatch) -> usize {
+    g as *const GroupWatch as usize
+}
+
 /// A work as the watchdog sees it.
 pub(crate) trait Watched: Send + Sync {
     /// Records the work's flight-recorder entry unless it was recorded at issue (in issue
@@ -340,8 +345,14 @@ impl Watchdog {
         let mut works: Vec<(Arc<dyn Watched>, Option<u64>)> = Vec::new();
         let mut looked: Vec<(Arc<dyn Watched>, Option<u64>)> = Vec::new();
         let mut done: Vec<Arc<dyn Watched>> = Vec::new();
-        // Each work's hint (by its place in `works`), and the places `stream_hints` needs.
-        let (mut hints, mut scratch): (Vec<Option<Hint>>, Vec<usize>) = (Vec::new(), Vec::new());
+        // Each work's hint and group (by its place in `works`), the places `stream_hints`
+        // needs, and the groups whose oldest running work turned out ended or failed.
+        let (mut hints, mut keys, mut scratch, mut open): (
+            Vec<Option<Hint>>,
+            Vec<usize>,
+            Vec<usize>,
+            Vec<usize>,
+        ) = Default::default();
         let mut publish: Vec<Arc<GroupWatch>> = Vec::new();
         while !self.stop.load(Ordering::Acquire) {
             let now = now_ns();
@@ -371,8 +382,10 @@ impl Watchdog {
             hints.clear();
             hints.resize(works.len(), None);
             scratch.resize(works.len(), 0);
+            keys.clear();
+            keys.extend(works.iter().map(|(w, _)| group_key(w.watch())));
             stream_hints(
-                |i| works[i].0.watch() as *const GroupWatch as usize,
+                |i| keys[i],
                 |i| works[i].0.has_end(),
                 |i| works[i].0.probe_done() == Some(true),
                 &mut hints,
@@ -382,9 +395,24 @@ impl Watchdog {
             // Each work moves to `looked` (still running) or `done`: moved, never cloned, so
             // this thread never writes the works' reference counts.
             std::mem::swap(&mut works, &mut looked);
+            open.clear();
             for (i, (w, trace)) in looked.drain(..).enumerate() {
-                let hint = hints.get(i).copied().flatten().unwrap_or(Hint::Unknown);
+                let g = group_key(w.watch());
+                let hint = match hints.get(i).copied().flatten() {
+                    // The work before it was expected to run on but ended or failed meanwhile:
+                    // this one is looked at in full too (a failure reaches every queued work
+                    // of the group in one pass, as the communicator's error is theirs too).
+                    Some(Hint::Pending) if open.contains(&g) => Hint::Unknown,
+                    h => h.unwrap_or(Hint::Unknown),
+                };
                 let r = w.poll(now, hint, trace);
+                if hint == Hint::Unknown && w.has_end() {
+                    match r {
+                        Ok(false) => open.retain(|k| *k != g),
+                        _ if !open.contains(&g) => open.push(g),
+                        _ => {}
+                    }
+                }
                 if w.watch().desync.is_some() {
                     if matches!(r, Ok(true)) && counts_in_desync(&w.info()) {
                         if let Some(d) = &w.watch().desync {

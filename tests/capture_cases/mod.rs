@@ -245,6 +245,22 @@ where
         capture_kind(graph.launch(&mut [&mut other]))? == CaptureError::Mismatch,
         "another buffer of the same size"
     );
+    // A launch while a coalescing block is open: its operations would run before the
+    // block's, which were issued first.
+    let block = ok!(pg.start_coalescing());
+    let r = graph.launch(&mut [&mut buf]);
+    ensure!(
+        matches!(
+            &r,
+            Err(Error::InvalidState {
+                attempted: "launch a graph",
+                reason,
+                ..
+            }) if reason.contains("coalescing block is open")
+        ),
+        "a launch inside a coalescing block: {r:?}"
+    );
+    ok!(ok!(block.end()).wait());
     let mut longer = ok!(pg.upload(&[1.0f32; 5]));
     ensure!(
         capture_kind(graph.launch(&mut [&mut buf, &mut longer]))? == CaptureError::Mismatch,
