@@ -129,7 +129,7 @@ impl<E: Event + 'static, A: CommAbort> Work<E, A> {
         let mut machine = WorkMachine::new(info, created_ns);
         let mut fin = RUNNING;
         if end.is_none() {
-            // Nothing was issued: complete at once (an empty batch).
+            // No end event (every issue path records one today): nothing to wait for.
             let _ = machine.observe(created_ns, true, true);
             fin = COMPLETED;
         }
@@ -505,7 +505,7 @@ impl<E: Event + 'static, A: CommAbort> Watched for Inner<E, A> {
     }
 
     fn probe_done(&self) -> Option<bool> {
-        // A work that issued nothing (an empty batch) says nothing of its stream.
+        // A work without an end event says nothing of its stream.
         self.end.as_ref().map(|end| end.query().unwrap_or(false))
     }
 
