@@ -75,8 +75,9 @@ pub struct PgConfig {
     pub ranks: Vec<u32>,
 }
 
-/// What the caller knows of an operation when it issues it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What the caller knows of an operation when it issues it (`Default`: every field empty or
+/// zero, for [`FlightRecorder::record_with`] to fill).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TraceRecord {
     /// The process group's uid.
     pub pg_id: u64,
@@ -121,14 +122,39 @@ pub struct TraceEntry {
     pub retired: bool,
 }
 
+impl TraceEntry {
+    /// A new entry `id` of `record`, scheduled.
+    fn scheduled(id: u64, record: TraceRecord) -> TraceEntry {
+        TraceEntry {
+            id,
+            record,
+            state: TraceState::Scheduled,
+            time_discovered_started_ns: None,
+            time_discovered_completed_ns: None,
+            duration_ns: None,
+            retired: false,
+        }
+    }
+}
+
 /// The profiling name of one operation issued by `rank`: "nccl:all_reduce",
 /// "nccl:send 1->0" (rank 1 sends to 0), "nccl:recv 0<-1" (rank 0 receives from 1).
 pub fn profiling_name(kind: OpKind, rank: u32, peer: Option<u32>) -> String {
-    match (kind, peer) {
-        (OpKind::Send, Some(p)) => format!("nccl:send {rank}->{p}"),
-        (OpKind::Recv, Some(p)) => format!("nccl:recv {rank}<-{p}"),
-        _ => format!("nccl:{kind}"),
-    }
+    let mut name = String::new();
+    write_profiling_name(&mut name, kind, rank, peer);
+    name
+}
+
+/// [`profiling_name`] written into `out` (cleared first), keeping its allocation.
+pub fn write_profiling_name(out: &mut String, kind: OpKind, rank: u32, peer: Option<u32>) {
+    use core::fmt::Write;
+    out.clear();
+    // Writing into a `String` cannot fail.
+    let _ = match (kind, peer) {
+        (OpKind::Send, Some(p)) => write!(out, "nccl:send {rank}->{p}"),
+        (OpKind::Recv, Some(p)) => write!(out, "nccl:recv {rank}<-{p}"),
+        _ => write!(out, "nccl:{kind}"),
+    };
 }
 
 /// The profiling name of a coalesced block: "nccl:all_reduce_coalesced" when every operation
@@ -202,19 +228,33 @@ impl FlightRecorder {
         }
         let id = self.next_id;
         self.next_id = id.checked_add(1)?;
-        let entry = TraceEntry {
-            id,
-            record,
-            state: TraceState::Scheduled,
-            time_discovered_started_ns: None,
-            time_discovered_completed_ns: None,
-            duration_ns: None,
-            retired: false,
-        };
+        let entry = TraceEntry::scheduled(id, record);
         if self.entries.len() < self.capacity {
             self.entries.push(entry);
         } else if let Some(slot) = self.slot(id).and_then(|s| self.entries.get_mut(s)) {
             *slot = entry;
+        }
+        Some(id)
+    }
+
+    /// Records what `fill` writes into a record, as [`FlightRecorder::record`]: once the ring
+    /// is full, into the record of the entry it replaces, so that a steady flow of entries
+    /// allocates nothing (its strings and vectors keep their capacity). `fill` sets every
+    /// field.
+    pub fn record_with(&mut self, fill: impl FnOnce(&mut TraceRecord)) -> Option<u64> {
+        if self.capacity == 0 {
+            return None;
+        }
+        let id = self.next_id;
+        self.next_id = id.checked_add(1)?;
+        if self.entries.len() < self.capacity {
+            let mut record = TraceRecord::default();
+            fill(&mut record);
+            self.entries.push(TraceEntry::scheduled(id, record));
+        } else if let Some(slot) = self.slot(id).and_then(|s| self.entries.get_mut(s)) {
+            let record = core::mem::take(&mut slot.record);
+            *slot = TraceEntry::scheduled(id, record);
+            fill(&mut slot.record);
         }
         Some(id)
     }
@@ -378,6 +418,42 @@ mod tests {
         assert!(last.retired);
         assert_eq!(last.state, TraceState::Completed);
         assert_eq!(last.time_discovered_completed_ns, Some(20 * MS));
+    }
+
+    #[test]
+    fn records_filled_in_place_match_records_moved_in() {
+        // The same 12 records into two rings of 5, one by value, one filled in place (into
+        // the replaced entries' records once full, each left completed and retired first).
+        let (mut moved, mut filled) = (FlightRecorder::new(5), FlightRecorder::new(5));
+        for seq in 1..=12 {
+            let rec = all_reduce(seq % 3, seq, seq * MS, seq % 2 == 0);
+            let a = moved.record(rec.clone());
+            let b = filled.record_with(|r| {
+                assert!(
+                    seq <= 5 || r.inputs.len() == 1,
+                    "a replaced record, as it was"
+                );
+                *r = rec.clone();
+            });
+            assert_eq!(a, b);
+            let id = b.unwrap();
+            for ring in [&mut moved, &mut filled] {
+                ring.update_state(id, TraceState::Completed, seq * MS + 1);
+                ring.retire(id);
+            }
+        }
+        assert_eq!(moved.dump(false), filled.dump(false));
+        let mut off = FlightRecorder::new(0);
+        assert_eq!(off.record_with(|_| panic!("nothing to fill")), None);
+        // A new entry is scheduled, whatever the replaced one was.
+        let id = filled
+            .record_with(|r| *r = all_reduce(0, 13, 13 * MS, false))
+            .unwrap();
+        let e = filled.get(id).unwrap();
+        assert_eq!(
+            (e.state, e.retired, e.duration_ns),
+            (TraceState::Scheduled, false, None)
+        );
     }
 
     // Seed 28: two all_reduces of a (3, 4) float32 tensor; duration only with timing.

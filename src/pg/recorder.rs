@@ -61,6 +61,11 @@ impl Recorder {
         self.lock().record(record)
     }
 
+    /// Records what `fill` writes (see [`FlightRecorder::record_with`]).
+    pub(crate) fn record_with(&self, fill: impl FnOnce(&mut TraceRecord)) -> Option<u64> {
+        self.lock().record_with(fill)
+    }
+
     pub(crate) fn update(&self, id: Option<u64>, state: TraceState, now_ns: u64) {
         if let Some(id) = id {
             self.lock().update_state(id, state, now_ns);

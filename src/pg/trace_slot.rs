@@ -4,7 +4,7 @@
 //! watchdog) see every operation in issue order.
 
 use super::recorder::Recorder;
-use oxccl_core::trace::{profiling_name, TensorMeta, TraceRecord};
+use oxccl_core::trace::{write_profiling_name, TensorMeta, TraceRecord};
 use oxccl_core::{DataType, OpKind};
 
 /// What a single operation's entry needs.
@@ -26,6 +26,23 @@ pub(crate) struct PendingTrace {
 }
 
 impl PendingTrace {
+    /// Writes the entry into `r`, every field, keeping the allocations of its name and sizes
+    /// (the record of the ring's entry it replaces: recording allocates nothing then).
+    fn fill(&self, r: &mut TraceRecord) {
+        r.pg_id = self.pg_id;
+        r.collective_seq = if self.p2p { 0 } else { self.seq };
+        r.p2p_seq = if self.p2p { self.seq } else { 0 };
+        r.op_id = self.op_id;
+        write_profiling_name(&mut r.profiling_name, self.kind, self.rank, self.peer);
+        flat(&mut r.inputs, self.numel.0, self.dtype);
+        flat(&mut r.outputs, self.numel.1, self.dtype);
+        r.time_created_ns = self.created_ns;
+        r.timeout_ms = self.timeout_ms;
+        r.is_p2p = self.p2p;
+        r.timing = self.timing;
+    }
+
+    #[cfg(test)]
     fn record(&self) -> TraceRecord {
         let t = |n: usize| vec![TensorMeta::new(&[n as u64], self.dtype)];
         TraceRecord {
@@ -33,7 +50,7 @@ impl PendingTrace {
             collective_seq: if self.p2p { 0 } else { self.seq },
             p2p_seq: if self.p2p { self.seq } else { 0 },
             op_id: self.op_id,
-            profiling_name: profiling_name(self.kind, self.rank, self.peer),
+            profiling_name: oxccl_core::trace::profiling_name(self.kind, self.rank, self.peer),
             inputs: t(self.numel.0),
             outputs: t(self.numel.1),
             time_created_ns: self.created_ns,
@@ -41,6 +58,19 @@ impl PendingTrace {
             is_p2p: self.p2p,
             timing: self.timing,
         }
+    }
+}
+
+/// `tensors` made one flat tensor of `n` elements of `dtype`, in the allocations it has.
+fn flat(tensors: &mut Vec<TensorMeta>, n: usize, dtype: DataType) {
+    tensors.truncate(1);
+    match tensors.first_mut() {
+        Some(t) => {
+            t.sizes.clear();
+            t.sizes.push(n as u64);
+            t.dtype = dtype;
+        }
+        None => tensors.push(TensorMeta::new(&[n as u64], dtype)),
     }
 }
 
@@ -85,7 +115,7 @@ impl TraceSlot {
         match self {
             TraceSlot::Off => None,
             TraceSlot::Recorded(id) => Some(*id),
-            TraceSlot::Pending(p) => recorder.record(p.record()),
+            TraceSlot::Pending(p) => recorder.record_with(|r| p.fill(r)),
             TraceSlot::Built(r) => recorder.record((**r).clone()),
         }
     }
@@ -95,12 +125,82 @@ impl TraceSlot {
         let id = match std::mem::replace(self, TraceSlot::Off) {
             TraceSlot::Off => None,
             TraceSlot::Recorded(id) => Some(id),
-            TraceSlot::Pending(p) => recorder.record(p.record()),
+            TraceSlot::Pending(p) => recorder.record_with(|r| p.fill(r)),
             TraceSlot::Built(r) => recorder.record(*r),
         };
         if let Some(id) = id {
             *self = TraceSlot::Recorded(id);
         }
         id
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use oxccl_core::trace::{coalesced_name, profiling_name, TraceState};
+
+    fn pending(kind: OpKind, peer: Option<u32>, seq: u64, numel: (usize, usize)) -> PendingTrace {
+        PendingTrace {
+            pg_id: 3,
+            kind,
+            dtype: DataType::Float16,
+            numel,
+            rank: 1,
+            peer,
+            seq,
+            p2p: matches!(kind, OpKind::Send | OpKind::Recv),
+            op_id: seq + 10,
+            created_ns: 1000 + seq,
+            timeout_ms: 600_000,
+            timing: seq % 2 == 0,
+        }
+    }
+
+    #[test]
+    fn entries_written_in_place_equal_entries_built_anew() {
+        let recorder = Recorder::new(2);
+        // Two entries whose records the next ones reuse: longer names, more tensors, other
+        // states.
+        let big = TraceRecord {
+            pg_id: 9,
+            collective_seq: 7,
+            p2p_seq: 0,
+            op_id: 70,
+            profiling_name: coalesced_name(&[OpKind::AllReduce, OpKind::Broadcast]),
+            inputs: vec![TensorMeta::new(&[2, 3, 4], DataType::Int64); 3],
+            outputs: Vec::new(),
+            time_created_ns: 5,
+            timeout_ms: 1,
+            is_p2p: false,
+            timing: true,
+        };
+        for _ in 0..2 {
+            let id = recorder.record(big.clone());
+            recorder.complete(id, 99, Some(4));
+        }
+        let cases = [
+            pending(OpKind::AllReduce, None, 1, (8, 8)),
+            pending(OpKind::Send, Some(0), 2, (5, 0)),
+            pending(OpKind::Recv, Some(2), 3, (0, 6)),
+            pending(OpKind::AllGather, None, 4, (3, 6)),
+            pending(OpKind::Barrier, None, 5, (0, 0)),
+        ];
+        for p in cases {
+            let mut slot = TraceSlot::Pending(p);
+            let id = slot.settle(&recorder).expect("recorded");
+            let ring = recorder.lock();
+            let e = ring.get(id).expect("in the ring");
+            assert_eq!(e.record, p.record(), "{:?}", p.kind);
+            assert_eq!(
+                e.record.profiling_name,
+                profiling_name(p.kind, p.rank, p.peer)
+            );
+            assert_eq!(e.state, TraceState::Scheduled);
+            assert_eq!(
+                (e.time_discovered_completed_ns, e.duration_ns, e.retired),
+                (None, None, false)
+            );
+        }
     }
 }
