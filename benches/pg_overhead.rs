@@ -12,8 +12,9 @@
 //!   (the process group's cost: a lock, two sequence numbers, an event and its work). On
 //!   cudarc slices, as `Comm` takes them (cudarc records the slice's own event besides the
 //!   work's), and on `NcclBuf`, the group's own buffer, whose use ends with the work's event.
-//!   Every buffer is read back once a round (see `reader`); the last two rows show what one
-//!   event record costs beside `Comm`'s call, and `Comm` on a slice never read back.
+//!   Every buffer is read back once a round (see `reader`); rows 14 and 15 show what one
+//!   event record costs beside `Comm`'s call, and `Comm` on a slice never read back; the
+//!   last, what the recorder costs the issuing thread when no watchdog records for it.
 //! - latency: each call waited for before the next (`Work::wait` against a stream
 //!   synchronize), the whole loop timed.
 //! - pipelined: `CALLS` calls, then a wait for the last, the whole timed: what `oxccl perf`
@@ -30,7 +31,7 @@ const CALLS: usize = 200;
 const ROUNDS: usize = 100;
 const WARMUP: usize = 5;
 /// The variants and the one each is compared with (paired, round by round).
-const VARIANTS: [(&str, usize); 15] = [
+const VARIANTS: [(&str, usize); 16] = [
     ("issue: Comm::all_reduce_in_place", 0),
     (
         "issue: ProcessGroup::all_reduce, watchdog and recorder off (work dropped)",
@@ -84,6 +85,10 @@ const VARIANTS: [(&str, usize); 15] = [
     (
         "issue: Comm::all_reduce_in_place on a slice never read back (its read event the allocation's)",
         0,
+    ),
+    (
+        "issue: ProcessGroup::all_reduce, watchdog off, recorder 2000 (the issuing thread records)",
+        1,
     ),
 ];
 
@@ -172,6 +177,7 @@ fn rank(
     let plain = make("plain", false, 0);
     let full = make("full", true, 2000);
     let dog = make("dog", true, 0);
+    let rec = make("rec", false, 2000);
     let st = comm.stream().clone();
     let mut cbuf = st.clone_htod(&[1.0f32, 2.0]).unwrap();
     // Every buffer here is read back once a round, the group's through its copy stream, so
@@ -190,6 +196,7 @@ fn rank(
     let mut pbuf = plain.upload(&[1.0f32, 2.0]).unwrap();
     let mut fbuf = full.upload(&[1.0f32, 2.0]).unwrap();
     let mut dbuf = dog.upload(&[1.0f32, 2.0]).unwrap();
+    let mut rbuf = rec.upload(&[1.0f32, 2.0]).unwrap();
     // The group's own buffer type: its stream order shares the work's end event.
     let mut pnb = plain.upload_comm(&[1.0f32, 2.0]).unwrap();
     let mut fnb = full.upload_comm(&[1.0f32, 2.0]).unwrap();
@@ -257,7 +264,8 @@ fn rank(
                         comm.all_reduce_in_place(&mut cbuf, ReduceOp::Sum).unwrap();
                         mark.record(&st).unwrap();
                     }
-                    _ => comm.all_reduce_in_place(&mut fresh, ReduceOp::Sum).unwrap(),
+                    14 => comm.all_reduce_in_place(&mut fresh, ReduceOp::Sum).unwrap(),
+                    _ => drop(rec.all_reduce(&mut rbuf, ReduceOp::Sum).unwrap()),
                 }
             }
             // The pipelined rows time the loop up to the end of its last operation, as
@@ -273,6 +281,7 @@ fn rank(
             plain.download(&pbuf).unwrap();
             full.download(&fbuf).unwrap();
             dog.download(&dbuf).unwrap();
+            rec.download(&rbuf).unwrap();
             plain.download_any(&pnb).unwrap();
             full.download_any(&fnb).unwrap();
             sub.download_any(&snb).unwrap();
@@ -289,6 +298,7 @@ fn rank(
     tuned.destroy();
     full.destroy();
     dog.destroy();
+    rec.destroy();
     per_call
 }
 
