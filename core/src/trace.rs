@@ -223,18 +223,7 @@ impl FlightRecorder {
     /// Records an operation as scheduled; its id, or `None` when the recorder is off (or, after
     /// 2^64 records, out of ids).
     pub fn record(&mut self, record: TraceRecord) -> Option<u64> {
-        if self.capacity == 0 {
-            return None;
-        }
-        let id = self.next_id;
-        self.next_id = id.checked_add(1)?;
-        let entry = TraceEntry::scheduled(id, record);
-        if self.entries.len() < self.capacity {
-            self.entries.push(entry);
-        } else if let Some(slot) = self.slot(id).and_then(|s| self.entries.get_mut(s)) {
-            *slot = entry;
-        }
-        Some(id)
+        self.record_with(|r| *r = record)
     }
 
     /// Records what `fill` writes into a record, as [`FlightRecorder::record`]: once the ring

@@ -206,13 +206,7 @@ where
                  graph capture forbids: turn it off for a group whose operations are captured",
             ));
         }
-        if inner.hot.coalescing.load(Ordering::Acquire) {
-            return Err(Error::InvalidState {
-                state: CommState::Ready,
-                attempted: "capture",
-                reason: text!("a coalescing block is open on group {}", inner.uid),
-            });
-        }
+        inner.refuse_while_coalescing("capture", "")?;
         let entry = inner.entry("capture")?;
         // Made now: creating a stream inside the capture could synchronize.
         inner.copy_stream()?;
@@ -446,21 +440,7 @@ where
                 });
             }
         }
-        if inner
-            .hot
-            .coalescing
-            .load(std::sync::atomic::Ordering::Relaxed)
-        {
-            // Its operations would run before the block's, queued earlier.
-            return Err(Error::InvalidState {
-                state: CommState::Ready,
-                attempted: "launch a graph",
-                reason: text!(
-                    "a coalescing block is open on group {}: launch after it ends",
-                    inner.uid
-                ),
-            });
-        }
+        inner.refuse_while_coalescing("launch a graph", ": launch after it ends")?;
         // Under the group's lock, as every operation: the launch's end event and its place
         // in the watchdog's queue keep the stream's order (the watchdog counts on it).
         inner.with_entry("launch a graph", |_| self.launch_locked())

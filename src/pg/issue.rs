@@ -110,16 +110,7 @@ impl<B: Memory> PgInner<B> {
         body: impl FnOnce(&Issuer<'_, B>) -> Result<()>,
     ) -> Result<WorkOf<B>> {
         let name = op.kind.name();
-        if self.hot.coalescing.load(Ordering::Relaxed) {
-            return Err(Error::InvalidState {
-                state: CommState::Ready,
-                attempted: name,
-                reason: text!(
-                    "a coalescing block is open on group {}: issue through its guard",
-                    self.uid
-                ),
-            });
-        }
+        self.refuse_while_coalescing(name, ": issue through its guard")?;
         let timing = self.opts.timing;
         self.with_entry(name, |e| {
             let cap = self.captor()?;
@@ -258,6 +249,20 @@ impl<B: Memory> PgInner<B> {
             self.watch.reap();
         }
         work
+    }
+
+    /// Refuses `attempted` while a coalescing block is open on this group (the block's guard
+    /// issues; anything else would run before the block's operations, queued earlier).
+    /// `advice` ends the reason.
+    pub fn refuse_while_coalescing(&self, attempted: &'static str, advice: &str) -> Result<()> {
+        if self.hot.coalescing.load(Ordering::Acquire) {
+            return Err(Error::InvalidState {
+                state: CommState::Ready,
+                attempted,
+                reason: text!("a coalescing block is open on group {}{advice}", self.uid),
+            });
+        }
+        Ok(())
     }
 
     pub fn next_seq(&self, kind: SeqKind) -> u64 {

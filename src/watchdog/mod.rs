@@ -397,7 +397,7 @@ impl Watchdog {
             std::mem::swap(&mut works, &mut looked);
             open.clear();
             for (i, (w, trace)) in looked.drain(..).enumerate() {
-                let g = group_key(w.watch());
+                let g = keys[i];
                 let hint = match hints.get(i).copied().flatten() {
                     // The work before it was expected to run on but ended or failed meanwhile:
                     // this one is looked at in full too (a failure reaches every queued work
