@@ -207,6 +207,56 @@ pub fn should_dump_on_signal(signaller: Option<u32>, me: u32, already_dumped: bo
     !already_dumped && signaller != Some(me)
 }
 
+/// The counter every rank that dumped for a failure adds 1 to, once per process and rank
+/// (beside [`DUMP_SIGNAL_KEY`]): a failing rank keeps its process, and the store it may host,
+/// alive until the counter reaches the world size (see [`dump_wait_step`]).
+pub const DUMP_REPORT_COUNT_KEY: &str = "oxccl/dumped/count";
+
+/// The prefix of the key each rank that dumped for a failure sets (followed by its global rank
+/// in decimal): who reported, for naming the ranks that did not.
+pub const DUMP_REPORT_PREFIX: &str = "oxccl/dumped/rank/";
+
+/// Why a failing rank stopped waiting for the other ranks' dumps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DumpWaitEnd {
+    /// Every rank of the world reported its dump.
+    AllReported,
+    /// `OXCCL_WAIT_TIMEOUT_DUMP_MS` passed first.
+    LimitPassed,
+    /// The store could not be read: nobody can report any more (its host is likely gone).
+    StoreUnreachable,
+}
+
+/// What a failing rank does next while it waits for every rank's dump before applying its
+/// error-handling mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DumpWaitStep {
+    /// Look at the counter again after this many milliseconds.
+    PollAfter(u64),
+    /// Stop waiting, for this reason.
+    End(DumpWaitEnd),
+}
+
+/// The next step of the wait for every rank's dump: `reported` is the report counter as read
+/// (`None`: the store could not be read), `world` the number of ranks, `elapsed_ms` the time
+/// since the failure and `limit_ms` the whole wait's bound (`OXCCL_WAIT_TIMEOUT_DUMP_MS`,
+/// which also covers this rank's own dump); the next look comes after `poll_ms` (at least 1)
+/// or at the limit, whichever is first.
+pub fn dump_wait_step(
+    reported: Option<i64>,
+    world: u32,
+    elapsed_ms: u64,
+    limit_ms: u64,
+    poll_ms: u64,
+) -> DumpWaitStep {
+    match reported {
+        None => DumpWaitStep::End(DumpWaitEnd::StoreUnreachable),
+        Some(n) if n >= i64::from(world) => DumpWaitStep::End(DumpWaitEnd::AllReported),
+        Some(_) if elapsed_ms >= limit_ms => DumpWaitStep::End(DumpWaitEnd::LimitPassed),
+        Some(_) => DumpWaitStep::PollAfter(poll_ms.max(1).min(limit_ms - elapsed_ms)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     extern crate std;
@@ -382,6 +432,56 @@ mod tests {
             reason: text_str("destroyed"),
         };
         assert_eq!(FailureKind::of(&dead), FailureKind::Aborted);
+    }
+
+    #[test]
+    fn the_wait_for_every_dump_ends_on_the_count_the_limit_or_a_gone_store() {
+        use super::{dump_wait_step, DumpWaitEnd, DumpWaitStep};
+        let end = DumpWaitStep::End;
+        assert_eq!(
+            dump_wait_step(Some(4), 4, 10, 1000, 100),
+            end(DumpWaitEnd::AllReported)
+        );
+        // More reports than ranks (a rank that dumped twice is counted once, but a stale
+        // counter must still end the wait).
+        assert_eq!(
+            dump_wait_step(Some(9), 4, 0, 1000, 100),
+            end(DumpWaitEnd::AllReported)
+        );
+        assert_eq!(
+            dump_wait_step(Some(3), 4, 10, 1000, 100),
+            DumpWaitStep::PollAfter(100)
+        );
+        // The last look comes at the limit, not past it.
+        assert_eq!(
+            dump_wait_step(Some(3), 4, 950, 1000, 100),
+            DumpWaitStep::PollAfter(50)
+        );
+        assert_eq!(
+            dump_wait_step(Some(3), 4, 1000, 1000, 100),
+            end(DumpWaitEnd::LimitPassed)
+        );
+        assert_eq!(
+            dump_wait_step(None, 4, 0, 1000, 100),
+            end(DumpWaitEnd::StoreUnreachable)
+        );
+        // A zero poll interval still sleeps; a zero limit ends at once; odd counters.
+        assert_eq!(
+            dump_wait_step(Some(0), 2, 0, 10, 0),
+            DumpWaitStep::PollAfter(1)
+        );
+        assert_eq!(
+            dump_wait_step(Some(0), 2, 0, 0, 5),
+            end(DumpWaitEnd::LimitPassed)
+        );
+        assert_eq!(
+            dump_wait_step(Some(-3), 2, u64::MAX, u64::MAX, u64::MAX),
+            end(DumpWaitEnd::LimitPassed)
+        );
+        assert_eq!(
+            dump_wait_step(Some(0), 0, 0, 0, 0),
+            end(DumpWaitEnd::AllReported)
+        );
     }
 
     #[test]

@@ -2,14 +2,15 @@
 //! for a failed work under each error-handling mode, whether the heartbeat is stuck and how
 //! long to sleep, with arbitrary clocks (backwards, at the ends of `u64`, limits that
 //! overflow when turned into nanoseconds), and the search for a stream's newest ended work
-//! (right, and within its bound of questions).
+//! (right, and within its bound of questions), and the steps of a failing rank's wait for
+//! every rank's dump.
 
 use arbitrary::{Arbitrary, Unstructured};
 use oxccl_core::state::lifecycle::CommState;
 use oxccl_core::text::text_str;
 use oxccl_core::watchdog::{
-    failure_plan, heartbeat_stuck, newest_done, next_sleep_ms, stream_hints, FailureKind,
-    FailurePlan, Hint,
+    dump_wait_step, failure_plan, heartbeat_stuck, newest_done, next_sleep_ms, stream_hints,
+    DumpWaitEnd, DumpWaitStep, FailureKind, FailurePlan, Hint,
 };
 use oxccl_core::{Error, ErrorHandling};
 
@@ -41,6 +42,14 @@ enum Case {
     Hints {
         works: Vec<(u8, bool)>,
         ended: [u8; 4],
+    },
+    /// One step of a failing rank's wait for every rank's dump.
+    DumpWait {
+        reported: Option<i64>,
+        world: u32,
+        elapsed_ms: u64,
+        limit_ms: u64,
+        poll_ms: u64,
     },
 }
 
@@ -182,6 +191,35 @@ pub fn fuzz(data: &[u8]) {
                 assert!(asked <= bound, "{n} works, {b} done: {asked} questions");
             }
             Case::Hints { works, ended } => hints(&works, ended),
+            Case::DumpWait {
+                reported,
+                world,
+                elapsed_ms,
+                limit_ms,
+                poll_ms,
+            } => {
+                let step = dump_wait_step(reported, world, elapsed_ms, limit_ms, poll_ms);
+                // The model: a gone store ends it, then a full count, then the limit; else
+                // the next look is at most the poll interval away and never past the limit.
+                let want = match reported {
+                    None => DumpWaitStep::End(DumpWaitEnd::StoreUnreachable),
+                    Some(n) if i128::from(n) >= i128::from(world) => {
+                        DumpWaitStep::End(DumpWaitEnd::AllReported)
+                    }
+                    Some(_) if elapsed_ms >= limit_ms => {
+                        DumpWaitStep::End(DumpWaitEnd::LimitPassed)
+                    }
+                    Some(_) => {
+                        let DumpWaitStep::PollAfter(ms) = step else {
+                            panic!("{step:?}: the wait ended early");
+                        };
+                        assert!(ms >= 1 && ms <= poll_ms.max(1), "{ms}");
+                        assert!(u128::from(elapsed_ms) + u128::from(ms) <= u128::from(limit_ms));
+                        step
+                    }
+                };
+                assert_eq!(step, want);
+            }
         }
     }
 }

@@ -182,6 +182,24 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl GroupWatch {
+    /// Called by a thread that is about to return `e`, a failure of one of this group's works,
+    /// to the program: when the watchdog will handle it with a dump (the group's plan), waits
+    /// until it has, so that the program cannot end the process (and the store it may host)
+    /// before the signal, the dumps and the wait for every rank's dump are done. When the
+    /// mode ends the process, it ends during this call. Bounded by the dump wait and a pass;
+    /// nothing to wait for in a process without a dump directory.
+    pub fn settle_failure(&self, e: &oxccl_core::Error) {
+        use oxccl_core::watchdog::{failure_plan, FailureKind};
+        let plan = failure_plan(self.mode, FailureKind::of(e), self.dump_on_timeout);
+        let dog = crate::watchdog::Watchdog::instance();
+        if plan.dump && self.enrolled.load(Ordering::Acquire) && dog.has_dump_targets() {
+            let limit = self
+                .wait_timeout_dump
+                .saturating_add(Duration::from_secs(2));
+            dog.flush(limit);
+        }
+    }
+
     pub fn new(c: WatchConfig) -> Arc<GroupWatch> {
         Arc::new(GroupWatch {
             uid: c.uid,

@@ -252,8 +252,13 @@ impl<E: Event + 'static, A: CommAbort> Work<E, A> {
         loop {
             // One clock read per look: the poll's time and the pause's.
             let now = now_ns();
-            if self.inner.poll(now, Some(ms(limit)), Hint::Unknown, None)? {
-                return Ok(());
+            match self.inner.poll(now, Some(ms(limit)), Hint::Unknown, None) {
+                Ok(true) => return Ok(()),
+                Ok(false) => {}
+                Err(e) => {
+                    self.inner.home.watch.settle_failure(&e);
+                    return Err(e);
+                }
             }
             // Yields first, then sleeps longer the longer it waits (the core's rule).
             match pause(Duration::from_nanos(now.saturating_sub(began))) {

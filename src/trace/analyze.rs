@@ -187,6 +187,39 @@ pub struct GroupReport {
     pub pending_p2p: Vec<(u32, String)>,
 }
 
+/// Why the analysis thinks a rank's dump is missing, from what the other ranks' dumps noted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MissingWhy {
+    /// A failing rank waited for every rank's dump and this one never reported it in the
+    /// store: it was stuck where its dump could not run, had no dump directory, or was gone.
+    NeverReported {
+        /// The rank that waited.
+        waiter: u32,
+        /// How long it waited, ms.
+        waited_ms: u64,
+    },
+    /// A rank could not reach the store when it dumped: the store's host (under `env://`
+    /// without an agent, rank 0's process) was likely gone, and with it the signal that
+    /// tells every rank to dump.
+    StoreUnreachable {
+        /// The rank that saw it.
+        seen_by: u32,
+        /// The store's error, as it noted it.
+        error: String,
+    },
+    /// No dump says anything that explains it.
+    Unknown,
+}
+
+/// A rank that wrote no dump, and why the analysis thinks so.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MissingDump {
+    /// The global rank.
+    pub rank: u32,
+    /// Why.
+    pub why: MissingWhy,
+}
+
 /// The whole diagnosis.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Analysis {
@@ -196,6 +229,8 @@ pub struct Analysis {
     pub dumped: Vec<u32>,
     /// The ranks below the world size that did not.
     pub missing: Vec<u32>,
+    /// Each missing rank with why its dump is thought missing (same order as `missing`).
+    pub missing_why: Vec<MissingDump>,
     /// Per group, by name.
     pub groups: Vec<GroupReport>,
     /// The ranks blamed: mismatches first, then ranks that never issued a collective or never
@@ -305,13 +340,51 @@ pub fn analyze(dumps: &[RankDump]) -> Analysis {
     let mut culprits = mismatch_culprits;
     culprits.extend(never_culprits);
     culprits.extend(nodump_culprits);
+    let missing_why = missing
+        .iter()
+        .map(|&rank| MissingDump {
+            rank,
+            why: missing_why(rank, dumps),
+        })
+        .collect();
     Analysis {
         world_size,
         dumped: dumped.into_iter().collect(),
         missing,
+        missing_why,
         groups: reports,
         culprits,
     }
+}
+
+/// Why `rank` wrote no dump, by the notes of those that did: a failing rank's wait that
+/// names it as never reported first (the most direct evidence), then a store found gone.
+fn missing_why(rank: u32, dumps: &[RankDump]) -> MissingWhy {
+    let notes = || {
+        dumps
+            .iter()
+            .filter_map(|d| d.note.as_ref().map(|n| (d.rank, n)))
+    };
+    let waited = notes().find_map(|(by, n)| {
+        let w = n.wait.as_ref()?;
+        w.unreported
+            .contains(&rank)
+            .then_some(MissingWhy::NeverReported {
+                waiter: by,
+                waited_ms: w.waited_ms,
+            })
+    });
+    let gone = || {
+        notes().find_map(|(by, n)| {
+            n.store_error
+                .as_ref()
+                .map(|e| MissingWhy::StoreUnreachable {
+                    seen_by: by,
+                    error: e.clone(),
+                })
+        })
+    };
+    waited.or_else(gone).unwrap_or(MissingWhy::Unknown)
 }
 
 /// "nccl:send 1->0" → (send, 1, 0); "nccl:recv 0<-1" → (recv, 0, 1): (kind, self, peer) in

@@ -10,6 +10,8 @@
 //!   the pickles' prefix: torchfrtrace takes every file whose name contains `trace_` as a dump
 //!   and parses the rest of its name as the rank, so `trace_0.json` would stop it.
 
+pub use super::note::DumpNote;
+use super::note::NOTE_KEY;
 use super::pickle::{to_pickle, PyValue};
 use oxccl_core::trace::{FlightRecorder, PgConfig, TraceEntry, TraceState};
 use oxccl_core::DataType;
@@ -28,7 +30,7 @@ pub const PICKLE_PREFIX: &str = "trace_";
 pub const TRACE_DIR_VAR: &str = "OXCCL_TRACE_DIR";
 
 /// Who wrote a dump. Besides PyTorch's keys, the dump carries these at its top level
-/// (`rank`, `world_size`, `hostname`, `pid`), so that `oxccl trace` knows which ranks never
+/// (`rank`, `world_size`, `hostname`, `pid`, and the note under `oxccl_dump`), so that `oxccl trace` knows which ranks never
 /// dumped; PyTorch's analyzer ignores them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DumpMeta {
@@ -43,6 +45,9 @@ pub struct DumpMeta {
     /// The communication library's version ("2.21.5"; empty when unknown), PyTorch's
     /// `comm_lib_version`.
     pub comm_lib_version: String,
+    /// What it knew of the other ranks' dumps when it wrote this one (see [`DumpNote`]);
+    /// `None`: no note is written.
+    pub note: Option<DumpNote>,
 }
 
 impl DumpMeta {
@@ -54,6 +59,7 @@ impl DumpMeta {
             hostname: hostname(),
             pid: std::process::id(),
             comm_lib_version: String::new(),
+            note: None,
         }
     }
 }
@@ -143,7 +149,7 @@ pub(crate) fn dump_value(
         .iter()
         .map(|e| entry_value(e, &pgs, form))
         .collect();
-    PyValue::dict([
+    let mut top = vec![
         ("version", PyValue::str(DUMP_FORMAT_VERSION)),
         ("comm_lib_version", PyValue::str(&*meta.comm_lib_version)),
         ("pg_config", pg_config_value(&pgs)),
@@ -153,7 +159,11 @@ pub(crate) fn dump_value(
         ("world_size", PyValue::int(meta.world_size)),
         ("hostname", PyValue::str(&*meta.hostname)),
         ("pid", PyValue::int(meta.pid)),
-    ])
+    ];
+    if let Some(note) = &meta.note {
+        top.push((NOTE_KEY, note.value()));
+    }
+    PyValue::dict(top)
 }
 
 /// The recorder's groups, plus one for every group id an entry names that was never added

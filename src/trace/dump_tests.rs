@@ -12,6 +12,7 @@ fn meta(rank: u32, world: u32) -> DumpMeta {
         hostname: "node-a".into(),
         pid: 4242,
         comm_lib_version: "2.21.5".into(),
+        note: None,
     }
 }
 

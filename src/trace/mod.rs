@@ -10,18 +10,21 @@
 
 mod analyze;
 mod dump;
+mod note;
 mod parse;
 pub mod pickle;
 mod report;
 mod trigger;
 
 pub use analyze::{
-    analyze, Analysis, Culprit, GroupReport, Mismatch, MismatchKind, OpAt, RankStatus, Reason,
+    analyze, Analysis, Culprit, GroupReport, Mismatch, MismatchKind, MissingDump, MissingWhy, OpAt,
+    RankStatus, Reason,
 };
 pub use dump::{
     dump_dir_from_env, json_file_name, pickle_file_name, torch_dtype_name, write_dump, DumpFiles,
     DumpMeta, DUMP_FORMAT_VERSION, PICKLE_PREFIX, TRACE_DIR_VAR,
 };
+pub use note::{DumpCause, DumpNote, DumpWait, WaitOutcome, NOTE_KEY};
 pub use parse::{parse_dump, read_dump_dir, DirDumps, DumpEntry, DumpPg, ParseError, RankDump};
 pub use report::{rank_ranges, render_text, to_json as report_json};
 pub use trigger::{DumpTrigger, DUMP_REQUEST_FILE};

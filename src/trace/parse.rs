@@ -1,6 +1,7 @@
 //! Reading JSON dumps back: one [`RankDump`] per rank, from oxccl's writer (and, field for
 //! field, PyTorch's `dump_json`, whose files carry no rank: it is then taken from the name).
 
+use super::note::{DumpNote, NOTE_KEY};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
@@ -76,6 +77,8 @@ pub struct RankDump {
     pub pgs: Vec<DumpPg>,
     /// Its entries, oldest first.
     pub entries: Vec<DumpEntry>,
+    /// What it knew of the other ranks' dumps (oxccl's dumps carry it).
+    pub note: Option<DumpNote>,
 }
 
 /// Why a dump could not be read.
@@ -160,6 +163,7 @@ pub fn parse_dump(text: &str, fallback_rank: Option<u32>) -> Result<RankDump, Pa
         version,
         pgs,
         entries,
+        note: top.get(NOTE_KEY).and_then(DumpNote::parse),
     })
 }
 

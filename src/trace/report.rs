@@ -1,6 +1,8 @@
 //! The analysis in words and as JSON (what `oxccl trace` prints).
 
-use super::analyze::{Analysis, Culprit, GroupReport, Mismatch, OpAt, RankStatus, Reason};
+use super::analyze::{
+    Analysis, Culprit, GroupReport, Mismatch, MissingWhy, OpAt, RankStatus, Reason,
+};
 use serde_json::{json, Value};
 use std::fmt::Write as _;
 
@@ -67,6 +69,24 @@ fn culprit_line(c: &Culprit) -> String {
     }
 }
 
+/// Why a dump is thought missing, in words.
+fn missing_text(why: &MissingWhy) -> String {
+    match why {
+        MissingWhy::NeverReported { waiter, waited_ms } => format!(
+            "rank {waiter} waited {waited_ms} ms for every rank's dump and this one never \
+             reported (stuck where its dump could not run, no OXCCL_TRACE_DIR there, or gone)"
+        ),
+        MissingWhy::StoreUnreachable { seen_by, error } => format!(
+            "rank {seen_by} could not reach the store when it dumped ({error}): the store's \
+             host was likely gone (under env:// without an agent, rank 0 hosts it), and this \
+             rank with it or cut off from the signal"
+        ),
+        MissingWhy::Unknown => "no dump says why (no OXCCL_TRACE_DIR there, no \
+             OXCCL_DUMP_ON_TIMEOUT, or it ended before the signal)"
+            .to_string(),
+    }
+}
+
 /// The analysis in words, one finding a line.
 pub fn render_text(a: &Analysis) -> String {
     let mut s = String::new();
@@ -81,6 +101,9 @@ pub fn render_text(a: &Analysis) -> String {
     );
     if !a.missing.is_empty() {
         let _ = writeln!(s, "never dumped: {}", ranks_word(&a.missing));
+        for m in &a.missing_why {
+            let _ = writeln!(s, "  rank {}: {}", m.rank, missing_text(&m.why));
+        }
     }
     for g in &a.groups {
         render_group(&mut s, g);
@@ -176,7 +199,8 @@ fn op_json(o: &OpAt) -> Value {
     })
 }
 
-/// The analysis as JSON: `hang_found`, `world_size`, `dumped`, `missing`, `groups` (each with
+/// The analysis as JSON: `hang_found`, `world_size`, `dumped`, `missing`, `missing_why` (each
+/// with `rank`, `why`, `text` and its details), `groups` (each with
 /// `statuses` and `mismatches`) and `culprits` (each with `rank`, `pg`, `reason` and its
 /// details).
 pub fn to_json(a: &Analysis) -> Value {
@@ -233,6 +257,20 @@ pub fn to_json(a: &Analysis) -> Value {
         "world_size": a.world_size,
         "dumped": a.dumped,
         "missing": a.missing,
+        "missing_why": a.missing_why.iter().map(|m| {
+            let mut v = match &m.why {
+                MissingWhy::NeverReported { waiter, waited_ms } => json!({
+                    "why": "never_reported", "waiter": waiter, "waited_ms": waited_ms,
+                }),
+                MissingWhy::StoreUnreachable { seen_by, error } => json!({
+                    "why": "store_unreachable", "seen_by": seen_by, "error": error,
+                }),
+                MissingWhy::Unknown => json!({ "why": "unknown" }),
+            };
+            v["rank"] = json!(m.rank);
+            v["text"] = json!(missing_text(&m.why));
+            v
+        }).collect::<Vec<_>>(),
         "groups": groups,
         "culprits": culprits,
     })

@@ -1,20 +1,22 @@
 //! The coordination check (c10d's `TORCH_NCCL_COORD_CHECK_MILSEC`): a rank whose failure
 //! dumps its flight recorder also sets a signal in the store ([`DUMP_SIGNAL_KEY`]); every
 //! process with a group that dumps on timeout looks for that signal every `coord_check` and,
-//! on seeing it, dumps its own flight recorder, so one rank's timeout leaves a dump of every
-//! rank for the analysis (`oxccl trace`, `torchfrtrace`).
+//! on seeing it, dumps its own flight recorder and reports that in the store (see `ending`:
+//! the failing rank waits for every report before it ends), so one rank's timeout leaves a
+//! dump of every rank for the analysis (`oxccl trace`, `torchfrtrace`).
 //!
 //! It runs on a thread of its own rather than in the watchdog's pass: a store that stopped
 //! answering may block a call for its whole timeout, and the watchdog must keep checking
-//! deadlines meanwhile. A process dumps once for failures (its own or signalled); the check
-//! ends then. What the process does afterwards is up to its own watchdog: the collectives it
-//! waits on with the failed rank time out there too.
+//! deadlines meanwhile. A process dumps once on a signal; the check ends then. What the
+//! process does afterwards is up to its own watchdog: the collectives it waits on with the
+//! failed rank time out there too (and dump again, with what they know then).
 
 use super::{lock, Watchdog};
+use crate::trace::{DumpCause, DumpNote};
 use oxccl_core::watchdog::{dump_signal_rank, should_dump_on_signal, DUMP_SIGNAL_KEY};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 impl Watchdog {
     /// Starts the coordination thread once per process.
@@ -64,7 +66,12 @@ impl Watchdog {
                     signaller.map_or_else(|| "another rank".to_owned(), |r| format!("rank {r}"));
                 let reason = format!("{who} failed and signalled every rank to dump");
                 log::error!("oxccl: {reason}");
-                self.dump_within(&reason, self.dump_wait_limit());
+                let mut note = DumpNote::new(DumpCause::Signal(signaller));
+                let limit = self.dump_wait_limit();
+                let deadline = Instant::now()
+                    .checked_add(limit)
+                    .unwrap_or_else(Instant::now);
+                self.dump_and_report(&reason, &mut note, deadline);
                 return;
             }
         }

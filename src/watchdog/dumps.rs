@@ -5,7 +5,7 @@
 
 use crate::pg::Recorder;
 use crate::store::Store;
-use crate::trace::{write_dump, DumpMeta, DumpTrigger};
+use crate::trace::{write_dump, DumpMeta, DumpNote, DumpTrigger};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -43,18 +43,20 @@ impl DumpTarget {
         }
     }
 
-    /// The job that writes this target's dump.
-    pub fn job(&self) -> DumpJob {
+    /// The job that writes this target's dump, with `note` (see [`DumpNote`]).
+    pub fn job(&self, note: Option<&DumpNote>) -> DumpJob {
+        let mut meta = self.meta.clone();
+        meta.note = note.cloned();
         DumpJob {
             dir: self.dir.clone(),
-            meta: self.meta.clone(),
+            meta,
             recorder: self.recorder.clone(),
         }
     }
 
     /// Writes the dump; a failure is logged (a dump must never take the watchdog down).
-    pub fn write(&self, reason: &str, only_active: bool) {
-        self.job().write(reason, only_active);
+    pub fn write(&self, reason: &str, only_active: bool, note: Option<&DumpNote>) {
+        self.job(note).write(reason, only_active);
     }
 }
 

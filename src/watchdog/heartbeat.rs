@@ -4,6 +4,7 @@
 
 use super::Watchdog;
 use crate::pg::recorder::now_ns;
+use crate::trace::{DumpCause, DumpNote};
 use oxccl_core::watchdog::heartbeat_stuck;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -37,7 +38,12 @@ impl HeartbeatMonitor {
                             let reason = format!(
                                 "the watchdog made no pass for over {limit_ms} ms (stuck inside a library call?)"
                             );
-                            dog.dump_within(&reason, dog.dump_wait_limit());
+                            let mut note = DumpNote::new(DumpCause::Heartbeat);
+                            let limit = dog.dump_wait_limit();
+                            let deadline = std::time::Instant::now()
+                                .checked_add(limit)
+                                .unwrap_or_else(std::time::Instant::now);
+                            dog.dump_and_report(&reason, &mut note, deadline);
                             let end = *super::lock(&dog.end_process);
                             end(&reason);
                             return;

@@ -21,6 +21,7 @@
 
 mod coord;
 mod dumps;
+mod ending;
 mod heartbeat;
 mod queue;
 
@@ -36,10 +37,9 @@ pub(crate) use dumps::DumpTarget;
 
 use crate::pg::recorder::now_ns;
 use crate::pg::watch::GroupWatch;
+use crate::trace::{DumpCause, DumpNote};
 use oxccl_core::state::work::WorkInfo;
-use oxccl_core::watchdog::{
-    failure_plan, next_sleep_ms, stream_hints, FailureKind, DUMP_SIGNAL_KEY,
-};
+use oxccl_core::watchdog::{failure_plan, next_sleep_ms, stream_hints, FailureKind};
 use oxccl_core::Result;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
@@ -129,6 +129,8 @@ pub struct Watchdog {
     failure_dumped: AtomicBool,
     /// Whether the coordination thread runs.
     coord_started: AtomicBool,
+    /// The ranks of this process that reported their dump in the store (once each).
+    reported: Mutex<Vec<u32>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -161,6 +163,7 @@ impl Watchdog {
                 dumps: Mutex::new(Vec::new()),
                 failure_dumped: AtomicBool::new(false),
                 coord_started: AtomicBool::new(false),
+                reported: Mutex::new(Vec::new()),
             })
         })
     }
@@ -276,6 +279,11 @@ impl Watchdog {
         }
     }
 
+    /// Whether any group of this process dumps its flight recorder (has a dump directory).
+    pub fn has_dump_targets(&self) -> bool {
+        !lock(&self.dumps).is_empty()
+    }
+
     /// Replaces what ends the process (tests observe the decision instead of dying).
     #[doc(hidden)]
     pub fn set_end_process(&self, f: fn(&str)) {
@@ -284,14 +292,15 @@ impl Watchdog {
 
     /// Writes every registered dump (nothing when no group has a dump directory).
     pub fn dump(&self, reason: &str) {
-        for j in self.dump_jobs() {
+        let note = DumpNote::new(DumpCause::Request);
+        for j in self.dump_jobs(Some(&note)) {
             j.write(reason, false);
         }
     }
 
-    /// Every target's dump job (taken under the lock, written without it).
-    fn dump_jobs(&self) -> Vec<dumps::DumpJob> {
-        lock(&self.dumps).iter().map(DumpTarget::job).collect()
+    /// Every target's dump job, with `note` (taken under the lock, written without it).
+    fn dump_jobs(&self, note: Option<&DumpNote>) -> Vec<dumps::DumpJob> {
+        lock(&self.dumps).iter().map(|t| t.job(note)).collect()
     }
 
     /// How long a failing process waits for its dumps: the longest limit of its targets.
@@ -303,17 +312,12 @@ impl Watchdog {
             .unwrap_or(Duration::from_secs(60))
     }
 
-    /// Writes every registered dump, waiting at most `limit` (see [`dumps::write_within`]).
-    fn dump_within(&self, reason: &str, limit: Duration) -> bool {
-        self.failure_dumped.store(true, Ordering::Release);
-        dumps::write_within(self.dump_jobs(), reason, limit)
-    }
-
     /// Serves dump requests (a `dump_request` file touched in a dump directory).
     fn serve_requests(&self) {
+        let note = DumpNote::new(DumpCause::Request);
         for t in lock(&self.dumps).iter() {
             if t.trigger.requested() {
-                t.write("requested", false);
+                t.write("requested", false, Some(&note));
             }
         }
     }
@@ -489,14 +493,10 @@ impl Watchdog {
             log::error!("oxccl watchdog: {reason}");
         }
         if plan.dump {
-            if g.dump_on_timeout {
-                // Every rank's coordination check sees it and dumps too.
-                let me = g.global_rank.to_string();
-                if let Err(e) = g.store.set(DUMP_SIGNAL_KEY, me.as_bytes()) {
-                    log::warn!("oxccl watchdog: cannot signal the other ranks to dump: {e}");
-                }
-            }
-            self.dump_within(&reason, g.wait_timeout_dump);
+            // With dump on timeout, every rank's coordination check sees the signal and dumps
+            // too, and this process waits for their dumps before the mode is applied.
+            let signal = g.dump_on_timeout.then_some(&g.store);
+            self.dump_for_failure(&reason, g.global_rank, signal, g.wait_timeout_dump);
         }
         if plan.abort {
             w.abort_comm(&reason);

@@ -1,0 +1,289 @@
+//! The ending order after a failure that dumps: the failing rank sets the dump signal, writes
+//! its own dump, reports it in the store, and then keeps its process (and the store it may
+//! host: under `env://` without an agent, rank 0's process serves it) alive until every rank
+//! of the world has reported its dump or `OXCCL_WAIT_TIMEOUT_DUMP_MS` has passed since the
+//! failure; only then is the error-handling mode applied. The other ranks see the signal
+//! within `OXCCL_COORD_CHECK_MS` (see `coord`), dump and report. Without the wait, the rank
+//! that hosts the store would end first and take the signal with it, and the one dump that
+//! matters, the stuck rank's, would be the one lost.
+//!
+//! Every store call runs on a thread of its own, bounded by what is left of the limit: a store
+//! that stopped answering blocks a call for its whole timeout, which must not keep a failed
+//! process from ending. What the rank learned (store errors, who never reported) is written
+//! into its dump's note, so `oxccl trace` can say why a dump is missing.
+//!
+//! The decision of each step is the core's `dump_wait_step`.
+
+use super::{dumps, lock, Watchdog};
+use crate::pg::recorder::now_ns;
+use crate::store::Store;
+use crate::trace::{DumpCause, DumpNote, DumpWait, WaitOutcome};
+use oxccl_core::watchdog::{
+    dump_wait_step, DumpWaitEnd, DumpWaitStep, DUMP_REPORT_COUNT_KEY, DUMP_REPORT_PREFIX,
+    DUMP_SIGNAL_KEY,
+};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How often a failing rank reads the report counter at most (it reads it less often when
+/// the coordination check is slower than this).
+const POLL: Duration = Duration::from_millis(100);
+
+/// Worlds up to this size are asked rank by rank who did not report, when a wait ends short;
+/// larger ones are counted only (one store call per rank would outlast the wait).
+const NAME_UNREPORTED_UP_TO: u32 = 4096;
+
+/// A rank's place in the coordination: its rank, its world's size, the store it reports in.
+#[derive(Clone)]
+struct Reporter {
+    rank: u32,
+    world: u32,
+    store: Arc<dyn Store>,
+    every: Duration,
+}
+
+/// The key rank `rank` sets when it reported its dump.
+fn report_key(rank: u32) -> String {
+    format!("{DUMP_REPORT_PREFIX}{rank}")
+}
+
+/// Runs `f` on a thread of its own and waits for it until `deadline` (keeping the watchdog's
+/// heartbeat while it waits, so a long dump wait is not taken for a stuck watchdog); `None`
+/// when the deadline came first (the thread is left to finish alone).
+fn within<T: Send + 'static>(
+    dog: &Watchdog,
+    deadline: Instant,
+    name: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Option<T> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let spawned = std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || {
+            let _ = tx.send(f());
+        });
+    if let Err(e) = spawned {
+        log::error!("oxccl: cannot start the {name} thread: {e}");
+        return None;
+    }
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left.min(Duration::from_secs(1))) {
+            Ok(v) => return Some(v),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) if !left.is_zero() => {
+                dog.heartbeat.store(now_ns(), Ordering::Relaxed);
+            }
+            Err(_) => return None,
+        }
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    d.as_millis().min(u128::from(u64::MAX)) as u64
+}
+
+impl Watchdog {
+    /// The ranks of this process that take part in the coordination (a default group that
+    /// dumps on timeout), each with its store.
+    fn reporters(&self) -> Vec<Reporter> {
+        lock(&self.dumps)
+            .iter()
+            .filter_map(|t| {
+                t.signal.as_ref().map(|(store, every)| Reporter {
+                    rank: t.meta.rank,
+                    world: t.meta.world_size,
+                    store: store.clone(),
+                    every: *every,
+                })
+            })
+            .collect()
+    }
+
+    /// Writes every dump of this process with `note`, then reports each of its ranks in the
+    /// store (once per rank for the process's life), all before `deadline`. The note gains the
+    /// first store error met.
+    pub(super) fn dump_and_report(&self, reason: &str, note: &mut DumpNote, deadline: Instant) {
+        self.failure_dumped.store(true, Ordering::Release);
+        let left = deadline.saturating_duration_since(Instant::now());
+        if !dumps::write_within(self.dump_jobs(Some(note)), reason, left) {
+            // The dump did not get written: reporting it would end the others' wait falsely.
+            return;
+        }
+        let todo: Vec<Reporter> = {
+            let mut done = lock(&self.reported);
+            self.reporters()
+                .into_iter()
+                .filter(|r| {
+                    let first = !done.contains(&r.rank);
+                    if first {
+                        done.push(r.rank);
+                    }
+                    first
+                })
+                .collect()
+        };
+        if todo.is_empty() {
+            return;
+        }
+        let reported = within(self, deadline, "oxccl-dump-report", move || {
+            for r in &todo {
+                let key = report_key(r.rank);
+                let sent = r
+                    .store
+                    .set(&key, b"1")
+                    .and_then(|()| r.store.add(DUMP_REPORT_COUNT_KEY, 1));
+                if let Err(e) = sent {
+                    return Err(format!(
+                        "reporting rank {}'s dump at `{}`: {e}",
+                        r.rank,
+                        r.store.full_key(&key)
+                    ));
+                }
+            }
+            Ok(())
+        });
+        let err = match reported {
+            Some(Ok(())) => return,
+            Some(Err(e)) => e,
+            None => "the store did not answer in time while reporting the dump".to_string(),
+        };
+        log::error!("oxccl watchdog: {err}");
+        note.store_error.get_or_insert(err);
+    }
+
+    /// The whole failure path of a rank whose plan dumps: the signal (when its group dumps on
+    /// timeout), its dump and report, and the wait for every rank's dump, bounded by `limit`
+    /// from now. Returns when the error-handling mode may be applied.
+    pub(super) fn dump_for_failure(
+        &self,
+        reason: &str,
+        rank: u32,
+        signal: Option<&Arc<dyn Store>>,
+        limit: Duration,
+    ) {
+        let began = Instant::now();
+        let deadline = began.checked_add(limit).unwrap_or(began);
+        let mut note = DumpNote::new(DumpCause::OwnFailure);
+        let signalled = signal.is_some_and(|store| {
+            let store = store.clone();
+            let set = within(self, deadline, "oxccl-dump-signal", move || {
+                store
+                    .set(DUMP_SIGNAL_KEY, rank.to_string().as_bytes())
+                    .map_err(|e| e.to_string())
+            });
+            let err = match set {
+                Some(Ok(())) => return true,
+                Some(Err(e)) => format!("setting the dump signal: {e}"),
+                None => "the store did not answer in time while setting the dump signal".into(),
+            };
+            log::warn!("oxccl watchdog: cannot signal the other ranks to dump: {err}");
+            note.store_error = Some(err);
+            false
+        });
+        self.dump_and_report(reason, &mut note, deadline);
+        if !signalled {
+            return;
+        }
+        let Some(me) = self.reporters().into_iter().find(|r| r.rank == rank) else {
+            return;
+        };
+        let (wait, store_error) = self.await_every_dump(&me, began, deadline);
+        if let Some(e) = store_error {
+            note.store_error.get_or_insert(e);
+        }
+        let short = wait.outcome != WaitOutcome::AllReported;
+        match wait.outcome {
+            WaitOutcome::AllReported => log::info!(
+                "oxccl watchdog: every rank of {} reported its dump after {} ms",
+                me.world,
+                wait.waited_ms
+            ),
+            outcome => log::error!(
+                "oxccl watchdog: stopped waiting for the other ranks' dumps after {} ms ({}); \
+                 not reported: {}",
+                wait.waited_ms,
+                match outcome {
+                    WaitOutcome::StoreUnreachable => "the store stopped answering",
+                    _ => "OXCCL_WAIT_TIMEOUT_DUMP_MS passed",
+                },
+                if wait.unreported.is_empty() {
+                    "unknown".to_string()
+                } else {
+                    crate::trace::rank_ranges(&wait.unreported)
+                }
+            ),
+        }
+        note.wait = Some(wait);
+        if short {
+            // The dump on disk says who never reported, for `oxccl trace`; a short, bounded
+            // rewrite (the one before was written in time, so this one should be too).
+            let again = Instant::now() + Duration::from_secs(2).min(limit);
+            let left = again.saturating_duration_since(Instant::now());
+            dumps::write_within(self.dump_jobs(Some(&note)), reason, left);
+        }
+    }
+
+    /// Waits until every rank of `me`'s world has reported its dump, the store stops
+    /// answering, or `deadline` passes.
+    /// Also the store's error, when it stopped answering.
+    fn await_every_dump(
+        &self,
+        me: &Reporter,
+        began: Instant,
+        deadline: Instant,
+    ) -> (DumpWait, Option<String>) {
+        let limit_ms = millis(deadline.saturating_duration_since(began));
+        let poll_ms = millis(me.every.min(POLL));
+        let mut store_error = None;
+        let outcome = loop {
+            let store = me.store.clone();
+            let count = within(self, deadline, "oxccl-dump-wait", move || {
+                store
+                    .add(DUMP_REPORT_COUNT_KEY, 0)
+                    .map_err(|e| format!("reading `{DUMP_REPORT_COUNT_KEY}`: {e}"))
+            });
+            let elapsed = millis(began.elapsed());
+            let reported = match count {
+                Some(Ok(c)) => Some(c),
+                Some(Err(e)) => {
+                    store_error = Some(e);
+                    None
+                }
+                // A call that outlasted the deadline ends the wait like the limit does.
+                None => break DumpWaitEnd::LimitPassed,
+            };
+            match dump_wait_step(reported, me.world, elapsed, limit_ms, poll_ms) {
+                DumpWaitStep::PollAfter(ms) => {
+                    self.heartbeat.store(now_ns(), Ordering::Relaxed);
+                    std::thread::sleep(Duration::from_millis(ms));
+                }
+                DumpWaitStep::End(end) => break end,
+            }
+        };
+        let unreported = if outcome == DumpWaitEnd::LimitPassed && me.world <= NAME_UNREPORTED_UP_TO
+        {
+            // Asked after the deadline, with a short bound of its own.
+            let (store, world) = (me.store.clone(), me.world);
+            let ask = Instant::now() + Duration::from_secs(2);
+            within(self, ask, "oxccl-dump-wait", move || {
+                (0..world)
+                    .filter(|&r| !matches!(store.check(&[&report_key(r)]), Ok(true)))
+                    .collect()
+            })
+            .unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+        let wait = DumpWait {
+            outcome: match outcome {
+                DumpWaitEnd::AllReported => WaitOutcome::AllReported,
+                DumpWaitEnd::LimitPassed => WaitOutcome::LimitPassed,
+                DumpWaitEnd::StoreUnreachable => WaitOutcome::StoreUnreachable,
+            },
+            waited_ms: millis(began.elapsed()),
+            unreported,
+        };
+        (wait, store_error)
+    }
+}
