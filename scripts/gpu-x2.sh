@@ -34,7 +34,7 @@ if [ "$cmd" = stage ]; then
     set -eo pipefail
     examples=(pg_cases pg_capture pg_faults ddp_step comm_buffers)
     benches=(pg_overhead nan_check)
-    tests=(gpu_abort_windows gpu_capture_connect gpu_window_mix gpu_realloc_capture)
+    tests=(gpu_abort_windows gpu_capture_connect gpu_window_mix gpu_realloc_capture dump_ending gpu_init_limit)
     # Where cargo put each executable (CARGO_TARGET_DIR honoured; bench names are hashed).
     json=$(cargo build --release --bin oxccl $(printf -- '--example %s ' "${examples[@]}") \
         $(printf -- '--bench %s ' "${benches[@]}") $(printf -- '--test %s ' "${tests[@]}") \
@@ -74,11 +74,11 @@ for l in sys.stdin:
 fi
 
 # Items: id, GPUs needed, time limit (s), what. The order is the run order of `all`.
-ITEMS_CORRECT="info i7.case02 i7.cases1 i7.cases i10.cases i7.ddp i7.socket i9.capture2 i10.death i10.dump i10.abortwin i7.overhead i9.buffers i10.nan"
+ITEMS_CORRECT="info i7.case02 i7.cases1 i7.cases i10.cases i7.ddp i7.socket i9.capture2 i10.death i10.dump i25.dumps i25.initbound i10.abortwin i7.overhead i9.buffers i10.nan"
 ITEMS_MODES="i9.ncclbuild i9.connect i9.winmix i9.realloc i9.graphs i9.tune i9.procs i9.launchers"
 ITEMS_SWEEP="i9.ncclbuild i9.check i9.sweep"
-need_of() { case $1 in i12.case22) echo 4 ;; i9.small|i9.big|i9.check|info|i7.case02|i7.cases1|i7.overhead|i9.buffers|i10.nan|i9.ncclbuild|i9.sweep|i9.graphs|i9.tune) echo 1 ;; *) echo 2 ;; esac; }
-limit_of() { case $1 in i9.sweep) echo 480 ;; i9.launchers) echo 200 ;; i9.realloc) echo 300 ;; i9.small) echo 200 ;; i9.big) echo 300 ;; i7.cases|i9.check) echo 150 ;; i9.tune) echo 240 ;; i9.graphs|i9.ncclbuild) echo 180 ;; i10.death) echo 120 ;; *) echo 90 ;; esac; }
+need_of() { case $1 in i12.case22) echo 4 ;; i9.small|i9.big|i9.check|info|i7.case02|i7.cases1|i7.overhead|i9.buffers|i10.nan|i9.ncclbuild|i9.sweep|i9.graphs|i9.tune|i25.initbound) echo 1 ;; *) echo 2 ;; esac; }
+limit_of() { case $1 in i9.sweep) echo 480 ;; i9.launchers) echo 200 ;; i9.realloc) echo 300 ;; i9.small) echo 200 ;; i9.big) echo 300 ;; i7.cases|i9.check) echo 150 ;; i9.tune) echo 240 ;; i9.graphs|i9.ncclbuild) echo 180 ;; i10.death) echo 120 ;; i25.dumps) echo 240 ;; *) echo 90 ;; esac; }
 what_of() {
     case $1 in
     info) echo "GPUs, NCCL libraries, torch, oxccl info" ;;
@@ -92,6 +92,8 @@ what_of() {
     i9.capture2) echo "CUDA-graph capture cases of the process group, a rank per GPU (torchrun)" ;;
     i10.death) echo "case 15: peer dies mid-collective (SIGKILL, exit 0/1, SIGTERM): error within timeout + 2 s, dump, oxccl trace names rank 1" ;;
     i10.dump) echo "case 30: a rank stuck past a 1 s timeout dumps and ends; the healthy rank dumps on its signal and exits 0" ;;
+    i25.dumps) echo "every rank's dump after a hang (tests/dump_ending.rs on NCCL): the store's host, a peer, two ranks time out; torchrun; the host killed; oxccl trace and fr_trace" ;;
+    i25.initbound) echo "a group init whose peer never comes returns Timeout within its limit + 0.3 s, its communicator aborted after (tests/gpu_init_limit.rs)" ;;
     i7.overhead) echo "pg_overhead (twice): pg - Comm <= 1 us issue, latency <= 1.05x Comm, watchdog + recorder <= 0.5 us" ;;
     i9.buffers) echo "NcclBuf through the process group: plain, registered, windows, mixed (examples/comm_buffers)" ;;
     i10.abortwin) echo "an abort with symmetric windows does not wait for the peer (tests/gpu_abort_windows.rs)" ;;
@@ -349,6 +351,27 @@ s = [st for g in a.get("groups", []) for st in g.get("statuses", []) if st.get("
 print("culprit:", c, "rank 1:", s)
 sys.exit(0 if c and s else 1)' "$dd/trace.json" || rc=1
     echo "NOTE: $(grep -h 'exit' "$dd.status" | xargs); dumps: $(ls "$dd/trace" 2>/dev/null | xargs); trace: $(head -c 300 "$dd/trace.txt" | tr '\n' ' ')"
+    return $rc
+}
+
+# Issue 25: the dump shapes of tests/dump_ending.rs with the ranks on NCCL, one case at a time.
+item_i25_dumps() {
+    OXCCL_DUMP_ENDING_BACKEND=nccl OXCCL_BIN=$bin/oxccl OXCCL_TORCH_VENV=/opt/torch/.venv \
+        $bin/dump_ending --test-threads=1 store_host_times_out_while_a_peer_is_idle_2 \
+        a_peer_times_out_2 two_ranks_time_out_at_once_2 under_torchrun_2 store_host_killed
+    local rc=$?
+    echo "NOTE: $(grep -E '^test (store|a_|two|under)' "$d/log" | sed 's/^test //' | tr '\n' ';')"
+    return $rc
+}
+
+# Issue 25: the group's init bound on NCCL (rank 1 never comes; rank 1 in the store only).
+item_i25_initbound() {
+    local rc=0 t
+    for t in $(OXCCL_TEST_GPUS=1 $bin/gpu_init_limit --list 2>/dev/null | sed -n 's/: test$//p'); do
+        echo "--- $t"
+        OXCCL_TEST_GPUS=1 timeout 60 $bin/gpu_init_limit --exact "$t" --nocapture || rc=1
+    done
+    echo "NOTE: $(grep -hE '^RESULT|^test ' "$d/log" | tr '\n' ';' | head -c 400)"
     return $rc
 }
 

@@ -182,20 +182,27 @@ fn run_env(case: Case, n: u32, dir: &Path) -> Vec<Ran> {
     let kids = (0..n)
         .map(|r| {
             let mut cmd = rank_command(CHILD, case.name(), r, n, port);
-            cmd.envs(dump_env(dir, Some(200)));
+            cmd.envs(dump_env(dir, Some(200)))
+                .env("OXCCL_BACKEND", backend());
             cmd.spawn().unwrap()
         })
         .collect();
     wait_all(kids, DEADLINE, case.name(), None)
 }
 
-/// What `oxccl trace DIR` prints.
+/// The backend the ranks use: the mock spanning processes, or what
+/// `OXCCL_DUMP_ENDING_BACKEND` names (`nccl` on GPUs: `scripts/gpu-x2.sh`'s item i25.dumps).
+fn backend() -> String {
+    std::env::var("OXCCL_DUMP_ENDING_BACKEND").unwrap_or_else(|_| "mock".into())
+}
+
+/// What `oxccl trace DIR` prints (the tool built with this test, or `OXCCL_BIN` where the test
+/// binary travelled without its build tree).
 fn oxccl_trace(dir: &Path) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_oxccl"))
-        .arg("trace")
-        .arg(dir)
-        .output()
-        .unwrap();
+    let bin = std::env::var_os("OXCCL_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_oxccl")));
+    let out = Command::new(bin).arg("trace").arg(dir).output().unwrap();
     String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
 }
 
@@ -324,7 +331,7 @@ fn torchrun_case(n: u32) {
         .arg(std::env::current_exe().unwrap())
         .args(["--exact", "child", "--nocapture", "--test-threads=1"])
         .env(CHILD, Case::Torchrun.name())
-        .env("OXCCL_BACKEND", "mock")
+        .env("OXCCL_BACKEND", backend())
         .envs(dump_env(&dir, None))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -373,7 +380,9 @@ fn store_host_killed_the_survivor_dumps_and_the_analysis_says_why() {
     let mut kids = (0..2)
         .map(|r| {
             let mut cmd = rank_command(CHILD, case.name(), r, 2, port);
-            cmd.envs(dump_env(&dir, Some(200))).env(MARK, &mark);
+            cmd.envs(dump_env(&dir, Some(200)))
+                .env("OXCCL_BACKEND", backend())
+                .env(MARK, &mark);
             cmd.spawn().unwrap()
         })
         .collect::<Vec<_>>();

@@ -114,7 +114,7 @@ pub const VARIABLES: &[(&str, &str, &str)] = &[
     (
         WAIT_TIMEOUT_DUMP_MS,
         "60000",
-        "how long a failed rank waits for its dump before it aborts or exits, ms",
+        "how long a failed rank waits for its own dump and every rank's report of one before it aborts or exits, ms",
     ),
     (
         COORD_CHECK_MS,

@@ -39,6 +39,7 @@
 //! | `oxccl/release/<call>/<uid>/<group rank>`, `…/verdict` | likewise ([`agreement`], from `tuned/release.rs`) | the windows release call `call` frees agree |
 //! | `oxccl/desync/<uid>/<group rank>` | the watchdog ([`desync`]) | progress read by a desync report |
 //! | `oxccl/timeout_dump` | a rank whose failure dumps (`oxccl_core::watchdog::DUMP_SIGNAL_KEY`) | the signal for every rank to dump |
+//! | `oxccl/dumped/rank/<global rank>`, `oxccl/dumped/count` | every rank that dumped for a failure, once (`DUMP_REPORT_PREFIX`, `DUMP_REPORT_COUNT_KEY`) | the failing rank waits until the count reaches the world size; the keys name who never reported |
 //!
 //! Outside the namespace: the counter `oxccl/world/<size>/incarnations` ([`incarnations`]);
 //! and, under torchrun's agent store on one node, everything above sits under

@@ -36,7 +36,10 @@ pub struct PgOptions {
     pub error_handling: ErrorHandling,
     /// Write the flight recorder's dump when an operation times out. The rank also sets a
     /// signal in the store, and every rank whose default group dumps on timeout dumps too when
-    /// it sees it (every [`PgOptions::coord_check`]): one timeout leaves every rank's dump.
+    /// it sees it (every [`PgOptions::coord_check`]) and reports that in the store; the rank
+    /// that timed out keeps its process (and the store it may host) alive until every rank
+    /// reported, or [`PgOptions::wait_timeout_dump`] passed, before its error-handling mode
+    /// ends it: one timeout leaves every rank's dump.
     pub dump_on_timeout: bool,
     /// Queue every work to the process's watchdog (needed for the error-handling mode,
     /// completion hooks and recorder states; `Work::wait` works without it).
@@ -69,9 +72,11 @@ pub struct PgOptions {
     /// [`super::Work::wait`], [`super::Work::error`]) ends with the verdict, and the abort's
     /// reason starts with it; also under blocking wait. Needs the watchdog (it publishes).
     pub desync_debug: bool,
-    /// How long a rank that failed waits for its flight-recorder dump before it goes on to
-    /// abort or end the process (c10d's `TORCH_NCCL_WAIT_TIMEOUT_DUMP_MILSEC`): a dump stuck on
-    /// a hung filesystem must not keep a broken process alive.
+    /// How long a rank that failed may take, from the failure, for its own flight-recorder
+    /// dump and (with [`PgOptions::dump_on_timeout`]) for every other rank's report that it
+    /// dumped, before it applies its error-handling mode (c10d's
+    /// `TORCH_NCCL_WAIT_TIMEOUT_DUMP_MILSEC`): a dump stuck on a hung filesystem, or a rank
+    /// that never dumps, must not keep a broken process alive for ever.
     pub wait_timeout_dump: Duration,
     /// How often this rank looks in the store for another rank's dump signal, to dump its own
     /// flight recorder too (c10d's `TORCH_NCCL_COORD_CHECK_MILSEC`). Used by a default group
