@@ -254,12 +254,17 @@ impl Watchdog {
         self.ensure_running(self);
         let target = self.passes() + 2;
         let began = std::time::Instant::now();
+        let mut looks = 0u32;
         while self.passes() < target {
             if began.elapsed() >= limit {
                 return false;
             }
             self.wake();
-            std::thread::sleep(Duration::from_micros(200));
+            // Quick looks first; a pass that takes long (a dump, the wait for every rank's
+            // dump) is then waited for gently.
+            looks = looks.saturating_add(1);
+            let pause = if looks < 50 { 200 } else { 5_000 };
+            std::thread::sleep(Duration::from_micros(pause));
         }
         true
     }
