@@ -28,10 +28,13 @@ use crate::error::{Error, Result};
 /// The first port the Slurm rule gives.
 pub const SLURM_PORT_BASE: u16 = 20_000;
 
-/// How many ports the Slurm rule uses: [`SLURM_PORT_BASE`] to `SLURM_PORT_BASE + SLURM_PORT_SPAN
-/// - 1`. A power of two dividing 2³², so the step ids Slurm reserves near 2³² act as small
-/// negative numbers.
+/// How many ports the Slurm rule uses, from [`SLURM_PORT_BASE`] on. A power of two dividing
+/// 2³², so the step ids Slurm reserves near 2³² act as small negative numbers.
 pub const SLURM_PORT_SPAN: u16 = 8_192;
+
+// Above the well-known ports, below torchrun's defaults and the Linux ephemeral range.
+const _: () =
+    assert!(SLURM_PORT_BASE > 1_024 && SLURM_PORT_BASE as u32 + SLURM_PORT_SPAN as u32 <= 29_400);
 
 /// What the job id is multiplied by (see the module's text).
 const JOB_STRIDE: u64 = 5_063;
@@ -144,7 +147,6 @@ mod tests {
 
     #[test]
     fn always_inside_the_range_below_the_ephemeral_ports() {
-        assert!(LAST < 29_400 && LAST < 32_768 && SLURM_PORT_BASE > 1_024);
         for job in [
             0,
             1,
