@@ -184,7 +184,10 @@ impl Comm {
         self.comm.poll()
     }
     /// Waits until a nonblocking init has finished (bounded by the backend's timeout; an init
-    /// past it is aborted and the error is [`Error::Timeout`]). Operations wait by themselves.
+    /// past it is aborted and the error is [`Error::Timeout`], at once: NCCL's abort of the
+    /// half-made communicator runs on a thread of its own, [`AbortHandle::state`] is
+    /// [`CommState::Aborting`] until it returns, then [`CommState::Aborted`], and
+    /// [`crate::wait_for_aborts`] waits for it). Operations wait by themselves.
     pub fn wait_ready(&self) -> Result<()> {
         self.comm.wait_ready("nonblocking init")
     }

@@ -13,6 +13,7 @@
 //! [`AbortHandle`] is `Send + Sync + Clone` and stops the communicator from any thread.
 #![warn(missing_docs)]
 
+mod aborts;
 pub mod buffer;
 mod comm;
 mod comm_graph;
@@ -25,6 +26,7 @@ pub mod store;
 pub mod trace;
 pub mod watchdog;
 
+pub use aborts::{pending_aborts, wait_for_aborts};
 pub use comm::{AbortHandle, Comm};
 pub use comm_graph::{CommGraph, CommLaunch};
 pub use element::Element;

@@ -141,6 +141,11 @@ fn info_names_the_launcher_and_this_ranks_place() {
             "WORLD_SIZE",
             "LOCAL_RANK",
             "SLURM_PROCID",
+            "SLURM_JOB_ID",
+            "SLURM_STEP_ID",
+            "SLURM_STEPID",
+            "MASTER_ADDR",
+            "MASTER_PORT",
             "PMI_RANK",
         ] {
             c.env_remove(k);
@@ -165,6 +170,26 @@ fn info_names_the_launcher_and_this_ranks_place() {
     let text = run(&[&ompi[..], &[("OMPI_COMM_WORLD_LOCAL_RANK", "1")]].concat());
     assert!(
         text.contains("launcher:  OpenMpi: rank 1 of 4, local rank 1\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("  store:   rank 0's at h, port 1 (MASTER_PORT)\n"),
+        "{text}"
+    );
+    // srun without MASTER_PORT: the port the job step gives, and the rule that gave it.
+    let srun = [
+        ("SLURM_PROCID", "1"),
+        ("SLURM_NTASKS", "2"),
+        ("SLURM_JOB_ID", "123456"),
+        ("SLURM_STEP_ID", "7"),
+        ("SLURM_STEP_NODELIST", "gpu[07-08]"),
+    ];
+    let text = run(&srun);
+    assert!(
+        text.contains(
+            "  store:   rank 0's at gpu07, port 28135 (derived from Slurm job 123456 step 7 by \
+             20000 + (5063 × SLURM_JOB_ID + SLURM_STEP_ID) mod 8192 (MASTER_PORT unset))\n"
+        ),
         "{text}"
     );
 }

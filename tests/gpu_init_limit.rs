@@ -9,15 +9,21 @@
 //!   the timeout it is abandoned (its communicator aborted if it ever returns) and the error
 //!   says every rank arrived but NCCL did not finish.
 //!
+//! - a nonblocking init whose peer never comes, with a 1 s limit, through the backend's
+//!   `wait_ready` and through the process group's first operation: the timeout returns within
+//!   the limit and 0.3 s (NCCL's abort of the half-made communicator runs on a thread of its
+//!   own), the communicator is seen aborting, and ends aborted once `oxccl::wait_for_aborts`
+//!   returns.
+//!
 //! The backend's own bound (`init_rank_within` alone) is tested in `gpu_init_blocking.rs`.
 
 mod common;
 
 use oxccl::core::env::ErrorHandling;
-use oxccl::core::Backend;
+use oxccl::core::{Backend, CommAbort, Communicator};
 use oxccl::pg::{PgOptions, ProcessGroup};
 use oxccl::store::{MemStore, Store};
-use oxccl::{Device, Error, Nccl};
+use oxccl::{CommConfig, CommState, Device, Error, Nccl};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -125,5 +131,101 @@ fn gpu_pg_made_within_its_timeout_runs() {
     assert_eq!(pg.split_count(), 1);
     println!("RESULT one-rank group ok, split_count=1");
     sub.destroy();
+    pg.destroy();
+}
+
+/// The limit of the nonblocking inits below, and how late past it their timeout may return.
+const NB_LIMIT: Duration = Duration::from_secs(1);
+const NB_SLACK: Duration = Duration::from_millis(300);
+/// How long NCCL's abort of a half-made communicator may take before the test gives up.
+const ABORT_BOUND: Duration = Duration::from_secs(60);
+
+/// NCCL when it has nonblocking init (2.14+), else `None`, saying so.
+fn nonblocking_nccl() -> Option<Nccl> {
+    let b = nccl();
+    if b.features().has(oxccl::Feature::NonBlocking) {
+        Some(b)
+    } else {
+        println!("skipped: NCCL {} has no nonblocking init", b.version());
+        None
+    }
+}
+
+/// The state while the abort may still run, then the end: aborted once every background abort
+/// returned.
+fn ends_aborted(state: impl Fn() -> Option<CommState>) {
+    let now = state();
+    println!("RESULT state at the timeout: {now:?}");
+    assert!(now.is_some_and(CommState::is_aborted), "{now:?}");
+    let began = Instant::now();
+    assert!(oxccl::wait_for_aborts(ABORT_BOUND), "abort still running");
+    println!(
+        "RESULT the abort ended {} ms after the timeout",
+        began.elapsed().as_millis()
+    );
+    assert_eq!(state(), Some(CommState::Aborted));
+}
+
+#[test]
+fn gpu_nonblocking_init_past_its_limit_returns_in_time_and_ends_aborted() {
+    if !common::gpus_at_least(1) {
+        return;
+    }
+    let Some(b) = nonblocking_nccl() else { return };
+    let b = b.with_timeout(NB_LIMIT);
+    let id = b.unique_id().unwrap();
+    // Rank 0 of 2 alone: its init can never complete.
+    let nb = CommConfig::new().blocking(false);
+    let comm = b.init_rank(&id, 0, 2, Device(0), &nb).unwrap();
+    assert_eq!(comm.state(), CommState::Initializing);
+    let handle = comm.abort_handle();
+    let began = Instant::now();
+    let r = comm.wait_ready("nonblocking init");
+    let took = began.elapsed();
+    println!("RESULT took_ms={} outcome={r:?}", took.as_millis());
+    assert!(matches!(r, Err(Error::Timeout { .. })), "{r:?}");
+    assert!(took >= NB_LIMIT && took < NB_LIMIT + NB_SLACK, "{took:?}");
+    ends_aborted(|| Some(handle.state()));
+    assert!(handle.poll().is_err());
+    // Dropping it after the abort neither waits nor panics.
+    let began = Instant::now();
+    drop(comm);
+    assert!(began.elapsed() < Duration::from_secs(1));
+}
+
+#[test]
+fn gpu_pg_nonblocking_init_past_its_limit_returns_in_time_and_ends_aborted() {
+    if !common::gpus_at_least(1) {
+        return;
+    }
+    let Some(b) = nonblocking_nccl() else { return };
+    let store: Arc<dyn Store> = Arc::new(MemStore::new());
+    // Rank 1 arrives in the store and never calls NCCL (the keys of the first world of 2).
+    store
+        .set("oxccl/world/2/0/oxccl/pg/0/init/0/arrived/1", b"1")
+        .unwrap();
+    store
+        .add("oxccl/world/2/0/oxccl/pg/0/init/0/count", 1)
+        .unwrap();
+    let opts = PgOptions {
+        config: CommConfig::new().blocking(false),
+        nonblocking_timeout: Some(NB_LIMIT),
+        ..opts()
+    };
+    // The nonblocking init returns at once; the first operation waits for it.
+    let pg = ProcessGroup::new(b, store, 0, 2, opts).unwrap();
+    let mut x = pg.upload(&[1.0f32]).unwrap();
+    let began = Instant::now();
+    let r = pg.all_reduce(&mut x, oxccl::ReduceOp::Sum).map(|_| ());
+    let took = began.elapsed();
+    println!("RESULT took_ms={} outcome={r:?}", took.as_millis());
+    match &r {
+        Err(Error::Timeout { what, .. }) => {
+            assert!(what.contains("OXCCL_NONBLOCKING_TIMEOUT_MS"), "{what}")
+        }
+        other => panic!("expected Error::Timeout, got {other:?}"),
+    }
+    assert!(took >= NB_LIMIT && took < NB_LIMIT + NB_SLACK, "{took:?}");
+    ends_aborted(|| pg.comm_state());
     pg.destroy();
 }

@@ -179,6 +179,94 @@ fn env_slurm_three_processes() {
     three_by_env("Slurm", |r| launchers::slurm(r, 3, port));
 }
 
+/// Whether a listener holds `127.0.0.1:port` now (binding it fails as in use).
+fn held(port: u16) -> bool {
+    matches!(
+        std::net::TcpListener::bind(("127.0.0.1", port)),
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse
+    )
+}
+
+/// srun without MASTER_PORT: the ranks meet on the port the job and step ids give. Rank 0 is
+/// started first and seen holding that port before the others start; ids whose port another
+/// program holds (before or during the start) are replaced by the next ones, so a busy port
+/// cannot fail the test. The job ids come from this process's id, so that copies of this
+/// test running at once on one host try different ports.
+#[test]
+fn env_slurm_without_master_port_meets_on_the_derived_port() {
+    use oxccl::core::launch::slurm_port;
+    let first_job = 1_000 + std::process::id() % 1_000_000;
+    for attempt in 0..20u32 {
+        let (job, step) = (first_job + attempt, attempt % 3);
+        let port = slurm_port(job, step);
+        if held(port) {
+            continue;
+        }
+        let mut rank0 = spawn("env", &launchers::slurm_step(0, 3, job, step));
+        let began = Instant::now();
+        let listening = loop {
+            if held(port) {
+                break true;
+            }
+            if rank0.try_wait().unwrap().is_some() {
+                break false;
+            }
+            assert!(
+                began.elapsed() < TIMEOUT,
+                "rank 0 neither listened on {port} nor exited"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        if !listening {
+            let out = rank0.wait_with_output().unwrap();
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            // Taken between the check and the bind: the next ids.
+            if stdout.contains("CHILD ERROR invalid argument `MASTER_PORT`: expected set, to replace the port Slurm job") {
+                continue;
+            }
+            panic!(
+                "rank 0 exited before listening on {port}: {}\n{stdout}\n{}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let mut children = vec![rank0];
+        children.extend((1..3).map(|r| spawn("env", &launchers::slurm_step(r, 3, job, step))));
+        for (r, line) in finish(children).iter().enumerate() {
+            assert_eq!(
+                line,
+                &format!(
+                    "CHILD rank={r} world=3 local=Some({r}) device={r} launcher=Slurm count=3"
+                )
+            );
+        }
+        return;
+    }
+    panic!("20 job steps' ports were all held by other programs");
+}
+
+/// A port the Slurm rule derived that another program holds: rank 0's error names
+/// `MASTER_PORT` (the way out) and the job step.
+#[test]
+fn a_taken_derived_port_names_master_port() {
+    use oxccl::core::launch::slurm_port;
+    let first_job = 500_000 + std::process::id() % 1_000_000;
+    let (job, _listener) = (first_job..first_job + 100)
+        .find_map(|job| {
+            std::net::TcpListener::bind(("127.0.0.1", slurm_port(job, 0)))
+                .ok()
+                .map(|l| (job, l))
+        })
+        .expect("a free port among 100 job steps");
+    let env = EnvVars::from_pairs(launchers::slurm_step(0, 1, job, 0));
+    let e = Bootstrap::with_env(&InitMethod::Env, None, None, TIMEOUT, &env).unwrap_err();
+    assert_eq!(arg_of(&e), "MASTER_PORT", "{e}");
+    assert!(
+        e.to_string().contains(&format!("Slurm job {job} step 0")),
+        "{e}"
+    );
+}
+
 /// Three processes as `mpirun` (Open MPI) and MPICH's Hydra start them: their own rank
 /// variables, the master from MASTER_ADDR/MASTER_PORT (neither launcher sets one).
 #[test]
@@ -363,6 +451,15 @@ fn env_init_needs_master_address_and_port() {
     let env = EnvVars::from_pairs([("RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER_ADDR", "h")]);
     let e = Bootstrap::with_env(&InitMethod::Env, None, None, TIMEOUT, &env).unwrap_err();
     assert_eq!(arg_of(&e), "MASTER_PORT");
+    // Under srun with no job id either: the error names the variables that would give it.
+    let env = EnvVars::from_pairs([
+        ("SLURM_PROCID", "0"),
+        ("SLURM_NTASKS", "1"),
+        ("SLURM_NODELIST", "h"),
+    ]);
+    let e = Bootstrap::with_env(&InitMethod::Env, None, None, TIMEOUT, &env).unwrap_err();
+    assert_eq!(arg_of(&e), "MASTER_PORT");
+    assert!(e.to_string().contains("SLURM_JOB_ID"), "{e}");
     let e = Bootstrap::with_env(&InitMethod::Env, None, None, TIMEOUT, &EnvVars::default())
         .unwrap_err();
     assert_eq!(arg_of(&e), "RANK");

@@ -4,7 +4,9 @@
 //!
 //! The interpreter comes from `OXCCL_TORCH_PYTHON` or `.cache/torch-venv/bin/python` (made by
 //! `scripts/torch-env.sh`). Without one the tests say so and pass, except under CI (`CI` set),
-//! where a missing torch is a failure.
+//! where a missing torch is a failure. The legacy server's test is skipped, saying why, only
+//! when the script sees that this torch lacks that backend; any other failure to start a torch
+//! server fails the test with the script's stderr.
 
 use oxccl::store::{Store, TcpServer, TcpStore, TcpStoreOptions};
 use oxccl::Error;
@@ -44,7 +46,7 @@ fn line(out: &mut BufReader<ChildStdout>) -> String {
     s.trim().to_string()
 }
 
-/// A torch server in a child process; `None` when this torch lacks the backend.
+/// A torch server in a child process.
 struct TorchServer {
     child: Child,
     stdin: ChildStdin,
@@ -52,28 +54,61 @@ struct TorchServer {
     port: u16,
 }
 
+/// What the torch server's stderr said so far (drained on a thread, so the child never blocks
+/// on a full pipe).
+fn drain(mut from: std::process::ChildStderr) -> thread::JoinHandle<String> {
+    thread::spawn(move || {
+        let mut s = String::new();
+        let _ = std::io::Read::read_to_string(&mut from, &mut s);
+        s
+    })
+}
+
 impl TorchServer {
-    fn start(py: &PathBuf, libuv: bool) -> Option<TorchServer> {
+    /// The server with `use_libuv=libuv`; `Err` with torch's reason only when this torch is
+    /// seen to lack that backend (the script's `unavailable:` line). Any other failure to
+    /// start fails the test with the script's output and stderr.
+    fn start(py: &PathBuf, libuv: bool) -> Result<TorchServer, String> {
         let flag = if libuv { "1" } else { "0" };
-        let mut child = spawn_python(py, &[script("torch_server.py").to_str().unwrap(), flag]);
+        let mut child = Command::new(py)
+            .args(["-W", "ignore"])
+            .arg(script("torch_server.py"))
+            .arg(flag)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn python");
         let stdin = child.stdin.take().unwrap();
         let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        let stderr = drain(child.stderr.take().unwrap());
         let first = line(&mut stdout);
-        if first.starts_with("unavailable") {
-            eprintln!("torch server with use_libuv={libuv}: {first}; not tested");
-            let _ = child.wait();
-            return None;
+        let port = {
+            let mut parts = first.split_whitespace();
+            match (parts.next().map(str::parse::<u16>), parts.next()) {
+                (Some(Ok(port)), Some(f)) if f == flag => Some(port),
+                _ => None,
+            }
+        };
+        if let Some(port) = port {
+            // Its stderr is drained for as long as it runs; nothing waits for it.
+            drop(stderr);
+            return Ok(TorchServer {
+                child,
+                stdin,
+                stdout,
+                port,
+            });
         }
-        let mut parts = first.split_whitespace();
-        let port = parts.next().and_then(|p| p.parse().ok());
-        let port = port.unwrap_or_else(|| panic!("torch server printed {first:?}"));
-        assert_eq!(parts.next(), Some(flag), "torch picked another backend");
-        Some(TorchServer {
-            child,
-            stdin,
-            stdout,
-            port,
-        })
+        let status = child.wait().expect("python exits");
+        let stderr = stderr.join().unwrap_or_default();
+        match first.strip_prefix("unavailable: ") {
+            Some(why) if status.code() == Some(3) => Err(why.to_string()),
+            _ => panic!(
+                "torch server with use_libuv={libuv} did not start ({status}): printed \
+                 {first:?}; stderr:\n{stderr}"
+            ),
+        }
     }
 
     fn say(&mut self, cmd: &str) {
@@ -90,10 +125,7 @@ impl Drop for TorchServer {
 }
 
 /// oxccl's client through every operation on a torch server, then torch checks what it set.
-fn oxccl_client_on_torch_server(py: &PathBuf, libuv: bool) -> bool {
-    let Some(mut torch) = TorchServer::start(py, libuv) else {
-        return false;
-    };
+fn oxccl_client_on_torch_server(mut torch: TorchServer) {
     let opts = TcpStoreOptions {
         timeout: Duration::from_secs(10),
         ..TcpStoreOptions::client(HOST, torch.port)
@@ -155,23 +187,28 @@ fn oxccl_client_on_torch_server(py: &PathBuf, libuv: bool) -> bool {
         b"8",
         "torch's add seen by oxccl"
     );
-    true
 }
 
 #[test]
 fn oxccl_client_on_torch_libuv_server() {
     let Some(py) = python() else { return };
-    assert!(
-        oxccl_client_on_torch_server(&py, true),
-        "torch's default (libuv) server must be available"
-    );
+    let torch = TorchServer::start(&py, true)
+        .unwrap_or_else(|why| panic!("torch's default (libuv) server must be available: {why}"));
+    oxccl_client_on_torch_server(torch);
+    println!("tested: oxccl's client on torch's libuv server");
 }
 
 #[test]
 fn oxccl_client_on_torch_legacy_server() {
     let Some(py) = python() else { return };
-    // Older and newer torch may lack this backend: then it says so and there is nothing to test.
-    oxccl_client_on_torch_server(&py, false);
+    // Older and newer torch may lack this backend: only then is there nothing to test.
+    match TorchServer::start(&py, false) {
+        Ok(torch) => {
+            oxccl_client_on_torch_server(torch);
+            println!("tested: oxccl's client on torch's legacy server");
+        }
+        Err(why) => println!("skipped: {why}"),
+    }
 }
 
 #[test]

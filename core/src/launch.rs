@@ -21,10 +21,19 @@
 //! Host names are [`HostName`]s (bounded `heapless` strings) rather than text borrowed from the
 //! lookup: the Slurm master address is built (`node[01-04]` → `node01`), so it cannot borrow,
 //! and a bounded string keeps [`LaunchInfo`] plain data that needs no allocator.
+//!
+//! Rank 0's store: `MASTER_ADDR`, else the first host of Slurm's node list (the step's, else
+//! the job's: `srun` places task 0 on the first node of its step); `MASTER_PORT`, else under
+//! `srun` the port the job and step ids give ([`slurm_port`], rule [`SLURM_PORT_RULE`]).
 
 mod hostlist;
+mod port;
 
 pub use hostlist::{HostIter, HostList, HostName, HOST_CAPACITY};
+pub use port::{
+    missing_port, slurm_port, slurm_step, SlurmStep, SLURM_BATCH_STEP, SLURM_PORT_BASE,
+    SLURM_PORT_RULE, SLURM_PORT_SPAN,
+};
 
 use crate::env::{parse_bool, parse_u64};
 use crate::error::{Error, Result};
@@ -99,8 +108,12 @@ pub struct LaunchInfo {
     pub local_world_size: Option<u32>,
     /// `MASTER_ADDR`, else the first host of Slurm's node list.
     pub master_addr: Option<HostName>,
-    /// `MASTER_PORT` (1..=65535).
+    /// `MASTER_PORT` (1..=65535); when it is unset under `srun`, the port of the Slurm job
+    /// step's rule ([`slurm_port`]; see [`LaunchInfo::derived_port`]).
     pub master_port: Option<u16>,
+    /// The Slurm job step `master_port` was derived from, when it was (`MASTER_PORT` unset,
+    /// launcher [`Launcher::Slurm`], `SLURM_JOB_ID` set); `None` for an explicit `MASTER_PORT`.
+    pub derived_port: Option<SlurmStep>,
     /// `TORCHELASTIC_USE_AGENT_STORE`: every rank, rank 0 too, joins the agent's store as a
     /// client instead of rank 0 hosting one.
     pub use_agent_store: bool,
@@ -156,6 +169,16 @@ impl LaunchInfo {
             None => false,
             Some(v) => parse_bool("TORCHELASTIC_USE_AGENT_STORE", v)?,
         };
+        let (master_port, derived_port) = match master_port(lookup)? {
+            Some(p) => (Some(p), None),
+            // Only srun's tasks of one step are sure to see the same job and step ids (the
+            // ranks of an mpirun inside an allocation may not).
+            None if launcher == Launcher::Slurm => match slurm_step(lookup)? {
+                Some(step) => (Some(step.port()), Some(step)),
+                None => (None, None),
+            },
+            None => (None, None),
+        };
         Ok(LaunchInfo {
             launcher,
             rank,
@@ -163,9 +186,17 @@ impl LaunchInfo {
             local_rank,
             local_world_size,
             master_addr: master_addr(lookup)?,
-            master_port: master_port(lookup)?,
+            master_port,
+            derived_port,
             use_agent_store,
         })
+    }
+
+    /// The port of rank 0's store for `env://`: [`LaunchInfo::master_port`], else the error
+    /// naming the variables that would have given it ([`missing_port`]).
+    pub fn store_port(&self) -> Result<u16> {
+        self.master_port
+            .ok_or_else(|| missing_port(self.launcher == Launcher::Slurm))
     }
 }
 

@@ -54,6 +54,9 @@ pub use state::work::{Work, WorkError, WorkInfo, WorkState};
 pub use text::Text;
 #[cfg(feature = "alloc")]
 pub use trace::{FlightRecorder, PgConfig, TensorMeta, TraceEntry, TraceRecord, TraceState};
-pub use traits::{Backend, CommAbort, Communicator, Device, Event, Progress, RegHandle, Stream};
+pub use traits::{
+    pending_aborts, AbortInFlight, Backend, CommAbort, Communicator, Device, Event, Progress,
+    RegHandle, Stream,
+};
 pub use traits::{Capture, CaptureError, Graph};
 pub use version::Version;

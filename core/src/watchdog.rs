@@ -37,7 +37,8 @@ impl FailureKind {
             Error::Timeout { .. } => FailureKind::Timeout,
             Error::Aborted { .. } => FailureKind::Aborted,
             Error::InvalidState {
-                state: crate::CommState::Aborted | crate::CommState::Destroyed,
+                state:
+                    crate::CommState::Aborted | crate::CommState::Aborting | crate::CommState::Destroyed,
                 ..
             } => FailureKind::Aborted,
             _ => FailureKind::Error,

@@ -1,6 +1,7 @@
 //! Random lifecycle transitions against a reference model (state, reason and every refusal
 //! equal after each step): never leaves Destroyed, abort is idempotent, the first failure
-//! reason is kept, only Ready accepts operations.
+//! reason is kept, only Ready accepts operations, an abort in the background is released once
+//! and ends Aborted.
 
 use arbitrary::{Arbitrary, Unstructured};
 use oxccl_core::state::lifecycle::{CommState, Lifecycle};
@@ -11,6 +12,8 @@ enum Step {
     InitDone,
     Fail(u8),
     Abort(u8),
+    AbortBegin(u8),
+    AbortDone,
     FinalizeStart,
     FinalizeDone,
     Destroy,
@@ -56,14 +59,25 @@ impl Model {
                     self.reason = reason(*r).to_string();
                 }
             }
-            Step::Abort(r) => match self.state {
-                Aborted | Destroyed => {}
-                Failed => self.state = Aborted,
-                _ => {
-                    self.state = Aborted;
-                    self.reason = reason(*r).to_string();
+            Step::Abort(r) | Step::AbortBegin(r) => {
+                let to = match step {
+                    Step::Abort(_) => Aborted,
+                    _ => Aborting,
+                };
+                match self.state {
+                    Aborted | Aborting | Destroyed => {}
+                    Failed => self.state = to,
+                    _ => {
+                        self.state = to;
+                        self.reason = reason(*r).to_string();
+                    }
                 }
-            },
+            }
+            Step::AbortDone => {
+                if self.state == Aborting {
+                    self.state = Aborted;
+                }
+            }
             Step::FinalizeStart => match self.state {
                 Ready => self.state = Finalizing,
                 _ => return Err(self.refuse("finalize")),
@@ -131,6 +145,15 @@ pub fn fuzz(data: &[u8]) {
             }
             Step::FinalizeStart => assert_eq!(refusal(l.finalize_start()), want),
             Step::FinalizeDone => assert_eq!(refusal(l.finalize_done()), want),
+            Step::AbortBegin(r) => {
+                let fresh = !matches!(
+                    before.state(),
+                    CommState::Aborted | CommState::Aborting | CommState::Destroyed
+                );
+                assert_eq!(l.abort_begin(reason(r)), fresh, "released once");
+                assert!(!l.abort_begin("again"), "released once");
+            }
+            Step::AbortDone => l.abort_done(),
             Step::Destroy => l.destroy(),
         }
         if before.state() == CommState::Destroyed {
@@ -147,8 +170,10 @@ pub fn fuzz(data: &[u8]) {
         match &kept {
             Some(r) => assert_eq!(l.reason(), r, "first failure reason lost"),
             // An empty reason is the caller's; destroy may fill it in.
-            None if matches!(l.state(), CommState::Failed | CommState::Aborted)
-                && !l.reason().is_empty() =>
+            None if matches!(
+                l.state(),
+                CommState::Failed | CommState::Aborted | CommState::Aborting
+            ) && !l.reason().is_empty() =>
             {
                 kept = Some(l.reason().to_string())
             }
@@ -164,13 +189,13 @@ pub fn fuzz(data: &[u8]) {
         match l.ensure_ready("op") {
             Ok(()) => assert_eq!(m.state, CommState::Ready),
             Err(Error::Aborted { reason }) => {
-                assert_eq!(m.state, CommState::Aborted);
+                assert!(m.state.is_aborted());
                 assert_eq!(reason.as_str(), m.reason);
             }
             Err(Error::InvalidState {
                 state, attempted, ..
             }) => {
-                assert!(!matches!(m.state, CommState::Ready | CommState::Aborted));
+                assert!(!matches!(m.state, CommState::Ready) && !m.state.is_aborted());
                 assert_eq!((state, attempted), (m.state, "op"));
             }
             Err(e) => panic!("ensure_ready gave {e:?}"),

@@ -60,11 +60,12 @@ const MODES: [ErrorHandling; 4] = [
     ErrorHandling::SkipCleanUp,
 ];
 
-const STATES: [CommState; 7] = [
+const STATES: [CommState; 8] = [
     CommState::Initializing,
     CommState::Ready,
     CommState::Failed,
     CommState::Aborted,
+    CommState::Aborting,
     CommState::Finalizing,
     CommState::Finalized,
     CommState::Destroyed,
@@ -87,7 +88,10 @@ fn error(which: u8, state: CommState) -> (Error, FailureKind) {
             FailureKind::Aborted,
         ),
         2 => {
-            let kind = if matches!(state, CommState::Aborted | CommState::Destroyed) {
+            let kind = if matches!(
+                state,
+                CommState::Aborted | CommState::Aborting | CommState::Destroyed
+            ) {
                 FailureKind::Aborted
             } else {
                 FailureKind::Error

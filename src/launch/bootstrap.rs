@@ -4,7 +4,7 @@
 use super::InitMethod;
 use crate::store::{FileStore, PrefixStore, Store, TcpStore, TcpStoreOptions};
 use oxccl_core::env::{parse_u64, EnvConfig};
-use oxccl_core::launch::{LaunchInfo, Launcher};
+use oxccl_core::launch::{LaunchInfo, Launcher, SLURM_PORT_RULE};
 use oxccl_core::{Device, Error, Result};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -149,13 +149,20 @@ impl Bootstrap {
                         format_args!("the host of rank 0's store for env://, but it is unset"),
                     )
                 })?;
-                let port = info.master_port.ok_or_else(|| {
-                    Error::invalid(
-                        "MASTER_PORT",
-                        format_args!("the port of rank 0's store for env://, but it is unset"),
-                    )
-                })?;
-                Arc::new(tcp_store(host, port, &info, timeout)?)
+                let port = info.store_port()?;
+                if let Some(step) = info.derived_port {
+                    log::info!(
+                        "oxccl bootstrap: MASTER_PORT unset: port {port} for rank 0's store, \
+                         derived from Slurm job {} step {} by the rule {SLURM_PORT_RULE} \
+                         (set MASTER_PORT to choose another)",
+                        step.job_id,
+                        step.step_id
+                    );
+                }
+                Arc::new(
+                    tcp_store(host, port, &info, timeout)
+                        .map_err(|e| derived_port_taken(e, &info))?,
+                )
             }
             InitMethod::Tcp { host, port } => Arc::new(tcp_store(host, *port, &info, timeout)?),
             InitMethod::File { path } => {
@@ -221,6 +228,27 @@ pub fn restart_scope(
         (Some(n), Some(1)) => Some(format!("oxccl/restart/{n}")),
         _ => None,
     })
+}
+
+/// A port the Slurm rule derived that rank 0 cannot bind (another program holds it): the
+/// error names `MASTER_PORT`, the way to choose another, instead of the store's `port`.
+fn derived_port_taken(e: Error, info: &LaunchInfo) -> Error {
+    match (&e, info.derived_port) {
+        (
+            Error::InvalidArgument {
+                arg: "port",
+                expected,
+            },
+            Some(step),
+        ) => Error::invalid(
+            "MASTER_PORT",
+            format_args!(
+                "set, to replace the port Slurm job {} step {} gave, which is not {expected}",
+                step.job_id, step.step_id
+            ),
+        ),
+        _ => e,
+    }
 }
 
 /// The TCP store at `host:port`: hosted by rank 0 unless the agent's store is used.

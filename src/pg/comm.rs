@@ -274,7 +274,11 @@ fn ms(d: Duration) -> u64 {
 /// Waits for a nonblocking communicator's init or split to finish, polling its abort handle,
 /// bounded by `limit` (`OXCCL_NONBLOCKING_TIMEOUT_MS`; `None`: unbounded). Past the limit the
 /// communicator is aborted (its later operations fail fast saying why) and the wait is a
-/// timeout naming the variable. An abort from another thread ends the wait with its error.
+/// timeout naming the variable, returned at once: the library's abort of the half-made
+/// communicator runs on a thread of its own ([`oxccl_core::CommAbort::abort_in_background`]),
+/// the group's [`super::ProcessGroup::comm_state`] is `Aborting` until it returns, then
+/// `Aborted`, and [`crate::wait_for_aborts`] waits for it. An abort from another thread ends the
+/// wait with its error.
 pub(crate) fn await_ready<A: oxccl_core::CommAbort>(
     abort: &A,
     limit: Option<Duration>,
@@ -294,7 +298,7 @@ pub(crate) fn await_ready<A: oxccl_core::CommAbort>(
                 "{what} still in progress after {after_ms} ms (OXCCL_NONBLOCKING_TIMEOUT_MS = {})",
                 limit.as_millis()
             );
-            abort.abort(&why);
+            abort.abort_in_background(&why);
             return Err(Error::Timeout {
                 what: text!("{why}"),
                 after_ms,

@@ -511,8 +511,9 @@ impl<B: Memory> PgInner<B> {
 
     /// Before the first use of the communicator: a nonblocking init or split still in
     /// progress is waited for, bounded by [`PgOptions::nonblocking_timeout`]. Past the bound
-    /// the communicator is aborted and the wait is a timeout naming the variable; the slot
-    /// keeps the aborted communicator, so later calls fail fast with its reason.
+    /// the communicator is aborted (in the background: `Aborting`, then `Aborted`) and the
+    /// wait is a timeout naming the variable, at once; the slot keeps the aborted
+    /// communicator, so later calls fail fast with its reason.
     fn await_init(&self, e: &Entry<B>) -> Result<()> {
         if self.opts.config.is_nonblocking() {
             let what = format!("the nonblocking init of group {} ({})", self.uid, self.desc);

@@ -84,7 +84,10 @@ pub struct PgOptions {
     pub coord_check: Duration,
     /// Bound on waiting for a nonblocking communicator's init or split (c10d's
     /// `TORCH_NCCL_NONBLOCKING_TIMEOUT`): past it the communicator is aborted and the operation
-    /// that waited fails with a timeout. `None`: unbounded (the backend's own limit remains).
+    /// that waited fails with a timeout at once, the library's abort running on a thread of its
+    /// own ([`crate::pg::ProcessGroup::comm_state`] is `Aborting` until it returns, then
+    /// `Aborted`; [`crate::wait_for_aborts`]). `None`: unbounded (the backend's own limit
+    /// remains).
     pub nonblocking_timeout: Option<Duration>,
 }
 

@@ -492,7 +492,7 @@ impl<E: Event, A: CommAbort> Inner<E, A> {
     /// collective, so asking again is a read). An abort already under way keeps its reason.
     fn abort_for_wait(&self, e: &Error) {
         let Some(a) = &self.home.abort else { return };
-        if a.state() == CommState::Aborted {
+        if a.state().is_aborted() {
             return;
         }
         let verdict = self.home.watch.verdict(self.info.seq, self.info.kind);

@@ -36,9 +36,20 @@ pub fn slurm(r: u32, n: u32, port: u16) -> Vec<(String, String)> {
     ])
 }
 
+/// srun's variables for task `r` of `n` of job `job`'s step `step` on one node, without
+/// `MASTER_PORT`: the master is the first host of the step's node list (127.0.0.1), on the port
+/// the job and step give (`oxccl::core::launch::slurm_port`).
+pub fn slurm_step(r: u32, n: u32, job: u32, step: u32) -> Vec<(String, String)> {
+    let mut v = slurm(r, n, 0);
+    v.retain(|(k, _)| k != "MASTER_PORT");
+    v.push(("SLURM_JOB_ID".into(), job.to_string()));
+    v.push(("SLURM_STEP_ID".into(), step.to_string()));
+    v
+}
+
 /// The rank variables of every launcher: cleared from a child's environment so that only
 /// those a test gives it are seen.
-pub const LAUNCH_VARS: [&str; 17] = [
+pub const LAUNCH_VARS: [&str; 20] = [
     "RANK",
     "WORLD_SIZE",
     "LOCAL_RANK",
@@ -50,6 +61,9 @@ pub const LAUNCH_VARS: [&str; 17] = [
     "SLURM_NTASKS",
     "SLURM_LOCALID",
     "SLURM_STEP_NODELIST",
+    "SLURM_JOB_ID",
+    "SLURM_STEP_ID",
+    "SLURM_STEPID",
     "OMPI_COMM_WORLD_RANK",
     "OMPI_COMM_WORLD_SIZE",
     "OMPI_COMM_WORLD_LOCAL_RANK",

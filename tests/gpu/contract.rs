@@ -30,15 +30,21 @@ fn gpu_nonblocking_init_past_its_limit_is_aborted() {
         dtype: DataType::Float32,
         op: ReduceOp::Sum,
     };
+    let began = std::time::Instant::now();
     // SAFETY: 4 floats of this device, alive until the end; the op never runs.
     let e = unsafe { comm.issue(&op, &st) }.unwrap_err();
+    let took = began.elapsed();
     assert!(
         matches!(e, Error::Timeout { ref what, after_ms } if what.contains("init") && after_ms >= 500),
         "{e:?}"
     );
+    // At once: NCCL's abort of the half-made communicator runs on a thread of its own.
+    assert!(took < Duration::from_millis(800), "{took:?}");
+    assert!(comm.state().is_aborted(), "{}", comm.state());
+    assert!(handle.poll().is_err());
+    assert!(oxccl::wait_for_aborts(Duration::from_secs(60)));
     assert_eq!(comm.state(), CommState::Aborted);
     assert_eq!(handle.state(), CommState::Aborted);
-    assert!(handle.poll().is_err());
     println!("nonblocking init past its limit: {e}");
 }
 

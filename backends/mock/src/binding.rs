@@ -133,12 +133,14 @@ impl Binding {
             return Err(e.clone());
         }
         match life.cycle.state() {
-            CommState::Aborted => Err(Error::Aborted {
+            CommState::Aborted | CommState::Aborting => Err(Error::Aborted {
                 reason: text_str(life.cycle.reason()),
             }),
             CommState::Initializing => {
                 if life.init_polls > 0 {
-                    life.init_polls -= 1;
+                    if life.init_polls != crate::fault::INIT_NEVER {
+                        life.init_polls -= 1;
+                    }
                     return Ok(Progress::InProgress);
                 }
                 if self.sh().joined.load(Ordering::Acquire) < self.sh().size {
@@ -189,6 +191,36 @@ impl Binding {
         self.sh().abort(self.rk(), reason);
     }
 
+    /// [`oxccl_core::CommAbort::abort_in_background`] of the mock: with a slow abort planned
+    /// ([`crate::FaultPlan::slow_abort`]) the rank is `Aborting` (dead to its peers at once)
+    /// while a thread named `oxccl-abort` spends the delay, then `Aborted`; without one the
+    /// abort has nothing to wait for and is done here.
+    pub(crate) fn abort_in_background(&self, reason: &str) {
+        self.leave_pending(reason);
+        let (sh, rank) = (Arc::clone(self.sh()), self.rk());
+        let delay = sh.plan.abort_delay(rank).unwrap_or_default();
+        if delay.is_zero() {
+            sh.abort(rank, reason);
+            return;
+        }
+        if !sh.abort_begin(rank, reason) {
+            return;
+        }
+        let counted = oxccl_core::AbortInFlight::begin();
+        let theirs = Arc::clone(&sh);
+        let spawned = std::thread::Builder::new()
+            .name("oxccl-abort".into())
+            .spawn(move || {
+                let _counted = counted;
+                std::thread::sleep(delay);
+                theirs.abort_done(rank);
+            });
+        if spawned.is_err() {
+            std::thread::sleep(delay);
+            sh.abort_done(rank);
+        }
+    }
+
     /// A pending nonblocking split's child is aborted or dropped before it was bound: its rank
     /// in the child (now, or once every rank called) is aborted, so its peers do not hang.
     pub(crate) fn leave_pending(&self, why: &str) {
@@ -231,6 +263,10 @@ impl std::fmt::Debug for MockAbort {
 impl CommAbort for MockAbort {
     fn abort(&self, reason: &str) {
         self.b.abort(reason);
+    }
+
+    fn abort_in_background(&self, reason: &str) {
+        self.b.abort_in_background(reason);
     }
 
     fn state(&self) -> CommState {

@@ -132,8 +132,10 @@ impl MockComm {
 
     /// Polls until a nonblocking init or split has completed, bounded by the init time limit
     /// (the backend's, or [`crate::DEFAULT_INIT_TIMEOUT`] for a world): past it the
-    /// communicator is aborted with a reason saying so and the error is [`Error::Timeout`].
-    /// Returns at once when the communicator is not initializing.
+    /// communicator is aborted with a reason saying so, in the background
+    /// ([`oxccl_core::CommAbort::abort_in_background`]: `Aborting` while a planned slow abort
+    /// runs, then `Aborted`), and the error is [`Error::Timeout`] at once. Returns at once
+    /// when the communicator is not initializing.
     pub fn wait_ready(&self) -> Result<()> {
         let start = Instant::now();
         let mut spins = 0u32;
@@ -144,7 +146,7 @@ impl MockComm {
             let waited = start.elapsed();
             if waited >= self.init_timeout {
                 let after_ms = u64::try_from(waited.as_millis()).unwrap_or(u64::MAX);
-                self.b.abort(&format!(
+                self.b.abort_in_background(&format!(
                     "nonblocking init timed out after {after_ms} ms (limit {} ms)",
                     self.init_timeout.as_millis()
                 ));

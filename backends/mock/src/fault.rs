@@ -15,7 +15,13 @@
 //!   (now or later) in an operation that needs it gets `Remote` at once.
 //! * [`FaultPlan::delay_op`]: the operation runs after sleeping on its stream.
 //! * [`FaultPlan::init_in_progress`]: the rank's communicator starts `Initializing` and its
-//!   `poll` returns `InProgress` that many times before `Done` (even in a blocking world).
+//!   `poll` returns `InProgress` that many times before `Done` (even in a blocking world);
+//!   [`FaultPlan::init_never_completes`]: for ever.
+//! * [`FaultPlan::slow_abort`]: aborting the rank's communicator takes that long, as NCCL's
+//!   release of a communicator does: an abort on the caller's thread returns after it (the
+//!   state is `Aborted` at once); an abort in the background
+//!   ([`oxccl_core::CommAbort::abort_in_background`]) is `Aborting` for that long, on a thread
+//!   of its own, then `Aborted`. Peers are woken at once either way.
 //!
 //! A plan applies to the communicators a world (or a backend) creates directly; children made by
 //! `split` use the plan given by [`FaultPlan::in_children`] (none by default), with child ranks.
@@ -52,8 +58,12 @@ pub struct Fault {
 pub struct FaultPlan {
     faults: Vec<Fault>,
     init_polls: Vec<(u32, u32)>,
+    abort_delays: Vec<(u32, Duration)>,
     children: Option<Box<FaultPlan>>,
 }
+
+/// The init polls that never run out: an init planned so never completes.
+pub const INIT_NEVER: u32 = u32::MAX;
 
 impl FaultPlan {
     /// A plan with no faults.
@@ -86,10 +96,30 @@ impl FaultPlan {
         self.with(rank, op, FaultKind::Delay(by))
     }
 
-    /// `rank`'s init stays `InProgress` for `polls` calls of `poll`.
+    /// `rank`'s init stays `InProgress` for `polls` calls of `poll` ([`INIT_NEVER`]: for ever).
     pub fn init_in_progress(mut self, rank: u32, polls: u32) -> FaultPlan {
         self.init_polls.push((rank, polls));
         self
+    }
+
+    /// `rank`'s init stays `InProgress` for ever (a peer that never comes): only an abort, or
+    /// a limit that aborts it, ends it.
+    pub fn init_never_completes(self, rank: u32) -> FaultPlan {
+        self.init_in_progress(rank, INIT_NEVER)
+    }
+
+    /// Aborting `rank`'s communicator takes `by` (see the module's text).
+    pub fn slow_abort(mut self, rank: u32, by: Duration) -> FaultPlan {
+        self.abort_delays.push((rank, by));
+        self
+    }
+
+    /// How long aborting `rank`'s communicator takes, when planned.
+    pub fn abort_delay(&self, rank: u32) -> Option<Duration> {
+        self.abort_delays
+            .iter()
+            .find(|(r, _)| *r == rank)
+            .map(|(_, d)| *d)
     }
 
     /// The plan for communicators split from the ones this plan applies to.
@@ -146,6 +176,7 @@ impl FaultPlan {
             let ranks = self.faults.iter().map(|f| f.rank);
             if let Some(r) = ranks
                 .chain(self.init_polls.iter().map(|(r, _)| *r))
+                .chain(self.abort_delays.iter().map(|(r, _)| *r))
                 .find(|r| *r >= size)
             {
                 return Err(Error::invalid(

@@ -63,7 +63,7 @@ mod world;
 pub use backend::{MockBackend, DEFAULT_INIT_TIMEOUT};
 pub use binding::MockAbort;
 pub use comm::{MockComm, MockRedOp};
-pub use fault::{Fault, FaultKind, FaultPlan};
+pub use fault::{Fault, FaultKind, FaultPlan, INIT_NEVER};
 pub use graph::MockGraph;
 pub use stream::{MockEvent, MockStream, DROP_GRACE};
 pub use world::{World, WorldBuilder, DEFAULT_VERSION, MAX_RANKS};

@@ -288,15 +288,42 @@ impl CommShared {
         }
     }
 
-    /// Aborts `rank`: idempotent; wakes whatever waits on it.
+    /// Aborts `rank`: idempotent; wakes whatever waits on it. A slow abort planned for the
+    /// rank ([`FaultPlan::slow_abort`]) is spent here, on the caller's thread, after the rank
+    /// is dead, as NCCL's release would be.
     pub(crate) fn abort(&self, rank: u32, reason: &str) {
-        let why = {
+        let (why, fresh) = {
             let mut life = lock(&self.rank(rank).life);
+            let before = life.cycle.state();
             life.cycle.abort(reason);
-            text!("aborted: {}", life.cycle.reason())
+            let fresh = life.cycle.state() != before;
+            (text!("aborted: {}", life.cycle.reason()), fresh)
         };
         lock(&self.rank(rank).regs).0.clear();
         self.mark_dead(rank, why);
+        if let Some(d) = self.plan.abort_delay(rank).filter(|_| fresh) {
+            std::thread::sleep(d);
+        }
+    }
+
+    /// Starts an abort of `rank` whose release is spent elsewhere: `Aborting`, dead to its
+    /// peers at once; whether the caller is to finish it ([`CommShared::abort_done`]).
+    pub(crate) fn abort_begin(&self, rank: u32, reason: &str) -> bool {
+        let (why, begun) = {
+            let mut life = lock(&self.rank(rank).life);
+            let begun = life.cycle.abort_begin(reason);
+            (text!("aborted: {}", life.cycle.reason()), begun)
+        };
+        if begun {
+            lock(&self.rank(rank).regs).0.clear();
+            self.mark_dead(rank, why);
+        }
+        begun
+    }
+
+    /// The release an [`CommShared::abort_begin`] started is over: `Aborted`.
+    pub(crate) fn abort_done(&self, rank: u32) {
+        lock(&self.rank(rank).life).cycle.abort_done();
     }
 
     /// The rank vanishes (fault plan): its own error is a system error, peers see it gone.

@@ -29,6 +29,12 @@ impl CommAbort for NcclAbort {
         self.inner.abort(reason);
     }
 
+    /// Aborts without waiting for NCCL's release (see
+    /// [`oxccl_core::CommAbort::abort_in_background`]).
+    fn abort_in_background(&self, reason: &str) {
+        self.inner.abort_in_background(reason);
+    }
+
     fn state(&self) -> CommState {
         self.inner.state()
     }

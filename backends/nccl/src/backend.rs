@@ -59,7 +59,9 @@ impl NcclBackend {
     }
 
     /// The same backend whose communicators give up on nonblocking calls after `timeout`
-    /// (a nonblocking init or split past it is aborted and reported as [`Error::Timeout`]).
+    /// (a nonblocking init or split past it is reported as [`Error::Timeout`] at once and
+    /// aborted in the background: `Aborting` until NCCL's abort returns, then `Aborted`; see
+    /// [`oxccl_core::CommAbort::abort_in_background`]).
     pub fn with_timeout(mut self, timeout: Duration) -> NcclBackend {
         self.settings.timeout = timeout;
         self

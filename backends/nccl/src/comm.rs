@@ -181,10 +181,55 @@ impl CommInner {
 
     /// Aborts: the state is Aborted at once for every handle, then the release (see
     /// [`CommInner::release`]: with live graphs the library's release finishes when the last
-    /// graph is dropped).
+    /// graph is dropped). An abort already running in the background is left to finish.
     pub(crate) fn abort(self: &Arc<Self>, reason: &str) {
         self.transition(|l| l.abort(reason));
         self.release(false);
+    }
+
+    /// Aborts without waiting for NCCL's release (see
+    /// [`oxccl_core::CommAbort::abort_in_background`]): `Aborting` at once, the release on a
+    /// thread named `oxccl-abort`, `Aborted` when it returns. The thread holds the shared
+    /// state, so dropping every handle meanwhile neither waits for it nor frees the
+    /// communicator under it; a process that exits meanwhile simply ends it.
+    pub(crate) fn abort_in_background(self: &Arc<Self>, reason: &str) {
+        if !self.transition(|l| l.abort_begin(reason)) {
+            // Aborted or destroyed already: that released it, or is releasing it.
+            return;
+        }
+        let claimed = {
+            let _excl = self.raw_use.write();
+            !self.released.swap(true, Ordering::AcqRel)
+        };
+        if !claimed {
+            // A drop or destroy released it meanwhile.
+            self.transition(|l| l.abort_done());
+            return;
+        }
+        // From here `released` is set: poll and op destroys no longer touch `raw`, and no
+        // other path releases it.
+        let counted = oxccl_core::AbortInFlight::begin();
+        let me = Arc::clone(self);
+        let spawned = std::thread::Builder::new()
+            .name("oxccl-abort".into())
+            .spawn(move || {
+                let _counted = counted;
+                me.release_raw(false);
+                me.transition(|l| l.abort_done());
+                log::debug!(
+                    "rank {}: NCCL communicator aborted (in background)",
+                    me.rank
+                );
+            });
+        if let Err(e) = spawned {
+            log::warn!(
+                "rank {}: no thread to abort an NCCL communicator in the background ({e}); \
+                 aborting it here",
+                self.rank
+            );
+            self.release_raw(false);
+            self.transition(|l| l.abort_done());
+        }
     }
 }
 
@@ -376,7 +421,7 @@ impl NcclComm {
         if code == ResultCode::IN_PROGRESS.0 && self.inner.nonblocking {
             return self.wait_ready(what);
         }
-        if code != 0 && self.state() == CommState::Aborted {
+        if code != 0 && self.state().is_aborted() {
             // Cut short by an abort from another thread: NCCL says only "internal error" (and
             // its last-error text belongs to a freed communicator), so say why it stopped.
             let reason = self.inner.life.lock().reason().to_string();
@@ -396,15 +441,25 @@ impl NcclComm {
     /// Polls until no nonblocking call is in progress, bounded by the communicator's timeout
     /// ([`NcclComm::timeout`]); [`Error::Timeout`] naming `what` past it. A communicator still
     /// initializing at the deadline (a nonblocking init that never completed) is aborted, with
-    /// a reason saying so.
+    /// a reason saying so, in the background
+    /// ([`oxccl_core::CommAbort::abort_in_background`]): the timeout returns at once, the state
+    /// is [`CommState::Aborting`] until NCCL's abort returns, then [`CommState::Aborted`]
+    /// ([`oxccl_core::pending_aborts`] counts the aborts still running).
     pub fn wait_ready(&self, what: &str) -> Result<()> {
         let r = Deadline::after(self.inner.settings.timeout).poll(what, || self.poll());
         if let Err(Error::Timeout { after_ms, .. }) = &r {
             if self.state() == CommState::Initializing {
-                self.abort(&format!("{what} timed out after {after_ms} ms"));
+                self.inner
+                    .abort_in_background(&format!("{what} timed out after {after_ms} ms"));
             }
         }
         r
+    }
+
+    /// Aborts without waiting for NCCL's release: see
+    /// [`oxccl_core::CommAbort::abort_in_background`].
+    pub fn abort_in_background(&self, reason: &str) {
+        self.inner.abort_in_background(reason);
     }
 
     /// Stops this communicator from any thread. Equivalent to [`Communicator::abort`].

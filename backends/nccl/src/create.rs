@@ -11,6 +11,7 @@ use crate::NcclBackend;
 use oxccl_core::{text, CommConfig, ConfigField, Device, Error, Feature, Result, ResultCode};
 use oxccl_loader::{ConfigBuf, Library, RawComm, RawConfig};
 use std::cell::UnsafeCell;
+use std::sync::Arc;
 
 /// The out-handle a creating call writes. NCCL may write it after the call has returned (a
 /// nonblocking split fills it once the parent leaves InProgress, NVIDIA/nccl#1472), so it
@@ -75,6 +76,35 @@ pub(crate) fn discard(lib: &Library, raw: RawComm) {
     }
 }
 
+/// [`discard`] on a thread named `oxccl-abort`, counted by [`oxccl_core::pending_aborts`]
+/// until it returns: for a communicator still in progress past its limit, whose abort would
+/// keep the caller past it too. Discarded here when no thread can be started.
+pub(crate) fn discard_in_background(lib: &Arc<Library>, raw: RawComm) {
+    if raw.is_null() {
+        return;
+    }
+    /// The handle, sent to the thread that alone uses it from then on.
+    struct Owned(RawComm);
+    // SAFETY: an opaque NCCL handle nobody else holds; NCCL allows it to be aborted from any
+    // thread.
+    unsafe impl Send for Owned {}
+    let counted = oxccl_core::AbortInFlight::begin();
+    let (lib2, owned) = (Arc::clone(lib), Owned(raw));
+    let spawned = std::thread::Builder::new()
+        .name("oxccl-abort".into())
+        .spawn(move || {
+            let _counted = counted;
+            // The whole wrapper moves here (a closure naming only `owned.0` would capture the
+            // bare handle, which is not `Send`).
+            let owned = owned;
+            discard(&lib2, owned.0);
+        });
+    if let Err(e) = spawned {
+        log::warn!("no thread to discard an NCCL communicator in the background ({e}); here");
+        discard(lib, raw);
+    }
+}
+
 impl NcclBackend {
     /// What every init path shares once its arguments are checked: the config (refused before
     /// any CUDA call), the device's context, the creating `call` (given the out-handle and the
@@ -123,7 +153,9 @@ impl NcclComm {
     /// Settles this parent after a split (`wait_always`: NCCL fills the child only once the
     /// parent leaves InProgress, NVIDIA/nccl#1472, and may return Success before it does) or a
     /// shrink, then adopts the child it made (`None`: no child, e.g. NCCL_SPLIT_NOCOLOR). A
-    /// nonblocking parent that stays in progress past the time limit is aborted.
+    /// nonblocking parent that stays in progress past the time limit is aborted in the
+    /// background: the timeout returns at once, the parent is `Aborting` until NCCL's abort
+    /// returns (see [`oxccl_core::CommAbort::abort_in_background`]).
     pub(crate) fn adopt_child(
         &self,
         what: &'static str,
@@ -140,7 +172,9 @@ impl NcclComm {
             if let Err(e) = self.wait_ready(what) {
                 if let Error::Timeout { after_ms, .. } = &e {
                     // The parent is stuck in the call: nothing else can run on it.
-                    self.abort(&format!("nonblocking {what} timed out after {after_ms} ms"));
+                    self.abort_in_background(&format!(
+                        "nonblocking {what} timed out after {after_ms} ms"
+                    ));
                 }
                 return Err(e);
             }
@@ -155,7 +189,9 @@ impl NcclComm {
     }
 
     /// Wraps a child NCCL made from this communicator: waits for a nonblocking child to be
-    /// ready (bounded by the time limit), reads its rank and size; on failure it is discarded.
+    /// ready (bounded by the time limit), reads its rank and size; on failure it is discarded,
+    /// in the background when the limit passed (the timeout returns at once; the discard is
+    /// counted by [`oxccl_core::pending_aborts`]).
     fn child(&self, raw: RawComm, cfg: &CommConfig) -> Result<NcclComm> {
         let lib = self.library();
         let nonblocking = if cfg.is_set(ConfigField::Blocking) {
@@ -170,6 +206,10 @@ impl NcclComm {
         };
         let (rank, size) = match ready.and_then(|()| query_rank_size(lib, raw)) {
             Ok(n) => n,
+            Err(e @ Error::Timeout { .. }) => {
+                discard_in_background(lib, raw);
+                return Err(e);
+            }
             Err(e) => {
                 discard(lib, raw);
                 return Err(e);

@@ -46,6 +46,7 @@ fn torchrun() {
             local_world_size: Some(2),
             master_addr: Some(host("10.0.0.1")),
             master_port: Some(29500),
+            derived_port: None,
             use_agent_store: true,
         }
     );
@@ -80,9 +81,86 @@ fn slurm() {
             local_world_size: Some(2),
             master_addr: Some(host("gpu07")),
             master_port: Some(1234),
+            derived_port: None,
             use_agent_store: false,
         }
     );
+}
+
+#[test]
+fn slurm_without_master_port_derives_it_from_the_job_step() {
+    let srun = [
+        ("SLURM_PROCID", "1"),
+        ("SLURM_NTASKS", "2"),
+        ("SLURM_JOB_ID", "123456"),
+        ("SLURM_STEP_ID", "7"),
+        ("SLURM_STEP_NODELIST", "gpu[07-08]"),
+    ];
+    let info = LaunchInfo::detect(env(&srun)).unwrap();
+    let step = SlurmStep {
+        job_id: 123456,
+        step_id: 7,
+    };
+    assert_eq!(info.master_port, Some(slurm_port(123456, 7)));
+    assert_eq!(info.derived_port, Some(step));
+    assert_eq!(info.store_port(), Ok(28135));
+    assert_eq!(info.master_addr, Some(host("gpu07")));
+    // An explicit MASTER_PORT wins, and the ids are then not read at all.
+    let mut explicit: heapless::Vec<(&str, &str), 8> = srun.iter().copied().collect();
+    explicit.push(("MASTER_PORT", "29511")).unwrap();
+    explicit[2] = ("SLURM_JOB_ID", "not-a-number");
+    let info = LaunchInfo::detect(env(&explicit)).unwrap();
+    assert_eq!((info.master_port, info.derived_port), (Some(29511), None));
+    // Another step of the job: another port.
+    let mut next = srun;
+    next[3] = ("SLURM_STEP_ID", "8");
+    let other = LaunchInfo::detect(env(&next)).unwrap().master_port;
+    assert_ne!(other, Some(28135));
+    // No step id: the batch step's.
+    let info = LaunchInfo::detect(env(&srun[..3])).unwrap();
+    assert_eq!(
+        info.derived_port,
+        Some(SlurmStep {
+            job_id: 123456,
+            step_id: SLURM_BATCH_STEP
+        })
+    );
+}
+
+#[test]
+fn the_slurm_port_only_for_srun_and_only_when_the_ids_are_usable() {
+    // mpirun inside an allocation: its ranks may see different steps, so nothing is derived.
+    let mpi = [
+        ("OMPI_COMM_WORLD_RANK", "0"),
+        ("OMPI_COMM_WORLD_SIZE", "2"),
+        ("SLURM_JOB_ID", "5"),
+        ("SLURM_STEP_ID", "0"),
+    ];
+    let info = LaunchInfo::detect(env(&mpi)).unwrap();
+    assert_eq!((info.master_port, info.derived_port), (None, None));
+    let (arg, text) = invalid(info.store_port().unwrap_err());
+    assert_eq!(arg, "MASTER_PORT");
+    assert!(!text.contains("SLURM"), "{text}");
+    // srun without a job id: the error names every variable that could have given the port.
+    let bare = [("SLURM_PROCID", "0"), ("SLURM_NTASKS", "2")];
+    let info = LaunchInfo::detect(env(&bare)).unwrap();
+    assert_eq!(info.master_port, None);
+    let (arg, text) = invalid(info.store_port().unwrap_err());
+    assert_eq!(arg, "MASTER_PORT");
+    assert!(
+        text.contains("SLURM_JOB_ID") && text.contains("SLURM_STEP_ID"),
+        "{text}"
+    );
+    // Ids that are not Slurm's: an error naming the variable.
+    for (var, bad) in [("SLURM_JOB_ID", "12x"), ("SLURM_STEP_ID", "-1")] {
+        let mut pairs: heapless::Vec<(&str, &str), 8> = bare.iter().copied().collect();
+        pairs.push(("SLURM_JOB_ID", "9")).unwrap();
+        pairs.push((var, bad)).unwrap();
+        if var == "SLURM_JOB_ID" {
+            pairs.remove(2);
+        }
+        assert_eq!(detect_err(&pairs).0, var, "{pairs:?}");
+    }
 }
 
 #[test]

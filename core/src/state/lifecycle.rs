@@ -1,4 +1,5 @@
 //! A communicator's life: initializing → ready → failed / aborted / finalized → destroyed.
+//! An abort whose release runs on a thread of its own passes through aborting first.
 //!
 //! The first failure reason sticks; abort is idempotent; every operation on a dead
 //! communicator fails fast with the reason it died.
@@ -18,6 +19,10 @@ pub enum CommState {
     Failed,
     /// Aborted by the user, a watchdog or a fault; only destroy remains.
     Aborted,
+    /// Aborted, and the library's release of the communicator still runs on a thread of its
+    /// own (an init or split past its time limit is aborted so, and its caller not kept
+    /// waiting): dead like [`CommState::Aborted`], which it becomes when the release returns.
+    Aborting,
     /// A nonblocking finalize is flushing.
     Finalizing,
     /// Finalized cleanly; only destroy remains.
@@ -34,6 +39,7 @@ impl CommState {
             CommState::Ready => "ready",
             CommState::Failed => "failed",
             CommState::Aborted => "aborted",
+            CommState::Aborting => "aborting",
             CommState::Finalizing => "finalizing",
             CommState::Finalized => "finalized",
             CommState::Destroyed => "destroyed",
@@ -44,8 +50,18 @@ impl CommState {
     pub const fn is_dead(self) -> bool {
         matches!(
             self,
-            CommState::Failed | CommState::Aborted | CommState::Finalized | CommState::Destroyed
+            CommState::Failed
+                | CommState::Aborted
+                | CommState::Aborting
+                | CommState::Finalized
+                | CommState::Destroyed
         )
+    }
+
+    /// Whether it was aborted ([`CommState::Aborted`], or [`CommState::Aborting`] while the
+    /// release still runs).
+    pub const fn is_aborted(self) -> bool {
+        matches!(self, CommState::Aborted | CommState::Aborting)
     }
 }
 
@@ -112,14 +128,39 @@ impl Lifecycle {
         }
     }
 
-    /// Aborts. Idempotent; a failure reason already recorded is kept as the cause.
+    /// Aborts. Idempotent; a failure reason already recorded is kept as the cause. An abort
+    /// already under way ([`CommState::Aborting`]) is left to finish.
     pub fn abort(&mut self, reason: &str) {
+        self.enter(CommState::Aborted, reason);
+    }
+
+    /// Starts an abort whose release runs elsewhere: [`CommState::Aborting`] until
+    /// [`Lifecycle::abort_done`]. Whether the caller is to release the communicator: false when
+    /// it was aborted (or destroyed) already, so the release is never run twice.
+    pub fn abort_begin(&mut self, reason: &str) -> bool {
+        self.enter(CommState::Aborting, reason)
+    }
+
+    /// The release an [`Lifecycle::abort_begin`] started has returned: `Aborted` (a
+    /// communicator destroyed meanwhile stays destroyed).
+    pub fn abort_done(&mut self) {
+        if self.state == CommState::Aborting {
+            self.state = CommState::Aborted;
+        }
+    }
+
+    /// Enters `to` (Aborted or Aborting) unless already aborted or destroyed; whether it did.
+    fn enter(&mut self, to: CommState, reason: &str) -> bool {
         match self.state {
-            CommState::Aborted | CommState::Destroyed => {}
-            CommState::Failed => self.state = CommState::Aborted,
+            CommState::Aborted | CommState::Aborting | CommState::Destroyed => false,
+            CommState::Failed => {
+                self.state = to;
+                true
+            }
             _ => {
-                self.state = CommState::Aborted;
+                self.state = to;
                 self.reason = text_str(reason);
+                true
             }
         }
     }
@@ -162,7 +203,7 @@ impl Lifecycle {
     pub fn ensure_ready(&self, attempted: &'static str) -> Result<()> {
         match self.state {
             CommState::Ready => Ok(()),
-            CommState::Aborted => Err(Error::Aborted {
+            CommState::Aborted | CommState::Aborting => Err(Error::Aborted {
                 reason: self.reason.clone(),
             }),
             s => Err(self.refuse(s, attempted)),
@@ -187,13 +228,15 @@ impl Lifecycle {
 mod tests {
     use super::*;
 
-    fn all_states() -> [Lifecycle; 7] {
+    fn all_states() -> [Lifecycle; 8] {
         let ready = Lifecycle::ready();
         let init = Lifecycle::initializing();
         let mut failed = Lifecycle::ready();
         failed.fail("boom");
         let mut aborted = Lifecycle::ready();
         aborted.abort("user");
+        let mut aborting = Lifecycle::ready();
+        assert!(aborting.abort_begin("limit"));
         let mut finalizing = Lifecycle::ready();
         finalizing.finalize_start().unwrap();
         let mut finalized = finalizing.clone();
@@ -201,7 +244,7 @@ mod tests {
         let mut destroyed = Lifecycle::ready();
         destroyed.destroy();
         [
-            init, ready, failed, aborted, finalizing, finalized, destroyed,
+            init, ready, failed, aborted, aborting, finalizing, finalized, destroyed,
         ]
     }
 
@@ -246,14 +289,58 @@ mod tests {
             let before = l.state();
             l.abort("x");
             l.abort("y");
-            let expect = if before == CommState::Destroyed {
-                CommState::Destroyed
-            } else {
-                CommState::Aborted
+            let expect = match before {
+                CommState::Destroyed | CommState::Aborting => before,
+                _ => CommState::Aborted,
             };
             assert_eq!(l.state(), expect, "from {before}");
             assert!(l.ensure_ready("op").is_err());
         }
+    }
+
+    #[test]
+    fn an_abort_in_background_is_aborting_until_done_and_released_once() {
+        for mut l in all_states() {
+            let before = l.state();
+            let first = l.abort_begin("limit");
+            let fresh = !matches!(
+                before,
+                CommState::Aborted | CommState::Aborting | CommState::Destroyed
+            );
+            assert_eq!(first, fresh, "from {before}");
+            if fresh {
+                assert_eq!(l.state(), CommState::Aborting, "from {before}");
+                assert!(l.state().is_dead() && l.state().is_aborted());
+                // Only one caller releases.
+                assert!(!l.abort_begin("again"));
+                l.abort("inline meanwhile");
+                assert_eq!(l.state(), CommState::Aborting);
+                l.fail("late failure");
+                assert_eq!(l.state(), CommState::Aborting);
+                assert!(l.init_done().is_err() && l.finalize_start().is_err());
+                match l.ensure_ready("op") {
+                    Err(Error::Aborted { reason }) => {
+                        let want = if before == CommState::Failed {
+                            "boom"
+                        } else {
+                            "limit"
+                        };
+                        assert_eq!(reason.as_str(), want, "from {before}");
+                    }
+                    e => panic!("{e:?}"),
+                }
+                l.abort_done();
+                assert_eq!(l.state(), CommState::Aborted, "from {before}");
+            } else {
+                assert_eq!(l.state(), before);
+            }
+        }
+        // Destroyed while the release ran: stays destroyed.
+        let mut l = Lifecycle::initializing();
+        l.abort_begin("limit");
+        l.destroy();
+        l.abort_done();
+        assert_eq!(l.state(), CommState::Destroyed);
     }
 
     #[test]

@@ -9,7 +9,7 @@ mod communicator;
 mod graph;
 mod stream;
 
-pub use abort::CommAbort;
+pub use abort::{pending_aborts, AbortInFlight, CommAbort};
 pub use backend::Backend;
 pub use communicator::{Communicator, Progress, RegHandle, StreamPriority};
 pub use graph::{forbidden, Capture, CaptureError, Graph};

@@ -150,8 +150,25 @@ fn launcher_json() -> Value {
             "world_size": l.world_size,
             "local_rank": l.local_rank,
             "local_world_size": l.local_world_size,
+            "master_addr": l.master_addr.as_deref(),
+            "master_port": l.master_port,
+            "master_port_from": port_origin(&l),
         }),
         Err(e) => json!({"recognised": null, "note": e.to_string()}),
+    }
+}
+
+/// Where the port of rank 0's store comes from, as `oxccl info` says it.
+fn port_origin(l: &LaunchInfo) -> Value {
+    match (l.master_port, l.derived_port) {
+        (_, Some(step)) => json!(format!(
+            "derived from Slurm job {} step {} by {} (MASTER_PORT unset)",
+            step.job_id,
+            step.step_id,
+            oxccl_core::launch::SLURM_PORT_RULE
+        )),
+        (Some(_), None) => json!("MASTER_PORT"),
+        (None, None) => Value::Null,
     }
 }
 
@@ -260,6 +277,15 @@ fn text(r: &Value) -> String {
             l["rank"],
             l["world_size"],
         );
+        let addr = match &l["master_addr"] {
+            Value::Null => "MASTER_ADDR unset".to_owned(),
+            v => str_of(v),
+        };
+        let port = match &l["master_port_from"] {
+            Value::Null => "MASTER_PORT unset".to_owned(),
+            from => format!("{} ({})", l["master_port"], str_of(from)),
+        };
+        s += &format!("  store:   rank 0's at {addr}, port {port}\n");
     }
     s
 }
