@@ -15,6 +15,9 @@ use std::sync::Mutex;
 /// Environment variables are process-wide: tests that set or load take this lock.
 static ENV: Mutex<()> = Mutex::new(());
 
+/// Bytes written over a copy: (offset, bytes).
+type Patch = (u64, Vec<u8>);
+
 const PT_LOAD: u32 = 1;
 const PT_DYNAMIC: u32 = 2;
 
@@ -109,7 +112,7 @@ impl Layout {
 
 /// `dir/name`: the first `len` bytes of `src` (real bytes up to [`REAL_PREFIX`], a hole
 /// after), with `patches` (offset, bytes) written over it.
-fn cut_copy(src: &Path, dir: &Path, name: &str, len: u64, patches: &[(u64, Vec<u8>)]) -> PathBuf {
+fn cut_copy(src: &Path, dir: &Path, name: &str, len: u64, patches: &[Patch]) -> PathBuf {
     let dst = dir.join(name);
     let mut prefix = Vec::new();
     File::open(src)
@@ -233,7 +236,7 @@ fn every_release_with_a_corrupted_header_is_refused_by_the_field_at_fault() {
         let dynamic = l.nth(PT_DYNAMIC, 0);
         let le64 = |v: u64| v.to_le_bytes().to_vec();
         let le16 = |v: u16| v.to_le_bytes().to_vec();
-        let cases: Vec<(&str, (u64, Vec<u8>), ElfError)> = vec![
+        let cases: Vec<(&str, Patch, ElfError)> = vec![
             (
                 "magic",
                 (0, vec![0]),
