@@ -90,7 +90,7 @@ impl fmt::Display for Part {
             Part::Header => f.write_str("the ELF header"),
             Part::ProgramHeaders => f.write_str("the program header table"),
             Part::Segment { index, kind } => {
-                write!(f, "program header {index} ({})", segment_name(*kind))
+                write!(f, "program header {index} ({})", SegmentName(*kind))
             }
             Part::SectionHeaders => f.write_str("the section header table"),
         }
@@ -98,10 +98,6 @@ impl fmt::Display for Part {
 }
 
 /// `readelf`'s name of a segment type.
-fn segment_name(kind: u32) -> SegmentName {
-    SegmentName(kind)
-}
-
 struct SegmentName(u32);
 
 impl fmt::Display for SegmentName {
@@ -212,7 +208,7 @@ pub enum ElfError {
         part: Part,
         /// Where it ends.
         end: u64,
-        /// How many bytes were available from its start of reading.
+        /// Where the bytes available end.
         have: u64,
     },
 }
