@@ -1,11 +1,23 @@
 //! `oxccl info --library <lib> --json` for every NCCL release cached by
-//! scripts/fetch-nccl.sh: the version and the feature availability it reports.
+//! scripts/fetch-nccl.sh: the version and the feature availability it reports; cut and
+//! corrupted copies of them refused with the reason and exit code 3, never a signal.
 
-use std::path::Path;
+use std::io::{Read, Write};
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
+/// The cache of releases: `OXCCL_NCCL_CACHE`, else `<repo>/.cache/nccl` (as
+/// scripts/fetch-nccl.sh and the loader's tests).
+fn cache_dir() -> PathBuf {
+    match std::env::var_os("OXCCL_NCCL_CACHE") {
+        Some(p) if !p.is_empty() => PathBuf::from(p),
+        _ => Path::new(env!("CARGO_MANIFEST_DIR")).join(".cache/nccl"),
+    }
+}
+
 fn releases() -> Vec<(String, std::path::PathBuf)> {
-    let cache = Path::new(env!("CARGO_MANIFEST_DIR")).join(".cache/nccl");
+    let cache = cache_dir();
     let mut out: Vec<_> = std::fs::read_dir(&cache)
         .map(|d| {
             d.flatten()
@@ -192,4 +204,211 @@ fn info_names_the_launcher_and_this_ranks_place() {
         ),
         "{text}"
     );
+}
+
+/// `dir/name`: the first `len` bytes of `src`, the real bytes up to 1 MiB and a hole after
+/// (the loader's check reads only the headers, under 1 KiB), with `patch` (offset, bytes)
+/// written over it.
+fn cut_copy(
+    src: &Path,
+    dir: &Path,
+    name: &str,
+    len: u64,
+    patch: Option<(usize, &[u8])>,
+) -> PathBuf {
+    let dst = dir.join(name);
+    let mut prefix = Vec::new();
+    std::fs::File::open(src)
+        .unwrap()
+        .take(len.min(1 << 20))
+        .read_to_end(&mut prefix)
+        .unwrap();
+    if let Some((at, bytes)) = patch {
+        prefix[at..at + bytes.len()].copy_from_slice(bytes);
+    }
+    let mut f = std::fs::File::create(&dst).unwrap();
+    f.write_all(&prefix).unwrap();
+    f.set_len(len).unwrap();
+    dst
+}
+
+/// A fresh scratch folder for this process and `name`.
+fn scratch(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("oxccl-cli-info-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// (end of the program header table, end of the first program header's segment, end of the
+/// section header table) of a release, read with plain offsets.
+fn ends(lib: &Path) -> (u64, u64, u64) {
+    let mut h = vec![0u8; 4096];
+    std::fs::File::open(lib)
+        .unwrap()
+        .read_exact(&mut h)
+        .unwrap();
+    let u16_at = |at: usize| u64::from(u16::from_le_bytes(h[at..at + 2].try_into().unwrap()));
+    let u64_at = |at: usize| u64::from_le_bytes(h[at..at + 8].try_into().unwrap());
+    let phoff = u64_at(32);
+    let ph0 = phoff as usize;
+    assert_eq!(h[ph0], 1, "program header 0 is a LOAD");
+    (
+        phoff + u16_at(56) * 56,
+        u64_at(ph0 + 8) + u64_at(ph0 + 32),
+        u64_at(40) + u16_at(60) * u16_at(58),
+    )
+}
+
+/// Runs `oxccl info` with `args` and `envs`: its exit code (a signal fails the test), stdout
+/// and stderr.
+fn info(args: &[&std::ffi::OsStr], envs: &[(&str, &std::ffi::OsStr)]) -> (i32, String, String) {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_oxccl"));
+    c.arg("info").args(args);
+    for (k, v) in envs {
+        c.env(k, v);
+    }
+    let out = c.output().expect("oxccl runs");
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.signal(), None, "killed by a signal: {err}");
+    let code = out.status.code().expect("an exit code");
+    (code, String::from_utf8_lossy(&out.stdout).into_owned(), err)
+}
+
+#[test]
+fn info_refuses_a_cut_library_with_the_reason_and_exit_code_3() {
+    let dir = scratch("cut");
+    for (version, lib) in releases() {
+        let size = std::fs::metadata(&lib).unwrap().len();
+        let (table_end, load0_end, sections_end) = ends(&lib);
+        let cases = [
+            (
+                64,
+                format!("the program header table ends at byte {table_end}, the file has 64"),
+            ),
+            (
+                4096,
+                format!("program header 0 (LOAD) ends at byte {load0_end}, the file has 4096"),
+            ),
+            (
+                300 * 1024,
+                format!("program header 0 (LOAD) ends at byte {load0_end}, the file has 307200"),
+            ),
+            (
+                size / 2,
+                format!(
+                    "program header 0 (LOAD) ends at byte {load0_end}, the file has {}",
+                    size / 2
+                ),
+            ),
+            (
+                size - 1,
+                format!(
+                    "the section header table ends at byte {sections_end}, the file has {}",
+                    size - 1
+                ),
+            ),
+        ];
+        for (len, what) in cases {
+            let copy = cut_copy(&lib, &dir, &format!("{version}-{len}.so"), len, None);
+            let want = format!(
+                "{}: not a loadable shared library: truncated: {what}",
+                copy.display()
+            );
+            let (code, _, err) = info(&["--library".as_ref(), copy.as_os_str()], &[]);
+            assert_eq!(code, 3, "{version} at {len}: {err}");
+            assert!(
+                err.starts_with(&format!("oxccl info: {want}; ")),
+                "{version} at {len}: {err}"
+            );
+            assert_eq!(err.lines().count(), 1, "one line: {err}");
+            let (code, out, _) = info(
+                &["--json".as_ref(), "--library".as_ref(), copy.as_os_str()],
+                &[],
+            );
+            assert_eq!(code, 3);
+            let json: serde_json::Value = serde_json::from_str(&out).expect("one JSON object");
+            assert_eq!(json["library"]["found"], false);
+            assert_eq!(json["library"]["error"], want.as_str());
+            std::fs::remove_file(&copy).unwrap();
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn info_refuses_a_corrupted_library_named_by_the_environment_variable() {
+    let dir = scratch("corrupt");
+    for (version, lib) in releases() {
+        let size = std::fs::metadata(&lib).unwrap().len();
+        let cases: [(&str, usize, &[u8], &str); 3] = [
+            ("class", 4, &[1], "ELF class 1 (ELFCLASS32, 32-bit), but this process loads only 64-bit libraries (ELFCLASS64)"),
+            ("type", 16, &[2, 0], "ELF type 2 (ET_EXEC, an executable), not a shared object (ET_DYN)"),
+            ("magic", 1, b"Z", "not an ELF file: it starts with 7f 5a 4c 46, an ELF file with 7f 45 4c 46"),
+        ];
+        for (name, at, bytes, what) in cases {
+            let copy = cut_copy(
+                &lib,
+                &dir,
+                &format!("{version}-{name}.so"),
+                size,
+                Some((at, bytes)),
+            );
+            let (code, _, err) = info(&[], &[("OXCCL_NCCL_LIBRARY", copy.as_os_str())]);
+            assert_eq!(code, 3, "{version} {name}: {err}");
+            let want = format!(
+                "oxccl info: {}: not a loadable shared library: {what}; ",
+                copy.display()
+            );
+            assert!(err.starts_with(&want), "{version} {name}: {err}");
+            std::fs::remove_file(&copy).unwrap();
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn info_search_refuses_a_cut_library_in_ld_library_path() {
+    let Some((_, lib)) = releases().pop() else {
+        return;
+    };
+    let dir = scratch("search");
+    let copy = cut_copy(&lib, &dir, "libnccl.so.2", 4096, None);
+    let (_, load0_end, _) = ends(&lib);
+    let (code, out, err) = info(
+        &["--json".as_ref()],
+        &[
+            ("OXCCL_NCCL_LIBRARY", "".as_ref()),
+            ("LD_LIBRARY_PATH", dir.as_os_str()),
+            ("PATH", "/nonexistent".as_ref()),
+            ("HOME", "/nonexistent".as_ref()),
+            ("PYENV_ROOT", "/nonexistent".as_ref()),
+            ("VIRTUAL_ENV", "".as_ref()),
+            ("CONDA_PREFIX", "".as_ref()),
+        ],
+    );
+    let json: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+    if json["library"]["found"] == true {
+        println!("skipped: a system libnccl.so loaded after the refused one");
+        let _ = std::fs::remove_dir_all(&dir);
+        return;
+    }
+    assert_eq!(code, 3, "{err}");
+    let tried = json["library"]["tried"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let by_name = tried
+        .iter()
+        .find(|t| t["place"] == "libnccl.so.2 (system search)")
+        .unwrap_or_else(|| panic!("the name was tried: {out} {err}"));
+    assert_eq!(
+        by_name["reason"],
+        format!(
+            "not loadable: {}: truncated: program header 0 (LOAD) ends at byte {load0_end}, the file has 4096",
+            copy.display()
+        )
+        .as_str()
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }

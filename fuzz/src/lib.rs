@@ -11,6 +11,7 @@ pub mod check_op;
 pub mod comm_life;
 pub mod comm_life_model;
 mod comm_life_split;
+pub mod elf;
 pub mod env;
 pub mod group;
 pub mod lifecycle;
@@ -29,6 +30,7 @@ pub type Body = fn(&[u8]);
 pub const TARGETS: &[(&str, Body)] = &[
     ("check_op", check_op::fuzz),
     ("comm_life", comm_life::fuzz),
+    ("elf", elf::fuzz),
     ("env", env::fuzz),
     ("group", group::fuzz),
     ("lifecycle", lifecycle::fuzz),

@@ -6,6 +6,7 @@
 //! hot path. There is no `From<LoadError> for oxccl_core::Error`: squeezing a load failure into
 //! a 192-byte `Text` would lose exactly the details a user needs to fix their installation.
 
+use crate::elf::ElfError;
 use oxccl_core::Version;
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -44,6 +45,16 @@ pub enum LoadError {
         path: PathBuf,
         /// The dynamic loader's message (`dlerror`).
         reason: String,
+    },
+    /// The file failed the check of its ELF header and segments made before `dlopen`
+    /// ([`crate::elf`]): cut short, corrupt, or not a 64-bit shared object for this machine.
+    /// Refused here because `dlopen` of a cut file dies of `SIGBUS` instead of failing.
+    #[error("{}: not a loadable shared library: {problem}", .path.display())]
+    BadElf {
+        /// The file checked (for a name found through `LD_LIBRARY_PATH`, the file there).
+        path: PathBuf,
+        /// What is wrong with it.
+        problem: ElfError,
     },
     /// A shared library, but not NCCL: it exports no `ncclGetVersion`.
     #[error("{}: a shared library but not NCCL (no ncclGetVersion symbol)", .path.display())]
@@ -96,6 +107,7 @@ impl LoadError {
         match self {
             LoadError::Missing { path }
             | LoadError::NotLoadable { path, .. }
+            | LoadError::BadElf { path, .. }
             | LoadError::NotNccl { path }
             | LoadError::BadVersion { path, .. }
             | LoadError::TooOld { path, .. } => Some(path),
@@ -108,6 +120,9 @@ impl LoadError {
         match self {
             LoadError::Missing { .. } => "no such file".to_owned(),
             LoadError::NotLoadable { reason, .. } => format!("not loadable: {reason}"),
+            LoadError::BadElf { path, problem } => {
+                format!("not loadable: {}: {problem}", path.display())
+            }
             LoadError::NotNccl { .. } => "not NCCL (no ncclGetVersion)".to_owned(),
             LoadError::BadVersion { result, code, .. } => {
                 format!("ncclGetVersion returned result {result}, version code {code}")

@@ -49,6 +49,26 @@ pub fn places() -> Vec<Place> {
     out
 }
 
+/// The files named `name` in the folders of `LD_LIBRARY_PATH`, in its order: the files the
+/// dynamic loader's search by name would consider first. Best effort, for checking a file
+/// before `dlopen` reads it: the variable as this process sees it now (the loader read it at
+/// start-up), separated by `:` or `;`, an empty entry meaning the current folder, entries with
+/// `$ORIGIN`-style tokens and the `glibc-hwcaps` subfolders skipped; the executable's RPATH and
+/// RUNPATH, `/etc/ld.so.cache` and the default folders are not looked at, and a library of
+/// that name already loaded (which `dlopen` reuses without searching) is not known here.
+pub fn library_path_candidates(name: &str) -> Vec<PathBuf> {
+    let Some(var) = env::var_os("LD_LIBRARY_PATH") else {
+        return Vec::new();
+    };
+    let var = var.to_string_lossy().into_owned();
+    var.split([':', ';'])
+        .filter(|dir| !dir.contains('$'))
+        .map(|dir| if dir.is_empty() { "." } else { dir })
+        .map(|dir| Path::new(dir).join(name))
+        .filter(|p| p.exists())
+        .collect()
+}
+
 /// The Python install prefixes visible from the environment, most specific first.
 fn prefixes() -> Vec<PathBuf> {
     let mut out = Vec::new();

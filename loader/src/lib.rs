@@ -19,6 +19,7 @@
 pub mod api;
 mod codes;
 pub mod config;
+pub mod elf;
 pub mod error;
 pub mod find;
 mod library;
@@ -26,6 +27,7 @@ pub mod raw;
 
 pub use api::Api;
 pub use config::{ConfigBuf, RawConfig};
+pub use elf::ElfError;
 pub use error::{LoadError, Tried};
 pub use find::{Place, ENV_LIBRARY};
 pub use library::Library;

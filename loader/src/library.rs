@@ -1,6 +1,7 @@
 //! A loaded libnccl: the handle, its function table, its version and what it can do.
 
 use crate::api::Api;
+use crate::elf;
 use crate::error::{LoadError, Tried};
 use crate::find::{self, Place, ENV_LIBRARY};
 use core::ffi::{c_char, c_int, c_void};
@@ -94,17 +95,28 @@ impl Library {
             .and_then(|n| find::SYSTEM_NAMES.iter().find(|s| **s == n))
         {
             Some(n) => Self::open_place(&Place::Name(n)),
-            None => Self::dlopen(name, true),
+            None => {
+                check_by_name(name)?;
+                Self::dlopen(name, true)
+            }
         }
     }
 
     fn open_place(place: &Place) -> Result<Library, LoadError> {
         match place {
-            Place::Name(n) => Self::dlopen(Path::new(n), true),
+            Place::Name(n) => {
+                check_by_name(Path::new(n))?;
+                Self::dlopen(Path::new(n), true)
+            }
             Place::Path(p) => {
                 if std::fs::metadata(p).is_err() {
                     return Err(LoadError::Missing { path: p.clone() });
                 }
+                // Before dlopen: a file cut short kills the process inside it (SIGBUS).
+                elf::check_file(p).map_err(|problem| LoadError::BadElf {
+                    path: p.clone(),
+                    problem,
+                })?;
                 Self::dlopen(p, false)
             }
         }
@@ -201,6 +213,32 @@ impl Library {
     pub fn load_time(&self) -> Duration {
         self.load_time
     }
+}
+
+/// Checks the file the dynamic loader's search would take for the bare `name`, as far as
+/// [`find::library_path_candidates`] can tell: the first file in `LD_LIBRARY_PATH` order,
+/// passing over those glibc's search passes over too (another class or machine) and those
+/// that cannot be read (nothing to map), so that a cut file there is refused instead of
+/// mapped. A name found elsewhere (RUNPATH, the ld cache) is left to `dlopen` unchecked.
+fn check_by_name(name: &Path) -> Result<(), LoadError> {
+    let Some(name) = name.to_str() else {
+        return Ok(());
+    };
+    for candidate in find::library_path_candidates(name) {
+        match elf::check_file(&candidate) {
+            Ok(()) => return Ok(()),
+            Err(problem) if problem.skipped_by_search() => continue,
+            // What cannot be read cannot be mapped either: dlopen answers for it.
+            Err(elf::ElfError::Unreadable { .. } | elf::ElfError::NotAFile) => continue,
+            Err(problem) => {
+                return Err(LoadError::BadElf {
+                    path: candidate,
+                    problem,
+                })
+            }
+        }
+    }
+    Ok(())
 }
 
 #[repr(C)]

@@ -273,14 +273,53 @@ fn a_missing_file_is_missing() {
 }
 
 #[test]
-fn a_text_file_is_not_loadable() {
+fn a_text_file_is_not_elf() {
     let dir = common::scratch("text");
     let p = dir.join("libnccl.so.2");
     std::fs::write(&p, "this is not a shared library\n").unwrap();
     match Library::open(&p) {
-        Err(LoadError::NotLoadable { path, reason }) => {
+        Err(LoadError::BadElf { path, problem }) => {
             assert_eq!(path, p);
-            assert!(!reason.is_empty());
+            assert_eq!(
+                problem,
+                oxccl_loader::ElfError::NotElf {
+                    found: b"this".to_vec()
+                }
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_library_with_a_missing_dependency_is_not_loadable() {
+    // Passes the ELF check, fails in dlopen: the dynamic loader's own text.
+    let dir = common::scratch("needs");
+    let src = dir.join("needs.c");
+    std::fs::write(
+        &src,
+        "int ncclGetVersion(int* v) { *v = 22304; return 0; }\n",
+    )
+    .unwrap();
+    let dep = dir.join("liboxcclgone.so");
+    let so = dir.join("libnccl.so.2");
+    for (out, extra) in [(&dep, vec![]), (&so, vec![dep.clone()])] {
+        let status = std::process::Command::new("gcc")
+            .args(["-shared", "-fPIC", "-o"])
+            .arg(out)
+            .arg(&src)
+            // Recorded as needed even though nothing of it is used.
+            .arg("-Wl,--no-as-needed")
+            .args(extra)
+            .status()
+            .expect("gcc runs");
+        assert!(status.success());
+    }
+    std::fs::remove_file(&dep).unwrap();
+    match Library::open(&so) {
+        Err(LoadError::NotLoadable { path, reason }) => {
+            assert_eq!(path, so);
+            assert!(reason.contains("liboxcclgone.so"), "{reason}");
         }
         other => panic!("{other:?}"),
     }

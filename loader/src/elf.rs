@@ -1,0 +1,999 @@
+//! A check of a library file's ELF header and program headers, run before `dlopen`.
+//!
+//! `dlopen` maps each loadable segment of a file straight from the file: a segment that claims
+//! bytes past the end of a short file (an interrupted download, a copy cut by a full disk) is
+//! mapped all the same, and the first touch of its missing pages raises `SIGBUS` inside the
+//! dynamic loader, killing the process instead of returning an error. This check reads only
+//! the 64-byte ELF header and the program header table (bounded reads, never a map, never the
+//! whole file) and refuses, with a typed [`ElfError`], a file whose header or segments do not
+//! fit in it, or that this process could not load anyway: not ELF, not 64-bit, the other byte
+//! order, not a shared object, another machine.
+//!
+//! The check itself is pure, over the bytes read and the file's size ([`check`], or
+//! [`Elf::parse`] then [`Elf::check_layout`]), so it runs on any input in tests and under the
+//! fuzzer; [`check_file`] is the thin part that reads a file. A file can still change between
+//! the check and `dlopen`: the check catches files that are already short, not a race.
+//!
+//! Program headers are numbered from 0 in the order of the table, the numbers `readelf -l`
+//! prints in its "Section to Segment mapping", so `program header 3 (LOAD)` is the fourth row
+//! of its "Program Headers" list.
+
+use std::fmt;
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+/// Size of the ELF header of a 64-bit file (`Elf64_Ehdr`), the first bytes the check reads.
+pub const HEADER_LEN: usize = 64;
+
+/// Size of one program header of a 64-bit file (`Elf64_Phdr`), the only `e_phentsize` the
+/// dynamic loader accepts.
+pub const PROGRAM_HEADER_LEN: u16 = 56;
+
+/// `ELFCLASS64`: the only class a 64-bit process can load.
+const CLASS_64: u8 = 2;
+/// `ELFDATA2LSB` / `ELFDATA2MSB`.
+const DATA_LSB: u8 = 1;
+const DATA_MSB: u8 = 2;
+/// `EV_CURRENT`, the only ELF version there is.
+const EV_CURRENT: u32 = 1;
+/// `ET_DYN`: a shared object (or a position-independent executable).
+const ET_DYN: u16 = 3;
+/// `PT_LOAD` and `PT_DYNAMIC`: the segments `dlopen` maps or reads through the map.
+const PT_LOAD: u32 = 1;
+const PT_DYNAMIC: u32 = 2;
+
+/// The byte order of this machine, as an `EI_DATA` value.
+pub const HOST_DATA: u8 = if cfg!(target_endian = "little") {
+    DATA_LSB
+} else {
+    DATA_MSB
+};
+
+/// The `e_machine` of this build's target: x86_64 (62), aarch64 (183), powerpc64 (21), the
+/// architectures NCCL is built for. `None` on any other architecture: there the machine is
+/// not checked by this module (the dynamic loader still refuses a foreign library, with its
+/// own message).
+pub const HOST_MACHINE: Option<u16> = if cfg!(target_arch = "x86_64") {
+    Some(62)
+} else if cfg!(target_arch = "aarch64") {
+    Some(183)
+} else if cfg!(target_arch = "powerpc64") {
+    Some(21)
+} else {
+    None
+};
+
+/// A part of the file the check locates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Part {
+    /// The ELF header (the file's first [`HEADER_LEN`] bytes).
+    Header,
+    /// The program header table (`e_phoff`, `e_phnum` entries).
+    ProgramHeaders,
+    /// The file contents of one segment (`p_offset`, `p_filesz`).
+    Segment {
+        /// Its program header's place in the table, from 0 (as `readelf -l` numbers them).
+        index: u16,
+        /// Its `p_type` (`PT_LOAD` is 1, `PT_DYNAMIC` 2).
+        kind: u32,
+    },
+    /// The section header table (`e_shoff`, `e_shnum` entries): not used by `dlopen`, but it
+    /// is the end of a linked library, so a cut download loses it first.
+    SectionHeaders,
+}
+
+impl fmt::Display for Part {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Part::Header => f.write_str("the ELF header"),
+            Part::ProgramHeaders => f.write_str("the program header table"),
+            Part::Segment { index, kind } => {
+                write!(f, "program header {index} ({})", SegmentName(*kind))
+            }
+            Part::SectionHeaders => f.write_str("the section header table"),
+        }
+    }
+}
+
+/// `readelf`'s name of a segment type.
+struct SegmentName(u32);
+
+impl fmt::Display for SegmentName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            PT_LOAD => f.write_str("LOAD"),
+            PT_DYNAMIC => f.write_str("DYNAMIC"),
+            other => write!(f, "type {other:#x}"),
+        }
+    }
+}
+
+/// What is wrong with a file, found before `dlopen`. Each names the field or part at fault,
+/// what it holds and what was expected; numbers are bytes from the start of the file.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ElfError {
+    /// Not a regular file (a directory, a device, a pipe): nothing `dlopen` can map.
+    #[error("not a regular file")]
+    NotAFile,
+    /// Reading the file failed.
+    #[error("cannot read {part}: {reason}")]
+    Unreadable {
+        /// What was being read.
+        part: Part,
+        /// The operating system's message.
+        reason: String,
+    },
+    /// The file does not start with the ELF magic `7f 45 4c 46`.
+    #[error("not an ELF file: it starts with {}, an ELF file with 7f 45 4c 46", Hex(.found))]
+    NotElf {
+        /// Its first bytes (up to four).
+        found: Vec<u8>,
+    },
+    /// Not a 64-bit ELF file (`EI_CLASS`).
+    #[error("ELF class {found} ({}), but this process loads only 64-bit libraries (ELFCLASS64)", class_name(*.found))]
+    Class {
+        /// The `EI_CLASS` byte.
+        found: u8,
+    },
+    /// The other byte order than this machine's (`EI_DATA`).
+    #[error("data encoding {found} ({}), but this machine is {}", data_name(*.found), data_name(HOST_DATA))]
+    Encoding {
+        /// The `EI_DATA` byte.
+        found: u8,
+    },
+    /// An ELF version other than 1 (`EI_VERSION` or `e_version`).
+    #[error("ELF version {found}, expected 1 (EV_CURRENT)")]
+    Version {
+        /// The version found.
+        found: u32,
+    },
+    /// Not a shared object (`e_type` other than `ET_DYN`).
+    #[error("ELF type {found} ({}), not a shared object (ET_DYN)", type_name(*.found))]
+    NotShared {
+        /// The `e_type` field.
+        found: u16,
+    },
+    /// Built for another machine (`e_machine`).
+    #[error("built for machine {found} ({}), but this process runs on {expected} ({})", machine_name(*.found), machine_name(*.expected))]
+    Machine {
+        /// The `e_machine` field.
+        found: u16,
+        /// This build's machine ([`HOST_MACHINE`]).
+        expected: u16,
+    },
+    /// Program headers of a size other than [`PROGRAM_HEADER_LEN`] (`e_phentsize`).
+    #[error("program header size (e_phentsize) {found}, expected {PROGRAM_HEADER_LEN}")]
+    ProgramHeaderSize {
+        /// The `e_phentsize` field.
+        found: u16,
+    },
+    /// No program headers (`e_phnum` 0): nothing to load.
+    #[error("no program headers (e_phnum is 0): nothing to load")]
+    NoProgramHeaders,
+    /// Program headers, but none of type `LOAD`: nothing to load.
+    #[error("no LOAD program header among the {count}: nothing to load")]
+    NoLoadSegment {
+        /// How many program headers there are.
+        count: u16,
+    },
+    /// A part of the file ends past the end of the file: the file was cut short (or the
+    /// header that locates the part is corrupt).
+    #[error("truncated: {part} ends at byte {end}, the file has {size}")]
+    Truncated {
+        /// The part.
+        part: Part,
+        /// Where it ends, from its offset and size in the headers.
+        end: u64,
+        /// The file's size.
+        size: u64,
+    },
+    /// A part's offset plus its size does not fit in 64 bits (a corrupt header).
+    #[error("{part}: offset {offset} + size {len} overflows 64 bits")]
+    Overflow {
+        /// The part.
+        part: Part,
+        /// Its offset.
+        offset: u64,
+        /// Its size.
+        len: u64,
+    },
+    /// The bytes given to the check end before a part that the file's size says is there:
+    /// for [`check`], a `head` too short; for [`check_file`], a file that shrank while read.
+    #[error("{part} ends at byte {end}, past the {have} bytes read")]
+    Incomplete {
+        /// The part.
+        part: Part,
+        /// Where it ends.
+        end: u64,
+        /// Where the bytes available end.
+        have: u64,
+    },
+}
+
+impl ElfError {
+    /// Whether glibc's dynamic loader, searching directories for a library name, passes over
+    /// a file with this problem silently and tries the next directory (another class or
+    /// another machine), rather than failing the `dlopen`.
+    pub fn skipped_by_search(&self) -> bool {
+        matches!(self, ElfError::Class { .. } | ElfError::Machine { .. })
+    }
+}
+
+struct Hex<'a>(&'a [u8]);
+
+impl fmt::Display for Hex<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.is_empty() {
+            return f.write_str("nothing");
+        }
+        for (i, b) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(" ")?;
+            }
+            write!(f, "{b:02x}")?;
+        }
+        Ok(())
+    }
+}
+
+fn class_name(c: u8) -> &'static str {
+    match c {
+        1 => "ELFCLASS32, 32-bit",
+        2 => "ELFCLASS64, 64-bit",
+        _ => "invalid",
+    }
+}
+
+fn data_name(d: u8) -> &'static str {
+    match d {
+        DATA_LSB => "little-endian, ELFDATA2LSB",
+        DATA_MSB => "big-endian, ELFDATA2MSB",
+        _ => "invalid",
+    }
+}
+
+fn type_name(t: u16) -> &'static str {
+    match t {
+        0 => "ET_NONE",
+        1 => "ET_REL, an object file",
+        2 => "ET_EXEC, an executable",
+        3 => "ET_DYN",
+        4 => "ET_CORE, a core dump",
+        _ => "unknown",
+    }
+}
+
+fn machine_name(m: u16) -> &'static str {
+    match m {
+        3 => "x86",
+        8 => "MIPS",
+        20 => "PowerPC",
+        21 => "PowerPC64",
+        22 => "s390",
+        40 => "ARM",
+        62 => "x86_64",
+        183 => "AArch64",
+        243 => "RISC-V",
+        258 => "LoongArch",
+        _ => "unknown",
+    }
+}
+
+/// A header that passed [`Elf::parse`]: where the program header table is, and what
+/// [`Elf::check_layout`] checks next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Elf {
+    size: u64,
+    phoff: u64,
+    phnum: u16,
+    shoff: u64,
+    shentsize: u16,
+    shnum: u16,
+}
+
+/// `bytes[at..at + N]`, or `None` past its end.
+fn field<const N: usize>(bytes: &[u8], at: usize) -> Option<[u8; N]> {
+    bytes.get(at..at.checked_add(N)?)?.try_into().ok()
+}
+
+fn u16_at(bytes: &[u8], at: usize) -> u16 {
+    field(bytes, at).map_or(0, u16::from_ne_bytes)
+}
+
+fn u32_at(bytes: &[u8], at: usize) -> u32 {
+    field(bytes, at).map_or(0, u32::from_ne_bytes)
+}
+
+fn u64_at(bytes: &[u8], at: usize) -> u64 {
+    field(bytes, at).map_or(0, u64::from_ne_bytes)
+}
+
+/// Where `part` ends, `offset + len`, refused when it overflows or lies past the file's
+/// `size`, or past the `have` bytes available to the check.
+fn locate(part: Part, offset: u64, len: u64, size: u64, have: u64) -> Result<u64, ElfError> {
+    let end = offset
+        .checked_add(len)
+        .ok_or(ElfError::Overflow { part, offset, len })?;
+    if end > size {
+        return Err(ElfError::Truncated { part, end, size });
+    }
+    if end > have {
+        return Err(ElfError::Incomplete { part, end, have });
+    }
+    Ok(end)
+}
+
+impl Elf {
+    /// Checks the ELF header: `header` holds the file's first bytes (at least
+    /// [`HEADER_LEN`] of them when the file has that many), `size` is the file's size. Refuses
+    /// anything a 64-bit process on this machine could not load, and a program header table
+    /// that does not fit in the file.
+    pub fn parse(header: &[u8], size: u64) -> Result<Elf, ElfError> {
+        let have = header.len() as u64;
+        // The magic first, on whatever bytes there are: a short file of other content is
+        // "not ELF" rather than "truncated".
+        let magic = b"\x7fELF";
+        let start = &header[..header.len().min(4)];
+        if start.is_empty() {
+            let end = HEADER_LEN as u64;
+            return Err(if end > size {
+                ElfError::Truncated {
+                    part: Part::Header,
+                    end,
+                    size,
+                }
+            } else {
+                ElfError::Incomplete {
+                    part: Part::Header,
+                    end,
+                    have,
+                }
+            });
+        }
+        if start != &magic[..start.len()] {
+            return Err(ElfError::NotElf {
+                found: start.to_vec(),
+            });
+        }
+        // The identification bytes that are there, before the length: a 32-bit library is
+        // shorter than a 64-bit header and is better told as 32-bit.
+        if let Some(&class) = header.get(4) {
+            if class != CLASS_64 {
+                return Err(ElfError::Class { found: class });
+            }
+        }
+        if let Some(&data) = header.get(5) {
+            if data != HOST_DATA {
+                return Err(ElfError::Encoding { found: data });
+            }
+        }
+        if let Some(&version) = header.get(6) {
+            if u32::from(version) != EV_CURRENT {
+                return Err(ElfError::Version {
+                    found: u32::from(version),
+                });
+            }
+        }
+        locate(Part::Header, 0, HEADER_LEN as u64, size, have)?;
+        let e_type = u16_at(header, 16);
+        if e_type != ET_DYN {
+            return Err(ElfError::NotShared { found: e_type });
+        }
+        let machine = u16_at(header, 18);
+        if let Some(expected) = HOST_MACHINE {
+            if machine != expected {
+                return Err(ElfError::Machine {
+                    found: machine,
+                    expected,
+                });
+            }
+        }
+        let version = u32_at(header, 20);
+        if version != EV_CURRENT {
+            return Err(ElfError::Version { found: version });
+        }
+        let phoff = u64_at(header, 32);
+        let shoff = u64_at(header, 40);
+        let phentsize = u16_at(header, 54);
+        let phnum = u16_at(header, 56);
+        let shentsize = u16_at(header, 58);
+        let shnum = u16_at(header, 60);
+        if phentsize != PROGRAM_HEADER_LEN {
+            return Err(ElfError::ProgramHeaderSize { found: phentsize });
+        }
+        if phnum == 0 {
+            return Err(ElfError::NoProgramHeaders);
+        }
+        let len = u64::from(phnum) * u64::from(PROGRAM_HEADER_LEN);
+        // Only against the size: the table is read next, from wherever it is.
+        locate(Part::ProgramHeaders, phoff, len, size, u64::MAX)?;
+        Ok(Elf {
+            size,
+            phoff,
+            phnum,
+            shoff,
+            shentsize,
+            shnum,
+        })
+    }
+
+    /// Where the program header table is: its offset in the file and its length in bytes
+    /// (inside the file, as [`Elf::parse`] checked).
+    pub fn program_headers(&self) -> (u64, usize) {
+        (
+            self.phoff,
+            usize::from(self.phnum) * usize::from(PROGRAM_HEADER_LEN),
+        )
+    }
+
+    /// The file's size the header was checked against.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// Checks that every `LOAD` and `DYNAMIC` segment lies inside the file (the first that
+    /// does not is reported, in table order), that there is a `LOAD` segment, and that the
+    /// section header table, when the header locates one, lies inside the file. `table` is
+    /// the program header table, as located by [`Elf::program_headers`].
+    pub fn check_layout(&self, table: &[u8]) -> Result<(), ElfError> {
+        let (phoff, want) = self.program_headers();
+        if table.len() < want {
+            return Err(ElfError::Incomplete {
+                part: Part::ProgramHeaders,
+                end: phoff.saturating_add(want as u64),
+                have: phoff.saturating_add(table.len() as u64),
+            });
+        }
+        let mut loads = 0u32;
+        for index in 0..self.phnum {
+            let at = usize::from(index) * usize::from(PROGRAM_HEADER_LEN);
+            let kind = u32_at(table, at);
+            if kind != PT_LOAD && kind != PT_DYNAMIC {
+                continue;
+            }
+            loads += u32::from(kind == PT_LOAD);
+            let offset = u64_at(table, at + 8);
+            let filesz = u64_at(table, at + 32);
+            locate(
+                Part::Segment { index, kind },
+                offset,
+                filesz,
+                self.size,
+                u64::MAX,
+            )?;
+        }
+        if loads == 0 {
+            return Err(ElfError::NoLoadSegment { count: self.phnum });
+        }
+        if self.shoff != 0 {
+            // `e_shnum` 0 with a table means more sections than 16 bits count: the real
+            // number is in entry 0, which must be there at least.
+            let count = if self.shnum == 0 { 1 } else { self.shnum };
+            let len = u64::from(count) * u64::from(self.shentsize);
+            locate(Part::SectionHeaders, self.shoff, len, self.size, u64::MAX)?;
+        }
+        Ok(())
+    }
+}
+
+/// The whole check over bytes in memory: `head` holds the file from its first byte through
+/// at least the end of its program header table (or all of a shorter file), `size` is the
+/// file's size. Pure: the same answer for the same bytes, whatever lies past the table.
+pub fn check(head: &[u8], size: u64) -> Result<(), ElfError> {
+    let elf = Elf::parse(head, size)?;
+    let (offset, len) = elf.program_headers();
+    let start = usize::try_from(offset).unwrap_or(usize::MAX);
+    let table = head.get(start..).unwrap_or_default();
+    let table = &table[..table.len().min(len)];
+    elf.check_layout(table)
+}
+
+/// Checks the file at `path` (see the module's documentation): opens it, reads its ELF header
+/// and program header table (at most 64 + 65535 × 56 bytes), and runs [`Elf::parse`] and
+/// [`Elf::check_layout`] against its size.
+pub fn check_file(path: &Path) -> Result<(), ElfError> {
+    let unreadable = |part| {
+        move |e: io::Error| ElfError::Unreadable {
+            part,
+            reason: e.to_string(),
+        }
+    };
+    let file = File::open(path).map_err(unreadable(Part::Header))?;
+    let meta = file.metadata().map_err(unreadable(Part::Header))?;
+    if !meta.is_file() {
+        return Err(ElfError::NotAFile);
+    }
+    let size = meta.len();
+    let mut header = [0u8; HEADER_LEN];
+    let n = read_at_most(&file, 0, &mut header).map_err(unreadable(Part::Header))?;
+    let elf = Elf::parse(&header[..n], size)?;
+    let (offset, len) = elf.program_headers();
+    let mut table = vec![0u8; len];
+    let n = read_at_most(&file, offset, &mut table).map_err(unreadable(Part::ProgramHeaders))?;
+    elf.check_layout(&table[..n])
+}
+
+/// Reads from `offset` until `buf` is full or the file ends; how many bytes were read.
+fn read_at_most(file: &File, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
+    let mut done = 0;
+    while done < buf.len() {
+        let at = offset.saturating_add(done as u64);
+        match file.read_at(&mut buf[done..], at) {
+            Ok(0) => break,
+            Ok(n) => done += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(done)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LOAD: u32 = PT_LOAD;
+    const DYNAMIC: u32 = PT_DYNAMIC;
+    const NOTE: u32 = 4;
+
+    /// A 64-bit shared object for this machine: the header, then its program headers
+    /// `(type, offset, file size)` at byte 64, and a section header table of `shnum` entries at
+    /// `shoff`.
+    fn image(phdrs: &[(u32, u64, u64)], shoff: u64, shnum: u16) -> Vec<u8> {
+        let mut h = vec![0u8; HEADER_LEN];
+        h[..4].copy_from_slice(b"\x7fELF");
+        h[4] = CLASS_64;
+        h[5] = HOST_DATA;
+        h[6] = 1;
+        h[16..18].copy_from_slice(&ET_DYN.to_ne_bytes());
+        h[18..20].copy_from_slice(&HOST_MACHINE.unwrap_or(62).to_ne_bytes());
+        h[20..24].copy_from_slice(&1u32.to_ne_bytes());
+        h[32..40].copy_from_slice(&64u64.to_ne_bytes());
+        h[40..48].copy_from_slice(&shoff.to_ne_bytes());
+        h[52..54].copy_from_slice(&64u16.to_ne_bytes());
+        h[54..56].copy_from_slice(&PROGRAM_HEADER_LEN.to_ne_bytes());
+        h[56..58].copy_from_slice(&(phdrs.len() as u16).to_ne_bytes());
+        h[58..60].copy_from_slice(&64u16.to_ne_bytes());
+        h[60..62].copy_from_slice(&shnum.to_ne_bytes());
+        for &(kind, offset, filesz) in phdrs {
+            let mut p = vec![0u8; usize::from(PROGRAM_HEADER_LEN)];
+            p[..4].copy_from_slice(&kind.to_ne_bytes());
+            p[8..16].copy_from_slice(&offset.to_ne_bytes());
+            p[32..40].copy_from_slice(&filesz.to_ne_bytes());
+            p[40..48].copy_from_slice(&filesz.to_ne_bytes());
+            h.extend_from_slice(&p);
+        }
+        h
+    }
+
+    /// Like a real library: text, data, dynamic inside data, a note; sections at the end.
+    const SIZE: u64 = 10_000;
+    fn library() -> Vec<u8> {
+        image(
+            &[
+                (LOAD, 0, 6000),
+                (LOAD, 6000, 2000),
+                (DYNAMIC, 7000, 500),
+                (NOTE, 512, 36),
+            ],
+            SIZE - 640,
+            10,
+        )
+    }
+
+    fn set(mut bytes: Vec<u8>, at: usize, value: &[u8]) -> Vec<u8> {
+        bytes[at..at + value.len()].copy_from_slice(value);
+        bytes
+    }
+
+    /// Byte `at` of program header `i` of an `image`.
+    fn ph(i: usize, at: usize) -> usize {
+        HEADER_LEN + i * usize::from(PROGRAM_HEADER_LEN) + at
+    }
+
+    #[test]
+    fn a_whole_library_passes() {
+        assert_eq!(check(&library(), SIZE), Ok(()));
+        // Bytes past the table change nothing: only the header region is read.
+        let mut longer = library();
+        longer.extend_from_slice(&[0xAB; 4096]);
+        assert_eq!(check(&longer, SIZE), Ok(()));
+    }
+
+    #[test]
+    fn bad_magic_is_not_elf() {
+        let e = check(&set(library(), 0, b"MZ\x90\x00"), SIZE).unwrap_err();
+        assert_eq!(
+            e,
+            ElfError::NotElf {
+                found: b"MZ\x90\x00".to_vec()
+            }
+        );
+        assert_eq!(
+            e.to_string(),
+            "not an ELF file: it starts with 4d 5a 90 00, an ELF file with 7f 45 4c 46"
+        );
+        // A short text file is not ELF either, rather than a truncated one.
+        assert_eq!(
+            check(b"hi\n", 3),
+            Err(ElfError::NotElf {
+                found: b"hi\n".to_vec()
+            })
+        );
+    }
+
+    #[test]
+    fn an_empty_or_short_file_is_truncated_at_the_header() {
+        let e = check(b"", 0).unwrap_err();
+        assert_eq!(
+            e,
+            ElfError::Truncated {
+                part: Part::Header,
+                end: 64,
+                size: 0
+            }
+        );
+        assert_eq!(
+            e.to_string(),
+            "truncated: the ELF header ends at byte 64, the file has 0"
+        );
+        assert_eq!(
+            check(&library()[..40], 40),
+            Err(ElfError::Truncated {
+                part: Part::Header,
+                end: 64,
+                size: 40
+            })
+        );
+        // The magic alone, cut inside it.
+        assert_eq!(
+            check(b"\x7fE", 2),
+            Err(ElfError::Truncated {
+                part: Part::Header,
+                end: 64,
+                size: 2
+            })
+        );
+    }
+
+    #[test]
+    fn a_32_bit_library_is_refused_by_class() {
+        let e = check(&set(library(), 4, &[1]), SIZE).unwrap_err();
+        assert_eq!(e, ElfError::Class { found: 1 });
+        assert!(e.skipped_by_search());
+        assert_eq!(
+            e.to_string(),
+            "ELF class 1 (ELFCLASS32, 32-bit), but this process loads only 64-bit libraries (ELFCLASS64)"
+        );
+        // A whole 32-bit header is shorter than a 64-bit one: still told by its class.
+        assert_eq!(
+            check(&set(library(), 4, &[1])[..52], 52),
+            Err(ElfError::Class { found: 1 })
+        );
+        assert_eq!(
+            check(&set(library(), 4, &[7]), SIZE),
+            Err(ElfError::Class { found: 7 })
+        );
+    }
+
+    #[test]
+    fn the_other_byte_order_is_refused() {
+        let other = 3 - HOST_DATA;
+        let e = check(&set(library(), 5, &[other]), SIZE).unwrap_err();
+        assert_eq!(e, ElfError::Encoding { found: other });
+        assert!(!e.skipped_by_search());
+        if cfg!(target_endian = "little") {
+            assert_eq!(
+                e.to_string(),
+                "data encoding 2 (big-endian, ELFDATA2MSB), but this machine is little-endian, ELFDATA2LSB"
+            );
+        }
+    }
+
+    #[test]
+    fn another_elf_version_is_refused() {
+        assert_eq!(
+            check(&set(library(), 6, &[0]), SIZE),
+            Err(ElfError::Version { found: 0 })
+        );
+        assert_eq!(
+            check(&set(library(), 20, &2u32.to_ne_bytes()), SIZE),
+            Err(ElfError::Version { found: 2 })
+        );
+    }
+
+    #[test]
+    fn another_machine_is_refused() {
+        let Some(host) = HOST_MACHINE else {
+            return;
+        };
+        let other: u16 = if host == 3 { 62 } else { 3 };
+        let e = check(&set(library(), 18, &other.to_ne_bytes()), SIZE).unwrap_err();
+        assert_eq!(
+            e,
+            ElfError::Machine {
+                found: other,
+                expected: host
+            }
+        );
+        assert!(e.skipped_by_search());
+        if cfg!(target_arch = "x86_64") {
+            assert_eq!(
+                e.to_string(),
+                "built for machine 3 (x86), but this process runs on 62 (x86_64)"
+            );
+        }
+    }
+
+    #[test]
+    fn an_executable_or_object_is_not_a_shared_object() {
+        let e = check(&set(library(), 16, &2u16.to_ne_bytes()), SIZE).unwrap_err();
+        assert_eq!(e, ElfError::NotShared { found: 2 });
+        assert_eq!(
+            e.to_string(),
+            "ELF type 2 (ET_EXEC, an executable), not a shared object (ET_DYN)"
+        );
+        assert_eq!(
+            check(&set(library(), 16, &1u16.to_ne_bytes()), SIZE),
+            Err(ElfError::NotShared { found: 1 })
+        );
+    }
+
+    #[test]
+    fn program_header_size_and_count_are_checked() {
+        assert_eq!(
+            check(&set(library(), 54, &32u16.to_ne_bytes()), SIZE),
+            Err(ElfError::ProgramHeaderSize { found: 32 })
+        );
+        assert_eq!(
+            check(&set(library(), 56, &0u16.to_ne_bytes()), SIZE),
+            Err(ElfError::NoProgramHeaders)
+        );
+        let e = check(&image(&[(DYNAMIC, 0, 10), (NOTE, 0, 10)], 0, 0), SIZE).unwrap_err();
+        assert_eq!(e, ElfError::NoLoadSegment { count: 2 });
+        assert_eq!(
+            e.to_string(),
+            "no LOAD program header among the 2: nothing to load"
+        );
+    }
+
+    #[test]
+    fn a_program_header_table_past_the_end_is_truncated() {
+        // 4 headers of 56 bytes from byte 64: the table ends at 288.
+        let e = check(&library()[..200], 200).unwrap_err();
+        assert_eq!(
+            e,
+            ElfError::Truncated {
+                part: Part::ProgramHeaders,
+                end: 288,
+                size: 200
+            }
+        );
+        assert_eq!(
+            e.to_string(),
+            "truncated: the program header table ends at byte 288, the file has 200"
+        );
+        // The offset itself past the end.
+        assert_eq!(
+            check(&set(library(), 32, &20_000u64.to_ne_bytes()), SIZE),
+            Err(ElfError::Truncated {
+                part: Part::ProgramHeaders,
+                end: 20_224,
+                size: SIZE
+            })
+        );
+        // An offset whose end overflows.
+        let off = u64::MAX - 100;
+        let e = check(&set(library(), 32, &off.to_ne_bytes()), SIZE).unwrap_err();
+        assert_eq!(
+            e,
+            ElfError::Overflow {
+                part: Part::ProgramHeaders,
+                offset: off,
+                len: 224
+            }
+        );
+        assert_eq!(
+            e.to_string(),
+            format!("the program header table: offset {off} + size 224 overflows 64 bits")
+        );
+    }
+
+    #[test]
+    fn a_segment_past_the_end_is_truncated_and_named_by_its_index() {
+        // Cut inside the first LOAD: it is the first reported, as program header 0.
+        let e = check(&library(), 4096).unwrap_err();
+        assert_eq!(
+            e,
+            ElfError::Truncated {
+                part: Part::Segment {
+                    index: 0,
+                    kind: LOAD
+                },
+                end: 6000,
+                size: 4096
+            }
+        );
+        assert_eq!(
+            e.to_string(),
+            "truncated: program header 0 (LOAD) ends at byte 6000, the file has 4096"
+        );
+        // Cut inside the second.
+        let e = check(&library(), 7999).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "truncated: program header 1 (LOAD) ends at byte 8000, the file has 7999"
+        );
+        // A DYNAMIC segment pointing past the end.
+        let e = check(&set(library(), ph(2, 8), &9_800u64.to_ne_bytes()), SIZE).unwrap_err();
+        assert_eq!(
+            e,
+            ElfError::Truncated {
+                part: Part::Segment {
+                    index: 2,
+                    kind: DYNAMIC
+                },
+                end: 10_300,
+                size: SIZE
+            }
+        );
+        assert_eq!(
+            e.to_string(),
+            "truncated: program header 2 (DYNAMIC) ends at byte 10300, the file has 10000"
+        );
+        // Other segments are not checked: the loader does not map them from the file.
+        assert_eq!(
+            check(&set(library(), ph(3, 8), &u64::MAX.to_ne_bytes()), SIZE),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn a_segment_whose_end_overflows_is_refused() {
+        let big = u64::MAX - 5;
+        let e = check(&set(library(), ph(1, 32), &big.to_ne_bytes()), SIZE).unwrap_err();
+        assert_eq!(
+            e,
+            ElfError::Overflow {
+                part: Part::Segment {
+                    index: 1,
+                    kind: LOAD
+                },
+                offset: 6000,
+                len: big
+            }
+        );
+        assert_eq!(
+            e.to_string(),
+            format!("program header 1 (LOAD): offset 6000 + size {big} overflows 64 bits")
+        );
+        let e = check(&set(library(), ph(0, 8), &u64::MAX.to_ne_bytes()), SIZE).unwrap_err();
+        assert!(matches!(
+            e,
+            ElfError::Overflow {
+                part: Part::Segment { index: 0, .. },
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn a_section_header_table_past_the_end_is_truncated() {
+        // Segments intact, the last byte missing: the section header table is cut.
+        let e = check(&library(), SIZE - 1).unwrap_err();
+        assert_eq!(
+            e,
+            ElfError::Truncated {
+                part: Part::SectionHeaders,
+                end: SIZE,
+                size: SIZE - 1
+            }
+        );
+        assert_eq!(
+            e.to_string(),
+            "truncated: the section header table ends at byte 10000, the file has 9999"
+        );
+        // No table (e_shoff 0): nothing to check.
+        assert_eq!(
+            check(&set(library(), 40, &0u64.to_ne_bytes()), 8000),
+            Ok(())
+        );
+        // e_shnum 0 with a table: its first entry must be there.
+        let no_count = set(library(), 60, &0u16.to_ne_bytes());
+        assert_eq!(
+            check(&no_count, SIZE - 640 + 63),
+            Err(ElfError::Truncated {
+                part: Part::SectionHeaders,
+                end: SIZE - 640 + 64,
+                size: SIZE - 640 + 63
+            })
+        );
+        let overflow = set(library(), 40, &(u64::MAX - 1).to_ne_bytes());
+        assert!(matches!(
+            check(&overflow, SIZE),
+            Err(ElfError::Overflow {
+                part: Part::SectionHeaders,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn bytes_given_short_of_the_table_are_incomplete_not_truncated() {
+        let e = check(&library()[..100], SIZE).unwrap_err();
+        assert_eq!(
+            e,
+            ElfError::Incomplete {
+                part: Part::ProgramHeaders,
+                end: 288,
+                have: 100
+            }
+        );
+        assert_eq!(
+            check(&library()[..10], SIZE),
+            Err(ElfError::Incomplete {
+                part: Part::Header,
+                end: 64,
+                have: 10
+            })
+        );
+        assert!(matches!(
+            check(b"", SIZE),
+            Err(ElfError::Incomplete {
+                part: Part::Header,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn the_two_steps_agree_with_the_whole_check() {
+        let lib = library();
+        let elf = Elf::parse(&lib[..HEADER_LEN], 4096).unwrap();
+        assert_eq!(elf.size(), 4096);
+        assert_eq!(elf.program_headers(), (64, 224));
+        assert_eq!(elf.check_layout(&lib[64..288]), check(&lib, 4096));
+    }
+
+    fn scratch(name: &str) -> std::path::PathBuf {
+        let d = std::env::temp_dir().join(format!("oxccl-elf-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn check_file_reads_only_what_it_needs_and_names_io_failures() {
+        let d = scratch("check_file");
+        let path = d.join("lib.so");
+        // The header region, then a sparse tail: the file's size is what counts.
+        std::fs::write(&path, library()).unwrap();
+        let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        f.set_len(SIZE).unwrap();
+        assert_eq!(check_file(&path), Ok(()));
+        f.set_len(4096).unwrap();
+        assert_eq!(
+            check_file(&path).unwrap_err().to_string(),
+            "truncated: program header 0 (LOAD) ends at byte 6000, the file has 4096"
+        );
+        f.set_len(0).unwrap();
+        assert_eq!(
+            check_file(&path),
+            Err(ElfError::Truncated {
+                part: Part::Header,
+                end: 64,
+                size: 0
+            })
+        );
+        assert_eq!(check_file(&d), Err(ElfError::NotAFile));
+        let e = check_file(&d.join("missing.so")).unwrap_err();
+        assert!(
+            matches!(&e, ElfError::Unreadable { part: Part::Header, reason } if reason.contains("No such file")),
+            "{e:?}"
+        );
+        let _ = std::fs::remove_dir_all(&d);
+    }
+}
