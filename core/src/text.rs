@@ -42,12 +42,18 @@ pub const TEXT_CAPACITY: usize = 192;
 /// A short owned message (NCCL's error text, an expectation, a reason) that needs no allocator.
 pub type Text = heapless::String<TEXT_CAPACITY>;
 
-struct Truncating<'a>(&'a mut Text);
+/// Writes into a [`Text`] until the first character that does not fit, then nothing more:
+/// a later, shorter piece must not land after the gap.
+struct Truncating<'a> {
+    out: &'a mut Text,
+    full: bool,
+}
 
 impl Write for Truncating<'_> {
     fn write_str(&mut self, s: &str) -> fmt::Result {
         for ch in s.chars() {
-            if self.0.push(ch).is_err() {
+            if self.full || self.out.push(ch).is_err() {
+                self.full = true;
                 break;
             }
         }
@@ -55,10 +61,15 @@ impl Write for Truncating<'_> {
     }
 }
 
-/// Formats `args` into a [`Text`], cutting what does not fit (never fails, never panics).
+/// Formats `args` into a [`Text`], cutting what does not fit at a character boundary: the
+/// result is a prefix of the whole message (never fails, never panics).
 pub fn text(args: fmt::Arguments<'_>) -> Text {
     let mut out = Text::new();
-    let _ = Truncating(&mut out).write_fmt(args);
+    let _ = Truncating {
+        out: &mut out,
+        full: false,
+    }
+    .write_fmt(args);
     out
 }
 
@@ -199,6 +210,17 @@ mod tests {
         let t = text_str(&s);
         assert!(t.len() <= TEXT_CAPACITY);
         assert!(t.chars().all(|c| c == 'é'));
+    }
+
+    #[test]
+    fn a_cut_text_is_a_prefix_of_the_message() {
+        // 191 bytes, then a 3-byte character that does not fit, then one byte that would.
+        let mut head = heapless::String::<200>::new();
+        for _ in 0..TEXT_CAPACITY - 1 {
+            head.push('x').unwrap();
+        }
+        let t = crate::text!("{head}{}{}", '\u{fffd}', 'y');
+        assert_eq!(t.as_str(), head.as_str());
     }
 
     fn shown(d: impl core::fmt::Display) -> heapless::String<512> {
