@@ -94,7 +94,7 @@ pub(crate) fn init_through_store<B: Memory>(backend: &B, p: &InitParams<'_>) -> 
         index: p.rank,
         ranks: p.ranks,
         deadline: deadline_after(p.timeout),
-        what: format!("the init of group {} ({})", p.uid, Escaped(&p.desc)),
+        what: format!("the init of group {} ({})", p.uid, Escaped(p.desc)),
     };
     let key = super::keys::unique_id(p.uid, p.attempt);
     let writer = p.ranks.first().copied().unwrap_or(0);
