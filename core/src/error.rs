@@ -12,7 +12,7 @@ pub type Result<T, E = Error> = core::result::Result<T, E>;
 ///
 /// `Display` shows every text it holds through [`Escaped`], so no value that reached a message
 /// (a path, a variable's value, a peer's or the library's text) writes control characters to
-/// a terminal (see [`crate::text`]).
+/// a terminal (see [`crate::text`](mod@crate::text)).
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {

@@ -7,7 +7,7 @@
 //! a 192-byte `Text` would lose exactly the details a user needs to fix their installation.
 //!
 //! The fields keep paths and texts as they are; `Display` shows them escaped (control
-//! characters as `\e`, `\x7f`, …; see [`oxccl_core::text`]).
+//! characters as `\e`, `\x7f`, …; see [`oxccl_core::text`](mod@oxccl_core::text)).
 
 use oxccl_core::text::{Escaped, EscapedBytes};
 use oxccl_core::Version;
@@ -84,7 +84,7 @@ pub enum LoadError {
 }
 
 /// A path as messages show it: its bytes with control characters escaped (see
-/// [`oxccl_core::text`]), so a path or `dlerror` text never writes them to a terminal.
+/// [`oxccl_core::text`](mod@oxccl_core::text)), so a path or `dlerror` text never writes them to a terminal.
 fn shown(path: &Path) -> EscapedBytes<'_> {
     EscapedBytes(path.as_os_str().as_encoded_bytes())
 }
