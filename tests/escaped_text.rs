@@ -251,8 +251,9 @@ fn usage_errors_quote_arguments_escaped() {
     );
 }
 
-/// A hand-written dump of `rank` (2 ranks): one group whose name, description, operation,
-/// dtype and host name hold controls; `stuck` adds a second collective, left started.
+/// A hand-written dump of `rank` (of 3; rank 2 never dumps): one group of ranks 0 and 1 whose
+/// name, description, operation, dtype and host name hold controls; `stuck` adds a second
+/// collective, left started, and a note of a store error holding controls too.
 fn write_dump(dir: &Path, rank: u32, stuck: bool) {
     let entry = |seq: u64, state: &str| {
         serde_json::json!({
@@ -267,11 +268,16 @@ fn write_dump(dir: &Path, rank: u32, stuck: bool) {
     if stuck {
         entries.push(entry(2, "started"));
     }
-    let dump = serde_json::json!({
-        "rank": rank, "world_size": 2, "hostname": "node\x1b]0;title\x07", "version": "2.10",
+    let mut dump = serde_json::json!({
+        "rank": rank, "world_size": 3, "hostname": "node\x1b]0;title\x07", "version": "2.10",
         "pg_config": { "pg\x1b[2J": { "desc": "desc\x07", "ranks": "[0, 1]" } },
         "entries": entries,
     });
+    if stuck {
+        dump["oxccl_dump"] = serde_json::json!({
+            "cause": "own failure", "store_error": "refused\r\x1b[2K", "wait_end": null,
+        });
+    }
     std::fs::write(dir.join(format!("rank_{rank}.json")), dump.to_string()).unwrap();
 }
 
@@ -288,7 +294,9 @@ fn trace_shows_names_from_dumps_escaped() {
     assert_eq!(
         lines(&out.stdout),
         [
-            "2 rank(s) dumped (world size 2): 0-1",
+            "2 rank(s) dumped (world size 3): 0-1",
+            "never dumped: rank 2",
+            r"  rank 2: rank 0 could not reach the store when it dumped (refused\r\e[2K): the store's host was likely gone (under env:// without an agent, rank 0 hosts it), and this rank with it or cut off from the signal",
             r#"group "pg\e[2J" (desc\a), ranks 0-1:"#,
             "  hang at collective seq 2",
             r"  stopped: rank 0 at seq 2 nccl:all_reduce\u{202e} in [[4]] Float\x7f out [[4]] Float\x7f, started",
@@ -314,6 +322,7 @@ fn trace_shows_names_from_dumps_escaped() {
         "Float\x7f"
     );
     assert_eq!(v["culprits"][0]["pg"], "pg\x1b[2J");
+    assert_eq!(v["missing_why"][0]["error"], "refused\r\x1b[2K");
     assert_eq!(
         v["culprits"][0]["text"],
         r#"rank 1: never issued collective seq 2 (nccl:all_reduce\u{202e}) of group "pg\e[2J" that the others wait in (its last: seq 1)"#

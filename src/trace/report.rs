@@ -83,9 +83,10 @@ fn missing_text(why: &MissingWhy) -> String {
              reported (stuck where its dump could not run, no OXCCL_TRACE_DIR there, or gone)"
         ),
         MissingWhy::StoreUnreachable { seen_by, error } => format!(
-            "rank {seen_by} could not reach the store when it dumped ({error}): the store's \
+            "rank {seen_by} could not reach the store when it dumped ({}): the store's \
              host was likely gone (under env:// without an agent, rank 0 hosts it), and this \
-             rank with it or cut off from the signal"
+             rank with it or cut off from the signal",
+            Escaped(error)
         ),
         MissingWhy::Unknown => "no dump says why (no OXCCL_TRACE_DIR there, no \
              OXCCL_DUMP_ON_TIMEOUT, or it ended before the signal)"
