@@ -40,7 +40,7 @@ fn main() -> std::process::ExitCode {
     let version = oxccl::core::Backend::version(&nccl);
     println!(
         "comm_buffers: NCCL {version} from {}, {n} rank(s)",
-        nccl.library().path().display()
+        oxccl::escaped_path(nccl.library().path())
     );
     let store: Arc<dyn Store> = Arc::new(MemStore::new());
     let results: Vec<Result<(), String>> = std::thread::scope(|s| {

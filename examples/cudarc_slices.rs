@@ -14,7 +14,7 @@ fn main() -> oxccl::Result<()> {
     println!(
         "NCCL {} from {}",
         nccl.version(),
-        nccl.library().path().display()
+        oxccl::escaped_path(nccl.library().path())
     );
     let id = nccl.unique_id()?;
     let threads: Vec<_> = (0..n)

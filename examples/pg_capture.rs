@@ -209,7 +209,7 @@ fn main() -> Result<()> {
     println!(
         "rank {rank}/{world}: NCCL {} at {}",
         nccl.version(),
-        nccl.library().path().display()
+        oxccl::escaped_path(nccl.library().path())
     );
     let store = store_of(launch.as_ref())?;
     let failed = cases(&nccl, &store, rank, world)?;

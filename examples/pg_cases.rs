@@ -63,7 +63,7 @@ fn main() -> Result<()> {
         println!(
             "rank {rank}/{world}: NCCL {} at {}",
             nccl.version(),
-            nccl.library().path().display()
+            oxccl::escaped_path(nccl.library().path())
         );
         case_runner::run_cases(&nccl, &store, rank, world, chosen::<Nccl>(&args))?
     };

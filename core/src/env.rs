@@ -7,6 +7,7 @@
 //! takes PyTorch's default (`TORCH_NCCL_*` equivalents, listed in [`VARIABLES`]).
 
 use crate::error::{Error, Result};
+use crate::text::Escaped;
 use core::time::Duration;
 
 /// `OXCCL_BACKEND`: `nccl` or `mock`; unset lets the process group choose.
@@ -200,7 +201,7 @@ pub fn parse_bool(name: &'static str, value: &str) -> Result<bool> {
         v if v.eq_ignore_ascii_case("false") => Ok(false),
         v => Err(Error::invalid(
             name,
-            format_args!("0, 1, true or false, got {:?}", v),
+            format_args!("0, 1, true or false, got \"{}\"", Escaped(v)),
         )),
     }
 }
@@ -211,7 +212,10 @@ pub fn parse_u64(name: &'static str, value: &str, min: u64, max: u64) -> Result<
     let bad = || {
         Error::invalid(
             name,
-            format_args!("a decimal integer in {min}..={max}, got {:?}", value),
+            format_args!(
+                "a decimal integer in {min}..={max}, got \"{}\"",
+                Escaped(value)
+            ),
         )
     };
     if value.is_empty() || !value.bytes().all(|b| b.is_ascii_digit()) {
@@ -361,7 +365,7 @@ impl EnvConfig {
             Some(v) => {
                 return Err(Error::invalid(
                     BACKEND,
-                    format_args!("nccl, mock or auto, got {:?}", v),
+                    format_args!("nccl, mock or auto, got \"{}\"", Escaped(v)),
                 ))
             }
         };

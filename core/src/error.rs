@@ -3,17 +3,21 @@
 use crate::feature::{Feature, Missing};
 use crate::result::ResultCode;
 use crate::state::lifecycle::CommState;
-use crate::text::Text;
+use crate::text::{Escaped, Text};
 
 /// `Result` with oxccl's [`Error`].
 pub type Result<T, E = Error> = core::result::Result<T, E>;
 
 /// Everything that can go wrong, grouped by what the caller should do.
+///
+/// `Display` shows every text it holds through [`Escaped`], so no value that reached a message
+/// (a path, a variable's value, a peer's or the library's text) writes control characters to
+/// a terminal (see [`crate::text`](mod@crate::text)).
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// The call was wrong: fix the named argument. Refused before any library call.
-    #[error("invalid argument `{arg}`: expected {expected}")]
+    #[error("invalid argument `{arg}`: expected {}", Escaped(.expected))]
     InvalidArgument {
         /// The argument at fault (`"recv"`, `"root"`, `"op"`, …).
         arg: &'static str,
@@ -30,7 +34,7 @@ pub enum Error {
     },
     /// The object is in a state where the call is not allowed (a dead communicator, a group
     /// closed twice): the reason is the first cause, kept.
-    #[error("cannot {attempted} while {state}: {reason}")]
+    #[error("cannot {attempted} while {state}: {}", Escaped(.reason))]
     InvalidState {
         /// The state the object was in.
         state: CommState,
@@ -41,7 +45,12 @@ pub enum Error {
     },
     /// The library (or a mock world standing for it) failed: the code, its own text for the code,
     /// and its last-error text for this failure.
-    #[error("{code}: {text}{}{last}", if last.is_empty() { "" } else { "; last error: " })]
+    #[error(
+        "{code}: {}{}{}",
+        Escaped(.text),
+        if last.is_empty() { "" } else { "; last error: " },
+        Escaped(.last)
+    )]
     Backend {
         /// The library's result code.
         code: ResultCode,
@@ -51,7 +60,7 @@ pub enum Error {
         last: Text,
     },
     /// Something did not finish in time; the communicator may need an abort.
-    #[error("timed out after {after_ms} ms: {what}")]
+    #[error("timed out after {after_ms} ms: {}", Escaped(.what))]
     Timeout {
         /// What was waited for.
         what: Text,
@@ -59,20 +68,20 @@ pub enum Error {
         after_ms: u64,
     },
     /// The communicator was aborted; create a new one.
-    #[error("communicator aborted: {reason}")]
+    #[error("communicator aborted: {}", Escaped(.reason))]
     Aborted {
         /// Why it was aborted.
         reason: Text,
     },
     /// Another rank failed (NCCL's remote error, a lost peer); abort and rebuild.
-    #[error("remote failure: {detail}")]
+    #[error("remote failure: {}", Escaped(.detail))]
     Remote {
         /// What is known of the remote failure.
         detail: Text,
     },
     /// Ranks issued calls that do not match (counts, types, ops, roots). NCCL would hang or
     /// corrupt data; the mock world and the checks that can see it report it instead.
-    #[error("ranks disagree on {what}: {detail}")]
+    #[error("ranks disagree on {what}: {}", Escaped(.detail))]
     Mismatch {
         /// What differs (`"count"`, `"dtype"`, `"op"`, `"root"`, `"operation"`).
         what: &'static str,
@@ -81,7 +90,7 @@ pub enum Error {
     },
     /// A graph capture was misused, or cannot be done (see [`crate::traits::Capture`]): the
     /// communicator is unaffected.
-    #[error("graph capture ({kind}): {detail}")]
+    #[error("graph capture ({kind}): {}", Escaped(.detail))]
     Capture {
         /// What went wrong.
         kind: crate::traits::CaptureError,
@@ -145,5 +154,28 @@ mod tests {
         };
         assert_eq!(e.code(), Some(ResultCode::TIMEOUT));
         assert!(e.is_fatal());
+    }
+
+    #[test]
+    fn display_escapes_control_characters_in_every_text() {
+        let path = "/x\u{1b}[31mRED\x07";
+        let e = Error::invalid("path", format_args!("a readable file, got {path}"));
+        let mut s = heapless::String::<256>::new();
+        core::fmt::write(&mut s, format_args!("{e}")).unwrap();
+        assert_eq!(
+            s.as_str(),
+            "invalid argument `path`: expected a readable file, got /x\\e[31mRED\\a"
+        );
+        let e = Error::Backend {
+            code: ResultCode(3),
+            text: crate::text::text_str("internal\r"),
+            last: crate::text::text_str("open /dev/shm/\u{9b}2J: \u{202e}denied\n"),
+        };
+        s.clear();
+        core::fmt::write(&mut s, format_args!("{e}")).unwrap();
+        assert_eq!(
+            s.as_str(),
+            "ncclInternalError (3): internal\\r; last error: open /dev/shm/\\u{9b}2J: \\u{202e}denied\\n"
+        );
     }
 }

@@ -37,6 +37,7 @@ pub use port::{
 
 use crate::env::{parse_bool, parse_u64};
 use crate::error::{Error, Result};
+use crate::text::Escaped;
 
 /// The program that started the ranks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -377,7 +378,12 @@ fn slurm_local_size<'a>(
         return Ok((TASKS, None));
     };
     let node = number(lookup, "SLURM_NODEID")?;
-    let bad = || Error::invalid(TASKS, format_args!("counts like 2(x3),1, got {:?}", spec));
+    let bad = || {
+        Error::invalid(
+            TASKS,
+            format_args!("counts like 2(x3),1, got \"{}\"", Escaped(spec)),
+        )
+    };
     let mut index: u64 = 0;
     let mut uniform: Option<Option<u32>> = None;
     for item in spec.split(',') {
@@ -421,8 +427,8 @@ fn master_addr<'a>(lookup: &impl Fn(&str) -> Option<&'a str>) -> Result<Option<H
             return Err(Error::invalid(
                 "MASTER_ADDR",
                 format_args!(
-                    "a host name or address of 1 to {HOST_CAPACITY} bytes without spaces, got {:?}",
-                    v
+                    "a host name or address of 1 to {HOST_CAPACITY} bytes without spaces, got \"{}\"",
+                    Escaped(v)
                 ),
             ));
         }

@@ -23,6 +23,7 @@
 use crate::dtype::DataType;
 use crate::error::{Error, Result};
 use crate::op::OpKind;
+use crate::text::Escaped;
 use alloc::vec::Vec;
 use core::fmt::{self, Write};
 
@@ -294,7 +295,10 @@ fn bad(line: usize, field: &str, expected: fmt::Arguments<'_>, got: &str) -> Err
     let got = got.get(..40).unwrap_or(got);
     Error::invalid(
         "tune table",
-        format_args!("line {line}, field `{field}`: {expected}, got `{got}`"),
+        format_args!(
+            "line {line}, field `{field}`: {expected}, got `{}`",
+            Escaped(got)
+        ),
     )
 }
 

@@ -2,7 +2,8 @@
 //! `LaunchInfo::resolve` (torchrun, Slurm, Open MPI, PMI, explicit) and Slurm host lists.
 //! They never panic; a refusal names a variable that is set (or the caller's `rank` /
 //! `world_size`); an accepted launch has its rank below its size; a host list yields exactly
-//! the hosts it counts, each non-empty and within the host-name bound.
+//! the hosts it counts, each non-empty and within the host-name bound; every refusal's
+//! `Display` writes no control or bidi character raw, whatever the values hold.
 
 use arbitrary::{Arbitrary, Unstructured};
 use oxccl_core::env::{EnvConfig, VARIABLES};
@@ -136,6 +137,16 @@ pub fn fuzz(data: &[u8]) {
             .map(|(_, v)| v.as_str())
     };
     let is_set = |name: &str| lookup(name).is_some();
+
+    // Whatever the values hold, a refusal shows them escaped.
+    let refusals = [
+        EnvConfig::from_lookup(lookup).err(),
+        LaunchInfo::resolve(lookup, input.rank, input.world_size).err(),
+        HostList::parse("SLURM_NODELIST", &input.hostlist).err(),
+    ];
+    for e in refusals.iter().flatten() {
+        super::text::assert_shows_safely(e);
+    }
 
     match EnvConfig::from_lookup(lookup) {
         Ok(cfg) => {

@@ -17,6 +17,7 @@ pub mod group;
 pub mod lifecycle;
 pub mod pg;
 pub mod store;
+pub mod text;
 pub mod trace;
 pub mod verdicts;
 pub mod watchdog;
@@ -36,6 +37,7 @@ pub const TARGETS: &[(&str, Body)] = &[
     ("lifecycle", lifecycle::fuzz),
     ("pg", pg::fuzz),
     ("store", store::fuzz),
+    ("text", text::fuzz),
     ("trace", trace::fuzz),
     ("verdicts", verdicts::fuzz),
     ("watchdog", watchdog::fuzz),

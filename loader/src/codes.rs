@@ -5,7 +5,7 @@
 use crate::library::Library;
 use crate::raw::RawComm;
 use core::ffi::c_char;
-use oxccl_core::text::text_str;
+use oxccl_core::text::EscapedBytes;
 use oxccl_core::{Error, Progress, Result, ResultCode, Text};
 use std::ffi::CStr;
 
@@ -68,7 +68,8 @@ impl Library {
     }
 }
 
-/// A C string as bounded text; null reads as empty, invalid UTF-8 is replaced.
+/// A C string as bounded text, escaped (control characters as `\e`, …, bytes that are not
+/// UTF-8 as `\xNN`: NCCL's texts quote paths and variables); null reads as empty.
 fn c_text(p: *const c_char) -> Text {
     if p.is_null() {
         return Text::new();
@@ -76,5 +77,5 @@ fn c_text(p: *const c_char) -> Text {
     // SAFETY: non-null and NUL-terminated per NCCL's contract (see the callers); copied out
     // before any other NCCL call can change it.
     let s = unsafe { CStr::from_ptr(p) };
-    text_str(&s.to_string_lossy())
+    oxccl_core::text!("{}", EscapedBytes(s.to_bytes()))
 }

@@ -5,8 +5,12 @@
 //! every place tried), while the core's error is `no_std`, heap-free and bounded, made for the
 //! hot path. There is no `From<LoadError> for oxccl_core::Error`: squeezing a load failure into
 //! a 192-byte `Text` would lose exactly the details a user needs to fix their installation.
+//!
+//! The fields keep paths and texts as they are; `Display` shows them escaped (control
+//! characters as `\e`, `\x7f`, …; see [`oxccl_core::text`](mod@oxccl_core::text)).
 
 use crate::elf::ElfError;
+use oxccl_core::text::{Escaped, EscapedBytes};
 use oxccl_core::Version;
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -23,7 +27,7 @@ pub struct Tried {
 
 impl fmt::Display for Tried {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.place, self.reason)
+        write!(f, "{}: {}", Escaped(&self.place), Escaped(&self.reason))
     }
 }
 
@@ -32,14 +36,14 @@ impl fmt::Display for Tried {
 #[non_exhaustive]
 pub enum LoadError {
     /// No file at the path (or the system search found no library of that name).
-    #[error("{}: no such file", .path.display())]
+    #[error("{}: no such file", shown(.path))]
     Missing {
         /// The path or library name.
         path: PathBuf,
     },
     /// The file exists but the dynamic loader refused it: not an ELF shared object, the wrong
     /// architecture, a dependency missing.
-    #[error("{}: not a loadable shared library: {reason}", .path.display())]
+    #[error("{}: not a loadable shared library: {}", shown(.path), Escaped(.reason))]
     NotLoadable {
         /// The path or library name.
         path: PathBuf,
@@ -49,7 +53,7 @@ pub enum LoadError {
     /// The file failed the check of its ELF header and segments made before `dlopen`
     /// ([`crate::elf`]): cut short, corrupt, or not a 64-bit shared object for this machine.
     /// Refused here because `dlopen` of a cut file dies of `SIGBUS` instead of failing.
-    #[error("{}: not a loadable shared library: {problem}", .path.display())]
+    #[error("{}: not a loadable shared library: {problem}", shown(.path))]
     BadElf {
         /// The file checked (for a name found through `LD_LIBRARY_PATH`, the file there).
         path: PathBuf,
@@ -57,13 +61,13 @@ pub enum LoadError {
         problem: ElfError,
     },
     /// A shared library, but not NCCL: it exports no `ncclGetVersion`.
-    #[error("{}: a shared library but not NCCL (no ncclGetVersion symbol)", .path.display())]
+    #[error("{}: a shared library but not NCCL (no ncclGetVersion symbol)", shown(.path))]
     NotNccl {
         /// The path of the library.
         path: PathBuf,
     },
     /// `ncclGetVersion` failed or returned a code no release has.
-    #[error("{}: ncclGetVersion returned result {result} and version code {code}", .path.display())]
+    #[error("{}: ncclGetVersion returned result {result} and version code {code}", shown(.path))]
     BadVersion {
         /// The path of the library.
         path: PathBuf,
@@ -73,7 +77,7 @@ pub enum LoadError {
         code: i32,
     },
     /// NCCL, but older than oxccl supports.
-    #[error("{}: NCCL {found} is too old; oxccl needs NCCL {minimum} or newer", .path.display())]
+    #[error("{}: NCCL {found} is too old; oxccl needs NCCL {minimum} or newer", shown(.path))]
     TooOld {
         /// The path of the library.
         path: PathBuf,
@@ -88,6 +92,12 @@ pub enum LoadError {
         /// Every place looked at, in order, with the reason it failed.
         tried: Vec<Tried>,
     },
+}
+
+/// A path as messages show it: its bytes with control characters escaped (see
+/// [`oxccl_core::text`](mod@oxccl_core::text)), so a path or `dlerror` text never writes them to a terminal.
+fn shown(path: &Path) -> EscapedBytes<'_> {
+    EscapedBytes(path.as_os_str().as_encoded_bytes())
 }
 
 struct ListTried<'a>(&'a [Tried]);

@@ -5,6 +5,7 @@ use super::InitMethod;
 use crate::store::{FileStore, PrefixStore, Store, TcpStore, TcpStoreOptions};
 use oxccl_core::env::{parse_u64, EnvConfig};
 use oxccl_core::launch::{LaunchInfo, Launcher, SLURM_PORT_RULE};
+use oxccl_core::text::Escaped;
 use oxccl_core::{Device, Error, Result};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -135,7 +136,8 @@ impl Bootstrap {
     ) -> Result<Bootstrap> {
         let info = LaunchInfo::resolve(|k| env.get(k), rank, world_size)?;
         log::info!(
-            "oxccl bootstrap: {init}, launcher {:?}: rank {} of {}, local rank {:?}",
+            "oxccl bootstrap: {}, launcher {:?}: rank {} of {}, local rank {:?}",
+            Escaped(&init.to_string()),
             info.launcher,
             info.rank,
             info.world_size,
@@ -265,8 +267,9 @@ fn tcp_store(host: &str, port: u16, info: &LaunchInfo, timeout: Duration) -> Res
     opts.wait_for_workers = !info.use_agent_store;
     opts.timeout = timeout;
     log::info!(
-        "oxccl bootstrap: {} the TCP store at {host}:{port}",
-        if hosts { "hosting" } else { "joining" }
+        "oxccl bootstrap: {} the TCP store at {}:{port}",
+        if hosts { "hosting" } else { "joining" },
+        Escaped(host)
     );
     TcpStore::new(opts)
 }

@@ -1,5 +1,6 @@
 //! [`InitMethod`]: c10d's `init_method` URLs (`env://`, `tcp://host:port`, `file:///path`).
 
+use oxccl_core::text::Escaped;
 use oxccl_core::{Error, Result};
 use std::fmt;
 use std::path::PathBuf;
@@ -31,7 +32,10 @@ impl InitMethod {
         let bad = |why: fmt::Arguments<'_>| {
             Error::invalid(
                 "init_method",
-                format_args!("env://, tcp://host:port or file:///path: {why}, got {url:?}"),
+                format_args!(
+                    "env://, tcp://host:port or file:///path: {why}, got \"{}\"",
+                    Escaped(url)
+                ),
             )
         };
         let Some((scheme, rest)) = url.split_once("://") else {
@@ -58,7 +62,7 @@ impl InitMethod {
             "file" => Err(bad(format_args!(
                 "an absolute path (three slashes: file:///tmp/store)"
             ))),
-            _ => Err(bad(format_args!("unknown scheme `{scheme}`"))),
+            _ => Err(bad(format_args!("unknown scheme `{}`", Escaped(scheme)))),
         }
     }
 }
@@ -98,7 +102,8 @@ impl FromStr for InitMethod {
 }
 
 impl fmt::Display for InitMethod {
-    /// The URL form, which [`InitMethod::parse`] reads back.
+    /// The URL form, which [`InitMethod::parse`] reads back: raw, so a message that shows it
+    /// escapes it (`oxccl_core::text::Escaped`).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             InitMethod::Env => f.write_str("env://"),

@@ -40,6 +40,7 @@ use super::{ProcessGroup, WorkOf};
 use crate::buffer::{Memory, Operand, StreamOf};
 use crate::graph_buffers::GraphBuffers;
 use oxccl_core::state::work::WorkInfo;
+use oxccl_core::text::Escaped;
 use oxccl_core::{
     text, Capture, CaptureError, CommAbort, CommOp, CommState, DataType, Error, Graph, OpKind,
     Result, Stream,
@@ -131,8 +132,9 @@ thread_local! {
 pub(crate) fn refuse_init_in_capture(uid: u64, desc: &str) -> Result<()> {
     if OPEN_HERE.with(|n| n.get()) > 0 {
         return Err(CaptureError::Unsupported.error(format_args!(
-            "the communicator of group {uid} ({desc}) does not exist yet and cannot be made \
-             inside a graph capture: use the group once (or bind its device) before capturing"
+            "the communicator of group {uid} ({}) does not exist yet and cannot be made \
+             inside a graph capture: use the group once (or bind its device) before capturing",
+            Escaped(desc)
         )));
     }
     Ok(())
@@ -213,7 +215,8 @@ where
         if inner.capture.on.swap(true, Ordering::AcqRel) {
             return Err(CaptureError::AlreadyCapturing.error(format_args!(
                 "a capture is already open on group {} ({}): captures do not nest",
-                inner.uid, inner.desc
+                inner.uid,
+                Escaped(&inner.desc)
             )));
         }
         *inner.capture.rec() = Recorded::default();

@@ -3,6 +3,7 @@
 
 use super::{AbortOf, CommOf};
 use crate::buffer::{Memory, StreamOf};
+use oxccl_core::text::Escaped;
 use oxccl_core::{text, CommConfig, Communicator, Error, Result, UniqueId};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -93,7 +94,7 @@ pub(crate) fn init_through_store<B: Memory>(backend: &B, p: &InitParams<'_>) -> 
         index: p.rank,
         ranks: p.ranks,
         deadline: deadline_after(p.timeout),
-        what: format!("the init of group {} ({})", p.uid, p.desc),
+        what: format!("the init of group {} ({})", p.uid, Escaped(p.desc)),
     };
     let key = super::keys::unique_id(p.uid, p.attempt);
     let writer = p.ranks.first().copied().unwrap_or(0);
@@ -138,7 +139,11 @@ pub(crate) fn arrive_for_split<B: Memory>(parent: &super::group::PgInner<B>, k: 
         index: parent.member_rank()?,
         ranks: &parent.ranks,
         deadline: deadline_after(parent.timeout()),
-        what: format!("split #{k} of group {} ({})", parent.uid, parent.desc),
+        what: format!(
+            "split #{k} of group {} ({})",
+            parent.uid,
+            Escaped(&parent.desc)
+        ),
     };
     arrival.arrive()?;
     arrival.wait_all(None)

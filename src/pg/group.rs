@@ -9,6 +9,7 @@ use crate::buffer::Memory;
 use crate::store::Store;
 use crate::watchdog::{HeartbeatMonitor, Watchdog};
 use oxccl_core::membership::{self, CommPlan};
+use oxccl_core::text::Escaped;
 use oxccl_core::trace::PgConfig;
 use oxccl_core::{text, CommState, Communicator, Error, Feature, Result};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -388,7 +389,8 @@ impl<B: Memory> ProcessGroup<B> {
     pub fn destroy(&self) {
         let reason = format!(
             "process group {} ({}) was destroyed",
-            self.inner.uid, self.inner.desc
+            self.inner.uid,
+            Escaped(&self.inner.desc)
         );
         self.inner.destroyed.store(true, Ordering::Release);
         // Abort first, without the slot lock: a thread blocked in an operation holds it.
@@ -453,13 +455,19 @@ impl<B: Memory> PgInner<B> {
                 "group",
                 format_args!(
                     "a group this rank is a member of: rank {} is not part of group {} ({})",
-                    self.global_rank, self.uid, self.desc
+                    self.global_rank,
+                    self.uid,
+                    Escaped(&self.desc)
                 ),
             ),
             _ => Error::InvalidState {
                 state: CommState::Destroyed,
                 attempted,
-                reason: text!("process group {} ({}) was destroyed", self.uid, self.desc),
+                reason: text!(
+                    "process group {} ({}) was destroyed",
+                    self.uid,
+                    Escaped(&self.desc)
+                ),
             },
         }
     }
@@ -516,7 +524,11 @@ impl<B: Memory> PgInner<B> {
     /// communicator, so later calls fail fast with its reason.
     fn await_init(&self, e: &Entry<B>) -> Result<()> {
         if self.opts.config.is_nonblocking() {
-            let what = format!("the nonblocking init of group {} ({})", self.uid, self.desc);
+            let what = format!(
+                "the nonblocking init of group {} ({})",
+                self.uid,
+                Escaped(&self.desc)
+            );
             super::comm::await_ready(&e.abort, self.opts.nonblocking_timeout, &what)?;
         }
         self.hot.init_awaited.store(true, Ordering::Release);

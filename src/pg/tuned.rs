@@ -54,6 +54,7 @@ use super::group::PgInner;
 use super::issue::{Issuer, OpDesc};
 use super::{CommOf, ProcessGroup};
 use crate::buffer::{CommMem, Memory};
+use crate::escaped_path;
 use crate::graph_buffers::GraphBuffers;
 use oxccl_core::tune::release::{write_disagreement, AGREED};
 use oxccl_core::tune::{RegMode, TuneTable};
@@ -73,13 +74,13 @@ pub fn load_tune_file(path: &std::path::Path) -> Result<TuneTable> {
     let text = std::fs::read_to_string(path).map_err(|e| {
         Error::invalid(
             "tune file",
-            format_args!("a readable tune table at {}: {e}", path.display()),
+            format_args!("a readable tune table at {}: {e}", escaped_path(path)),
         )
     })?;
     TuneTable::parse(&text).map_err(|e| match e {
         Error::InvalidArgument { expected, .. } => Error::invalid(
             "tune file",
-            format_args!("{}: {}", path.display(), expected),
+            format_args!("{}: {}", escaped_path(path), expected),
         ),
         other => other,
     })

@@ -5,6 +5,7 @@
 use crate::pg::recorder::Recorder;
 use crate::store::Store;
 use oxccl_core::env::ErrorHandling;
+use oxccl_core::text::Escaped;
 use oxccl_core::watchdog::desync::RankProgress;
 use oxccl_core::OpKind;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -320,7 +321,7 @@ impl GroupWatch {
                     Some(Err(e)) => {
                         log::warn!(
                             "oxccl desync debug: store unreachable reading `{}` ({e}): the other ranks' progress is unknown",
-                            self.store.full_key(&key)
+                            Escaped(&self.store.full_key(&key))
                         );
                         reachable = false;
                         None
@@ -374,7 +375,9 @@ impl GroupWatch {
     pub fn failure_reason(&self, e: &oxccl_core::Error, verdict: Option<&Verdict>) -> String {
         let head = format!(
             "process group {} ({}) rank {}",
-            self.uid, self.desc, self.global_rank
+            self.uid,
+            Escaped(&self.desc),
+            self.global_rank
         );
         match verdict.and_then(Verdict::headline) {
             Some(h) => format!("{head}: {h}; {e}"),
@@ -397,8 +400,10 @@ impl GroupWatch {
                 Err(_) => String::from("the hook panicked"),
             };
             let msg = format!(
-                "completion hook {i} of group {} failed on seq {}: {failure}",
-                self.uid, done.seq
+                "completion hook {i} of group {} failed on seq {}: {}",
+                self.uid,
+                done.seq,
+                Escaped(&failure)
             );
             log::error!("{msg}");
             lock(&self.hook_errors).push(msg);

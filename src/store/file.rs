@@ -14,6 +14,7 @@
 
 use super::mem::{add_value, compare_set_value, timeout_error, DEFAULT_STORE_TIMEOUT};
 use super::Store;
+use crate::escaped_path;
 use oxccl_core::{text, Error, Result};
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
@@ -97,7 +98,7 @@ impl FileStore {
                 "world_size",
                 format_args!(
                     "at least 1 instance of file store {}, got 0",
-                    path.display()
+                    escaped_path(&path)
                 ),
             ));
         }
@@ -109,7 +110,7 @@ impl FileStore {
             .map_err(|e| {
                 Error::invalid(
                     "path",
-                    format_args!("a file the store can open: {}: {e}", path.display()),
+                    format_args!("a file the store can open: {}: {e}", escaped_path(&path)),
                 )
             })?;
         Ok(FileStore {
@@ -143,7 +144,7 @@ impl FileStore {
 
     fn io_error(&self, what: &str, e: std::io::Error) -> Error {
         Error::Remote {
-            detail: text!("file store {}: {what}: {e}", self.path.display()),
+            detail: text!("file store {}: {what}: {e}", escaped_path(&self.path)),
         }
     }
 
@@ -167,7 +168,7 @@ impl FileStore {
             return Err(Error::Remote {
                 detail: text!(
                     "file store {} is corrupt at byte {}",
-                    self.path.display(),
+                    escaped_path(&self.path),
                     *offset + at as u64
                 ),
             });
@@ -243,7 +244,10 @@ impl Drop for FileStore {
                 let _ = std::fs::remove_file(&self.path);
             }
             Ok(_) => {}
-            Err(e) => log::warn!("file store {}: not counted out: {e}", self.path.display()),
+            Err(e) => log::warn!(
+                "file store {}: not counted out: {e}",
+                escaped_path(&self.path)
+            ),
         }
     }
 }

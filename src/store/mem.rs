@@ -6,6 +6,7 @@
 //! `compare_set`), so the file store and this one cannot drift apart.
 
 use super::Store;
+use oxccl_core::text::{Escaped, EscapedBytes};
 use oxccl_core::{text, Error, Result};
 use std::collections::HashMap;
 use std::sync::{Condvar, Mutex, MutexGuard};
@@ -145,7 +146,7 @@ impl Store for MemStore {
 /// The [`Error::Timeout`] of a store wait on `what` (a key, or keys joined by commas).
 pub(crate) fn timeout_error(what: &str, after: Duration) -> Error {
     Error::Timeout {
-        what: text!("store keys [{what}] to be set"),
+        what: text!("store keys [{}] to be set", Escaped(what)),
         after_ms: u64::try_from(after.as_millis()).unwrap_or(u64::MAX),
     }
 }
@@ -162,8 +163,9 @@ pub(crate) fn add_value(key: &str, current: Option<&[u8]>, delta: i64) -> Result
                 Error::invalid(
                     "key",
                     format_args!(
-                        "`{key}` to hold a decimal integer to add to, got {:?}",
-                        String::from_utf8_lossy(bytes)
+                        "`{}` to hold a decimal integer to add to, got \"{}\"",
+                        Escaped(key),
+                        EscapedBytes(bytes)
                     ),
                 )
             })?,
@@ -171,7 +173,10 @@ pub(crate) fn add_value(key: &str, current: Option<&[u8]>, delta: i64) -> Result
     old.checked_add(delta).ok_or_else(|| {
         Error::invalid(
             "delta",
-            format_args!("a delta that keeps `{key}` in i64, got {old} + {delta}"),
+            format_args!(
+                "a delta that keeps `{}` in i64, got {old} + {delta}",
+                Escaped(key)
+            ),
         )
     })
 }

@@ -14,6 +14,7 @@
 //! - members that never dumped are suspects when the group has a stopped rank.
 
 use super::parse::{DumpEntry, RankDump};
+use oxccl_core::text::Escaped;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// One operation of one rank, as reported.
@@ -58,18 +59,19 @@ impl OpAt {
         }
     }
 
-    /// "seq 2 nccl:all_reduce in [[3, 4]] Float out [[3, 4]] Float, started".
+    /// "seq 2 nccl:all_reduce in [[3, 4]] Float out [[3, 4]] Float, started"; the names from
+    /// the dump escaped (`oxccl_core::text`).
     pub fn describe(&self) -> String {
         format!(
             "{} {} {} in {:?} {} out {:?} {}, {}",
             if self.is_p2p { "p2p seq" } else { "seq" },
             self.seq,
-            self.op,
+            Escaped(&self.op),
             self.input_sizes,
-            self.input_dtypes.join("/"),
+            Escaped(&self.input_dtypes.join("/")),
             self.output_sizes,
-            self.output_dtypes.join("/"),
-            self.state
+            Escaped(&self.output_dtypes.join("/")),
+            Escaped(&self.state)
         )
     }
 }

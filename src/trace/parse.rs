@@ -2,6 +2,7 @@
 //! field, PyTorch's `dump_json`, whose files carry no rank: it is then taken from the name).
 
 use super::note::{DumpNote, NOTE_KEY};
+use oxccl_core::text::Escaped;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
@@ -81,14 +82,15 @@ pub struct RankDump {
     pub note: Option<DumpNote>,
 }
 
-/// Why a dump could not be read.
+/// Why a dump could not be read. `Display` escapes what came from the file (a group's name
+/// in a field's path).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ParseError {
     /// Not JSON.
-    #[error("not JSON: {0}")]
+    #[error("not JSON: {}", Escaped(.0))]
     Json(String),
     /// A field is missing or has the wrong type.
-    #[error("field `{0}`: {1}")]
+    #[error("field `{}`: {}", Escaped(.0), .1)]
     Field(String, &'static str),
     /// No rank in the dump nor in the file name.
     #[error("no `rank` field and no rank at the end of the file name")]

@@ -1,8 +1,10 @@
-//! The analysis in words and as JSON (what `oxccl trace` prints).
+//! The analysis in words and as JSON (what `oxccl trace` prints). Names read from the dumps
+//! are escaped in the words (`oxccl_core::text`); the JSON keeps them exact.
 
 use super::analyze::{
     Analysis, Culprit, GroupReport, Mismatch, MissingWhy, OpAt, RankStatus, Reason,
 };
+use oxccl_core::text::Escaped;
 use serde_json::{json, Value};
 use std::fmt::Write as _;
 
@@ -45,26 +47,30 @@ fn culprit_line(c: &Culprit) -> String {
             "rank {}: issued a different {} at collective seq {seq} of group \"{}\"",
             c.rank,
             kind.name(),
-            c.pg
+            Escaped(&c.pg)
         ),
         Reason::NeverIssued {
             seq,
             op,
             last_enqueued,
         } => format!(
-            "rank {}: never issued collective seq {seq} ({op}) of group \"{}\" that the others \
+            "rank {}: never issued collective seq {seq} ({}) of group \"{}\" that the others \
              wait in (its last: {})",
             c.rank,
-            c.pg,
+            Escaped(op),
+            Escaped(&c.pg),
             last_enqueued.map_or("none".to_string(), |l| format!("seq {l}"))
         ),
         Reason::PeerNeverPosted { waiting, op } => format!(
-            "rank {}: never posted the counterpart of rank {waiting}'s {op} in group \"{}\"",
-            c.rank, c.pg
+            "rank {}: never posted the counterpart of rank {waiting}'s {} in group \"{}\"",
+            c.rank,
+            Escaped(op),
+            Escaped(&c.pg)
         ),
         Reason::NoDump => format!(
             "rank {}: wrote no dump, and group \"{}\" has stopped ranks (dead or stuck)",
-            c.rank, c.pg
+            c.rank,
+            Escaped(&c.pg)
         ),
     }
 }
@@ -77,9 +83,10 @@ fn missing_text(why: &MissingWhy) -> String {
              reported (stuck where its dump could not run, no OXCCL_TRACE_DIR there, or gone)"
         ),
         MissingWhy::StoreUnreachable { seen_by, error } => format!(
-            "rank {seen_by} could not reach the store when it dumped ({error}): the store's \
+            "rank {seen_by} could not reach the store when it dumped ({}): the store's \
              host was likely gone (under env:// without an agent, rank 0 hosts it), and this \
-             rank with it or cut off from the signal"
+             rank with it or cut off from the signal",
+            Escaped(error)
         ),
         MissingWhy::Unknown => "no dump says why (no OXCCL_TRACE_DIR there, no \
              OXCCL_DUMP_ON_TIMEOUT, or it ended before the signal)"
@@ -131,8 +138,8 @@ fn render_group(s: &mut String, g: &GroupReport) {
     let _ = writeln!(
         s,
         "group \"{}\" ({}), ranks {}:",
-        g.pg,
-        g.desc,
+        Escaped(&g.pg),
+        Escaped(&g.desc),
         rank_ranges(&g.ranks)
     );
     // Ranks that stopped at the same op print as one line.

@@ -68,12 +68,12 @@ impl DumpJob {
             Ok(files) => log::error!(
                 "oxccl: flight recorder of rank {} dumped to {} ({reason})",
                 self.meta.rank,
-                files.json.display()
+                crate::escaped_path(&files.json)
             ),
             Err(e) => log::error!(
                 "oxccl: cannot write the flight-recorder dump of rank {} into {}: {e}",
                 self.meta.rank,
-                self.dir.display()
+                crate::escaped_path(&self.dir)
             ),
         }
     }

@@ -101,6 +101,30 @@ fn integers_are_decimal_digits_in_range() {
     assert!(parse_u64("N", "0", 1, 10).is_err());
 }
 
+/// A value holding a terminal escape is shown escaped, in the text and in the error's Display.
+#[test]
+fn malformed_values_are_shown_escaped() {
+    let e = EnvConfig::from_lookup(env(&[(TIMEOUT_MS, "1\u{1b}[2J")])).unwrap_err();
+    assert_eq!(
+        expected_of(&e),
+        "a decimal integer in 1..=1000000000000, got \"1\\e[2J\""
+    );
+    let mut shown = heapless::String::<256>::new();
+    core::fmt::write(&mut shown, format_args!("{e}")).unwrap();
+    assert_eq!(
+        shown.as_str(),
+        "invalid argument `OXCCL_TIMEOUT_MS`: expected a decimal integer in 1..=1000000000000, \
+         got \"1\\e[2J\""
+    );
+    let e = EnvConfig::from_lookup(env(&[(BACKEND, "nccl\x07\u{202e}")])).unwrap_err();
+    assert_eq!(
+        expected_of(&e),
+        "nccl, mock or auto, got \"nccl\\a\\u{202e}\""
+    );
+    let e = EnvConfig::from_lookup(env(&[(NAN_CHECK, "1\r")])).unwrap_err();
+    assert_eq!(expected_of(&e), "0, 1, true or false, got \"1\\r\"");
+}
+
 #[test]
 fn durations_have_units_and_caps() {
     assert_eq!(

@@ -5,6 +5,7 @@
 //! keeping the zero padding of each range's lower bound (`[08-10]` → `08`, `09`, `10`).
 
 use crate::error::{Error, Result};
+use crate::text::Escaped;
 
 /// Longest host name kept (a DNS name is at most 253 bytes).
 pub const HOST_CAPACITY: usize = 255;
@@ -30,7 +31,10 @@ impl<'a> HostList<'a> {
         let bad = |why: &str| {
             Error::invalid(
                 var,
-                format_args!("a host list like node[01-04,7]: {why}, got {:?}", text),
+                format_args!(
+                    "a host list like node[01-04,7]: {why}, got \"{}\"",
+                    Escaped(text)
+                ),
             )
         };
         let mut len: u64 = 0;

@@ -282,7 +282,7 @@ pub fn run(a: &CheckArgs) -> ExitCode {
                 "collective": c.name(), "type": d.name(), "redop": r.map(Redop::name), "why": why,
             })).collect::<Vec<_>>(),
         });
-        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        println!("{}", crate::shown::json(&v));
     } else {
         println!("# {first}");
         println!(

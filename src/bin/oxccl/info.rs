@@ -5,6 +5,7 @@ use crate::{exit, gpus};
 use clap::Args;
 use oxccl::loader::{Api, Library, LoadError};
 use oxccl_core::launch::LaunchInfo;
+use oxccl_core::text::{Escaped, JsonSafe};
 use oxccl_core::Feature;
 use serde_json::{json, Value};
 use std::path::PathBuf;
@@ -44,10 +45,7 @@ pub fn run(a: &InfoArgs) -> ExitCode {
         "launcher": launcher_json(),
     });
     if a.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&report).unwrap_or_default()
-        );
+        println!("{}", crate::shown::json(&report));
     } else {
         print!("{}", text(&report));
     }
@@ -260,7 +258,7 @@ fn text(r: &Value) -> String {
     } else {
         s += "variables:\n";
         for (k, v) in env.into_iter().flatten() {
-            s += &format!("  {k}={}\n", str_of(v));
+            s += &format!("  {}={}\n", Escaped(k), str_of(v));
         }
     }
     let l = &r["launcher"];
@@ -290,7 +288,11 @@ fn text(r: &Value) -> String {
     s
 }
 
-/// A JSON string's text (other values as JSON).
+/// A JSON string's text (other values as JSON), escaped for a terminal: the report's strings
+/// come from outside (paths, variables, device names; see `oxccl_core::text`).
 pub fn str_of(v: &Value) -> String {
-    v.as_str().map_or_else(|| v.to_string(), str::to_owned)
+    match v.as_str() {
+        Some(s) => Escaped(s).to_string(),
+        None => JsonSafe(&v.to_string()).to_string(),
+    }
 }

@@ -12,6 +12,7 @@ mod info;
 mod nvml;
 mod ops;
 mod perf;
+mod shown;
 mod store;
 mod trace;
 
@@ -73,7 +74,7 @@ fn main() -> ExitCode {
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
-    let cli = Cli::parse();
+    let cli: Cli = shown::parse_cli();
     match &cli.command {
         Command::Info(a) => info::run(a),
         Command::Perf(a) => perf::run(a),

@@ -6,6 +6,8 @@
 //! Exit codes: 0 no hang found, 1 a hang or a culprit found, 2 usage or unreadable dumps.
 
 use clap::Args;
+use oxccl::core::text::{Escaped, JsonSafe};
+use oxccl::escaped_path;
 use oxccl::trace::{analyze, read_dump_dir, render_text, report_json, DumpTrigger};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -30,14 +32,14 @@ pub fn run(args: &TraceArgs) -> ExitCode {
             Ok(()) => {
                 emit(&format!(
                     "dump requested: {}\n",
-                    args.dir.join(oxccl::trace::DUMP_REQUEST_FILE).display()
+                    escaped_path(&args.dir.join(oxccl::trace::DUMP_REQUEST_FILE))
                 ));
                 ExitCode::SUCCESS
             }
             Err(e) => {
                 warn(format!(
                     "oxccl trace: --request: {}: {e}",
-                    args.dir.display()
+                    escaped_path(&args.dir)
                 ));
                 ExitCode::from(2)
             }
@@ -46,20 +48,21 @@ pub fn run(args: &TraceArgs) -> ExitCode {
     let read = match read_dump_dir(&args.dir) {
         Ok(r) => r,
         Err(e) => {
-            warn(format!("oxccl trace: DIR {}: {e}", args.dir.display()));
+            warn(format!("oxccl trace: DIR {}: {e}", escaped_path(&args.dir)));
             return ExitCode::from(2);
         }
     };
     for (path, why) in &read.unreadable {
         warn(format!(
-            "oxccl trace: unreadable dump {}: {why}",
-            path.display()
+            "oxccl trace: unreadable dump {}: {}",
+            escaped_path(path),
+            Escaped(why)
         ));
     }
     if read.dumps.is_empty() {
         warn(format!(
             "oxccl trace: DIR {}: no readable dump (rank_<r>.json)",
-            args.dir.display()
+            escaped_path(&args.dir)
         ));
         return ExitCode::from(2);
     }
@@ -76,7 +79,9 @@ pub fn run(args: &TraceArgs) -> ExitCode {
                 .collect();
             obj.insert("unreadable".into(), serde_json::Value::Array(bad));
         }
-        emit(&format!("{v:#}\n"));
+        // Exact values, with no control or bidi character raw (this file is also built
+        // into tests/trace_analyze.rs, so it does not use the tool's `shown`).
+        emit(&format!("{}\n", JsonSafe(&format!("{v:#}"))));
     } else {
         emit(&render_text(&analysis));
     }

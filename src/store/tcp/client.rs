@@ -16,6 +16,7 @@
 //! in any way is dropped, never reused out of step with the server.
 
 use super::wire::{self, QueryType};
+use oxccl_core::text::Escaped;
 use oxccl_core::{text, Error, Result};
 use std::io::{self, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
@@ -76,7 +77,8 @@ impl Client {
         timeout: Duration,
         token: Option<&str>,
     ) -> Result<Client> {
-        let name = format!("{host}:{port}");
+        // Only shown in messages: escaped once here (see `oxccl_core::text`).
+        let name = format!("{}:{port}", Escaped(host));
         let addrs: Vec<SocketAddr> = (host, port)
             .to_socket_addrs()
             .map_err(|e| Error::invalid("host", format_args!("a resolvable host for {name}: {e}")))?

@@ -17,6 +17,7 @@ pub use server::TcpServer;
 use super::Store;
 use client::Client;
 use limits::token_from_env;
+use oxccl_core::text::Escaped;
 use oxccl_core::{text, Error, Result};
 use std::net::ToSocketAddrs;
 use std::time::{Duration, Instant};
@@ -186,7 +187,7 @@ impl TcpStore {
                 return Err(Error::Timeout {
                     what: text!(
                         "workers joining the TCP store at {}:{}: {joined}/{n} joined",
-                        self.host,
+                        Escaped(&self.host),
                         self.port
                     ),
                     after_ms: u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX),
@@ -264,7 +265,7 @@ impl Store for TcpStore {
         let k = wire_key(key)?;
         let mut v = self.client.get(&[&k], timeout)?;
         v.pop().ok_or_else(|| Error::Remote {
-            detail: text!("the TCP store answered no value for `{key}`"),
+            detail: text!("the TCP store answered no value for `{}`", Escaped(key)),
         })
     }
 

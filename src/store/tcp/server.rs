@@ -18,6 +18,7 @@
 use super::limits::{ServerLimits, ServerOptions, ServerStats};
 use super::state::{State, Writer};
 use super::wire::{self, Request, WireError};
+use oxccl_core::text::Escaped;
 use oxccl_core::{text, Error, Result};
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
@@ -89,7 +90,10 @@ impl TcpServer {
     /// and starts serving under `opts`.
     pub fn bind_with(host: &str, port: u16, opts: ServerOptions) -> Result<TcpServer> {
         let addrs = (host, port).to_socket_addrs().map_err(|e| {
-            Error::invalid("host", format_args!("a resolvable host, got `{host}`: {e}"))
+            Error::invalid(
+                "host",
+                format_args!("a resolvable host, got `{}`: {e}", Escaped(host)),
+            )
         })?;
         let mut last: Option<io::Error> = None;
         let mut listener = None;
@@ -106,7 +110,7 @@ impl TcpServer {
             let why = last.map_or_else(|| "no address".to_string(), |e| e.to_string());
             return Err(Error::invalid(
                 "port",
-                format_args!("a port free to bind on {host}:{port}: {why}"),
+                format_args!("a port free to bind on {}:{port}: {why}", Escaped(host)),
             ));
         };
         let local = listener

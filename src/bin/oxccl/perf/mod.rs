@@ -241,7 +241,7 @@ pub fn run(a: &PerfArgs) -> ExitCode {
     let rows = report::rows(&plan, &merged, outcome.n);
     if a.json {
         let v = report::to_json(&plan, &rows, outcome.head.clone());
-        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        println!("{}", crate::shown::json(&v));
     } else {
         println!("# {}", crate::info::str_of(&outcome.head["first_line"]));
         print!("{}", report::table(&plan, &rows));
@@ -251,7 +251,7 @@ pub fn run(a: &PerfArgs) -> ExitCode {
         if let Err(e) = std::fs::write(path, serde_json::to_string_pretty(&v).unwrap_or_default()) {
             eprintln!(
                 "oxccl perf: cannot write --json-out {}: {e}",
-                path.display()
+                oxccl::escaped_path(path)
             );
             return ExitCode::from(exit::ENV);
         }
@@ -264,7 +264,10 @@ pub fn run(a: &PerfArgs) -> ExitCode {
             plan.dtype.name()
         );
         if let Err(e) = std::fs::write(path, svg::chart(&rows, &title)) {
-            eprintln!("oxccl perf: cannot write --svg {}: {e}", path.display());
+            eprintln!(
+                "oxccl perf: cannot write --svg {}: {e}",
+                oxccl::escaped_path(path)
+            );
             return ExitCode::from(exit::ENV);
         }
     }

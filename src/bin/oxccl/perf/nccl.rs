@@ -156,7 +156,7 @@ pub fn run(a: &PerfArgs, plan: &Plan) -> std::result::Result<Outcome, String> {
     let per_rank = thread_world(&lib, n, blocking, &body)?;
     let first = format!(
         "NCCL {version} at {}: {n} GPUs, a thread per GPU, graphs {}, registration {}",
-        lib.library().path().display(),
+        oxccl::escaped_path(lib.library().path()),
         a.graphs,
         a.registration
     );

@@ -342,7 +342,7 @@ fn measure(a: &PerfArgs, use_nccl: bool, why: &str) -> std::result::Result<ExitC
             let head = format!(
                 "NCCL {} at {}: {n} ranks, a process per GPU",
                 oxccl::core::Backend::version(&lib),
-                lib.library().path().display()
+                oxccl::escaped_path(lib.library().path())
             );
             return write(a, &plan, &merged, n, &head, iters, rounds);
         }
@@ -357,7 +357,7 @@ fn measure(a: &PerfArgs, use_nccl: bool, why: &str) -> std::result::Result<ExitC
             format!(
                 "NCCL {} at {}: {n} GPUs, a thread per GPU",
                 oxccl::core::Backend::version(&lib),
-                lib.library().path().display()
+                oxccl::escaped_path(lib.library().path())
             ),
         )
     };
@@ -412,18 +412,22 @@ fn write(
     );
     let text = file_text(&head, &pts, &t);
     let out = a.out.clone().unwrap_or_else(|| DEFAULT_OUT.into());
-    std::fs::write(&out, &text)
-        .map_err(|e| env(format!("cannot write --out {}: {e}", out.display())))?;
+    std::fs::write(&out, &text).map_err(|e| {
+        env(format!(
+            "cannot write --out {}: {e}",
+            oxccl::escaped_path(&out)
+        ))
+    })?;
     if a.json {
         let v = json_of(&head, &pts, &t, &out);
-        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        println!("{}", crate::shown::json(&v));
         return Ok(ExitCode::SUCCESS);
     }
     print!("{text}");
     println!(
         "# written to {} (give it to every rank: OXCCL_TUNE_FILE={})",
-        out.display(),
-        out.display()
+        oxccl::escaped_path(&out),
+        oxccl::escaped_path(&out)
     );
     Ok(ExitCode::SUCCESS)
 }
