@@ -300,7 +300,8 @@ item_i10_death() {
     for how in sigkill exit0 exit1 sigterm; do
         local dd=$d/$how timeout_ms=3000
         echo "--- $how"
-        OXCCL_TIMEOUT_MS=$timeout_ms OXCCL_ASYNC_ERROR_HANDLING=2 OXCCL_DUMP_ON_TIMEOUT=1 \
+        # The dead rank never reports a dump: the survivor's wait for it lasts its whole limit.
+        OXCCL_TIMEOUT_MS=$timeout_ms OXCCL_ASYNC_ERROR_HANDLING=2 OXCCL_DUMP_ON_TIMEOUT=1 OXCCL_WAIT_TIMEOUT_DUMP_MS=3000 \
             OXCCL_TRACE_DIR=$dd/trace ranks 2 "$dd" 40 $bin/pg_faults "death:$how" | tee "$dd.status"
         cat "$dd"/rank_*.out
         local err ms alloc dumped
@@ -358,7 +359,8 @@ sys.exit(0 if c and s else 1)' "$dd/trace.json" || rc=1
 item_i25_dumps() {
     OXCCL_DUMP_ENDING_BACKEND=nccl OXCCL_BIN=$bin/oxccl OXCCL_TORCH_VENV=/opt/torch/.venv \
         $bin/dump_ending --test-threads=1 store_host_times_out_while_a_peer_is_idle_2 \
-        a_peer_times_out_2 two_ranks_time_out_at_once_2 under_torchrun_2 store_host_killed
+        a_peer_times_out_2 two_ranks_time_out_at_once_2 under_torchrun_2 store_host_killed \
+        the_host_returns_from_its_program_after_the_error_2
     local rc=$?
     echo "NOTE: $(grep -E '^test (store|a_|two|under)' "$d/log" | sed 's/^test //' | tr '\n' ';')"
     return $rc

@@ -45,6 +45,9 @@ enum Case {
     TwoTimeOut,
     /// As `HostTimesOut`, under torchrun: its agent hosts the store.
     Torchrun,
+    /// As `HostTimesOut`, under a mode that keeps the process (clean up only): the rank that
+    /// timed out gets the error back and returns from its program at once; its exit waits.
+    HostReturns,
 }
 
 /// What a rank does after the first all_reduce.
@@ -67,6 +70,7 @@ impl Case {
             Case::PeerTimesOut => "peer",
             Case::TwoTimeOut => "two",
             Case::Torchrun => "torchrun",
+            Case::HostReturns => "returns",
         }
     }
 
@@ -76,6 +80,7 @@ impl Case {
             Case::PeerTimesOut,
             Case::TwoTimeOut,
             Case::Torchrun,
+            Case::HostReturns,
         ]
         .into_iter()
         .find(|c| c.name() == s)
@@ -84,8 +89,8 @@ impl Case {
 
     fn role(self, n: u32, rank: u32) -> Role {
         match (self, n, rank) {
-            (Case::HostTimesOut | Case::Torchrun, _, 0) => Role::Times,
-            (Case::HostTimesOut | Case::Torchrun, _, 1) => Role::Idle,
+            (Case::HostTimesOut | Case::Torchrun | Case::HostReturns, _, 0) => Role::Times,
+            (Case::HostTimesOut | Case::Torchrun | Case::HostReturns, _, 1) => Role::Idle,
             (Case::PeerTimesOut, n, r) if r == n - 1 => Role::Times,
             (Case::PeerTimesOut, 2, 0) => Role::Idle,
             (Case::PeerTimesOut, _, 1) => Role::Idle,
@@ -96,7 +101,17 @@ impl Case {
         }
     }
 
-    /// The rank that never joins the second all_reduce.
+    /// The collective sequence number the hang is at: the second all_reduce (the third where
+    /// a point-to-point warm-up comes first).
+    fn hang_seq(self, n: u32) -> u64 {
+        if self == Case::TwoTimeOut && n == 2 {
+            3
+        } else {
+            2
+        }
+    }
+
+    /// The rank that never joins the hanging all_reduce.
     fn absent(self, n: u32) -> u32 {
         (0..n)
             .find(|&r| matches!(self.role(n, r), Role::Idle | Role::Receives))
@@ -115,6 +130,18 @@ impl WithProcessGroup for Scenario {
         let mut b = pg.upload(&[1.0f32; 64])?;
         pg.all_reduce(&mut b, ReduceOp::Sum)?.wait()?;
         let role = self.case.role(n, me);
+        if self.case == Case::TwoTimeOut && n == 2 {
+            // A send/receive first, so the receive that hangs later needs no new connection
+            // (NCCL makes one on a pair's first point-to-point call, and blocks the calling
+            // thread until the peer takes part). After a second all_reduce: PyTorch's analyzer
+            // takes a point-to-point entry whose p2p sequence number equals the collective
+            // sequence number of the entry before it for a coalesced block of both, and fails.
+            pg.all_reduce(&mut b, ReduceOp::Sum)?.wait()?;
+            match me {
+                0 => pg.send(&b, 1)?.wait()?,
+                _ => pg.recv(&mut b, 0)?.wait()?,
+            }
+        }
         println!("RESULT rank={me} first=ok role={role:?}");
         if let Ok(mark) = std::env::var(MARK) {
             std::fs::write(Path::new(&mark).join(format!("first_{me}")), b"")
@@ -184,6 +211,9 @@ fn run_env(case: Case, n: u32, dir: &Path) -> Vec<Ran> {
             let mut cmd = rank_command(CHILD, case.name(), r, n, port);
             cmd.envs(dump_env(dir, Some(200)))
                 .env("OXCCL_BACKEND", backend());
+            if case == Case::HostReturns {
+                cmd.env("OXCCL_ASYNC_ERROR_HANDLING", "2");
+            }
             cmd.spawn().unwrap()
         })
         .collect();
@@ -229,8 +259,8 @@ fn fr_trace(dir: &Path) -> Option<String> {
 }
 
 /// Every rank's dumps exist; both analyzers name `absent` as the rank that never joined
-/// collective seq 2.
-fn assert_complete(what: &str, dir: &Path, n: u32, absent: u32) {
+/// collective `seq`.
+fn assert_complete(what: &str, dir: &Path, n: u32, absent: u32, seq: u64) {
     for r in 0..n {
         for f in [format!("rank_{r}.json"), format!("trace_{r}")] {
             assert!(
@@ -245,15 +275,16 @@ fn assert_complete(what: &str, dir: &Path, n: u32, absent: u32) {
     let text = oxccl_trace(dir);
     assert!(
         text.contains(&format!("{n} rank(s) dumped"))
-            && text.contains("hang at collective seq 2")
-            && text.contains(&format!("rank {absent}: never issued collective seq 2")),
+            && text.contains(&format!("hang at collective seq {seq}"))
+            && text.contains(&format!("rank {absent}: never issued collective seq {seq}")),
         "{what}: oxccl trace:\n{text}"
     );
     assert!(!text.contains("never dumped"), "{what}:\n{text}");
     if let Some(out) = fr_trace(dir) {
         assert!(
-            out.contains("Not all ranks joining collective, sequence number: 2")
-                && out.contains(&format!("missing ranks: {{{absent}}}")),
+            out.contains(&format!(
+                "Not all ranks joining collective, sequence number: {seq}"
+            )) && out.contains(&format!("missing ranks: {{{absent}}}")),
             "{what}: fr_trace:\n{out}"
         );
     }
@@ -282,8 +313,20 @@ fn env_case(case: Case, n: u32) {
     let what = format!("{}-{n}", case.name());
     let dir = dump_dir(&what);
     let ran = run_env(case, n, &dir);
-    assert_ended(&what, case, &ran);
-    assert_complete(&what, &dir, n, case.absent(n));
+    if case == Case::HostReturns {
+        // The error came back to the program, which returned from `main`; the exit waited for
+        // the other rank's dump (checked below), then the process ended normally.
+        assert_eq!(ran[0].code, Some(0), "{what}: rank 0\n{}", ran[0].out);
+        assert_eq!(
+            ranks::field(&ran[0].out, "returned"),
+            Some("true"),
+            "{what}\n{}",
+            ran[0].out
+        );
+    } else {
+        assert_ended(&what, case, &ran);
+    }
+    assert_complete(&what, &dir, n, case.absent(n), case.hang_seq(n));
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -305,6 +348,11 @@ fn a_peer_times_out_2() {
 #[test]
 fn a_peer_times_out_4() {
     env_case(Case::PeerTimesOut, 4);
+}
+
+#[test]
+fn the_host_returns_from_its_program_after_the_error_2() {
+    env_case(Case::HostReturns, 2);
 }
 
 #[test]
@@ -352,7 +400,7 @@ fn torchrun_case(n: u32) {
         "{what}: torchrun succeeded\n{}",
         ran[0].out
     );
-    assert_complete(&what, &dir, n, Case::Torchrun.absent(n));
+    assert_complete(&what, &dir, n, Case::Torchrun.absent(n), 2);
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -184,16 +184,19 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 impl GroupWatch {
     /// Called by a thread that is about to return `e`, a failure of one of this group's works,
-    /// to the program: when the watchdog will handle it with a dump (the group's plan), waits
-    /// until it has, so that the program cannot end the process (and the store it may host)
-    /// before the signal, the dumps and the wait for every rank's dump are done. When the
-    /// mode ends the process, it ends during this call. Bounded by the dump wait and a pass;
-    /// nothing to wait for in a process without a dump directory.
+    /// to the program: when the watchdog will dump for it and then end the process (the
+    /// group's plan), waits until it has, so that the program cannot end the process (and the
+    /// store it may host) first, before the signal, the dumps and the wait for every rank's
+    /// dump are done; the process ends during this call. Bounded by the dump wait and a pass;
+    /// nothing to wait for in a process without a dump directory. Under a mode that keeps the
+    /// process, the error returns at once (the program handles it), and an exit the program
+    /// makes meanwhile waits for the watchdog instead (see `crate::watchdog`'s exit guard).
     pub fn settle_failure(&self, e: &oxccl_core::Error) {
         use oxccl_core::watchdog::{failure_plan, FailureKind};
         let plan = failure_plan(self.mode, FailureKind::of(e), self.dump_on_timeout);
         let dog = crate::watchdog::Watchdog::instance();
-        if plan.dump && self.enrolled.load(Ordering::Acquire) && dog.has_dump_targets() {
+        let ends = plan.dump && plan.end_process;
+        if ends && self.enrolled.load(Ordering::Acquire) && dog.has_dump_targets() {
             let limit = self
                 .wait_timeout_dump
                 .saturating_add(Duration::from_secs(2));

@@ -12,6 +12,10 @@
 //! process from ending. What the rank learned (store errors, who never reported) is written
 //! into its dump's note, so `oxccl trace` can say why a dump is missing.
 //!
+//! A program whose mode keeps the process may still end it while the wait runs (its thread
+//! saw the error and returned from `main`): an exit guard (`atexit`) holds the exit until the
+//! wait in progress is over, bounded by its deadline.
+//!
 //! The decision of each step is the core's `dump_wait_step`.
 
 use super::{dumps, lock, Watchdog};
@@ -83,7 +87,37 @@ fn millis(d: Duration) -> u64 {
     d.as_millis().min(u128::from(u64::MAX)) as u64
 }
 
+/// Installs the exit guard once per process (when the first group that dumps on timeout is
+/// made, long before any exit begins).
+pub(super) fn install_exit_guard() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: `exit_guard` is an `extern "C" fn()` that never unwinds (it catches every
+        // panic) and lives as long as the program (it is a plain function).
+        let failed = unsafe { libc::atexit(exit_guard) } != 0;
+        if failed {
+            log::warn!("oxccl: cannot install the exit guard of the dump coordination");
+        }
+    });
+}
+
+/// Run by `exit`: waits for a failure's dumps and the wait for every rank's dump, if one is in
+/// progress, until its deadline.
+extern "C" fn exit_guard() {
+    let _ = std::panic::catch_unwind(|| Watchdog::instance().await_ending());
+}
+
 impl Watchdog {
+    /// Waits while a failure's dump coordination is in progress, until its deadline.
+    fn await_ending(&self) {
+        while let Some(until) = *lock(&self.ending_until) {
+            if Instant::now() >= until {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     /// The ranks of this process that take part in the coordination (a default group that
     /// dumps on timeout), each with its store.
     fn reporters(&self) -> Vec<Reporter> {
@@ -164,6 +198,22 @@ impl Watchdog {
     ) {
         let began = Instant::now();
         let deadline = began.checked_add(limit).unwrap_or(began);
+        // An exit meanwhile waits for this (plus the bounded rewrite of the dump at the end).
+        *lock(&self.ending_until) = Some(deadline + Duration::from_secs(2));
+        self.coordinate_failure(reason, rank, signal, limit, began, deadline);
+        *lock(&self.ending_until) = None;
+    }
+
+    /// [`Watchdog::dump_for_failure`]'s steps.
+    fn coordinate_failure(
+        &self,
+        reason: &str,
+        rank: u32,
+        signal: Option<&Arc<dyn Store>>,
+        limit: Duration,
+        began: Instant,
+        deadline: Instant,
+    ) {
         let mut note = DumpNote::new(DumpCause::OwnFailure);
         let signalled = signal.is_some_and(|store| {
             let store = store.clone();

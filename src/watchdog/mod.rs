@@ -131,6 +131,9 @@ pub struct Watchdog {
     coord_started: AtomicBool,
     /// The ranks of this process that reported their dump in the store (once each).
     reported: Mutex<Vec<u32>>,
+    /// Until when a failure's dump coordination may keep the process (`None`: none runs); the
+    /// exit guard waits for it.
+    ending_until: Mutex<Option<std::time::Instant>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -164,6 +167,7 @@ impl Watchdog {
                 failure_dumped: AtomicBool::new(false),
                 coord_started: AtomicBool::new(false),
                 reported: Mutex::new(Vec::new()),
+                ending_until: Mutex::new(None),
             })
         })
     }
@@ -280,6 +284,7 @@ impl Watchdog {
         let coordinated = target.signal.is_some();
         lock(&self.dumps).push(target);
         if coordinated {
+            ending::install_exit_guard();
             self.start_coordination();
         }
     }
