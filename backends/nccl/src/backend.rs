@@ -278,10 +278,13 @@ impl Backend for NcclBackend {
             return self.init_rank(id, rank, size, device, cfg);
         }
         Self::rank_size(rank, size)?;
+        let began = std::time::Instant::now();
         // On the caller's thread too: the device is checked before a thread is started, and
         // the caller has it bound afterwards as after an init on its own thread. The init's
-        // thread binds it again for itself (`init_with`).
+        // thread binds it again for itself (`init_with`). Making the device's context can take
+        // a good part of a second: it counts against the limit.
         crate::cuda::context(device)?;
+        let limit = limit.saturating_sub(began.elapsed());
         log::debug!(
             "oxccl: NCCL {}: rank {rank}'s blocking init runs on its own thread, waited for {} ms \
              at most",
