@@ -7,10 +7,11 @@ use oxccl::{CommConfig, ConfigField, Device, Error, Feature, Missing, Nccl, Resu
 use std::path::PathBuf;
 
 fn library(version: &str) -> Option<Nccl> {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join(".cache/nccl")
-        .join(version)
-        .join("lib/libnccl.so.2");
+    // Where scripts/fetch-nccl.sh keeps the releases (`OXCCL_NCCL_CACHE`, as it honours it).
+    let cache = std::env::var_os("OXCCL_NCCL_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".cache/nccl"));
+    let path = cache.join(version).join("lib/libnccl.so.2");
     if !path.exists() {
         assert!(
             std::env::var("OXCCL_SKIP_REAL_NCCL").as_deref() == Ok("1"),

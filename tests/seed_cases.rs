@@ -16,8 +16,10 @@ use std::sync::Arc;
 /// The NCCL release `scripts/fetch-nccl.sh` caches (any release: case 1 never reaches a GPU);
 /// `None` only when the cache is missing and `OXCCL_SKIP_REAL_NCCL=1` says to go without.
 fn cached_nccl() -> Option<oxccl::Nccl> {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join(".cache/nccl/2.32.3/lib/libnccl.so.2");
+    let cache = std::env::var_os("OXCCL_NCCL_CACHE")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(".cache/nccl"));
+    let path = cache.join("2.32.3/lib/libnccl.so.2");
     if !path.exists() {
         assert!(
             std::env::var("OXCCL_SKIP_REAL_NCCL").as_deref() == Ok("1"),
