@@ -183,8 +183,8 @@ fn rank(
     // Every buffer here is read back once a round, the group's through its copy stream, so
     // `Comm`'s through a stream of its own too: an operation waits on a slice's read event,
     // and the driver's wait costs more once that event was last recorded by a later read
-    // than while it still holds the allocation's record (+220 to +400 ns per call on
-    // 2 × H100), which would otherwise count against the group.
+    // than while it still holds the allocation's record, a difference that would otherwise
+    // count against the group.
     let reader = st.context().new_stream().unwrap();
     let mut fresh = st.clone_htod(&[1.0f32, 2.0]).unwrap();
     let mark = st

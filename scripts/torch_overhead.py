@@ -3,7 +3,7 @@
 Run with torchrun on the GPU machine: `python3 -m torch.distributed.run --nproc_per_node=2
 scripts/torch_overhead.py`. Each rank issues 200 all_reduces of 8 bytes (float32 x 2) back to
 back and times only the issuing loop; 200 rounds; rank 0 prints the median and minimum ns/call
-as a row of the table in docs/BENCHMARKS.md.
+beside the table in docs/BENCHMARKS.md#host-overhead-per-operation.
 """
 import time
 

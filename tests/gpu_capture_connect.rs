@@ -1,6 +1,6 @@
 //! A collective captured into a graph before it ever ran (2 GPUs): NCCL connects a
 //! communicator to its peers at the first operation that needs each connection, which a
-//! capture forbids (on 2 × H200, NCCL 2.28: "failed to peer with device: operation not
+//! capture forbids (NCCL 2.28: "failed to peer with device: operation not
 //! permitted when stream is capturing", then `ncclInternalError`). The failure must come back
 //! as a capture error saying so and what to do; doing that (the operation once outside the
 //! capture) must then capture and launch with the right values. Runs when `OXCCL_TEST_GPUS`

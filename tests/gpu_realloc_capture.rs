@@ -1,19 +1,18 @@
-//! NCCL memory the process group registered (or put in a window), captured into a graph,
-//! dropped with the graph and allocated again, round after round: `ncclMemAlloc` tends to
-//! hand back the addresses just freed, and NCCL registers captured buffers by itself
-//! (`NCCL_GRAPH_REGISTER`), so a registration outliving its memory would be found again at
-//! the reused address and move the wrong data. `oxccl perf`'s raw and comm layers met wrong
-//! results that way at `-R 1 -G` (docs/BENCHMARKS.md); the group's `NcclBuf` keeps its
-//! memory until every registration and graph is gone, and this test holds it to that, on an
-//! in-place all_reduce of one size, on out-of-place all_gathers of changing sizes whose
-//! buffers are allocated in alternating order (a freed address comes back in another role
-//! and size, as in `oxccl perf`'s sweep), and on broadcasts and send/recv pairs of changing
-//! sizes. With NCCL memory freed at drop, a captured broadcast of a registered buffer
-//! delivered nothing in the third round on 2 × H200 (NCCL 2.28.9): `NcclMem` now keeps the
-//! memory it lets go for the next allocation of its size. Handed back even so, memory that
-//! captured operations had used hung the sixth round's all_gather on 4 × H100 (NCCL 2.28.3
-//! and 2.28.9; it passed with `NCCL_GRAPH_REGISTER=0`): an operation issued inside a capture
-//! now marks its memory, which is kept but never handed out again. Prints each round and step to
+//! NCCL memory the process group registered (or put in a window), captured into a graph, dropped
+//! with the graph and allocated again, round after round: `ncclMemAlloc` tends to hand back the
+//! addresses just freed, and NCCL registers captured buffers by itself (`NCCL_GRAPH_REGISTER`), so
+//! a registration outliving its memory would be found again at the reused address and move the
+//! wrong data (docs/BENCHMARKS.md#buffer-modes-and-the-tune-table), as it does at `-R 1 -G`
+//! on memory freed per case; the group's `NcclBuf` keeps its memory
+//! until every registration and graph is gone, and this test holds it to that, on an in-place
+//! all_reduce of one size, on out-of-place all_gathers of changing sizes whose buffers are
+//! allocated in alternating order (a freed address comes back in another role and size, as in
+//! `oxccl perf`'s sweep), and on broadcasts and send/recv pairs of changing sizes. Freed at drop,
+//! NCCL memory makes a captured broadcast of a registered buffer deliver nothing in a later round
+//! (NCCL 2.28.9), so `NcclMem` keeps the memory it lets go for the next allocation of its size;
+//! handed back even so, memory that captured operations used can hang a later all_gather (NCCL
+//! 2.28.3 and 2.28.9, not with `NCCL_GRAPH_REGISTER=0`), so an operation issued inside a capture
+//! marks its memory, which is kept but never handed out again. Prints each round and step to
 //! stderr, so a run cut short says where it was. Runs
 //! when `OXCCL_TEST_GPUS` is 2 or more and skips, saying so, otherwise.
 

@@ -1,6 +1,6 @@
 //! An operation through `Comm` (no process group) whose buffers mix a symmetric window and
 //! plain memory is refused before NCCL sees it, naming the plain buffer: with NCCL 2.28 such
-//! an all-to-all gives wrong results or hangs (docs/BENCHMARKS.md, "What hung `--tuned`").
+//! an all-to-all gives wrong results or hangs (docs/BENCHMARKS.md#buffer-modes-and-the-tune-table).
 //! With both buffers in windows it runs and its values are right. Runs when
 //! `OXCCL_TEST_GPUS` is 2 or more and skips, saying so, otherwise.
 

@@ -1,6 +1,6 @@
 //! One operation, one kind of buffer (src/pg/tuned.rs): the buffers of an operation are all
-//! in symmetric windows or none is (NCCL 2.28.9 on 2 × H200 gave wrong results, or hung, on
-//! an all_to_all whose send buffer was in a window and whose receive buffer was not). On the
+//! in symmetric windows or none is (NCCL 2.28.9 gives wrong results, or hangs, on an
+//! all_to_all whose send buffer is in a window and whose receive buffer is not). On the
 //! mock world: the other buffer is put in a window too; plain memory beside a window is
 //! refused naming it, by the backend (the core's rule, `oxccl_core::check::windows`, as the
 //! NCCL backend applies it), before the op is queued, inside a coalescing block too; and a

@@ -1,7 +1,7 @@
 //! The watchdog's pace under a tight issuing loop, on the mock world: it makes about one pass
 //! per 64 works (the issuing thread's wakes), sleeping between them even with works queued,
-//! and still records and watches every work. A bound, not a race: with the old rule (pass
-//! again whenever a work was queued) it fails only when the watchdog gets a core to itself,
+//! and still records and watches every work. A bound, not a race: a watchdog that passes
+//! again whenever a work is queued fails it only when the watchdog gets a core to itself,
 //! as on an idle build machine. Alone in its binary: the process's watchdog counts only these.
 
 use oxccl::mock::MockBackend;

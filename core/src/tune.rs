@@ -1,8 +1,8 @@
 //! The tune table: which buffer mode (plain, locally registered, symmetric window) each
 //! collective uses at each size, as measured by `oxccl perf --tune` on the user's machine.
 //!
-//! No mode wins everywhere (on 2 × H200, windows halve 8-byte all_reduce latency and lift
-//! 128 MiB all_gather, but slow 128 MiB all_reduce, where local registration wins), so the
+//! No mode wins everywhere (the best one depends on the collective, the size and the machine:
+//! docs/BENCHMARKS.md#buffer-modes-and-the-tune-table), so the
 //! choice is data: rows of (collective, dtype, size range) → mode, looked up by a pure
 //! function. Every rank must decide alike (a window registration is collective: one rank
 //! registering alone hangs), so the lookup reads nothing but its arguments, and

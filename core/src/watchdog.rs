@@ -93,9 +93,9 @@ pub fn next_sleep_ms(period_ms: u64, now_ns: u64, earliest_deadline_ns: Option<u
 /// oldest first) as few times as it can; `None` when none was. Works of one stream end in
 /// order, so the answers are a run of `true` then a run of `false`: the search gallops back
 /// from the newest, where the boundary lies while the GPU keeps up (two questions), then
-/// bisects, at most about 2 log2(n) + 1 questions where a question per work cost the
-/// watchdog a driver call each (an event query, 1.3-1.5 µs on H100 hosts, beside the
-/// issuing threads' calls).
+/// bisects, at most about 2 log2(n) + 1 questions where a question per work would cost the
+/// watchdog a driver call each (an event query, contending with the issuing threads' driver
+/// calls; docs/BENCHMARKS.md#watchdog-and-flight-recorder).
 pub fn newest_done(n: usize, mut done: impl FnMut(usize) -> bool) -> Option<usize> {
     // Every index from `pending` on is known not done (none is known at first).
     let mut pending = n;

@@ -21,11 +21,11 @@
 //!   release a window on its own. Window buffers are meant to be allocated once and reused,
 //!   as NCCL advises.
 //!
-//! One operation, one kind of buffer: the buffers of an operation are all in windows or none
-//! is. Seen on 2 × H200 with NCCL 2.28.9: an all_to_all whose send buffer was in a window
-//! (made by an earlier all_reduce on it) and whose receive buffer was not gave wrong results
-//! in one run and hung in another; NCCL sees a window whatever the table says for this
-//! operation. So an operation with some of its buffers in windows puts the others in
+//! One operation, one kind of buffer: the buffers of an operation are all in windows or none is.
+//! With NCCL 2.28.9 an all_to_all whose send buffer is in a window (made by an earlier all_reduce
+//! on it) and whose receive buffer is not gives wrong results or hangs
+//! (docs/BENCHMARKS.md#buffer-modes-and-the-tune-table); NCCL sees a window whatever the table says
+//! for this operation. So an operation with some of its buffers in windows puts the others in
 //! windows too (collective, decided from window state, which every rank made alike), and
 //! groups with windows check this at every operation, table or not. One whose other buffer
 //! cannot be (not the library's memory) is left as it is: the backend refuses it when it is

@@ -19,8 +19,8 @@ use std::time::Duration;
 
 /// Laid out for the watchdog's reads: what it reads of every work first, in the first 64
 /// bytes of the allocation with the reference counts (one or two cache lines: the allocator
-/// aligns to 16; aligning to a line would take its slower aligned path, measured +55 ns per
-/// work); the rest is the issuing thread's and the user's. Every line the watchdog reads
+/// aligns to 16; aligning to a line would send every allocation through its slower aligned
+/// path); the rest is the issuing thread's and the user's. Every line the watchdog reads
 /// has to come back to the issuing thread's core when it reuses the memory for a new work.
 #[repr(C)]
 pub(crate) struct Inner<E, A> {

@@ -9,8 +9,8 @@
 //! so a tight issuing loop wakes it about once per 64 works rather than keeping it passing
 //! without pause. Each group has a ring of its own, which the watchdog drains:
 //! ranks issuing from threads of one process (a thread per GPU) each write their own ring's
-//! counters, where one ring for the process made their cores pass its tail back and forth at
-//! every operation (+0.1–0.2 µs per operation on 2 × H200 against one rank). A pass reads
+//! counters, so their cores never pass one shared tail back and forth at every operation
+//! (docs/BENCHMARKS.md#watchdog-and-flight-recorder has its cost). A pass reads
 //! works and never writes into one while all goes well (see `pg::work`). A pass queries one
 //! end event per group when the group's newest work has completed: a group's works run in
 //! issue order on its one stream, so the newest one done means all are done, and the first one

@@ -3,20 +3,20 @@
 //!
 //! Memory let go is kept, not freed: the next allocation of the same size on the same device
 //! takes it back, and [`NcclMem::release_kept`] frees it when the program says no
-//! communicator that used it lives any more. On 2 × H200 with NCCL 2.28.9, memory that a
+//! communicator that used it lives any more. With NCCL 2.28.9, memory that a
 //! communicator had registered (locally or in a window) or captured into a graph, then
 //! deregistered and freed, and allocated again at the same address (which `ncclMemAlloc`
-//! tends to hand back) moved the wrong data: captured broadcasts that delivered nothing,
-//! in-place all_gathers and send/recv pairs with wrong elements, silently. A peer's mapping
+//! tends to hand back) moves the wrong data: captured broadcasts deliver nothing, in-place
+//! all_gathers and send/recv pairs get wrong elements, silently. A peer's mapping
 //! of the old memory outlives the free. Memory kept and handed back keeps its address and
 //! its physical pages together, so whatever NCCL remembers of it stays true.
 //!
 //! Memory a CUDA graph captured an operation on is not handed back even so: it is kept until
 //! [`NcclMem::release_kept`]. NCCL registers a captured operation's buffers by itself
 //! (`NCCL_GRAPH_REGISTER`, on by default) and undoes that registration at some point after
-//! the graph is destroyed; on 4 × H100 (NCCL 2.28.3 and 2.28.9), an all_gather on memory that
-//! earlier captured operations had used, handed back at the same address, hung in the sixth
-//! round of `tests/gpu_realloc_capture.rs` (and passed with `NCCL_GRAPH_REGISTER=0`).
+//! the graph is destroyed; with NCCL 2.28.3 and 2.28.9, an all_gather on memory that earlier
+//! captured operations used, handed back at the same address, can hang
+//! (`tests/gpu_realloc_capture.rs`; not with `NCCL_GRAPH_REGISTER=0`).
 //! Operations issued inside a capture begun on an [`crate::NcclStream`] mark their buffers
 //! through [`NcclMem::note_captured`] as they are issued (a capture begun another way must
 //! call it itself, as `oxccl perf`'s raw layer does).

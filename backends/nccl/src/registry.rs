@@ -317,7 +317,7 @@ impl crate::NcclComm {
     /// The end of a window call: on a nonblocking communicator NCCL runs it on its own thread
     /// even when it returns success, and the communicator refuses every call until it is
     /// done ("Attempt to use communicator before the previous operation returned
-    /// ncclSuccess", seen on an H100 with NCCL 2.28.9), so it is polled to the end.
+    /// ncclSuccess", NCCL 2.28.9), so it is polled to the end.
     fn settle_window(&self, code: i32, what: &str) -> Result<()> {
         if code == 0 && self.inner.nonblocking {
             return self.wait_ready(what);

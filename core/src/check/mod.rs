@@ -135,8 +135,8 @@ pub fn reduce_op(ctx: &CheckCtx<'_>, dtype: DataType, op: &ReduceOp) -> Result<(
         ));
     }
     if matches!(op, ReduceOp::Avg) && dtype.is_fp8() && ctx.size == 1 {
-        // NCCL's single-rank path has no fp8 average and answers ncclInvalidArgument (seen on
-        // 2.28 with one GPU): refused here, named, before the library is called.
+        // NCCL's single-rank path has no fp8 average and answers ncclInvalidArgument (NCCL
+        // 2.28, one rank): refused here, named, before the library is called.
         return Err(Error::invalid(
             "op",
             format_args!("sum, prod, min or max on {dtype} in a 1-rank communicator (NCCL has no single-rank fp8 avg)"),

@@ -1,7 +1,7 @@
 //! The window rule: an operation's buffers are all in symmetric windows or none are.
 //!
 //! NCCL 2.28 gives wrong results or hangs when one buffer of an all-to-all is in a window
-//! and the other is not (measured on 2 × H200: 393,216 wrong elements at 2 MiB, or a hang).
+//! and the other is not (docs/BENCHMARKS.md#buffer-modes-and-the-tune-table).
 //! The rule is applied to every collective, as the process group applies it, so code that
 //! passes it on one collective passes on all. Only the buffers the library reads or writes
 //! on this rank count: a broadcast's input off the root, say, is never touched.

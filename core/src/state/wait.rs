@@ -1,13 +1,13 @@
 //! How a thread waiting for a work spends the time between two looks at it.
 //!
 //! Short operations end within microseconds and a waiter that sleeps misses their end by its
-//! sleep (the operating system's shortest sleep is ~50–60 µs, a sleep of 200 µs costs more),
+//! sleep (the operating system's shortest sleep is tens of microseconds, often more),
 //! so a wait first yields between looks, for a bounded time; a long wait then sleeps, longer
 //! the longer it has waited, so that it costs the machine little, but never longer than a
-//! small share of the time waited so far: a wait ends at most that share late. Measured on
-//! 2 × H200: a wait that slept 200 µs after 64 quick looks added about one sleep to a 720 µs
-//! graph launch, and sleeps that doubled to 1 ms after 12 ms cost the process group 1–7 % of
-//! its bus bandwidth at 128 MiB–1 GiB (20 operations of 10–150 ms waited for at once).
+//! small share of the time waited so far: a wait ends at most that share late. A fixed sleep,
+//! or one that grows without that bound, ends a wait up to a whole sleep late: a visible share
+//! of a short graph launch, and of the bus bandwidth of a loop of large operations waited for
+//! at once (docs/BENCHMARKS.md#the-five-collectives-8-b1-gib).
 
 use core::time::Duration;
 

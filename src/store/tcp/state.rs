@@ -494,8 +494,8 @@ mod tests {
         run(&mut st, 1, &a, Request::DeleteKey(b"n"));
         run(&mut st, 1, &a, Request::DeleteKey(b"k"));
         assert_eq!(st.stored_bytes(), 0);
-        // Pushes and pops on ever new keys leave nothing behind (they used to leave an empty
-        // queue per key).
+        // Pushes and pops on ever new keys leave nothing behind (no empty queue stays per
+        // key).
         for i in 0..1000u32 {
             let k = i.to_ne_bytes();
             run(&mut st, 1, &a, Request::QueuePush(&k, b"v"));

@@ -20,7 +20,7 @@
 //!   futex on shared memory, because the kernel closes it when a process dies *in any way*
 //!   (exit 0/1, SIGTERM, SIGKILL): the host reads end-of-file at once and marks the rank
 //!   dead, and the ranks read end-of-file when the host dies. A futex word would need
-//!   heartbeats and timeouts to see a SIGKILL. The socket costs a few µs per batch.
+//!   heartbeats and timeouts to see a SIGKILL. The socket is crossed once per batch.
 //! * Data goes through shared memory: each rank process creates memfd segments (a pool, one
 //!   per batch in flight) and passes the descriptor once over the socket (SCM_RIGHTS); the
 //!   host maps it. A memfd has no name, so nothing can leak into /dev/shm whatever dies when.

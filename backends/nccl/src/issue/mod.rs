@@ -167,7 +167,7 @@ pub(crate) unsafe fn issue(comm: &NcclComm, op: &CommOp<'_>, stream: &NcclStream
 /// An operation NCCL failed inside a capture, with the likely cause: NCCL connects a
 /// communicator to its peers at its first operation that needs each connection
 /// (`NCCL_RUNTIME_CONNECT`, on by default), and a capture forbids what connecting does
-/// (seen on 2 × H200: "failed to peer with device 0: operation not permitted when stream is
+/// (NCCL 2.28: "failed to peer with device 0: operation not permitted when stream is
 /// capturing", then `ncclInternalError`). NCCL's own error is kept in the text.
 fn failed_in_capture(what: &str, e: &oxccl_core::Error) -> oxccl_core::Error {
     // The advice first: errors hold 192 bytes inline, and NCCL's own text is long (so it is
