@@ -35,7 +35,8 @@ if [ "$cmd" = stage ]; then
     examples=(pg_cases pg_capture pg_faults ddp_step comm_buffers)
     benches=(pg_overhead nan_check)
     tests=(gpu_abort_windows gpu_capture_connect gpu_window_mix gpu_realloc_capture dump_ending gpu_init_limit)
-    # Where cargo put each executable (CARGO_TARGET_DIR honoured; bench names are hashed).
+    # Where cargo put each executable (CARGO_TARGET_DIR honoured; bench names are hashed). The
+    # default members hold them all: `oxccl` from cli/, the rest from the library package.
     json=$(cargo build --release --bin oxccl $(printf -- '--example %s ' "${examples[@]}") \
         $(printf -- '--bench %s ' "${benches[@]}") $(printf -- '--test %s ' "${tests[@]}") \
         --message-format=json-render-diagnostics)
@@ -357,7 +358,7 @@ sys.exit(0 if c and s else 1)' "$dd/trace.json" || rc=1
 
 # Issue 25: the dump shapes of tests/dump_ending.rs with the ranks on NCCL, one case at a time.
 item_i25_dumps() {
-    OXCCL_DUMP_ENDING_BACKEND=nccl OXCCL_BIN=$bin/oxccl OXCCL_TORCH_VENV=/opt/torch/.venv \
+    OXCCL_DUMP_ENDING_BACKEND=nccl OXCCL_TORCH_VENV=/opt/torch/.venv \
         $bin/dump_ending --test-threads=1 store_host_times_out_while_a_peer_is_idle_2 \
         a_peer_times_out_2 two_ranks_time_out_at_once_2 under_torchrun_2 store_host_killed \
         the_host_returns_from_its_program_after_the_error_2

@@ -2,6 +2,7 @@
 # Builds the release binaries the GPU machine runs and copies them (stripped) into .gpu/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The default members: the tool (cli/, its `oxccl`) and the library (its examples).
 cargo build --release --bins --examples
 mkdir -p .gpu
 json=$(cargo test --release -p oxccl --benches --tests --no-run --message-format=json 2>/dev/null)

@@ -226,14 +226,16 @@ fn backend() -> String {
     std::env::var("OXCCL_DUMP_ENDING_BACKEND").unwrap_or_else(|_| "mock".into())
 }
 
-/// What `oxccl trace DIR` prints (the tool built with this test, or `OXCCL_BIN` where the test
-/// binary travelled without its build tree).
+/// What `oxccl trace DIR` reports, from the library's analysis (what the tool prints): the
+/// dumps' report, after a line per unreadable dump.
 fn oxccl_trace(dir: &Path) -> String {
-    let bin = std::env::var_os("OXCCL_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_oxccl")));
-    let out = Command::new(bin).arg("trace").arg(dir).output().unwrap();
-    String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+    use oxccl::trace::{analyze, read_dump_dir, render_text};
+    let read = read_dump_dir(dir).unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()));
+    let mut text = String::new();
+    for (path, why) in &read.unreadable {
+        text += &format!("unreadable dump {}: {why}\n", path.display());
+    }
+    text + &render_text(&analyze(&read.dumps))
 }
 
 /// PyTorch's analyzer on `dir`, without `--allow-incomplete-ranks`: its output, or `None`

@@ -1,12 +1,12 @@
 //! The TCP store against oxccl's own server: every operation with its values, timeouts with
-//! their exact errors, concurrency, a server lost under a blocked client, and the standalone
-//! `oxccl store` process. Loopback and ephemeral ports only; the whole file runs in seconds.
+//! their exact errors, concurrency, a server lost under a blocked client (the standalone
+//! `oxccl store` process: cli/tests/cli_store.rs). Loopback and ephemeral ports only; the
+//! whole file runs in seconds.
 
 use oxccl::store::{Store, TcpServer, TcpStore, TcpStoreOptions};
 use oxccl::Error;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -31,27 +31,6 @@ fn server_store() -> TcpStore {
 
 fn client(port: u16) -> TcpStore {
     TcpStore::new(opts(port, Duration::from_secs(5))).expect("client store")
-}
-
-/// `oxccl store --port 0` as a child process, and the port it printed.
-fn standalone() -> (Child, u16) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_oxccl"))
-        .args(["store", "--port", "0", "--host", HOST])
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("spawn oxccl store");
-    let mut line = String::new();
-    let out = child.stdout.take().expect("stdout");
-    BufReader::new(out)
-        .read_line(&mut line)
-        .expect("address line");
-    let port = line
-        .trim()
-        .rsplit(':')
-        .next()
-        .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| panic!("no port in {line:?}"));
-    (child, port)
 }
 
 #[test]
@@ -292,38 +271,6 @@ fn server_shutdown_under_a_blocked_get_fails_the_get_at_once() {
         took < timeout,
         "{took:?}: waited for the timeout instead of failing"
     );
-}
-
-#[test]
-fn a_killed_store_process_fails_a_blocked_get_within_the_timeout() {
-    let (mut child, port) = standalone();
-    let timeout = Duration::from_secs(3);
-    let c = TcpStore::new(opts(port, timeout)).unwrap();
-    c.set("alive", b"1").unwrap();
-    let getter = thread::spawn(move || {
-        let start = Instant::now();
-        (c.get("never", timeout), start.elapsed())
-    });
-    thread::sleep(Duration::from_millis(100));
-    child.kill().unwrap(); // SIGKILL
-    child.wait().unwrap();
-    let (r, took) = getter.join().unwrap();
-    let e = r.unwrap_err();
-    assert!(matches!(e, Error::Remote { .. }), "{e}");
-    assert!(took < timeout + Duration::from_millis(500), "{took:?}");
-}
-
-#[test]
-fn the_standalone_store_serves_clients() {
-    let (mut child, port) = standalone();
-    let a = client(port);
-    let b = client(port);
-    a.set("k", b"from a").unwrap();
-    assert_eq!(b.get("k", Duration::from_secs(1)).unwrap(), b"from a");
-    assert_eq!(b.add("n", 3).unwrap(), 3);
-    assert_eq!(a.add("n", 4).unwrap(), 7);
-    child.kill().unwrap();
-    child.wait().unwrap();
 }
 
 #[test]

@@ -1,5 +1,5 @@
-//! Set-up that several test files share (each includes this file as `mod common;`): the
-//! `oxccl` tool run as a child, a mock backend with a fault plan, ranks as threads that
+//! Set-up that several test files share (each includes this file as `mod common;`): a mock
+//! backend with a fault plan, ranks as threads that
 //! all_reduce once before the part a test is about, and a capture error's kind.
 #![allow(dead_code)]
 
@@ -11,30 +11,8 @@ use oxccl::mock::{FaultPlan, MockBackend};
 use oxccl::pg::{PgOptions, ProcessGroup};
 use oxccl::store::{MemStore, Store};
 use oxccl::{Error, ReduceOp};
-use std::process::{Command, Output};
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
-
-/// Every collective of `oxccl perf`, in the order `perf all` runs them.
-pub const ALL_COLLECTIVES: [&str; 9] = [
-    "all_reduce",
-    "all_gather",
-    "reduce_scatter",
-    "broadcast",
-    "reduce",
-    "alltoall",
-    "gather",
-    "scatter",
-    "sendrecv",
-];
-
-/// Runs the `oxccl` tool with `args` and waits for it.
-pub fn oxccl(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_oxccl"))
-        .args(args)
-        .output()
-        .expect("oxccl runs")
-}
 
 /// A mock backend imitating NCCL [`oxccl::mock::DEFAULT_VERSION`] whose communicators follow
 /// `plan`, with `polls` polls of `InProgress` for nonblocking inits and a 60 s init limit.

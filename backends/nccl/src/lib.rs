@@ -14,6 +14,7 @@ mod abort;
 mod absent;
 mod backend;
 mod bounded;
+pub mod codes;
 mod comm;
 mod create;
 mod cuda;

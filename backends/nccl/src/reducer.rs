@@ -34,7 +34,7 @@ impl NcclRedOp {
         op: &ReduceOp,
         dtype: DataType,
     ) -> Result<NcclRedOp> {
-        if let Some(code) = op.builtin_code() {
+        if let Some(code) = crate::codes::builtin_red_op(op) {
             return Ok(NcclRedOp { code, owner: None });
         }
         let ReduceOp::PreMulSum(scalar) = op else {
@@ -58,7 +58,7 @@ impl NcclRedOp {
                     f(
                         &mut code,
                         bytes.as_mut_ptr().cast(),
-                        dtype.code(),
+                        crate::codes::data_type(dtype),
                         1,
                         comm.raw,
                     )
@@ -72,7 +72,7 @@ impl NcclRedOp {
                     f(
                         &mut code,
                         *addr as *mut std::ffi::c_void,
-                        dtype.code(),
+                        crate::codes::data_type(dtype),
                         0,
                         comm.raw,
                     )

@@ -5,6 +5,7 @@
 
 use super::{at, each_rank, m, p, then, Ctx};
 use crate::absent::base_symbol;
+use crate::codes::data_type;
 use oxccl_core::{CommOp, DataType, Result, ResultCode};
 
 /// The grouped calls for `op` (an operation [`super::native::call`] had no call for).
@@ -62,7 +63,7 @@ pub(super) unsafe fn call(c: &Ctx<'_>, op: &CommOp<'_>) -> Result<i32> {
                 c.grouped(|| {
                     c.each_part(recv.addr, counts, dtype, |q, n, part| {
                         let src = if q as u32 == c.rank { send.addr } else { part };
-                        let (dt, root) = (dtype.code(), q as i32);
+                        let (dt, root) = (data_type(dtype), q as i32);
                         bcast(p(src), m(part), n, dt, root, c.comm, c.stream)
                     })
                 })
@@ -78,7 +79,7 @@ pub(super) unsafe fn call(c: &Ctx<'_>, op: &CommOp<'_>) -> Result<i32> {
                 c.grouped(|| {
                     c.each_part(send.addr, counts, dtype, |q, n, part| {
                         let dst = if q as u32 == c.rank { recv.addr } else { 0 };
-                        let (dt, root) = (dtype.code(), q as i32);
+                        let (dt, root) = (data_type(dtype), q as i32);
                         reduce(p(part), m(dst), n, dt, c.red, root, c.comm, c.stream)
                     })
                 })

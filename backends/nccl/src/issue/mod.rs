@@ -6,6 +6,7 @@
 mod grouped;
 mod native;
 
+use crate::codes::data_type;
 use crate::comm::NcclComm;
 use crate::cuda::cuda_error;
 use crate::reducer::NcclRedOp;
@@ -86,7 +87,7 @@ impl Ctx<'_> {
     unsafe fn p2p<B>(&self, f: Option<P2pFn<B>>, buf: B, n: usize, dt: DataType, peer: u32) -> i32 {
         match f {
             // SAFETY: the caller's contract; the communicator is live and the stream its own.
-            Some(f) => unsafe { f(buf, n, dt.code(), peer as i32, self.comm, self.stream) },
+            Some(f) => unsafe { f(buf, n, data_type(dt), peer as i32, self.comm, self.stream) },
             None => ResultCode::INVALID_USAGE.0,
         }
     }
@@ -180,10 +181,10 @@ fn failed_in_capture(what: &str, e: &oxccl_core::Error) -> oxccl_core::Error {
 }
 
 /// `op` with the element type the library is called with: fp8 that is only moved goes as
-/// `ncclUint8` (same count) to a library without fp8 ([`check::wire_op`]). Every native and
+/// `ncclUint8` (same count) to a library without fp8 ([`crate::codes::wire`]). Every native and
 /// grouped call below takes its `ncclDataType_t` from the result.
 fn wire<'a>(op: &CommOp<'a>, features: &oxccl_core::FeatureSet) -> CommOp<'a> {
-    check::wire_op(op, features)
+    crate::codes::wire(op, features)
 }
 
 /// The one-element device buffer a barrier all-reduces, made on first use.

@@ -4,6 +4,7 @@
 
 use super::{m, p, Ctx};
 use crate::absent::base_symbol;
+use crate::codes::data_type;
 use oxccl_core::{CommOp, DataType, Feature, ReduceOp, Result};
 
 /// The native call for `op`: `Some(code)`, or `None` when it has none here and the grouped
@@ -22,7 +23,7 @@ pub(super) unsafe fn call(c: &Ctx<'_>, op: &CommOp<'_>, scratch: usize) -> Resul
                 send, recv, dtype, ..
             } => {
                 let f = api.all_reduce.ok_or_else(|| base_symbol("ncclAllReduce"))?;
-                let dt = dtype.code();
+                let dt = data_type(dtype);
                 f(p(send.addr), m(recv.addr), send.len, dt, red, comm, stream)
             }
             CommOp::Broadcast {
@@ -32,7 +33,7 @@ pub(super) unsafe fn call(c: &Ctx<'_>, op: &CommOp<'_>, scratch: usize) -> Resul
                 root,
             } => {
                 let f = api.broadcast.ok_or_else(|| base_symbol("ncclBroadcast"))?;
-                let (dt, root) = (dtype.code(), root as i32);
+                let (dt, root) = (data_type(dtype), root as i32);
                 f(p(send.addr), m(recv.addr), recv.len, dt, root, comm, stream)
             }
             CommOp::Reduce {
@@ -43,7 +44,7 @@ pub(super) unsafe fn call(c: &Ctx<'_>, op: &CommOp<'_>, scratch: usize) -> Resul
                 ..
             } => {
                 let f = api.reduce.ok_or_else(|| base_symbol("ncclReduce"))?;
-                let (dt, root) = (dtype.code(), root as i32);
+                let (dt, root) = (data_type(dtype), root as i32);
                 f(
                     p(send.addr),
                     m(recv.addr),
@@ -61,7 +62,7 @@ pub(super) unsafe fn call(c: &Ctx<'_>, op: &CommOp<'_>, scratch: usize) -> Resul
                     p(send.addr),
                     m(recv.addr),
                     send.len,
-                    dtype.code(),
+                    data_type(dtype),
                     comm,
                     stream,
                 )
@@ -72,7 +73,7 @@ pub(super) unsafe fn call(c: &Ctx<'_>, op: &CommOp<'_>, scratch: usize) -> Resul
                 let f = api
                     .reduce_scatter
                     .ok_or_else(|| base_symbol("ncclReduceScatter"))?;
-                let dt = dtype.code();
+                let dt = data_type(dtype);
                 f(p(send.addr), m(recv.addr), recv.len, dt, red, comm, stream)
             }
             CommOp::AllToAll { send, recv, dtype } => {
@@ -80,7 +81,14 @@ pub(super) unsafe fn call(c: &Ctx<'_>, op: &CommOp<'_>, scratch: usize) -> Resul
                     return Ok(None);
                 };
                 let per = send.len / c.size;
-                f(p(send.addr), m(recv.addr), per, dtype.code(), comm, stream)
+                f(
+                    p(send.addr),
+                    m(recv.addr),
+                    per,
+                    data_type(dtype),
+                    comm,
+                    stream,
+                )
             }
             CommOp::Gather {
                 send,
@@ -91,7 +99,7 @@ pub(super) unsafe fn call(c: &Ctx<'_>, op: &CommOp<'_>, scratch: usize) -> Resul
                 let Some(f) = api.gather.filter(|_| c.feats.has(Feature::GatherScatter)) else {
                     return Ok(None);
                 };
-                let (dt, root) = (dtype.code(), root as i32);
+                let (dt, root) = (data_type(dtype), root as i32);
                 f(p(send.addr), m(recv.addr), send.len, dt, root, comm, stream)
             }
             CommOp::Scatter {
@@ -103,7 +111,7 @@ pub(super) unsafe fn call(c: &Ctx<'_>, op: &CommOp<'_>, scratch: usize) -> Resul
                 let Some(f) = api.scatter.filter(|_| c.feats.has(Feature::GatherScatter)) else {
                     return Ok(None);
                 };
-                let (dt, root) = (dtype.code(), root as i32);
+                let (dt, root) = (data_type(dtype), root as i32);
                 f(p(send.addr), m(recv.addr), recv.len, dt, root, comm, stream)
             }
             CommOp::Send { buf, dtype, peer } => c.send(buf.addr, buf.len, dtype, peer),
@@ -111,7 +119,7 @@ pub(super) unsafe fn call(c: &Ctx<'_>, op: &CommOp<'_>, scratch: usize) -> Resul
             CommOp::Barrier => {
                 let f = api.all_reduce.ok_or_else(|| base_symbol("ncclAllReduce"))?;
                 let sum = ReduceOp::Sum.builtin_code().unwrap_or(0);
-                let f32 = DataType::Float32.code();
+                let f32 = data_type(DataType::Float32);
                 f(p(scratch), m(scratch), 1, f32, sum, comm, stream)
             }
             CommOp::AllToAllV { .. }

@@ -1,7 +1,7 @@
 //! `oxccl trace` end to end: rings filled as the process group fills them, dumped per rank
 //! with the writer into a directory, read back and analyzed; and the CLI's exit codes.
 
-#[path = "../src/bin/oxccl/trace.rs"]
+#[path = "../src/trace.rs"]
 mod trace_cli;
 
 use oxccl::core::op::OpKind;

@@ -328,6 +328,7 @@ impl<T: Elem> NcclLayer<T> {
         let grouped = ops.len() > 1;
         if self.raw {
             let api = self.lib.library().api();
+            let features = oxccl::core::Backend::features(&self.lib);
             let rc = comm.backend().raw();
             let rs = RawStream(comm.stream().cu_stream().cast());
             if grouped {
@@ -337,7 +338,7 @@ impl<T: Elem> NcclLayer<T> {
             for o in &ops {
                 // SAFETY: the addresses are this layer's live device buffers of the case's
                 // lengths on this communicator's device; the stream is the communicator's.
-                unsafe { raw_issue(api, rc, rs, o, c.n)? };
+                unsafe { raw_issue(api, features, rc, rs, o, c.n)? };
             }
             if grouped {
                 // SAFETY: closes the group opened above, on this thread.

@@ -3,10 +3,10 @@
 
 use crate::{exit, gpus};
 use clap::Args;
+use oxccl::core::launch::LaunchInfo;
+use oxccl::core::text::{Escaped, JsonSafe};
+use oxccl::core::Feature;
 use oxccl::loader::{Api, Library, LoadError};
-use oxccl_core::launch::LaunchInfo;
-use oxccl_core::text::{Escaped, JsonSafe};
-use oxccl_core::Feature;
 use serde_json::{json, Value};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -163,7 +163,7 @@ fn port_origin(l: &LaunchInfo) -> Value {
             "derived from Slurm job {} step {} by {} (MASTER_PORT unset)",
             step.job_id,
             step.step_id,
-            oxccl_core::launch::SLURM_PORT_RULE
+            oxccl::core::launch::SLURM_PORT_RULE
         )),
         (Some(_), None) => json!("MASTER_PORT"),
         (None, None) => Value::Null,
@@ -289,7 +289,7 @@ fn text(r: &Value) -> String {
 }
 
 /// A JSON string's text (other values as JSON), escaped for a terminal: the report's strings
-/// come from outside (paths, variables, device names; see `oxccl_core::text`).
+/// come from outside (paths, variables, device names; see `oxccl::core::text`).
 pub fn str_of(v: &Value) -> String {
     match v.as_str() {
         Some(s) => Escaped(s).to_string(),

@@ -80,7 +80,7 @@ pub fn run(args: &TraceArgs) -> ExitCode {
             obj.insert("unreadable".into(), serde_json::Value::Array(bad));
         }
         // Exact values, with no control or bidi character raw (this file is also built
-        // into tests/trace_analyze.rs, so it does not use the tool's `shown`).
+        // into cli/tests/trace_analyze.rs, so it does not use the tool's `shown`).
         emit(&format!("{}\n", JsonSafe(&format!("{v:#}"))));
     } else {
         emit(&render_text(&analysis));

@@ -12,7 +12,7 @@ use std::process::Command;
 fn cache_dir() -> PathBuf {
     match std::env::var_os("OXCCL_NCCL_CACHE") {
         Some(p) if !p.is_empty() => PathBuf::from(p),
-        _ => Path::new(env!("CARGO_MANIFEST_DIR")).join(".cache/nccl"),
+        _ => Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/..")).join(".cache/nccl"),
     }
 }
 
@@ -65,16 +65,16 @@ fn info_json_reports_version_and_features_of_each_release() {
         assert_eq!(lib_json["found"], true);
         assert_eq!(lib_json["how"], "--library");
         assert_eq!(lib_json["version"], version.as_str(), "{text}");
-        let v = oxccl_core::Version::new(
+        let v = oxccl::core::Version::new(
             version.split('.').next().unwrap().parse().unwrap(),
             version.split('.').nth(1).unwrap().parse().unwrap(),
             version.split('.').nth(2).unwrap().parse().unwrap(),
         );
         // Every release in the matrix exports every symbol its version promises.
-        let expected = oxccl_core::FeatureSet::for_version(v);
+        let expected = oxccl::core::FeatureSet::for_version(v);
         let features = lib_json["features"].as_array().expect("features");
-        assert_eq!(features.len(), oxccl_core::Feature::ALL.len());
-        for f in oxccl_core::Feature::ALL {
+        assert_eq!(features.len(), oxccl::core::Feature::ALL.len());
+        for f in oxccl::core::Feature::ALL {
             let got = features
                 .iter()
                 .find(|x| x["name"] == f.name())

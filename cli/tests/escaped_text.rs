@@ -1,6 +1,6 @@
 //! No input makes oxccl write control characters to a terminal: paths, variables, host names,
 //! store keys and names read from dumps are shown escaped (`\e`, `\a`, `\x7f`, `\u{9b}`,
-//! `\u{202e}`; the rule is `oxccl_core::text`'s) in the tool's output, its JSON and the
+//! `\u{202e}`; the rule is `oxccl::core::text`'s) in the tool's output, its JSON and the
 //! library's errors.
 
 use oxccl::loader::{Library, LoadError, Tried};

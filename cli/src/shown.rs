@@ -1,6 +1,6 @@
 //! What the tool writes to a terminal, made safe: JSON reports with every control and bidi
 //! character escaped (the value unchanged), and clap's usage errors, which quote the
-//! arguments given, escaped the same way. The rule and the escapes are `oxccl_core::text`'s.
+//! arguments given, escaped the same way. The rule and the escapes are `oxccl::core::text`'s.
 
 use oxccl::core::text::{Escaped, JsonSafe};
 use serde_json::Value;
