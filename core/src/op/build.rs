@@ -248,9 +248,14 @@ fn mine(ctx: &CheckCtx<'_>, counts: &[usize]) -> usize {
     counts.get(ctx.rank as usize).copied().unwrap_or(0)
 }
 
-/// The address of element `at` of a buffer of `dtype` at `addr`; 0 (refused by the check as a
-/// null buffer, unless empty) where it does not fit the address space.
-const fn element(addr: usize, at: usize, dtype: DataType) -> usize {
+/// The address of this rank's part (element `rank × count`) of a buffer of `dtype` at `addr`;
+/// 0 (refused by the check as a null buffer, unless empty) where it does not fit the address
+/// space.
+const fn part(ctx: &CheckCtx<'_>, addr: usize, count: usize, dtype: DataType) -> usize {
+    let at = match (ctx.rank as usize).checked_mul(count) {
+        Some(at) => at,
+        None => return 0,
+    };
     match at.checked_mul(dtype.size()) {
         Some(off) => match addr.checked_add(off) {
             Some(a) => a,
@@ -335,8 +340,7 @@ pub fn all_gather_in_place(
     count: usize,
     dtype: DataType,
 ) -> Result<CommOp<'static>> {
-    let part = element(buf, (ctx.rank as usize).saturating_mul(count), dtype);
-    all_gather(ctx, part, buf, count, dtype)
+    all_gather(ctx, part(ctx, buf, count, dtype), buf, count, dtype)
 }
 
 /// reduce_scatter of `count` elements per rank: `send` holds `count × size`, `recv` `count`.
@@ -364,8 +368,7 @@ pub fn reduce_scatter_in_place(
     dtype: DataType,
     op: ReduceOp,
 ) -> Result<CommOp<'static>> {
-    let part = element(buf, (ctx.rank as usize).saturating_mul(count), dtype);
-    reduce_scatter(ctx, buf, part, count, dtype, op)
+    reduce_scatter(ctx, buf, part(ctx, buf, count, dtype), count, dtype, op)
 }
 
 /// all_to_all of `count` elements per peer: both buffers hold `count × size`.
