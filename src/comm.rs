@@ -280,11 +280,8 @@ impl Comm {
         op: ReduceOp,
     ) -> Result<()> {
         let op = host_op::<T>(op)?;
-        self.run_on(Some(send), Some(recv), |send, recv| CommOp::AllReduce {
-            send,
-            recv,
-            dtype: T::DTYPE,
-            op,
+        self.run_on(Some(send), Some(recv), |send, recv| {
+            CommOp::all_reduce(send, recv, T::DTYPE, op)
         })
     }
 
@@ -305,11 +302,8 @@ impl Comm {
         }
         let (f, _guard) = rd("factor", self.device(), factor, self.access())?;
         let op = ReduceOp::PreMulSum(Scalar::Device { addr: f.addr });
-        self.run_on(Some(send), Some(recv), |send, recv| CommOp::AllReduce {
-            send,
-            recv,
-            dtype: T::DTYPE,
-            op,
+        self.run_on(Some(send), Some(recv), |send, recv| {
+            CommOp::all_reduce(send, recv, T::DTYPE, op)
         })
     }
 
@@ -320,12 +314,7 @@ impl Comm {
         op: ReduceOp,
     ) -> Result<()> {
         let op = host_op::<T>(op)?;
-        self.run_on_buf(buf, |buf| CommOp::AllReduce {
-            send: buf.as_read(),
-            recv: buf,
-            dtype: T::DTYPE,
-            op,
-        })
+        self.run_on_buf(buf, |buf| CommOp::all_reduce_in_place(buf, T::DTYPE, op))
     }
 
     /// Copies `send` of `root` into `recv` of every rank (`send` is read on the root only).
@@ -335,11 +324,8 @@ impl Comm {
         recv: &mut impl DevicePtrMut<T>,
         root: u32,
     ) -> Result<()> {
-        self.run_on(Some(send), Some(recv), |send, recv| CommOp::Broadcast {
-            send,
-            recv,
-            dtype: T::DTYPE,
-            root,
+        self.run_on(Some(send), Some(recv), |send, recv| {
+            CommOp::broadcast(send, recv, T::DTYPE, root)
         })
     }
 
@@ -349,12 +335,7 @@ impl Comm {
         buf: &mut impl DevicePtrMut<T>,
         root: u32,
     ) -> Result<()> {
-        self.run_on_buf(buf, |buf| CommOp::Broadcast {
-            send: buf.as_read(),
-            recv: buf,
-            dtype: T::DTYPE,
-            root,
-        })
+        self.run_on_buf(buf, |buf| CommOp::broadcast_in_place(buf, T::DTYPE, root))
     }
 
     /// Reduces `send` across ranks into `recv` of `root` (`recv` may be `None` off the root).
@@ -366,12 +347,8 @@ impl Comm {
         root: u32,
     ) -> Result<()> {
         let op = host_op::<T>(op)?;
-        self.run_on(Some(send), recv, |send, recv| CommOp::Reduce {
-            send,
-            recv,
-            dtype: T::DTYPE,
-            op,
-            root,
+        self.run_on(Some(send), recv, |send, recv| {
+            CommOp::reduce(send, recv, T::DTYPE, op, root)
         })
     }
 
@@ -381,10 +358,8 @@ impl Comm {
         send: &impl DevicePtr<T>,
         recv: &mut impl DevicePtrMut<T>,
     ) -> Result<()> {
-        self.run_on(Some(send), Some(recv), |send, recv| CommOp::AllGather {
-            send,
-            recv,
-            dtype: T::DTYPE,
+        self.run_on(Some(send), Some(recv), |send, recv| {
+            CommOp::all_gather(send, recv, T::DTYPE)
         })
     }
 
@@ -396,11 +371,8 @@ impl Comm {
         op: ReduceOp,
     ) -> Result<()> {
         let op = host_op::<T>(op)?;
-        self.run_on(Some(send), Some(recv), |send, recv| CommOp::ReduceScatter {
-            send,
-            recv,
-            dtype: T::DTYPE,
-            op,
+        self.run_on(Some(send), Some(recv), |send, recv| {
+            CommOp::reduce_scatter(send, recv, T::DTYPE, op)
         })
     }
 
@@ -410,10 +382,8 @@ impl Comm {
         send: &impl DevicePtr<T>,
         recv: &mut impl DevicePtrMut<T>,
     ) -> Result<()> {
-        self.run_on(Some(send), Some(recv), |send, recv| CommOp::AllToAll {
-            send,
-            recv,
-            dtype: T::DTYPE,
+        self.run_on(Some(send), Some(recv), |send, recv| {
+            CommOp::all_to_all(send, recv, T::DTYPE)
         })
     }
 
@@ -425,12 +395,8 @@ impl Comm {
         send_counts: &[usize],
         recv_counts: &[usize],
     ) -> Result<()> {
-        self.run_on(Some(send), Some(recv), |send, recv| CommOp::AllToAllV {
-            send,
-            recv,
-            dtype: T::DTYPE,
-            send_counts,
-            recv_counts,
+        self.run_on(Some(send), Some(recv), |send, recv| {
+            CommOp::all_to_all_v(send, recv, T::DTYPE, send_counts, recv_counts)
         })
     }
 
@@ -441,11 +407,8 @@ impl Comm {
         recv: Option<&mut R>,
         root: u32,
     ) -> Result<()> {
-        self.run_on(Some(send), recv, |send, recv| CommOp::Gather {
-            send,
-            recv,
-            dtype: T::DTYPE,
-            root,
+        self.run_on(Some(send), recv, |send, recv| {
+            CommOp::gather(send, recv, T::DTYPE, root)
         })
     }
 
@@ -456,11 +419,8 @@ impl Comm {
         recv: &mut impl DevicePtrMut<T>,
         root: u32,
     ) -> Result<()> {
-        self.run_on(send, Some(recv), |send, recv| CommOp::Scatter {
-            send,
-            recv,
-            dtype: T::DTYPE,
-            root,
+        self.run_on(send, Some(recv), |send, recv| {
+            CommOp::scatter(send, recv, T::DTYPE, root)
         })
     }
 
@@ -471,11 +431,8 @@ impl Comm {
         recv: &mut impl DevicePtrMut<T>,
         counts: &[usize],
     ) -> Result<()> {
-        self.run_on(Some(send), Some(recv), |send, recv| CommOp::AllGatherV {
-            send,
-            recv,
-            dtype: T::DTYPE,
-            counts,
+        self.run_on(Some(send), Some(recv), |send, recv| {
+            CommOp::all_gather_v(send, recv, T::DTYPE, counts)
         })
     }
 
@@ -489,13 +446,7 @@ impl Comm {
     ) -> Result<()> {
         let op = host_op::<T>(op)?;
         self.run_on(Some(send), Some(recv), |send, recv| {
-            CommOp::ReduceScatterV {
-                send,
-                recv,
-                dtype: T::DTYPE,
-                op,
-                counts,
-            }
+            CommOp::reduce_scatter_v(send, recv, T::DTYPE, op, counts)
         })
     }
 
@@ -503,20 +454,12 @@ impl Comm {
     pub fn send<T: Element>(&mut self, buf: &impl DevicePtr<T>, peer: u32) -> Result<()> {
         let (d, st) = (self.device(), self.access());
         let (s, _a) = rd("buf", d, buf, st)?;
-        self.run(CommOp::Send {
-            buf: s,
-            dtype: T::DTYPE,
-            peer,
-        })
+        self.run(CommOp::send(s, T::DTYPE, peer))
     }
 
     /// Receives into `buf` from `peer`.
     pub fn recv<T: Element>(&mut self, buf: &mut impl DevicePtrMut<T>, peer: u32) -> Result<()> {
-        self.run_on_buf(buf, |buf| CommOp::Recv {
-            buf,
-            dtype: T::DTYPE,
-            peer,
-        })
+        self.run_on_buf(buf, |buf| CommOp::recv(buf, T::DTYPE, peer))
     }
 
     /// Every rank waits for every other: a one-element all-reduce, then a stream synchronize.

@@ -1,11 +1,14 @@
 //! Any operation, any communicator shape, any loaded version: the checks answer, never panic,
 //! and an independent model of the rules (`check_model`) says an accepted call is valid and a
-//! refused one names an argument at fault, for every operation.
+//! refused one names an argument at fault, for every operation. The builders from NCCL's counts
+//! (`op::build`) agree with the checks: what one returns is the operation NCCL's count means and
+//! passes the check; what one refuses, the check refuses with the same error.
 
 use super::check_model::faults;
 use arbitrary::{Result, Unstructured};
 use oxccl_core::check::{self, CheckCtx};
 use oxccl_core::feature::{Feature, FeatureSet};
+use oxccl_core::op::build;
 use oxccl_core::state::group::OpSummary;
 use oxccl_core::{
     CommOp, DataType, Error, HostScalar, RawBuf, RawBufMut, ReduceOp, Scalar, Version,
@@ -186,6 +189,156 @@ fn run(u: &mut Unstructured<'_>) -> Result<()> {
         (s.kind, s.numel_in, s.numel_out),
         (op.kind(), op.numel_in(), op.numel_out())
     );
+    builders(u, &ctx, &c1, &c2, root_or_peer)
+}
+
+/// One builder from NCCL's counts on the same communicator, against the operation the count
+/// means (derived here, independently) and the check's verdict on it.
+fn builders(
+    u: &mut Unstructured<'_>,
+    ctx: &CheckCtx<'_>,
+    c1: &[usize],
+    c2: &[usize],
+    root: u32,
+) -> Result<()> {
+    let (dt, red) = (dtype(u)?, reduce_op(u)?);
+    let (s, r, n) = (addr(u)?, addr(u)?, len(u)?);
+    let at_root = ctx.rank == root;
+    // `None`: a length NCCL's count implies does not fit in usize.
+    let whole = n.checked_mul(ctx.size as usize);
+    let sum = |c: &[usize]| c.iter().try_fold(0usize, |a, x| a.checked_add(*x));
+    let mine = |c: &[usize]| c.get(ctx.rank as usize).copied().unwrap_or(0);
+    let part = |base: usize| {
+        (ctx.rank as usize)
+            .checked_mul(n)
+            .and_then(|e| e.checked_mul(dt.size()))
+            .and_then(|o| base.checked_add(o))
+            .unwrap_or(0)
+    };
+    let bufs = |(sa, sl): (usize, usize), (ra, rl): (usize, usize)| {
+        (RawBuf::new(sa, sl), RawBufMut::new(ra, rl))
+    };
+    let (built, want) = match u.int_in_range(0..=15u8)? {
+        0 => {
+            let (send, recv) = bufs((s, n), (r, n));
+            (
+                build::all_reduce(ctx, s, r, n, dt, red),
+                Some(CommOp::all_reduce(send, recv, dt, red)),
+            )
+        }
+        1 => {
+            let (send, recv) = bufs((s, n), (r, n));
+            (
+                build::broadcast(ctx, s, r, n, dt, root),
+                Some(CommOp::broadcast(send, recv, dt, root)),
+            )
+        }
+        2 => {
+            let rl = if !at_root && r == 0 { 0 } else { n };
+            let (send, recv) = bufs((s, n), (r, rl));
+            (
+                build::reduce(ctx, s, r, n, dt, red, root),
+                Some(CommOp::reduce(send, recv, dt, red, root)),
+            )
+        }
+        3 => (
+            build::all_gather(ctx, s, r, n, dt),
+            whole.map(|w| {
+                let (send, recv) = bufs((s, n), (r, w));
+                CommOp::all_gather(send, recv, dt)
+            }),
+        ),
+        4 => (
+            build::reduce_scatter(ctx, s, r, n, dt, red),
+            whole.map(|w| {
+                let (send, recv) = bufs((s, w), (r, n));
+                CommOp::reduce_scatter(send, recv, dt, red)
+            }),
+        ),
+        5 => (
+            build::all_to_all(ctx, s, r, n, dt),
+            whole.map(|w| {
+                let (send, recv) = bufs((s, w), (r, w));
+                CommOp::all_to_all(send, recv, dt)
+            }),
+        ),
+        6 => (
+            build::all_to_all_v(ctx, s, r, c1, c2, dt),
+            sum(c1).zip(sum(c2)).map(|(sl, rl)| {
+                let (send, recv) = bufs((s, sl), (r, rl));
+                CommOp::all_to_all_v(send, recv, dt, c1, c2)
+            }),
+        ),
+        7 => (
+            build::gather(ctx, s, r, n, dt, root),
+            (if at_root { whole } else { Some(0) }).map(|w| {
+                let (send, recv) = bufs((s, n), (r, w));
+                CommOp::gather(send, recv, dt, root)
+            }),
+        ),
+        8 => (
+            build::scatter(ctx, s, r, n, dt, root),
+            (if at_root { whole } else { Some(0) }).map(|w| {
+                let (send, recv) = bufs((s, w), (r, n));
+                CommOp::scatter(send, recv, dt, root)
+            }),
+        ),
+        9 => (
+            build::all_gather_v(ctx, s, r, c1, dt),
+            sum(c1).map(|total| {
+                let (send, recv) = bufs((s, mine(c1)), (r, total));
+                CommOp::all_gather_v(send, recv, dt, c1)
+            }),
+        ),
+        10 => (
+            build::reduce_scatter_v(ctx, s, r, c1, dt, red),
+            sum(c1).map(|total| {
+                let (send, recv) = bufs((s, total), (r, mine(c1)));
+                CommOp::reduce_scatter_v(send, recv, dt, red, c1)
+            }),
+        ),
+        11 => (
+            build::send(ctx, s, n, dt, root),
+            Some(CommOp::send(RawBuf::new(s, n), dt, root)),
+        ),
+        12 => (
+            build::recv(ctx, r, n, dt, root),
+            Some(CommOp::recv(RawBufMut::new(r, n), dt, root)),
+        ),
+        13 => (
+            build::all_gather_in_place(ctx, r, n, dt),
+            whole.map(|w| {
+                let (send, recv) = bufs((part(r), n), (r, w));
+                CommOp::all_gather(send, recv, dt)
+            }),
+        ),
+        14 => (
+            build::reduce_scatter_in_place(ctx, s, n, dt, red),
+            whole.map(|w| {
+                let (send, recv) = bufs((s, w), (part(s), n));
+                CommOp::reduce_scatter(send, recv, dt, red)
+            }),
+        ),
+        _ => (build::barrier(ctx), Some(CommOp::Barrier)),
+    };
+    let Some(want) = want else {
+        // A length past usize: refused (by the communicator's or the type's rules first, or
+        // naming the buffer that cannot hold it).
+        assert!(built.is_err(), "built {built:?} from an overflowing count");
+        return Ok(());
+    };
+    let verdict = check::op(&want, ctx);
+    match (&built, &verdict) {
+        // Compared as text: a premul-sum factor may be NaN, which `==` never equals.
+        (Ok(op), Ok(())) => assert_eq!(std::format!("{op:?}"), std::format!("{want:?}")),
+        (Err(b), Err(c)) => assert_eq!(
+            std::format!("{b:?}"),
+            std::format!("{c:?}"),
+            "the builder and the check refuse {want:?} alike"
+        ),
+        _ => panic!("built {built:?}, but the check says {verdict:?} of {want:?}"),
+    }
+    judge(&want, ctx, &verdict);
     Ok(())
 }
 

@@ -277,12 +277,7 @@ impl<'a, B: Memory> Coalescing<'a, B> {
         let n = buf.numel();
         self.push(OpKind::AllReduce, T::DTYPE, (n, n), |is, issue| {
             let (w, g) = Operand::<B>::write(buf, "buf", is.device, is.stream())?;
-            issue(&CommOp::AllReduce {
-                send: w.as_read(),
-                recv: w,
-                dtype: T::DTYPE,
-                op,
-            })?;
+            issue(&CommOp::all_reduce_in_place(w, T::DTYPE, op))?;
             Ok(vec![g])
         })
     }
@@ -297,12 +292,7 @@ impl<'a, B: Memory> Coalescing<'a, B> {
         let n = buf.numel();
         self.push(OpKind::Broadcast, T::DTYPE, (n, n), |is, issue| {
             let (w, g) = Operand::<B>::write(buf, "buf", is.device, is.stream())?;
-            issue(&CommOp::Broadcast {
-                send: w.as_read(),
-                recv: w,
-                dtype: T::DTYPE,
-                root,
-            })?;
+            issue(&CommOp::broadcast_in_place(w, T::DTYPE, root))?;
             Ok(vec![g])
         })
     }
@@ -314,11 +304,7 @@ impl<'a, B: Memory> Coalescing<'a, B> {
         recv: &'a mut impl Operand<B, Elem = T>,
     ) -> Result<()> {
         self.two(OpKind::AllGather, Some(send), Some(recv), |send, recv| {
-            CommOp::AllGather {
-                send,
-                recv,
-                dtype: T::DTYPE,
-            }
+            CommOp::all_gather(send, recv, T::DTYPE)
         })
     }
 
@@ -334,12 +320,7 @@ impl<'a, B: Memory> Coalescing<'a, B> {
             OpKind::ReduceScatter,
             Some(send),
             Some(recv),
-            |send, recv| CommOp::ReduceScatter {
-                send,
-                recv,
-                dtype: T::DTYPE,
-                op,
-            },
+            |send, recv| CommOp::reduce_scatter(send, recv, T::DTYPE, op),
         )
     }
 
@@ -354,11 +335,7 @@ impl<'a, B: Memory> Coalescing<'a, B> {
         let n = buf.numel();
         self.push(OpKind::Send, T::DTYPE, (n, 0), |is, issue| {
             let (r, g) = buf.read("buf", is.device, is.stream())?;
-            issue(&CommOp::Send {
-                buf: r,
-                dtype: T::DTYPE,
-                peer,
-            })?;
+            issue(&CommOp::send(r, T::DTYPE, peer))?;
             Ok(vec![g])
         })
     }
@@ -373,11 +350,7 @@ impl<'a, B: Memory> Coalescing<'a, B> {
         let n = buf.numel();
         self.push(OpKind::Recv, T::DTYPE, (0, n), |is, issue| {
             let (w, g) = buf.write("buf", is.device, is.stream())?;
-            issue(&CommOp::Recv {
-                buf: w,
-                dtype: T::DTYPE,
-                peer,
-            })?;
+            issue(&CommOp::recv(w, T::DTYPE, peer))?;
             Ok(vec![g])
         })
     }

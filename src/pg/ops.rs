@@ -35,12 +35,7 @@ impl<B: Memory> ProcessGroup<B> {
         self.inner.issue(d, |is| {
             is.tune(table, &d, || [buf.comm_mem()])?;
             let (w, g) = wr!(is, "buf", buf);
-            let op = CommOp::AllReduce {
-                send: w.as_read(),
-                recv: w,
-                dtype: T::DTYPE,
-                op,
-            };
+            let op = CommOp::all_reduce_in_place(w, T::DTYPE, op);
             // SAFETY: the buffer came from `Memory::write` on the issuer's stream, its guard
             // lives until this call returned.
             unsafe { is.issue_ending(&op, [g]) }
@@ -61,12 +56,7 @@ impl<B: Memory> ProcessGroup<B> {
         self.inner.issue(d, |is| {
             is.tune(table, &d, || [buf.comm_mem()])?;
             let (w, g) = wr!(is, "buf", buf);
-            let op = CommOp::Broadcast {
-                send: w.as_read(),
-                recv: w,
-                dtype: T::DTYPE,
-                root,
-            };
+            let op = CommOp::broadcast_in_place(w, T::DTYPE, root);
             // SAFETY: as in `all_reduce`.
             unsafe { is.issue_ending(&op, [g]) }
         })
@@ -89,13 +79,7 @@ impl<B: Memory> ProcessGroup<B> {
         self.inner.issue(d, |is| {
             is.tune(table, &d, || [buf.comm_mem()])?;
             let (w, g) = wr!(is, "buf", buf);
-            let op = CommOp::Reduce {
-                send: w.as_read(),
-                recv: w,
-                dtype: T::DTYPE,
-                op,
-                root,
-            };
+            let op = CommOp::reduce_in_place(w, T::DTYPE, op, root);
             // SAFETY: as in `all_reduce`.
             unsafe { is.issue_ending(&op, [g]) }
         })
@@ -146,11 +130,7 @@ impl<B: Memory> ProcessGroup<B> {
             None,
             Some(send),
             Some(recv),
-            |send, recv| CommOp::AllGather {
-                send,
-                recv,
-                dtype: T::DTYPE,
-            },
+            |send, recv| CommOp::all_gather(send, recv, T::DTYPE),
         )
     }
 
@@ -168,12 +148,7 @@ impl<B: Memory> ProcessGroup<B> {
             None,
             Some(send),
             Some(recv),
-            |send, recv| CommOp::ReduceScatter {
-                send,
-                recv,
-                dtype: T::DTYPE,
-                op,
-            },
+            |send, recv| CommOp::reduce_scatter(send, recv, T::DTYPE, op),
         )
     }
 
@@ -189,11 +164,7 @@ impl<B: Memory> ProcessGroup<B> {
             None,
             Some(send),
             Some(recv),
-            |send, recv| CommOp::AllToAll {
-                send,
-                recv,
-                dtype: T::DTYPE,
-            },
+            |send, recv| CommOp::all_to_all(send, recv, T::DTYPE),
         )
     }
 
@@ -210,12 +181,7 @@ impl<B: Memory> ProcessGroup<B> {
             None,
             Some(send),
             Some(recv),
-            |send, recv| CommOp::AllGatherV {
-                send,
-                recv,
-                dtype: T::DTYPE,
-                counts,
-            },
+            |send, recv| CommOp::all_gather_v(send, recv, T::DTYPE, counts),
         )
     }
 
@@ -234,13 +200,7 @@ impl<B: Memory> ProcessGroup<B> {
             None,
             Some(send),
             Some(recv),
-            |send, recv| CommOp::ReduceScatterV {
-                send,
-                recv,
-                dtype: T::DTYPE,
-                op,
-                counts,
-            },
+            |send, recv| CommOp::reduce_scatter_v(send, recv, T::DTYPE, op, counts),
         )
     }
 
@@ -258,13 +218,7 @@ impl<B: Memory> ProcessGroup<B> {
             None,
             Some(send),
             Some(recv),
-            |send, recv| CommOp::AllToAllV {
-                send,
-                recv,
-                dtype: T::DTYPE,
-                send_counts,
-                recv_counts,
-            },
+            |send, recv| CommOp::all_to_all_v(send, recv, T::DTYPE, send_counts, recv_counts),
         )
     }
 
@@ -277,12 +231,7 @@ impl<B: Memory> ProcessGroup<B> {
     ) -> Result<WorkOf<B>> {
         let root = self.inner.to_group_rank("root", root)?;
         self.two(OpKind::Scatter, None, send, Some(recv), |send, recv| {
-            CommOp::Scatter {
-                send,
-                recv,
-                dtype: T::DTYPE,
-                root,
-            }
+            CommOp::scatter(send, recv, T::DTYPE, root)
         })
     }
 
@@ -295,12 +244,7 @@ impl<B: Memory> ProcessGroup<B> {
     ) -> Result<WorkOf<B>> {
         let root = self.inner.to_group_rank("root", root)?;
         self.two(OpKind::Gather, None, Some(send), recv, |send, recv| {
-            CommOp::Gather {
-                send,
-                recv,
-                dtype: T::DTYPE,
-                root,
-            }
+            CommOp::gather(send, recv, T::DTYPE, root)
         })
     }
 
@@ -309,11 +253,7 @@ impl<B: Memory> ProcessGroup<B> {
         let peer = self.inner.to_group_rank("dst", dst)?;
         let none: Option<&mut B::Buf<T>> = None;
         self.two(OpKind::Send, Some(peer), Some(buf), none, |buf, _| {
-            CommOp::Send {
-                buf,
-                dtype: T::DTYPE,
-                peer,
-            }
+            CommOp::send(buf, T::DTYPE, peer)
         })
     }
 
@@ -326,11 +266,7 @@ impl<B: Memory> ProcessGroup<B> {
         let peer = self.inner.to_group_rank("src", src)?;
         let none: Option<&B::Buf<T>> = None;
         self.two(OpKind::Recv, Some(peer), none, Some(buf), |_, buf| {
-            CommOp::Recv {
-                buf,
-                dtype: T::DTYPE,
-                peer,
-            }
+            CommOp::recv(buf, T::DTYPE, peer)
         })
     }
 
@@ -346,12 +282,7 @@ impl<B: Memory> ProcessGroup<B> {
         self.inner
             .issue(desc::<u8>(OpKind::Barrier, (1, 1), None), |is| {
                 let (w, g) = wr!(is, "buf", &mut one);
-                let op = CommOp::AllReduce {
-                    send: w.as_read(),
-                    recv: w,
-                    dtype: u8::DTYPE,
-                    op: ReduceOp::Sum,
-                };
+                let op = CommOp::all_reduce_in_place(w, u8::DTYPE, ReduceOp::Sum);
                 // SAFETY: as in `all_reduce`; the buffer is freed after the work in stream order.
                 unsafe { is.issue_ending(&op, [g]) }
             })
