@@ -20,7 +20,7 @@ use crate::ops::Coll;
 use cudarc::driver::{sys, CudaGraph, CudaSlice, DevicePtr};
 use oxccl::loader::RawStream;
 use oxccl::nccl::Window;
-use oxccl::{Comm, CommOp, Error, Nccl, NcclMem, RawBuf, RawBufMut, RegHandle, Result};
+use oxccl::{Comm, CommOp, Error, Nccl, NcclMem, RegHandle, Result};
 use std::cell::RefCell;
 use std::rc::Rc;
 
@@ -154,6 +154,9 @@ pub struct NcclLayer<T: Elem> {
     /// The case set up (none before the first setup, after a teardown, or after a setup that
     /// said N/A or failed).
     set: Option<SetUp>,
+    /// Its operations, built once by the core's builders when it is set up (the timed loop
+    /// issues them, so it measures the library's calls alone).
+    ops: Vec<CommOp<'static>>,
     /// Buffers no case holds, by size.
     pool: Vec<Pooled>,
     /// The buffers of the case set up.
@@ -180,6 +183,7 @@ impl<T: Elem> NcclLayer<T> {
             registration,
             graphs,
             set: None,
+            ops: Vec::new(),
             pool: Vec::new(),
             taken: Vec::new(),
             graph: None,
@@ -264,66 +268,38 @@ impl<T: Elem> NcclLayer<T> {
         Ok(addr)
     }
 
-    fn once(&self, set: &SetUp) -> Result<()> {
-        let (c, s, r) = (set.case, set.send, set.recv);
-        let (sn, rn) = c.shape();
-        let (send, recv) = (RawBuf::new(s, sn), RawBufMut::new(r, rn));
-        let dtype = c.dtype.data_type();
-        let op = c.redop.reduce_op();
-        let root = c.root;
-        let ops: Vec<CommOp> = match c.coll {
-            Coll::AllReduce | Coll::All => vec![CommOp::AllReduce {
-                send,
-                recv,
-                dtype,
-                op,
-            }],
-            Coll::Broadcast => vec![CommOp::Broadcast {
-                send,
-                recv,
-                dtype,
-                root,
-            }],
-            Coll::Reduce => vec![CommOp::Reduce {
-                send,
-                recv,
-                dtype,
-                op,
-                root,
-            }],
-            Coll::AllGather => vec![CommOp::AllGather { send, recv, dtype }],
-            Coll::ReduceScatter => vec![CommOp::ReduceScatter {
-                send,
-                recv,
-                dtype,
-                op,
-            }],
-            Coll::Alltoall => vec![CommOp::AllToAll { send, recv, dtype }],
-            Coll::Gather => vec![CommOp::Gather {
-                send,
-                recv,
-                dtype,
-                root,
-            }],
-            Coll::Scatter => vec![CommOp::Scatter {
-                send,
-                recv,
-                dtype,
-                root,
-            }],
-            Coll::Sendrecv => vec![
-                CommOp::Send {
-                    buf: send,
-                    dtype,
-                    peer: (c.rank + 1) % c.n,
-                },
-                CommOp::Recv {
-                    buf: recv,
-                    dtype,
-                    peer: (c.rank + c.n - 1) % c.n,
-                },
-            ],
+    /// The case's operations on the buffers at `send` and `recv`, through the core's builders
+    /// (the one way every layer builds an operation): NCCL's per-rank counts in, lengths out.
+    fn build_ops(&self, c: &Case, send: usize, recv: usize) -> Result<Vec<CommOp<'static>>> {
+        use oxccl::core::op::build;
+        let features = oxccl::core::Backend::features(&self.lib);
+        let ctx = oxccl::core::check::CheckCtx {
+            rank: c.rank,
+            size: c.n,
+            features: &features,
         };
+        let (dt, op, root) = (c.dtype.data_type(), c.redop.reduce_op(), c.root);
+        let (count, part) = (c.count, c.part());
+        Ok(match c.coll {
+            Coll::AllReduce | Coll::All => {
+                vec![build::all_reduce(&ctx, send, recv, count, dt, op)?]
+            }
+            Coll::Broadcast => vec![build::broadcast(&ctx, send, recv, count, dt, root)?],
+            Coll::Reduce => vec![build::reduce(&ctx, send, recv, count, dt, op, root)?],
+            Coll::AllGather => vec![build::all_gather(&ctx, send, recv, part, dt)?],
+            Coll::ReduceScatter => vec![build::reduce_scatter(&ctx, send, recv, part, dt, op)?],
+            Coll::Alltoall => vec![build::all_to_all(&ctx, send, recv, part, dt)?],
+            Coll::Gather => vec![build::gather(&ctx, send, recv, part, dt, root)?],
+            Coll::Scatter => vec![build::scatter(&ctx, send, recv, part, dt, root)?],
+            Coll::Sendrecv => vec![
+                build::send(&ctx, send, count, dt, (c.rank + 1) % c.n)?,
+                build::recv(&ctx, recv, count, dt, (c.rank + c.n - 1) % c.n)?,
+            ],
+        })
+    }
+
+    fn once(&self, set: &SetUp) -> Result<()> {
+        let (c, ops) = (set.case, &self.ops);
         let mut comm = self.comm.borrow_mut();
         let grouped = ops.len() > 1;
         if self.raw {
@@ -335,7 +311,7 @@ impl<T: Elem> NcclLayer<T> {
                 // SAFETY: ncclGroupStart takes no argument; its ncclGroupEnd follows below.
                 call(api.group_start.map(|f| unsafe { f() }))?;
             }
-            for o in &ops {
+            for o in ops {
                 // SAFETY: the addresses are this layer's live device buffers of the case's
                 // lengths on this communicator's device; the stream is the communicator's.
                 unsafe { raw_issue(api, features, rc, rs, o, c.n)? };
@@ -350,7 +326,7 @@ impl<T: Elem> NcclLayer<T> {
             Ok(())
         } else {
             let g = if grouped { Some(comm.group()?) } else { None };
-            for o in &ops {
+            for o in ops {
                 // SAFETY: as above: live device buffers of the stated lengths, not touched by
                 // anything else until the stream has run the work.
                 unsafe { comm.issue(o)? };
@@ -408,6 +384,7 @@ impl<T: Elem> Layer for NcclLayer<T> {
         } else {
             (self.alloc(s * sz)?, self.alloc(r * sz)?)
         };
+        self.ops = self.build_ops(case, send, recv)?;
         self.set = Some(SetUp {
             case: *case,
             in_place,
@@ -503,6 +480,7 @@ impl<T: Elem> Layer for NcclLayer<T> {
     fn teardown(&mut self) -> Result<()> {
         self.graph = None;
         self.set = None;
+        self.ops.clear();
         if self.taken.is_empty() {
             return Ok(());
         }
