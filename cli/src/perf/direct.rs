@@ -276,7 +276,7 @@ impl<T: Elem> NcclLayer<T> {
         let ctx = oxccl::core::check::CheckCtx {
             rank: c.rank,
             size: c.n,
-            features: &features,
+            features,
         };
         let (dt, op, root) = (c.dtype.data_type(), c.redop.reduce_op(), c.root);
         let (count, part) = (c.count, c.part());
