@@ -6,10 +6,9 @@
 //! Buffers are kept for the whole run, pooled by size, each with its registration or window:
 //! a case takes the buffers of its sizes from the pool and gives them back at its teardown, so
 //! no address is freed and handed out again while the communicator lives (nccl-tests, too,
-//! allocates and registers its buffers once per run). On 2 × H200 with NCCL 2.28.9, NCCL
-//! memory that a graph had captured while it was registered, then deregistered, freed and
-//! allocated again at the same address gave wrong in-place all_gather results at 16 and
-//! 128 MiB in 6 of 9 runs (never when the buffers were kept; docs/BENCHMARKS.md).
+//! allocates and registers its buffers once per run). NCCL 2.28.x can move wrong data through
+//! memory that a graph captured while it was registered, then deregistered, freed and
+//! allocated again at the same address (see docs/BENCHMARKS.md#buffer-modes-and-the-tune-table).
 
 use super::layer::not_set_up;
 use super::raw_call::{call, raw_issue, settle};
@@ -85,8 +84,8 @@ struct Pooled {
 enum Alloc {
     /// `ncclMemAlloc` (NCCL 2.19+), the default: what nccl-tests allocates since 2.19, and
     /// what NCCL registers by itself when a graph captures an operation
-    /// (`NCCL_GRAPH_REGISTER`): measured on 2 × H200, all_gather 128 MiB `-R 0 -G 10` takes
-    /// 227 µs on it and 287 µs on cudarc's pool memory, which NCCL does not register.
+    /// (`NCCL_GRAPH_REGISTER`), so graphs on it run faster than on cudarc's pool memory,
+    /// which NCCL does not register (docs/BENCHMARKS.md#graphs-and-symmetric-windows).
     Nccl,
     /// cudarc's stream-ordered pool (`OXCCL_PERF_ALLOC=pool`; also before NCCL 2.19).
     Pool,
@@ -106,8 +105,8 @@ fn alloc_kind() -> Alloc {
 /// Whether the raw and comm layers take `ncclMemAlloc` memory at -R 0 (the default
 /// allocator, on a library that has it): the pg layer then runs on `NcclBuf`, the same
 /// memory, so the three layers differ only in the path, not in what cudarc's event tracking
-/// costs per use of a slice (two stream waits and a record; measured apart by
-/// `benches/pg_overhead.rs`) nor in what NCCL registers by itself inside a graph.
+/// costs per use of a slice (two stream waits and a record; `benches/pg_overhead.rs` times it
+/// apart) nor in what NCCL registers by itself inside a graph.
 pub fn library_memory(lib: &oxccl::Nccl) -> bool {
     alloc_kind() == Alloc::Nccl && oxccl::core::Backend::features(lib).has(oxccl::Feature::MemAlloc)
 }

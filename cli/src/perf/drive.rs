@@ -128,8 +128,8 @@ pub fn sweep(
 
 /// Every size of `coll` run `plan.warmup` times on every layer before any is timed, as
 /// nccl-tests warms up: the library's connections for each size's algorithm, the host's
-/// clocks and caches are then warm when the first size is timed (without it the first
-/// small sizes of a run measured up to 2× their steady time on 2 × H200).
+/// clocks and caches are then warm when the first size is timed (cold, the first small sizes
+/// of a run take far longer than their steady time).
 fn warm_up(
     plan: &Plan,
     layers: &mut [Box<dyn Layer>],
