@@ -6,11 +6,16 @@ torch.distributed.TCPStore and sets, under oxccl/torch_share/ (docs/SHARING_WITH
   config     "world=2 steps=S elems=E"
   nccl       "version X.Y.Z\\ntorch V\\npath /.../libnccl.so.2"  (the library torch loaded)
   unique_id  the id's 128 raw bytes (set last)
-then waits for the server's "server" key ("joining", or "fail: why"), inits its rank with
-torch.cuda.nccl.init_rank, fills the weights with known values and broadcasts them each step
-(torch.cuda.nccl.broadcast, root 0 = this rank), all-reduces a checksum tensor to which it adds
+then waits for the server's "server" key ("joining", or "fail: why"), inits its rank, fills
+the weights with known values and broadcasts them each step (root 0 = this rank), all-reduces
+a checksum tensor to which it adds
 zeros (so it reads the server's checksum, mismatch count and step count), reads the server's
 "ack" key and prints a RESULT line. Exit status 0 on success, 1 otherwise.
+
+NCCL's calls go through ctypes to the libnccl torch itself loaded (the same library, so the
+same release as torch.distributed's): torch.cuda.nccl.init_rank is not usable on every torch
+(torch 2.11 under Python 3.12 refuses its own argument format), and ProcessGroupNCCL never
+hands out its communicator. Each call is issued on torch's current stream.
 
 --dry-store: no GPU and no communicator; only the store handshake: the server must answer
 "dry-ok id=<hex>" with the id's bytes unchanged (tests/torch_share_handshake.rs).
@@ -87,21 +92,55 @@ def wait_stream(what, timeout_s):
         time.sleep(0.0005)
 
 
-def destroy(comm):
-    """ncclCommDestroy on torch's libnccl: torch's capsule never destroys its communicator."""
-    path = loaded_nccl_path()
-    if path is None:
-        print("note: libnccl not found in /proc/self/maps; communicator left to the exit")
-        return
-    lib = ctypes.CDLL(path)  # already loaded: the same handle
-    get = ctypes.pythonapi.PyCapsule_GetPointer
-    get.restype = ctypes.c_void_p
-    get.argtypes = [ctypes.py_object, ctypes.c_char_p]
-    raw = get(comm, b"torch.cuda.nccl.Communicator")
-    lib.ncclCommDestroy.argtypes = [ctypes.c_void_p]
-    rc = lib.ncclCommDestroy(ctypes.c_void_p(raw))
-    if rc != 0:
-        print(f"note: ncclCommDestroy returned {rc}")
+class UniqueId(ctypes.Structure):
+    """ncclUniqueId: 128 bytes, passed by value."""
+
+    _fields_ = [("internal", ctypes.c_char * 128)]
+
+
+NCCL_FLOAT32, NCCL_FLOAT64, NCCL_SUM = 7, 8, 0  # nccl.h's ncclFloat32, ncclFloat64, ncclSum
+DTYPES = {torch.float32: NCCL_FLOAT32, torch.float64: NCCL_FLOAT64}
+
+
+class Nccl:
+    """The few NCCL calls the trainer makes, on the libnccl torch loaded (ctypes releases the
+    GIL during each call)."""
+
+    def __init__(self, path):
+        lib = ctypes.CDLL(path)  # already loaded by torch: the same handle
+        p = ctypes.c_void_p
+        lib.ncclCommInitRank.argtypes = [ctypes.POINTER(p), ctypes.c_int, UniqueId, ctypes.c_int]
+        for f in (lib.ncclBroadcast, lib.ncclAllReduce):
+            f.argtypes = [p, p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, p, p]
+        lib.ncclCommDestroy.argtypes = [p]
+        lib.ncclGetErrorString.restype = ctypes.c_char_p
+        lib.ncclGetErrorString.argtypes = [ctypes.c_int]
+        self.lib = lib
+
+    def check(self, rc, what):
+        if rc != 0:
+            raise RuntimeError(f"{what}: {self.lib.ncclGetErrorString(rc).decode()} ({rc})")
+
+    def init_rank(self, nranks, uid, rank):
+        comm, u = ctypes.c_void_p(), UniqueId()
+        ctypes.memmove(ctypes.byref(u), uid, 128)
+        self.check(self.lib.ncclCommInitRank(ctypes.byref(comm), nranks, u, rank), "ncclCommInitRank")
+        return comm
+
+    def broadcast(self, t, root, comm):
+        """In place on `t`, on torch's current stream."""
+        ptr, s = ctypes.c_void_p(t.data_ptr()), ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+        self.check(self.lib.ncclBroadcast(ptr, ptr, t.numel(), DTYPES[t.dtype], root, comm, s), "ncclBroadcast")
+
+    def all_reduce(self, t, comm):
+        """Sum, in place on `t`, on torch's current stream."""
+        ptr, s = ctypes.c_void_p(t.data_ptr()), ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+        self.check(self.lib.ncclAllReduce(ptr, ptr, t.numel(), DTYPES[t.dtype], NCCL_SUM, comm, s), "ncclAllReduce")
+
+    def destroy(self, comm):
+        rc = self.lib.ncclCommDestroy(comm)
+        if rc != 0:
+            print(f"note: ncclCommDestroy returned {rc}")
 
 
 def main():
@@ -118,7 +157,7 @@ def main():
     if not a.dry_store:
         if not torch.cuda.is_available() or torch.cuda.device_count() <= a.gpu:
             give_up(f"no GPU {a.gpu} here (torch.cuda.device_count() = {torch.cuda.device_count()})")
-        torch.cuda.set_device(a.gpu)  # init_rank uses the current device
+        torch.cuda.set_device(a.gpu)  # NCCL's init uses the current device
         torch.cuda.init()
     try:
         uid = torch.cuda.nccl.unique_id()  # 128 bytes; needs no GPU
@@ -151,6 +190,9 @@ def main():
         give_up(f"dry-store: the server answered {answer[:200]!r}")
     if answer != "joining":
         give_up(f"the server did not join: {answer}")
+    if path is None:
+        give_up("torch's libnccl is not in /proc/self/maps: no library to call")
+    nccl = Nccl(path)
 
     # NCCL's blocking init cannot be interrupted: run it on a thread (it releases the GIL).
     made = {}
@@ -158,7 +200,7 @@ def main():
     def init():
         try:
             torch.cuda.set_device(a.gpu)
-            made["comm"] = torch.cuda.nccl.init_rank(2, uid, 0)
+            made["comm"] = nccl.init_rank(2, uid, 0)
         except Exception as e:
             made["error"] = e
 
@@ -183,16 +225,16 @@ def main():
         t = time.monotonic()
         # One tensor, one communicator: root 0 is this rank. Issued on torch's current
         # stream, after the kernels that wrote w.
-        torch.cuda.nccl.broadcast([w], root=0, comms=[comm])
+        nccl.broadcast(w, 0, comm)
         wait_stream(f"step {step}'s broadcast", a.timeout)
         print(f"step {step}: broadcast {a.elems} f32 in {(time.monotonic() - t) * 1e3:.2f} ms", flush=True)
 
     back = torch.zeros(3, device="cuda", dtype=torch.float64)
-    torch.cuda.nccl.all_reduce([back], comms=[comm])  # op SUM; this side adds zeros
+    nccl.all_reduce(back, comm)  # sum; this side adds zeros
     wait_stream("the checksum's all_reduce", a.timeout)
     checksum, mismatches, steps = back.tolist()
     ack = wait_key(store, KEY_ACK, a.timeout)
-    destroy(comm)
+    nccl.destroy(comm)
     ok = checksum == expected and mismatches == 0 and int(steps) == a.steps and ack.startswith("ok ")
     result(
         ok,
