@@ -12,7 +12,10 @@ use std::path::{Path, PathBuf};
 /// Every cached release's folder, oldest first; a failure telling how to fill the cache when
 /// it is empty (a skip only with `OXCCL_SKIP_REAL_NCCL=1`).
 fn releases() -> Vec<PathBuf> {
-    let cache = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.cache/nccl");
+    // Where scripts/fetch-nccl.sh keeps the releases (`OXCCL_NCCL_CACHE`, as it honours it).
+    let cache = std::env::var_os("OXCCL_NCCL_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.cache/nccl"));
     let mut dirs: Vec<PathBuf> = std::fs::read_dir(&cache)
         .map(|d| d.flatten().map(|e| e.path()).collect())
         .unwrap_or_default();
