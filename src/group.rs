@@ -1,10 +1,8 @@
 //! A scope in which operations are issued together.
 
+use oxccl_core::traits::AbortOf;
 use oxccl_core::{Backend, CommAbort, Communicator, Progress, Result};
 use std::time::Duration;
-
-/// The abort handle of a backend's communicators.
-type AbortOf<B> = <<B as Backend>::Comm as Communicator>::Abort;
 
 /// An open group on the calling thread, through backend `B` (NCCL as loaded by default).
 /// Operations issued until [`GroupGuard::end`] (or the drop) are launched together; p2p pairs

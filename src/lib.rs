@@ -30,8 +30,6 @@ pub use aborts::{pending_aborts, wait_for_aborts};
 pub use comm::{AbortHandle, Comm};
 pub use comm_graph::{CommGraph, CommLaunch};
 pub use element::Element;
-/// The former name of [`Element`], kept so that code written against it still builds.
-pub use element::Element as NcclType;
 pub use group::GroupGuard;
 
 pub use oxccl_core as core;

@@ -36,14 +36,11 @@ pub use tuned::{load_tune_file, TunedStats, TUNE_FILE_VAR};
 pub use watch::{CompletedWork, CompletionHook};
 pub use work::{Work, WorkOf};
 
-use oxccl_core::{Backend, Communicator, Stream};
+use oxccl_core::Stream;
 
-/// The communicator type of a backend.
-pub type CommOf<B> = <B as Backend>::Comm;
+pub use oxccl_core::traits::{AbortOf, CommOf};
 /// The event type of a backend's streams.
 pub type EventOf<B> = <crate::buffer::StreamOf<B> as Stream>::Event;
-/// The abort handle of a backend's communicators.
-pub type AbortOf<B> = <CommOf<B> as Communicator>::Abort;
 
 /// Aborts every communicator of `groups` and stops the watchdog, within `limit` (c10d's
 /// shutdown): never waits for peers.

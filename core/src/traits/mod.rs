@@ -15,6 +15,12 @@ pub use communicator::{Communicator, Progress, RegHandle, StreamPriority};
 pub use graph::{forbidden, Capture, CaptureError, Graph};
 pub use stream::{Event, Stream};
 
+/// The communicator type of a backend.
+pub type CommOf<B> = <B as Backend>::Comm;
+
+/// The abort handle of a backend's communicators.
+pub type AbortOf<B> = <CommOf<B> as Communicator>::Abort;
+
 /// A device ordinal (a CUDA device for NCCL; a label for the mock world).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
 pub struct Device(pub u32);
