@@ -60,3 +60,8 @@ pub use traits::{
 };
 pub use traits::{Capture, CaptureError, Graph};
 pub use version::Version;
+
+/// The README's examples, compiled and run as doctests.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

@@ -32,3 +32,8 @@ pub use error::{LoadError, Tried};
 pub use find::{Place, ENV_LIBRARY};
 pub use library::Library;
 pub use raw::{RawComm, RawStream, RawWindow};
+
+/// The README's examples, compiled and run as doctests.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
