@@ -74,7 +74,7 @@ pub const VARIABLES: &[(&str, &str, &str)] = &[
     (
         NONBLOCKING,
         "0",
-        "create nonblocking communicators (NCCL then launches each operation from a thread it starts for it: 60–130 µs per eager operation of 2 ranks on 2 × H200, against ~10 µs blocking; the group's init is bounded either way)",
+        "create nonblocking communicators (NCCL then launches each operation from a thread it starts for it, far slower per eager operation than blocking; the group's init is bounded either way)",
     ),
     (
         NONBLOCKING_TIMEOUT_MS,

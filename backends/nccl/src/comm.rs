@@ -33,7 +33,8 @@ pub(crate) struct CommInner {
     pub(crate) nonblocking: bool,
     pub(crate) settings: Settings,
     pub(crate) scratch: OnceLock<CudaSlice<f32>>,
-    released: AtomicBool,
+    /// Set once by whichever path releases the raw communicator (see `release`).
+    pub(crate) released: AtomicBool,
     /// Serializes every call that reaches NCCL on this communicator except abort and poll
     /// (NCCL forbids overlapping calls on one communicator): issue, split, shrink, finalize,
     /// registration, windows. Uncontended it costs one atomic exchange each way.
@@ -41,7 +42,7 @@ pub(crate) struct CommInner {
     /// Held shared by the calls that may run during an abort from another thread (poll, a
     /// premul-sum op's destroy) and exclusively by [`CommInner::release`], so the raw
     /// communicator is never freed while one of them uses it.
-    raw_use: spin::RwLock<()>,
+    pub(crate) raw_use: spin::RwLock<()>,
     /// The live graphs (and open captures) holding operations of this communicator: while
     /// any does, NCCL's release waits for them, so it runs on a detached thread.
     pub(crate) graphs: GraphCount,
@@ -61,62 +62,6 @@ unsafe impl Send for CommInner {}
 unsafe impl Sync for CommInner {}
 
 impl CommInner {
-    /// Releases the raw communicator once: destroy after a clean finalize, abort otherwise
-    /// (abort never waits for peers, so this never hangs). Registrations go first.
-    ///
-    /// While live CUDA graphs hold operations of this communicator, NCCL's release waits until
-    /// the last of them is destroyed, so it runs on a detached thread (`oxccl-abort`) and this
-    /// returns at once: an abort sets NCCL's abort flag (waking peers) before that wait, and
-    /// the thread ends when the last graph is dropped. The communicator counts as released
-    /// from here on either way (poll and op destroys no longer touch it).
-    fn release(self: &Arc<Self>, destroy: bool) {
-        {
-            let _excl = self.raw_use.write();
-            if self.released.swap(true, Ordering::AcqRel) {
-                return;
-            }
-            if graph_refs::release_inline(self.graphs.live()) {
-                self.release_raw(destroy);
-                return;
-            }
-        }
-        log::info!(
-            "rank {}: live CUDA graphs hold operations of this NCCL communicator: it is {} on \
-             a detached thread, which ends when the last of them is dropped",
-            self.rank,
-            if destroy { "destroyed" } else { "aborted" }
-        );
-        let me = Arc::clone(self);
-        graph_refs::detach(self.rank, move || me.release_raw(destroy));
-    }
-
-    /// The release itself, once `released` is set by the caller (so nothing else uses `raw`
-    /// any more: poll and op destroys check it under `raw_use`).
-    fn release_raw(&self, destroy: bool) {
-        // An abort never waits for peers: the collective window deregistrations are left to
-        // NCCL's abort (on a blocking communicator ncclCommWindowDeregister waits for the
-        // peers' matching calls, which a failed or departed peer never makes).
-        self.registry.release_all(&self.lib, self.raw, destroy);
-        let api = self.lib.api();
-        let f = if destroy {
-            api.comm_destroy
-        } else {
-            api.comm_abort
-        };
-        if let Some(f) = f {
-            // SAFETY: `raw` is a live communicator: the caller set `released` (its swap saw it
-            // unset), so this runs once; no poll or op destroy uses it (they check `released`
-            // under `raw_use`, which the caller held exclusively while setting it).
-            let code = unsafe { f(self.raw) };
-            if code != 0 {
-                log::warn!(
-                    "releasing NCCL communicator (rank {}): code {code}",
-                    self.rank
-                );
-            }
-        }
-    }
-
     pub(crate) fn is_released(&self) -> bool {
         self.released.load(Ordering::Acquire)
     }
@@ -176,59 +121,6 @@ impl CommInner {
                 self.transition(|l| l.fail(&text!("{e}")));
                 Err(e)
             }
-        }
-    }
-
-    /// Aborts: the state is Aborted at once for every handle, then the release (see
-    /// [`CommInner::release`]: with live graphs the library's release finishes when the last
-    /// graph is dropped). An abort already running in the background is left to finish.
-    pub(crate) fn abort(self: &Arc<Self>, reason: &str) {
-        self.transition(|l| l.abort(reason));
-        self.release(false);
-    }
-
-    /// Aborts without waiting for NCCL's release (see
-    /// [`oxccl_core::CommAbort::abort_in_background`]): `Aborting` at once, the release on a
-    /// thread named `oxccl-abort`, `Aborted` when it returns. The thread holds the shared
-    /// state, so dropping every handle meanwhile neither waits for it nor frees the
-    /// communicator under it; a process that exits meanwhile simply ends it.
-    pub(crate) fn abort_in_background(self: &Arc<Self>, reason: &str) {
-        if !self.transition(|l| l.abort_begin(reason)) {
-            // Aborted or destroyed already: that released it, or is releasing it.
-            return;
-        }
-        let claimed = {
-            let _excl = self.raw_use.write();
-            !self.released.swap(true, Ordering::AcqRel)
-        };
-        if !claimed {
-            // A drop or destroy released it meanwhile.
-            self.transition(|l| l.abort_done());
-            return;
-        }
-        // From here `released` is set: poll and op destroys no longer touch `raw`, and no
-        // other path releases it.
-        let counted = oxccl_core::AbortInFlight::begin();
-        let me = Arc::clone(self);
-        let spawned = std::thread::Builder::new()
-            .name("oxccl-abort".into())
-            .spawn(move || {
-                let _counted = counted;
-                me.release_raw(false);
-                me.transition(|l| l.abort_done());
-                log::debug!(
-                    "rank {}: NCCL communicator aborted (in background)",
-                    me.rank
-                );
-            });
-        if let Err(e) = spawned {
-            log::warn!(
-                "rank {}: no thread to abort an NCCL communicator in the background ({e}); \
-                 aborting it here",
-                self.rank
-            );
-            self.release_raw(false);
-            self.transition(|l| l.abort_done());
         }
     }
 }

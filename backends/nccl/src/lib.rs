@@ -25,6 +25,7 @@ mod issue;
 mod mem;
 mod reducer;
 mod registry;
+mod release;
 mod stream;
 mod wait;
 

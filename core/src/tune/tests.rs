@@ -23,8 +23,8 @@ fn expect_err(src: &str, needle: &str) {
 }
 
 const SAMPLE: &str = "oxccl-tune 1
-# measured on two H200
-all_reduce * 0 65535 window   # small: windows halve latency
+# a comment line
+all_reduce * 0 65535 window   # a comment after an entry
 all_reduce float32 65536 max registered
 all_gather * 0 max 2
 ";
