@@ -17,6 +17,7 @@ mod aborts;
 pub mod buffer;
 mod comm;
 mod comm_graph;
+mod deadline;
 mod element;
 mod graph_buffers;
 mod group;

@@ -3,6 +3,7 @@
 
 use super::{AbortOf, CommOf};
 use crate::buffer::{Memory, StreamOf};
+use crate::deadline::deadline_after;
 use oxccl_core::text::Escaped;
 use oxccl_core::{text, CommConfig, Communicator, Error, Result, UniqueId};
 use std::sync::Arc;
@@ -262,14 +263,6 @@ impl Arrival<'_> {
             _ => e,
         }
     }
-}
-
-/// `limit` from now; a limit past what the clock can hold counts as about a century.
-fn deadline_after(limit: Duration) -> Instant {
-    let now = Instant::now();
-    now.checked_add(limit)
-        .or_else(|| now.checked_add(Duration::from_secs(100 * 365 * 86_400)))
-        .unwrap_or(now)
 }
 
 fn ms(d: Duration) -> u64 {

@@ -24,7 +24,7 @@ pub use dump::{
     dump_dir_from_env, json_file_name, pickle_file_name, torch_dtype_name, write_dump, DumpFiles,
     DumpMeta, DUMP_FORMAT_VERSION, PICKLE_PREFIX, TRACE_DIR_VAR,
 };
-pub use note::{DumpCause, DumpNote, DumpWait, WaitOutcome, NOTE_KEY};
+pub use note::{DumpCause, DumpNote, DumpWait, NOTE_KEY};
 pub use parse::{parse_dump, read_dump_dir, DirDumps, DumpEntry, DumpPg, ParseError, RankDump};
 pub use report::{rank_ranges, render_text, to_json as report_json};
 pub use trigger::{DumpTrigger, DUMP_REQUEST_FILE};

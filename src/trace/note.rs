@@ -4,6 +4,7 @@
 //! keys it does not know), read back by `oxccl trace` to say why a rank's dump is missing.
 
 use super::pickle::PyValue;
+use oxccl_core::watchdog::DumpWaitEnd;
 use serde_json::Value;
 
 /// The dump's top-level key holding its [`DumpNote`].
@@ -23,42 +24,31 @@ pub enum DumpCause {
     Heartbeat,
 }
 
-/// How a failing rank's wait for every rank's dump ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WaitOutcome {
-    /// Every rank reported its dump.
-    AllReported,
-    /// `OXCCL_WAIT_TIMEOUT_DUMP_MS` passed first.
-    LimitPassed,
-    /// The store stopped answering.
-    StoreUnreachable,
+/// The word a dump's note uses for how a wait ended.
+fn end_word(end: DumpWaitEnd) -> &'static str {
+    match end {
+        DumpWaitEnd::AllReported => "all reported",
+        DumpWaitEnd::LimitPassed => "limit passed",
+        DumpWaitEnd::StoreUnreachable => "store unreachable",
+    }
 }
 
-impl WaitOutcome {
-    fn word(self) -> &'static str {
-        match self {
-            WaitOutcome::AllReported => "all reported",
-            WaitOutcome::LimitPassed => "limit passed",
-            WaitOutcome::StoreUnreachable => "store unreachable",
-        }
-    }
-
-    fn from_word(s: &str) -> Option<WaitOutcome> {
-        [
-            WaitOutcome::AllReported,
-            WaitOutcome::LimitPassed,
-            WaitOutcome::StoreUnreachable,
-        ]
-        .into_iter()
-        .find(|w| w.word() == s)
-    }
+/// The wait's end a note's word names.
+fn end_of_word(s: &str) -> Option<DumpWaitEnd> {
+    [
+        DumpWaitEnd::AllReported,
+        DumpWaitEnd::LimitPassed,
+        DumpWaitEnd::StoreUnreachable,
+    ]
+    .into_iter()
+    .find(|&e| end_word(e) == s)
 }
 
 /// A failing rank's wait for every rank's dump, as it ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DumpWait {
     /// How it ended.
-    pub outcome: WaitOutcome,
+    pub outcome: DumpWaitEnd,
     /// How long it waited, ms (from the failure, its own dump included).
     pub waited_ms: u64,
     /// The ranks that had not reported a dump when it ended (empty when unknown: a gone
@@ -109,7 +99,7 @@ impl DumpNote {
                 "wait_end",
                 self.wait
                     .as_ref()
-                    .map_or(PyValue::None, |w| PyValue::str(w.outcome.word())),
+                    .map_or(PyValue::None, |w| PyValue::str(end_word(w.outcome))),
             ),
             (
                 "waited_ms",
@@ -145,7 +135,7 @@ impl DumpNote {
             _ => return None,
         };
         let wait = text("wait_end")
-            .and_then(WaitOutcome::from_word)
+            .and_then(end_of_word)
             .map(|outcome| DumpWait {
                 outcome,
                 waited_ms: o.get("waited_ms").and_then(Value::as_u64).unwrap_or(0),
@@ -187,7 +177,7 @@ mod tests {
                 cause: DumpCause::OwnFailure,
                 store_error: Some("connection refused".into()),
                 wait: Some(DumpWait {
-                    outcome: WaitOutcome::LimitPassed,
+                    outcome: DumpWaitEnd::LimitPassed,
                     waited_ms: 60_000,
                     unreported: vec![1, 5],
                 }),
@@ -196,7 +186,7 @@ mod tests {
                 cause: DumpCause::OwnFailure,
                 store_error: None,
                 wait: Some(DumpWait {
-                    outcome: WaitOutcome::AllReported,
+                    outcome: DumpWaitEnd::AllReported,
                     waited_ms: 3,
                     unreported: vec![],
                 }),

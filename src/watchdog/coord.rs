@@ -16,7 +16,7 @@ use crate::trace::{DumpCause, DumpNote};
 use oxccl_core::watchdog::{dump_signal_rank, should_dump_on_signal, DUMP_SIGNAL_KEY};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 impl Watchdog {
     /// Starts the coordination thread once per process.
@@ -67,10 +67,7 @@ impl Watchdog {
                 let reason = format!("{who} failed and signalled every rank to dump");
                 log::error!("oxccl: {reason}");
                 let mut note = DumpNote::new(DumpCause::Signal(signaller));
-                let limit = self.dump_wait_limit();
-                let deadline = Instant::now()
-                    .checked_add(limit)
-                    .unwrap_or_else(Instant::now);
+                let deadline = crate::deadline::deadline_after(self.dump_wait_limit());
                 self.dump_and_report(&reason, &mut note, deadline);
                 return;
             }

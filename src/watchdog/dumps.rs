@@ -16,7 +16,8 @@ pub(crate) struct DumpTarget {
     pub meta: DumpMeta,
     pub recorder: Recorder,
     pub trigger: DumpTrigger,
-    /// How long a failing rank waits for this dump before it goes on.
+    /// How long a failing rank may take for its dumps and the other ranks' reports before it
+    /// goes on (`OXCCL_WAIT_TIMEOUT_DUMP_MS`).
     pub wait_limit: Duration,
     /// The store polled for other ranks' dump signals, and how often (a group with dump on
     /// timeout); `None`: this target dumps only for its own process's reasons.

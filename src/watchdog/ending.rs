@@ -21,7 +21,7 @@
 use super::{dumps, lock, Watchdog};
 use crate::pg::recorder::now_ns;
 use crate::store::Store;
-use crate::trace::{DumpCause, DumpNote, DumpWait, WaitOutcome};
+use crate::trace::{DumpCause, DumpNote, DumpWait};
 use oxccl_core::watchdog::{
     dump_wait_step, DumpWaitEnd, DumpWaitStep, DUMP_REPORT_COUNT_KEY, DUMP_REPORT_PREFIX,
     DUMP_SIGNAL_KEY,
@@ -197,7 +197,7 @@ impl Watchdog {
         limit: Duration,
     ) {
         let began = Instant::now();
-        let deadline = began.checked_add(limit).unwrap_or(began);
+        let deadline = crate::deadline::deadline_after(limit);
         // An exit meanwhile waits for this (plus the bounded rewrite of the dump at the end).
         *lock(&self.ending_until) = Some(deadline + Duration::from_secs(2));
         self.coordinate_failure(reason, rank, signal, limit, began, deadline);
@@ -242,9 +242,9 @@ impl Watchdog {
         if let Some(e) = store_error {
             note.store_error.get_or_insert(e);
         }
-        let short = wait.outcome != WaitOutcome::AllReported;
+        let short = wait.outcome != DumpWaitEnd::AllReported;
         match wait.outcome {
-            WaitOutcome::AllReported => log::info!(
+            DumpWaitEnd::AllReported => log::info!(
                 "oxccl watchdog: every rank of {} reported its dump after {} ms",
                 me.world,
                 wait.waited_ms
@@ -254,7 +254,7 @@ impl Watchdog {
                  not reported: {}",
                 wait.waited_ms,
                 match outcome {
-                    WaitOutcome::StoreUnreachable => "the store stopped answering",
+                    DumpWaitEnd::StoreUnreachable => "the store stopped answering",
                     _ => "OXCCL_WAIT_TIMEOUT_DUMP_MS passed",
                 },
                 if wait.unreported.is_empty() {
@@ -268,9 +268,11 @@ impl Watchdog {
         if short {
             // The dump on disk says who never reported, for `oxccl trace`; a short, bounded
             // rewrite (the one before was written in time, so this one should be too).
-            let again = Instant::now() + Duration::from_secs(2).min(limit);
-            let left = again.saturating_duration_since(Instant::now());
-            dumps::write_within(self.dump_jobs(Some(&note)), reason, left);
+            dumps::write_within(
+                self.dump_jobs(Some(&note)),
+                reason,
+                Duration::from_secs(2).min(limit),
+            );
         }
     }
 
@@ -285,32 +287,30 @@ impl Watchdog {
     ) -> (DumpWait, Option<String>) {
         let limit_ms = millis(deadline.saturating_duration_since(began));
         let poll_ms = millis(me.every.min(POLL));
-        let mut store_error = None;
-        let outcome = loop {
-            let store = me.store.clone();
-            let count = within(self, deadline, "oxccl-dump-wait", move || {
-                store
-                    .add(DUMP_REPORT_COUNT_KEY, 0)
-                    .map_err(|e| format!("reading `{DUMP_REPORT_COUNT_KEY}`: {e}"))
-            });
+        let (store, world) = (me.store.clone(), me.world);
+        // The whole loop on one thread, bounded by the deadline (a store call that hangs past
+        // it ends the wait as the limit does).
+        let (outcome, store_error) = within(self, deadline, "oxccl-dump-wait", move || loop {
+            let reported = store.add(DUMP_REPORT_COUNT_KEY, 0);
             let elapsed = millis(began.elapsed());
-            let reported = match count {
-                Some(Ok(c)) => Some(c),
-                Some(Err(e)) => {
-                    store_error = Some(e);
-                    None
+            let step = dump_wait_step(
+                reported.as_ref().ok().copied(),
+                world,
+                elapsed,
+                limit_ms,
+                poll_ms,
+            );
+            match step {
+                DumpWaitStep::PollAfter(ms) => std::thread::sleep(Duration::from_millis(ms)),
+                DumpWaitStep::End(end) => {
+                    let err = reported
+                        .err()
+                        .map(|e| format!("reading `{DUMP_REPORT_COUNT_KEY}`: {e}"));
+                    break (end, err);
                 }
-                // A call that outlasted the deadline ends the wait like the limit does.
-                None => break DumpWaitEnd::LimitPassed,
-            };
-            match dump_wait_step(reported, me.world, elapsed, limit_ms, poll_ms) {
-                DumpWaitStep::PollAfter(ms) => {
-                    self.heartbeat.store(now_ns(), Ordering::Relaxed);
-                    std::thread::sleep(Duration::from_millis(ms));
-                }
-                DumpWaitStep::End(end) => break end,
             }
-        };
+        })
+        .unwrap_or((DumpWaitEnd::LimitPassed, None));
         let unreported = if outcome == DumpWaitEnd::LimitPassed && me.world <= NAME_UNREPORTED_UP_TO
         {
             // Asked after the deadline, with a short bound of its own.
@@ -326,11 +326,7 @@ impl Watchdog {
             Vec::new()
         };
         let wait = DumpWait {
-            outcome: match outcome {
-                DumpWaitEnd::AllReported => WaitOutcome::AllReported,
-                DumpWaitEnd::LimitPassed => WaitOutcome::LimitPassed,
-                DumpWaitEnd::StoreUnreachable => WaitOutcome::StoreUnreachable,
-            },
+            outcome,
             waited_ms: millis(began.elapsed()),
             unreported,
         };

@@ -40,9 +40,7 @@ impl HeartbeatMonitor {
                             );
                             let mut note = DumpNote::new(DumpCause::Heartbeat);
                             let limit = dog.dump_wait_limit();
-                            let deadline = std::time::Instant::now()
-                                .checked_add(limit)
-                                .unwrap_or_else(std::time::Instant::now);
+                            let deadline = crate::deadline::deadline_after(limit);
                             dog.dump_and_report(&reason, &mut note, deadline);
                             let end = *super::lock(&dog.end_process);
                             end(&reason);
