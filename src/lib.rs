@@ -23,7 +23,6 @@ mod graph_buffers;
 mod group;
 pub mod launch;
 pub mod pg;
-pub mod store;
 pub mod trace;
 pub mod watchdog;
 
@@ -43,6 +42,7 @@ pub use oxccl_loader as loader;
 pub use oxccl_mock as mock;
 pub use oxccl_nccl as nccl;
 pub use oxccl_nccl::{NcclComm, NcclEvent, NcclMem, NcclStream};
+pub use oxccl_store as store;
 
 /// The NCCL library as loaded: `Nccl::load()` searches, `Nccl::open(path)` takes a path.
 pub type Nccl = oxccl_nccl::NcclBackend;

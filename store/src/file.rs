@@ -12,9 +12,9 @@
 //! With a world size, each instance counts itself out when dropped and the last one removes
 //! the file, as c10d does, so a finished job leaves nothing behind for the next.
 
-use super::mem::{add_value, compare_set_value, timeout_error, DEFAULT_STORE_TIMEOUT};
-use super::Store;
-use crate::escaped_path;
+use crate::mem::{add_value, compare_set_value, timeout_error, DEFAULT_STORE_TIMEOUT};
+use crate::store::Store;
+use oxccl_core::text::EscapedBytes;
 use oxccl_core::{text, Error, Result};
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
@@ -96,10 +96,7 @@ impl FileStore {
         if world_size == Some(0) {
             return Err(Error::invalid(
                 "world_size",
-                format_args!(
-                    "at least 1 instance of file store {}, got 0",
-                    escaped_path(&path)
-                ),
+                format_args!("at least 1 instance of file store {}, got 0", shown(&path)),
             ));
         }
         let file = OpenOptions::new()
@@ -110,7 +107,7 @@ impl FileStore {
             .map_err(|e| {
                 Error::invalid(
                     "path",
-                    format_args!("a file the store can open: {}: {e}", escaped_path(&path)),
+                    format_args!("a file the store can open: {}: {e}", shown(&path)),
                 )
             })?;
         Ok(FileStore {
@@ -144,7 +141,7 @@ impl FileStore {
 
     fn io_error(&self, what: &str, e: std::io::Error) -> Error {
         Error::Remote {
-            detail: text!("file store {}: {what}: {e}", escaped_path(&self.path)),
+            detail: text!("file store {}: {what}: {e}", shown(&self.path)),
         }
     }
 
@@ -168,7 +165,7 @@ impl FileStore {
             return Err(Error::Remote {
                 detail: text!(
                     "file store {} is corrupt at byte {}",
-                    escaped_path(&self.path),
+                    shown(&self.path),
                     *offset + at as u64
                 ),
             });
@@ -244,10 +241,7 @@ impl Drop for FileStore {
                 let _ = std::fs::remove_file(&self.path);
             }
             Ok(_) => {}
-            Err(e) => log::warn!(
-                "file store {}: not counted out: {e}",
-                escaped_path(&self.path)
-            ),
+            Err(e) => log::warn!("file store {}: not counted out: {e}", shown(&self.path)),
         }
     }
 }
@@ -344,4 +338,9 @@ fn replay(bytes: &[u8], map: &mut HashMap<String, Vec<u8>>) -> std::result::Resu
         }
     }
     Ok(())
+}
+
+/// A path as messages show it: control characters and bytes that are not UTF-8 escaped.
+fn shown(path: &Path) -> EscapedBytes<'_> {
+    EscapedBytes(path.as_os_str().as_encoded_bytes())
 }

@@ -1,8 +1,8 @@
 //! The file store, the in-memory store and the prefix view: every operation, instances that
 //! share a file, timeouts, and counters under contention.
 
-use oxccl::store::{FileStore, MemStore, PrefixStore, Store, DEFAULT_STORE_TIMEOUT};
-use oxccl::Error;
+use oxccl_store::Error;
+use oxccl_store::{FileStore, MemStore, PrefixStore, Store, DEFAULT_STORE_TIMEOUT};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -14,7 +14,7 @@ pub mod wire;
 pub use limits::{ServerLimits, ServerOptions, ServerStats};
 pub use server::TcpServer;
 
-use super::Store;
+use crate::store::Store;
 use client::Client;
 use limits::token_from_env;
 use oxccl_core::text::Escaped;

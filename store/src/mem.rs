@@ -5,7 +5,7 @@
 //! Also the value rules every oxccl store shares (counters as decimal text, c10d's
 //! `compare_set`), so the file store and this one cannot drift apart.
 
-use super::Store;
+use crate::store::Store;
 use oxccl_core::text::{Escaped, EscapedBytes};
 use oxccl_core::{text, Error, Result};
 use std::collections::HashMap;
@@ -19,13 +19,13 @@ pub const DEFAULT_STORE_TIMEOUT: Duration = Duration::from_secs(300);
 /// An in-process key-value store shared by threads (wrap it in an `Arc`).
 ///
 /// ```
-/// use oxccl::store::{MemStore, Store};
+/// use oxccl_store::{MemStore, Store};
 /// use std::time::Duration;
 /// let store = MemStore::new();
 /// store.set("id", b"abc")?;
 /// assert_eq!(store.get("id", Duration::from_secs(1))?, b"abc");
 /// assert_eq!(store.add("n", 2)?, 2);
-/// # Ok::<(), oxccl::Error>(())
+/// # Ok::<(), oxccl_store::Error>(())
 /// ```
 #[derive(Debug)]
 pub struct MemStore {

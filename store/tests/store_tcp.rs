@@ -3,8 +3,8 @@
 //! `oxccl store` process: cli/tests/cli_store.rs). Loopback and ephemeral ports only; the
 //! whole file runs in seconds.
 
-use oxccl::store::{Store, TcpServer, TcpStore, TcpStoreOptions};
-use oxccl::Error;
+use oxccl_store::Error;
+use oxccl_store::{Store, TcpServer, TcpStore, TcpStoreOptions};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::Arc;

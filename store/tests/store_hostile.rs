@@ -5,10 +5,10 @@
 //! its counts return to zero when the clients leave, and other clients keep working. Also
 //! the optional shared token and the loopback-only default. Loopback, ephemeral ports.
 
-use oxccl::store::tcp::wire::{self, QueryType};
-use oxccl::store::tcp::{ServerLimits, ServerOptions, ServerStats};
-use oxccl::store::{Store, TcpServer, TcpStore, TcpStoreOptions};
-use oxccl::Error;
+use oxccl_store::tcp::wire::{self, QueryType};
+use oxccl_store::tcp::{ServerLimits, ServerOptions, ServerStats};
+use oxccl_store::Error;
+use oxccl_store::{Store, TcpServer, TcpStore, TcpStoreOptions};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::thread;

@@ -1,23 +1,7 @@
-//! Key-value stores the ranks of a job rendezvous through: the [`Store`] trait, a TCP store
-//! that speaks PyTorch's TCPStore wire protocol (`tcp/`), a file store and a prefix view.
-//!
-//! Keys are UTF-8 strings, values are bytes. Every call that can wait takes (or uses) a timeout,
-//! and a store that cannot answer says so with [`crate::Error::Timeout`] (waited in vain) or
-//! [`crate::Error::Remote`] (the server is gone), never a hang.
-
-mod file;
-mod mem;
-mod prefix;
-
-pub use file::FileStore;
-pub use mem::{MemStore, DEFAULT_STORE_TIMEOUT};
-pub use prefix::PrefixStore;
+//! The [`Store`] trait: what the bootstrap and the process group ask of a key-value store.
 
 use oxccl_core::Result;
 use std::time::Duration;
-
-pub mod tcp;
-pub use tcp::{TcpServer, TcpStore, TcpStoreOptions};
 
 /// The store operations the bootstrap and the process group need (c10d's `Store`).
 ///

@@ -1,7 +1,7 @@
 //! [`PrefixStore`]: a view of another store in which every key becomes `prefix/key`, so
 //! process groups sharing one store keep apart (c10d's `PrefixStore`, same separator).
 
-use super::Store;
+use crate::store::Store;
 use oxccl_core::Result;
 use std::sync::Arc;
 use std::time::Duration;
