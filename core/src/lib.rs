@@ -20,6 +20,8 @@ pub mod dtype;
 pub mod env;
 pub mod error;
 pub mod feature;
+#[cfg(feature = "alloc")]
+pub mod graph_buffers;
 pub mod id;
 pub mod launch;
 pub mod membership;

@@ -9,10 +9,10 @@
 
 use super::Bootstrap;
 use crate::buffer::Memory;
+use crate::mock::MockBackend;
 use crate::pg::{PgOptions, ProcessGroup};
 use oxccl_core::env::{BackendChoice, EnvConfig};
 use oxccl_core::{text, Error, Result};
-use oxccl_mock::MockBackend;
 
 /// Code generic over the backend, run by [`with_backend`] on the one chosen.
 pub trait WithBackend {
@@ -71,7 +71,7 @@ pub fn decide(configured: Option<BackendChoice>, probe: Result<(), String>) -> R
 
 /// NCCL, when the CUDA driver and the library both load.
 fn probe() -> std::result::Result<crate::Nccl, String> {
-    oxccl_nccl::require_driver().map_err(|e| format!("no CUDA driver: {e}"))?;
+    crate::nccl::require_driver().map_err(|e| format!("no CUDA driver: {e}"))?;
     crate::Nccl::load().map_err(|e| format!("NCCL does not load: {e}"))
 }
 

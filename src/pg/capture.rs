@@ -38,7 +38,7 @@ use super::group::PgInner;
 use super::work::Work;
 use super::{ProcessGroup, WorkOf};
 use crate::buffer::{Memory, Operand, StreamOf};
-use crate::graph_buffers::GraphBuffers;
+use oxccl_core::graph_buffers::GraphBuffers;
 use oxccl_core::state::work::WorkInfo;
 use oxccl_core::text::Escaped;
 use oxccl_core::{

@@ -55,7 +55,7 @@ use super::issue::{Issuer, OpDesc};
 use super::{CommOf, ProcessGroup};
 use crate::buffer::{CommMem, Memory};
 use crate::escaped_path;
-use crate::graph_buffers::GraphBuffers;
+use oxccl_core::graph_buffers::GraphBuffers;
 use oxccl_core::tune::release::{write_disagreement, AGREED};
 use oxccl_core::tune::{RegMode, TuneTable};
 use oxccl_core::{text, CaptureError, Communicator, Error, Feature, OpKind, RegHandle, Result};

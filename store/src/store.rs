@@ -40,7 +40,7 @@ pub trait Store: Send + Sync {
 
     /// `key` as the store underneath holds it, for texts a person reads (an error naming the
     /// key to look at with another client): the key itself, or with the prefixes of the
-    /// [`PrefixStore`]s it goes through.
+    /// [`PrefixStore`](crate::PrefixStore)s it goes through.
     fn full_key(&self, key: &str) -> String {
         key.to_owned()
     }

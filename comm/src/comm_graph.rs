@@ -10,15 +10,15 @@
 //! the host wait for the stream ([`Comm::synchronize`]: CUDA invalidates the capture).
 //!
 //! A launch proves the graph's buffers are alive and free, as the process group's does
-//! ([`crate::pg::PgGraph`]): it takes each captured buffer by `&mut` (checked by address and
+//! (`oxccl::pg::PgGraph`): it takes each captured buffer by `&mut` (checked by address and
 //! size), orders the stream after their earlier uses, launches, and records the launch as their
 //! last use. [`Comm::issue`] (raw addresses) inside a capture is captured too, but its buffers
 //! are not known to the graph: a graph holding a raw operation launches only through
 //! [`CommGraph::launch_unchecked`].
 
 use crate::comm::{wr, Comm};
-use crate::graph_buffers::GraphBuffers;
 use cudarc::driver::{CudaStream, DevicePtrMut, SyncOnDrop};
+use oxccl_core::graph_buffers::GraphBuffers;
 use oxccl_core::{text, Capture, CaptureError, CommAbort, CommOp, CommState, Error, Graph, Result};
 use oxccl_nccl::{NcclAbort, NcclGraph};
 use std::sync::atomic::{AtomicBool, Ordering};

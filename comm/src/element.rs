@@ -101,7 +101,7 @@ unsafe impl Element for bool {
 /// The operator NCCL applies for `op` on `T`, refusing a premul-sum factor given as a raw
 /// device address: safe code cannot vouch for one (it goes through a device buffer or the raw
 /// `issue`).
-pub(crate) fn host_op<T: Element>(op: ReduceOp) -> Result<ReduceOp> {
+pub fn host_op<T: Element>(op: ReduceOp) -> Result<ReduceOp> {
     if let ReduceOp::PreMulSum(oxccl_core::Scalar::Device { .. }) = op {
         return Err(Error::invalid(
             "op",

@@ -1,7 +1,7 @@
 //! The safe communicator: typed cudarc buffers in, checked NCCL calls out.
 
 use crate::element::{host_op, Element};
-use crate::group::GroupGuard;
+use crate::group_guard::GroupGuard;
 use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut, DeviceSlice, SyncOnDrop};
 use oxccl_core::{
     Backend, CommAbort, CommConfig, CommOp, CommState, Communicator, Device, Error, Progress,

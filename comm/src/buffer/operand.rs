@@ -13,7 +13,7 @@ use std::sync::Arc;
 /// Implemented by both buffer kinds of each backend, so every operation takes either: a plain
 /// buffer is always handed to the library as it is; a [`Memory::CommBuf`] may also be
 /// registered or put in a window, as the group's tune table says (see
-/// [`crate::pg::PgOptions::tune`]).
+/// `oxccl::pg::PgOptions::tune`).
 pub trait Operand<B: Memory>: Send + Sync {
     /// The element type.
     type Elem: Element;

@@ -7,7 +7,7 @@
 //! that work, and dropping a buffer while work still uses it is safe because the memory is
 //! released only after that work ran (cudarc's stream-ordered free on NCCL; a reference the
 //! stream holds on the mock). So safe code cannot free, reuse or read a buffer while an
-//! operation on it is in flight, and a [`crate::pg::Work`] need not borrow its buffers: the
+//! operation on it is in flight, and the process group's `Work` need not borrow its buffers: the
 //! borrow checker still forbids writing a buffer while it is handed to an operation, and the
 //! stream order does the rest.
 //!

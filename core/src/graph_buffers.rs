@@ -1,8 +1,11 @@
 //! The buffers a captured graph uses, by address and size: noted while the operations are
 //! captured, and compared with the buffers a launch binds. One ledger for the process group's
-//! graphs and [`Comm`](crate::Comm)'s, so both refuse a launch by the same rule.
+//! graphs and the communicator's, so both refuse a launch by the same rule.
 
-use oxccl_core::{CaptureError, CommOp, Result};
+use crate::{CaptureError, CommOp, Result};
+use alloc::format;
+use alloc::string::String;
+use alloc::vec::Vec;
 
 /// A byte range of device (or mock host) memory an operation uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -14,11 +17,11 @@ struct Region {
 /// A set of buffers (empty ones left out): those captured operations use, or those a launch
 /// binds.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub(crate) struct GraphBuffers(Vec<Region>);
+pub struct GraphBuffers(Vec<Region>);
 
 impl GraphBuffers {
     /// Adds `bytes` at `addr` (once; nothing when empty).
-    pub(crate) fn add(&mut self, addr: usize, bytes: usize) {
+    pub fn add(&mut self, addr: usize, bytes: usize) {
         let r = Region { addr, bytes };
         if bytes > 0 && !self.0.contains(&r) {
             self.0.push(r);
@@ -26,34 +29,39 @@ impl GraphBuffers {
     }
 
     /// Adds every buffer `op` reads or writes.
-    pub(crate) fn note(&mut self, op: &CommOp<'_>) {
+    pub fn note(&mut self, op: &CommOp<'_>) {
         for (addr, bytes) in op.byte_spans() {
             self.add(addr, bytes);
         }
     }
 
     /// Whether any buffer of the set overlaps `bytes` at `addr`.
-    pub(crate) fn overlaps(&self, addr: usize, bytes: usize) -> bool {
+    pub fn overlaps(&self, addr: usize, bytes: usize) -> bool {
         let end = addr.saturating_add(bytes);
         self.0
             .iter()
             .any(|r| r.addr < end && addr < r.addr.saturating_add(r.bytes))
     }
 
-    /// How many buffers.
-    pub(crate) fn len(&self) -> usize {
+    /// Whether it holds no buffer.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// How many buffers (after [`GraphBuffers::sorted`], each once).
+    pub fn len(&self) -> usize {
         self.0.len()
     }
 
     /// Sorted by address, so two sets compare by content.
-    pub(crate) fn sorted(mut self) -> Self {
+    pub fn sorted(mut self) -> Self {
         self.0.sort();
         self
     }
 
     /// `Ok` when `bound` (what a launch binds) is exactly these (sorted) captured buffers;
     /// else [`CaptureError::Mismatch`] listing both.
-    pub(crate) fn check_bound(&self, bound: GraphBuffers) -> Result<()> {
+    pub fn check_bound(&self, bound: GraphBuffers) -> Result<()> {
         let bound = bound.sorted();
         if bound == *self {
             return Ok(());
@@ -101,14 +109,14 @@ mod tests {
         assert!(
             matches!(
                 e,
-                oxccl_core::Error::Capture {
+                crate::Error::Capture {
                     kind: CaptureError::Mismatch,
                     ..
                 }
             ),
             "{e:?}"
         );
-        assert!(e.to_string().contains("0x2000+4"), "{e}");
+        assert!(alloc::format!("{e}").contains("0x2000+4"), "{e}");
         // An allocation holding a captured buffer overlaps it; one beside it does not.
         assert!(captured.overlaps(0x0f00, 0x200));
         assert!(captured.overlaps(0x2004, 1));
