@@ -308,13 +308,13 @@ impl Backend for MockBackend {
     }
 
     fn group_start(&self) -> Result<()> {
-        crate::group::start()
+        crate::group_call::start()
     }
 
     fn group_end(&self) -> Result<Progress> {
         // A nonblocking communicator's group is still "being launched" for its polls.
         let mut progress = Progress::Done;
-        for (c, r) in crate::group::end()? {
+        for (c, r) in crate::group_call::end()? {
             let polls = c.nb_polls;
             let mut life = lock(&c.rank(r).life);
             if life.nonblocking && polls > 0 && life.cycle.state() == CommState::Ready {

@@ -5,7 +5,7 @@ use crate::calls::CallLock;
 use crate::exec;
 use crate::fault::FaultKind;
 use crate::fault::FaultPlan;
-use crate::group;
+use crate::group_call;
 use crate::job::{Job, OpDesc};
 use crate::shared::CommShared;
 use crate::stream::MockStream;
@@ -352,7 +352,7 @@ impl oxccl_core::Communicator for MockComm {
             index,
             fault,
         };
-        match group::queue(stream.shared(), job) {
+        match group_call::queue(stream.shared(), job) {
             None => Ok(()),
             Some(job) => exec::submit(stream.shared(), vec![job]),
         }

@@ -46,7 +46,7 @@ mod fault;
 pub mod fp8;
 mod fused;
 mod graph;
-mod group;
+mod group_call;
 mod job;
 mod memory;
 mod mismatch;

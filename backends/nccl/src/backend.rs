@@ -326,10 +326,10 @@ impl Backend for NcclBackend {
     }
 
     fn group_start(&self) -> Result<()> {
-        crate::group::start(&self.lib)
+        crate::group_call::start(&self.lib)
     }
 
     fn group_end(&self) -> Result<Progress> {
-        crate::group::end(&self.lib)
+        crate::group_call::end(&self.lib)
     }
 }

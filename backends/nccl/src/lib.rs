@@ -20,7 +20,7 @@ mod create;
 mod cuda;
 mod graph;
 mod graph_refs;
-mod group;
+mod group_call;
 mod issue;
 mod mem;
 mod reducer;
