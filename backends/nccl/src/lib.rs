@@ -16,6 +16,7 @@ mod backend;
 mod bounded;
 pub mod codes;
 mod comm;
+mod comm_inner;
 mod create;
 mod cuda;
 mod graph;
@@ -26,6 +27,7 @@ mod mem;
 mod reducer;
 mod registry;
 mod release;
+mod settle;
 mod stream;
 mod wait;
 
