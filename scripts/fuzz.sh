@@ -3,8 +3,8 @@
 # on the stable toolchain: RUSTC_BOOTSTRAP=1 lets cargo-fuzz pass its nightly-only flags, and
 # `--sanitizer none` avoids needing a sanitizer runtime (and runs several times faster).
 #
-#   scripts/fuzz.sh [SECONDS] [TARGET...]      e.g. scripts/fuzz.sh 600 group work
-#   FUZZ_MINIMIZE=1 scripts/fuzz.sh 600 group   then rewrite fuzz/corpus/group minimized
+#   scripts/fuzz.sh [SECONDS] [TARGET...]      e.g. scripts/fuzz.sh 600 group_call work
+#   FUZZ_MINIMIZE=1 scripts/fuzz.sh 600 group_call   then rewrite fuzz/corpus/group_call minimized
 #
 # Each target starts from its kept corpus (fuzz/corpus/<target>/, replayed by
 # `cargo test --test fuzz_corpus`) and its past crashes (fuzz/regressions/<target>/); what it

@@ -178,15 +178,15 @@ impl CommConfig {
 
     /// Sets an integer field. String fields are refused (use [`CommConfig::net_name`] and
     /// [`CommConfig::comm_name`]).
-    pub fn set(mut self, field: ConfigField, value: i32) -> crate::Result<CommConfig> {
+    pub fn set(mut self, field: ConfigField, value: i32) -> crate::error::Result<CommConfig> {
         if field.is_string() {
-            return Err(crate::Error::invalid(
+            return Err(crate::error::Error::invalid(
                 "field",
                 format_args!("an integer field, {} is a string", field.c_name()),
             ));
         }
         if field == ConfigField::Blocking && !(0..=1).contains(&value) {
-            return Err(crate::Error::invalid(
+            return Err(crate::error::Error::invalid(
                 "blocking",
                 format_args!("0 or 1, got {value}"),
             ));
@@ -202,26 +202,26 @@ impl CommConfig {
     }
 
     /// Sets `netName`; refused when longer than [`NAME_CAPACITY`] or holding a NUL.
-    pub fn net_name(mut self, name: &str) -> crate::Result<CommConfig> {
+    pub fn net_name(mut self, name: &str) -> crate::error::Result<CommConfig> {
         self.net_name = Some(Self::name("net_name", name)?);
         Ok(self)
     }
 
     /// Sets `commName`; refused when longer than [`NAME_CAPACITY`] or holding a NUL.
-    pub fn comm_name(mut self, name: &str) -> crate::Result<CommConfig> {
+    pub fn comm_name(mut self, name: &str) -> crate::error::Result<CommConfig> {
         self.comm_name = Some(Self::name("comm_name", name)?);
         Ok(self)
     }
 
-    fn name(arg: &'static str, name: &str) -> crate::Result<ConfigName> {
+    fn name(arg: &'static str, name: &str) -> crate::error::Result<ConfigName> {
         if name.contains('\0') {
-            return Err(crate::Error::invalid(
+            return Err(crate::error::Error::invalid(
                 arg,
                 format_args!("a name without NUL bytes"),
             ));
         }
         ConfigName::try_from(name).map_err(|_| {
-            crate::Error::invalid(
+            crate::error::Error::invalid(
                 arg,
                 format_args!("at most {NAME_CAPACITY} bytes, got {}", name.len()),
             )
@@ -266,10 +266,10 @@ impl CommConfig {
 
     /// `Ok` when every set field exists in `version`'s `ncclConfig_t`; else an error naming the
     /// first field that does not and the release that brought it.
-    pub fn check_for(&self, version: Version) -> crate::Result<()> {
+    pub fn check_for(&self, version: Version) -> crate::error::Result<()> {
         match self.set_fields().find(|f| f.since() > version) {
             None => Ok(()),
-            Some(f) => Err(crate::Error::InvalidArgument {
+            Some(f) => Err(crate::error::Error::InvalidArgument {
                 arg: "config",
                 expected: crate::text!(
                     "fields the loaded NCCL {version} knows: `{}` needs NCCL {}",
@@ -312,7 +312,7 @@ mod tests {
         assert!(c.check_for(Version::new(2, 28, 3)).is_ok());
         let e = c.check_for(Version::new(2, 18, 3)).unwrap_err();
         match e {
-            crate::Error::InvalidArgument {
+            crate::error::Error::InvalidArgument {
                 arg: "config",
                 expected,
             } => {

@@ -1,6 +1,5 @@
 //! NCCL's element types.
 
-use crate::reduce::ReduceOp;
 use crate::version::Version;
 use core::fmt;
 
@@ -98,19 +97,6 @@ impl DataType {
         }
     }
 
-    /// Whether NCCL applies `op` to this type. Premul-sum is limited to the floating types
-    /// with a host representation (f16, bf16, f32, f64), as PyTorch does; every other built-in op
-    /// applies to every type (fp8 reductions exist since 2.24, gated by version elsewhere).
-    pub fn supports(self, op: &ReduceOp) -> bool {
-        match op {
-            ReduceOp::PreMulSum(_) => matches!(
-                self,
-                DataType::Float16 | DataType::Bfloat16 | DataType::Float32 | DataType::Float64
-            ),
-            _ => true,
-        }
-    }
-
     /// Short lower-case name ("float32").
     pub const fn name(self) -> &'static str {
         match self {
@@ -162,16 +148,5 @@ mod tests {
         for (t, s) in DataType::ALL.iter().zip(sizes) {
             assert_eq!(t.size(), s, "{t}");
         }
-    }
-
-    #[test]
-    fn premul_sum_only_on_host_floats() {
-        let op = ReduceOp::PreMulSum(crate::reduce::Scalar::Host(crate::reduce::HostScalar::F32(
-            2.0,
-        )));
-        assert!(DataType::Float32.supports(&op));
-        assert!(!DataType::Int32.supports(&op));
-        assert!(!DataType::Float8E4M3.supports(&op));
-        assert!(DataType::Int32.supports(&ReduceOp::Avg));
     }
 }

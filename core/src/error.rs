@@ -1,8 +1,8 @@
 //! The one error type of oxccl. Each variant says what the caller can do about it.
 
-use crate::feature::{Feature, Missing};
+use crate::comm_state::CommState;
+use crate::feature::{Feature, FeatureSet, Missing};
 use crate::result::ResultCode;
-use crate::state::lifecycle::CommState;
 use crate::text::{Escaped, Text};
 
 /// `Result` with oxccl's [`Error`].
@@ -93,7 +93,7 @@ pub enum Error {
     #[error("graph capture ({kind}): {}", Escaped(.detail))]
     Capture {
         /// What went wrong.
-        kind: crate::traits::CaptureError,
+        kind: CaptureError,
         /// The call and what it needed.
         detail: Text,
     },
@@ -126,6 +126,74 @@ impl Error {
                 | Error::Remote { .. }
                 | Error::Mismatch { .. }
         )
+    }
+}
+
+/// What went wrong with a capture, for [`Error::Capture`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum CaptureError {
+    /// The backend, the stream or the operation cannot be captured (a library too old, an
+    /// operation that allocates, a host callback the mock cannot replay).
+    Unsupported,
+    /// `begin_capture` on a stream that is already capturing (captures do not nest).
+    AlreadyCapturing,
+    /// `end_capture` on a stream that is not capturing.
+    NotCapturing,
+    /// A call not allowed while the stream captures: synchronize, an event query, a wait on
+    /// an event recorded outside the capture, launching a graph on the capturing stream.
+    Forbidden,
+    /// The capture saw a forbidden call (or the library invalidated it): `end_capture`
+    /// returns no graph; capture again.
+    Invalidated,
+    /// A graph launched with what it was not captured with (another stream's device, buffers
+    /// that are not the captured ones).
+    Mismatch,
+}
+
+impl CaptureError {
+    /// A short name, for messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            CaptureError::Unsupported => "unsupported",
+            CaptureError::AlreadyCapturing => "already capturing",
+            CaptureError::NotCapturing => "not capturing",
+            CaptureError::Forbidden => "forbidden while capturing",
+            CaptureError::Invalidated => "capture invalidated",
+            CaptureError::Mismatch => "launched with other arguments than captured",
+        }
+    }
+
+    /// An [`Error::Capture`] of this kind with a formatted detail.
+    pub fn error(self, detail: core::fmt::Arguments<'_>) -> Error {
+        Error::Capture {
+            kind: self,
+            detail: crate::text::text(detail),
+        }
+    }
+
+    /// An [`Error::Capture`] of this kind with a fixed detail.
+    pub fn error_str(self, detail: &str) -> Error {
+        Error::Capture {
+            kind: self,
+            detail: crate::text::text_str(detail),
+        }
+    }
+}
+
+impl core::fmt::Display for CaptureError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FeatureSet {
+    /// `Ok` when `f` is available, else [`Error::Unsupported`] naming why it is missing.
+    pub fn require(&self, f: Feature) -> Result<()> {
+        self.check(f).map_err(|missing| Error::Unsupported {
+            feature: f,
+            missing,
+        })
     }
 }
 
@@ -177,5 +245,22 @@ mod tests {
             s.as_str(),
             "ncclInternalError (3): internal\\r; last error: open /dev/shm/\\u{9b}2J: \\u{202e}denied\\n"
         );
+    }
+
+    #[test]
+    fn a_missing_feature_is_unsupported() {
+        let s = FeatureSet::resolve(crate::version::Version::new(2, 28, 3), |sym| {
+            sym != "ncclGather"
+        });
+        assert!(matches!(
+            s.require(Feature::GatherScatter),
+            Err(Error::Unsupported {
+                feature: Feature::GatherScatter,
+                missing: Missing::SymbolAbsent {
+                    symbol: "ncclGather"
+                },
+            })
+        ));
+        assert!(s.require(Feature::AllToAll).is_ok());
     }
 }

@@ -279,14 +279,6 @@ impl FeatureSet {
         }
     }
 
-    /// `Ok` when `f` is available, else [`crate::Error::Unsupported`].
-    pub fn require(&self, f: Feature) -> crate::Result<()> {
-        self.check(f).map_err(|missing| crate::Error::Unsupported {
-            feature: f,
-            missing,
-        })
-    }
-
     /// The same set with `f` taken away (a mock world or a test that hides a feature).
     pub fn without(mut self, f: Feature) -> FeatureSet {
         if self.has(f) {
@@ -334,13 +326,6 @@ mod tests {
             })
         );
         assert!(s.has(Feature::AllToAll));
-        assert!(matches!(
-            s.require(Feature::GatherScatter),
-            Err(crate::Error::Unsupported {
-                feature: Feature::GatherScatter,
-                ..
-            })
-        ));
     }
 
     #[test]

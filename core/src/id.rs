@@ -11,13 +11,14 @@ impl UniqueId {
     pub const LEN: usize = 128;
 
     /// The id from bytes received from another rank; refuses any other length.
-    pub fn from_bytes(bytes: &[u8]) -> crate::Result<UniqueId> {
-        let arr: [u8; Self::LEN] = bytes
-            .try_into()
-            .map_err(|_| crate::Error::InvalidArgument {
-                arg: "unique_id",
-                expected: crate::text!("exactly {} bytes, got {}", Self::LEN, bytes.len()),
-            })?;
+    pub fn from_bytes(bytes: &[u8]) -> crate::error::Result<UniqueId> {
+        let arr: [u8; Self::LEN] =
+            bytes
+                .try_into()
+                .map_err(|_| crate::error::Error::InvalidArgument {
+                    arg: "unique_id",
+                    expected: crate::text!("exactly {} bytes, got {}", Self::LEN, bytes.len()),
+                })?;
         Ok(UniqueId(arr))
     }
 
@@ -47,7 +48,7 @@ mod tests {
             let v = [0u8; 256];
             assert!(matches!(
                 UniqueId::from_bytes(&v[..n]),
-                Err(crate::Error::InvalidArgument {
+                Err(crate::error::Error::InvalidArgument {
                     arg: "unique_id",
                     ..
                 })

@@ -14,7 +14,9 @@
 extern crate alloc;
 
 pub mod buf;
+pub mod build;
 pub mod check;
+pub mod comm_state;
 pub mod config;
 pub mod dtype;
 pub mod env;
@@ -40,18 +42,20 @@ pub mod watchdog;
 
 pub use buf::{RawBuf, RawBufMut};
 pub use check::CheckCtx;
+pub use comm_state::CommState;
 pub use config::{CommConfig, ConfigField};
 pub use dtype::DataType;
 pub use env::{BackendChoice, EnvConfig, ErrorHandling};
-pub use error::{Error, Result};
+pub use error::{CaptureError, Error, Result};
 pub use feature::{Feature, FeatureSet, Missing};
 pub use id::UniqueId;
 pub use launch::{HostList, HostName, LaunchInfo, Launcher};
 pub use op::{CommOp, OpKind};
 pub use reduce::{HostScalar, ReduceOp, Scalar};
 pub use result::ResultCode;
-pub use state::group::{Ended, GroupError, GroupKind, GroupState, OpSummary, Queued, Recovery};
-pub use state::lifecycle::CommState;
+pub use state::group_call::{
+    Ended, GroupError, GroupKind, GroupState, OpSummary, Queued, Recovery,
+};
 pub use state::work::{Work, WorkError, WorkInfo, WorkState};
 pub use text::Text;
 #[cfg(feature = "alloc")]
@@ -60,7 +64,7 @@ pub use traits::{
     pending_aborts, AbortInFlight, Backend, CommAbort, Communicator, Device, Event, Progress,
     RegHandle, Stream,
 };
-pub use traits::{Capture, CaptureError, Graph};
+pub use traits::{Capture, Graph};
 pub use version::Version;
 
 /// The README's examples, compiled and run as doctests.

@@ -1,15 +1,13 @@
 //! One communication operation, described as data: what the checks validate, what a group
 //! queues, what the flight recorder records and what a backend issues.
 //!
-//! Operations are built in one place, [`build`]: constructors from buffers on [`CommOp`], and
-//! checked builders from NCCL's counts.
+//! Operations are built in one place, [`build`](crate::build): constructors from buffers on
+//! [`CommOp`], and checked builders from NCCL's counts.
 
 use crate::buf::{RawBuf, RawBufMut};
 use crate::dtype::DataType;
 use crate::reduce::ReduceOp;
 use core::fmt;
-
-pub mod build;
 
 /// A collective or point-to-point operation with its buffers. Counts come from the buffer
 /// lengths (in elements of `dtype`); [`crate::check::op`] states the rules each one obeys.

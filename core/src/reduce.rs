@@ -123,6 +123,21 @@ impl ReduceOp {
     }
 }
 
+impl DataType {
+    /// Whether NCCL applies `op` to this type. Premul-sum is limited to the floating types
+    /// with a host representation (f16, bf16, f32, f64), as PyTorch does; every other built-in op
+    /// applies to every type (fp8 reductions exist since 2.24, gated by version elsewhere).
+    pub fn supports(self, op: &ReduceOp) -> bool {
+        match op {
+            ReduceOp::PreMulSum(_) => matches!(
+                self,
+                DataType::Float16 | DataType::Bfloat16 | DataType::Float32 | DataType::Float64
+            ),
+            _ => true,
+        }
+    }
+}
+
 impl fmt::Display for ReduceOp {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
@@ -154,5 +169,14 @@ mod tests {
         assert_eq!(n, 2);
         assert_eq!(u16::from_ne_bytes([b[0], b[1]]), 0x3c00);
         assert_eq!(HostScalar::Bf16(0).dtype(), DataType::Bfloat16);
+    }
+
+    #[test]
+    fn premul_sum_only_on_host_floats() {
+        let op = ReduceOp::PreMulSum(Scalar::Host(HostScalar::F32(2.0)));
+        assert!(DataType::Float32.supports(&op));
+        assert!(!DataType::Int32.supports(&op));
+        assert!(!DataType::Float8E4M3.supports(&op));
+        assert!(DataType::Int32.supports(&ReduceOp::Avg));
     }
 }

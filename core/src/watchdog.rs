@@ -38,7 +38,9 @@ impl FailureKind {
             Error::Aborted { .. } => FailureKind::Aborted,
             Error::InvalidState {
                 state:
-                    crate::CommState::Aborted | crate::CommState::Aborting | crate::CommState::Destroyed,
+                    crate::comm_state::CommState::Aborted
+                    | crate::comm_state::CommState::Aborting
+                    | crate::comm_state::CommState::Destroyed,
                 ..
             } => FailureKind::Aborted,
             _ => FailureKind::Error,
@@ -428,7 +430,7 @@ mod tests {
         };
         assert_eq!(FailureKind::of(&remote), FailureKind::Error);
         let dead = Error::InvalidState {
-            state: crate::CommState::Destroyed,
+            state: crate::comm_state::CommState::Destroyed,
             attempted: "x",
             reason: text_str("destroyed"),
         };

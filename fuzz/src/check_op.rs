@@ -1,15 +1,15 @@
 //! Any operation, any communicator shape, any loaded version: the checks answer, never panic,
 //! and an independent model of the rules (`check_model`) says an accepted call is valid and a
 //! refused one names an argument at fault, for every operation. The builders from NCCL's counts
-//! (`op::build`) agree with the checks: what one returns is the operation NCCL's count means and
+//! (`build`) agree with the checks: what one returns is the operation NCCL's count means and
 //! passes the check; what one refuses, the check refuses with the same error.
 
 use super::check_model::faults;
 use arbitrary::{Result, Unstructured};
+use oxccl_core::build;
 use oxccl_core::check::{self, CheckCtx};
 use oxccl_core::feature::{Feature, FeatureSet};
-use oxccl_core::op::build;
-use oxccl_core::state::group::OpSummary;
+use oxccl_core::state::group_call::OpSummary;
 use oxccl_core::{
     CommOp, DataType, Error, HostScalar, RawBuf, RawBufMut, ReduceOp, Scalar, Version,
 };

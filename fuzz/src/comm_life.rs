@@ -8,13 +8,11 @@
 //! operation accepted on a dead communicator, abort idempotent), results of the collectives
 //! that succeeded.
 
-use super::comm_life_model::{AsyncErr, Cause, Life, Model, Rank};
+use super::comm_life_model::{assert_refused, AsyncErr, Cause, Life, Model};
+use super::comm_life_world::{all_reduce_bufs, all_reduce_op, all_reduce_sum, Slot, BOUND, LEN};
 use arbitrary::{Result, Unstructured};
-use oxccl_core::{
-    CommAbort, CommOp, CommState, Communicator, DataType, Error, Progress, RawBuf, RawBufMut,
-    ReduceOp, ResultCode,
-};
-use oxccl_mock::{FaultKind, FaultPlan, MockAbort, MockComm, MockStream, World};
+use oxccl_core::{CommAbort, CommState, Communicator, Error, Progress, ResultCode};
+use oxccl_mock::{FaultKind, FaultPlan, MockComm, MockStream, World};
 use std::mem::ManuallyDrop;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -23,23 +21,8 @@ use std::time::{Duration, Instant};
 const INIT_LIMIT: Duration = Duration::from_millis(250);
 /// Init polls that outlast [`INIT_LIMIT`]: the init times out.
 const HUGE: u32 = u32::MAX;
-/// The bound on any wait the model says ends: past it, a hang.
-pub(crate) const BOUND: Duration = Duration::from_secs(10);
 /// Abort reasons (never empty: an empty reason reads as "none yet").
 const REASONS: [&str; 3] = ["watchdog: collective timed out", "user", "peer lost"];
-/// Elements of each all-reduce.
-const LEN: usize = 2;
-
-/// One rank as the driver holds it.
-pub(crate) struct Slot {
-    /// The communicator, until destroyed.
-    pub(crate) comm: Option<MockComm>,
-    /// Its abort handle (outlives it: reads the final state).
-    pub(crate) abort: MockAbort,
-    /// The stream its collectives go on.
-    pub(crate) stream: MockStream,
-}
-
 /// The buffers of every collective issued, kept until the world is gone (streams read them).
 type Bufs = Vec<(Box<[f32; LEN]>, Box<[f32; LEN]>)>;
 
@@ -166,57 +149,6 @@ fn run(u: &mut Unstructured<'_>) -> Result<()> {
     // Every stream has drained and is gone: nothing uses the buffers any more.
     drop(ManuallyDrop::into_inner(bufs));
     result
-}
-
-/// A collective's buffers: rank `r` contributes `[r + 1, 2 (r + 1)]`.
-pub(crate) fn all_reduce_bufs(r: usize) -> (Box<[f32; LEN]>, Box<[f32; LEN]>) {
-    let v = (r + 1) as f32;
-    (Box::new([v, 2.0 * v]), Box::new([0.0; LEN]))
-}
-
-/// The all-reduce (sum) of `bufs`.
-pub(crate) fn all_reduce_op(bufs: &mut (Box<[f32; LEN]>, Box<[f32; LEN]>)) -> CommOp<'static> {
-    CommOp::AllReduce {
-        send: RawBuf::new(bufs.0.as_ptr() as usize, LEN),
-        recv: RawBufMut::new(bufs.1.as_mut_ptr() as usize, LEN),
-        dtype: DataType::Float32,
-        op: ReduceOp::Sum,
-    }
-}
-
-/// What every rank's output holds after an all-reduce of `n` ranks that succeeded.
-pub(crate) fn all_reduce_sum(n: usize) -> [f32; LEN] {
-    let s = (n * (n + 1) / 2) as f32;
-    [s, 2.0 * s]
-}
-
-/// The refusal of a call on a rank that is not ready: `Aborted` with the first cause, else
-/// `InvalidState` in the rank's state with the first cause (the state's name when none).
-pub(crate) fn assert_refused(e: &Error, rk: &Rank, what: &str) {
-    match e {
-        Error::Aborted { reason } if rk.life == Life::Aborted => assert!(
-            rk.cause.admits(reason),
-            "{what}: aborted with `{reason}`, the first cause is {:?}",
-            rk.cause
-        ),
-        Error::InvalidState { state, reason, .. } if rk.life != Life::Aborted => {
-            assert_eq!(
-                *state,
-                rk.life.state(),
-                "{what}: refused in the wrong state"
-            );
-            let named = rk.cause == Cause::None && reason.as_str() == state.name();
-            assert!(
-                named || rk.cause.admits(reason),
-                "{what}: refused with `{reason}`, the first cause is {:?}",
-                rk.cause
-            );
-        }
-        e => panic!(
-            "{what}: {e:?} on a rank {:?} (cause {:?})",
-            rk.life, rk.cause
-        ),
-    }
 }
 
 /// Init polls this large outlast the init limit (polls may have spent a few).

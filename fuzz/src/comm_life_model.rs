@@ -15,7 +15,7 @@
 //! * the first cause sticks: a failure keeps its reason through abort and destroy; abort is
 //!   idempotent; a dead rank never lives again.
 
-use oxccl_core::{CommState, ResultCode};
+use oxccl_core::{CommState, Error, ResultCode};
 use oxccl_mock::FaultKind;
 use std::collections::{HashMap, VecDeque};
 
@@ -303,5 +303,34 @@ impl Model {
             self.fail(r, AsyncErr::Remote, "remote failure");
         }
         true
+    }
+}
+
+/// The refusal of a call on a rank that is not ready: `Aborted` with the first cause, else
+/// `InvalidState` in the rank's state with the first cause (the state's name when none).
+pub(crate) fn assert_refused(e: &Error, rk: &Rank, what: &str) {
+    match e {
+        Error::Aborted { reason } if rk.life == Life::Aborted => assert!(
+            rk.cause.admits(reason),
+            "{what}: aborted with `{reason}`, the first cause is {:?}",
+            rk.cause
+        ),
+        Error::InvalidState { state, reason, .. } if rk.life != Life::Aborted => {
+            assert_eq!(
+                *state,
+                rk.life.state(),
+                "{what}: refused in the wrong state"
+            );
+            let named = rk.cause == Cause::None && reason.as_str() == state.name();
+            assert!(
+                named || rk.cause.admits(reason),
+                "{what}: refused with `{reason}`, the first cause is {:?}",
+                rk.cause
+            );
+        }
+        e => panic!(
+            "{what}: {e:?} on a rank {:?} (cause {:?})",
+            rk.life, rk.cause
+        ),
     }
 }

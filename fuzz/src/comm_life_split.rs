@@ -6,10 +6,8 @@
 //! their first cause, and its ready ranks end with a remote error (blocking: the rank fails
 //! too; nonblocking: the child's poll reports it), never a hang.
 
-use super::comm_life::{
-    all_reduce_bufs, all_reduce_op, all_reduce_sum, assert_refused, Slot, BOUND,
-};
-use super::comm_life_model::{AsyncErr, Life, Model};
+use super::comm_life_model::{assert_refused, AsyncErr, Life, Model};
+use super::comm_life_world::{all_reduce_bufs, all_reduce_op, all_reduce_sum, Slot, BOUND};
 use oxccl_core::{CommConfig, Communicator, Error, Progress, Result};
 use oxccl_mock::{MockComm, MockStream};
 use std::sync::mpsc;

@@ -11,9 +11,10 @@ pub mod check_op;
 pub mod comm_life;
 pub mod comm_life_model;
 mod comm_life_split;
+mod comm_life_world;
 pub mod elf;
 pub mod env;
-pub mod group;
+pub mod group_call;
 pub mod lifecycle;
 pub mod pg;
 pub mod store;
@@ -33,7 +34,7 @@ pub const TARGETS: &[(&str, Body)] = &[
     ("comm_life", comm_life::fuzz),
     ("elf", elf::fuzz),
     ("env", env::fuzz),
-    ("group", group::fuzz),
+    ("group_call", group_call::fuzz),
     ("lifecycle", lifecycle::fuzz),
     ("pg", pg::fuzz),
     ("store", store::fuzz),

@@ -4,7 +4,8 @@
 //! and ends Aborted.
 
 use arbitrary::{Arbitrary, Unstructured};
-use oxccl_core::state::lifecycle::{CommState, Lifecycle};
+use oxccl_core::comm_state::CommState;
+use oxccl_core::state::lifecycle::Lifecycle;
 use oxccl_core::Error;
 
 #[derive(Debug, Arbitrary)]

@@ -6,7 +6,7 @@
 //! every rank's dump.
 
 use arbitrary::{Arbitrary, Unstructured};
-use oxccl_core::state::lifecycle::CommState;
+use oxccl_core::comm_state::CommState;
 use oxccl_core::text::text_str;
 use oxccl_core::watchdog::{
     dump_wait_step, failure_plan, heartbeat_stuck, newest_done, next_sleep_ms, stream_hints,

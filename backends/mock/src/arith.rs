@@ -272,7 +272,7 @@ fn reduce_as<T: Elem>(
         let code = oxccl_core::ResultCode::SYSTEM_ERROR;
         oxccl_core::Error::Backend {
             code,
-            text: oxccl_core::text::text_str(crate::comm::code_text(code)),
+            text: oxccl_core::text::text_str(crate::messages::code_text(code)),
             last: oxccl_core::text!("cannot allocate {len} bytes for the mock's reduction result"),
         }
     })?;

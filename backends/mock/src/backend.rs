@@ -3,9 +3,9 @@
 
 use crate::comm::MockComm;
 use crate::fault::FaultPlan;
+use crate::limits::{DEFAULT_INIT_TIMEOUT, DEFAULT_VERSION};
 use crate::shared::CommShared;
 use crate::sync::{lock, wait_for, TICK};
-use crate::world::DEFAULT_VERSION;
 use oxccl_core::{
     text, Backend, CheckCtx, CommConfig, CommState, Device, Error, Feature, FeatureSet, Progress,
     Result, UniqueId, Version,
@@ -14,9 +14,6 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant, SystemTime};
-
-/// How long a blocking `init_rank` waits for the other ranks by default.
-pub const DEFAULT_INIT_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// How a rank joins a rendezvous.
 #[derive(Debug, Clone, Copy)]
@@ -197,15 +194,6 @@ impl MockBackend {
     }
 }
 
-/// `ranks` as a short list for a message (the first 8, then how many more).
-pub(crate) fn rank_list(ranks: &[u32]) -> String {
-    let mut s: Vec<String> = ranks.iter().take(8).map(u32::to_string).collect();
-    if ranks.len() > 8 {
-        s.push(format!("and {} more", ranks.len() - 8));
-    }
-    s.join(", ")
-}
-
 /// splitmix64: spreads a counter and a clock over the id's bytes.
 fn mix(mut z: u64) -> u64 {
     z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
@@ -271,7 +259,7 @@ impl Backend for MockBackend {
             features: &self.inner.features,
         }
         .validate()?;
-        crate::world::check_size("size", size)?;
+        crate::limits::check_size("size", size)?;
         self.inner.plan.validate(None)?;
         cfg.check_for(self.version())?;
         let nonblocking = cfg.is_nonblocking();
@@ -308,13 +296,13 @@ impl Backend for MockBackend {
     }
 
     fn group_start(&self) -> Result<()> {
-        crate::group::start()
+        crate::group_call::start()
     }
 
     fn group_end(&self) -> Result<Progress> {
         // A nonblocking communicator's group is still "being launched" for its polls.
         let mut progress = Progress::Done;
-        for (c, r) in crate::group::end()? {
+        for (c, r) in crate::group_call::end()? {
             let polls = c.nb_polls;
             let mut life = lock(&c.rank(r).life);
             if life.nonblocking && polls > 0 && life.cycle.state() == CommState::Ready {
@@ -437,7 +425,7 @@ impl MockBackend {
                 let e = Error::Timeout {
                     what: text!(
                         "rank {rank} waiting for rank(s) {} of {size} to join",
-                        rank_list(&missing)
+                        crate::messages::rank_list(&missing)
                     ),
                     after_ms: u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX),
                 };

@@ -1,9 +1,9 @@
 //! The semantics of every collective on host memory, given all ranks' calls at once.
 
 use crate::arith::{reduce, Red};
-use crate::job::OpDesc;
 use crate::memory::{read, view, write};
 use crate::mismatch;
+use crate::op_desc::OpDesc;
 use oxccl_core::{OpKind, ReduceOp, Result, Scalar};
 
 fn red_of(op: Option<ReduceOp>) -> Red {

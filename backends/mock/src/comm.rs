@@ -5,8 +5,9 @@ use crate::calls::CallLock;
 use crate::exec;
 use crate::fault::FaultKind;
 use crate::fault::FaultPlan;
-use crate::group;
-use crate::job::{Job, OpDesc};
+use crate::group_call;
+use crate::job::Job;
+use crate::op_desc::OpDesc;
 use crate::shared::CommShared;
 use crate::stream::MockStream;
 use crate::sync::lock;
@@ -15,7 +16,7 @@ use oxccl_core::text::text_str;
 use oxccl_core::traits::RegHandle;
 use oxccl_core::{
     check, text, CheckCtx, CommConfig, CommOp, CommState, DataType, Device, Error, Feature,
-    FeatureSet, Progress, ReduceOp, Result, ResultCode,
+    FeatureSet, Progress, ReduceOp, Result,
 };
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -23,22 +24,6 @@ use std::time::{Duration, Instant};
 
 /// How long dropping a communicator waits for its queued work before it gives up on it.
 const DROP_GRACE: Duration = Duration::from_secs(2);
-
-/// NCCL's `ncclGetErrorString` text for a code.
-pub(crate) fn code_text(code: ResultCode) -> &'static str {
-    match code.0 {
-        0 => "no error",
-        1 => "unhandled cuda error",
-        2 => "unhandled system error",
-        3 => "internal error",
-        4 => "invalid argument",
-        5 => "invalid usage",
-        6 => "remote process exited or there was a network error",
-        7 => "NCCL operation in progress",
-        8 => "timeout",
-        _ => "unknown result code",
-    }
-}
 
 /// One rank of a mock communicator: real collective semantics on host memory.
 ///
@@ -334,7 +319,7 @@ impl oxccl_core::Communicator for MockComm {
         if let Some(FaultKind::Fail(code)) = fault {
             let e = Error::Backend {
                 code,
-                text: text_str(code_text(code)),
+                text: text_str(crate::messages::code_text(code)),
                 last: text!(
                     "{} (op {index}) on rank {} failed by the fault plan",
                     op.kind(),
@@ -352,7 +337,7 @@ impl oxccl_core::Communicator for MockComm {
             index,
             fault,
         };
-        match group::queue(stream.shared(), job) {
+        match group_call::queue(stream.shared(), job) {
             None => Ok(()),
             Some(job) => exec::submit(stream.shared(), vec![job]),
         }

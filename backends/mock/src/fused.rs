@@ -5,8 +5,8 @@
 //! [`crate::arith::reduce`] (it is called per chunk: element-wise, so chunking changes nothing).
 
 use crate::arith::{recycle, reduce, Red};
-use crate::job::OpDesc;
 use crate::memory::{view, write};
+use crate::op_desc::OpDesc;
 use oxccl_core::Result;
 
 /// Bytes per chunk (fits L2 with the inputs of a few ranks).
@@ -84,7 +84,7 @@ pub(crate) unsafe fn all_reduce(arr: &[OpDesc], red: Red, f: &[Vec<u8>], n: u32)
         .try_reserve_exact(bytes)
         .map_err(|_| oxccl_core::Error::Backend {
             code: oxccl_core::ResultCode::SYSTEM_ERROR,
-            text: oxccl_core::text::text_str(crate::comm::code_text(
+            text: oxccl_core::text::text_str(crate::messages::code_text(
                 oxccl_core::ResultCode::SYSTEM_ERROR,
             )),
             last: oxccl_core::text!("cannot allocate {bytes} bytes for the mock's reduction"),

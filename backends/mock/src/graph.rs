@@ -14,7 +14,8 @@
 
 use crate::exec;
 use crate::fault::FaultKind;
-use crate::job::{Job, OpDesc};
+use crate::job::Job;
+use crate::op_desc::OpDesc;
 use crate::shared::{CommShared, RankState};
 use crate::stream::{MockStream, StreamShared};
 use crate::sync::lock;
@@ -138,7 +139,7 @@ impl MockGraph {
         if let Some(FaultKind::Fail(code)) = fault {
             let e = Error::Backend {
                 code,
-                text: text_str(crate::comm::code_text(code)),
+                text: text_str(crate::messages::code_text(code)),
                 last: text!(
                     "{} (op {index}, in a graph launch) on rank {} failed by the fault plan",
                     t.desc.kind,

@@ -25,7 +25,7 @@ pub(crate) unsafe fn read(addr: usize, bytes: usize, what: &str) -> Result<Vec<u
     let mut v: Vec<u8> = Vec::new();
     v.try_reserve_exact(bytes).map_err(|_| Error::Backend {
         code: ResultCode::SYSTEM_ERROR,
-        text: text_str(crate::comm::code_text(ResultCode::SYSTEM_ERROR)),
+        text: text_str(crate::messages::code_text(ResultCode::SYSTEM_ERROR)),
         last: text!("cannot allocate {bytes} bytes for the mock's copy of the {what} buffer"),
     })?;
     if bytes != 0 {

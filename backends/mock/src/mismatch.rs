@@ -1,7 +1,7 @@
 //! Cross-rank agreement: where NCCL would hang or corrupt memory on calls that do not match,
 //! the mock names what differs and every rank's value.
 
-use crate::job::OpDesc;
+use crate::op_desc::OpDesc;
 use oxccl_core::text::{Text, TEXT_CAPACITY};
 use oxccl_core::{Error, OpKind, Result};
 use std::fmt::Write;

@@ -5,9 +5,9 @@
 //! peer posts the recv: code that relies on an unmatched large send completing works here and
 //! may hang on GPUs. Messages are matched per pair in issue order, as NCCL does.
 
-use crate::job::OpDesc;
 use crate::memory::{read, write};
 use crate::mismatch;
+use crate::op_desc::OpDesc;
 use crate::shared::{mark_dead_locked, CommShared, Msg};
 use crate::sync::{lock, wait_for, TICK};
 use oxccl_core::{text, Error, Result};

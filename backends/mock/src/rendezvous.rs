@@ -3,7 +3,7 @@
 //! and waiters leave with the outcome, or with an error when a participant died.
 
 use crate::collective;
-use crate::job::OpDesc;
+use crate::op_desc::OpDesc;
 use crate::shared::{first_dead, CommShared, Slot};
 use crate::sync::{lock, wait_for, TICK};
 use oxccl_core::{text, Error, Result};

@@ -2,7 +2,7 @@
 //! hub where their operations meet.
 
 use crate::fault::FaultPlan;
-use crate::job::OpDesc;
+use crate::op_desc::OpDesc;
 use crate::sync::{lock, wait_for, TICK};
 use oxccl_core::state::lifecycle::Lifecycle;
 use oxccl_core::text::{text_str, Text};
@@ -330,7 +330,7 @@ impl CommShared {
     pub(crate) fn lose(&self, rank: u32, index: u64) {
         let err = Error::Backend {
             code: ResultCode::SYSTEM_ERROR,
-            text: text_str(crate::comm::code_text(ResultCode::SYSTEM_ERROR)),
+            text: text_str(crate::messages::code_text(ResultCode::SYSTEM_ERROR)),
             last: text!("rank {rank} lost at op {index} (fault plan)"),
         };
         // Dead before the error is visible, as in `fail`, and only the first cause recorded.

@@ -167,7 +167,7 @@ impl CommShared {
                 return Err(Error::Timeout {
                     what: text!(
                         "split {seq}: rank {rank} waited for rank(s) {} of {} to call it",
-                        crate::backend::rank_list(&missing),
+                        crate::messages::rank_list(&missing),
                         self.size
                     ),
                     after_ms: u64::try_from(waited.as_millis()).unwrap_or(u64::MAX),

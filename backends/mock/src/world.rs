@@ -1,31 +1,11 @@
 //! A world: N communicators of one mock communicator, rank i at index i.
 
-use crate::backend::DEFAULT_INIT_TIMEOUT;
 use crate::comm::MockComm;
 use crate::fault::FaultPlan;
+use crate::limits::{check_size, DEFAULT_INIT_TIMEOUT, DEFAULT_VERSION};
 use crate::shared::CommShared;
 use oxccl_core::{Device, Error, Feature, FeatureSet, Result, Version};
 use std::time::Duration;
-
-/// The most ranks one mock communicator may have (a world, an `init_rank` size). Every rank
-/// lives in this process with its own state (about a kilobyte, and each collective keeps a
-/// slot per rank), so a size near `i32::MAX` would exhaust memory instead of failing; larger
-/// sizes are refused with [`Error::InvalidArgument`] on `"n"` (a world) or `"size"` (a backend).
-pub const MAX_RANKS: u32 = 1 << 17;
-
-/// `Ok` when `size` ranks fit in one process (see [`MAX_RANKS`]); otherwise an error on `arg`.
-pub(crate) fn check_size(arg: &'static str, size: u32) -> Result<()> {
-    if size > MAX_RANKS {
-        return Err(Error::invalid(
-            arg,
-            format_args!("at most {MAX_RANKS} ranks in one mock communicator, got {size}"),
-        ));
-    }
-    Ok(())
-}
-
-/// The NCCL release a world imitates unless told otherwise.
-pub const DEFAULT_VERSION: Version = Version::new(2, 28, 3);
 
 /// Makes worlds of in-process ranks.
 #[derive(Debug, Clone, Copy)]
@@ -99,7 +79,7 @@ impl WorldBuilder {
 
     /// The communicators, rank i at index i (device label i). No thread is started: each
     /// stream the caller makes has its worker. Errors: [`Error::InvalidArgument`] on `"n"` (0
-    /// or above [`MAX_RANKS`]) or `"plan"` (see [`FaultPlan::validate`]), and
+    /// or above [`MAX_RANKS`](crate::MAX_RANKS)) or `"plan"` (see [`FaultPlan::validate`]), and
     /// [`Error::Unsupported`] for nonblocking on a release without it.
     pub fn build(self) -> Result<Vec<MockComm>> {
         if self.n == 0 {

@@ -1,6 +1,6 @@
 //! The abort handle of an NCCL communicator: the one thing any thread may do to it at any time.
 
-use crate::comm::CommInner;
+use crate::comm_inner::CommInner;
 use oxccl_core::{CommAbort, CommState, Progress, Result};
 use std::sync::Arc;
 

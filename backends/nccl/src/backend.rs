@@ -1,11 +1,13 @@
 //! The loaded NCCL library as an oxccl backend: unique ids and communicators.
 
-use crate::comm::{NcclComm, Raw, Settings};
-
+use crate::comm::NcclComm;
+use crate::comm_inner::{Raw, Settings};
+use crate::create::{config, create, discard, OutHandle};
 use oxccl_core::{
-    Backend, CommConfig, Device, Error, Feature, FeatureSet, Progress, Result, UniqueId, Version,
+    Backend, CommConfig, Device, Error, Feature, FeatureSet, Progress, Result, ResultCode,
+    UniqueId, Version,
 };
-use oxccl_loader::{Library, LoadError, RawComm};
+use oxccl_loader::{Library, LoadError, RawComm, RawConfig};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -326,10 +328,62 @@ impl Backend for NcclBackend {
     }
 
     fn group_start(&self) -> Result<()> {
-        crate::group::start(&self.lib)
+        crate::group_call::start(&self.lib)
     }
 
     fn group_end(&self) -> Result<Progress> {
-        crate::group::end(&self.lib)
+        crate::group_call::end(&self.lib)
+    }
+}
+
+impl NcclBackend {
+    /// What every init path shares once its arguments are checked: the config (refused before
+    /// any CUDA call), the device's context, the creating `call` (given the out-handle and the
+    /// config pointer), and the new communicator: `Initializing` when a nonblocking init is in
+    /// progress, `Ready` on success; on failure the handle (if any) is discarded.
+    pub(crate) fn init_with(
+        &self,
+        rank: u32,
+        size: u32,
+        device: Device,
+        cfg: &CommConfig,
+        call: impl FnOnce(*mut RawComm, *mut RawConfig) -> Result<i32>,
+    ) -> Result<NcclComm> {
+        let lib = self.library();
+        let mut buf = config(lib, cfg)?;
+        let ctx = crate::cuda::context(device)?;
+        let out = OutHandle::new();
+        let code = create(&mut buf, &out, call)?;
+        let raw = out.read();
+        let nonblocking = cfg.is_nonblocking();
+        let initializing = code == ResultCode::IN_PROGRESS.0 && nonblocking;
+        if !initializing {
+            if let Err(e) = lib.check(code, raw) {
+                discard(lib, raw);
+                return Err(e);
+            }
+        }
+        if raw.is_null() {
+            return Err(crate::absent::base_symbol(
+                "communicator handle (init returned none)",
+            ));
+        }
+        let r = Raw {
+            raw,
+            rank,
+            size,
+            device,
+            nonblocking,
+            initializing,
+        };
+        Ok(NcclComm::wrap(lib.clone(), ctx, r, self.settings()))
+    }
+}
+
+impl NcclComm {
+    /// A backend for this communicator's library with its settings (timeout, hidden
+    /// features): for the groups of the thread ([`oxccl_core::Backend::group_start`]).
+    pub fn backend(&self) -> NcclBackend {
+        NcclBackend::from_parts(self.inner.lib.clone(), self.inner.settings)
     }
 }

@@ -1,129 +1,23 @@
 //! One rank's NCCL communicator: its lifecycle, async-error polling, split, abort, finalize.
 
 use crate::abort::NcclAbort;
-use crate::create::{config, create, none_made, OutHandle};
-use crate::graph_refs::{self, Counted, GraphCount};
-use crate::registry::Registry;
+use crate::comm_inner::{poll_raw, CommInner, Raw, Settings};
+use crate::create::{
+    config, create, discard, discard_in_background, none_made, query_rank_size, OutHandle,
+};
+use crate::graph_refs;
+use crate::registry::Window;
 use crate::stream::NcclStream;
 use crate::wait::Deadline;
-use cudarc::driver::{CudaContext, CudaSlice};
+use cudarc::driver::CudaContext;
 use oxccl_core::state::lifecycle::Lifecycle;
 use oxccl_core::{
-    text, CheckCtx, CommConfig, CommState, Communicator, Device, Error, Feature, FeatureSet,
-    Progress, RegHandle, Result, ResultCode,
+    text, CheckCtx, CommConfig, CommState, Communicator, ConfigField, Device, Error, Feature,
+    FeatureSet, Progress, RegHandle, Result, ResultCode,
 };
 use oxccl_loader::{Library, RawComm};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
-
-/// What every handle to one NCCL communicator shares. The raw communicator is released exactly
-/// once: by abort, by destroy, or when the last handle drops.
-pub(crate) struct CommInner {
-    pub(crate) lib: Arc<Library>,
-    pub(crate) raw: RawComm,
-    pub(crate) rank: u32,
-    pub(crate) size: u32,
-    pub(crate) device: Device,
-    pub(crate) ctx: Arc<CudaContext>,
-    pub(crate) life: spin::Mutex<Lifecycle>,
-    /// Mirrors `life.state() == Ready` so the hot path checks one atomic instead of a lock.
-    pub(crate) ready: AtomicBool,
-    pub(crate) registry: Registry,
-    pub(crate) nonblocking: bool,
-    pub(crate) settings: Settings,
-    pub(crate) scratch: OnceLock<CudaSlice<f32>>,
-    /// Set once by whichever path releases the raw communicator (see `release`).
-    pub(crate) released: AtomicBool,
-    /// Serializes every call that reaches NCCL on this communicator except abort and poll
-    /// (NCCL forbids overlapping calls on one communicator): issue, split, shrink, finalize,
-    /// registration, windows. Uncontended it costs one atomic exchange each way.
-    calls: std::sync::Mutex<()>,
-    /// Held shared by the calls that may run during an abort from another thread (poll, a
-    /// premul-sum op's destroy) and exclusively by [`CommInner::release`], so the raw
-    /// communicator is never freed while one of them uses it.
-    pub(crate) raw_use: spin::RwLock<()>,
-    /// The live graphs (and open captures) holding operations of this communicator: while
-    /// any does, NCCL's release waits for them, so it runs on a detached thread.
-    pub(crate) graphs: GraphCount,
-}
-
-impl Counted for CommInner {
-    fn graph_count(&self) -> &GraphCount {
-        &self.graphs
-    }
-}
-
-// SAFETY: `raw` is an opaque NCCL handle. NCCL allows a communicator to be used from any thread
-// (one at a time for operations, which the unsafe `issue` contract and the safe `Comm` enforce),
-// and `ncclCommAbort` / `ncclCommGetAsyncError` from any thread at any time.
-unsafe impl Send for CommInner {}
-// SAFETY: as above; every mutable field is behind a lock or an atomic.
-unsafe impl Sync for CommInner {}
-
-impl CommInner {
-    pub(crate) fn is_released(&self) -> bool {
-        self.released.load(Ordering::Acquire)
-    }
-
-    /// Held while the raw communicator is used by a call that an abort may race with: while
-    /// it is held and [`CommInner::is_released`] is false, the communicator stays live.
-    pub(crate) fn use_raw(&self) -> spin::RwLockReadGuard<'_, ()> {
-        self.raw_use.read()
-    }
-
-    /// The call lock (see `calls`); a poisoned lock only means another call panicked, and
-    /// guards no data.
-    pub(crate) fn serial(&self) -> std::sync::MutexGuard<'_, ()> {
-        self.calls
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// Runs a lifecycle transition and refreshes the hot-path mirror.
-    pub(crate) fn transition<T>(&self, f: impl FnOnce(&mut Lifecycle) -> T) -> T {
-        let mut life = self.life.lock();
-        let out = f(&mut life);
-        self.ready
-            .store(life.state() == CommState::Ready, Ordering::Release);
-        out
-    }
-
-    pub(crate) fn state(&self) -> CommState {
-        self.life.lock().state()
-    }
-
-    /// The asynchronous error, and the end of a nonblocking init (see [`Communicator::poll`]).
-    pub(crate) fn poll(&self) -> Result<Progress> {
-        let polled = {
-            let _live = self.use_raw();
-            {
-                let life = self.life.lock();
-                if life.state().is_dead() || self.is_released() {
-                    return life.ensure_ready("poll").map(|_| Progress::Done);
-                }
-            }
-            poll_raw(&self.lib, self.raw)
-        };
-        match polled {
-            Ok(Progress::Done) => {
-                self.transition(|l| {
-                    if l.state() == CommState::Initializing {
-                        l.init_done()
-                    } else {
-                        Ok(())
-                    }
-                })?;
-                Ok(Progress::Done)
-            }
-            Ok(Progress::InProgress) => Ok(Progress::InProgress),
-            Err(e) => {
-                self.transition(|l| l.fail(&text!("{e}")));
-                Err(e)
-            }
-        }
-    }
-}
 
 impl Drop for NcclComm {
     /// Releases the communicator (destroy after a clean finalize, abort otherwise), even while
@@ -134,17 +28,6 @@ impl Drop for NcclComm {
         let finalized = self.inner.state() == CommState::Finalized;
         self.inner.release(finalized);
         self.inner.transition(|l| l.destroy());
-    }
-}
-
-impl Drop for CommInner {
-    /// The last handle: no graph references the communicator any more (each holds a handle),
-    /// so the release runs here and never waits for one.
-    fn drop(&mut self) {
-        let finalized = self.life.lock().state() == CommState::Finalized;
-        if !self.released.swap(true, Ordering::AcqRel) {
-            self.release_raw(finalized);
-        }
     }
 }
 
@@ -185,56 +68,16 @@ impl std::fmt::Debug for NcclComm {
     }
 }
 
-/// What a backend hands every communicator it makes (and a parent hands its children).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Settings {
-    /// How long nonblocking calls may stay in progress.
-    pub(crate) timeout: Duration,
-    /// The features communicators may use: the library's, less any the user hid.
-    pub(crate) features: FeatureSet,
-}
-
-/// Parameters of a communicator about to be wrapped.
-pub(crate) struct Raw {
-    pub(crate) raw: RawComm,
-    pub(crate) rank: u32,
-    pub(crate) size: u32,
-    pub(crate) device: Device,
-    pub(crate) nonblocking: bool,
-    pub(crate) initializing: bool,
-}
-
 impl NcclComm {
+    /// A handle to a communicator NCCL made (see [`CommInner::new`]).
     pub(crate) fn wrap(
         lib: Arc<Library>,
         ctx: Arc<CudaContext>,
         r: Raw,
         settings: Settings,
     ) -> NcclComm {
-        let life = if r.initializing {
-            Lifecycle::initializing()
-        } else {
-            Lifecycle::ready()
-        };
         NcclComm {
-            inner: Arc::new(CommInner {
-                lib,
-                raw: r.raw,
-                rank: r.rank,
-                size: r.size,
-                device: r.device,
-                ctx,
-                ready: AtomicBool::new(life.state() == CommState::Ready),
-                life: spin::Mutex::new(life),
-                registry: Registry::default(),
-                nonblocking: r.nonblocking,
-                settings,
-                scratch: OnceLock::new(),
-                released: AtomicBool::new(false),
-                calls: std::sync::Mutex::new(()),
-                raw_use: spin::RwLock::new(()),
-                graphs: GraphCount::default(),
-            }),
+            inner: Arc::new(CommInner::new(lib, ctx, r, settings)),
         }
     }
 
@@ -246,12 +89,6 @@ impl NcclComm {
     /// The CUDA context of its device.
     pub fn context(&self) -> &Arc<CudaContext> {
         &self.inner.ctx
-    }
-
-    /// A backend for this communicator's library with its settings (timeout, hidden
-    /// features): for the groups of the thread ([`oxccl_core::Backend::group_start`]).
-    pub fn backend(&self) -> crate::NcclBackend {
-        crate::NcclBackend::from_parts(self.inner.lib.clone(), self.inner.settings)
     }
 
     /// The raw `ncclComm_t`, for calls oxccl does not wrap. Do not destroy or abort it; calls
@@ -275,19 +112,14 @@ impl NcclComm {
         self.inner.settings
     }
 
+    /// What the argument checks need of this communicator.
     pub(crate) fn check_ctx(&self) -> CheckCtx<'_> {
-        CheckCtx {
-            rank: self.inner.rank,
-            size: self.inner.size,
-            features: &self.inner.settings.features,
-        }
+        self.inner.check_ctx()
     }
 
+    /// `Ok` when ready; else the lifecycle's refusal of `attempted`.
     pub(crate) fn ensure_ready(&self, attempted: &'static str) -> Result<()> {
-        if self.inner.ready.load(Ordering::Acquire) {
-            return Ok(());
-        }
-        self.inner.life.lock().ensure_ready(attempted)
+        self.inner.ensure_ready(attempted)
     }
 
     /// Runs a lifecycle transition and refreshes the hot-path mirror.
@@ -295,39 +127,10 @@ impl NcclComm {
         self.inner.transition(f)
     }
 
-    /// Ready for an operation: the hot path reads one atomic; a communicator still
-    /// initializing (nonblocking init) is waited for first (see [`NcclComm::wait_ready`]).
-    pub(crate) fn ready_for(&self, attempted: &'static str) -> Result<()> {
-        if self.inner.ready.load(Ordering::Acquire) {
-            return Ok(());
-        }
-        if self.state() == CommState::Initializing {
-            self.wait_ready("nonblocking init")?;
-        }
-        self.inner.life.lock().ensure_ready(attempted)
-    }
-
     /// Turns an NCCL return code into a result, waiting out InProgress on a nonblocking
     /// communicator and recording fatal failures in the lifecycle.
     pub(crate) fn finish(&self, code: i32, what: &str) -> Result<()> {
-        if code == ResultCode::IN_PROGRESS.0 && self.inner.nonblocking {
-            return self.wait_ready(what);
-        }
-        if code != 0 && self.state().is_aborted() {
-            // Cut short by an abort from another thread: NCCL says only "internal error" (and
-            // its last-error text belongs to a freed communicator), so say why it stopped.
-            let reason = self.inner.life.lock().reason().to_string();
-            return Err(Error::Aborted {
-                reason: text!("{what} cut short: {reason} (NCCL returned code {code})"),
-            });
-        }
-        let r = self.inner.lib.check(code, self.inner.raw);
-        if let Err(e) = &r {
-            if !matches!(code, 4 | 5) {
-                self.transition(|l| l.fail(&text!("{what}: {e}")));
-            }
-        }
-        r
+        self.inner.finish(code, what)
     }
 
     /// Polls until no nonblocking call is in progress, bounded by the communicator's timeout
@@ -338,14 +141,7 @@ impl NcclComm {
     /// is [`CommState::Aborting`] until NCCL's abort returns, then [`CommState::Aborted`]
     /// ([`oxccl_core::pending_aborts`] counts the aborts still running).
     pub fn wait_ready(&self, what: &str) -> Result<()> {
-        let r = Deadline::after(self.inner.settings.timeout).poll(what, || self.poll());
-        if let Err(Error::Timeout { after_ms, .. }) = &r {
-            if self.state() == CommState::Initializing {
-                self.inner
-                    .abort_in_background(&format!("{what} timed out after {after_ms} ms"));
-            }
-        }
-        r
+        self.inner.wait_ready(what)
     }
 
     /// Aborts without waiting for NCCL's release: see
@@ -444,6 +240,131 @@ impl NcclComm {
         self.adopt_child("shrink", code, &new, false, cfg)?
             .ok_or_else(|| none_made("shrink"))
     }
+    /// Settles this parent after a split (`wait_always`: NCCL fills the child only once the
+    /// parent leaves InProgress, NVIDIA/nccl#1472, and may return Success before it does) or a
+    /// shrink, then adopts the child it made (`None`: no child, e.g. NCCL_SPLIT_NOCOLOR). A
+    /// nonblocking parent that stays in progress past the time limit is aborted in the
+    /// background: the timeout returns at once, the parent is `Aborting` until NCCL's abort
+    /// returns (see [`oxccl_core::CommAbort::abort_in_background`]).
+    pub(crate) fn adopt_child(
+        &self,
+        what: &'static str,
+        code: i32,
+        out: &OutHandle,
+        wait_always: bool,
+        cfg: &CommConfig,
+    ) -> Result<Option<NcclComm>> {
+        let in_progress = code == ResultCode::IN_PROGRESS.0;
+        if !in_progress || !self.is_nonblocking() {
+            self.finish(code, what)?;
+        }
+        if self.is_nonblocking() && (in_progress || wait_always) {
+            if let Err(e) = self.wait_ready(what) {
+                if let Error::Timeout { after_ms, .. } = &e {
+                    // The parent is stuck in the call: nothing else can run on it.
+                    self.abort_in_background(&format!(
+                        "nonblocking {what} timed out after {after_ms} ms"
+                    ));
+                }
+                return Err(e);
+            }
+        }
+        // NCCL writes the handle during the call, or (nonblocking) by the time the parent
+        // left InProgress, which the wait above saw.
+        let raw = out.read();
+        if raw.is_null() {
+            return Ok(None);
+        }
+        self.child(raw, cfg).map(Some)
+    }
+
+    /// Wraps a child NCCL made from this communicator: waits for a nonblocking child to be
+    /// ready (bounded by the time limit), reads its rank and size; on failure it is discarded,
+    /// in the background when the limit passed (the timeout returns at once; the discard is
+    /// counted by [`oxccl_core::pending_aborts`]).
+    fn child(&self, raw: RawComm, cfg: &CommConfig) -> Result<NcclComm> {
+        let lib = self.library();
+        let nonblocking = if cfg.is_set(ConfigField::Blocking) {
+            cfg.is_nonblocking()
+        } else {
+            self.is_nonblocking()
+        };
+        let ready = if nonblocking {
+            Deadline::after(self.timeout()).poll("child communicator", || poll_raw(lib, raw))
+        } else {
+            Ok(())
+        };
+        let (rank, size) = match ready.and_then(|()| query_rank_size(lib, raw)) {
+            Ok(n) => n,
+            Err(e @ Error::Timeout { .. }) => {
+                discard_in_background(lib, raw);
+                return Err(e);
+            }
+            Err(e) => {
+                discard(lib, raw);
+                return Err(e);
+            }
+        };
+        let r = Raw {
+            raw,
+            rank,
+            size,
+            device: oxccl_core::Communicator::device(self),
+            nonblocking,
+            initializing: false,
+        };
+        Ok(NcclComm::wrap(
+            lib.clone(),
+            self.context().clone(),
+            r,
+            self.settings(),
+        ))
+    }
+
+    /// Registers a window over `bytes` at `addr` (NCCL 2.27+; collective: every rank calls it).
+    /// On a nonblocking communicator it waits for NCCL to finish, bounded by
+    /// [`NcclComm::timeout`]; past it, [`Error::Timeout`], and a window NCCL completes
+    /// later is not tracked here: it goes with the communicator (abort or destroy).
+    pub fn window_register(&self, addr: usize, bytes: usize, flags: i32) -> Result<Window> {
+        let _serial = self.inner.serial();
+        self.inner
+            .settings
+            .features
+            .require(Feature::WindowRegistration)?;
+        self.ensure_ready("register a window")?;
+        self.inner.registry.window_register(
+            &self.inner.lib,
+            self.inner.raw,
+            addr,
+            bytes,
+            flags,
+            |code| self.settle_window(code, "register a window"),
+        )
+    }
+
+    /// Releases a window made by [`NcclComm::window_register`]. Once NCCL accepted
+    /// the call the window is forgotten here even if the wait for it times out (NCCL finishes
+    /// it; calling again is refused, never a second release).
+    pub fn window_deregister(&self, w: Window) -> Result<()> {
+        let _serial = self.inner.serial();
+        self.ensure_ready("deregister a window")?;
+        self.inner
+            .registry
+            .window_deregister(&self.inner.lib, self.inner.raw, w, |code| {
+                self.settle_window(code, "deregister a window")
+            })
+    }
+
+    /// The end of a window call: on a nonblocking communicator NCCL runs it on its own thread
+    /// even when it returns success, and the communicator refuses every call until it is
+    /// done ("Attempt to use communicator before the previous operation returned
+    /// ncclSuccess", NCCL 2.28.9), so it is polled to the end.
+    fn settle_window(&self, code: i32, what: &str) -> Result<()> {
+        if code == 0 && self.inner.nonblocking {
+            return self.wait_ready(what);
+        }
+        self.finish(code, what)
+    }
 }
 
 impl Communicator for NcclComm {
@@ -502,7 +423,7 @@ impl Communicator for NcclComm {
     unsafe fn issue(&self, op: &oxccl_core::CommOp<'_>, stream: &NcclStream) -> Result<()> {
         let _serial = self.inner.serial();
         // SAFETY: forwarded contract; the call lock keeps other calls on this communicator out.
-        unsafe { crate::issue::issue(self, op, stream) }
+        unsafe { crate::issue::issue(&self.inner, op, stream) }
     }
 
     fn split(&self, color: Option<u32>, key: u32, cfg: &CommConfig) -> Result<Option<NcclComm>> {
@@ -599,7 +520,7 @@ impl Communicator for NcclComm {
 
     fn register_window(&self, addr: usize, bytes: usize) -> Result<RegHandle> {
         // NCCL_WIN_COLL_SYMMETRIC: every rank registers a buffer of the same size.
-        let w = crate::NcclComm::window_register(self, addr, bytes, 1)?;
+        let w = NcclComm::window_register(self, addr, bytes, 1)?;
         Ok(RegHandle {
             raw: w.raw,
             addr: w.addr,
@@ -608,26 +529,13 @@ impl Communicator for NcclComm {
     }
 
     fn deregister_window(&self, handle: RegHandle) -> Result<()> {
-        crate::NcclComm::window_deregister(
+        NcclComm::window_deregister(
             self,
-            crate::registry::Window {
+            Window {
                 raw: handle.raw,
                 addr: handle.addr,
                 bytes: handle.bytes,
             },
         )
     }
-}
-
-/// `ncclCommGetAsyncError` as progress: Done, InProgress, or the communicator's error.
-pub(crate) fn poll_raw(lib: &Library, raw: RawComm) -> Result<Progress> {
-    let f = lib
-        .api()
-        .comm_get_async_error
-        .ok_or(crate::absent::base_symbol("ncclCommGetAsyncError"))?;
-    let mut async_code = 0i32;
-    // SAFETY: callers pass a live communicator; the out-pointer is a valid local.
-    let code = unsafe { f(raw, &mut async_code) };
-    lib.check(code, raw)?;
-    lib.progress(async_code, raw)
 }

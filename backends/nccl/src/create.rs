@@ -5,10 +5,7 @@
 //! init code ([`NcclBackend::init_with`]), a child from its parent's call
 //! ([`NcclComm::adopt_child`]).
 
-use crate::comm::{poll_raw, NcclComm, Raw};
-use crate::wait::Deadline;
-use crate::NcclBackend;
-use oxccl_core::{text, CommConfig, ConfigField, Device, Error, Feature, Result, ResultCode};
+use oxccl_core::{text, CommConfig, Error, Feature, Result, ResultCode};
 use oxccl_loader::{ConfigBuf, Library, RawComm, RawConfig};
 use std::cell::UnsafeCell;
 use std::sync::Arc;
@@ -105,135 +102,8 @@ pub(crate) fn discard_in_background(lib: &Arc<Library>, raw: RawComm) {
     }
 }
 
-impl NcclBackend {
-    /// What every init path shares once its arguments are checked: the config (refused before
-    /// any CUDA call), the device's context, the creating `call` (given the out-handle and the
-    /// config pointer), and the new communicator: `Initializing` when a nonblocking init is in
-    /// progress, `Ready` on success; on failure the handle (if any) is discarded.
-    pub(crate) fn init_with(
-        &self,
-        rank: u32,
-        size: u32,
-        device: Device,
-        cfg: &CommConfig,
-        call: impl FnOnce(*mut RawComm, *mut RawConfig) -> Result<i32>,
-    ) -> Result<NcclComm> {
-        let lib = self.library();
-        let mut buf = config(lib, cfg)?;
-        let ctx = crate::cuda::context(device)?;
-        let out = OutHandle::new();
-        let code = create(&mut buf, &out, call)?;
-        let raw = out.read();
-        let nonblocking = cfg.is_nonblocking();
-        let initializing = code == ResultCode::IN_PROGRESS.0 && nonblocking;
-        if !initializing {
-            if let Err(e) = lib.check(code, raw) {
-                discard(lib, raw);
-                return Err(e);
-            }
-        }
-        if raw.is_null() {
-            return Err(crate::absent::base_symbol(
-                "communicator handle (init returned none)",
-            ));
-        }
-        let r = Raw {
-            raw,
-            rank,
-            size,
-            device,
-            nonblocking,
-            initializing,
-        };
-        Ok(NcclComm::wrap(lib.clone(), ctx, r, self.settings()))
-    }
-}
-
-impl NcclComm {
-    /// Settles this parent after a split (`wait_always`: NCCL fills the child only once the
-    /// parent leaves InProgress, NVIDIA/nccl#1472, and may return Success before it does) or a
-    /// shrink, then adopts the child it made (`None`: no child, e.g. NCCL_SPLIT_NOCOLOR). A
-    /// nonblocking parent that stays in progress past the time limit is aborted in the
-    /// background: the timeout returns at once, the parent is `Aborting` until NCCL's abort
-    /// returns (see [`oxccl_core::CommAbort::abort_in_background`]).
-    pub(crate) fn adopt_child(
-        &self,
-        what: &'static str,
-        code: i32,
-        out: &OutHandle,
-        wait_always: bool,
-        cfg: &CommConfig,
-    ) -> Result<Option<NcclComm>> {
-        let in_progress = code == ResultCode::IN_PROGRESS.0;
-        if !in_progress || !self.is_nonblocking() {
-            self.finish(code, what)?;
-        }
-        if self.is_nonblocking() && (in_progress || wait_always) {
-            if let Err(e) = self.wait_ready(what) {
-                if let Error::Timeout { after_ms, .. } = &e {
-                    // The parent is stuck in the call: nothing else can run on it.
-                    self.abort_in_background(&format!(
-                        "nonblocking {what} timed out after {after_ms} ms"
-                    ));
-                }
-                return Err(e);
-            }
-        }
-        // NCCL writes the handle during the call, or (nonblocking) by the time the parent
-        // left InProgress, which the wait above saw.
-        let raw = out.read();
-        if raw.is_null() {
-            return Ok(None);
-        }
-        self.child(raw, cfg).map(Some)
-    }
-
-    /// Wraps a child NCCL made from this communicator: waits for a nonblocking child to be
-    /// ready (bounded by the time limit), reads its rank and size; on failure it is discarded,
-    /// in the background when the limit passed (the timeout returns at once; the discard is
-    /// counted by [`oxccl_core::pending_aborts`]).
-    fn child(&self, raw: RawComm, cfg: &CommConfig) -> Result<NcclComm> {
-        let lib = self.library();
-        let nonblocking = if cfg.is_set(ConfigField::Blocking) {
-            cfg.is_nonblocking()
-        } else {
-            self.is_nonblocking()
-        };
-        let ready = if nonblocking {
-            Deadline::after(self.timeout()).poll("child communicator", || poll_raw(lib, raw))
-        } else {
-            Ok(())
-        };
-        let (rank, size) = match ready.and_then(|()| query_rank_size(lib, raw)) {
-            Ok(n) => n,
-            Err(e @ Error::Timeout { .. }) => {
-                discard_in_background(lib, raw);
-                return Err(e);
-            }
-            Err(e) => {
-                discard(lib, raw);
-                return Err(e);
-            }
-        };
-        let r = Raw {
-            raw,
-            rank,
-            size,
-            device: oxccl_core::Communicator::device(self),
-            nonblocking,
-            initializing: false,
-        };
-        Ok(NcclComm::wrap(
-            lib.clone(),
-            self.context().clone(),
-            r,
-            self.settings(),
-        ))
-    }
-}
-
 /// The rank and size NCCL gives a communicator.
-fn query_rank_size(lib: &Library, raw: RawComm) -> Result<(u32, u32)> {
+pub(crate) fn query_rank_size(lib: &Library, raw: RawComm) -> Result<(u32, u32)> {
     let api = lib.api();
     let (Some(count), Some(user_rank)) = (api.comm_count, api.comm_user_rank) else {
         return Err(crate::absent::base_symbol(

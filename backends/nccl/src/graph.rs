@@ -9,7 +9,7 @@
 //! event recorded outside the capture from a capturing stream: callers take buffer addresses
 //! on another, non-capturing stream (the process group's copy stream) or before the capture.
 
-use crate::comm::CommInner;
+use crate::comm_inner::CommInner;
 use crate::cuda::cuda_error;
 use crate::graph_refs::GraphRef;
 use crate::stream::NcclStream;

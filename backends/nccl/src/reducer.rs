@@ -1,7 +1,7 @@
 //! NCCL reduction operators: built-in codes, and premul-sum ops created on the communicator and
 //! destroyed when dropped (crate-private: only `issue` makes them).
 
-use crate::comm::CommInner;
+use crate::comm_inner::CommInner;
 use oxccl_core::{text, DataType, Error, Feature, ReduceOp, Result, Scalar};
 use std::sync::Arc;
 

@@ -279,53 +279,6 @@ fn accepted(code: i32) -> bool {
     code == ResultCode::SUCCESS.0 || code == ResultCode::IN_PROGRESS.0
 }
 
-impl crate::NcclComm {
-    /// Registers a window over `bytes` at `addr` (NCCL 2.27+; collective: every rank calls it).
-    /// On a nonblocking communicator it waits for NCCL to finish, bounded by
-    /// [`crate::NcclComm::timeout`]; past it, [`Error::Timeout`], and a window NCCL completes
-    /// later is not tracked here: it goes with the communicator (abort or destroy).
-    pub fn window_register(&self, addr: usize, bytes: usize, flags: i32) -> Result<Window> {
-        let _serial = self.inner.serial();
-        self.inner
-            .settings
-            .features
-            .require(Feature::WindowRegistration)?;
-        self.ensure_ready("register a window")?;
-        self.inner.registry.window_register(
-            &self.inner.lib,
-            self.inner.raw,
-            addr,
-            bytes,
-            flags,
-            |code| self.settle_window(code, "register a window"),
-        )
-    }
-
-    /// Releases a window made by [`crate::NcclComm::window_register`]. Once NCCL accepted
-    /// the call the window is forgotten here even if the wait for it times out (NCCL finishes
-    /// it; calling again is refused, never a second release).
-    pub fn window_deregister(&self, w: Window) -> Result<()> {
-        let _serial = self.inner.serial();
-        self.ensure_ready("deregister a window")?;
-        self.inner
-            .registry
-            .window_deregister(&self.inner.lib, self.inner.raw, w, |code| {
-                self.settle_window(code, "deregister a window")
-            })
-    }
-
-    /// The end of a window call: on a nonblocking communicator NCCL runs it on its own thread
-    /// even when it returns success, and the communicator refuses every call until it is
-    /// done ("Attempt to use communicator before the previous operation returned
-    /// ncclSuccess", NCCL 2.28.9), so it is polled to the end.
-    fn settle_window(&self, code: i32, what: &str) -> Result<()> {
-        if code == 0 && self.inner.nonblocking {
-            return self.wait_ready(what);
-        }
-        self.finish(code, what)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::{accepted, Registry, Window};

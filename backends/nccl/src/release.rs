@@ -2,8 +2,9 @@
 //! otherwise, on the caller's thread, on a detached thread while live CUDA graphs hold its
 //! operations, or in the background when a time limit ran out (`Aborting`, then `Aborted`).
 
-use crate::comm::CommInner;
+use crate::comm_inner::CommInner;
 use crate::graph_refs;
+use oxccl_core::CommState;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -120,6 +121,17 @@ impl CommInner {
             );
             self.release_raw(false);
             self.transition(|l| l.abort_done());
+        }
+    }
+}
+
+impl Drop for CommInner {
+    /// The last handle: no graph references the communicator any more (each holds a handle),
+    /// so the release runs here and never waits for one.
+    fn drop(&mut self) {
+        let finalized = self.life.lock().state() == CommState::Finalized;
+        if !self.released.swap(true, Ordering::AcqRel) {
+            self.release_raw(finalized);
         }
     }
 }

@@ -1,6 +1,6 @@
 //! CUDA streams and events behind the core's `Stream` and `Event` traits.
 
-use crate::comm::CommInner;
+use crate::comm_inner::CommInner;
 use crate::cuda::cuda_error;
 use crate::graph_refs::CaptureRefs;
 use cudarc::driver::{sys, CudaContext, CudaEvent, CudaStream, DriverError};

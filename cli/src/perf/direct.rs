@@ -270,7 +270,7 @@ impl<T: Elem> NcclLayer<T> {
     /// The case's operations on the buffers at `send` and `recv`, through the core's builders
     /// (the one way every layer builds an operation): NCCL's per-rank counts in, lengths out.
     fn build_ops(&self, c: &Case, send: usize, recv: usize) -> Result<Vec<CommOp<'static>>> {
-        use oxccl::core::op::build;
+        use oxccl::core::build;
         let features = oxccl::core::Backend::features(&self.lib);
         let ctx = oxccl::core::check::CheckCtx {
             rank: c.rank,

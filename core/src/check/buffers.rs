@@ -1,8 +1,8 @@
 //! Buffer rules shared by the per-operation checks.
 
+use crate::buf::{RawBuf, RawBufMut};
 use crate::dtype::DataType;
 use crate::error::{Error, Result};
-use crate::{RawBuf, RawBufMut};
 
 /// Bytes a buffer spans, refused when it cannot be addressed (`> isize::MAX`) or wraps.
 fn span(arg: &'static str, addr: usize, len: usize, dt: DataType) -> Result<usize> {

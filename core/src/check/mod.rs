@@ -6,12 +6,12 @@ mod buffers;
 mod element;
 pub mod windows;
 
+use crate::buf::{RawBuf, RawBufMut};
 use crate::dtype::DataType;
 use crate::error::{Error, Result};
 use crate::feature::{Feature, FeatureSet};
 use crate::op::CommOp;
 use crate::reduce::{ReduceOp, Scalar};
-use crate::{RawBuf, RawBufMut};
 pub use buffers::{buffer, buffer_mut, exact_len, parts_sum};
 use buffers::{in_place_or_disjoint, InPlace};
 pub use element::{dtype, wire_dtype, wire_op};

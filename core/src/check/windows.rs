@@ -7,7 +7,7 @@
 //! on this rank count: a broadcast's input off the root, say, is never touched.
 
 use crate::error::{Error, Result};
-use crate::{CommOp, OpKind};
+use crate::op::{CommOp, OpKind};
 
 /// A buffer of an operation on this rank: its argument name, address and bytes.
 pub type Used = (&'static str, usize, usize);
@@ -74,7 +74,9 @@ pub fn one_kind(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{DataType, RawBuf, RawBufMut, ReduceOp};
+    use crate::buf::{RawBuf, RawBufMut};
+    use crate::dtype::DataType;
+    use crate::reduce::ReduceOp;
 
     const WIN: (usize, usize) = (0x1000, 0x1000);
 

@@ -1,6 +1,6 @@
+use crate::comm_state::CommState;
 use crate::error::Result;
-use crate::state::lifecycle::CommState;
-use crate::traits::Progress;
+use crate::traits::progress::Progress;
 use core::sync::atomic::{AtomicUsize, Ordering};
 
 /// A handle that stops a communicator from any thread (a watchdog, a signal-handling thread),

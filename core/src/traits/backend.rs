@@ -2,7 +2,9 @@ use crate::config::CommConfig;
 use crate::error::Result;
 use crate::feature::FeatureSet;
 use crate::id::UniqueId;
-use crate::traits::{Communicator, Device, Progress};
+use crate::traits::communicator::Communicator;
+use crate::traits::device::Device;
+use crate::traits::progress::Progress;
 use crate::version::Version;
 
 /// A source of communicators: the NCCL library as loaded, or a mock world.
@@ -62,7 +64,7 @@ pub trait Backend: Clone + Send + Sync {
     /// [`Backend::group_end`] are launched together. Groups are per thread, nest, and may span
     /// every communicator of this backend (NCCL: of the loaded library; the mock: every mock
     /// communicator). The depth is tracked with the core's
-    /// [`GroupState`](crate::state::group::GroupState) in a thread-local.
+    /// [`GroupState`](crate::state::group_call::GroupState) in a thread-local.
     fn group_start(&self) -> Result<()>;
 
     /// Closes the innermost group of the calling thread; the outermost close launches the
@@ -72,3 +74,9 @@ pub trait Backend: Clone + Send + Sync {
     /// of the group ([`Communicator::poll`]) until `Done`.
     fn group_end(&self) -> Result<Progress>;
 }
+
+/// The communicator type of a backend.
+pub type CommOf<B> = <B as Backend>::Comm;
+
+/// The abort handle of a backend's communicators.
+pub type AbortOf<B> = <CommOf<B> as Communicator>::Abort;

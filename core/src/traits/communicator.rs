@@ -1,18 +1,12 @@
+use crate::comm_state::CommState;
 use crate::config::CommConfig;
 use crate::error::Result;
 use crate::feature::FeatureSet;
 use crate::op::CommOp;
-use crate::state::lifecycle::CommState;
-use crate::traits::{CommAbort, Device, Stream};
-
-/// Whether a nonblocking call has finished.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Progress {
-    /// Finished successfully.
-    Done,
-    /// Still running (NCCL's `ncclInProgress`): poll again.
-    InProgress,
-}
+use crate::traits::abort::CommAbort;
+use crate::traits::device::Device;
+use crate::traits::progress::Progress;
+use crate::traits::stream::Stream;
 
 /// The priority of a stream made by [`Communicator::new_stream_with`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -122,13 +116,13 @@ pub trait Communicator: Send + Sync + Sized {
     /// with `NCCL_WIN_COLL_SYMMETRIC`). The memory must come from the library's allocator
     /// (`ncclMemAlloc`). Collective: every rank of the communicator registers a buffer of the
     /// same size, in the same order relative to its other collectives, or the ranks hang.
-    /// A backend without windows refuses with [`crate::Error::Unsupported`].
+    /// A backend without windows refuses with [`crate::error::Error::Unsupported`].
     fn register_window(&self, addr: usize, bytes: usize) -> Result<RegHandle> {
         let _ = (addr, bytes);
         self.features()
-            .require(crate::Feature::WindowRegistration)?;
-        Err(crate::Error::Unsupported {
-            feature: crate::Feature::WindowRegistration,
+            .require(crate::feature::Feature::WindowRegistration)?;
+        Err(crate::error::Error::Unsupported {
+            feature: crate::feature::Feature::WindowRegistration,
             missing: crate::feature::Missing::Disabled,
         })
     }
@@ -137,9 +131,9 @@ pub trait Communicator: Send + Sync + Sized {
     fn deregister_window(&self, handle: RegHandle) -> Result<()> {
         let _ = handle;
         self.features()
-            .require(crate::Feature::WindowRegistration)?;
-        Err(crate::Error::Unsupported {
-            feature: crate::Feature::WindowRegistration,
+            .require(crate::feature::Feature::WindowRegistration)?;
+        Err(crate::error::Error::Unsupported {
+            feature: crate::feature::Feature::WindowRegistration,
             missing: crate::feature::Missing::Disabled,
         })
     }

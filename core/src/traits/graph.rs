@@ -9,72 +9,14 @@
 //! [`CaptureError::Forbidden`], and a capture that saw one ends with
 //! [`CaptureError::Invalidated`].
 
-use crate::error::{Error, Result};
-
-/// What went wrong with a capture, for [`Error::Capture`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum CaptureError {
-    /// The backend, the stream or the operation cannot be captured (a library too old, an
-    /// operation that allocates, a host callback the mock cannot replay).
-    Unsupported,
-    /// `begin_capture` on a stream that is already capturing (captures do not nest).
-    AlreadyCapturing,
-    /// `end_capture` on a stream that is not capturing.
-    NotCapturing,
-    /// A call not allowed while the stream captures: synchronize, an event query, a wait on
-    /// an event recorded outside the capture, launching a graph on the capturing stream.
-    Forbidden,
-    /// The capture saw a forbidden call (or the library invalidated it): `end_capture`
-    /// returns no graph; capture again.
-    Invalidated,
-    /// A graph launched with what it was not captured with (another stream's device, buffers
-    /// that are not the captured ones).
-    Mismatch,
-}
-
-impl CaptureError {
-    /// A short name, for messages.
-    pub fn name(self) -> &'static str {
-        match self {
-            CaptureError::Unsupported => "unsupported",
-            CaptureError::AlreadyCapturing => "already capturing",
-            CaptureError::NotCapturing => "not capturing",
-            CaptureError::Forbidden => "forbidden while capturing",
-            CaptureError::Invalidated => "capture invalidated",
-            CaptureError::Mismatch => "launched with other arguments than captured",
-        }
-    }
-
-    /// An [`Error::Capture`] of this kind with a formatted detail.
-    pub fn error(self, detail: core::fmt::Arguments<'_>) -> Error {
-        Error::Capture {
-            kind: self,
-            detail: crate::text::text(detail),
-        }
-    }
-
-    /// An [`Error::Capture`] of this kind with a fixed detail.
-    pub fn error_str(self, detail: &str) -> Error {
-        Error::Capture {
-            kind: self,
-            detail: crate::text::text_str(detail),
-        }
-    }
-}
-
-impl core::fmt::Display for CaptureError {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.write_str(self.name())
-    }
-}
+use crate::error::{CaptureError, Error, Result};
 
 /// A stream that can record its work into a [`Graph`] (CUDA's stream capture).
 ///
 /// Between [`Capture::begin_capture`] and [`Capture::end_capture`], work issued on the stream
 /// (operations, event records) is recorded, not run. Captures do not nest, and one stream
 /// captures from one thread at a time.
-pub trait Capture: crate::traits::Stream {
+pub trait Capture: crate::traits::stream::Stream {
     /// The recording a capture ends with.
     type Graph: Graph<Stream = Self>;
 

@@ -6,21 +6,16 @@
 mod abort;
 mod backend;
 mod communicator;
+mod device;
 mod graph;
+mod progress;
 mod stream;
 
+pub use crate::error::CaptureError;
 pub use abort::{pending_aborts, AbortInFlight, CommAbort};
-pub use backend::Backend;
-pub use communicator::{Communicator, Progress, RegHandle, StreamPriority};
-pub use graph::{forbidden, Capture, CaptureError, Graph};
+pub use backend::{AbortOf, Backend, CommOf};
+pub use communicator::{Communicator, RegHandle, StreamPriority};
+pub use device::Device;
+pub use graph::{forbidden, Capture, Graph};
+pub use progress::Progress;
 pub use stream::{Event, Stream};
-
-/// The communicator type of a backend.
-pub type CommOf<B> = <B as Backend>::Comm;
-
-/// The abort handle of a backend's communicators.
-pub type AbortOf<B> = <CommOf<B> as Communicator>::Abort;
-
-/// A device ordinal (a CUDA device for NCCL; a label for the mock world).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
-pub struct Device(pub u32);

@@ -4,7 +4,7 @@
 
 use super::{ChildSpec, ProcId};
 use crate::fault::FaultKind;
-use crate::job::OpDesc;
+use crate::op_desc::OpDesc;
 use oxccl_core::text::text_str;
 use oxccl_core::{
     text, DataType, Error, HostScalar, OpKind, RawBuf, RawBufMut, ReduceOp, Result, ResultCode,

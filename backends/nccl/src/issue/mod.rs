@@ -7,13 +7,14 @@ mod grouped;
 mod native;
 
 use crate::codes::data_type;
-use crate::comm::NcclComm;
+use crate::comm_inner::CommInner;
 use crate::cuda::cuda_error;
 use crate::reducer::NcclRedOp;
 use crate::stream::NcclStream;
 use oxccl_core::{check, CommOp, DataType, Result, ResultCode};
 use oxccl_loader::{Api, RawComm, RawStream};
 use std::ffi::{c_int, c_void};
+use std::sync::Arc;
 
 type P = *const c_void;
 type M = *mut c_void;
@@ -95,11 +96,11 @@ impl Ctx<'_> {
 
 /// Marks the memory of a captured operation's buffers: NCCL registers them by itself
 /// (`NCCL_GRAPH_REGISTER`), so [`crate::NcclMem`] must not hand that memory out again (see
-/// [`crate::NcclMem::note_captured`]).
+/// [`crate::mem::NcclMem::note_captured`]).
 fn captured_buffers(op: &CommOp<'_>) {
     for (addr, bytes) in op.byte_spans() {
         if bytes > 0 {
-            crate::NcclMem::note_captured(addr, bytes);
+            crate::mem::NcclMem::note_captured(addr, bytes);
         }
     }
 }
@@ -107,33 +108,37 @@ fn captured_buffers(op: &CommOp<'_>) {
 /// Issues `op` on `stream` after `check::op`, waiting out a nonblocking init first. See
 /// [`oxccl_core::Communicator::issue`] for the contract; the caller holds the communicator's
 /// call lock.
-pub(crate) unsafe fn issue(comm: &NcclComm, op: &CommOp<'_>, stream: &NcclStream) -> Result<()> {
+pub(crate) unsafe fn issue(
+    comm: &Arc<CommInner>,
+    op: &CommOp<'_>,
+    stream: &NcclStream,
+) -> Result<()> {
     check::op(op, &comm.check_ctx())?;
-    comm.inner.registry.one_kind(op, comm.inner.rank)?;
-    let op = &wire(op, &comm.inner.settings.features);
+    comm.registry.one_kind(op, comm.rank)?;
+    let op = &wire(op, &comm.settings.features);
     // Inside a capture begun on `stream`, the graph it makes will hold this communicator
     // (NCCL's release then waits for that graph): noted before the state check, so an abort
     // from another thread either sees it or makes the check below refuse.
-    if stream.captured.note(&comm.inner) {
+    if stream.captured.note(comm) {
         captured_buffers(op);
     }
     comm.ready_for(op.kind().name())?;
     // Premul-sum ops live until the call returns, then are destroyed (allowed by NCCL).
     let red = match op.reduce_op() {
         Some(r) => Some(NcclRedOp::create(
-            &comm.inner,
+            comm,
             r,
             op.dtype().unwrap_or(DataType::Float32),
         )?),
         None => None,
     };
     let c = Ctx {
-        api: comm.inner.lib.api(),
-        comm: comm.inner.raw,
+        api: comm.lib.api(),
+        comm: comm.raw,
         stream: stream.raw(),
-        rank: comm.inner.rank,
-        size: comm.inner.size as usize,
-        feats: &comm.inner.settings.features,
+        rank: comm.rank,
+        size: comm.size as usize,
+        feats: &comm.settings.features,
         red: red.as_ref().map_or(0, NcclRedOp::code),
     };
     let scratch = match op {
@@ -188,17 +193,16 @@ fn wire<'a>(op: &CommOp<'a>, features: &oxccl_core::FeatureSet) -> CommOp<'a> {
 }
 
 /// The one-element device buffer a barrier all-reduces, made on first use.
-fn barrier_scratch(comm: &NcclComm, stream: &NcclStream) -> Result<usize> {
-    if let Some(s) = comm.inner.scratch.get() {
+fn barrier_scratch(comm: &CommInner, stream: &NcclStream) -> Result<usize> {
+    if let Some(s) = comm.scratch.get() {
         return Ok(slice_addr(s, stream));
     }
     let s = stream
         .cuda()
         .alloc_zeros::<f32>(1)
         .map_err(|e| cuda_error("allocating barrier scratch", e))?;
-    let _ = comm.inner.scratch.set(s);
-    comm.inner
-        .scratch
+    let _ = comm.scratch.set(s);
+    comm.scratch
         .get()
         .map(|s| slice_addr(s, stream))
         .ok_or_else(|| crate::absent::base_symbol("scratch"))

@@ -1,12 +1,12 @@
 //! The group/coalescing state machine against a reference model written here from the rules
-//! in `core/src/state/group.rs`'s docs: arbitrary start / end / enqueue / fail sequences across
+//! in `core/src/state/group_call.rs`'s docs: arbitrary start / end / enqueue / fail sequences across
 //! the three kinds, nested, ends without starts, failures mid-block. After every step the
 //! state (depth, kind, pinned communicator, queued operations) equals the model's, every
 //! answer (depth, `Ended`, `Recovery`, the exact refusal) is the model's, and a refusal names
 //! the argument the model says is at fault.
 
 use arbitrary::{Arbitrary, Unstructured};
-use oxccl_core::state::group::{
+use oxccl_core::state::group_call::{
     Ended, GroupError, GroupKind, GroupState, OpSummary, Recovery, MAX_GROUP_DEPTH,
 };
 use oxccl_core::{DataType, Error, HostScalar, OpKind, ReduceOp, Scalar};

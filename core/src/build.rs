@@ -38,7 +38,7 @@
 //!
 //! ```
 //! use oxccl_core::check::CheckCtx;
-//! use oxccl_core::op::build;
+//! use oxccl_core::build;
 //! use oxccl_core::{CommOp, DataType, Error, FeatureSet, RawBuf, RawBufMut, ReduceOp, Version};
 //!
 //! let features = FeatureSet::for_version(Version::new(2, 28, 3));
@@ -63,11 +63,11 @@
 //! # Ok::<(), Error>(())
 //! ```
 
-use super::CommOp;
 use crate::buf::{RawBuf, RawBufMut};
 use crate::check::{self, CheckCtx};
 use crate::dtype::DataType;
 use crate::error::Result;
+use crate::op::CommOp;
 use crate::reduce::ReduceOp;
 
 /// Constructors from buffers that carry their lengths: one per kind, and an `_in_place` form

@@ -8,11 +8,11 @@
 //! everything and says how many `group_end` calls to make (PyTorch leaves the block open in
 //! that case and every later call fails; oxccl recovers).
 
+use crate::comm_state::CommState;
 use crate::dtype::DataType;
 use crate::error::Error;
 use crate::op::{CommOp, OpKind};
 use crate::reduce::{ReduceOp, Scalar};
-use crate::state::lifecycle::CommState;
 use crate::text::text;
 use core::fmt;
 
