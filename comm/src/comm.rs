@@ -18,7 +18,7 @@ pub struct Comm {
     comm: NcclComm,
     stream: NcclStream,
     /// A CUDA-graph capture open on the stream (see `comm_graph`).
-    cap: crate::comm_graph::CaptureSlot,
+    cap: crate::capture_slot::CaptureSlot,
 }
 
 /// Stops a communicator from any thread (a watchdog, a signal handler): wakes ranks blocked in
@@ -162,7 +162,7 @@ impl Comm {
         &self.stream
     }
     /// The capture state.
-    pub(crate) fn cap(&self) -> &crate::comm_graph::CaptureSlot {
+    pub(crate) fn cap(&self) -> &crate::capture_slot::CaptureSlot {
         &self.cap
     }
     /// The stream the typed calls take their slices on (another one while capturing).

@@ -16,56 +16,14 @@
 //! are not known to the graph: a graph holding a raw operation launches only through
 //! [`CommGraph::launch_unchecked`].
 
+use crate::capture_slot::Recorded;
 use crate::comm::{wr, Comm};
-use cudarc::driver::{CudaStream, DevicePtrMut, SyncOnDrop};
+use cudarc::driver::{DevicePtrMut, SyncOnDrop};
 use oxccl_core::graph_buffers::GraphBuffers;
-use oxccl_core::{text, Capture, CaptureError, CommAbort, CommOp, CommState, Error, Graph, Result};
+use oxccl_core::{text, Capture, CaptureError, CommAbort, CommState, Error, Graph, Result};
 use oxccl_nccl::{NcclAbort, NcclGraph};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
-
-/// What an open capture has recorded so far.
-#[derive(Debug, Default)]
-struct Recorded {
-    regions: GraphBuffers,
-    ops: usize,
-    /// A raw operation ([`Comm::issue`]) was captured: its buffers are not known.
-    raw: bool,
-}
-
-/// A communicator's capture state (a field of [`Comm`]).
-#[derive(Debug, Default)]
-pub(crate) struct CaptureSlot {
-    on: AtomicBool,
-    /// The stream slices are taken on while capturing (made at the first capture).
-    copy: OnceLock<Arc<CudaStream>>,
-    rec: Mutex<Recorded>,
-}
-
-impl CaptureSlot {
-    /// The stream the typed calls take their slices on: `stream`, or the second stream while
-    /// a capture is open (one relaxed load outside captures).
-    pub(crate) fn access<'a>(&'a self, stream: &'a CudaStream) -> &'a CudaStream {
-        if self.on.load(Ordering::Relaxed) {
-            if let Some(c) = self.copy.get() {
-                return c;
-            }
-        }
-        stream
-    }
-
-    /// Notes the buffers of a typed call's `op` while capturing (`raw`: from [`Comm::issue`],
-    /// whose buffers the graph cannot check).
-    pub(crate) fn note(&self, op: &CommOp<'_>, raw: bool) {
-        if !self.on.load(Ordering::Relaxed) {
-            return;
-        }
-        let mut rec = self.rec.lock().unwrap_or_else(PoisonError::into_inner);
-        rec.ops += 1;
-        rec.raw |= raw;
-        rec.regions.note(op);
-    }
-}
+use std::sync::atomic::Ordering;
+use std::sync::PoisonError;
 
 impl Comm {
     /// Captures the operations `f` issues on this communicator into a CUDA graph, without

@@ -10,7 +10,7 @@ use std::time::Duration;
 /// Guards nest. If an operation inside fails, the group is still closed exactly once when the
 /// guard ends or drops.
 #[must_use = "the group is launched when the guard ends"]
-pub struct GroupGuard<B: Backend = crate::Nccl> {
+pub struct GroupGuard<B: Backend = oxccl_nccl::NcclBackend> {
     backend: B,
     /// The communicator whose launch `end` waits for when the group end is in progress, and
     /// how long it may take.

@@ -17,6 +17,7 @@
 
 mod aborts;
 pub mod buffer;
+mod capture_slot;
 mod comm;
 mod comm_graph;
 pub mod element;

@@ -2,7 +2,8 @@
 //! captured, and compared with the buffers a launch binds. One ledger for the process group's
 //! graphs and the communicator's, so both refuse a launch by the same rule.
 
-use crate::{CaptureError, CommOp, Result};
+use crate::error::{CaptureError, Result};
+use crate::op::CommOp;
 use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;

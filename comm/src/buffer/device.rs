@@ -1,7 +1,7 @@
 //! NCCL's memory: cudarc device slices, ordered by cudarc's own event tracking.
 
-use super::NcclAccess;
-use super::{Buffer, Memory};
+use super::memory::{Buffer, Memory};
+use super::nccl_buf::{NcclAccess, NcclBuf};
 use crate::element::Element;
 use cudarc::driver::{CudaContext, CudaSlice, DevicePtr, DevicePtrMut, DeviceSlice};
 use oxccl_core::{Device, RawBuf, RawBufMut, Result};
@@ -15,7 +15,7 @@ impl<T: Element> Buffer<T> for CudaSlice<T> {
 
 impl Memory for NcclBackend {
     type Buf<T: Element> = CudaSlice<T>;
-    type CommBuf<T: Element> = super::NcclBuf<T>;
+    type CommBuf<T: Element> = NcclBuf<T>;
     type Access<'a> = NcclAccess<'a>;
 
     fn require_devices(&self) -> Result<()> {
@@ -51,16 +51,12 @@ impl Memory for NcclBackend {
             .map_err(|e| cuda_error("copying to the device", e))
     }
 
-    fn alloc_comm<T: Element>(&self, stream: &NcclStream, len: usize) -> Result<super::NcclBuf<T>> {
-        super::NcclBuf::zeros(self, stream, len)
+    fn alloc_comm<T: Element>(&self, stream: &NcclStream, len: usize) -> Result<NcclBuf<T>> {
+        NcclBuf::zeros(self, stream, len)
     }
 
-    fn upload_comm<T: Element>(
-        &self,
-        stream: &NcclStream,
-        data: &[T],
-    ) -> Result<super::NcclBuf<T>> {
-        super::NcclBuf::from_host(self, stream, data)
+    fn upload_comm<T: Element>(&self, stream: &NcclStream, data: &[T]) -> Result<NcclBuf<T>> {
+        NcclBuf::from_host(self, stream, data)
     }
 
     fn download<T: Element>(&self, stream: &NcclStream, buf: &CudaSlice<T>) -> Result<Vec<T>> {

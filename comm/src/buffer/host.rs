@@ -1,7 +1,7 @@
 //! The mock world's memory: host buffers reached only through their stream.
 
-use super::operand::next_id;
-use super::{Buffer, CommAlloc, CommMem, Memory, Operand, StreamOf};
+use super::memory::next_id;
+use super::memory::{Buffer, CommAlloc, CommMem, Memory, Operand, StreamOf};
 use crate::element::Element;
 use oxccl_core::{Backend, Device, Error, Event, Feature, RawBuf, RawBufMut, Result, Stream};
 use oxccl_mock::{MockBackend, MockEvent, MockStream};

@@ -9,14 +9,14 @@
 //! buffer never blocks: the memory is let go at once when every event has completed, else
 //! parked and let go by a later allocation or drop once they have (so the memory outlives the
 //! work that uses it, and Drop neither waits nor panics). Registrations keep the allocation
-//! alive too (see [`super::CommMem`]): it is let go only after every communicator that
+//! alive too (see [`CommMem`]): it is let go only after every communicator that
 //! registered it has released it. Let go, it is kept for the next buffer of its size rather
 //! than freed ([`NcclMem`]'s documentation says why: NCCL met memory freed and allocated again
 //! at the same address with wrong data).
 
-use super::operand::next_id;
+use super::memory::next_id;
+use super::memory::{Buffer, CommAlloc, CommMem, Memory, Operand};
 use super::uses::Uses;
-use super::{Buffer, CommAlloc, CommMem, Memory, Operand};
 use crate::element::Element;
 use cudarc::driver::{result, CudaContext, CudaStream};
 use oxccl_core::{Device, Error, Event, RawBuf, RawBufMut, Result, Stream};

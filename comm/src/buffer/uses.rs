@@ -1,4 +1,4 @@
-//! Which streams an allocation's work is on: the bookkeeping behind [`super::NcclBuf`]'s
+//! Which streams an allocation's work is on: the bookkeeping behind [`NcclBuf`](super::nccl_buf::NcclBuf)'s
 //! stream order, written over any stream and event type so that its rules are tested on
 //! the host.
 //!
