@@ -23,8 +23,8 @@ mod graph_buffers;
 mod group;
 pub mod launch;
 pub mod pg;
+pub mod recorder;
 pub mod store;
-pub mod trace;
 pub mod watchdog;
 
 pub use aborts::{pending_aborts, wait_for_aborts};

@@ -26,7 +26,7 @@ impl<B: Memory> Entry<B> {
     pub fn new(
         comm: CommOf<B>,
         priority: oxccl_core::traits::StreamPriority,
-        watch: Arc<super::watch::GroupWatch>,
+        watch: Arc<crate::watchdog::group_watch::GroupWatch>,
     ) -> Result<Entry<B>> {
         let stream = comm.new_stream_with(priority)?;
         let abort = comm.abort_handle();

@@ -2,11 +2,11 @@
 //! one path every operation is issued through.
 
 use super::comm::{init_through_store, Entry, InitParams, Slot};
-use super::recorder::Recorder;
-use super::watch::{CompletionHook, GroupWatch, WatchConfig};
 use super::PgOptions;
 use crate::buffer::Memory;
+use crate::recorder::Recorder;
 use crate::store::Store;
+use crate::watchdog::group_watch::{CompletionHook, GroupWatch, WatchConfig};
 use crate::watchdog::{HeartbeatMonitor, Watchdog};
 use oxccl_core::membership::{self, CommPlan};
 use oxccl_core::text::Escaped;
@@ -166,11 +166,11 @@ impl<B: Memory> ProcessGroup<B> {
             .opts
             .trace_dir
             .clone()
-            .or_else(crate::trace::dump_dir_from_env);
+            .or_else(crate::recorder::dump_dir_from_env);
         if let (Some(dir), true) = (dir, pg.inner.opts.watchdog) {
-            let mut target = crate::watchdog::DumpTarget::new(
+            let mut target = crate::recorder::target::DumpTarget::new(
                 dir,
-                crate::trace::DumpMeta::new(rank, size),
+                crate::recorder::DumpMeta::new(rank, size),
                 pg.inner.watch.recorder.clone(),
             );
             target.wait_limit = pg.inner.opts.wait_timeout_dump;

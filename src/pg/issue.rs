@@ -3,10 +3,10 @@
 
 use super::comm::Entry;
 use super::group::PgInner;
-use super::recorder::now_ns;
-use super::trace_slot::{PendingTrace, TraceSlot};
 use super::work::{Work, WorkOf};
 use crate::buffer::{Memory, StreamOf};
+use crate::recorder::now_ns;
+use crate::recorder::slot::{PendingTrace, TraceSlot};
 use crate::watchdog::Watchdog;
 use oxccl_core::state::work::WorkInfo;
 use oxccl_core::trace::{TensorMeta, TraceRecord};

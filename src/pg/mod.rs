@@ -16,11 +16,8 @@ mod issue;
 mod keys;
 mod ops;
 mod options;
-pub mod recorder;
 mod subgroups;
-mod trace_slot;
 mod tuned;
-pub(crate) mod watch;
 mod work;
 
 pub use capture::{Launch, PgGraph};
@@ -30,10 +27,8 @@ pub use keys::world_namespace;
 pub use options::{PgOptions, DEFAULT_TIMEOUT};
 pub use oxccl_core::state::work::WorkInfo;
 pub use oxccl_core::tune::{RegMode, TuneTable};
-pub use recorder::Recorder;
 pub(crate) use tuned::tune_from_env;
 pub use tuned::{load_tune_file, TunedStats, TUNE_FILE_VAR};
-pub use watch::{CompletedWork, CompletionHook};
 pub use work::{Work, WorkOf};
 
 use oxccl_core::Stream;

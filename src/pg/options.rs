@@ -1,6 +1,6 @@
 //! What a process group is configured with.
 
-use super::recorder::Recorder;
+use crate::recorder::Recorder;
 use oxccl_core::env::ErrorHandling;
 use oxccl_core::{CommConfig, Device};
 use std::time::Duration;

@@ -6,9 +6,9 @@
 //! with the issuing thread, which made it and frees it; only a failure, a timeout or timing
 //! (durations, hooks) takes the work's lock on the watchdog's side.
 
-use super::recorder::now_ns;
-use super::trace_slot::TraceSlot;
-use super::watch::{CompletedWork, GroupWatch};
+use crate::recorder::now_ns;
+use crate::recorder::slot::TraceSlot;
+use crate::watchdog::group_watch::{CompletedWork, GroupWatch};
 use crate::watchdog::{Hint, Watched};
 use oxccl_core::state::work::{Work as WorkMachine, WorkInfo};
 use oxccl_core::trace::TraceState;
