@@ -1,30 +1,19 @@
 //! The one path every operation of a group is issued through: the refusals, the events of
 //! its work, its sequence number, its flight-recorder entry and its place in the watchdog.
 
+use super::capture_state::Captor;
 use super::comm::Entry;
-use super::group::PgInner;
-use super::work::{Work, WorkOf};
+use super::inner::PgInner;
+use super::op_desc::OpDesc;
+use super::work::{EventOf, Work, WorkOf};
 use crate::buffer::{Memory, StreamOf};
 use crate::recorder::now_ns;
 use crate::recorder::slot::{PendingTrace, TraceSlot};
 use crate::watchdog::Watchdog;
 use oxccl_core::state::work::WorkInfo;
 use oxccl_core::trace::{TensorMeta, TraceRecord};
-use oxccl_core::{
-    text, CommOp, CommState, Communicator, DataType, Device, Error, OpKind, Result, Stream,
-};
+use oxccl_core::{text, CommOp, CommState, Communicator, Device, Error, OpKind, Result, Stream};
 use std::sync::atomic::Ordering;
-
-/// What an operation is, for its work, its trace entry and its errors.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct OpDesc {
-    pub kind: OpKind,
-    pub dtype: DataType,
-    /// Elements read and written on this rank.
-    pub numel: (usize, usize),
-    /// The group rank of the peer of a send or recv.
-    pub peer: Option<u32>,
-}
 
 /// What [`PgInner::issue`] hands an operation's body: the stream and device to take buffers
 /// on, and the call that issues on the communicator.
@@ -32,13 +21,13 @@ pub(crate) struct Issuer<'a, B: Memory> {
     pub entry: &'a Entry<B>,
     pub device: Device,
     /// Inside a graph capture: where buffers are reached instead (see `capture`).
-    pub cap: Option<super::capture::Captor<'a, B>>,
+    pub cap: Option<Captor<'a, B>>,
     /// The group's timeout in ms (bounds what preparing buffers may wait for; read only then).
     pub timeout_ms: &'a std::sync::atomic::AtomicU64,
     /// Whether the work's events are timed.
     pub timing: bool,
     /// The end event [`Issuer::issue_ending`] recorded: the work's, shared with its buffers.
-    pub end: std::cell::Cell<Option<super::EventOf<B>>>,
+    pub end: std::cell::Cell<Option<EventOf<B>>>,
 }
 
 impl<'a, B: Memory> Issuer<'a, B> {
@@ -220,8 +209,8 @@ impl<B: Memory> PgInner<B> {
     pub fn work(
         &self,
         info: WorkInfo,
-        start: Option<super::EventOf<B>>,
-        end: Option<super::EventOf<B>>,
+        start: Option<EventOf<B>>,
+        end: Option<EventOf<B>>,
         e: &Entry<B>,
         mut trace: TraceSlot,
     ) -> WorkOf<B> {

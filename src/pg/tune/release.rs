@@ -13,9 +13,10 @@
 //! first (bounded by the group's timeout), so no rank skips a dropped buffer that is merely
 //! busy, and none frees memory a kernel still uses.
 
-use super::super::group::PgInner;
-use super::super::ProcessGroup;
-use super::agree_on;
+use super::super::inner::PgInner;
+use super::super::process_group::ProcessGroup;
+use super::agree::agree_on;
+use super::reg_cache::wait_idle;
 use crate::buffer::{Memory, Operand};
 use oxccl_core::tune::release::write_release_list;
 use oxccl_core::tune::RegMode;
@@ -86,7 +87,7 @@ impl<B: Memory> ProcessGroup<B> {
     /// calls it at the same point, after dropping the same buffers; the ranks compare what
     /// they would release first, and on a difference every rank refuses with
     /// [`Error::InvalidState`] and releases nothing. Windows of buffers still held, or used
-    /// by a graph that is still alive ([`super::super::PgGraph`]), are kept (see the module's
+    /// by a graph that is still alive ([`PgGraph`](super::super::capture::PgGraph)), are kept (see the module's
     /// documentation). Waits first for the work already issued on buffers in windows
     /// (bounded by the group's timeout: [`Error::Timeout`]).
     ///
@@ -111,7 +112,7 @@ impl<B: Memory> ProcessGroup<B> {
             let began = Instant::now();
             for c in st.bufs.values().filter(|c| c.window.is_some()) {
                 let left = timeout.saturating_sub(began.elapsed());
-                super::wait_idle(&c.mem, left).map_err(|_| Error::Timeout {
+                wait_idle(&c.mem, left).map_err(|_| Error::Timeout {
                     what: text!(
                         "the work on buffers in windows of group {}, before releasing the \
                          dropped ones",
