@@ -5,6 +5,7 @@
 use super::capture_state::CaptureState;
 use super::comm::Slot;
 use super::options::PgOptions;
+use super::tune::agree::Members;
 use crate::buffer::Memory;
 use crate::store::Store;
 use crate::watchdog::group_watch::GroupWatch;
@@ -106,6 +107,17 @@ impl<B: Memory> PgInner<B> {
             attempted: "copy",
             reason: text!("the group's copy stream could not be kept"),
         })
+    }
+
+    /// The members, as an agreement through the store needs them.
+    pub(crate) fn members(&self) -> Members<'_> {
+        Members {
+            store: &*self.store,
+            uid: self.uid,
+            rank: self.rank,
+            ranks: &self.ranks,
+            timeout: self.timeout(),
+        }
     }
 
     pub fn timeout(&self) -> Duration {

@@ -5,15 +5,18 @@ use super::capture_state::Captor;
 use super::comm::Entry;
 use super::inner::PgInner;
 use super::op_desc::OpDesc;
+use super::tune::prepare::prepare_on;
 use super::work::{EventOf, Work, WorkOf};
-use crate::buffer::{Memory, StreamOf};
+use crate::buffer::{CommMem, Memory, StreamOf};
 use crate::recorder::now_ns;
 use crate::recorder::slot::{PendingTrace, TraceSlot};
 use crate::watchdog::Watchdog;
 use oxccl_core::state::work::WorkInfo;
 use oxccl_core::trace::{TensorMeta, TraceRecord};
+use oxccl_core::tune::{RegMode, TuneTable};
 use oxccl_core::{text, CommOp, CommState, Communicator, Device, Error, OpKind, Result, Stream};
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 /// What [`PgInner::issue`] hands an operation's body: the stream and device to take buffers
 /// on, and the call that issues on the communicator.
@@ -260,5 +263,49 @@ impl<B: Memory> PgInner<B> {
             SeqKind::P2p => &self.hot.p2p_seq,
         };
         counter.fetch_add(1, Ordering::Relaxed) + 1
+    }
+}
+
+impl<B: Memory> Issuer<'_, B> {
+    /// Chooses the mode of an operation on `mems` (one per buffer it uses, `None` for a plain
+    /// or absent buffer) and makes the registrations it needs, before the operation is
+    /// issued (inside a capture: checks they were made; see the module's documentation).
+    pub fn prepare(
+        &self,
+        table: Option<&TuneTable>,
+        op: &OpDesc,
+        mems: &[Option<CommMem>],
+    ) -> Result<RegMode> {
+        let e = self.entry;
+        let timeout = Duration::from_millis(self.timeout_ms.load(Ordering::Relaxed));
+        prepare_on(
+            &e.comm,
+            &e.regs,
+            table,
+            op,
+            mems,
+            self.cap.is_some(),
+            timeout,
+        )
+    }
+
+    /// [`Issuer::prepare`] when the operation must go through it ([`Issuer::tunes`]); the
+    /// buffers' identities (`mems`) are taken only then.
+    pub fn tune<const N: usize>(
+        &self,
+        table: Option<&TuneTable>,
+        op: &OpDesc,
+        mems: impl FnOnce() -> [Option<CommMem>; N],
+    ) -> Result<()> {
+        if self.tunes(table) {
+            self.prepare(table, op, &mems())?;
+        }
+        Ok(())
+    }
+
+    /// Whether an operation must go through [`Issuer::prepare`]: under a table, or on a
+    /// communicator with windows (whose buffers must be all in windows or none).
+    pub fn tunes(&self, table: Option<&TuneTable>) -> bool {
+        table.is_some() || self.entry.regs.has_windows()
     }
 }

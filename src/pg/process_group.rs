@@ -377,7 +377,7 @@ impl<B: Memory> PgInner<B> {
         let comm = self.make_comm()?;
         // Before any operation: ranks with different tune tables would register windows at
         // different operations and hang.
-        agree(self)?;
+        agree(self.opts.tune.as_deref(), &self.members())?;
         let priority = if self.opts.high_priority {
             oxccl_core::traits::StreamPriority::High
         } else {

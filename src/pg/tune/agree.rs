@@ -1,31 +1,46 @@
 //! The ranks' agreement through the store on a value every member must hold alike: the
 //! tune table when a communicator is made, the windows a release frees.
 
-use super::super::inner::PgInner;
 use super::super::keys;
 use super::file::TUNE_FILE_VAR;
-use crate::buffer::Memory;
+use crate::store::Store;
 use oxccl_core::tune::release::{write_disagreement, AGREED};
+use oxccl_core::tune::TuneTable;
 use oxccl_core::{text, Error, Result};
+use std::time::Duration;
+
+/// Who agrees: a group's members, as an agreement through the store needs them.
+pub(crate) struct Members<'a> {
+    /// The group's store.
+    pub store: &'a dyn Store,
+    /// The group's uid.
+    pub uid: u64,
+    /// This process's group rank; `None` when it is not a member.
+    pub rank: Option<u32>,
+    /// The members' global ranks, by group rank.
+    pub ranks: &'a [u32],
+    /// How long a member waits for the others.
+    pub timeout: Duration,
+}
 
 /// Compares the ranks' tune tables through the store when a communicator is made, before any
 /// operation on it (see [`agree_on`]), so on a mismatch every rank refuses alike (a window
 /// registered on some ranks only would hang the others). Nothing is exchanged when this rank
 /// has no table; a rank with one waits (up to the group's timeout) for the others'
 /// fingerprints, so a rank without `OXCCL_TUNE_FILE` shows as the one that never wrote its key.
-pub(crate) fn agree<B: Memory>(inner: &PgInner<B>) -> Result<()> {
-    let Some(table) = inner.opts.tune.as_deref() else {
+pub(crate) fn agree(table: Option<&TuneTable>, members: &Members<'_>) -> Result<()> {
+    let Some(table) = table else {
         return Ok(());
     };
     let mine = format!("{:016x}", table.fingerprint());
     let hint = format!("its tune table (does every rank set {TUNE_FILE_VAR}?)");
-    match agree_on(inner, "tune", &mine, "tune table", &hint)? {
+    match agree_on(members, "tune", &mine, "tune table", &hint)? {
         None => Ok(()),
         Some(verdict) => Err(Error::invalid(
             "tune",
             format_args!(
                 "the same tune table on every rank of group {} ({TUNE_FILE_VAR}): {verdict}",
-                inner.uid
+                members.uid
             ),
         )),
     }
@@ -39,8 +54,8 @@ const LAST_READ: std::time::Duration = std::time::Duration::from_millis(100);
 /// ranks decide alike. `None`: they agree; `Some(why)`: the first difference, naming the
 /// ranks and their values (`what` names the value). A rank that never writes its value is
 /// named after the group's timeout (`hint`: what it did not publish, and the likely cause).
-pub(crate) fn agree_on<B: Memory>(
-    inner: &PgInner<B>,
+pub(crate) fn agree_on(
+    inner: &Members<'_>,
     topic: &str,
     mine: &str,
     what: &str,
@@ -49,8 +64,8 @@ pub(crate) fn agree_on<B: Memory>(
     let Some(rank) = inner.rank else {
         return Ok(None);
     };
-    let store = &inner.store;
-    let timeout = inner.timeout();
+    let store = inner.store;
+    let timeout = inner.timeout;
     let key = |r: &str| keys::agreement(topic, inner.uid, r);
     let waited = |e: Error, r: usize| match e {
         Error::Timeout { after_ms, .. } => Error::Timeout {

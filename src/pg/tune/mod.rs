@@ -16,7 +16,7 @@
 //!   (releasing what it registered) before the cache lets the memory go.
 //! - A local registration whose buffer the user dropped is released at a later operation once
 //!   its work has run (not collective, so any time is safe). Windows stay until the program
-//!   releases them ([`ProcessGroup::release_windows`], collective: see `release`) or the
+//!   releases them ([`ProcessGroup::release_windows`], collective: see `pg::buffer_modes`) or the
 //!   group's communicator goes: drops need not line up across ranks, so no operation may
 //!   release a window on its own. Window buffers are meant to be allocated once and reused,
 //!   as NCCL advises.
@@ -49,7 +49,6 @@
 //!
 //! [`PgOptions::tune`]: super::options::PgOptions::tune
 //! [`Memory::CommBuf`]: crate::buffer::Memory::CommBuf
-//! [`ProcessGroup::tuned_stats`]: super::process_group::ProcessGroup::tuned_stats
 //! [`ProcessGroup::release_windows`]: super::process_group::ProcessGroup::release_windows
 //! [`ProcessGroup::register_buffer`]: super::process_group::ProcessGroup::register_buffer
 //! [`ProcessGroup::capture`]: super::process_group::ProcessGroup::capture
@@ -61,7 +60,5 @@
 
 pub(crate) mod agree;
 pub(crate) mod file;
-mod group_methods;
 pub(crate) mod prepare;
 pub(crate) mod reg_cache;
-mod release;

@@ -1,13 +1,11 @@
 //! Applying the tune table to one operation: the mode its buffers take, and the
-//! registrations it needs made before it is issued.
+//! registrations it needs made before it is issued (what `Issuer::prepare` does).
 
-use super::super::issue::Issuer;
 use super::super::op_desc::OpDesc;
 use super::reg_cache::RegCache;
-use crate::buffer::{CommMem, Memory};
+use crate::buffer::CommMem;
 use oxccl_core::tune::{RegMode, TuneTable};
 use oxccl_core::{Communicator, OpKind, Result};
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 /// The buffers of `op` a mode applies to: both of a collective; of a send or receive, only
@@ -57,48 +55,4 @@ pub(crate) fn prepare_on<C: Communicator>(
     }
     st.ops[usize::from(mode.level())] += 1;
     Ok(mode)
-}
-
-impl<B: Memory> Issuer<'_, B> {
-    /// Chooses the mode of an operation on `mems` (one per buffer it uses, `None` for a plain
-    /// or absent buffer) and makes the registrations it needs, before the operation is
-    /// issued (inside a capture: checks they were made; see the module's documentation).
-    pub fn prepare(
-        &self,
-        table: Option<&TuneTable>,
-        op: &OpDesc,
-        mems: &[Option<CommMem>],
-    ) -> Result<RegMode> {
-        let e = self.entry;
-        let timeout = Duration::from_millis(self.timeout_ms.load(Ordering::Relaxed));
-        prepare_on(
-            &e.comm,
-            &e.regs,
-            table,
-            op,
-            mems,
-            self.cap.is_some(),
-            timeout,
-        )
-    }
-
-    /// [`Issuer::prepare`] when the operation must go through it ([`Issuer::tunes`]); the
-    /// buffers' identities (`mems`) are taken only then.
-    pub fn tune<const N: usize>(
-        &self,
-        table: Option<&TuneTable>,
-        op: &OpDesc,
-        mems: impl FnOnce() -> [Option<CommMem>; N],
-    ) -> Result<()> {
-        if self.tunes(table) {
-            self.prepare(table, op, &mems())?;
-        }
-        Ok(())
-    }
-
-    /// Whether an operation must go through [`Issuer::prepare`]: under a table, or on a
-    /// communicator with windows (whose buffers must be all in windows or none).
-    pub fn tunes(&self, table: Option<&TuneTable>) -> bool {
-        table.is_some() || self.entry.regs.has_windows()
-    }
 }
