@@ -7,7 +7,7 @@
 //! [`MockBackend::for_processes`], so ranks in one process (threads) and in many (a launcher's
 //! processes on one machine) both work with the same binary.
 
-use super::Bootstrap;
+use super::bootstrap::Bootstrap;
 use crate::buffer::Memory;
 use crate::pg::tune::file::{tune_from_env, TUNE_FILE_VAR};
 use crate::pg::{PgOptions, ProcessGroup};

@@ -1,6 +1,6 @@
 //! The flight recorder: the ring every process group fills (the core's
 //! [`FlightRecorder`](oxccl_core::trace::FlightRecorder), shared as a [`Recorder`]), each
-//! work's entry on its way into it ([`slot`]), and its dumps.
+//! work's entry on its way into it (`slot`), and its dumps.
 //!
 //! - [`write_dump`]: one rank's ring as PyTorch's dump format, JSON (`rank_<r>.json`) and
 //!   pickled (`trace_<r>`, for PyTorch's `torchfrtrace`), into [`dump_dir_from_env`]

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-/// What a group's communicator did with buffers (see [`ProcessGroup::tuned_stats`]).
+/// What a group's communicator did with buffers (see [`ProcessGroup::tuned_stats`](crate::pg::ProcessGroup::tuned_stats)).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TunedStats {
     /// Operations issued in each mode, by [`RegMode::level`] (plain, registered, window).
