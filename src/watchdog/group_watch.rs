@@ -303,7 +303,7 @@ impl GroupWatch {
     /// published progress read from the store (each read bounded by `limit`), analysed by the
     /// core ([`oxccl_core::watchdog::desync::write_report`]). `None` when desync debugging is
     /// off, and when the store could not be read (the report kept then says so). The report
-    /// is also kept for [`super::ProcessGroup::desync_report`]. With it, the global ranks that
+    /// is also kept for `ProcessGroup::desync_report`. With it, the global ranks that
     /// never joined the collective.
     pub fn desync_report(
         &self,
