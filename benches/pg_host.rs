@@ -23,7 +23,8 @@
 use oxccl::buffer::{Buffer, Memory, Operand, StreamOf};
 use oxccl::core::traits::StreamPriority;
 use oxccl::core::{Backend, CommAbort, Communicator, Event, Stream};
-use oxccl::pg::{PgOptions, ProcessGroup, Recorder};
+use oxccl::pg::{PgOptions, ProcessGroup};
+use oxccl::recorder::Recorder;
 use oxccl::store::{MemStore, Store};
 use oxccl::{
     CommConfig, CommOp, CommState, Device, Element, Feature, FeatureSet, Progress, RawBuf,

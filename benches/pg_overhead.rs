@@ -21,7 +21,8 @@
 //!   and nccl-tests time (the host's issue or the GPU's run, whichever is slower).
 
 use oxccl::core::Backend;
-use oxccl::pg::{PgOptions, ProcessGroup, Recorder, RegMode, TuneTable};
+use oxccl::pg::{PgOptions, ProcessGroup, RegMode, TuneTable};
+use oxccl::recorder::Recorder;
 use oxccl::store::{MemStore, PrefixStore, Store};
 use oxccl::{Comm, CommConfig, Device, Nccl, ReduceOp};
 use std::sync::{Arc, Barrier};
@@ -336,7 +337,8 @@ fn high_priority_check(lib: &Nccl, store: &Arc<dyn Store>, r: u32, n: u32) {
 /// and on, alternated round by round.
 mod mock {
     use oxccl::mock::MockBackend;
-    use oxccl::pg::{PgOptions, ProcessGroup, Recorder};
+    use oxccl::pg::{PgOptions, ProcessGroup};
+    use oxccl::recorder::Recorder;
     use oxccl::store::{MemStore, Store};
     use oxccl::ReduceOp;
     use std::sync::Arc;

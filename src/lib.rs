@@ -8,7 +8,7 @@
 //!   registration, graphs, abort from any thread through an [`AbortHandle`], and group guards
 //!   (the package `oxccl-comm`, re-exported here whole).
 //! - [`pg::ProcessGroup`] is PyTorch's process group over any backend: [`pg::Work`] handles,
-//!   timeouts, coalescing, subgroups, a [`watchdog`] and a flight recorder ([`trace`]); [`launch`]
+//!   timeouts, coalescing, subgroups, a [`watchdog`] and a flight [`recorder`]; [`launch`]
 //!   starts one from torchrun's, Slurm's or MPI's environment through a [`store`].
 //! - [`mock`] is an in-process world of ranks on host memory for tests without GPUs.
 //!
@@ -20,7 +20,7 @@
 mod deadline;
 pub mod launch;
 pub mod pg;
-pub mod trace;
+pub mod recorder;
 pub mod watchdog;
 
 pub use oxccl_comm::*;

@@ -23,6 +23,10 @@ use std::time::Duration;
 
 mod ranks;
 mod torch_env;
+/// The `oxccl trace` tool's analysis of dumps, taken in by path (it lives in the tool).
+#[path = "../cli/src/trace/analysis/mod.rs"]
+#[allow(dead_code, unused_imports)]
+mod trace_analysis;
 
 const CHILD: &str = "OXCCL_DUMP_ENDING_CHILD";
 /// A directory where each rank leaves `first_<rank>` once its first all_reduce completed.
@@ -226,10 +230,10 @@ fn backend() -> String {
     std::env::var("OXCCL_DUMP_ENDING_BACKEND").unwrap_or_else(|_| "mock".into())
 }
 
-/// What `oxccl trace DIR` reports, from the library's analysis (what the tool prints): the
+/// What `oxccl trace DIR` reports, from the tool's analysis (what it prints): the
 /// dumps' report, after a line per unreadable dump.
 fn oxccl_trace(dir: &Path) -> String {
-    use oxccl::trace::{analyze, read_dump_dir, render_text};
+    use trace_analysis::{analyze, read_dump_dir, render_text};
     let read = read_dump_dir(dir).unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()));
     let mut text = String::new();
     for (path, why) in &read.unreadable {

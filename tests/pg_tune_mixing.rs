@@ -1,4 +1,4 @@
-//! One operation, one kind of buffer (src/pg/tuned.rs): the buffers of an operation are all
+//! One operation, one kind of buffer (src/pg/tune/): the buffers of an operation are all
 //! in symmetric windows or none is (NCCL 2.28.9 gives wrong results, or hangs, on an
 //! all_to_all whose send buffer is in a window and whose receive buffer is not). On the
 //! mock world: the other buffer is put in a window too; plain memory beside a window is

@@ -12,6 +12,10 @@ use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 mod ranks;
+/// The `oxccl trace` tool's analysis of dumps, taken in by path (it lives in the tool).
+#[path = "../cli/src/trace/analysis/mod.rs"]
+#[allow(dead_code, unused_imports)]
+mod trace_analysis;
 
 const CHILD: &str = "OXCCL_SAFETY_CHILD";
 const DEADLINE: Duration = Duration::from_secs(90);
@@ -197,7 +201,7 @@ fn case_16_bad_boolean_fails_init_process_group() {
 fn dumped_states(dir: &Path, rank: u32) -> Vec<(u64, String)> {
     let file = dir.join(format!("rank_{rank}.json"));
     let text = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
-    oxccl::trace::parse_dump(&text, Some(rank))
+    trace_analysis::parse::parse_dump(&text, Some(rank))
         .unwrap()
         .entries
         .iter()
@@ -252,8 +256,8 @@ fn case_30_timeout_dump() {
             "timing={timing}"
         );
         // The analysis names rank 1's stop at seq 2 and rank 0 as the one without a dump.
-        let dumps = oxccl::trace::read_dump_dir(&dir).unwrap();
-        let text = oxccl::trace::render_text(&oxccl::trace::analyze(&dumps.dumps));
+        let dumps = trace_analysis::read_dump_dir(&dir).unwrap();
+        let text = trace_analysis::render_text(&trace_analysis::analyze(&dumps.dumps));
         assert!(
             text.contains("hang at collective seq 2")
                 && text.contains("stopped: rank 1 at seq 2 nccl:all_reduce")
@@ -298,8 +302,8 @@ fn case_30_healthy_rank_dumps_on_the_signal() {
         dumped_states(&dir, 1),
         vec![(1, "completed".to_string()), (2, "scheduled".to_string())]
     );
-    let dumps = oxccl::trace::read_dump_dir(&dir).unwrap();
-    let text = oxccl::trace::render_text(&oxccl::trace::analyze(&dumps.dumps));
+    let dumps = trace_analysis::read_dump_dir(&dir).unwrap();
+    let text = trace_analysis::render_text(&trace_analysis::analyze(&dumps.dumps));
     assert!(
         text.contains("2 rank(s) dumped") && text.contains("rank 1 at seq 2"),
         "{text}"

@@ -6,7 +6,7 @@ use oxccl::core::op::OpKind;
 use oxccl::core::trace::{
     profiling_name, FlightRecorder, PgConfig, TensorMeta, TraceRecord, TraceState,
 };
-use oxccl::trace::{write_dump, DumpMeta};
+use oxccl::recorder::{write_dump, DumpMeta};
 use oxccl::DataType;
 use std::path::{Path, PathBuf};
 use std::process::Command;

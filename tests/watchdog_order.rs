@@ -4,7 +4,8 @@
 
 use oxccl::core::env::ErrorHandling;
 use oxccl::mock::MockBackend;
-use oxccl::pg::{PgOptions, ProcessGroup, Recorder};
+use oxccl::pg::{PgOptions, ProcessGroup};
+use oxccl::recorder::Recorder;
 use oxccl::store::{MemStore, Store};
 use oxccl::ReduceOp;
 use std::sync::Arc;

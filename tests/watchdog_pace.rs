@@ -5,7 +5,8 @@
 //! as on an idle build machine. Alone in its binary: the process's watchdog counts only these.
 
 use oxccl::mock::MockBackend;
-use oxccl::pg::{PgOptions, ProcessGroup, Recorder};
+use oxccl::pg::{PgOptions, ProcessGroup};
+use oxccl::recorder::Recorder;
 use oxccl::store::{MemStore, Store};
 use oxccl::watchdog::Watchdog;
 use oxccl::ReduceOp;

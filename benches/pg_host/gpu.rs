@@ -4,7 +4,8 @@
 
 use super::env_usize;
 use oxccl::core::{Backend, Stream};
-use oxccl::pg::{PgOptions, ProcessGroup, Recorder};
+use oxccl::pg::{PgOptions, ProcessGroup};
+use oxccl::recorder::Recorder;
 use oxccl::store::{MemStore, Store};
 use oxccl::{Comm, CommConfig, Device, Nccl, NcclStream, ReduceOp};
 use std::sync::Arc;

@@ -1,20 +1,19 @@
 //! `oxccl trace` end to end: rings filled as the process group fills them, dumped per rank
 //! with the writer into a directory, read back and analyzed; and the CLI's exit codes.
 
-#[path = "../src/trace.rs"]
+#[path = "../src/trace/mod.rs"]
 mod trace_cli;
 
 use oxccl::core::op::OpKind;
 use oxccl::core::trace::{
     profiling_name, FlightRecorder, PgConfig, TensorMeta, TraceRecord, TraceState,
 };
-use oxccl::trace::{
-    analyze, read_dump_dir, render_text, report_json, write_dump, Culprit, DumpMeta, MismatchKind,
-    Reason,
-};
+use oxccl::recorder::{write_dump, DumpMeta};
 use oxccl::DataType;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use trace_cli::analysis::analyze::{Culprit, MismatchKind, Reason};
+use trace_cli::analysis::{analyze, read_dump_dir, render_text, report_json};
 use TraceState::{Completed as Done, Scheduled as Sched, Started};
 
 const WORLD: u32 = 64;
@@ -292,6 +291,6 @@ fn cli_exit_codes() {
         request: true,
     };
     assert_eq!(trace_cli::run(&req), ExitCode::SUCCESS);
-    assert!(dir.join(oxccl::trace::DUMP_REQUEST_FILE).is_file());
+    assert!(dir.join(oxccl::recorder::DUMP_REQUEST_FILE).is_file());
     let _ = std::fs::remove_dir_all(&dir);
 }

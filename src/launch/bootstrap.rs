@@ -1,7 +1,7 @@
 //! [`Bootstrap`]: from an init method and the launcher's environment to this rank's place in
 //! the job and the store the ranks rendezvous through (c10d's rendezvous handlers).
 
-use super::InitMethod;
+use super::init::InitMethod;
 use crate::store::{FileStore, PrefixStore, Store, TcpStore, TcpStoreOptions};
 use oxccl_core::env::{parse_u64, EnvConfig};
 use oxccl_core::launch::{LaunchInfo, Launcher, SLURM_PORT_RULE};
@@ -90,7 +90,7 @@ impl std::fmt::Debug for Bootstrap {
 
 impl Bootstrap {
     /// The store a default group of this launch is made on: [`Bootstrap::store`], under
-    /// [`Bootstrap::group_scope`] when there is one (what [`super::init_process_group`] uses).
+    /// [`Bootstrap::group_scope`] when there is one (what [`init_process_group`](super::choose::init_process_group) uses).
     pub fn group_store(&self) -> Arc<dyn Store> {
         match &self.group_scope {
             Some(scope) => Arc::new(PrefixStore::new(scope.clone(), self.store.clone())),

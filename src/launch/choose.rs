@@ -7,9 +7,10 @@
 //! [`MockBackend::for_processes`], so ranks in one process (threads) and in many (a launcher's
 //! processes on one machine) both work with the same binary.
 
-use super::Bootstrap;
+use super::bootstrap::Bootstrap;
 use crate::buffer::Memory;
 use crate::mock::MockBackend;
+use crate::pg::tune::file::{tune_from_env, TUNE_FILE_VAR};
 use crate::pg::{PgOptions, ProcessGroup};
 use oxccl_core::env::{BackendChoice, EnvConfig};
 use oxccl_core::{text, Error, Result};
@@ -107,7 +108,7 @@ pub fn init_process_group<W: WithProcessGroup>(w: W) -> Result<W::Output> {
     let boot = Bootstrap::from_env()?;
     let mut opts = PgOptions::from_config(&env, None);
     opts.device = boot.device;
-    opts.tune = crate::pg::tune_from_env(vars.get(crate::pg::TUNE_FILE_VAR).map(String::as_str))?;
+    opts.tune = tune_from_env(vars.get(TUNE_FILE_VAR).map(String::as_str))?;
     struct Run<W> {
         boot: Bootstrap,
         opts: PgOptions,

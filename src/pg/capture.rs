@@ -33,64 +33,22 @@
 //! use. So the graph never borrows the buffers between launches, and safe code can neither
 //! free nor touch them while a launch may still run, as for any operation.
 
+use super::capture_state::{Captor, Recorded, OPEN_HERE};
 use super::comm::Entry;
-use super::group::PgInner;
-use super::work::Work;
-use super::{ProcessGroup, WorkOf};
+use super::inner::PgInner;
+use super::issue::SeqKind;
+use super::process_group::ProcessGroup;
+use super::work::{Work, WorkOf};
 use crate::buffer::{Memory, Operand, StreamOf};
 use oxccl_core::graph_buffers::GraphBuffers;
 use oxccl_core::state::work::WorkInfo;
 use oxccl_core::text::Escaped;
 use oxccl_core::{
-    text, Capture, CaptureError, CommAbort, CommOp, CommState, DataType, Error, Graph, OpKind,
-    Result, Stream,
+    text, Capture, CaptureError, CommAbort, CommState, DataType, Error, Graph, OpKind, Result,
+    Stream,
 };
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-
-/// What an open capture has recorded so far.
-#[derive(Debug, Default)]
-struct Recorded {
-    /// Every distinct buffer the captured operations use.
-    regions: GraphBuffers,
-    /// Each captured operation: kind, dtype, elements in and out.
-    ops: Vec<(OpKind, DataType, usize, usize)>,
-}
-
-/// A group's capture state: whether a capture is open on its stream, and what it recorded.
-#[derive(Debug, Default)]
-pub(crate) struct CaptureState {
-    on: AtomicBool,
-    rec: Mutex<Recorded>,
-}
-
-impl CaptureState {
-    /// Whether a capture is open (one relaxed load: the cost on the hot path).
-    pub fn is_on(&self) -> bool {
-        self.on.load(Ordering::Relaxed)
-    }
-
-    fn rec(&self) -> MutexGuard<'_, Recorded> {
-        self.rec.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Notes the buffers of `op` (issued inside the capture) and the op itself.
-    pub fn note(&self, op: &CommOp<'_>) {
-        let mut rec = self.rec();
-        rec.regions.note(op);
-        if let Some(dtype) = op.dtype() {
-            rec.ops
-                .push((op.kind(), dtype, op.numel_in(), op.numel_out()));
-        }
-    }
-}
-
-/// How an operation issued inside a capture reaches its buffers: on the copy stream, which
-/// does not capture, while the operation itself goes on the group's capturing stream.
-pub(crate) struct Captor<'a, B: Memory> {
-    pub state: &'a CaptureState,
-    pub copy: &'a StreamOf<B>,
-}
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 impl<B: Memory> PgInner<B> {
     /// `Some` while a capture is open on this group (made with the copy stream the buffers
@@ -119,25 +77,6 @@ impl<B: Memory> PgInner<B> {
         }
         Ok(())
     }
-}
-
-thread_local! {
-    /// Captures open on this thread, on any group: a communicator made meanwhile would be made
-    /// by the capturing thread, whose CUDA calls the capture forbids.
-    static OPEN_HERE: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
-}
-
-/// Refuses to make a communicator (group `uid`) on a thread that has a capture open: its
-/// creation allocates and synchronizes, which the capture forbids.
-pub(crate) fn refuse_init_in_capture(uid: u64, desc: &str) -> Result<()> {
-    if OPEN_HERE.with(|n| n.get()) > 0 {
-        return Err(CaptureError::Unsupported.error(format_args!(
-            "the communicator of group {uid} ({}) does not exist yet and cannot be made \
-             inside a graph capture: use the group once (or bind its device) before capturing",
-            Escaped(desc)
-        )));
-    }
-    Ok(())
 }
 
 /// Ends the capture however the closure left (an error, a panic): the stream stops
@@ -470,7 +409,7 @@ where
         for access in std::mem::take(&mut self.held) {
             B::end_access(access, &end);
         }
-        let seq = inner.next_seq(super::issue::SeqKind::Collective);
+        let seq = inner.next_seq(SeqKind::Collective);
         let p = &g.profile;
         let trace = if inner.watch.recorder.is_enabled() {
             inner.trace_built(p.name.clone(), seq, p.inputs.clone(), p.outputs.clone())

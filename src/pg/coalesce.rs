@@ -4,9 +4,12 @@
 //! one kind, one dtype and one reduction.
 
 use super::comm::Entry;
-use super::issue::{Issuer, OpDesc, SeqKind};
+use super::issue::{Issuer, SeqKind};
+use super::op_desc::OpDesc;
 use super::ops::two_on;
-use super::{ProcessGroup, WorkOf};
+use super::process_group::ProcessGroup;
+use super::tune::prepare::prepare_on;
+use super::work::WorkOf;
 use crate::buffer::{Memory, Operand};
 use crate::element::{host_op, Element};
 use oxccl_core::state::work::WorkInfo;
@@ -102,7 +105,7 @@ impl<B: Memory> ProcessGroup<B> {
 
     /// Sends and receives of `ops` as one batch with one work (c10d's `batch_isend_irecv`).
     ///
-    /// With a tune table ([`super::PgOptions::tune`]), its [`Memory::CommBuf`] buffers are
+    /// With a tune table ([`PgOptions::tune`](super::options::PgOptions::tune)), its [`Memory::CommBuf`] buffers are
     /// registered as the table says for sends and receives (locally at most: a window is
     /// collective over the whole group, a send involves two ranks), before the batch opens,
     /// since nothing is registered inside one. Inside a capture they must be registered
@@ -132,7 +135,7 @@ impl<B: Memory> ProcessGroup<B> {
                     } else {
                         [None, buf.comm_mem()]
                     };
-                    super::tuned::prepare_on(
+                    prepare_on(
                         &e.comm,
                         &e.regs,
                         Some(table),

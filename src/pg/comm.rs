@@ -1,10 +1,13 @@
 //! A group's communicator: made on first use (or at once), by init through the store or by a
 //! split of the parent's; closed by destroy.
 
-use super::{AbortOf, CommOf};
+use super::keys;
+use super::tune::reg_cache::RegCache;
+use super::work::WorkHome;
 use crate::buffer::{Memory, StreamOf};
 use crate::deadline::deadline_after;
 use oxccl_core::text::Escaped;
+use oxccl_core::traits::{AbortOf, CommOf};
 use oxccl_core::{text, CommConfig, Communicator, Error, Result, UniqueId};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -15,9 +18,9 @@ pub(crate) struct Entry<B: Memory> {
     pub stream: StreamOf<B>,
     pub abort: AbortOf<B>,
     /// What the works issued on `comm` share (the group's watch, `abort`).
-    pub home: Arc<super::work::WorkHome<AbortOf<B>>>,
+    pub home: Arc<WorkHome<AbortOf<B>>>,
     /// Registrations and windows of buffers on `comm` (after it: dropped once it is gone).
-    pub regs: super::tuned::RegCache,
+    pub regs: RegCache,
 }
 
 impl<B: Memory> Entry<B> {
@@ -26,11 +29,11 @@ impl<B: Memory> Entry<B> {
     pub fn new(
         comm: CommOf<B>,
         priority: oxccl_core::traits::StreamPriority,
-        watch: Arc<super::watch::GroupWatch>,
+        watch: Arc<crate::watchdog::group_watch::GroupWatch>,
     ) -> Result<Entry<B>> {
         let stream = comm.new_stream_with(priority)?;
         let abort = comm.abort_handle();
-        let home = Arc::new(super::work::WorkHome {
+        let home = Arc::new(WorkHome {
             watch,
             abort: Some(abort.clone()),
         });
@@ -39,7 +42,7 @@ impl<B: Memory> Entry<B> {
             stream,
             abort,
             home,
-            regs: super::tuned::RegCache::default(),
+            regs: RegCache::default(),
         })
     }
 }
@@ -91,13 +94,13 @@ pub(crate) struct InitParams<'a> {
 pub(crate) fn init_through_store<B: Memory>(backend: &B, p: &InitParams<'_>) -> Result<CommOf<B>> {
     let arrival = Arrival {
         store: p.store,
-        prefix: super::keys::init(p.uid, p.attempt),
+        prefix: keys::init(p.uid, p.attempt),
         index: p.rank,
         ranks: p.ranks,
         deadline: deadline_after(p.timeout),
         what: format!("the init of group {} ({})", p.uid, Escaped(p.desc)),
     };
-    let key = super::keys::unique_id(p.uid, p.attempt);
+    let key = keys::unique_id(p.uid, p.attempt);
     let writer = p.ranks.first().copied().unwrap_or(0);
     let id = if p.rank == 0 {
         let id = backend.unique_id()?;
@@ -128,26 +131,6 @@ impl InitParams<'_> {
     fn size(&self) -> u32 {
         self.ranks.len() as u32
     }
-}
-
-/// Before split `k` of `parent`'s communicator: every member of the parent arrives in the
-/// store (see [`Arrival`]), bounded by the parent's timeout, so that a member that never
-/// calls the split is named by the others instead of waited for inside the backend.
-pub(crate) fn arrive_for_split<B: Memory>(parent: &super::group::PgInner<B>, k: u64) -> Result<()> {
-    let arrival = Arrival {
-        store: &*parent.store,
-        prefix: super::keys::split(parent.uid, k),
-        index: parent.member_rank()?,
-        ranks: &parent.ranks,
-        deadline: deadline_after(parent.timeout()),
-        what: format!(
-            "split #{k} of group {} ({})",
-            parent.uid,
-            Escaped(&parent.desc)
-        ),
-    };
-    arrival.arrive()?;
-    arrival.wait_all(None)
 }
 
 /// The shortest limit a store read after the barrier is given (the value is there already).

@@ -1,30 +1,22 @@
 //! The one path every operation of a group is issued through: the refusals, the events of
 //! its work, its sequence number, its flight-recorder entry and its place in the watchdog.
 
+use super::capture_state::Captor;
 use super::comm::Entry;
-use super::group::PgInner;
-use super::recorder::now_ns;
-use super::trace_slot::{PendingTrace, TraceSlot};
-use super::work::{Work, WorkOf};
-use crate::buffer::{Memory, StreamOf};
+use super::inner::PgInner;
+use super::op_desc::OpDesc;
+use super::tune::prepare::prepare_on;
+use super::work::{EventOf, Work, WorkOf};
+use crate::buffer::{CommMem, Memory, StreamOf};
+use crate::recorder::now_ns;
+use crate::recorder::slot::{PendingTrace, TraceSlot};
 use crate::watchdog::Watchdog;
 use oxccl_core::state::work::WorkInfo;
 use oxccl_core::trace::{TensorMeta, TraceRecord};
-use oxccl_core::{
-    text, CommOp, CommState, Communicator, DataType, Device, Error, OpKind, Result, Stream,
-};
+use oxccl_core::tune::{RegMode, TuneTable};
+use oxccl_core::{text, CommOp, CommState, Communicator, Device, Error, OpKind, Result, Stream};
 use std::sync::atomic::Ordering;
-
-/// What an operation is, for its work, its trace entry and its errors.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct OpDesc {
-    pub kind: OpKind,
-    pub dtype: DataType,
-    /// Elements read and written on this rank.
-    pub numel: (usize, usize),
-    /// The group rank of the peer of a send or recv.
-    pub peer: Option<u32>,
-}
+use std::time::Duration;
 
 /// What [`PgInner::issue`] hands an operation's body: the stream and device to take buffers
 /// on, and the call that issues on the communicator.
@@ -32,13 +24,13 @@ pub(crate) struct Issuer<'a, B: Memory> {
     pub entry: &'a Entry<B>,
     pub device: Device,
     /// Inside a graph capture: where buffers are reached instead (see `capture`).
-    pub cap: Option<super::capture::Captor<'a, B>>,
+    pub cap: Option<Captor<'a, B>>,
     /// The group's timeout in ms (bounds what preparing buffers may wait for; read only then).
     pub timeout_ms: &'a std::sync::atomic::AtomicU64,
     /// Whether the work's events are timed.
     pub timing: bool,
     /// The end event [`Issuer::issue_ending`] recorded: the work's, shared with its buffers.
-    pub end: std::cell::Cell<Option<super::EventOf<B>>>,
+    pub end: std::cell::Cell<Option<EventOf<B>>>,
 }
 
 impl<'a, B: Memory> Issuer<'a, B> {
@@ -220,8 +212,8 @@ impl<B: Memory> PgInner<B> {
     pub fn work(
         &self,
         info: WorkInfo,
-        start: Option<super::EventOf<B>>,
-        end: Option<super::EventOf<B>>,
+        start: Option<EventOf<B>>,
+        end: Option<EventOf<B>>,
         e: &Entry<B>,
         mut trace: TraceSlot,
     ) -> WorkOf<B> {
@@ -271,5 +263,49 @@ impl<B: Memory> PgInner<B> {
             SeqKind::P2p => &self.hot.p2p_seq,
         };
         counter.fetch_add(1, Ordering::Relaxed) + 1
+    }
+}
+
+impl<B: Memory> Issuer<'_, B> {
+    /// Chooses the mode of an operation on `mems` (one per buffer it uses, `None` for a plain
+    /// or absent buffer) and makes the registrations it needs, before the operation is
+    /// issued (inside a capture: checks they were made; see the module's documentation).
+    pub fn prepare(
+        &self,
+        table: Option<&TuneTable>,
+        op: &OpDesc,
+        mems: &[Option<CommMem>],
+    ) -> Result<RegMode> {
+        let e = self.entry;
+        let timeout = Duration::from_millis(self.timeout_ms.load(Ordering::Relaxed));
+        prepare_on(
+            &e.comm,
+            &e.regs,
+            table,
+            op,
+            mems,
+            self.cap.is_some(),
+            timeout,
+        )
+    }
+
+    /// [`Issuer::prepare`] when the operation must go through it ([`Issuer::tunes`]); the
+    /// buffers' identities (`mems`) are taken only then.
+    pub fn tune<const N: usize>(
+        &self,
+        table: Option<&TuneTable>,
+        op: &OpDesc,
+        mems: impl FnOnce() -> [Option<CommMem>; N],
+    ) -> Result<()> {
+        if self.tunes(table) {
+            self.prepare(table, op, &mems())?;
+        }
+        Ok(())
+    }
+
+    /// Whether an operation must go through [`Issuer::prepare`]: under a table, or on a
+    /// communicator with windows (whose buffers must be all in windows or none).
+    pub fn tunes(&self, table: Option<&TuneTable>) -> bool {
+        table.is_some() || self.entry.regs.has_windows()
     }
 }

@@ -37,7 +37,7 @@
 //! | `oxccl/pg/<uid>/split/<k>/arrived/<group rank>`, `…/count`, `…/all` | every member of the parent ([`split`]) | arrival before split `k` of group `uid`'s communicator |
 //! | `oxccl/tune/<uid>/<group rank>`, `oxccl/tune/<uid>/verdict` | every member; group rank 0 the verdict ([`agreement`]) | the tune tables agree |
 //! | `oxccl/release/<call>/<uid>/<group rank>`, `…/verdict` | likewise ([`agreement`], from `tuned/release.rs`) | the windows release call `call` frees agree |
-//! | `oxccl/desync/<uid>/<group rank>` | the watchdog ([`desync`]) | progress read by a desync report |
+//! | `oxccl/desync/<uid>/<group rank>` | the watchdog ([`desync_key`]) | progress read by a desync report |
 //! | `oxccl/timeout_dump` | a rank whose failure dumps (`oxccl_core::watchdog::DUMP_SIGNAL_KEY`) | the signal for every rank to dump |
 //! | `oxccl/dumped/rank/<global rank>`, `oxccl/dumped/count` | every rank that dumped for a failure, once (`DUMP_REPORT_PREFIX`, `DUMP_REPORT_COUNT_KEY`) | the failing rank waits until the count reaches the world size; the keys name who never reported |
 //!
@@ -51,6 +51,7 @@
 //! [`ProcessGroup::new`]: super::ProcessGroup::new
 //! [`ProcessGroup::store`]: super::ProcessGroup::store
 //! [`PrefixStore`]: crate::store::PrefixStore
+//! [`desync_key`]: crate::watchdog::group_watch::desync_key
 
 use crate::store::{PrefixStore, Store};
 use oxccl_core::{text, Error, Result};
@@ -75,11 +76,6 @@ pub(crate) fn split(uid: u64, k: u64) -> String {
 /// agreement on `topic` (`tune`, `release/<call>`).
 pub(crate) fn agreement(topic: &str, uid: u64, who: &str) -> String {
     format!("oxccl/{topic}/{uid}/{who}")
-}
-
-/// Where the watchdog of group `uid`'s group rank `rank` writes its progress.
-pub(crate) fn desync(uid: u64, rank: u32) -> String {
-    format!("oxccl/desync/{uid}/{rank}")
 }
 
 /// The counter of default groups of `size` ranks made on a store.

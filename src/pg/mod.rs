@@ -8,45 +8,30 @@
 //! - Subgroups: [`ProcessGroup::new_group`], [`ProcessGroup::new_subgroups`],
 //!   [`ProcessGroup::new_subgroups_by_enumeration`], global ↔ group rank translation.
 
-pub(crate) mod capture;
+mod buffer_modes;
+mod capture;
+mod capture_state;
 mod coalesce;
 mod comm;
-mod group;
+mod inner;
 mod issue;
 mod keys;
+mod op_desc;
 mod ops;
 mod options;
-pub mod recorder;
+mod process_group;
 mod subgroups;
-mod trace_slot;
-mod tuned;
-pub(crate) mod watch;
+pub(crate) mod tune;
 mod work;
 
 pub use capture::{Launch, PgGraph};
 pub use coalesce::{Coalescing, P2pOp};
-pub use group::ProcessGroup;
 pub use keys::world_namespace;
 pub use options::{PgOptions, DEFAULT_TIMEOUT};
 pub use oxccl_core::state::work::WorkInfo;
-pub use oxccl_core::tune::{RegMode, TuneTable};
-pub use recorder::Recorder;
-pub(crate) use tuned::tune_from_env;
-pub use tuned::{load_tune_file, TunedStats, TUNE_FILE_VAR};
-pub use watch::{CompletedWork, CompletionHook};
-pub use work::{Work, WorkOf};
-
-use oxccl_core::Stream;
-
 pub use oxccl_core::traits::{AbortOf, CommOf};
-/// The event type of a backend's streams.
-pub type EventOf<B> = <crate::buffer::StreamOf<B> as Stream>::Event;
-
-/// Aborts every communicator of `groups` and stops the watchdog, within `limit` (c10d's
-/// shutdown): never waits for peers.
-pub fn shutdown<B: crate::buffer::Memory>(groups: &[&ProcessGroup<B>], limit: std::time::Duration) {
-    for g in groups {
-        g.abort("shut down");
-    }
-    crate::watchdog::Watchdog::global().stop(limit);
-}
+pub use oxccl_core::tune::{RegMode, TuneTable};
+pub use process_group::{shutdown, ProcessGroup};
+pub use tune::file::{load_tune_file, TUNE_FILE_VAR};
+pub use tune::reg_cache::TunedStats;
+pub use work::{EventOf, Work, WorkOf};

@@ -1,8 +1,10 @@
 //! Every collective and p2p operation of a process group, on typed buffers of the backend.
 //! Rooted operations and peers take global ranks, translated to group ranks here.
 
-use super::issue::{Issuer, OpDesc};
-use super::{ProcessGroup, WorkOf};
+use super::issue::Issuer;
+use super::op_desc::OpDesc;
+use super::process_group::ProcessGroup;
+use super::work::WorkOf;
 use crate::buffer::{Memory, Operand};
 use crate::element::{host_op, Element};
 use oxccl_core::{CommOp, OpKind, RawBuf, RawBufMut, ReduceOp, Result};

@@ -1,6 +1,7 @@
 //! What a process group is configured with.
 
-use super::recorder::Recorder;
+use super::tune::file::{tune_from_env, TUNE_FILE_VAR};
+use crate::recorder::Recorder;
 use oxccl_core::env::ErrorHandling;
 use oxccl_core::{CommConfig, Device};
 use std::time::Duration;
@@ -158,8 +159,7 @@ impl PgOptions {
             .collect();
         let env = oxccl_core::env::EnvConfig::from_lookup(|k| vars.get(k).map(String::as_str))?;
         let mut opts = PgOptions::from_config(&env, explicit_timeout);
-        opts.tune =
-            super::tuned::tune_from_env(vars.get(super::TUNE_FILE_VAR).map(String::as_str))?;
+        opts.tune = tune_from_env(vars.get(TUNE_FILE_VAR).map(String::as_str))?;
         Ok(opts)
     }
 }

@@ -1,8 +1,8 @@
 //! Subgroups: every rank of a group calls `new_group` in the same order (members and
 //! non-members alike), so uids agree and a split can be collective over the parent.
 
-use super::PgOptions;
-use super::ProcessGroup;
+use super::options::PgOptions;
+use super::process_group::ProcessGroup;
 use crate::buffer::Memory;
 use oxccl_core::membership::{self, CommPlan};
 use oxccl_core::{text, Error, Result};

@@ -6,13 +6,15 @@
 //! with the issuing thread, which made it and frees it; only a failure, a timeout or timing
 //! (durations, hooks) takes the work's lock on the watchdog's side.
 
-use super::recorder::now_ns;
-use super::trace_slot::TraceSlot;
-use super::watch::{CompletedWork, GroupWatch};
+use crate::buffer::StreamOf;
+use crate::recorder::now_ns;
+use crate::recorder::slot::TraceSlot;
+use crate::watchdog::group_watch::{CompletedWork, GroupWatch};
 use crate::watchdog::{Hint, Watched};
 use oxccl_core::state::work::{Work as WorkMachine, WorkInfo};
 use oxccl_core::trace::TraceState;
-use oxccl_core::{CommAbort, CommState, Error, Event, OpKind, Result, WorkState};
+use oxccl_core::traits::AbortOf;
+use oxccl_core::{CommAbort, CommState, Error, Event, OpKind, Result, Stream, WorkState};
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -580,7 +582,10 @@ impl<E: Event + 'static, A: CommAbort> Watched for Inner<E, A> {
 }
 
 /// `Work` over a backend's event and abort handle.
-pub type WorkOf<B> = Work<super::EventOf<B>, super::AbortOf<B>>;
+pub type WorkOf<B> = Work<EventOf<B>, AbortOf<B>>;
+
+/// The event type of a backend's streams.
+pub type EventOf<B> = <StreamOf<B> as Stream>::Event;
 
 #[cfg(test)]
 mod tests {

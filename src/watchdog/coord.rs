@@ -12,7 +12,7 @@
 //! failed rank time out there too (and dump again, with what they know then).
 
 use super::{lock, Watchdog};
-use crate::trace::{DumpCause, DumpNote};
+use crate::recorder::{DumpCause, DumpNote};
 use oxccl_core::watchdog::{dump_signal_rank, should_dump_on_signal, DUMP_SIGNAL_KEY};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;

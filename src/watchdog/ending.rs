@@ -18,10 +18,11 @@
 //!
 //! The decision of each step is the core's `dump_wait_step`.
 
-use super::{dumps, lock, Watchdog};
-use crate::pg::recorder::now_ns;
+use super::{lock, Watchdog};
+use crate::recorder::now_ns;
+use crate::recorder::target::write_within;
+use crate::recorder::{DumpCause, DumpNote, DumpWait};
 use crate::store::Store;
-use crate::trace::{DumpCause, DumpNote, DumpWait};
 use oxccl_core::watchdog::{
     dump_wait_step, DumpWaitEnd, DumpWaitStep, DUMP_REPORT_COUNT_KEY, DUMP_REPORT_PREFIX,
     DUMP_SIGNAL_KEY,
@@ -140,7 +141,7 @@ impl Watchdog {
     pub(super) fn dump_and_report(&self, reason: &str, note: &mut DumpNote, deadline: Instant) {
         self.failure_dumped.store(true, Ordering::Release);
         let left = deadline.saturating_duration_since(Instant::now());
-        if !dumps::write_within(self.dump_jobs(Some(note)), reason, left) {
+        if !write_within(self.dump_jobs(Some(note)), reason, left) {
             // The dump did not get written: reporting it would end the others' wait falsely.
             return;
         }
@@ -260,7 +261,7 @@ impl Watchdog {
                 if wait.unreported.is_empty() {
                     "unknown".to_string()
                 } else {
-                    crate::trace::rank_ranges(&wait.unreported)
+                    crate::recorder::rank_ranges(&wait.unreported)
                 }
             ),
         }
@@ -268,7 +269,7 @@ impl Watchdog {
         if short {
             // The dump on disk says who never reported, for `oxccl trace`; a short, bounded
             // rewrite (the one before was written in time, so this one should be too).
-            dumps::write_within(
+            write_within(
                 self.dump_jobs(Some(&note)),
                 reason,
                 Duration::from_secs(2).min(limit),

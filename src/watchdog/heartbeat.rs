@@ -3,8 +3,8 @@
 //! monitoring thread does. The decision is the core's `heartbeat_stuck`.
 
 use super::Watchdog;
-use crate::pg::recorder::now_ns;
-use crate::trace::{DumpCause, DumpNote};
+use crate::recorder::now_ns;
+use crate::recorder::{DumpCause, DumpNote};
 use oxccl_core::watchdog::heartbeat_stuck;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};

@@ -20,8 +20,8 @@
 //! there (`GroupWatch::bury`), on the core that made them.
 
 mod coord;
-mod dumps;
 mod ending;
+pub(crate) mod group_watch;
 mod heartbeat;
 mod queue;
 
@@ -33,11 +33,9 @@ pub(crate) fn inbox() -> Inbox {
     queue::Queue::new(INBOX_SLOTS)
 }
 
-pub(crate) use dumps::DumpTarget;
-
-use crate::pg::recorder::now_ns;
-use crate::pg::watch::GroupWatch;
-use crate::trace::{DumpCause, DumpNote};
+use crate::recorder::target::DumpTarget;
+use crate::recorder::{now_ns, DumpCause, DumpNote};
+use group_watch::GroupWatch;
 use oxccl_core::state::work::WorkInfo;
 use oxccl_core::watchdog::{failure_plan, next_sleep_ms, stream_hints, FailureKind};
 use oxccl_core::Result;
@@ -46,6 +44,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 use std::thread::{JoinHandle, Thread};
 use std::time::Duration;
 
+pub use group_watch::{CompletedWork, CompletionHook};
 pub use heartbeat::HeartbeatMonitor;
 
 pub(crate) use oxccl_core::watchdog::Hint;
@@ -309,7 +308,7 @@ impl Watchdog {
     }
 
     /// Every target's dump job, with `note` (taken under the lock, written without it).
-    fn dump_jobs(&self, note: Option<&DumpNote>) -> Vec<dumps::DumpJob> {
+    fn dump_jobs(&self, note: Option<&DumpNote>) -> Vec<crate::recorder::target::DumpJob> {
         lock(&self.dumps).iter().map(|t| t.job(note)).collect()
     }
 

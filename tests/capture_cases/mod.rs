@@ -406,7 +406,7 @@ pub fn timed<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict
 where
     StreamOf<B>: Capture,
 {
-    let recorder = oxccl::pg::Recorder::new(64);
+    let recorder = oxccl::recorder::Recorder::new(64);
     let pg = ok!(mk(PgOptions {
         timing: true,
         // Entries are recorded at issue without the watchdog: the check below sees them.

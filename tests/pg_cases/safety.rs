@@ -4,7 +4,8 @@
 use super::{lazy, MakeGroup, Verdict};
 use oxccl::buffer::Memory;
 use oxccl::core::trace::TraceState;
-use oxccl::pg::{PgOptions, ProcessGroup, Recorder};
+use oxccl::pg::{PgOptions, ProcessGroup};
+use oxccl::recorder::Recorder;
 use oxccl::{DataType, Error, ReduceOp};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

@@ -1,52 +1,11 @@
 //! A small encoder of Python's pickle format (protocol 2), for the flight-recorder dumps that
 //! PyTorch's analyzer (`torchfrtrace`) reads with `pickle.load`.
 //!
-//! Only plain data: `None`, bools, ints of any size up to 128 bits, floats, str, lists, tuples
-//! and dicts. No memo (every value is written out in full: dumps are trees, never graphs), so
+//! Only the plain data of a [`DumpValue`]: `None`, bools, ints of any size up to 128 bits, floats,
+//! str, lists, tuples and dicts. No memo (every value is written out in full: dumps are trees, never graphs), so
 //! the output is a pure function of the value.
 
-/// A Python value as the dumps need it.
-#[derive(Debug, Clone, PartialEq)]
-pub enum PyValue {
-    /// `None`.
-    None,
-    /// `True` / `False`.
-    Bool(bool),
-    /// An `int` (Python ints are unbounded; 128 bits cover every u64 and i64).
-    Int(i128),
-    /// A `float`.
-    Float(f64),
-    /// A `str`.
-    Str(String),
-    /// A `list`.
-    List(Vec<PyValue>),
-    /// A `tuple`.
-    Tuple(Vec<PyValue>),
-    /// A `dict`, in insertion order (Python keeps it).
-    Dict(Vec<(PyValue, PyValue)>),
-}
-
-impl PyValue {
-    /// A `str`.
-    pub fn str(s: impl Into<String>) -> PyValue {
-        PyValue::Str(s.into())
-    }
-
-    /// An `int` from anything that widens to 128 bits.
-    pub fn int(i: impl Into<i128>) -> PyValue {
-        PyValue::Int(i.into())
-    }
-
-    /// A dict with string keys.
-    pub fn dict<K: Into<String>>(items: impl IntoIterator<Item = (K, PyValue)>) -> PyValue {
-        PyValue::Dict(
-            items
-                .into_iter()
-                .map(|(k, v)| (PyValue::Str(k.into()), v))
-                .collect(),
-        )
-    }
-}
+use super::value::DumpValue;
 
 // Opcodes of protocols 0–2 (Python's Lib/pickletools.py documents each).
 const PROTO: u8 = 0x80;
@@ -72,24 +31,24 @@ const MARK: u8 = b'(';
 const BATCH: usize = 1000;
 
 /// The pickle (protocol 2) of `value`: what `pickle.load` turns back into it.
-pub fn to_pickle(value: &PyValue) -> Vec<u8> {
+pub fn to_pickle(value: &DumpValue) -> Vec<u8> {
     let mut out = vec![PROTO, 2];
     write(&mut out, value);
     out.push(STOP);
     out
 }
 
-fn write(out: &mut Vec<u8>, value: &PyValue) {
+fn write(out: &mut Vec<u8>, value: &DumpValue) {
     match value {
-        PyValue::None => out.push(NONE),
-        PyValue::Bool(b) => out.push(if *b { NEWTRUE } else { NEWFALSE }),
-        PyValue::Int(i) => write_int(out, *i),
-        PyValue::Float(f) => {
+        DumpValue::None => out.push(NONE),
+        DumpValue::Bool(b) => out.push(if *b { NEWTRUE } else { NEWFALSE }),
+        DumpValue::Int(i) => write_int(out, *i),
+        DumpValue::Float(f) => {
             out.push(BINFLOAT);
             out.extend_from_slice(&f.to_be_bytes());
         }
-        PyValue::Str(s) => write_str(out, s),
-        PyValue::List(items) => {
+        DumpValue::Str(s) => write_str(out, s),
+        DumpValue::List(items) => {
             out.push(EMPTY_LIST);
             for chunk in items.chunks(BATCH) {
                 out.push(MARK);
@@ -99,15 +58,15 @@ fn write(out: &mut Vec<u8>, value: &PyValue) {
                 out.push(APPENDS);
             }
         }
-        PyValue::Tuple(items) if items.is_empty() => out.push(EMPTY_TUPLE),
-        PyValue::Tuple(items) => {
+        DumpValue::Tuple(items) if items.is_empty() => out.push(EMPTY_TUPLE),
+        DumpValue::Tuple(items) => {
             out.push(MARK);
             for item in items {
                 write(out, item);
             }
             out.push(TUPLE);
         }
-        PyValue::Dict(items) => {
+        DumpValue::Dict(items) => {
             out.push(EMPTY_DICT);
             for chunk in items.chunks(BATCH) {
                 out.push(MARK);
@@ -218,27 +177,27 @@ pub(crate) mod tests {
 
     #[test]
     fn small_values_encode_to_the_expected_opcodes() {
-        assert_eq!(to_pickle(&PyValue::None), vec![0x80, 2, b'N', b'.']);
-        assert_eq!(to_pickle(&PyValue::Int(5)), vec![0x80, 2, b'K', 5, b'.']);
+        assert_eq!(to_pickle(&DumpValue::None), vec![0x80, 2, b'N', b'.']);
+        assert_eq!(to_pickle(&DumpValue::Int(5)), vec![0x80, 2, b'K', 5, b'.']);
         assert_eq!(
-            to_pickle(&PyValue::Int(300)),
+            to_pickle(&DumpValue::Int(300)),
             vec![0x80, 2, b'M', 0x2c, 0x01, b'.']
         );
         assert_eq!(
-            to_pickle(&PyValue::Int(-1)),
+            to_pickle(&DumpValue::Int(-1)),
             vec![0x80, 2, b'J', 0xff, 0xff, 0xff, 0xff, b'.']
         );
         // 2^31 needs LONG1 with 5 bytes (a sign byte of 0).
         assert_eq!(
-            to_pickle(&PyValue::Int(1 << 31)),
+            to_pickle(&DumpValue::Int(1 << 31)),
             vec![0x80, 2, 0x8a, 5, 0, 0, 0, 0x80, 0, b'.']
         );
         assert_eq!(
-            to_pickle(&PyValue::Int(-(1 << 31) - 1)),
+            to_pickle(&DumpValue::Int(-(1 << 31) - 1)),
             vec![0x80, 2, 0x8a, 5, 0xff, 0xff, 0xff, 0x7f, 0xff, b'.']
         );
         assert_eq!(
-            to_pickle(&PyValue::Tuple(vec![])),
+            to_pickle(&DumpValue::Tuple(vec![])),
             vec![0x80, 2, b')', b'.']
         );
     }
@@ -246,13 +205,13 @@ pub(crate) mod tests {
     #[test]
     fn round_trips_through_python() {
         let Some(py) = python() else { return };
-        let v = PyValue::dict([
-            ("none", PyValue::None),
-            ("t", PyValue::Bool(true)),
-            ("f", PyValue::Bool(false)),
+        let v = DumpValue::dict([
+            ("none", DumpValue::None),
+            ("t", DumpValue::Bool(true)),
+            ("f", DumpValue::Bool(false)),
             (
                 "ints",
-                PyValue::List(
+                DumpValue::List(
                     [
                         0i128,
                         255,
@@ -270,27 +229,30 @@ pub(crate) mod tests {
                         i128::MIN,
                     ]
                     .into_iter()
-                    .map(PyValue::Int)
+                    .map(DumpValue::Int)
                     .collect(),
                 ),
             ),
             (
                 "floats",
-                PyValue::List(vec![
-                    PyValue::Float(1.5),
-                    PyValue::Float(-0.25),
-                    PyValue::Float(1e300),
+                DumpValue::List(vec![
+                    DumpValue::Float(1.5),
+                    DumpValue::Float(-0.25),
+                    DumpValue::Float(1e300),
                 ]),
             ),
-            ("s", PyValue::str("nccl:send 1->0 «é»")),
+            ("s", DumpValue::str("nccl:send 1->0 «é»")),
             (
                 "tuple",
-                PyValue::Tuple(vec![PyValue::str("0"), PyValue::str("default_pg")]),
+                DumpValue::Tuple(vec![DumpValue::str("0"), DumpValue::str("default_pg")]),
             ),
-            ("empty", PyValue::Dict(vec![])),
+            ("empty", DumpValue::Dict(vec![])),
             (
                 "nested",
-                PyValue::List(vec![PyValue::List(vec![PyValue::Int(3), PyValue::Int(4)])]),
+                DumpValue::List(vec![DumpValue::List(vec![
+                    DumpValue::Int(3),
+                    DumpValue::Int(4),
+                ])]),
             ),
         ]);
         let expected = format!(
@@ -313,13 +275,13 @@ pub(crate) mod tests {
     #[test]
     fn long_lists_and_dicts_are_batched_and_complete() {
         let Some(py) = python() else { return };
-        let list = PyValue::List((0..2500).map(PyValue::Int).collect());
-        let dict = PyValue::Dict(
+        let list = DumpValue::List((0..2500).map(DumpValue::Int).collect());
+        let dict = DumpValue::Dict(
             (0..2100)
-                .map(|i| (PyValue::Int(i), PyValue::Bool(i % 2 == 0)))
+                .map(|i| (DumpValue::Int(i), DumpValue::Bool(i % 2 == 0)))
                 .collect(),
         );
-        let v = PyValue::Tuple(vec![list, dict]);
+        let v = DumpValue::Tuple(vec![list, dict]);
         let bytes = to_pickle(&v);
         let out = python_repr(&py, &bytes);
         let expected_list: Vec<String> = (0..2500).map(|i| i.to_string()).collect();

@@ -5,10 +5,11 @@
 //!
 //! Exit codes: 0 no hang found, 1 a hang or a culprit found, 2 usage or unreadable dumps.
 
+use super::analysis::{analyze, read_dump_dir, render_text, report_json};
 use clap::Args;
 use oxccl::core::text::{Escaped, JsonSafe};
 use oxccl::escaped_path;
-use oxccl::trace::{analyze, read_dump_dir, render_text, report_json, DumpTrigger};
+use oxccl::recorder::{DumpTrigger, DUMP_REQUEST_FILE};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -32,7 +33,7 @@ pub fn run(args: &TraceArgs) -> ExitCode {
             Ok(()) => {
                 emit(&format!(
                     "dump requested: {}\n",
-                    escaped_path(&args.dir.join(oxccl::trace::DUMP_REQUEST_FILE))
+                    escaped_path(&args.dir.join(DUMP_REQUEST_FILE))
                 ));
                 ExitCode::SUCCESS
             }

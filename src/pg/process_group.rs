@@ -1,82 +1,28 @@
-//! The process group: who its members are, its communicator, its sequence numbers and the
-//! one path every operation is issued through.
+//! The process group: its handle ([`ProcessGroup`]), how a group is made and destroyed, and
+//! how its communicator is made on first use (by init through the store or by a split of the
+//! parent's).
 
-use super::comm::{init_through_store, Entry, InitParams, Slot};
-use super::recorder::Recorder;
-use super::watch::{CompletionHook, GroupWatch, WatchConfig};
-use super::PgOptions;
+use super::capture_state::refuse_init_in_capture;
+use super::comm::{await_ready, init_through_store, Arrival, Entry, InitParams, Slot};
+use super::inner::{lock, IssueState, PgInner, Registry};
+use super::keys;
+use super::options::PgOptions;
+use super::tune::agree::agree;
 use crate::buffer::Memory;
+use crate::deadline::deadline_after;
+use crate::recorder::target::DumpTarget;
+use crate::recorder::{dump_dir_from_env, DumpMeta, Recorder};
 use crate::store::Store;
+use crate::watchdog::group_watch::{CompletionHook, GroupWatch, WatchConfig};
 use crate::watchdog::{HeartbeatMonitor, Watchdog};
 use oxccl_core::membership::{self, CommPlan};
 use oxccl_core::text::Escaped;
 use oxccl_core::trace::PgConfig;
-use oxccl_core::{text, CommState, Communicator, Error, Feature, Result};
+use oxccl_core::traits::CommOf;
+use oxccl_core::{text, CommState, Communicator, Error, Result};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
-
-/// What every group made from one default group shares.
-pub(crate) struct Registry {
-    /// The next group uid: every rank creates groups in the same order, so uids agree.
-    pub next_uid: AtomicU64,
-}
-
-/// The state every operation of a group reads or writes, kept on one cache line: between
-/// two operations the driver's and NCCL's calls evict the issuing core's nearer caches, so
-/// each line the issue path touches costs a miss, and these fields would otherwise lie
-/// wherever the compiler placed them among the group's cold ones.
-#[repr(C, align(64))]
-pub(crate) struct IssueState {
-    /// The collective sequence number (the last one used).
-    pub(super) seq: AtomicU64,
-    /// The p2p sequence number (the last one used).
-    pub(super) p2p_seq: AtomicU64,
-    /// Every operation, both kinds (the recorder's op id).
-    pub(super) op_id: AtomicU64,
-    /// The group's timeout in ms (changeable at run time).
-    pub(super) timeout_ms: AtomicU64,
-    /// A coalescing block is open on this group.
-    pub(super) coalescing: AtomicBool,
-    /// Whether the communicator's init was seen finished (see [`PgInner::await_init`]): one
-    /// load on the hot path after that.
-    pub(super) init_awaited: AtomicBool,
-}
-
-pub(crate) struct PgInner<B: Memory> {
-    pub backend: B,
-    pub store: Arc<dyn Store>,
-    pub registry: Arc<Registry>,
-    pub uid: u64,
-    pub desc: String,
-    pub global_rank: u32,
-    pub world_size: u32,
-    /// Global ranks of the members; the index is the group rank.
-    pub ranks: Vec<u32>,
-    /// This rank in the group; `None` when it is not a member.
-    pub rank: Option<u32>,
-    pub opts: PgOptions,
-    /// What every operation reads or writes, on a cache line of its own.
-    pub(crate) hot: IssueState,
-    pub parent: Option<Arc<PgInner<B>>>,
-    pub plan: CommPlan,
-    pub slot: Mutex<Slot<B>>,
-    /// Communicators split from this group's communicator.
-    pub splits: AtomicU64,
-    /// Communicators this group made through the store (numbers their id keys).
-    inits: AtomicU64,
-    /// The watchdog's view of the group.
-    pub watch: Arc<GroupWatch>,
-    /// The communicator's abort handle, once made: abort and destroy use it without the slot
-    /// lock, which a thread blocked inside an operation holds.
-    abort: std::sync::OnceLock<super::AbortOf<B>>,
-    /// Set by destroy, before it waits for the slot.
-    destroyed: AtomicBool,
-    /// See [`PgInner::copy_stream`].
-    copy_stream: std::sync::OnceLock<crate::buffer::StreamOf<B>>,
-    /// A graph capture open on the group's stream, and what it recorded (see `capture`).
-    pub(crate) capture: super::capture::CaptureState,
-}
 
 /// A process group over backend `B`: c10d's `ProcessGroup`. Cheap to clone (the clones share
 /// the group). Dropping the last clone aborts its communicator (never waits for peers).
@@ -101,18 +47,6 @@ impl<B: Memory> std::fmt::Debug for ProcessGroup<B> {
             .field("ranks", &self.inner.ranks)
             .finish()
     }
-}
-
-impl<B: Memory> Drop for PgInner<B> {
-    fn drop(&mut self) {
-        let slot = self.slot.get_mut().unwrap_or_else(PoisonError::into_inner);
-        slot.close("process group dropped");
-        self.watch.close_graveyard();
-    }
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl<B: Memory> ProcessGroup<B> {
@@ -142,7 +76,7 @@ impl<B: Memory> ProcessGroup<B> {
         }
         // Everything this group and its subgroups write goes under this incarnation's own
         // namespace, so no key of an earlier group on the same store is read (see `keys`).
-        let (store, incarnation, ns) = super::keys::enter(store, size)?;
+        let (store, incarnation, ns) = keys::enter(store, size)?;
         log::info!(
             "oxccl process group: rank {rank} of {size}, incarnation {incarnation} of a world of {size} on this store; its keys under `{ns}/`"
         );
@@ -161,16 +95,11 @@ impl<B: Memory> ProcessGroup<B> {
             None,
             CommPlan::InitOnFirstUse,
         );
-        let dir = pg
-            .inner
-            .opts
-            .trace_dir
-            .clone()
-            .or_else(crate::trace::dump_dir_from_env);
+        let dir = pg.inner.opts.trace_dir.clone().or_else(dump_dir_from_env);
         if let (Some(dir), true) = (dir, pg.inner.opts.watchdog) {
-            let mut target = crate::watchdog::DumpTarget::new(
+            let mut target = DumpTarget::new(
                 dir,
-                crate::trace::DumpMeta::new(rank, size),
+                DumpMeta::new(rank, size),
                 pg.inner.watch.recorder.clone(),
             );
             target.wait_limit = pg.inner.opts.wait_timeout_dump;
@@ -427,51 +356,6 @@ impl<B: Memory> ProcessGroup<B> {
 }
 
 impl<B: Memory> PgInner<B> {
-    /// The stream buffers are allocated and copied on, made on first use without the
-    /// communicator (whose creation is collective): a buffer is ordered against the
-    /// operations that use it by its own tracking, whatever stream they run on.
-    pub fn copy_stream(&self) -> Result<&crate::buffer::StreamOf<B>> {
-        if let Some(st) = self.copy_stream.get() {
-            return Ok(st);
-        }
-        let made = self.backend.stream(self.opts.device())?;
-        // Another thread may have made one meanwhile: keep the first.
-        let _ = self.copy_stream.set(made);
-        self.copy_stream.get().ok_or_else(|| Error::InvalidState {
-            state: CommState::Ready,
-            attempted: "copy",
-            reason: text!("the group's copy stream could not be kept"),
-        })
-    }
-
-    pub fn timeout(&self) -> Duration {
-        Duration::from_millis(self.hot.timeout_ms.load(Ordering::Relaxed))
-    }
-
-    /// The refusal for a call on a non-member or destroyed group.
-    fn unusable(&self, slot: &Slot<B>, attempted: &'static str) -> Error {
-        match slot {
-            Slot::NotMember => Error::invalid(
-                "group",
-                format_args!(
-                    "a group this rank is a member of: rank {} is not part of group {} ({})",
-                    self.global_rank,
-                    self.uid,
-                    Escaped(&self.desc)
-                ),
-            ),
-            _ => Error::InvalidState {
-                state: CommState::Destroyed,
-                attempted,
-                reason: text!(
-                    "process group {} ({}) was destroyed",
-                    self.uid,
-                    Escaped(&self.desc)
-                ),
-            },
-        }
-    }
-
     /// Runs `f` with the group's communicator, making it first if this is its first use. The
     /// slot stays locked meanwhile: one call at a time reaches the communicator.
     pub fn with_entry<R>(
@@ -489,11 +373,11 @@ impl<B: Memory> PgInner<B> {
         if !matches!(*slot, Slot::Empty) {
             return Err(self.unusable(&slot, attempted));
         }
-        super::capture::refuse_init_in_capture(self.uid, &self.desc)?;
+        refuse_init_in_capture(self.uid, &self.desc)?;
         let comm = self.make_comm()?;
         // Before any operation: ranks with different tune tables would register windows at
         // different operations and hang.
-        super::tuned::agree(self)?;
+        agree(self.opts.tune.as_deref(), &self.members())?;
         let priority = if self.opts.high_priority {
             oxccl_core::traits::StreamPriority::High
         } else {
@@ -529,7 +413,7 @@ impl<B: Memory> PgInner<B> {
                 self.uid,
                 Escaped(&self.desc)
             );
-            super::comm::await_ready(&e.abort, self.opts.nonblocking_timeout, &what)?;
+            await_ready(&e.abort, self.opts.nonblocking_timeout, &what)?;
         }
         self.hot.init_awaited.store(true, Ordering::Release);
         Ok(())
@@ -546,15 +430,8 @@ impl<B: Memory> PgInner<B> {
         }
     }
 
-    /// This process's rank in the group; the refusal a non-member gets otherwise (callers
-    /// are reached only through a member's entry, so it is a guard, not a path).
-    pub(crate) fn member_rank(&self) -> Result<u32> {
-        self.rank
-            .ok_or_else(|| self.unusable(&Slot::NotMember, "use"))
-    }
-
     /// Makes this member's communicator by the group's plan.
-    fn make_comm(&self) -> Result<super::CommOf<B>> {
+    fn make_comm(&self) -> Result<CommOf<B>> {
         let rank = self.member_rank()?;
         match (&self.parent, self.plan) {
             (Some(parent), CommPlan::SplitOnFirstUse | CommPlan::SplitNow) => {
@@ -587,6 +464,22 @@ impl<B: Memory> PgInner<B> {
         }
     }
 
+    /// Before split `k` of this group's communicator: every member arrives in the store (see
+    /// [`Arrival`]), bounded by the group's timeout, so that a member that never calls the
+    /// split is named by the others instead of waited for inside the backend.
+    fn arrive_for_split(&self, k: u64) -> Result<()> {
+        let arrival = Arrival {
+            store: &*self.store,
+            prefix: keys::split(self.uid, k),
+            index: self.member_rank()?,
+            ranks: &self.ranks,
+            deadline: deadline_after(self.timeout()),
+            what: format!("split #{k} of group {} ({})", self.uid, Escaped(&self.desc)),
+        };
+        arrival.arrive()?;
+        arrival.wait_all(None)
+    }
+
     /// Splits this group's communicator (made first if needed): `None` color for a rank that
     /// joins no child. Counted in [`ProcessGroup::split_count`].
     pub fn split(
@@ -594,32 +487,23 @@ impl<B: Memory> PgInner<B> {
         color: Option<u32>,
         key: u32,
         cfg: &oxccl_core::CommConfig,
-    ) -> Result<Option<super::CommOf<B>>> {
+    ) -> Result<Option<CommOf<B>>> {
         let child = self.with_entry("split", |e| {
             // Every member arrives in the store first (bounded by the group's timeout), so a
             // member that never calls the split is named instead of waited for.
-            super::comm::arrive_for_split(self, self.splits.load(Ordering::Relaxed))?;
+            self.arrive_for_split(self.splits.load(Ordering::Relaxed))?;
             e.comm.split(color, key, cfg)
         })?;
         self.splits.fetch_add(1, Ordering::Relaxed);
         Ok(child)
     }
+}
 
-    /// Whether the backend can split communicators.
-    pub fn can_split(&self) -> bool {
-        self.backend.features().check(Feature::Split).is_ok()
+/// Aborts every communicator of `groups` and stops the watchdog, within `limit` (c10d's
+/// shutdown): never waits for peers.
+pub fn shutdown<B: Memory>(groups: &[&ProcessGroup<B>], limit: Duration) {
+    for g in groups {
+        g.abort("shut down");
     }
-
-    /// The group rank of global rank `global`, as rooted operations and peers are given.
-    pub fn to_group_rank(&self, arg: &'static str, global: u32) -> Result<u32> {
-        membership::group_rank(&self.ranks, global).ok_or_else(|| {
-            Error::invalid(
-                arg,
-                format_args!(
-                    "a global rank of group {} ({:?}), got {global}",
-                    self.uid, self.ranks
-                ),
-            )
-        })
-    }
+    Watchdog::global().stop(limit);
 }

@@ -3,6 +3,11 @@ use oxccl_core::op::OpKind;
 use oxccl_core::trace::{profiling_name, TensorMeta, TraceRecord};
 use serde_json::json;
 
+/// The JSON dump's text of `v`, parsed.
+fn json_value(v: &DumpValue) -> serde_json::Value {
+    serde_json::from_str(&to_json(v)).unwrap()
+}
+
 const MS: u64 = 1_000_000;
 
 fn meta(rank: u32, world: u32) -> DumpMeta {
@@ -59,7 +64,7 @@ fn tmp_dir(name: &str) -> PathBuf {
 
 #[test]
 fn json_form_has_pytorchs_keys_and_values() {
-    let v = to_json(&dump_value(&meta(0, 2), &recorder(), false, Form::Json));
+    let v = json_value(&dump_value(&meta(0, 2), &recorder(), false, Form::Json));
     assert_eq!(v["version"], "2.10");
     assert_eq!(v["comm_lib_version"], "2.21.5");
     assert_eq!(
@@ -104,51 +109,54 @@ fn json_form_has_pytorchs_keys_and_values() {
 #[test]
 fn pickle_form_differs_only_where_pytorch_does() {
     let r = recorder();
-    let PyValue::Dict(top) = dump_value(&meta(1, 2), &r, false, Form::Pickle) else {
+    let DumpValue::Dict(top) = dump_value(&meta(1, 2), &r, false, Form::Pickle) else {
         panic!("not a dict")
     };
     let get = |k: &str| {
         top.iter()
-            .find(|(key, _)| *key == PyValue::str(k))
+            .find(|(key, _)| *key == DumpValue::str(k))
             .map(|(_, v)| v.clone())
             .unwrap()
     };
-    let PyValue::Dict(status) = get("pg_status") else {
+    let DumpValue::Dict(status) = get("pg_status") else {
         panic!()
     };
     assert_eq!(
         status[0].1,
-        PyValue::dict([
-            ("last_enqueued_collective", PyValue::Int(2)),
-            ("last_started_collective", PyValue::Int(2)),
-            ("last_completed_collective", PyValue::Int(1)),
+        DumpValue::dict([
+            ("last_enqueued_collective", DumpValue::Int(2)),
+            ("last_started_collective", DumpValue::Int(2)),
+            ("last_completed_collective", DumpValue::Int(1)),
         ])
     );
-    let PyValue::List(entries) = get("entries") else {
+    let DumpValue::List(entries) = get("entries") else {
         panic!()
     };
-    let PyValue::Dict(second) = &entries[1] else {
+    let DumpValue::Dict(second) = &entries[1] else {
         panic!()
     };
     let field = |k: &str| {
         second
             .iter()
-            .find(|(key, _)| *key == PyValue::str(k))
+            .find(|(key, _)| *key == DumpValue::str(k))
             .map(|(_, v)| v)
     };
-    assert_eq!(field("time_discovered_completed_ns"), Some(&PyValue::None));
+    assert_eq!(
+        field("time_discovered_completed_ns"),
+        Some(&DumpValue::None)
+    );
     assert_eq!(
         field("process_group"),
-        Some(&PyValue::Tuple(vec![
-            PyValue::str("0"),
-            PyValue::str("default_pg")
+        Some(&DumpValue::Tuple(vec![
+            DumpValue::str("0"),
+            DumpValue::str("default_pg")
         ]))
     );
 }
 
 #[test]
 fn only_active_keeps_in_flight_entries_and_full_status() {
-    let v = to_json(&dump_value(&meta(0, 2), &recorder(), true, Form::Json));
+    let v = json_value(&dump_value(&meta(0, 2), &recorder(), true, Form::Json));
     let e = v["entries"].as_array().unwrap();
     assert_eq!(e.len(), 1);
     assert_eq!(e[0]["collective_seq_id"], 2);
@@ -163,14 +171,14 @@ fn unknown_groups_get_a_config_and_empty_rings_dump() {
         ..all_reduce(1, false)
     })
     .unwrap();
-    let v = to_json(&dump_value(&meta(2, 3), &r, false, Form::Json));
+    let v = json_value(&dump_value(&meta(2, 3), &r, false, Form::Json));
     assert_eq!(
         v["pg_config"]["7"],
         json!({"name": "7", "desc": "undefined", "ranks": "[0, 1, 2]"})
     );
     assert_eq!(v["entries"][0]["process_group"], json!(["7", "undefined"]));
     assert_eq!(v["pg_status"]["7"]["last_completed_collective"], "-1");
-    let empty = to_json(&dump_value(
+    let empty = json_value(&dump_value(
         &meta(0, 1),
         &FlightRecorder::new(0),
         false,
@@ -274,7 +282,7 @@ fn dir_from_env() {
 
 #[test]
 fn python_reads_the_pickle_as_the_same_tree() {
-    let Some(py) = crate::trace::pickle::tests::python() else {
+    let Some(py) = crate::recorder::pickle::tests::python() else {
         return;
     };
     let dir = tmp_dir("py");
@@ -293,7 +301,7 @@ fn python_reads_the_pickle_as_the_same_tree() {
         String::from_utf8_lossy(&out.stderr)
     );
     let from_python: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let expected = to_json(&dump_value(&meta(1, 2), &recorder(), false, Form::Pickle));
+    let expected = json_value(&dump_value(&meta(1, 2), &recorder(), false, Form::Pickle));
     assert_eq!(from_python, expected);
     assert_eq!(
         from_python["entries"][1]["time_discovered_completed_ns"],

@@ -10,9 +10,10 @@
 //!   the pickles' prefix: torchfrtrace takes every file whose name contains `trace_` as a dump
 //!   and parses the rest of its name as the rank, so `trace_0.json` would stop it.
 
-pub use super::note::DumpNote;
-use super::note::NOTE_KEY;
-use super::pickle::{to_pickle, PyValue};
+use super::json::to_json;
+use super::note::{DumpNote, NOTE_KEY};
+use super::pickle::to_pickle;
+use super::value::DumpValue;
 use oxccl_core::trace::{FlightRecorder, PgConfig, TraceEntry, TraceState};
 use oxccl_core::DataType;
 use std::io::{self, Write};
@@ -120,11 +121,16 @@ pub fn write_dump(
         pickle: dir.join(pickle_file_name(meta.rank)),
     };
     let pickled = to_pickle(&dump_value(meta, recorder, only_active, Form::Pickle));
-    let json = to_json(&dump_value(meta, recorder, only_active, Form::Json));
-    let json = serde_json::to_vec(&json).map_err(io::Error::other)?;
+    let json = dump_json(meta, recorder, only_active);
     write_atomic(&files.pickle, &pickled, meta.rank, "pickle")?;
-    write_atomic(&files.json, &json, meta.rank, "json")?;
+    write_atomic(&files.json, json.as_bytes(), meta.rank, "json")?;
     Ok(files)
+}
+
+/// The JSON form of `meta.rank`'s dump of `recorder`: the text [`write_dump`] writes into
+/// `rank_<rank>.json`.
+pub fn dump_json(meta: &DumpMeta, recorder: &FlightRecorder, only_active: bool) -> String {
+    to_json(&dump_value(meta, recorder, only_active, Form::Json))
 }
 
 /// Where PyTorch's two writers differ, and oxccl follows each.
@@ -136,34 +142,34 @@ pub(crate) enum Form {
     Json,
 }
 
-/// The dump as a Python value (both forms are built from it).
+/// The dump as one value (both forms are built from it).
 pub(crate) fn dump_value(
     meta: &DumpMeta,
     recorder: &FlightRecorder,
     only_active: bool,
     form: Form,
-) -> PyValue {
+) -> DumpValue {
     let pgs = pg_configs(meta, recorder);
-    let entries: Vec<PyValue> = recorder
+    let entries: Vec<DumpValue> = recorder
         .dump(only_active)
         .iter()
         .map(|e| entry_value(e, &pgs, form))
         .collect();
     let mut top = vec![
-        ("version", PyValue::str(DUMP_FORMAT_VERSION)),
-        ("comm_lib_version", PyValue::str(&*meta.comm_lib_version)),
+        ("version", DumpValue::str(DUMP_FORMAT_VERSION)),
+        ("comm_lib_version", DumpValue::str(&*meta.comm_lib_version)),
         ("pg_config", pg_config_value(&pgs)),
         ("pg_status", pg_status_value(recorder, &pgs, form)),
-        ("entries", PyValue::List(entries)),
-        ("rank", PyValue::int(meta.rank)),
-        ("world_size", PyValue::int(meta.world_size)),
-        ("hostname", PyValue::str(&*meta.hostname)),
-        ("pid", PyValue::int(meta.pid)),
+        ("entries", DumpValue::List(entries)),
+        ("rank", DumpValue::int(meta.rank)),
+        ("world_size", DumpValue::int(meta.world_size)),
+        ("hostname", DumpValue::str(&*meta.hostname)),
+        ("pid", DumpValue::int(meta.pid)),
     ];
     if let Some(note) = &meta.note {
         top.push((NOTE_KEY, note.value()));
     }
-    PyValue::dict(top)
+    DumpValue::dict(top)
 }
 
 /// The recorder's groups, plus one for every group id an entry names that was never added
@@ -184,16 +190,16 @@ fn pg_configs(meta: &DumpMeta, recorder: &FlightRecorder) -> Vec<PgConfig> {
     pgs
 }
 
-fn pg_config_value(pgs: &[PgConfig]) -> PyValue {
-    PyValue::Dict(
+fn pg_config_value(pgs: &[PgConfig]) -> DumpValue {
+    DumpValue::Dict(
         pgs.iter()
             .map(|p| {
-                let info = PyValue::dict([
-                    ("name", PyValue::str(&*p.name)),
-                    ("desc", PyValue::str(&*p.desc)),
-                    ("ranks", PyValue::Str(ranks_text(&p.ranks))),
+                let info = DumpValue::dict([
+                    ("name", DumpValue::str(&*p.name)),
+                    ("desc", DumpValue::str(&*p.desc)),
+                    ("ranks", DumpValue::Str(ranks_text(&p.ranks))),
                 ]);
-                (PyValue::str(&*p.name), info)
+                (DumpValue::str(&*p.name), info)
             })
             .collect(),
     )
@@ -208,7 +214,7 @@ fn ranks_text(ranks: &[u32]) -> String {
 /// Per group id: the last collective seq enqueued, seen started and seen completed (-1 for
 /// none), from the ring (PyTorch keeps these counters in the group; the ring holds the same
 /// facts for every op it still has).
-fn pg_status_value(recorder: &FlightRecorder, pgs: &[PgConfig], form: Form) -> PyValue {
+fn pg_status_value(recorder: &FlightRecorder, pgs: &[PgConfig], form: Form) -> DumpValue {
     let status = |pg: u64, at_least: TraceState| -> i128 {
         recorder
             .entries()
@@ -218,13 +224,13 @@ fn pg_status_value(recorder: &FlightRecorder, pgs: &[PgConfig], form: Form) -> P
             .unwrap_or(-1)
     };
     let num = |v: i128| match form {
-        Form::Pickle => PyValue::Int(v),
-        Form::Json => PyValue::Str(v.to_string()),
+        Form::Pickle => DumpValue::Int(v),
+        Form::Json => DumpValue::Str(v.to_string()),
     };
-    PyValue::Dict(
+    DumpValue::Dict(
         pgs.iter()
             .map(|p| {
-                let s = PyValue::dict([
+                let s = DumpValue::dict([
                     (
                         "last_enqueued_collective",
                         num(status(p.id, TraceState::Scheduled)),
@@ -238,13 +244,13 @@ fn pg_status_value(recorder: &FlightRecorder, pgs: &[PgConfig], form: Form) -> P
                         num(status(p.id, TraceState::Completed)),
                     ),
                 ]);
-                (PyValue::Str(p.id.to_string()), s)
+                (DumpValue::Str(p.id.to_string()), s)
             })
             .collect(),
     )
 }
 
-fn entry_value(e: &TraceEntry, pgs: &[PgConfig], form: Form) -> PyValue {
+fn entry_value(e: &TraceEntry, pgs: &[PgConfig], form: Form) -> DumpValue {
     let r = &e.record;
     let (name, desc) = pgs
         .iter()
@@ -252,47 +258,47 @@ fn entry_value(e: &TraceEntry, pgs: &[PgConfig], form: Form) -> PyValue {
         .map(|p| (p.name.clone(), p.desc.clone()))
         .unwrap_or_else(|| (r.pg_id.to_string(), "undefined".into()));
     let time = |t: Option<u64>| match (t, form) {
-        (Some(t), _) => PyValue::int(t),
-        (None, Form::Pickle) => PyValue::None,
-        (None, Form::Json) => PyValue::Int(0),
+        (Some(t), _) => DumpValue::int(t),
+        (None, Form::Pickle) => DumpValue::None,
+        (None, Form::Json) => DumpValue::Int(0),
     };
     let sizes = |ts: &[oxccl_core::trace::TensorMeta]| {
-        PyValue::List(
+        DumpValue::List(
             ts.iter()
-                .map(|t| PyValue::List(t.sizes.iter().map(|&s| PyValue::int(s)).collect()))
+                .map(|t| DumpValue::List(t.sizes.iter().map(|&s| DumpValue::int(s)).collect()))
                 .collect(),
         )
     };
     let dtypes = |ts: &[oxccl_core::trace::TensorMeta]| {
-        PyValue::List(
+        DumpValue::List(
             ts.iter()
-                .map(|t| PyValue::str(torch_dtype_name(t.dtype)))
+                .map(|t| DumpValue::str(torch_dtype_name(t.dtype)))
                 .collect(),
         )
     };
     let mut items = vec![
-        ("record_id", PyValue::int(e.id)),
-        ("pg_id", PyValue::int(r.pg_id)),
+        ("record_id", DumpValue::int(e.id)),
+        ("pg_id", DumpValue::int(r.pg_id)),
         (
             "process_group",
-            PyValue::Tuple(vec![PyValue::Str(name), PyValue::Str(desc)]),
+            DumpValue::Tuple(vec![DumpValue::Str(name), DumpValue::Str(desc)]),
         ),
-        ("collective_seq_id", PyValue::int(r.collective_seq)),
-        ("p2p_seq_id", PyValue::int(r.p2p_seq)),
-        ("op_id", PyValue::int(r.op_id)),
-        ("profiling_name", PyValue::str(&*r.profiling_name)),
-        ("time_created_ns", PyValue::int(r.time_created_ns)),
+        ("collective_seq_id", DumpValue::int(r.collective_seq)),
+        ("p2p_seq_id", DumpValue::int(r.p2p_seq)),
+        ("op_id", DumpValue::int(r.op_id)),
+        ("profiling_name", DumpValue::str(&*r.profiling_name)),
+        ("time_created_ns", DumpValue::int(r.time_created_ns)),
     ];
     if let Some(d) = e.duration_ns {
         // PyTorch keeps the duration as a float of milliseconds.
-        items.push(("duration_ms", PyValue::Float(d as f64 / 1e6)));
+        items.push(("duration_ms", DumpValue::Float(d as f64 / 1e6)));
     }
     items.extend([
         ("input_sizes", sizes(&r.inputs)),
         ("input_dtypes", dtypes(&r.inputs)),
         ("output_sizes", sizes(&r.outputs)),
         ("output_dtypes", dtypes(&r.outputs)),
-        ("state", PyValue::str(e.state.name())),
+        ("state", DumpValue::str(e.state.name())),
         (
             "time_discovered_started_ns",
             time(e.time_discovered_started_ns),
@@ -301,13 +307,13 @@ fn entry_value(e: &TraceEntry, pgs: &[PgConfig], form: Form) -> PyValue {
             "time_discovered_completed_ns",
             time(e.time_discovered_completed_ns),
         ),
-        ("retired", PyValue::Bool(e.retired)),
-        ("timeout_ms", PyValue::int(r.timeout_ms)),
-        ("is_p2p", PyValue::Bool(r.is_p2p)),
+        ("retired", DumpValue::Bool(e.retired)),
+        ("timeout_ms", DumpValue::int(r.timeout_ms)),
+        ("is_p2p", DumpValue::Bool(r.is_p2p)),
         // No stack capture: an empty list, as PyTorch writes without stack traces.
-        ("frames", PyValue::List(Vec::new())),
+        ("frames", DumpValue::List(Vec::new())),
     ]);
-    PyValue::dict(items)
+    DumpValue::dict(items)
 }
 
 /// PyTorch's name of an element type (`c10::toString(ScalarType)`), as dumps write dtypes.
@@ -325,40 +331,6 @@ pub fn torch_dtype_name(d: DataType) -> &'static str {
         DataType::Bfloat16 => "BFloat16",
         DataType::Float8E4M3 => "Float8_e4m3fn",
         DataType::Float8E5M2 => "Float8_e5m2",
-    }
-}
-
-/// The JSON of a Python value: tuples become arrays, dict keys their text.
-pub(crate) fn to_json(v: &PyValue) -> serde_json::Value {
-    use serde_json::Value;
-    match v {
-        PyValue::None => Value::Null,
-        PyValue::Bool(b) => Value::Bool(*b),
-        PyValue::Int(i) => match (i64::try_from(*i), u64::try_from(*i)) {
-            (Ok(i), _) => Value::from(i),
-            (_, Ok(u)) => Value::from(u),
-            // Beyond 64 bits JSON readers disagree; the text keeps the value.
-            _ => Value::String(i.to_string()),
-        },
-        PyValue::Float(f) => serde_json::Number::from_f64(*f)
-            .map(Value::Number)
-            .unwrap_or(Value::Null),
-        PyValue::Str(s) => Value::String(s.clone()),
-        PyValue::List(items) | PyValue::Tuple(items) => {
-            Value::Array(items.iter().map(to_json).collect())
-        }
-        PyValue::Dict(items) => Value::Object(
-            items
-                .iter()
-                .map(|(k, v)| {
-                    let key = match k {
-                        PyValue::Str(s) => s.clone(),
-                        other => to_json(other).to_string(),
-                    };
-                    (key, to_json(v))
-                })
-                .collect(),
-        ),
     }
 }
 

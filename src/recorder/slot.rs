@@ -3,7 +3,7 @@
 //! record on its next pass, before it looks at the work, so dumps (also written by the
 //! watchdog) see every operation in issue order.
 
-use super::recorder::Recorder;
+use super::shared::Recorder;
 use oxccl_core::trace::{write_profiling_name, TensorMeta, TraceRecord};
 use oxccl_core::{DataType, OpKind};
 

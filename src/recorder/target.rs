@@ -1,11 +1,13 @@
 //! Where the watchdog writes flight-recorder dumps: one target per default group that has a
 //! dump directory, written on a failure whose plan asks for it, when the heartbeat monitor
 //! gives up, when another rank signals a failure through the store (see `coord`), and on
-//! request (a `dump_request` file in the directory, see [`crate::trace::DumpTrigger`]).
+//! request (a `dump_request` file in the directory, see [`DumpTrigger`]).
 
-use crate::pg::Recorder;
+use super::dump::{write_dump, DumpMeta};
+use super::note::DumpNote;
+use super::shared::Recorder;
+use super::trigger::DumpTrigger;
 use crate::store::Store;
-use crate::trace::{write_dump, DumpMeta, DumpNote, DumpTrigger};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;

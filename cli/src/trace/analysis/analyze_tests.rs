@@ -1,11 +1,11 @@
+use super::super::parse::parse_dump;
 use super::*;
-use crate::trace::dump::{dump_value, to_json, DumpMeta, Form};
-use crate::trace::parse::parse_dump;
-use oxccl_core::op::OpKind;
-use oxccl_core::trace::{
+use oxccl::core::op::OpKind;
+use oxccl::core::trace::{
     profiling_name, FlightRecorder, PgConfig, TensorMeta, TraceRecord, TraceState,
 };
-use oxccl_core::DataType;
+use oxccl::core::DataType;
+use oxccl::recorder::{dump_json, DumpMeta};
 
 use DataType::{Float16 as F16, Float32 as F32};
 use TraceState::{Completed as Done, Scheduled as Sched, Started};
@@ -68,13 +68,8 @@ fn ring(rank: u32, world: u32, ops: &[Op]) -> FlightRecorder {
 
 /// What `oxccl trace` reads back from that rank's JSON dump.
 fn dump(rank: u32, world: u32, ops: &[Op]) -> RankDump {
-    let v = to_json(&dump_value(
-        &DumpMeta::new(rank, world),
-        &ring(rank, world, ops),
-        false,
-        Form::Json,
-    ));
-    parse_dump(&v.to_string(), None).unwrap()
+    let json = dump_json(&DumpMeta::new(rank, world), &ring(rank, world, ops), false);
+    parse_dump(&json, None).unwrap()
 }
 
 // Seeds 29 and 30: rank 0 stuck on its second all_reduce (started with timing, scheduled

@@ -1,6 +1,8 @@
-//! Buffer modes the program asks for itself: [`ProcessGroup::register_buffer`] (before a
-//! graph capture, which may not register) and [`ProcessGroup::release_windows`] (the explicit,
-//! collective release of the windows of dropped buffers).
+//! What a process group offers of its buffer modes: its tune table, what its communicator did
+//! with buffers, buffers in the library's allocator, and the modes the program asks for
+//! itself: [`ProcessGroup::register_buffer`] (before a graph capture, which may not register)
+//! and [`ProcessGroup::release_windows`] (the explicit, collective release of the windows of
+//! dropped buffers).
 //!
 //! Which windows a release lets go: those of buffers the program dropped (only the group's
 //! cache still holds them) and no graph pins. Buffers still held keep theirs: they are likely
@@ -13,12 +15,15 @@
 //! first (bounded by the group's timeout), so no rank skips a dropped buffer that is merely
 //! busy, and none frees memory a kernel still uses.
 
-use super::super::group::PgInner;
-use super::super::ProcessGroup;
-use super::agree_on;
+use super::inner::PgInner;
+use super::process_group::ProcessGroup;
+use super::tune::agree::agree_on;
+use super::tune::reg_cache::{wait_idle, TunedStats};
 use crate::buffer::{Memory, Operand};
+use oxccl_core::traits::CommOf;
 use oxccl_core::tune::release::write_release_list;
 use oxccl_core::tune::RegMode;
+use oxccl_core::tune::TuneTable;
 use oxccl_core::{text, CommState, Communicator, Error, Result};
 use std::sync::atomic::Ordering;
 use std::time::Instant;
@@ -86,7 +91,7 @@ impl<B: Memory> ProcessGroup<B> {
     /// calls it at the same point, after dropping the same buffers; the ranks compare what
     /// they would release first, and on a difference every rank refuses with
     /// [`Error::InvalidState`] and releases nothing. Windows of buffers still held, or used
-    /// by a graph that is still alive ([`super::super::PgGraph`]), are kept (see the module's
+    /// by a graph that is still alive ([`PgGraph`](super::capture::PgGraph)), are kept (see the module's
     /// documentation). Waits first for the work already issued on buffers in windows
     /// (bounded by the group's timeout: [`Error::Timeout`]).
     ///
@@ -111,7 +116,7 @@ impl<B: Memory> ProcessGroup<B> {
             let began = Instant::now();
             for c in st.bufs.values().filter(|c| c.window.is_some()) {
                 let left = timeout.saturating_sub(began.elapsed());
-                super::wait_idle(&c.mem, left).map_err(|_| Error::Timeout {
+                wait_idle(&c.mem, left).map_err(|_| Error::Timeout {
                     what: text!(
                         "the work on buffers in windows of group {}, before releasing the \
                          dropped ones",
@@ -133,7 +138,9 @@ impl<B: Memory> ProcessGroup<B> {
             let _ = write_release_list(&mut mine, &mut numbers);
             let topic = format!("release/{call}");
             let hint = "its windows to release (does every rank call release_windows?)";
-            if let Some(why) = agree_on(inner, &topic, &mine, "windows to release", hint)? {
+            if let Some(why) =
+                agree_on(&inner.members(), &topic, &mine, "windows to release", hint)?
+            {
                 return Err(Error::InvalidState {
                     state: CommState::Ready,
                     attempted: "release_windows",
@@ -173,5 +180,72 @@ impl<B: Memory> ProcessGroup<B> {
             st.sweep(&e.comm);
             first_error.map_or(Ok(released), Err)
         })
+    }
+}
+
+impl<B: Memory> ProcessGroup<B> {
+    /// What the group's communicator did with buffers: operations per mode, allocations
+    /// registered and in windows now (makes the communicator if it is not made yet).
+    pub fn tuned_stats(&self) -> Result<TunedStats> {
+        Ok(self.inner.entry("read the buffer modes")?.regs.stats())
+    }
+
+    /// Runs `f` with the group's communicator (made first if needed), e.g. to inspect the
+    /// mock's registrations and windows. `f` runs without the group's lock, so it may call
+    /// the group; it must not issue on the communicator behind the group's back.
+    pub fn with_comm<R>(&self, f: impl FnOnce(&CommOf<B>) -> R) -> Result<R> {
+        let e = self.inner.entry("inspect the communicator")?;
+        Ok(f(&e.comm))
+    }
+
+    /// The group's tune table, if any.
+    pub fn tune_table(&self) -> Option<&TuneTable> {
+        self.inner.opts.tune.as_deref()
+    }
+}
+
+impl<B: Memory> ProcessGroup<B> {
+    /// The table for an operation of `kind`, when that kind is tuned: the collectives whose
+    /// buffers have the same size on every rank (a window must), and sends and receives
+    /// (registered at most: see [`TuneTable::choose`]). Rooted operations with an absent
+    /// buffer and uneven variants are always plain.
+    pub(crate) fn tune_for(&self, kind: oxccl_core::OpKind) -> Option<&TuneTable> {
+        use oxccl_core::OpKind as K;
+        match kind {
+            K::AllReduce
+            | K::Broadcast
+            | K::Reduce
+            | K::AllGather
+            | K::ReduceScatter
+            | K::AllToAll
+            | K::Send
+            | K::Recv => self.inner.opts.tune.as_deref(),
+            _ => None,
+        }
+    }
+}
+
+impl<B: Memory> ProcessGroup<B> {
+    /// A buffer of `len` zeros in the library's allocator ([`Memory::CommBuf`]: NCCL's
+    /// `ncclMemAlloc`, 2.19+), which the tune table may register or put in a window. Made on
+    /// the group's copy stream, so allocating never makes the communicator.
+    pub fn alloc_comm<T: crate::Element>(&self, len: usize) -> Result<B::CommBuf<T>> {
+        let st = self.inner.copy_stream()?;
+        self.inner.backend.alloc_comm(st, len)
+    }
+
+    /// A [`Memory::CommBuf`] holding a copy of `data`.
+    pub fn upload_comm<T: crate::Element>(&self, data: &[T]) -> Result<B::CommBuf<T>> {
+        let st = self.inner.copy_stream()?;
+        self.inner.backend.upload_comm(st, data)
+    }
+
+    /// The contents of `buf` (either kind), after every operation that uses it (blocks).
+    pub fn download_any<T: crate::Element>(
+        &self,
+        buf: &impl crate::buffer::Operand<B, Elem = T>,
+    ) -> Result<Vec<T>> {
+        let st = self.inner.copy_stream()?;
+        buf.download(&self.inner.backend, st)
     }
 }

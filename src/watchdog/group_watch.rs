@@ -2,7 +2,7 @@
 //! the flight recorder its works are recorded in, the store it signals dumps through, and its
 //! desync-debug progress.
 
-use crate::pg::recorder::Recorder;
+use crate::recorder::Recorder;
 use crate::store::Store;
 use oxccl_core::env::ErrorHandling;
 use oxccl_core::text::Escaped;
@@ -11,6 +11,12 @@ use oxccl_core::OpKind;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
+
+/// Where the watchdog of group `uid`'s group rank `rank` writes its progress (desync debug;
+/// listed with every other key of a process group in `pg::keys`).
+pub(crate) fn desync_key(uid: u64, rank: u32) -> String {
+    format!("oxccl/desync/{uid}/{rank}")
+}
 
 /// What a completion hook is told about a finished operation (timing on).
 #[derive(Debug, Clone, PartialEq)]
@@ -170,7 +176,7 @@ impl Desync {
             p.1 = Some(p.0);
             p.0
         };
-        let key = super::keys::desync(uid, self.group_rank);
+        let key = desync_key(uid, self.group_rank);
         if let Err(e) = store.set(&key, now.encode().as_bytes()) {
             log::warn!("oxccl desync debug: cannot publish progress at `{key}`: {e}");
             lock(&self.progress).1 = None;
@@ -297,7 +303,7 @@ impl GroupWatch {
     /// published progress read from the store (each read bounded by `limit`), analysed by the
     /// core ([`oxccl_core::watchdog::desync::write_report`]). `None` when desync debugging is
     /// off, and when the store could not be read (the report kept then says so). The report
-    /// is also kept for [`super::ProcessGroup::desync_report`]. With it, the global ranks that
+    /// is also kept for `ProcessGroup::desync_report`. With it, the global ranks that
     /// never joined the collective.
     pub fn desync_report(
         &self,
@@ -317,7 +323,7 @@ impl GroupWatch {
             .iter()
             .enumerate()
             .map(|(i, &global)| {
-                let key = super::keys::desync(self.uid, i as u32);
+                let key = desync_key(self.uid, i as u32);
                 let read = match reachable.then(|| self.store.check(&[&key])) {
                     Some(Ok(true)) => self.store.get(&key, limit).ok(),
                     Some(Ok(false)) | None => None,
@@ -516,9 +522,7 @@ mod tests {
                 issued: if r == 1 { 5 } else { 4 },
                 completed: 4,
             };
-            store
-                .set(&super::super::keys::desync(0, r), p.encode().as_bytes())
-                .unwrap();
+            store.set(&desync_key(0, r), p.encode().as_bytes()).unwrap();
         }
         w.desync.as_ref().unwrap().note(5, false);
         let (_, lagging) = w

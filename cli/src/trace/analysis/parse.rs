@@ -1,8 +1,9 @@
 //! Reading JSON dumps back: one [`RankDump`] per rank, from oxccl's writer (and, field for
 //! field, PyTorch's `dump_json`, whose files carry no rank: it is then taken from the name).
 
-use super::note::{DumpNote, NOTE_KEY};
-use oxccl_core::text::Escaped;
+use super::note::parse_note;
+use oxccl::core::text::Escaped;
+use oxccl::recorder::{DumpNote, NOTE_KEY};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
@@ -84,18 +85,29 @@ pub struct RankDump {
 
 /// Why a dump could not be read. `Display` escapes what came from the file (a group's name
 /// in a field's path).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ParseError {
     /// Not JSON.
-    #[error("not JSON: {}", Escaped(.0))]
     Json(String),
     /// A field is missing or has the wrong type.
-    #[error("field `{}`: {}", Escaped(.0), .1)]
     Field(String, &'static str),
     /// No rank in the dump nor in the file name.
-    #[error("no `rank` field and no rank at the end of the file name")]
     NoRank,
 }
+
+impl std::fmt::Display for ParseError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ParseError::Json(e) => write!(f, "not JSON: {}", Escaped(e)),
+            ParseError::Field(field, why) => write!(f, "field `{}`: {why}", Escaped(field)),
+            ParseError::NoRank => {
+                f.write_str("no `rank` field and no rank at the end of the file name")
+            }
+        }
+    }
+}
+
+impl std::error::Error for ParseError {}
 
 /// Parses one JSON dump; `fallback_rank` (from the file name) when it carries no `rank`.
 pub fn parse_dump(text: &str, fallback_rank: Option<u32>) -> Result<RankDump, ParseError> {
@@ -165,7 +177,7 @@ pub fn parse_dump(text: &str, fallback_rank: Option<u32>) -> Result<RankDump, Pa
         version,
         pgs,
         entries,
-        note: top.get(NOTE_KEY).and_then(DumpNote::parse),
+        note: top.get(NOTE_KEY).and_then(parse_note),
     })
 }
 

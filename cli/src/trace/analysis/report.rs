@@ -4,33 +4,13 @@
 use super::analyze::{
     Analysis, Culprit, GroupReport, Mismatch, MissingWhy, OpAt, RankStatus, Reason,
 };
-use oxccl_core::text::Escaped;
+use oxccl::core::text::Escaped;
+use oxccl::recorder::rank_ranges;
 use serde_json::{json, Value};
 use std::fmt::Write as _;
 
 /// Lines of mismatches printed per group in words (all of them are in the JSON).
 const MISMATCH_LINES: usize = 10;
-
-/// "0-16, 18-63" for a sorted list of ranks.
-pub fn rank_ranges(ranks: &[u32]) -> String {
-    let mut parts = Vec::new();
-    let mut i = 0;
-    while i < ranks.len() {
-        let start = ranks[i];
-        let mut end = start;
-        while i + 1 < ranks.len() && ranks[i + 1] == end.wrapping_add(1) {
-            i += 1;
-            end = ranks[i];
-        }
-        parts.push(if start == end {
-            start.to_string()
-        } else {
-            format!("{start}-{end}")
-        });
-        i += 1;
-    }
-    parts.join(", ")
-}
 
 /// "rank 3" or "ranks 0-2, 4".
 fn ranks_word(ranks: &[u32]) -> String {
@@ -281,16 +261,4 @@ pub fn to_json(a: &Analysis) -> Value {
         "groups": groups,
         "culprits": culprits,
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ranges() {
-        assert_eq!(rank_ranges(&[]), "");
-        assert_eq!(rank_ranges(&[3]), "3");
-        assert_eq!(rank_ranges(&[0, 1, 2, 4, 6, 7]), "0-2, 4, 6-7");
-    }
 }

@@ -1,0 +1,175 @@
+//! A process group's state, shared by its handles, its operations, its capture and its tune
+//! table: who is in it, its options, its communicator's slot, and what every operation reads
+//! or writes.
+
+use super::capture_state::CaptureState;
+use super::comm::Slot;
+use super::options::PgOptions;
+use super::tune::agree::Members;
+use crate::buffer::Memory;
+use crate::store::Store;
+use crate::watchdog::group_watch::GroupWatch;
+use oxccl_core::membership::{self, CommPlan};
+use oxccl_core::text::Escaped;
+use oxccl_core::traits::AbortOf;
+use oxccl_core::{text, CommState, Error, Feature, Result};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+/// What every group made from one default group shares.
+pub(crate) struct Registry {
+    /// The next group uid: every rank creates groups in the same order, so uids agree.
+    pub next_uid: AtomicU64,
+}
+
+/// The state every operation of a group reads or writes, kept on one cache line: between
+/// two operations the driver's and NCCL's calls evict the issuing core's nearer caches, so
+/// each line the issue path touches costs a miss, and these fields would otherwise lie
+/// wherever the compiler placed them among the group's cold ones.
+#[repr(C, align(64))]
+pub(crate) struct IssueState {
+    /// The collective sequence number (the last one used).
+    pub(super) seq: AtomicU64,
+    /// The p2p sequence number (the last one used).
+    pub(super) p2p_seq: AtomicU64,
+    /// Every operation, both kinds (the recorder's op id).
+    pub(super) op_id: AtomicU64,
+    /// The group's timeout in ms (changeable at run time).
+    pub(super) timeout_ms: AtomicU64,
+    /// A coalescing block is open on this group.
+    pub(super) coalescing: AtomicBool,
+    /// Whether the communicator's init was seen finished (see [`PgInner::await_init`]): one
+    /// load on the hot path after that.
+    pub(super) init_awaited: AtomicBool,
+}
+
+pub(crate) struct PgInner<B: Memory> {
+    pub backend: B,
+    pub store: Arc<dyn Store>,
+    pub registry: Arc<Registry>,
+    pub uid: u64,
+    pub desc: String,
+    pub global_rank: u32,
+    pub world_size: u32,
+    /// Global ranks of the members; the index is the group rank.
+    pub ranks: Vec<u32>,
+    /// This rank in the group; `None` when it is not a member.
+    pub rank: Option<u32>,
+    pub opts: PgOptions,
+    /// What every operation reads or writes, on a cache line of its own.
+    pub(crate) hot: IssueState,
+    pub parent: Option<Arc<PgInner<B>>>,
+    pub plan: CommPlan,
+    pub slot: Mutex<Slot<B>>,
+    /// Communicators split from this group's communicator.
+    pub splits: AtomicU64,
+    /// Communicators this group made through the store (numbers their id keys).
+    pub(crate) inits: AtomicU64,
+    /// The watchdog's view of the group.
+    pub watch: Arc<GroupWatch>,
+    /// The communicator's abort handle, once made: abort and destroy use it without the slot
+    /// lock, which a thread blocked inside an operation holds.
+    pub(crate) abort: std::sync::OnceLock<AbortOf<B>>,
+    /// Set by destroy, before it waits for the slot.
+    pub(crate) destroyed: AtomicBool,
+    /// See [`PgInner::copy_stream`].
+    pub(crate) copy_stream: std::sync::OnceLock<crate::buffer::StreamOf<B>>,
+    /// A graph capture open on the group's stream, and what it recorded (see `capture`).
+    pub(crate) capture: CaptureState,
+}
+
+impl<B: Memory> Drop for PgInner<B> {
+    fn drop(&mut self) {
+        let slot = self.slot.get_mut().unwrap_or_else(PoisonError::into_inner);
+        slot.close("process group dropped");
+        self.watch.close_graveyard();
+    }
+}
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl<B: Memory> PgInner<B> {
+    /// The stream buffers are allocated and copied on, made on first use without the
+    /// communicator (whose creation is collective): a buffer is ordered against the
+    /// operations that use it by its own tracking, whatever stream they run on.
+    pub fn copy_stream(&self) -> Result<&crate::buffer::StreamOf<B>> {
+        if let Some(st) = self.copy_stream.get() {
+            return Ok(st);
+        }
+        let made = self.backend.stream(self.opts.device())?;
+        // Another thread may have made one meanwhile: keep the first.
+        let _ = self.copy_stream.set(made);
+        self.copy_stream.get().ok_or_else(|| Error::InvalidState {
+            state: CommState::Ready,
+            attempted: "copy",
+            reason: text!("the group's copy stream could not be kept"),
+        })
+    }
+
+    /// The members, as an agreement through the store needs them.
+    pub(crate) fn members(&self) -> Members<'_> {
+        Members {
+            store: &*self.store,
+            uid: self.uid,
+            rank: self.rank,
+            ranks: &self.ranks,
+            timeout: self.timeout(),
+        }
+    }
+
+    pub fn timeout(&self) -> Duration {
+        Duration::from_millis(self.hot.timeout_ms.load(Ordering::Relaxed))
+    }
+
+    /// The refusal for a call on a non-member or destroyed group.
+    pub(crate) fn unusable(&self, slot: &Slot<B>, attempted: &'static str) -> Error {
+        match slot {
+            Slot::NotMember => Error::invalid(
+                "group",
+                format_args!(
+                    "a group this rank is a member of: rank {} is not part of group {} ({})",
+                    self.global_rank,
+                    self.uid,
+                    Escaped(&self.desc)
+                ),
+            ),
+            _ => Error::InvalidState {
+                state: CommState::Destroyed,
+                attempted,
+                reason: text!(
+                    "process group {} ({}) was destroyed",
+                    self.uid,
+                    Escaped(&self.desc)
+                ),
+            },
+        }
+    }
+
+    /// This process's rank in the group; the refusal a non-member gets otherwise (callers
+    /// are reached only through a member's entry, so it is a guard, not a path).
+    pub(crate) fn member_rank(&self) -> Result<u32> {
+        self.rank
+            .ok_or_else(|| self.unusable(&Slot::NotMember, "use"))
+    }
+
+    /// Whether the backend can split communicators.
+    pub fn can_split(&self) -> bool {
+        self.backend.features().check(Feature::Split).is_ok()
+    }
+
+    /// The group rank of global rank `global`, as rooted operations and peers are given.
+    pub fn to_group_rank(&self, arg: &'static str, global: u32) -> Result<u32> {
+        membership::group_rank(&self.ranks, global).ok_or_else(|| {
+            Error::invalid(
+                arg,
+                format_args!(
+                    "a global rank of group {} ({:?}), got {global}",
+                    self.uid, self.ranks
+                ),
+            )
+        })
+    }
+}
