@@ -13,20 +13,32 @@
 //! Thread safety: a [`Comm`] is `Send` (move it to the thread that drives its GPU); its
 //! operations take `&mut self`, because NCCL forbids concurrent calls on one communicator.
 //! [`AbortHandle`] is `Send + Sync + Clone` and stops the communicator from any thread.
+//!
+//! Cargo features (both on by default): `nccl`, the NCCL backend and everything on it
+//! ([`Comm`], [`CommGraph`], [`GroupGuard`], [`buffer::NcclBuf`]); `mock`, the in-process mock
+//! world and its buffers ([`buffer::HostBuf`]), for tests without GPUs. A program that only
+//! wants one turns the other off.
 #![warn(missing_docs)]
 
 mod aborts;
 pub mod buffer;
+#[cfg(feature = "nccl")]
 mod capture_slot;
+#[cfg(feature = "nccl")]
 mod comm;
+#[cfg(feature = "nccl")]
 mod comm_graph;
 pub mod element;
+#[cfg(feature = "nccl")]
 mod group_guard;
 
 pub use aborts::{pending_aborts, wait_for_aborts};
+#[cfg(feature = "nccl")]
 pub use comm::{AbortHandle, Comm};
+#[cfg(feature = "nccl")]
 pub use comm_graph::{CommGraph, CommLaunch};
 pub use element::Element;
+#[cfg(feature = "nccl")]
 pub use group_guard::GroupGuard;
 
 pub use oxccl_core as core;
@@ -35,12 +47,17 @@ pub use oxccl_core::{
     HostScalar, Missing, Progress, RawBuf, RawBufMut, ReduceOp, RegHandle, Result, ResultCode,
     Scalar, UniqueId, Version,
 };
+#[cfg(feature = "nccl")]
 pub use oxccl_loader as loader;
+#[cfg(feature = "mock")]
 pub use oxccl_mock as mock;
+#[cfg(feature = "nccl")]
 pub use oxccl_nccl as nccl;
+#[cfg(feature = "nccl")]
 pub use oxccl_nccl::{NcclComm, NcclEvent, NcclMem, NcclStream};
 
 /// The NCCL library as loaded: `Nccl::load()` searches, `Nccl::open(path)` takes a path.
+#[cfg(feature = "nccl")]
 pub type Nccl = oxccl_nccl::NcclBackend;
 
 /// A path as oxccl's messages show it: its bytes, control characters and bytes that are not

@@ -4,12 +4,11 @@
 //!
 //! `auto` (or unset) takes NCCL when a CUDA driver and an NCCL library both load, else the
 //! mock; the choice and its reason are logged (`log::info!`). The mock is made with
-//! [`MockBackend::for_processes`], so ranks in one process (threads) and in many (a launcher's
+//! `MockBackend::for_processes`, so ranks in one process (threads) and in many (a launcher's
 //! processes on one machine) both work with the same binary.
 
 use super::bootstrap::Bootstrap;
 use crate::buffer::Memory;
-use crate::mock::MockBackend;
 use crate::pg::tune::file::{tune_from_env, TUNE_FILE_VAR};
 use crate::pg::{PgOptions, ProcessGroup};
 use oxccl_core::env::{BackendChoice, EnvConfig};
@@ -70,10 +69,48 @@ pub fn decide(configured: Option<BackendChoice>, probe: Result<(), String>) -> R
     })
 }
 
+/// The NCCL library as a probe finds it; nothing can be found in a build without it.
+#[cfg(feature = "nccl")]
+type Loaded = crate::Nccl;
+#[cfg(not(feature = "nccl"))]
+type Loaded = std::convert::Infallible;
+
 /// NCCL, when the CUDA driver and the library both load.
-fn probe() -> std::result::Result<crate::Nccl, String> {
+#[cfg(feature = "nccl")]
+fn probe() -> std::result::Result<Loaded, String> {
     crate::nccl::require_driver().map_err(|e| format!("no CUDA driver: {e}"))?;
     crate::Nccl::load().map_err(|e| format!("NCCL does not load: {e}"))
+}
+
+#[cfg(not(feature = "nccl"))]
+fn probe() -> std::result::Result<Loaded, String> {
+    Err("this build of oxccl has no `nccl` feature".into())
+}
+
+#[cfg(feature = "nccl")]
+fn run_nccl<W: WithBackend>(w: W, nccl: Loaded) -> W::Output {
+    w.run(nccl)
+}
+
+#[cfg(not(feature = "nccl"))]
+fn run_nccl<W: WithBackend>(_: W, none: Loaded) -> W::Output {
+    match none {}
+}
+
+/// The mock world for ranks as threads or as a launcher's processes.
+#[cfg(feature = "mock")]
+fn run_mock<W: WithBackend>(w: W) -> Result<W::Output> {
+    Ok(w.run(crate::mock::MockBackend::for_processes()))
+}
+
+#[cfg(not(feature = "mock"))]
+fn run_mock<W: WithBackend>(_: W) -> Result<W::Output> {
+    Err(Error::invalid(
+        "OXCCL_BACKEND",
+        format_args!(
+            "nccl, or a GPU with NCCL under auto: this build of oxccl has no `mock` feature"
+        ),
+    ))
 }
 
 /// Runs `w` on the backend `env` asks for (see the module documentation), logging which and why.
@@ -89,11 +126,11 @@ pub fn with_backend<W: WithBackend>(env: &EnvConfig, w: W) -> Result<W::Output> 
     )?;
     log::info!("oxccl backend: {:?} ({})", choice.backend, choice.reason);
     match (choice.backend, loaded) {
-        (BackendChoice::Nccl, Ok(nccl)) => Ok(w.run(nccl)),
+        (BackendChoice::Nccl, Ok(nccl)) => Ok(run_nccl(w, nccl)),
         (BackendChoice::Nccl, Err(why)) => Err(Error::Remote {
             detail: text!("NCCL was chosen but is gone: {why}"),
         }),
-        (BackendChoice::Mock, _) => Ok(w.run(MockBackend::for_processes())),
+        (BackendChoice::Mock, _) => run_mock(w),
     }
 }
 

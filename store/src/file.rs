@@ -58,7 +58,7 @@ struct Locked<'a>(&'a File);
 
 impl<'a> Locked<'a> {
     /// Waits for the lock on `file` (exclusive to write, shared to read). `flock` rather than
-    /// std's `File::lock`, which needs Rust 1.89 (the workspace builds with 1.85); `flock`
+    /// std's `File::lock`, which needs Rust 1.89 (newer than the workspace's rust-version); `flock`
     /// also works across NFSv4 clients, where a `file://` store usually lives.
     fn take(file: &'a File, exclusive: bool) -> std::io::Result<Locked<'a>> {
         let op = if exclusive {

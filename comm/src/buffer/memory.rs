@@ -6,7 +6,6 @@
 
 use crate::element::Element;
 use oxccl_core::{Backend, Communicator, Device, RawBuf, RawBufMut, Result, Stream};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// The stream type of a backend's communicators.
@@ -176,8 +175,10 @@ impl std::fmt::Debug for CommMem {
     }
 }
 
-/// A new allocation id.
+/// A new allocation id (for the buffer kinds the enabled backends have).
+#[cfg(any(feature = "nccl", feature = "mock"))]
 pub(crate) fn next_id() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
     static NEXT: AtomicU64 = AtomicU64::new(1);
     NEXT.fetch_add(1, Ordering::Relaxed)
 }

@@ -22,13 +22,20 @@
 //! `CudaSlice` frees with `cuMemFreeAsync`, which cannot free `ncclMemAlloc` memory, and
 //! because plain buffers must keep costing nothing extra.
 
+#[cfg(feature = "nccl")]
 mod device;
+#[cfg(feature = "mock")]
 mod host;
 mod memory;
+#[cfg(feature = "nccl")]
 mod nan;
+#[cfg(feature = "nccl")]
 mod nccl_buf;
+#[cfg(feature = "nccl")]
 mod uses;
 
+#[cfg(feature = "mock")]
 pub use host::HostBuf;
 pub use memory::{Buffer, CommAlloc, CommMem, Memory, Operand, StreamOf};
+#[cfg(feature = "nccl")]
 pub use nccl_buf::{CommUse, NcclAccess, NcclBuf};
