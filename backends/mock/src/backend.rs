@@ -325,7 +325,7 @@ impl MockBackend {
         nonblocking: bool,
         limit: Duration,
     ) -> Result<Arc<CommShared>> {
-        let link = crate::procs::remote::Link::connect(pid, rank, size, limit)?;
+        let link = crate::procs::link::Link::connect(pid, rank, size, limit)?;
         let mirror = CommShared::new(
             size,
             self.inner.features,

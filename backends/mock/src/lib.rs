@@ -39,6 +39,7 @@ mod arith;
 mod backend;
 mod binding;
 mod calls;
+mod capture;
 mod collective;
 mod comm;
 mod exec;

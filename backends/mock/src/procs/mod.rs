@@ -69,13 +69,15 @@ pub(crate) mod chan;
 #[cfg(target_os = "linux")]
 pub(crate) mod host;
 #[cfg(target_os = "linux")]
+pub(crate) mod link;
+#[cfg(target_os = "linux")]
 pub(crate) mod remote;
 #[cfg(target_os = "linux")]
 pub(crate) mod split;
 #[cfg(not(target_os = "linux"))]
 mod unsupported;
 #[cfg(not(target_os = "linux"))]
-pub(crate) use unsupported::{host, remote, split};
+pub(crate) use unsupported::{host, link, remote, split};
 #[cfg(target_os = "linux")]
 pub(crate) mod wire;
 

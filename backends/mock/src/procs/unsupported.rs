@@ -35,9 +35,8 @@ pub(crate) mod host {
     }
 }
 
-/// The rank side, absent: no link is ever made.
-pub(crate) mod remote {
-    use crate::job::Job;
+/// The connection to a host, absent: no link is ever made.
+pub(crate) mod link {
     use crate::procs::ProcId;
     use oxccl_core::Result;
 
@@ -53,6 +52,11 @@ pub(crate) mod remote {
         /// Never called (no link exists).
         pub(crate) fn tell_dead(&self, _: &str) {}
     }
+}
+
+/// The rank side, absent: no communicator has a link.
+pub(crate) mod remote {
+    use crate::job::Job;
 
     /// Never called with jobs (no communicator has a link); counts them done regardless.
     pub(crate) fn run_batch(jobs: Vec<Job>) {
