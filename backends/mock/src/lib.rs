@@ -50,6 +50,7 @@ mod graph;
 mod group_call;
 mod job;
 mod limits;
+mod lobby;
 mod memory;
 mod messages;
 mod mismatch;

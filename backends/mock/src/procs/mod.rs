@@ -74,6 +74,9 @@ pub(crate) mod link;
 pub(crate) mod remote;
 #[cfg(target_os = "linux")]
 pub(crate) mod split;
+#[cfg(target_os = "linux")]
+pub(crate) mod split_match;
+pub(crate) mod split_task;
 #[cfg(not(target_os = "linux"))]
 mod unsupported;
 #[cfg(not(target_os = "linux"))]

@@ -4,7 +4,9 @@
 use super::chan::Segment;
 use super::link::Link;
 use super::wire::{Msg, WireJob};
+use super::ProcId;
 use crate::job::Job;
+use crate::lobby::Lobby;
 use crate::shared::CommShared;
 use crate::sync::{lock, wait_for};
 use oxccl_core::{Error, OpKind, ReduceOp, Result, Scalar};
@@ -49,6 +51,23 @@ fn writes(kind: OpKind, rank: u32, root: Option<u32>) -> bool {
 
 fn align(x: usize) -> usize {
     x.saturating_add(63) & !63
+}
+
+/// Joins the communicator `pid` hosts as `rank` of `size`, from this process: a mirror of the
+/// rank with `lobby`'s settings whose cross-rank steps run on the host (see [`crate::procs`]).
+/// Returns once every rank joined (or `limit` passed).
+pub(crate) fn join(
+    lobby: &Lobby,
+    pid: &ProcId,
+    rank: u32,
+    size: u32,
+    nonblocking: bool,
+    limit: Duration,
+) -> Result<Arc<CommShared>> {
+    let link = Link::connect(pid, rank, size, limit)?;
+    let mirror = lobby.mirror(rank, size, nonblocking);
+    let _ = mirror.link.set(Arc::new(link));
+    Ok(mirror)
 }
 
 /// Runs the jobs whose communicators span processes (all of `jobs`): posts every batch (one
