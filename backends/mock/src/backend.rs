@@ -177,7 +177,7 @@ impl Backend for MockBackend {
         if nonblocking {
             self.inner.lobby.features.require(Feature::NonBlocking)?;
         }
-        let shared = match crate::procs::ProcId::of(id) {
+        let shared = match crate::procs::proc_id::ProcId::of(id) {
             Some(pid) => match crate::procs::host::local_host(&pid) {
                 // The host's own ranks join its rendezvous like threads do.
                 Some(host) => {

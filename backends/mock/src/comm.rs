@@ -370,7 +370,7 @@ impl oxccl_core::Communicator for MockComm {
         }
         self.ensure_ready("split")?;
         let seq = self.rs().split_seq.fetch_add(1, Ordering::Relaxed);
-        if crate::procs::spans(self.sh()) {
+        if crate::procs::spans::spans(self.sh()) {
             return self.split_across(seq, color, key, cfg);
         }
         if cfg.is_nonblocking() {

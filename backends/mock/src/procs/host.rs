@@ -2,8 +2,8 @@
 //! joins the real communicator for it and runs its batches on shared memory.
 
 use super::chan::{Rx, Segment, Tx};
+use super::proc_id::{random_token, ProcId};
 use super::wire::{Msg, WireJob};
-use super::ProcId;
 use crate::job::Job;
 use crate::lobby::{Joiner, Lobby};
 use crate::shared::CommShared;
@@ -41,7 +41,7 @@ pub(crate) fn local_host(id: &ProcId) -> Option<Arc<Lobby>> {
 pub(crate) fn start(lobby: &Arc<Lobby>, limit: Duration) -> Result<UniqueId> {
     let pid = ProcId {
         pid: std::process::id(),
-        token: super::random_token(),
+        token: random_token(),
     };
     let mut hosts = lock(hosts());
     start_locked(&mut hosts, lobby, pid, limit)?;

@@ -2,8 +2,9 @@
 //! collects the host's answers, and the pool of shared-memory segments batches travel in.
 
 use super::chan::{Rx, Segment, Tx};
+use super::child_spec::ChildSpec;
+use super::proc_id::ProcId;
 use super::wire::Msg;
-use super::{ChildSpec, ProcId};
 use crate::sync::{lock, wait_for};
 use oxccl_core::text::Text;
 use oxccl_core::{text, Error, Result};

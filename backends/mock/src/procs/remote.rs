@@ -3,8 +3,8 @@
 
 use super::chan::Segment;
 use super::link::Link;
+use super::proc_id::ProcId;
 use super::wire::{Msg, WireJob};
-use super::ProcId;
 use crate::job::Job;
 use crate::lobby::Lobby;
 use crate::shared::CommShared;

@@ -9,9 +9,9 @@
 //! thread of its own (a [`Task`]) and its child binds when polled. Every wait is bounded by the
 //! parent's init limit (`Error::Timeout`), and a peer that dies ends it with `Error::Remote`.
 
+use super::child_spec::ChildSpec;
 use super::split_match::wait_taken;
 use super::split_task::Task;
-use super::ChildSpec;
 use crate::lobby::{Joiner, Lobby};
 use crate::shared::{Child, CommShared};
 use crate::sync::{lock, TICK};

@@ -3,8 +3,9 @@
 //! its child is (see `procs/split.rs` for the ranks' side).
 
 use super::chan::Tx;
+use super::child_spec::ChildSpec;
+use super::proc_id::{random_token, ProcId};
 use super::wire::Msg;
-use super::{random_token, ChildSpec, ProcId};
 use crate::shared::{CommShared, SplitSlot};
 use crate::sync::{lock, wait_for, TICK};
 use oxccl_core::{text, Error, Result};

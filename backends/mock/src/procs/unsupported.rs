@@ -5,7 +5,7 @@
 /// The host side, absent.
 pub(crate) mod host {
     use crate::lobby::Lobby;
-    use crate::procs::ProcId;
+    use crate::procs::proc_id::ProcId;
     use crate::shared::CommShared;
     use oxccl_core::{Error, Result, UniqueId};
     use std::sync::Arc;
@@ -51,7 +51,7 @@ pub(crate) mod link {
 pub(crate) mod remote {
     use crate::job::Job;
     use crate::lobby::Lobby;
-    use crate::procs::ProcId;
+    use crate::procs::proc_id::ProcId;
     use crate::shared::CommShared;
     use oxccl_core::Result;
     use std::sync::Arc;
