@@ -31,7 +31,7 @@ pub(crate) struct Pending {
     /// Serializes binding.
     pub(crate) bind: Mutex<()>,
     /// For a parent spanning processes: the split's own thread, which the child binds to.
-    pub(crate) task: Option<Arc<crate::procs::split::Task>>,
+    pub(crate) task: Option<Arc<crate::procs::split_task::Task>>,
 }
 
 impl Binding {

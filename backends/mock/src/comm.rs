@@ -209,7 +209,11 @@ impl MockComm {
 impl MockComm {
     /// The child of a nonblocking split `seq` still in progress: a placeholder bound when
     /// polled, by the parent's split slot or (across processes) by `task`.
-    fn pending_child(&self, seq: u64, task: Option<Arc<crate::procs::split::Task>>) -> MockComm {
+    fn pending_child(
+        &self,
+        seq: u64,
+        task: Option<Arc<crate::procs::split_task::Task>>,
+    ) -> MockComm {
         let sh = self.sh();
         let placeholder = CommShared::new(1, sh.features, FaultPlan::new(), 0, true);
         MockComm {
@@ -243,7 +247,7 @@ impl MockComm {
     ) -> Result<Option<MockComm>> {
         let (sh, rk, limit) = (self.sh(), self.rk(), self.init_timeout);
         if cfg.is_nonblocking() {
-            let task = crate::procs::split::Task::start(sh.clone(), rk, seq, color, key, limit)?;
+            let task = crate::procs::split::spawn(sh.clone(), rk, seq, color, key, limit)?;
             // NOCOLOR: the task still takes part in the match, and ends by itself.
             return Ok(color.map(|_| self.pending_child(seq, Some(task))));
         }
@@ -366,7 +370,7 @@ impl oxccl_core::Communicator for MockComm {
         }
         self.ensure_ready("split")?;
         let seq = self.rs().split_seq.fetch_add(1, Ordering::Relaxed);
-        if crate::procs::spans(self.sh()) {
+        if crate::procs::spans::spans(self.sh()) {
             return self.split_across(seq, color, key, cfg);
         }
         if cfg.is_nonblocking() {

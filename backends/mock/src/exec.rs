@@ -9,9 +9,9 @@ use oxccl_core::{OpKind, Result};
 use std::sync::Arc;
 
 /// Hands `jobs` to `stream` as one task.
-/// A capturing stream records them instead (see `graph`).
+/// A capturing stream records them instead (see `capture`).
 pub(crate) fn submit(stream: &Arc<StreamShared>, jobs: Vec<Job>) -> Result<()> {
-    let Some(jobs) = crate::graph::intercept(stream, jobs) else {
+    let Some(jobs) = crate::capture::intercept(&stream.rec, jobs) else {
         return Ok(());
     };
     for j in &jobs {

@@ -12,38 +12,17 @@
 //! Events recorded during a capture are "captured": querying or synchronizing them is refused
 //! at any time, as CUDA's are while the capture lasts.
 
+use crate::capture::{capturing, Recording, Template};
 use crate::exec;
 use crate::fault::FaultKind;
 use crate::job::Job;
-use crate::op_desc::OpDesc;
-use crate::shared::{CommShared, RankState};
-use crate::stream::{MockStream, StreamShared};
+use crate::shared::RankState;
+use crate::stream::MockStream;
 use crate::sync::lock;
 use oxccl_core::text::text_str;
 use oxccl_core::{text, CaptureError, Error, OpKind, Result};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-
-/// One recorded operation of one rank: what to submit again at each launch.
-#[derive(Clone)]
-pub(crate) struct Template {
-    comm: Arc<CommShared>,
-    rank: u32,
-    desc: OpDesc,
-}
-
-/// What a stream records while it captures.
-#[derive(Default)]
-pub(crate) enum Recording {
-    /// Not capturing.
-    #[default]
-    Off,
-    /// Capturing: the batches submitted so far, and the first forbidden call, if any.
-    On {
-        batches: Vec<Vec<Template>>,
-        invalid: Option<Box<Error>>,
-    },
-}
 
 /// The next sequence number of an operation of `kind` (with `peer` for a send or recv) on
 /// `rs`: per communicator for collectives, per (direction, peer) for p2p. Used at issue and
@@ -65,46 +44,6 @@ pub(crate) fn next_seq(rs: &RankState, kind: OpKind, peer: Option<u32>) -> u64 {
         }
         _ => rs.coll_seq.fetch_add(1, Ordering::Relaxed),
     }
-}
-
-/// Records `jobs` when `stream` captures (`None`: nothing left to submit); gives them back
-/// otherwise.
-pub(crate) fn intercept(stream: &StreamShared, jobs: Vec<Job>) -> Option<Vec<Job>> {
-    let mut rec = lock(&stream.rec);
-    match &mut *rec {
-        Recording::Off => Some(jobs),
-        Recording::On { batches, .. } => {
-            batches.push(
-                jobs.into_iter()
-                    .map(|j| Template {
-                        comm: j.comm,
-                        rank: j.rank,
-                        desc: j.desc,
-                    })
-                    .collect(),
-            );
-            None
-        }
-    }
-}
-
-/// `Ok` when `stream` is not capturing; otherwise the capture is invalidated (its first
-/// forbidden call is kept) and the refusal of `what` returned.
-pub(crate) fn refuse_while_capturing(stream: &StreamShared, what: &str) -> Result<()> {
-    let mut rec = lock(&stream.rec);
-    match &mut *rec {
-        Recording::Off => Ok(()),
-        Recording::On { invalid, .. } => {
-            let e = oxccl_core::traits::forbidden(what);
-            invalid.get_or_insert_with(|| Box::new(e.clone()));
-            Err(e)
-        }
-    }
-}
-
-/// Whether `stream` captures now.
-pub(crate) fn capturing(stream: &StreamShared) -> bool {
-    matches!(*lock(&stream.rec), Recording::On { .. })
 }
 
 /// The recorded work of a capture on a [`MockStream`]: launch it on any mock stream, as many
@@ -195,7 +134,7 @@ impl oxccl_core::Capture for MockStream {
     }
 
     fn is_capturing(&self) -> bool {
-        capturing(self.shared())
+        capturing(&self.shared().rec)
     }
 }
 
@@ -206,7 +145,7 @@ impl oxccl_core::Graph for MockGraph {
     /// failed or was aborted since refuses (as `issue` would) and the rest of the launch is
     /// not submitted.
     unsafe fn launch(&self, stream: &MockStream) -> Result<()> {
-        if capturing(stream.shared()) {
+        if capturing(&stream.shared().rec) {
             return Err(oxccl_core::traits::forbidden("launching a graph"));
         }
         for batch in self.batches.iter() {

@@ -111,7 +111,7 @@ pub(crate) struct CommShared {
     pub ranks: Vec<RankState>,
     /// Set on a rank process's mirror of a communicator spanning processes: the connection to
     /// the host, where the cross-rank steps run (see `procs`).
-    pub link: OnceLock<Arc<crate::procs::remote::Link>>,
+    pub link: OnceLock<Arc<crate::procs::link::Link>>,
     /// Set on the host's communicator once a rank of another process joins it (before that
     /// rank counts as joined, so every rank sees it once init completes).
     pub hosted: AtomicBool,

@@ -31,8 +31,8 @@ struct Queue {
 pub(crate) struct StreamShared {
     q: Mutex<Queue>,
     cv: Condvar,
-    /// What the stream records while it captures a graph (see `graph`).
-    pub(crate) rec: Mutex<crate::graph::Recording>,
+    /// What the stream records while it captures a graph (see `capture`).
+    pub(crate) rec: Mutex<crate::capture::Recording>,
 }
 
 impl StreamShared {
@@ -162,7 +162,7 @@ impl MockStream {
     ///
     /// Refused while the stream captures a graph (a one-shot closure cannot be replayed).
     pub fn host_fn(&self, f: impl FnOnce() + Send + 'static) -> Result<()> {
-        crate::graph::refuse_while_capturing(&self.shared, "a host callback")?;
+        crate::capture::refuse_while_capturing(&self.shared.rec, "a host callback")?;
         self.shared.push(Box::new(f))
     }
 
@@ -265,7 +265,7 @@ impl oxccl_core::Stream for MockStream {
     type Event = MockEvent;
 
     fn record(&self, timing: bool) -> Result<MockEvent> {
-        let captured = crate::graph::capturing(&self.shared);
+        let captured = crate::capture::capturing(&self.shared.rec);
         let ev = MockEvent {
             state: Arc::new(EventState {
                 at: Mutex::new(None),
@@ -285,14 +285,14 @@ impl oxccl_core::Stream for MockStream {
     }
 
     fn wait_event(&self, event: &MockEvent) -> Result<()> {
-        if crate::graph::capturing(&self.shared) {
+        if crate::capture::capturing(&self.shared.rec) {
             if event.state.captured {
                 // An event of this capture: the stream's order already keeps it.
                 return Ok(());
             }
             // CUDA: waiting on an event recorded outside the capture invalidates it.
-            crate::graph::refuse_while_capturing(
-                &self.shared,
+            crate::capture::refuse_while_capturing(
+                &self.shared.rec,
                 "waiting on an event recorded outside the capture",
             )?;
         }
@@ -304,7 +304,7 @@ impl oxccl_core::Stream for MockStream {
     }
 
     fn synchronize(&self) -> Result<()> {
-        crate::graph::refuse_while_capturing(&self.shared, "synchronizing the stream")?;
+        crate::capture::refuse_while_capturing(&self.shared.rec, "synchronizing the stream")?;
         // Waits for the worker's count, not only for an event task to have run: `query()` is
         // true as soon as this returns.
         let n = self.shared.push_numbered(Box::new(|| {}))?;

@@ -423,7 +423,7 @@ impl Communicator for NcclComm {
     unsafe fn issue(&self, op: &oxccl_core::CommOp<'_>, stream: &NcclStream) -> Result<()> {
         let _serial = self.inner.serial();
         // SAFETY: forwarded contract; the call lock keeps other calls on this communicator out.
-        unsafe { crate::issue::issue(&self.inner, op, stream) }
+        unsafe { crate::issue::issue_op::issue(&self.inner, op, stream) }
     }
 
     fn split(&self, color: Option<u32>, key: u32, cfg: &CommConfig) -> Result<Option<NcclComm>> {

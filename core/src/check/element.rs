@@ -9,6 +9,7 @@
 //! one rule from both sides: whatever [`dtype`] accepts, [`wire_dtype`] maps to a type the
 //! library has.
 
+use super::check_ctx::CheckCtx;
 use crate::dtype::DataType;
 use crate::error::Result;
 use crate::feature::{Feature, FeatureSet};
@@ -16,7 +17,10 @@ use crate::op::CommOp;
 #[cfg(doc)]
 use crate::op::OpKind;
 
-use super::CheckCtx;
+/// `reduces` of [`dtype`] for the four reductions.
+pub(super) const REDUCED: bool = true;
+/// `reduces` of [`dtype`] for every operation that only moves elements.
+pub(super) const MOVED: bool = false;
 
 /// The feature the library needs to know `dtype` as a type of its own (`None`: every release).
 const fn feature_of(dtype: DataType) -> Option<Feature> {

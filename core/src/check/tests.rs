@@ -2,6 +2,11 @@
 //! argument (or feature) it names, beside the valid case it borders. One file per family.
 
 use super::*;
+use crate::dtype::DataType;
+use crate::error::{Error, Result};
+use crate::feature::{Feature, FeatureSet};
+use crate::op::CommOp;
+use crate::reduce::{ReduceOp, Scalar};
 use crate::version::Version;
 use crate::{HostScalar, Missing, OpKind, RawBuf, RawBufMut};
 

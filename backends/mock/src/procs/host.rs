@@ -2,13 +2,14 @@
 //! joins the real communicator for it and runs its batches on shared memory.
 
 use super::chan::{Rx, Segment, Tx};
+use super::proc_id::{random_token, ProcId};
 use super::wire::{Msg, WireJob};
-use super::ProcId;
 use crate::job::Job;
+use crate::lobby::{Joiner, Lobby};
 use crate::shared::CommShared;
 use crate::stream::MockStream;
 use crate::sync::lock;
-use crate::{MockBackend, MockComm};
+use crate::MockComm;
 use oxccl_core::text::text_str;
 use oxccl_core::{text, Communicator, Device, Error, Result, UniqueId};
 use std::collections::HashMap;
@@ -22,39 +23,39 @@ use std::time::{Duration, Instant};
 /// to leave first (their results travel through it).
 pub(crate) const HOST_LINGER: Duration = Duration::from_secs(10);
 
-/// Ids this process hosts, by token, with the backend whose rendezvous they join.
-fn hosts() -> &'static Mutex<HashMap<[u8; 16], MockBackend>> {
-    static H: OnceLock<Mutex<HashMap<[u8; 16], MockBackend>>> = OnceLock::new();
+/// Ids this process hosts, by token, with the lobby whose rendezvous they join.
+fn hosts() -> &'static Mutex<HashMap<[u8; 16], Arc<Lobby>>> {
+    static H: OnceLock<Mutex<HashMap<[u8; 16], Arc<Lobby>>>> = OnceLock::new();
     H.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
-/// The backend hosting `id` in this process, if this process made it.
-pub(crate) fn local_host(id: &ProcId) -> Option<MockBackend> {
+/// The lobby hosting `id` in this process, if this process made it.
+pub(crate) fn local_host(id: &ProcId) -> Option<Arc<Lobby>> {
     if id.pid != std::process::id() {
         return None;
     }
     lock(hosts()).get(&id.token).cloned()
 }
 
-/// A new process-spanning id hosted by `backend`: binds its listener and starts accepting.
-pub(crate) fn start(backend: &MockBackend, limit: Duration) -> Result<UniqueId> {
+/// A new process-spanning id hosted by `lobby`: binds its listener and starts accepting.
+pub(crate) fn start(lobby: &Arc<Lobby>, limit: Duration) -> Result<UniqueId> {
     let pid = ProcId {
         pid: std::process::id(),
-        token: super::random_token(),
+        token: random_token(),
     };
     let mut hosts = lock(hosts());
-    start_locked(&mut hosts, backend, pid, limit)?;
+    start_locked(&mut hosts, lobby, pid, limit)?;
     Ok(pid.to_id())
 }
 
-/// The backend hosting `id` (a split child's, made by this process) here: the one already
+/// The lobby hosting `id` (a split child's, made by this process) here: the one already
 /// started for it by another rank of this process, else `make()`, started now. Every member of
 /// the child in this process gets the same rendezvous.
 pub(crate) fn host_child(
     id: &ProcId,
     limit: Duration,
-    make: impl FnOnce() -> MockBackend,
-) -> Result<MockBackend> {
+    make: impl FnOnce() -> Arc<Lobby>,
+) -> Result<Arc<Lobby>> {
     let mut hosts = lock(hosts());
     if let Some(b) = hosts.get(&id.token) {
         return Ok(b.clone());
@@ -64,10 +65,10 @@ pub(crate) fn host_child(
     Ok(b)
 }
 
-/// Binds the listener of `pid`, registers `backend` as its host and starts accepting.
+/// Binds the listener of `pid`, registers `lobby` as its host and starts accepting.
 fn start_locked(
-    hosts: &mut HashMap<[u8; 16], MockBackend>,
-    backend: &MockBackend,
+    hosts: &mut HashMap<[u8; 16], Arc<Lobby>>,
+    lobby: &Arc<Lobby>,
     pid: ProcId,
     limit: Duration,
 ) -> Result<()> {
@@ -81,8 +82,8 @@ fn start_locked(
     listener.set_nonblocking(true).map_err(|e| Error::Remote {
         detail: text!("mock host socket: {e}"),
     })?;
-    hosts.insert(pid.token, backend.clone());
-    let b = backend.clone();
+    hosts.insert(pid.token, lobby.clone());
+    let b = lobby.clone();
     let spawned = std::thread::Builder::new()
         .name("oxccl-mock-host".into())
         .spawn(move || accept_loop(b, pid, listener, limit));
@@ -97,13 +98,13 @@ fn start_locked(
 
 /// Accepts until the rendezvous ended (every rank joined, or every waiter gave up) or the
 /// init time limit passed, then closes the listener, which removes its name.
-fn accept_loop(backend: MockBackend, pid: ProcId, listener: UnixListener, limit: Duration) {
+fn accept_loop(lobby: Arc<Lobby>, pid: ProcId, listener: UnixListener, limit: Duration) {
     let id = pid.to_id();
     let start = Instant::now();
     loop {
         match listener.accept() {
             Ok((sock, _)) => {
-                let b = backend.clone();
+                let b = lobby.clone();
                 let spawned = std::thread::Builder::new()
                     .name("oxccl-mock-proxy".into())
                     .spawn(move || serve(b, pid, sock));
@@ -115,7 +116,7 @@ fn accept_loop(backend: MockBackend, pid: ProcId, listener: UnixListener, limit:
             // A failed accept (the rank gave up meanwhile) leaves nothing to do.
             Err(_) => {}
         }
-        if backend.take_ended(&id) || start.elapsed() >= limit {
+        if lobby.take_ended(&id) || start.elapsed() >= limit {
             break;
         }
         std::thread::sleep(Duration::from_millis(2));
@@ -124,8 +125,8 @@ fn accept_loop(backend: MockBackend, pid: ProcId, listener: UnixListener, limit:
 }
 
 /// One connected rank: join for it, then run its batches until it leaves.
-fn serve(backend: MockBackend, pid: ProcId, sock: UnixStream) {
-    let limit = backend.init_limit();
+fn serve(lobby: Arc<Lobby>, pid: ProcId, sock: UnixStream) {
+    let limit = lobby.init_limit();
     let _ = sock.set_nonblocking(false);
     let _ = sock.set_read_timeout(Some(
         limit
@@ -155,11 +156,11 @@ fn serve(backend: MockBackend, pid: ProcId, sock: UnixStream) {
     }
     // The rank's own limit: its timeout error, naming the missing ranks, comes from here.
     let limit = Duration::from_millis(limit_ms);
-    let real = match backend.join_shared(
+    let real = match lobby.join(
         &pid.to_id(),
         rank,
         size,
-        crate::backend::Joiner::elsewhere(Some(from)),
+        Joiner::elsewhere(Some(from)),
         limit,
     ) {
         Ok(c) => c,
@@ -203,7 +204,7 @@ fn serve(backend: MockBackend, pid: ProcId, sock: UnixStream) {
                 proxy.segs.remove(&seg);
             }
             Ok(Some(Msg::Split { seq, color, key })) => {
-                super::split::serve_split(&proxy.real, rank, seq, color, key, &proxy.tx);
+                super::split_match::serve_split(&proxy.real, rank, seq, color, key, &proxy.tx);
             }
             Ok(Some(_)) => {}
             Ok(None) => break String::from("process exited (its connection closed)"),

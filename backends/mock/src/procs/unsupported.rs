@@ -4,10 +4,11 @@
 
 /// The host side, absent.
 pub(crate) mod host {
-    use crate::procs::ProcId;
+    use crate::lobby::Lobby;
+    use crate::procs::proc_id::ProcId;
     use crate::shared::CommShared;
-    use crate::MockBackend;
     use oxccl_core::{Error, Result, UniqueId};
+    use std::sync::Arc;
 
     fn refused() -> Error {
         Error::invalid(
@@ -17,12 +18,12 @@ pub(crate) mod host {
     }
 
     /// Refused: no transport here.
-    pub(crate) fn start(_: &MockBackend, _: std::time::Duration) -> Result<UniqueId> {
+    pub(crate) fn start(_: &Arc<Lobby>, _: std::time::Duration) -> Result<UniqueId> {
         Err(refused())
     }
 
     /// No id is hosted here.
-    pub(crate) fn local_host(_: &ProcId) -> Option<MockBackend> {
+    pub(crate) fn local_host(_: &ProcId) -> Option<Arc<Lobby>> {
         None
     }
 
@@ -35,23 +36,37 @@ pub(crate) mod host {
     }
 }
 
-/// The rank side, absent: no link is ever made.
-pub(crate) mod remote {
-    use crate::job::Job;
-    use crate::procs::ProcId;
-    use oxccl_core::Result;
-
+/// The connection to a host, absent: no link is ever made.
+pub(crate) mod link {
     /// Never constructed here.
     pub(crate) struct Link(());
 
     impl Link {
-        /// Refused: no transport here.
-        pub(crate) fn connect(_: &ProcId, _: u32, _: u32, _: std::time::Duration) -> Result<Link> {
-            Err(super::host::refused_join())
-        }
-
         /// Never called (no link exists).
         pub(crate) fn tell_dead(&self, _: &str) {}
+    }
+}
+
+/// The rank side, absent: no communicator has a link.
+pub(crate) mod remote {
+    use crate::job::Job;
+    use crate::lobby::Lobby;
+    use crate::procs::proc_id::ProcId;
+    use crate::shared::CommShared;
+    use oxccl_core::Result;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    /// Refused: no transport here.
+    pub(crate) fn join(
+        _: &Lobby,
+        _: &ProcId,
+        _: u32,
+        _: u32,
+        _: bool,
+        _: Duration,
+    ) -> Result<Arc<CommShared>> {
+        Err(super::host::refused_join())
     }
 
     /// Never called with jobs (no communicator has a link); counts them done regardless.
@@ -64,36 +79,22 @@ pub(crate) mod remote {
 
 /// Split across processes, absent: no communicator spans processes here, so none is called.
 pub(crate) mod split {
+    use crate::procs::split_task::Task;
     use crate::shared::{Child, CommShared};
     use oxccl_core::Result;
     use std::sync::Arc;
     use std::time::Duration;
 
-    /// Never constructed here.
-    pub(crate) struct Task(());
-
-    impl Task {
-        /// Refused: no transport here.
-        pub(crate) fn start(
-            _: Arc<CommShared>,
-            _: u32,
-            _: u64,
-            _: Option<u32>,
-            _: u32,
-            _: Duration,
-        ) -> Result<Arc<Task>> {
-            Err(super::host::refused_join())
-        }
-
-        /// Never called (no task exists).
-        pub(crate) fn try_take(&self) -> Option<Result<Option<Child>>> {
-            None
-        }
-
-        /// Never called (no task exists).
-        pub(crate) fn abandon(&self, _: &str) -> Option<Child> {
-            None
-        }
+    /// Refused: no transport here.
+    pub(crate) fn spawn(
+        _: Arc<CommShared>,
+        _: u32,
+        _: u64,
+        _: Option<u32>,
+        _: u32,
+        _: Duration,
+    ) -> Result<Arc<Task>> {
+        Err(super::host::refused_join())
     }
 
     /// Refused: no transport here.

@@ -2,7 +2,8 @@
 //! `[len: u32 LE][payload]`, the payload a tag then fixed-width little-endian fields. Errors and
 //! operation descriptions cross the wire with what the ranks need of them.
 
-use super::{ChildSpec, ProcId};
+use super::child_spec::ChildSpec;
+use super::proc_id::ProcId;
 use crate::fault::FaultKind;
 use crate::op_desc::OpDesc;
 use oxccl_core::text::text_str;

@@ -3,7 +3,9 @@
 //! rank and reduce_scatter_v as one reduce per rank (as PyTorch does). Each runs in its own
 //! group, closed even when a call inside fails.
 
-use super::{at, each_rank, m, p, then, Ctx};
+use super::call_ctx::Ctx;
+use super::first_failure::{each_rank, then};
+use super::pointers::{at, m, p};
 use crate::absent::base_symbol;
 use crate::codes::data_type;
 use oxccl_core::{CommOp, DataType, Result, ResultCode};

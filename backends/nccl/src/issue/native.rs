@@ -2,7 +2,8 @@
 //! barrier (a one-element all-reduce), and all-to-all, gather and scatter where the library
 //! has them (2.28+, unless hidden).
 
-use super::{m, p, Ctx};
+use super::call_ctx::Ctx;
+use super::pointers::{m, p};
 use crate::absent::base_symbol;
 use crate::codes::data_type;
 use oxccl_core::{CommOp, DataType, Feature, ReduceOp, Result};

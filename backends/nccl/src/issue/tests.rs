@@ -1,9 +1,9 @@
 //! The element type `issue` hands each cached NCCL release (`scripts/fetch-nccl.sh`), on the
-//! host: the features the loader resolves for the release, through [`super::wire`], give a
+//! host: the features the loader resolves for the release, through [`super::issue_op::wire`], give a
 //! `ncclDataType_t` that the release's own `nccl.h` names. fp8 that is only moved goes to a
 //! release without fp8 as `ncclUint8`; a release with fp8 gets `ncclFloat8e4m3`/`e5m2`.
 
-use super::wire;
+use super::issue_op::wire;
 use oxccl_core::{CommOp, DataType, Feature, RawBuf, RawBufMut, ReduceOp};
 use oxccl_loader::Library;
 use std::collections::HashMap;

@@ -1,7 +1,7 @@
 //! The buffer rules every operation shares: addressable, non-null, not wrapping, aligned;
 //! lengths, multiples and counts; in place or disjoint.
 
-use super::buffers::{disjoint, times};
+use super::buffers::{disjoint, in_place_or_disjoint, times, InPlace};
 use super::*;
 
 #[test]
