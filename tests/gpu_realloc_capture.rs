@@ -104,7 +104,7 @@ fn gather_round(pg: &ProcessGroup<oxccl::Nccl>, r: u32, mode: RegMode, round: us
     let n = GATHER[round % GATHER.len()];
     eprintln!("rank {r}, {mode:?}, round {round}: all_gather ({n} per rank)");
     let mine = vec![r as f32 + 1.0; n];
-    let (mut send, mut first) = if round % 2 == 0 {
+    let (mut send, mut first) = if round.is_multiple_of(2) {
         let s = pg.upload_comm(&mine).expect("upload");
         (s, pg.alloc_comm::<f32>(2 * n).expect("alloc"))
     } else {

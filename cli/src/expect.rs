@@ -53,7 +53,7 @@ impl Case {
 pub fn input(case: &Case, rank: u32, i: usize) -> f64 {
     let n = case.n;
     if case.redop == Redop::Prod {
-        return if (i + rank as usize) % n.max(1) as usize == 0 {
+        return if (i + rank as usize).is_multiple_of(n.max(1) as usize) {
             2.0
         } else {
             1.0

@@ -318,7 +318,7 @@ pub fn parse_bytes(text: &str) -> Result<usize, String> {
 pub fn human(bytes: usize) -> String {
     const UNITS: [(usize, &str); 3] = [(1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")];
     for (u, name) in UNITS {
-        if bytes >= u && bytes % u == 0 {
+        if bytes >= u && bytes.is_multiple_of(u) {
             return format!("{}{name}", bytes / u);
         }
     }

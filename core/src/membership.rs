@@ -46,7 +46,7 @@ pub fn split_color(ranks: &[u32]) -> u32 {
 /// The contiguous blocks of `size` ranks that [`new_subgroups`](crate) forms from a world of
 /// `world` ranks: block `i` is `i*size .. (i+1)*size`. `size` must divide `world`.
 pub fn subgroup_block(world: u32, size: u32, rank: u32) -> Result<core::ops::Range<u32>> {
-    if size == 0 || size > world || world % size != 0 {
+    if size == 0 || size > world || !world.is_multiple_of(size) {
         return Err(Error::invalid(
             "group_size",
             format_args!("a positive divisor of the world size {world}, got {size}"),

@@ -62,7 +62,7 @@ fn usable(addr: usize, len: usize, dt: DataType) -> bool {
     s.bytes <= isize::MAX as u128
         && (addr != 0 || len == 0)
         && no_wrap(addr, len, dt)
-        && s.addr % dt.size() as u128 == 0
+        && s.addr.is_multiple_of(dt.size() as u128)
 }
 
 /// The address one past the buffer's end is itself an address (`usize`): a buffer ending at

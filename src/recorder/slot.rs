@@ -153,7 +153,7 @@ mod tests {
             op_id: seq + 10,
             created_ns: 1000 + seq,
             timeout_ms: 600_000,
-            timing: seq % 2 == 0,
+            timing: seq.is_multiple_of(2),
         }
     }
 

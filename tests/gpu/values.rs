@@ -94,7 +94,7 @@ pub fn decode(dt: DataType, bytes: &[u8]) -> Vec<f64> {
 /// sums and products over 8 ranks stay exact in every type but fp8.
 pub fn input(op: Option<&ReduceOp>, r: u32, i: usize) -> f64 {
     match op {
-        Some(ReduceOp::Prod) => 1.0 + f64::from(((i + r as usize) % 7 == 0) as u8),
+        Some(ReduceOp::Prod) => 1.0 + f64::from((i + r as usize).is_multiple_of(7) as u8),
         _ => ((i * 3 + r as usize * 5) % 3) as f64,
     }
 }

@@ -122,7 +122,7 @@ pub fn all_to_all(ctx: &CheckCtx<'_>, send: RawBuf, recv: RawBufMut, dt: DataTyp
     buffer("send", send, dt)?;
     buffer_mut("recv", recv, dt)?;
     exact_len("recv", recv.len, send.len, "as long as send")?;
-    if send.len % ctx.size as usize != 0 {
+    if !send.len.is_multiple_of(ctx.size as usize) {
         return Err(Error::invalid(
             "send",
             format_args!(

@@ -46,7 +46,7 @@ pub fn reduce_op(ctx: &CheckCtx<'_>, dtype: DataType, op: &ReduceOp) -> Result<(
 /// element does not wrap the address space (NCCL reads it when the collective runs).
 fn device_factor(addr: usize, dtype: DataType) -> Result<()> {
     let fits = addr.checked_add(dtype.size()).is_some();
-    if addr == 0 || addr % dtype.size() != 0 || !fits {
+    if addr == 0 || !addr.is_multiple_of(dtype.size()) || !fits {
         return Err(Error::invalid(
             "scalar",
             format_args!(

@@ -36,7 +36,7 @@ pub(crate) fn prepare_on<C: Communicator>(
     // 64th once they are many, so a group with hundreds of buffers pays O(1) per op. Never
     // inside a capture: releasing is a host call too.
     let issued: u64 = st.ops.iter().sum();
-    if !capturing && (st.bufs.len() <= 16 || issued % 64 == 0) {
+    if !capturing && (st.bufs.len() <= 16 || issued.is_multiple_of(64)) {
         st.sweep(comm);
     }
     let mems = moved(op, mems);
