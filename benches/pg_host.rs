@@ -22,7 +22,7 @@
 
 use oxccl::buffer::{Buffer, Memory, Operand, StreamOf};
 use oxccl::core::traits::StreamPriority;
-use oxccl::core::{Backend, CommAbort, Communicator, Event, Stream};
+use oxccl::core::{Backend, Capture, CaptureError, CommAbort, Communicator, Event, Graph, Stream};
 use oxccl::pg::{PgOptions, ProcessGroup};
 use oxccl::recorder::Recorder;
 use oxccl::store::{MemStore, Store};
@@ -197,6 +197,33 @@ impl Communicator for NullComm {
 
     fn deregister(&self, _handle: RegHandle) -> Result<()> {
         Ok(())
+    }
+}
+
+/// No graph exists: the null stream refuses to capture.
+enum NullGraph {}
+
+impl Graph for NullGraph {
+    type Stream = NullStream;
+
+    unsafe fn launch(&self, _stream: &NullStream) -> Result<()> {
+        match *self {}
+    }
+}
+
+impl Capture for NullStream {
+    type Graph = NullGraph;
+
+    fn begin_capture(&self) -> Result<()> {
+        Err(CaptureError::Unsupported.error_str("the null backend records nothing"))
+    }
+
+    fn end_capture(&self) -> Result<NullGraph> {
+        Err(CaptureError::NotCapturing.error_str("the null backend records nothing"))
+    }
+
+    fn is_capturing(&self) -> bool {
+        false
     }
 }
 

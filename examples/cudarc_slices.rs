@@ -2,7 +2,7 @@
 //!
 //! Run with 2 GPUs: `cargo run --release --example cudarc_slices -- 2`.
 
-use oxccl::core::Backend;
+use oxccl::prelude::*;
 use oxccl::{Comm, CommConfig, HostScalar, Nccl, ReduceOp, Scalar};
 
 fn main() -> oxccl::Result<()> {

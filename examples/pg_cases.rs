@@ -14,8 +14,8 @@ mod pg_cases;
 mod case_runner;
 
 use oxccl::buffer::Memory;
-use oxccl::core::Backend;
 use oxccl::mock::MockBackend;
+use oxccl::prelude::*;
 use oxccl::store::Store;
 use oxccl::{Nccl, Result};
 use std::sync::Arc;

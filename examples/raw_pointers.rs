@@ -2,7 +2,7 @@
 //!
 //! Run with 2 GPUs: `cargo run --release --example raw_pointers -- 2`.
 
-use oxccl::core::Backend;
+use oxccl::prelude::*;
 use oxccl::{Comm, CommConfig, CommOp, DataType, Nccl, RawBuf, RawBufMut, ReduceOp};
 
 /// Stand-in for a framework's tensor: a device address, an element count, a type.

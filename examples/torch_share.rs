@@ -24,7 +24,7 @@
 mod handshake;
 
 use handshake::{Shared, KEY_ACK, KEY_SERVER};
-use oxccl::core::Backend;
+use oxccl::prelude::*;
 use oxccl::store::{Store, TcpStore};
 use oxccl::{Comm, CommConfig, Device, Nccl, ReduceOp};
 use std::process::ExitCode;

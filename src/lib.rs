@@ -25,3 +25,8 @@ pub mod watchdog;
 
 pub use oxccl_comm::*;
 pub use oxccl_store as store;
+
+/// The README's examples, compiled as doctests.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

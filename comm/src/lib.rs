@@ -42,6 +42,7 @@ pub use element::Element;
 pub use group_guard::GroupGuard;
 
 pub use oxccl_core as core;
+pub use oxccl_core::{Backend, Capture, CommAbort, Communicator, Event, Graph, Stream};
 pub use oxccl_core::{
     CommConfig, CommOp, CommState, ConfigField, DataType, Device, Error, Feature, FeatureSet,
     HostScalar, Missing, Progress, RawBuf, RawBufMut, ReduceOp, RegHandle, Result, ResultCode,
@@ -55,6 +56,14 @@ pub use oxccl_mock as mock;
 pub use oxccl_nccl as nccl;
 #[cfg(feature = "nccl")]
 pub use oxccl_nccl::{NcclComm, NcclEvent, NcclMem, NcclStream};
+
+/// The traits whose methods a program calls (`nccl.unique_id()`, `backend.version()`, a
+/// buffer's `len()`, a stream's `synchronize()`), for one glob import: `use oxccl::prelude::*;`.
+pub mod prelude {
+    pub use crate::buffer::{Buffer, Memory, Operand};
+    pub use crate::element::Element;
+    pub use oxccl_core::{Backend, Capture, CommAbort, Communicator, Event, Graph, Stream};
+}
 
 /// The NCCL library as loaded: `Nccl::load()` searches, `Nccl::open(path)` takes a path.
 #[cfg(feature = "nccl")]

@@ -81,19 +81,13 @@ impl<B: Memory> PgInner<B> {
 
 /// Ends the capture however the closure left (an error, a panic): the stream stops
 /// capturing and the group issues normally again.
-struct Open<'a, B: Memory>
-where
-    StreamOf<B>: Capture,
-{
+struct Open<'a, B: Memory> {
     inner: &'a PgInner<B>,
     entry: &'a Entry<B>,
     ended: bool,
 }
 
-impl<B: Memory> Open<'_, B>
-where
-    StreamOf<B>: Capture,
-{
+impl<B: Memory> Open<'_, B> {
     fn end(mut self) -> (Result<<StreamOf<B> as Capture>::Graph>, Recorded) {
         self.ended = true;
         OPEN_HERE.with(|n| n.set(n.get().saturating_sub(1)));
@@ -104,10 +98,7 @@ where
     }
 }
 
-impl<B: Memory> Drop for Open<'_, B>
-where
-    StreamOf<B>: Capture,
-{
+impl<B: Memory> Drop for Open<'_, B> {
     fn drop(&mut self) {
         if !self.ended {
             OPEN_HERE.with(|n| n.set(n.get().saturating_sub(1)));
@@ -121,10 +112,7 @@ where
     }
 }
 
-impl<B: Memory> ProcessGroup<B>
-where
-    StreamOf<B>: Capture,
-{
+impl<B: Memory> ProcessGroup<B> {
     /// Captures the operations `f` issues on this group into a graph, without running them
     /// (CUDA graph capture on NCCL; the mock records and replays). Launch it with
     /// [`PgGraph::launch`] as often as wanted: each launch runs them all again, in order.
@@ -193,10 +181,7 @@ where
 /// The operations of a capture ([`ProcessGroup::capture`]), launched as one graph. It keeps
 /// its group and communicator alive. Dropping it frees the graph (never waits, never
 /// panics); launches already made still run.
-pub struct PgGraph<B: Memory>
-where
-    StreamOf<B>: Capture,
-{
+pub struct PgGraph<B: Memory> {
     pg: ProcessGroup<B>,
     entry: Arc<Entry<B>>,
     graph: <StreamOf<B> as Capture>::Graph,
@@ -245,10 +230,7 @@ impl Profile {
     }
 }
 
-impl<B: Memory> std::fmt::Debug for PgGraph<B>
-where
-    StreamOf<B>: Capture,
-{
+impl<B: Memory> std::fmt::Debug for PgGraph<B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PgGraph")
             .field("group", &self.pg.uid())
@@ -259,10 +241,7 @@ where
     }
 }
 
-impl<B: Memory> PgGraph<B>
-where
-    StreamOf<B>: Capture,
-{
+impl<B: Memory> PgGraph<B> {
     /// Operations captured (each launch runs them all).
     pub fn ops(&self) -> usize {
         self.profile.ops
@@ -312,20 +291,14 @@ where
 /// A launch being prepared: the buffers bound so far, each held (the group's stream waits
 /// for its earlier uses) until the launch is queued.
 #[must_use = "nothing is launched until Launch::launch"]
-pub struct Launch<'a, B: Memory>
-where
-    StreamOf<B>: Capture,
-{
+pub struct Launch<'a, B: Memory> {
     graph: &'a PgGraph<B>,
     held: Vec<B::Access<'a>>,
     bound: GraphBuffers,
     first_error: Option<Error>,
 }
 
-impl<'a, B: Memory> Launch<'a, B>
-where
-    StreamOf<B>: Capture,
-{
+impl<'a, B: Memory> Launch<'a, B> {
     /// Binds one more buffer the captured operations use.
     pub fn buf<X: Operand<B>>(mut self, buf: &'a mut X) -> Self {
         if self.first_error.is_some() {

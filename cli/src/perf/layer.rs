@@ -4,8 +4,7 @@
 use crate::elem::Elem;
 use crate::expect::{self, Case};
 use crate::ops::Coll;
-use oxccl::buffer::{Memory, Operand, StreamOf};
-use oxccl::core::Capture;
+use oxccl::buffer::{Memory, Operand};
 use oxccl::pg::{P2pOp, PgGraph, ProcessGroup, WorkOf};
 use oxccl::Result;
 use std::marker::PhantomData;
@@ -54,10 +53,7 @@ pub fn capture_ops<B: Memory>(
     pg: &ProcessGroup<B>,
     iters: usize,
     mut once: impl FnMut(&ProcessGroup<B>) -> Result<WorkOf<B>>,
-) -> Result<(PgGraph<B>, usize)>
-where
-    StreamOf<B>: Capture,
-{
+) -> Result<(PgGraph<B>, usize)> {
     let graph = pg.capture(|pg| {
         for _ in 0..iters {
             once(pg)?;
@@ -112,10 +108,7 @@ impl<B: Memory, T: Elem> PgBufs<B, T> for Library {
 
 /// A set-up case of the `pg` layer: the case, its buffers (both made by the setup, refilled
 /// by a check) and the graph armed over them (-G).
-struct SetUp<B: Memory, T: Elem, K: PgBufs<B, T>>
-where
-    StreamOf<B>: Capture,
-{
+struct SetUp<B: Memory, T: Elem, K: PgBufs<B, T>> {
     /// The armed graph and the operations it holds (first: dropped before the buffers).
     graph: Option<(PgGraph<B>, usize)>,
     send: K::Buf,
@@ -126,10 +119,7 @@ where
 /// The process group path: `ProcessGroup::<B>` calls, each returning a `Work`; the loop waits
 /// for the last work (stream order covers the others). With -G the timed loop is captured
 /// by [`ProcessGroup::capture`] and the graph launched -G times. Its buffers are of kind `K`.
-pub struct PgLayer<B: Memory, T: Elem, K: PgBufs<B, T> = Plain>
-where
-    StreamOf<B>: Capture,
-{
+pub struct PgLayer<B: Memory, T: Elem, K: PgBufs<B, T> = Plain> {
     pg: ProcessGroup<B>,
     /// The case set up, with its buffers (none before the first setup, after a teardown, or
     /// after a setup that said N/A).
@@ -140,10 +130,7 @@ where
     _t: PhantomData<T>,
 }
 
-impl<B: Memory, T: Elem, K: PgBufs<B, T>> PgLayer<B, T, K>
-where
-    StreamOf<B>: Capture,
-{
+impl<B: Memory, T: Elem, K: PgBufs<B, T>> PgLayer<B, T, K> {
     /// A layer over `pg`.
     pub fn new(pg: ProcessGroup<B>) -> Self {
         PgLayer {
@@ -214,10 +201,7 @@ where
     }
 }
 
-impl<B: Memory, T: Elem, K: PgBufs<B, T>> SetUp<B, T, K>
-where
-    StreamOf<B>: Capture,
-{
+impl<B: Memory, T: Elem, K: PgBufs<B, T>> SetUp<B, T, K> {
     /// Issues one operation of the case on `pg`.
     fn once(&mut self, pg: &ProcessGroup<B>) -> Result<WorkOf<B>> {
         PgLayer::<B, T, K>::once_on(pg, &self.case, &self.send, &mut self.recv)
@@ -243,10 +227,7 @@ where
     }
 }
 
-impl<B: Memory, T: Elem, K: PgBufs<B, T>> Layer for PgLayer<B, T, K>
-where
-    StreamOf<B>: Capture,
-{
+impl<B: Memory, T: Elem, K: PgBufs<B, T>> Layer for PgLayer<B, T, K> {
     fn name(&self) -> &'static str {
         "pg"
     }

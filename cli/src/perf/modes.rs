@@ -8,8 +8,7 @@ use super::layer::{capture_ops, not_set_up, Layer};
 use crate::elem::Elem;
 use crate::expect::{self, Case};
 use crate::ops::Coll;
-use oxccl::buffer::{Memory, Operand, StreamOf};
-use oxccl::core::Capture;
+use oxccl::buffer::{Memory, Operand};
 use oxccl::pg::{PgGraph, PgOptions, ProcessGroup, RegMode, TuneTable, WorkOf};
 use oxccl::Result;
 use std::collections::HashMap;
@@ -72,10 +71,7 @@ pub fn name_of(mode: RegMode) -> &'static str {
 /// Nothing is registered inside a capture, so each arm first runs the operation once
 /// outside it: the group's table registers the buffers then, as it would for a user's
 /// warm-up step.
-pub struct ModeLayer<B: Memory, T: Elem>
-where
-    StreamOf<B>: Capture,
-{
+pub struct ModeLayer<B: Memory, T: Elem> {
     /// The group the layer's group is made from.
     base: ProcessGroup<B>,
     table: Arc<TuneTable>,
@@ -94,10 +90,7 @@ where
     graph: Option<(PgGraph<B>, usize)>,
 }
 
-impl<B: Memory, T: Elem> ModeLayer<B, T>
-where
-    StreamOf<B>: Capture,
-{
+impl<B: Memory, T: Elem> ModeLayer<B, T> {
     /// A layer in `mode` everywhere on a group of `base`'s ranks, reported as `name`.
     pub fn new(base: ProcessGroup<B>, mode: RegMode, name: &'static str) -> Self {
         ModeLayer::with_table(base, Arc::new(TuneTable::uniform(mode)), name)
@@ -189,10 +182,7 @@ where
     }
 }
 
-impl<B: Memory, T: Elem> Layer for ModeLayer<B, T>
-where
-    StreamOf<B>: Capture,
-{
+impl<B: Memory, T: Elem> Layer for ModeLayer<B, T> {
     fn name(&self) -> &'static str {
         self.name
     }
@@ -317,10 +307,7 @@ pub fn pg_layer<B: Memory>(
     dtype: crate::ops::Dtype,
     corrupt: bool,
     graphs: u32,
-) -> Box<dyn Layer>
-where
-    StreamOf<B>: Capture,
-{
+) -> Box<dyn Layer> {
     let table = PG_TABLE
         .get()
         .cloned()

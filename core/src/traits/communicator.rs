@@ -5,8 +5,8 @@ use crate::feature::FeatureSet;
 use crate::op::CommOp;
 use crate::traits::abort::CommAbort;
 use crate::traits::device::Device;
+use crate::traits::graph::Capture;
 use crate::traits::progress::Progress;
-use crate::traits::stream::Stream;
 
 /// The priority of a stream made by [`Communicator::new_stream_with`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -41,8 +41,10 @@ pub struct RegHandle {
 /// time. Groups are per thread and belong to the
 /// [`Backend`](crate::Backend) ([`Backend::group_start`](crate::Backend::group_start)).
 pub trait Communicator: Send + Sync + Sized {
-    /// The stream type operations are issued on.
-    type Stream: Stream;
+    /// The stream type operations are issued on; every backend's streams can capture a graph
+    /// (a backend without graphs refuses [`Capture::begin_capture`] with an error), so generic
+    /// code captures without a bound of its own.
+    type Stream: Capture;
 
     /// The handle that aborts, watches and polls this communicator from any thread.
     type Abort: CommAbort;

@@ -2,8 +2,10 @@
 //! recording (a graph) is launched later, as many times as wanted (CUDA graphs; the mock
 //! replays its recorded jobs).
 //!
-//! An optional capability, as embedded-hal's are: a stream that can capture implements
-//! [`Capture`]; code that needs it says so with a bound. While a stream captures, nothing may
+//! Every communicator's stream implements [`Capture`] (the trait
+//! [`Communicator`](crate::Communicator) asks it of its stream), so code generic over a backend
+//! captures without a bound of its own; a backend that cannot capture refuses
+//! [`Capture::begin_capture`] with [`CaptureError::Unsupported`]. While a stream captures, nothing may
 //! ask the host to wait for it (no synchronize, no event query, no allocation that
 //! synchronizes): an implementation refuses such calls with [`Error::Capture`] and
 //! [`CaptureError::Forbidden`], and a capture that saw one ends with
