@@ -1,16 +1,57 @@
-//! What the watchdog needs to know of a group: its error-handling mode, its completion hooks,
-//! the flight recorder its works are recorded in, the store it signals dumps through, and its
-//! desync-debug progress.
+//! What the watchdog needs to know of a group and of its works: the group's error-handling
+//! mode, its completion hooks, the flight recorder its works are recorded in, the store it
+//! signals dumps through, its desync-debug progress, and the ring its works are handed to the
+//! watchdog through; a work as the watchdog sees it ([`Watched`]: each names its group).
 
+use super::lock::lock;
+use super::queue::Queue;
 use crate::recorder::Recorder;
 use crate::store::Store;
 use oxccl_core::env::ErrorHandling;
+use oxccl_core::state::work::WorkInfo;
 use oxccl_core::text::Escaped;
 use oxccl_core::watchdog::desync::RankProgress;
-use oxccl_core::OpKind;
+use oxccl_core::watchdog::Hint;
+use oxccl_core::{OpKind, Result};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+/// A work as the watchdog sees it.
+pub(crate) trait Watched: Send + Sync {
+    /// Records the work's flight-recorder entry unless it was recorded at issue (in issue
+    /// order, to within a pass: see the watchdog's `issue_order`); its id, which the watchdog
+    /// keeps (nothing is written into the work).
+    fn record_trace(&self) -> Option<u64>;
+    /// Whether its end event has been reached (one query, no state change); `None` for a work
+    /// without one (it issued nothing, so it says nothing of its stream).
+    fn probe_done(&self) -> Option<bool>;
+    /// Whether it has an end event (no query).
+    fn has_end(&self) -> bool;
+    /// One look: completed, still running, or its first error (timeouts against the group's
+    /// limit). A completion or failure seen feeds hooks and the recorder (entry `trace`): the
+    /// watchdog looks until then, and no more.
+    fn poll(&self, now_ns: u64, hint: Hint, trace: Option<u64>) -> Result<bool>;
+    /// When its group's timeout runs out.
+    fn deadline_ns(&self) -> u64;
+    /// When it was issued (process clock, ns).
+    fn created_ns(&self) -> u64;
+    /// Its group's configuration.
+    fn watch(&self) -> &GroupWatch;
+    /// Its group's configuration, shared.
+    fn watch_arc(&self) -> Arc<GroupWatch>;
+    /// What it is (sequence number, operation).
+    fn info(&self) -> WorkInfo;
+    /// Aborts its communicator.
+    fn abort_comm(&self, reason: &str);
+}
+
+/// A group's hand-off ring to the watchdog (held by its [`GroupWatch`]).
+pub(crate) type Inbox = Queue<Arc<dyn Watched>>;
+
+/// Slots of a group's hand-off ring (works queued between two passes beyond it overflow to a
+/// list).
+const INBOX_SLOTS: usize = 1024;
 
 /// Where the watchdog of group `uid`'s group rank `rank` writes its progress (desync debug;
 /// listed with every other key of a process group in `pg::keys`).
@@ -68,7 +109,7 @@ pub(crate) struct GroupWatch {
     done: Padded,
     /// Works handed to the watchdog, not yet taken by a pass (the group's own ring; see
     /// `crate::watchdog`).
-    pub inbox: crate::watchdog::Inbox,
+    pub inbox: Inbox,
     /// Whether the watchdog drains [`GroupWatch::inbox`] (set by its first work).
     pub enrolled: AtomicBool,
 }
@@ -81,7 +122,7 @@ struct Padded(AtomicU64);
 /// Works buried before the issuing thread drops them, in one batch.
 const REAP_EVERY: usize = 32;
 
-type Buried = Vec<Arc<dyn crate::watchdog::Watched>>;
+type Buried = Vec<Arc<dyn Watched>>;
 
 /// Buried works, and the emptied list of the last reap kept for the next one (no allocation
 /// on either thread once both lists have grown).
@@ -184,32 +225,7 @@ impl Desync {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
 impl GroupWatch {
-    /// Called by a thread that is about to return `e`, a failure of one of this group's works,
-    /// to the program: when the watchdog will dump for it and then end the process (the
-    /// group's plan), waits until it has, so that the program cannot end the process (and the
-    /// store it may host) first, before the signal, the dumps and the wait for every rank's
-    /// dump are done; the process ends during this call. Bounded by the dump wait and a pass;
-    /// nothing to wait for in a process without a dump directory. Under a mode that keeps the
-    /// process, the error returns at once (the program handles it), and an exit the program
-    /// makes meanwhile waits for the watchdog instead (see `crate::watchdog`'s exit guard).
-    pub fn settle_failure(&self, e: &oxccl_core::Error) {
-        use oxccl_core::watchdog::{failure_plan, FailureKind};
-        let plan = failure_plan(self.mode, FailureKind::of(e), self.dump_on_timeout);
-        let dog = crate::watchdog::Watchdog::instance();
-        let ends = plan.dump && plan.end_process;
-        if ends && self.enrolled.load(Ordering::Acquire) && dog.has_dump_targets() {
-            let limit = self
-                .wait_timeout_dump
-                .saturating_add(Duration::from_secs(2));
-            dog.flush(limit);
-        }
-    }
-
     pub fn new(c: WatchConfig) -> Arc<GroupWatch> {
         Arc::new(GroupWatch {
             uid: c.uid,
@@ -233,7 +249,7 @@ impl GroupWatch {
             buried: AtomicUsize::new(0),
             queued: AtomicU64::new(0),
             done: Padded::default(),
-            inbox: crate::watchdog::inbox(),
+            inbox: Queue::new(INBOX_SLOTS),
             enrolled: AtomicBool::new(false),
         })
     }
@@ -259,7 +275,7 @@ impl GroupWatch {
     /// memory, its event (back to the stream's pool) and the reference counts it holds (the
     /// group's, the communicator's) on the issuing thread's core, instead of bouncing those
     /// cache lines to the watchdog's on every operation. Dropped here when the group is gone.
-    pub fn bury(&self, works: impl Iterator<Item = Arc<dyn crate::watchdog::Watched>>) {
+    pub fn bury(&self, works: impl Iterator<Item = Arc<dyn Watched>>) {
         let mut g = lock(&self.graveyard);
         if let Some(y) = g.as_mut() {
             y.dead.extend(works);
