@@ -20,6 +20,7 @@
 //! there (`GroupWatch::bury`), on the core that made them.
 
 mod coord;
+pub(crate) mod desync;
 mod dumps;
 mod ending;
 pub(crate) mod group_watch;

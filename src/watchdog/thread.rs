@@ -383,7 +383,7 @@ impl Watchdog {
             }
             for g in publish.drain(..) {
                 if let Some(d) = &g.desync {
-                    d.publish(g.uid, &*g.store);
+                    d.publish(&*g.store);
                 }
             }
             self.in_flight.store(works.len(), Ordering::Relaxed);
