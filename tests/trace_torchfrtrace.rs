@@ -3,7 +3,7 @@
 //! `scripts/torch-env.sh` (skipped with a message without it; a failure when `CI` is set).
 
 use oxccl::core::op::OpKind;
-use oxccl::core::trace::{
+use oxccl::core::recorder::{
     profiling_name, FlightRecorder, PgConfig, TensorMeta, TraceRecord, TraceState,
 };
 use oxccl::recorder::{write_dump, DumpMeta};

@@ -5,7 +5,7 @@
 mod trace_cli;
 
 use oxccl::core::op::OpKind;
-use oxccl::core::trace::{
+use oxccl::core::recorder::{
     profiling_name, FlightRecorder, PgConfig, TensorMeta, TraceRecord, TraceState,
 };
 use oxccl::recorder::{write_dump, DumpMeta};

@@ -28,12 +28,12 @@ pub mod id;
 pub mod launch;
 pub mod membership;
 pub mod op;
+#[cfg(feature = "alloc")]
+pub mod recorder;
 pub mod reduce;
 pub mod result;
 pub mod state;
 pub mod text;
-#[cfg(feature = "alloc")]
-pub mod trace;
 pub mod traits;
 #[cfg(feature = "alloc")]
 pub mod tune;
@@ -51,6 +51,8 @@ pub use feature::{Feature, FeatureSet, Missing};
 pub use id::UniqueId;
 pub use launch::{HostList, HostName, LaunchInfo, Launcher};
 pub use op::{CommOp, OpKind};
+#[cfg(feature = "alloc")]
+pub use recorder::{FlightRecorder, PgConfig, TensorMeta, TraceEntry, TraceRecord, TraceState};
 pub use reduce::{HostScalar, ReduceOp, Scalar};
 pub use result::ResultCode;
 pub use state::group_call::{
@@ -58,8 +60,6 @@ pub use state::group_call::{
 };
 pub use state::work::{Work, WorkError, WorkInfo, WorkState};
 pub use text::Text;
-#[cfg(feature = "alloc")]
-pub use trace::{FlightRecorder, PgConfig, TensorMeta, TraceEntry, TraceRecord, TraceState};
 pub use traits::{
     pending_aborts, AbortInFlight, Backend, CommAbort, Communicator, Device, Event, Progress,
     RegHandle, Stream,

@@ -17,9 +17,9 @@ pub mod env;
 pub mod group_call;
 pub mod lifecycle;
 pub mod pg;
+pub mod recorder;
 pub mod store;
 pub mod text;
-pub mod trace;
 pub mod verdicts;
 pub mod watchdog;
 pub mod wire;
@@ -37,9 +37,9 @@ pub const TARGETS: &[(&str, Body)] = &[
     ("group_call", group_call::fuzz),
     ("lifecycle", lifecycle::fuzz),
     ("pg", pg::fuzz),
+    ("recorder", recorder::fuzz),
     ("store", store::fuzz),
     ("text", text::fuzz),
-    ("trace", trace::fuzz),
     ("verdicts", verdicts::fuzz),
     ("watchdog", watchdog::fuzz),
     ("wire", wire::fuzz),

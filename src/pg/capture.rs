@@ -202,8 +202,8 @@ struct Profile {
     kind: OpKind,
     numel: (usize, usize),
     name: String,
-    inputs: Vec<oxccl_core::trace::TensorMeta>,
-    outputs: Vec<oxccl_core::trace::TensorMeta>,
+    inputs: Vec<oxccl_core::recorder::TensorMeta>,
+    outputs: Vec<oxccl_core::recorder::TensorMeta>,
 }
 
 impl Profile {
@@ -213,16 +213,19 @@ impl Profile {
         let kinds: Vec<OpKind> = ops.iter().map(|o| o.0).collect();
         let numel = ops.iter().fold((0, 0), |(a, b), o| (a + o.2, b + o.3));
         let dtype = ops.first().map_or(DataType::Uint8, |o| o.1);
-        let meta = |n: usize| vec![oxccl_core::trace::TensorMeta::new(&[n as u64], dtype)];
+        let meta = |n: usize| vec![oxccl_core::recorder::TensorMeta::new(&[n as u64], dtype)];
         Profile {
             ops: ops.len(),
             kind: kinds.first().copied().unwrap_or(OpKind::AllReduce),
             numel,
             name: match kinds[..] {
                 [k] if !k.is_p2p() => {
-                    format!("graph:{}", oxccl_core::trace::profiling_name(k, rank, None))
+                    format!(
+                        "graph:{}",
+                        oxccl_core::recorder::profiling_name(k, rank, None)
+                    )
                 }
-                _ => format!("graph:{}", oxccl_core::trace::coalesced_name(&kinds)),
+                _ => format!("graph:{}", oxccl_core::recorder::coalesced_name(&kinds)),
             },
             inputs: meta(numel.0),
             outputs: meta(numel.1),

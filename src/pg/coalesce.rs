@@ -12,8 +12,8 @@ use super::tune::prepare::prepare_on;
 use super::work::WorkOf;
 use crate::buffer::{Memory, Operand};
 use crate::element::{host_op, Element};
+use oxccl_core::recorder::{coalesced_name, TensorMeta};
 use oxccl_core::state::work::WorkInfo;
-use oxccl_core::trace::{coalesced_name, TensorMeta};
 use oxccl_core::{
     text, CommAbort, CommOp, CommState, Error, GroupKind, GroupState, OpSummary, Progress, RawBuf,
     RawBufMut, ReduceOp, Result, Stream,

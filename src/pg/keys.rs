@@ -51,7 +51,7 @@
 //! [`ProcessGroup::new`]: super::ProcessGroup::new
 //! [`ProcessGroup::store`]: super::ProcessGroup::store
 //! [`PrefixStore`]: crate::store::PrefixStore
-//! [`desync_key`]: crate::watchdog::group_watch::desync_key
+//! [`desync_key`]: crate::watchdog::desync::desync_key
 
 use crate::store::{PrefixStore, Store};
 use oxccl_core::{text, Error, Result};

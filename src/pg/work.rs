@@ -10,9 +10,9 @@ use crate::buffer::StreamOf;
 use crate::recorder::now_ns;
 use crate::recorder::slot::TraceSlot;
 use crate::watchdog::group_watch::{CompletedWork, GroupWatch};
-use crate::watchdog::{Hint, Watched};
+use crate::watchdog::{Hint, Watchdog, Watched};
+use oxccl_core::recorder::TraceState;
 use oxccl_core::state::work::{Work as WorkMachine, WorkInfo};
-use oxccl_core::trace::TraceState;
 use oxccl_core::traits::AbortOf;
 use oxccl_core::{CommAbort, CommState, Error, Event, OpKind, Result, Stream, WorkState};
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -258,7 +258,7 @@ impl<E: Event + 'static, A: CommAbort> Work<E, A> {
                 Ok(true) => return Ok(()),
                 Ok(false) => {}
                 Err(e) => {
-                    self.inner.home.watch.settle_failure(&e);
+                    Watchdog::instance().settle_failure(&self.inner.home.watch, &e);
                     return Err(e);
                 }
             }

@@ -1,7 +1,7 @@
 //! The flight recorder the process group fills: one ring per process by default (c10d's), or
 //! one of the caller's (tests, tools), shared by a default group and its subgroups.
 
-use oxccl_core::trace::{FlightRecorder, PgConfig, TraceRecord, TraceState};
+use oxccl_core::recorder::{FlightRecorder, PgConfig, TraceRecord, TraceState};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
 /// A shared flight recorder.

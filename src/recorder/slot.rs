@@ -4,7 +4,7 @@
 //! watchdog) see every operation in issue order.
 
 use super::shared::Recorder;
-use oxccl_core::trace::{write_profiling_name, TensorMeta, TraceRecord};
+use oxccl_core::recorder::{write_profiling_name, TensorMeta, TraceRecord};
 use oxccl_core::{DataType, OpKind};
 
 /// What a single operation's entry needs.
@@ -50,7 +50,7 @@ impl PendingTrace {
             collective_seq: if self.p2p { 0 } else { self.seq },
             p2p_seq: if self.p2p { self.seq } else { 0 },
             op_id: self.op_id,
-            profiling_name: oxccl_core::trace::profiling_name(self.kind, self.rank, self.peer),
+            profiling_name: oxccl_core::recorder::profiling_name(self.kind, self.rank, self.peer),
             inputs: t(self.numel.0),
             outputs: t(self.numel.1),
             time_created_ns: self.created_ns,
@@ -138,7 +138,7 @@ impl TraceSlot {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use oxccl_core::trace::{coalesced_name, profiling_name, TraceState};
+    use oxccl_core::recorder::{coalesced_name, profiling_name, TraceState};
 
     fn pending(kind: OpKind, peer: Option<u32>, seq: u64, numel: (usize, usize)) -> PendingTrace {
         PendingTrace {

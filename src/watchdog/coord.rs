@@ -11,14 +11,14 @@
 //! process does afterwards is up to its own watchdog: the collectives it waits on with the
 //! failed rank time out there too (and dump again, with what they know then).
 
-use super::{lock, Watchdog};
+use super::dumps::Dumps;
 use crate::recorder::{DumpCause, DumpNote};
 use oxccl_core::watchdog::{dump_signal_rank, should_dump_on_signal, DUMP_SIGNAL_KEY};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-impl Watchdog {
+impl Dumps {
     /// Starts the coordination thread once per process.
     pub(super) fn start_coordination(self: &Arc<Self>) {
         if self.coord_started.swap(true, Ordering::AcqRel) {
@@ -34,32 +34,32 @@ impl Watchdog {
         }
     }
 
+    /// The coordination thread: looks for the dump signal until this process has dumped for
+    /// a failure.
     fn coordinate(&self) {
         loop {
             // The stores to look in, and how often (the shortest interval asked for).
-            let stores: Vec<_> = lock(&self.dumps)
+            let reporters = self.reporters();
+            let every = reporters
                 .iter()
-                .filter_map(|t| t.signal.clone().map(|(s, every)| (s, every, t.meta.rank)))
-                .collect();
-            let every = stores
-                .iter()
-                .map(|(_, e, _)| *e)
+                .map(|r| r.every)
                 .min()
                 .unwrap_or(Duration::from_secs(1));
             std::thread::sleep(every);
             if self.failure_dumped.load(Ordering::Acquire) {
                 return;
             }
-            for (store, _, rank) in &stores {
-                if !matches!(store.check(&[DUMP_SIGNAL_KEY]), Ok(true)) {
+            for r in &reporters {
+                if !matches!(r.store.check(&[DUMP_SIGNAL_KEY]), Ok(true)) {
                     continue;
                 }
-                let signaller = store
+                let signaller = r
+                    .store
                     .get(DUMP_SIGNAL_KEY, every)
                     .ok()
                     .and_then(|v| dump_signal_rank(&v));
                 let dumped = self.failure_dumped.load(Ordering::Acquire);
-                if !should_dump_on_signal(signaller, *rank, dumped) {
+                if !should_dump_on_signal(signaller, r.rank, dumped) {
                     continue;
                 }
                 let who =
@@ -67,7 +67,7 @@ impl Watchdog {
                 let reason = format!("{who} failed and signalled every rank to dump");
                 log::error!("oxccl: {reason}");
                 let mut note = DumpNote::new(DumpCause::Signal(signaller));
-                let deadline = crate::deadline::deadline_after(self.dump_wait_limit());
+                let deadline = crate::deadline::deadline_after(self.wait_limit());
                 self.dump_and_report(&reason, &mut note, deadline);
                 return;
             }

@@ -18,7 +18,8 @@
 //!
 //! The decision of each step is the core's `dump_wait_step`.
 
-use super::{lock, Watchdog};
+use super::dumps::{Dumps, Reporter};
+use super::lock::lock;
 use crate::recorder::now_ns;
 use crate::recorder::target::write_within;
 use crate::recorder::{DumpCause, DumpNote, DumpWait};
@@ -28,7 +29,7 @@ use oxccl_core::watchdog::{
     DUMP_SIGNAL_KEY,
 };
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 /// How often a failing rank reads the report counter at most (it reads it less often when
@@ -39,15 +40,6 @@ const POLL: Duration = Duration::from_millis(100);
 /// larger ones are counted only (one store call per rank would outlast the wait).
 const NAME_UNREPORTED_UP_TO: u32 = 4096;
 
-/// A rank's place in the coordination: its rank, its world's size, the store it reports in.
-#[derive(Clone)]
-struct Reporter {
-    rank: u32,
-    world: u32,
-    store: Arc<dyn Store>,
-    every: Duration,
-}
-
 /// The key rank `rank` sets when it reported its dump.
 fn report_key(rank: u32) -> String {
     format!("{DUMP_REPORT_PREFIX}{rank}")
@@ -57,7 +49,7 @@ fn report_key(rank: u32) -> String {
 /// heartbeat while it waits, so a long dump wait is not taken for a stuck watchdog); `None`
 /// when the deadline came first (the thread is left to finish alone).
 fn within<T: Send + 'static>(
-    dog: &Watchdog,
+    dumps: &Dumps,
     deadline: Instant,
     name: &str,
     f: impl FnOnce() -> T + Send + 'static,
@@ -77,7 +69,7 @@ fn within<T: Send + 'static>(
         match rx.recv_timeout(left.min(Duration::from_secs(1))) {
             Ok(v) => return Some(v),
             Err(std::sync::mpsc::RecvTimeoutError::Timeout) if !left.is_zero() => {
-                dog.heartbeat.store(now_ns(), Ordering::Relaxed);
+                dumps.heartbeat.store(now_ns(), Ordering::Relaxed);
             }
             Err(_) => return None,
         }
@@ -88,11 +80,15 @@ fn millis(d: Duration) -> u64 {
     d.as_millis().min(u128::from(u64::MAX)) as u64
 }
 
-/// Installs the exit guard once per process (when the first group that dumps on timeout is
-/// made, long before any exit begins).
-pub(super) fn install_exit_guard() {
+/// The dumps whose ending the exit guard waits for (the watchdog's, set with the guard).
+static GUARDED: OnceLock<Arc<Dumps>> = OnceLock::new();
+
+/// Installs the exit guard once per process, waiting for `dumps`' ending (when the first group
+/// that dumps on timeout is made, long before any exit begins).
+pub(super) fn install_exit_guard(dumps: &Arc<Dumps>) {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
+        let _ = GUARDED.set(dumps.clone());
         // SAFETY: `exit_guard` is an `extern "C" fn()` that never unwinds (it catches every
         // panic) and lives as long as the program (it is a plain function).
         let failed = unsafe { libc::atexit(exit_guard) } != 0;
@@ -105,10 +101,14 @@ pub(super) fn install_exit_guard() {
 /// Run by `exit`: waits for a failure's dumps and the wait for every rank's dump, if one is in
 /// progress, until its deadline.
 extern "C" fn exit_guard() {
-    let _ = std::panic::catch_unwind(|| Watchdog::instance().await_ending());
+    let _ = std::panic::catch_unwind(|| {
+        if let Some(dumps) = GUARDED.get() {
+            dumps.await_ending();
+        }
+    });
 }
 
-impl Watchdog {
+impl Dumps {
     /// Waits while a failure's dump coordination is in progress, until its deadline.
     fn await_ending(&self) {
         while let Some(until) = *lock(&self.ending_until) {
@@ -119,29 +119,13 @@ impl Watchdog {
         }
     }
 
-    /// The ranks of this process that take part in the coordination (a default group that
-    /// dumps on timeout), each with its store.
-    fn reporters(&self) -> Vec<Reporter> {
-        lock(&self.dumps)
-            .iter()
-            .filter_map(|t| {
-                t.signal.as_ref().map(|(store, every)| Reporter {
-                    rank: t.meta.rank,
-                    world: t.meta.world_size,
-                    store: store.clone(),
-                    every: *every,
-                })
-            })
-            .collect()
-    }
-
     /// Writes every dump of this process with `note`, then reports each of its ranks in the
     /// store (once per rank for the process's life), all before `deadline`. The note gains the
     /// first store error met.
     pub(super) fn dump_and_report(&self, reason: &str, note: &mut DumpNote, deadline: Instant) {
         self.failure_dumped.store(true, Ordering::Release);
         let left = deadline.saturating_duration_since(Instant::now());
-        if !write_within(self.dump_jobs(Some(note)), reason, left) {
+        if !write_within(self.jobs(Some(note)), reason, left) {
             // The dump did not get written: reporting it would end the others' wait falsely.
             return;
         }
@@ -205,7 +189,7 @@ impl Watchdog {
         *lock(&self.ending_until) = None;
     }
 
-    /// [`Watchdog::dump_for_failure`]'s steps.
+    /// [`Dumps::dump_for_failure`]'s steps.
     fn coordinate_failure(
         &self,
         reason: &str,
@@ -270,7 +254,7 @@ impl Watchdog {
             // The dump on disk says who never reported, for `oxccl trace`; a short, bounded
             // rewrite (the one before was written in time, so this one should be too).
             write_within(
-                self.dump_jobs(Some(&note)),
+                self.jobs(Some(&note)),
                 reason,
                 Duration::from_secs(2).min(limit),
             );

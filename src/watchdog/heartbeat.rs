@@ -2,7 +2,7 @@
 //! limit (blocked inside the library, say), dumps what it can and ends the process, as c10d's
 //! monitoring thread does. The decision is the core's `heartbeat_stuck`.
 
-use super::Watchdog;
+use super::thread::Watchdog;
 use crate::recorder::now_ns;
 use crate::recorder::{DumpCause, DumpNote};
 use oxccl_core::watchdog::heartbeat_stuck;
@@ -39,11 +39,10 @@ impl HeartbeatMonitor {
                                 "the watchdog made no pass for over {limit_ms} ms (stuck inside a library call?)"
                             );
                             let mut note = DumpNote::new(DumpCause::Heartbeat);
-                            let limit = dog.dump_wait_limit();
-                            let deadline = crate::deadline::deadline_after(limit);
-                            dog.dump_and_report(&reason, &mut note, deadline);
-                            let end = *super::lock(&dog.end_process);
-                            end(&reason);
+                            let dumps = dog.dumps();
+                            let deadline = crate::deadline::deadline_after(dumps.wait_limit());
+                            dumps.dump_and_report(&reason, &mut note, deadline);
+                            dog.end_process(&reason);
                             return;
                         }
                     }

@@ -1,7 +1,7 @@
 use super::super::parse::parse_dump;
 use super::*;
 use oxccl::core::op::OpKind;
-use oxccl::core::trace::{
+use oxccl::core::recorder::{
     profiling_name, FlightRecorder, PgConfig, TensorMeta, TraceRecord, TraceState,
 };
 use oxccl::core::DataType;
