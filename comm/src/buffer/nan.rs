@@ -1,4 +1,4 @@
-//! The NaN check on device memory: a small kernel shipped as PTX text (src/buffer/nan.ptx),
+//! The NaN check on device memory: a small kernel shipped as PTX text (comm/src/buffer/nan.ptx),
 //! loaded through the CUDA driver once per device (no NVRTC, no toolkit at run time), that
 //! sets a flag when an element is a NaN. The flag is read back, so the check synchronizes its
 //! stream: it is opt-in (`OXCCL_NAN_CHECK`).
