@@ -3,10 +3,13 @@
 //! mismatch. Cases the loaded library cannot run (fp8 reductions before NCCL 2.24.3) are
 //! listed as skipped, with the reason, instead of failing the run.
 
+use crate::elem::with_dtype;
 use crate::exit;
 use crate::expect::Case;
 use crate::ops::{self, Coll, Dtype, Redop};
-use crate::perf::{BackendSel, Layer, PgLayer};
+use crate::perf::backend::{choose, BackendSel};
+use crate::perf::layer::{Layer, PgLayer};
+use crate::perf::mock_world::mock_world_of;
 use clap::Args;
 use oxccl::core::Backend;
 use oxccl::mock::MockBackend;
@@ -116,7 +119,7 @@ pub fn run(a: &CheckArgs) -> ExitCode {
         );
         return ExitCode::from(exit::USAGE);
     }
-    let (nccl, why) = match crate::perf::choose(a.backend, a.library.as_deref()) {
+    let (nccl, why) = match choose(a.backend, a.library.as_deref()) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("oxccl check: {e}");
@@ -238,9 +241,9 @@ pub fn run(a: &CheckArgs) -> ExitCode {
         let first = format!("NCCL {}: {n} GPUs, a thread each, the process group and Comm paths, {} cases against the host reference", lib.version(), cases.len());
         (crate::perf::nccl::thread_world(lib, n, true, &body), first)
     } else {
-        let res = crate::perf::mock_world_of(mock.clone(), n, |pg, rank| {
+        let res = mock_world_of(mock.clone(), n, |pg, rank| {
             let mk = |_: &'static str, d: Dtype| -> Box<dyn Layer> {
-                crate::with_dtype!(d, T => Box::new(PgLayer::<MockBackend, T>::new(pg.clone()).corrupting(corrupt && rank == 0)))
+                with_dtype!(d, T => Box::new(PgLayer::<MockBackend, T>::new(pg.clone()).corrupting(corrupt && rank == 0)))
             };
             run_cases(&mk, rank)
         });

@@ -58,7 +58,6 @@ impl Elem for float8::F8E5M2 {
 }
 
 /// Runs `$body` with `$t` bound to the Rust type of the [`crate::ops::Dtype`] `$d`.
-#[macro_export]
 macro_rules! with_dtype {
     ($d:expr, $t:ident => $body:expr) => {{
         use $crate::ops::Dtype;
@@ -114,3 +113,5 @@ macro_rules! with_dtype {
         }
     }};
 }
+
+pub(crate) use with_dtype;

@@ -177,13 +177,13 @@ impl Backend for MockBackend {
         if nonblocking {
             self.inner.lobby.features.require(Feature::NonBlocking)?;
         }
-        let shared = match crate::procs::proc_id::ProcId::of(id) {
+        let shared = match crate::transport::proc_id::ProcId::of(id) {
             Some(pid) => match crate::procs::host::local_host(&pid) {
                 // The host's own ranks join its rendezvous like threads do.
                 Some(host) => {
                     host.join(id, rank, size, Joiner::here(nonblocking, device), limit)?
                 }
-                None => crate::procs::remote::join(
+                None => crate::mirror::remote::join(
                     &self.inner.lobby,
                     &pid,
                     rank,

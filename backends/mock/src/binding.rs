@@ -9,6 +9,10 @@ use oxccl_core::text::text_str;
 use oxccl_core::{text, CommAbort, CommState, Error, Progress, Result};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::Duration;
+
+/// How long dropping a communicator waits for its queued work before it gives up on it.
+const DROP_GRACE: Duration = Duration::from_secs(2);
 
 /// One rank's binding to its communicator.
 pub(crate) struct Binding {
@@ -31,7 +35,7 @@ pub(crate) struct Pending {
     /// Serializes binding.
     pub(crate) bind: Mutex<()>,
     /// For a parent spanning processes: the split's own thread, which the child binds to.
-    pub(crate) task: Option<Arc<crate::procs::split_task::Task>>,
+    pub(crate) task: Option<Arc<crate::mirror::split_task::Task>>,
 }
 
 impl Binding {
@@ -219,6 +223,21 @@ impl Binding {
             std::thread::sleep(delay);
             sh.abort_done(rank);
         }
+    }
+
+    /// Leaves the communicator, as a dropped handle does: queued work finishes (bounded by
+    /// [`DROP_GRACE`]), the host's rank waits for the ranks of other processes (see
+    /// [`CommShared::linger`]), then the rank is destroyed and marked dead so that its peers
+    /// fail instead of hanging.
+    pub(crate) fn leave(&self) {
+        self.leave_pending("destroyed before its nonblocking split completed");
+        if self.sh().alive(self.rk()) {
+            self.sh().wait_drained(self.rk(), Some(DROP_GRACE));
+        }
+        // Ranks of other processes get their last results through this process.
+        self.sh().linger(self.rk());
+        lock(&self.rs().life).cycle.destroy();
+        self.sh().mark_dead(self.rk(), text!("destroyed"));
     }
 
     /// A pending nonblocking split's child is aborted or dropped before it was bound: its rank

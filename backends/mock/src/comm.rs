@@ -22,9 +22,6 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-/// How long dropping a communicator waits for its queued work before it gives up on it.
-const DROP_GRACE: Duration = Duration::from_secs(2);
-
 /// One rank of a mock communicator: real collective semantics on host memory.
 ///
 /// Buffers given to [`oxccl_core::Communicator::issue`] are host addresses; they are read
@@ -212,7 +209,7 @@ impl MockComm {
     fn pending_child(
         &self,
         seq: u64,
-        task: Option<Arc<crate::procs::split_task::Task>>,
+        task: Option<Arc<crate::mirror::split_task::Task>>,
     ) -> MockComm {
         let sh = self.sh();
         let placeholder = CommShared::new(1, sh.features, FaultPlan::new(), 0, true);
@@ -370,7 +367,7 @@ impl oxccl_core::Communicator for MockComm {
         }
         self.ensure_ready("split")?;
         let seq = self.rs().split_seq.fetch_add(1, Ordering::Relaxed);
-        if crate::procs::spans::spans(self.sh()) {
+        if crate::mirror::spans::spans(self.sh()) {
             return self.split_across(seq, color, key, cfg);
         }
         if cfg.is_nonblocking() {
@@ -496,15 +493,6 @@ impl oxccl_core::Communicator for MockComm {
 
 impl Drop for MockComm {
     fn drop(&mut self) {
-        self.b
-            .leave_pending("destroyed before its nonblocking split completed");
-        // Let queued work finish (bounded), then leave so that peers fail instead of hanging.
-        if self.sh().alive(self.rk()) {
-            self.sh().wait_drained(self.rk(), Some(DROP_GRACE));
-        }
-        // Ranks of other processes get their last results through this process.
-        crate::procs::host::linger(self.sh(), self.rk());
-        lock(&self.rs().life).cycle.destroy();
-        self.sh().mark_dead(self.rk(), text!("destroyed"));
+        self.b.leave();
     }
 }

@@ -32,7 +32,7 @@ fn run_batch(jobs: Vec<Job>) {
     let (remote, jobs): (Vec<Job>, Vec<Job>) =
         jobs.into_iter().partition(|j| j.comm.link.get().is_some());
     if !remote.is_empty() {
-        crate::procs::remote::run_batch(remote);
+        crate::mirror::remote::run_batch(remote);
     }
     let mut posted = Vec::with_capacity(jobs.len());
     for job in jobs {

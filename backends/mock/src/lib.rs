@@ -53,6 +53,7 @@ mod limits;
 mod lobby;
 mod memory;
 mod messages;
+mod mirror;
 mod mismatch;
 mod op_desc;
 mod p2p;
@@ -62,6 +63,7 @@ mod shared;
 mod split;
 mod stream;
 mod sync;
+mod transport;
 mod window;
 mod world;
 

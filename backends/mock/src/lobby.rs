@@ -116,7 +116,7 @@ impl Lobby {
 
     /// Marks the rendezvous of `id` ended, for its host (process-spanning ids only).
     fn end_rendezvous(&self, id: &UniqueId) {
-        if crate::procs::proc_id::ProcId::of(id).is_some() {
+        if crate::transport::proc_id::ProcId::of(id).is_some() {
             lock(&self.ended).insert(id.0);
         }
     }

@@ -9,7 +9,7 @@ use oxccl_core::text::{text_str, Text};
 use oxccl_core::traits::RegHandle;
 use oxccl_core::{text, CommState, Error, FeatureSet, Result, ResultCode};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -30,6 +30,10 @@ pub(crate) struct Life {
     /// abandoned) must not record a cause of its own first (the first cause would be lost).
     pub failing: bool,
 }
+
+/// How long the host rank's communicator, when dropped, waits for the ranks of other processes
+/// to leave first (their results travel through it).
+const HOST_LINGER: Duration = Duration::from_secs(10);
 
 /// Per-rank state of a communicator.
 pub(crate) struct RankState {
@@ -111,7 +115,7 @@ pub(crate) struct CommShared {
     pub ranks: Vec<RankState>,
     /// Set on a rank process's mirror of a communicator spanning processes: the connection to
     /// the host, where the cross-rank steps run (see `procs`).
-    pub link: OnceLock<Arc<crate::procs::link::Link>>,
+    pub link: OnceLock<Arc<crate::transport::link::Link>>,
     /// Set on the host's communicator once a rank of another process joins it (before that
     /// rank counts as joined, so every rank sees it once init completes).
     pub hosted: AtomicBool,
@@ -401,6 +405,25 @@ impl CommShared {
                 return false;
             }
             p = wait_for(&rs.pending_cv, p, TICK);
+        }
+    }
+
+    /// Waits (bounded by [`HOST_LINGER`]) until every other rank of a communicator with ranks in
+    /// other processes has left, so that their last results reach them through this process.
+    pub(crate) fn linger(&self, rank: u32) {
+        if !self.hosted.load(Ordering::Acquire) {
+            return;
+        }
+        let start = Instant::now();
+        let mut hub = lock(&self.hub);
+        while start.elapsed() < HOST_LINGER
+            && hub
+                .dead
+                .iter()
+                .enumerate()
+                .any(|(r, d)| r as u32 != rank && d.is_none())
+        {
+            hub = wait_for(&self.cv, hub, Duration::from_millis(20));
         }
     }
 }

@@ -11,8 +11,8 @@
 //! allocated again at the same address (see docs/BENCHMARKS.md#buffer-modes-and-the-tune-table).
 
 use super::layer::not_set_up;
+use super::layer::Layer;
 use super::raw_call::{call, raw_issue, settle};
-use super::Layer;
 use crate::elem::Elem;
 use crate::expect::{self, Case};
 use crate::ops::Coll;

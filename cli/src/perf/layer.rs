@@ -337,7 +337,7 @@ mod tests {
     /// said N/A on every rank.
     #[test]
     fn library_buffers_run_every_collective_right() {
-        let out = crate::perf::mock_world(3, |pg, rank| {
+        let out = crate::perf::mock_world::mock_world(3, |pg, rank| {
             let mut seen = Vec::new();
             for coll in Coll::EACH {
                 for count in [0, 12] {
@@ -387,7 +387,7 @@ mod tests {
     /// a non-root's unused gather buffer is not counted: every rank right.
     #[test]
     fn library_buffers_check_only_the_case_s_elements() {
-        let out = crate::perf::mock_world(3, |pg, rank| {
+        let out = crate::perf::mock_world::mock_world(3, |pg, rank| {
             let mut wrong = Vec::new();
             for coll in Coll::EACH {
                 let case = Case {

@@ -5,6 +5,7 @@
 //! registers buffers or makes windows, as it would for a user with a tuned table.
 
 use super::layer::{capture_ops, not_set_up, Layer};
+use crate::elem::with_dtype;
 use crate::elem::Elem;
 use crate::expect::{self, Case};
 use crate::ops::Coll;
@@ -312,7 +313,7 @@ pub fn pg_layer<B: Memory>(
         .get()
         .cloned()
         .unwrap_or_else(|| Arc::new(TuneTable::uniform(RegMode::Plain)));
-    crate::with_dtype!(dtype, T => Box::new(ModeLayer::<B, T>::with_table(pg.clone(), table, "pg").corrupting(corrupt).graphs(graphs)))
+    with_dtype!(dtype, T => Box::new(ModeLayer::<B, T>::with_table(pg.clone(), table, "pg").corrupting(corrupt).graphs(graphs)))
 }
 
 /// The table the `pg` layer runs under: `--tuned FILE`, else `-R` as a uniform table, else

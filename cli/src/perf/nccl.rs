@@ -2,10 +2,15 @@
 //! mpirun; the `raw` and `comm` layers (device buffers by address: plain, registered or
 //! symmetric windows; CUDA-graph capture of the timed loop) beside the `pg` layer.
 
+use super::args::PerfArgs;
 use super::direct::NcclLayer;
+use super::drive::{merge, sweep, Plan, Sample};
 use super::layer::Library;
+use super::layer::{Layer, PgLayer};
+use super::outcome::Outcome;
+use super::processes;
 use super::stop::Stopper;
-use super::{Layer, Outcome, PerfArgs, PgLayer, Plan, Sample};
+use crate::elem::with_dtype;
 use oxccl::core::Backend;
 use oxccl::pg::{PgOptions, ProcessGroup};
 use oxccl::store::{MemStore, Store};
@@ -126,8 +131,8 @@ pub fn run(a: &PerfArgs, plan: &Plan) -> std::result::Result<Outcome, String> {
     let lib = load(a.library.as_deref())?;
     let version = lib.version();
     let blocking = a.blocking == 1;
-    if super::processes::launched() {
-        let boot = super::processes::bootstrap()?;
+    if processes::launched() {
+        let boot = processes::bootstrap()?;
         let (r, n) = (boot.rank, boot.world_size);
         // A namespace of this run's own: a store that outlives a run (torchrun's agent store
         // across restarts) must not hand a restarted rank the last run's unique id.
@@ -135,7 +140,7 @@ pub fn run(a: &PerfArgs, plan: &Plan) -> std::result::Result<Outcome, String> {
         let id = exchange_id(&lib, store.as_ref(), r).map_err(|e| e.to_string())?;
         let body = |pg: &ProcessGroup<Nccl>, comm: &Rc<RefCell<Comm>>, r: u32| {
             let samples = rank(a, plan, &lib, pg, comm, r, n)?;
-            super::processes::merge_through(pg, samples)
+            processes::merge_through(pg, samples)
         };
         let samples = with_rank(&lib, id, store, r, n, boot.device, blocking, None, &body)
             .map_err(|e| format!("rank {r}: {e}"))?;
@@ -162,7 +167,7 @@ pub fn run(a: &PerfArgs, plan: &Plan) -> std::result::Result<Outcome, String> {
     );
     Ok(Outcome {
         head: json!({"backend": "nccl", "nccl_version": version.to_string(), "mode": "thread per GPU", "ranks": n, "graphs": a.graphs, "registration": a.registration, "first_line": first}),
-        merged: Some(super::merge(&per_rank)),
+        merged: Some(merge(&per_rank)),
         n,
     })
 }
@@ -215,11 +220,11 @@ pub fn layers(
         .map(|l| match *l {
             // -R or --tuned: CommBuf buffers in a group under that tune table.
             "pg" if super::modes::pg_tuned() => super::modes::pg_layer(pg, dtype, corrupt, graphs),
-            "pg" if library_bufs => crate::with_dtype!(dtype, T => Box::new(PgLayer::<Nccl, T, Library>::new(pg.clone()).corrupting(corrupt).graphs(graphs)) as Box<dyn Layer>),
-            "pg" => crate::with_dtype!(dtype, T => Box::new(PgLayer::<Nccl, T>::new(pg.clone()).corrupting(corrupt).graphs(graphs)) as Box<dyn Layer>),
+            "pg" if library_bufs => with_dtype!(dtype, T => Box::new(PgLayer::<Nccl, T, Library>::new(pg.clone()).corrupting(corrupt).graphs(graphs)) as Box<dyn Layer>),
+            "pg" => with_dtype!(dtype, T => Box::new(PgLayer::<Nccl, T>::new(pg.clone()).corrupting(corrupt).graphs(graphs)) as Box<dyn Layer>),
             name => {
                 let raw = name == "raw";
-                crate::with_dtype!(dtype, T => Box::new(NcclLayer::<T>::new(comm.clone(), lib.clone(), raw, registration, graphs).corrupting(corrupt).nonblocking(nonblocking)) as Box<dyn Layer>)
+                with_dtype!(dtype, T => Box::new(NcclLayer::<T>::new(comm.clone(), lib.clone(), raw, registration, graphs).corrupting(corrupt).nonblocking(nonblocking)) as Box<dyn Layer>)
             }
         })
         .collect()
@@ -250,5 +255,5 @@ fn rank(
     );
     let sync_pg = pg.clone();
     let sync = move || sync_pg.barrier()?.wait();
-    super::sweep(plan, &mut layers, n, r, &sync, r == 0)
+    sweep(plan, &mut layers, n, r, &sync, r == 0)
 }

@@ -7,9 +7,12 @@
 //! measured round by round, alternating (R0 R1 R2, then R1 R2 R0, …), each round a share of
 //! `-n`, and the median of the rounds is kept: drift hits every mode alike.
 
+use super::args::PerfArgs;
+use super::drive::Plan;
 use super::layer::Layer;
+use super::mock_world::mock_world;
 use super::modes::{self, ModeLayer};
-use super::{PerfArgs, Plan};
+use crate::elem::with_dtype;
 use crate::exit;
 use crate::expect::Case;
 use crate::ops::{self, Coll};
@@ -55,7 +58,7 @@ where
     let modes = modes_of(pg.backend().features())?;
     let mut layers: Vec<(usize, Box<dyn Layer>)> = Vec::new();
     for m in &modes {
-        let l: Box<dyn Layer> = crate::with_dtype!(plan.dtype, T => Box::new(ModeLayer::<B, T>::new(pg.clone(), *m, modes::name_of(*m))));
+        let l: Box<dyn Layer> = with_dtype!(plan.dtype, T => Box::new(ModeLayer::<B, T>::new(pg.clone(), *m, modes::name_of(*m))));
         layers.push((usize::from(m.level()), l));
     }
     let sync = || pg.barrier()?.wait();
@@ -274,7 +277,7 @@ pub fn rounds(a: &PerfArgs, iters: usize) -> usize {
     (a.rounds as usize).clamp(1, iters.max(1))
 }
 
-/// Runs `oxccl perf --tune` (`use_nccl`, `why`: what [`super::choose`] found).
+/// Runs `oxccl perf --tune` (`use_nccl`, `why`: what [`super::backend::choose`] found).
 pub fn main(a: &PerfArgs, use_nccl: bool, why: &str) -> ExitCode {
     match measure(a, use_nccl, why) {
         Ok(code) => code,
@@ -327,7 +330,7 @@ fn measure(a: &PerfArgs, use_nccl: bool, why: &str) -> std::result::Result<ExitC
     let rounds = rounds(a, iters);
     let (per_rank, n, head) = if mock {
         let n = a.gpus.unwrap_or(2);
-        let per = super::mock_world(n, |pg, r| rank(&plan, pg, r, n, rounds)).map_err(env)?;
+        let per = mock_world(n, |pg, r| rank(&plan, pg, r, n, rounds)).map_err(env)?;
         (per, n, format!("mock world ({why}): {n} ranks as threads, host memory: a table for tests, not for a machine"))
     } else {
         let lib = super::nccl::load(a.library.as_deref()).map_err(env)?;

@@ -1,27 +1,23 @@
 //! The host side: the listener rank processes connect to, and a proxy per connected rank that
 //! joins the real communicator for it and runs its batches on shared memory.
 
-use super::chan::{Rx, Segment, Tx};
-use super::proc_id::{random_token, ProcId};
-use super::wire::{Msg, WireJob};
+use super::split_match::serve_split;
+use crate::binding::Binding;
 use crate::job::Job;
 use crate::lobby::{Joiner, Lobby};
 use crate::shared::CommShared;
 use crate::stream::MockStream;
 use crate::sync::lock;
-use crate::MockComm;
+use crate::transport::chan::{Rx, Segment, Tx};
+use crate::transport::proc_id::{random_token, ProcId};
+use crate::transport::wire::{Msg, WireJob};
 use oxccl_core::text::text_str;
-use oxccl_core::{text, Communicator, Device, Error, Result, UniqueId};
+use oxccl_core::{text, Error, Result, UniqueId};
 use std::collections::HashMap;
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
-
-/// How long the host rank's communicator, when dropped, waits for the ranks of other processes
-/// to leave first (their results travel through it).
-pub(crate) const HOST_LINGER: Duration = Duration::from_secs(10);
 
 /// Ids this process hosts, by token, with the lobby whose rendezvous they join.
 fn hosts() -> &'static Mutex<HashMap<[u8; 16], Arc<Lobby>>> {
@@ -169,10 +165,10 @@ fn serve(lobby: Arc<Lobby>, pid: ProcId, sock: UnixStream) {
             return;
         }
     };
-    let comm = MockComm::from_shared(real.clone(), rank, Device(rank), limit);
+    let seat = Seat(Binding::bound(real.clone(), rank));
     if tx.send(&Msg::Welcome(Ok(())), None).is_err() {
         real.mark_dead(rank, text!("closed its connection before init completed"));
-        comm.abort("the rank's process left during init");
+        seat.0.abort("the rank's process left during init");
         return;
     }
     rx.clear_timeout();
@@ -198,13 +194,13 @@ fn serve(lobby: Arc<Lobby>, pid: ProcId, sock: UnixStream) {
             }
             Ok(Some(Msg::Dead { why })) => {
                 proxy.real.mark_dead(rank, text_str(&why));
-                comm.abort(&why);
+                seat.0.abort(&why);
             }
             Ok(Some(Msg::Forget { seg })) => {
                 proxy.segs.remove(&seg);
             }
             Ok(Some(Msg::Split { seq, color, key })) => {
-                super::split_match::serve_split(&proxy.real, rank, seq, color, key, &proxy.tx);
+                serve_split(&proxy.real, rank, seq, color, key, &proxy.tx);
             }
             Ok(Some(_)) => {}
             Ok(None) => break String::from("process exited (its connection closed)"),
@@ -213,8 +209,18 @@ fn serve(lobby: Arc<Lobby>, pid: ProcId, sock: UnixStream) {
     };
     // Marked first so peers read this text rather than the abort's.
     proxy.real.mark_dead(rank, text_str(&why));
-    comm.abort(&why);
+    seat.0.abort(&why);
     drop(proxy);
+}
+
+/// The proxied rank's place in the real communicator, held as its own communicator would be:
+/// aborted when its process dies, and left on drop as a dropped communicator leaves.
+struct Seat(Binding);
+
+impl Drop for Seat {
+    fn drop(&mut self) {
+        self.0.leave();
+    }
 }
 
 /// What a proxy holds for its rank.
@@ -309,24 +315,5 @@ impl Proxy {
             index: j.index,
             fault: j.fault,
         })
-    }
-}
-
-/// Waits (bounded by [`HOST_LINGER`]) until every other rank of a communicator with ranks in
-/// other processes has left, so that their last results reach them through this process.
-pub(crate) fn linger(sh: &CommShared, rank: u32) {
-    if !sh.hosted.load(Ordering::Acquire) {
-        return;
-    }
-    let start = Instant::now();
-    let mut hub = lock(&sh.hub);
-    while start.elapsed() < HOST_LINGER
-        && hub
-            .dead
-            .iter()
-            .enumerate()
-            .any(|(r, d)| r as u32 != rank && d.is_none())
-    {
-        hub = crate::sync::wait_for(&sh.cv, hub, Duration::from_millis(20));
     }
 }

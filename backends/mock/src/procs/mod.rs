@@ -2,6 +2,11 @@
 //! unique id form one mock communicator, with the in-process mock's semantics, because it *is*
 //! the in-process mock.
 //!
+//! # Where
+//! The host side is here (`host`, `split`, `split_match`); the rank side, a rank process's
+//! mirror, is in the crate's `mirror` module; the ids, messages and channel both speak are in
+//! its `transport` module, which knows no communicator.
+//!
 //! # How
 //! The process whose backend made the id (rank 0's, under a process group) is the **host**: it
 //! holds the one real communicator state (the mock's `CommShared`) where
@@ -65,24 +70,12 @@
 //! share first.
 
 #[cfg(target_os = "linux")]
-pub(crate) mod chan;
-pub(crate) mod child_spec;
-#[cfg(target_os = "linux")]
 pub(crate) mod host;
-#[cfg(target_os = "linux")]
-pub(crate) mod link;
-pub(crate) mod proc_id;
-#[cfg(target_os = "linux")]
-pub(crate) mod remote;
-pub(crate) mod spans;
 #[cfg(target_os = "linux")]
 pub(crate) mod split;
 #[cfg(target_os = "linux")]
 pub(crate) mod split_match;
-pub(crate) mod split_task;
 #[cfg(not(target_os = "linux"))]
 mod unsupported;
 #[cfg(not(target_os = "linux"))]
-pub(crate) use unsupported::{host, link, remote, split};
-#[cfg(target_os = "linux")]
-pub(crate) mod wire;
+pub(crate) use unsupported::{host, split};

@@ -9,12 +9,14 @@
 //! thread of its own (a [`Task`]) and its child binds when polled. Every wait is bounded by the
 //! parent's init limit (`Error::Timeout`), and a peer that dies ends it with `Error::Remote`.
 
-use super::child_spec::ChildSpec;
+use super::host::host_child;
 use super::split_match::wait_taken;
-use super::split_task::Task;
 use crate::lobby::{Joiner, Lobby};
+use crate::mirror::remote::join;
+use crate::mirror::split_task::Task;
 use crate::shared::{Child, CommShared};
 use crate::sync::{lock, TICK};
+use crate::transport::child_spec::ChildSpec;
 use oxccl_core::{text, Error, Result};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -90,7 +92,7 @@ fn join_child(
         ))
     };
     let shared = if spec.id.pid == std::process::id() {
-        let host = super::host::host_child(&spec.id, limit, make)?;
+        let host = host_child(&spec.id, limit, make)?;
         host.join(
             &spec.id.to_id(),
             spec.rank,
@@ -99,7 +101,7 @@ fn join_child(
             limit,
         )?
     } else {
-        super::remote::join(&make(), &spec.id, spec.rank, spec.size, false, limit)?
+        join(&make(), &spec.id, spec.rank, spec.size, false, limit)?
     };
     Ok(Some((shared, spec.rank)))
 }

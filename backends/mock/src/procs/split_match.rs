@@ -2,12 +2,12 @@
 //! communicator, where the in-process mock matches them, and each rank is answered with where
 //! its child is (see `procs/split.rs` for the ranks' side).
 
-use super::chan::Tx;
-use super::child_spec::ChildSpec;
-use super::proc_id::{random_token, ProcId};
-use super::wire::Msg;
 use crate::shared::{CommShared, SplitSlot};
 use crate::sync::{lock, wait_for, TICK};
+use crate::transport::chan::Tx;
+use crate::transport::child_spec::ChildSpec;
+use crate::transport::proc_id::{random_token, ProcId};
+use crate::transport::wire::Msg;
 use oxccl_core::{text, Error, Result};
 use std::sync::Arc;
 use std::time::Instant;

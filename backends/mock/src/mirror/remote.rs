@@ -1,14 +1,14 @@
 //! The rank side: the run of a stream's batch through the rank's [`Link`] to the host (copy
 //! in, send, wait, copy out).
 
-use super::chan::Segment;
-use super::link::Link;
-use super::proc_id::ProcId;
-use super::wire::{Msg, WireJob};
 use crate::job::Job;
 use crate::lobby::Lobby;
 use crate::shared::CommShared;
 use crate::sync::{lock, wait_for};
+use crate::transport::chan::Segment;
+use crate::transport::link::Link;
+use crate::transport::proc_id::ProcId;
+use crate::transport::wire::{Msg, WireJob};
 use oxccl_core::{Error, OpKind, ReduceOp, Result, Scalar};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -25,18 +25,18 @@ const ANSWER_SLACK: Duration = Duration::from_secs(2);
 
 /// What the reader thread fills in: batch outcomes, and why the connection ended.
 #[derive(Default)]
-pub(super) struct Replies {
-    pub(super) done: HashMap<u64, Result<()>>,
+pub(crate) struct Replies {
+    pub(crate) done: HashMap<u64, Result<()>>,
     /// Answers to this rank's split calls, by split sequence number.
     splits: HashMap<u64, Result<Option<ChildSpec>>>,
-    pub(super) broken: Option<Text>,
+    pub(crate) broken: Option<Text>,
 }
 
 /// One rank's connection to the host.
 pub(crate) struct Link {
-    pub(super) tx: Tx,
-    pub(super) replies: Arc<(Mutex<Replies>, Condvar)>,
-    pub(super) next_batch: AtomicU64,
+    pub(crate) tx: Tx,
+    pub(crate) replies: Arc<(Mutex<Replies>, Condvar)>,
+    pub(crate) next_batch: AtomicU64,
     next_seg: AtomicU64,
     /// Free segments, by id.
     segs: Mutex<Vec<(u64, Segment)>>,
@@ -173,7 +173,7 @@ impl Link {
     }
 
     /// A free segment of at least `len` bytes, and whether the host has not seen it yet.
-    pub(super) fn segment(&self, len: usize) -> Result<(u64, Segment, bool)> {
+    pub(crate) fn segment(&self, len: usize) -> Result<(u64, Segment, bool)> {
         let mut free = lock(&self.segs);
         if let Some(i) = free.iter().position(|(_, s)| s.len >= len) {
             let (id, s) = free.swap_remove(i);
@@ -189,7 +189,7 @@ impl Link {
     }
 
     /// Returns a segment to the pool (or lets it go, telling the host).
-    pub(super) fn give_back(&self, id: u64, s: Segment) {
+    pub(crate) fn give_back(&self, id: u64, s: Segment) {
         let mut free = lock(&self.segs);
         if free.len() < POOL {
             free.push((id, s));

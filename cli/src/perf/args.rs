@@ -1,0 +1,118 @@
+//! The options of `oxccl perf` (nccl-tests' flags where they make sense) and the layers it
+//! may time.
+
+use super::backend::BackendSel;
+use crate::ops::{self, Coll, Dtype, Redop};
+use clap::{Args, ValueEnum};
+
+/// Which layers to time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LayerSel {
+    /// NCCL through the loaded function pointer.
+    Raw,
+    /// `Comm::issue`.
+    Comm,
+    /// `ProcessGroup` (c10d's API).
+    Pg,
+    /// The three side by side.
+    All,
+}
+
+/// Options of `oxccl perf` (nccl-tests' flags where they make sense).
+#[derive(Args, Clone, Debug)]
+#[command(after_help = "Examples:
+  oxccl perf                                   all_reduce 8 B..1 MiB (mock: 2 ranks)
+  oxccl perf all -b 8 -e 128M -f 2 -g 2 --layer all --svg perf.svg
+  oxccl perf all_reduce all_gather -d bfloat16 -c 1 --json > perf.json
+  torchrun --nproc-per-node 2 --no-python oxccl perf all_reduce -b 8 -e 1G")]
+pub struct PerfArgs {
+    /// Collectives to run (`all` for the nine).
+    #[arg(value_enum, default_values_t = [Coll::AllReduce])]
+    pub colls: Vec<Coll>,
+    /// Smallest size (bytes; K, M, G suffixes). Default: 8.
+    #[arg(short = 'b', long = "minbytes", value_parser = ops::parse_bytes)]
+    pub min_bytes: Option<usize>,
+    /// Largest size. Default: 1M on the mock, 128M on NCCL.
+    #[arg(short = 'e', long = "maxbytes", value_parser = ops::parse_bytes)]
+    pub max_bytes: Option<usize>,
+    /// Multiply the size by this each step.
+    #[arg(short = 'f', long = "stepfactor", default_value_t = 2, value_parser = clap::value_parser!(u64).range(2..))]
+    pub factor: u64,
+    /// Add this many bytes each step instead (overrides -f).
+    #[arg(short = 'i', long = "stepbytes", value_parser = ops::parse_bytes)]
+    pub incr: Option<usize>,
+    /// Timed iterations per size. Default: 20 (5 on the mock).
+    #[arg(short = 'n', long = "iters", value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub iters: Option<u64>,
+    /// Untimed warm-up iterations. Default: 5 (1 on the mock).
+    #[arg(short = 'w', long = "warmup_iters", value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
+    pub warmup: Option<u64>,
+    /// GPUs (ranks) driven by this process, a thread each. Default: every visible GPU (2 on
+    /// the mock). Under torchrun, srun or mpirun: 1 per process.
+    #[arg(short = 'g', long = "ngpus", value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub gpus: Option<u32>,
+    /// Element type.
+    #[arg(short = 'd', long = "datatype", value_enum, default_value_t = Dtype::Float32)]
+    pub dtype: Dtype,
+    /// Reduce operator.
+    #[arg(short = 'o', long = "op", value_enum, default_value_t = Redop::Sum)]
+    pub redop: Redop,
+    /// Root rank of rooted collectives.
+    #[arg(short = 'r', long = "root", default_value_t = 0)]
+    pub root: u32,
+    /// Check results against the host reference once per size and layer (1, as nccl-tests) or
+    /// not (0).
+    #[arg(short = 'c', long = "check", default_value_t = 1, value_parser = clap::value_parser!(u8).range(0..=1))]
+    pub check: u8,
+    /// Blocking communicators (1) or nonblocking ones (0), for the raw and comm layers.
+    #[arg(short = 'z', long = "blocking", default_value_t = 1, value_parser = clap::value_parser!(u8).range(0..=1))]
+    pub blocking: u8,
+    /// CUDA-graph launches: capture the timed loop into a graph and launch it this many
+    /// times (0: no graphs). Every layer on NCCL; the pg layer on the mock world too (its
+    /// streams record and replay).
+    #[arg(short = 'G', long = "cudagraph", default_value_t = 0)]
+    pub graphs: u32,
+    /// Buffers: 0 plain, 1 registered (ncclCommRegister), 2 symmetric windows (ncclMemAlloc and
+    /// ncclCommWindowRegister, NCCL 2.27+). Raw and comm layers by address; the pg layer on
+    /// CommBuf buffers in a group whose tune table says that mode (the mock world too; with
+    /// -G, registered before each capture).
+    #[arg(short = 'R', long = "registration", default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=2))]
+    pub registration: u8,
+    /// Measure every tuned collective at every size in each buffer mode (-R 0, 1, 2, rounds
+    /// alternating) and write the fastest mode per collective and size as a tune table
+    /// (give it to every rank as OXCCL_TUNE_FILE). A thread per local GPU, a process per GPU
+    /// under torchrun, srun or mpirun (rank 0 writes), or the mock world.
+    #[arg(long)]
+    pub tune: bool,
+    /// Time the pg layer under this tune table (a file --tune wrote), on CommBuf buffers: the
+    /// check that the table is at least as fast as the best of -R 0, 1, 2.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["registration", "tune"])]
+    pub tuned: Option<std::path::PathBuf>,
+    /// Where --tune writes its table (default: oxccl.tune).
+    #[arg(long, value_name = "FILE", requires = "tune")]
+    pub out: Option<std::path::PathBuf>,
+    /// --tune: rounds each size's iterations are split into, the modes alternating in each.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub rounds: u32,
+    /// Layers to time side by side.
+    #[arg(long, value_enum, default_value_t = LayerSel::All)]
+    pub layer: LayerSel,
+    /// Backend.
+    #[arg(long, value_enum, default_value_t = BackendSel::Auto)]
+    pub backend: BackendSel,
+    /// NCCL library to load (instead of the search).
+    #[arg(long, value_name = "PATH")]
+    pub library: Option<std::path::PathBuf>,
+    /// One JSON object on stdout instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// Also write the JSON report to this file (the table still goes to stdout).
+    #[arg(long, value_name = "FILE")]
+    pub json_out: Option<std::path::PathBuf>,
+    /// Write busbw and latency against size as an SVG chart.
+    #[arg(long, value_name = "FILE")]
+    pub svg: Option<std::path::PathBuf>,
+    /// Test hook: every check sees one wrong element (the exit code must be 1).
+    #[arg(long, hide = true)]
+    pub inject_error: bool,
+}
