@@ -18,7 +18,7 @@ pub struct Gpu {
 }
 
 /// How two GPUs reach each other.
-pub struct Link {
+pub struct GpuLink {
     /// From this ordinal.
     pub a: i32,
     /// To this ordinal.
@@ -32,7 +32,7 @@ pub struct Link {
 }
 
 /// The GPUs, their links, and why NVML could not count NVLinks (if it could not).
-pub type Probe = (Vec<Gpu>, Vec<Link>, Option<String>);
+pub type Probe = (Vec<Gpu>, Vec<GpuLink>, Option<String>);
 
 /// The GPUs and their links, or why there are none to report.
 pub fn probe() -> Result<Probe, String> {
@@ -123,7 +123,7 @@ pub fn probe() -> Result<Probe, String> {
                     .as_ref()
                     .ok()
                     .and_then(|r| crate::nvml::between(&r[a as usize], &r[b as usize], b as usize));
-                links.push(Link {
+                links.push(GpuLink {
                     a,
                     b,
                     kind: link_kind(access != 0, atomics != 0),

@@ -58,7 +58,7 @@ pub use result::ResultCode;
 pub use state::group_call::{
     Ended, GroupError, GroupKind, GroupState, OpSummary, Queued, Recovery,
 };
-pub use state::work::{Work, WorkError, WorkInfo, WorkState};
+pub use state::work::{WorkError, WorkInfo, WorkMachine, WorkState};
 pub use text::Text;
 pub use traits::{
     pending_aborts, AbortInFlight, Backend, CommAbort, Communicator, Device, Event, Progress,

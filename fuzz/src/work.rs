@@ -2,7 +2,7 @@
 //! only move forward, a finished work never changes, the first failure is kept.
 
 use arbitrary::{Arbitrary, Unstructured};
-use oxccl_core::state::work::{Work, WorkError, WorkInfo, WorkState};
+use oxccl_core::state::work::{WorkError, WorkInfo, WorkMachine, WorkState};
 use oxccl_core::text::TEXT_CAPACITY;
 use oxccl_core::{Error, OpKind};
 
@@ -86,7 +86,7 @@ pub fn fuzz(data: &[u8]) {
         timeout_ms: input.timeout_ms,
         timing: input.timing,
     };
-    let mut w = Work::new(info, input.created_ns);
+    let mut w = WorkMachine::new(info, input.created_ns);
     let mut now = input.created_ns;
     let mut measured: Option<u64> = None;
     for step in input.steps {
@@ -223,7 +223,8 @@ pub fn fuzz(data: &[u8]) {
         );
         // A finished work only takes its measured duration; nothing else changes.
         if before.is_finished() {
-            let seen = |w: &Work| (w.state(), w.started_ns(), w.ended_ns(), w.error().cloned());
+            let seen =
+                |w: &WorkMachine| (w.state(), w.started_ns(), w.ended_ns(), w.error().cloned());
             assert_eq!(seen(&w), seen(&before), "a finished work changed");
         }
         if before.error().is_some() {

@@ -5,7 +5,7 @@
 
 use super::comm::Entry;
 use super::issue::{Issuer, SeqKind};
-use super::op_desc::OpDesc;
+use super::op_facts::OpFacts;
 use super::ops::two_on;
 use super::process_group::ProcessGroup;
 use super::tune::prepare::prepare_on;
@@ -124,7 +124,7 @@ impl<B: Memory> ProcessGroup<B> {
                         P2pOp::Recv(b, _) => (OpKind::Recv, &**b),
                     };
                     let n = buf.numel();
-                    let d = OpDesc {
+                    let d = OpFacts {
                         kind,
                         dtype: T::DTYPE,
                         numel: if kind == OpKind::Send { (n, 0) } else { (0, n) },

@@ -5,7 +5,7 @@
 use super::capture_state::CaptureState;
 use super::comm::Slot;
 use super::options::PgOptions;
-use super::tune::agree::Members;
+use super::tune::agree::AgreeingGroup;
 use crate::buffer::Memory;
 use crate::store::Store;
 use crate::watchdog::group_watch::GroupWatch;
@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 /// What every group made from one default group shares.
-pub(crate) struct Registry {
+pub(crate) struct GroupFamily {
     /// The next group uid: every rank creates groups in the same order, so uids agree.
     pub next_uid: AtomicU64,
 }
@@ -47,7 +47,7 @@ pub(crate) struct IssueState {
 pub(crate) struct PgInner<B: Memory> {
     pub backend: B,
     pub store: Arc<dyn Store>,
-    pub registry: Arc<Registry>,
+    pub family: Arc<GroupFamily>,
     pub uid: u64,
     pub desc: String,
     pub global_rank: u32,
@@ -110,8 +110,8 @@ impl<B: Memory> PgInner<B> {
     }
 
     /// The members, as an agreement through the store needs them.
-    pub(crate) fn members(&self) -> Members<'_> {
-        Members {
+    pub(crate) fn members(&self) -> AgreeingGroup<'_> {
+        AgreeingGroup {
             store: &*self.store,
             uid: self.uid,
             rank: self.rank,

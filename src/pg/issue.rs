@@ -4,7 +4,7 @@
 use super::capture_state::Captor;
 use super::comm::Entry;
 use super::inner::PgInner;
-use super::op_desc::OpDesc;
+use super::op_facts::OpFacts;
 use super::tune::prepare::prepare_on;
 use super::work::{EventOf, Work, WorkOf};
 use crate::buffer::{CommMem, Memory, StreamOf};
@@ -98,7 +98,7 @@ impl<B: Memory> PgInner<B> {
     /// recorder and queues it to the watchdog.
     pub fn issue(
         &self,
-        op: OpDesc,
+        op: OpFacts,
         body: impl FnOnce(&Issuer<'_, B>) -> Result<()>,
     ) -> Result<WorkOf<B>> {
         let name = op.kind.name();
@@ -152,7 +152,7 @@ impl<B: Memory> PgInner<B> {
 
     /// The flight-recorder entry of an operation, to be recorded off the hot path (no
     /// allocation here); op ids count every operation, recorded or not.
-    pub fn trace(&self, op: OpDesc, seq: u64, p2p: bool) -> TraceSlot {
+    pub fn trace(&self, op: OpFacts, seq: u64, p2p: bool) -> TraceSlot {
         let op_id = self.hot.op_id.fetch_add(1, Ordering::Relaxed) + 1;
         if !self.watch.recorder.is_enabled() {
             return TraceSlot::Off;
@@ -273,7 +273,7 @@ impl<B: Memory> Issuer<'_, B> {
     pub fn prepare(
         &self,
         table: Option<&TuneTable>,
-        op: &OpDesc,
+        op: &OpFacts,
         mems: &[Option<CommMem>],
     ) -> Result<RegMode> {
         let e = self.entry;
@@ -294,7 +294,7 @@ impl<B: Memory> Issuer<'_, B> {
     pub fn tune<const N: usize>(
         &self,
         table: Option<&TuneTable>,
-        op: &OpDesc,
+        op: &OpFacts,
         mems: impl FnOnce() -> [Option<CommMem>; N],
     ) -> Result<()> {
         if self.tunes(table) {

@@ -16,7 +16,7 @@ mod comm;
 mod inner;
 mod issue;
 mod keys;
-mod op_desc;
+mod op_facts;
 mod ops;
 mod options;
 mod process_group;

@@ -2,7 +2,7 @@
 //! Rooted operations and peers take global ranks, translated to group ranks here.
 
 use super::issue::Issuer;
-use super::op_desc::OpDesc;
+use super::op_facts::OpFacts;
 use super::process_group::ProcessGroup;
 use super::work::WorkOf;
 use crate::buffer::{Memory, Operand};
@@ -321,8 +321,8 @@ impl<B: Memory> ProcessGroup<B> {
 }
 
 /// The description of an operation on elements of `T`.
-fn desc<T: Element>(kind: OpKind, numel: (usize, usize), peer: Option<u32>) -> OpDesc {
-    OpDesc {
+fn desc<T: Element>(kind: OpKind, numel: (usize, usize), peer: Option<u32>) -> OpFacts {
+    OpFacts {
         kind,
         dtype: T::DTYPE,
         numel,

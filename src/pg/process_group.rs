@@ -4,7 +4,7 @@
 
 use super::capture_state::refuse_init_in_capture;
 use super::comm::{await_ready, init_through_store, Arrival, Entry, InitParams, Slot};
-use super::inner::{lock, IssueState, PgInner, Registry};
+use super::inner::{lock, GroupFamily, IssueState, PgInner};
 use super::keys;
 use super::options::PgOptions;
 use super::tune::agree::agree;
@@ -80,13 +80,13 @@ impl<B: Memory> ProcessGroup<B> {
         log::info!(
             "oxccl process group: rank {rank} of {size}, incarnation {incarnation} of a world of {size} on this store; its keys under `{ns}/`"
         );
-        let registry = Arc::new(Registry {
+        let family = Arc::new(GroupFamily {
             next_uid: AtomicU64::new(1),
         });
         let pg = ProcessGroup::make(
             backend,
             store,
-            registry,
+            family,
             0,
             rank,
             size,
@@ -119,7 +119,7 @@ impl<B: Memory> ProcessGroup<B> {
     pub(crate) fn make(
         backend: B,
         store: Arc<dyn Store>,
-        registry: Arc<Registry>,
+        family: Arc<GroupFamily>,
         uid: u64,
         global_rank: u32,
         world_size: u32,
@@ -157,7 +157,7 @@ impl<B: Memory> ProcessGroup<B> {
             inner: Arc::new(PgInner {
                 backend,
                 store,
-                registry,
+                family,
                 uid,
                 desc: opts.desc.clone(),
                 global_rank,

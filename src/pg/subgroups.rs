@@ -45,12 +45,12 @@ impl<B: Memory> ProcessGroup<B> {
             inner.ranks.len() as u32,
             ranks.len() as u32,
         );
-        let uid = inner.registry.next_uid.fetch_add(1, Ordering::Relaxed);
+        let uid = inner.family.next_uid.fetch_add(1, Ordering::Relaxed);
         let member = ranks.contains(&inner.global_rank);
         let child = ProcessGroup::make(
             inner.backend.clone(),
             inner.store.clone(),
-            inner.registry.clone(),
+            inner.family.clone(),
             uid,
             inner.global_rank,
             inner.world_size,

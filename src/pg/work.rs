@@ -12,7 +12,7 @@ use crate::recorder::slot::TraceSlot;
 use crate::watchdog::group_watch::{CompletedWork, GroupWatch};
 use crate::watchdog::{Hint, Watchdog, Watched};
 use oxccl_core::recorder::TraceState;
-use oxccl_core::state::work::{Work as WorkMachine, WorkInfo};
+use oxccl_core::state::work::{WorkInfo, WorkMachine};
 use oxccl_core::traits::AbortOf;
 use oxccl_core::{CommAbort, CommState, Error, Event, OpKind, Result, Stream, WorkState};
 use std::sync::atomic::{AtomicU8, Ordering};

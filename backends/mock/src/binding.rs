@@ -22,11 +22,11 @@ pub(crate) struct Binding {
     pub(crate) rank: u32,
     /// The child a pending nonblocking split resolved to (set once, by `poll`).
     pub(crate) resolved: OnceLock<(Arc<CommShared>, u32)>,
-    pub(crate) pending: Option<Pending>,
+    pub(crate) pending: Option<PendingSplit>,
 }
 
 /// A nonblocking split whose rendezvous is completed by polling the child.
-pub(crate) struct Pending {
+pub(crate) struct PendingSplit {
     pub(crate) parent: Arc<CommShared>,
     pub(crate) parent_rank: u32,
     pub(crate) seq: u64,

@@ -1,6 +1,6 @@
 //! One rank's communicator of a mock world.
 
-use crate::binding::{Binding, MockAbort, Pending};
+use crate::binding::{Binding, MockAbort, PendingSplit};
 use crate::calls::CallLock;
 use crate::exec;
 use crate::fault::FaultKind;
@@ -218,7 +218,7 @@ impl MockComm {
                 shared: placeholder,
                 rank: 0,
                 resolved: OnceLock::new(),
-                pending: Some(Pending {
+                pending: Some(PendingSplit {
                     parent: sh.clone(),
                     parent_rank: self.rk(),
                     seq,

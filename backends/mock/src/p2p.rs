@@ -8,7 +8,7 @@
 use crate::memory::{read, write};
 use crate::mismatch;
 use crate::op_desc::OpDesc;
-use crate::shared::{mark_dead_locked, CommShared, Msg};
+use crate::shared::{mark_dead_locked, CommShared, EagerSend};
 use crate::sync::{lock, wait_for, TICK};
 use oxccl_core::{text, Error, Result};
 
@@ -24,7 +24,7 @@ impl CommShared {
         let data = unsafe { read(desc.send.addr, bytes, "send") }?;
         lock(&self.hub)
             .mail
-            .insert((src, dst, seq), Msg { desc, data });
+            .insert((src, dst, seq), EagerSend { desc, data });
         self.cv.notify_all();
         Ok(())
     }

@@ -4,7 +4,7 @@
 
 use crate::collective;
 use crate::op_desc::OpDesc;
-use crate::shared::{first_dead, CommShared, Slot};
+use crate::shared::{first_dead, Arrivals, CommShared};
 use crate::sync::{lock, wait_for, TICK};
 use oxccl_core::{text, Error, Result};
 
@@ -18,7 +18,7 @@ impl CommShared {
         let size = self.size;
         // A rank that died after posting has left: its buffers may be gone, so nobody computes.
         let dead = first_dead(&hub, None);
-        let slot = hub.colls.entry(seq).or_insert_with(|| Slot {
+        let slot = hub.colls.entry(seq).or_insert_with(|| Arrivals {
             arrivals: vec![None; size as usize],
             count: 0,
             outcome: None,

@@ -60,13 +60,13 @@ pub(crate) struct RankState {
 }
 
 /// A message sent eagerly and not yet received.
-pub(crate) struct Msg {
+pub(crate) struct EagerSend {
     pub desc: OpDesc,
     pub data: Vec<u8>,
 }
 
 /// One collective of the communicator (matched by sequence number) as the ranks reach it.
-pub(crate) struct Slot {
+pub(crate) struct Arrivals {
     pub arrivals: Vec<Option<OpDesc>>,
     pub count: u32,
     /// `Some` once computed (Ok or a mismatch) or failed (a participant died).
@@ -95,9 +95,9 @@ pub(crate) struct SplitSlot {
 pub(crate) struct Hub {
     /// Why each rank can no longer take part (aborted, failed, lost, finalized, destroyed).
     pub dead: Vec<Option<Text>>,
-    pub colls: HashMap<u64, Slot>,
+    pub colls: HashMap<u64, Arrivals>,
     /// Messages by (src, dst, p2p sequence number).
-    pub mail: HashMap<(u32, u32, u64), Msg>,
+    pub mail: HashMap<(u32, u32, u64), EagerSend>,
     pub splits: HashMap<u64, SplitSlot>,
 }
 

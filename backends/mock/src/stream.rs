@@ -17,10 +17,10 @@ use std::time::{Duration, Instant};
 /// How long dropping a stream waits for its queued work before detaching its worker.
 pub const DROP_GRACE: Duration = Duration::from_secs(5);
 
-pub(crate) type Task = Box<dyn FnOnce() + Send + 'static>;
+pub(crate) type Thunk = Box<dyn FnOnce() + Send + 'static>;
 
 struct Queue {
-    tasks: VecDeque<Task>,
+    tasks: VecDeque<Thunk>,
     closing: bool,
     finished: bool,
     submitted: u64,
@@ -37,12 +37,12 @@ pub(crate) struct StreamShared {
 
 impl StreamShared {
     /// Queues `task` after everything queued so far.
-    pub(crate) fn push(&self, task: Task) -> Result<()> {
+    pub(crate) fn push(&self, task: Thunk) -> Result<()> {
         self.push_numbered(task).map(|_| ())
     }
 
     /// [`StreamShared::push`], returning how many tasks were submitted including this one.
-    fn push_numbered(&self, task: Task) -> Result<u64> {
+    fn push_numbered(&self, task: Thunk) -> Result<u64> {
         let mut q = lock(&self.q);
         if q.closing {
             return Err(Error::Backend {

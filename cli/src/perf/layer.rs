@@ -64,7 +64,7 @@ pub fn capture_ops<B: Memory>(
 }
 
 /// Which of the backend's two buffer types a [`PgLayer`] runs on: [`Plain`] (the backend's
-/// own, cudarc slices on NCCL) or [`Library`] (the library's allocator, `NcclBuf` on NCCL,
+/// own, cudarc slices on NCCL) or [`LibraryAlloc`] (the library's allocator, `NcclBuf` on NCCL,
 /// the memory the `raw` and `comm` layers take by default, so the three compare like with
 /// like).
 pub trait PgBufs<B: Memory, T: Elem> {
@@ -82,7 +82,7 @@ pub trait PgBufs<B: Memory, T: Elem> {
 pub struct Plain;
 
 /// The library allocator's buffers ([`Memory::CommBuf`]), used as they are (no tune table).
-pub struct Library;
+pub struct LibraryAlloc;
 
 impl<B: Memory, T: Elem> PgBufs<B, T> for Plain {
     type Buf = B::Buf<T>;
@@ -95,7 +95,7 @@ impl<B: Memory, T: Elem> PgBufs<B, T> for Plain {
     }
 }
 
-impl<B: Memory, T: Elem> PgBufs<B, T> for Library {
+impl<B: Memory, T: Elem> PgBufs<B, T> for LibraryAlloc {
     type Buf = B::CommBuf<T>;
     const EMPTY_OK: bool = false;
     fn zeros(pg: &ProcessGroup<B>, len: usize) -> Result<Self::Buf> {
@@ -352,7 +352,7 @@ mod tests {
                     };
                     let in_place = pg_placement(coll, true);
                     for corrupt in [false, true] {
-                        let mut l = PgLayer::<MockBackend, f32, Library>::new(pg.clone())
+                        let mut l = PgLayer::<MockBackend, f32, LibraryAlloc>::new(pg.clone())
                             .corrupting(corrupt && rank == 0);
                         let ran = l.setup(&case, in_place)?;
                         let wrong = if ran {
@@ -399,7 +399,7 @@ mod tests {
                     n: 3,
                     rank,
                 };
-                let mut l = PgLayer::<MockBackend, f32, Library>::new(pg.clone());
+                let mut l = PgLayer::<MockBackend, f32, LibraryAlloc>::new(pg.clone());
                 if l.setup(&case, pg_placement(coll, true))? {
                     wrong.push((coll, l.check()?));
                 }

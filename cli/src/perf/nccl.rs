@@ -5,7 +5,7 @@
 use super::args::PerfArgs;
 use super::direct::NcclLayer;
 use super::drive::{merge, sweep, Plan, Sample};
-use super::layer::Library;
+use super::layer::LibraryAlloc;
 use super::layer::{Layer, PgLayer};
 use super::outcome::Outcome;
 use super::processes;
@@ -220,7 +220,7 @@ pub fn layers(
         .map(|l| match *l {
             // -R or --tuned: CommBuf buffers in a group under that tune table.
             "pg" if super::modes::pg_tuned() => super::modes::pg_layer(pg, dtype, corrupt, graphs),
-            "pg" if library_bufs => with_dtype!(dtype, T => Box::new(PgLayer::<Nccl, T, Library>::new(pg.clone()).corrupting(corrupt).graphs(graphs)) as Box<dyn Layer>),
+            "pg" if library_bufs => with_dtype!(dtype, T => Box::new(PgLayer::<Nccl, T, LibraryAlloc>::new(pg.clone()).corrupting(corrupt).graphs(graphs)) as Box<dyn Layer>),
             "pg" => with_dtype!(dtype, T => Box::new(PgLayer::<Nccl, T>::new(pg.clone()).corrupting(corrupt).graphs(graphs)) as Box<dyn Layer>),
             name => {
                 let raw = name == "raw";

@@ -128,9 +128,9 @@ impl From<WorkError> for Error {
     }
 }
 
-/// The state of one work with its times and its first failure.
+/// The state machine of one work: its state, its times and its first failure.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Work {
+pub struct WorkMachine {
     info: WorkInfo,
     state: WorkState,
     created_ns: u64,
@@ -162,10 +162,10 @@ fn failed(f: &Failure) -> &Error {
     f
 }
 
-impl Work {
+impl WorkMachine {
     /// A work issued at `created_ns`.
-    pub fn new(info: WorkInfo, created_ns: u64) -> Work {
-        Work {
+    pub fn new(info: WorkInfo, created_ns: u64) -> WorkMachine {
+        WorkMachine {
             info,
             state: WorkState::Scheduled,
             created_ns,
@@ -263,23 +263,23 @@ impl Work {
         self.check_deadline(now_ns, self.info.timeout_ms)
     }
 
-    /// [`Work::check_timeout`] against `limit_ms` instead of the work's own timeout (a
+    /// [`WorkMachine::check_timeout`] against `limit_ms` instead of the work's own timeout (a
     /// `wait` with a timeout of its own); the text names the limit applied.
     pub fn check_deadline(&mut self, now_ns: u64, limit_ms: u64) -> Result<(), Error> {
         self.check_deadline_noting(now_ns, limit_ms, "")
     }
 
     /// Whether the work is still in flight at `now_ns` past `limit_ms` from its creation: what
-    /// [`Work::check_deadline`] would turn into a timeout (it changes nothing). A caller that
+    /// [`WorkMachine::check_deadline`] would turn into a timeout (it changes nothing). A caller that
     /// has something to add to the timeout's text (a desync verdict that takes store reads)
     /// asks first, gathers it without holding the work, then calls
-    /// [`Work::check_deadline_noting`].
+    /// [`WorkMachine::check_deadline_noting`].
     pub fn is_past_deadline(&self, now_ns: u64, limit_ms: u64) -> bool {
         !self.state.is_final()
             && now_ns.saturating_sub(self.created_ns) > limit_ms.saturating_mul(NS_PER_MS)
     }
 
-    /// [`Work::check_deadline`] whose timeout text ends with `note` after PyTorch's
+    /// [`WorkMachine::check_deadline`] whose timeout text ends with `note` after PyTorch's
     /// description (`"; "` between them; nothing when `note` is empty). The text is cut at
     /// the error's capacity, so a note of many ranks may lose its tail.
     pub fn check_deadline_noting(

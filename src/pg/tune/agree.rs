@@ -10,7 +10,7 @@ use oxccl_core::{text, Error, Result};
 use std::time::Duration;
 
 /// Who agrees: a group's members, as an agreement through the store needs them.
-pub(crate) struct Members<'a> {
+pub(crate) struct AgreeingGroup<'a> {
     /// The group's store.
     pub store: &'a dyn Store,
     /// The group's uid.
@@ -28,7 +28,7 @@ pub(crate) struct Members<'a> {
 /// registered on some ranks only would hang the others). Nothing is exchanged when this rank
 /// has no table; a rank with one waits (up to the group's timeout) for the others'
 /// fingerprints, so a rank without `OXCCL_TUNE_FILE` shows as the one that never wrote its key.
-pub(crate) fn agree(table: Option<&TuneTable>, members: &Members<'_>) -> Result<()> {
+pub(crate) fn agree(table: Option<&TuneTable>, members: &AgreeingGroup<'_>) -> Result<()> {
     let Some(table) = table else {
         return Ok(());
     };
@@ -55,7 +55,7 @@ const LAST_READ: std::time::Duration = std::time::Duration::from_millis(100);
 /// ranks and their values (`what` names the value). A rank that never writes its value is
 /// named after the group's timeout (`hint`: what it did not publish, and the likely cause).
 pub(crate) fn agree_on(
-    inner: &Members<'_>,
+    inner: &AgreeingGroup<'_>,
     topic: &str,
     mine: &str,
     what: &str,

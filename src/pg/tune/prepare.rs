@@ -1,7 +1,7 @@
 //! Applying the tune table to one operation: the mode its buffers take, and the
 //! registrations it needs made before it is issued (what `Issuer::prepare` does).
 
-use super::super::op_desc::OpDesc;
+use super::super::op_facts::OpFacts;
 use super::reg_cache::RegCache;
 use crate::buffer::CommMem;
 use oxccl_core::tune::{RegMode, TuneTable};
@@ -10,7 +10,7 @@ use std::time::Duration;
 
 /// The buffers of `op` a mode applies to: both of a collective; of a send or receive, only
 /// the one it moves (the other is absent, not plain).
-fn moved<'m>(op: &OpDesc, mems: &'m [Option<CommMem>]) -> &'m [Option<CommMem>] {
+fn moved<'m>(op: &OpFacts, mems: &'m [Option<CommMem>]) -> &'m [Option<CommMem>] {
     match (op.kind, mems) {
         (OpKind::Send, [send, _]) => std::slice::from_ref(send),
         (OpKind::Recv, [_, recv]) => std::slice::from_ref(recv),
@@ -26,7 +26,7 @@ pub(crate) fn prepare_on<C: Communicator>(
     comm: &C,
     regs: &RegCache,
     table: Option<&TuneTable>,
-    op: &OpDesc,
+    op: &OpFacts,
     mems: &[Option<CommMem>],
     capturing: bool,
     timeout: Duration,

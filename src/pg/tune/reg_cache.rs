@@ -1,7 +1,7 @@
 //! The registrations and windows of one communicator's buffers, by allocation, and what the
 //! communicator did with buffers ([`TunedStats`]).
 
-use super::super::op_desc::OpDesc;
+use super::super::op_facts::OpFacts;
 use crate::buffer::CommMem;
 use oxccl_core::graph_buffers::GraphBuffers;
 use oxccl_core::tune::RegMode;
@@ -215,7 +215,7 @@ impl CacheState {
         &self,
         m: &CommMem,
         mode: RegMode,
-        op: &OpDesc,
+        op: &OpFacts,
         bytes: u64,
     ) -> Result<()> {
         let c = self.bufs.get(&m.id);

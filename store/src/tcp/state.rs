@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 pub(super) struct Writer(pub(super) Mutex<TcpStream>);
 
 /// A connection waiting for keys: how many are still missing, and which.
-pub(super) struct Pending {
+pub(super) struct WaitingClient {
     left: usize,
     keys: Vec<Vec<u8>>,
     writer: Arc<Writer>,
@@ -25,7 +25,7 @@ pub(super) struct State {
     /// Key -> connections waiting for it.
     waiting: HashMap<Vec<u8>, Vec<u64>>,
     /// Connection -> its wait.
-    pending: HashMap<u64, Pending>,
+    pending: HashMap<u64, WaitingClient>,
     /// Bytes of keys and values in `kv` and `queues`.
     stored: usize,
     /// Bytes of keys in `pending`.
@@ -138,7 +138,7 @@ impl State {
         }
     }
 
-    pub(super) fn remove_pending(&mut self, id: u64) -> Option<Pending> {
+    pub(super) fn remove_pending(&mut self, id: u64) -> Option<WaitingClient> {
         let p = self.pending.remove(&id)?;
         self.waited = self
             .waited
@@ -161,7 +161,8 @@ impl State {
         let left = keys.len();
         self.waited += keys.iter().map(Vec::len).sum::<usize>();
         let writer = Arc::clone(writer);
-        self.pending.insert(id, Pending { left, keys, writer });
+        self.pending
+            .insert(id, WaitingClient { left, keys, writer });
     }
 
     fn set(&mut self, key: &[u8], value: Vec<u8>, wake: &mut Vec<Arc<Writer>>) {

@@ -15,12 +15,12 @@ fn info(timing: bool) -> WorkInfo {
     }
 }
 
-fn new(timing: bool) -> Work {
-    Work::new(info(timing), 1_000 * MS)
+fn new(timing: bool) -> WorkMachine {
+    WorkMachine::new(info(timing), 1_000 * MS)
 }
 
 /// One work in each state, created at 1 s with a 100 ms timeout.
-fn all_states(timing: bool) -> [Work; 6] {
+fn all_states(timing: bool) -> [WorkMachine; 6] {
     let scheduled = new(timing);
     let mut started = new(timing);
     started.observe(1_010 * MS, true, false).unwrap();
@@ -207,7 +207,7 @@ fn a_noted_timeout_keeps_pytorchs_text_first() {
 
 #[test]
 fn timeout_from_started_and_coalesced_name() {
-    let mut w = Work::new(
+    let mut w = WorkMachine::new(
         WorkInfo {
             coalesced: true,
             ..info(true)
@@ -257,7 +257,7 @@ fn time_before_creation_is_no_time() {
     w.observe(0, true, false).unwrap();
     w.observe(0, true, true).unwrap();
     assert_eq!(w.duration_ns(), Ok(0));
-    let huge = Work::new(
+    let huge = WorkMachine::new(
         WorkInfo {
             timeout_ms: u64::MAX,
             ..info(true)

@@ -5,7 +5,7 @@ use oxccl_core::{DataType, OpKind};
 
 /// What an operation is, for its work, its trace entry and its errors.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct OpDesc {
+pub(crate) struct OpFacts {
     pub kind: OpKind,
     pub dtype: DataType,
     /// Elements read and written on this rank.
