@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Every crate the workspace's packages build with (normal and build dependencies, as locked)
 declares a minimum Rust no newer than the workspace's `rust-version`; exits 1 naming any that
-does. Run by CI beside clippy's `incompatible_msrv` lint, which checks the workspace's own use
-of the standard library against the same version."""
+does. With `--toolchain`, prints that version as a rustup toolchain name instead (`1.95.0`), so
+CI builds the workspace with exactly the declared minimum."""
 import json
 import subprocess
 import sys
@@ -24,6 +24,9 @@ declared = {packages[m]["rust_version"] for m in members}
 if len(declared) != 1 or None in declared:
     sys.exit(f"every package should inherit one rust-version, found {sorted(map(str, declared))}")
 ours = declared.pop()
+if sys.argv[1:] == ["--toolchain"]:
+    print(".".join(str(x) for x in version(ours)))
+    sys.exit(0)
 
 seen, todo = set(), list(members)
 while todo:

@@ -19,7 +19,6 @@ use oxccl_core::{text, Error, Result};
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -57,24 +56,19 @@ type Change = Option<(String, Option<Vec<u8>>)>;
 struct Locked<'a>(&'a File);
 
 impl<'a> Locked<'a> {
-    /// Waits for the lock on `file` (exclusive to write, shared to read). `flock` rather than
-    /// std's `File::lock`, which needs Rust 1.89 (newer than the workspace's rust-version); `flock`
-    /// also works across NFSv4 clients, where a `file://` store usually lives.
+    /// Waits for the lock on `file` (exclusive to write, shared to read): `flock` on Linux,
+    /// which also works across NFSv4 clients, where a `file://` store usually lives.
     fn take(file: &'a File, exclusive: bool) -> std::io::Result<Locked<'a>> {
-        let op = if exclusive {
-            libc::LOCK_EX
-        } else {
-            libc::LOCK_SH
-        };
         loop {
-            // SAFETY: flock only reads the descriptor number, which `file` keeps open for
-            // the borrow's lifetime; no memory is shared with the call.
-            if unsafe { libc::flock(file.as_raw_fd(), op) } == 0 {
-                return Ok(Locked(file));
-            }
-            let e = std::io::Error::last_os_error();
-            if e.kind() != std::io::ErrorKind::Interrupted {
-                return Err(e);
+            let taken = if exclusive {
+                file.lock()
+            } else {
+                file.lock_shared()
+            };
+            match taken {
+                Ok(()) => return Ok(Locked(file)),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
             }
         }
     }
@@ -82,8 +76,8 @@ impl<'a> Locked<'a> {
 
 impl Drop for Locked<'_> {
     fn drop(&mut self) {
-        // SAFETY: as in `take`; closing the file would release the lock anyway.
-        unsafe { libc::flock(self.0.as_raw_fd(), libc::LOCK_UN) };
+        // Closing the file would release the lock too; an error here leaves nothing to undo.
+        let _ = self.0.unlock();
     }
 }
 
