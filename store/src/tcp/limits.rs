@@ -5,8 +5,12 @@
 //!
 //! With limits `L`, the server's memory beyond a fixed base is at most
 //!
-//! - per connection (at most `L.max_connections`): a thread with a 256 KiB stack, a 64 KiB
-//!   read chunk, a few sockets' worth of bookkeeping;
+//! - per connection (at most `L.max_connections`): its socket and a few hundred bytes of
+//!   bookkeeping; an idle connection holds no buffer (the event loop reads through one shared
+//!   64 KiB chunk);
+//! - replies queued to a client that reads slowly: a connection stops having its queries
+//!   applied while more than 256 KiB of its replies wait, so it holds at most that plus one
+//!   reply, and it is dropped when its replies make no progress for 30 s;
 //! - query bytes read but not yet applied: at most `L.max_query_bytes` per connection and
 //!   `L.max_buffered_bytes` over all connections together;
 //! - the key space (keys, values, queued values): at most `L.max_stored_bytes`, counted as
@@ -17,14 +21,40 @@
 //! A query that would cross one of these closes the connection that sent it (the protocol has
 //! no error replies; PyTorch's servers close on bad queries too): other clients go on. With
 //! the defaults that is under 4 GiB of data (1 GiB buffered, 2 GiB stored, 64 MiB of waits)
-//! plus 8192 × 320 KiB for connections. [`super::TcpServer::stats`] reports the counts.
+//! plus a few KiB per connection. [`super::TcpServer::stats`] reports the counts.
+//!
+//! # The connection limit
+//!
+//! By default a server holds as many clients as the process may open descriptors (the soft
+//! `RLIMIT_NOFILE`, which the server raises to the hard limit where allowed) minus a reserve
+//! for the rest of the process. `OXCCL_STORE_MAX_CONNECTIONS` sets the default instead, and
+//! [`ServerLimits::max_connections`] overrides both.
 
+use super::fd_limit;
 use super::wire::{MAX_KEY_LEN, MAX_VALUE_LEN};
+
+/// The environment variable that sets the default [`ServerLimits::max_connections`].
+pub(super) const MAX_CONNECTIONS_ENV: &str = "OXCCL_STORE_MAX_CONNECTIONS";
+
+/// The connection limit when none is given: `OXCCL_STORE_MAX_CONNECTIONS` when set to a
+/// number, else the descriptor limit (raised to the hard one) less a reserve, else 8192.
+fn default_max_connections() -> usize {
+    if let Some(n) = std::env::var(MAX_CONNECTIONS_ENV)
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+    {
+        return n;
+    }
+    match fd_limit::soft_limit() {
+        Some(fds) => fds.saturating_sub(fd_limit::RESERVE).max(1),
+        None => 8192,
+    }
+}
 
 /// The bounds a server keeps to (see the module doc).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ServerLimits {
-    /// Clients served at once; more are closed at accept.
+    /// Clients served at once; more are closed at accept (see the module doc for the default).
     pub max_connections: usize,
     /// Bytes one connection may have read ahead of the query it is in (so the largest query).
     pub max_query_bytes: usize,
@@ -37,11 +67,12 @@ pub struct ServerLimits {
 }
 
 impl Default for ServerLimits {
-    /// 8192 clients; a query of one maximal value (1 GiB) and its key; 1 GiB read ahead in
-    /// all; 2 GiB stored; 64 MiB of awaited keys.
+    /// As many clients as descriptors allow (or `OXCCL_STORE_MAX_CONNECTIONS`: see the module
+    /// doc); a query of one maximal value (1 GiB) and its key; 1 GiB read ahead in all; 2 GiB
+    /// stored; 64 MiB of awaited keys.
     fn default() -> Self {
         ServerLimits {
-            max_connections: 8192,
+            max_connections: default_max_connections(),
             max_query_bytes: MAX_VALUE_LEN + MAX_KEY_LEN + 64,
             max_buffered_bytes: 1 << 30,
             max_stored_bytes: 2 << 30,

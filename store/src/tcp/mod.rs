@@ -6,6 +6,9 @@
 //! `store.get("k")` too. The protocol itself is described in [`wire`].
 
 mod client;
+mod conn;
+mod event_loop;
+mod fd_limit;
 mod limits;
 mod server;
 mod state;

@@ -1,21 +1,15 @@
 //! The key space of the store server and what each query does to it, with the waits that
-//! queries leave behind. The server holds this under one lock; nothing here touches a socket
-//! except by handing back the writers to wake.
+//! queries leave behind. Connections are named by their ids; nothing here touches a socket:
+//! a query hands back its reply and the ids of the waiting connections it releases.
 
 use super::limits::ServerLimits;
 use super::wire::{self, Request};
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::net::TcpStream;
-use std::sync::{Arc, Mutex};
-
-/// The write half of a connection, shared with the threads that may wake it.
-pub(super) struct Writer(pub(super) Mutex<TcpStream>);
 
 /// A connection waiting for keys: how many are still missing, and which.
 pub(super) struct WaitingClient {
     left: usize,
     keys: Vec<Vec<u8>>,
-    writer: Arc<Writer>,
 }
 
 /// The key space.
@@ -98,8 +92,8 @@ impl State {
         self.kv.contains_key(key) || self.queues.get(key).is_some_and(|q| !q.is_empty())
     }
 
-    /// Counts one arrival of `key` for the connection `id`; queues its writer when complete.
-    fn arrive(&mut self, id: u64, wake: &mut Vec<Arc<Writer>>) {
+    /// Counts one arrival of `key` for the connection `id`; names it in `wake` when complete.
+    fn arrive(&mut self, id: u64, wake: &mut Vec<u64>) {
         let done = match self.pending.get_mut(&id) {
             Some(p) if p.left > 1 => {
                 p.left -= 1;
@@ -109,14 +103,14 @@ impl State {
             None => false,
         };
         if done {
-            if let Some(p) = self.remove_pending(id) {
-                wake.push(p.writer);
+            if self.remove_pending(id).is_some() {
+                wake.push(id);
             }
         }
     }
 
     /// `key` was set: every connection waiting for it counts it.
-    fn wake_all(&mut self, key: &[u8], wake: &mut Vec<Arc<Writer>>) {
+    fn wake_all(&mut self, key: &[u8], wake: &mut Vec<u64>) {
         if let Some(ids) = self.waiting.remove(key) {
             for id in ids {
                 self.arrive(id, wake);
@@ -125,7 +119,7 @@ impl State {
     }
 
     /// A queue got one element: only the first waiter counts it (it will pop it).
-    fn wake_one(&mut self, key: &[u8], wake: &mut Vec<Arc<Writer>>) {
+    fn wake_one(&mut self, key: &[u8], wake: &mut Vec<u64>) {
         let Some(ids) = self.waiting.get_mut(key) else {
             return;
         };
@@ -154,24 +148,22 @@ impl State {
         Some(p)
     }
 
-    fn register(&mut self, id: u64, keys: Vec<Vec<u8>>, writer: &Arc<Writer>) {
+    fn register(&mut self, id: u64, keys: Vec<Vec<u8>>) {
         for k in &keys {
             self.waiting.entry(k.clone()).or_default().push(id);
         }
         let left = keys.len();
         self.waited += keys.iter().map(Vec::len).sum::<usize>();
-        let writer = Arc::clone(writer);
-        self.pending
-            .insert(id, WaitingClient { left, keys, writer });
+        self.pending.insert(id, WaitingClient { left, keys });
     }
 
-    fn set(&mut self, key: &[u8], value: Vec<u8>, wake: &mut Vec<Arc<Writer>>) {
+    fn set(&mut self, key: &[u8], value: Vec<u8>, wake: &mut Vec<u64>) {
         self.kv.insert(key.to_vec(), value);
         self.wake_all(key, wake);
     }
 
     /// Adds `delta` to the counter at `key`; `None` when the value there is no integer.
-    fn add(&mut self, key: &[u8], delta: i64, wake: &mut Vec<Arc<Writer>>) -> Option<i64> {
+    fn add(&mut self, key: &[u8], delta: i64, wake: &mut Vec<u64>) -> Option<i64> {
         let old = match self.kv.get(key) {
             Some(v) => wire::parse_counter(v)?,
             None => 0,
@@ -188,10 +180,9 @@ impl State {
     pub(super) fn apply(
         &mut self,
         id: u64,
-        writer: &Arc<Writer>,
         req: Request<'_>,
         out: &mut Vec<u8>,
-        wake: &mut Vec<Arc<Writer>>,
+        wake: &mut Vec<u64>,
     ) -> Result<(), String> {
         let (keys, adds) = footprint(&req);
         if self.stored.saturating_add(adds) > self.max_stored {
@@ -202,19 +193,14 @@ impl State {
             ));
         }
         let before: usize = keys.iter().map(|k| self.size_of(k)).sum();
-        let r = self.apply_unbounded(id, writer, req, out, wake);
+        let r = self.apply_unbounded(id, req, out, wake);
         let after: usize = keys.iter().map(|k| self.size_of(k)).sum();
         self.stored = (self.stored + after).saturating_sub(before);
         r
     }
 
     /// Registers a wait on `keys` unless the awaited bytes would pass the bound.
-    fn register_bounded(
-        &mut self,
-        id: u64,
-        keys: Vec<Vec<u8>>,
-        writer: &Arc<Writer>,
-    ) -> Result<(), String> {
+    fn register_bounded(&mut self, id: u64, keys: Vec<Vec<u8>>) -> Result<(), String> {
         let bytes: usize = keys.iter().map(Vec::len).sum();
         if self.waited.saturating_add(bytes) > self.max_waited {
             return Err(format!(
@@ -222,17 +208,16 @@ impl State {
                 self.max_waited
             ));
         }
-        self.register(id, keys, writer);
+        self.register(id, keys);
         Ok(())
     }
 
     fn apply_unbounded(
         &mut self,
         id: u64,
-        writer: &Arc<Writer>,
         req: Request<'_>,
         out: &mut Vec<u8>,
-        wake: &mut Vec<Arc<Writer>>,
+        wake: &mut Vec<u64>,
     ) -> Result<(), String> {
         if self.pending.contains_key(&id) && req != Request::CancelWait {
             // PyTorch's client sends nothing but CANCEL_WAIT while it waits.
@@ -281,7 +266,7 @@ impl State {
                 if missing.is_empty() {
                     wire::put_u8(out, wire::WAIT_STOP_WAITING);
                 } else {
-                    self.register_bounded(id, missing, writer)?;
+                    self.register_bounded(id, missing)?;
                 }
             }
             Request::GetNumKeys => wire::put_i64(out, self.kv.len() as i64),
@@ -347,7 +332,7 @@ impl State {
                     self.wake_all(k, wake);
                     wire::put_u8(out, wire::WAIT_STOP_WAITING);
                 } else {
-                    self.register_bounded(id, vec![k.to_vec()], writer)?;
+                    self.register_bounded(id, vec![k.to_vec()])?;
                 }
             }
         }
@@ -358,23 +343,12 @@ impl State {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::net::TcpListener;
-
-    /// A writer over a real loopback socket (never written to by these tests).
-    fn writer() -> Arc<Writer> {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let s = TcpStream::connect(l.local_addr().unwrap()).unwrap();
-        Arc::new(Writer(Mutex::new(s)))
-    }
 
     /// Applies `req` as connection `id`: (reply bytes, connections woken).
-    fn run(st: &mut State, id: u64, w: &Arc<Writer>, req: Request<'_>) -> (Vec<u8>, usize) {
+    fn run(st: &mut State, id: u64, req: Request<'_>) -> (Vec<u8>, usize) {
         let (mut out, mut wake) = (Vec::new(), Vec::new());
-        st.apply(id, w, req, &mut out, &mut wake).unwrap();
-        assert!(
-            wake.iter().all(|x| !Arc::ptr_eq(x, w)),
-            "a query woke its own sender"
-        );
+        st.apply(id, req, &mut out, &mut wake).unwrap();
+        assert!(!wake.contains(&id), "a query woke its own sender");
         (out, wake.len())
     }
 
@@ -384,124 +358,113 @@ mod tests {
 
     #[test]
     fn a_wait_is_released_when_its_last_key_arrives_and_only_then() {
-        let (mut st, a, b) = (State::default(), writer(), writer());
+        let mut st = State::default();
         assert_eq!(
-            run(&mut st, 1, &a, Request::Wait(vec![b"x", b"y", b"x"])).0,
+            run(&mut st, 1, Request::Wait(vec![b"x", b"y", b"x"])).0,
             b""
         );
-        assert_eq!(run(&mut st, 2, &b, Request::Set(b"x", b"1")), (vec![], 0));
-        assert_eq!(
-            run(&mut st, 2, &b, Request::Append(b"x", b"2")),
-            (vec![], 0)
-        );
-        assert_eq!(run(&mut st, 2, &b, Request::Add(b"y", 3)), (i64s(3), 1));
+        assert_eq!(run(&mut st, 2, Request::Set(b"x", b"1")), (vec![], 0));
+        assert_eq!(run(&mut st, 2, Request::Append(b"x", b"2")), (vec![], 0));
+        assert_eq!(run(&mut st, 2, Request::Add(b"y", 3)), (i64s(3), 1));
         // Already present: answered at once.
-        let (out, _) = run(&mut st, 1, &a, Request::Wait(vec![b"x"]));
+        let (out, _) = run(&mut st, 1, Request::Wait(vec![b"x"]));
         assert_eq!(out, [wire::WAIT_STOP_WAITING]);
     }
 
     #[test]
     fn a_cancelled_wait_is_forgotten_and_other_queries_meanwhile_are_refused() {
-        let (mut st, a, b) = (State::default(), writer(), writer());
-        run(&mut st, 1, &a, Request::Wait(vec![b"k"]));
+        let mut st = State::default();
+        run(&mut st, 1, Request::Wait(vec![b"k"]));
         let (mut out, mut wake) = (Vec::new(), Vec::new());
         assert!(st
-            .apply(1, &a, Request::Get(b"k"), &mut out, &mut wake)
+            .apply(1, Request::Get(b"k"), &mut out, &mut wake)
             .is_err());
-        let (out, _) = run(&mut st, 1, &a, Request::CancelWait);
+        let (out, _) = run(&mut st, 1, Request::CancelWait);
         assert_eq!(out, [wire::WAIT_CANCELED]);
-        assert_eq!(run(&mut st, 2, &b, Request::Set(b"k", b"v")), (vec![], 0));
+        assert_eq!(run(&mut st, 2, Request::Set(b"k", b"v")), (vec![], 0));
     }
 
     #[test]
     fn queues_push_pop_and_wake_one_waiter() {
-        let (mut st, a, b, c) = (State::default(), writer(), writer(), writer());
-        run(&mut st, 1, &a, Request::Wait(vec![b"q"]));
-        run(&mut st, 2, &b, Request::Wait(vec![b"q"]));
-        assert_eq!(run(&mut st, 3, &c, Request::QueuePush(b"q", b"e1")).1, 1);
-        assert_eq!(run(&mut st, 3, &c, Request::QueuePush(b"q", b"e2")).1, 1);
-        assert_eq!(run(&mut st, 3, &c, Request::QueueLen(b"q")).0, i64s(2));
-        let (out, _) = run(&mut st, 3, &c, Request::Check(vec![b"q"]));
+        let mut st = State::default();
+        run(&mut st, 1, Request::Wait(vec![b"q"]));
+        run(&mut st, 2, Request::Wait(vec![b"q"]));
+        assert_eq!(run(&mut st, 3, Request::QueuePush(b"q", b"e1")).1, 1);
+        assert_eq!(run(&mut st, 3, Request::QueuePush(b"q", b"e2")).1, 1);
+        assert_eq!(run(&mut st, 3, Request::QueueLen(b"q")).0, i64s(2));
+        let (out, _) = run(&mut st, 3, Request::Check(vec![b"q"]));
         assert_eq!(out, [wire::CHECK_READY]);
         let mut want = i64s(2);
         wire::put_bytes(&mut want, b"e1");
-        assert_eq!(run(&mut st, 3, &c, Request::QueuePop(b"q")).0, want);
-        run(&mut st, 3, &c, Request::QueuePop(b"q"));
-        assert_eq!(run(&mut st, 3, &c, Request::QueuePop(b"q")).0, i64s(0));
-        let (out, _) = run(&mut st, 3, &c, Request::Check(vec![b"q"]));
+        assert_eq!(run(&mut st, 3, Request::QueuePop(b"q")).0, want);
+        run(&mut st, 3, Request::QueuePop(b"q"));
+        assert_eq!(run(&mut st, 3, Request::QueuePop(b"q")).0, i64s(0));
+        let (out, _) = run(&mut st, 3, Request::Check(vec![b"q"]));
         assert_eq!(out, [wire::CHECK_NOT_READY]);
-        assert_eq!(run(&mut st, 3, &c, Request::GetNumKeys).0, i64s(0));
+        assert_eq!(run(&mut st, 3, Request::GetNumKeys).0, i64s(0));
     }
 
     #[test]
     fn a_barrier_releases_everyone_when_the_last_arrives() {
-        let (mut st, a, b, c) = (State::default(), writer(), writer(), writer());
-        assert_eq!(
-            run(&mut st, 1, &a, Request::Barrier(b"bar", 3)),
-            (vec![], 0)
-        );
-        assert_eq!(
-            run(&mut st, 2, &b, Request::Barrier(b"bar", 3)),
-            (vec![], 0)
-        );
-        let (out, woken) = run(&mut st, 3, &c, Request::Barrier(b"bar", 3));
+        let mut st = State::default();
+        assert_eq!(run(&mut st, 1, Request::Barrier(b"bar", 3)), (vec![], 0));
+        assert_eq!(run(&mut st, 2, Request::Barrier(b"bar", 3)), (vec![], 0));
+        let (out, woken) = run(&mut st, 3, Request::Barrier(b"bar", 3));
         assert_eq!((out, woken), (vec![wire::WAIT_STOP_WAITING], 2));
         let mut want = Vec::new();
         wire::put_bytes(&mut want, b"3");
-        assert_eq!(run(&mut st, 3, &c, Request::Get(b"bar")).0, want);
+        assert_eq!(run(&mut st, 3, Request::Get(b"bar")).0, want);
     }
 
     #[test]
     fn listing_multi_queries_and_bad_counters() {
-        let (mut st, a) = (State::default(), writer());
+        let mut st = State::default();
         run(
             &mut st,
             1,
-            &a,
             Request::MultiSet(vec![(b"k1", b"v1"), (b"k2", b"v2")]),
         );
-        let (out, _) = run(&mut st, 1, &a, Request::MultiGet(vec![b"k2", b"none"]));
+        let (out, _) = run(&mut st, 1, Request::MultiGet(vec![b"k2", b"none"]));
         let mut want = Vec::new();
         wire::put_bytes(&mut want, b"v2");
         wire::put_bytes(&mut want, b"");
         assert_eq!(out, want);
-        let (out, _) = run(&mut st, 1, &a, Request::ListKeys);
+        let (out, _) = run(&mut st, 1, Request::ListKeys);
         assert_eq!(out[..8], i64s(2));
         assert_eq!(out.len(), 8 + 2 * (8 + 2));
-        assert_eq!(run(&mut st, 1, &a, Request::DeleteKey(b"k1")).0, i64s(1));
-        assert_eq!(run(&mut st, 1, &a, Request::DeleteKey(b"k1")).0, i64s(0));
+        assert_eq!(run(&mut st, 1, Request::DeleteKey(b"k1")).0, i64s(1));
+        assert_eq!(run(&mut st, 1, Request::DeleteKey(b"k1")).0, i64s(0));
         let (mut out, mut wake) = (Vec::new(), Vec::new());
         assert!(st
-            .apply(1, &a, Request::Add(b"k2", 1), &mut out, &mut wake)
+            .apply(1, Request::Add(b"k2", 1), &mut out, &mut wake)
             .is_err());
     }
 
     #[test]
     fn stored_bytes_follow_every_change_and_emptied_queues_are_forgotten() {
-        let (mut st, a) = (State::default(), writer());
-        run(&mut st, 1, &a, Request::Set(b"k", b"abc"));
+        let mut st = State::default();
+        run(&mut st, 1, Request::Set(b"k", b"abc"));
         assert_eq!(st.stored_bytes(), 4);
-        run(&mut st, 1, &a, Request::Append(b"k", b"de"));
+        run(&mut st, 1, Request::Append(b"k", b"de"));
         run(
             &mut st,
             1,
-            &a,
             Request::MultiSet(vec![(b"k", b"z"), (b"m", b"12")]),
         );
         assert_eq!(st.stored_bytes(), 2 + 3);
-        run(&mut st, 1, &a, Request::Add(b"n", 10));
+        run(&mut st, 1, Request::Add(b"n", 10));
         assert_eq!(st.stored_bytes(), 2 + 3 + 3);
-        run(&mut st, 1, &a, Request::DeleteKey(b"m"));
-        run(&mut st, 1, &a, Request::DeleteKey(b"n"));
-        run(&mut st, 1, &a, Request::DeleteKey(b"k"));
+        run(&mut st, 1, Request::DeleteKey(b"m"));
+        run(&mut st, 1, Request::DeleteKey(b"n"));
+        run(&mut st, 1, Request::DeleteKey(b"k"));
         assert_eq!(st.stored_bytes(), 0);
         // Pushes and pops on ever new keys leave nothing behind (no empty queue stays per
         // key).
         for i in 0..1000u32 {
             let k = i.to_ne_bytes();
-            run(&mut st, 1, &a, Request::QueuePush(&k, b"v"));
+            run(&mut st, 1, Request::QueuePush(&k, b"v"));
             assert_eq!(st.stored_bytes(), 5);
-            run(&mut st, 1, &a, Request::QueuePop(&k));
+            run(&mut st, 1, Request::QueuePop(&k));
         }
         assert_eq!(st.stored_bytes(), 0);
         assert!(st.queues.is_empty());
@@ -514,24 +477,18 @@ mod tests {
             max_waited_bytes: 4,
             ..ServerLimits::default()
         };
-        let (mut st, a) = (State::new(&limits), writer());
-        run(&mut st, 1, &a, Request::Set(b"k", b"123456789"));
+        let mut st = State::new(&limits);
+        run(&mut st, 1, Request::Set(b"k", b"123456789"));
         let (mut out, mut wake) = (Vec::new(), Vec::new());
-        let r = st.apply(1, &a, Request::Set(b"j", b"1"), &mut out, &mut wake);
+        let r = st.apply(1, Request::Set(b"j", b"1"), &mut out, &mut wake);
         assert!(r.unwrap_err().contains("at most 10 bytes"));
         assert_eq!(st.stored_bytes(), 10);
-        let r = st.apply(
-            2,
-            &a,
-            Request::Wait(vec![b"abc", b"de"]),
-            &mut out,
-            &mut wake,
-        );
+        let r = st.apply(2, Request::Wait(vec![b"abc", b"de"]), &mut out, &mut wake);
         assert!(r.unwrap_err().contains("at most 4 bytes"));
         assert_eq!(st.waits(), (0, 0));
-        run(&mut st, 2, &a, Request::Wait(vec![b"abc", b"abc"]));
+        run(&mut st, 2, Request::Wait(vec![b"abc", b"abc"]));
         assert_eq!(st.waits(), (3, 1));
-        run(&mut st, 2, &a, Request::CancelWait);
+        run(&mut st, 2, Request::CancelWait);
         assert_eq!(st.waits(), (0, 0));
     }
 }

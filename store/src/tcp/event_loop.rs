@@ -1,0 +1,445 @@
+//! The store server's one thread: an event loop over non-blocking sockets (epoll through
+//! `mio`), serving every client connection.
+//!
+//! Each wakeup accepts every pending connection (until the listener would block), reads what
+//! ready clients sent, applies each complete query to the key space and queues its reply,
+//! then writes the queued replies. A `WAIT` that cannot be answered at once leaves a pending
+//! wait in the key space; the query that sets its last key queues `STOP_WAITING` on the
+//! waiter right after that query is applied. Queries and wake-ups are handled one at a time
+//! in one thread, so a `STOP_WAITING` always comes before the `WAIT_CANCELED` of a
+//! `CANCEL_WAIT` that crossed it, in the order PyTorch's client expects.
+//!
+//! A client can only lose its own connection: a bad query, a query past the limits or a
+//! failed socket closes it; a client that stops reading its replies has its further queries
+//! held back, and is dropped once its replies make no progress for [`WRITE_TIMEOUT`]. A client
+//! that sends without pause is served a bounded number of reads per turn, so it cannot starve
+//! the others.
+
+use super::conn::{Close, Conn, Filled};
+use super::fd_limit;
+use super::limits::ServerLimits;
+use super::state::State;
+use super::wire::{self, Request};
+use mio::net::{TcpListener, TcpStream};
+use mio::{Events, Interest, Poll, Token, Waker};
+use std::collections::{HashMap, HashSet};
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// The listening socket's token.
+const LISTENER: Token = Token(0);
+/// The token of the waker that [`super::TcpServer`] uses to stop the loop.
+pub(super) const WAKER: Token = Token(1);
+/// Connections are numbered from here on, never reused.
+const FIRST_CONN: usize = 2;
+/// How long queued replies may make no progress before their connection is dropped.
+pub(super) const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+/// How often stalled writers are checked against [`WRITE_TIMEOUT`].
+const TICK: Duration = Duration::from_secs(1);
+/// How soon accepting is tried again after it failed (out of descriptors, most likely).
+const ACCEPT_RETRY: Duration = Duration::from_millis(50);
+/// Reads one connection gets per turn before the others are served.
+const READS_PER_TURN: usize = 16;
+/// The one read buffer, shared by every connection.
+const CHUNK: usize = 64 * 1024;
+
+/// Locks `m`, taking the data even if a thread panicked while holding it: the state is plain
+/// maps, always consistent between statements, and a server must keep serving.
+pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// What the loop shares with its [`super::TcpServer`] handle.
+pub(super) struct Shared {
+    /// The key space (locked by the loop per query, and by `stats`).
+    pub(super) state: Mutex<State>,
+    /// Set by the handle to end the loop (then woken through the waker).
+    pub(super) stopping: AtomicBool,
+    /// Open client connections.
+    pub(super) connections: AtomicUsize,
+    /// Query bytes read ahead, over all connections.
+    pub(super) buffered: AtomicUsize,
+}
+
+/// The event loop and every connection it serves.
+pub(super) struct EventLoop {
+    poll: Poll,
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    limits: ServerLimits,
+    /// The token clients must present, if any.
+    token: Option<Vec<u8>>,
+    conns: HashMap<usize, Conn>,
+    next: usize,
+    chunk: Vec<u8>,
+    /// Connections with replies to write.
+    dirty: Vec<usize>,
+    /// Connections to serve again next turn (more to read, or queries held back until now).
+    again: Vec<usize>,
+    /// Connections whose replies wait for the socket.
+    stalled: HashSet<usize>,
+    /// Accepting failed: try again shortly rather than on the next connection's edge.
+    accept_paused: bool,
+    warned_full: bool,
+    warned_accept: bool,
+}
+
+impl EventLoop {
+    /// A loop serving `listener`, and the waker that interrupts it.
+    pub(super) fn new(
+        listener: std::net::TcpListener,
+        shared: Arc<Shared>,
+        limits: ServerLimits,
+        token: Option<Vec<u8>>,
+    ) -> io::Result<(EventLoop, Waker)> {
+        listener.set_nonblocking(true)?;
+        let mut listener = TcpListener::from_std(listener);
+        let poll = Poll::new()?;
+        poll.registry()
+            .register(&mut listener, LISTENER, Interest::READABLE)?;
+        let waker = Waker::new(poll.registry(), WAKER)?;
+        let ev = EventLoop {
+            poll,
+            listener,
+            shared,
+            limits,
+            token,
+            conns: HashMap::new(),
+            next: FIRST_CONN,
+            chunk: vec![0; CHUNK],
+            dirty: Vec::new(),
+            again: Vec::new(),
+            stalled: HashSet::new(),
+            accept_paused: false,
+            warned_full: false,
+            warned_accept: false,
+        };
+        Ok((ev, waker))
+    }
+
+    /// Serves until the handle sets `stopping`; then closes every connection.
+    pub(super) fn run(mut self) {
+        let mut events = Events::with_capacity(1024);
+        let mut last_tick = Instant::now();
+        while !self.shared.stopping.load(Ordering::SeqCst) {
+            let timeout = if !self.again.is_empty() {
+                Duration::ZERO
+            } else if self.accept_paused {
+                ACCEPT_RETRY
+            } else {
+                TICK
+            };
+            if let Err(e) = self.poll.poll(&mut events, Some(timeout)) {
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                log::error!("oxccl store: the event loop cannot poll, stopping: {e}");
+                break;
+            }
+            if self.shared.stopping.load(Ordering::SeqCst) {
+                break;
+            }
+            for ev in events.iter() {
+                match ev.token() {
+                    LISTENER => self.accept(),
+                    WAKER => {}
+                    Token(id) => {
+                        if ev.is_writable() {
+                            self.dirty.push(id);
+                        }
+                        if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
+                            self.serve(id);
+                        }
+                    }
+                }
+            }
+            if self.accept_paused {
+                self.accept();
+            }
+            for id in std::mem::take(&mut self.again) {
+                self.serve(id);
+            }
+            self.flush_dirty();
+            if last_tick.elapsed() >= TICK {
+                self.drop_stalled();
+                last_tick = Instant::now();
+            }
+        }
+        self.close_all();
+    }
+
+    /// Accepts every pending connection.
+    fn accept(&mut self) {
+        self.accept_paused = false;
+        loop {
+            match self.listener.accept() {
+                Ok((stream, _)) => self.admit(stream),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::Interrupted
+                            | io::ErrorKind::ConnectionAborted
+                            | io::ErrorKind::ConnectionReset
+                    ) => {}
+                Err(e) => {
+                    // Out of descriptors, most likely: the pending clients stay queued in the
+                    // listener and are taken when descriptors free up.
+                    if !self.warned_accept {
+                        self.warned_accept = true;
+                        log::warn!(
+                            "oxccl store: cannot accept a client ({e}), {} served; raise the \
+                             descriptor limit (`ulimit -n`, now {})",
+                            self.conns.len(),
+                            fd_limit_text()
+                        );
+                    }
+                    self.accept_paused = true;
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Serves a new client, or closes it when the server is full.
+    fn admit(&mut self, stream: TcpStream) {
+        let max = self.limits.max_connections;
+        if self.conns.len() >= max {
+            if !self.warned_full {
+                self.warned_full = true;
+                log::warn!(
+                    "oxccl store: {max} clients already, refusing more (warned once); raise \
+                     ServerLimits::max_connections or OXCCL_STORE_MAX_CONNECTIONS, and the \
+                     descriptor limit (`ulimit -n`, now {}) with it",
+                    fd_limit_text()
+                );
+            }
+            return;
+        }
+        let _ = stream.set_nodelay(true);
+        let id = self.next;
+        self.next += 1;
+        let mut conn = Conn::new(stream, self.token.is_none());
+        let interest = Interest::READABLE | Interest::WRITABLE;
+        if let Err(e) = self
+            .poll
+            .registry()
+            .register(conn.stream(), Token(id), interest)
+        {
+            log::debug!("oxccl store: cannot watch a new client: {e}");
+            return;
+        }
+        self.conns.insert(id, conn);
+        self.shared.connections.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Applies what connection `id` has read ahead, then reads and applies more; closes it
+    /// when it fails or misbehaves.
+    fn serve(&mut self, id: usize) {
+        if let Err(why) = self.serve_or_close(id) {
+            self.close(id, &why);
+        }
+    }
+
+    fn serve_or_close(&mut self, id: usize) -> Result<(), Close> {
+        self.apply_queries(id)?;
+        for _ in 0..READS_PER_TURN {
+            let Some(conn) = self.conns.get_mut(&id) else {
+                return Ok(());
+            };
+            if conn.eof || conn.backed_up() {
+                return Ok(());
+            }
+            let n = match conn.read_into(&mut self.chunk)? {
+                Filled::Drained => return Ok(()),
+                Filled::Eof => {
+                    // The client is gone for queries: drop its wait, end once replies are out.
+                    conn.eof = true;
+                    lock(&self.shared.state).remove_pending(id as u64);
+                    self.dirty.push(id);
+                    return Ok(());
+                }
+                Filled::Bytes(n) => n,
+            };
+            let limits = &self.limits;
+            if conn.buf.len() + n > limits.max_query_bytes {
+                return Err(Close::Protocol(format!(
+                    "a query past {} bytes",
+                    limits.max_query_bytes
+                )));
+            }
+            let total = self.shared.buffered.fetch_add(n, Ordering::SeqCst) + n;
+            if total > limits.max_buffered_bytes {
+                self.shared.buffered.fetch_sub(n, Ordering::SeqCst);
+                return Err(Close::Protocol(format!(
+                    "clients have {} bytes of queries in flight already",
+                    limits.max_buffered_bytes
+                )));
+            }
+            conn.keep(&self.chunk[..n]);
+            self.apply_queries(id)?;
+        }
+        // More may be waiting in the socket: serve the others first.
+        self.again.push(id);
+        Ok(())
+    }
+
+    /// Applies the complete queries connection `id` has read ahead (until its replies back
+    /// up), queuing their replies and the wake-ups they cause.
+    fn apply_queries(&mut self, id: usize) -> Result<(), Close> {
+        let EventLoop {
+            conns,
+            shared,
+            token,
+            dirty,
+            ..
+        } = self;
+        let Some(conn) = conns.get_mut(&id) else {
+            return Ok(());
+        };
+        let mut used = 0;
+        let mut woken: Vec<u64> = Vec::new();
+        let result = loop {
+            if conn.backed_up() {
+                break Ok(());
+            }
+            let req = match wire::decode_request(&conn.buf[used..]) {
+                Ok(Some((req, n))) => {
+                    used += n;
+                    req
+                }
+                Ok(None) => break Ok(()),
+                Err(e) => break Err(Close::Protocol(format!("refused query: {e}"))),
+            };
+            if !conn.validated {
+                // PyTorch's servers accept nothing before a correct VALIDATE.
+                match req {
+                    Request::Validate(wire::VALIDATION_MAGIC) => conn.validated = true,
+                    other => {
+                        break Err(Close::Protocol(format!(
+                            "first query must be VALIDATE with the magic, got {:?}",
+                            other.query_type()
+                        )))
+                    }
+                }
+                continue;
+            }
+            if !conn.authenticated {
+                // The first query after VALIDATE must present the token.
+                let expected = token.as_deref().unwrap_or_default();
+                if !wire::presents_token(&req, expected) {
+                    break Err(Close::Protocol("no valid store token".into()));
+                }
+                conn.authenticated = true;
+                conn.push(vec![wire::CHECK_READY]);
+                continue;
+            }
+            let mut out = Vec::new();
+            let applied = lock(&shared.state).apply(id as u64, req, &mut out, &mut woken);
+            if let Err(e) = applied {
+                break Err(Close::Protocol(e));
+            }
+            conn.push(out);
+        };
+        conn.consume(used);
+        shared.buffered.fetch_sub(used, Ordering::SeqCst);
+        if conn.queued() > 0 {
+            dirty.push(id);
+        }
+        // Queued right after the query that released them, before anything else those
+        // waiters may be sent (see the module doc).
+        for w in woken {
+            let w = w as usize;
+            if let Some(c) = conns.get_mut(&w) {
+                c.push(vec![wire::WAIT_STOP_WAITING]);
+                dirty.push(w);
+            }
+        }
+        result
+    }
+
+    /// Writes the queued replies of the connections that have some, or could write again.
+    fn flush_dirty(&mut self) {
+        let now = Instant::now();
+        for id in std::mem::take(&mut self.dirty) {
+            let Some(conn) = self.conns.get_mut(&id) else {
+                continue;
+            };
+            let was_backed_up = conn.backed_up();
+            if let Err(why) = conn.flush(now) {
+                self.close(id, &why);
+                continue;
+            }
+            if conn.queued() > 0 {
+                self.stalled.insert(id);
+                continue;
+            }
+            self.stalled.remove(&id);
+            if conn.eof {
+                self.close(id, &Close::Peer);
+            } else if was_backed_up {
+                // Its held-back queries can go on now.
+                self.again.push(id);
+            }
+        }
+    }
+
+    /// Drops the connections whose replies made no progress for [`WRITE_TIMEOUT`].
+    fn drop_stalled(&mut self) {
+        let now = Instant::now();
+        let conns = &self.conns;
+        self.stalled.retain(|id| conns.contains_key(id));
+        let late: Vec<usize> = self
+            .stalled
+            .iter()
+            .copied()
+            .filter(|id| {
+                conns
+                    .get(id)
+                    .and_then(|c| c.stalled_since)
+                    .is_some_and(|t| now.duration_since(t) >= WRITE_TIMEOUT)
+            })
+            .collect();
+        for id in late {
+            let why = io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("its replies made no progress for {WRITE_TIMEOUT:?}"),
+            );
+            self.close(id, &Close::Io(why));
+        }
+    }
+
+    /// Forgets connection `id` (its wait and its read-ahead included) and closes its socket.
+    fn close(&mut self, id: usize, why: &Close) {
+        let Some(mut conn) = self.conns.remove(&id) else {
+            return;
+        };
+        let _ = self.poll.registry().deregister(conn.stream());
+        lock(&self.shared.state).remove_pending(id as u64);
+        self.shared
+            .buffered
+            .fetch_sub(conn.buf.len(), Ordering::SeqCst);
+        self.shared.connections.fetch_sub(1, Ordering::SeqCst);
+        self.stalled.remove(&id);
+        match why {
+            Close::Peer => {}
+            Close::Protocol(p) => log::debug!("oxccl store: closing client {id}: {p}"),
+            Close::Io(e) => log::debug!("oxccl store: client {id} failed: {e}"),
+        }
+    }
+
+    /// Closes every connection (their clients' pending calls fail at once).
+    fn close_all(&mut self) {
+        let ids: Vec<usize> = self.conns.keys().copied().collect();
+        for id in ids {
+            self.close(id, &Close::Peer);
+        }
+    }
+}
+
+/// The descriptor limit, for messages.
+fn fd_limit_text() -> String {
+    fd_limit::soft_limit().map_or_else(|| "unknown".into(), |n| n.to_string())
+}
