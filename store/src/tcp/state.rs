@@ -102,10 +102,8 @@ impl State {
             Some(_) => true,
             None => false,
         };
-        if done {
-            if self.remove_pending(id).is_some() {
-                wake.push(id);
-            }
+        if done && self.remove_pending(id).is_some() {
+            wake.push(id);
         }
     }
 
