@@ -74,6 +74,8 @@ fn send(s: &mut TcpStream, bytes: &[u8]) {
 /// Where one client stands.
 struct Client {
     stream: Option<TcpStream>,
+    /// The connection is up and its first queries are sent.
+    connected: bool,
     inbuf: Vec<u8>,
     round: usize,
     /// Waiting for the round's ADD reply (else for its WAIT's).
@@ -84,22 +86,18 @@ struct Client {
 /// Drives `n` clients of `port` through every round; their adds' answers, per client.
 fn drive(port: u16, n: usize) -> Vec<[i64; ROUNDS]> {
     let mut poll = Poll::new().unwrap();
+    // Connects without blocking: a connection the listener's queue drops for a moment is
+    // retried by the kernel while the others go on.
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
     let mut clients: Vec<Client> = (0..n)
         .map(|i| {
-            let s = std::net::TcpStream::connect((HOST, port)).expect("connect");
-            s.set_nodelay(true).unwrap();
-            s.set_nonblocking(true).unwrap();
-            let mut s = TcpStream::from_std(s);
+            let mut s = TcpStream::connect(addr).expect("connect");
             poll.registry()
-                .register(&mut s, Token(i), Interest::READABLE)
+                .register(&mut s, Token(i), Interest::READABLE | Interest::WRITABLE)
                 .unwrap();
-            let mut q = Vec::new();
-            wire::put_query(&mut q, QueryType::Validate);
-            wire::put_u32(&mut q, wire::VALIDATION_MAGIC);
-            add_query(&mut q, 0);
-            send(&mut s, &q);
             Client {
                 stream: Some(s),
+                connected: false,
                 inbuf: Vec::new(),
                 round: 0,
                 adding: true,
@@ -118,6 +116,21 @@ fn drive(port: u16, n: usize) -> Vec<[i64; ROUNDS]> {
         for ev in events.iter() {
             let c = &mut clients[ev.token().0];
             let Some(s) = c.stream.as_mut() else { continue };
+            if !c.connected {
+                if let Some(e) = s.take_error().unwrap() {
+                    panic!("connect: {e}");
+                }
+                if s.peer_addr().is_err() {
+                    continue;
+                }
+                c.connected = true;
+                s.set_nodelay(true).unwrap();
+                let mut q = Vec::new();
+                wire::put_query(&mut q, QueryType::Validate);
+                wire::put_u32(&mut q, wire::VALIDATION_MAGIC);
+                add_query(&mut q, 0);
+                send(s, &q);
+            }
             loop {
                 match s.read(&mut chunk) {
                     Ok(0) => panic!("the server closed a client in round {}", c.round),
