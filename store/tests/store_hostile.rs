@@ -434,3 +434,38 @@ fn a_hosted_server_listens_on_its_host_only() {
     );
     assert!(via.is_ok());
 }
+
+#[test]
+fn a_client_that_does_not_read_its_replies_is_held_back_then_served_in_full() {
+    let s = server(ServerLimits::default(), None);
+    let port = s.port();
+    let value = vec![9u8; 64 * 1024];
+    let mut setter = raw(port);
+    setter.write_all(&set_query(b"/big", &value)).unwrap();
+    setter.write_all(&[QueryType::GetNumKeys as u8]).unwrap();
+    let mut r = [0u8; 8];
+    setter.read_exact(&mut r).unwrap();
+    // 1,000 GETs of 64 KiB, none read yet: 64 MiB of replies the server must not pile up.
+    const GETS: usize = 1000;
+    let mut get = Vec::new();
+    wire::put_query(&mut get, QueryType::Get);
+    wire::put_bytes(&mut get, b"/big");
+    let mut greedy = raw(port);
+    let mut w = greedy.try_clone().unwrap();
+    let writer = thread::spawn(move || {
+        for _ in 0..GETS {
+            w.write_all(&get).unwrap();
+        }
+    });
+    thread::sleep(Duration::from_millis(300));
+    still_serves(port, "beside-greedy");
+    assert!(s.stats().buffered_bytes < 1 << 20, "{:?}", s.stats());
+    // Read late, every reply arrives whole and in order.
+    let mut reply = vec![0u8; 8 + value.len()];
+    for _ in 0..GETS {
+        greedy.read_exact(&mut reply).unwrap();
+        assert_eq!(u64::from_ne_bytes(reply[..8].try_into().unwrap()), 65536);
+        assert!(reply[8..] == value[..]);
+    }
+    writer.join().unwrap();
+}

@@ -372,6 +372,10 @@ impl EventLoop {
                 self.close(id, &why);
                 continue;
             }
+            if was_backed_up && !conn.backed_up() {
+                // Its held-back queries can go on now.
+                self.again.push(id);
+            }
             if conn.queued() > 0 {
                 self.stalled.insert(id);
                 continue;
@@ -379,9 +383,6 @@ impl EventLoop {
             self.stalled.remove(&id);
             if conn.eof {
                 self.close(id, &Close::Peer);
-            } else if was_backed_up {
-                // Its held-back queries can go on now.
-                self.again.push(id);
             }
         }
     }
