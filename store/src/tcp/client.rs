@@ -94,6 +94,9 @@ impl Client {
         let start = Instant::now();
         let deadline = start + client.timeout;
         let mut delay = Duration::from_millis(10);
+        // Whether any attempt saw the server close the handshake: the last attempt may find
+        // the server gone, and the likely cause must still be named.
+        let mut handshake_closed = false;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             match client.open(left.max(MIN_TIMEOUT)) {
@@ -102,15 +105,15 @@ impl Client {
                     return Ok(client);
                 }
                 Err(e) => {
+                    // A server that wants a token closes the handshake of a client without
+                    // the right one: say so, it is the likely cause.
+                    handshake_closed |= matches!(
+                        e.kind(),
+                        io::ErrorKind::UnexpectedEof | io::ErrorKind::ConnectionReset
+                    );
                     let left = deadline.saturating_duration_since(Instant::now());
                     if left.is_zero() {
-                        // A server that wants a token closes the handshake of a client
-                        // without the right one: say so, it is the likely cause.
-                        let closed = matches!(
-                            e.kind(),
-                            io::ErrorKind::UnexpectedEof | io::ErrorKind::ConnectionReset
-                        );
-                        let hint = if closed {
+                        let hint = if handshake_closed {
                             "; the server closed the handshake: a server started with \
                              OXCCL_STORE_TOKEN refuses clients without that token"
                         } else {

@@ -1,5 +1,6 @@
-//! The process's file-descriptor limit, which bounds how many clients a server can hold: each
-//! connection is one descriptor. The soft limit is raised to the hard one (once per process,
+//! What the system bounds a server's clients by: the process's file-descriptor limit (each
+//! connection is one descriptor) and the listening socket's queue of connections not yet
+//! accepted. The soft limit is raised to the hard one (once per process,
 //! where the system allows it), since a store server of a large job needs more than the
 //! usual 1,024.
 
@@ -44,3 +45,23 @@ fn raise() -> Option<usize> {
 fn raise() -> Option<usize> {
     None
 }
+
+/// Lets the listening socket queue as many unaccepted connections as the system allows
+/// (`SOMAXCONN`, which the kernel caps at its own setting) instead of std's 128: when a whole
+/// job connects at once, a full queue drops attempts and each dropped client waits for its
+/// kernel's retry.
+#[cfg(unix)]
+pub(super) fn deepen_backlog(listener: &std::net::TcpListener) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: listen only reads the descriptor number, which `listener` keeps open for the
+    // call; calling it again on a listening socket changes only its queue length.
+    if unsafe { libc::listen(listener.as_raw_fd(), libc::SOMAXCONN) } != 0 {
+        log::debug!(
+            "oxccl store: the listen queue stays at its default: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+}
+
+#[cfg(not(unix))]
+pub(super) fn deepen_backlog(_listener: &std::net::TcpListener) {}
