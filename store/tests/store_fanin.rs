@@ -7,7 +7,7 @@
 use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token};
 use oxccl_store::tcp::wire::{self, QueryType};
-use oxccl_store::tcp::ServerOptions;
+use oxccl_store::tcp::{descriptor_limit, ServerOptions};
 use oxccl_store::{Store, TcpServer, TcpStore, TcpStoreOptions};
 use std::io::{self, Read, Write};
 use std::time::{Duration, Instant};
@@ -17,31 +17,8 @@ const CLIENTS: usize = 4096;
 const THREADS: usize = 4;
 const ROUNDS: usize = 3;
 /// Descriptors the test needs: both ends of every connection, and some to spare.
-const FDS_NEEDED: u64 = 2 * CLIENTS as u64 + 256;
+const FDS_NEEDED: usize = 2 * CLIENTS + 256;
 const DEADLINE: Duration = Duration::from_secs(60);
-
-/// Raises the soft descriptor limit to the hard one; the soft limit after.
-fn raise_fd_limit() -> u64 {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: `lim` is a valid, writable rlimit for getrlimit to fill.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
-        return 0;
-    }
-    if lim.rlim_cur < lim.rlim_max {
-        let raised = libc::rlimit {
-            rlim_cur: lim.rlim_max,
-            rlim_max: lim.rlim_max,
-        };
-        // SAFETY: `raised` is a valid rlimit, only read; failure leaves the limit as it was.
-        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
-            lim.rlim_cur = lim.rlim_max;
-        }
-    }
-    lim.rlim_cur
-}
 
 fn count_key(round: usize) -> Vec<u8> {
     format!("/fanin-count-{round}").into_bytes()
@@ -191,7 +168,7 @@ fn step(c: &mut Client) -> bool {
 
 #[test]
 fn four_thousand_clients_meet_at_a_barrier_three_times() {
-    let fds = raise_fd_limit();
+    let fds = descriptor_limit().unwrap_or(0);
     if fds < FDS_NEEDED {
         eprintln!(
             "skipped: {CLIENTS} clients and their server connections need {FDS_NEEDED} \

@@ -442,5 +442,5 @@ impl EventLoop {
 
 /// The descriptor limit, for messages.
 fn fd_limit_text() -> String {
-    fd_limit::soft_limit().map_or_else(|| "unknown".into(), |n| n.to_string())
+    fd_limit::descriptor_limit().map_or_else(|| "unknown".into(), |n| n.to_string())
 }

@@ -10,9 +10,10 @@ use std::sync::OnceLock;
 /// connection limit is derived from the descriptor limit.
 pub(super) const RESERVE: usize = 256;
 
-/// The soft limit on open descriptors after raising it to the hard limit where allowed;
-/// `None` where it cannot be read. Raised on the first call only.
-pub(super) fn soft_limit() -> Option<usize> {
+/// The process's soft limit on open descriptors, after raising it to the hard limit where
+/// allowed (on the first call only; a server does so when it starts); `None` where it cannot
+/// be read. A process that opens many clients itself calls it for the same room.
+pub fn descriptor_limit() -> Option<usize> {
     static RAISED: OnceLock<Option<usize>> = OnceLock::new();
     *RAISED.get_or_init(raise)
 }

@@ -45,7 +45,7 @@ fn default_max_connections() -> usize {
     {
         return n;
     }
-    match fd_limit::soft_limit() {
+    match fd_limit::descriptor_limit() {
         Some(fds) => fds.saturating_sub(fd_limit::RESERVE).max(1),
         None => 8192,
     }

@@ -14,6 +14,7 @@ mod server;
 mod state;
 pub mod wire;
 
+pub use fd_limit::descriptor_limit;
 pub use limits::{ServerLimits, ServerOptions, ServerStats};
 pub use server::TcpServer;
 

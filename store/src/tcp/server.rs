@@ -73,7 +73,7 @@ impl TcpServer {
             .local_addr()
             .map_err(|e| Error::invalid("port", format_args!("a bound socket: {e}")))?;
         // Each client is a descriptor: take what the system allows before serving.
-        let _ = fd_limit::soft_limit();
+        let _ = fd_limit::descriptor_limit();
         fd_limit::deepen_backlog(&listener);
         let shared = Arc::new(Shared {
             state: Mutex::new(State::new(&opts.limits)),
