@@ -132,6 +132,9 @@ fn oxccl_client_on_torch_server(mut torch: TorchServer) {
     };
     let s = TcpStore::new(opts).expect("connect to torch's server");
     let t = Duration::from_secs(2);
+    // A watched key: from here on, every call below cancels the idle connection's wait on
+    // it in front of its own query, and the connection waits again once the call is done.
+    assert!(!s.check_watched("py_signal").unwrap());
 
     assert_eq!(s.get("from_py", t).unwrap(), b"py-value");
     s.set("from_rust", b"rust-value").unwrap();
@@ -175,6 +178,15 @@ fn oxccl_client_on_torch_server(mut torch: TorchServer) {
         g.join().unwrap()
     });
     assert_eq!(late.unwrap(), b"late-value");
+
+    // torch's server answers the wait when torch sets the watched key.
+    assert!(!s.check_watched("py_signal").unwrap());
+    torch.say("signal");
+    let start = Instant::now();
+    while !s.check_watched("py_signal").unwrap() {
+        assert!(start.elapsed() < Duration::from_secs(5), "signal not seen");
+        thread::sleep(Duration::from_millis(5));
+    }
 
     torch.say("done");
     assert_eq!(

@@ -1,6 +1,8 @@
 //! The coordination check (c10d's `TORCH_NCCL_COORD_CHECK_MILSEC`): a rank whose failure
 //! dumps its flight recorder also sets a signal in the store ([`DUMP_SIGNAL_KEY`]); every
-//! process with a group that dumps on timeout looks for that signal every `coord_check` and,
+//! process with a group that dumps on timeout looks for that signal every `coord_check` (on a
+//! TCP store without asking the server: its client's idle connection waits on the key, so
+//! the server answers once, when the signal is set; see `Store::check_watched`) and,
 //! on seeing it, dumps its own flight recorder and reports that in the store (see `ending`:
 //! the failing rank waits for every report before it ends), so one rank's timeout leaves a
 //! dump of every rank for the analysis (`oxccl trace`, `torchfrtrace`).
@@ -50,7 +52,9 @@ impl Dumps {
                 return;
             }
             for r in &reporters {
-                if !matches!(r.store.check(&[DUMP_SIGNAL_KEY]), Ok(true)) {
+                // Answered by the store's client without a query while the signal is not
+                // set (where the store can: see `Store::check_watched`).
+                if !matches!(r.store.check_watched(DUMP_SIGNAL_KEY), Ok(true)) {
                     continue;
                 }
                 let signaller = r

@@ -72,6 +72,10 @@ impl Store for PrefixStore {
         self.inner.check(&keys)
     }
 
+    fn check_watched(&self, key: &str) -> Result<bool> {
+        self.inner.check_watched(&self.key(key))
+    }
+
     fn compare_set(&self, key: &str, expected: &[u8], desired: &[u8]) -> Result<Vec<u8>> {
         self.inner.compare_set(&self.key(key), expected, desired)
     }

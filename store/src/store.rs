@@ -25,6 +25,14 @@ pub trait Store: Send + Sync {
     /// Whether every key of `keys` is set now (never waits).
     fn check(&self, keys: &[&str]) -> Result<bool>;
 
+    /// Whether `key` is set now, for a caller that asks again and again (a signal every
+    /// rank looks for): a store that can have its server say when the key is set answers
+    /// from that, sending nothing while it is not ([`crate::TcpStore`] watches one such key
+    /// per client); any other store, or key, is asked as [`Store::check`] asks.
+    fn check_watched(&self, key: &str) -> Result<bool> {
+        self.check(&[key])
+    }
+
     /// Sets `key` to `desired` if its value is `expected` (a missing key matches an empty
     /// `expected`); returns the value after the call (c10d's `compare_set`).
     fn compare_set(&self, key: &str, expected: &[u8], desired: &[u8]) -> Result<Vec<u8>>;

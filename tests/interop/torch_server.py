@@ -4,6 +4,7 @@ Usage: torch_server.py USE_LIBUV(0|1)
 
 Sets a few keys, prints "PORT LIBUV" on one line, then follows commands from stdin:
   late  -> sets "py_late" after 0.2 s (releases a Rust get blocked on it)
+  signal -> sets "py_signal" (the key the Rust client watches)
   done  -> asserts what the Rust client set, prints "ok", exits 0
 Exits 3 with "unavailable: ..." only when this torch is seen to lack the backend asked for: its
 TCPStore takes no `use_libuv` (a TypeError naming it), refuses the choice in words about it, or
@@ -77,6 +78,8 @@ for line in sys.stdin:
     if cmd == "late":
         time.sleep(0.2)
         store.set("py_late", "late-value")
+    elif cmd == "signal":
+        store.set("py_signal", "1")
     elif cmd == "done":
         assert store.get("from_rust") == b"rust-value", store.get("from_rust")
         assert store.get("counter") == b"7", store.get("counter")
@@ -86,8 +89,8 @@ for line in sys.stdin:
         assert store.multi_get(["m1", "m2"]) == [b"one", b"two"]
         assert not store.check(["to_delete"])
         assert store.check(["from_rust", "py_late"])
-        # from_py, from_rust, counter, cas, ap, m1, m2, py_late
-        assert store.num_keys() == 8, store.num_keys()
+        # from_py, from_rust, counter, cas, ap, m1, m2, py_late, py_signal
+        assert store.num_keys() == 9, store.num_keys()
         print("ok", flush=True)
         sys.exit(0)
     else:

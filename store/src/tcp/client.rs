@@ -14,6 +14,17 @@
 //!
 //! Every socket read and write is bounded by the store's timeout; a connection that failed
 //! in any way is dropped, never reused out of step with the server.
+//!
+//! # One connection, and a watched key at no cost
+//!
+//! A client keeps one idle connection (more exist only while calls overlap), so a process
+//! costs its server one connection whatever the number of groups on it. One key may be
+//! watched ([`Client::watched_is_set`]): the idle connection carries a `WAIT` on it, which the
+//! server answers only when the key is set, so a process that asks again and again whether
+//! the key is set (the dump signal) sends nothing until then; the answer, if any, is read
+//! locally from the socket. A call that takes the connection sends `CANCEL_WAIT` in front of
+//! its own query, in the same packet (no extra round trip), and reads the cancel's answer
+//! first; the call's connection carries the `WAIT` again once it is back.
 
 use super::wire::{self, QueryType};
 use oxccl_core::text::Escaped;
@@ -24,8 +35,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-/// Idle connections kept per client; more are closed when returned.
-const MAX_IDLE: usize = 4;
+/// Idle connections kept per client; more are closed when returned (see the module doc).
+const MAX_IDLE: usize = 1;
 /// The smallest socket timeout (a zero `Duration` means "none" to the OS).
 const MIN_TIMEOUT: Duration = Duration::from_millis(1);
 
@@ -53,6 +64,108 @@ impl From<io::Error> for Fail {
 /// One validated connection to the server.
 struct Conn {
     stream: TcpStream,
+    /// A `WAIT` on the watched key was sent on it, and no answer read yet.
+    parked: bool,
+    /// Unparking it found the watched key set.
+    saw_watched: bool,
+}
+
+impl Conn {
+    fn new(stream: TcpStream) -> Conn {
+        Conn {
+            stream,
+            parked: false,
+            saw_watched: false,
+        }
+    }
+
+    /// Sends query bytes `q`. A parked connection sends `CANCEL_WAIT` first, in the same
+    /// write, and reads its answer (after the `STOP_WAITING` that crossed it, when the
+    /// watched key was set meanwhile), so the next byte read answers `q`.
+    fn send(&mut self, q: &[u8]) -> io::Result<()> {
+        if !self.parked {
+            return self.stream.write_all(q);
+        }
+        let mut all = Vec::with_capacity(1 + q.len());
+        wire::put_query(&mut all, QueryType::CancelWait);
+        all.extend_from_slice(q);
+        self.stream.write_all(&all)?;
+        self.parked = false;
+        let mut r = wire::read_u8(&mut self.stream)?;
+        if r == wire::WAIT_STOP_WAITING {
+            self.saw_watched = true;
+            r = wire::read_u8(&mut self.stream)?;
+        }
+        if r != wire::WAIT_CANCELED {
+            return Err(bad_reply("CANCEL_WAIT", r));
+        }
+        Ok(())
+    }
+
+    /// Parks the connection on `key` (the watched key, as sent).
+    fn park(&mut self, key: &str) -> io::Result<()> {
+        let mut q = Vec::with_capacity(key.len() + 16);
+        wire::put_query(&mut q, QueryType::Wait);
+        wire::put_keys(&mut q, &[key]);
+        self.stream.write_all(&q)?;
+        self.parked = true;
+        Ok(())
+    }
+
+    /// Whether the server answered the parked `WAIT`, read without blocking: `Ok(true)` once
+    /// it did (the connection is in step again, unparked), `Ok(false)` while it did not, an
+    /// error when the connection is no longer usable.
+    fn answered(&mut self) -> io::Result<bool> {
+        use std::io::Read;
+        self.stream.set_nonblocking(true)?;
+        let mut b = [0u8; 1];
+        let read = self.stream.read(&mut b);
+        self.stream.set_nonblocking(false)?;
+        match read {
+            Ok(0) => Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok(_) if b[0] == wire::WAIT_STOP_WAITING => {
+                self.parked = false;
+                Ok(true)
+            }
+            Ok(_) => Err(bad_reply("WAIT", b[0])),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// The idle connection(s) and the watched key.
+#[derive(Default)]
+struct Pool {
+    idle: Vec<Conn>,
+    watched: Option<Watched>,
+}
+
+/// The key a client watches (as sent), and whether it was seen set.
+struct Watched {
+    key: String,
+    set: bool,
+}
+
+impl Pool {
+    /// Takes back `c` after a call that succeeded: kept idle (parked on the watched key
+    /// while it is not known set) if there is room, else closed.
+    fn put_back(&mut self, mut c: Conn) {
+        if std::mem::take(&mut c.saw_watched) {
+            if let Some(w) = &mut self.watched {
+                w.set = true;
+            }
+        }
+        if self.idle.len() >= MAX_IDLE {
+            return;
+        }
+        if let Some(w) = self.watched.as_ref().filter(|w| !w.set && !c.parked) {
+            if c.park(&w.key).is_err() {
+                return;
+            }
+        }
+        self.idle.push(c);
+    }
 }
 
 /// A pool of connections to one TCP store server.
@@ -61,7 +174,7 @@ pub(crate) struct Client {
     name: String,
     addrs: Vec<SocketAddr>,
     timeout: Duration,
-    idle: Mutex<Vec<Conn>>,
+    pool: Mutex<Pool>,
     nonce: AtomicU32,
     /// The shared token sent on every new connection (`OXCCL_STORE_TOKEN`), if any.
     token: Option<String>,
@@ -87,7 +200,7 @@ impl Client {
             name,
             addrs,
             timeout: timeout.max(MIN_TIMEOUT),
-            idle: Mutex::new(Vec::new()),
+            pool: Mutex::new(Pool::default()),
             nonce: AtomicU32::new(std::process::id()),
             token: token.map(str::to_string),
         };
@@ -101,7 +214,7 @@ impl Client {
             let left = deadline.saturating_duration_since(Instant::now());
             match client.open(left.max(MIN_TIMEOUT)) {
                 Ok(c) => {
-                    lock(&client.idle).push(c);
+                    lock(&client.pool).idle.push(c);
                     return Ok(client);
                 }
                 Err(e) => {
@@ -146,7 +259,7 @@ impl Client {
                     let handshake = connect_timeout.clamp(MIN_TIMEOUT, self.timeout);
                     stream.set_read_timeout(Some(handshake))?;
                     stream.set_write_timeout(Some(handshake))?;
-                    let mut c = Conn { stream };
+                    let mut c = Conn::new(stream);
                     // The handshake PyTorch's servers require, then a ping as PyTorch's
                     // client does, which proves the server answers.
                     let mut q = Vec::with_capacity(16);
@@ -173,7 +286,7 @@ impl Client {
     fn present_token(&self, c: &mut Conn, mut q: Vec<u8>, token: &str) -> io::Result<()> {
         wire::put_query(&mut q, QueryType::Check);
         wire::put_keys(&mut q, &[wire::token_key(token)]);
-        c.stream.write_all(&q)?;
+        c.send(&q)?;
         match wire::read_u8(&mut c.stream)? {
             wire::CHECK_READY | wire::CHECK_NOT_READY => Ok(()),
             b => Err(bad_reply("CHECK", b)),
@@ -185,7 +298,7 @@ impl Client {
         let nonce = self.nonce.fetch_add(1, Ordering::Relaxed);
         wire::put_query(&mut q, QueryType::Ping);
         wire::put_u32(&mut q, nonce);
-        c.stream.write_all(&q)?;
+        c.send(&q)?;
         let got = wire::read_u32(&mut c.stream)?;
         if got != nonce {
             return Err(io::Error::new(
@@ -202,7 +315,7 @@ impl Client {
         what: &str,
         f: impl FnOnce(&Self, &mut Conn) -> std::result::Result<T, Fail>,
     ) -> Result<T> {
-        let pooled = lock(&self.idle).pop();
+        let pooled = lock(&self.pool).idle.pop();
         let mut c = match pooled {
             Some(c) => c,
             // A fresh connection after the first: one attempt, the server should be up.
@@ -210,10 +323,7 @@ impl Client {
         };
         match f(self, &mut c) {
             Ok(v) => {
-                let mut idle = lock(&self.idle);
-                if idle.len() < MAX_IDLE {
-                    idle.push(c);
-                }
+                lock(&self.pool).put_back(c);
                 Ok(v)
             }
             Err(Fail::Io(e)) => Err(self.error(what, &e)),
@@ -257,7 +367,7 @@ impl Client {
         read: impl FnOnce(&mut TcpStream) -> io::Result<T>,
     ) -> Result<T> {
         self.with(what, |_, c| {
-            c.stream.write_all(&q)?;
+            c.send(&q)?;
             Ok(read(&mut c.stream)?)
         })
     }
@@ -293,12 +403,12 @@ impl Client {
             if let [key] = keys {
                 wire::put_query(&mut q, QueryType::Get);
                 wire::put_bytes(&mut q, key.as_bytes());
-                c.stream.write_all(&q)?;
+                c.send(&q)?;
                 return Ok(vec![wire::read_bytes(&mut c.stream, wire::MAX_VALUE_LEN)?]);
             }
             wire::put_query(&mut q, QueryType::MultiGet);
             wire::put_keys(&mut q, keys);
-            c.stream.write_all(&q)?;
+            c.send(&q)?;
             let mut out = Vec::new();
             for _ in keys {
                 out.push(wire::read_bytes(&mut c.stream, wire::MAX_VALUE_LEN)?);
@@ -323,7 +433,7 @@ impl Client {
         let mut q = Vec::new();
         wire::put_query(&mut q, QueryType::Wait);
         wire::put_keys(&mut q, keys);
-        c.stream.write_all(&q)?;
+        c.send(&q)?;
         c.stream.set_read_timeout(Some(timeout.max(MIN_TIMEOUT)))?;
         let first = wire::read_u8(&mut c.stream);
         c.stream.set_read_timeout(Some(self.timeout))?;
@@ -339,7 +449,7 @@ impl Client {
         }
         let mut q = Vec::new();
         wire::put_query(&mut q, QueryType::CancelWait);
-        c.stream.write_all(&q)?;
+        c.send(&q)?;
         let mut r = wire::read_u8(&mut c.stream)?;
         if r == wire::WAIT_STOP_WAITING {
             r = wire::read_u8(&mut c.stream)?;
@@ -348,6 +458,45 @@ impl Client {
             return Err(bad_reply("CANCEL_WAIT", r).into());
         }
         Err(Fail::WaitTimedOut(timeout))
+    }
+
+    /// Whether `key` (as sent) is set, for a caller that asks again and again. The first
+    /// call makes it the watched key unless another one is (see the module doc); after that
+    /// the answer is read from the idle connection's socket, without a query. When no parked
+    /// connection is idle (a call holds it; the server closed it) or another key is watched,
+    /// the server is asked (`CHECK`), so the answer is never late.
+    pub(crate) fn watched_is_set(&self, key: &str) -> Result<bool> {
+        {
+            let mut guard = lock(&self.pool);
+            let pool = &mut *guard;
+            let watched = pool.watched.get_or_insert_with(|| Watched {
+                key: key.to_owned(),
+                set: false,
+            });
+            if watched.key == key {
+                if watched.set {
+                    return Ok(true);
+                }
+                if let Some(i) = pool.idle.iter().position(|c| c.parked) {
+                    match pool.idle[i].answered() {
+                        Ok(answered) => {
+                            watched.set = answered;
+                            return Ok(answered);
+                        }
+                        // Out of step or closed: dropped, and the server asked below.
+                        Err(_) => drop(pool.idle.swap_remove(i)),
+                    }
+                }
+            }
+        }
+        // Going through the pool parks the connection on the way back.
+        let set = self.check(&[key])?;
+        if set {
+            if let Some(w) = lock(&self.pool).watched.as_mut().filter(|w| w.key == key) {
+                w.set = true;
+            }
+        }
+        Ok(set)
     }
 
     pub(crate) fn check(&self, keys: &[&str]) -> Result<bool> {

@@ -24,7 +24,7 @@ use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
 use std::collections::{HashMap, HashSet};
 use std::io;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -61,6 +61,8 @@ pub(super) struct Shared {
     pub(super) connections: AtomicUsize,
     /// Query bytes read ahead, over all connections.
     pub(super) buffered: AtomicUsize,
+    /// Queries applied to the key space since the server started.
+    pub(super) queries: AtomicU64,
 }
 
 /// The event loop and every connection it serves.
@@ -337,6 +339,7 @@ impl EventLoop {
                 continue;
             }
             let mut out = Vec::new();
+            shared.queries.fetch_add(1, Ordering::Relaxed);
             let applied = lock(&shared.state).apply(id as u64, req, &mut out, &mut woken);
             if let Err(e) = applied {
                 break Err(Close::Protocol(e));

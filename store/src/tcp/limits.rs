@@ -122,4 +122,7 @@ pub struct ServerStats {
     pub waiting_connections: usize,
     /// Bytes of keys the pending waits await.
     pub waited_bytes: usize,
+    /// Queries applied since the server started (after each connection's handshake): how
+    /// much its clients ask of it.
+    pub queries: u64,
 }

@@ -289,6 +289,10 @@ impl Store for TcpStore {
         self.client.check(&refs)
     }
 
+    fn check_watched(&self, key: &str) -> Result<bool> {
+        self.client.watched_is_set(&wire_key(key)?)
+    }
+
     fn compare_set(&self, key: &str, expected: &[u8], desired: &[u8]) -> Result<Vec<u8>> {
         check_value(expected)?;
         check_value(desired)?;

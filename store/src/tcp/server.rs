@@ -18,7 +18,7 @@ use oxccl_core::text::Escaped;
 use oxccl_core::{text, Error, Result};
 use std::io;
 use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
@@ -80,6 +80,7 @@ impl TcpServer {
             stopping: AtomicBool::new(false),
             connections: AtomicUsize::new(0),
             buffered: AtomicUsize::new(0),
+            queries: AtomicU64::new(0),
         });
         let token = opts.token.map(String::into_bytes);
         let cannot = |e: io::Error| Error::Remote {
@@ -123,6 +124,7 @@ impl TcpServer {
             stored_bytes,
             waiting_connections,
             waited_bytes,
+            queries: self.shared.queries.load(Ordering::Relaxed),
         }
     }
 
