@@ -215,6 +215,11 @@ pub fn should_dump_on_signal(signaller: Option<u32>, me: u32, already_dumped: bo
 /// alive until the counter reaches the world size (see [`dump_wait_step`]).
 pub const DUMP_REPORT_COUNT_KEY: &str = "oxccl/dumped/count";
 
+/// The key the rank whose report brings [`DUMP_REPORT_COUNT_KEY`] to the world size sets: a
+/// failing rank waits on it (the server answers when it is set) instead of reading the
+/// counter again and again.
+pub const DUMP_ALL_REPORTED_KEY: &str = "oxccl/dumped/all";
+
 /// The prefix of the key each rank that dumped for a failure sets (followed by its global rank
 /// in decimal): who reported, for naming the ranks that did not.
 pub const DUMP_REPORT_PREFIX: &str = "oxccl/dumped/rank/";
@@ -234,7 +239,8 @@ pub enum DumpWaitEnd {
 /// error-handling mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DumpWaitStep {
-    /// Look at the counter again after this many milliseconds.
+    /// Look at the counter again after this many milliseconds at most: the wait on
+    /// [`DUMP_ALL_REPORTED_KEY`] that fills them ends as soon as the last rank reports.
     PollAfter(u64),
     /// Stop waiting, for this reason.
     End(DumpWaitEnd),

@@ -34,12 +34,13 @@
 //! | --- | --- | --- |
 //! | `oxccl/pg/<uid>/unique_id/<attempt>` | group rank 0 ([`unique_id`]) | the backend's unique id of init `attempt` of group `uid` (0: the default group) |
 //! | `oxccl/pg/<uid>/init/<attempt>/arrived/<group rank>`, `…/count`, `…/all` | every member ([`init`]) | arrival before an init: who came, how many, all came |
+//! | `…/missing/claim`, `…/missing` under any arrival prefix | the first participant that timed out | who never arrived, read from the marks once for all |
 //! | `oxccl/pg/<uid>/split/<k>/arrived/<group rank>`, `…/count`, `…/all` | every member of the parent ([`split`]) | arrival before split `k` of group `uid`'s communicator |
-//! | `oxccl/tune/<uid>/<group rank>`, `oxccl/tune/<uid>/verdict` | every member; group rank 0 the verdict ([`agreement`]) | the tune tables agree |
-//! | `oxccl/release/<call>/<uid>/<group rank>`, `…/verdict` | likewise ([`agreement`], from `tuned/release.rs`) | the windows release call `call` frees agree |
+//! | `oxccl/tune/<uid>/0`, `…/verdict`, `…/arrival/…` | group rank 0 its value; a member that differs the verdict; every member its arrival ([`agreement`]) | the tune tables agree |
+//! | `oxccl/release/<call>/<uid>/0`, `…/verdict`, `…/arrival/…` | likewise ([`agreement`], from `buffer_modes.rs`) | the windows release call `call` frees agree |
 //! | `oxccl/desync/<uid>/<group rank>` | the watchdog ([`desync_key`]) | progress read by a desync report |
 //! | `oxccl/timeout_dump` | a rank whose failure dumps (`oxccl_core::watchdog::DUMP_SIGNAL_KEY`) | the signal for every rank to dump |
-//! | `oxccl/dumped/rank/<global rank>`, `oxccl/dumped/count` | every rank that dumped for a failure, once (`DUMP_REPORT_PREFIX`, `DUMP_REPORT_COUNT_KEY`) | the failing rank waits until the count reaches the world size; the keys name who never reported |
+//! | `oxccl/dumped/rank/<global rank>`, `oxccl/dumped/count`, `oxccl/dumped/all` | every rank that dumped for a failure, once; the last one `…/all` (`DUMP_REPORT_PREFIX`, `DUMP_REPORT_COUNT_KEY`, `DUMP_ALL_REPORTED_KEY`) | the failing rank waits on `…/all`, then reads the count; the keys name who never reported |
 //!
 //! Outside the namespace: the counter `oxccl/world/<size>/incarnations` ([`incarnations`]);
 //! and, under torchrun's agent store on one node, everything above sits under

@@ -8,6 +8,7 @@
 //! - Subgroups: [`ProcessGroup::new_group`], [`ProcessGroup::new_subgroups`],
 //!   [`ProcessGroup::new_subgroups_by_enumeration`], global ↔ group rank translation.
 
+mod arrival;
 mod buffer_modes;
 mod capture;
 mod capture_state;

@@ -2,8 +2,9 @@
 //! how its communicator is made on first use (by init through the store or by a split of the
 //! parent's).
 
+use super::arrival::Arrival;
 use super::capture_state::refuse_init_in_capture;
-use super::comm::{await_ready, init_through_store, Arrival, Entry, InitParams, Slot};
+use super::comm::{await_ready, init_through_store, Entry, InitParams, Slot};
 use super::inner::{lock, GroupFamily, IssueState, PgInner};
 use super::keys;
 use super::options::PgOptions;

@@ -16,7 +16,10 @@
 //! saw the error and returned from `main`): an exit guard (`atexit`) holds the exit until the
 //! wait in progress is over, bounded by its deadline.
 //!
-//! The decision of each step is the core's `dump_wait_step`.
+//! The decision of each step is the core's `dump_wait_step`. Between two reads of the report
+//! counter the failing rank waits on the key the last reporter sets, which the store answers
+//! when it is set: a few store calls per failing rank, however long the wait, even when
+//! every rank of a large world failed at once.
 
 use super::dumps::{Dumps, Reporter};
 use super::lock::lock;
@@ -25,16 +28,15 @@ use crate::recorder::target::write_within;
 use crate::recorder::{DumpCause, DumpNote, DumpWait};
 use crate::store::Store;
 use oxccl_core::watchdog::{
-    dump_wait_step, DumpWaitEnd, DumpWaitStep, DUMP_REPORT_COUNT_KEY, DUMP_REPORT_PREFIX,
-    DUMP_SIGNAL_KEY,
+    dump_wait_step, DumpWaitEnd, DumpWaitStep, DUMP_ALL_REPORTED_KEY, DUMP_REPORT_COUNT_KEY,
+    DUMP_REPORT_PREFIX, DUMP_SIGNAL_KEY,
 };
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-/// How often a failing rank reads the report counter at most (it reads it less often when
-/// the coordination check is slower than this).
-const POLL: Duration = Duration::from_millis(100);
+/// The pause after a wait for the last report that failed other than by timing out.
+const WAIT_FAILED_PAUSE: Duration = Duration::from_millis(100);
 
 /// Worlds up to this size are asked rank by rank who did not report, when a wait ends short;
 /// larger ones are counted only (one store call per rank would outlast the wait).
@@ -151,7 +153,15 @@ impl Dumps {
                 let sent = r
                     .store
                     .set(&key, b"1")
-                    .and_then(|()| r.store.add(DUMP_REPORT_COUNT_KEY, 1));
+                    .and_then(|()| r.store.add(DUMP_REPORT_COUNT_KEY, 1))
+                    .and_then(|n| {
+                        // The last report wakes the failing ranks' waits.
+                        if n >= i64::from(r.world) {
+                            r.store.set(DUMP_ALL_REPORTED_KEY, b"1")
+                        } else {
+                            Ok(())
+                        }
+                    });
                 if let Err(e) = sent {
                     return Err(format!(
                         "reporting rank {}'s dump at `{}`: {e}",
@@ -271,7 +281,8 @@ impl Dumps {
         deadline: Instant,
     ) -> (DumpWait, Option<String>) {
         let limit_ms = millis(deadline.saturating_duration_since(began));
-        let poll_ms = millis(me.every.min(POLL));
+        // One wait for the rest of the limit: the last report ends it.
+        let poll_ms = limit_ms;
         let (store, world) = (me.store.clone(), me.world);
         // The whole loop on one thread, bounded by the deadline (a store call that hangs past
         // it ends the wait as the limit does).
@@ -286,7 +297,15 @@ impl Dumps {
                 poll_ms,
             );
             match step {
-                DumpWaitStep::PollAfter(ms) => std::thread::sleep(Duration::from_millis(ms)),
+                DumpWaitStep::PollAfter(ms) => {
+                    let waited = store.wait(&[DUMP_ALL_REPORTED_KEY], Duration::from_millis(ms));
+                    // A timeout shows at the next read of the counter; another failure may
+                    // be the wait's alone (the counter still answers): no faster than this.
+                    if matches!(waited, Err(ref e) if !matches!(e, oxccl_core::Error::Timeout { .. }))
+                    {
+                        std::thread::sleep(WAIT_FAILED_PAUSE.min(Duration::from_millis(ms)));
+                    }
+                }
                 DumpWaitStep::End(end) => {
                     let err = reported
                         .err()

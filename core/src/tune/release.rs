@@ -4,9 +4,6 @@
 
 use core::fmt::{self, Write};
 
-/// The verdict group rank 0 publishes when every rank's list equals its own.
-pub const AGREED: &str = "ok";
-
 /// Writes the windows a rank would release, as it publishes them: `none`, or their numbers
 /// ascending and comma-separated. `windows` is sorted here, so two ranks' texts are equal
 /// exactly when their lists hold the same numbers (as many times each).
@@ -24,8 +21,8 @@ pub fn write_release_list(out: &mut impl Write, windows: &mut [u64]) -> fmt::Res
     Ok(())
 }
 
-/// Writes the first difference group rank 0 found: global rank `their_rank` has `theirs` of
-/// `what` where global rank `my_rank` has `mine`. Never equal to [`AGREED`].
+/// Writes a difference between two ranks, as the verdict every rank reads: global rank
+/// `their_rank` has `theirs` of `what` where global rank `my_rank` has `mine`.
 pub fn write_disagreement(
     out: &mut impl Write,
     what: &str,

@@ -3,8 +3,9 @@
 
 use super::super::keys;
 use super::file::TUNE_FILE_VAR;
+use crate::pg::arrival::Arrival;
 use crate::store::Store;
-use oxccl_core::tune::release::{write_disagreement, AGREED};
+use oxccl_core::tune::release::write_disagreement;
 use oxccl_core::tune::TuneTable;
 use oxccl_core::{text, Error, Result};
 use std::time::Duration;
@@ -46,14 +47,14 @@ pub(crate) fn agree(table: Option<&TuneTable>, members: &AgreeingGroup<'_>) -> R
     }
 }
 
-/// The least time [`agree_on`] gives a read past its deadline.
-const LAST_READ: std::time::Duration = std::time::Duration::from_millis(100);
-
-/// Whether every member of the group holds the same `mine` for `topic`, through the store:
-/// group rank 0 reads every rank's value and writes a verdict every rank reads, so all
-/// ranks decide alike. `None`: they agree; `Some(why)`: the first difference, naming the
-/// ranks and their values (`what` names the value). A rank that never writes its value is
-/// named after the group's timeout (`hint`: what it did not publish, and the likely cause).
+/// Whether every member of the group holds the same `mine` for `topic`, through the store,
+/// in a handful of store calls per member whatever the group's size: group rank 0 publishes
+/// its value; every other member reads it, and one that holds another value writes the
+/// verdict (the first such write stands); then every member arrives ([`Arrival`]) and, once
+/// all did, reads the verdict, so all ranks decide alike. `None`: they agree; `Some(why)`:
+/// a difference, naming the ranks and their values (`what` names the value). A member that
+/// never takes part is named after the group's timeout (`hint`: what it did not publish,
+/// and the likely cause).
 pub(crate) fn agree_on(
     inner: &AgreeingGroup<'_>,
     topic: &str,
@@ -65,48 +66,72 @@ pub(crate) fn agree_on(
         return Ok(None);
     };
     let store = inner.store;
-    let timeout = inner.timeout;
-    let key = |r: &str| keys::agreement(topic, inner.uid, r);
-    let waited = |e: Error, r: usize| match e {
-        Error::Timeout { after_ms, .. } => Error::Timeout {
-            what: text!("group rank {r} never published {hint}"),
-            after_ms,
-        },
-        other => other,
+    let key = |who: &str| keys::agreement(topic, inner.uid, who);
+    let never_published = |ranks: &[u32], after_ms: u64| Error::Timeout {
+        what: text!(
+            "group rank{} {} never published {hint}",
+            if ranks.len() == 1 { "" } else { "s" },
+            ranks
+                .iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        after_ms,
     };
-    store.set(&key(&rank.to_string()), mine.as_bytes())?;
-    let verdict = if rank == 0 {
-        // One deadline for all the reads (a read per rank each given the whole timeout kept
-        // rank 0 up to (size - 1) timeouts, and the others' wait for the verdict ended first);
-        // a read past it still gets a moment, for a value that is there already.
-        let began = std::time::Instant::now();
-        let left = || timeout.saturating_sub(began.elapsed()).max(LAST_READ);
-        let mut verdict = String::from(AGREED);
-        for (r, &global) in inner.ranks.iter().enumerate().skip(1) {
-            let got = store
-                .get(&key(&r.to_string()), left())
-                .map_err(|e| waited(e, r))?;
-            if got != mine.as_bytes() {
-                verdict.clear();
-                // Writing into a String cannot fail.
-                let _ = write_disagreement(
-                    &mut verdict,
-                    what,
-                    global,
-                    &String::from_utf8_lossy(&got),
-                    inner.ranks.first().copied().unwrap_or(0),
-                    mine,
-                );
-                break;
-            }
-        }
-        store.set(&key("verdict"), verdict.as_bytes())?;
-        verdict
+    let arrival = Arrival {
+        store,
+        prefix: key("arrival"),
+        index: rank,
+        ranks: inner.ranks,
+        deadline: crate::deadline::deadline_after(inner.timeout),
+        what: format!("the agreement on {what} of group {}", inner.uid),
+    };
+    let began = std::time::Instant::now();
+    let first = inner.ranks.first().copied().unwrap_or(0);
+    if rank == 0 {
+        store.set(&key("0"), mine.as_bytes())?;
     } else {
-        let got = store
-            .get(&key("verdict"), timeout)
-            .map_err(|e| waited(e, 0))?;
-        String::from_utf8_lossy(&got).into_owned()
-    };
-    Ok((verdict != AGREED).then_some(verdict))
+        let theirs = store.get(&key("0"), arrival.left()).map_err(|e| match e {
+            Error::Timeout { after_ms, .. } => never_published(&[0], after_ms),
+            other => other,
+        })?;
+        if theirs != mine.as_bytes() {
+            let me = inner.ranks.get(rank as usize).copied().unwrap_or(rank);
+            let mut verdict = String::new();
+            // Writing into a String cannot fail.
+            let _ = write_disagreement(
+                &mut verdict,
+                what,
+                me,
+                mine,
+                first,
+                &String::from_utf8_lossy(&theirs),
+            );
+            store.compare_set(&key("verdict"), b"", verdict.as_bytes())?;
+        }
+    }
+    arrival.arrive()?;
+    match arrival.wait_all(None) {
+        Ok(()) => {}
+        Err(Error::Timeout { .. }) => {
+            let after_ms = u64::try_from(began.elapsed().as_millis()).unwrap_or(u64::MAX);
+            let missing = arrival.missing()?;
+            let group_ranks: Vec<u32> = missing
+                .iter()
+                .filter_map(|g| inner.ranks.iter().position(|r| r == g))
+                .map(|i| i as u32)
+                .collect();
+            return Err(never_published(&group_ranks, after_ms));
+        }
+        Err(e) => return Err(e),
+    }
+    if !store.check(&[&key("verdict")])? {
+        return Ok(None);
+    }
+    let verdict = store.get(&key("verdict"), LAST_READ)?;
+    Ok(Some(String::from_utf8_lossy(&verdict).into_owned()))
 }
+
+/// The time given to read the verdict, which is there already when it is read.
+const LAST_READ: Duration = Duration::from_millis(500);
