@@ -228,7 +228,9 @@ impl Client {
                     if left.is_zero() {
                         let hint = if handshake_closed {
                             "; the server closed the handshake: a server started with \
-                             OXCCL_STORE_TOKEN refuses clients without that token"
+                             OXCCL_STORE_TOKEN refuses clients without that token, and one \
+                             at its connection limit refuses every new client (its log \
+                             says which)"
                         } else {
                             ""
                         };
