@@ -17,6 +17,39 @@ pub(crate) fn desync_key(uid: u64, rank: u32) -> String {
     format!("oxccl/desync/{uid}/{rank}")
 }
 
+/// Where the first rank whose collective `seq` of group `uid` timed out publishes every
+/// member's progress as it read it (see [`Desync::timeout_report`]).
+pub(crate) fn desync_list_key(uid: u64, seq: u64) -> String {
+    format!("oxccl/desync/{uid}/seq/{seq}")
+}
+
+/// Every member's progress as one value: `issued,completed` or `-` (unknown) per member, by
+/// group rank, separated by `;`.
+fn encode_list(read: &[(u32, Option<RankProgress>)]) -> String {
+    let parts: Vec<String> = read
+        .iter()
+        .map(|(_, p)| p.map_or_else(|| "-".to_string(), |p| p.encode().to_string()))
+        .collect();
+    parts.join(";")
+}
+
+/// [`encode_list`]'s value read back for members of global ranks `ranks`; `None` when it
+/// is not one (another length, a bad entry).
+fn decode_list(v: &[u8], ranks: &[u32]) -> Option<Vec<(u32, Option<RankProgress>)>> {
+    let parts: Vec<&[u8]> = v.split(|&b| b == b';').collect();
+    if parts.len() != ranks.len() {
+        return None;
+    }
+    ranks
+        .iter()
+        .zip(parts)
+        .map(|(&g, p)| match p {
+            b"-" => Some((g, None)),
+            p => RankProgress::decode(p).ok().map(|p| (g, Some(p))),
+        })
+        .collect()
+}
+
 /// A group's desync-debug state: this rank's progress (kept by the watchdog) and what it last
 /// published in the store.
 pub(crate) struct Desync {
@@ -66,6 +99,10 @@ impl Verdict {
         wrote.unwrap_or(false).then_some(s)
     }
 }
+
+/// The time the rank that reads every member's progress is given per member, by the ranks
+/// that wait for its list.
+const PER_MEMBER_READ: Duration = Duration::from_micros(200);
 
 /// How long a desync verdict waits for each rank's progress in the store.
 pub(crate) const DESYNC_READ_LIMIT: Duration = Duration::from_secs(2);
@@ -128,31 +165,14 @@ impl Desync {
     ) -> Option<(String, Vec<u32>)> {
         // Publish this rank's own last state first, so the report has it.
         self.publish(store);
-        // After the first failed store call the rest are not read (unknown): a store that is
-        // gone or cut off would otherwise cost its timeout once per rank, on the watchdog's
-        // thread, and a heartbeat monitor would end the process meanwhile.
-        let mut reachable = true;
-        let reports: Vec<(u32, Option<RankProgress>)> = self
-            .ranks
-            .iter()
-            .enumerate()
-            .map(|(i, &global)| {
-                let key = desync_key(self.uid, i as u32);
-                let read = match reachable.then(|| store.check(&[&key])) {
-                    Some(Ok(true)) => store.get(&key, limit).ok(),
-                    Some(Ok(false)) | None => None,
-                    Some(Err(e)) => {
-                        log::warn!(
-                            "oxccl desync debug: store unreachable reading `{}` ({e}): the other ranks' progress is unknown",
-                            Escaped(&store.full_key(&key))
-                        );
-                        reachable = false;
-                        None
-                    }
-                };
-                (global, read.and_then(|v| RankProgress::decode(&v).ok()))
-            })
-            .collect();
+        let reports = self.every_progress(store, seq, limit);
+        let reachable = reports.is_some();
+        let mut reports = reports.unwrap_or_default();
+        // This rank's own entry is what it knows now (a list read by another rank may be older).
+        let mine = lock(&self.progress).0;
+        if let Some(entry) = reports.get_mut(self.group_rank as usize) {
+            entry.1 = Some(mine);
+        }
         if !reachable {
             // No verdict: ranks whose progress could not be read are not known to lag.
             *lock(&self.report) = Some(format!(
@@ -173,6 +193,73 @@ impl Desync {
         *lock(&self.report) = Some(text.clone());
         let lagging = oxccl_core::watchdog::desync::lagging(seq, &reports).collect();
         Some((text, lagging))
+    }
+
+    /// Every member's published progress, by group rank: read by the first rank whose
+    /// collective `seq` timed out (it claims `…/seq/<seq>/claim`) and published for the others
+    /// at `oxccl/desync/<uid>/seq/<seq>`, so when every rank times out on the same hang one
+    /// rank reads every member's key instead of each of them; a rank whose list does not
+    /// come within `limit` reads the keys itself. `None` when the store could not be read.
+    fn every_progress(
+        &self,
+        store: &dyn Store,
+        seq: u64,
+        limit: Duration,
+    ) -> Option<Vec<(u32, Option<RankProgress>)>> {
+        let list = desync_list_key(self.uid, seq);
+        let claim = match store.add(&format!("{list}/claim"), 1) {
+            Ok(n) => n,
+            Err(e) => {
+                log::warn!(
+                    "oxccl desync debug: store unreachable claiming `{}` ({e}): the other ranks' progress is unknown",
+                    Escaped(&store.full_key(&list))
+                );
+                return None;
+            }
+        };
+        if claim != 1 {
+            // The claimant makes two calls per member: give it the time they take.
+            let wait = limit + PER_MEMBER_READ * self.ranks.len() as u32;
+            let shared = store.get(&list, wait).ok();
+            if let Some(read) = shared.and_then(|v| decode_list(&v, &self.ranks)) {
+                return Some(read);
+            }
+        }
+        let read = self.read_every(store, limit)?;
+        if claim == 1 {
+            if let Err(e) = store.set(&list, encode_list(&read).as_bytes()) {
+                log::warn!("oxccl desync debug: cannot publish the progress read at `{list}`: {e}");
+            }
+        }
+        Some(read)
+    }
+
+    /// Every member's published progress, one key each. After the first failed store call
+    /// the rest are not read (`None`): a store that is gone or cut off would otherwise cost
+    /// its timeout once per rank, on the watchdog's thread, and a heartbeat monitor would end
+    /// the process meanwhile.
+    fn read_every(
+        &self,
+        store: &dyn Store,
+        limit: Duration,
+    ) -> Option<Vec<(u32, Option<RankProgress>)>> {
+        let mut out = Vec::with_capacity(self.ranks.len());
+        for (i, &global) in self.ranks.iter().enumerate() {
+            let key = desync_key(self.uid, i as u32);
+            let read = match store.check(&[&key]) {
+                Ok(true) => store.get(&key, limit).ok(),
+                Ok(false) => None,
+                Err(e) => {
+                    log::warn!(
+                        "oxccl desync debug: store unreachable reading `{}` ({e}): the other ranks' progress is unknown",
+                        Escaped(&store.full_key(&key))
+                    );
+                    return None;
+                }
+            };
+            out.push((global, read.and_then(|v| RankProgress::decode(&v).ok())));
+        }
+        Some(out)
     }
 
     /// The desync verdict of collective `seq` (`op`) that timed out here, from the progress
@@ -291,5 +378,51 @@ mod tests {
             .timeout_report(&*store, 5, OpKind::AllReduce, Duration::from_secs(1))
             .unwrap();
         assert_eq!(lagging, [2]);
+    }
+
+    /// The second rank to time out on a collective reads the first one's list: every member's
+    /// key gone meanwhile, its verdict is still the first one's.
+    #[test]
+    fn the_ranks_after_the_first_read_its_list() {
+        let store: Arc<dyn Store> = Arc::new(MemStore::new());
+        let p = |issued| RankProgress {
+            issued,
+            completed: 4,
+        };
+        store
+            .set(&desync_key(0, 2), p(4).encode().as_bytes())
+            .unwrap();
+        let first = Desync::new(0, 0, 0, vec![0, 1, 2]);
+        let second = Desync::new(0, 1, 1, vec![0, 1, 2]);
+        first.note(5, false);
+        second.note(5, false);
+        second.publish(&*store);
+        let (_, lagging) = first
+            .timeout_report(&*store, 5, OpKind::AllReduce, Duration::from_secs(1))
+            .unwrap();
+        assert_eq!(lagging, [2]);
+        assert_eq!(
+            store
+                .get(&desync_list_key(0, 5), Duration::from_secs(1))
+                .unwrap(),
+            b"5,0;5,0;4,4"
+        );
+        for r in 0..3 {
+            store.delete(&desync_key(0, r)).unwrap();
+        }
+        let (_, lagging) = second
+            .timeout_report(&*store, 5, OpKind::AllReduce, Duration::from_secs(1))
+            .unwrap();
+        assert_eq!(lagging, [2]);
+        let five = RankProgress {
+            issued: 5,
+            completed: 0,
+        };
+        assert_eq!(
+            decode_list(b"5,0;-", &[0, 1]),
+            Some(vec![(0, Some(five)), (1, None)])
+        );
+        assert_eq!(decode_list(b"5,0", &[0, 1]), None, "one entry per member");
+        assert_eq!(decode_list(b"5,0;x", &[0, 1]), None);
     }
 }
