@@ -167,7 +167,7 @@ fn a_rank_makes_no_more_store_calls_in_a_world_of_16_than_in_a_world_of_2() {
 }
 
 /// A world whose groups dump on timeout looks for the dump signal all the time: idle, its
-/// ranks send the server nothing for it.
+/// ranks send the server nothing for it, and each keeps one connection, whatever its groups.
 #[test]
 fn an_idle_world_that_dumps_on_timeout_sends_the_server_nothing() {
     let n = 4;
@@ -194,7 +194,9 @@ fn an_idle_world_that_dumps_on_timeout_sends_the_server_nothing() {
                     ..opts(r)
                 };
                 let pg = ProcessGroup::new(b, store, r, n, o)?;
+                let (half, _) = pg.new_subgroups(2)?;
                 pg.barrier()?.wait()?;
+                half.barrier()?.wait()?;
                 ready.wait();
                 // Idle while the test counts.
                 go.wait();
@@ -209,11 +211,16 @@ fn an_idle_world_that_dumps_on_timeout_sends_the_server_nothing() {
     let before = server.stats().queries;
     std::thread::sleep(Duration::from_millis(1000));
     let idle = server.stats().queries - before;
+    let connections = server.stats().connections;
     go.wait();
     for h in ranks {
         h.join().unwrap().expect("a rank failed");
     }
     let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(
+        connections, n as usize,
+        "one connection per process (here, per rank's client), whatever its groups"
+    );
     assert_eq!(
         idle, 0,
         "{n} idle ranks checking the dump signal every 20 ms sent {idle} queries in a second"
