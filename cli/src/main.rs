@@ -29,6 +29,7 @@ Examples:
   torchrun --nproc-per-node 2 --no-python oxccl perf all_reduce   one process per GPU
   oxccl check                         every op x type x reduce op, exit 1 on a mismatch
   oxccl store --port 29500            a TCP store server for a job's rendezvous
+  oxccl store bench --server both     that server and PyTorch's under fan-in from 4096 ranks
 
 Exit codes: 0 ok, 1 wrong results or a failed check, 2 usage, 3 environment (no library,
 no GPU for a command that needs one). The library is found in this order: --library,
@@ -53,6 +54,7 @@ enum Command {
     /// Every operation x data type x reduce op x placement against a host reference.
     Check(check::CheckArgs),
     /// A TCP store server (PyTorch's TCPStore protocol) until killed; prints its address.
+    /// `store bench` measures such servers under fan-in.
     Store(store::StoreArgs),
     /// Flight-recorder traces.
     Trace(trace::TraceArgs),
