@@ -1,8 +1,8 @@
 //! The store server's one thread: an event loop over non-blocking sockets (epoll through
 //! `mio`), serving every client connection.
 //!
-//! Each wakeup accepts every pending connection (until the listener would block), reads what
-//! ready clients sent, applies each complete query to the key space and queues its reply,
+//! Each wakeup admits the connections the accepting thread took (see [`super::acceptor`]),
+//! reads what ready clients sent, applies each complete query to the key space and queues its reply,
 //! then writes the queued replies. A `WAIT` that cannot be answered at once leaves a pending
 //! wait in the key space; the query that sets its last key queues `STOP_WAITING` on the
 //! waiter right after that query is applied. Queries and wake-ups are handled one at a time
@@ -20,17 +20,17 @@ use super::fd_limit;
 use super::limits::ServerLimits;
 use super::state::State;
 use super::wire::{self, Request};
-use mio::net::{TcpListener, TcpStream};
+use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token, Waker};
 use std::collections::{HashMap, HashSet};
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-/// The listening socket's token.
-const LISTENER: Token = Token(0);
-/// The token of the waker that [`super::TcpServer`] uses to stop the loop.
+/// The token of the waker that [`super::TcpServer`] uses to stop the loop, and the
+/// accepting thread to say connections wait.
 pub(super) const WAKER: Token = Token(1);
 /// Connections are numbered from here on, never reused.
 const FIRST_CONN: usize = 2;
@@ -38,8 +38,6 @@ const FIRST_CONN: usize = 2;
 pub(super) const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 /// How often stalled writers are checked against [`WRITE_TIMEOUT`].
 const TICK: Duration = Duration::from_secs(1);
-/// How soon accepting is tried again after it failed (out of descriptors, most likely).
-const ACCEPT_RETRY: Duration = Duration::from_millis(50);
 /// Reads one connection gets per turn before the others are served.
 const READS_PER_TURN: usize = 16;
 /// The one read buffer, shared by every connection.
@@ -68,7 +66,8 @@ pub(super) struct Shared {
 /// The event loop and every connection it serves.
 pub(super) struct EventLoop {
     poll: Poll,
-    listener: TcpListener,
+    /// Connections the accepting thread took, not yet admitted.
+    incoming: Receiver<TcpStream>,
     shared: Arc<Shared>,
     limits: ServerLimits,
     /// The token clients must present, if any.
@@ -82,29 +81,22 @@ pub(super) struct EventLoop {
     again: Vec<usize>,
     /// Connections whose replies wait for the socket.
     stalled: HashSet<usize>,
-    /// Accepting failed: try again shortly rather than on the next connection's edge.
-    accept_paused: bool,
     warned_full: bool,
-    warned_accept: bool,
 }
 
 impl EventLoop {
-    /// A loop serving `listener`, and the waker that interrupts it.
+    /// A loop serving the connections `incoming` brings, and the waker that interrupts it.
     pub(super) fn new(
-        listener: std::net::TcpListener,
+        incoming: Receiver<TcpStream>,
         shared: Arc<Shared>,
         limits: ServerLimits,
         token: Option<Vec<u8>>,
     ) -> io::Result<(EventLoop, Waker)> {
-        listener.set_nonblocking(true)?;
-        let mut listener = TcpListener::from_std(listener);
         let poll = Poll::new()?;
-        poll.registry()
-            .register(&mut listener, LISTENER, Interest::READABLE)?;
         let waker = Waker::new(poll.registry(), WAKER)?;
         let ev = EventLoop {
             poll,
-            listener,
+            incoming,
             shared,
             limits,
             token,
@@ -114,9 +106,7 @@ impl EventLoop {
             dirty: Vec::new(),
             again: Vec::new(),
             stalled: HashSet::new(),
-            accept_paused: false,
             warned_full: false,
-            warned_accept: false,
         };
         Ok((ev, waker))
     }
@@ -126,12 +116,10 @@ impl EventLoop {
         let mut events = Events::with_capacity(1024);
         let mut last_tick = Instant::now();
         while !self.shared.stopping.load(Ordering::SeqCst) {
-            let timeout = if !self.again.is_empty() {
-                Duration::ZERO
-            } else if self.accept_paused {
-                ACCEPT_RETRY
-            } else {
+            let timeout = if self.again.is_empty() {
                 TICK
+            } else {
+                Duration::ZERO
             };
             if let Err(e) = self.poll.poll(&mut events, Some(timeout)) {
                 if e.kind() == io::ErrorKind::Interrupted {
@@ -143,9 +131,10 @@ impl EventLoop {
             if self.shared.stopping.load(Ordering::SeqCst) {
                 break;
             }
+            // New clients first: their events may be among these.
+            self.admit_incoming();
             for ev in events.iter() {
                 match ev.token() {
-                    LISTENER => self.accept(),
                     WAKER => {}
                     Token(id) => {
                         if ev.is_writable() {
@@ -156,9 +145,6 @@ impl EventLoop {
                         }
                     }
                 }
-            }
-            if self.accept_paused {
-                self.accept();
             }
             for id in std::mem::take(&mut self.again) {
                 self.serve(id);
@@ -172,36 +158,10 @@ impl EventLoop {
         self.close_all();
     }
 
-    /// Accepts every pending connection.
-    fn accept(&mut self) {
-        self.accept_paused = false;
-        loop {
-            match self.listener.accept() {
-                Ok((stream, _)) => self.admit(stream),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::Interrupted
-                            | io::ErrorKind::ConnectionAborted
-                            | io::ErrorKind::ConnectionReset
-                    ) => {}
-                Err(e) => {
-                    // Out of descriptors, most likely: the pending clients stay queued in the
-                    // listener and are taken when descriptors free up.
-                    if !self.warned_accept {
-                        self.warned_accept = true;
-                        log::warn!(
-                            "oxccl store: cannot accept a client ({e}), {} served; raise the \
-                             descriptor limit (`ulimit -n`, now {})",
-                            self.conns.len(),
-                            fd_limit_text()
-                        );
-                    }
-                    self.accept_paused = true;
-                    return;
-                }
-            }
+    /// Admits every connection the accepting thread handed over.
+    fn admit_incoming(&mut self) {
+        while let Ok(stream) = self.incoming.try_recv() {
+            self.admit(stream);
         }
     }
 
@@ -444,6 +404,6 @@ impl EventLoop {
 }
 
 /// The descriptor limit, for messages.
-fn fd_limit_text() -> String {
+pub(super) fn fd_limit_text() -> String {
     fd_limit::descriptor_limit().map_or_else(|| "unknown".into(), |n| n.to_string())
 }

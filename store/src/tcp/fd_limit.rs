@@ -6,6 +6,10 @@
 
 use std::sync::OnceLock;
 
+/// The listen queue asked for: the most `net.core.somaxconn` can be set to.
+#[cfg(unix)]
+const LISTEN_QUEUE: libc::c_int = 65535;
+
 /// Descriptors left to the rest of the process (its files, libraries, other sockets) when the
 /// connection limit is derived from the descriptor limit.
 pub(super) const RESERVE: usize = 256;
@@ -47,16 +51,17 @@ fn raise() -> Option<usize> {
     None
 }
 
-/// Lets the listening socket queue as many unaccepted connections as the system allows
-/// (`SOMAXCONN`, which the kernel caps at its own setting) instead of std's 128: when a whole
-/// job connects at once, a full queue drops attempts and each dropped client waits for its
-/// kernel's retry.
+/// Lets the listening socket queue as many unaccepted connections as the system allows (the
+/// kernel caps the length asked for at `net.core.somaxconn`, 4,096 by default) instead of
+/// std's 128: when a whole job connects at once, a full queue drops attempts and each dropped
+/// client waits for its kernel's retry, a second or more. A host that serves the store of a
+/// large job raises `net.core.somaxconn`; the server then gets the longer queue.
 #[cfg(unix)]
 pub(super) fn deepen_backlog(listener: &std::net::TcpListener) {
     use std::os::fd::AsRawFd;
     // SAFETY: listen only reads the descriptor number, which `listener` keeps open for the
     // call; calling it again on a listening socket changes only its queue length.
-    if unsafe { libc::listen(listener.as_raw_fd(), libc::SOMAXCONN) } != 0 {
+    if unsafe { libc::listen(listener.as_raw_fd(), LISTEN_QUEUE) } != 0 {
         log::debug!(
             "oxccl store: the listen queue stays at its default: {}",
             std::io::Error::last_os_error()

@@ -5,6 +5,7 @@
 //! Keys are sent with PyTorch's `/` prefix, so a key `k` set by oxccl is `k` for torch's
 //! `store.get("k")` too. The protocol itself is described in [`wire`].
 
+mod acceptor;
 mod client;
 mod conn;
 mod event_loop;

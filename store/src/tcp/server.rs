@@ -1,5 +1,6 @@
-//! The store server's handle: binds the listening socket, starts the event loop's thread
-//! (see [`super::event_loop`]), reports what the server holds, and stops it.
+//! The store server's handle: binds the listening socket, starts the accepting thread and
+//! the event loop's (see [`super::acceptor`], [`super::event_loop`]), reports what the
+//! server holds, and stops them.
 //!
 //! A hostile or broken client can only lose its own connection: lengths are bounded before
 //! anything is allocated (see [`super::wire`]), a bad query closes the connection, a client
@@ -9,6 +10,7 @@
 //! it. With a token ([`ServerOptions::token`]) a client must present it right after
 //! `VALIDATE`.
 
+use super::acceptor::Acceptor;
 use super::event_loop::{lock, EventLoop, Shared};
 use super::fd_limit;
 use super::limits::{ServerOptions, ServerStats};
@@ -25,14 +27,24 @@ use std::thread::JoinHandle;
 /// A TCP store server speaking PyTorch's TCPStore protocol: torch clients
 /// (`TCPStore(host, port, is_master=False)`) and oxccl's [`super::TcpStore`] both use it.
 ///
-/// It serves from one background thread until [`TcpServer::shutdown`] or drop, which close
+/// It serves from one background thread (and accepts on one to four others) until [`TcpServer::shutdown`] or drop, which close
 /// every client connection (their pending calls fail at once instead of hanging).
 pub struct TcpServer {
     shared: Arc<Shared>,
-    waker: Waker,
+    /// Wakes the event loop (to stop it).
+    waker: Arc<Waker>,
+    /// The accepting threads, and the wakers that stop them.
+    acceptors: Vec<(Waker, JoinHandle<()>)>,
     port: u16,
     local: SocketAddr,
     thread: Option<JoinHandle<()>>,
+}
+
+/// Threads accepting on the listening socket: more than one where there are cores to spare,
+/// so a burst of connections from a whole job is taken off the kernel's short queue in time.
+fn acceptor_count() -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    (cores / 4).clamp(1, 4)
 }
 
 impl TcpServer {
@@ -86,19 +98,39 @@ impl TcpServer {
         let cannot = |e: io::Error| Error::Remote {
             detail: text!("cannot start the store's event loop: {e}"),
         };
+        let (to_loop, incoming) = std::sync::mpsc::channel();
         let (event_loop, waker) =
-            EventLoop::new(listener, Arc::clone(&shared), opts.limits, token).map_err(cannot)?;
+            EventLoop::new(incoming, Arc::clone(&shared), opts.limits, token).map_err(cannot)?;
+        let waker = Arc::new(waker);
         let thread = std::thread::Builder::new()
             .name("oxccl-store".into())
             .spawn(move || event_loop.run())
             .map_err(cannot)?;
-        Ok(TcpServer {
+        let mut server = TcpServer {
             shared,
             waker,
+            acceptors: Vec::new(),
             port: local.port(),
             local,
             thread: Some(thread),
-        })
+        };
+        // Stopped by `server`'s drop, with the loop, if one cannot start.
+        for _ in 0..acceptor_count() {
+            let started = listener.try_clone().and_then(|l| {
+                let (acceptor, wake) = Acceptor::new(
+                    l,
+                    Arc::clone(&server.shared),
+                    to_loop.clone(),
+                    Arc::clone(&server.waker),
+                )?;
+                let h = std::thread::Builder::new()
+                    .name("oxccl-store-accept".into())
+                    .spawn(move || acceptor.run())?;
+                Ok((wake, h))
+            });
+            server.acceptors.push(started.map_err(cannot)?);
+        }
+        Ok(server)
     }
 
     /// The port the server listens on (the one picked, when bound with port 0).
@@ -137,6 +169,15 @@ impl TcpServer {
     fn stop(&mut self) {
         if self.shared.stopping.swap(true, Ordering::SeqCst) {
             return;
+        }
+        // The acceptors first: no client is accepted once the loop closes them all.
+        for (wake, _) in &self.acceptors {
+            if let Err(e) = wake.wake() {
+                log::debug!("oxccl store: cannot wake an accepting thread: {e}");
+            }
+        }
+        for (_, h) in self.acceptors.drain(..) {
+            let _ = h.join();
         }
         if let Err(e) = self.waker.wake() {
             // The loop still sees `stopping` within its tick.
