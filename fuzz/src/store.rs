@@ -83,6 +83,8 @@ pub fn fuzz(data: &[u8]) {
     let opts = ServerOptions {
         token: None,
         limits: LIMITS,
+        // More than one loop: wake-ups cross loops through their mailboxes.
+        event_loops: 2,
     };
     let s = bind(opts);
     let port = s.port();

@@ -21,6 +21,8 @@ fn server(limits: ServerLimits, token: Option<&str>) -> TcpServer {
     let opts = ServerOptions {
         token: token.map(str::to_string),
         limits,
+        // Several loops, so a misbehaving client on one cannot upset another's either.
+        event_loops: 3,
     };
     TcpServer::bind_with(HOST, 0, opts).expect("bind")
 }

@@ -1,5 +1,5 @@
-//! The store server's accepting thread: takes connections off the listening socket as fast
-//! as they come and hands them to the event loop (see [`super::event_loop`]).
+//! The store server's accepting threads: take connections off the listening socket as fast
+//! as they come and deal them to the event loops in turn (see [`super::event_loop`]).
 //!
 //! The kernel's queue of connections not yet accepted is short (`SOMAXCONN`, 4,096 by
 //! default); when a whole job connects at once and that queue fills, the kernel drops the
@@ -29,21 +29,22 @@ pub(super) struct Acceptor {
     poll: Poll,
     listener: TcpListener,
     shared: Arc<Shared>,
-    /// Where accepted connections go.
-    out: Sender<TcpStream>,
-    /// Wakes the event loop once connections are waiting for it.
-    loop_waker: Arc<Waker>,
+    /// Where accepted connections go: each loop's queue, and the waker that says it has some.
+    loops: Vec<(Sender<TcpStream>, Arc<Waker>)>,
+    /// The loop the next connection goes to (dealt in turn).
+    next: usize,
     warned: bool,
 }
 
 impl Acceptor {
-    /// An acceptor of `listener`'s connections for the loop that `loop_waker` wakes, and the
-    /// waker that interrupts the acceptor itself (to stop it).
+    /// An acceptor of `listener`'s connections for `loops` (each loop's queue and waker),
+    /// starting with loop `first`, and the waker that interrupts the acceptor itself (to stop
+    /// it).
     pub(super) fn new(
         listener: std::net::TcpListener,
         shared: Arc<Shared>,
-        out: Sender<TcpStream>,
-        loop_waker: Arc<Waker>,
+        loops: Vec<(Sender<TcpStream>, Arc<Waker>)>,
+        first: usize,
     ) -> io::Result<(Acceptor, Waker)> {
         listener.set_nonblocking(true)?;
         let mut listener = TcpListener::from_std(listener);
@@ -55,8 +56,8 @@ impl Acceptor {
             poll,
             listener,
             shared,
-            out,
-            loop_waker,
+            next: first % loops.len().max(1),
+            loops,
             warned: false,
         };
         Ok((acceptor, waker))
@@ -88,14 +89,16 @@ impl Acceptor {
     /// Accepts every pending connection; whether accepting must pause (`None`: the loop is
     /// gone).
     fn accept_all(&mut self) -> Option<bool> {
-        let mut handed = false;
+        let mut handed = vec![false; self.loops.len()];
         let paused = loop {
             match self.listener.accept() {
                 Ok((stream, _)) => {
-                    if self.out.send(stream).is_err() {
+                    let to = self.next;
+                    self.next = (to + 1) % self.loops.len();
+                    if self.loops[to].0.send(stream).is_err() {
                         return None;
                     }
-                    handed = true;
+                    handed[to] = true;
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break false,
                 Err(e)
@@ -121,10 +124,10 @@ impl Acceptor {
                 }
             }
         };
-        if handed {
-            if let Err(e) = self.loop_waker.wake() {
+        for (i, _) in handed.iter().enumerate().filter(|(_, h)| **h) {
+            if let Err(e) = self.loops[i].1.wake() {
                 // The loop still takes them within its tick.
-                log::debug!("oxccl store: cannot wake the event loop: {e}");
+                log::debug!("oxccl store: cannot wake event loop {i}: {e}");
             }
         }
         Some(paused)

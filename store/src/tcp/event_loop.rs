@@ -1,13 +1,15 @@
-//! The store server's one thread: an event loop over non-blocking sockets (epoll through
-//! `mio`), serving every client connection.
+//! The store server's event loops over non-blocking sockets (epoll through `mio`): one to
+//! four, by cores, each serving its share of the client connections, all over one key space.
 //!
-//! Each wakeup admits the connections the accepting thread took (see [`super::acceptor`]),
-//! reads what ready clients sent, applies each complete query to the key space and queues its reply,
-//! then writes the queued replies. A `WAIT` that cannot be answered at once leaves a pending
-//! wait in the key space; the query that sets its last key queues `STOP_WAITING` on the
-//! waiter right after that query is applied. Queries and wake-ups are handled one at a time
-//! in one thread, so a `STOP_WAITING` always comes before the `WAIT_CANCELED` of a
-//! `CANCEL_WAIT` that crossed it, in the order PyTorch's client expects.
+//! Each wakeup admits the connections the accepting threads handed this loop (see
+//! [`super::acceptor`]), reads what ready clients sent, applies each complete query to the
+//! key space and queues its reply, then writes the queued replies. A `WAIT` that cannot be
+//! answered at once leaves a pending wait in the key space; the query that sets its last key
+//! queues `STOP_WAITING` on the waiter. A waiter served by another loop gets it through that
+//! loop's mailbox, filled under the key space's lock in the same hold as the query, and
+//! emptied under that lock before the other loop applies any query: so a `STOP_WAITING`
+//! always comes before the `WAIT_CANCELED` of a `CANCEL_WAIT` that crossed it, in the order
+//! PyTorch's client expects, whichever loops serve the setter and the waiter.
 //!
 //! A client can only lose its own connection: a bad query, a query past the limits or a
 //! failed socket closes it; a client that stops reading its replies has its further queries
@@ -49,10 +51,27 @@ pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// What the loop shares with its [`super::TcpServer`] handle.
+/// The key space, and the wake-ups each loop owes its connections from queries other loops
+/// applied (by loop), under one lock (see the module doc for why together).
+pub(super) struct Space {
+    pub(super) state: State,
+    mail: Vec<Vec<u64>>,
+}
+
+impl Space {
+    /// `state` for `loops` event loops, no mail yet.
+    pub(super) fn new(state: State, loops: usize) -> Space {
+        Space {
+            state,
+            mail: vec![Vec::new(); loops],
+        }
+    }
+}
+
+/// What the loops share with each other and with their [`super::TcpServer`] handle.
 pub(super) struct Shared {
-    /// The key space (locked by the loop per query, and by `stats`).
-    pub(super) state: Mutex<State>,
+    /// The key space (locked by a loop per query, and by `stats`).
+    pub(super) state: Mutex<Space>,
     /// Set by the handle to end the loop (then woken through the waker).
     pub(super) stopping: AtomicBool,
     /// Open client connections.
@@ -63,9 +82,14 @@ pub(super) struct Shared {
     pub(super) queries: AtomicU64,
 }
 
-/// The event loop and every connection it serves.
+/// One event loop and every connection it serves.
 pub(super) struct EventLoop {
     poll: Poll,
+    /// This loop's index, and how many loops serve.
+    me: usize,
+    loops: usize,
+    /// Every loop's waker, by index (to say it has mail).
+    peers: Vec<Arc<Waker>>,
     /// Connections the accepting thread took, not yet admitted.
     incoming: Receiver<TcpStream>,
     shared: Arc<Shared>,
@@ -85,23 +109,29 @@ pub(super) struct EventLoop {
 }
 
 impl EventLoop {
-    /// A loop serving the connections `incoming` brings, and the waker that interrupts it.
+    /// Loop `me` of `loops`, serving the connections `incoming` brings, and the waker that
+    /// interrupts it. It serves once it knows the others' wakers ([`EventLoop::run`]).
     pub(super) fn new(
+        me: usize,
+        loops: usize,
         incoming: Receiver<TcpStream>,
         shared: Arc<Shared>,
         limits: ServerLimits,
         token: Option<Vec<u8>>,
-    ) -> io::Result<(EventLoop, Waker)> {
+    ) -> io::Result<(EventLoop, Arc<Waker>)> {
         let poll = Poll::new()?;
-        let waker = Waker::new(poll.registry(), WAKER)?;
+        let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
         let ev = EventLoop {
             poll,
+            me,
+            loops,
+            peers: Vec::new(),
             incoming,
             shared,
             limits,
             token,
             conns: HashMap::new(),
-            next: FIRST_CONN,
+            next: FIRST_CONN + me,
             chunk: vec![0; CHUNK],
             dirty: Vec::new(),
             again: Vec::new(),
@@ -111,8 +141,10 @@ impl EventLoop {
         Ok((ev, waker))
     }
 
-    /// Serves until the handle sets `stopping`; then closes every connection.
-    pub(super) fn run(mut self) {
+    /// Serves, with `peers` the wakers of every loop (by index), until the handle sets
+    /// `stopping`; then closes every connection.
+    pub(super) fn run(mut self, peers: Vec<Arc<Waker>>) {
+        self.peers = peers;
         let mut events = Events::with_capacity(1024);
         let mut last_tick = Instant::now();
         while !self.shared.stopping.load(Ordering::SeqCst) {
@@ -135,7 +167,7 @@ impl EventLoop {
             self.admit_incoming();
             for ev in events.iter() {
                 match ev.token() {
-                    WAKER => {}
+                    WAKER => self.read_mail(),
                     Token(id) => {
                         if ev.is_writable() {
                             self.dirty.push(id);
@@ -158,7 +190,24 @@ impl EventLoop {
         self.close_all();
     }
 
-    /// Admits every connection the accepting thread handed over.
+    /// Queues the `STOP_WAITING`s other loops' queries owe this loop's connections.
+    fn read_mail(&mut self) {
+        let mail = std::mem::take(&mut lock(&self.shared.state).mail[self.me]);
+        self.wake_local(mail);
+    }
+
+    /// Queues `STOP_WAITING` on each of this loop's connections `ids` (gone ones skipped).
+    fn wake_local(&mut self, ids: Vec<u64>) {
+        for w in ids {
+            let w = w as usize;
+            if let Some(c) = self.conns.get_mut(&w) {
+                c.push(vec![wire::WAIT_STOP_WAITING]);
+                self.dirty.push(w);
+            }
+        }
+    }
+
+    /// Admits every connection the accepting threads handed this loop.
     fn admit_incoming(&mut self) {
         while let Ok(stream) = self.incoming.try_recv() {
             self.admit(stream);
@@ -168,7 +217,7 @@ impl EventLoop {
     /// Serves a new client, or closes it when the server is full.
     fn admit(&mut self, stream: TcpStream) {
         let max = self.limits.max_connections;
-        if self.conns.len() >= max {
+        if self.shared.connections.load(Ordering::SeqCst) >= max {
             if !self.warned_full {
                 self.warned_full = true;
                 log::warn!(
@@ -182,7 +231,7 @@ impl EventLoop {
         }
         let _ = stream.set_nodelay(true);
         let id = self.next;
-        self.next += 1;
+        self.next += self.loops;
         let mut conn = Conn::new(stream, self.token.is_none());
         let interest = Interest::READABLE | Interest::WRITABLE;
         if let Err(e) = self
@@ -219,7 +268,7 @@ impl EventLoop {
                 Filled::Eof => {
                     // The client is gone for queries: drop its wait, end once replies are out.
                     conn.eof = true;
-                    lock(&self.shared.state).remove_pending(id as u64);
+                    lock(&self.shared.state).state.remove_pending(id as u64);
                     self.dirty.push(id);
                     return Ok(());
                 }
@@ -256,8 +305,14 @@ impl EventLoop {
             shared,
             token,
             dirty,
+            me,
+            loops,
+            peers,
             ..
         } = self;
+        let (me, loops) = (*me, *loops);
+        // Loops owed a wake-up by these queries (each told once, after).
+        let mut told = vec![false; loops];
         let Some(conn) = conns.get_mut(&id) else {
             return Ok(());
         };
@@ -300,7 +355,33 @@ impl EventLoop {
             }
             let mut out = Vec::new();
             shared.queries.fetch_add(1, Ordering::Relaxed);
-            let applied = lock(&shared.state).apply(id as u64, req, &mut out, &mut woken);
+            // Wake-ups owed to this connection by other loops' queries: before this reply.
+            let mut owed = 0;
+            let applied = {
+                let mut space = lock(&shared.state);
+                for w in std::mem::take(&mut space.mail[me]) {
+                    if w == id as u64 {
+                        owed += 1;
+                    } else {
+                        woken.push(w);
+                    }
+                }
+                let mut released = Vec::new();
+                let applied = space.state.apply(id as u64, req, &mut out, &mut released);
+                for w in released {
+                    match owner(w, loops) {
+                        o if o == me => woken.push(w),
+                        o => {
+                            space.mail[o].push(w);
+                            told[o] = true;
+                        }
+                    }
+                }
+                applied
+            };
+            for _ in 0..owed {
+                conn.push(vec![wire::WAIT_STOP_WAITING]);
+            }
             if let Err(e) = applied {
                 break Err(Close::Protocol(e));
             }
@@ -318,6 +399,14 @@ impl EventLoop {
             if let Some(c) = conns.get_mut(&w) {
                 c.push(vec![wire::WAIT_STOP_WAITING]);
                 dirty.push(w);
+            }
+        }
+        for (o, _) in told.iter().enumerate().filter(|(_, t)| **t) {
+            if let Some(waker) = peers.get(o) {
+                if let Err(e) = waker.wake() {
+                    // It still reads its mail before its next query, and within its tick.
+                    log::debug!("oxccl store: cannot wake loop {o}: {e}");
+                }
             }
         }
         result
@@ -381,7 +470,7 @@ impl EventLoop {
             return;
         };
         let _ = self.poll.registry().deregister(conn.stream());
-        lock(&self.shared.state).remove_pending(id as u64);
+        lock(&self.shared.state).state.remove_pending(id as u64);
         self.shared
             .buffered
             .fetch_sub(conn.buf.len(), Ordering::SeqCst);
@@ -401,6 +490,11 @@ impl EventLoop {
             self.close(id, &Close::Peer);
         }
     }
+}
+
+/// The loop that serves connection `id` (ids are dealt to the loops in turn).
+pub(super) fn owner(id: u64, loops: usize) -> usize {
+    (id as usize - FIRST_CONN) % loops.max(1)
 }
 
 /// The descriptor limit, for messages.

@@ -33,6 +33,9 @@
 use super::fd_limit;
 use super::wire::{MAX_KEY_LEN, MAX_VALUE_LEN};
 
+/// The environment variable that sets [`ServerOptions::event_loops`].
+const EVENT_LOOPS_ENV: &str = "OXCCL_STORE_EVENT_LOOPS";
+
 /// The environment variable that sets the default [`ServerLimits::max_connections`].
 pub(super) const MAX_CONNECTIONS_ENV: &str = "OXCCL_STORE_MAX_CONNECTIONS";
 
@@ -90,14 +93,22 @@ pub struct ServerOptions {
     pub token: Option<String>,
     /// The bounds kept.
     pub limits: ServerLimits,
+    /// Event-loop threads serving the clients (each takes its share of the connections);
+    /// 0 (the default) picks by cores, one to four (`OXCCL_STORE_EVENT_LOOPS` sets it too).
+    pub event_loops: usize,
 }
 
 impl ServerOptions {
-    /// The default limits, and the token of `OXCCL_STORE_TOKEN` when set and not empty.
+    /// The default limits, the token of `OXCCL_STORE_TOKEN` when set and not empty, and the
+    /// event loops of `OXCCL_STORE_EVENT_LOOPS` when set to a number.
     pub fn from_env() -> ServerOptions {
         ServerOptions {
             token: token_from_env(),
             limits: ServerLimits::default(),
+            event_loops: std::env::var(EVENT_LOOPS_ENV)
+                .ok()
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0),
         }
     }
 }

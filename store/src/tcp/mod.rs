@@ -101,7 +101,7 @@ impl TcpStore {
             let listen = opts.listen.clone().unwrap_or_else(|| bind_host(&opts.host));
             let server_opts = ServerOptions {
                 token: opts.token.clone(),
-                ..ServerOptions::default()
+                ..ServerOptions::from_env()
             };
             Some(TcpServer::bind_with(&listen, opts.port, server_opts)?)
         } else {

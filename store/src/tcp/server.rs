@@ -11,7 +11,7 @@
 //! `VALIDATE`.
 
 use super::acceptor::Acceptor;
-use super::event_loop::{lock, EventLoop, Shared};
+use super::event_loop::{lock, EventLoop, Shared, Space};
 use super::fd_limit;
 use super::limits::{ServerOptions, ServerStats};
 use super::state::State;
@@ -27,25 +27,33 @@ use std::thread::JoinHandle;
 /// A TCP store server speaking PyTorch's TCPStore protocol: torch clients
 /// (`TCPStore(host, port, is_master=False)`) and oxccl's [`super::TcpStore`] both use it.
 ///
-/// It serves from one background thread (and accepts on one to four others) until [`TcpServer::shutdown`] or drop, which close
+/// It serves from one to four event-loop threads (and accepts on one or two others) until [`TcpServer::shutdown`] or drop, which close
 /// every client connection (their pending calls fail at once instead of hanging).
 pub struct TcpServer {
     shared: Arc<Shared>,
-    /// Wakes the event loop (to stop it).
-    waker: Arc<Waker>,
+    /// The event loops, and the wakers that stop them.
+    loops: Vec<(Arc<Waker>, JoinHandle<()>)>,
     /// The accepting threads, and the wakers that stop them.
     acceptors: Vec<(Waker, JoinHandle<()>)>,
     port: u16,
     local: SocketAddr,
-    thread: Option<JoinHandle<()>>,
 }
 
-/// Threads accepting on the listening socket: more than one where there are cores to spare,
-/// so a burst of connections from a whole job is taken off the kernel's short queue in time.
-fn acceptor_count() -> usize {
+/// The accepting threads and event loops a server runs: more than one of each where there
+/// are cores to spare, so that a burst of connections from a whole job is taken off the
+/// kernel's short queue in time, and a barrier of the whole job is served by several cores.
+/// `event_loops` other than 0 is taken as asked (up to [`MAX_EVENT_LOOPS`]).
+fn thread_counts(event_loops: usize) -> (usize, usize) {
     let cores = std::thread::available_parallelism().map_or(1, usize::from);
-    (cores / 4).clamp(1, 4)
+    let loops = match event_loops {
+        0 => (cores / 4).clamp(1, 4),
+        n => n.min(MAX_EVENT_LOOPS),
+    };
+    ((cores / 8).clamp(1, 2), loops)
 }
+
+/// The most event loops a server runs, whatever it is asked.
+const MAX_EVENT_LOOPS: usize = 64;
 
 impl TcpServer {
     /// Binds `host:port` (port 0 picks a free one) and starts serving, with the default
@@ -87,8 +95,9 @@ impl TcpServer {
         // Each client is a descriptor: take what the system allows before serving.
         let _ = fd_limit::descriptor_limit();
         fd_limit::deepen_backlog(&listener);
+        let (acceptors, loops) = thread_counts(opts.event_loops);
         let shared = Arc::new(Shared {
-            state: Mutex::new(State::new(&opts.limits)),
+            state: Mutex::new(Space::new(State::new(&opts.limits), loops)),
             stopping: AtomicBool::new(false),
             connections: AtomicUsize::new(0),
             buffered: AtomicUsize::new(0),
@@ -98,31 +107,43 @@ impl TcpServer {
         let cannot = |e: io::Error| Error::Remote {
             detail: text!("cannot start the store's event loop: {e}"),
         };
-        let (to_loop, incoming) = std::sync::mpsc::channel();
-        let (event_loop, waker) =
-            EventLoop::new(incoming, Arc::clone(&shared), opts.limits, token).map_err(cannot)?;
-        let waker = Arc::new(waker);
-        let thread = std::thread::Builder::new()
-            .name("oxccl-store".into())
-            .spawn(move || event_loop.run())
+        let mut made = Vec::with_capacity(loops);
+        let mut queues = Vec::with_capacity(loops);
+        for me in 0..loops {
+            let (to_loop, incoming) = std::sync::mpsc::channel();
+            let (event_loop, waker) = EventLoop::new(
+                me,
+                loops,
+                incoming,
+                Arc::clone(&shared),
+                opts.limits,
+                token.clone(),
+            )
             .map_err(cannot)?;
+            queues.push((to_loop, Arc::clone(&waker)));
+            made.push(event_loop);
+        }
+        let wakers: Vec<Arc<Waker>> = queues.iter().map(|(_, w)| Arc::clone(w)).collect();
         let mut server = TcpServer {
             shared,
-            waker,
+            loops: Vec::new(),
             acceptors: Vec::new(),
             port: local.port(),
             local,
-            thread: Some(thread),
         };
-        // Stopped by `server`'s drop, with the loop, if one cannot start.
-        for _ in 0..acceptor_count() {
+        // A thread that cannot start stops the ones started, through `server`'s drop.
+        for event_loop in made {
+            let (peers, waker) = (wakers.clone(), Arc::clone(&wakers[server.loops.len()]));
+            let h = std::thread::Builder::new()
+                .name("oxccl-store".into())
+                .spawn(move || event_loop.run(peers))
+                .map_err(cannot)?;
+            server.loops.push((waker, h));
+        }
+        for first in 0..acceptors {
             let started = listener.try_clone().and_then(|l| {
-                let (acceptor, wake) = Acceptor::new(
-                    l,
-                    Arc::clone(&server.shared),
-                    to_loop.clone(),
-                    Arc::clone(&server.waker),
-                )?;
+                let (acceptor, wake) =
+                    Acceptor::new(l, Arc::clone(&server.shared), queues.clone(), first)?;
                 let h = std::thread::Builder::new()
                     .name("oxccl-store-accept".into())
                     .spawn(move || acceptor.run())?;
@@ -147,7 +168,8 @@ impl TcpServer {
     /// it against its [`ServerLimits`](super::ServerLimits).
     pub fn stats(&self) -> ServerStats {
         let (stored_bytes, (waited_bytes, waiting_connections)) = {
-            let st = lock(&self.shared.state);
+            let space = lock(&self.shared.state);
+            let st = &space.state;
             (st.stored_bytes(), st.waits())
         };
         ServerStats {
@@ -170,7 +192,7 @@ impl TcpServer {
         if self.shared.stopping.swap(true, Ordering::SeqCst) {
             return;
         }
-        // The acceptors first: no client is accepted once the loop closes them all.
+        // The acceptors first: no client is accepted once the loops close them all.
         for (wake, _) in &self.acceptors {
             if let Err(e) = wake.wake() {
                 log::debug!("oxccl store: cannot wake an accepting thread: {e}");
@@ -179,11 +201,13 @@ impl TcpServer {
         for (_, h) in self.acceptors.drain(..) {
             let _ = h.join();
         }
-        if let Err(e) = self.waker.wake() {
-            // The loop still sees `stopping` within its tick.
-            log::debug!("oxccl store: cannot wake the event loop: {e}");
+        for (wake, _) in &self.loops {
+            if let Err(e) = wake.wake() {
+                // The loop still sees `stopping` within its tick.
+                log::debug!("oxccl store: cannot wake an event loop: {e}");
+            }
         }
-        if let Some(h) = self.thread.take() {
+        for (_, h) in self.loops.drain(..) {
             let _ = h.join();
         }
     }
