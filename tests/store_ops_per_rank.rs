@@ -150,8 +150,20 @@ fn a_rank_makes_no_more_store_calls_in_a_world_of_16_than_in_a_world_of_2() {
             new_group: seen.iter().map(|s| s.new_group).max().unwrap(),
             barrier: seen.iter().map(|s| s.barrier).max().unwrap(),
         };
+        // Even ranks are the subgroup's members, odd ones take part in its split only.
+        let in_group = |member: bool| {
+            seen.iter()
+                .enumerate()
+                .filter(|(r, _)| (r % 2 == 0) == member)
+                .map(|(_, s)| s.new_group)
+                .max()
+                .unwrap_or(0)
+        };
         println!(
-            "{n} ranks: most calls of one rank {most:?}; server queries per rank {queries_per_rank}"
+            "{n} ranks: most calls of one rank {most:?} (new_group: member {}, non-member {}); \
+             server queries per rank {queries_per_rank}",
+            in_group(true),
+            in_group(false)
         );
         assert_eq!(most.barrier, 0, "a barrier is a collective: no store call");
         assert!(
