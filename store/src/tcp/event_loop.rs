@@ -311,8 +311,9 @@ impl EventLoop {
             ..
         } = self;
         let (me, loops) = (*me, *loops);
-        // Loops owed a wake-up by these queries (each told once, after).
-        let mut told = vec![false; loops];
+        // Loops owed a wake-up by these queries, a bit each (each told once, after; a server
+        // runs at most 64 loops).
+        let mut told: u64 = 0;
         let Some(conn) = conns.get_mut(&id) else {
             return Ok(());
         };
@@ -373,7 +374,7 @@ impl EventLoop {
                         o if o == me => woken.push(w),
                         o => {
                             space.mail[o].push(w);
-                            told[o] = true;
+                            told |= 1 << o;
                         }
                     }
                 }
@@ -401,7 +402,7 @@ impl EventLoop {
                 dirty.push(w);
             }
         }
-        for (o, _) in told.iter().enumerate().filter(|(_, t)| **t) {
+        for o in (0..loops).filter(|o| told & (1 << o) != 0) {
             if let Some(waker) = peers.get(o) {
                 if let Err(e) = waker.wake() {
                     // It still reads its mail before its next query, and within its tick.
