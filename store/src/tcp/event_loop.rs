@@ -1,5 +1,5 @@
 //! The store server's event loops over non-blocking sockets (epoll through `mio`): one to
-//! four, by cores, each serving its share of the client connections, all over one key space.
+//! eight, by cores, each serving its share of the client connections, all over one key space.
 //!
 //! Each wakeup admits the connections the accepting threads handed this loop (see
 //! [`super::acceptor`]), reads what ready clients sent, applies each complete query to the

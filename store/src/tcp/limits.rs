@@ -94,7 +94,7 @@ pub struct ServerOptions {
     /// The bounds kept.
     pub limits: ServerLimits,
     /// Event-loop threads serving the clients (each takes its share of the connections);
-    /// 0 (the default) picks by cores, one to four (`OXCCL_STORE_EVENT_LOOPS` sets it too).
+    /// 0 (the default) picks by cores, one to eight (`OXCCL_STORE_EVENT_LOOPS` sets it too).
     pub event_loops: usize,
 }
 

@@ -27,8 +27,9 @@ use std::thread::JoinHandle;
 /// A TCP store server speaking PyTorch's TCPStore protocol: torch clients
 /// (`TCPStore(host, port, is_master=False)`) and oxccl's [`super::TcpStore`] both use it.
 ///
-/// It serves from one to four event-loop threads (and accepts on one or two others) until [`TcpServer::shutdown`] or drop, which close
-/// every client connection (their pending calls fail at once instead of hanging).
+/// It serves from one to eight event-loop threads (and accepts on one or two others) until
+/// [`TcpServer::shutdown`] or drop, which close every client connection (their pending calls
+/// fail at once instead of hanging).
 pub struct TcpServer {
     shared: Arc<Shared>,
     /// The event loops, and the wakers that stop them.
@@ -46,7 +47,7 @@ pub struct TcpServer {
 fn thread_counts(event_loops: usize) -> (usize, usize) {
     let cores = std::thread::available_parallelism().map_or(1, usize::from);
     let loops = match event_loops {
-        0 => (cores / 4).clamp(1, 4),
+        0 => (cores / 4).clamp(1, 8),
         n => n.min(MAX_EVENT_LOOPS),
     };
     ((cores / 8).clamp(1, 2), loops)
