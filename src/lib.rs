@@ -20,6 +20,7 @@
 mod deadline;
 pub mod launch;
 pub mod pg;
+mod read_for_all;
 pub mod recorder;
 pub mod watchdog;
 

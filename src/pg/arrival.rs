@@ -2,6 +2,7 @@
 //! mark and a count each, one key that says all came, and, when some never do, who they are,
 //! read from the marks by one participant for all.
 
+use crate::read_for_all::{rank_list, read_for_all};
 use crate::store::Store;
 use oxccl_core::{text, Error, Result};
 use std::time::{Duration, Instant};
@@ -74,26 +75,11 @@ impl Arrival<'_> {
     /// and read the marks themselves only when it does not come in time.
     pub fn missing(&self) -> Result<Vec<u32>> {
         let list = format!("{}/missing", self.prefix);
-        let claim = self.store.add(&format!("{list}/claim"), 1)?;
-        let me = self.ranks.get(self.index as usize).copied();
-        let found = match claim {
-            1 => {
-                let found = self.read_marks()?;
-                let text: Vec<String> = found.iter().map(u32::to_string).collect();
-                self.store.set(&list, text.join(",").as_bytes())?;
-                found
-            }
-            _ => match self.store.get(&list, MISSING_LIST_WAIT) {
-                Ok(v) => parse_ranks(&v).ok_or_else(|| Error::Remote {
-                    detail: text!(
-                        "store key `{}` holds no list of ranks",
-                        self.store.full_key(&list)
-                    ),
-                })?,
-                Err(_) => self.read_marks()?,
-            },
-        };
+        let found = read_for_all(self.store, &list, MISSING_LIST_WAIT, rank_list(), || {
+            self.read_marks()
+        })?;
         // This participant came, whenever the list was read.
+        let me = self.ranks.get(self.index as usize).copied();
         Ok(found.into_iter().filter(|&r| Some(r) != me).collect())
     }
 
@@ -157,13 +143,4 @@ impl Arrival<'_> {
 
 fn ms(d: Duration) -> u64 {
     d.as_millis().min(u128::from(u64::MAX)) as u64
-}
-
-/// A list of ranks as [`Arrival::missing`] publishes it (`2,5,7`; empty: none).
-fn parse_ranks(v: &[u8]) -> Option<Vec<u32>> {
-    let text = std::str::from_utf8(v).ok()?;
-    if text.is_empty() {
-        return Some(Vec::new());
-    }
-    text.split(',').map(|r| r.parse().ok()).collect()
 }

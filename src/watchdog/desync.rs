@@ -4,8 +4,8 @@
 //! member's progress (the analysis is the core's `watchdog::desync`).
 
 use super::lock::lock;
+use crate::read_for_all::{read_for_all, Form};
 use crate::store::Store;
-use oxccl_core::text::Escaped;
 use oxccl_core::watchdog::desync::RankProgress;
 use oxccl_core::OpKind;
 use std::sync::Mutex;
@@ -207,59 +207,42 @@ impl Desync {
         limit: Duration,
     ) -> Option<Vec<(u32, Option<RankProgress>)>> {
         let list = desync_list_key(self.uid, seq);
-        let claim = match store.add(&format!("{list}/claim"), 1) {
-            Ok(n) => n,
+        // The claimant makes two calls per member: give it the time they take.
+        let wait = limit + PER_MEMBER_READ * self.ranks.len() as u32;
+        let form = Form {
+            encode: |read: &Vec<(u32, Option<RankProgress>)>| encode_list(read).into_bytes(),
+            decode: |b: &[u8]| decode_list(b, &self.ranks),
+        };
+        match read_for_all(store, &list, wait, form, || self.read_every(store, limit)) {
+            Ok(every) => Some(every),
             Err(e) => {
                 log::warn!(
-                    "oxccl desync debug: store unreachable claiming `{}` ({e}): the other ranks' progress is unknown",
-                    Escaped(&store.full_key(&list))
+                    "oxccl desync debug: store unreachable ({e}): the other ranks' progress is unknown"
                 );
-                return None;
-            }
-        };
-        if claim != 1 {
-            // The claimant makes two calls per member: give it the time they take.
-            let wait = limit + PER_MEMBER_READ * self.ranks.len() as u32;
-            let shared = store.get(&list, wait).ok();
-            if let Some(read) = shared.and_then(|v| decode_list(&v, &self.ranks)) {
-                return Some(read);
+                None
             }
         }
-        let read = self.read_every(store, limit)?;
-        if claim == 1 {
-            if let Err(e) = store.set(&list, encode_list(&read).as_bytes()) {
-                log::warn!("oxccl desync debug: cannot publish the progress read at `{list}`: {e}");
-            }
-        }
-        Some(read)
     }
 
     /// Every member's published progress, one key each. After the first failed store call
-    /// the rest are not read (`None`): a store that is gone or cut off would otherwise cost
+    /// the rest are not read (its error): a store that is gone or cut off would otherwise cost
     /// its timeout once per rank, on the watchdog's thread, and a heartbeat monitor would end
     /// the process meanwhile.
     fn read_every(
         &self,
         store: &dyn Store,
         limit: Duration,
-    ) -> Option<Vec<(u32, Option<RankProgress>)>> {
+    ) -> oxccl_core::Result<Vec<(u32, Option<RankProgress>)>> {
         let mut out = Vec::with_capacity(self.ranks.len());
         for (i, &global) in self.ranks.iter().enumerate() {
             let key = desync_key(self.uid, i as u32);
-            let read = match store.check(&[&key]) {
-                Ok(true) => store.get(&key, limit).ok(),
-                Ok(false) => None,
-                Err(e) => {
-                    log::warn!(
-                        "oxccl desync debug: store unreachable reading `{}` ({e}): the other ranks' progress is unknown",
-                        Escaped(&store.full_key(&key))
-                    );
-                    return None;
-                }
+            let read = match store.check(&[&key])? {
+                true => store.get(&key, limit).ok(),
+                false => None,
             };
             out.push((global, read.and_then(|v| RankProgress::decode(&v).ok())));
         }
-        Some(out)
+        Ok(out)
     }
 
     /// The desync verdict of collective `seq` (`op`) that timed out here, from the progress

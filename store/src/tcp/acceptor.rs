@@ -8,7 +8,8 @@
 //! turns; a thread that does nothing else keeps it drained, and the accepted connections wait
 //! in memory instead, for the loop's next turn.
 
-use super::event_loop::{fd_limit_text, Shared, WAKER};
+use super::event_loop::{Shared, WAKER};
+use super::fd_limit;
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
 use std::io;
@@ -117,7 +118,7 @@ impl Acceptor {
                             "oxccl store: cannot accept a client ({e}), {} served; raise the \
                              descriptor limit (`ulimit -n`, now {})",
                             self.shared.connections.load(Ordering::SeqCst),
-                            fd_limit_text()
+                            fd_limit::limit_text()
                         );
                     }
                     break true;

@@ -224,7 +224,7 @@ impl EventLoop {
                     "oxccl store: {max} clients already, refusing more (warned once); raise \
                      ServerLimits::max_connections or OXCCL_STORE_MAX_CONNECTIONS, and the \
                      descriptor limit (`ulimit -n`, now {}) with it",
-                    fd_limit_text()
+                    fd_limit::limit_text()
                 );
             }
             return;
@@ -496,9 +496,4 @@ impl EventLoop {
 /// The loop that serves connection `id` (ids are dealt to the loops in turn).
 pub(super) fn owner(id: u64, loops: usize) -> usize {
     (id as usize - FIRST_CONN) % loops.max(1)
-}
-
-/// The descriptor limit, for messages.
-pub(super) fn fd_limit_text() -> String {
-    fd_limit::descriptor_limit().map_or_else(|| "unknown".into(), |n| n.to_string())
 }

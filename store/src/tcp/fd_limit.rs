@@ -22,6 +22,11 @@ pub fn descriptor_limit() -> Option<usize> {
     *RAISED.get_or_init(raise)
 }
 
+/// The descriptor limit, for messages.
+pub(super) fn limit_text() -> String {
+    descriptor_limit().map_or_else(|| "unknown".into(), |n| n.to_string())
+}
+
 #[cfg(unix)]
 fn raise() -> Option<usize> {
     let mut lim = libc::rlimit {
