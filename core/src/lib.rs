@@ -28,6 +28,7 @@ pub mod id;
 pub mod launch;
 pub mod membership;
 pub mod op;
+pub mod peer_kernels;
 #[cfg(feature = "alloc")]
 pub mod recorder;
 pub mod reduce;

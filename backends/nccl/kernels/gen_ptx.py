@@ -1,0 +1,70 @@
+#!/usr/bin/env python3
+"""Regenerates src/peer/peer_reduce.ptx from peer_reduce.cu with NVRTC (no GPU, no toolkit).
+
+NVRTC and the CUDA headers come from NVIDIA's PyPI wheels of CUDA 12.1, cached under
+.cache/cuda-rtc: PTX ISA 8.1 for compute_80, which drivers from CUDA 12.1 (530) on load and
+compile for the GPU at hand (A100, H100 and newer).
+
+    python3 backends/nccl/kernels/gen_ptx.py [--check]
+
+--check compares instead of writing (exit 1 when the shipped PTX is stale).
+"""
+import ctypes, os, subprocess, sys, zipfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
+CACHE = os.path.join(os.environ.get("OXCCL_CACHE", os.path.join(ROOT, ".cache")), "cuda-rtc")
+WHEELS = ["nvidia-cuda-nvrtc-cu12==12.1.105", "nvidia-cuda-runtime-cu12==12.1.105"]
+SRC = os.path.join(HERE, "peer_reduce.cu")
+OUT = os.path.join(HERE, "..", "src", "peer", "peer_reduce.ptx")
+
+
+def fetch():
+    lib = os.path.join(CACHE, "nvidia", "cuda_nvrtc", "lib", "libnvrtc.so.12")
+    if not os.path.exists(lib):
+        os.makedirs(CACHE, exist_ok=True)
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", CACHE] + WHEELS, check=True)
+        for w in os.listdir(CACHE):
+            if w.endswith(".whl"):
+                zipfile.ZipFile(os.path.join(CACHE, w)).extractall(CACHE)
+    return lib, os.path.join(CACHE, "nvidia", "cuda_runtime", "include")
+
+
+def compile_ptx():
+    lib_path, include = fetch()
+    lib = ctypes.CDLL(lib_path)
+    prog = ctypes.c_void_p()
+    src = open(SRC).read()
+    if lib.nvrtcCreateProgram(ctypes.byref(prog), src.encode(), b"peer_reduce.cu", 0, None, None) != 0:
+        sys.exit("nvrtcCreateProgram failed")
+    opts = [b"--gpu-architecture=compute_80", b"-std=c++17", b"-I" + include.encode()]
+    arr = (ctypes.c_char_p * len(opts))(*opts)
+    rc = lib.nvrtcCompileProgram(prog, len(opts), arr)
+    n = ctypes.c_size_t()
+    lib.nvrtcGetProgramLogSize(prog, ctypes.byref(n))
+    log = ctypes.create_string_buffer(n.value)
+    lib.nvrtcGetProgramLog(prog, log)
+    if log.value.strip():
+        print(log.value.decode(), file=sys.stderr)
+    if rc != 0:
+        sys.exit("peer_reduce.cu did not compile")
+    lib.nvrtcGetPTXSize(prog, ctypes.byref(n))
+    ptx = ctypes.create_string_buffer(n.value)
+    lib.nvrtcGetPTX(prog, ptx)
+    return ptx.value.decode()
+
+
+def main():
+    ptx = compile_ptx()
+    if "--check" in sys.argv[1:]:
+        if open(OUT).read() != ptx:
+            sys.exit("src/peer/peer_reduce.ptx is stale: run backends/nccl/kernels/gen_ptx.py")
+        print("peer_reduce.ptx is current")
+        return
+    with open(OUT, "w") as f:
+        f.write(ptx)
+    print(f"wrote {os.path.relpath(OUT, ROOT)} ({len(ptx)} bytes)")
+
+
+if __name__ == "__main__":
+    main()

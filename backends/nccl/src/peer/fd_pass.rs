@@ -1,0 +1,217 @@
+//! Handing a peer-memory descriptor to the ranks of the group that run in other processes: a
+//! Unix socket in the abstract namespace (no file to clean up), the descriptor passed as
+//! `SCM_RIGHTS`. A connection is served only to a process of the same user whose pid is one
+//! the group announced, so no other process on the host can take the memory.
+
+use oxccl_core::{text, Error, Result, ResultCode};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::time::{Duration, Instant};
+
+fn os_error(what: &str) -> Error {
+    Error::Backend {
+        code: ResultCode::SYSTEM_ERROR,
+        text: text!("system error while {what}"),
+        last: text!("{}", std::io::Error::last_os_error()),
+    }
+}
+
+/// The abstract socket address of rank `rank` of the group that `pid` and `token` name.
+fn address(pid: u32, token: u64, rank: u32) -> (libc::sockaddr_un, libc::socklen_t) {
+    // SAFETY: sockaddr_un is plain data; all zero is valid.
+    let mut a: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    a.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    let name = format!("oxccl-peer-{pid}-{token:016x}-{rank}");
+    // sun_path[0] stays 0: the abstract namespace.
+    for (dst, b) in a.sun_path[1..].iter_mut().zip(name.bytes()) {
+        *dst = b as libc::c_char;
+    }
+    let len = std::mem::size_of::<libc::sa_family_t>() + 1 + name.len();
+    (a, len as libc::socklen_t)
+}
+
+fn socket() -> Result<OwnedFd> {
+    // SAFETY: plain socket creation; the result is checked.
+    let fd = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(os_error("opening a socket for peer memory"));
+    }
+    // SAFETY: a new descriptor this process owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Waits until `fd` is readable, up to `deadline`; false when the time ran out.
+fn readable(fd: RawFd, deadline: Instant) -> bool {
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return false;
+        }
+        let mut p = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = left.as_millis().clamp(1, 1000) as i32;
+        // SAFETY: one valid pollfd.
+        let n = unsafe { libc::poll(&mut p, 1, ms) };
+        if n > 0 {
+            return true;
+        }
+        if n < 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+            return false;
+        }
+    }
+}
+
+/// A listening socket that gives one descriptor to the group's other processes.
+pub(crate) struct FdServer {
+    sock: OwnedFd,
+}
+
+impl FdServer {
+    /// Listens at the address of (`pid`, `token`, `rank`).
+    pub(crate) fn bind(pid: u32, token: u64, rank: u32) -> Result<FdServer> {
+        let sock = socket()?;
+        let (a, len) = address(pid, token, rank);
+        // SAFETY: `a` is a valid abstract address of `len` bytes.
+        let r = unsafe { libc::bind(sock.as_raw_fd(), (&a as *const libc::sockaddr_un).cast(), len) };
+        if r != 0 {
+            return Err(os_error("binding the peer-memory socket"));
+        }
+        // SAFETY: a bound socket.
+        if unsafe { libc::listen(sock.as_raw_fd(), 64) } != 0 {
+            return Err(os_error("listening on the peer-memory socket"));
+        }
+        Ok(FdServer { sock })
+    }
+
+    /// Sends `fd` to each of `pids` (connections from any other process are closed unserved),
+    /// until all were served or `deadline`; returns how many were served.
+    pub(crate) fn serve(&self, fd: RawFd, pids: &[u32], deadline: Instant) -> usize {
+        let mut served = Vec::with_capacity(pids.len());
+        // SAFETY: plain getter.
+        let uid = unsafe { libc::getuid() };
+        while served.len() < pids.len() && readable(self.sock.as_raw_fd(), deadline) {
+            // SAFETY: accepting on a listening socket; the result is checked.
+            let c = unsafe {
+                libc::accept4(
+                    self.sock.as_raw_fd(),
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                    libc::SOCK_CLOEXEC,
+                )
+            };
+            if c < 0 {
+                continue;
+            }
+            // SAFETY: a new descriptor this process owns.
+            let conn = unsafe { OwnedFd::from_raw_fd(c) };
+            let Some(cred) = peer_cred(conn.as_raw_fd()) else {
+                continue;
+            };
+            let pid = cred.pid as u32;
+            if cred.uid != uid || !pids.contains(&pid) || served.contains(&pid) {
+                log::warn!("peer-memory socket: refused a connection from pid {pid}");
+                continue;
+            }
+            if send_fd(conn.as_raw_fd(), fd) {
+                served.push(pid);
+            }
+        }
+        served.len()
+    }
+}
+
+fn peer_cred(fd: RawFd) -> Option<libc::ucred> {
+    // SAFETY: ucred is plain data.
+    let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: the out-pointers are locals of the sizes given.
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    (r == 0).then_some(cred)
+}
+
+/// Room for one descriptor's control message.
+#[repr(C)]
+union ControlBuf {
+    buf: [u8; 64],
+    _align: libc::cmsghdr,
+}
+
+fn send_fd(conn: RawFd, fd: RawFd) -> bool {
+    let mut byte = [1u8];
+    let mut iov = libc::iovec {
+        iov_base: byte.as_mut_ptr().cast(),
+        iov_len: 1,
+    };
+    let mut ctrl = ControlBuf { buf: [0; 64] };
+    // SAFETY: msghdr is plain data; the pointers set below outlive the sendmsg call, and the
+    // control buffer is large and aligned enough for one descriptor (CMSG_SPACE(4) <= 64).
+    unsafe {
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = ctrl.buf.as_mut_ptr().cast();
+        msg.msg_controllen = libc::CMSG_SPACE(4) as _;
+        let c = libc::CMSG_FIRSTHDR(&msg);
+        (*c).cmsg_level = libc::SOL_SOCKET;
+        (*c).cmsg_type = libc::SCM_RIGHTS;
+        (*c).cmsg_len = libc::CMSG_LEN(4) as _;
+        std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<RawFd>(), fd);
+        libc::sendmsg(conn, &msg, libc::MSG_NOSIGNAL) == 1
+    }
+}
+
+/// Receives the descriptor that rank `rank` of (`pid`, `token`) serves, retrying the
+/// connection until `deadline` (the peer may not be listening yet).
+pub(crate) fn receive(pid: u32, token: u64, rank: u32, deadline: Instant) -> Result<OwnedFd> {
+    let (a, len) = address(pid, token, rank);
+    let sock = loop {
+        let s = socket()?;
+        // SAFETY: `a` is a valid abstract address of `len` bytes.
+        let r = unsafe { libc::connect(s.as_raw_fd(), (&a as *const libc::sockaddr_un).cast(), len) };
+        if r == 0 {
+            break s;
+        }
+        if Instant::now() >= deadline {
+            return Err(os_error("connecting to a peer's memory socket"));
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    };
+    if !readable(sock.as_raw_fd(), deadline) {
+        return Err(Error::Timeout {
+            what: text!("rank {rank}'s peer-memory descriptor"),
+            after_ms: 0,
+        });
+    }
+    let mut byte = [0u8];
+    let mut iov = libc::iovec {
+        iov_base: byte.as_mut_ptr().cast(),
+        iov_len: 1,
+    };
+    let mut ctrl = ControlBuf { buf: [0; 64] };
+    // SAFETY: as in `send_fd`; the kernel writes at most `msg_controllen` control bytes, and
+    // a descriptor it hands over is owned by this process from then on.
+    unsafe {
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = ctrl.buf.as_mut_ptr().cast();
+        msg.msg_controllen = std::mem::size_of::<ControlBuf>() as _;
+        let n = libc::recvmsg(sock.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC);
+        let c = libc::CMSG_FIRSTHDR(&msg);
+        if n != 1 || c.is_null() || (*c).cmsg_type != libc::SCM_RIGHTS {
+            return Err(os_error("receiving a peer's memory descriptor"));
+        }
+        let fd = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<RawFd>());
+        Ok(OwnedFd::from_raw_fd(fd))
+    }
+}

@@ -1,0 +1,106 @@
+//! One rank's peer memory, ready for the kernels: its own memory, every peer's mapped here,
+//! its host flags, and the streams its kernels ran on (so its release waits for them).
+
+use super::host_flags::HostFlags;
+use super::kernels::{Kernels, PeerArgs};
+use super::vmm::{Mapping, Physical};
+use crate::stream::NcclStream;
+use cudarc::driver::{sys, CudaContext, CudaStream};
+use oxccl_core::peer_kernels::{choose, kernel_call, PeerPolicy, PeerTable};
+use oxccl_core::{CommOp, Error, Result};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A mapping of some rank's peer memory, with the reference that keeps it.
+#[derive(Debug)]
+pub(crate) struct Mapped {
+    // Unmapped before the reference is released (fields drop in order).
+    pub(crate) mapping: Mapping,
+    pub(crate) _phys: Physical,
+}
+
+/// One rank's peer memory and kernels (see the module).
+#[derive(Debug)]
+pub(crate) struct PeerGroup {
+    pub(crate) ctx: Arc<CudaContext>,
+    pub(crate) policy: PeerPolicy,
+    pub(crate) table: PeerTable,
+    pub(crate) kernels: Arc<Kernels>,
+    /// The launch arguments but for the call's factor and reduction.
+    pub(crate) args: PeerArgs,
+    pub(crate) timeout: Duration,
+    /// Every rank's memory as mapped here, own included (rank order).
+    pub(crate) mapped: Vec<Mapped>,
+    pub(crate) flags: HostFlags,
+    /// The streams kernels were launched on, kept alive until the release waited for them.
+    pub(crate) streams: spin::Mutex<Vec<Arc<CudaStream>>>,
+}
+
+impl PeerGroup {
+    /// Launches the kernel the policy and table pick for `op`; `None` when NCCL runs it (not
+    /// an all-reduce the kernels have, or too large for the table).
+    ///
+    /// # Safety
+    ///
+    /// `op` passed `check::op` on this communicator, and its buffers stay valid until the
+    /// operation completes on `stream` (the `issue` contract).
+    pub(crate) unsafe fn issue(&self, op: &CommOp<'_>, stream: &NcclStream) -> Option<Result<()>> {
+        let n = self.args.nranks;
+        let call = kernel_call(op, n)?;
+        let algo = choose(self.policy, &self.table, &call, n)?;
+        self.note_stream(stream.cuda());
+        if let Err(e) = self.ctx.bind_to_thread() {
+            return Some(Err(crate::cuda_error("binding the device for a kernel", e)));
+        }
+        let mut args = self.args;
+        args.op = call.red as u32;
+        args.scale = call.scale;
+        // SAFETY: the buffers hold `call.count` elements on this device (checked by
+        // `check::op` before), valid until the kernel ends (the caller's contract); `args`
+        // names this group's live mappings, which outlive every kernel (`Drop` waits for the
+        // streams); every rank of the group picks the same kernel for the same call
+        // (`choose` is pure over what the set-up made equal).
+        Some(unsafe {
+            self.kernels
+                .launch(algo, &call, &args, stream.cuda().cu_stream())
+        })
+    }
+
+    fn note_stream(&self, s: &Arc<CudaStream>) {
+        let mut streams = self.streams.lock();
+        if !streams.iter().any(|k| Arc::ptr_eq(k, s)) {
+            streams.push(s.clone());
+        }
+    }
+
+    /// The error a kernel of this rank recorded when it gave up, if one did.
+    pub(crate) fn failure(&self) -> Option<Error> {
+        self.flags
+            .status()
+            .error(self.timeout.as_millis().min(u128::from(u64::MAX)) as u64)
+    }
+
+    /// Makes every kernel of this rank give up at its next check (an abort).
+    pub(crate) fn raise_abort(&self) {
+        self.flags.raise_abort();
+    }
+}
+
+impl Drop for PeerGroup {
+    /// Waits for the kernels launched on this rank's streams (they end on their own, give up
+    /// on the abort flag, or after the time bound), then unmaps: a kernel never touches
+    /// memory after it was let go.
+    fn drop(&mut self) {
+        if let Err(e) = self.ctx.bind_to_thread() {
+            log::warn!("releasing peer memory: {e:?}");
+        }
+        for s in self.streams.lock().drain(..) {
+            // SAFETY: the stream is kept alive by the Arc; a stream being captured refuses the
+            // call, and then no kernel of this group runs on it.
+            let r = unsafe { sys::cuStreamSynchronize(s.cu_stream()) };
+            if r != sys::CUresult::CUDA_SUCCESS {
+                log::debug!("releasing peer memory: waiting for a stream: {r:?}");
+            }
+        }
+    }
+}

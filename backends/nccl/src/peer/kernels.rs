@@ -1,0 +1,120 @@
+//! The all-reduce kernels: PTX text (peer_reduce.ptx, made from backends/nccl/kernels/
+//! peer_reduce.cu by kernels/gen_ptx.py) loaded through the driver once per device, and their
+//! launch.
+
+use crate::cuda::cuda_error;
+use cudarc::driver::{sys, CudaContext, CudaFunction, CudaModule};
+use oxccl_core::peer_kernels::{geometry, KernelAlgo, KernelCall, KernelType, MAX_RANKS};
+use oxccl_core::Result;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+
+const PTX: &str = include_str!("peer_reduce.ptx");
+
+/// The kernels' last argument, laid out as peer_reduce.cu's `PeerArgs`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PeerArgs {
+    /// Each rank's peer memory as mapped in this process (own included).
+    pub(crate) peers: [u64; MAX_RANKS as usize],
+    pub(crate) lines_per_slot: u64,
+    pub(crate) timeout_ns: u64,
+    /// Device address of the abort flag (host memory).
+    pub(crate) abort_flag: u64,
+    /// Device address of the status block (host memory).
+    pub(crate) status: u64,
+    pub(crate) scale: f64,
+    pub(crate) rank: u32,
+    pub(crate) nranks: u32,
+    pub(crate) op: u32,
+    pub(crate) pad: u32,
+}
+
+/// The loaded kernels of one device: a function per algorithm and type.
+#[derive(Debug)]
+pub(crate) struct Kernels {
+    _module: Arc<CudaModule>,
+    functions: [[CudaFunction; KernelType::ALL.len()]; 2],
+}
+
+impl Kernels {
+    /// The kernels of `ctx`'s device, loaded on first use.
+    pub(crate) fn of(ctx: &Arc<CudaContext>) -> Result<Arc<Kernels>> {
+        static LOADED: OnceLock<Mutex<HashMap<usize, Arc<Kernels>>>> = OnceLock::new();
+        let mut map = LOADED
+            .get_or_init(Default::default)
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(k) = map.get(&ctx.ordinal()) {
+            return Ok(k.clone());
+        }
+        let module = ctx
+            .load_module(cudarc::nvrtc::Ptx::from_src(PTX))
+            .map_err(|e| cuda_error("loading the all-reduce kernels", e))?;
+        let load = |algo: KernelAlgo| -> Result<[CudaFunction; KernelType::ALL.len()]> {
+            let mut out = Vec::with_capacity(KernelType::ALL.len());
+            for t in KernelType::ALL {
+                let name = format!("{}{}", algo.entry(), t.suffix());
+                out.push(
+                    module
+                        .load_function(&name)
+                        .map_err(|e| cuda_error("finding an all-reduce kernel", e))?,
+                );
+            }
+            out.try_into()
+                .map_err(|_| cuda_error("finding an all-reduce kernel", cudarc::driver::DriverError(sys::CUresult::CUDA_ERROR_NOT_FOUND)))
+        };
+        let k = Arc::new(Kernels {
+            functions: [load(KernelAlgo::OneShot)?, load(KernelAlgo::TwoShot)?],
+            _module: module,
+        });
+        map.insert(ctx.ordinal(), k.clone());
+        Ok(k)
+    }
+
+    /// Launches `algo` for `call` on `stream`.
+    ///
+    /// # Safety
+    ///
+    /// `call.send` and `call.recv` hold `call.count` elements of its type on this device and
+    /// stay valid until the kernel ends; `args` names live peer memory of a group whose every
+    /// rank launches the same call; `stream` is a live stream of this device.
+    pub(crate) unsafe fn launch(
+        &self,
+        algo: KernelAlgo,
+        call: &KernelCall,
+        args: &PeerArgs,
+        stream: sys::CUstream,
+    ) -> Result<()> {
+        let f = &self.functions[algo as usize][call.ty.index()];
+        let lines = algo.lines_per_rank(call.lines(), args.nranks);
+        let (blocks, threads) = geometry(lines);
+        let (mut send, mut recv, mut count, mut a) = (call.send as u64, call.recv as u64, call.count, *args);
+        let mut params: [*mut std::ffi::c_void; 4] = [
+            (&mut send as *mut u64).cast(),
+            (&mut recv as *mut u64).cast(),
+            (&mut count as *mut u64).cast(),
+            (&mut a as *mut PeerArgs).cast(),
+        ];
+        // SAFETY: the kernel takes (const T*, T*, u64, PeerArgs) and `params` points at exactly
+        // those, alive for the call (the driver copies them at launch); the caller vouches
+        // for the buffers, the peer memory and the stream.
+        unsafe {
+            sys::cuLaunchKernel(
+                f.cu_function(),
+                blocks,
+                1,
+                1,
+                threads,
+                1,
+                1,
+                0,
+                stream,
+                params.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        }
+        .result()
+        .map_err(|e| cuda_error("launching an all-reduce kernel", e))
+    }
+}

@@ -1,0 +1,446 @@
+//! oxccl's own all-reduce kernels for ranks that share a node: one-shot (every rank pushes its
+//! input into every peer's memory, then reduces all of them) and two-shot (a reduce-scatter
+//! then an all-gather through peer memory). This module says which calls they can run, which
+//! of them runs each call, and how it is launched.
+//!
+//! Every decision here is a pure function of its arguments: ranks must decide alike (a rank
+//! that runs a kernel while its peer calls NCCL leaves both waiting), so nothing reads a
+//! clock, the environment or the device.
+
+use crate::dtype::DataType;
+use crate::error::Error;
+use crate::op::CommOp;
+use crate::reduce::{HostScalar, ReduceOp, Scalar};
+
+pub mod record;
+
+/// The most ranks a group the kernels serve may have (the kernels' per-rank arrays).
+pub const MAX_RANKS: u32 = 8;
+
+/// Data bytes one 16-byte line carries (the rest are its two flags).
+pub const LINE_DATA_BYTES: u64 = 8;
+
+/// Lines in one [parity][source] slot of a rank's peer memory: a one-shot call moves at most
+/// this many lines, a two-shot call this many per rank.
+pub const LINES_PER_SLOT: u64 = 32 * 1024;
+
+/// Bytes of the control block at the front of each rank's peer memory.
+pub const CONTROL_BYTES: u64 = 256;
+
+/// The bytes of one rank's peer memory for a group of `nranks`: the control block, then two
+/// regions (reduce, gather) of two parities of one slot per rank.
+pub const fn peer_bytes(nranks: u32) -> u64 {
+    CONTROL_BYTES + 2 * 2 * nranks as u64 * LINES_PER_SLOT * 16
+}
+
+/// The kernels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum KernelAlgo {
+    /// Every rank pushes its whole input to every peer and reduces what it received: one
+    /// NVLink crossing, the lowest latency.
+    OneShot,
+    /// Each rank reduces one chunk and pushes the result to every peer: two crossings, a
+    /// quarter of the traffic per link on four ranks.
+    TwoShot,
+}
+
+impl KernelAlgo {
+    /// Both, in order.
+    pub const ALL: [KernelAlgo; 2] = [KernelAlgo::OneShot, KernelAlgo::TwoShot];
+
+    /// Its name (`one-shot`, `two-shot`), as the environment and the tool spell it.
+    pub const fn name(self) -> &'static str {
+        match self {
+            KernelAlgo::OneShot => "one-shot",
+            KernelAlgo::TwoShot => "two-shot",
+        }
+    }
+
+    /// The PTX entry's prefix.
+    pub const fn entry(self) -> &'static str {
+        match self {
+            KernelAlgo::OneShot => "oxccl_one_shot_",
+            KernelAlgo::TwoShot => "oxccl_two_shot_",
+        }
+    }
+
+    /// Lines each rank's kernel handles for a call of `lines` lines.
+    pub const fn lines_per_rank(self, lines: u64, nranks: u32) -> u64 {
+        match self {
+            KernelAlgo::OneShot => lines,
+            KernelAlgo::TwoShot => lines.div_ceil(nranks as u64),
+        }
+    }
+}
+
+/// Who runs the all-reduces of a group whose ranks share a node (`OXCCL_PEER_KERNELS`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum PeerPolicy {
+    /// The kernels where the table says they win, NCCL elsewhere.
+    #[default]
+    Auto,
+    /// NCCL always: no peer memory is made.
+    Nccl,
+    /// This kernel for every call it can run, NCCL for the rest.
+    Force(KernelAlgo),
+}
+
+impl PeerPolicy {
+    /// The policy a name gives: `auto`, `nccl` (or `off`), `one-shot`, `two-shot`; `None` for
+    /// anything else.
+    pub fn parse(s: &str) -> Option<PeerPolicy> {
+        match s.trim() {
+            "auto" | "" => Some(PeerPolicy::Auto),
+            "nccl" | "off" => Some(PeerPolicy::Nccl),
+            "one-shot" => Some(PeerPolicy::Force(KernelAlgo::OneShot)),
+            "two-shot" => Some(PeerPolicy::Force(KernelAlgo::TwoShot)),
+            _ => None,
+        }
+    }
+
+    /// Its name, as [`PeerPolicy::parse`] reads it.
+    pub const fn name(self) -> &'static str {
+        match self {
+            PeerPolicy::Auto => "auto",
+            PeerPolicy::Nccl => "nccl",
+            PeerPolicy::Force(a) => a.name(),
+        }
+    }
+}
+
+/// The element types the kernels reduce, as their PTX entries name them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum KernelType {
+    /// `float32`.
+    F32,
+    /// `float64`.
+    F64,
+    /// `float16`.
+    F16,
+    /// `bfloat16`.
+    Bf16,
+    /// `int32`.
+    I32,
+    /// `int64`.
+    I64,
+}
+
+impl KernelType {
+    /// Every type, in the order of the kernels' table.
+    pub const ALL: [KernelType; 6] = [
+        KernelType::F32,
+        KernelType::F64,
+        KernelType::F16,
+        KernelType::Bf16,
+        KernelType::I32,
+        KernelType::I64,
+    ];
+
+    /// The kernels' type for `d`; `None` where NCCL runs it.
+    pub const fn of(d: DataType) -> Option<KernelType> {
+        match d {
+            DataType::Float32 => Some(KernelType::F32),
+            DataType::Float64 => Some(KernelType::F64),
+            DataType::Float16 => Some(KernelType::F16),
+            DataType::Bfloat16 => Some(KernelType::Bf16),
+            DataType::Int32 => Some(KernelType::I32),
+            DataType::Int64 => Some(KernelType::I64),
+            _ => None,
+        }
+    }
+
+    /// The PTX entry's suffix.
+    pub const fn suffix(self) -> &'static str {
+        match self {
+            KernelType::F32 => "f32",
+            KernelType::F64 => "f64",
+            KernelType::F16 => "f16",
+            KernelType::Bf16 => "bf16",
+            KernelType::I32 => "i32",
+            KernelType::I64 => "i64",
+        }
+    }
+
+    /// Its index in [`KernelType::ALL`].
+    pub const fn index(self) -> usize {
+        self as usize
+    }
+
+    /// Element size in bytes.
+    pub const fn size(self) -> u64 {
+        match self {
+            KernelType::F16 | KernelType::Bf16 => 2,
+            KernelType::F32 | KernelType::I32 => 4,
+            KernelType::F64 | KernelType::I64 => 8,
+        }
+    }
+
+    const fn is_float(self) -> bool {
+        !matches!(self, KernelType::I32 | KernelType::I64)
+    }
+}
+
+/// The reduction code the kernels take (peer_reduce.cu's `OP_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum KernelRed {
+    /// Sum.
+    Sum = 0,
+    /// Product.
+    Prod = 1,
+    /// Minimum.
+    Min = 2,
+    /// Maximum.
+    Max = 3,
+    /// Sum of each rank's input times its factor (premul-sum; average on floats, as 1/n).
+    PreMul = 4,
+    /// Sum divided by the number of ranks (average on integers).
+    AvgInt = 5,
+}
+
+/// One all-reduce as the kernels run it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct KernelCall {
+    /// Element type.
+    pub ty: KernelType,
+    /// Reduction.
+    pub red: KernelRed,
+    /// This rank's factor (premul-sum, float average); 1 otherwise.
+    pub scale: f64,
+    /// Elements.
+    pub count: u64,
+    /// Input address (device).
+    pub send: usize,
+    /// Output address (device; may equal `send`).
+    pub recv: usize,
+}
+
+impl KernelCall {
+    /// The 16-byte lines the call moves.
+    pub const fn lines(&self) -> u64 {
+        (self.count * self.ty.size()).div_ceil(LINE_DATA_BYTES)
+    }
+
+    /// Its payload in bytes.
+    pub const fn bytes(&self) -> u64 {
+        self.count * self.ty.size()
+    }
+}
+
+/// The value of a premul-sum factor held on the host; `None` for a factor in device memory
+/// (read when the collective runs: NCCL's).
+fn host_factor(s: &Scalar) -> Option<f64> {
+    match s {
+        Scalar::Host(HostScalar::F32(v)) => Some(f64::from(*v)),
+        Scalar::Host(HostScalar::F64(v)) => Some(*v),
+        Scalar::Host(HostScalar::Bf16(b)) => Some(f64::from(f32::from_bits(u32::from(*b) << 16))),
+        Scalar::Host(HostScalar::F16(b)) => Some(f16_value(*b)),
+        Scalar::Device { .. } => None,
+    }
+}
+
+/// An IEEE half's value.
+fn f16_value(bits: u16) -> f64 {
+    let sign = if bits & 0x8000 != 0 { -1.0 } else { 1.0 };
+    let exp = i32::from((bits >> 10) & 0x1f);
+    let frac = f64::from(bits & 0x3ff);
+    let mag = match exp {
+        0 => frac * pow2(-24),
+        31 if frac == 0.0 => f64::INFINITY,
+        31 => f64::NAN,
+        e => (1.0 + frac / 1024.0) * pow2(e - 15),
+    };
+    sign * mag
+}
+
+fn pow2(e: i32) -> f64 {
+    f64::from_bits(((1023 + e) as u64) << 52)
+}
+
+/// The call the kernels would run for `op` on a group of `nranks`; `None` where only NCCL
+/// can: not an all-reduce, an empty one, a type or reduction the kernels lack (unsigned and
+/// 8-bit types, a factor in device memory, premul-sum on integers), a group of one or of more
+/// than [`MAX_RANKS`].
+pub fn kernel_call(op: &CommOp<'_>, nranks: u32) -> Option<KernelCall> {
+    let CommOp::AllReduce {
+        send,
+        recv,
+        dtype,
+        op: red,
+    } = op
+    else {
+        return None;
+    };
+    if !(2..=MAX_RANKS).contains(&nranks) || send.len == 0 {
+        return None;
+    }
+    let ty = KernelType::of(*dtype)?;
+    let (red, scale) = match red {
+        ReduceOp::Sum => (KernelRed::Sum, 1.0),
+        ReduceOp::Prod => (KernelRed::Prod, 1.0),
+        ReduceOp::Min => (KernelRed::Min, 1.0),
+        ReduceOp::Max => (KernelRed::Max, 1.0),
+        ReduceOp::Avg if ty.is_float() => (KernelRed::PreMul, 1.0 / f64::from(nranks)),
+        ReduceOp::Avg => (KernelRed::AvgInt, 1.0),
+        ReduceOp::PreMulSum(s) if ty.is_float() => (KernelRed::PreMul, host_factor(s)?),
+        ReduceOp::PreMulSum(_) => return None,
+    };
+    Some(KernelCall {
+        ty,
+        red,
+        scale,
+        count: send.len as u64,
+        send: send.addr,
+        recv: recv.addr,
+    })
+}
+
+/// Up to which size (bytes, inclusive) each kernel runs under [`PeerPolicy::Auto`], by group
+/// size: measured against NCCL on H100s joined by NVLink (docs/BENCHMARKS.md), and 0 (NCCL)
+/// for group sizes not measured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PeerTable {
+    /// One-shot up to this many bytes, by group size (index = ranks).
+    pub one_shot_max: [u64; MAX_RANKS as usize + 1],
+    /// Two-shot above the one-shot limit and up to this many bytes, by group size.
+    pub two_shot_max: [u64; MAX_RANKS as usize + 1],
+}
+
+impl Default for PeerTable {
+    fn default() -> PeerTable {
+        const K: u64 = 1024;
+        PeerTable {
+            one_shot_max: [0, 0, 128 * K, 64 * K, 64 * K, 0, 0, 0, 0],
+            two_shot_max: [0; MAX_RANKS as usize + 1],
+        }
+    }
+}
+
+impl PeerTable {
+    /// A fingerprint ranks compare before they use the table (FNV-1a over its limits).
+    pub fn fingerprint(&self) -> u64 {
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for v in self.one_shot_max.iter().chain(self.two_shot_max.iter()) {
+            for b in v.to_le_bytes() {
+                h ^= u64::from(b);
+                h = h.wrapping_mul(0x100_0000_01b3);
+            }
+        }
+        h
+    }
+}
+
+/// Whether `algo` can run `call` on `nranks` ranks: its lines fit the peer memory's slots.
+pub const fn fits(algo: KernelAlgo, call: &KernelCall, nranks: u32) -> bool {
+    algo.lines_per_rank(call.lines(), nranks) <= LINES_PER_SLOT
+}
+
+/// The kernel that runs `call` on a group of `nranks` under `policy`; `None`: NCCL runs it.
+pub fn choose(
+    policy: PeerPolicy,
+    table: &PeerTable,
+    call: &KernelCall,
+    nranks: u32,
+) -> Option<KernelAlgo> {
+    if !(2..=MAX_RANKS).contains(&nranks) {
+        return None;
+    }
+    let bytes = call.bytes();
+    let n = nranks as usize;
+    let pick = match policy {
+        PeerPolicy::Nccl => return None,
+        PeerPolicy::Force(a) => a,
+        PeerPolicy::Auto if bytes <= table.one_shot_max[n] => KernelAlgo::OneShot,
+        PeerPolicy::Auto if bytes <= table.two_shot_max[n] => KernelAlgo::TwoShot,
+        PeerPolicy::Auto => return None,
+    };
+    fits(pick, call, nranks).then_some(pick)
+}
+
+/// Threads per block of the kernels (their `__launch_bounds__`).
+pub const MAX_THREADS: u32 = 512;
+
+/// Blocks a launch may use: every block must be resident at once (a block waiting for a peer
+/// must not hold back the block that would write to it), so far fewer than any GPU's SMs.
+pub const MAX_BLOCKS: u32 = 32;
+
+/// The launch shape (blocks, threads per block) for `lines` lines per rank: one line per
+/// thread up to [`MAX_BLOCKS`] × [`MAX_THREADS`], whole warps, at least one.
+pub fn geometry(lines: u64) -> (u32, u32) {
+    let per_block = u64::from(MAX_THREADS);
+    let blocks = lines.div_ceil(per_block).clamp(1, u64::from(MAX_BLOCKS)) as u32;
+    let threads = if blocks > 1 {
+        MAX_THREADS
+    } else {
+        (lines.div_ceil(32) * 32).clamp(32, per_block) as u32
+    };
+    (blocks, threads)
+}
+
+/// What a kernel that gave up wrote to its rank's status block (host memory the kernel
+/// writes): why, which ranks it waited for in vain, and the failed call's epoch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct KernelStatus {
+    /// 0: no failure; [`KernelStatus::ABORTED`]; [`KernelStatus::TIMED_OUT`].
+    pub cause: u32,
+    /// The ranks that did not arrive, a bit per rank.
+    pub missing: u32,
+    /// The failed call's epoch (its number among the group's kernel calls, from 0).
+    pub epoch: u32,
+}
+
+impl KernelStatus {
+    /// The group's abort flag was set while the kernel waited.
+    pub const ABORTED: u32 = 1;
+    /// A peer did not arrive within the time bound.
+    pub const TIMED_OUT: u32 = 2;
+
+    /// The error the failed call reports, `None` when nothing failed: [`Error::Aborted`], or
+    /// [`Error::Timeout`] naming the call and the ranks that did not arrive.
+    pub fn error(&self, timeout_ms: u64) -> Option<Error> {
+        let missing = RankList(self.missing);
+        match self.cause {
+            0 => None,
+            KernelStatus::ABORTED => Some(Error::Aborted {
+                reason: crate::text!(
+                    "all_reduce kernel call #{} stopped by the abort while waiting for ranks {missing}",
+                    self.epoch
+                ),
+            }),
+            KernelStatus::TIMED_OUT => Some(Error::Timeout {
+                what: crate::text!(
+                    "all_reduce kernel call #{}: ranks {missing} did not arrive",
+                    self.epoch
+                ),
+                after_ms: timeout_ms,
+            }),
+            other => Some(Error::Remote {
+                detail: crate::text!(
+                    "all_reduce kernel call #{} ended with unknown status {other}",
+                    self.epoch
+                ),
+            }),
+        }
+    }
+}
+
+/// A set of ranks, a bit each, shown as `[1, 3]`.
+struct RankList(u32);
+
+impl core::fmt::Display for RankList {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str("[")?;
+        let mut first = true;
+        for r in (0..32).filter(|r| self.0 >> r & 1 == 1) {
+            if !first {
+                f.write_str(", ")?;
+            }
+            write!(f, "{r}")?;
+            first = false;
+        }
+        f.write_str("]")
+    }
+}
+
+#[cfg(test)]
+mod tests;
