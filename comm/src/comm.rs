@@ -93,6 +93,21 @@ pub(crate) fn same_device<T>(
     Ok(())
 }
 
+/// The policy `OXCCL_PEER_KERNELS` names: `auto` when unset, an error naming the variable for
+/// a value it does not take.
+pub fn peer_policy_from_env() -> Result<oxccl_core::peer_kernels::PeerPolicy> {
+    let name = oxccl_core::env::PEER_KERNELS;
+    match std::env::var(name) {
+        Err(_) => Ok(oxccl_core::peer_kernels::PeerPolicy::Auto),
+        Ok(v) => oxccl_core::peer_kernels::PeerPolicy::parse(&v).ok_or_else(|| {
+            Error::invalid(
+                name,
+                format_args!("auto, nccl, one-shot or two-shot, got {v:?}"),
+            )
+        }),
+    }
+}
+
 impl Comm {
     /// Joins the communicator of `id` as `rank` of `size` on `device`, with a new stream there.
     /// A nonblocking config returns at once: [`Comm::wait_ready`] (or any operation) waits.
@@ -105,7 +120,39 @@ impl Comm {
         cfg: &CommConfig,
     ) -> Result<Comm> {
         let comm = nccl.init_rank(id, rank, size, Device(device), cfg)?;
-        Comm::with_new_stream(comm)
+        Comm::with_peer_kernels(Comm::with_new_stream(comm)?)
+    }
+
+    /// `c` with oxccl's all-reduce kernels set up ([`Comm::enable_peer_kernels`]) when it is
+    /// ready: a nonblocking communicator still initializing is left for the caller to set up
+    /// once ready (the set-up waits on every rank).
+    fn with_peer_kernels(mut c: Comm) -> Result<Comm> {
+        if c.state() == CommState::Ready {
+            c.enable_peer_kernels()?;
+        }
+        Ok(c)
+    }
+
+    /// Sets up oxccl's own all-reduce kernels for a group whose ranks share a node (see
+    /// [`oxccl_core::peer_kernels`]) under the policy `OXCCL_PEER_KERNELS` names (`auto` when
+    /// unset): from then on each all-reduce runs on the kernel the policy picks, or on NCCL.
+    /// Returns whether the kernels are on (false on a group spanning nodes, or with the
+    /// policy `nccl`). Collective: every rank calls it at the same point among its
+    /// collectives. [`Comm::init_rank`] and [`Comm::split`] call it for a blocking
+    /// communicator; call it yourself after [`Comm::new`], or once a nonblocking one is ready.
+    pub fn enable_peer_kernels(&mut self) -> Result<bool> {
+        let policy = peer_policy_from_env()?;
+        self.enable_peer_kernels_with(policy, &oxccl_core::peer_kernels::PeerTable::default())
+    }
+
+    /// [`Comm::enable_peer_kernels`] under an explicit policy and table (every rank must pass
+    /// the same, or the group uses NCCL alone).
+    pub fn enable_peer_kernels_with(
+        &mut self,
+        policy: oxccl_core::peer_kernels::PeerPolicy,
+        table: &oxccl_core::peer_kernels::PeerTable,
+    ) -> Result<bool> {
+        self.comm.enable_peer_kernels(&self.stream, policy, table)
     }
 
     /// Wraps a backend communicator with a new stream on its device.
@@ -486,7 +533,7 @@ impl Comm {
             self.wait_ready()?;
         }
         match self.comm.split(color, key, cfg)? {
-            Some(c) => Comm::with_new_stream(c).map(Some),
+            Some(c) => Comm::with_peer_kernels(Comm::with_new_stream(c)?).map(Some),
             None => Ok(None),
         }
     }

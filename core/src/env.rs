@@ -42,6 +42,9 @@ pub const HEARTBEAT_TIMEOUT_SEC: &str = "OXCCL_HEARTBEAT_TIMEOUT_SEC";
 pub const WAIT_TIMEOUT_DUMP_MS: &str = "OXCCL_WAIT_TIMEOUT_DUMP_MS";
 /// `OXCCL_COORD_CHECK_MS` (`TORCH_NCCL_COORD_CHECK_MILSEC`).
 pub const COORD_CHECK_MS: &str = "OXCCL_COORD_CHECK_MS";
+/// `OXCCL_PEER_KERNELS`: who runs the all-reduces of a group on one node
+/// ([`crate::peer_kernels::PeerPolicy`]).
+pub const PEER_KERNELS: &str = "OXCCL_PEER_KERNELS";
 
 /// Every variable [`EnvConfig::from_lookup`] reads: (name, default when unset, meaning). The
 /// README's table of process-group variables is checked against it.
@@ -121,6 +124,11 @@ pub const VARIABLES: &[(&str, &str, &str)] = &[
         COORD_CHECK_MS,
         "1000",
         "how often a rank looks for another rank's dump signal in the store, ms",
+    ),
+    (
+        PEER_KERNELS,
+        "auto",
+        "all-reduces of a group on one node: `auto` (oxccl's kernels where they beat NCCL), `nccl`, `one-shot`, `two-shot` (that kernel wherever it fits); every rank must set the same",
     ),
 ];
 
@@ -320,6 +328,8 @@ pub struct EnvConfig {
     pub wait_timeout_dump: Duration,
     /// `OXCCL_COORD_CHECK_MS`.
     pub coord_check: Duration,
+    /// `OXCCL_PEER_KERNELS`.
+    pub peer_kernels: crate::peer_kernels::PeerPolicy,
 }
 
 impl Default for EnvConfig {
@@ -342,6 +352,7 @@ impl Default for EnvConfig {
             heartbeat_timeout: Duration::from_secs(600),
             wait_timeout_dump: Duration::from_millis(60_000),
             coord_check: Duration::from_millis(1000),
+            peer_kernels: crate::peer_kernels::PeerPolicy::Auto,
         }
     }
 }
@@ -398,6 +409,15 @@ impl EnvConfig {
             None => d.heartbeat_timeout,
             Some(v) => parse_secs(HEARTBEAT_TIMEOUT_SEC, v, 0, u64::MAX)?,
         };
+        let peer_kernels = match lookup(PEER_KERNELS) {
+            None => d.peer_kernels,
+            Some(v) => crate::peer_kernels::PeerPolicy::parse(v).ok_or_else(|| {
+                Error::invalid(
+                    PEER_KERNELS,
+                    format_args!("auto, nccl, one-shot or two-shot, got \"{}\"", Escaped(v)),
+                )
+            })?,
+        };
         Ok(EnvConfig {
             backend,
             timeout,
@@ -415,6 +435,7 @@ impl EnvConfig {
             heartbeat_timeout,
             wait_timeout_dump: millis(WAIT_TIMEOUT_DUMP_MS, 0, d.wait_timeout_dump)?,
             coord_check: millis(COORD_CHECK_MS, 1, d.coord_check)?,
+            peer_kernels,
         })
     }
 

@@ -89,8 +89,8 @@ impl PeerPolicy {
     /// The policy a name gives: `auto`, `nccl` (or `off`), `one-shot`, `two-shot`; `None` for
     /// anything else.
     pub fn parse(s: &str) -> Option<PeerPolicy> {
-        match s.trim() {
-            "auto" | "" => Some(PeerPolicy::Auto),
+        match s {
+            "auto" => Some(PeerPolicy::Auto),
             "nccl" | "off" => Some(PeerPolicy::Nccl),
             "one-shot" => Some(PeerPolicy::Force(KernelAlgo::OneShot)),
             "two-shot" => Some(PeerPolicy::Force(KernelAlgo::TwoShot)),

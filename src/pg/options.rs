@@ -90,6 +90,11 @@ pub struct PgOptions {
     /// `Aborted`; [`crate::wait_for_aborts`]). `None`: unbounded (the backend's own limit
     /// remains).
     pub nonblocking_timeout: Option<Duration>,
+    /// Who runs the all-reduces of a group whose ranks share a node (`OXCCL_PEER_KERNELS`):
+    /// oxccl's own kernels where they beat NCCL (`Auto`), NCCL alone, or one kernel wherever
+    /// it fits ([`oxccl_core::peer_kernels`]). Every member must have the same. Set up with the
+    /// communicator, before its first operation.
+    pub peer_kernels: oxccl_core::peer_kernels::PeerPolicy,
 }
 
 impl Default for PgOptions {
@@ -114,6 +119,7 @@ impl Default for PgOptions {
             wait_timeout_dump: Duration::from_secs(60),
             coord_check: Duration::from_secs(1),
             nonblocking_timeout: Some(Duration::from_secs(30 * 60)),
+            peer_kernels: oxccl_core::peer_kernels::PeerPolicy::Auto,
         }
     }
 }
@@ -147,6 +153,7 @@ impl PgOptions {
             wait_timeout_dump: env.wait_timeout_dump,
             coord_check: env.coord_check,
             nonblocking_timeout: env.nonblocking_timeout,
+            peer_kernels: env.peer_kernels,
             ..PgOptions::default()
         }
     }

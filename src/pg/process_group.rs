@@ -416,6 +416,13 @@ impl<B: Memory> PgInner<B> {
             );
             await_ready(&e.abort, self.opts.nonblocking_timeout, &what)?;
         }
+        // Every member reaches its first use of the communicator before any collective on it,
+        // so the set-up's gathers line up across the group.
+        e.comm.enable_peer_kernels(
+            &e.stream,
+            self.opts.peer_kernels,
+            &oxccl_core::peer_kernels::PeerTable::default(),
+        )?;
         self.hot.init_awaited.store(true, Ordering::Release);
         Ok(())
     }

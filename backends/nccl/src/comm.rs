@@ -321,6 +321,22 @@ impl NcclComm {
         ))
     }
 
+    /// The policy of oxccl's all-reduce kernels on this communicator, when they are on (see
+    /// [`Communicator::enable_peer_kernels`]); `None`: NCCL runs every all-reduce.
+    pub fn peer_policy(&self) -> Option<oxccl_core::peer_kernels::PeerPolicy> {
+        self.inner.peer.read().as_ref().map(|g| g.policy)
+    }
+
+    /// How many all-reduces oxccl's kernels ran (or captured) on this communicator:
+    /// (one-shot, two-shot).
+    pub fn peer_kernel_calls(&self) -> (u64, u64) {
+        self.inner
+            .peer
+            .read()
+            .as_ref()
+            .map_or((0, 0), |g| g.calls())
+    }
+
     /// Registers a window over `bytes` at `addr` (NCCL 2.27+; collective: every rank calls it).
     /// On a nonblocking communicator it waits for NCCL to finish, bounded by
     /// [`NcclComm::timeout`]; past it, [`Error::Timeout`], and a window NCCL completes
@@ -516,6 +532,27 @@ impl Communicator for NcclComm {
         self.inner
             .registry
             .deregister(&self.inner.lib, self.inner.raw, handle)
+    }
+
+    /// Sets up peer memory for oxccl's all-reduce kernels (see
+    /// [`Communicator::enable_peer_kernels`]): two small all-gathers on `stream` and, between
+    /// them, each rank maps every peer's memory (waited for; bounded by
+    /// [`NcclComm::timeout`]). Done once: a later call answers whether the kernels are on.
+    fn enable_peer_kernels(
+        &self,
+        stream: &NcclStream,
+        policy: oxccl_core::peer_kernels::PeerPolicy,
+        table: &oxccl_core::peer_kernels::PeerTable,
+    ) -> Result<bool> {
+        let _serial = self.inner.serial();
+        self.ensure_ready("set up peer kernels")?;
+        if self.inner.peer.read().is_some() {
+            return Ok(true);
+        }
+        let group = crate::peer::setup(&self.inner, stream, policy, *table, self.timeout())?;
+        let on = group.is_some();
+        *self.inner.peer.write() = group;
+        Ok(on)
     }
 
     fn register_window(&self, addr: usize, bytes: usize) -> Result<RegHandle> {

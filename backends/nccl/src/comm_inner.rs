@@ -3,6 +3,7 @@
 //! lifecycle, the call locks, the registrations.
 
 use crate::graph_refs::{Counted, GraphCount};
+use crate::peer::PeerGroup;
 use crate::registry::Registry;
 use cudarc::driver::{CudaContext, CudaSlice};
 use oxccl_core::state::lifecycle::Lifecycle;
@@ -41,6 +42,9 @@ pub(crate) struct CommInner {
     /// The live graphs (and open captures) holding operations of this communicator: while
     /// any does, NCCL's release waits for them, so it runs on a detached thread.
     pub(crate) graphs: GraphCount,
+    /// The peer memory and kernels of a group on one node, once set up (see `peer`). Read by
+    /// each issue (under the call lock) and by abort; taken out by the release.
+    pub(crate) peer: spin::RwLock<Option<PeerGroup>>,
 }
 
 impl Counted for CommInner {
@@ -87,6 +91,7 @@ impl CommInner {
             calls: std::sync::Mutex::new(()),
             raw_use: spin::RwLock::new(()),
             graphs: GraphCount::default(),
+            peer: spin::RwLock::new(None),
         }
     }
 
@@ -140,6 +145,14 @@ impl CommInner {
 
     /// The asynchronous error, and the end of a nonblocking init (see [`Communicator::poll`]).
     pub(crate) fn poll(&self) -> Result<Progress> {
+        if let Some(e) = self.peer.read().as_ref().and_then(PeerGroup::failure) {
+            // A kernel gave up (a peer never arrived, or the abort): the group's epochs are
+            // out of step from here, as after an NCCL failure.
+            if !self.life.lock().state().is_dead() {
+                self.transition(|l| l.fail(&text!("{e}")));
+            }
+            return Err(e);
+        }
         let polled = {
             let _live = self.use_raw();
             {

@@ -49,6 +49,18 @@ fn with_depth<T>(
         .map_err(|_| tls_gone())?
 }
 
+/// Whether this thread has a group open on `lib` (a thread whose group state is gone, while
+/// it exits, counts as having none).
+pub(crate) fn is_open(lib: &Library) -> bool {
+    let key = lib as *const Library as usize;
+    DEPTHS
+        .try_with(|d| {
+            d.try_borrow()
+                .is_ok_and(|d| d.iter().any(|(k, g)| *k == key && g.is_open()))
+        })
+        .unwrap_or(false)
+}
+
 /// `ncclGroupStart` on `lib`, counted.
 pub(crate) fn start(lib: &Library) -> Result<()> {
     let f = lib

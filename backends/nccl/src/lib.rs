@@ -24,6 +24,7 @@ mod graph_refs;
 mod group_call;
 mod issue;
 mod mem;
+mod peer;
 mod reducer;
 mod registry;
 mod release;

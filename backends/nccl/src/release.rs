@@ -24,6 +24,12 @@ impl CommInner {
     /// the thread ends when the last graph is dropped. The communicator counts as released
     /// from here on either way (poll and op destroys no longer touch it).
     pub(crate) fn release(self: &Arc<Self>, destroy: bool) {
+        if !destroy {
+            // Kernels waiting for peers give up now, even while graphs hold the release.
+            if let Some(g) = self.peer.read().as_ref() {
+                g.raise_abort();
+            }
+        }
         {
             let _excl = self.raw_use.write();
             if !self.claim() {
@@ -47,6 +53,14 @@ impl CommInner {
     /// The release itself, once `released` is set by the caller (so nothing else uses `raw`
     /// any more: poll and op destroys check it under `raw_use`).
     pub(crate) fn release_raw(&self, destroy: bool) {
+        // Peer memory first: its release waits for this rank's kernels (which end, or give up
+        // on the abort flag), then unmaps.
+        if let Some(g) = self.peer.write().take() {
+            if !destroy {
+                g.raise_abort();
+            }
+            drop(g);
+        }
         // An abort never waits for peers: the collective window deregistrations are left to
         // NCCL's abort (on a blocking communicator ncclCommWindowDeregister waits for the
         // peers' matching calls, which a failed or departed peer never makes).

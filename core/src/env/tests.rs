@@ -208,6 +208,7 @@ fn every_variable_is_parsed_into_its_field() {
         (HEARTBEAT_TIMEOUT_SEC, "0"),
         (WAIT_TIMEOUT_DUMP_MS, "5"),
         (COORD_CHECK_MS, "7"),
+        (PEER_KERNELS, "two-shot"),
     ];
     let c = EnvConfig::from_lookup(env(&pairs)).unwrap();
     assert_eq!(
@@ -229,6 +230,9 @@ fn every_variable_is_parsed_into_its_field() {
             heartbeat_timeout: Duration::ZERO,
             wait_timeout_dump: Duration::from_millis(5),
             coord_check: Duration::from_millis(7),
+            peer_kernels: crate::peer_kernels::PeerPolicy::Force(
+                crate::peer_kernels::KernelAlgo::TwoShot
+            ),
         }
     );
     // Blocking wait forces NoHandling, whatever was asked.
@@ -262,6 +266,9 @@ fn malformed_values_name_their_variable() {
         (HEARTBEAT_TIMEOUT_SEC, "1e3"),
         (WAIT_TIMEOUT_DUMP_MS, "x"),
         (COORD_CHECK_MS, "0"),
+        (PEER_KERNELS, "fast"),
+        (PEER_KERNELS, ""),
+        (PEER_KERNELS, " auto"),
     ];
     for (name, value) in cases {
         let pairs = [(*name, *value)];

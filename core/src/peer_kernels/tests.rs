@@ -14,7 +14,10 @@ fn ar(dtype: DataType, op: ReduceOp, count: usize) -> CommOp<'static> {
 #[test]
 fn kernel_call_takes_the_types_and_reductions_the_kernels_have() {
     let c = kernel_call(&ar(DataType::Float32, ReduceOp::Sum, 3), 4).unwrap();
-    assert_eq!((c.ty, c.red, c.count, c.send, c.recv), (KernelType::F32, KernelRed::Sum, 3, 0x1000, 0x9000));
+    assert_eq!(
+        (c.ty, c.red, c.count, c.send, c.recv),
+        (KernelType::F32, KernelRed::Sum, 3, 0x1000, 0x9000)
+    );
     assert_eq!((c.bytes(), c.lines()), (12, 2));
     for (d, t) in [
         (DataType::Float64, KernelType::F64),
@@ -25,7 +28,13 @@ fn kernel_call_takes_the_types_and_reductions_the_kernels_have() {
     ] {
         assert_eq!(kernel_call(&ar(d, ReduceOp::Max, 1), 2).unwrap().ty, t);
     }
-    for d in [DataType::Uint8, DataType::Int8, DataType::Uint32, DataType::Uint64, DataType::Float8E4M3] {
+    for d in [
+        DataType::Uint8,
+        DataType::Int8,
+        DataType::Uint32,
+        DataType::Uint64,
+        DataType::Float8E4M3,
+    ] {
         assert_eq!(kernel_call(&ar(d, ReduceOp::Sum, 8), 2), None, "{d:?}");
     }
 }
@@ -34,11 +43,23 @@ fn kernel_call_takes_the_types_and_reductions_the_kernels_have() {
 fn kernel_call_refuses_what_only_nccl_runs() {
     let f32sum = ar(DataType::Float32, ReduceOp::Sum, 8);
     assert_eq!(kernel_call(&f32sum, 1), None, "a group of one");
-    assert_eq!(kernel_call(&f32sum, MAX_RANKS + 1), None, "more ranks than the kernels hold");
+    assert_eq!(
+        kernel_call(&f32sum, MAX_RANKS + 1),
+        None,
+        "more ranks than the kernels hold"
+    );
     assert!(kernel_call(&f32sum, MAX_RANKS).is_some());
-    assert_eq!(kernel_call(&ar(DataType::Float32, ReduceOp::Sum, 0), 2), None, "empty");
+    assert_eq!(
+        kernel_call(&ar(DataType::Float32, ReduceOp::Sum, 0), 2),
+        None,
+        "empty"
+    );
     let dev = ReduceOp::PreMulSum(Scalar::Device { addr: 0x40 });
-    assert_eq!(kernel_call(&ar(DataType::Float32, dev, 8), 2), None, "factor in device memory");
+    assert_eq!(
+        kernel_call(&ar(DataType::Float32, dev, 8), 2),
+        None,
+        "factor in device memory"
+    );
     let int_premul = ReduceOp::PreMulSum(Scalar::Host(HostScalar::F64(2.0)));
     assert_eq!(kernel_call(&ar(DataType::Int32, int_premul, 8), 2), None);
     let bcast = CommOp::Broadcast {
@@ -56,13 +77,23 @@ fn averages_and_factors_become_the_kernels_codes() {
     assert_eq!((c.red, c.scale), (KernelRed::PreMul, 0.25));
     let c = kernel_call(&ar(DataType::Int64, ReduceOp::Avg, 8), 4).unwrap();
     assert_eq!((c.red, c.scale), (KernelRed::AvgInt, 1.0));
-    let factor = |s| kernel_call(&ar(DataType::Float32, ReduceOp::PreMulSum(Scalar::Host(s)), 8), 2).unwrap();
+    let factor = |s| {
+        kernel_call(
+            &ar(DataType::Float32, ReduceOp::PreMulSum(Scalar::Host(s)), 8),
+            2,
+        )
+        .unwrap()
+    };
     assert_eq!(factor(HostScalar::F32(1.5)).scale, 1.5);
     assert_eq!(factor(HostScalar::F64(-3.25)).scale, -3.25);
     assert_eq!(factor(HostScalar::Bf16(0x4040)).scale, 3.0);
     assert_eq!(factor(HostScalar::F16(0x3c00)).scale, 1.0);
     assert_eq!(factor(HostScalar::F16(0xc100)).scale, -2.5);
-    assert_eq!(factor(HostScalar::F16(0x0001)).scale, 2f64.powi(-24), "smallest subnormal");
+    assert_eq!(
+        factor(HostScalar::F16(0x0001)).scale,
+        2f64.powi(-24),
+        "smallest subnormal"
+    );
     assert_eq!(factor(HostScalar::F16(0x7c00)).scale, f64::INFINITY);
     assert!(factor(HostScalar::F16(0x7e00)).scale.is_nan());
 }
@@ -70,13 +101,27 @@ fn averages_and_factors_become_the_kernels_codes() {
 #[test]
 fn the_default_table_picks_one_shot_only_where_measured() {
     let t = PeerTable::default();
-    let call = |bytes: usize| kernel_call(&ar(DataType::Int64, ReduceOp::Sum, bytes / 8), 2).unwrap();
-    assert_eq!(choose(PeerPolicy::Auto, &t, &call(8), 2), Some(KernelAlgo::OneShot));
-    assert_eq!(choose(PeerPolicy::Auto, &t, &call(128 * 1024), 2), Some(KernelAlgo::OneShot));
+    let call =
+        |bytes: usize| kernel_call(&ar(DataType::Int64, ReduceOp::Sum, bytes / 8), 2).unwrap();
+    assert_eq!(
+        choose(PeerPolicy::Auto, &t, &call(8), 2),
+        Some(KernelAlgo::OneShot)
+    );
+    assert_eq!(
+        choose(PeerPolicy::Auto, &t, &call(128 * 1024), 2),
+        Some(KernelAlgo::OneShot)
+    );
     assert_eq!(choose(PeerPolicy::Auto, &t, &call(128 * 1024 + 8), 2), None);
-    assert_eq!(choose(PeerPolicy::Auto, &t, &call(64 * 1024), 4), Some(KernelAlgo::OneShot));
+    assert_eq!(
+        choose(PeerPolicy::Auto, &t, &call(64 * 1024), 4),
+        Some(KernelAlgo::OneShot)
+    );
     assert_eq!(choose(PeerPolicy::Auto, &t, &call(64 * 1024 + 8), 4), None);
-    assert_eq!(choose(PeerPolicy::Auto, &t, &call(8), 5), None, "five ranks not measured");
+    assert_eq!(
+        choose(PeerPolicy::Auto, &t, &call(8), 5),
+        None,
+        "five ranks not measured"
+    );
     assert_eq!(choose(PeerPolicy::Nccl, &t, &call(8), 2), None);
     assert_eq!(choose(PeerPolicy::Auto, &t, &call(8), 1), None);
     assert_eq!(choose(PeerPolicy::Auto, &t, &call(8), 9), None);
@@ -86,12 +131,17 @@ fn the_default_table_picks_one_shot_only_where_measured() {
 fn a_forced_kernel_runs_only_what_fits_its_slots() {
     let t = PeerTable::default();
     let slot = LINES_PER_SLOT * LINE_DATA_BYTES;
-    let call = |bytes: u64| kernel_call(&ar(DataType::Int64, ReduceOp::Sum, (bytes / 8) as usize), 4).unwrap();
+    let call = |bytes: u64| {
+        kernel_call(&ar(DataType::Int64, ReduceOp::Sum, (bytes / 8) as usize), 4).unwrap()
+    };
     let one = PeerPolicy::Force(KernelAlgo::OneShot);
     let two = PeerPolicy::Force(KernelAlgo::TwoShot);
     assert_eq!(choose(one, &t, &call(slot), 4), Some(KernelAlgo::OneShot));
     assert_eq!(choose(one, &t, &call(slot + 8), 4), None);
-    assert_eq!(choose(two, &t, &call(4 * slot), 4), Some(KernelAlgo::TwoShot));
+    assert_eq!(
+        choose(two, &t, &call(4 * slot), 4),
+        Some(KernelAlgo::TwoShot)
+    );
     assert_eq!(choose(two, &t, &call(4 * slot + 8), 4), None);
     assert!(fits(KernelAlgo::TwoShot, &call(4 * slot), 4));
     assert!(!fits(KernelAlgo::TwoShot, &call(4 * slot), 3));
@@ -102,9 +152,21 @@ fn two_shot_follows_one_shot_in_a_table() {
     let mut t = PeerTable::default();
     t.one_shot_max[4] = 1024;
     t.two_shot_max[4] = 512 * 1024;
-    let call = |bytes: u64| kernel_call(&ar(DataType::Float32, ReduceOp::Sum, (bytes / 4) as usize), 4).unwrap();
-    assert_eq!(choose(PeerPolicy::Auto, &t, &call(1024), 4), Some(KernelAlgo::OneShot));
-    assert_eq!(choose(PeerPolicy::Auto, &t, &call(2048), 4), Some(KernelAlgo::TwoShot));
+    let call = |bytes: u64| {
+        kernel_call(
+            &ar(DataType::Float32, ReduceOp::Sum, (bytes / 4) as usize),
+            4,
+        )
+        .unwrap()
+    };
+    assert_eq!(
+        choose(PeerPolicy::Auto, &t, &call(1024), 4),
+        Some(KernelAlgo::OneShot)
+    );
+    assert_eq!(
+        choose(PeerPolicy::Auto, &t, &call(2048), 4),
+        Some(KernelAlgo::TwoShot)
+    );
     assert_eq!(choose(PeerPolicy::Auto, &t, &call(1 << 20), 4), None);
     assert_ne!(t.fingerprint(), PeerTable::default().fingerprint());
 }
@@ -137,15 +199,26 @@ fn geometry_gives_whole_warps_and_bounded_grids() {
 #[test]
 fn a_kernel_status_becomes_the_error_it_stands_for() {
     assert_eq!(KernelStatus::default().error(10), None);
-    let t = KernelStatus { cause: KernelStatus::TIMED_OUT, missing: 0b1010, epoch: 7 };
+    let t = KernelStatus {
+        cause: KernelStatus::TIMED_OUT,
+        missing: 0b1010,
+        epoch: 7,
+    };
     match t.error(1500) {
         Some(Error::Timeout { what, after_ms }) => {
             assert_eq!(after_ms, 1500);
-            assert_eq!(what.as_str(), "all_reduce kernel call #7: ranks [1, 3] did not arrive");
+            assert_eq!(
+                what.as_str(),
+                "all_reduce kernel call #7: ranks [1, 3] did not arrive"
+            );
         }
         other => panic!("{other:?}"),
     }
-    let a = KernelStatus { cause: KernelStatus::ABORTED, missing: 1, epoch: 0 };
+    let a = KernelStatus {
+        cause: KernelStatus::ABORTED,
+        missing: 1,
+        epoch: 0,
+    };
     match a.error(1) {
         Some(Error::Aborted { reason }) => assert_eq!(
             reason.as_str(),
@@ -153,7 +226,15 @@ fn a_kernel_status_becomes_the_error_it_stands_for() {
         ),
         other => panic!("{other:?}"),
     }
-    assert!(matches!(KernelStatus { cause: 9, missing: 0, epoch: 1 }.error(1), Some(Error::Remote { .. })));
+    assert!(matches!(
+        KernelStatus {
+            cause: 9,
+            missing: 0,
+            epoch: 1
+        }
+        .error(1),
+        Some(Error::Remote { .. })
+    ));
 }
 
 mod records {
@@ -194,16 +275,30 @@ mod records {
     fn a_group_uses_peer_memory_only_when_every_rank_can() {
         let good = [Some(rec(5)), Some(rec(5))];
         assert_eq!(refusal(&good), None);
-        assert!(refusal(&[Some(rec(5)), Some(rec(6))]).unwrap().contains("host"));
+        assert!(refusal(&[Some(rec(5)), Some(rec(6))])
+            .unwrap()
+            .contains("host"));
         assert!(refusal(&[Some(rec(5)), None]).is_some());
         assert!(refusal(&[]).is_some());
         let t = PeerTable::default();
         let out = PeerRecord::ineligible(&t, PeerPolicy::Auto);
-        assert!(refusal(&[Some(rec(5)), Some(out)]).unwrap().contains("could not"));
-        let forced = PeerRecord { policy: policy_code(PeerPolicy::Force(KernelAlgo::OneShot)), ..rec(5) };
-        assert!(refusal(&[Some(rec(5)), Some(forced)]).unwrap().contains("policies"));
-        let bigger = PeerRecord { bytes: peer_bytes(3), ..rec(5) };
-        assert!(refusal(&[Some(rec(5)), Some(bigger)]).unwrap().contains("sizes"));
+        assert!(refusal(&[Some(rec(5)), Some(out)])
+            .unwrap()
+            .contains("could not"));
+        let forced = PeerRecord {
+            policy: policy_code(PeerPolicy::Force(KernelAlgo::OneShot)),
+            ..rec(5)
+        };
+        assert!(refusal(&[Some(rec(5)), Some(forced)])
+            .unwrap()
+            .contains("policies"));
+        let bigger = PeerRecord {
+            bytes: peer_bytes(3),
+            ..rec(5)
+        };
+        assert!(refusal(&[Some(rec(5)), Some(bigger)])
+            .unwrap()
+            .contains("sizes"));
     }
 
     #[test]

@@ -129,6 +129,23 @@ pub trait Communicator: Send + Sync + Sized {
         })
     }
 
+    /// Makes the peer memory of oxccl's own all-reduce kernels
+    /// ([`crate::peer_kernels`]) under `policy` and `table`, when every rank of the group
+    /// can map every other's memory (one node, peer access); returns whether the kernels are
+    /// on. From then on each all-reduce runs on the kernel the policy picks, or on NCCL.
+    /// Collective: every rank calls it at the same point among its collectives. A backend
+    /// without the kernels (the mock world) answers `false`, as NCCL's path does for a group
+    /// spanning nodes, and every call keeps its results.
+    fn enable_peer_kernels(
+        &self,
+        stream: &Self::Stream,
+        policy: crate::peer_kernels::PeerPolicy,
+        table: &crate::peer_kernels::PeerTable,
+    ) -> Result<bool> {
+        let _ = (stream, policy, table);
+        Ok(false)
+    }
+
     /// Releases a window made by [`Communicator::register_window`] (collective too, on NCCL).
     fn deregister_window(&self, handle: RegHandle) -> Result<()> {
         let _ = handle;

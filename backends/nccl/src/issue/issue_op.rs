@@ -39,6 +39,18 @@ pub(crate) unsafe fn issue(
         captured_buffers(op);
     }
     comm.ready_for(op.kind().name())?;
+    // oxccl's own kernels, where the group has peer memory and the policy picks one; never
+    // inside an NCCL group (NCCL launches the group's calls at its end, and a kernel launched
+    // now would run before the calls queued ahead of it).
+    if !crate::group_call::is_open(&comm.lib) {
+        if let Some(peer) = comm.peer.read().as_ref() {
+            // SAFETY: `op` passed `check::op` above; the caller keeps its buffers valid until
+            // it completes on `stream` (this function's contract).
+            if let Some(done) = unsafe { peer.issue(op, stream) } {
+                return done;
+            }
+        }
+    }
     // Premul-sum ops live until the call returns, then are destroyed (allowed by NCCL).
     let red = match op.reduce_op() {
         Some(r) => Some(NcclRedOp::create(

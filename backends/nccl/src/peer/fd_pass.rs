@@ -74,7 +74,13 @@ impl FdServer {
         let sock = socket()?;
         let (a, len) = address(pid, token, rank);
         // SAFETY: `a` is a valid abstract address of `len` bytes.
-        let r = unsafe { libc::bind(sock.as_raw_fd(), (&a as *const libc::sockaddr_un).cast(), len) };
+        let r = unsafe {
+            libc::bind(
+                sock.as_raw_fd(),
+                (&a as *const libc::sockaddr_un).cast(),
+                len,
+            )
+        };
         if r != 0 {
             return Err(os_error("binding the peer-memory socket"));
         }
@@ -177,7 +183,8 @@ pub(crate) fn receive(pid: u32, token: u64, rank: u32, deadline: Instant) -> Res
     let sock = loop {
         let s = socket()?;
         // SAFETY: `a` is a valid abstract address of `len` bytes.
-        let r = unsafe { libc::connect(s.as_raw_fd(), (&a as *const libc::sockaddr_un).cast(), len) };
+        let r =
+            unsafe { libc::connect(s.as_raw_fd(), (&a as *const libc::sockaddr_un).cast(), len) };
         if r == 0 {
             break s;
         }

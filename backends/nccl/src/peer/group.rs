@@ -8,6 +8,7 @@ use crate::stream::NcclStream;
 use cudarc::driver::{sys, CudaContext, CudaStream};
 use oxccl_core::peer_kernels::{choose, kernel_call, PeerPolicy, PeerTable};
 use oxccl_core::{CommOp, Error, Result};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -29,11 +30,14 @@ pub(crate) struct PeerGroup {
     /// The launch arguments but for the call's factor and reduction.
     pub(crate) args: PeerArgs,
     pub(crate) timeout: Duration,
-    /// Every rank's memory as mapped here, own included (rank order).
-    pub(crate) mapped: Vec<Mapped>,
+    /// Every rank's memory as mapped here, own included (rank order): held so it stays
+    /// mapped while kernels may run.
+    pub(crate) _mapped: Vec<Mapped>,
     pub(crate) flags: HostFlags,
     /// The streams kernels were launched on, kept alive until the release waited for them.
     pub(crate) streams: spin::Mutex<Vec<Arc<CudaStream>>>,
+    /// Kernels launched (or captured), by algorithm.
+    pub(crate) calls: [AtomicU64; 2],
 }
 
 impl PeerGroup {
@@ -52,6 +56,7 @@ impl PeerGroup {
         if let Err(e) = self.ctx.bind_to_thread() {
             return Some(Err(crate::cuda_error("binding the device for a kernel", e)));
         }
+        self.calls[algo as usize].fetch_add(1, Ordering::Relaxed);
         let mut args = self.args;
         args.op = call.red as u32;
         args.scale = call.scale;
@@ -78,6 +83,14 @@ impl PeerGroup {
         self.flags
             .status()
             .error(self.timeout.as_millis().min(u128::from(u64::MAX)) as u64)
+    }
+
+    /// Kernels launched or captured so far: (one-shot, two-shot).
+    pub(crate) fn calls(&self) -> (u64, u64) {
+        (
+            self.calls[0].load(Ordering::Relaxed),
+            self.calls[1].load(Ordering::Relaxed),
+        )
     }
 
     /// Makes every kernel of this rank give up at its next check (an abort).

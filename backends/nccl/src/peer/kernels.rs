@@ -61,8 +61,12 @@ impl Kernels {
                         .map_err(|e| cuda_error("finding an all-reduce kernel", e))?,
                 );
             }
-            out.try_into()
-                .map_err(|_| cuda_error("finding an all-reduce kernel", cudarc::driver::DriverError(sys::CUresult::CUDA_ERROR_NOT_FOUND)))
+            out.try_into().map_err(|_| {
+                cuda_error(
+                    "finding an all-reduce kernel",
+                    cudarc::driver::DriverError(sys::CUresult::CUDA_ERROR_NOT_FOUND),
+                )
+            })
         };
         let k = Arc::new(Kernels {
             functions: [load(KernelAlgo::OneShot)?, load(KernelAlgo::TwoShot)?],
@@ -89,7 +93,8 @@ impl Kernels {
         let f = &self.functions[algo as usize][call.ty.index()];
         let lines = algo.lines_per_rank(call.lines(), args.nranks);
         let (blocks, threads) = geometry(lines);
-        let (mut send, mut recv, mut count, mut a) = (call.send as u64, call.recv as u64, call.count, *args);
+        let (mut send, mut recv, mut count, mut a) =
+            (call.send as u64, call.recv as u64, call.count, *args);
         let mut params: [*mut std::ffi::c_void; 4] = [
             (&mut send as *mut u64).cast(),
             (&mut recv as *mut u64).cast(),

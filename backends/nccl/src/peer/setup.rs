@@ -195,13 +195,14 @@ pub(crate) fn setup(
         Err(()) => PeerRecord::ineligible(&table, policy),
     };
     let all = gather(comm, stream, &mine.encode())?;
-    let records: Vec<Option<PeerRecord>> = all
-        .chunks(RECORD_BYTES)
-        .map(PeerRecord::decode)
-        .collect();
+    let records: Vec<Option<PeerRecord>> =
+        all.chunks(RECORD_BYTES).map(PeerRecord::decode).collect();
     if let Some(why) = refusal(&records) {
         if wanted {
-            log::info!("rank {}: all-reduce kernels off for this group: {why}", comm.rank);
+            log::info!(
+                "rank {}: all-reduce kernels off for this group: {why}",
+                comm.rank
+            );
         }
         return Ok(None);
     }
@@ -232,7 +233,10 @@ pub(crate) fn setup(
     // The descriptor was needed only until every rank imported it.
     drop(local.fd);
     if !all_mapped(&verdicts) {
-        log::info!("rank {}: all-reduce kernels off: a rank could not map its peers", comm.rank);
+        log::info!(
+            "rank {}: all-reduce kernels off: a rank could not map its peers",
+            comm.rank
+        );
         return Ok(None);
     }
     let mut own = Some(Mapped {
@@ -261,7 +265,11 @@ pub(crate) fn setup(
         op: 0,
         pad: 0,
     };
-    log::debug!("rank {}: all-reduce kernels on ({})", comm.rank, policy.name());
+    log::debug!(
+        "rank {}: all-reduce kernels on ({})",
+        comm.rank,
+        policy.name()
+    );
     Ok(Some(PeerGroup {
         ctx: comm.ctx.clone(),
         policy,
@@ -269,8 +277,9 @@ pub(crate) fn setup(
         kernels: local.kernels,
         args,
         timeout,
-        mapped: mapped_all,
+        _mapped: mapped_all,
         flags: local.flags,
         streams: spin::Mutex::new(Vec::new()),
+        calls: Default::default(),
     }))
 }

@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# The GPU run of oxccl's all-reduce kernels (issue 28): the kernels' probe (values, the floor,
+# kernels beside ncclAllReduce), the GPU tests (values through Comm, eager and in graphs; the
+# waits that give up), the GPU suite with the kernels on, and oxccl perf with them on and off.
+#
+#   here:   bash scripts/gpu-peer.sh stage        # release tool and tests into .gpu/peer/
+#   there:  bash scripts/gpu-peer.sh run OUTDIR [PART...]
+#           PART: probe, tests, suite, perf, graphs (default: all of them)
+#
+# Every part runs under its own time limit, logs to OUTDIR/<part>.log and says PASS/FAIL in
+# OUTDIR/summary.txt. It uses every GPU it sees (N = 2 and, with 4 or more, N = 4 too).
+set -u
+cmd=${1:-}; shift || true
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+bin=.gpu/peer
+
+if [ "$cmd" = stage ]; then
+    set -eo pipefail
+    tests=(gpu_peer_kernels gpu)
+    json=$(cargo build --release --bin oxccl $(printf -- '--test %s ' "${tests[@]}") \
+        --message-format=json-render-diagnostics)
+    rm -rf "$bin" && mkdir -p "$bin"
+    for t in oxccl "${tests[@]}"; do
+        exe=$(echo "$json" | python3 -c "
+import sys, json
+for l in sys.stdin:
+    m = json.loads(l)
+    if m.get('reason') == 'compiler-artifact' and m.get('executable') and m['target']['name'] == '$t':
+        print(m['executable'])" | tail -1)
+        [ -n "$exe" ] || { echo "stage: cargo built no executable named $t" >&2; exit 1; }
+        cp "$exe" "$bin/$t"
+    done
+    strip "$bin"/* 2>/dev/null || true
+    du -sh "$bin"
+    exit 0
+fi
+
+[ "$cmd" = run ] || { echo "usage: $0 stage | run OUTDIR [PART...]" >&2; exit 2; }
+out=${1:?OUTDIR}; shift || true
+parts=${*:-probe tests suite perf graphs}
+mkdir -p "$out"
+export NCCL_NVLS_ENABLE=0
+nccl_lib=/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib
+gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
+sizes="2"; [ "$gpus" -ge 4 ] && sizes="2 4"
+nvidia-smi topo -m > "$out/topo.txt" 2>&1
+note() { echo "$1" | tee -a "$out/summary.txt"; }
+
+part_probe() {
+    bash backends/nccl/kernels/gen.sh "$out/probe-bin" || return 1
+    local rc=0
+    for n in $sizes; do
+        LD_LIBRARY_PATH=$nccl_lib timeout 120 "$out/probe-bin/probe" "$out/probe-bin/peer_reduce.ptx" "$n" || rc=1
+    done
+    rm -rf "$out/probe-bin"
+    return $rc
+}
+part_tests() {
+    local rc=0
+    for n in $sizes; do
+        echo "== OXCCL_TEST_GPUS=$n"
+        CUDA_VISIBLE_DEVICES=$(seq -s, 0 $((n - 1))) OXCCL_TEST_GPUS=$n RUST_LOG=info \
+            timeout 150 $bin/gpu_peer_kernels --test-threads=1 --nocapture || rc=1
+    done
+    return $rc
+}
+part_suite() { OXCCL_TEST_GPUS=$gpus timeout 200 $bin/gpu --test-threads=1; }
+part_perf() {
+    local rc=0
+    for n in $sizes; do
+        for policy in auto nccl; do
+            echo "== N=$n OXCCL_PEER_KERNELS=$policy"
+            OXCCL_PEER_KERNELS=$policy timeout 100 $bin/oxccl perf all_reduce -g "$n" -b 8 -e 1M \
+                -n 500 -w 50 --layer all --json-out "$out/perf-$n-$policy.json" || rc=1
+        done
+    done
+    return $rc
+}
+part_graphs() {
+    local rc=0
+    for n in $sizes; do
+        for policy in auto nccl; do
+            echo "== N=$n OXCCL_PEER_KERNELS=$policy -G 20"
+            OXCCL_PEER_KERNELS=$policy timeout 100 $bin/oxccl perf all_reduce -g "$n" -b 8 -e 256K \
+                -n 20 -w 5 -G 20 --layer comm --json-out "$out/graph-$n-$policy.json" || rc=1
+        done
+    done
+    return $rc
+}
+
+for p in $parts; do
+    start=$(date +%s)
+    if "part_$p" > "$out/$p.log" 2>&1; then r=PASS; else r=FAIL; fi
+    note "$p: $r ($(( $(date +%s) - start )) s)"
+done

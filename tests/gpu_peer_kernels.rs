@@ -1,0 +1,320 @@
+//! oxccl's own all-reduce kernels on GPUs, a thread per GPU through `Comm`: every type the
+//! kernels have × every reduction × counts up to the slot size, in place and out of place,
+//! eager and replayed in a CUDA graph with new inputs each launch, against the host
+//! reference; and the waits that must give up (a peer that never calls: `Timeout` naming it;
+//! an abort from another thread), after which a new communicator runs the kernels again.
+//! Runs when `OXCCL_TEST_GPUS` is 2 or more (all of them are used) and skips, saying so,
+//! otherwise.
+
+mod common;
+#[allow(dead_code)]
+#[path = "gpu/devbuf.rs"]
+mod devbuf;
+#[allow(dead_code)]
+#[path = "gpu/values.rs"]
+mod values;
+
+use devbuf::{run, DevBuf, Tally};
+use oxccl::core::peer_kernels::{KernelAlgo, PeerPolicy, PeerTable, LINES_PER_SLOT};
+use oxccl::core::Backend as _;
+use oxccl::{Comm, CommConfig, CommOp, CommState, DataType, Error, HostScalar, ReduceOp, Scalar};
+use std::time::{Duration, Instant};
+use values::{input, reduced};
+
+/// The types the kernels reduce.
+const TYPES: [DataType; 6] = [
+    DataType::Float32,
+    DataType::Float64,
+    DataType::Float16,
+    DataType::Bfloat16,
+    DataType::Int32,
+    DataType::Int64,
+];
+
+fn gpus() -> Option<u32> {
+    if !common::gpus_at_least(2) {
+        return None;
+    }
+    std::env::var("OXCCL_TEST_GPUS").ok()?.parse().ok()
+}
+
+/// A communicator of `n` ranks with the kernels under `policy` (asserted on).
+fn comm(lib: &oxccl::Nccl, id: &oxccl::UniqueId, r: u32, n: u32, policy: PeerPolicy) -> Comm {
+    let nc = lib
+        .init_rank(id, r, n, oxccl::Device(r), &CommConfig::new())
+        .expect("init");
+    let mut c = Comm::with_new_stream(nc).expect("stream");
+    let on = c
+        .enable_peer_kernels_with(policy, &PeerTable::default())
+        .expect("peer kernels set-up");
+    assert!(on, "rank {r}: the kernels stayed off on one node");
+    assert_eq!(c.backend().peer_policy(), Some(policy));
+    c
+}
+
+fn reductions(dt: DataType) -> Vec<ReduceOp> {
+    let mut v = ReduceOp::BUILTIN.to_vec();
+    let factor = match dt {
+        DataType::Float16 => Some(HostScalar::F16(half::f16::from_f64(2.0).to_bits())),
+        DataType::Bfloat16 => Some(HostScalar::Bf16(half::bf16::from_f64(2.0).to_bits())),
+        DataType::Float32 => Some(HostScalar::F32(2.0)),
+        DataType::Float64 => Some(HostScalar::F64(2.0)),
+        _ => None,
+    };
+    if let Some(f) = factor {
+        v.push(ReduceOp::PreMulSum(Scalar::Host(f)));
+    }
+    v
+}
+
+fn factor(op: &ReduceOp) -> f64 {
+    if matches!(op, ReduceOp::PreMulSum(_)) {
+        2.0
+    } else {
+        1.0
+    }
+}
+
+/// Every case of the module's first paragraph under `algo` on this rank; returns the tally
+/// and how many kernel calls ran.
+fn values_under(c: &mut Comm, algo: KernelAlgo) -> (Tally, u64) {
+    let mut t = Tally::default();
+    let (n, r) = (c.size(), c.rank());
+    let slot_bytes = (LINES_PER_SLOT * 8) as usize;
+    let cap = match algo {
+        KernelAlgo::OneShot => slot_bytes,
+        KernelAlgo::TwoShot => slot_bytes * n as usize,
+    };
+    let mut expected = 0u64;
+    for dt in TYPES {
+        let counts = [1, 3, 7, 1031, 4099, cap / dt.size()];
+        for op in reductions(dt) {
+            for count in counts {
+                let send_vals: Vec<f64> = (0..count).map(|i| input(Some(&op), r, i)).collect();
+                let want: Vec<f64> = (0..count)
+                    .map(|i| reduced(dt, &op, n, i, factor(&op)))
+                    .collect();
+                for in_place in [false, true] {
+                    let name = format!(
+                        "{} all_reduce {dt} {op} n={count} in_place={in_place}",
+                        algo.name()
+                    );
+                    let send = DevBuf::new(c, dt, &send_vals);
+                    let out = (!in_place).then(|| DevBuf::zeros(c, dt, count));
+                    let recv = out.as_ref().unwrap_or(&send);
+                    let op = CommOp::AllReduce {
+                        send: send.r(),
+                        recv: recv.w(),
+                        dtype: dt,
+                        op,
+                    };
+                    expected += 1;
+                    if run(c, &mut t, &name, op) {
+                        t.check(&name, &recv.read(c, dt), &want, dt);
+                    }
+                }
+            }
+        }
+    }
+    let (one, two) = c.backend().peer_kernel_calls();
+    let ran = match algo {
+        KernelAlgo::OneShot => one,
+        KernelAlgo::TwoShot => two,
+    };
+    assert_eq!(
+        ran,
+        expected,
+        "rank {r}: every case ran on the {} kernel",
+        algo.name()
+    );
+    (t, ran)
+}
+
+/// A graph of one out-of-place f32 sum, launched 5 times with new inputs each time: every
+/// launch's output is that launch's sum (a flag reused across launches would let a rank read
+/// the previous launch's data).
+fn graph_relaunches(c: &mut Comm, count: usize) -> Tally {
+    let mut t = Tally::default();
+    let (n, r) = (c.size(), c.rank());
+    let dt = DataType::Float32;
+    let mut send = c.stream().alloc_zeros::<f32>(count).expect("alloc");
+    let mut recv = c.stream().alloc_zeros::<f32>(count).expect("alloc");
+    c.all_reduce(&send, &mut recv, ReduceOp::Sum)
+        .expect("eager first");
+    let g = c
+        .capture(|c| c.all_reduce(&send, &mut recv, ReduceOp::Sum))
+        .expect("capture");
+    for launch in 0..5u32 {
+        let vals: Vec<f32> = (0..count)
+            .map(|i| (launch * 10 + r + (i % 3) as u32) as f32)
+            .collect();
+        c.stream().memcpy_htod(&vals, &mut send).expect("upload");
+        g.bind(c, &mut send)
+            .buf(&mut recv)
+            .launch()
+            .expect("launch");
+        let got: Vec<f64> = c
+            .stream()
+            .clone_dtoh(&recv)
+            .expect("download")
+            .into_iter()
+            .map(f64::from)
+            .collect();
+        let want: Vec<f64> = (0..count)
+            .map(|i| {
+                (0..n)
+                    .map(|p| f64::from(launch * 10 + p + (i % 3) as u32))
+                    .sum()
+            })
+            .collect();
+        t.check(
+            &format!("graph launch {launch} count {count}"),
+            &got,
+            &want,
+            dt,
+        );
+    }
+    t
+}
+
+#[test]
+fn gpu_peer_kernels_match_the_host_reference() {
+    let Some(n) = gpus() else { return };
+    let lib = oxccl::Nccl::load().expect("NCCL");
+    for algo in KernelAlgo::ALL {
+        let id = lib.unique_id().expect("id");
+        let tallies: Vec<(Tally, u64)> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..n)
+                .map(|r| {
+                    let lib = lib.clone();
+                    s.spawn(move || {
+                        let mut c = comm(&lib, &id, r, n, PeerPolicy::Force(algo));
+                        let (mut t, ran) = values_under(&mut c, algo);
+                        for count in [2, 5000] {
+                            let g = graph_relaunches(&mut c, count);
+                            t.passed += g.passed;
+                            t.failed.extend(g.failed);
+                        }
+                        c.destroy().expect("destroy");
+                        (t, ran)
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().expect("rank")).collect()
+        });
+        for (r, (t, ran)) in tallies.iter().enumerate() {
+            eprintln!(
+                "{} on {n} GPUs, rank {r}: {} checks passed, {ran} kernel calls",
+                algo.name(),
+                t.passed
+            );
+            assert!(t.failed.is_empty(), "rank {r}: {:#?}", t.failed);
+        }
+    }
+}
+
+/// Rank 0 calls an all-reduce its peers never call: its kernel gives up after the
+/// communicator's time limit and the communicator reports `Timeout` naming the missing ranks.
+/// Then (all ranks) a fresh communicator runs the kernels again.
+#[test]
+fn gpu_peer_kernel_gives_up_on_a_peer_that_never_calls() {
+    let Some(n) = gpus() else { return };
+    let limit = Duration::from_secs(2);
+    let lib = oxccl::Nccl::load().expect("NCCL").with_timeout(limit);
+    let id = lib.unique_id().expect("id");
+    let again = lib.unique_id().expect("id");
+    std::thread::scope(|s| {
+        for r in 0..n {
+            let lib = lib.clone();
+            s.spawn(move || {
+                let mut c = comm(&lib, &id, r, n, PeerPolicy::Auto);
+                let mut buf = c.stream().alloc_zeros::<f32>(4).expect("alloc");
+                if r == 0 {
+                    let t0 = Instant::now();
+                    c.all_reduce_in_place(&mut buf, ReduceOp::Sum)
+                        .expect("issue");
+                    // The kernel ends on its own; the synchronize that waited for it
+                    // reports why.
+                    let waited = c.synchronize();
+                    let took = t0.elapsed();
+                    assert!(
+                        took >= limit && took < limit + Duration::from_secs(3),
+                        "{took:?}"
+                    );
+                    let missing: Vec<String> = (1..n).map(|p| p.to_string()).collect();
+                    match waited {
+                        Err(Error::Timeout { what, after_ms }) => {
+                            assert_eq!(after_ms, limit.as_millis() as u64);
+                            let text = what.as_str().to_string();
+                            assert!(
+                                text.contains(&format!(
+                                    "ranks [{}] did not arrive",
+                                    missing.join(", ")
+                                )),
+                                "{text}"
+                            );
+                        }
+                        other => panic!("rank 0: the wait for the kernel gave {other:?}"),
+                    }
+                    // Sticky: later polls report it too.
+                    assert!(matches!(c.poll(), Err(Error::Timeout { .. })));
+                    assert!(matches!(c.state(), CommState::Failed), "{:?}", c.state());
+                }
+                c.abort("test over");
+                drop(c);
+                // A new group on the same devices: the kernels run again.
+                let mut c = comm(&lib, &again, r, n, PeerPolicy::Auto);
+                let mut buf = c.stream().clone_htod(&[1.0f32; 4]).expect("upload");
+                c.all_reduce_in_place(&mut buf, ReduceOp::Sum)
+                    .expect("issue");
+                let got = c.stream().clone_dtoh(&buf).expect("download");
+                assert_eq!(got, vec![n as f32; 4], "rank {r} after the abort");
+                assert_eq!(c.backend().peer_kernel_calls().0, 1);
+                c.destroy().expect("destroy");
+            });
+        }
+    });
+}
+
+/// Rank 0 waits in a kernel for peers that never call; another thread aborts the
+/// communicator: the kernel gives up at once (well before the time limit), the stream drains,
+/// and the communicator is Aborted with the abort's reason.
+#[test]
+fn gpu_peer_kernel_gives_up_on_an_abort_from_another_thread() {
+    let Some(n) = gpus() else { return };
+    let lib = oxccl::Nccl::load()
+        .expect("NCCL")
+        .with_timeout(Duration::from_secs(60));
+    let id = lib.unique_id().expect("id");
+    std::thread::scope(|s| {
+        for r in 0..n {
+            let lib = lib.clone();
+            s.spawn(move || {
+                let mut c = comm(&lib, &id, r, n, PeerPolicy::Auto);
+                if r == 0 {
+                    let mut buf = c.stream().alloc_zeros::<f32>(4).expect("alloc");
+                    c.all_reduce_in_place(&mut buf, ReduceOp::Sum)
+                        .expect("issue");
+                    let handle = c.abort_handle();
+                    let aborter = std::thread::spawn(move || {
+                        std::thread::sleep(Duration::from_millis(300));
+                        handle.abort("stopped by the test");
+                    });
+                    let t0 = Instant::now();
+                    let _ = c.synchronize_timeout(Duration::from_secs(10));
+                    let took = t0.elapsed();
+                    aborter.join().unwrap();
+                    assert!(
+                        took < Duration::from_secs(3),
+                        "the kernel outlived the abort: {took:?}"
+                    );
+                    assert_eq!(c.state(), CommState::Aborted);
+                    let e = c.poll().unwrap_err();
+                    assert!(e.to_string().contains("stopped by the test"), "{e}");
+                } else {
+                    c.abort("peer test over");
+                }
+            });
+        }
+    });
+}
