@@ -4,6 +4,7 @@
 //! paths) makes the per-process suite run once per NCCL library, chosen through
 //! `OXCCL_NCCL_LIBRARY`.
 
+mod common;
 #[path = "gpu/contract.rs"]
 mod contract;
 #[path = "gpu/devbuf.rs"]
@@ -19,7 +20,7 @@ mod values;
 
 use oxccl::core::Communicator as _;
 use oxccl::core::{Backend, Stream};
-use oxccl::{Comm, CommConfig, CommState, Error, Feature, Nccl, ReduceOp, UniqueId};
+use oxccl::{Comm, CommConfig, CommState, Error, Feature, Nccl, ReduceOp};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -38,17 +39,6 @@ fn gpus() -> Option<u32> {
 
 fn nccl() -> Nccl {
     Nccl::load().unwrap_or_else(|e| panic!("loading NCCL: {e}"))
-}
-
-fn hex(id: &UniqueId) -> String {
-    id.as_bytes().iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn unhex(s: &str) -> UniqueId {
-    let bytes: Vec<u8> = (0..s.len() / 2)
-        .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).unwrap())
-        .collect();
-    UniqueId::from_bytes(&bytes).unwrap()
 }
 
 /// Runs `body(rank, comm)` on one thread per GPU, all in one communicator.
@@ -307,50 +297,17 @@ fn gpu_abort_unblocks_an_unmatched_collective() {
     );
 }
 
-/// Spawns one child process per rank running `role`, with the library at `lib` (or the default).
+/// Spawns one child process per rank running `role` (in `gpu_child_rank`), with the library at
+/// `lib` (or the default).
 fn spawn_ranks(n: u32, role: &str, lib: Option<&str>) -> Vec<(u32, std::process::Output)> {
-    let id = match lib {
-        Some(p) => Nccl::open(p).unwrap().unique_id().unwrap(),
-        None => nccl().unique_id().unwrap(),
-    };
-    let exe = std::env::current_exe().unwrap();
-    let children: Vec<_> = (0..n)
-        .map(|r| {
-            let mut cmd = Command::new(&exe);
-            cmd.args([
-                "--exact",
-                "gpu_child_rank",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env("OXCCL_CHILD_ROLE", role)
-            .env("OXCCL_CHILD_RANK", r.to_string())
-            .env("OXCCL_CHILD_SIZE", n.to_string())
-            .env("OXCCL_CHILD_ID", hex(&id));
-            if let Some(p) = lib {
-                cmd.env("OXCCL_NCCL_LIBRARY", p);
-            }
-            (
-                r,
-                cmd.stdout(std::process::Stdio::piped())
-                    .stderr(std::process::Stdio::piped())
-                    .spawn()
-                    .unwrap(),
-            )
-        })
-        .collect();
-    // A child that hangs is killed after two minutes, so a hang fails the test instead of CI.
-    let deadline = Instant::now() + Duration::from_secs(120);
-    children
-        .into_iter()
-        .map(|(r, mut c)| {
-            while c.try_wait().unwrap().is_none() && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            let _ = c.kill();
-            (r, c.wait_with_output().unwrap())
-        })
-        .collect()
+    common::children::spawn_ranks(
+        n,
+        "gpu_child_rank",
+        role,
+        lib,
+        &|_| Vec::new(),
+        Duration::from_secs(120),
+    )
 }
 
 #[test]
@@ -424,12 +381,9 @@ fn gpu_peer_killed_mid_collective() {
 /// The body of a child process (does nothing unless started by `spawn_ranks`).
 #[test]
 fn gpu_child_rank() {
-    let Ok(role) = std::env::var("OXCCL_CHILD_ROLE") else {
+    let Some((role, r, n, id)) = common::children::child() else {
         return;
     };
-    let r: u32 = std::env::var("OXCCL_CHILD_RANK").unwrap().parse().unwrap();
-    let n: u32 = std::env::var("OXCCL_CHILD_SIZE").unwrap().parse().unwrap();
-    let id = unhex(&std::env::var("OXCCL_CHILD_ID").unwrap());
     let lib = nccl();
     println!(
         "child {r}: library {} version {}",

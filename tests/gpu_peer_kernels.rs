@@ -318,3 +318,167 @@ fn gpu_peer_kernel_gives_up_on_an_abort_from_another_thread() {
         }
     });
 }
+
+/// Starts a process per GPU in `role` (see `gpu_peer_child_rank`), with `env` per rank, and
+/// asserts each one's outcome with `judge(rank, output)`.
+fn processes(
+    n: u32,
+    role: &str,
+    env: &dyn Fn(u32) -> Vec<(String, String)>,
+    judge: impl Fn(u32, &std::process::Output),
+) {
+    let outs = common::children::spawn_ranks(
+        n,
+        "gpu_peer_child_rank",
+        role,
+        None,
+        env,
+        Duration::from_secs(150),
+    );
+    for (r, o) in &outs {
+        let text = String::from_utf8_lossy(&o.stdout);
+        for l in text.lines().filter(|l| l.starts_with("child")) {
+            eprintln!("[{role} rank {r}] {l}");
+        }
+        judge(*r, o);
+    }
+}
+
+fn succeeded(r: u32, o: &std::process::Output) {
+    assert!(
+        o.status.success(),
+        "rank {r} failed:\n{}\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// A process per GPU: the memory goes between processes as descriptors over Unix sockets;
+/// every case of the threads' test, on both kernels.
+#[test]
+fn gpu_peer_kernels_across_processes() {
+    let Some(n) = gpus() else { return };
+    for role in ["values-one-shot", "values-two-shot"] {
+        processes(n, role, &|_| Vec::new(), succeeded);
+    }
+}
+
+/// Ranks that say they are on different hosts never set the kernels up: every all-reduce
+/// runs on NCCL, with its values right.
+#[test]
+fn gpu_peer_kernels_stay_off_across_hosts() {
+    let Some(n) = gpus() else { return };
+    let env = |r: u32| vec![("OXCCL_PEER_HOST".to_string(), format!("host-{r}"))];
+    processes(n, "hosts", &env, succeeded);
+}
+
+/// Rank 1 is killed (SIGKILL) while its kernel waits for the others. The survivors' next
+/// kernel gives up within the time limit with an error (the kernel's `Timeout` naming rank 1,
+/// or NCCL's remote error if NCCL saw the death first), the abort returns, and the GPU is
+/// still usable.
+#[test]
+fn gpu_peer_killed_mid_kernel() {
+    let Some(n) = gpus() else { return };
+    processes(n, "kill", &|_| Vec::new(), |r, o| {
+        if r == 1 {
+            use std::os::unix::process::ExitStatusExt;
+            assert_eq!(o.status.signal(), Some(9), "rank 1 was to die by SIGKILL");
+        } else {
+            succeeded(r, o);
+            assert!(String::from_utf8_lossy(&o.stdout).contains("child survivor ok"));
+        }
+    });
+}
+
+/// The body of a child process (does nothing unless started by `processes`).
+#[test]
+fn gpu_peer_child_rank() {
+    let Some((role, r, n, id)) = common::children::child() else {
+        return;
+    };
+    let limit = Duration::from_secs(2);
+    let lib = oxccl::Nccl::load().expect("NCCL").with_timeout(limit);
+    match role.as_str() {
+        "values-one-shot" | "values-two-shot" => {
+            let algo = if role.ends_with("one-shot") {
+                KernelAlgo::OneShot
+            } else {
+                KernelAlgo::TwoShot
+            };
+            let mut c = comm(&lib, &id, r, n, PeerPolicy::Force(algo));
+            let (t, ran) = values_under(&mut c, algo);
+            println!(
+                "child {r}: {} {} checks passed, {ran} kernel calls",
+                algo.name(),
+                t.passed
+            );
+            assert!(t.failed.is_empty(), "{:#?}", t.failed);
+            c.destroy().expect("destroy");
+        }
+        "hosts" => {
+            let mut c = Comm::init_rank(&lib, &id, r, n, r, &CommConfig::new()).expect("init");
+            assert_eq!(
+                c.backend().peer_policy(),
+                None,
+                "the kernels came on across hosts"
+            );
+            let mut buf = c.stream().clone_htod(&[1.0f32; 8]).expect("upload");
+            c.all_reduce_in_place(&mut buf, ReduceOp::Sum)
+                .expect("all_reduce");
+            assert_eq!(
+                c.stream().clone_dtoh(&buf).expect("download"),
+                vec![n as f32; 8]
+            );
+            assert_eq!(c.backend().peer_kernel_calls(), (0, 0));
+            println!("child {r}: kernels off across hosts, NCCL ran it");
+            c.destroy().expect("destroy");
+        }
+        "kill" => {
+            let mut c = comm(&lib, &id, r, n, PeerPolicy::Auto);
+            let mut buf = c.stream().clone_htod(&[1.0f32; 4]).expect("upload");
+            if r == 1 {
+                c.all_reduce_in_place(&mut buf, ReduceOp::Sum)
+                    .expect("issue");
+                std::thread::sleep(Duration::from_millis(300));
+                println!("child {r}: killing myself inside the kernel");
+                let me = std::process::id().to_string();
+                let _ = std::process::Command::new("kill")
+                    .args(["-9", &me])
+                    .status();
+                std::thread::sleep(Duration::from_secs(60));
+            }
+            std::thread::sleep(Duration::from_millis(800));
+            // Rank 1 pushed its part before it died: this call may complete (or NCCL may
+            // already report the death).
+            c.all_reduce_in_place(&mut buf, ReduceOp::Sum)
+                .expect("issue");
+            let first = c.synchronize();
+            println!("child {r}: the call rank 1 died in: {first:?}");
+            if first.is_ok() {
+                let t0 = Instant::now();
+                c.all_reduce_in_place(&mut buf, ReduceOp::Sum)
+                    .expect("issue");
+                let e = c.synchronize().expect_err("a dead peer must give an error");
+                let took = t0.elapsed();
+                println!("child {r}: the next call gave {e} after {took:?}");
+                assert!(took < limit + Duration::from_secs(3), "{took:?}");
+                match &e {
+                    Error::Timeout { what, .. } => {
+                        assert!(what.as_str().contains("[1] did not arrive"), "{what}")
+                    }
+                    Error::Remote { .. } | Error::Backend { .. } => {}
+                    other => panic!("unexpected error {other:?}"),
+                }
+            }
+            let t0 = Instant::now();
+            c.abort("peer died");
+            println!("child {r}: abort took {:?}", t0.elapsed());
+            let ctx = cudarc::driver::CudaContext::new(r as usize).expect("context");
+            let st = ctx.new_stream().expect("stream");
+            let x = st.clone_htod(&[7u32; 1024]).expect("upload");
+            assert_eq!(st.clone_dtoh(&x).expect("download")[1023], 7);
+            println!("child survivor ok");
+        }
+        other => panic!("unknown role {other}"),
+    }
+}

@@ -310,8 +310,8 @@ impl Default for PeerTable {
     fn default() -> PeerTable {
         const K: u64 = 1024;
         PeerTable {
-            one_shot_max: [0, 0, 128 * K, 64 * K, 64 * K, 0, 0, 0, 0],
-            two_shot_max: [0; MAX_RANKS as usize + 1],
+            one_shot_max: [0, 0, 256 * K, 64 * K, 128 * K, 0, 0, 0, 0],
+            two_shot_max: [0, 0, 0, 0, 256 * K, 0, 0, 0, 0],
         }
     }
 }

@@ -3,6 +3,7 @@
 //! all_reduce once before the part a test is about, and a capture error's kind.
 #![allow(dead_code)]
 
+pub mod children;
 pub mod launchers;
 
 use oxccl::buffer::HostBuf;

@@ -225,7 +225,9 @@ __device__ __forceinline__ uint32_t begin(uint32_t* ctrl) {
     __shared__ uint32_t epoch;
     if (gridDim.x == 1) {
         uint32_t e = *(volatile uint32_t*)(ctrl + CTRL_EPOCH);
-        __syncthreads();
+        // One warp (the smallest calls) needs only a warp barrier.
+        if (blockDim.x <= 32) __syncwarp();
+        else __syncthreads();
         if (threadIdx.x == 0) {
             ctrl[CTRL_FAILED] = 0;
             ctrl[CTRL_EPOCH] = e + 1;
@@ -327,16 +329,18 @@ __device__ __forceinline__ uint64_t reduce_all(const PeerArgs& a, const uint64_t
 template <typename T> __device__ void one_shot(const T* in, T* out, uint64_t count, const PeerArgs& a) {
     uint64_t me = base_of(a, a.rank);
     uint32_t* ctrl = (uint32_t*)me;
+    uint64_t lines = (count + Ty<T>::K - 1) / Ty<T>::K;
+    uint64_t t0 = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    // The first line's input is loaded while the epoch is read, not after.
+    uint64_t first = t0 < lines ? scaled<T>(load8(in, count, t0), a.op, a.scale) : 0;
     uint32_t epoch = begin(ctrl);
     uint32_t flag = epoch + 1, parity = epoch & 1;
-    uint64_t lines = (count + Ty<T>::K - 1) / Ty<T>::K;
     uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
     uint32_t all = (1u << a.nranks) - 1;
     uint32_t want = all & ~(1u << a.rank);
     const uint4* mine = region(me, 0, parity, 0, a.nranks, a.lines_per_slot);
-    uint64_t t0 = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
     for (uint64_t i = t0; i < lines; i += stride) {
-        uint64_t own = scaled<T>(load8(in, count, i), a.op, a.scale);
+        uint64_t own = i == t0 ? first : scaled<T>(load8(in, count, i), a.op, a.scale);
 #pragma unroll
         for (uint32_t p = 0; p < MAX_RANKS; p++) {
             if (p < a.nranks && p != a.rank)
@@ -346,7 +350,7 @@ template <typename T> __device__ void one_shot(const T* in, T* out, uint64_t cou
     for (uint64_t i = t0; i < lines; i += stride) {
         uint64_t got[MAX_RANKS];
         if (!wait_lines(a, ctrl, mine, i, want, flag, epoch, got)) return;
-        uint64_t own = scaled<T>(load8(in, count, i), a.op, a.scale);
+        uint64_t own = i == t0 ? first : scaled<T>(load8(in, count, i), a.op, a.scale);
         store8(out, count, i, reduce_all<T>(a, got, own));
     }
 }

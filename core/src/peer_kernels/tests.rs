@@ -101,30 +101,21 @@ fn averages_and_factors_become_the_kernels_codes() {
 #[test]
 fn the_default_table_picks_one_shot_only_where_measured() {
     let t = PeerTable::default();
-    let call =
-        |bytes: usize| kernel_call(&ar(DataType::Int64, ReduceOp::Sum, bytes / 8), 2).unwrap();
-    assert_eq!(
-        choose(PeerPolicy::Auto, &t, &call(8), 2),
-        Some(KernelAlgo::OneShot)
-    );
-    assert_eq!(
-        choose(PeerPolicy::Auto, &t, &call(128 * 1024), 2),
-        Some(KernelAlgo::OneShot)
-    );
-    assert_eq!(choose(PeerPolicy::Auto, &t, &call(128 * 1024 + 8), 2), None);
-    assert_eq!(
-        choose(PeerPolicy::Auto, &t, &call(64 * 1024), 4),
-        Some(KernelAlgo::OneShot)
-    );
-    assert_eq!(choose(PeerPolicy::Auto, &t, &call(64 * 1024 + 8), 4), None);
-    assert_eq!(
-        choose(PeerPolicy::Auto, &t, &call(8), 5),
-        None,
-        "five ranks not measured"
-    );
-    assert_eq!(choose(PeerPolicy::Nccl, &t, &call(8), 2), None);
-    assert_eq!(choose(PeerPolicy::Auto, &t, &call(8), 1), None);
-    assert_eq!(choose(PeerPolicy::Auto, &t, &call(8), 9), None);
+    let call = |bytes: usize, n: u32| {
+        kernel_call(&ar(DataType::Int64, ReduceOp::Sum, bytes / 8), n).unwrap()
+    };
+    let pick = |bytes: usize, n: u32| choose(PeerPolicy::Auto, &t, &call(bytes, n), n);
+    assert_eq!(pick(8, 2), Some(KernelAlgo::OneShot));
+    assert_eq!(pick(256 * 1024, 2), Some(KernelAlgo::OneShot));
+    assert_eq!(pick(256 * 1024 + 8, 2), None);
+    assert_eq!(pick(64 * 1024, 3), Some(KernelAlgo::OneShot));
+    assert_eq!(pick(64 * 1024 + 8, 3), None);
+    assert_eq!(pick(128 * 1024, 4), Some(KernelAlgo::OneShot));
+    assert_eq!(pick(128 * 1024 + 8, 4), Some(KernelAlgo::TwoShot));
+    assert_eq!(pick(256 * 1024, 4), Some(KernelAlgo::TwoShot));
+    assert_eq!(pick(256 * 1024 + 8, 4), None);
+    assert_eq!(pick(8, 5), None, "five ranks not measured");
+    assert_eq!(choose(PeerPolicy::Nccl, &t, &call(8, 2), 2), None);
 }
 
 #[test]

@@ -59,20 +59,31 @@ fn process_token() -> u64 {
     *TOKEN.get_or_init(random)
 }
 
-/// This host: its name and boot id (the same for every container of one machine's kernel
-/// that shares its host name).
+/// This host, as ranks compare it: `OXCCL_PEER_HOST` when set (ranks that must not share
+/// memory, or tests standing for separate hosts), else the host name and boot id (alike for
+/// every container of one machine that shares its host name).
 fn host_id() -> u64 {
-    let mut name = [0u8; 256];
-    // SAFETY: gethostname writes at most `name.len()` bytes.
-    unsafe { libc::gethostname(name.as_mut_ptr().cast(), name.len()) };
-    let boot = std::fs::read("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+    let text = match std::env::var(PEER_HOST) {
+        Ok(v) => v.into_bytes(),
+        Err(_) => {
+            let mut name = [0u8; 256];
+            // SAFETY: gethostname writes at most `name.len()` bytes.
+            unsafe { libc::gethostname(name.as_mut_ptr().cast(), name.len()) };
+            let mut t: Vec<u8> = name.iter().copied().take_while(|&b| b != 0).collect();
+            t.extend(std::fs::read("/proc/sys/kernel/random/boot_id").unwrap_or_default());
+            t
+        }
+    };
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in name.iter().take_while(|&&b| b != 0).chain(&boot) {
-        h ^= u64::from(*b);
+    for b in text {
+        h ^= u64::from(b);
         h = h.wrapping_mul(0x100_0000_01b3);
     }
     h
 }
+
+/// The variable that names this rank's host for the set-up (see `host_id`).
+pub(crate) const PEER_HOST: &str = "OXCCL_PEER_HOST";
 
 fn make_local(comm: &CommInner, stream: &NcclStream) -> Result<Local> {
     let ordinal = comm.ctx.ordinal() as i32;
