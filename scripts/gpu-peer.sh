@@ -32,20 +32,30 @@ for l in sys.stdin:
         cp "$exe" "$bin/$t"
     done
     strip "$bin"/* 2>/dev/null || true
+    # nccl-tests' source, built there (no network on the GPU machine).
+    src=${NCCL_TESTS_GIT:-/work/.mirror/NVIDIA+nccl-tests/repo}
+    mkdir -p "$bin/nccl-tests"
+    git --git-dir="$src" archive HEAD | tar -x -C "$bin/nccl-tests"
     du -sh "$bin"
     exit 0
 fi
 
 [ "$cmd" = run ] || { echo "usage: $0 stage | run OUTDIR [PART...]" >&2; exit 2; }
-out=${1:?OUTDIR}; shift || true
-parts=${*:-probe tests suite perf graphs}
-mkdir -p "$out"
+final=${1:?OUTDIR}; shift || true
+parts=${*:-probe tests suite ncclbuild perf graphs}
+# The GPU machine sends back only a few files: the work happens in a folder of its own, and
+# OUTDIR gets summary.txt and results.tar.gz (every log, table and JSON).
+out=${GPU_PEER_WORK:-/tmp/gpu-peer-work}
+mkdir -p "$out" "$final"
 export NCCL_NVLS_ENABLE=0
 nccl_lib=/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib
+nccl_home=${nccl_lib%/lib}
 gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
 sizes="2"; [ "$gpus" -ge 4 ] && sizes="2 4"
+perf_sizes="2"; [ "$gpus" -ge 4 ] && perf_sizes="2 3 4"
+nt=$out/nccl-tests-build
 nvidia-smi topo -m > "$out/topo.txt" 2>&1
-note() { echo "$1" | tee -a "$out/summary.txt"; }
+note() { echo "$1" | tee -a "$final/summary.txt"; }
 
 part_probe() {
     bash backends/nccl/kernels/gen.sh "$out/probe-bin" || return 1
@@ -66,24 +76,43 @@ part_tests() {
     return $rc
 }
 part_suite() { OXCCL_TEST_GPUS=$gpus timeout 200 $bin/gpu --test-threads=1; }
+part_ncclbuild() {
+    make -C $bin/nccl-tests -j"$(nproc)" MPI=0 CUDA_HOME=/usr/local/cuda NCCL_HOME="$nccl_home" \
+        NVCC_GENCODE="-gencode=arch=compute_90,code=sm_90" BUILDDIR="$nt" > "$out/make.log" 2>&1
+    local rc=$?; tail -3 "$out/make.log"; return $rc
+}
+# oxccl perf (torch's NCCL) with the kernels on and off, eager and in graphs; nccl-tests with
+# plain memory and with symmetric windows (its best small-message path) in the same run.
 part_perf() {
     local rc=0
-    for n in $sizes; do
+    for n in $perf_sizes; do
         for policy in auto nccl; do
             echo "== N=$n OXCCL_PEER_KERNELS=$policy"
             OXCCL_PEER_KERNELS=$policy timeout 100 $bin/oxccl perf all_reduce -g "$n" -b 8 -e 1M \
-                -n 500 -w 50 --layer all --json-out "$out/perf-$n-$policy.json" || rc=1
+                -n 500 -w 50 --layer all --library "$nccl_lib/libnccl.so.2" \
+                --json-out "$out/perf-$n-$policy.json" || rc=1
+        done
+        for r in 0 2; do
+            echo "== nccl-tests -t $n -g 1 -R $r"
+            LD_LIBRARY_PATH=$nccl_lib timeout 60 "$nt/all_reduce_perf" -t "$n" -g 1 -b 8 -e 1M -f 2 \
+                -n 500 -w 50 -R $r || rc=1
         done
     done
     return $rc
 }
 part_graphs() {
     local rc=0
-    for n in $sizes; do
+    for n in $perf_sizes; do
         for policy in auto nccl; do
             echo "== N=$n OXCCL_PEER_KERNELS=$policy -G 20"
-            OXCCL_PEER_KERNELS=$policy timeout 100 $bin/oxccl perf all_reduce -g "$n" -b 8 -e 256K \
-                -n 20 -w 5 -G 20 --layer comm --json-out "$out/graph-$n-$policy.json" || rc=1
+            OXCCL_PEER_KERNELS=$policy timeout 100 $bin/oxccl perf all_reduce -g "$n" -b 8 -e 1M \
+                -n 20 -w 5 -G 20 --layer all --library "$nccl_lib/libnccl.so.2" \
+                --json-out "$out/graph-$n-$policy.json" || rc=1
+        done
+        for r in 0 2; do
+            echo "== nccl-tests -t $n -g 1 -R $r -G 20"
+            LD_LIBRARY_PATH=$nccl_lib timeout 60 "$nt/all_reduce_perf" -t "$n" -g 1 -b 8 -e 1M -f 2 \
+                -n 20 -w 5 -G 20 -R $r || rc=1
         done
     done
     return $rc
@@ -93,4 +122,6 @@ for p in $parts; do
     start=$(date +%s)
     if "part_$p" > "$out/$p.log" 2>&1; then r=PASS; else r=FAIL; fi
     note "$p: $r ($(( $(date +%s) - start )) s)"
+    # Few files come back from the GPU machine: everything but the summary goes in one archive.
+    tar -czf "$final/results.tar.gz" -C "$out" --exclude=nccl-tests-build --exclude=probe-bin .
 done

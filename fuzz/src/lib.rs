@@ -16,6 +16,7 @@ pub mod elf;
 pub mod env;
 pub mod group_call;
 pub mod lifecycle;
+pub mod peer_kernels;
 pub mod pg;
 pub mod recorder;
 pub mod store;
@@ -36,6 +37,7 @@ pub const TARGETS: &[(&str, Body)] = &[
     ("env", env::fuzz),
     ("group_call", group_call::fuzz),
     ("lifecycle", lifecycle::fuzz),
+    ("peer_kernels", peer_kernels::fuzz),
     ("pg", pg::fuzz),
     ("recorder", recorder::fuzz),
     ("store", store::fuzz),

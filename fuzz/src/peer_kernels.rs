@@ -1,0 +1,240 @@
+//! The all-reduce kernels' pure decisions against models written here: which calls they take
+//! (`kernel_call`), which kernel runs a call (`choose`: only what fits its slots, only within
+//! the table under `Auto`, nothing under `Nccl`), the launch shape (`geometry`), the set-up
+//! records (any bytes decode or are refused; a record survives its encoding) and the group's
+//! verdict on them (`refusal`: usable exactly when every rank is eligible and agrees), and a
+//! kernel status's error (never a panic; a timeout names every missing rank).
+
+use arbitrary::{Arbitrary, Unstructured};
+use oxccl_core::peer_kernels::record::{all_mapped, refusal, verdict, PeerRecord, RECORD_BYTES};
+use oxccl_core::peer_kernels::{
+    choose, fits, geometry, kernel_call, KernelAlgo, KernelStatus, PeerPolicy, PeerTable,
+    LINES_PER_SLOT, MAX_BLOCKS, MAX_RANKS, MAX_THREADS,
+};
+use oxccl_core::{CommOp, DataType, Error, HostScalar, RawBuf, RawBufMut, ReduceOp, Scalar};
+
+#[derive(Debug, Arbitrary)]
+enum Case {
+    /// An all-reduce (or a broadcast) and a policy and table.
+    Choose {
+        broadcast: bool,
+        dtype: u8,
+        op: u8,
+        factor: f64,
+        count: u32,
+        nranks: u8,
+        policy: u8,
+        one: [u32; 9],
+        two: [u32; 9],
+    },
+    /// Launch shape for a number of lines.
+    Geometry { lines: u64 },
+    /// Raw record bytes, then records built from fields, and verdict words.
+    Records {
+        raw: Vec<u8>,
+        ranks: Vec<(bool, u8, u8, u8, u8)>,
+        verdicts: Vec<bool>,
+        junk: Option<u64>,
+    },
+    /// A status block.
+    Status { cause: u32, missing: u32, epoch: u32, ms: u64 },
+}
+
+/// One fuzz input: any bytes.
+pub fn fuzz(data: &[u8]) {
+    let Ok(case) = Case::arbitrary_take_rest(Unstructured::new(data)) else {
+        return;
+    };
+    match case {
+        Case::Choose {
+            broadcast,
+            dtype,
+            op,
+            factor,
+            count,
+            nranks,
+            policy,
+            one,
+            two,
+        } => pick(broadcast, dtype, op, factor, count, nranks, policy, one, two),
+        Case::Geometry { lines } => shape(lines),
+        Case::Records {
+            raw,
+            ranks,
+            verdicts,
+            junk,
+        } => records(&raw, &ranks, &verdicts, junk),
+        Case::Status {
+            cause,
+            missing,
+            epoch,
+            ms,
+        } => status(cause, missing, epoch, ms),
+    }
+}
+
+const KERNEL_TYPES: [DataType; 6] = [
+    DataType::Float32,
+    DataType::Float64,
+    DataType::Float16,
+    DataType::Bfloat16,
+    DataType::Int32,
+    DataType::Int64,
+];
+
+#[allow(clippy::too_many_arguments)]
+fn pick(
+    broadcast: bool,
+    dtype: u8,
+    op: u8,
+    factor: f64,
+    count: u32,
+    nranks: u8,
+    policy: u8,
+    one: [u32; 9],
+    two: [u32; 9],
+) {
+    let dtype = DataType::ALL[dtype as usize % DataType::ALL.len()];
+    let red = match op % 8 {
+        0 => ReduceOp::Sum,
+        1 => ReduceOp::Prod,
+        2 => ReduceOp::Min,
+        3 => ReduceOp::Max,
+        4 => ReduceOp::Avg,
+        5 => ReduceOp::PreMulSum(Scalar::Host(HostScalar::F64(factor))),
+        6 => ReduceOp::PreMulSum(Scalar::Host(HostScalar::F16(factor.to_bits() as u16))),
+        _ => ReduceOp::PreMulSum(Scalar::Device { addr: 64 }),
+    };
+    let n = u32::from(nranks % 12);
+    let count = count as usize % (1 << 20);
+    let send = RawBuf::new(0x1000, count);
+    let recv = RawBufMut::new(0x1000, count);
+    let op = if broadcast {
+        CommOp::Broadcast {
+            send,
+            recv,
+            dtype,
+            root: 0,
+        }
+    } else {
+        CommOp::all_reduce(send, recv, dtype, red)
+    };
+    // The model of `kernel_call`.
+    let takes = !broadcast
+        && (2..=MAX_RANKS).contains(&n)
+        && count > 0
+        && KERNEL_TYPES.contains(&dtype)
+        && match red {
+            ReduceOp::PreMulSum(Scalar::Device { .. }) => false,
+            ReduceOp::PreMulSum(_) => dtype.is_float(),
+            _ => true,
+        };
+    let call = kernel_call(&op, n);
+    assert_eq!(call.is_some(), takes, "{op:?} on {n} ranks");
+    let Some(call) = call else { return };
+    assert_eq!(call.count, count as u64);
+    assert_eq!(call.bytes(), (count * dtype.size()) as u64);
+    let table = PeerTable {
+        one_shot_max: one.map(u64::from),
+        two_shot_max: two.map(u64::from),
+    };
+    let policy = match policy % 4 {
+        0 => PeerPolicy::Auto,
+        1 => PeerPolicy::Nccl,
+        2 => PeerPolicy::Force(KernelAlgo::OneShot),
+        _ => PeerPolicy::Force(KernelAlgo::TwoShot),
+    };
+    let got = choose(policy, &table, &call, n);
+    let bytes = call.bytes();
+    let want = match policy {
+        PeerPolicy::Nccl => None,
+        PeerPolicy::Force(a) => Some(a),
+        PeerPolicy::Auto if bytes <= table.one_shot_max[n as usize] => Some(KernelAlgo::OneShot),
+        PeerPolicy::Auto if bytes <= table.two_shot_max[n as usize] => Some(KernelAlgo::TwoShot),
+        PeerPolicy::Auto => None,
+    }
+    .filter(|a| fits(*a, &call, n));
+    assert_eq!(got, want, "{policy:?} {bytes} B on {n} ranks");
+    if let Some(a) = got {
+        assert!(a.lines_per_rank(call.lines(), n) <= LINES_PER_SLOT);
+    }
+}
+
+fn shape(lines: u64) {
+    let (blocks, threads) = geometry(lines);
+    assert!((1..=MAX_BLOCKS).contains(&blocks), "{blocks}");
+    assert!((32..=MAX_THREADS).contains(&threads) && threads % 32 == 0, "{threads}");
+    let all = u64::from(blocks) * u64::from(threads);
+    assert!(all >= lines.min(u64::from(MAX_BLOCKS * MAX_THREADS)), "{lines}: {all}");
+    assert!(blocks == 1 || threads == MAX_THREADS);
+}
+
+fn records(raw: &[u8], ranks: &[(bool, u8, u8, u8, u8)], verdicts: &[bool], junk: Option<u64>) {
+    if let Some(r) = PeerRecord::decode(raw) {
+        assert_eq!(raw.len(), RECORD_BYTES);
+        assert_eq!(PeerRecord::decode(&r.encode()), Some(r));
+    }
+    let built: Vec<PeerRecord> = ranks
+        .iter()
+        .take(16)
+        .map(|&(eligible, host, table, policy, bytes)| PeerRecord {
+            eligible,
+            pid: u32::from(host),
+            process: u64::from(table),
+            host: u64::from(host % 2),
+            table: u64::from(table % 2),
+            policy: policy % 2,
+            fd: i32::from(bytes) - 1,
+            bytes: u64::from(bytes % 2),
+            socket: u64::from(bytes),
+        })
+        .collect();
+    for r in &built {
+        assert_eq!(PeerRecord::decode(&r.encode()), Some(*r));
+    }
+    let mut seen: Vec<Option<PeerRecord>> = built.iter().copied().map(Some).collect();
+    if junk.is_some() && !seen.is_empty() {
+        seen[0] = None;
+    }
+    let agree = !seen.is_empty()
+        && seen.iter().all(|r| {
+            r.is_some_and(|r| {
+                let f = built[0];
+                r.eligible
+                    && r.host == f.host
+                    && r.table == f.table
+                    && r.policy == f.policy
+                    && r.bytes == f.bytes
+            })
+        });
+    assert_eq!(refusal(&seen).is_none(), agree, "{seen:?}");
+    let words: Vec<u64> = verdicts
+        .iter()
+        .map(|&ok| verdict(ok))
+        .chain(junk)
+        .collect();
+    let all_ok = !words.is_empty() && verdicts.iter().all(|&ok| ok) && junk.is_none_or(|j| j == verdict(true));
+    assert_eq!(all_mapped(&words), all_ok);
+}
+
+fn status(cause: u32, missing: u32, epoch: u32, ms: u64) {
+    let s = KernelStatus {
+        cause,
+        missing,
+        epoch,
+    };
+    match (cause, s.error(ms)) {
+        (0, None) => {}
+        (KernelStatus::TIMED_OUT, Some(Error::Timeout { what, after_ms })) => {
+            assert_eq!(after_ms, ms);
+            let text = what.as_str();
+            assert!(text.contains(&format!("#{epoch}")), "{text}");
+            for r in (0..32).filter(|r| missing >> r & 1 == 1) {
+                assert!(text.contains(&r.to_string()), "{text} lacks rank {r}");
+            }
+        }
+        (KernelStatus::ABORTED, Some(Error::Aborted { .. })) => {}
+        (c, Some(Error::Remote { .. })) if c > KernelStatus::TIMED_OUT => {}
+        (c, other) => panic!("status cause {c} gave {other:?}"),
+    }
+}
