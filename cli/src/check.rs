@@ -239,7 +239,14 @@ pub fn run(a: &CheckArgs) -> ExitCode {
             run_cases(&mk, rank)
         };
         let first = format!("NCCL {}: {n} GPUs, a thread each, the process group and Comm paths, {} cases against the host reference", lib.version(), cases.len());
-        (crate::perf::nccl::thread_world(lib, n, true, &body), first)
+        let setup = oxccl::peer_policy_from_env().map(|kernels| crate::perf::nccl::RankSetup {
+            blocking: true,
+            kernels,
+        });
+        let world = setup
+            .map_err(|e| e.to_string())
+            .and_then(|s| crate::perf::nccl::thread_world(lib, n, s, &body));
+        (world, first)
     } else {
         let res = mock_world_of(mock.clone(), n, |pg, rank| {
             let mk = |_: &'static str, d: Dtype| -> Box<dyn Layer> {

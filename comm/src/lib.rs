@@ -34,7 +34,7 @@ mod group_guard;
 
 pub use aborts::{pending_aborts, wait_for_aborts};
 #[cfg(feature = "nccl")]
-pub use comm::{AbortHandle, Comm};
+pub use comm::{peer_policy_from_env, AbortHandle, Comm};
 #[cfg(feature = "nccl")]
 pub use comm_graph::{CommGraph, CommLaunch};
 pub use element::Element;

@@ -37,7 +37,12 @@ enum Case {
         junk: Option<u64>,
     },
     /// A status block.
-    Status { cause: u32, missing: u32, epoch: u32, ms: u64 },
+    Status {
+        cause: u32,
+        missing: u32,
+        epoch: u32,
+        ms: u64,
+    },
 }
 
 /// One fuzz input: any bytes.
@@ -56,7 +61,9 @@ pub fn fuzz(data: &[u8]) {
             policy,
             one,
             two,
-        } => pick(broadcast, dtype, op, factor, count, nranks, policy, one, two),
+        } => pick(
+            broadcast, dtype, op, factor, count, nranks, policy, one, two,
+        ),
         Case::Geometry { lines } => shape(lines),
         Case::Records {
             raw,
@@ -163,9 +170,15 @@ fn pick(
 fn shape(lines: u64) {
     let (blocks, threads) = geometry(lines);
     assert!((1..=MAX_BLOCKS).contains(&blocks), "{blocks}");
-    assert!((32..=MAX_THREADS).contains(&threads) && threads % 32 == 0, "{threads}");
+    assert!(
+        (32..=MAX_THREADS).contains(&threads) && threads % 32 == 0,
+        "{threads}"
+    );
     let all = u64::from(blocks) * u64::from(threads);
-    assert!(all >= lines.min(u64::from(MAX_BLOCKS * MAX_THREADS)), "{lines}: {all}");
+    assert!(
+        all >= lines.min(u64::from(MAX_BLOCKS * MAX_THREADS)),
+        "{lines}: {all}"
+    );
     assert!(blocks == 1 || threads == MAX_THREADS);
 }
 
@@ -208,12 +221,10 @@ fn records(raw: &[u8], ranks: &[(bool, u8, u8, u8, u8)], verdicts: &[bool], junk
             })
         });
     assert_eq!(refusal(&seen).is_none(), agree, "{seen:?}");
-    let words: Vec<u64> = verdicts
-        .iter()
-        .map(|&ok| verdict(ok))
-        .chain(junk)
-        .collect();
-    let all_ok = !words.is_empty() && verdicts.iter().all(|&ok| ok) && junk.is_none_or(|j| j == verdict(true));
+    let words: Vec<u64> = verdicts.iter().map(|&ok| verdict(ok)).chain(junk).collect();
+    let all_ok = !words.is_empty()
+        && verdicts.iter().all(|&ok| ok)
+        && junk.is_none_or(|j| j == verdict(true));
     assert_eq!(all_mapped(&words), all_ok);
 }
 

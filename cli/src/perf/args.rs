@@ -18,6 +18,32 @@ pub enum LayerSel {
     All,
 }
 
+/// Who runs the all-reduces of the comm and pg layers (oxccl's kernels or NCCL).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum KernelsSel {
+    /// oxccl's kernels where the table says they win, NCCL elsewhere.
+    Auto,
+    /// NCCL always.
+    Nccl,
+    /// The one-shot kernel wherever it fits.
+    OneShot,
+    /// The two-shot kernel wherever it fits.
+    TwoShot,
+}
+
+impl KernelsSel {
+    /// The policy it stands for.
+    pub fn policy(self) -> oxccl::core::peer_kernels::PeerPolicy {
+        use oxccl::core::peer_kernels::{KernelAlgo, PeerPolicy};
+        match self {
+            KernelsSel::Auto => PeerPolicy::Auto,
+            KernelsSel::Nccl => PeerPolicy::Nccl,
+            KernelsSel::OneShot => PeerPolicy::Force(KernelAlgo::OneShot),
+            KernelsSel::TwoShot => PeerPolicy::Force(KernelAlgo::TwoShot),
+        }
+    }
+}
+
 /// Options of `oxccl perf` (nccl-tests' flags where they make sense).
 #[derive(Args, Clone, Debug)]
 #[command(after_help = "Examples:
@@ -97,6 +123,11 @@ pub struct PerfArgs {
     /// Layers to time side by side.
     #[arg(long, value_enum, default_value_t = LayerSel::All)]
     pub layer: LayerSel,
+    /// Who runs the all-reduces of the comm and pg layers on NCCL: oxccl's kernels (on ranks
+    /// of one node) or NCCL; the raw layer is always NCCL. Default: `OXCCL_PEER_KERNELS`,
+    /// else auto.
+    #[arg(long, value_enum, value_name = "WHO")]
+    pub peer_kernels: Option<KernelsSel>,
     /// Backend.
     #[arg(long, value_enum, default_value_t = BackendSel::Auto)]
     pub backend: BackendSel,

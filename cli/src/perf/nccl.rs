@@ -11,6 +11,7 @@ use super::outcome::Outcome;
 use super::processes;
 use super::stop::Stopper;
 use crate::elem::with_dtype;
+use oxccl::core::peer_kernels::{PeerPolicy, PeerTable};
 use oxccl::core::Backend;
 use oxccl::pg::{PgOptions, ProcessGroup};
 use oxccl::store::{MemStore, Store};
@@ -51,7 +52,7 @@ pub fn local_gpus(g: Option<u32>) -> std::result::Result<u32, String> {
 pub fn thread_world<R: Send>(
     lib: &Nccl,
     n: u32,
-    blocking: bool,
+    setup: RankSetup,
     body: RankBody<'_, R>,
 ) -> std::result::Result<Vec<R>, String> {
     let id = lib.unique_id().map_err(|e| e.to_string())?;
@@ -62,7 +63,7 @@ pub fn thread_world<R: Send>(
             .map(|r| {
                 let (lib, store, stop) = (lib.clone(), store.clone(), &stop);
                 s.spawn(move || {
-                    with_rank(&lib, id, store, r, n, Device(r), blocking, Some(stop), body)
+                    with_rank(&lib, id, store, r, n, Device(r), setup, Some(stop), body)
                 })
             })
             .collect();
@@ -77,6 +78,29 @@ pub fn thread_world<R: Send>(
     })
 }
 
+/// How each rank's communicators are made: blocking or not, and who runs their all-reduces.
+#[derive(Debug, Clone, Copy)]
+pub struct RankSetup {
+    /// Blocking communicators.
+    pub blocking: bool,
+    /// oxccl's kernels or NCCL (for the `Comm` and the process group).
+    pub kernels: PeerPolicy,
+}
+
+impl RankSetup {
+    /// The setup `-z` and `--peer-kernels` (else `OXCCL_PEER_KERNELS`) ask for.
+    pub fn of(a: &PerfArgs) -> std::result::Result<RankSetup, String> {
+        let kernels = match a.peer_kernels {
+            Some(k) => k.policy(),
+            None => oxccl::peer_policy_from_env().map_err(|e| e.to_string())?,
+        };
+        Ok(RankSetup {
+            blocking: a.blocking == 1,
+            kernels,
+        })
+    }
+}
+
 /// Makes this rank's communicator and process group, runs `body`, and releases both.
 #[allow(clippy::too_many_arguments)]
 fn with_rank<R>(
@@ -86,19 +110,23 @@ fn with_rank<R>(
     r: u32,
     n: u32,
     dev: Device,
-    blocking: bool,
+    setup: RankSetup,
     stop: Option<&Stopper>,
     body: RankBody<'_, R>,
 ) -> Result<R> {
-    let cfg = CommConfig::new().blocking(blocking);
-    let comm = Rc::new(RefCell::new(Comm::init_rank(lib, &id, r, n, dev.0, &cfg)?));
+    let cfg = CommConfig::new().blocking(setup.blocking);
+    let made = Comm::with_new_stream(lib.init_rank(&id, r, n, dev, &cfg)?)?;
+    let comm = Rc::new(RefCell::new(made));
     if let Some(stop) = stop {
         let h = comm.borrow().abort_handle();
         stop.on_stop(Box::new(move |why| h.abort(why)));
     }
     comm.borrow().wait_ready()?;
+    comm.borrow_mut()
+        .enable_peer_kernels_with(setup.kernels, &PeerTable::default())?;
     let opts = PgOptions {
         bound_device: Some(dev),
+        peer_kernels: setup.kernels,
         ..PgOptions::default()
     };
     let pg = ProcessGroup::new(lib.clone(), store, r, n, opts)?;
@@ -130,7 +158,7 @@ fn with_rank<R>(
 pub fn run(a: &PerfArgs, plan: &Plan) -> std::result::Result<Outcome, String> {
     let lib = load(a.library.as_deref())?;
     let version = lib.version();
-    let blocking = a.blocking == 1;
+    let setup = RankSetup::of(a)?;
     if processes::launched() {
         let boot = processes::bootstrap()?;
         let (r, n) = (boot.rank, boot.world_size);
@@ -142,7 +170,7 @@ pub fn run(a: &PerfArgs, plan: &Plan) -> std::result::Result<Outcome, String> {
             let samples = rank(a, plan, &lib, pg, comm, r, n)?;
             processes::merge_through(pg, samples)
         };
-        let samples = with_rank(&lib, id, store, r, n, boot.device, blocking, None, &body)
+        let samples = with_rank(&lib, id, store, r, n, boot.device, setup, None, &body)
             .map_err(|e| format!("rank {r}: {e}"))?;
         let first = format!(
             "NCCL {version}: {n} ranks, one process per GPU ({:?}), graphs {}, registration {}",
@@ -158,7 +186,7 @@ pub fn run(a: &PerfArgs, plan: &Plan) -> std::result::Result<Outcome, String> {
     let body = |pg: &ProcessGroup<Nccl>, comm: &Rc<RefCell<Comm>>, r: u32| {
         rank(a, plan, &lib, pg, comm, r, n)
     };
-    let per_rank = thread_world(&lib, n, blocking, &body)?;
+    let per_rank = thread_world(&lib, n, setup, &body)?;
     let first = format!(
         "NCCL {version} at {}: {n} GPUs, a thread per GPU, graphs {}, registration {}",
         oxccl::escaped_path(lib.library().path()),

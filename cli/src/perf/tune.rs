@@ -353,7 +353,8 @@ fn measure(a: &PerfArgs, use_nccl: bool, why: &str) -> std::result::Result<ExitC
         let body = |pg: &ProcessGroup<oxccl::Nccl>,
                     _: &std::rc::Rc<std::cell::RefCell<oxccl::Comm>>,
                     r: u32| { rank(&plan, pg, r, n, rounds) };
-        let per = super::nccl::thread_world(&lib, n, a.blocking == 1, &body).map_err(env)?;
+        let setup = super::nccl::RankSetup::of(a).map_err(env)?;
+        let per = super::nccl::thread_world(&lib, n, setup, &body).map_err(env)?;
         (
             per,
             n,
