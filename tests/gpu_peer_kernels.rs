@@ -16,7 +16,7 @@ mod values;
 
 use devbuf::{run, DevBuf, Tally};
 use oxccl::core::peer_kernels::{KernelAlgo, PeerPolicy, PeerTable, LINES_PER_SLOT};
-use oxccl::core::Backend as _;
+use oxccl::core::{Backend as _, Communicator as _};
 use oxccl::{Comm, CommConfig, CommOp, CommState, DataType, Error, HostScalar, ReduceOp, Scalar};
 use std::time::{Duration, Instant};
 use values::{input, reduced};

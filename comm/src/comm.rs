@@ -135,14 +135,20 @@ impl Comm {
 
     /// Sets up oxccl's own all-reduce kernels for a group whose ranks share a node (see
     /// [`oxccl_core::peer_kernels`]) under the policy `OXCCL_PEER_KERNELS` names (`auto` when
-    /// unset): from then on each all-reduce runs on the kernel the policy picks, or on NCCL.
+    /// unset) and the limits of the tune table `OXCCL_TUNE_FILE` names (its `kernels` lines;
+    /// the measured defaults otherwise): from then on each all-reduce runs on the kernel the
+    /// policy picks, or on NCCL.
     /// Returns whether the kernels are on (false on a group spanning nodes, or with the
     /// policy `nccl`). Collective: every rank calls it at the same point among its
     /// collectives. [`Comm::init_rank`] and [`Comm::split`] call it for a blocking
     /// communicator; call it yourself after [`Comm::new`], or once a nonblocking one is ready.
     pub fn enable_peer_kernels(&mut self) -> Result<bool> {
         let policy = peer_policy_from_env()?;
-        self.enable_peer_kernels_with(policy, &oxccl_core::peer_kernels::PeerTable::default())
+        let var = std::env::var(crate::tune_file::TUNE_FILE_VAR).ok();
+        let table = crate::tune_file::tune_from_env(var.as_deref())?
+            .map(|t| t.peer_table())
+            .unwrap_or_default();
+        self.enable_peer_kernels_with(policy, &table)
     }
 
     /// [`Comm::enable_peer_kernels`] under an explicit policy and table (every rank must pass

@@ -31,6 +31,7 @@ mod comm_graph;
 pub mod element;
 #[cfg(feature = "nccl")]
 mod group_guard;
+pub mod tune_file;
 
 pub use aborts::{pending_aborts, wait_for_aborts};
 #[cfg(feature = "nccl")]

@@ -19,10 +19,20 @@
 //! ```
 //!
 //! The first row that matches wins; a size no row covers is [`RegMode::Plain`].
+//!
+//! Lines starting with `kernels` set up to which size oxccl's all-reduce kernels run on a
+//! group of that many ranks (one-shot, then two-shot; 0: none), overriding
+//! [`PeerTable::default`] for that group size ([`TuneTable::peer_table`]):
+//!
+//! ```text
+//! # kernels  ranks  one_shot_max  two_shot_max
+//! kernels    4      131072        262144
+//! ```
 
 use crate::dtype::DataType;
 use crate::error::{Error, Result};
 use crate::op::OpKind;
+use crate::peer_kernels::{PeerTable, MAX_RANKS};
 use crate::text::Escaped;
 use alloc::vec::Vec;
 use core::fmt::{self, Write};
@@ -132,11 +142,24 @@ impl TuneRow {
     }
 }
 
-/// Rows in lookup order. Built only through [`TuneTable::new`] or [`TuneTable::parse`], so
-/// every row is valid (`min_bytes <= max_bytes`, a tunable collective).
+/// Up to which sizes oxccl's all-reduce kernels run on a group of `ranks` (a `kernels` line).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct KernelRow {
+    /// The group size, 2 to [`MAX_RANKS`].
+    pub ranks: u32,
+    /// One-shot up to this many bytes (inclusive; 0: never).
+    pub one_shot_max: u64,
+    /// Two-shot above that and up to this many bytes.
+    pub two_shot_max: u64,
+}
+
+/// Rows in lookup order, and the kernels' limits by group size. Built only through
+/// [`TuneTable::new`] or [`TuneTable::parse`], so every row is valid (`min_bytes <=
+/// max_bytes`, a tunable collective; a group size the kernels serve, once).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct TuneTable {
     rows: Vec<TuneRow>,
+    kernels: Vec<KernelRow>,
 }
 
 impl TuneTable {
@@ -162,7 +185,47 @@ impl TuneTable {
                 }
             }
         }
-        Ok(TuneTable { rows })
+        Ok(TuneTable {
+            rows,
+            kernels: Vec::new(),
+        })
+    }
+
+    /// This table with the kernels' limits of `kernels` (each group size 2 to [`MAX_RANKS`],
+    /// at most once).
+    pub fn with_kernels(mut self, kernels: Vec<KernelRow>) -> Result<TuneTable> {
+        for (i, k) in kernels.iter().enumerate() {
+            if !(2..=MAX_RANKS).contains(&k.ranks) {
+                return Err(Error::invalid(
+                    "kernels",
+                    format_args!("row {i}: 2 to {MAX_RANKS} ranks, got {}", k.ranks),
+                ));
+            }
+            if kernels[..i].iter().any(|o| o.ranks == k.ranks) {
+                return Err(Error::invalid(
+                    "kernels",
+                    format_args!("row {i}: one row per group size, {} twice", k.ranks),
+                ));
+            }
+        }
+        self.kernels = kernels;
+        Ok(self)
+    }
+
+    /// The kernels' rows, in file order.
+    pub fn kernels(&self) -> &[KernelRow] {
+        &self.kernels
+    }
+
+    /// The kernels' limits: [`PeerTable::default`] with this table's `kernels` rows over it.
+    pub fn peer_table(&self) -> PeerTable {
+        let mut t = PeerTable::default();
+        for k in &self.kernels {
+            let n = k.ranks as usize;
+            t.one_shot_max[n] = k.one_shot_max;
+            t.two_shot_max[n] = k.two_shot_max;
+        }
+        t
     }
 
     /// One mode for everything (what `oxccl perf -R` gives the process group).
@@ -175,6 +238,7 @@ impl TuneTable {
                 max_bytes: u64::MAX,
                 mode,
             }],
+            kernels: Vec::new(),
         }
     }
 
@@ -219,6 +283,7 @@ impl TuneTable {
     /// and the field, with what was expected and what was found.
     pub fn parse(text: &str) -> Result<TuneTable> {
         let mut rows = Vec::new();
+        let mut kernels: Vec<KernelRow> = Vec::new();
         let mut header = false;
         for (i, raw) in text.lines().enumerate() {
             let line = i + 1;
@@ -233,6 +298,19 @@ impl TuneTable {
                 header = true;
                 continue;
             }
+            if body.split_whitespace().next() == Some(KERNELS) {
+                let k = parse_kernels(line, body)?;
+                if kernels.iter().any(|o| o.ranks == k.ranks) {
+                    return Err(bad(
+                        line,
+                        "ranks",
+                        format_args!("one `kernels` line per group size"),
+                        body,
+                    ));
+                }
+                kernels.push(k);
+                continue;
+            }
             rows.push(parse_row(line, body)?);
         }
         if !header {
@@ -241,7 +319,7 @@ impl TuneTable {
                 format_args!("a first line `{HEADER}`, got an empty file"),
             ));
         }
-        Ok(TuneTable { rows })
+        Ok(TuneTable { rows, kernels })
     }
 
     /// Writes the text form; [`TuneTable::parse`] reads it back to an equal table.
@@ -258,6 +336,16 @@ impl TuneTable {
                 write!(out, "{}", r.max_bytes)?;
             }
             writeln!(out, " {}", r.mode.name())?;
+        }
+        if !self.kernels.is_empty() {
+            writeln!(out, "# {KERNELS} ranks one_shot_max two_shot_max")?;
+            for k in &self.kernels {
+                writeln!(
+                    out,
+                    "{KERNELS} {} {} {}",
+                    k.ranks, k.one_shot_max, k.two_shot_max
+                )?;
+            }
         }
         Ok(())
     }
@@ -300,6 +388,35 @@ fn bad(line: usize, field: &str, expected: fmt::Arguments<'_>, got: &str) -> Err
             Escaped(got)
         ),
     )
+}
+
+/// The first word of a kernels line.
+const KERNELS: &str = "kernels";
+
+fn parse_kernels(line: usize, body: &str) -> Result<KernelRow> {
+    let f: Vec<&str> = body.split_whitespace().collect();
+    if f.len() != 4 {
+        return Err(bad(
+            line,
+            "kernels",
+            format_args!("4 fields (kernels ranks one_shot_max two_shot_max)"),
+            body,
+        ));
+    }
+    let ranks = f[1]
+        .parse::<u32>()
+        .ok()
+        .filter(|r| (2..=MAX_RANKS).contains(r))
+        .ok_or_else(|| bad(line, "ranks", format_args!("2 to {MAX_RANKS}"), f[1]))?;
+    let bytes = |field: &str, s: &str| {
+        s.parse::<u64>()
+            .map_err(|_| bad(line, field, format_args!("a byte count (decimal)"), s))
+    };
+    Ok(KernelRow {
+        ranks,
+        one_shot_max: bytes("one_shot_max", f[2])?,
+        two_shot_max: bytes("two_shot_max", f[3])?,
+    })
 }
 
 fn parse_row(line: usize, body: &str) -> Result<TuneRow> {

@@ -9,8 +9,8 @@
 
 use super::bootstrap::Bootstrap;
 use crate::buffer::Memory;
-use crate::pg::tune::file::{tune_from_env, TUNE_FILE_VAR};
 use crate::pg::{PgOptions, ProcessGroup};
+use oxccl_comm::tune_file::{tune_from_env, TUNE_FILE_VAR};
 use oxccl_core::env::{BackendChoice, EnvConfig};
 use oxccl_core::{text, Error, Result};
 

@@ -1,7 +1,7 @@
 //! What a process group is configured with.
 
-use super::tune::file::{tune_from_env, TUNE_FILE_VAR};
 use crate::recorder::Recorder;
+use oxccl_comm::tune_file::{tune_from_env, TUNE_FILE_VAR};
 use oxccl_core::env::ErrorHandling;
 use oxccl_core::{CommConfig, Device};
 use std::time::Duration;

@@ -294,6 +294,16 @@ impl<B: Memory> ProcessGroup<B> {
         self.inner.hot.seq.load(Ordering::Relaxed)
     }
 
+    /// The policy oxccl's all-reduce kernels run under on this group's communicator: `None`
+    /// while it is not made yet, on a backend without them, on a group spanning hosts, or
+    /// with `OXCCL_PEER_KERNELS=nccl` (NCCL then runs every all-reduce).
+    pub fn peer_kernels(&self) -> Option<oxccl_core::peer_kernels::PeerPolicy> {
+        match &*crate::pg::inner::lock(&self.inner.slot) {
+            super::comm::Slot::Ready(e) => oxccl_core::Communicator::peer_policy(&e.comm),
+            _ => None,
+        }
+    }
+
     /// The communicator's state: `None` before it is made, or when this rank is not a member.
     pub fn comm_state(&self) -> Option<CommState> {
         if self.inner.destroyed.load(Ordering::Acquire) {
@@ -418,11 +428,14 @@ impl<B: Memory> PgInner<B> {
         }
         // Every member reaches its first use of the communicator before any collective on it,
         // so the set-up's gathers line up across the group.
-        e.comm.enable_peer_kernels(
-            &e.stream,
-            self.opts.peer_kernels,
-            &oxccl_core::peer_kernels::PeerTable::default(),
-        )?;
+        let table = self
+            .opts
+            .tune
+            .as_deref()
+            .map(oxccl_core::tune::TuneTable::peer_table)
+            .unwrap_or_default();
+        e.comm
+            .enable_peer_kernels(&e.stream, self.opts.peer_kernels, &table)?;
         self.hot.init_awaited.store(true, Ordering::Release);
         Ok(())
     }

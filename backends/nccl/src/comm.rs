@@ -321,12 +321,6 @@ impl NcclComm {
         ))
     }
 
-    /// The policy of oxccl's all-reduce kernels on this communicator, when they are on (see
-    /// [`Communicator::enable_peer_kernels`]); `None`: NCCL runs every all-reduce.
-    pub fn peer_policy(&self) -> Option<oxccl_core::peer_kernels::PeerPolicy> {
-        self.inner.peer.read().as_ref().map(|g| g.policy)
-    }
-
     /// How many all-reduces oxccl's kernels ran (or captured) on this communicator:
     /// (one-shot, two-shot).
     pub fn peer_kernel_calls(&self) -> (u64, u64) {
@@ -553,6 +547,10 @@ impl Communicator for NcclComm {
         let on = group.is_some();
         *self.inner.peer.write() = group;
         Ok(on)
+    }
+
+    fn peer_policy(&self) -> Option<oxccl_core::peer_kernels::PeerPolicy> {
+        self.inner.peer.read().as_ref().map(|g| g.policy)
     }
 
     fn register_window(&self, addr: usize, bytes: usize) -> Result<RegHandle> {

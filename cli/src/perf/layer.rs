@@ -27,6 +27,11 @@ pub trait Layer {
     fn run(&mut self, iters: usize) -> Result<usize>;
     /// Fills the inputs, runs once, and counts the wrong elements of this rank's output.
     fn check(&mut self) -> Result<u64>;
+    /// The policy oxccl's all-reduce kernels run under in this layer's group, once it is
+    /// made (`None`: NCCL runs its all-reduces).
+    fn peer_kernels(&self) -> Option<oxccl::core::peer_kernels::PeerPolicy> {
+        None
+    }
     /// Lets go of the buffers of the last case.
     fn teardown(&mut self) -> Result<()> {
         Ok(())

@@ -19,6 +19,7 @@ mod report;
 mod stop;
 mod svg;
 mod tune;
+mod tune_kernels;
 
 pub use args::PerfArgs;
 pub use command::run;

@@ -10,6 +10,7 @@ use crate::elem::Elem;
 use crate::expect::{self, Case};
 use crate::ops::Coll;
 use oxccl::buffer::{Memory, Operand};
+use oxccl::core::peer_kernels::PeerPolicy;
 use oxccl::pg::{PgGraph, PgOptions, ProcessGroup, RegMode, TuneTable, WorkOf};
 use oxccl::Result;
 use std::collections::HashMap;
@@ -45,11 +46,14 @@ pub fn kind_of(c: Coll) -> Option<oxccl::core::OpKind> {
 pub fn tuned_group<B: Memory>(
     pg: &ProcessGroup<B>,
     table: &Arc<TuneTable>,
+    kernels: Option<PeerPolicy>,
 ) -> Result<ProcessGroup<B>> {
+    let base = pg.options();
     let opts = PgOptions {
         tune: Some(table.clone()),
         desc: format!("oxccl perf, tune table {:016x}", table.fingerprint()),
-        ..pg.options().clone()
+        peer_kernels: kernels.unwrap_or(base.peer_kernels),
+        ..base.clone()
     };
     pg.new_group(pg.ranks(), Some(opts))
 }
@@ -87,6 +91,8 @@ pub struct ModeLayer<B: Memory, T: Elem> {
     corrupt: bool,
     /// -G: graph launches per run (0: no graph).
     graphs: u32,
+    /// Who runs its group's all-reduces (`None`: as `base` says).
+    kernels: Option<PeerPolicy>,
     /// The armed graph and the operations it holds.
     graph: Option<(PgGraph<B>, usize)>,
 }
@@ -111,7 +117,14 @@ impl<B: Memory, T: Elem> ModeLayer<B, T> {
             corrupt: false,
             graphs: 0,
             graph: None,
+            kernels: None,
         }
+    }
+
+    /// Its group's all-reduces run under `policy` (oxccl's kernels or NCCL).
+    pub fn kernels(mut self, policy: PeerPolicy) -> Self {
+        self.kernels = Some(policy);
+        self
     }
 
     /// Captures the timed loop into a graph launched `n` times per run (-G; 0: no graph).
@@ -205,10 +218,14 @@ impl<B: Memory, T: Elem> Layer for ModeLayer<B, T> {
         Ok(())
     }
 
+    fn peer_kernels(&self) -> Option<PeerPolicy> {
+        self.group.as_ref().and_then(ProcessGroup::peer_kernels)
+    }
+
     fn setup(&mut self, case: &Case, in_place: bool) -> Result<bool> {
         self.teardown()?;
         if self.group.is_none() {
-            self.group = Some(tuned_group(&self.base, &self.table)?);
+            self.group = Some(tuned_group(&self.base, &self.table, self.kernels)?);
         }
         let (s, r) = case.shape();
         // Every rank takes the same branch: the shape's zero parts depend only on the case.

@@ -3,6 +3,9 @@
 //! writes the tune table the process group reads (`OXCCL_TUNE_FILE`): per collective and size
 //! the fastest mode, the slowest rank's median deciding.
 //!
+//! All-reduce also times oxccl's kernels (`tune_kernels`): the table then gets a `kernels`
+//! line for the group size, and the base group runs NCCL alone so the modes time NCCL.
+//!
 //! Small-message times swing by tens of percent from one loop to the next, so the modes are
 //! measured round by round, alternating (R0 R1 R2, then R1 R2 R0, …), each round a share of
 //! `-n`, and the median of the rounds is kept: drift hits every mode alike.
@@ -12,6 +15,7 @@ use super::drive::Plan;
 use super::layer::Layer;
 use super::mock_world::mock_world;
 use super::modes::{self, ModeLayer};
+use super::tune_kernels;
 use crate::elem::with_dtype;
 use crate::exit;
 use crate::expect::Case;
@@ -22,13 +26,17 @@ use oxccl::pg::{ProcessGroup, RegMode, TuneTable};
 use oxccl::{Feature, Result};
 use std::process::ExitCode;
 
-/// Medians of one rank: `[collective][size][mode]` seconds per operation, NaN where the mode
-/// did not run (not in the library, wrong results, or a size too small to split).
+/// Medians of one rank: `[collective][size][variant]` seconds per operation (variants: the
+/// three modes, then the kernels), NaN where the variant did not run (not in the library,
+/// wrong results, a size too small to split, no kernels, not an all-reduce).
 pub type Medians = Vec<f64>;
 
-/// The index of (collective c, size s, mode m).
-fn at(plan: &Plan, c: usize, s: usize, m: usize) -> usize {
-    (c * plan.sizes.len() + s) * 3 + m
+/// Variants per point: the three buffer modes and the two kernels.
+const VARIANTS: usize = tune_kernels::FIRST + 2;
+
+/// The index of (collective c, size s, variant v).
+fn at(plan: &Plan, c: usize, s: usize, v: usize) -> usize {
+    (c * plan.sizes.len() + s) * VARIANTS + v
 }
 
 /// The modes the library has: plain always, registered from 2.19, windows from 2.27.
@@ -61,10 +69,13 @@ where
         let l: Box<dyn Layer> = with_dtype!(plan.dtype, T => Box::new(ModeLayer::<B, T>::new(pg.clone(), *m, modes::name_of(*m))));
         layers.push((usize::from(m.level()), l));
     }
+    if plan.colls.contains(&Coll::AllReduce) {
+        layers.extend(tune_kernels::layers(pg, plan.dtype));
+    }
     let sync = || pg.barrier()?.wait();
     let rounds = rounds.max(1);
     let per = (plan.iters / rounds).max(1);
-    let mut out = vec![f64::NAN; plan.colls.len() * plan.sizes.len() * 3];
+    let mut out = vec![f64::NAN; plan.colls.len() * plan.sizes.len() * VARIANTS];
     for (c, coll) in plan.colls.iter().enumerate() {
         let in_place = ModeLayer::<B, f32>::supports(*coll, true);
         for (s, bytes) in plan.sizes.iter().enumerate() {
@@ -78,10 +89,19 @@ where
                 rank,
             };
             let mut active = Vec::new();
-            for (i, (_, l)) in layers.iter_mut().enumerate() {
+            for (i, (v, l)) in layers.iter_mut().enumerate() {
+                if !tune_kernels::runs(*v, *coll) {
+                    continue;
+                }
                 if l.setup(&case, in_place)? {
                     l.arm(plan.warmup)?;
                     l.run(plan.warmup)?;
+                    // A kernel's group that could not set them up runs NCCL: not measured.
+                    // (Every rank decides alike: the set-up is collective.)
+                    if *v >= tune_kernels::FIRST && l.peer_kernels().is_none() {
+                        l.teardown()?;
+                        continue;
+                    }
                     active.push(i);
                 }
             }
@@ -106,7 +126,7 @@ where
                     median(&mut times[i])
                 } else {
                     log::warn!(
-                        "{} at {} B in mode {m}: {wrong} wrong elements",
+                        "{} at {} B in variant {m}: {wrong} wrong elements",
                         coll.name(),
                         bytes
                     );
@@ -158,6 +178,8 @@ pub struct Point {
     pub op_bytes: u64,
     /// Seconds per op by mode level; NaN: not measured.
     pub secs: [f64; 3],
+    /// Seconds per op on oxccl's one-shot and two-shot kernels; NaN: not measured.
+    pub kernels: [f64; 2],
     /// The fastest mode (ties go to the simpler one).
     pub best: RegMode,
 }
@@ -167,8 +189,9 @@ pub fn points(plan: &Plan, merged: &Medians, n: u32) -> Vec<Point> {
     let mut out = Vec::new();
     for (c, coll) in plan.colls.iter().enumerate() {
         for (s, size) in plan.sizes.iter().enumerate() {
-            let secs =
-                [0, 1, 2].map(|m| merged.get(at(plan, c, s, m)).copied().unwrap_or(f64::NAN));
+            let get = |v| merged.get(at(plan, c, s, v)).copied().unwrap_or(f64::NAN);
+            let secs = [0, 1, 2].map(get);
+            let kernels = [tune_kernels::FIRST, tune_kernels::FIRST + 1].map(get);
             let mut best: Option<(RegMode, f64)> = None;
             for m in RegMode::ALL {
                 let t = secs[usize::from(m.level())];
@@ -184,6 +207,7 @@ pub fn points(plan: &Plan, merged: &Medians, n: u32) -> Vec<Point> {
                 size: *size,
                 op_bytes: (sn.max(rn) * plan.dtype.size()) as u64,
                 secs,
+                kernels,
                 best,
             });
         }
@@ -191,10 +215,10 @@ pub fn points(plan: &Plan, merged: &Medians, n: u32) -> Vec<Point> {
     out
 }
 
-/// The table of the points: per collective, each measured size covers the bytes above the
-/// previous one up to itself (the first from 0, the last to the end), neighbours of one mode
-/// merged into one row.
-pub fn table(points: &[Point]) -> Result<TuneTable> {
+/// The table of the points on `n` ranks: per collective, each measured size covers the bytes
+/// above the previous one up to itself (the first from 0, the last to the end), neighbours of
+/// one mode merged into one row; and the kernels' line when they were measured.
+pub fn table(points: &[Point], n: u32) -> Result<TuneTable> {
     let mut rows: Vec<TuneRow> = Vec::new();
     for coll in modes::TUNED {
         let Some(kind) = modes::kind_of(coll) else {
@@ -223,7 +247,7 @@ pub fn table(points: &[Point]) -> Result<TuneTable> {
             lo = hi.saturating_add(1);
         }
     }
-    TuneTable::new(rows)
+    TuneTable::new(rows)?.with_kernels(tune_kernels::kernel_row(points, n).into_iter().collect())
 }
 
 /// The report on stdout and the file's comment lines: every point with each mode's time.
@@ -235,18 +259,27 @@ pub fn report(points: &[Point]) -> String {
             format!("{:>10}", "N/A")
         }
     };
-    let mut s =
-        String::from("# collective          size   plain(us)  regist(us)  window(us)  best\n");
+    let kernels = points
+        .iter()
+        .any(|p| p.kernels.iter().any(|t| t.is_finite()));
+    let mut s = String::from("# collective          size   plain(us)  regist(us)  window(us)");
+    if kernels {
+        s.push_str("  1shot(us)  2shot(us)");
+    }
+    s.push_str("  best\n");
     for p in points {
         s.push_str(&format!(
-            "# {:<14} {:>10} {} {} {}  {}\n",
+            "# {:<14} {:>10} {} {} {}",
             p.coll.name(),
             ops::human(p.size),
             us(p.secs[0]),
             us(p.secs[1]),
             us(p.secs[2]),
-            p.best.name()
         ));
+        if kernels {
+            s.push_str(&format!(" {} {}", us(p.kernels[0]), us(p.kernels[1])));
+        }
+        s.push_str(&format!("  {}\n", p.best.name()));
     }
     s
 }
@@ -353,7 +386,11 @@ fn measure(a: &PerfArgs, use_nccl: bool, why: &str) -> std::result::Result<ExitC
         let body = |pg: &ProcessGroup<oxccl::Nccl>,
                     _: &std::rc::Rc<std::cell::RefCell<oxccl::Comm>>,
                     r: u32| { rank(&plan, pg, r, n, rounds) };
-        let setup = super::nccl::RankSetup::of(a).map_err(env)?;
+        // The modes time NCCL; the kernels are timed through groups that force them.
+        let setup = super::nccl::RankSetup {
+            blocking: a.blocking == 1,
+            kernels: oxccl::core::peer_kernels::PeerPolicy::Nccl,
+        };
         let per = super::nccl::thread_world(&lib, n, setup, &body).map_err(env)?;
         (
             per,
@@ -375,6 +412,8 @@ fn launched(lib: &oxccl::Nccl, plan: &Plan, rounds: usize) -> Result<(Medians, u
     let (r, n) = (boot.rank, boot.world_size);
     let opts = oxccl::pg::PgOptions {
         bound_device: Some(boot.device),
+        // The modes time NCCL; the kernels are timed through groups that force them.
+        peer_kernels: oxccl::core::peer_kernels::PeerPolicy::Nccl,
         ..oxccl::pg::PgOptions::default()
     };
     let pg = ProcessGroup::new(lib.clone(), boot.group_store(), r, n, opts)?;
@@ -408,7 +447,7 @@ fn write(
 ) -> std::result::Result<ExitCode, (u8, String)> {
     let env = |m: String| (exit::ENV, m);
     let pts = points(plan, merged, n);
-    let t = table(&pts).map_err(|e| env(e.to_string()))?;
+    let t = table(&pts, n).map_err(|e| env(e.to_string()))?;
     let head = format!(
         "oxccl perf --tune on {head}; {} {}, {iters} iterations in {rounds} alternating rounds, medians, slowest rank",
         plan.dtype.name(),
@@ -456,6 +495,8 @@ pub fn json_of(
                 "plain_us": us(p.secs[0]),
                 "registered_us": us(p.secs[1]),
                 "window_us": us(p.secs[2]),
+                "one_shot_us": us(p.kernels[0]),
+                "two_shot_us": us(p.kernels[1]),
                 "best": p.best.name(),
             })
         })
@@ -473,5 +514,10 @@ pub fn json_of(
             })
         })
         .collect();
-    json!({"measured": head, "points": pts, "table": rows, "written_to": out.display().to_string()})
+    let kernels: Vec<_> = t
+        .kernels()
+        .iter()
+        .map(|k| json!({"ranks": k.ranks, "one_shot_max": k.one_shot_max, "two_shot_max": k.two_shot_max}))
+        .collect();
+    json!({"measured": head, "points": pts, "table": rows, "kernels": kernels, "written_to": out.display().to_string()})
 }

@@ -146,6 +146,13 @@ pub trait Communicator: Send + Sync + Sized {
         Ok(false)
     }
 
+    /// The policy oxccl's all-reduce kernels run under on this communicator, once
+    /// [`Communicator::enable_peer_kernels`] turned them on; `None` (NCCL runs every
+    /// all-reduce) otherwise, and always on a backend without them.
+    fn peer_policy(&self) -> Option<crate::peer_kernels::PeerPolicy> {
+        None
+    }
+
     /// Releases a window made by [`Communicator::register_window`] (collective too, on NCCL).
     fn deregister_window(&self, handle: RegHandle) -> Result<()> {
         let _ = handle;

@@ -1,5 +1,7 @@
 use super::*;
+use alloc::format;
 use alloc::string::String;
+use alloc::string::ToString;
 use alloc::vec;
 
 fn text(t: &TuneTable) -> String {
@@ -298,4 +300,75 @@ fn junk_never_panics() {
             Err(other) => panic!("{other:?}"),
         }
     }
+}
+
+#[test]
+fn kernels_lines_set_the_kernels_limits_by_group_size() {
+    let text = "oxccl-tune 1\nall_reduce * 0 max window\n# kernels ranks one two\nkernels 4 131072 262144\nkernels 2 0 0\n";
+    let t = TuneTable::parse(text).unwrap();
+    assert_eq!(t.rows().len(), 1);
+    assert_eq!(
+        t.kernels(),
+        &[
+            KernelRow {
+                ranks: 4,
+                one_shot_max: 131072,
+                two_shot_max: 262144
+            },
+            KernelRow {
+                ranks: 2,
+                one_shot_max: 0,
+                two_shot_max: 0
+            },
+        ]
+    );
+    let p = t.peer_table();
+    let d = crate::peer_kernels::PeerTable::default();
+    assert_eq!((p.one_shot_max[4], p.two_shot_max[4]), (131072, 262144));
+    assert_eq!(
+        (p.one_shot_max[2], p.two_shot_max[2]),
+        (0, 0),
+        "2 GPUs: NCCL only"
+    );
+    assert_eq!(
+        p.one_shot_max[3], d.one_shot_max[3],
+        "3 ranks keep the default"
+    );
+    // Written and read back alike; the fingerprint covers the kernels' rows.
+    let again = TuneTable::parse(&t.to_string()).unwrap();
+    assert_eq!(again, t);
+    let plain = TuneTable::parse("oxccl-tune 1\nall_reduce * 0 max window\n").unwrap();
+    assert_ne!(plain.fingerprint(), t.fingerprint());
+    assert_eq!(plain.peer_table(), d);
+}
+
+#[test]
+fn bad_kernels_lines_name_their_field() {
+    for (line, field) in [
+        ("kernels 4 1", "kernels"),
+        ("kernels 1 8 8", "ranks"),
+        ("kernels 9 8 8", "ranks"),
+        ("kernels x 8 8", "ranks"),
+        ("kernels 4 -1 8", "one_shot_max"),
+        ("kernels 4 8 max", "two_shot_max"),
+    ] {
+        let e = TuneTable::parse(&format!("oxccl-tune 1\n{line}\n")).unwrap_err();
+        let text = e.to_string();
+        assert!(text.contains(&format!("field `{field}`")), "{line}: {text}");
+    }
+    let twice = TuneTable::parse("oxccl-tune 1\nkernels 4 8 8\nkernels 4 16 16\n").unwrap_err();
+    assert!(
+        twice
+            .to_string()
+            .contains("one `kernels` line per group size"),
+        "{twice}"
+    );
+    let k = |ranks| KernelRow {
+        ranks,
+        one_shot_max: 1,
+        two_shot_max: 2,
+    };
+    assert!(TuneTable::default().with_kernels(vec![k(2), k(8)]).is_ok());
+    assert!(TuneTable::default().with_kernels(vec![k(1)]).is_err());
+    assert!(TuneTable::default().with_kernels(vec![k(3), k(3)]).is_err());
 }

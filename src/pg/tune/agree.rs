@@ -2,9 +2,9 @@
 //! tune table when a communicator is made, the windows a release frees.
 
 use super::super::keys;
-use super::file::TUNE_FILE_VAR;
 use crate::pg::arrival::Arrival;
 use crate::store::Store;
+use oxccl_comm::tune_file::TUNE_FILE_VAR;
 use oxccl_core::tune::release::write_disagreement;
 use oxccl_core::tune::TuneTable;
 use oxccl_core::{text, Error, Result};

@@ -59,6 +59,5 @@
 //! [`agree`]: agree::agree
 
 pub(crate) mod agree;
-pub(crate) mod file;
 pub(crate) mod prepare;
 pub(crate) mod reg_cache;

@@ -1,4 +1,6 @@
-//! The tune table a group starts with: read from the file `OXCCL_TUNE_FILE` names.
+//! The measured table a process starts with (which buffer mode each collective uses per
+//! size, and up to which size oxccl's all-reduce kernels run): read from the file
+//! `OXCCL_TUNE_FILE` names (`oxccl perf --tune` writes one).
 
 use crate::escaped_path;
 use oxccl_core::tune::TuneTable;
@@ -27,7 +29,7 @@ pub fn load_tune_file(path: &std::path::Path) -> Result<TuneTable> {
 
 /// The table `OXCCL_TUNE_FILE` names (`value`: the variable's value; unset or empty: none).
 /// Errors name the variable, the file, and the line and field at fault.
-pub(crate) fn tune_from_env(value: Option<&str>) -> Result<Option<Arc<TuneTable>>> {
+pub fn tune_from_env(value: Option<&str>) -> Result<Option<Arc<TuneTable>>> {
     let Some(path) = value.filter(|v| !v.is_empty()) else {
         return Ok(None);
     };
