@@ -62,6 +62,10 @@ struct PeerArgs {
 
 static int N;
 static int ITERS = 2000;
+// PROBE_BLOCKS: the most blocks a launch uses (the library's MAX_BLOCKS is 32).
+static uint64_t g_max_blocks = 32;
+// PROBE_QUICK=1: skip the value checks (when only timing a variant).
+static bool g_quick = false;
 static const char* PTX_TEXT;
 static uint64_t g_peer[MAX_RANKS];
 static ncclComm_t g_nccl[MAX_RANKS];
@@ -156,7 +160,7 @@ static void launch(Rank& k, int algo, int t, int op, const void* in, void* out, 
     int per_line = 8 / ty.size;
     uint64_t lines = (count + per_line - 1) / per_line;
     uint64_t work = algo == 0 ? lines : (lines + N - 1) / N;
-    unsigned threads = 512, blocks = (unsigned)std::min<uint64_t>((work + 511) / 512, 24);
+    unsigned threads = 512, blocks = (unsigned)std::min<uint64_t>((work + 511) / 512, g_max_blocks);
     if (blocks == 0) blocks = 1;
     if (work < 512) threads = (unsigned)std::max<uint64_t>(32, (work + 31) / 32 * 32);
     uint64_t cnt = count;
@@ -277,7 +281,7 @@ static void* rank_main(void* arg) {
     CK(cudaMalloc(&k.out, cap));
     k.host_in = (char*)malloc(cap);
     k.host_out = (char*)malloc(cap);
-    check_values(k);
+    if (!g_quick) check_values(k);
     pthread_barrier_wait(&g_bar);
 
     // Graph replays keep flags fresh: 3 launches of 20 captured ops advance the epoch by 60.
@@ -387,6 +391,8 @@ int main(int argc, char** argv) {
     fclose(f);
     PTX_TEXT = text;
     N = atoi(argv[2]);
+    if (getenv("PROBE_BLOCKS")) g_max_blocks = strtoull(getenv("PROBE_BLOCKS"), nullptr, 10);
+    g_quick = getenv("PROBE_QUICK") && atoi(getenv("PROBE_QUICK")) == 1;
     if (argc > 3) ITERS = atoi(argv[3]);
     int devs[MAX_RANKS];
     for (int i = 0; i < N; i++) devs[i] = i;
