@@ -5,7 +5,8 @@
 #
 #   here:   bash scripts/gpu-peer.sh stage        # release tool and tests into .gpu/peer/
 #   there:  bash scripts/gpu-peer.sh run OUTDIR [PART...]
-#           PART: probe, tests, suite, perf, graphs (default: all of them)
+#           PART: probe, tests, suite, ncclbuild, perf, graphs, torch, variants (default: all
+#           but variants)
 #
 # Every part runs under its own time limit, logs to OUTDIR/<part>.log and says PASS/FAIL in
 # OUTDIR/summary.txt. It uses every GPU it sees (N = 2 and, with 4 or more, N = 4 too).
@@ -42,7 +43,7 @@ fi
 
 [ "$cmd" = run ] || { echo "usage: $0 stage | run OUTDIR [PART...]" >&2; exit 2; }
 final=${1:?OUTDIR}; shift || true
-parts=${*:-probe tests suite ncclbuild perf graphs}
+parts=${*:-probe tests suite ncclbuild perf graphs torch}
 # The GPU machine sends back only a few files: the work happens in a folder of its own, and
 # OUTDIR gets summary.txt and results.tar.gz (every log, table and JSON).
 out=${GPU_PEER_WORK:-/tmp/gpu-peer-work}
@@ -75,6 +76,16 @@ part_variants() {
         echo "== at most $b blocks, N=$n"
         PROBE_QUICK=1 PROBE_BLOCKS=$b LD_LIBRARY_PATH=$nccl_lib timeout 60 \
             "$out/probe-bin/probe" "$out/probe-bin/peer_reduce.ptx" "$n" 1000 | grep -A 11 "^bytes" || rc=1
+    done
+    return $rc
+}
+# torch's symmetric-memory one-shot and two-shot kernels (anchors; multicast off).
+part_torch() {
+    local rc=0
+    for n in $sizes; do
+        echo "== torch, N=$n"
+        TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 timeout 150 \
+            /opt/torch/.venv/bin/torchrun --nproc-per-node "$n" scripts/torch_symm.py || rc=1
     done
     return $rc
 }
