@@ -8,8 +8,9 @@
 #           PART: probe, tests, suite, ncclbuild, perf, graphs, torch, variants (default: all
 #           but variants)
 #
-# Every part runs under its own time limit, logs to OUTDIR/<part>.log and says PASS/FAIL in
-# OUTDIR/summary.txt. It uses every GPU it sees (N = 2 and, with 4 or more, N = 4 too).
+# Every part runs under its own time limit and says PASS/FAIL in OUTDIR/summary.txt; its log
+# (<part>.log) and its tables and JSON go into OUTDIR/results.tar.gz. It uses every GPU it sees
+# (N = 2 and, with 4 or more, N = 3 and 4 too).
 set -u
 cmd=${1:-}; shift || true
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -23,12 +24,7 @@ if [ "$cmd" = stage ]; then
         --message-format=json-render-diagnostics)
     rm -rf "$bin" && mkdir -p "$bin"
     for t in oxccl "${tests[@]}"; do
-        exe=$(echo "$json" | python3 -c "
-import sys, json
-for l in sys.stdin:
-    m = json.loads(l)
-    if m.get('reason') == 'compiler-artifact' and m.get('executable') and m['target']['name'] == '$t':
-        print(m['executable'])" | tail -1)
+        exe=$(echo "$json" | python3 scripts/cargo_exe.py "$t")
         [ -n "$exe" ] || { echo "stage: cargo built no executable named $t" >&2; exit 1; }
         cp "$exe" "$bin/$t"
     done
@@ -104,42 +100,28 @@ part_ncclbuild() {
         NVCC_GENCODE="-gencode=arch=compute_90,code=sm_90" BUILDDIR="$nt" > "$out/make.log" 2>&1
     local rc=$?; tail -3 "$out/make.log"; return $rc
 }
-# oxccl perf (torch's NCCL) with the kernels on and off, eager and in graphs; nccl-tests with
-# plain memory and with symmetric windows (its best small-message path) in the same run.
-part_perf() {
-    local rc=0
+# oxccl perf (torch's NCCL) with the kernels on and off, and nccl-tests with plain memory and
+# with symmetric windows (its best small-message path), in the same run: `sweep TAG ARGS...`
+# (ARGS: what oxccl perf and nccl-tests both take beyond sizes).
+sweep() {
+    local tag=$1 rc=0; shift
     for n in $perf_sizes; do
         for policy in auto nccl; do
-            echo "== N=$n OXCCL_PEER_KERNELS=$policy"
+            echo "== N=$n OXCCL_PEER_KERNELS=$policy $*"
             OXCCL_PEER_KERNELS=$policy timeout 100 $bin/oxccl perf all_reduce -g "$n" -b 8 -e 1M \
-                -n 500 -w 50 --layer all --library "$nccl_lib/libnccl.so.2" \
-                --json-out "$out/perf-$n-$policy.json" || rc=1
+                "$@" --layer all --library "$nccl_lib/libnccl.so.2" \
+                --json-out "$out/$tag-$n-$policy.json" || rc=1
         done
         for r in 0 2; do
-            echo "== nccl-tests -t $n -g 1 -R $r"
+            echo "== nccl-tests -t $n -g 1 -R $r $*"
             LD_LIBRARY_PATH=$nccl_lib timeout 60 "$nt/all_reduce_perf" -t "$n" -g 1 -b 8 -e 1M -f 2 \
-                -n 500 -w 50 -R $r || rc=1
+                "$@" -R $r || rc=1
         done
     done
     return $rc
 }
-part_graphs() {
-    local rc=0
-    for n in $perf_sizes; do
-        for policy in auto nccl; do
-            echo "== N=$n OXCCL_PEER_KERNELS=$policy -G 20"
-            OXCCL_PEER_KERNELS=$policy timeout 100 $bin/oxccl perf all_reduce -g "$n" -b 8 -e 1M \
-                -n 20 -w 5 -G 20 --layer all --library "$nccl_lib/libnccl.so.2" \
-                --json-out "$out/graph-$n-$policy.json" || rc=1
-        done
-        for r in 0 2; do
-            echo "== nccl-tests -t $n -g 1 -R $r -G 20"
-            LD_LIBRARY_PATH=$nccl_lib timeout 60 "$nt/all_reduce_perf" -t "$n" -g 1 -b 8 -e 1M -f 2 \
-                -n 20 -w 5 -G 20 -R $r || rc=1
-        done
-    done
-    return $rc
-}
+part_perf() { sweep perf -n 500 -w 50; }
+part_graphs() { sweep graph -n 20 -w 5 -G 20; }
 
 for p in $parts; do
     start=$(date +%s)

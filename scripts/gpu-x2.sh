@@ -42,12 +42,7 @@ if [ "$cmd" = stage ]; then
         --message-format=json-render-diagnostics)
     rm -rf "$bin" && mkdir -p "$bin"
     for t in oxccl "${examples[@]}" "${benches[@]}" "${tests[@]}"; do
-        exe=$(echo "$json" | python3 -c "
-import sys, json
-for l in sys.stdin:
-    m = json.loads(l)
-    if m.get('reason') == 'compiler-artifact' and m.get('executable') and m['target']['name'] == '$t':
-        print(m['executable'])" | tail -1)
+        exe=$(echo "$json" | python3 scripts/cargo_exe.py "$t")
         [ -n "$exe" ] || { echo "stage: cargo built no executable named $t" >&2; exit 1; }
         cp "$exe" "$bin/$t"
     done

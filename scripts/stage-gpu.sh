@@ -6,12 +6,7 @@ cd "$(dirname "$0")/.."
 cargo build --release --bins --examples
 mkdir -p .gpu
 json=$(cargo test --release -p oxccl --benches --tests --no-run --message-format=json 2>/dev/null)
-pick() { echo "$json" | python3 -c "
-import sys, json
-for l in sys.stdin:
-    m = json.loads(l)
-    if m.get('reason') == 'compiler-artifact' and m.get('executable') and m['target']['name'] == '$1':
-        print(m['executable'])" | tail -1; }
+pick() { echo "$json" | python3 scripts/cargo_exe.py "$1"; }
 cp "$(pick gpu)" .gpu/gpu
 cp "$(pick host_overhead)" .gpu/host_overhead
 cp target/release/oxccl target/release/examples/cudarc_slices target/release/examples/raw_pointers target/release/examples/pg_capture .gpu/

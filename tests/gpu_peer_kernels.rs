@@ -15,21 +15,11 @@ mod devbuf;
 mod values;
 
 use devbuf::{run, DevBuf, Tally};
-use oxccl::core::peer_kernels::{KernelAlgo, PeerPolicy, PeerTable, LINES_PER_SLOT};
+use oxccl::core::peer_kernels::{KernelAlgo, KernelType, PeerPolicy, PeerTable, LINES_PER_SLOT};
 use oxccl::core::{Backend as _, Communicator as _};
 use oxccl::{Comm, CommConfig, CommOp, CommState, DataType, Error, HostScalar, ReduceOp, Scalar};
 use std::time::{Duration, Instant};
 use values::{input, reduced};
-
-/// The types the kernels reduce.
-const TYPES: [DataType; 6] = [
-    DataType::Float32,
-    DataType::Float64,
-    DataType::Float16,
-    DataType::Bfloat16,
-    DataType::Int32,
-    DataType::Int64,
-];
 
 fn gpus() -> Option<u32> {
     if !common::gpus_at_least(2) {
@@ -86,7 +76,7 @@ fn values_under(c: &mut Comm, algo: KernelAlgo) -> (Tally, u64) {
         KernelAlgo::TwoShot => slot_bytes * n as usize,
     };
     let mut expected = 0u64;
-    for dt in TYPES {
+    for dt in KernelType::ALL.map(KernelType::dtype) {
         let counts = [1, 3, 7, 1031, 4099, cap / dt.size()];
         for op in reductions(dt) {
             for count in counts {

@@ -149,6 +149,18 @@ impl KernelType {
         }
     }
 
+    /// The element type it stands for.
+    pub const fn dtype(self) -> DataType {
+        match self {
+            KernelType::F32 => DataType::Float32,
+            KernelType::F64 => DataType::Float64,
+            KernelType::F16 => DataType::Float16,
+            KernelType::Bf16 => DataType::Bfloat16,
+            KernelType::I32 => DataType::Int32,
+            KernelType::I64 => DataType::Int64,
+        }
+    }
+
     /// The PTX entry's suffix.
     pub const fn suffix(self) -> &'static str {
         match self {

@@ -8,8 +8,8 @@
 use arbitrary::{Arbitrary, Unstructured};
 use oxccl_core::peer_kernels::record::{all_mapped, refusal, verdict, PeerRecord, RECORD_BYTES};
 use oxccl_core::peer_kernels::{
-    choose, fits, geometry, kernel_call, KernelAlgo, KernelStatus, PeerPolicy, PeerTable,
-    LINES_PER_SLOT, MAX_BLOCKS, MAX_RANKS, MAX_THREADS,
+    choose, fits, geometry, kernel_call, KernelAlgo, KernelStatus, KernelType, PeerPolicy,
+    PeerTable, LINES_PER_SLOT, MAX_BLOCKS, MAX_RANKS, MAX_THREADS,
 };
 use oxccl_core::{CommOp, DataType, Error, HostScalar, RawBuf, RawBufMut, ReduceOp, Scalar};
 
@@ -80,15 +80,6 @@ pub fn fuzz(data: &[u8]) {
     }
 }
 
-const KERNEL_TYPES: [DataType; 6] = [
-    DataType::Float32,
-    DataType::Float64,
-    DataType::Float16,
-    DataType::Bfloat16,
-    DataType::Int32,
-    DataType::Int64,
-];
-
 #[allow(clippy::too_many_arguments)]
 fn pick(
     broadcast: bool,
@@ -130,7 +121,7 @@ fn pick(
     let takes = !broadcast
         && (2..=MAX_RANKS).contains(&n)
         && count > 0
-        && KERNEL_TYPES.contains(&dtype)
+        && KernelType::ALL.iter().any(|t| t.dtype() == dtype)
         && match red {
             ReduceOp::PreMulSum(Scalar::Device { .. }) => false,
             ReduceOp::PreMulSum(_) => dtype.is_float(),

@@ -4,11 +4,9 @@
 //! stream: it is opt-in (`OXCCL_NAN_CHECK`).
 
 use crate::element::{Element, FloatFormat};
-use cudarc::driver::{CudaFunction, CudaModule, CudaSlice, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig, PushKernelArg};
 use oxccl_core::Result;
 use oxccl_nccl::{cuda_error, NcclStream};
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 const PTX: &str = include_str!("nan.ptx");
 
@@ -17,26 +15,8 @@ const PTX: &str = include_str!("nan.ptx");
 const THREADS: u32 = 256;
 const MAX_BLOCKS: u64 = 4096;
 
-/// The module, loaded once per device ordinal.
-fn module(stream: &NcclStream) -> Result<Arc<CudaModule>> {
-    static MODULES: OnceLock<Mutex<HashMap<usize, Arc<CudaModule>>>> = OnceLock::new();
-    let ctx = stream.cuda().context();
-    let mut map = MODULES
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner);
-    if let Some(m) = map.get(&ctx.ordinal()) {
-        return Ok(m.clone());
-    }
-    let m = ctx
-        .load_module(cudarc::nvrtc::Ptx::from_src(PTX))
-        .map_err(|e| cuda_error("loading the NaN-check kernels", e))?;
-    map.insert(ctx.ordinal(), m.clone());
-    Ok(m)
-}
-
 fn function(stream: &NcclStream, name: &str) -> Result<CudaFunction> {
-    module(stream)?
+    oxccl_nccl::ptx_module(stream.cuda().context(), PTX, "the NaN-check kernels")?
         .load_function(name)
         .map_err(|e| cuda_error("finding a NaN-check kernel", e))
 }

@@ -145,34 +145,63 @@ fn peer_cred(fd: RawFd) -> Option<libc::ucred> {
     (r == 0).then_some(cred)
 }
 
-/// Room for one descriptor's control message.
+/// A one-byte message with room for one descriptor: the buffers its header points into.
+#[repr(C)]
+struct Message {
+    byte: [u8; 1],
+    iov: libc::iovec,
+    ctrl: ControlBuf,
+}
+
+/// Room for one descriptor's control message, aligned for its header.
 #[repr(C)]
 union ControlBuf {
     buf: [u8; 64],
     _align: libc::cmsghdr,
 }
 
+impl Message {
+    fn new() -> Box<Message> {
+        let mut m = Box::new(Message {
+            byte: [1],
+            iov: libc::iovec {
+                iov_base: std::ptr::null_mut(),
+                iov_len: 1,
+            },
+            ctrl: ControlBuf { buf: [0; 64] },
+        });
+        m.iov.iov_base = m.byte.as_mut_ptr().cast();
+        m
+    }
+
+    /// A header over this message's buffers with `ctrl_len` control bytes (boxed, so the
+    /// pointers stay valid while the header is used).
+    fn header(&mut self, ctrl_len: usize) -> libc::msghdr {
+        // SAFETY: msghdr is plain data (integers and pointers): all zero is valid.
+        let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
+        h.msg_iov = &mut self.iov;
+        h.msg_iovlen = 1;
+        // SAFETY: taking the address of the union's byte view writes nothing.
+        h.msg_control = unsafe { self.ctrl.buf.as_mut_ptr() }.cast();
+        h.msg_controllen = ctrl_len as _;
+        h
+    }
+}
+
 fn send_fd(conn: RawFd, fd: RawFd) -> bool {
-    let mut byte = [1u8];
-    let mut iov = libc::iovec {
-        iov_base: byte.as_mut_ptr().cast(),
-        iov_len: 1,
-    };
-    let mut ctrl = ControlBuf { buf: [0; 64] };
-    // SAFETY: msghdr is plain data; the pointers set below outlive the sendmsg call, and the
-    // control buffer is large and aligned enough for one descriptor (CMSG_SPACE(4) <= 64).
+    let mut m = Message::new();
+    // SAFETY: CMSG_SPACE and CMSG_LEN are arithmetic.
+    let (space, len) = unsafe { (libc::CMSG_SPACE(4), libc::CMSG_LEN(4)) };
+    let h = m.header(space as usize);
+    // SAFETY: the header points into `m`, alive for the call; its control buffer has room for
+    // one descriptor (CMSG_SPACE(4) <= 64), so the first header and its data are inside it.
     unsafe {
-        let mut msg: libc::msghdr = std::mem::zeroed();
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
-        msg.msg_control = ctrl.buf.as_mut_ptr().cast();
-        msg.msg_controllen = libc::CMSG_SPACE(4) as _;
-        let c = libc::CMSG_FIRSTHDR(&msg);
+        let c = libc::CMSG_FIRSTHDR(&h);
         (*c).cmsg_level = libc::SOL_SOCKET;
         (*c).cmsg_type = libc::SCM_RIGHTS;
-        (*c).cmsg_len = libc::CMSG_LEN(4) as _;
+        (*c).cmsg_len = len as _;
         std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<RawFd>(), fd);
-        libc::sendmsg(conn, &msg, libc::MSG_NOSIGNAL) == 1
+        libc::sendmsg(conn, &h, libc::MSG_NOSIGNAL) == 1
     }
 }
 
@@ -199,26 +228,87 @@ pub(crate) fn receive(pid: u32, token: u64, rank: u32, deadline: Instant) -> Res
             after_ms: 0,
         });
     }
-    let mut byte = [0u8];
-    let mut iov = libc::iovec {
-        iov_base: byte.as_mut_ptr().cast(),
-        iov_len: 1,
-    };
-    let mut ctrl = ControlBuf { buf: [0; 64] };
-    // SAFETY: as in `send_fd`; the kernel writes at most `msg_controllen` control bytes, and
-    // a descriptor it hands over is owned by this process from then on.
+    let mut m = Message::new();
+    let mut h = m.header(std::mem::size_of::<ControlBuf>());
+    // SAFETY: the header points into `m`, alive for the call; the kernel writes at most
+    // `msg_controllen` control bytes, and a descriptor it hands over is owned by this process
+    // from then on.
     unsafe {
-        let mut msg: libc::msghdr = std::mem::zeroed();
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
-        msg.msg_control = ctrl.buf.as_mut_ptr().cast();
-        msg.msg_controllen = std::mem::size_of::<ControlBuf>() as _;
-        let n = libc::recvmsg(sock.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC);
-        let c = libc::CMSG_FIRSTHDR(&msg);
+        let n = libc::recvmsg(sock.as_raw_fd(), &mut h, libc::MSG_CMSG_CLOEXEC);
+        let c = libc::CMSG_FIRSTHDR(&h);
         if n != 1 || c.is_null() || (*c).cmsg_type != libc::SCM_RIGHTS {
             return Err(os_error("receiving a peer's memory descriptor"));
         }
         let fd = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<RawFd>());
         Ok(OwnedFd::from_raw_fd(fd))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+
+    fn pipe() -> (std::fs::File, std::fs::File) {
+        let mut fds = [0; 2];
+        // SAFETY: pipe writes two descriptors into the array.
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        // SAFETY: both are new descriptors this process owns.
+        unsafe {
+            (
+                std::fs::File::from_raw_fd(fds[0]),
+                std::fs::File::from_raw_fd(fds[1]),
+            )
+        }
+    }
+
+    #[test]
+    fn a_descriptor_goes_to_a_listed_process_and_refers_to_the_same_file() {
+        let (mut rd, wr) = pipe();
+        let me = std::process::id();
+        let token = 0x5eed_0000 + u64::from(me);
+        let server = FdServer::bind(me, token, 3).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let got = std::thread::scope(|s| {
+            let served = s.spawn(|| server.serve(wr.as_raw_fd(), &[me], deadline));
+            let got = receive(me, token, 3, deadline).unwrap();
+            assert_eq!(served.join().unwrap(), 1);
+            got
+        });
+        assert_ne!(got.as_raw_fd(), wr.as_raw_fd(), "a new descriptor");
+        let mut through = std::fs::File::from(got);
+        through.write_all(b"peer").unwrap();
+        drop((through, wr));
+        let mut text = String::new();
+        rd.read_to_string(&mut text).unwrap();
+        assert_eq!(text, "peer");
+    }
+
+    #[test]
+    fn a_process_the_group_did_not_announce_gets_nothing() {
+        let (_rd, wr) = pipe();
+        let me = std::process::id();
+        let token = 0x5eed_1000 + u64::from(me);
+        let server = FdServer::bind(me, token, 0).unwrap();
+        let deadline = Instant::now() + Duration::from_millis(600);
+        std::thread::scope(|s| {
+            // Only pid 1 may take it: this process's connection is closed unserved.
+            let served = s.spawn(|| server.serve(wr.as_raw_fd(), &[1], deadline));
+            assert!(receive(me, token, 0, deadline).is_err());
+            assert_eq!(served.join().unwrap(), 0);
+        });
+    }
+
+    #[test]
+    fn nobody_listening_is_an_error_by_the_deadline() {
+        let t0 = Instant::now();
+        let e = receive(
+            std::process::id(),
+            0xdead,
+            9,
+            t0 + Duration::from_millis(50),
+        );
+        assert!(e.is_err());
+        assert!(t0.elapsed() < Duration::from_secs(5));
     }
 }

@@ -26,7 +26,7 @@ pub(crate) struct PeerGroup {
     pub(crate) ctx: Arc<CudaContext>,
     pub(crate) policy: PeerPolicy,
     pub(crate) table: PeerTable,
-    pub(crate) kernels: Arc<Kernels>,
+    pub(crate) kernels: Kernels,
     /// The launch arguments but for the call's factor and reduction.
     pub(crate) args: PeerArgs,
     pub(crate) timeout: Duration,

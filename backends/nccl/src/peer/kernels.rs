@@ -6,8 +6,7 @@ use crate::cuda::cuda_error;
 use cudarc::driver::{sys, CudaContext, CudaFunction, CudaModule};
 use oxccl_core::peer_kernels::{geometry, KernelAlgo, KernelCall, KernelType, MAX_RANKS};
 use oxccl_core::Result;
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::Arc;
 
 const PTX: &str = include_str!("peer_reduce.ptx");
 
@@ -34,46 +33,28 @@ pub(crate) struct PeerArgs {
 #[derive(Debug)]
 pub(crate) struct Kernels {
     _module: Arc<CudaModule>,
-    functions: [[CudaFunction; KernelType::ALL.len()]; 2],
+    /// By algorithm, then by [`KernelType::index`].
+    functions: [Vec<CudaFunction>; 2],
 }
 
 impl Kernels {
-    /// The kernels of `ctx`'s device, loaded on first use.
-    pub(crate) fn of(ctx: &Arc<CudaContext>) -> Result<Arc<Kernels>> {
-        static LOADED: OnceLock<Mutex<HashMap<usize, Arc<Kernels>>>> = OnceLock::new();
-        let mut map = LOADED
-            .get_or_init(Default::default)
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if let Some(k) = map.get(&ctx.ordinal()) {
-            return Ok(k.clone());
-        }
-        let module = ctx
-            .load_module(cudarc::nvrtc::Ptx::from_src(PTX))
-            .map_err(|e| cuda_error("loading the all-reduce kernels", e))?;
-        let load = |algo: KernelAlgo| -> Result<[CudaFunction; KernelType::ALL.len()]> {
-            let mut out = Vec::with_capacity(KernelType::ALL.len());
-            for t in KernelType::ALL {
-                let name = format!("{}{}", algo.entry(), t.suffix());
-                out.push(
+    /// The kernels of `ctx`'s device (loaded once per device).
+    pub(crate) fn of(ctx: &Arc<CudaContext>) -> Result<Kernels> {
+        let module = crate::ptx::ptx_module(ctx, PTX, "the all-reduce kernels")?;
+        let load = |algo: KernelAlgo| -> Result<Vec<CudaFunction>> {
+            KernelType::ALL
+                .iter()
+                .map(|t| {
                     module
-                        .load_function(&name)
-                        .map_err(|e| cuda_error("finding an all-reduce kernel", e))?,
-                );
-            }
-            out.try_into().map_err(|_| {
-                cuda_error(
-                    "finding an all-reduce kernel",
-                    cudarc::driver::DriverError(sys::CUresult::CUDA_ERROR_NOT_FOUND),
-                )
-            })
+                        .load_function(&format!("{}{}", algo.entry(), t.suffix()))
+                        .map_err(|e| cuda_error("finding an all-reduce kernel", e))
+                })
+                .collect()
         };
-        let k = Arc::new(Kernels {
+        Ok(Kernels {
             functions: [load(KernelAlgo::OneShot)?, load(KernelAlgo::TwoShot)?],
             _module: module,
-        });
-        map.insert(ctx.ordinal(), k.clone());
-        Ok(k)
+        })
     }
 
     /// Launches `algo` for `call` on `stream`.
@@ -90,7 +71,12 @@ impl Kernels {
         args: &PeerArgs,
         stream: sys::CUstream,
     ) -> Result<()> {
-        let f = &self.functions[algo as usize][call.ty.index()];
+        let Some(f) = self.functions[algo as usize].get(call.ty.index()) else {
+            return Err(oxccl_core::Error::invalid(
+                "dtype",
+                format_args!("a type the all-reduce kernels were loaded for"),
+            ));
+        };
         let lines = algo.lines_per_rank(call.lines(), args.nranks);
         let (blocks, threads) = geometry(lines);
         let (mut send, mut recv, mut count, mut a) =

@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 
 /// What one rank made before the first gather.
 struct Local {
-    kernels: Arc<Kernels>,
+    kernels: Kernels,
     phys: Physical,
     mapping: Mapping,
     fd: OwnedFd,
