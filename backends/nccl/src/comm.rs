@@ -543,7 +543,20 @@ impl Communicator for NcclComm {
         if self.inner.peer.read().is_some() {
             return Ok(true);
         }
-        let group = crate::peer::setup(&self.inner, stream, policy, *table, self.timeout())?;
+        let member = crate::peer::Member {
+            ctx: &self.inner.ctx,
+            rank: self.inner.rank,
+            size: self.inner.size,
+        };
+        let mut gather = |mine: &[u8]| crate::gather_bytes::gather_bytes(&self.inner, stream, mine);
+        let group = crate::peer::setup(
+            &member,
+            stream.cuda(),
+            &mut gather,
+            policy,
+            *table,
+            self.timeout(),
+        )?;
         let on = group.is_some();
         *self.inner.peer.write() = group;
         Ok(on)

@@ -19,6 +19,7 @@ mod comm;
 mod comm_inner;
 mod create;
 mod cuda;
+mod gather_bytes;
 mod graph;
 mod graph_refs;
 mod group_call;

@@ -247,7 +247,21 @@ pub fn table(points: &[Point], n: u32) -> Result<TuneTable> {
             lo = hi.saturating_add(1);
         }
     }
-    TuneTable::new(rows)?.with_kernels(tune_kernels::kernel_row(points, n).into_iter().collect())
+    let kernels: Vec<tune_kernels::KernelPoint> = points
+        .iter()
+        .filter(|p| p.coll == Coll::AllReduce)
+        .map(|p| tune_kernels::KernelPoint {
+            op_bytes: p.op_bytes,
+            nccl: p
+                .secs
+                .iter()
+                .copied()
+                .filter(|t| t.is_finite())
+                .fold(f64::INFINITY, f64::min),
+            kernels: p.kernels,
+        })
+        .collect();
+    TuneTable::new(rows)?.with_kernels(tune_kernels::kernel_row(&kernels, n).into_iter().collect())
 }
 
 /// The report on stdout and the file's comment lines: every point with each mode's time.

@@ -5,7 +5,6 @@
 
 use super::layer::Layer;
 use super::modes::ModeLayer;
-use super::tune::Point;
 use crate::elem::with_dtype;
 use crate::ops::{Coll, Dtype};
 use oxccl::buffer::Memory;
@@ -50,38 +49,40 @@ fn fits(v: usize, bytes: u64, n: u32) -> bool {
     }
 }
 
-/// The `kernels` line of the measured all-reduce points on `n` ranks: one-shot up to the
+/// One measured all-reduce size: NCCL's fastest mode and each kernel, seconds per op (NaN:
+/// not measured).
+#[derive(Debug, Clone, Copy)]
+pub struct KernelPoint {
+    /// Bytes of the operation.
+    pub op_bytes: u64,
+    /// NCCL's fastest buffer mode.
+    pub nccl: f64,
+    /// One-shot, two-shot.
+    pub kernels: [f64; 2],
+}
+
+/// The `kernels` line of the measured all-reduce sizes on `n` ranks: one-shot up to the
 /// largest size such that it was never slower than NCCL's fastest mode at that size or any
 /// smaller one, then two-shot likewise from there. `None` when no kernel was measured (a
 /// backend without them, a group spanning hosts).
-pub fn kernel_row(points: &[Point], n: u32) -> Option<KernelRow> {
-    let mut ps: Vec<&Point> = points
-        .iter()
-        .filter(|p| p.coll == Coll::AllReduce)
-        .collect();
+pub fn kernel_row(points: &[KernelPoint], n: u32) -> Option<KernelRow> {
+    let mut ps = points.to_vec();
     ps.sort_by_key(|p| p.op_bytes);
     if !ps.iter().any(|p| p.kernels.iter().any(|t| t.is_finite())) {
         return None;
     }
-    let nccl = |p: &Point| {
-        p.secs
-            .iter()
-            .copied()
-            .filter(|t| t.is_finite())
-            .fold(f64::INFINITY, f64::min)
-    };
-    let wins = |p: &Point, k: usize| {
+    let wins = |p: &KernelPoint, k: usize| {
         let t = p.kernels[k];
-        t.is_finite() && fits(FIRST + k, p.op_bytes, n) && t <= nccl(p)
+        t.is_finite() && fits(FIRST + k, p.op_bytes, n) && t <= p.nccl
     };
     let mut one = 0;
     let mut i = 0;
-    while i < ps.len() && wins(ps[i], 0) {
+    while i < ps.len() && wins(&ps[i], 0) {
         one = ps[i].op_bytes;
         i += 1;
     }
     let mut two = 0;
-    while i < ps.len() && wins(ps[i], 1) {
+    while i < ps.len() && wins(&ps[i], 1) {
         two = ps[i].op_bytes;
         i += 1;
     }
@@ -96,14 +97,11 @@ pub fn kernel_row(points: &[Point], n: u32) -> Option<KernelRow> {
 mod tests {
     use super::*;
 
-    fn pt(bytes: u64, nccl: f64, one: f64, two: f64) -> Point {
-        Point {
-            coll: Coll::AllReduce,
-            size: bytes as usize,
+    fn pt(bytes: u64, nccl: f64, one: f64, two: f64) -> KernelPoint {
+        KernelPoint {
             op_bytes: bytes,
-            secs: [nccl, f64::NAN, nccl + 1.0],
+            nccl,
             kernels: [one, two],
-            best: RegMode::Plain,
         }
     }
 

@@ -46,7 +46,7 @@ pub(crate) unsafe fn issue(
         if let Some(peer) = comm.peer.read().as_ref() {
             // SAFETY: `op` passed `check::op` above; the caller keeps its buffers valid until
             // it completes on `stream` (this function's contract).
-            if let Some(done) = unsafe { peer.issue(op, stream) } {
+            if let Some(done) = unsafe { peer.issue(op, stream.cuda()) } {
                 return done;
             }
         }

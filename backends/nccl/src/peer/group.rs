@@ -4,7 +4,6 @@
 use super::host_flags::HostFlags;
 use super::kernels::{Kernels, PeerArgs};
 use super::vmm::{Mapping, Physical};
-use crate::stream::NcclStream;
 use cudarc::driver::{sys, CudaContext, CudaStream};
 use oxccl_core::peer_kernels::{choose, kernel_call, PeerPolicy, PeerTable};
 use oxccl_core::{CommOp, Error, Result};
@@ -48,13 +47,20 @@ impl PeerGroup {
     ///
     /// `op` passed `check::op` on this communicator, and its buffers stay valid until the
     /// operation completes on `stream` (the `issue` contract).
-    pub(crate) unsafe fn issue(&self, op: &CommOp<'_>, stream: &NcclStream) -> Option<Result<()>> {
+    pub(crate) unsafe fn issue(
+        &self,
+        op: &CommOp<'_>,
+        stream: &Arc<CudaStream>,
+    ) -> Option<Result<()>> {
         let n = self.args.nranks;
         let call = kernel_call(op, n)?;
         let algo = choose(self.policy, &self.table, &call, n)?;
-        self.note_stream(stream.cuda());
+        self.note_stream(stream);
         if let Err(e) = self.ctx.bind_to_thread() {
-            return Some(Err(crate::cuda_error("binding the device for a kernel", e)));
+            return Some(Err(crate::cuda::cuda_error(
+                "binding the device for a kernel",
+                e,
+            )));
         }
         self.calls[algo as usize].fetch_add(1, Ordering::Relaxed);
         let mut args = self.args;
@@ -65,10 +71,7 @@ impl PeerGroup {
         // names this group's live mappings, which outlive every kernel (`Drop` waits for the
         // streams); every rank of the group picks the same kernel for the same call
         // (`choose` is pure over what the set-up made equal).
-        Some(unsafe {
-            self.kernels
-                .launch(algo, &call, &args, stream.cuda().cu_stream())
-        })
+        Some(unsafe { self.kernels.launch(algo, &call, &args, stream.cu_stream()) })
     }
 
     fn note_stream(&self, s: &Arc<CudaStream>) {

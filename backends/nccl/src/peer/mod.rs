@@ -11,4 +11,4 @@ mod setup;
 mod vmm;
 
 pub(crate) use group::PeerGroup;
-pub(crate) use setup::setup;
+pub(crate) use setup::{setup, Member};

@@ -16,17 +16,26 @@ use super::group::{Mapped, PeerGroup};
 use super::host_flags::HostFlags;
 use super::kernels::{Kernels, PeerArgs};
 use super::vmm::{self, Mapping, Physical};
-use crate::comm_inner::CommInner;
-use crate::stream::NcclStream;
-use cudarc::driver::{DevicePtr, DevicePtrMut};
+use cudarc::driver::{CudaContext, CudaStream};
 use oxccl_core::peer_kernels::record::{
     all_mapped, policy_code, refusal, verdict, PeerRecord, RECORD_BYTES,
 };
 use oxccl_core::peer_kernels::{peer_bytes, PeerPolicy, PeerTable, LINES_PER_SLOT, MAX_RANKS};
-use oxccl_core::{CommOp, DataType, RawBuf, RawBufMut, Result};
+use oxccl_core::Result;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
+
+/// The rank that sets up: its device and place in the group.
+pub(crate) struct Member<'a> {
+    pub(crate) ctx: &'a Arc<CudaContext>,
+    pub(crate) rank: u32,
+    pub(crate) size: u32,
+}
+
+/// Gathers equal-length bytes from every rank of the group, in rank order (the
+/// communicator's all-gather, waited for).
+pub(crate) type Gather<'a> = dyn FnMut(&[u8]) -> Result<Vec<u8>> + 'a;
 
 /// What one rank made before the first gather.
 struct Local {
@@ -85,7 +94,7 @@ fn host_id() -> u64 {
 /// The variable that names this rank's host for the set-up (see `host_id`).
 pub(crate) const PEER_HOST: &str = "OXCCL_PEER_HOST";
 
-fn make_local(comm: &CommInner, stream: &NcclStream) -> Result<Local> {
+fn make_local(comm: &Member<'_>, stream: &Arc<CudaStream>) -> Result<Local> {
     let ordinal = comm.ctx.ordinal() as i32;
     if !vmm::supported(comm.ctx.cu_device()) {
         return Err(oxccl_core::Error::invalid(
@@ -93,11 +102,11 @@ fn make_local(comm: &CommInner, stream: &NcclStream) -> Result<Local> {
             format_args!("a device whose memory other processes can import by descriptor"),
         ));
     }
-    let kernels = Kernels::of(&comm.ctx)?;
+    let kernels = Kernels::of(comm.ctx)?;
     let bytes = vmm::rounded(ordinal, peer_bytes(comm.size))?;
     let phys = Physical::create(ordinal, bytes)?;
     let mapping = Mapping::new(&phys, ordinal)?;
-    mapping.zero(stream.cuda().cu_stream())?;
+    mapping.zero(stream.cu_stream())?;
     let fd = phys.export()?;
     let flags = HostFlags::new()?;
     let socket = random();
@@ -113,37 +122,10 @@ fn make_local(comm: &CommInner, stream: &NcclStream) -> Result<Local> {
     })
 }
 
-/// Gathers `mine` (the same length on every rank) from every rank, in rank order: an NCCL
-/// all-gather on `stream`, waited for.
-fn gather(comm: &Arc<CommInner>, stream: &NcclStream, mine: &[u8]) -> Result<Vec<u8>> {
-    let st = stream.cuda();
-    let cuda = |what: &str, e| crate::cuda_error(what, e);
-    let send = st
-        .clone_htod(mine)
-        .map_err(|e| cuda("copying the peer-memory record", e))?;
-    let mut recv = st
-        .alloc_zeros::<u8>(mine.len() * comm.size as usize)
-        .map_err(|e| cuda("allocating the peer-memory records", e))?;
-    {
-        let (s, _s) = send.device_ptr(st);
-        let (r, _r) = recv.device_ptr_mut(st);
-        let op = CommOp::all_gather(
-            RawBuf::new(s as usize, mine.len()),
-            RawBufMut::new(r as usize, mine.len() * comm.size as usize),
-            DataType::Uint8,
-        );
-        // SAFETY: both buffers are live device memory of the lengths given, on this stream,
-        // and stay alive until the copy below waited for the gather.
-        unsafe { crate::issue::issue_op::issue(comm, &op, stream)? };
-    }
-    st.clone_dtoh(&recv)
-        .map_err(|e| cuda("reading the peer-memory records", e))
-}
-
 /// Imports and maps every rank's memory (own included: its existing mapping is reused by the
 /// caller, so here only peers), in rank order.
 fn map_peers(
-    comm: &CommInner,
+    comm: &Member<'_>,
     records: &[PeerRecord],
     deadline: Instant,
 ) -> Result<Vec<Option<Mapped>>> {
@@ -174,15 +156,16 @@ fn map_peers(
 /// Runs the set-up on every rank of `comm` (see the module); `Ok(None)` when the group uses
 /// NCCL alone (why is logged). Errors are the communicator's own (a failed gather).
 pub(crate) fn setup(
-    comm: &Arc<CommInner>,
-    stream: &NcclStream,
+    comm: &Member<'_>,
+    stream: &Arc<CudaStream>,
+    gather: &mut Gather<'_>,
     policy: PeerPolicy,
     table: PeerTable,
     timeout: Duration,
 ) -> Result<Option<PeerGroup>> {
     comm.ctx
         .bind_to_thread()
-        .map_err(|e| crate::cuda_error("binding the device for peer memory", e))?;
+        .map_err(|e| crate::cuda::cuda_error("binding the device for peer memory", e))?;
     let wanted = policy != PeerPolicy::Nccl && (2..=MAX_RANKS).contains(&comm.size);
     let local = if wanted {
         make_local(comm, stream).map_err(|e| {
@@ -205,7 +188,7 @@ pub(crate) fn setup(
         },
         Err(()) => PeerRecord::ineligible(&table, policy),
     };
-    let all = gather(comm, stream, &mine.encode())?;
+    let all = gather(&mine.encode())?;
     let records: Vec<Option<PeerRecord>> =
         all.chunks(RECORD_BYTES).map(PeerRecord::decode).collect();
     if let Some(why) = refusal(&records) {
@@ -236,7 +219,7 @@ pub(crate) fn setup(
     if let Err(e) = &mapped {
         log::info!("rank {}: mapping peer memory failed: {e}", comm.rank);
     }
-    let verdicts = gather(comm, stream, &verdict(ok).to_le_bytes())?;
+    let verdicts = gather(&verdict(ok).to_le_bytes())?;
     let verdicts: Vec<u64> = verdicts
         .chunks(8)
         .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
