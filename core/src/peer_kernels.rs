@@ -20,7 +20,7 @@ pub const MAX_RANKS: u32 = 8;
 /// Data bytes one 16-byte line carries (the rest are its two flags).
 pub const LINE_DATA_BYTES: u64 = 8;
 
-/// Lines in one [parity][source] slot of a rank's peer memory: a one-shot call moves at most
+/// Lines in one slot (a parity and a source rank) of a rank's peer memory: a one-shot call moves at most
 /// this many lines, a two-shot call this many per rank.
 pub const LINES_PER_SLOT: u64 = 32 * 1024;
 

@@ -223,6 +223,19 @@ impl NcclComm {
             ))?;
         let mut buf = config(&self.inner.lib, cfg)?;
         let new = OutHandle::new();
+        // With `abort_parent` this rank's kernels stop too, as NCCL stops the parent's
+        // operations: waits for excluded ranks give up, and the parent's all-reduces go to NCCL
+        // from here. Its peer memory is released after the shrink (the release waits for the
+        // stream, where a parent operation NCCL stops may sit before a kernel).
+        let stopped = if abort_parent {
+            let group = self.inner.peer.write().take();
+            if let Some(g) = &group {
+                g.raise_abort();
+            }
+            group
+        } else {
+            None
+        };
         let code = create(&mut buf, &new, |new, cfg_ptr| {
             // SAFETY: live communicator; `list` outlives the call; `cfg_ptr` is null or points
             // to a config built for the loaded version, alive for the call.
@@ -237,8 +250,9 @@ impl NcclComm {
                 )
             })
         })?;
-        self.adopt_child("shrink", code, &new, false, cfg)?
-            .ok_or_else(|| none_made("shrink"))
+        let child = self.adopt_child("shrink", code, &new, false, cfg);
+        drop(stopped);
+        child?.ok_or_else(|| none_made("shrink"))
     }
     /// Settles this parent after a split (`wait_always`: NCCL fills the child only once the
     /// parent leaves InProgress, NVIDIA/nccl#1472, and may return Success before it does) or a
