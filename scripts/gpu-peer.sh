@@ -5,8 +5,8 @@
 #
 #   here:   bash scripts/gpu-peer.sh stage        # release tool and tests into .gpu/peer/
 #   there:  bash scripts/gpu-peer.sh run OUTDIR [PART...]
-#           PART: probe, tests, suite, ncclbuild, perf, graphs, torch, variants (default: all
-#           but variants)
+#           PART: probe, tests, suite, ncclbuild, perf, graphs, procs, torch, variants
+#           (default: all but variants)
 #
 # Every part runs under its own time limit and says PASS/FAIL in OUTDIR/summary.txt; its log
 # (<part>.log) and its tables and JSON go into OUTDIR/results.tar.gz. It uses every GPU it sees
@@ -39,7 +39,7 @@ fi
 
 [ "$cmd" = run ] || { echo "usage: $0 stage | run OUTDIR [PART...]" >&2; exit 2; }
 final=${1:?OUTDIR}; shift || true
-parts=${*:-probe tests suite ncclbuild perf graphs torch}
+parts=${*:-probe tests suite ncclbuild perf graphs procs torch}
 # The GPU machine sends back only a few files: the work happens in a folder of its own, and
 # OUTDIR gets summary.txt and results.tar.gz (every log, table and JSON).
 out=${GPU_PEER_WORK:-/tmp/gpu-peer-work}
@@ -121,6 +121,19 @@ sweep() {
     return $rc
 }
 part_perf() { sweep perf -n 500 -w 50; }
+# A process per GPU (torchrun --no-python): the kernels on and off.
+part_procs() {
+    local rc=0
+    for n in $sizes; do
+        for policy in auto nccl; do
+            echo "== $n processes, OXCCL_PEER_KERNELS=$policy"
+            OXCCL_PEER_KERNELS=$policy timeout 120 /opt/torch/.venv/bin/torchrun --nproc-per-node "$n" \
+                --no-python $bin/oxccl perf all_reduce -b 8 -e 1M -n 500 -w 50 --layer all \
+                --library "$nccl_lib/libnccl.so.2" --json-out "$out/procs-$n-$policy.json" || rc=1
+        done
+    done
+    return $rc
+}
 part_graphs() { sweep graph -n 20 -w 5 -G 20; }
 
 for p in $parts; do
