@@ -91,8 +91,9 @@ impl FdServer {
         Ok(FdServer { sock })
     }
 
-    /// Sends `fd` to each of `pids` (connections from any other process are closed unserved),
-    /// until all were served or `deadline`; returns how many were served.
+    /// Sends `fd` to each of `pids` (a pid listed twice is served twice: a process with two
+    /// ranks; connections from any other process are closed unserved), until all were served
+    /// or `deadline`; returns how many were served.
     pub(crate) fn serve(&self, fd: RawFd, pids: &[u32], deadline: Instant) -> usize {
         let mut served = Vec::with_capacity(pids.len());
         // SAFETY: plain getter.
@@ -116,7 +117,11 @@ impl FdServer {
                 continue;
             };
             let pid = cred.pid as u32;
-            if cred.uid != uid || !pids.contains(&pid) || served.contains(&pid) {
+            // A process may hold several ranks of the group (a thread each): it connects once
+            // per rank, so a pid is served as often as it is listed, no more.
+            let owed = pids.iter().filter(|&&p| p == pid).count();
+            let had = served.iter().filter(|&&p| p == pid).count();
+            if cred.uid != uid || had >= owed {
                 log::warn!("peer-memory socket: refused a connection from pid {pid}");
                 continue;
             }
@@ -297,6 +302,29 @@ mod tests {
             assert!(receive(me, token, 0, deadline).is_err());
             assert_eq!(served.join().unwrap(), 0);
         });
+    }
+
+    #[test]
+    fn a_process_with_two_ranks_is_served_twice_and_no_more() {
+        let (_rd, wr) = pipe();
+        let me = std::process::id();
+        let token = 0x5eed_2000 + u64::from(me);
+        let server = FdServer::bind(me, token, 1).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        std::thread::scope(|s| {
+            let served = s.spawn(|| server.serve(wr.as_raw_fd(), &[me, me], deadline));
+            assert!(receive(me, token, 1, deadline).is_ok());
+            assert!(receive(me, token, 1, deadline).is_ok());
+            assert_eq!(served.join().unwrap(), 2);
+        });
+        // Served in full, the server answers no one: a third rank of this pid waits in vain.
+        let late = std::thread::scope(|s| {
+            let served = s.spawn(|| server.serve(wr.as_raw_fd(), &[], Instant::now()));
+            let got = receive(me, token, 1, Instant::now() + Duration::from_millis(300));
+            assert_eq!(served.join().unwrap(), 0);
+            got
+        });
+        assert!(late.is_err());
     }
 
     #[test]
