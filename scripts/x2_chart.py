@@ -14,6 +14,7 @@ COLORS = {
     "pg": "#2ca02c",
     "nccl-tests": "#d62728",
     "torch": "#9467bd",
+    "nccl-tests -R 2": "#8c564b",
 }
 W, H, PAD, GAP = 460, 320, 56, 40
 

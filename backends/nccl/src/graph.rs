@@ -168,6 +168,13 @@ impl Graph for NcclGraph {
         if status(stream)? != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
             return Err(oxccl_core::traits::forbidden("launching a graph"));
         }
+        // A captured kernel of oxccl's may run on this stream: the peer memory's release waits
+        // for it too (a graph dropped right after its launch leaves the launch running).
+        for held in &self.holds {
+            if let Some(peer) = held.held().peer.read().as_ref() {
+                peer.note_stream(stream.cuda());
+            }
+        }
         // SAFETY: the executable is live (owned by `g`, locked for the call) and `stream` is a
         // live stream of its context (checked above); the buffers its nodes use are valid by
         // this function's contract.

@@ -42,6 +42,11 @@ impl<T: Counted> GraphRef<T> {
         of.graph_count().0.fetch_add(1, Ordering::SeqCst);
         GraphRef(of)
     }
+
+    /// What the graph holds.
+    pub(crate) fn held(&self) -> &T {
+        &self.0
+    }
 }
 
 impl<T: Counted> Drop for GraphRef<T> {

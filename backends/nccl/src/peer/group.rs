@@ -74,7 +74,8 @@ impl PeerGroup {
         Some(unsafe { self.kernels.launch(algo, &call, &args, stream.cu_stream()) })
     }
 
-    fn note_stream(&self, s: &Arc<CudaStream>) {
+    /// Keeps `s` for the release to wait on (a stream this group's kernels run on).
+    pub(crate) fn note_stream(&self, s: &Arc<CudaStream>) {
         let mut streams = self.streams.lock();
         if !streams.iter().any(|k| Arc::ptr_eq(k, s)) {
             streams.push(s.clone());
