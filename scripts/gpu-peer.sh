@@ -64,14 +64,17 @@ part_probe() {
     return $rc
 }
 # The kernels' grid: the probe with launches of at most 32 (the library's MAX_BLOCKS), 64 and
-# 128 blocks, N = 4 (timing only).
+# 128 blocks, two-shot's grid sized by the lines each rank reduces (the library's) or by all
+# its lines, N = 4 (timing only).
 part_variants() {
     bash backends/nccl/kernels/gen.sh "$out/probe-bin" || return 1
     local n=${sizes##* } rc=0
-    for b in 32 64 128; do
-        echo "== at most $b blocks, N=$n"
-        PROBE_QUICK=1 PROBE_BLOCKS=$b LD_LIBRARY_PATH=$nccl_lib timeout 60 \
-            "$out/probe-bin/probe" "$out/probe-bin/peer_reduce.ptx" "$n" 1000 | grep -A 11 "^bytes" || rc=1
+    for grid in per-rank total; do
+        for b in 32 64 128; do
+            echo "== at most $b blocks, two-shot grid by $grid lines, N=$n"
+            PROBE_QUICK=1 PROBE_BLOCKS=$b PROBE_TWO_GRID=$grid LD_LIBRARY_PATH=$nccl_lib timeout 60 \
+                "$out/probe-bin/probe" "$out/probe-bin/peer_reduce.ptx" "$n" 1000 | grep -A 11 "^bytes" || rc=1
+        done
     done
     return $rc
 }

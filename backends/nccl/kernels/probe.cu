@@ -66,6 +66,7 @@ static int ITERS = 2000;
 static uint64_t g_max_blocks = 32;
 // PROBE_QUICK=1: skip the value checks (when only timing a variant).
 static bool g_quick = false;
+static bool g_two_grid_total = false;
 static const char* PTX_TEXT;
 static uint64_t g_peer[MAX_RANKS];
 static ncclComm_t g_nccl[MAX_RANKS];
@@ -159,7 +160,9 @@ static void launch(Rank& k, int algo, int t, int op, const void* in, void* out, 
     a.op = kop;
     int per_line = 8 / ty.size;
     uint64_t lines = (count + per_line - 1) / per_line;
-    uint64_t work = algo == 0 ? lines : (lines + N - 1) / N;
+    // PROBE_TWO_GRID=total: size two-shot's grid by all its lines (phases 1 and 3 touch them all)
+    // instead of the lines each rank reduces (the library's choice).
+    uint64_t work = algo == 0 || g_two_grid_total ? lines : (lines + N - 1) / N;
     unsigned threads = 512, blocks = (unsigned)std::min<uint64_t>((work + 511) / 512, g_max_blocks);
     if (blocks == 0) blocks = 1;
     if (work < 512) threads = (unsigned)std::max<uint64_t>(32, (work + 31) / 32 * 32);
@@ -393,6 +396,7 @@ int main(int argc, char** argv) {
     N = atoi(argv[2]);
     if (getenv("PROBE_BLOCKS")) g_max_blocks = strtoull(getenv("PROBE_BLOCKS"), nullptr, 10);
     g_quick = getenv("PROBE_QUICK") && atoi(getenv("PROBE_QUICK")) == 1;
+    g_two_grid_total = getenv("PROBE_TWO_GRID") && strcmp(getenv("PROBE_TWO_GRID"), "total") == 0;
     if (argc > 3) ITERS = atoi(argv[3]);
     int devs[MAX_RANKS];
     for (int i = 0; i < N; i++) devs[i] = i;
