@@ -23,11 +23,7 @@ if [ "$cmd" = stage ]; then
     json=$(cargo build --release --bin oxccl $(printf -- '--test %s ' "${tests[@]}") \
         --message-format=json-render-diagnostics)
     rm -rf "$bin" && mkdir -p "$bin"
-    for t in oxccl "${tests[@]}"; do
-        exe=$(echo "$json" | python3 scripts/cargo_exe.py "$t")
-        [ -n "$exe" ] || { echo "stage: cargo built no executable named $t" >&2; exit 1; }
-        cp "$exe" "$bin/$t"
-    done
+    echo "$json" | python3 scripts/cargo_exe.py --into "$bin" oxccl "${tests[@]}"
     strip "$bin"/* 2>/dev/null || true
     # nccl-tests' source, built there (no network on the GPU machine).
     src=${NCCL_TESTS_GIT:-/work/.mirror/NVIDIA+nccl-tests/repo}

@@ -41,11 +41,7 @@ if [ "$cmd" = stage ]; then
         $(printf -- '--bench %s ' "${benches[@]}") $(printf -- '--test %s ' "${tests[@]}") \
         --message-format=json-render-diagnostics)
     rm -rf "$bin" && mkdir -p "$bin"
-    for t in oxccl "${examples[@]}" "${benches[@]}" "${tests[@]}"; do
-        exe=$(echo "$json" | python3 scripts/cargo_exe.py "$t")
-        [ -n "$exe" ] || { echo "stage: cargo built no executable named $t" >&2; exit 1; }
-        cp "$exe" "$bin/$t"
-    done
+    echo "$json" | python3 scripts/cargo_exe.py --into "$bin" oxccl "${examples[@]}" "${benches[@]}" "${tests[@]}"
     strip "$bin"/* 2>/dev/null || true
     # nccl-tests' source (the GPU machine has no network; built there by `run`): from a git
     # mirror here (the `fetch` tool's /work/.mirror/NVIDIA+nccl-tests) or NCCL_TESTS_GIT.

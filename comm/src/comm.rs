@@ -96,16 +96,19 @@ pub(crate) fn same_device<T>(
 /// The policy `OXCCL_PEER_KERNELS` names: `auto` when unset, an error naming the variable for
 /// a value it does not take.
 pub fn peer_policy_from_env() -> Result<oxccl_core::peer_kernels::PeerPolicy> {
-    let name = oxccl_core::env::PEER_KERNELS;
-    match std::env::var(name) {
+    match std::env::var(oxccl_core::env::PEER_KERNELS) {
         Err(_) => Ok(oxccl_core::peer_kernels::PeerPolicy::Auto),
-        Ok(v) => oxccl_core::peer_kernels::PeerPolicy::parse(&v).ok_or_else(|| {
-            Error::invalid(
-                name,
-                format_args!("auto, nccl, one-shot or two-shot, got {v:?}"),
-            )
-        }),
+        Ok(v) => oxccl_core::env::parse_peer_kernels(&v),
     }
+}
+
+/// The kernels' limits: the `kernels` lines of the tune table `OXCCL_TUNE_FILE` names over
+/// the measured defaults (the defaults alone when it is unset).
+pub fn peer_table_from_env() -> Result<oxccl_core::peer_kernels::PeerTable> {
+    let var = std::env::var(crate::tune_file::TUNE_FILE_VAR).ok();
+    Ok(crate::tune_file::tune_from_env(var.as_deref())?
+        .map(|t| t.peer_table())
+        .unwrap_or_default())
 }
 
 impl Comm {
@@ -143,12 +146,7 @@ impl Comm {
     /// collectives. [`Comm::init_rank`] and [`Comm::split`] call it for a blocking
     /// communicator; call it yourself after [`Comm::new`], or once a nonblocking one is ready.
     pub fn enable_peer_kernels(&mut self) -> Result<bool> {
-        let policy = peer_policy_from_env()?;
-        let var = std::env::var(crate::tune_file::TUNE_FILE_VAR).ok();
-        let table = crate::tune_file::tune_from_env(var.as_deref())?
-            .map(|t| t.peer_table())
-            .unwrap_or_default();
-        self.enable_peer_kernels_with(policy, &table)
+        self.enable_peer_kernels_with(peer_policy_from_env()?, &peer_table_from_env()?)
     }
 
     /// [`Comm::enable_peer_kernels`] under an explicit policy and table (every rank must pass

@@ -35,7 +35,7 @@ pub mod tune_file;
 
 pub use aborts::{pending_aborts, wait_for_aborts};
 #[cfg(feature = "nccl")]
-pub use comm::{peer_policy_from_env, AbortHandle, Comm};
+pub use comm::{peer_policy_from_env, peer_table_from_env, AbortHandle, Comm};
 #[cfg(feature = "nccl")]
 pub use comm_graph::{CommGraph, CommLaunch};
 pub use element::Element;

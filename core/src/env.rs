@@ -253,6 +253,20 @@ pub fn parse_secs(name: &'static str, value: &str, min_s: u64, max_s: u64) -> Re
     parse_u64(name, value, min_s, max_s.min(MAX_DURATION_MS / 1000)).map(Duration::from_secs)
 }
 
+/// `OXCCL_PEER_KERNELS=value`: `auto`, `nccl` (or `off`), `one-shot`, `two-shot`; anything
+/// else is an error naming the variable.
+pub fn parse_peer_kernels(value: &str) -> Result<crate::peer_kernels::PeerPolicy> {
+    crate::peer_kernels::PeerPolicy::parse(value).ok_or_else(|| {
+        Error::invalid(
+            PEER_KERNELS,
+            format_args!(
+                "auto, nccl, one-shot or two-shot, got \"{}\"",
+                Escaped(value)
+            ),
+        )
+    })
+}
+
 /// Blocking wait forces [`ErrorHandling::NoHandling`], as in PyTorch: the user's thread
 /// polls the work and sees the error itself, so the watchdog must not also act on it.
 pub fn effective_error_handling(blocking_wait: bool, mode: ErrorHandling) -> ErrorHandling {
@@ -411,12 +425,7 @@ impl EnvConfig {
         };
         let peer_kernels = match lookup(PEER_KERNELS) {
             None => d.peer_kernels,
-            Some(v) => crate::peer_kernels::PeerPolicy::parse(v).ok_or_else(|| {
-                Error::invalid(
-                    PEER_KERNELS,
-                    format_args!("auto, nccl, one-shot or two-shot, got \"{}\"", Escaped(v)),
-                )
-            })?,
+            Some(v) => parse_peer_kernels(v)?,
         };
         Ok(EnvConfig {
             backend,

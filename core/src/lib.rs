@@ -22,6 +22,7 @@ pub mod dtype;
 pub mod env;
 pub mod error;
 pub mod feature;
+pub mod fnv;
 #[cfg(feature = "alloc")]
 pub mod graph_buffers;
 pub mod id;

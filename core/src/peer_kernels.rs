@@ -308,8 +308,8 @@ pub fn kernel_call(op: &CommOp<'_>, nranks: u32) -> Option<KernelCall> {
 }
 
 /// Up to which size (bytes, inclusive) each kernel runs under [`PeerPolicy::Auto`], by group
-/// size: measured against NCCL on H100s joined by NVLink (docs/BENCHMARKS.md), and 0 (NCCL)
-/// for group sizes not measured.
+/// size; 0: NCCL. The defaults, and how they were chosen: docs/BENCHMARKS.md; `oxccl perf
+/// --tune` writes a machine's own (a tune table's `kernels` lines).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct PeerTable {
     /// One-shot up to this many bytes, by group size (index = ranks).
@@ -331,14 +331,11 @@ impl Default for PeerTable {
 impl PeerTable {
     /// A fingerprint ranks compare before they use the table (FNV-1a over its limits).
     pub fn fingerprint(&self) -> u64 {
-        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        let mut h = crate::fnv::Fnv::default();
         for v in self.one_shot_max.iter().chain(self.two_shot_max.iter()) {
-            for b in v.to_le_bytes() {
-                h ^= u64::from(b);
-                h = h.wrapping_mul(0x100_0000_01b3);
-            }
+            h.bytes(&v.to_le_bytes());
         }
-        h
+        h.finish()
     }
 }
 

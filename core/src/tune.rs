@@ -31,6 +31,7 @@
 
 use crate::dtype::DataType;
 use crate::error::{Error, Result};
+use crate::fnv::Fnv;
 use crate::op::OpKind;
 use crate::peer_kernels::{PeerTable, MAX_RANKS};
 use crate::text::Escaped;
@@ -353,27 +354,16 @@ impl TuneTable {
     /// A 64-bit FNV-1a hash of the text form: equal tables, equal fingerprints, on every rank
     /// and platform (what ranks compare before any rank registers a window).
     pub fn fingerprint(&self) -> u64 {
-        let mut h = Fnv(0xcbf2_9ce4_8422_2325);
+        let mut h = Fnv::default();
         // Writing to the hasher cannot fail.
         let _ = self.write(&mut h);
-        h.0
+        h.finish()
     }
 }
 
 impl fmt::Display for TuneTable {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.write(f)
-    }
-}
-
-struct Fnv(u64);
-
-impl Write for Fnv {
-    fn write_str(&mut self, s: &str) -> fmt::Result {
-        for b in s.bytes() {
-            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
-        }
-        Ok(())
     }
 }
 

@@ -122,6 +122,7 @@ fn with_rank<R>(
         stop.on_stop(Box::new(move |why| h.abort(why)));
     }
     comm.borrow().wait_ready()?;
+    // The default limits, as the pg layer's group has (no tune table): the layers compare.
     comm.borrow_mut()
         .enable_peer_kernels_with(setup.kernels, &PeerTable::default())?;
     let opts = PgOptions {

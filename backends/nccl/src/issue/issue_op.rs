@@ -42,13 +42,13 @@ pub(crate) unsafe fn issue(
     // oxccl's own kernels, where the group has peer memory and the policy picks one; never
     // inside an NCCL group (NCCL launches the group's calls at its end, and a kernel launched
     // now would run before the calls queued ahead of it).
-    if !crate::group_call::is_open(&comm.lib) {
-        if let Some(peer) = comm.peer.read().as_ref() {
-            // SAFETY: `op` passed `check::op` above; the caller keeps its buffers valid until
-            // it completes on `stream` (this function's contract).
-            if let Some(done) = unsafe { peer.issue(op, stream.cuda()) } {
-                return done;
-            }
+    // The group is looked up only for a call a kernel would take.
+    if let Some(peer) = comm.peer.read().as_ref() {
+        let outside_group = || !crate::group_call::is_open(&comm.lib);
+        // SAFETY: `op` passed `check::op` above; the caller keeps its buffers valid until it
+        // completes on `stream` (this function's contract).
+        if let Some(done) = unsafe { peer.issue(op, stream.cuda(), outside_group) } {
+            return done;
         }
     }
     // Premul-sum ops live until the call returns, then are destroyed (allowed by NCCL).

@@ -41,7 +41,8 @@ pub(crate) struct PeerGroup {
 
 impl PeerGroup {
     /// Launches the kernel the policy and table pick for `op`; `None` when NCCL runs it (not
-    /// an all-reduce the kernels have, or too large for the table).
+    /// an all-reduce the kernels have, too large for the table, or `allowed` says no: asked
+    /// only once a kernel was picked).
     ///
     /// # Safety
     ///
@@ -51,10 +52,14 @@ impl PeerGroup {
         &self,
         op: &CommOp<'_>,
         stream: &Arc<CudaStream>,
+        allowed: impl FnOnce() -> bool,
     ) -> Option<Result<()>> {
         let n = self.args.nranks;
         let call = kernel_call(op, n)?;
         let algo = choose(self.policy, &self.table, &call, n)?;
+        if !allowed() {
+            return None;
+        }
         self.note_stream(stream);
         if let Err(e) = self.ctx.bind_to_thread() {
             return Some(Err(crate::cuda::cuda_error(

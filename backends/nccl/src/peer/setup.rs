@@ -83,12 +83,7 @@ fn host_id() -> u64 {
             t
         }
     };
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in text {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x100_0000_01b3);
-    }
-    h
+    oxccl_core::fnv::fnv1a(&text)
 }
 
 /// The variable that names this rank's host for the set-up (see `host_id`).
