@@ -2,7 +2,8 @@
 //! kernels have × every reduction × counts up to the slot size, in place and out of place,
 //! eager and replayed in a CUDA graph with new inputs each launch, against the host
 //! reference; and the waits that must give up (a peer that never calls: `Timeout` naming it;
-//! an abort from another thread), after which a new communicator runs the kernels again.
+//! an abort from another thread), after which a new communicator runs the kernels again; and
+//! a process group's small all-reduces on the kernels, back to back.
 //! Runs when `OXCCL_TEST_GPUS` is 2 or more (all of them are used) and skips, saying so,
 //! otherwise.
 
@@ -471,4 +472,70 @@ fn gpu_peer_child_rank() {
         }
         other => panic!("unknown role {other}"),
     }
+}
+
+/// A process group's small all-reduces on the kernels, issued back to back with the watchdog
+/// on: 300 in-place i32 sums on the group's own buffers and 300 on cudarc slices, then the
+/// last work waited for; the values are the host's wrapping sums (each call's input is the
+/// previous call's output, so one call run out of order or twice shows).
+fn pg_back_to_back_on_rank(store: std::sync::Arc<dyn oxccl::store::Store>, r: u32, n: u32) {
+    use oxccl::pg::{PgOptions, ProcessGroup};
+    let opts = PgOptions {
+        bound_device: Some(oxccl::Device(r)),
+        peer_kernels: PeerPolicy::Force(KernelAlgo::OneShot),
+        ..PgOptions::default()
+    };
+    let pg = ProcessGroup::new(oxccl::Nccl::load().expect("NCCL"), store, r, n, opts).expect("pg");
+    let start: Vec<i32> = (0..4).map(|i| r as i32 * 7 + i + 1).collect();
+    let calls = 300;
+    let mut want: Vec<i32> = (0..4)
+        .map(|i| (0..n as i32).map(|q| q * 7 + i + 1).sum())
+        .collect();
+    for _ in 1..calls {
+        for w in want.iter_mut() {
+            *w = w.wrapping_mul(n as i32);
+        }
+    }
+    let mut comm_buf = pg.upload_comm(&start).expect("upload");
+    let mut slice = pg.upload(&start).expect("upload");
+    for _ in 0..calls {
+        pg.all_reduce(&mut comm_buf, ReduceOp::Sum)
+            .expect("all_reduce");
+    }
+    let mut last = None;
+    for _ in 0..calls {
+        last = Some(
+            pg.all_reduce(&mut slice, ReduceOp::Sum)
+                .expect("all_reduce"),
+        );
+    }
+    assert_eq!(
+        pg.peer_kernels(),
+        Some(PeerPolicy::Force(KernelAlgo::OneShot))
+    );
+    last.expect("work").wait().expect("wait");
+    assert_eq!(
+        pg.download_any(&comm_buf).expect("read"),
+        want,
+        "rank {r}: NcclBuf"
+    );
+    assert_eq!(
+        pg.download_any(&slice).expect("read"),
+        want,
+        "rank {r}: slice"
+    );
+    pg.destroy();
+}
+
+#[test]
+fn gpu_peer_kernels_back_to_back_in_a_process_group() {
+    let Some(n) = gpus() else { return };
+    let store: std::sync::Arc<dyn oxccl::store::Store> =
+        std::sync::Arc::new(oxccl::store::MemStore::new());
+    std::thread::scope(|s| {
+        for r in 0..n {
+            let store = store.clone();
+            s.spawn(move || pg_back_to_back_on_rank(store, r, n));
+        }
+    });
 }

@@ -53,13 +53,12 @@ impl CommInner {
     /// The release itself, once `released` is set by the caller (so nothing else uses `raw`
     /// any more: poll and op destroys check it under `raw_use`).
     pub(crate) fn release_raw(&self, destroy: bool) {
-        // Peer memory first: its release waits for this rank's kernels (which end, or give up
-        // on the abort flag), then unmaps.
-        if let Some(g) = self.peer.write().take() {
-            if !destroy {
-                g.raise_abort();
-            }
-            drop(g);
+        // Peer memory last: its release waits for this rank's streams (its kernels end, or
+        // give up on the abort flag raised here), where an NCCL operation waiting for a peer
+        // that died may sit before a kernel until NCCL's abort below stops it.
+        let peer = self.peer.write().take();
+        if let (Some(g), false) = (&peer, destroy) {
+            g.raise_abort();
         }
         // An abort never waits for peers: the collective window deregistrations are left to
         // NCCL's abort (on a blocking communicator ncclCommWindowDeregister waits for the
@@ -83,6 +82,7 @@ impl CommInner {
                 );
             }
         }
+        drop(peer);
     }
 
     /// Aborts: the state is Aborted at once for every handle, then the release (see

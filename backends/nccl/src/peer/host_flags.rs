@@ -7,10 +7,24 @@ use cudarc::driver::sys;
 use oxccl_core::peer_kernels::KernelStatus;
 use oxccl_core::Result;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Mutex, PoisonError};
 
 /// The abort flag's offset; the status block sits on its own cache line after it.
 const STATUS_WORD: usize = 16;
 const WORDS: usize = 32;
+
+/// A block of pinned host memory, as `cuMemHostAlloc` gave it.
+#[derive(Debug, Clone, Copy)]
+struct Block(*mut u32);
+
+// SAFETY: a block is plain memory owned by whoever holds it (a `HostFlags`, or the spares).
+unsafe impl Send for Block {}
+
+/// Blocks of released groups, kept for the next group instead of freed: freeing pinned memory
+/// may wait for the whole device, which never returns while an NCCL operation waits for a peer
+/// that died. A block comes back here only after its group's release waited for its kernels:
+/// nothing writes it then.
+static SPARE: Mutex<Vec<Block>> = Mutex::new(Vec::new());
 
 /// One rank's abort flag and status block.
 #[derive(Debug)]
@@ -27,30 +41,37 @@ unsafe impl Sync for HostFlags {}
 impl HostFlags {
     /// Zeroed flags, mapped for every device (the caller's thread has a context current).
     pub(crate) fn new() -> Result<HostFlags> {
-        let mut host: *mut std::ffi::c_void = std::ptr::null_mut();
-        let bytes = WORDS * 4;
-        // SAFETY: allocates `bytes` of pinned host memory into a local out-pointer.
-        unsafe {
-            sys::cuMemHostAlloc(
-                &mut host,
-                bytes,
-                sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE,
-            )
-        }
-        .result()
-        .map_err(|e| cuda_error("allocating the kernels' host flags", e))?;
-        let flags = HostFlags {
-            host: host.cast(),
-            device: 0,
+        let spare = SPARE.lock().unwrap_or_else(PoisonError::into_inner).pop();
+        let host = match spare {
+            Some(Block(host)) => host,
+            None => {
+                let mut host: *mut std::ffi::c_void = std::ptr::null_mut();
+                // SAFETY: allocates `WORDS` words of pinned host memory into a local.
+                unsafe {
+                    sys::cuMemHostAlloc(
+                        &mut host,
+                        WORDS * 4,
+                        sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE,
+                    )
+                }
+                .result()
+                .map_err(|e| cuda_error("allocating the kernels' host flags", e))?;
+                host.cast()
+            }
         };
-        // SAFETY: `host` points to `bytes` writable bytes just allocated.
+        // Held from here, so an error below gives the block back.
+        let mut flags = HostFlags { host, device: 0 };
+        // SAFETY: `host` points to `WORDS` words this value alone holds (new, or a spare no
+        // kernel writes any more).
         unsafe { std::ptr::write_bytes(flags.host, 0, WORDS) };
         let mut device = 0;
-        // SAFETY: `host` is mapped pinned memory; the out-pointer is a local.
-        unsafe { sys::cuMemHostGetDevicePointer_v2(&mut device, host, 0) }
+        // SAFETY: `host` is mapped pinned memory (portable: every context maps it); the
+        // out-pointer is a local.
+        unsafe { sys::cuMemHostGetDevicePointer_v2(&mut device, host.cast(), 0) }
             .result()
             .map_err(|e| cuda_error("mapping the kernels' host flags", e))?;
-        Ok(HostFlags { device, ..flags })
+        flags.device = device;
+        Ok(flags)
     }
 
     fn word(&self, i: usize) -> &AtomicU32 {
@@ -86,12 +107,12 @@ impl HostFlags {
 }
 
 impl Drop for HostFlags {
+    /// Keeps the block for the next group (see `SPARE`); the group lets its flags go only
+    /// after its kernels are done (`PeerGroup`'s drop waits for them).
     fn drop(&mut self) {
-        // SAFETY: allocated by cuMemHostAlloc in `new`, freed once; the group releases its
-        // flags only after its kernels are done (see `PeerGroup::release`).
-        let r = unsafe { sys::cuMemFreeHost(self.host.cast()) };
-        if r != sys::CUresult::CUDA_SUCCESS {
-            log::warn!("freeing the kernels' host flags: {r:?}");
-        }
+        SPARE
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(Block(self.host));
     }
 }
