@@ -20,6 +20,7 @@ pub mod peer_kernels;
 pub mod pg;
 pub mod recorder;
 pub mod store;
+pub mod survivors;
 pub mod text;
 pub mod verdicts;
 pub mod watchdog;
@@ -41,6 +42,7 @@ pub const TARGETS: &[(&str, Body)] = &[
     ("pg", pg::fuzz),
     ("recorder", recorder::fuzz),
     ("store", store::fuzz),
+    ("survivors", survivors::fuzz),
     ("text", text::fuzz),
     ("verdicts", verdicts::fuzz),
     ("watchdog", watchdog::fuzz),

@@ -198,20 +198,9 @@ impl NcclComm {
         if !abort_parent {
             self.ensure_ready("shrink")?;
         }
-        let mut list = Vec::with_capacity(exclude.len());
-        for &r in exclude {
-            oxccl_core::check::rank_arg(&self.check_ctx(), "exclude", r)?;
-            list.push(r as i32);
-        }
-        if list.len() >= self.inner.size as usize {
-            return Err(Error::invalid(
-                "exclude",
-                format_args!(
-                    "fewer ranks than the communicator has ({})",
-                    self.inner.size
-                ),
-            ));
-        }
+        oxccl_core::check::shrink(&self.check_ctx(), exclude)?;
+        // Ranks below the communicator's size, itself at most i32::MAX (checked at creation).
+        let mut list: Vec<i32> = exclude.iter().map(|&r| r as i32).collect();
         let f = self
             .inner
             .lib

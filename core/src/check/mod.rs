@@ -10,6 +10,7 @@ mod element;
 mod p2p;
 mod parts;
 mod reduce_op;
+mod shrink;
 pub mod windows;
 
 #[cfg(doc)]
@@ -25,6 +26,7 @@ pub use element::{dtype, wire_dtype, wire_op};
 pub use p2p::{recv, send};
 pub use parts::{all_gather_v, gather, reduce_scatter_v, scatter};
 pub use reduce_op::reduce_op;
+pub use shrink::shrink;
 
 #[cfg(test)]
 mod tests;

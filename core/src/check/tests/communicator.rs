@@ -159,3 +159,17 @@ fn extreme_values_never_panic() {
         }
     }
 }
+
+#[test]
+fn a_shrink_leaves_out_other_ranks_each_once() {
+    let f = fs();
+    let c = ctx(1, 4, &f);
+    assert!(shrink(&c, &[]).is_ok());
+    assert!(shrink(&c, &[0, 3]).is_ok());
+    assert!(shrink(&c, &[3, 2, 0]).is_ok());
+    refused(shrink(&c, &[4]), "exclude");
+    refused(shrink(&c, &[0, 0]), "exclude");
+    // The caller itself: the ranks that stay are the ones that call.
+    refused(shrink(&c, &[1]), "exclude");
+    refused(shrink(&c, &[0, 2, 3, 1]), "exclude");
+}
