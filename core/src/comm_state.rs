@@ -23,6 +23,11 @@ pub enum CommState {
     Finalizing,
     /// Finalized cleanly; only destroy remains.
     Finalized,
+    /// A revoke (NCCL 2.28.7+) is stopping the operations in flight; new ones are refused.
+    Revoking,
+    /// Revoked and quiescent: no operation runs any more; split, shrink, abort and destroy
+    /// remain (a finalize does not).
+    Revoked,
     /// Resources released.
     Destroyed,
 }
@@ -38,6 +43,8 @@ impl CommState {
             CommState::Aborting => "aborting",
             CommState::Finalizing => "finalizing",
             CommState::Finalized => "finalized",
+            CommState::Revoking => "revoking",
+            CommState::Revoked => "revoked",
             CommState::Destroyed => "destroyed",
         }
     }
@@ -50,6 +57,8 @@ impl CommState {
                 | CommState::Aborted
                 | CommState::Aborting
                 | CommState::Finalized
+                | CommState::Revoking
+                | CommState::Revoked
                 | CommState::Destroyed
         )
     }

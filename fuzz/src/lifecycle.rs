@@ -1,7 +1,7 @@
 //! Random lifecycle transitions against a reference model (state, reason and every refusal
 //! equal after each step): never leaves Destroyed, abort is idempotent, the first failure
 //! reason is kept, only Ready accepts operations, an abort in the background is released once
-//! and ends Aborted.
+//! and ends Aborted, a revoke leaves a communicator that only Ready or Revoked may reshape.
 
 use arbitrary::{Arbitrary, Unstructured};
 use oxccl_core::comm_state::CommState;
@@ -18,6 +18,8 @@ enum Step {
     FinalizeStart,
     FinalizeDone,
     Destroy,
+    RevokeBegin(u8),
+    RevokeDone,
 }
 
 const REASONS: [&str; 4] = ["timeout", "remote", "user", ""];
@@ -67,7 +69,7 @@ impl Model {
                 };
                 match self.state {
                     Aborted | Aborting | Destroyed => {}
-                    Failed => self.state = to,
+                    Failed | Revoking | Revoked => self.state = to,
                     _ => {
                         self.state = to;
                         self.reason = reason(*r).to_string();
@@ -90,6 +92,20 @@ impl Model {
                 }
                 _ => return Err(self.refuse("complete finalize")),
             },
+            Step::RevokeBegin(r) => match self.state {
+                Ready => {
+                    self.state = Revoking;
+                    self.reason = reason(*r).to_string();
+                }
+                Failed => self.state = Revoking,
+                Revoking | Revoked => {}
+                _ => return Err(self.refuse("revoke")),
+            },
+            Step::RevokeDone => {
+                if self.state == Revoking {
+                    self.state = Revoked;
+                }
+            }
             Step::Destroy => {
                 if self.state != Destroyed {
                     if self.reason.is_empty() {
@@ -156,6 +172,8 @@ pub fn fuzz(data: &[u8]) {
             }
             Step::AbortDone => l.abort_done(),
             Step::Destroy => l.destroy(),
+            Step::RevokeBegin(r) => assert_eq!(refusal(l.revoke_begin(reason(r))), want),
+            Step::RevokeDone => l.revoke_done(),
         }
         if before.state() == CommState::Destroyed {
             assert_eq!(l.state(), CommState::Destroyed, "left Destroyed");
@@ -200,6 +218,16 @@ pub fn fuzz(data: &[u8]) {
                 assert_eq!((state, attempted), (m.state, "op"));
             }
             Err(e) => panic!("ensure_ready gave {e:?}"),
+        }
+        // Split and shrink: ready or revoked; otherwise what an operation would get.
+        let reshape = l.ensure_reshapable("shrink");
+        match m.state {
+            CommState::Ready | CommState::Revoked => assert!(reshape.is_ok(), "{reshape:?}"),
+            s if s.is_aborted() => assert!(matches!(reshape, Err(Error::Aborted { .. }))),
+            s => assert!(
+                matches!(reshape, Err(Error::InvalidState { state, attempted: "shrink", .. }) if state == s),
+                "{reshape:?}"
+            ),
         }
     }
 }

@@ -1,5 +1,7 @@
 //! A communicator's life: initializing → ready → failed / aborted / finalized → destroyed.
-//! An abort whose release runs on a thread of its own passes through aborting first.
+//! An abort whose release runs on a thread of its own passes through aborting first; a revoke
+//! (ready or failed → revoking → revoked) stops the operations in flight and leaves a
+//! communicator that can still be split or shrunk.
 //!
 //! The first failure reason sticks; abort is idempotent; every operation on a dead
 //! communicator fails fast with the reason it died.
@@ -86,11 +88,39 @@ impl Lifecycle {
         }
     }
 
+    /// Starts a revoke: the operations in flight stop and new ones are refused, until
+    /// [`Lifecycle::revoke_done`]. From ready, or failed (what a survivor of a lost peer
+    /// revokes before it shrinks; the failure stays the reason); again while revoking or
+    /// revoked, nothing changes.
+    pub fn revoke_begin(&mut self, reason: &str) -> Result<()> {
+        match self.state {
+            CommState::Ready => {
+                self.state = CommState::Revoking;
+                self.reason = text_str(reason);
+                Ok(())
+            }
+            CommState::Failed => {
+                self.state = CommState::Revoking;
+                Ok(())
+            }
+            CommState::Revoking | CommState::Revoked => Ok(()),
+            s => Err(self.refuse(s, "revoke")),
+        }
+    }
+
+    /// The revoked communicator is quiescent: `Revoked`.
+    pub fn revoke_done(&mut self) {
+        if self.state == CommState::Revoking {
+            self.state = CommState::Revoked;
+        }
+    }
+
     /// Enters `to` (Aborted or Aborting) unless already aborted or destroyed; whether it did.
+    /// The reason a failure or a revoke recorded is kept as the cause.
     fn enter(&mut self, to: CommState, reason: &str) -> bool {
         match self.state {
             CommState::Aborted | CommState::Aborting | CommState::Destroyed => false,
-            CommState::Failed => {
+            CommState::Failed | CommState::Revoking | CommState::Revoked => {
                 self.state = to;
                 true
             }
@@ -147,6 +177,15 @@ impl Lifecycle {
         }
     }
 
+    /// `Ok` when the communicator may be split or shrunk now: ready, or revoked and quiescent.
+    /// Otherwise the error [`Lifecycle::ensure_ready`] would give.
+    pub fn ensure_reshapable(&self, attempted: &'static str) -> Result<()> {
+        match self.state {
+            CommState::Revoked => Ok(()),
+            _ => self.ensure_ready(attempted),
+        }
+    }
+
     fn refuse(&self, state: CommState, attempted: &'static str) -> Error {
         let reason = if self.reason.is_empty() {
             text_str(state.name())
@@ -165,7 +204,7 @@ impl Lifecycle {
 mod tests {
     use super::*;
 
-    fn all_states() -> [Lifecycle; 8] {
+    fn all_states() -> [Lifecycle; 10] {
         let ready = Lifecycle::ready();
         let init = Lifecycle::initializing();
         let mut failed = Lifecycle::ready();
@@ -180,8 +219,13 @@ mod tests {
         finalized.finalize_done().unwrap();
         let mut destroyed = Lifecycle::ready();
         destroyed.destroy();
+        let mut revoking = Lifecycle::ready();
+        revoking.revoke_begin("peer lost").unwrap();
+        let mut revoked = revoking.clone();
+        revoked.revoke_done();
         [
-            init, ready, failed, aborted, aborting, finalizing, finalized, destroyed,
+            init, ready, failed, aborted, aborting, finalizing, finalized, destroyed, revoking,
+            revoked,
         ]
     }
 
@@ -257,10 +301,10 @@ mod tests {
                 assert!(l.init_done().is_err() && l.finalize_start().is_err());
                 match l.ensure_ready("op") {
                     Err(Error::Aborted { reason }) => {
-                        let want = if before == CommState::Failed {
-                            "boom"
-                        } else {
-                            "limit"
+                        let want = match before {
+                            CommState::Failed => "boom",
+                            CommState::Revoking | CommState::Revoked => "peer lost",
+                            _ => "limit",
                         };
                         assert_eq!(reason.as_str(), want, "from {before}");
                     }
@@ -328,6 +372,106 @@ mod tests {
                     ..
                 }) | Err(Error::Aborted { .. })
             ));
+        }
+    }
+}
+
+#[cfg(test)]
+mod revoke_tests {
+    use super::*;
+
+    #[test]
+    fn a_revoke_stops_operations_but_not_reshaping() {
+        let mut l = Lifecycle::ready();
+        l.revoke_begin("rank 3 lost").unwrap();
+        assert_eq!(l.state(), CommState::Revoking);
+        assert!(l.state().is_dead() && !l.state().is_aborted());
+        // Nothing runs while revoking, nor splits yet.
+        for r in [l.ensure_ready("all_reduce"), l.ensure_reshapable("shrink")] {
+            assert!(matches!(
+                r,
+                Err(Error::InvalidState {
+                    state: CommState::Revoking,
+                    ..
+                })
+            ));
+        }
+        // Idempotent; failures reported meanwhile change nothing.
+        l.revoke_begin("again").unwrap();
+        l.fail("stopped op");
+        assert_eq!(
+            (l.state(), l.reason()),
+            (CommState::Revoking, "rank 3 lost")
+        );
+        l.revoke_done();
+        assert_eq!(l.state(), CommState::Revoked);
+        assert!(l.ensure_reshapable("shrink").is_ok());
+        match l.ensure_ready("all_reduce") {
+            Err(Error::InvalidState {
+                state: CommState::Revoked,
+                attempted: "all_reduce",
+                reason,
+            }) => assert_eq!(reason.as_str(), "rank 3 lost"),
+            e => panic!("{e:?}"),
+        }
+        // No finalize after a revoke (NCCL forbids it); abort and destroy remain.
+        assert!(l.finalize_start().is_err());
+        l.abort("cleanup");
+        assert_eq!((l.state(), l.reason()), (CommState::Aborted, "rank 3 lost"));
+    }
+
+    #[test]
+    fn a_failed_communicator_can_be_revoked_and_keeps_its_cause() {
+        let mut l = Lifecycle::ready();
+        l.fail("remote error");
+        l.revoke_begin("survivors").unwrap();
+        l.revoke_done();
+        assert_eq!(
+            (l.state(), l.reason()),
+            (CommState::Revoked, "remote error")
+        );
+    }
+
+    #[test]
+    fn only_ready_or_failed_can_be_revoked() {
+        for (mut l, ok) in [
+            (Lifecycle::initializing(), false),
+            (Lifecycle::ready(), true),
+            (
+                {
+                    let mut a = Lifecycle::ready();
+                    a.abort("x");
+                    a
+                },
+                false,
+            ),
+            (
+                {
+                    let mut f = Lifecycle::ready();
+                    f.finalize_start().unwrap();
+                    f
+                },
+                false,
+            ),
+            (
+                {
+                    let mut d = Lifecycle::ready();
+                    d.destroy();
+                    d
+                },
+                false,
+            ),
+        ] {
+            let before = l.state();
+            let r = l.revoke_begin("r");
+            assert_eq!(r.is_ok(), ok, "from {before}");
+            if !ok {
+                assert!(
+                    matches!(r, Err(Error::InvalidState { state, attempted: "revoke", .. }) if state == before),
+                    "from {before}: {r:?}"
+                );
+                assert_eq!(l.state(), before);
+            }
         }
     }
 }
