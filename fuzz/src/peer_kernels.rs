@@ -16,17 +16,7 @@ use oxccl_core::{CommOp, DataType, Error, HostScalar, RawBuf, RawBufMut, ReduceO
 #[derive(Debug, Arbitrary)]
 enum Case {
     /// An all-reduce (or a broadcast) and a policy and table.
-    Choose {
-        broadcast: bool,
-        dtype: u8,
-        op: u8,
-        factor: f64,
-        count: u32,
-        nranks: u8,
-        policy: u8,
-        one: [u32; 9],
-        two: [u32; 9],
-    },
+    Choose(Choice),
     /// Launch shape for a number of lines.
     Geometry { lines: u64 },
     /// Raw record bytes, then records built from fields, and verdict words.
@@ -51,19 +41,7 @@ pub fn fuzz(data: &[u8]) {
         return;
     };
     match case {
-        Case::Choose {
-            broadcast,
-            dtype,
-            op,
-            factor,
-            count,
-            nranks,
-            policy,
-            one,
-            two,
-        } => pick(
-            broadcast, dtype, op, factor, count, nranks, policy, one, two,
-        ),
+        Case::Choose(c) => pick(c),
         Case::Geometry { lines } => shape(lines),
         Case::Records {
             raw,
@@ -80,8 +58,9 @@ pub fn fuzz(data: &[u8]) {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn pick(
+/// What [`Case::Choose`] draws.
+#[derive(Debug, Arbitrary)]
+struct Choice {
     broadcast: bool,
     dtype: u8,
     op: u8,
@@ -91,7 +70,20 @@ fn pick(
     policy: u8,
     one: [u32; 9],
     two: [u32; 9],
-) {
+}
+
+fn pick(c: Choice) {
+    let Choice {
+        broadcast,
+        dtype,
+        op,
+        factor,
+        count,
+        nranks,
+        policy,
+        one,
+        two,
+    } = c;
     let dtype = DataType::ALL[dtype as usize % DataType::ALL.len()];
     let red = match op % 8 {
         0 => ReduceOp::Sum,

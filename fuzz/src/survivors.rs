@@ -111,7 +111,8 @@ fn schedule(n: u8, shuffle: u64, view: u32, steps: &[Step], stale_reader: Option
                     continue;
                 }
                 let mut out = vec![0u32; n];
-                let k = propose(&members, &store.arrivals, &mut out).expect("room for members");
+                let k = propose(&members, |m| store.arrivals.contains(&m), &mut out)
+                    .expect("room for members");
                 out.truncate(k);
                 assert!(
                     out.contains(&g),

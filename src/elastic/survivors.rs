@@ -6,11 +6,13 @@
 //! member's store calls while it waits are two per look (the decision, the count); only a
 //! proposer reads the marks, one per member.
 
+use crate::deadline::ms;
 use crate::store::Store;
 use oxccl_core::membership::survivors::{
     decode, encode, encoded_len, propose, ready_to_propose, verdict, Verdict,
 };
 use oxccl_core::{Error, Result};
+use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 /// How often a waiting member looks at the store.
@@ -51,13 +53,12 @@ impl Survivors<'_> {
     /// comes), and returns it. A `me` that is not one of `members`, or `members` with a rank
     /// twice, is refused before the store is touched.
     pub fn decide(&self, store: &dyn Store) -> Result<Outcome> {
-        for (i, m) in self.members.iter().enumerate() {
-            if self.members[..i].contains(m) {
-                return Err(Error::invalid(
-                    "members",
-                    format_args!("each rank once, got {m} twice"),
-                ));
-            }
+        let mut seen = HashSet::with_capacity(self.members.len());
+        if let Some(m) = self.members.iter().find(|m| !seen.insert(**m)) {
+            return Err(Error::invalid(
+                "members",
+                format_args!("each rank once, got {m} twice"),
+            ));
         }
         if !self.members.contains(&self.me) {
             return Err(Error::invalid(
@@ -77,10 +78,13 @@ impl Survivors<'_> {
                 return self.read(&store.get(&decision, store.timeout())?);
             }
             let count = store.add(&self.key("count"), 0)?;
-            let waited = arrived_at.elapsed().as_millis().min(u128::from(u64::MAX)) as u64;
-            let window = self.window.as_millis().min(u128::from(u64::MAX)) as u64;
             let count = usize::try_from(count).unwrap_or(0);
-            if ready_to_propose(self.members.len(), count, waited, window) {
+            if ready_to_propose(
+                self.members.len(),
+                count,
+                ms(arrived_at.elapsed()),
+                ms(self.window),
+            ) {
                 return self.propose(store, &decision);
             }
             std::thread::sleep(LOOK_EVERY);
@@ -90,14 +94,14 @@ impl Survivors<'_> {
     /// Proposes the members whose marks are there; reads back what the decision key holds
     /// (this proposal, or an earlier one).
     fn propose(&self, store: &dyn Store, decision: &str) -> Result<Outcome> {
-        let mut arrived = Vec::with_capacity(self.members.len());
+        let mut arrived = HashSet::with_capacity(self.members.len());
         for &m in self.members {
             if store.check(&[&self.key(&format!("arrived/{m}"))])? {
-                arrived.push(m);
+                arrived.insert(m);
             }
         }
         let mut next = vec![0; self.members.len()];
-        let n = propose(self.members, &arrived, &mut next)?;
+        let n = propose(self.members, |m| arrived.contains(&m), &mut next)?;
         let mut bytes = vec![0; encoded_len(n)];
         encode(self.view + 1, &next[..n], &mut bytes)?;
         let stored = store.compare_set(decision, b"", &bytes)?;

@@ -2,6 +2,7 @@
 //! mark and a count each, one key that says all came, and, when some never do, who they are,
 //! read from the marks by one participant for all.
 
+use crate::deadline::ms;
 use crate::read_for_all::{rank_list, read_for_all};
 use crate::store::Store;
 use oxccl_core::{text, Error, Result};
@@ -139,8 +140,4 @@ impl Arrival<'_> {
             _ => e,
         }
     }
-}
-
-fn ms(d: Duration) -> u64 {
-    d.as_millis().min(u128::from(u64::MAX)) as u64
 }

@@ -7,6 +7,7 @@
 //! (durations, hooks) takes the work's lock on the watchdog's side.
 
 use crate::buffer::StreamOf;
+use crate::deadline::ms;
 use crate::recorder::now_ns;
 use crate::recorder::slot::TraceSlot;
 use crate::watchdog::group_watch::{CompletedWork, GroupWatch};
@@ -112,10 +113,6 @@ impl<E, A> std::fmt::Debug for Work<E, A> {
             .field("state", &state)
             .finish()
     }
-}
-
-fn ms(d: Duration) -> u64 {
-    d.as_millis().min(u128::from(u64::MAX)) as u64
 }
 
 impl<E: Event + 'static, A: CommAbort> Work<E, A> {

@@ -33,10 +33,10 @@ pub fn ready_to_propose(members: usize, arrived: usize, waited_ms: u64, window_m
     arrived >= members || waited_ms >= window_ms
 }
 
-/// The members of the next view: those of `members` found in `arrived` (in any order, repeats
-/// and ranks of no member ignored), in group order, written to the front of `out`; returns how
-/// many. `out` must hold `members.len()` ranks.
-pub fn propose(members: &[u32], arrived: &[u32], out: &mut [u32]) -> Result<usize> {
+/// The members of the next view: those of `members` that `arrived` says arrived, in group
+/// order, written to the front of `out`; returns how many. `out` must hold `members.len()`
+/// ranks. (`arrived` is asked once per member, so a caller with a set answers in linear time.)
+pub fn propose(members: &[u32], arrived: impl Fn(u32) -> bool, out: &mut [u32]) -> Result<usize> {
     if out.len() < members.len() {
         return Err(Error::invalid(
             "out",
@@ -45,7 +45,7 @@ pub fn propose(members: &[u32], arrived: &[u32], out: &mut [u32]) -> Result<usiz
     }
     let mut n = 0;
     for &m in members {
-        if arrived.contains(&m) {
+        if arrived(m) {
             out[n] = m;
             n += 1;
         }
@@ -161,12 +161,13 @@ mod tests {
         let members = [7, 3, 9, 1];
         let mut out = [0; 4];
         // Arrival order, a repeat and an outsider (rank 5) do not matter.
-        let n = propose(&members, &[1, 5, 7, 1, 9], &mut out).unwrap();
+        let arrived = [1, 5, 7, 1, 9];
+        let n = propose(&members, |m| arrived.contains(&m), &mut out).unwrap();
         assert_eq!(&out[..n], &[7, 9, 1]);
-        assert_eq!(propose(&members, &[], &mut out).unwrap(), 0);
+        assert_eq!(propose(&members, |_| false, &mut out).unwrap(), 0);
         let mut small = [0; 3];
         assert!(matches!(
-            propose(&members, &[1], &mut small),
+            propose(&members, |m| m == 1, &mut small),
             Err(Error::InvalidArgument { arg: "out", .. })
         ));
     }
