@@ -88,6 +88,21 @@ pub enum Error {
         /// The values each side gave.
         detail: Text,
     },
+    /// Ranks of the group were lost (dead, or stopped answering) and the survivors went on
+    /// without them as `epoch` (an elastic process group): the operation in flight did not
+    /// complete (its outputs are undefined); the next one runs on the smaller group.
+    #[error(
+        "lost rank(s) {lost} of the group; the survivors go on as epoch {epoch} (the operation in flight did not complete): {}",
+        Escaped(.cause)
+    )]
+    MembersLost {
+        /// The lost ranks (global ranks, ascending).
+        lost: crate::rank_list::RankList,
+        /// The epoch the survivors go on as (one more per loss).
+        epoch: u64,
+        /// The failure that showed the loss.
+        cause: Text,
+    },
     /// A graph capture was misused, or cannot be done (see [`crate::traits::Capture`]): the
     /// communicator is unaffected.
     #[error("graph capture ({kind}): {}", Escaped(.detail))]

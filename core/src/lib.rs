@@ -30,6 +30,7 @@ pub mod launch;
 pub mod membership;
 pub mod op;
 pub mod peer_kernels;
+pub mod rank_list;
 #[cfg(feature = "alloc")]
 pub mod recorder;
 pub mod reduce;
@@ -53,6 +54,7 @@ pub use feature::{Feature, FeatureSet, Missing};
 pub use id::UniqueId;
 pub use launch::{HostList, HostName, LaunchInfo, Launcher};
 pub use op::{CommOp, OpKind};
+pub use rank_list::RankList;
 #[cfg(feature = "alloc")]
 pub use recorder::{FlightRecorder, PgConfig, TensorMeta, TraceEntry, TraceRecord, TraceState};
 pub use reduce::{HostScalar, ReduceOp, Scalar};
@@ -64,7 +66,7 @@ pub use state::work::{WorkError, WorkInfo, WorkMachine, WorkState};
 pub use text::Text;
 pub use traits::{
     pending_aborts, AbortInFlight, Backend, CommAbort, Communicator, Device, Event, Progress,
-    RegHandle, Stream,
+    RegHandle, ShrinkMode, Stream,
 };
 pub use traits::{Capture, Graph};
 pub use version::Version;

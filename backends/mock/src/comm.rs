@@ -44,9 +44,9 @@ use std::time::{Duration, Instant};
 pub struct MockComm {
     /// The communicator and rank, shared with the abort handles.
     b: Arc<Binding>,
-    device: Device,
+    pub(crate) device: Device,
     /// How long an operation waits for a nonblocking init or split before aborting it.
-    init_timeout: Duration,
+    pub(crate) init_timeout: Duration,
     /// Serializes the calls NCCL would see on this communicator (see `calls`).
     calls: CallLock,
 }
@@ -104,11 +104,11 @@ impl MockComm {
     }
 
     /// The communicator this handle is bound to now.
-    fn sh(&self) -> &Arc<CommShared> {
+    pub(crate) fn sh(&self) -> &Arc<CommShared> {
         self.b.sh()
     }
 
-    fn rk(&self) -> u32 {
+    pub(crate) fn rk(&self) -> u32 {
         self.b.rk()
     }
 
@@ -171,7 +171,7 @@ impl MockComm {
         &self.sh().features
     }
 
-    fn ctx(&self) -> CheckCtx<'_> {
+    pub(crate) fn ctx(&self) -> CheckCtx<'_> {
         CheckCtx {
             rank: self.rk(),
             size: self.sh().size,
@@ -405,6 +405,22 @@ impl oxccl_core::Communicator for MockComm {
 
     fn abort(&self, reason: &str) {
         self.b.abort(reason);
+    }
+
+    fn revoke(&self, reason: &str) -> Result<Progress> {
+        let _call = self.calls.enter();
+        self.sh().features.require(Feature::Revoke)?;
+        self.revoke_rank(reason)
+    }
+
+    fn shrink(
+        &self,
+        exclude: &[u32],
+        cfg: &CommConfig,
+        mode: oxccl_core::traits::ShrinkMode,
+    ) -> Result<MockComm> {
+        let _call = self.calls.enter();
+        self.shrink_rank(exclude, cfg, mode)
     }
 
     fn finalize(&self) -> Result<Progress> {

@@ -60,6 +60,7 @@ mod p2p;
 pub mod procs;
 mod rendezvous;
 mod shared;
+mod shrink;
 mod split;
 mod stream;
 mod sync;

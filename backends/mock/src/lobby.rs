@@ -154,6 +154,10 @@ impl Lobby {
                 let s =
                     CommShared::new(size, self.features, self.plan.clone(), self.nb_polls, false);
                 s.joined.store(0, Ordering::Release);
+                if let Some(p) = crate::transport::proc_id::ProcId::of(id) {
+                    // Every member derives its shrinks' ids from this token.
+                    let _ = s.token.set(p.token);
+                }
                 Join {
                     shared: s,
                     seen: vec![false; size as usize],

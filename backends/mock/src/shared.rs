@@ -91,6 +91,18 @@ pub(crate) struct SplitSlot {
     pub result: Option<Vec<Option<Child>>>,
 }
 
+/// One shrink of the communicator as its survivors reach it (see `shrink`).
+pub(crate) struct ShrinkSlot {
+    /// The ranks it leaves out (sorted), as the first survivor gave them.
+    pub exclude: Vec<u32>,
+    pub child: Arc<CommShared>,
+    /// Which survivors called, by their rank in the child.
+    pub seen: Vec<bool>,
+    pub count: u32,
+    /// Survivors that took the child (the slot goes once all have).
+    pub taken: u32,
+}
+
 /// Where the ranks' operations meet; one lock and one condition variable per communicator.
 pub(crate) struct Hub {
     /// Why each rank can no longer take part (aborted, failed, lost, finalized, destroyed).
@@ -99,6 +111,8 @@ pub(crate) struct Hub {
     /// Messages by (src, dst, p2p sequence number).
     pub mail: HashMap<(u32, u32, u64), EagerSend>,
     pub splits: HashMap<u64, SplitSlot>,
+    /// Shrinks, by the number the survivors share with splits.
+    pub shrinks: HashMap<u64, ShrinkSlot>,
 }
 
 /// The state shared by every rank of one communicator.
@@ -182,6 +196,7 @@ impl CommShared {
                 colls: HashMap::new(),
                 mail: HashMap::new(),
                 splits: HashMap::new(),
+                shrinks: HashMap::new(),
             }),
             cv: Condvar::new(),
             ranks,

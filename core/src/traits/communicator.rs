@@ -30,6 +30,17 @@ pub struct RegHandle {
     pub bytes: usize,
 }
 
+/// How [`Communicator::shrink`] treats the operations of the communicator it shrinks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum ShrinkMode {
+    /// Nothing is in flight (a healthy or a revoked communicator): NCCL_SHRINK_DEFAULT.
+    #[default]
+    Default,
+    /// Stop the operations in flight first (a peer died while they waited for it; the
+    /// communicator need not be revoked): NCCL_SHRINK_ABORT.
+    AbortInFlight,
+}
+
 /// One rank's membership of a communicator.
 ///
 /// Thread-safety contract: a communicator may be moved between threads and shared with them
@@ -104,6 +115,42 @@ pub trait Communicator: Send + Sync + Sized {
     /// Stops every operation of this communicator, from any thread, at any time; idempotent.
     /// Wakes ranks blocked in its collectives. The reason is kept and reported by later calls.
     fn abort(&self, reason: &str);
+
+    /// Stops every operation in flight and refuses new ones, keeping the communicator for a
+    /// split or a [`Communicator::shrink`] (NCCL 2.28.7+: `ncclCommRevoke`): state
+    /// [`CommState::Revoking`], then [`CommState::Revoked`] once quiescent (`Done`; waited
+    /// for, bounded by the communicator's time limit). Allowed on a ready or a failed
+    /// communicator (a survivor of a lost peer revokes before it shrinks); again, nothing
+    /// changes. Operations it stopped leave their outputs undefined; a revoked communicator is
+    /// not finalized, only destroyed (or aborted). Not collective: each rank revokes its own.
+    /// A library without it refuses with [`crate::Error::Unsupported`].
+    fn revoke(&self, reason: &str) -> Result<Progress> {
+        let _ = reason;
+        self.features().require(crate::feature::Feature::Revoke)?;
+        Err(crate::error::Error::Unsupported {
+            feature: crate::feature::Feature::Revoke,
+            missing: crate::feature::Missing::Disabled,
+        })
+    }
+
+    /// A communicator of this one's ranks without `exclude` (NCCL 2.27+: `ncclCommShrink`),
+    /// the remaining ranks renumbered in their order (rank `r` becomes `r` minus the excluded
+    /// ranks below it). Collective over the ranks that remain, which all give the same
+    /// `exclude`; the excluded ranks do not call it. `exclude` is checked first
+    /// ([`crate::check::shrink`]: ranks of this communicator, each once, not the caller's).
+    /// With [`ShrinkMode::Default`] the communicator must be ready or revoked; with
+    /// [`ShrinkMode::AbortInFlight`] it may also have failed, and this rank's operations in
+    /// flight are stopped first. The communicator shrunk stays as it was otherwise: the caller
+    /// destroys (or aborts) it. A library without it refuses with
+    /// [`crate::Error::Unsupported`].
+    fn shrink(&self, exclude: &[u32], cfg: &CommConfig, mode: ShrinkMode) -> Result<Self> {
+        let _ = (exclude, cfg, mode);
+        self.features().require(crate::feature::Feature::Shrink)?;
+        Err(crate::error::Error::Unsupported {
+            feature: crate::feature::Feature::Shrink,
+            missing: crate::feature::Missing::Disabled,
+        })
+    }
 
     /// Flushes outstanding work and ends the communicator cleanly (before it is dropped).
     fn finalize(&self) -> Result<Progress>;

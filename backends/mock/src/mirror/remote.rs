@@ -66,6 +66,10 @@ pub(crate) fn join(
 ) -> Result<Arc<CommShared>> {
     let link = Link::connect(pid, rank, size, limit)?;
     let mirror = lobby.mirror(rank, size, nonblocking);
+    if link.pids.len() == size as usize {
+        *lock(&mirror.pids) = link.pids.clone();
+    }
+    let _ = mirror.token.set(pid.token);
     let _ = mirror.link.set(Arc::new(link));
     Ok(mirror)
 }

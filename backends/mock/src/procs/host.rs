@@ -166,7 +166,8 @@ fn serve(lobby: Arc<Lobby>, pid: ProcId, sock: UnixStream) {
         }
     };
     let seat = Seat(Binding::bound(real.clone(), rank));
-    if tx.send(&Msg::Welcome(Ok(())), None).is_err() {
+    let pids = lock(&real.pids).clone();
+    if tx.send(&Msg::Welcome(Ok(pids)), None).is_err() {
         real.mark_dead(rank, text!("closed its connection before init completed"));
         seat.0.abort("the rank's process left during init");
         return;

@@ -77,7 +77,7 @@ fn wait_spec(
 /// Joins the child `spec` names (none for NOCOLOR), with the parent's settings: hosts it when
 /// this process is its rank 0's, else connects to that process. Waits up to `limit` for the
 /// other members. The blocking split and a nonblocking one's thread both end here.
-fn join_child(
+pub(crate) fn join_child(
     parent: &CommShared,
     spec: Option<ChildSpec>,
     limit: Duration,
@@ -155,4 +155,44 @@ pub(crate) fn spawn(
             detail: text!("starting the thread of nonblocking split {seq}: {e}"),
         })?;
     Ok(task)
+}
+
+/// Shrink `seq` of `parent` (spanning processes) by parent rank `rank`, leaving out `exclude`
+/// (sorted, checked): the child's id is derived alike by every survivor (see `shrink`) and
+/// hosted by the process of its rank 0, so no step goes through the parent's host.
+pub(crate) fn shrink(
+    parent: &CommShared,
+    rank: u32,
+    seq: u64,
+    exclude: &[u32],
+    limit: Duration,
+) -> Result<Child> {
+    let stay = crate::shrink::survivors(parent.size, exclude);
+    let me = stay.iter().position(|r| *r == rank);
+    let (Some(me), Some(rank0)) = (me, stay.first()) else {
+        return Err(Error::invalid(
+            "exclude",
+            format_args!("ranks other than the caller's own ({rank})"),
+        ));
+    };
+    let Some(parent_token) = parent.token.get() else {
+        return Err(Error::Remote {
+            detail: text!("shrink {seq}: the communicator has no process-spanning id"),
+        });
+    };
+    let pid = lock(&parent.pids)
+        .get(*rank0 as usize)
+        .copied()
+        .unwrap_or(0);
+    let spec = ChildSpec {
+        id: crate::transport::proc_id::ProcId {
+            pid,
+            token: crate::shrink::child_token(parent_token, seq, exclude),
+        },
+        rank: me as u32,
+        size: stay.len() as u32,
+    };
+    join_child(parent, Some(spec), limit)?.ok_or_else(|| Error::Remote {
+        detail: text!("shrink {seq}: no child made"),
+    })
 }

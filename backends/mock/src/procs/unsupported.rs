@@ -43,6 +43,11 @@ pub(crate) mod split {
     }
 
     /// Refused: no transport here.
+    pub(crate) fn shrink(_: &CommShared, _: u32, _: u64, _: &[u32], _: Duration) -> Result<Child> {
+        Err(refused_join())
+    }
+
+    /// Refused: no transport here.
     pub(crate) fn split(
         _: &CommShared,
         _: u32,

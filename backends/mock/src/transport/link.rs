@@ -41,6 +41,8 @@ pub(crate) struct Link {
     /// Free segments, by id.
     segs: Mutex<Vec<(u64, Segment)>>,
     dead_sent: AtomicBool,
+    /// The process of every rank, as the host answered the join.
+    pub(crate) pids: Vec<u32>,
 }
 
 impl Drop for Link {
@@ -95,8 +97,9 @@ impl Link {
             .saturating_add(ANSWER_SLACK);
         let _ = sock.set_read_timeout(Some(clamp(left)));
         let mut rx = Rx::new(sock);
+        let pids;
         match rx.recv() {
-            Ok(Some(Msg::Welcome(r))) => r?,
+            Ok(Some(Msg::Welcome(r))) => pids = r?,
             Ok(Some(_)) => {
                 return Err(Error::Remote {
                     detail: text!("the mock host answered the join with another message"),
@@ -132,6 +135,7 @@ impl Link {
             next_seg: AtomicU64::new(0),
             segs: Mutex::new(Vec::new()),
             dead_sent: AtomicBool::new(false),
+            pids,
         })
     }
 

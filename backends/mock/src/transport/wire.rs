@@ -40,8 +40,10 @@ pub(crate) enum Msg {
         pid: u32,
         limit_ms: u64,
     },
-    /// host → rank: the join's outcome (all ranks joined, or why not).
-    Welcome(Result<()>),
+    /// host → rank: the join's outcome: the process of every rank once all joined (a shrink
+    /// hosts its child in the process of the child's rank 0, which every survivor must
+    /// know even when the host is gone), or why not.
+    Welcome(Result<Vec<u32>>),
     /// rank → host: run `jobs` (offsets into segment `seg`, sent with the message when new)
     /// in order on the host's stream for remote stream `stream`.
     Batch {
@@ -396,7 +398,16 @@ impl Msg {
             }
             Msg::Welcome(res) => {
                 w.u8(2);
-                put_result(&mut w, res);
+                match res {
+                    Ok(pids) => {
+                        w.u8(0);
+                        w.u32(u32::try_from(pids.len()).unwrap_or(0));
+                        for p in pids.iter().take(u32::MAX as usize) {
+                            w.u32(*p);
+                        }
+                    }
+                    Err(e) => put_error(&mut w, e),
+                }
             }
             Msg::Batch {
                 id,
@@ -470,7 +481,20 @@ impl Msg {
                     limit_ms: r.u64()?,
                 }
             }
-            2 => Msg::Welcome(get_result(&mut r)?),
+            2 => Msg::Welcome(match get_result(&mut r)? {
+                Ok(()) => {
+                    let n = r.u32()? as usize;
+                    // Four bytes a pid: a count the frame cannot hold is malformed.
+                    if n > r.0.len() / 4 {
+                        return Err(short());
+                    }
+                    (0..n)
+                        .map(|_| r.u32())
+                        .collect::<Result<Vec<u32>>>()
+                        .map(Ok)?
+                }
+                Err(e) => Err(e),
+            }),
             3 => {
                 let id = r.u64()?;
                 let stream = r.u64()?;
