@@ -582,7 +582,11 @@ fn gpu_scalable_init_shrink_windows_memory_and_groups() {
                 if fs.has(Feature::Shrink) && r != n - 1 {
                     let small = c
                         .backend()
-                        .shrink(&[n - 1], &CommConfig::new(), false)
+                        .shrink(
+                            &[n - 1],
+                            &CommConfig::new(),
+                            oxccl_core::ShrinkMode::Default,
+                        )
                         .expect("shrink");
                     assert_eq!(small.size(), n - 1);
                     let mut s = Comm::with_new_stream(small).unwrap();

@@ -211,3 +211,32 @@ fn groups_are_counted_per_thread_and_per_library() {
         assert!(matches!(nccl.group_end(), Err(Error::InvalidState { .. })));
     }
 }
+
+/// Revoke, shrink and grow against every cached release: each is there exactly from its
+/// release on, with its symbols resolved, and absent before with the reason naming both
+/// versions.
+#[test]
+fn revoke_shrink_and_grow_are_gated_by_the_release() {
+    for (v, revoke, shrink, grow) in [
+        ("2.23.4", false, false, false),
+        ("2.28.3", false, true, false),
+        ("2.32.3", true, true, true),
+    ] {
+        let Some(nccl) = library(v) else { continue };
+        let f = nccl.features();
+        assert_eq!(f.has(Feature::Revoke), revoke, "{v}");
+        assert_eq!(f.has(Feature::Shrink), shrink, "{v}");
+        assert_eq!(f.has(Feature::Grow), grow, "{v}");
+        let api = nccl.library().api();
+        assert_eq!(api.comm_revoke.is_some(), revoke, "{v}");
+        assert_eq!(api.comm_shrink.is_some(), shrink, "{v}");
+        assert_eq!(api.comm_grow.is_some(), grow, "{v}");
+        if !revoke {
+            let e = f
+                .require(Feature::Revoke)
+                .expect_err("revoke before 2.28.7");
+            let text = e.to_string();
+            assert!(text.contains("2.28.7") && text.contains(v), "{text}");
+        }
+    }
+}

@@ -2,9 +2,7 @@
 
 use crate::abort::NcclAbort;
 use crate::comm_inner::{poll_raw, CommInner, Raw, Settings};
-use crate::create::{
-    config, create, discard, discard_in_background, none_made, query_rank_size, OutHandle,
-};
+use crate::create::{config, create, discard, discard_in_background, query_rank_size, OutHandle};
 use crate::graph_refs;
 use crate::registry::Window;
 use crate::stream::NcclStream;
@@ -185,64 +183,6 @@ impl NcclComm {
         result
     }
 
-    /// A communicator of this one's ranks minus `exclude` (NCCL 2.27+), e.g. after a peer died.
-    /// With `abort_parent`, ongoing operations of this communicator are stopped first.
-    pub fn shrink(
-        &self,
-        exclude: &[u32],
-        cfg: &CommConfig,
-        abort_parent: bool,
-    ) -> Result<NcclComm> {
-        let _serial = self.inner.serial();
-        self.inner.settings.features.require(Feature::Shrink)?;
-        if !abort_parent {
-            self.ensure_ready("shrink")?;
-        }
-        oxccl_core::check::shrink(&self.check_ctx(), exclude)?;
-        // Ranks below the communicator's size, itself at most i32::MAX (checked at creation).
-        let mut list: Vec<i32> = exclude.iter().map(|&r| r as i32).collect();
-        let f = self
-            .inner
-            .lib
-            .api()
-            .comm_shrink
-            .ok_or(crate::absent::feature_symbol(
-                Feature::Shrink,
-                "ncclCommShrink",
-            ))?;
-        let mut buf = config(&self.inner.lib, cfg)?;
-        let new = OutHandle::new();
-        // With `abort_parent` this rank's kernels stop too, as NCCL stops the parent's
-        // operations: waits for excluded ranks give up, and the parent's all-reduces go to NCCL
-        // from here. Its peer memory is released after the shrink (the release waits for the
-        // stream, where a parent operation NCCL stops may sit before a kernel).
-        let stopped = if abort_parent {
-            let group = self.inner.peer.write().take();
-            if let Some(g) = &group {
-                g.raise_abort();
-            }
-            group
-        } else {
-            None
-        };
-        let code = create(&mut buf, &new, |new, cfg_ptr| {
-            // SAFETY: live communicator; `list` outlives the call; `cfg_ptr` is null or points
-            // to a config built for the loaded version, alive for the call.
-            Ok(unsafe {
-                f(
-                    self.inner.raw,
-                    list.as_mut_ptr(),
-                    list.len() as i32,
-                    new,
-                    cfg_ptr,
-                    i32::from(abort_parent),
-                )
-            })
-        })?;
-        let child = self.adopt_child("shrink", code, &new, false, cfg);
-        drop(stopped);
-        child?.ok_or_else(|| none_made("shrink"))
-    }
     /// Settles this parent after a split (`wait_always`: NCCL fills the child only once the
     /// parent leaves InProgress, NVIDIA/nccl#1472, and may return Success before it does) or a
     /// shrink, then adopts the child it made (`None`: no child, e.g. NCCL_SPLIT_NOCOLOR). A
@@ -442,7 +382,8 @@ impl Communicator for NcclComm {
     fn split(&self, color: Option<u32>, key: u32, cfg: &CommConfig) -> Result<Option<NcclComm>> {
         let _serial = self.inner.serial();
         self.inner.settings.features.require(Feature::Split)?;
-        self.ensure_ready("split")?;
+        // A revoked communicator splits too (NCCL allows it once quiescent).
+        self.transition(|l| l.ensure_reshapable("split"))?;
         let color = match color {
             None => -1,
             Some(c) => i32::try_from(c)
@@ -472,6 +413,21 @@ impl Communicator for NcclComm {
 
     /// See [`NcclComm::abort`]: never waits; with live graphs the library's release finishes
     /// when the last graph is dropped.
+    fn revoke(&self, reason: &str) -> Result<Progress> {
+        let _serial = self.inner.serial();
+        self.revoke_comm(reason)
+    }
+
+    fn shrink(
+        &self,
+        exclude: &[u32],
+        cfg: &CommConfig,
+        mode: oxccl_core::traits::ShrinkMode,
+    ) -> Result<NcclComm> {
+        let _serial = self.inner.serial();
+        self.shrink_comm(exclude, cfg, mode)
+    }
+
     fn abort(&self, reason: &str) {
         self.inner.abort(reason);
     }

@@ -30,6 +30,7 @@ mod ptx;
 mod reducer;
 mod registry;
 mod release;
+mod reshape;
 mod settle;
 mod stream;
 mod wait;

@@ -1,0 +1,133 @@
+//! Revoke and shrink: what a survivor of a lost peer does to its communicator (NCCL 2.28.7's
+//! `ncclCommRevoke`, 2.27's `ncclCommShrink`). The callers ([`oxccl_core::Communicator`]'s
+//! methods) hold the call lock.
+
+use crate::comm::NcclComm;
+use crate::comm_inner::poll_raw;
+use crate::create::{config, create, none_made, OutHandle};
+use crate::peer::PeerGroup;
+use crate::wait::Deadline;
+use oxccl_core::traits::ShrinkMode;
+use oxccl_core::{text, CommConfig, CommState, Error, Feature, Progress, Result, ResultCode};
+
+impl NcclComm {
+    /// Takes this rank's peer kernels out of service with their abort flag raised (a kernel
+    /// waiting for a lost peer gives up); the caller drops the group once NCCL has stopped
+    /// the operations its stream may hold before a kernel.
+    fn stop_peer_kernels(&self) -> Option<PeerGroup> {
+        let group = self.inner.peer.write().take();
+        if let Some(g) = &group {
+            g.raise_abort();
+        }
+        group
+    }
+
+    /// [`oxccl_core::Communicator::revoke`] on NCCL: `ncclCommRevoke`, then polled until the
+    /// communicator is quiescent (bounded by its time limit).
+    pub(crate) fn revoke_comm(&self, reason: &str) -> Result<Progress> {
+        self.inner.settings.features.require(Feature::Revoke)?;
+        let f = self
+            .inner
+            .lib
+            .api()
+            .comm_revoke
+            .ok_or(crate::absent::feature_symbol(
+                Feature::Revoke,
+                "ncclCommRevoke",
+            ))?;
+        if self.inner.state() == CommState::Revoked {
+            return Ok(Progress::Done);
+        }
+        self.transition(|l| l.revoke_begin(reason))?;
+        let stopped = self.stop_peer_kernels();
+        let lib = &self.inner.lib;
+        let outcome = {
+            let _live = self.inner.use_raw();
+            if self.inner.is_released() {
+                Err(Error::Aborted {
+                    reason: text!("released while revoking"),
+                })
+            } else {
+                // SAFETY: a live communicator (released is false under `use_raw`); flags 0,
+                // the only value NCCL defines (NCCL_REVOKE_DEFAULT).
+                let code = unsafe { f(self.inner.raw, 0) };
+                if code == ResultCode::IN_PROGRESS.0 {
+                    Ok(())
+                } else {
+                    lib.check(code, self.inner.raw)
+                }
+                .and_then(|()| {
+                    Deadline::after(self.timeout())
+                        .poll("ncclCommRevoke", || poll_raw(lib, self.inner.raw))
+                })
+            }
+        };
+        drop(stopped);
+        outcome?;
+        self.transition(|l| l.revoke_done());
+        Ok(Progress::Done)
+    }
+
+    /// [`oxccl_core::Communicator::shrink`] on NCCL.
+    pub(crate) fn shrink_comm(
+        &self,
+        exclude: &[u32],
+        cfg: &CommConfig,
+        mode: ShrinkMode,
+    ) -> Result<NcclComm> {
+        self.inner.settings.features.require(Feature::Shrink)?;
+        oxccl_core::check::shrink(&self.check_ctx(), exclude)?;
+        let state = self.inner.state();
+        match mode {
+            ShrinkMode::Default => self.transition(|l| l.ensure_reshapable("shrink"))?,
+            ShrinkMode::AbortInFlight => {
+                if !matches!(
+                    state,
+                    CommState::Ready | CommState::Failed | CommState::Revoking | CommState::Revoked
+                ) {
+                    self.transition(|l| l.ensure_reshapable("shrink"))?;
+                }
+            }
+        }
+        // Ranks below the communicator's size, itself at most i32::MAX (checked at creation).
+        let mut list: Vec<i32> = exclude.iter().map(|&r| r as i32).collect();
+        let f = self
+            .inner
+            .lib
+            .api()
+            .comm_shrink
+            .ok_or(crate::absent::feature_symbol(
+                Feature::Shrink,
+                "ncclCommShrink",
+            ))?;
+        let mut buf = config(&self.inner.lib, cfg)?;
+        let new = OutHandle::new();
+        // With the abort flag this rank's kernels stop too, as NCCL stops the parent's
+        // operations: waits for excluded ranks give up, and the parent's all-reduces go to NCCL
+        // from here. Its peer memory is released after the shrink (the release waits for the
+        // stream, where a parent operation NCCL stops may sit before a kernel).
+        let abort_parent = mode == ShrinkMode::AbortInFlight;
+        let stopped = if abort_parent {
+            self.stop_peer_kernels()
+        } else {
+            None
+        };
+        let code = create(&mut buf, &new, |new, cfg_ptr| {
+            // SAFETY: live communicator; `list` outlives the call; `cfg_ptr` is null or points
+            // to a config built for the loaded version, alive for the call.
+            Ok(unsafe {
+                f(
+                    self.inner.raw,
+                    list.as_mut_ptr(),
+                    list.len() as i32,
+                    new,
+                    cfg_ptr,
+                    i32::from(abort_parent),
+                )
+            })
+        })?;
+        let child = self.adopt_child("shrink", code, &new, false, cfg);
+        drop(stopped);
+        child?.ok_or_else(|| none_made("shrink"))
+    }
+}
