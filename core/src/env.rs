@@ -45,6 +45,10 @@ pub const COORD_CHECK_MS: &str = "OXCCL_COORD_CHECK_MS";
 /// `OXCCL_PEER_KERNELS`: who runs the all-reduces of a group on one node
 /// ([`crate::peer_kernels::PeerPolicy`]).
 pub const PEER_KERNELS: &str = "OXCCL_PEER_KERNELS";
+/// `OXCCL_ELASTIC`: a group's survivors go on without a lost rank instead of ending.
+pub const ELASTIC: &str = "OXCCL_ELASTIC";
+/// `OXCCL_ELASTIC_WINDOW_MS`: how long survivors wait for each other before they decide.
+pub const ELASTIC_WINDOW_MS: &str = "OXCCL_ELASTIC_WINDOW_MS";
 
 /// Every variable [`EnvConfig::from_lookup`] reads: (name, default when unset, meaning). The
 /// README's table of process-group variables is checked against it.
@@ -129,6 +133,16 @@ pub const VARIABLES: &[(&str, &str, &str)] = &[
         PEER_KERNELS,
         "auto",
         "all-reduces of a group on one node: `auto` (oxccl's kernels where they beat NCCL), `nccl`, `one-shot`, `two-shot` (that kernel wherever it fits); every rank must set the same",
+    ),
+    (
+        ELASTIC,
+        "0",
+        "when a rank is lost, the survivors agree through the store, shrink every group that held it and go on (the work in flight fails with `MembersLost`) instead of ending; every rank must set the same",
+    ),
+    (
+        ELASTIC_WINDOW_MS,
+        "1000",
+        "how long survivors of a loss wait for each other before deciding who goes on, ms (a live rank that has not joined by then is left out)",
     ),
 ];
 
@@ -344,6 +358,10 @@ pub struct EnvConfig {
     pub coord_check: Duration,
     /// `OXCCL_PEER_KERNELS`.
     pub peer_kernels: crate::peer_kernels::PeerPolicy,
+    /// `OXCCL_ELASTIC`.
+    pub elastic: bool,
+    /// `OXCCL_ELASTIC_WINDOW_MS`.
+    pub elastic_window: Duration,
 }
 
 impl Default for EnvConfig {
@@ -367,6 +385,8 @@ impl Default for EnvConfig {
             wait_timeout_dump: Duration::from_millis(60_000),
             coord_check: Duration::from_millis(1000),
             peer_kernels: crate::peer_kernels::PeerPolicy::Auto,
+            elastic: false,
+            elastic_window: Duration::from_millis(1000),
         }
     }
 }
@@ -445,6 +465,8 @@ impl EnvConfig {
             wait_timeout_dump: millis(WAIT_TIMEOUT_DUMP_MS, 0, d.wait_timeout_dump)?,
             coord_check: millis(COORD_CHECK_MS, 1, d.coord_check)?,
             peer_kernels,
+            elastic: boolean(ELASTIC, d.elastic)?,
+            elastic_window: millis(ELASTIC_WINDOW_MS, 1, d.elastic_window)?,
         })
     }
 

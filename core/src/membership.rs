@@ -4,6 +4,7 @@
 use crate::error::{Error, Result};
 use core::fmt;
 
+pub mod elastic;
 pub mod survivors;
 
 /// A group's member list is valid for a world of `world` ranks: each rank below `world`, no

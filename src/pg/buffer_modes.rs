@@ -58,7 +58,7 @@ impl<B: Memory> ProcessGroup<B> {
     /// or a coalescing block ([`Error::InvalidState`]), and a library without the feature
     /// ([`Error::Unsupported`]).
     pub fn register_buffer<X: Operand<B> + ?Sized>(&self, buf: &X, mode: RegMode) -> Result<()> {
-        let inner = &*self.inner;
+        let inner = &**self.inner();
         inner.refuse_in_capture(
             "registering a buffer",
             "registration is a host call (collective for a window)",
@@ -99,7 +99,7 @@ impl<B: Memory> ProcessGroup<B> {
     /// coalescing block ([`Error::InvalidState`]). Makes the group's communicator first if it
     /// is not made yet (collective; nothing to release then).
     pub fn release_windows(&self) -> Result<usize> {
-        let inner = &*self.inner;
+        let inner = &**self.inner();
         inner.refuse_in_capture(
             "releasing windows",
             "releasing a window is a collective host call",
@@ -187,20 +187,20 @@ impl<B: Memory> ProcessGroup<B> {
     /// What the group's communicator did with buffers: operations per mode, allocations
     /// registered and in windows now (makes the communicator if it is not made yet).
     pub fn tuned_stats(&self) -> Result<TunedStats> {
-        Ok(self.inner.entry("read the buffer modes")?.regs.stats())
+        Ok(self.inner().entry("read the buffer modes")?.regs.stats())
     }
 
     /// Runs `f` with the group's communicator (made first if needed), e.g. to inspect the
     /// mock's registrations and windows. `f` runs without the group's lock, so it may call
     /// the group; it must not issue on the communicator behind the group's back.
     pub fn with_comm<R>(&self, f: impl FnOnce(&CommOf<B>) -> R) -> Result<R> {
-        let e = self.inner.entry("inspect the communicator")?;
+        let e = self.inner().entry("inspect the communicator")?;
         Ok(f(&e.comm))
     }
 
     /// The group's tune table, if any.
     pub fn tune_table(&self) -> Option<&TuneTable> {
-        self.inner.opts.tune.as_deref()
+        self.inner().opts.tune.as_deref()
     }
 }
 
@@ -219,7 +219,7 @@ impl<B: Memory> ProcessGroup<B> {
             | K::ReduceScatter
             | K::AllToAll
             | K::Send
-            | K::Recv => self.inner.opts.tune.as_deref(),
+            | K::Recv => self.inner().opts.tune.as_deref(),
             _ => None,
         }
     }
@@ -230,14 +230,14 @@ impl<B: Memory> ProcessGroup<B> {
     /// `ncclMemAlloc`, 2.19+), which the tune table may register or put in a window. Made on
     /// the group's copy stream, so allocating never makes the communicator.
     pub fn alloc_comm<T: crate::Element>(&self, len: usize) -> Result<B::CommBuf<T>> {
-        let st = self.inner.copy_stream()?;
-        self.inner.backend.alloc_comm(st, len)
+        let st = self.inner().copy_stream()?;
+        self.inner().backend.alloc_comm(st, len)
     }
 
     /// A [`Memory::CommBuf`] holding a copy of `data`.
     pub fn upload_comm<T: crate::Element>(&self, data: &[T]) -> Result<B::CommBuf<T>> {
-        let st = self.inner.copy_stream()?;
-        self.inner.backend.upload_comm(st, data)
+        let st = self.inner().copy_stream()?;
+        self.inner().backend.upload_comm(st, data)
     }
 
     /// The contents of `buf` (either kind), after every operation that uses it (blocks).
@@ -245,7 +245,7 @@ impl<B: Memory> ProcessGroup<B> {
         &self,
         buf: &impl crate::buffer::Operand<B, Elem = T>,
     ) -> Result<Vec<T>> {
-        let st = self.inner.copy_stream()?;
-        buf.download(&self.inner.backend, st)
+        let st = self.inner().copy_stream()?;
+        buf.download(&self.inner().backend, st)
     }
 }

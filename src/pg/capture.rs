@@ -128,7 +128,7 @@ impl<B: Memory> ProcessGroup<B> {
     /// register it first with [`ProcessGroup::register_buffer`], or run the operations once
     /// before capturing). An error of `f` ends the capture and is returned; no graph is made.
     pub fn capture(&self, f: impl FnOnce(&ProcessGroup<B>) -> Result<()>) -> Result<PgGraph<B>> {
-        let inner = &*self.inner;
+        let inner = &**self.inner();
         if inner.opts.nan_check {
             return Err(CaptureError::Unsupported.error_str(
                 "the NaN check (PgOptions::nan_check) reads every input on the host, which a \
@@ -174,7 +174,7 @@ impl<B: Memory> ProcessGroup<B> {
 
     /// Whether a capture is open on this group now.
     pub fn is_capturing(&self) -> bool {
-        self.inner.capture.is_on()
+        self.inner().capture.is_on()
     }
 }
 
@@ -308,7 +308,7 @@ impl<'a, B: Memory> Launch<'a, B> {
             return self;
         }
         let g = self.graph;
-        if g.pg.inner.capture.is_on() {
+        if g.pg.inner().capture.is_on() {
             // Taking the buffer on the capturing stream would wait on its earlier events.
             self.first_error = Some(oxccl_core::traits::forbidden(
                 "launching a graph of the group",
@@ -316,7 +316,7 @@ impl<'a, B: Memory> Launch<'a, B> {
             return self;
         }
         let len = buf.numel();
-        match buf.write("bufs", g.pg.inner.opts.device(), &g.entry.stream) {
+        match buf.write("bufs", g.pg.inner().opts.device(), &g.entry.stream) {
             Ok((raw, access)) => {
                 self.held.push(access);
                 if len > 0 {
@@ -336,7 +336,7 @@ impl<'a, B: Memory> Launch<'a, B> {
             return Err(e);
         }
         let g = self.graph;
-        let inner = &*g.pg.inner;
+        let inner = &**g.pg.inner();
         if inner.capture.is_on() {
             return Err(oxccl_core::traits::forbidden(
                 "launching a graph of the group",
@@ -367,7 +367,7 @@ impl<'a, B: Memory> Launch<'a, B> {
     /// [`Launch::launch`] under the group's lock, the refusals passed.
     fn launch_locked(&mut self) -> Result<WorkOf<B>> {
         let g = self.graph;
-        let inner = &*g.pg.inner;
+        let inner = &**g.pg.inner();
         let timing = inner.opts.timing;
         let e = &*g.entry;
         let start = if timing {

@@ -115,7 +115,7 @@ impl<B: Memory> ProcessGroup<B> {
         ops: &'a mut [P2pOp<'_, B, T>],
     ) -> Result<WorkOf<B>> {
         if let Some(table) = self.tune_for(OpKind::Send) {
-            let inner = &self.inner;
+            let inner = &self.inner();
             let capturing = inner.capture.is_on();
             inner.with_entry("batch_isend_irecv", |e| {
                 ops.iter().try_for_each(|op| {
@@ -157,7 +157,7 @@ impl<B: Memory> ProcessGroup<B> {
     }
 
     fn open_block(&self, kind: GroupKind) -> Result<Coalescing<'_, B>> {
-        let inner = &self.inner;
+        let inner = &self.inner();
         let entry = inner.entry(kind.start_call())?;
         if inner.hot.coalescing.swap(true, Ordering::AcqRel) {
             return Err(Error::InvalidState {
@@ -213,7 +213,7 @@ impl<'a, B: Memory> Coalescing<'a, B> {
             &mut dyn FnMut(&CommOp<'_>) -> Result<()>,
         ) -> Result<Vec<B::Access<'a>>>,
     ) -> Result<()> {
-        let inner = &self.pg.inner;
+        let inner = &self.pg.inner();
         let uid = inner.uid;
         let entry = self.entry();
         let rules = &mut self.rules;
@@ -291,7 +291,7 @@ impl<'a, B: Memory> Coalescing<'a, B> {
         buf: &'a mut impl Operand<B, Elem = T>,
         root: u32,
     ) -> Result<()> {
-        let root = self.pg.inner.to_group_rank("root", root)?;
+        let root = self.pg.inner().to_group_rank("root", root)?;
         let n = buf.numel();
         self.push(OpKind::Broadcast, T::DTYPE, (n, n), |is, issue| {
             let (w, g) = Operand::<B>::write(buf, "buf", is.device, is.stream())?;
@@ -334,7 +334,7 @@ impl<'a, B: Memory> Coalescing<'a, B> {
         buf: &'a X,
         dst: u32,
     ) -> Result<()> {
-        let peer = self.pg.inner.to_group_rank("dst", dst)?;
+        let peer = self.pg.inner().to_group_rank("dst", dst)?;
         let n = buf.numel();
         self.push(OpKind::Send, T::DTYPE, (n, 0), |is, issue| {
             let (r, g) = buf.read("buf", is.device, is.stream())?;
@@ -349,7 +349,7 @@ impl<'a, B: Memory> Coalescing<'a, B> {
         buf: &'a mut X,
         src: u32,
     ) -> Result<()> {
-        let peer = self.pg.inner.to_group_rank("src", src)?;
+        let peer = self.pg.inner().to_group_rank("src", src)?;
         let n = buf.numel();
         self.push(OpKind::Recv, T::DTYPE, (0, n), |is, issue| {
             let (w, g) = buf.write("buf", is.device, is.stream())?;
@@ -363,7 +363,7 @@ impl<'a, B: Memory> Coalescing<'a, B> {
     /// The first error of an operation inside is returned after the group was closed.
     pub fn end(mut self) -> Result<WorkOf<B>> {
         self.open = false;
-        let inner = &self.pg.inner;
+        let inner = &self.pg.inner();
         inner.hot.coalescing.store(false, Ordering::Release);
         let rules_end = self.rules.end(self.kind);
         let ended = inner.backend.group_end();
@@ -431,9 +431,13 @@ impl<'a, B: Memory> Coalescing<'a, B> {
 impl<B: Memory> Drop for Coalescing<'_, B> {
     fn drop(&mut self) {
         if self.open {
-            self.pg.inner.hot.coalescing.store(false, Ordering::Release);
+            self.pg
+                .inner()
+                .hot
+                .coalescing
+                .store(false, Ordering::Release);
             self.rules.fail();
-            if let Err(e) = self.pg.inner.backend.group_end() {
+            if let Err(e) = self.pg.inner().backend.group_end() {
                 log::warn!("closing a coalescing block on drop: {e}");
             }
         }

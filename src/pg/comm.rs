@@ -4,7 +4,7 @@
 use super::arrival::Arrival;
 use super::keys;
 use super::tune::reg_cache::RegCache;
-use super::work::WorkHome;
+use super::work::{OnFailure, WorkHome};
 use crate::buffer::{Memory, StreamOf};
 use crate::deadline::deadline_after;
 use oxccl_core::text::Escaped;
@@ -27,16 +27,19 @@ pub(crate) struct Entry<B: Memory> {
 impl<B: Memory> Entry<B> {
     /// The entry of `comm`, with a stream of `priority` made on it; its works report to
     /// `watch`.
+    /// `on_failure`: what a failed wait of its works asks (an elastic group's survivors).
     pub fn new(
         comm: CommOf<B>,
         priority: oxccl_core::traits::StreamPriority,
         watch: Arc<crate::watchdog::group_watch::GroupWatch>,
+        on_failure: Option<Arc<dyn OnFailure>>,
     ) -> Result<Entry<B>> {
         let stream = comm.new_stream_with(priority)?;
         let abort = comm.abort_handle();
         let home = Arc::new(WorkHome {
             watch,
             abort: Some(abort.clone()),
+            on_failure,
         });
         Ok(Entry {
             comm,
@@ -57,6 +60,12 @@ pub(crate) enum Slot<B: Memory> {
     Ready(std::sync::Arc<Entry<B>>),
     /// This rank is not a member: nothing is ever made.
     NotMember,
+    /// To be made at the first operation by shrinking `from`, a predecessor's communicator,
+    /// without its group ranks `exclude` (a loss took them): collective over the survivors.
+    Shrink {
+        from: Arc<Entry<B>>,
+        exclude: Vec<u32>,
+    },
     /// Destroyed; the reason says by whom.
     Closed,
 }
@@ -64,8 +73,11 @@ pub(crate) enum Slot<B: Memory> {
 impl<B: Memory> Slot<B> {
     /// Aborts the communicator, if any, and leaves the slot closed. Never waits for peers.
     pub fn close(&mut self, reason: &str) {
-        if let Slot::Ready(e) = std::mem::replace(self, Slot::Closed) {
-            oxccl_core::CommAbort::abort(&e.abort, reason);
+        match std::mem::replace(self, Slot::Closed) {
+            Slot::Ready(e) | Slot::Shrink { from: e, .. } => {
+                oxccl_core::CommAbort::abort(&e.abort, reason);
+            }
+            _ => {}
         }
     }
 }

@@ -5,6 +5,7 @@
 use super::capture_state::CaptureState;
 use super::comm::Slot;
 use super::options::PgOptions;
+use super::recovery::book::Elastic;
 use super::tune::agree::AgreeingGroup;
 use crate::buffer::Memory;
 use crate::store::Store;
@@ -21,6 +22,8 @@ use std::time::Duration;
 pub(crate) struct GroupFamily {
     /// The next group uid: every rank creates groups in the same order, so uids agree.
     pub next_uid: AtomicU64,
+    /// The survivors' record, when the family goes on after losses ([`PgOptions::elastic`]).
+    pub elastic: Option<Elastic>,
 }
 
 /// The state every operation of a group reads or writes, kept on one cache line: between
@@ -45,6 +48,8 @@ pub(crate) struct IssueState {
 }
 
 pub(crate) struct PgInner<B: Memory> {
+    /// This group's own handle (for what must outlive a call: an elastic work's hook).
+    pub(crate) me: std::sync::Weak<PgInner<B>>,
     pub backend: B,
     pub store: Arc<dyn Store>,
     pub family: Arc<GroupFamily>,
@@ -77,6 +82,11 @@ pub(crate) struct PgInner<B: Memory> {
     pub(crate) copy_stream: std::sync::OnceLock<crate::buffer::StreamOf<B>>,
     /// A graph capture open on the group's stream, and what it recorded (see `capture`).
     pub(crate) capture: CaptureState,
+    /// The survivors' epoch the group has caught up with (see `recovery`): raised in place
+    /// when a loss left its members whole, else the successor carries the next.
+    pub(crate) epoch: AtomicU64,
+    /// The group without the ranks a loss took, once made (see `recovery`).
+    pub(crate) next: std::sync::OnceLock<Arc<PgInner<B>>>,
 }
 
 impl<B: Memory> Drop for PgInner<B> {

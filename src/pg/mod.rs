@@ -10,6 +10,7 @@
 
 mod arrival;
 mod buffer_modes;
+mod build;
 mod capture;
 mod capture_state;
 mod coalesce;
@@ -21,6 +22,7 @@ mod op_facts;
 mod ops;
 mod options;
 mod process_group;
+mod recovery;
 mod subgroups;
 pub(crate) mod tune;
 mod work;

@@ -34,7 +34,7 @@ impl<B: Memory> ProcessGroup<B> {
         let n = buf.numel();
         let d = desc::<T>(OpKind::AllReduce, (n, n), None);
         let table = self.tune_for(d.kind);
-        self.inner.issue(d, |is| {
+        self.inner().issue(d, |is| {
             is.tune(table, &d, || [buf.comm_mem()])?;
             let (w, g) = wr!(is, "buf", buf);
             let op = CommOp::all_reduce_in_place(w, T::DTYPE, op);
@@ -50,12 +50,12 @@ impl<B: Memory> ProcessGroup<B> {
         buf: &mut impl Operand<B, Elem = T>,
         root: u32,
     ) -> Result<WorkOf<B>> {
-        let root = self.inner.to_group_rank("root", root)?;
+        let root = self.inner().to_group_rank("root", root)?;
         self.nan_check("broadcast", "buf", buf)?;
         let n = buf.numel();
         let d = desc::<T>(OpKind::Broadcast, (n, n), None);
         let table = self.tune_for(d.kind);
-        self.inner.issue(d, |is| {
+        self.inner().issue(d, |is| {
             is.tune(table, &d, || [buf.comm_mem()])?;
             let (w, g) = wr!(is, "buf", buf);
             let op = CommOp::broadcast_in_place(w, T::DTYPE, root);
@@ -73,12 +73,12 @@ impl<B: Memory> ProcessGroup<B> {
         op: ReduceOp,
     ) -> Result<WorkOf<B>> {
         let op = host_op::<T>(op)?;
-        let root = self.inner.to_group_rank("root", root)?;
+        let root = self.inner().to_group_rank("root", root)?;
         self.nan_check("reduce", "buf", buf)?;
         let n = buf.numel();
         let d = desc::<T>(OpKind::Reduce, (n, n), None);
         let table = self.tune_for(d.kind);
-        self.inner.issue(d, |is| {
+        self.inner().issue(d, |is| {
             is.tune(table, &d, || [buf.comm_mem()])?;
             let (w, g) = wr!(is, "buf", buf);
             let op = CommOp::reduce_in_place(w, T::DTYPE, op, root);
@@ -105,7 +105,7 @@ impl<B: Memory> ProcessGroup<B> {
         );
         let d = desc::<T>(kind, numel, peer);
         let table = self.tune_for(kind);
-        self.inner.issue(d, |is| {
+        self.inner().issue(d, |is| {
             is.tune(table, &d, || {
                 [
                     send.and_then(|b| b.comm_mem()),
@@ -231,7 +231,7 @@ impl<B: Memory> ProcessGroup<B> {
         recv: &mut X,
         root: u32,
     ) -> Result<WorkOf<B>> {
-        let root = self.inner.to_group_rank("root", root)?;
+        let root = self.inner().to_group_rank("root", root)?;
         self.two(OpKind::Scatter, None, send, Some(recv), |send, recv| {
             CommOp::scatter(send, recv, T::DTYPE, root)
         })
@@ -244,7 +244,7 @@ impl<B: Memory> ProcessGroup<B> {
         recv: Option<&mut X>,
         root: u32,
     ) -> Result<WorkOf<B>> {
-        let root = self.inner.to_group_rank("root", root)?;
+        let root = self.inner().to_group_rank("root", root)?;
         self.two(OpKind::Gather, None, Some(send), recv, |send, recv| {
             CommOp::gather(send, recv, T::DTYPE, root)
         })
@@ -252,7 +252,7 @@ impl<B: Memory> ProcessGroup<B> {
 
     /// Sends `buf` to global rank `dst`.
     pub fn send<T: Element>(&self, buf: &impl Operand<B, Elem = T>, dst: u32) -> Result<WorkOf<B>> {
-        let peer = self.inner.to_group_rank("dst", dst)?;
+        let peer = self.inner().to_group_rank("dst", dst)?;
         let none: Option<&mut B::Buf<T>> = None;
         self.two(OpKind::Send, Some(peer), Some(buf), none, |buf, _| {
             CommOp::send(buf, T::DTYPE, peer)
@@ -265,7 +265,7 @@ impl<B: Memory> ProcessGroup<B> {
         buf: &mut impl Operand<B, Elem = T>,
         src: u32,
     ) -> Result<WorkOf<B>> {
-        let peer = self.inner.to_group_rank("src", src)?;
+        let peer = self.inner().to_group_rank("src", src)?;
         let none: Option<&B::Buf<T>> = None;
         self.two(OpKind::Recv, Some(peer), none, Some(buf), |_, buf| {
             CommOp::recv(buf, T::DTYPE, peer)
@@ -276,12 +276,12 @@ impl<B: Memory> ProcessGroup<B> {
     /// (wait for it, with a timeout of its own if need be).
     /// Refused inside a graph capture ([`oxccl_core::CaptureError::Unsupported`]).
     pub fn barrier(&self) -> Result<WorkOf<B>> {
-        self.inner.refuse_in_capture(
+        self.inner().refuse_in_capture(
             "a barrier",
             "it allocates, and its work is meant to be waited on",
         )?;
         let mut one = self.alloc_zeros::<u8>(1)?;
-        self.inner
+        self.inner()
             .issue(desc::<u8>(OpKind::Barrier, (1, 1), None), |is| {
                 let (w, g) = wr!(is, "buf", &mut one);
                 let op = CommOp::all_reduce_in_place(w, u8::DTYPE, ReduceOp::Sum);
@@ -300,10 +300,10 @@ impl<B: Memory> ProcessGroup<B> {
         arg: &'static str,
         buf: &impl Operand<B, Elem = T>,
     ) -> Result<()> {
-        if !self.inner.opts.nan_check || T::FLOAT.is_none() {
+        if !self.inner().opts.nan_check || T::FLOAT.is_none() {
             return Ok(());
         }
-        let inner = &self.inner;
+        let inner = &self.inner();
         let found = inner
             .entry("nan check")
             .and_then(|e| buf.has_nan(&inner.backend, &e.stream))?;

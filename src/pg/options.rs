@@ -95,6 +95,17 @@ pub struct PgOptions {
     /// it fits ([`oxccl_core::peer_kernels`]). Every member must have the same. Set up with the
     /// communicator, before its first operation.
     pub peer_kernels: oxccl_core::peer_kernels::PeerPolicy,
+    /// Go on without a lost rank (`OXCCL_ELASTIC`; see [`crate::elastic`]): when a member
+    /// dies or stops answering, the survivors stop what is in flight, agree through the store
+    /// on who is alive, shrink every group that held the lost rank and go on; the work in
+    /// flight fails with [`crate::Error::MembersLost`]. A default group's option (its
+    /// subgroups follow it); every rank must set the same. Under it the error-handling mode
+    /// never ends the process ([`oxccl_core::membership::elastic_error_handling`]).
+    pub elastic: bool,
+    /// How long survivors wait for each other before deciding who goes on
+    /// (`OXCCL_ELASTIC_WINDOW_MS`): a live rank that has not joined the decision by then is
+    /// left out, and refused if it comes later.
+    pub elastic_window: Duration,
 }
 
 impl Default for PgOptions {
@@ -120,6 +131,8 @@ impl Default for PgOptions {
             coord_check: Duration::from_secs(1),
             nonblocking_timeout: Some(Duration::from_secs(30 * 60)),
             peer_kernels: oxccl_core::peer_kernels::PeerPolicy::Auto,
+            elastic: false,
+            elastic_window: Duration::from_millis(1000),
         }
     }
 }
@@ -154,6 +167,8 @@ impl PgOptions {
             coord_check: env.coord_check,
             nonblocking_timeout: env.nonblocking_timeout,
             peer_kernels: env.peer_kernels,
+            elastic: env.elastic,
+            elastic_window: env.elastic_window,
             ..PgOptions::default()
         }
     }

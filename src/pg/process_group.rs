@@ -3,38 +3,41 @@
 //! parent's).
 
 use super::arrival::Arrival;
+use super::build::GroupSpec;
 use super::capture_state::refuse_init_in_capture;
 use super::comm::{await_ready, init_through_store, Entry, InitParams, Slot};
-use super::inner::{lock, GroupFamily, IssueState, PgInner};
+use super::inner::{lock, GroupFamily, PgInner};
 use super::keys;
 use super::options::PgOptions;
+use super::recovery::{self, book::Elastic};
 use super::tune::agree::agree;
 use crate::buffer::Memory;
 use crate::deadline::deadline_after;
 use crate::recorder::target::DumpTarget;
 use crate::recorder::{dump_dir_from_env, DumpMeta, Recorder};
 use crate::store::Store;
-use crate::watchdog::group_watch::{CompletionHook, GroupWatch, WatchConfig};
-use crate::watchdog::{HeartbeatMonitor, Watchdog};
+use crate::watchdog::group_watch::CompletionHook;
+use crate::watchdog::Watchdog;
 use oxccl_core::membership::{self, CommPlan};
-use oxccl_core::recorder::PgConfig;
 use oxccl_core::text::Escaped;
 use oxccl_core::traits::CommOf;
 use oxccl_core::{text, CommState, Communicator, Error, Result};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// A process group over backend `B`: c10d's `ProcessGroup`. Cheap to clone (the clones share
 /// the group). Dropping the last clone aborts its communicator (never waits for peers).
 pub struct ProcessGroup<B: Memory> {
-    pub(crate) inner: Arc<PgInner<B>>,
+    /// The group as it was made; after a loss its successors follow it (see
+    /// [`ProcessGroup::inner`]).
+    pub(crate) root: Arc<PgInner<B>>,
 }
 
 impl<B: Memory> Clone for ProcessGroup<B> {
     fn clone(&self) -> Self {
         ProcessGroup {
-            inner: self.inner.clone(),
+            root: self.root.clone(),
         }
     }
 }
@@ -42,15 +45,23 @@ impl<B: Memory> Clone for ProcessGroup<B> {
 impl<B: Memory> std::fmt::Debug for ProcessGroup<B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ProcessGroup")
-            .field("uid", &self.inner.uid)
-            .field("desc", &self.inner.desc)
-            .field("rank", &self.inner.rank)
-            .field("ranks", &self.inner.ranks)
+            .field("uid", &self.inner().uid)
+            .field("desc", &self.inner().desc)
+            .field("rank", &self.inner().rank)
+            .field("ranks", &self.inner().ranks)
             .finish()
     }
 }
 
 impl<B: Memory> ProcessGroup<B> {
+    /// The group as it is now: the root, or the successor the last loss made of it. Under
+    /// [`PgOptions::elastic`] a group that has not yet caught up with a decision of the
+    /// survivors (see [`super::recovery`]) does so here: a successor without the lost ranks
+    /// is made (its communicator is shrunk at its first operation).
+    pub(crate) fn inner(&self) -> &Arc<PgInner<B>> {
+        super::recovery::current(&self.root)
+    }
+
     /// The default group of `size` ranks, this process being `rank`, rendezvousing through
     /// `store` (c10d's `init_process_group` with a store), under a namespace of its own on it
     /// (the next incarnation of a world of `size` there: see the `keys` module, so an earlier
@@ -81,181 +92,116 @@ impl<B: Memory> ProcessGroup<B> {
         log::info!(
             "oxccl process group: rank {rank} of {size}, incarnation {incarnation} of a world of {size} on this store; its keys under `{ns}/`"
         );
+        if opts.elastic {
+            opts.error_handling =
+                oxccl_core::membership::elastic::error_handling(opts.error_handling);
+        }
         let family = Arc::new(GroupFamily {
             next_uid: AtomicU64::new(1),
+            elastic: opts.elastic.then(|| Elastic::new(opts.elastic_window)),
         });
-        let pg = ProcessGroup::make(
-            backend,
-            store,
-            family,
-            0,
-            rank,
-            size,
-            (0..size).collect(),
-            opts,
-            None,
-            CommPlan::InitOnFirstUse,
-        );
-        let dir = pg.inner.opts.trace_dir.clone().or_else(dump_dir_from_env);
-        if let (Some(dir), true) = (dir, pg.inner.opts.watchdog) {
+        let pg = ProcessGroup {
+            root: PgInner::build(GroupSpec {
+                backend,
+                store,
+                family,
+                uid: 0,
+                global_rank: rank,
+                world_size: size,
+                ranks: (0..size).collect(),
+                opts,
+                parent: None,
+                plan: CommPlan::InitOnFirstUse,
+                epoch: 0,
+            }),
+        };
+        if pg.root.opts.elastic {
+            super::recovery::monitor::start(&pg.root);
+        }
+        let dir = pg.inner().opts.trace_dir.clone().or_else(dump_dir_from_env);
+        if let (Some(dir), true) = (dir, pg.inner().opts.watchdog) {
             let mut target = DumpTarget::new(
                 dir,
                 DumpMeta::new(rank, size),
-                pg.inner.watch.recorder.clone(),
+                pg.inner().watch.recorder.clone(),
             );
-            target.wait_limit = pg.inner.opts.wait_timeout_dump;
-            if pg.inner.opts.dump_on_timeout {
+            target.wait_limit = pg.inner().opts.wait_timeout_dump;
+            if pg.inner().opts.dump_on_timeout {
                 // Dump when another rank's failure signals it (the coordination check).
-                target.signal = Some((pg.inner.store.clone(), pg.inner.opts.coord_check));
+                target.signal = Some((pg.inner().store.clone(), pg.inner().opts.coord_check));
             }
             Watchdog::global().add_dump_target(target);
         }
-        if pg.inner.opts.bound_device.is_some() {
-            pg.inner.with_entry("init", |_| Ok(()))?;
+        if pg.inner().opts.bound_device.is_some() {
+            pg.inner().with_entry("init", |_| Ok(()))?;
         }
         Ok(pg)
     }
 
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn make(
-        backend: B,
-        store: Arc<dyn Store>,
-        family: Arc<GroupFamily>,
-        uid: u64,
-        global_rank: u32,
-        world_size: u32,
-        ranks: Vec<u32>,
-        opts: PgOptions,
-        parent: Option<Arc<PgInner<B>>>,
-        plan: CommPlan,
-    ) -> ProcessGroup<B> {
-        let rank = membership::group_rank(&ranks, global_rank);
-        let timeout_ms = opts.timeout.as_millis().min(u128::from(u64::MAX)) as u64;
-        let recorder = opts.recorder.clone().unwrap_or_else(Recorder::global);
-        recorder.add_pg(PgConfig {
-            id: uid,
-            name: uid.to_string(),
-            desc: opts.desc.clone(),
-            ranks: ranks.clone(),
-        });
-        let watch = GroupWatch::new(WatchConfig {
-            uid,
-            desc: opts.desc.clone(),
-            global_rank,
-            mode: opts.error_handling,
-            dump_on_timeout: opts.dump_on_timeout,
-            recorder,
-            store: store.clone(),
-            wait_timeout_dump: opts.wait_timeout_dump,
-            desync: rank
-                .filter(|_| opts.desync_debug && opts.watchdog)
-                .map(|r| (r, ranks.clone())),
-        });
-        if let (true, Some(limit)) = (opts.watchdog, opts.heartbeat) {
-            HeartbeatMonitor::start(limit);
-        }
-        ProcessGroup {
-            inner: Arc::new(PgInner {
-                backend,
-                store,
-                family,
-                uid,
-                desc: opts.desc.clone(),
-                global_rank,
-                world_size,
-                ranks,
-                rank,
-                opts,
-                hot: IssueState {
-                    seq: AtomicU64::new(0),
-                    p2p_seq: AtomicU64::new(0),
-                    op_id: AtomicU64::new(0),
-                    timeout_ms: AtomicU64::new(timeout_ms),
-                    coalescing: AtomicBool::new(false),
-                    init_awaited: AtomicBool::new(false),
-                },
-                parent,
-                plan,
-                slot: Mutex::new(if rank.is_some() {
-                    Slot::Empty
-                } else {
-                    Slot::NotMember
-                }),
-                splits: AtomicU64::new(0),
-                inits: AtomicU64::new(0),
-                watch,
-                abort: std::sync::OnceLock::new(),
-                destroyed: AtomicBool::new(false),
-                copy_stream: std::sync::OnceLock::new(),
-                capture: Default::default(),
-            }),
-        }
-    }
-
     /// This rank in the group (`None` when this process is not a member).
     pub fn rank(&self) -> Option<u32> {
-        self.inner.rank
+        self.inner().rank
     }
 
     /// Number of ranks in the group.
     pub fn size(&self) -> u32 {
-        self.inner.ranks.len() as u32
+        self.inner().ranks.len() as u32
     }
 
     /// This process's rank in the world.
     pub fn global_rank(&self) -> u32 {
-        self.inner.global_rank
+        self.inner().global_rank
     }
 
     /// The global ranks of the members, by group rank.
     pub fn ranks(&self) -> &[u32] {
-        &self.inner.ranks
+        &self.inner().ranks
     }
 
     /// The group's uid: 0 for the default group, then 1, 2, … in creation order (equal across
     /// ranks).
     pub fn uid(&self) -> u64 {
-        self.inner.uid
+        self.inner().uid
     }
 
     /// The group's description ("default_pg" for the default group).
     pub fn desc(&self) -> &str {
-        &self.inner.desc
+        &self.inner().desc
     }
 
     /// The backend the group's communicators come from.
     pub fn backend(&self) -> &B {
-        &self.inner.backend
+        &self.inner().backend
     }
 
     /// The store the group rendezvous through: a view of the store given to
     /// [`ProcessGroup::new`] under this incarnation's namespace (`oxccl/world/<size>/<k>/`),
     /// where every key of the group and its subgroups lives, and keys set here too.
     pub fn store(&self) -> &Arc<dyn Store> {
-        &self.inner.store
+        &self.inner().store
     }
 
     /// The group's options as created.
     pub fn options(&self) -> &PgOptions {
-        &self.inner.opts
+        &self.inner().opts
     }
 
     /// The timeout of the group's operations.
     pub fn timeout(&self) -> Duration {
-        self.inner.timeout()
+        self.inner().timeout()
     }
 
     /// Adds a completion hook (c10d's `register_on_completion_hook`): run by the watchdog for
     /// every operation of the group that completes, with its duration. Needs timing and the
     /// watchdog on ([`PgOptions::timing`], [`PgOptions::watchdog`]).
     pub fn on_completion(&self, hook: CompletionHook) -> Result<()> {
-        if !self.inner.opts.timing || !self.inner.opts.watchdog {
+        if !self.inner().opts.timing || !self.inner().opts.watchdog {
             return Err(Error::invalid(
                 "hook",
                 format_args!("a group with timing and the watchdog on (PgOptions::timing, PgOptions::watchdog)"),
             ));
         }
-        self.inner.watch.add_hook(hook);
+        self.inner().watch.add_hook(hook);
         Ok(())
     }
 
@@ -263,42 +209,42 @@ impl<B: Memory> ProcessGroup<B> {
     /// with desync debugging on ([`PgOptions::desync_debug`]): which ranks never joined it,
     /// which joined but did not finish (written by the watchdog, also logged).
     pub fn desync_report(&self) -> Option<String> {
-        let d = self.inner.watch.desync.as_ref()?;
+        let d = self.inner().watch.desync.as_ref()?;
         lock(&d.report).clone()
     }
 
     /// What failing completion hooks reported so far.
     pub fn hook_errors(&self) -> Vec<String> {
-        self.inner.watch.hook_errors()
+        self.inner().watch.hook_errors()
     }
 
     /// The flight recorder the group's operations are recorded in.
     pub fn recorder(&self) -> &Recorder {
-        &self.inner.watch.recorder
+        &self.inner().watch.recorder
     }
 
     /// Changes the timeout of the group's later operations.
     pub fn set_timeout(&self, timeout: Duration) {
         let ms = timeout.as_millis().min(u128::from(u64::MAX)) as u64;
-        self.inner.hot.timeout_ms.store(ms, Ordering::Relaxed);
+        self.inner().hot.timeout_ms.store(ms, Ordering::Relaxed);
     }
 
     /// Communicators split from this group's communicator so far (c10d's
     /// `comm_split_count`).
     pub fn split_count(&self) -> u64 {
-        self.inner.splits.load(Ordering::Relaxed)
+        self.inner().splits.load(Ordering::Relaxed)
     }
 
     /// The sequence number of the last collective issued (0 before the first).
     pub fn seq(&self) -> u64 {
-        self.inner.hot.seq.load(Ordering::Relaxed)
+        self.inner().hot.seq.load(Ordering::Relaxed)
     }
 
     /// The policy oxccl's all-reduce kernels run under on this group's communicator: `None`
     /// while it is not made yet, on a backend without them, on a group spanning hosts, or
     /// with `OXCCL_PEER_KERNELS=nccl` (NCCL then runs every all-reduce).
     pub fn peer_kernels(&self) -> Option<oxccl_core::peer_kernels::PeerPolicy> {
-        match &*crate::pg::inner::lock(&self.inner.slot) {
+        match &*crate::pg::inner::lock(&self.inner().slot) {
             super::comm::Slot::Ready(e) => oxccl_core::Communicator::peer_policy(&e.comm),
             _ => None,
         }
@@ -306,10 +252,10 @@ impl<B: Memory> ProcessGroup<B> {
 
     /// The communicator's state: `None` before it is made, or when this rank is not a member.
     pub fn comm_state(&self) -> Option<CommState> {
-        if self.inner.destroyed.load(Ordering::Acquire) {
+        if self.inner().destroyed.load(Ordering::Acquire) {
             return Some(CommState::Destroyed);
         }
-        self.inner.abort.get().map(oxccl_core::CommAbort::state)
+        self.inner().abort.get().map(oxccl_core::CommAbort::state)
     }
 
     /// Aborts the group's communicator from any thread (wakes ranks blocked in its operations);
@@ -319,7 +265,7 @@ impl<B: Memory> ProcessGroup<B> {
     /// A blocking init in progress cannot be aborted (there is no communicator yet): use
     /// nonblocking communicators where an init may hang.
     pub fn abort(&self, reason: &str) {
-        if let Some(a) = self.inner.abort.get() {
+        if let Some(a) = self.inner().abort.get() {
             oxccl_core::CommAbort::abort(a, reason);
         }
     }
@@ -329,40 +275,40 @@ impl<B: Memory> ProcessGroup<B> {
     pub fn destroy(&self) {
         let reason = format!(
             "process group {} ({}) was destroyed",
-            self.inner.uid,
-            Escaped(&self.inner.desc)
+            self.inner().uid,
+            Escaped(&self.inner().desc)
         );
-        self.inner.destroyed.store(true, Ordering::Release);
+        self.inner().destroyed.store(true, Ordering::Release);
         // Abort first, without the slot lock: a thread blocked in an operation holds it.
         self.abort(&reason);
-        lock(&self.inner.slot).close(&reason);
+        lock(&self.inner().slot).close(&reason);
     }
 
     /// Runs `f` with the stream the group's operations are issued on (the communicator is
     /// made first if needed): to order the caller's own work after them, or to look at it
     /// (its priority under [`PgOptions::high_priority`]).
     pub fn with_stream<R>(&self, f: impl FnOnce(&crate::buffer::StreamOf<B>) -> R) -> Result<R> {
-        let e = self.inner.entry("stream")?;
+        let e = self.inner().entry("stream")?;
         Ok(f(&e.stream))
     }
 
     /// A buffer of `len` zeros on this group's device (on the group's copy stream: no
     /// communicator is made for it, so allocating never waits for other ranks).
     pub fn alloc_zeros<T: crate::Element>(&self, len: usize) -> Result<B::Buf<T>> {
-        let st = self.inner.copy_stream()?;
-        self.inner.backend.alloc_zeros(st, len)
+        let st = self.inner().copy_stream()?;
+        self.inner().backend.alloc_zeros(st, len)
     }
 
     /// A buffer on this group's device holding a copy of `data`.
     pub fn upload<T: crate::Element>(&self, data: &[T]) -> Result<B::Buf<T>> {
-        let st = self.inner.copy_stream()?;
-        self.inner.backend.upload(st, data)
+        let st = self.inner().copy_stream()?;
+        self.inner().backend.upload(st, data)
     }
 
     /// The contents of `buf`, after every operation that uses it (blocks).
     pub fn download<T: crate::Element>(&self, buf: &B::Buf<T>) -> Result<Vec<T>> {
-        let st = self.inner.copy_stream()?;
-        self.inner.backend.download(st, buf)
+        let st = self.inner().copy_stream()?;
+        self.inner().backend.download(st, buf)
     }
 }
 
@@ -374,6 +320,12 @@ impl<B: Memory> PgInner<B> {
         attempted: &'static str,
         f: impl FnOnce(&Entry<B>) -> Result<R>,
     ) -> Result<R> {
+        if self.family.elastic.is_some() {
+            // A rank the survivors left out stays out.
+            if let Some(out) = recovery::refusal(self) {
+                return Err(out);
+            }
+        }
         let mut slot = lock(&self.slot);
         if let Slot::Ready(e) = &*slot {
             if !self.hot.init_awaited.load(Ordering::Acquire) {
@@ -381,11 +333,14 @@ impl<B: Memory> PgInner<B> {
             }
             return f(e);
         }
-        if !matches!(*slot, Slot::Empty) {
+        if !matches!(*slot, Slot::Empty | Slot::Shrink { .. }) {
             return Err(self.unusable(&slot, attempted));
         }
         refuse_init_in_capture(self.uid, &self.desc)?;
-        let comm = self.make_comm()?;
+        let comm = match std::mem::replace(&mut *slot, Slot::Empty) {
+            Slot::Shrink { from, exclude } => recovery::shrunk(self, &from, &exclude)?,
+            _ => self.make_comm()?,
+        };
         // Before any operation: ranks with different tune tables would register windows at
         // different operations and hang.
         agree(self.opts.tune.as_deref(), &self.members())?;
@@ -394,7 +349,12 @@ impl<B: Memory> PgInner<B> {
         } else {
             oxccl_core::traits::StreamPriority::Normal
         };
-        let entry: Entry<B> = Entry::new(comm, priority, self.watch.clone())?;
+        let entry: Entry<B> = Entry::new(
+            comm,
+            priority,
+            self.watch.clone(),
+            recovery::on_failure(self),
+        )?;
         let _ = self.abort.set(entry.abort.clone());
         if self.destroyed.load(Ordering::Acquire) {
             // Destroyed while this communicator was being made.

@@ -1,12 +1,15 @@
 //! Subgroups: every rank of a group calls `new_group` in the same order (members and
 //! non-members alike), so uids agree and a split can be collective over the parent.
 
+use super::build::GroupSpec;
+use super::inner::PgInner;
 use super::options::PgOptions;
 use super::process_group::ProcessGroup;
 use crate::buffer::Memory;
 use oxccl_core::membership::{self, CommPlan};
 use oxccl_core::{text, Error, Result};
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 impl<B: Memory> ProcessGroup<B> {
     /// A subgroup of the global ranks `ranks` (c10d's `new_group`; they are sorted, and the
@@ -18,7 +21,7 @@ impl<B: Memory> ProcessGroup<B> {
     /// operation when every rank of this group is a member, and otherwise made by the members
     /// alone through the store at its first operation.
     pub fn new_group(&self, ranks: &[u32], opts: Option<PgOptions>) -> Result<ProcessGroup<B>> {
-        let inner = &self.inner;
+        let inner = &self.inner();
         membership::check_ranks(inner.world_size, ranks)?;
         if let Some(r) = ranks.iter().find(|r| !inner.ranks.contains(r)) {
             return Err(Error::invalid(
@@ -45,27 +48,34 @@ impl<B: Memory> ProcessGroup<B> {
             inner.ranks.len() as u32,
             ranks.len() as u32,
         );
-        let uid = inner.family.next_uid.fetch_add(1, Ordering::Relaxed);
-        let member = ranks.contains(&inner.global_rank);
-        let child = ProcessGroup::make(
-            inner.backend.clone(),
-            inner.store.clone(),
-            inner.family.clone(),
-            uid,
-            inner.global_rank,
-            inner.world_size,
-            ranks,
-            opts,
-            Some(inner.clone()),
-            plan,
+        let epoch = inner.epoch.load(Ordering::Acquire);
+        let uid = oxccl_core::membership::elastic::uid_at(
+            inner.family.next_uid.fetch_add(1, Ordering::Relaxed),
+            epoch,
         );
+        let member = ranks.contains(&inner.global_rank);
+        let child = ProcessGroup {
+            root: PgInner::build(GroupSpec {
+                backend: inner.backend.clone(),
+                store: inner.store.clone(),
+                family: inner.family.clone(),
+                uid,
+                global_rank: inner.global_rank,
+                world_size: inner.world_size,
+                ranks,
+                opts,
+                parent: Some(Arc::clone(inner)),
+                plan,
+                epoch,
+            }),
+        };
         if plan == CommPlan::SplitNow {
             if member {
-                child.inner.with_entry("new_group", |_| Ok(()))?;
+                child.inner().with_entry("new_group", |_| Ok(()))?;
             } else {
                 // A split is collective over the parent: a non-member takes part, and gets none.
                 if let Some(c) =
-                    inner.split(None, inner.member_rank()?, &child.inner.opts.config)?
+                    inner.split(None, inner.member_rank()?, &child.inner().opts.config)?
                 {
                     drop(c);
                     return Err(Error::Remote {
@@ -87,7 +97,7 @@ impl<B: Memory> ProcessGroup<B> {
         membership::subgroup_block(n, group_size, 0)?;
         let blocks: Vec<Vec<u32>> = (0..n / group_size)
             .map(|b| {
-                self.inner.ranks[(b * group_size) as usize..((b + 1) * group_size) as usize]
+                self.inner().ranks[(b * group_size) as usize..((b + 1) * group_size) as usize]
                     .to_vec()
             })
             .collect();
@@ -101,7 +111,7 @@ impl<B: Memory> ProcessGroup<B> {
         ranks_per_subgroup: &[Vec<u32>],
     ) -> Result<(ProcessGroup<B>, Vec<ProcessGroup<B>>)> {
         membership::check_enumeration(
-            self.inner.world_size,
+            self.inner().world_size,
             ranks_per_subgroup.iter().map(Vec::as_slice),
         )?;
         let mut all = Vec::with_capacity(ranks_per_subgroup.len());
@@ -115,7 +125,7 @@ impl<B: Memory> ProcessGroup<B> {
             .ok_or_else(|| {
                 Error::invalid(
                     "ranks_per_subgroup",
-                    format_args!("a subgroup holding rank {}", self.inner.global_rank),
+                    format_args!("a subgroup holding rank {}", self.inner().global_rank),
                 )
             })?;
         Ok((mine, all))
@@ -125,12 +135,13 @@ impl<B: Memory> ProcessGroup<B> {
     /// not a member, "not registered" once the group was destroyed.
     pub fn group_rank_of(&self, global: u32) -> Result<u32> {
         self.registered()?;
-        membership::group_rank(&self.inner.ranks, global).ok_or_else(|| {
+        membership::group_rank(&self.inner().ranks, global).ok_or_else(|| {
             Error::invalid(
                 "global_rank",
                 format_args!(
                     "a rank of group {} {:?}: global rank {global} is not part of group",
-                    self.inner.uid, self.inner.ranks
+                    self.inner().uid,
+                    self.inner().ranks
                 ),
             )
         })
@@ -139,7 +150,7 @@ impl<B: Memory> ProcessGroup<B> {
     /// The global rank of group rank `group_rank`.
     pub fn global_rank_of(&self, group_rank: u32) -> Result<u32> {
         self.registered()?;
-        self.inner
+        self.inner()
             .ranks
             .get(group_rank as usize)
             .copied()
@@ -148,8 +159,8 @@ impl<B: Memory> ProcessGroup<B> {
                     "group_rank",
                     format_args!(
                         "a rank below the size {} of group {}, got {group_rank}",
-                        self.inner.ranks.len(),
-                        self.inner.uid
+                        self.inner().ranks.len(),
+                        self.inner().uid
                     ),
                 )
             })
@@ -161,7 +172,7 @@ impl<B: Memory> ProcessGroup<B> {
                 "group",
                 format_args!(
                     "a registered group: group {} is not registered (destroyed)",
-                    self.inner.uid
+                    self.inner().uid
                 ),
             ));
         }

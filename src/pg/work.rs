@@ -62,6 +62,15 @@ pub(crate) struct Inner<E, A> {
 pub(crate) struct WorkHome<A> {
     pub watch: Arc<GroupWatch>,
     pub abort: Option<A>,
+    /// Asked when a wait fails (an elastic group: see `recovery`).
+    pub on_failure: Option<Arc<dyn OnFailure>>,
+}
+
+/// What an elastic group answers when a wait of its work fails: the error to report instead
+/// ([`Error::MembersLost`] once the survivors decided), after the decision is made.
+pub(crate) trait OnFailure: Send + Sync {
+    /// The error a wait that failed with `cause` reports.
+    fn settle(&self, cause: &Error) -> Error;
 }
 
 /// When a work issued at `created_ns` with `info` times out.
@@ -176,7 +185,11 @@ impl<E: Event + 'static, A: CommAbort> Work<E, A> {
                 created_ns: now,
                 start: None,
                 end: None,
-                home: Arc::new(WorkHome { watch, abort: None }),
+                home: Arc::new(WorkHome {
+                    watch,
+                    abort: None,
+                    on_failure: None,
+                }),
                 trace: TraceSlot::Off,
                 captured: true,
             }),
@@ -256,7 +269,10 @@ impl<E: Event + 'static, A: CommAbort> Work<E, A> {
                 Ok(false) => {}
                 Err(e) => {
                     Watchdog::instance().settle_failure(&self.inner.home.watch, &e);
-                    return Err(e);
+                    return Err(match &self.inner.home.on_failure {
+                        Some(hook) => hook.settle(&e),
+                        None => e,
+                    });
                 }
             }
             // Yields first, then sleeps longer the longer it waits (the core's rule).

@@ -209,6 +209,8 @@ fn every_variable_is_parsed_into_its_field() {
         (WAIT_TIMEOUT_DUMP_MS, "5"),
         (COORD_CHECK_MS, "7"),
         (PEER_KERNELS, "two-shot"),
+        (ELASTIC, "1"),
+        (ELASTIC_WINDOW_MS, "250"),
     ];
     let c = EnvConfig::from_lookup(env(&pairs)).unwrap();
     assert_eq!(
@@ -233,6 +235,8 @@ fn every_variable_is_parsed_into_its_field() {
             peer_kernels: crate::peer_kernels::PeerPolicy::Force(
                 crate::peer_kernels::KernelAlgo::TwoShot
             ),
+            elastic: true,
+            elastic_window: Duration::from_millis(250),
         }
     );
     // Blocking wait forces NoHandling, whatever was asked.

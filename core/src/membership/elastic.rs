@@ -1,0 +1,136 @@
+//! The rules of a group that goes on without a lost rank (an elastic process group): which
+//! failures show a loss, what the watchdog may do meanwhile, how a group's ranks shrink, and
+//! how each epoch's groups are numbered. The decision of who is alive is
+//! [`super::survivors`]'.
+
+use crate::comm_state::CommState;
+use crate::env::ErrorHandling;
+use crate::error::Error;
+
+/// What a failure of an operation says about the group's members.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FailureSign {
+    /// A peer may be lost (it died, stopped answering, or failed): the survivors decide.
+    Loss,
+    /// The communicator was stopped here (aborted, revoked): a loss only when a decision has
+    /// already been made (the stop was the survivors' own); otherwise the caller's own act.
+    Stopped,
+    /// A failure of the call itself (arguments, capture, a missing feature): not a loss.
+    Call,
+}
+
+/// What a failure `e` of an operation shows.
+pub fn failure_sign(e: &Error) -> FailureSign {
+    match e {
+        Error::Remote { .. } | Error::Timeout { .. } | Error::Backend { .. } => FailureSign::Loss,
+        Error::Aborted { .. } | Error::MembersLost { .. } => FailureSign::Stopped,
+        Error::InvalidState { state, .. } if state.is_dead() || is_revoked(*state) => {
+            FailureSign::Stopped
+        }
+        _ => FailureSign::Call,
+    }
+}
+
+fn is_revoked(s: CommState) -> bool {
+    matches!(s, CommState::Revoking | CommState::Revoked)
+}
+
+/// The error-handling mode an elastic group runs under, for the one asked for: never one that
+/// ends the process (the survivors go on), so tear-down modes become clean-up-only (abort the
+/// communicator, report the error); a mode that only records stays.
+pub fn error_handling(asked: ErrorHandling) -> ErrorHandling {
+    match asked {
+        ErrorHandling::TearDown | ErrorHandling::SkipCleanUp => ErrorHandling::CleanUpOnly,
+        other => other,
+    }
+}
+
+/// Bits of a group's uid below the epoch: a process makes fewer groups than this per epoch.
+pub const UID_EPOCH_SHIFT: u32 = 40;
+
+/// The uid of the group numbered `uid` at `epoch` (its store keys never meet an earlier
+/// epoch's): `uid` itself at epoch 0.
+pub fn uid_at(uid: u64, epoch: u64) -> u64 {
+    let low = uid & ((1 << UID_EPOCH_SHIFT) - 1);
+    low | (epoch.min((1 << (64 - UID_EPOCH_SHIFT)) - 1) << UID_EPOCH_SHIFT)
+}
+
+/// Writes into `out` the group ranks (indices into `ranks`) of the members of `ranks` that
+/// are in `lost`, in order; returns how many. `out` must hold `ranks.len()`; extra are
+/// dropped.
+pub fn lost_indices(ranks: &[u32], lost: &[u32], out: &mut [u32]) -> usize {
+    let mut n = 0;
+    for (i, r) in ranks.iter().enumerate() {
+        if lost.contains(r) {
+            if let Some(slot) = out.get_mut(n) {
+                *slot = i as u32;
+                n += 1;
+            }
+        }
+    }
+    n
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::text;
+
+    #[test]
+    fn failures_are_sorted_by_what_they_show() {
+        let remote = Error::Remote {
+            detail: text!("rank 2 exited"),
+        };
+        assert_eq!(failure_sign(&remote), FailureSign::Loss);
+        let t = Error::Timeout {
+            what: text!("all_reduce"),
+            after_ms: 5,
+        };
+        assert_eq!(failure_sign(&t), FailureSign::Loss);
+        let a = Error::Aborted { reason: text!("x") };
+        assert_eq!(failure_sign(&a), FailureSign::Stopped);
+        let revoked = Error::InvalidState {
+            state: CommState::Revoked,
+            attempted: "all_reduce",
+            reason: text!("x"),
+        };
+        assert_eq!(failure_sign(&revoked), FailureSign::Stopped);
+        assert_eq!(
+            failure_sign(&Error::invalid("root", format_args!("x"))),
+            FailureSign::Call
+        );
+        let ready = Error::InvalidState {
+            state: CommState::Ready,
+            attempted: "x",
+            reason: text!("x"),
+        };
+        assert_eq!(failure_sign(&ready), FailureSign::Call);
+    }
+
+    #[test]
+    fn elastic_groups_never_end_the_process() {
+        use ErrorHandling::*;
+        assert_eq!(error_handling(TearDown), CleanUpOnly);
+        assert_eq!(error_handling(SkipCleanUp), CleanUpOnly);
+        assert_eq!(error_handling(CleanUpOnly), CleanUpOnly);
+        assert_eq!(error_handling(NoHandling), NoHandling);
+    }
+
+    #[test]
+    fn uids_of_epochs_never_meet() {
+        assert_eq!(uid_at(5, 0), 5);
+        assert_ne!(uid_at(5, 1), uid_at(5, 2));
+        assert_ne!(uid_at(0, 1), uid_at(1, 1));
+        assert_eq!(uid_at(5, 1) >> UID_EPOCH_SHIFT, 1);
+        // Saturates instead of wrapping.
+        assert_eq!(uid_at(1, u64::MAX), uid_at(1, (1 << 24) - 1));
+    }
+
+    #[test]
+    fn lost_members_are_named_by_group_rank() {
+        let mut out = [0u32; 4];
+        let n = lost_indices(&[0, 2, 5, 7], &[5, 3, 0], &mut out);
+        assert_eq!(&out[..n], &[0, 2]);
+        assert_eq!(lost_indices(&[1], &[2], &mut out), 0);
+    }
+}

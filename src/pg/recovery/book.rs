@@ -1,0 +1,78 @@
+//! The survivors' record of one family of groups (a default group and its subgroups): the
+//! epoch they are at, what changed at each epoch, and whether this rank was left out.
+
+use oxccl_core::text::text_str;
+use oxccl_core::{Error, RankList};
+use std::sync::atomic::AtomicU64;
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// A family's elastic state; its lock serializes this process's decisions and catch-ups.
+pub(crate) struct Elastic {
+    /// How long survivors wait for each other before they decide.
+    pub window: Duration,
+    /// The epoch the family is at (raised under the book's lock).
+    pub epoch: AtomicU64,
+    pub book: Mutex<Book>,
+}
+
+impl Elastic {
+    pub(crate) fn new(window: Duration) -> Elastic {
+        Elastic {
+            window,
+            epoch: AtomicU64::new(0),
+            book: Mutex::new(Book::default()),
+        }
+    }
+}
+
+/// What changed, epoch by epoch.
+#[derive(Default)]
+pub(crate) struct Book {
+    pub changes: Vec<Change>,
+    /// Set once this rank is out of the family (left out by the survivors, or their decision
+    /// failed here): every later operation fails with it.
+    pub out: Option<Error>,
+}
+
+/// One epoch's change of the world's members (global ranks, sorted).
+pub(crate) struct Change {
+    /// The epoch it made.
+    pub epoch: u64,
+    pub lost: Vec<u32>,
+    pub joined: Vec<u32>,
+}
+
+impl Book {
+    /// The ranks lost after epoch `from` up to `to` (sorted, each once).
+    pub(crate) fn lost_between(&self, from: u64, to: u64) -> Vec<u32> {
+        self.collect(from, to, |c| &c.lost)
+    }
+
+    /// The ranks that joined after epoch `from` up to `to` (sorted, each once).
+    pub(crate) fn joined_between(&self, from: u64, to: u64) -> Vec<u32> {
+        self.collect(from, to, |c| &c.joined)
+    }
+
+    fn collect(&self, from: u64, to: u64, pick: impl Fn(&Change) -> &Vec<u32>) -> Vec<u32> {
+        let mut out: Vec<u32> = self
+            .changes
+            .iter()
+            .filter(|c| c.epoch > from && c.epoch <= to)
+            .flat_map(|c| pick(c).iter().copied())
+            .collect();
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+
+    /// The error of an operation of epoch `since` that a loss interrupted, the family now at
+    /// `now`.
+    pub(crate) fn members_lost(&self, since: u64, now: u64, cause: &Error) -> Error {
+        Error::MembersLost {
+            lost: RankList::new(&self.lost_between(since, now)),
+            epoch: now,
+            cause: text_str(&cause.to_string()),
+        }
+    }
+}

@@ -1,0 +1,129 @@
+//! Going on without a lost rank: the elastic process group ([`super::PgOptions::elastic`]).
+//!
+//! When an operation fails in a way that may mean a lost peer (a remote error, a timeout, a
+//! library failure), the failing wait — or this process's monitor, once another member has
+//! started — runs the **decision** (`decide`): it stops what is in flight on the world's
+//! communicator (revoke where the library has it, else abort), marks its arrival in the store
+//! at the family's current epoch and, with every member that arrives within the window, agrees
+//! on who goes on ([`crate::elastic::Survivors`]: one decision, read alike by every survivor; a
+//! member that arrives after it is refused). The family's **book** then records the epoch and
+//! the ranks lost, and the wait reports [`oxccl_core::Error::MembersLost`].
+//!
+//! Groups **catch up** lazily (`successor`): the next time a group is used, a group that
+//! held a lost rank gets a successor without it (renumbered; its communicator made at its
+//! first operation by shrinking the old one, collective over the survivors, or, where the
+//! library cannot shrink, a new one through the store under the epoch's own keys); a group
+//! that lost nobody only notes the epoch. Handles follow the successors
+//! ([`super::ProcessGroup::inner`]), so the next operation runs on the smaller group.
+//!
+//! The store must outlive the ranks (a launcher's store, torchrun's agent store), since the
+//! survivors meet there.
+
+pub(crate) mod book;
+mod decide;
+pub(crate) mod monitor;
+mod successor;
+
+use super::comm::Entry;
+use super::inner::PgInner;
+use super::work::OnFailure;
+use crate::buffer::Memory;
+use oxccl_core::traits::{CommOf, ShrinkMode};
+use oxccl_core::{CommAbort, CommState, Communicator, Error, Result};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, PoisonError, Weak};
+
+/// Where the survivors' decisions are made, under the world's namespace.
+pub(crate) const PREFIX: &str = "oxccl/elastic";
+
+/// `root` as it is now (see [`super::ProcessGroup::inner`]): its last successor, after
+/// catching up with the family's epoch.
+pub(crate) fn current<B: Memory>(root: &Arc<PgInner<B>>) -> &Arc<PgInner<B>> {
+    let mut at = root;
+    loop {
+        at = last(at);
+        let Some(el) = at.family.elastic.as_ref() else {
+            return at;
+        };
+        if at.epoch.load(Ordering::Acquire) >= el.epoch.load(Ordering::Acquire) {
+            return at;
+        }
+        successor::catch_up(at, el);
+    }
+}
+
+/// The last successor of `g`, without catching up.
+pub(crate) fn last<B: Memory>(g: &Arc<PgInner<B>>) -> &Arc<PgInner<B>> {
+    let mut at = g;
+    while let Some(next) = at.next.get() {
+        at = next;
+    }
+    at
+}
+
+/// The default group of `g`'s family, as it was made (subgroups name their parent).
+fn world_root<B: Memory>(g: &Arc<PgInner<B>>) -> Arc<PgInner<B>> {
+    let mut at = g.clone();
+    while let Some(p) = at.parent.clone() {
+        at = p;
+    }
+    at
+}
+
+/// The error a family that left this rank out gives every operation, if it did.
+pub(crate) fn refusal<B: Memory>(g: &PgInner<B>) -> Option<Error> {
+    let el = g.family.elastic.as_ref()?;
+    el.book
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .out
+        .clone()
+}
+
+/// The hook a work of `g`'s communicator asks when its wait fails: `None` unless elastic.
+pub(crate) fn on_failure<B: Memory>(g: &PgInner<B>) -> Option<Arc<dyn OnFailure>> {
+    g.family.elastic.as_ref()?;
+    let world = match &g.parent {
+        Some(p) => Arc::downgrade(&world_root(p)),
+        // A default group (or a successor of one): itself.
+        None => g.me.clone(),
+    };
+    Some(Arc::new(Settle {
+        world,
+        epoch: g.epoch.load(Ordering::Acquire),
+    }))
+}
+
+/// A failed wait's answer in group `group` of epoch `epoch`.
+struct Settle<B: Memory> {
+    world: Weak<PgInner<B>>,
+    epoch: u64,
+}
+
+impl<B: Memory> OnFailure for Settle<B> {
+    fn settle(&self, cause: &Error) -> Error {
+        match self.world.upgrade() {
+            Some(world) => decide::after_failure(&world, self.epoch, cause),
+            None => cause.clone(),
+        }
+    }
+}
+
+/// The communicator of a successor, made from `from` (its predecessor's) without the group
+/// ranks `exclude`; `from` is released once shrunk.
+pub(crate) fn shrunk<B: Memory>(
+    g: &PgInner<B>,
+    from: &Entry<B>,
+    exclude: &[u32],
+) -> Result<CommOf<B>> {
+    let mode = match from.comm.state() {
+        CommState::Revoked => ShrinkMode::Default,
+        _ => ShrinkMode::AbortInFlight,
+    };
+    let made = from.comm.shrink(exclude, &g.opts.config, mode);
+    from.abort.abort(&format!(
+        "replaced by the survivors' group of epoch {}",
+        g.epoch.load(Ordering::Acquire)
+    ));
+    made
+}

@@ -1,0 +1,55 @@
+//! Each elastic family's monitor: a thread that looks in the store for a decision another
+//! member began, so a rank that saw no failure itself (it was computing, or its operations
+//! had not reached the lost rank) joins the decision within the window instead of being left
+//! out.
+
+use super::{decide, last, PREFIX};
+use crate::buffer::Memory;
+use crate::pg::inner::PgInner;
+use oxccl_core::{text, Error};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, PoisonError, Weak};
+use std::time::Duration;
+
+/// How often the monitor looks (a store read each time).
+const LOOK_EVERY: Duration = Duration::from_millis(50);
+
+/// Starts the monitor of `root`'s family; it ends with the group (dropped or destroyed) or
+/// once this rank is out.
+pub(crate) fn start<B: Memory>(root: &Arc<PgInner<B>>) {
+    let weak = Arc::downgrade(root);
+    let started = std::thread::Builder::new()
+        .name("oxccl-elastic".into())
+        .spawn(move || watch(&weak));
+    if let Err(e) = started {
+        log::warn!("oxccl elastic: no monitor thread ({e}); ranks join decisions only when their own operations fail");
+    }
+}
+
+fn watch<B: Memory>(weak: &Weak<PgInner<B>>) {
+    loop {
+        std::thread::sleep(LOOK_EVERY);
+        let Some(root) = weak.upgrade() else { return };
+        let Some(el) = root.family.elastic.as_ref() else {
+            return;
+        };
+        if last(&root).destroyed.load(Ordering::Acquire)
+            || el
+                .book
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .out
+                .is_some()
+        {
+            return;
+        }
+        let epoch = el.epoch.load(Ordering::Acquire);
+        let begun = format!("{PREFIX}/view/{epoch}/count");
+        if let Ok(true) = root.store.check(&[&begun]) {
+            let cause = Error::Remote {
+                detail: text!("another member began deciding who goes on at epoch {epoch}"),
+            };
+            let _ = decide::after_failure(&root, epoch, &cause);
+        }
+    }
+}

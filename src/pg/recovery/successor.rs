@@ -1,0 +1,92 @@
+//! A group catching up with the survivors' epoch: the successor without the ranks lost since
+//! its own epoch (and, for the default group, with the ranks that joined).
+
+use super::book::Elastic;
+use crate::buffer::Memory;
+use crate::pg::build::GroupSpec;
+use crate::pg::comm::Slot;
+use crate::pg::inner::{lock, PgInner};
+use oxccl_core::membership::elastic::{lost_indices, uid_at};
+use oxccl_core::membership::CommPlan;
+use oxccl_core::{CommAbort, CommState, Communicator, Feature};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, PoisonError};
+
+/// Brings `at` (a last successor) up to the family's epoch: only the epoch when none of its
+/// members changed, else its successor (see the module).
+pub(super) fn catch_up<B: Memory>(at: &Arc<PgInner<B>>, el: &Elastic) {
+    let book = el.book.lock().unwrap_or_else(PoisonError::into_inner);
+    let from = at.epoch.load(Ordering::Acquire);
+    let to = el.epoch.load(Ordering::Acquire);
+    if from >= to || at.next.get().is_some() {
+        return;
+    }
+    let lost = book.lost_between(from, to);
+    let joined = if at.parent.is_none() {
+        book.joined_between(from, to)
+    } else {
+        Vec::new()
+    };
+    drop(book);
+    let mut exclude = vec![0; at.ranks.len()];
+    let n = lost_indices(&at.ranks, &lost, &mut exclude);
+    exclude.truncate(n);
+    if exclude.is_empty() && joined.is_empty() {
+        at.epoch.store(to, Ordering::Release);
+        return;
+    }
+    let mut ranks: Vec<u32> = at
+        .ranks
+        .iter()
+        .filter(|r| lost.binary_search(r).is_err())
+        .copied()
+        .collect();
+    ranks.extend(
+        joined
+            .iter()
+            .filter(|j| !ranks.contains(j))
+            .copied()
+            .collect::<Vec<_>>(),
+    );
+    ranks.sort_unstable();
+    let world_size = ranks
+        .iter()
+        .map(|r| r + 1)
+        .max()
+        .unwrap_or(0)
+        .max(at.world_size);
+    let next = PgInner::build(GroupSpec {
+        backend: at.backend.clone(),
+        store: at.store.clone(),
+        family: at.family.clone(),
+        uid: uid_at(at.uid, to),
+        global_rank: at.global_rank,
+        world_size,
+        ranks,
+        opts: at.opts.clone(),
+        parent: at.parent.clone(),
+        plan: CommPlan::InitOnFirstUse,
+        epoch: to,
+    });
+    next.hot
+        .timeout_ms
+        .store(at.hot.timeout_ms.load(Ordering::Relaxed), Ordering::Relaxed);
+    let why = format!("replaced by the survivors' group of epoch {to}");
+    match std::mem::replace(&mut *lock(&at.slot), Slot::Closed) {
+        Slot::Ready(e)
+            if joined.is_empty()
+                && next.rank.is_some()
+                && e.comm.features().has(Feature::Shrink)
+                && matches!(
+                    e.comm.state(),
+                    CommState::Ready | CommState::Failed | CommState::Revoking | CommState::Revoked
+                ) =>
+        {
+            // Shrunk at the successor's first operation (collective over the survivors).
+            *lock(&next.slot) = Slot::Shrink { from: e, exclude };
+        }
+        Slot::Ready(e) | Slot::Shrink { from: e, .. } => e.abort.abort(&why),
+        _ => {}
+    }
+    let _ = at.next.set(next);
+}

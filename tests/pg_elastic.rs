@@ -1,0 +1,143 @@
+//! The elastic process group on the mock world, ranks as threads: a rank dies mid-training,
+//! the survivors' work in flight fails with `MembersLost` naming it and the new epoch, the
+//! next operations run on the smaller group (renumbered, subgroups shrunk where they held the
+//! rank, untouched where they did not), on libraries with revoke and shrink, with shrink
+//! alone, and with neither (a new communicator through the store).
+
+use oxccl::mock::MockBackend;
+use oxccl::pg::{PgOptions, ProcessGroup};
+use oxccl::store::{MemStore, Store};
+use oxccl::{Error, FeatureSet, ReduceOp, Version};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+fn backend(version: Version) -> MockBackend {
+    MockBackend::with_options(
+        FeatureSet::for_version(version),
+        oxccl::mock::FaultPlan::new(),
+        1,
+        Duration::from_secs(20),
+    )
+}
+
+fn opts(rank: u32) -> PgOptions {
+    PgOptions {
+        device: oxccl::Device(rank),
+        elastic: true,
+        elastic_window: Duration::from_millis(300),
+        timeout: Duration::from_secs(10),
+        heartbeat: None,
+        ..PgOptions::default()
+    }
+}
+
+/// What a survivor saw: the error of the step in flight, then (size, rank) of the world and
+/// the sums of the world and both subgroups afterwards, and how long the recovery took.
+#[derive(Debug)]
+struct Seen {
+    failed: Error,
+    world: (u32, Option<u32>),
+    sums: (f32, f32, f32),
+    took: Duration,
+}
+
+/// 4 ranks; subgroups {1, 2, 3} and {0, 1}; rank 2 aborts its communicators and leaves after
+/// the first step.
+fn run(version: Version) -> Vec<Option<Seen>> {
+    let store: Arc<dyn Store> = Arc::new(MemStore::new());
+    let barrier = Arc::new(Barrier::new(4));
+    // One backend for every rank: its ids meet in one lobby.
+    let mock = backend(version);
+    let threads: Vec<_> = (0..4u32)
+        .map(|r| {
+            let (store, barrier, mock) = (store.clone(), barrier.clone(), mock.clone());
+            std::thread::spawn(move || {
+                let pg = ProcessGroup::new(mock, store, r, 4, opts(r)).unwrap();
+                let odd = pg.new_group(&[1, 2, 3], None).unwrap();
+                let low = pg.new_group(&[0, 1], None).unwrap();
+                let mut b = pg.upload(&[1.0f32; 4]).unwrap();
+                pg.all_reduce(&mut b, ReduceOp::Sum)
+                    .unwrap()
+                    .wait()
+                    .unwrap();
+                assert_eq!(pg.download(&b).unwrap(), vec![4.0; 4]);
+                barrier.wait();
+                if r == 2 {
+                    // Dies: its communicators abort (peers get remote errors) and it leaves.
+                    pg.abort("rank 2 killed");
+                    odd.abort("rank 2 killed");
+                    return None;
+                }
+                let began = Instant::now();
+                let mut b = pg.upload(&[1.0f32; 4]).unwrap();
+                let failed = pg
+                    .all_reduce(&mut b, ReduceOp::Sum)
+                    .unwrap()
+                    .wait()
+                    .expect_err("the step in flight when rank 2 died");
+                let took = began.elapsed();
+                let sum = |g: &ProcessGroup<MockBackend>| {
+                    let mut b = g.upload(&[1.0f32]).unwrap();
+                    g.all_reduce(&mut b, ReduceOp::Sum).unwrap().wait().unwrap();
+                    g.download(&b).unwrap()[0]
+                };
+                let world_sum = sum(&pg);
+                let odd_sum = if r == 0 { 0.0 } else { sum(&odd) };
+                let low_sum = if r <= 1 { sum(&low) } else { 0.0 };
+                Some(Seen {
+                    failed,
+                    world: (pg.size(), pg.rank()),
+                    sums: (world_sum, odd_sum, low_sum),
+                    took,
+                })
+            })
+        })
+        .collect();
+    threads.into_iter().map(|t| t.join().unwrap()).collect()
+}
+
+fn check(version: Version) {
+    let seen = run(version);
+    assert!(seen[2].is_none());
+    for (r, s) in seen.iter().enumerate().filter(|(r, _)| *r != 2) {
+        let s = s.as_ref().unwrap();
+        match &s.failed {
+            Error::MembersLost { lost, epoch, .. } => {
+                assert_eq!(lost.kept(), &[2], "{version} rank {r}");
+                assert_eq!(*epoch, 1, "{version} rank {r}");
+            }
+            e => panic!("{version} rank {r}: {e}"),
+        }
+        // Renumbered: global 3 is group rank 2 of 3.
+        let want_rank = if r == 3 { 2 } else { r as u32 };
+        assert_eq!(s.world, (3, Some(want_rank)), "{version} rank {r}");
+        assert_eq!(s.sums.0, 3.0, "{version} rank {r}: world");
+        if r != 0 {
+            assert_eq!(s.sums.1, 2.0, "{version} rank {r}: {{1, 3}}");
+        }
+        if r <= 1 {
+            assert_eq!(s.sums.2, 2.0, "{version} rank {r}: {{0, 1}}");
+        }
+        // The window (300 ms) and the shrink, far within the group's timeout.
+        assert!(
+            s.took < Duration::from_secs(5),
+            "{version} rank {r}: {:?}",
+            s.took
+        );
+    }
+}
+
+#[test]
+fn survivors_go_on_with_revoke_and_shrink() {
+    check(Version::new(2, 28, 9));
+}
+
+#[test]
+fn survivors_go_on_with_shrink_alone() {
+    check(Version::new(2, 28, 3));
+}
+
+#[test]
+fn survivors_go_on_through_the_store_without_shrink() {
+    check(Version::new(2, 26, 6));
+}
