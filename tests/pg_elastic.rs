@@ -141,3 +141,83 @@ fn survivors_go_on_with_shrink_alone() {
 fn survivors_go_on_through_the_store_without_shrink() {
     check(Version::new(2, 26, 6));
 }
+
+/// Rank 2 dies; the three survivors go on; a replacement process joins as rank 2 while they
+/// train, is admitted at a step boundary, gets the weights by broadcast, and all four train
+/// on with equal weights.
+#[test]
+fn a_replacement_joins_and_gets_the_weights_by_broadcast() {
+    let store: Arc<dyn Store> = Arc::new(MemStore::new());
+    let mock = backend(Version::new(2, 28, 9));
+    let barrier = Arc::new(Barrier::new(4));
+    let joined = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let threads: Vec<_> = (0..4u32)
+        .map(|r| {
+            let (store, barrier, mock) = (store.clone(), barrier.clone(), mock.clone());
+            let joined = joined.clone();
+            std::thread::spawn(move || {
+                let pg = ProcessGroup::new(mock.clone(), store.clone(), r, 4, opts(r)).unwrap();
+                // Weights: every rank starts from rank 0's.
+                let mut w = pg.upload(&[r as f32 * 100.0; 2]).unwrap();
+                pg.broadcast(&mut w, 0).unwrap().wait().unwrap();
+                barrier.wait();
+                if r == 2 {
+                    pg.abort("rank 2 killed");
+                    drop(pg);
+                    // The replacement: a new process in the test's eyes (a new group).
+                    std::thread::sleep(Duration::from_millis(200));
+                    let pg = ProcessGroup::join(mock, store, 2, 4, opts(2)).unwrap();
+                    joined.store(true, std::sync::atomic::Ordering::Release);
+                    assert_eq!(pg.size(), 4);
+                    let mut w = pg.upload(&[-1.0f32; 2]).unwrap();
+                    pg.broadcast(&mut w, 0).unwrap().wait().unwrap();
+                    let mut g = pg.upload(&[1.0f32; 2]).unwrap();
+                    pg.all_reduce(&mut g, ReduceOp::Sum)
+                        .unwrap()
+                        .wait()
+                        .unwrap();
+                    return (
+                        pg.download(&w).unwrap(),
+                        pg.download(&g).unwrap(),
+                        pg.epoch(),
+                    );
+                }
+                // Steps: a sum of ones each, the weights moved by it; a loss costs the step.
+                let mut admitted = 0;
+                for step in 0..200 {
+                    let mut g = pg.upload(&[1.0f32; 2]).unwrap();
+                    match pg.all_reduce(&mut g, ReduceOp::Sum).unwrap().wait() {
+                        Ok(()) => {}
+                        Err(Error::MembersLost { .. }) => continue,
+                        Err(e) => panic!("rank {r} step {step}: {e}"),
+                    }
+                    admitted += pg.admit().unwrap();
+                    if admitted > 0 {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                assert_eq!(admitted, 1, "rank {r}");
+                assert_eq!(pg.size(), 4);
+                pg.broadcast(&mut w, 0).unwrap().wait().unwrap();
+                let mut g = pg.upload(&[1.0f32; 2]).unwrap();
+                pg.all_reduce(&mut g, ReduceOp::Sum)
+                    .unwrap()
+                    .wait()
+                    .unwrap();
+                (
+                    pg.download(&w).unwrap(),
+                    pg.download(&g).unwrap(),
+                    pg.epoch(),
+                )
+            })
+        })
+        .collect();
+    let got: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    assert!(joined.load(std::sync::atomic::Ordering::Acquire));
+    for (r, (w, g, epoch)) in got.iter().enumerate() {
+        assert_eq!(w, &vec![0.0f32; 2], "rank {r}: rank 0's weights");
+        assert_eq!(g, &vec![4.0f32; 2], "rank {r}: four ranks again");
+        assert_eq!(*epoch, 2, "rank {r}: one loss, one admission");
+    }
+}

@@ -115,6 +115,14 @@ pub(crate) fn enter(store: Arc<dyn Store>, size: u32) -> Result<(Arc<dyn Store>,
     Ok((Arc::new(PrefixStore::new(ns, store)), k, full))
 }
 
+/// The namespace of the incarnation of a world of `size` now running on `store`, without
+/// counting the caller in: where a process that joins a running elastic world meets it.
+pub(crate) fn running(store: Arc<dyn Store>, size: u32) -> Result<Arc<dyn Store>> {
+    let counter = incarnations(size);
+    let k = incarnation_of(store.add(&counter, 0)?, size, &store.full_key(&counter))?;
+    Ok(Arc::new(PrefixStore::new(namespace(size, k), store)))
+}
+
 /// A fresh namespace on `store` for one incarnation of a world of `size` ranks, counted as
 /// [`ProcessGroup::new`] counts its own (see the module documentation): for keys a program
 /// exchanges beside its groups, such as the unique id of a communicator it makes outside

@@ -15,6 +15,7 @@ mod capture;
 mod capture_state;
 mod coalesce;
 mod comm;
+mod elastic;
 mod inner;
 mod issue;
 mod keys;

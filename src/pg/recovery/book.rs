@@ -30,6 +30,10 @@ impl Elastic {
 #[derive(Default)]
 pub(crate) struct Book {
     pub changes: Vec<Change>,
+    /// Join tickets admitted so far (see `admit`).
+    pub taken: u64,
+    /// Admission rounds of the current epoch so far (every member calls them alike).
+    pub admit_round: u64,
     /// Set once this rank is out of the family (left out by the survivors, or their decision
     /// failed here): every later operation fails with it.
     pub out: Option<Error>,

@@ -19,6 +19,7 @@
 //! The store must outlive the ranks (a launcher's store, torchrun's agent store), since the
 //! survivors meet there.
 
+pub(crate) mod admit;
 pub(crate) mod book;
 mod decide;
 pub(crate) mod monitor;

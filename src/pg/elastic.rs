@@ -1,0 +1,110 @@
+//! The elastic group's own calls (see [`super::PgOptions::elastic`]): a new process joining
+//! a running world, the members admitting it, and the epoch a group is at.
+
+use super::build::GroupSpec;
+use super::inner::{GroupFamily, PgInner};
+use super::keys;
+use super::options::PgOptions;
+use super::process_group::ProcessGroup;
+use super::recovery::{admit, monitor};
+use crate::buffer::Memory;
+use crate::store::Store;
+use oxccl_core::membership::elastic::{error_handling, uid_at};
+use oxccl_core::membership::CommPlan;
+use oxccl_core::{Error, Result};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+impl<B: Memory> ProcessGroup<B> {
+    /// Joins a running elastic world as global rank `rank` (a replacement for a lost rank, or
+    /// a new one): `size` is the world's size when it was made (it names the world's keys on
+    /// `store`), `opts` must be elastic like the members'. Waits, up to the options' timeout,
+    /// until the members call [`ProcessGroup::admit`]; the group is then the members and
+    /// this process, at the epoch the admission made. Its communicator is made at the first
+    /// operation, with the members' (they reach theirs at their next operation): a broadcast
+    /// of the state the joiner needs is the usual first one.
+    ///
+    /// A rank that is a member already is refused (an [`Error::InvalidArgument`] naming
+    /// `rank`); the members' world must still be running on `store`.
+    pub fn join(
+        backend: B,
+        store: Arc<dyn Store>,
+        rank: u32,
+        size: u32,
+        mut opts: PgOptions,
+    ) -> Result<ProcessGroup<B>> {
+        if !opts.elastic {
+            return Err(Error::invalid(
+                "opts",
+                format_args!(
+                    "elastic options (PgOptions::elastic): only an elastic world admits a process"
+                ),
+            ));
+        }
+        if size == 0 {
+            return Err(Error::invalid(
+                "size",
+                format_args!("the size the running world was made with, got 0"),
+            ));
+        }
+        backend.require_devices()?;
+        if opts.desc == "undefined" {
+            opts.desc = String::from("default_pg");
+        }
+        opts.error_handling = error_handling(opts.error_handling);
+        let store = keys::running(store, size)?;
+        let (upto, epoch, members) = admit::wait_admitted(&*store, rank, opts.timeout)?;
+        let world_size = members
+            .iter()
+            .map(|r| r + 1)
+            .max()
+            .unwrap_or(size)
+            .max(size);
+        let family = Arc::new(GroupFamily {
+            next_uid: AtomicU64::new(1),
+            elastic: Some(admit::joined_family(opts.elastic_window, epoch, upto)),
+        });
+        let eager = opts.bound_device.is_some();
+        let root = PgInner::build(GroupSpec {
+            backend,
+            store,
+            family,
+            uid: uid_at(0, epoch),
+            global_rank: rank,
+            world_size,
+            ranks: members,
+            opts,
+            parent: None,
+            plan: CommPlan::InitOnFirstUse,
+            epoch,
+        });
+        monitor::start(&root);
+        let pg = ProcessGroup { root };
+        if eager {
+            pg.inner().with_entry("init", |_| Ok(()))?;
+        }
+        Ok(pg)
+    }
+
+    /// Admits the processes waiting in [`ProcessGroup::join`], at a point every member of
+    /// this elastic default group reaches alike (a step boundary): how many joined. With
+    /// any, the group is at the next epoch from here, the joiners its members (ordered by
+    /// global rank); its communicator is made anew at the next operation, collective with the
+    /// joiners'. Subgroups made before keep their members; every member numbers the groups
+    /// it makes from here alike, joiners included.
+    pub fn admit(&self) -> Result<u32> {
+        if self.inner().parent.is_some() {
+            return Err(Error::invalid(
+                "group",
+                format_args!("the default group: processes join the world, not a subgroup"),
+            ));
+        }
+        admit::admit(&self.root)
+    }
+
+    /// The survivors' epoch this group is at: 0 until its family first lost or admitted a
+    /// rank, one more at each.
+    pub fn epoch(&self) -> u64 {
+        self.inner().epoch.load(Ordering::Acquire)
+    }
+}
