@@ -1,0 +1,62 @@
+//! `examples/elastic_step` on the mock world across processes: four ranks, rank 2 SIGKILLed
+//! mid-step, the survivors train on, a replacement joins; the example checks the weights and
+//! steps itself, this checks its verdict and its times against the goals (back to training
+//! within the group's timeout + 2 s, training at four within 5 s of the replacement's start).
+
+use std::process::Command;
+
+/// The number before `unit` that follows `lead` in `line`.
+fn number(line: &str, lead: &str) -> u64 {
+    let rest = line
+        .split(lead)
+        .nth(1)
+        .unwrap_or_else(|| panic!("no `{lead}` in {line:?}"));
+    rest.split_whitespace()
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no number after `{lead}` in {line:?}"))
+}
+
+#[test]
+fn survivors_train_through_a_kill_and_a_replacement_joins() {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let built = Command::new(cargo)
+        .args(["build", "--example", "elastic_step"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .status()
+        .unwrap();
+    assert!(built.success());
+    let exe = std::env::current_exe().unwrap();
+    let exe = exe
+        .parent()
+        .and_then(|d| d.parent())
+        .unwrap()
+        .join("examples/elastic_step");
+    let timeout_ms = 10_000;
+    let out = Command::new(&exe)
+        .env_remove("RANK")
+        .env("OXCCL_BACKEND", "mock")
+        .env("OXCCL_TIMEOUT_MS", timeout_ms.to_string())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let verdict = stdout
+        .lines()
+        .find(|l| l.starts_with("elastic_step: weights equal on all 4 ranks"))
+        .unwrap_or_else(|| panic!("no verdict in:\n{stdout}"));
+    let back = number(verdict, "survivors training again ");
+    assert!(back <= timeout_ms + 2_000, "{verdict}");
+    let four = number(verdict, "replacement training at 4 ranks ");
+    assert!(four <= 5_000, "{verdict}");
+    // Every rank's last line: the last step, four ranks, one loss and one admission.
+    let finals: Vec<&str> = stdout.lines().filter(|l| l.starts_with("final ")).collect();
+    assert_eq!(finals.len(), 4, "{stdout}");
+    for f in &finals {
+        assert!(f.contains("step 60 size 4 epoch 2"), "{f}");
+    }
+}
