@@ -221,3 +221,73 @@ fn a_replacement_joins_and_gets_the_weights_by_broadcast() {
         assert_eq!(*epoch, 2, "rank {r}: one loss, one admission");
     }
 }
+
+/// A rank that stops answering (alive, its communicator open, its process gone quiet: no
+/// monitor either) is seen through the group's timeout; the survivors decide without it.
+/// A decision in which every member arrives loses nobody, and the group goes on whole on a
+/// new communicator.
+#[test]
+fn a_silent_rank_is_left_out_after_the_timeout() {
+    let store: Arc<dyn Store> = Arc::new(MemStore::new());
+    let mock = backend(Version::new(2, 28, 9));
+    let barrier = Arc::new(Barrier::new(4));
+    let threads: Vec<_> = (0..4u32)
+        .map(|r| {
+            let (store, barrier, mock) = (store.clone(), barrier.clone(), mock.clone());
+            std::thread::spawn(move || {
+                let mut o = opts(r);
+                o.timeout = Duration::from_millis(1500);
+                if r == 2 {
+                    // Not elastic: no monitor speaks for it while it is silent.
+                    o.elastic = false;
+                }
+                let pg = ProcessGroup::new(mock, store, r, 4, o).unwrap();
+                let mut b = pg.upload(&[1.0f32]).unwrap();
+                pg.all_reduce(&mut b, ReduceOp::Sum)
+                    .unwrap()
+                    .wait()
+                    .unwrap();
+                barrier.wait();
+                if r == 2 {
+                    std::thread::sleep(Duration::from_secs(4));
+                    pg.abort("done being silent");
+                    return None;
+                }
+                let began = Instant::now();
+                let e = pg
+                    .all_reduce(&mut b, ReduceOp::Sum)
+                    .unwrap()
+                    .wait()
+                    .expect_err("a step with a silent rank");
+                let took = began.elapsed();
+                let mut b = pg.upload(&[1.0f32]).unwrap();
+                pg.all_reduce(&mut b, ReduceOp::Sum)
+                    .unwrap()
+                    .wait()
+                    .unwrap();
+                Some((e, took, pg.download(&b).unwrap()[0], pg.size()))
+            })
+        })
+        .collect();
+    let got: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    for (r, g) in got.iter().enumerate().filter(|(r, _)| *r != 2) {
+        let (e, took, sum, size) = g.as_ref().unwrap();
+        match e {
+            Error::MembersLost {
+                lost,
+                epoch: 1,
+                cause,
+            } => {
+                assert_eq!(lost.kept(), &[2], "rank {r}");
+                assert!(cause.contains("timed out"), "rank {r}: {cause}");
+            }
+            e => panic!("rank {r}: {e}"),
+        }
+        // The timeout, the window, then the decision.
+        assert!(
+            *took >= Duration::from_millis(1500) && *took < Duration::from_millis(4000),
+            "rank {r}: {took:?}"
+        );
+        assert_eq!((*sum, *size), (3.0, 3), "rank {r}");
+    }
+}

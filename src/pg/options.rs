@@ -100,7 +100,8 @@ pub struct PgOptions {
     /// on who is alive, shrink every group that held the lost rank and go on; the work in
     /// flight fails with [`crate::Error::MembersLost`]. A default group's option (its
     /// subgroups follow it); every rank must set the same. Under it the error-handling mode
-    /// never ends the process ([`oxccl_core::membership::elastic_error_handling`]).
+    /// only records ([`oxccl_core::membership::elastic::error_handling`]): the process is never
+    /// ended, and a timed-out wait does not abort the communicator (the decision revokes it).
     pub elastic: bool,
     /// How long survivors wait for each other before deciding who goes on
     /// (`OXCCL_ELASTIC_WINDOW_MS`): a live rank that has not joined the decision by then is

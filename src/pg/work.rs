@@ -506,6 +506,11 @@ impl<E: Event, A: CommAbort> Inner<E, A> {
     /// reason led by the desync verdict's headline when there is one (computed once per
     /// collective, so asking again is a read). An abort already under way keeps its reason.
     fn abort_for_wait(&self, e: &Error) {
+        if self.home.on_failure.is_some() {
+            // An elastic group: the survivors' decision stops what is in flight (a revoke
+            // keeps the communicator for the shrink).
+            return;
+        }
         let Some(a) = &self.home.abort else { return };
         if a.state().is_aborted() {
             return;

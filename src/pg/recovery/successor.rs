@@ -31,7 +31,14 @@ pub(super) fn catch_up<B: Memory>(at: &Arc<PgInner<B>>, el: &Elastic) {
     let mut exclude = vec![0; at.ranks.len()];
     let n = lost_indices(&at.ranks, &lost, &mut exclude);
     exclude.truncate(n);
-    if exclude.is_empty() && joined.is_empty() {
+    // A decision that lost nobody still stopped the world's communicator: a group whose
+    // communicator died gets a successor of the same members.
+    let stopped = match &*lock(&at.slot) {
+        Slot::Ready(e) => e.comm.state().is_dead(),
+        Slot::Shrink { .. } => true,
+        _ => false,
+    };
+    if exclude.is_empty() && joined.is_empty() && !stopped {
         at.epoch.store(to, Ordering::Release);
         return;
     }
