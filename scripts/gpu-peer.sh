@@ -5,7 +5,8 @@
 #
 #   here:   bash scripts/gpu-peer.sh stage        # release tool and tests into .gpu/peer/
 #   there:  bash scripts/gpu-peer.sh run OUTDIR [PART...]
-#           PART: probe, tests, suite, ncclbuild, perf, graphs, procs, torch, variants
+#           PART: probe, tests, suite, ncclbuild, perf, graphs, procs, torch, variants,
+#                 elastic (issue 29: revoke, shrink, the elastic group, examples/elastic_step)
 #           (default: all but variants)
 #
 # Every part runs under its own time limit and says PASS/FAIL in OUTDIR/summary.txt; its log
@@ -19,11 +20,11 @@ bin=.gpu/peer
 
 if [ "$cmd" = stage ]; then
     set -eo pipefail
-    tests=(gpu_peer_kernels gpu)
+    tests=(gpu_peer_kernels gpu gpu_elastic)
     json=$(cargo build --release --bin oxccl $(printf -- '--test %s ' "${tests[@]}") \
-        --message-format=json-render-diagnostics)
+        --example elastic_step --message-format=json-render-diagnostics)
     rm -rf "$bin" && mkdir -p "$bin"
-    echo "$json" | python3 scripts/cargo_exe.py --into "$bin" oxccl "${tests[@]}"
+    echo "$json" | python3 scripts/cargo_exe.py --into "$bin" oxccl elastic_step "${tests[@]}"
     strip "$bin"/* 2>/dev/null || true
     # nccl-tests' source, built there (no network on the GPU machine).
     src=${NCCL_TESTS_GIT:-/work/.mirror/NVIDIA+nccl-tests/repo}
@@ -134,6 +135,21 @@ part_procs() {
     return $rc
 }
 part_graphs() { sweep graph -n 20 -w 5 -G 20; }
+# Revoke and shrink, the elastic group (threads), and the elastic example: 4 processes on
+# 4 GPUs, rank 2 SIGKILLed mid-step, a replacement joining (NCCL 2.28.9, torch's).
+part_elastic() {
+    local rc=0
+    OXCCL_TEST_GPUS=$gpus LD_LIBRARY_PATH=$nccl_lib RUST_LOG=warn \
+        timeout 120 $bin/gpu_elastic --test-threads=1 --nocapture || rc=1
+    if [ "$gpus" -ge 4 ]; then
+        for policy in auto nccl; do
+            echo "== elastic_step, OXCCL_PEER_KERNELS=$policy"
+            CUDA_VISIBLE_DEVICES=0,1,2,3 OXCCL_BACKEND=nccl OXCCL_TIMEOUT_MS=10000 OXCCL_PEER_KERNELS=$policy \
+                LD_LIBRARY_PATH=$nccl_lib RUST_LOG=warn timeout 200 $bin/elastic_step || rc=1
+        done
+    fi
+    return $rc
+}
 
 for p in $parts; do
     start=$(date +%s)

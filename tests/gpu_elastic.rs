@@ -1,0 +1,175 @@
+//! Revoke, shrink and the elastic process group on GPUs, a thread per GPU: NCCL's revoke
+//! stops an all-reduce waiting for a rank that never calls it and the survivors shrink it
+//! away; an elastic group whose rank stops (its communicator aborted, its thread gone) goes
+//! on without it after the group's timeout and the survivors' window.
+//! Runs when `OXCCL_TEST_GPUS` is 2 or more and the library has revoke (NCCL 2.28.7+); skips,
+//! saying so, otherwise.
+
+mod common;
+
+use oxccl::core::{Backend as _, Communicator as _, ShrinkMode};
+use oxccl::pg::{PgOptions, ProcessGroup};
+use oxccl::store::{MemStore, Store};
+use oxccl::{Comm, CommConfig, CommState, Error, Feature, Nccl, ReduceOp};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+/// The GPUs to use and the library, when there are 2 or more and it can revoke.
+fn setup() -> Option<(u32, Nccl)> {
+    if !common::gpus_at_least(2) {
+        return None;
+    }
+    let n = std::env::var("OXCCL_TEST_GPUS").ok()?.parse().ok()?;
+    let lib = Nccl::load().unwrap_or_else(|e| panic!("loading NCCL: {e}"));
+    if !lib.features().has(Feature::Revoke) {
+        eprintln!("skipped: NCCL {} has no revoke (2.28.7+)", lib.version());
+        return None;
+    }
+    Some((n, lib))
+}
+
+#[test]
+fn gpu_revoke_stops_a_collective_and_the_survivors_shrink() {
+    let Some((n, lib)) = setup() else { return };
+    let id = lib.unique_id().unwrap();
+    let done = Arc::new(Barrier::new(n as usize));
+    let handles: Vec<_> = (0..n)
+        .map(|r| {
+            let (lib, done) = (lib.clone(), done.clone());
+            std::thread::spawn(move || {
+                let mut c = Comm::init_rank(&lib, &id, r, n, r, &CommConfig::new()).unwrap();
+                let st = c.stream().clone();
+                if r == n - 1 {
+                    // Never calls the collective; leaves once the others shrank it away.
+                    done.wait();
+                    c.backend().abort("left out");
+                    return None;
+                }
+                let mut x = st.clone_htod(&[1i32; 1024]).unwrap();
+                c.all_reduce_in_place(&mut x, ReduceOp::Sum).unwrap();
+                std::thread::sleep(Duration::from_millis(300));
+                let began = Instant::now();
+                let revoked = c.backend().revoke("the last rank never called");
+                let revoke_ms = began.elapsed().as_millis();
+                assert_eq!(revoked, Ok(oxccl::Progress::Done), "rank {r}");
+                assert_eq!(c.backend().state(), CommState::Revoked);
+                // The stream passes the stopped collective: nothing hangs.
+                st.synchronize().unwrap();
+                let refused = c.all_reduce_in_place(&mut x, ReduceOp::Sum);
+                assert!(
+                    matches!(
+                        refused,
+                        Err(Error::InvalidState {
+                            state: CommState::Revoked,
+                            ..
+                        })
+                    ),
+                    "rank {r}: {refused:?}"
+                );
+                let small = c
+                    .backend()
+                    .shrink(&[n - 1], &CommConfig::new(), ShrinkMode::Default)
+                    .unwrap();
+                assert_eq!((small.rank(), small.size()), (r, n - 1));
+                let mut s = Comm::with_new_stream(small).unwrap();
+                let sst = s.stream().clone();
+                let mut y = sst.clone_htod(&[1i32; 1024]).unwrap();
+                s.all_reduce_in_place(&mut y, ReduceOp::Sum).unwrap();
+                s.synchronize().unwrap();
+                let sum = sst.clone_dtoh(&y).unwrap()[0];
+                s.destroy().unwrap();
+                drop(c);
+                done.wait();
+                Some((revoke_ms, sum))
+            })
+        })
+        .collect();
+    for (r, h) in handles.into_iter().enumerate() {
+        if let Some((ms, sum)) = h.join().expect("rank thread") {
+            assert_eq!(sum, (n - 1) as i32, "rank {r}");
+            println!("rank {r}: revoke took {ms} ms; the shrunk group's sum {sum}");
+        }
+    }
+}
+
+#[test]
+fn gpu_elastic_group_goes_on_without_a_stopped_rank() {
+    let Some((n, lib)) = setup() else { return };
+    if n < 3 {
+        eprintln!("skipped: the elastic group's test needs 3 GPUs or more");
+        return;
+    }
+    let store: Arc<dyn Store> = Arc::new(MemStore::new());
+    let barrier = Arc::new(Barrier::new(n as usize));
+    let timeout = Duration::from_secs(3);
+    let lost = n - 2;
+    let handles: Vec<_> = (0..n)
+        .map(|r| {
+            let (lib, store, barrier) = (lib.clone(), store.clone(), barrier.clone());
+            std::thread::spawn(move || {
+                let opts = PgOptions {
+                    bound_device: Some(oxccl::Device(r)),
+                    device: oxccl::Device(r),
+                    elastic: true,
+                    elastic_window: Duration::from_millis(500),
+                    // The first init in a process makes CUDA contexts: a roomy limit for it.
+                    timeout: Duration::from_secs(60),
+                    heartbeat: None,
+                    ..PgOptions::default()
+                };
+                let pg = ProcessGroup::new(lib, store, r, n, opts).unwrap();
+                let mut b = pg.upload(&[1.0f32; 256]).unwrap();
+                pg.all_reduce(&mut b, ReduceOp::Sum)
+                    .unwrap()
+                    .wait()
+                    .unwrap();
+                pg.set_timeout(timeout);
+                barrier.wait();
+                if r == lost {
+                    // Stops: its group destroyed (its monitor with it), it never calls again.
+                    pg.destroy();
+                    return None;
+                }
+                let began = Instant::now();
+                let e = pg
+                    .all_reduce(&mut b, ReduceOp::Sum)
+                    .unwrap()
+                    .wait()
+                    .expect_err("the step in flight");
+                let took = began.elapsed();
+                let mut b = pg.upload(&[1.0f32; 256]).unwrap();
+                pg.all_reduce(&mut b, ReduceOp::Sum)
+                    .unwrap()
+                    .wait()
+                    .unwrap();
+                let back = began.elapsed();
+                let sum = pg.download(&b).unwrap()[0];
+                let size = pg.size();
+                pg.destroy();
+                Some((e, took, back, sum, size))
+            })
+        })
+        .collect();
+    for (r, h) in handles.into_iter().enumerate() {
+        let Some((e, took, back, sum, size)) = h.join().expect("rank thread") else {
+            continue;
+        };
+        match &e {
+            Error::MembersLost {
+                lost: l, epoch: 1, ..
+            } => assert_eq!(l.kept(), &[lost]),
+            e => panic!("rank {r}: {e}"),
+        }
+        assert_eq!((sum, size), ((n - 1) as f32, n - 1), "rank {r}");
+        assert!(
+            back < timeout + Duration::from_secs(2),
+            "rank {r}: {back:?}"
+        );
+        println!(
+            "rank {r}: MembersLost after {} ms; training again (shrunk, {} ranks) {} ms after the step began",
+            took.as_millis(),
+            size,
+            back.as_millis()
+        );
+    }
+}
