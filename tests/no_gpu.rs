@@ -240,3 +240,55 @@ fn revoke_shrink_and_grow_are_gated_by_the_release() {
         }
     }
 }
+
+/// Joining a grow through the backend: refused before NCCL on a release without it (naming
+/// both versions) and, on one with it, for a rank past the size or an id nobody made.
+#[test]
+fn join_grown_is_gated_and_checked_before_the_library() {
+    if let Some(old) = library("2.28.3") {
+        let e = old
+            .join_grown(
+                &oxccl::UniqueId([7; 128]),
+                2,
+                3,
+                Device(0),
+                &CommConfig::new(),
+            )
+            .expect_err("grow on 2.28.3");
+        assert!(
+            matches!(
+                e,
+                Error::Unsupported {
+                    feature: Feature::Grow,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert!(e.to_string().contains("2.28.3"), "{e}");
+    }
+    let Some(new) = library("2.32.3") else { return };
+    let e = new
+        .join_grown(
+            &oxccl::UniqueId([7; 128]),
+            3,
+            3,
+            Device(0),
+            &CommConfig::new(),
+        )
+        .expect_err("a rank past the size");
+    assert!(
+        matches!(e, Error::InvalidArgument { arg: "rank", .. }),
+        "{e}"
+    );
+    let e = new
+        .join_grown(
+            &oxccl::UniqueId([0; 128]),
+            2,
+            3,
+            Device(0),
+            &CommConfig::new(),
+        )
+        .expect_err("an id of zeros");
+    assert!(matches!(e, Error::InvalidArgument { arg: "id", .. }), "{e}");
+}

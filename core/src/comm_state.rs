@@ -28,6 +28,9 @@ pub enum CommState {
     /// Revoked and quiescent: no operation runs any more; split, shrink, abort and destroy
     /// remain (a finalize does not).
     Revoked,
+    /// Suspended (NCCL 2.29.7+: `ncclCommSuspend`): operations are refused until a resume;
+    /// abort and destroy remain. Not dead.
+    Suspended,
     /// Resources released.
     Destroyed,
 }
@@ -45,6 +48,7 @@ impl CommState {
             CommState::Finalized => "finalized",
             CommState::Revoking => "revoking",
             CommState::Revoked => "revoked",
+            CommState::Suspended => "suspended",
             CommState::Destroyed => "destroyed",
         }
     }

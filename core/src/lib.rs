@@ -65,8 +65,8 @@ pub use state::group_call::{
 pub use state::work::{WorkError, WorkInfo, WorkMachine, WorkState};
 pub use text::Text;
 pub use traits::{
-    pending_aborts, AbortInFlight, Backend, CommAbort, Communicator, Device, Event, Progress,
-    RegHandle, ShrinkMode, Stream,
+    pending_aborts, AbortInFlight, Backend, CommAbort, Communicator, Device, Event, MemStats,
+    Progress, RegHandle, ShrinkMode, Stream,
 };
 pub use traits::{Capture, Graph};
 pub use version::Version;

@@ -1,7 +1,8 @@
 //! Random lifecycle transitions against a reference model (state, reason and every refusal
 //! equal after each step): never leaves Destroyed, abort is idempotent, the first failure
 //! reason is kept, only Ready accepts operations, an abort in the background is released once
-//! and ends Aborted, a revoke leaves a communicator that only Ready or Revoked may reshape.
+//! and ends Aborted, a revoke leaves a communicator that only Ready or Revoked may reshape,
+//! a suspended one accepts nothing until resumed.
 
 use arbitrary::{Arbitrary, Unstructured};
 use oxccl_core::comm_state::CommState;
@@ -20,6 +21,8 @@ enum Step {
     Destroy,
     RevokeBegin(u8),
     RevokeDone,
+    Suspend,
+    Resume,
 }
 
 const REASONS: [&str; 4] = ["timeout", "remote", "user", ""];
@@ -106,6 +109,14 @@ impl Model {
                     self.state = Revoked;
                 }
             }
+            Step::Suspend => match self.state {
+                Ready => self.state = Suspended,
+                _ => return Err(self.refuse("suspend")),
+            },
+            Step::Resume => match self.state {
+                Suspended => self.state = Ready,
+                _ => return Err(self.refuse("resume")),
+            },
             Step::Destroy => {
                 if self.state != Destroyed {
                     if self.reason.is_empty() {
@@ -174,6 +185,8 @@ pub fn fuzz(data: &[u8]) {
             Step::Destroy => l.destroy(),
             Step::RevokeBegin(r) => assert_eq!(refusal(l.revoke_begin(reason(r))), want),
             Step::RevokeDone => l.revoke_done(),
+            Step::Suspend => assert_eq!(refusal(l.suspend()), want),
+            Step::Resume => assert_eq!(refusal(l.resume()), want),
         }
         if before.state() == CommState::Destroyed {
             assert_eq!(l.state(), CommState::Destroyed, "left Destroyed");

@@ -144,6 +144,26 @@ impl Backend for MockBackend {
         Ok(UniqueId(id))
     }
 
+    fn join_grown(
+        &self,
+        id: &UniqueId,
+        rank: u32,
+        size: u32,
+        device: Device,
+        cfg: &CommConfig,
+    ) -> Result<MockComm> {
+        cfg.check_for(self.version())?;
+        let l = &self.inner.lobby;
+        crate::grow::join_grown(&l.features, id, rank, size, device, l.init_timeout, || {
+            Arc::new(Lobby::new(
+                l.features,
+                l.plan.clone(),
+                l.nb_polls,
+                l.init_timeout,
+            ))
+        })
+    }
+
     fn init_rank(
         &self,
         id: &UniqueId,

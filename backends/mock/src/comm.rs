@@ -407,6 +407,38 @@ impl oxccl_core::Communicator for MockComm {
         self.b.abort(reason);
     }
 
+    fn grow_id(&self) -> Result<oxccl_core::UniqueId> {
+        let _call = self.calls.enter();
+        self.grow_id_rank()
+    }
+
+    fn grow(
+        &self,
+        size: u32,
+        id: Option<&oxccl_core::UniqueId>,
+        cfg: &CommConfig,
+    ) -> Result<MockComm> {
+        let _call = self.calls.enter();
+        cfg.check_for(self.sh().features.version())?;
+        self.grow_rank(size, id)
+    }
+
+    fn suspend(&self, release_memory: bool) -> Result<()> {
+        let _ = release_memory;
+        let _call = self.calls.enter();
+        self.suspend_rank()
+    }
+
+    fn resume(&self) -> Result<()> {
+        let _call = self.calls.enter();
+        self.resume_rank()
+    }
+
+    fn mem_stats(&self) -> Result<oxccl_core::traits::MemStats> {
+        let _call = self.calls.enter();
+        self.mem_stats_rank()
+    }
+
     fn revoke(&self, reason: &str) -> Result<Progress> {
         let _call = self.calls.enter();
         self.sh().features.require(Feature::Revoke)?;

@@ -48,6 +48,7 @@ pub mod fp8;
 mod fused;
 mod graph;
 mod group_call;
+mod grow;
 mod job;
 mod limits;
 mod lobby;

@@ -144,6 +144,8 @@ pub(crate) struct CommShared {
     /// The device label each rank of this process joined with (`None`: not joined here, or
     /// through another process's host), for NCCL's refusal of two ranks on one device.
     pub devices: Mutex<Vec<Option<u32>>>,
+    /// The id of a grow the root of this process posted (see `grow`).
+    pub grow_id: Mutex<Option<oxccl_core::UniqueId>>,
 }
 
 impl CommShared {
@@ -205,6 +207,7 @@ impl CommShared {
             pids: Mutex::new(vec![std::process::id(); n]),
             token: OnceLock::new(),
             devices: Mutex::new(vec![None; n]),
+            grow_id: Mutex::new(None),
         })
     }
 

@@ -248,6 +248,31 @@ impl Backend for NcclBackend {
         })
     }
 
+    /// `ncclCommGrow` with no parent: this process's new rank of a running communicator.
+    fn join_grown(
+        &self,
+        id: &UniqueId,
+        rank: u32,
+        size: u32,
+        device: Device,
+        cfg: &CommConfig,
+    ) -> Result<NcclComm> {
+        self.settings.features.require(Feature::Grow)?;
+        oxccl_core::check::join_grown(id, rank, size)?;
+        let (r, n) = Self::rank_size(rank, size)?;
+        let f = self
+            .lib
+            .api()
+            .comm_grow
+            .ok_or(crate::absent::feature_symbol(Feature::Grow, "ncclCommGrow"))?;
+        self.init_with(rank, size, device, cfg, |raw, cfg_ptr| {
+            // SAFETY: no parent (a new rank); `id` points to the caller's id for the call;
+            // `raw` is a valid out-pointer; `cfg_ptr` is null or a config built for the
+            // loaded version, alive for the call.
+            Ok(unsafe { f(oxccl_loader::RawComm::NULL, n, id, r, raw, cfg_ptr) })
+        })
+    }
+
     /// Bounded by `limit` on every release; past it the error is [`Error::Timeout`] ("NCCL's
     /// init of rank {rank} of {size} still in progress (ranks missing?)"). NCCL cannot say which
     /// ranks are missing (the process group names them from the store).

@@ -428,6 +428,36 @@ impl Communicator for NcclComm {
         self.shrink_comm(exclude, cfg, mode)
     }
 
+    fn grow_id(&self) -> Result<oxccl_core::UniqueId> {
+        let _serial = self.inner.serial();
+        self.grow_id_comm()
+    }
+
+    fn grow(
+        &self,
+        size: u32,
+        id: Option<&oxccl_core::UniqueId>,
+        cfg: &CommConfig,
+    ) -> Result<NcclComm> {
+        let _serial = self.inner.serial();
+        self.grow_comm(size, id, cfg)
+    }
+
+    fn suspend(&self, release_memory: bool) -> Result<()> {
+        let _serial = self.inner.serial();
+        self.suspend_comm(release_memory)
+    }
+
+    fn resume(&self) -> Result<()> {
+        let _serial = self.inner.serial();
+        self.resume_comm()
+    }
+
+    fn mem_stats(&self) -> Result<oxccl_core::traits::MemStats> {
+        let _serial = self.inner.serial();
+        self.mem_stats_comm()
+    }
+
     fn abort(&self, reason: &str) {
         self.inner.abort(reason);
     }

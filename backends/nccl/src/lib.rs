@@ -33,6 +33,7 @@ mod release;
 mod reshape;
 mod settle;
 mod stream;
+mod suspend;
 mod wait;
 
 pub use abort::NcclAbort;

@@ -1,6 +1,7 @@
-//! Revoke and shrink: what a survivor of a lost peer does to its communicator (NCCL 2.28.7's
-//! `ncclCommRevoke`, 2.27's `ncclCommShrink`). The callers ([`oxccl_core::Communicator`]'s
-//! methods) hold the call lock.
+//! Revoke, shrink and grow: what a survivor of a lost peer does to its communicator (NCCL
+//! 2.28.7's `ncclCommRevoke`, 2.27's `ncclCommShrink`), and how running ranks take in new ones
+//! (2.29's `ncclCommGrow`). The callers ([`oxccl_core::Communicator`]'s methods) hold the call
+//! lock.
 
 use crate::comm::NcclComm;
 use crate::comm_inner::poll_raw;
@@ -8,7 +9,9 @@ use crate::create::{config, create, none_made, OutHandle};
 use crate::peer::PeerGroup;
 use crate::wait::Deadline;
 use oxccl_core::traits::ShrinkMode;
-use oxccl_core::{text, CommConfig, CommState, Error, Feature, Progress, Result, ResultCode};
+use oxccl_core::{
+    text, CommConfig, CommState, Error, Feature, Progress, Result, ResultCode, UniqueId,
+};
 
 impl NcclComm {
     /// Takes this rank's peer kernels out of service with their abort flag raised (a kernel
@@ -129,5 +132,58 @@ impl NcclComm {
         let child = self.adopt_child("shrink", code, &new, false, cfg);
         drop(stopped);
         child?.ok_or_else(|| none_made("shrink"))
+    }
+}
+
+impl NcclComm {
+    /// [`oxccl_core::Communicator::grow_id`] on NCCL: `ncclCommGetUniqueId`.
+    pub(crate) fn grow_id_comm(&self) -> Result<UniqueId> {
+        self.inner.settings.features.require(Feature::Grow)?;
+        self.ensure_ready("make a grow id")?;
+        let f = self
+            .inner
+            .lib
+            .api()
+            .comm_get_unique_id
+            .ok_or(crate::absent::feature_symbol(
+                Feature::Grow,
+                "ncclCommGetUniqueId",
+            ))?;
+        let mut id = UniqueId([0; UniqueId::LEN]);
+        let _live = self.inner.use_raw();
+        // SAFETY: a ready (so live) communicator; `id` is a valid out-pointer of NCCL's size.
+        let code = unsafe { f(self.inner.raw, &mut id) };
+        self.finish(code, "ncclCommGetUniqueId")?;
+        Ok(id)
+    }
+
+    /// [`oxccl_core::Communicator::grow`] on NCCL: `ncclCommGrow` from this communicator.
+    pub(crate) fn grow_comm(
+        &self,
+        size: u32,
+        id: Option<&UniqueId>,
+        cfg: &CommConfig,
+    ) -> Result<NcclComm> {
+        self.inner.settings.features.require(Feature::Grow)?;
+        oxccl_core::check::grow(&self.check_ctx(), size)?;
+        self.ensure_ready("grow")?;
+        let f = self
+            .inner
+            .lib
+            .api()
+            .comm_grow
+            .ok_or(crate::absent::feature_symbol(Feature::Grow, "ncclCommGrow"))?;
+        let mut buf = config(&self.inner.lib, cfg)?;
+        let new = OutHandle::new();
+        let id_ptr = id.map_or(std::ptr::null(), |i| i as *const UniqueId);
+        let code = create(&mut buf, &new, |new, cfg_ptr| {
+            // SAFETY: a ready communicator; `size` fits an int (checked); `id_ptr` is null (a
+            // running rank other than the root) or points to the caller's id for the call;
+            // rank -1 marks a running rank; `cfg_ptr` is null or a config built for the
+            // loaded version, alive for the call.
+            Ok(unsafe { f(self.inner.raw, size as i32, id_ptr, -1, new, cfg_ptr) })
+        })?;
+        self.adopt_child("grow", code, &new, false, cfg)?
+            .ok_or_else(|| none_made("grow"))
     }
 }

@@ -7,6 +7,7 @@ mod check_ctx;
 mod collectives;
 mod dispatch;
 mod element;
+mod grow;
 mod p2p;
 mod parts;
 mod reduce_op;
@@ -23,6 +24,7 @@ pub use collectives::{
 };
 pub use dispatch::op;
 pub use element::{dtype, wire_dtype, wire_op};
+pub use grow::{grow, join_grown};
 pub use p2p::{recv, send};
 pub use parts::{all_gather_v, gather, reduce_scatter_v, scatter};
 pub use reduce_op::reduce_op;

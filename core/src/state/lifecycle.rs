@@ -108,6 +108,28 @@ impl Lifecycle {
         }
     }
 
+    /// Suspends a ready communicator: `Suspended` until [`Lifecycle::resume`].
+    pub fn suspend(&mut self) -> Result<()> {
+        match self.state {
+            CommState::Ready => {
+                self.state = CommState::Suspended;
+                Ok(())
+            }
+            s => Err(self.refuse(s, "suspend")),
+        }
+    }
+
+    /// Resumes a suspended communicator: `Ready` again.
+    pub fn resume(&mut self) -> Result<()> {
+        match self.state {
+            CommState::Suspended => {
+                self.state = CommState::Ready;
+                Ok(())
+            }
+            s => Err(self.refuse(s, "resume")),
+        }
+    }
+
     /// The revoked communicator is quiescent: `Revoked`.
     pub fn revoke_done(&mut self) {
         if self.state == CommState::Revoking {
@@ -204,7 +226,7 @@ impl Lifecycle {
 mod tests {
     use super::*;
 
-    fn all_states() -> [Lifecycle; 10] {
+    pub(super) fn all_states() -> [Lifecycle; 11] {
         let ready = Lifecycle::ready();
         let init = Lifecycle::initializing();
         let mut failed = Lifecycle::ready();
@@ -223,9 +245,11 @@ mod tests {
         revoking.revoke_begin("peer lost").unwrap();
         let mut revoked = revoking.clone();
         revoked.revoke_done();
+        let mut suspended = Lifecycle::ready();
+        suspended.suspend().unwrap();
         [
             init, ready, failed, aborted, aborting, finalizing, finalized, destroyed, revoking,
-            revoked,
+            revoked, suspended,
         ]
     }
 
@@ -473,5 +497,46 @@ mod revoke_tests {
                 assert_eq!(l.state(), before);
             }
         }
+    }
+
+    #[test]
+    fn suspend_only_from_ready_and_resume_only_from_suspended() {
+        for l in super::tests::all_states() {
+            let mut x = l.clone();
+            let got = x.suspend();
+            if l.state() == CommState::Ready {
+                assert_eq!(got, Ok(()));
+                assert_eq!(x.state(), CommState::Suspended);
+                assert!(x.ensure_ready("all_reduce").is_err());
+                assert!(!x.state().is_dead());
+                assert_eq!(x.resume(), Ok(()));
+                assert_eq!(x.state(), CommState::Ready);
+            } else {
+                assert!(matches!(
+                    got,
+                    Err(Error::InvalidState {
+                        attempted: "suspend",
+                        ..
+                    })
+                ));
+                assert_eq!(x, l);
+            }
+            let mut y = l.clone();
+            if l.state() != CommState::Suspended {
+                assert!(matches!(
+                    y.resume(),
+                    Err(Error::InvalidState {
+                        attempted: "resume",
+                        ..
+                    })
+                ));
+                assert_eq!(y, l);
+            }
+        }
+        // A suspended communicator aborts, with the abort's reason.
+        let mut s = Lifecycle::ready();
+        s.suspend().unwrap();
+        s.abort("user");
+        assert_eq!((s.state(), s.reason()), (CommState::Aborted, "user"));
     }
 }

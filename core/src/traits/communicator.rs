@@ -41,6 +41,20 @@ pub enum ShrinkMode {
     AbortInFlight,
 }
 
+/// What a communicator holds of device memory ([`Communicator::mem_stats`], NCCL 2.29.7+:
+/// `ncclCommMemStats`), in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct MemStats {
+    /// Memory a suspend with `release_memory` frees.
+    pub suspendable: u64,
+    /// Memory kept while suspended.
+    pub persistent: u64,
+    /// Every byte the library tracks for the communicator.
+    pub total: u64,
+    /// Whether the suspendable memory is released now.
+    pub suspended: bool,
+}
+
 /// One rank's membership of a communicator.
 ///
 /// Thread-safety contract: a communicator may be moved between threads and shared with them
@@ -148,6 +162,67 @@ pub trait Communicator: Send + Sync + Sized {
         self.features().require(crate::feature::Feature::Shrink)?;
         Err(crate::error::Error::Unsupported {
             feature: crate::feature::Feature::Shrink,
+            missing: crate::feature::Missing::Disabled,
+        })
+    }
+
+    /// The id of a grow of this communicator (NCCL 2.29+: `ncclCommGetUniqueId`): one running
+    /// rank, the grow's root, makes it and gives it to the ranks that join
+    /// ([`crate::Backend::join_grown`]). One at a time: a second before the grow completes is
+    /// refused by the library.
+    fn grow_id(&self) -> Result<crate::id::UniqueId> {
+        self.features().require(crate::feature::Feature::Grow)?;
+        Err(crate::error::Error::Unsupported {
+            feature: crate::feature::Feature::Grow,
+            missing: crate::feature::Missing::Disabled,
+        })
+    }
+
+    /// A communicator of `size` ranks (NCCL 2.29+: `ncclCommGrow`): this one's ranks, each
+    /// keeping its rank, and `size - self.size()` new ones joining through
+    /// [`crate::Backend::join_grown`]. Collective over the running ranks and the joiners; the
+    /// root passes the id it made with [`Communicator::grow_id`], the other running ranks
+    /// `None`. `size` above the current size and within `i32` is checked first
+    /// ([`crate::check::grow`]). The communicator grown stays as it was: the caller destroys
+    /// it. A library without it refuses with [`crate::Error::Unsupported`].
+    fn grow(&self, size: u32, id: Option<&crate::id::UniqueId>, cfg: &CommConfig) -> Result<Self> {
+        let _ = (size, id, cfg);
+        self.features().require(crate::feature::Feature::Grow)?;
+        Err(crate::error::Error::Unsupported {
+            feature: crate::feature::Feature::Grow,
+            missing: crate::feature::Missing::Disabled,
+        })
+    }
+
+    /// Suspends the communicator (NCCL 2.29.7+: `ncclCommSuspend`), releasing its dynamic
+    /// device memory with `release_memory`: [`CommState::Suspended`], every operation refused
+    /// until [`Communicator::resume`]. Only a ready communicator with nothing in flight is
+    /// suspended (the caller synchronizes its streams first).
+    fn suspend(&self, release_memory: bool) -> Result<()> {
+        let _ = release_memory;
+        self.features()
+            .require(crate::feature::Feature::SuspendResume)?;
+        Err(crate::error::Error::Unsupported {
+            feature: crate::feature::Feature::SuspendResume,
+            missing: crate::feature::Missing::Disabled,
+        })
+    }
+
+    /// Resumes a suspended communicator (NCCL 2.29.7+: `ncclCommResume`): ready again.
+    fn resume(&self) -> Result<()> {
+        self.features()
+            .require(crate::feature::Feature::SuspendResume)?;
+        Err(crate::error::Error::Unsupported {
+            feature: crate::feature::Feature::SuspendResume,
+            missing: crate::feature::Missing::Disabled,
+        })
+    }
+
+    /// The device memory the library holds for this communicator (NCCL 2.29.7+).
+    fn mem_stats(&self) -> Result<MemStats> {
+        self.features().require(crate::feature::Feature::MemStats)?;
+        Err(crate::error::Error::Unsupported {
+            feature: crate::feature::Feature::MemStats,
             missing: crate::feature::Missing::Disabled,
         })
     }

@@ -1,0 +1,105 @@
+//! Suspend, resume and memory statistics (NCCL 2.29.7+): a communicator that gives its dynamic
+//! device memory back while idle, and what it holds. The callers hold the call lock.
+
+use crate::comm::NcclComm;
+use oxccl_core::traits::MemStats;
+use oxccl_core::{Feature, Result};
+
+/// `ncclCommMemStat_t`'s values.
+const STAT_SUSPENDABLE: i32 = 0;
+const STAT_SUSPENDED: i32 = 1;
+const STAT_PERSISTENT: i32 = 2;
+const STAT_TOTAL: i32 = 3;
+/// `NCCL_SUSPEND_MEM`.
+const SUSPEND_MEM: i32 = 0x01;
+
+impl NcclComm {
+    /// [`oxccl_core::Communicator::suspend`] on NCCL.
+    pub(crate) fn suspend_comm(&self, release_memory: bool) -> Result<()> {
+        self.inner
+            .settings
+            .features
+            .require(Feature::SuspendResume)?;
+        let f = self
+            .inner
+            .lib
+            .api()
+            .comm_suspend
+            .ok_or(crate::absent::feature_symbol(
+                Feature::SuspendResume,
+                "ncclCommSuspend",
+            ))?;
+        self.transition(|l| l.suspend())?;
+        let flags = if release_memory { SUSPEND_MEM } else { 0 };
+        let _live = self.inner.use_raw();
+        // SAFETY: a communicator that was ready (so live) a moment ago, its state now
+        // Suspended so no operation of ours reaches it; flags NCCL defines.
+        let code = unsafe { f(self.inner.raw, flags) };
+        let done = self.finish(code, "ncclCommSuspend");
+        if done.is_err() {
+            // Not suspended: ready again, unless the failure was recorded.
+            self.transition(|l| {
+                let _ = l.resume();
+            });
+        }
+        done
+    }
+
+    /// [`oxccl_core::Communicator::resume`] on NCCL.
+    pub(crate) fn resume_comm(&self) -> Result<()> {
+        self.inner
+            .settings
+            .features
+            .require(Feature::SuspendResume)?;
+        let f = self
+            .inner
+            .lib
+            .api()
+            .comm_resume
+            .ok_or(crate::absent::feature_symbol(
+                Feature::SuspendResume,
+                "ncclCommResume",
+            ))?;
+        if self.inner.state() != oxccl_core::CommState::Suspended {
+            // Not suspended: the lifecycle's refusal, naming the state.
+            return self.transition(|l| l.resume());
+        }
+        let _live = self.inner.use_raw();
+        // SAFETY: a suspended (so live) communicator.
+        let code = unsafe { f(self.inner.raw) };
+        self.finish(code, "ncclCommResume")?;
+        self.transition(|l| l.resume())
+    }
+
+    /// [`oxccl_core::Communicator::mem_stats`] on NCCL.
+    pub(crate) fn mem_stats_comm(&self) -> Result<MemStats> {
+        self.inner.settings.features.require(Feature::MemStats)?;
+        let f = self
+            .inner
+            .lib
+            .api()
+            .comm_mem_stats
+            .ok_or(crate::absent::feature_symbol(
+                Feature::MemStats,
+                "ncclCommMemStats",
+            ))?;
+        let _live = self.inner.use_raw();
+        if self.inner.is_released() || self.inner.state().is_dead() {
+            self.ensure_ready("read memory statistics")?;
+        }
+        let read = |stat: i32| -> Result<u64> {
+            let mut v = 0u64;
+            // SAFETY: a live communicator (checked under `use_raw`); `v` is a valid
+            // out-pointer; `stat` one of the values NCCL defines.
+            let code = unsafe { f(self.inner.raw, stat, &mut v) };
+            self.inner.lib.check(code, self.inner.raw)?;
+            Ok(v)
+        };
+        Ok(MemStats {
+            suspendable: read(STAT_SUSPENDABLE)?,
+            persistent: read(STAT_PERSISTENT)?,
+            total: read(STAT_TOTAL)?,
+            suspended: read(STAT_SUSPENDED)? != 0,
+        })
+    }
+}
