@@ -173,3 +173,112 @@ fn gpu_elastic_group_goes_on_without_a_stopped_rank() {
         );
     }
 }
+
+/// The GPUs and a library with `feature` (2.29+ ones: run with NCCL 2.32.3 on the path).
+fn setup_for(feature: Feature) -> Option<(u32, Nccl)> {
+    let (n, lib) = setup()?;
+    if !lib.features().has(feature) {
+        eprintln!("skipped: NCCL {} has no {feature}", lib.version());
+        return None;
+    }
+    Some((n, lib))
+}
+
+#[test]
+fn gpu_grow_running_ranks_take_in_a_new_one() {
+    let Some((n, lib)) = setup_for(Feature::Grow) else {
+        return;
+    };
+    let running = n - 1;
+    let id = lib.unique_id().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<oxccl::UniqueId>();
+    let rx = Arc::new(std::sync::Mutex::new(rx));
+    let handles: Vec<_> = (0..n)
+        .map(|r| {
+            let (lib, tx, rx) = (lib.clone(), tx.clone(), rx.clone());
+            std::thread::spawn(move || {
+                let grown = if r < running {
+                    let c = Comm::init_rank(&lib, &id, r, running, r, &CommConfig::new()).unwrap();
+                    let gid = if r == 0 {
+                        let gid = c.backend().grow_id().unwrap();
+                        for _ in 0..running {
+                            tx.send(gid).unwrap();
+                        }
+                        gid
+                    } else {
+                        rx.lock().unwrap().recv().unwrap()
+                    };
+                    let g = c.backend().grow(n, &gid, &CommConfig::new()).unwrap();
+                    drop(c);
+                    g
+                } else {
+                    // The new rank: the id the root made, then its part of the grow.
+                    let gid = rx.lock().unwrap().recv().unwrap();
+                    lib.join_grown(&gid, r, n, oxccl::Device(r), &CommConfig::new())
+                        .unwrap()
+                };
+                assert_eq!((grown.rank(), grown.size()), (r, n));
+                let mut s = Comm::with_new_stream(grown).unwrap();
+                let st = s.stream().clone();
+                let mut x = st.clone_htod(&[1i32 << r; 64]).unwrap();
+                s.all_reduce_in_place(&mut x, ReduceOp::Sum).unwrap();
+                s.synchronize().unwrap();
+                let sum = st.clone_dtoh(&x).unwrap()[0];
+                s.destroy().unwrap();
+                sum
+            })
+        })
+        .collect();
+    for (r, h) in handles.into_iter().enumerate() {
+        let sum = h.join().expect("rank thread");
+        assert_eq!(sum, (1 << n) - 1, "rank {r}");
+    }
+    println!("grow: {running} running ranks and 1 new one all-reduced over {n}");
+}
+
+#[test]
+fn gpu_suspend_releases_memory_and_resume_runs_again() {
+    let Some((n, lib)) = setup_for(Feature::SuspendResume) else {
+        return;
+    };
+    let id = lib.unique_id().unwrap();
+    let handles: Vec<_> = (0..n)
+        .map(|r| {
+            let lib = lib.clone();
+            std::thread::spawn(move || {
+                let mut c = Comm::init_rank(&lib, &id, r, n, r, &CommConfig::new()).unwrap();
+                let st = c.stream().clone();
+                let mut x = st.clone_htod(&[1.0f32; 1 << 20]).unwrap();
+                c.all_reduce_in_place(&mut x, ReduceOp::Sum).unwrap();
+                c.synchronize().unwrap();
+                let before = c.backend().mem_stats().unwrap();
+                c.backend().suspend(true).unwrap();
+                let during = c.backend().mem_stats().unwrap();
+                assert_eq!(c.backend().state(), CommState::Suspended);
+                let refused = c.all_reduce_in_place(&mut x, ReduceOp::Sum);
+                assert!(
+                    matches!(
+                        refused,
+                        Err(Error::InvalidState {
+                            state: CommState::Suspended,
+                            ..
+                        })
+                    ),
+                    "rank {r}: {refused:?}"
+                );
+                c.backend().resume().unwrap();
+                c.all_reduce_in_place(&mut x, ReduceOp::Sum).unwrap();
+                c.synchronize().unwrap();
+                let v = st.clone_dtoh(&x).unwrap()[0];
+                c.destroy().unwrap();
+                (before, during, v)
+            })
+        })
+        .collect();
+    for (r, h) in handles.into_iter().enumerate() {
+        let (before, during, v) = h.join().expect("rank thread");
+        assert!(!before.suspended && during.suspended, "rank {r}");
+        assert_eq!(v, (n * n) as f32, "rank {r}");
+        println!("rank {r}: memory before {before:?}, suspended {during:?}");
+    }
+}

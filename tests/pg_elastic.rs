@@ -146,9 +146,21 @@ fn survivors_go_on_through_the_store_without_shrink() {
 /// train, is admitted at a step boundary, gets the weights by broadcast, and all four train
 /// on with equal weights.
 #[test]
-fn a_replacement_joins_and_gets_the_weights_by_broadcast() {
+fn a_replacement_joins_through_the_store_and_gets_the_weights_by_broadcast() {
+    replacement_joins(Version::new(2, 28, 9));
+}
+
+/// The same with a library that grows (2.29+): the members grow their communicator and the
+/// replacement joins the grow, numbered after them.
+#[test]
+fn a_replacement_joins_by_a_grow_and_gets_the_weights_by_broadcast() {
+    replacement_joins(Version::new(2, 32, 3));
+}
+
+fn replacement_joins(version: Version) {
+    let _ = env_logger::builder().is_test(true).try_init();
     let store: Arc<dyn Store> = Arc::new(MemStore::new());
-    let mock = backend(Version::new(2, 28, 9));
+    let mock = backend(version);
     let barrier = Arc::new(Barrier::new(4));
     let joined = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let threads: Vec<_> = (0..4u32)
@@ -169,6 +181,9 @@ fn a_replacement_joins_and_gets_the_weights_by_broadcast() {
                     let pg = ProcessGroup::join(mock, store, 2, 4, opts(2)).unwrap();
                     joined.store(true, std::sync::atomic::Ordering::Release);
                     assert_eq!(pg.size(), 4);
+                    // After the three that stayed, in their order.
+                    assert_eq!(pg.ranks(), &[0, 1, 3, 2]);
+                    assert_eq!(pg.rank(), Some(3));
                     let mut w = pg.upload(&[-1.0f32; 2]).unwrap();
                     pg.broadcast(&mut w, 0).unwrap().wait().unwrap();
                     let mut g = pg.upload(&[1.0f32; 2]).unwrap();

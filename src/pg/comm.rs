@@ -66,6 +66,11 @@ pub(crate) enum Slot<B: Memory> {
         from: Arc<Entry<B>>,
         exclude: Vec<u32>,
     },
+    /// To be made at the first operation by growing `from`, a predecessor's communicator,
+    /// to the group's members (the joiners after it): collective with the joiners.
+    Grow { from: Arc<Entry<B>> },
+    /// A joiner's, to be made at the first operation by joining the running members' grow.
+    JoinGrown,
     /// Destroyed; the reason says by whom.
     Closed,
 }
@@ -74,7 +79,7 @@ impl<B: Memory> Slot<B> {
     /// Aborts the communicator, if any, and leaves the slot closed. Never waits for peers.
     pub fn close(&mut self, reason: &str) {
         match std::mem::replace(self, Slot::Closed) {
-            Slot::Ready(e) | Slot::Shrink { from: e, .. } => {
+            Slot::Ready(e) | Slot::Shrink { from: e, .. } | Slot::Grow { from: e } => {
                 oxccl_core::CommAbort::abort(&e.abort, reason);
             }
             _ => {}

@@ -2,7 +2,8 @@
 //! a running world, the members admitting it, and the epoch a group is at.
 
 use super::build::GroupSpec;
-use super::inner::{GroupFamily, PgInner};
+use super::comm::Slot;
+use super::inner::{lock, GroupFamily, PgInner};
 use super::keys;
 use super::options::PgOptions;
 use super::process_group::ProcessGroup;
@@ -53,7 +54,12 @@ impl<B: Memory> ProcessGroup<B> {
         }
         opts.error_handling = error_handling(opts.error_handling);
         let store = keys::running(store, size)?;
-        let (upto, epoch, members) = admit::wait_admitted(&*store, rank, opts.timeout)?;
+        let admit::Admission {
+            upto,
+            epoch,
+            members,
+            grow,
+        } = admit::wait_admitted(&*store, rank, opts.timeout)?;
         let world_size = members
             .iter()
             .map(|r| r + 1)
@@ -78,6 +84,10 @@ impl<B: Memory> ProcessGroup<B> {
             plan: CommPlan::InitOnFirstUse,
             epoch,
         });
+        if grow {
+            // The members grow their communicator: this rank joins it at its first operation.
+            *lock(&root.slot) = Slot::JoinGrown;
+        }
         monitor::start(&root);
         let pg = ProcessGroup { root };
         if eager {

@@ -333,12 +333,17 @@ impl<B: Memory> PgInner<B> {
             }
             return f(e);
         }
-        if !matches!(*slot, Slot::Empty | Slot::Shrink { .. }) {
+        if !matches!(
+            *slot,
+            Slot::Empty | Slot::Shrink { .. } | Slot::Grow { .. } | Slot::JoinGrown
+        ) {
             return Err(self.unusable(&slot, attempted));
         }
         refuse_init_in_capture(self.uid, &self.desc)?;
         let comm = match std::mem::replace(&mut *slot, Slot::Empty) {
             Slot::Shrink { from, exclude } => recovery::shrunk(self, &from, &exclude)?,
+            Slot::Grow { from } => recovery::grown(self, &from)?,
+            Slot::JoinGrown => recovery::joined_grown(self)?,
             _ => self.make_comm()?,
         };
         // Before any operation: ranks with different tune tables would register windows at

@@ -412,12 +412,7 @@ impl oxccl_core::Communicator for MockComm {
         self.grow_id_rank()
     }
 
-    fn grow(
-        &self,
-        size: u32,
-        id: Option<&oxccl_core::UniqueId>,
-        cfg: &CommConfig,
-    ) -> Result<MockComm> {
+    fn grow(&self, size: u32, id: &oxccl_core::UniqueId, cfg: &CommConfig) -> Result<MockComm> {
         let _call = self.calls.enter();
         cfg.check_for(self.sh().features.version())?;
         self.grow_rank(size, id)

@@ -4,9 +4,9 @@
 //! makes its rendezvous (in this process: a lobby kept in a registry under the id, with the
 //! parent's settings; across processes: a lobby this process hosts, as a process-spanning
 //! init's), running ranks join it keeping their ranks and new ranks join it through
-//! [`MockBackend::join_grown`](crate::MockBackend) as the ranks above. The root posts the id
-//! on the parent, where running ranks of its process find it as NCCL's running ranks get it
-//! from the parent; a running rank in another process must be given it.
+//! [`MockBackend::join_grown`](crate::MockBackend) as the ranks above. Every running rank is
+//! given the id, as the trait asks; the root notes that it made it, and drops the rendezvous
+//! once the grow is complete.
 //!
 //! A suspended mock rank refuses operations until resumed; the mock holds no device memory,
 //! so its statistics are zeros but for whether it is suspended.
@@ -96,23 +96,15 @@ impl MockComm {
     }
 
     /// [`oxccl_core::Communicator::grow`] of the mock (the call lock held by the caller).
-    pub(crate) fn grow_rank(&self, size: u32, id: Option<&UniqueId>) -> Result<MockComm> {
+    pub(crate) fn grow_rank(&self, size: u32, id: &UniqueId) -> Result<MockComm> {
         self.sh().features.require(Feature::Grow)?;
         check::grow(&self.ctx(), size)?;
         lock(&self.rank_state().life).cycle.ensure_ready("grow")?;
-        let posted = *lock(&self.sh().grow_id);
-        let id = id.copied().or(posted).ok_or_else(|| {
-            Error::invalid(
-                "id",
-                format_args!(
-                    "the grow's id: the root's grow_id() was not called on this communicator in this process (across processes the mock needs the id on every running rank)"
-                ),
-            )
-        })?;
-        let joined = join(&id, self.rk(), size, self.device, self.init_timeout, || {
+        let made_here = *lock(&self.sh().grow_id) == Some(*id);
+        let joined = join(id, self.rk(), size, self.device, self.init_timeout, || {
             self.lobby_like_mine()
         });
-        if posted == Some(id) && self.rk() == 0 {
+        if made_here {
             // Every rank joined (the join waits for all): the rendezvous is spent.
             lock(registry()).remove(&id.0);
             *lock(&self.sh().grow_id) = None;

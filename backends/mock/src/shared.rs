@@ -144,7 +144,7 @@ pub(crate) struct CommShared {
     /// The device label each rank of this process joined with (`None`: not joined here, or
     /// through another process's host), for NCCL's refusal of two ranks on one device.
     pub devices: Mutex<Vec<Option<u32>>>,
-    /// The id of a grow the root of this process posted (see `grow`).
+    /// The id of the grow a rank of this process made as its root (see `grow`).
     pub grow_id: Mutex<Option<oxccl_core::UniqueId>>,
 }
 

@@ -38,8 +38,7 @@ fn three_running_ranks_grow_to_five() {
             .iter()
             .map(|c| {
                 s.spawn(move || {
-                    let root = (c.rank() == 0).then_some(&id);
-                    let g = c.grow(5, root, &CommConfig::new()).unwrap();
+                    let g = c.grow(5, &id, &CommConfig::new()).unwrap();
                     (g.rank(), g.size(), sum_i64(&g, 1 << g.rank()).unwrap())
                 })
             })
@@ -72,20 +71,22 @@ fn three_running_ranks_grow_to_five() {
 #[test]
 fn bad_grows_are_refused_before_any_rendezvous() {
     let w = world(3, v(32, 3));
+    let id = UniqueId([7; UniqueId::LEN]);
     for bad in [0, 2, 3] {
         let e = w[0]
-            .grow(bad, None, &CommConfig::new())
+            .grow(bad, &id, &CommConfig::new())
             .expect_err("a grow that does not grow");
         assert!(
             matches!(e, Error::InvalidArgument { arg: "size", .. }),
             "{bad}: {e}"
         );
     }
-    // A running rank with no id: the root never made one.
-    let e = w[1].grow(4, None, &CommConfig::new()).expect_err("no id");
+    // An id no root of this process made.
+    let e = w[1]
+        .grow(4, &id, &CommConfig::new())
+        .expect_err("an unknown id");
     assert!(matches!(e, Error::InvalidArgument { arg: "id", .. }), "{e}");
     let b = backend(v(32, 3));
-    let id = UniqueId([7; UniqueId::LEN]);
     let e = b
         .join_grown(&id, 4, 4, Device(0), &CommConfig::new())
         .expect_err("a rank past the size");

@@ -433,12 +433,7 @@ impl Communicator for NcclComm {
         self.grow_id_comm()
     }
 
-    fn grow(
-        &self,
-        size: u32,
-        id: Option<&oxccl_core::UniqueId>,
-        cfg: &CommConfig,
-    ) -> Result<NcclComm> {
+    fn grow(&self, size: u32, id: &oxccl_core::UniqueId, cfg: &CommConfig) -> Result<NcclComm> {
         let _serial = self.inner.serial();
         self.grow_comm(size, id, cfg)
     }

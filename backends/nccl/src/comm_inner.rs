@@ -45,6 +45,8 @@ pub(crate) struct CommInner {
     /// The peer memory and kernels of a group on one node, once set up (see `peer`). Read by
     /// each issue (under the call lock) and by abort; taken out by the release.
     pub(crate) peer: spin::RwLock<Option<PeerGroup>>,
+    /// The grow id this rank made, while unspent: it is the grow's root (see `reshape`).
+    pub(crate) grow_root: spin::Mutex<Option<oxccl_core::UniqueId>>,
 }
 
 impl Counted for CommInner {
@@ -92,6 +94,7 @@ impl CommInner {
             raw_use: spin::RwLock::new(()),
             graphs: GraphCount::default(),
             peer: spin::RwLock::new(None),
+            grow_root: spin::Mutex::new(None),
         }
     }
 

@@ -154,16 +154,13 @@ impl NcclComm {
         // SAFETY: a ready (so live) communicator; `id` is a valid out-pointer of NCCL's size.
         let code = unsafe { f(self.inner.raw, &mut id) };
         self.finish(code, "ncclCommGetUniqueId")?;
+        // This rank is the grow's root: it alone passes the id to ncclCommGrow.
+        *self.inner.grow_root.lock() = Some(id);
         Ok(id)
     }
 
     /// [`oxccl_core::Communicator::grow`] on NCCL: `ncclCommGrow` from this communicator.
-    pub(crate) fn grow_comm(
-        &self,
-        size: u32,
-        id: Option<&UniqueId>,
-        cfg: &CommConfig,
-    ) -> Result<NcclComm> {
+    pub(crate) fn grow_comm(&self, size: u32, id: &UniqueId, cfg: &CommConfig) -> Result<NcclComm> {
         self.inner.settings.features.require(Feature::Grow)?;
         oxccl_core::check::grow(&self.check_ctx(), size)?;
         self.ensure_ready("grow")?;
@@ -175,7 +172,13 @@ impl NcclComm {
             .ok_or(crate::absent::feature_symbol(Feature::Grow, "ncclCommGrow"))?;
         let mut buf = config(&self.inner.lib, cfg)?;
         let new = OutHandle::new();
-        let id_ptr = id.map_or(std::ptr::null(), |i| i as *const UniqueId);
+        // NCCL's running ranks other than the root pass no id.
+        let root = *self.inner.grow_root.lock() == Some(*id);
+        let id_ptr = if root {
+            id as *const UniqueId
+        } else {
+            std::ptr::null()
+        };
         let code = create(&mut buf, &new, |new, cfg_ptr| {
             // SAFETY: a ready communicator; `size` fits an int (checked); `id_ptr` is null (a
             // running rank other than the root) or points to the caller's id for the call;
@@ -183,7 +186,11 @@ impl NcclComm {
             // loaded version, alive for the call.
             Ok(unsafe { f(self.inner.raw, size as i32, id_ptr, -1, new, cfg_ptr) })
         })?;
-        self.adopt_child("grow", code, &new, false, cfg)?
-            .ok_or_else(|| none_made("grow"))
+        let child = self.adopt_child("grow", code, &new, false, cfg);
+        if root {
+            // The id is spent: the next grow needs a new one.
+            *self.inner.grow_root.lock() = None;
+        }
+        child?.ok_or_else(|| none_made("grow"))
     }
 }

@@ -180,12 +180,14 @@ pub trait Communicator: Send + Sync + Sized {
 
     /// A communicator of `size` ranks (NCCL 2.29+: `ncclCommGrow`): this one's ranks, each
     /// keeping its rank, and `size - self.size()` new ones joining through
-    /// [`crate::Backend::join_grown`]. Collective over the running ranks and the joiners; the
-    /// root passes the id it made with [`Communicator::grow_id`], the other running ranks
-    /// `None`. `size` above the current size and within `i32` is checked first
-    /// ([`crate::check::grow`]). The communicator grown stays as it was: the caller destroys
-    /// it. A library without it refuses with [`crate::Error::Unsupported`].
-    fn grow(&self, size: u32, id: Option<&crate::id::UniqueId>, cfg: &CommConfig) -> Result<Self> {
+    /// [`crate::Backend::join_grown`]. Collective over the running ranks and the joiners, every
+    /// one of them passing the grow's `id` (the running rank that made it with
+    /// [`Communicator::grow_id`] is the grow's root; NCCL's other running ranks get it from
+    /// their communicator and are given none, which the backend does for them). `size`
+    /// above the current size and within `i32` is checked first ([`crate::check::grow`]). The
+    /// communicator grown stays as it was: the caller destroys it. A library without it
+    /// refuses with [`crate::Error::Unsupported`].
+    fn grow(&self, size: u32, id: &crate::id::UniqueId, cfg: &CommConfig) -> Result<Self> {
         let _ = (size, id, cfg);
         self.features().require(crate::feature::Feature::Grow)?;
         Err(crate::error::Error::Unsupported {

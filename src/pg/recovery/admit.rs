@@ -12,10 +12,11 @@
 use super::book::{Change, Elastic};
 use super::{current, PREFIX};
 use crate::buffer::Memory;
-use crate::pg::inner::PgInner;
+use crate::pg::comm::Slot;
+use crate::pg::inner::{lock, PgInner};
 use crate::store::Store;
 use oxccl_core::membership::survivors::{decode, encode, encoded_len};
-use oxccl_core::{text, Error, Result};
+use oxccl_core::{text, CommState, Communicator, Error, Feature, Result};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, PoisonError};
 use std::time::Duration;
@@ -35,34 +36,59 @@ pub(crate) fn admitted_key(t: u64) -> String {
     format!("{PREFIX}/joiner/{t}/admitted")
 }
 
-/// An admission decision: the tickets taken up to `upto`, and the next epoch's members.
-pub(crate) fn encode_decision(upto: u64, epoch: u64, members: &[u32]) -> Result<Vec<u8>> {
-    let mut out = vec![0; 8 + encoded_len(members.len())];
-    out[..8].copy_from_slice(&upto.to_le_bytes());
-    encode(epoch, members, &mut out[8..])?;
-    Ok(out)
+/// An admission decision: the tickets taken up to `upto`, the next epoch's members (the
+/// running ones in their order, then the joiners), and whether the communicator grows (the
+/// library's grow) or is made anew through the store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Admission {
+    pub upto: u64,
+    pub epoch: u64,
+    pub members: Vec<u32>,
+    pub grow: bool,
 }
 
-/// `(upto, epoch, members)` of a decision [`encode_decision`] wrote.
-pub(crate) fn decode_decision(bytes: &[u8]) -> Result<(u64, u64, Vec<u32>)> {
-    let bad = || Error::Remote {
-        detail: text!(
-            "a malformed admission decision in the store ({} bytes)",
-            bytes.len()
-        ),
-    };
-    let upto = u64::from_le_bytes(
-        bytes
+impl Admission {
+    pub(crate) fn encode(&self) -> Result<Vec<u8>> {
+        let mut out = vec![0; 9 + encoded_len(self.members.len())];
+        out[..8].copy_from_slice(&self.upto.to_le_bytes());
+        out[8] = u8::from(self.grow);
+        encode(self.epoch, &self.members, &mut out[9..])?;
+        Ok(out)
+    }
+
+    pub(crate) fn decode(bytes: &[u8]) -> Result<Admission> {
+        let bad = || Error::Remote {
+            detail: text!(
+                "a malformed admission decision in the store ({} bytes)",
+                bytes.len()
+            ),
+        };
+        let head: [u8; 8] = bytes
             .get(..8)
             .ok_or_else(bad)?
             .try_into()
-            .map_err(|_| bad())?,
-    );
-    let rest = &bytes[8..];
-    let mut members = vec![0; rest.len() / 4 + 1];
-    let (epoch, n) = decode(rest, &mut members)?;
-    members.truncate(n);
-    Ok((upto, epoch, members))
+            .map_err(|_| bad())?;
+        let grow = match bytes.get(8) {
+            Some(0) => false,
+            Some(1) => true,
+            _ => return Err(bad()),
+        };
+        let rest = &bytes[9..];
+        let mut members = vec![0; rest.len() / 4 + 1];
+        let (epoch, n) = decode(rest, &mut members)?;
+        members.truncate(n);
+        Ok(Admission {
+            upto: u64::from_le_bytes(head),
+            epoch,
+            members,
+            grow,
+        })
+    }
+}
+
+/// Where the root of a grow at `epoch` puts the grow's id for the other ranks.
+pub(crate) fn grow_id_key(epoch: u64) -> String {
+    format!("{PREFIX}/grow/{epoch}")
 }
 
 /// Parses the rank a joiner wrote under its ticket.
@@ -92,10 +118,15 @@ pub(crate) fn admit<B: Memory>(world: &Arc<PgInner<B>>) -> Result<u32> {
     let bytes = if store.check(&[&decision])? {
         store.get(&decision, wait)?
     } else {
-        let proposal = propose(store, &world.ranks, book.taken, now, wait)?;
-        store.compare_set(&decision, b"", &proposal)?
+        let proposal = propose(store, &world, book.taken, now, wait)?;
+        store.compare_set(&decision, b"", &proposal.encode()?)?
     };
-    let (upto, epoch, members) = decode_decision(&bytes)?;
+    let Admission {
+        upto,
+        epoch,
+        members,
+        grow,
+    } = Admission::decode(&bytes)?;
     for t in book.taken + 1..=upto {
         store.set(&admitted_key(t), &bytes)?;
     }
@@ -116,6 +147,7 @@ pub(crate) fn admit<B: Memory>(world: &Arc<PgInner<B>>) -> Result<u32> {
         epoch,
         lost: Vec::new(),
         joined: joined.clone(),
+        grow,
     });
     book.admit_round = 0;
     // Every member and joiner numbers the groups it makes from here alike.
@@ -124,19 +156,20 @@ pub(crate) fn admit<B: Memory>(world: &Arc<PgInner<B>>) -> Result<u32> {
     Ok(joined.len() as u32)
 }
 
-/// The first member's proposal: the tickets after `taken`, their ranks added to `ranks` (a
-/// rank already a member, or asked twice, is not; its joiner is told by the decision).
-fn propose(
+/// The first member's proposal: the tickets after `taken`, their ranks after `world`'s
+/// members (a rank already a member, or asked twice, is not; its joiner is told by the
+/// decision); a grow where the library has one and the world's communicator is ready for it.
+fn propose<B: Memory>(
     store: &dyn Store,
-    ranks: &[u32],
+    world: &PgInner<B>,
     taken: u64,
     now: u64,
     wait: Duration,
-) -> Result<Vec<u8>> {
+) -> Result<Admission> {
     let upto = u64::try_from(store.add(&joiners_key(), 0)?)
         .unwrap_or(0)
         .max(taken);
-    let mut members = ranks.to_vec();
+    let mut members = world.ranks.clone();
     let mut changed = false;
     for t in taken + 1..=upto {
         if let Some(r) = ticket_rank(&store.get(&ticket_key(t), wait)?) {
@@ -146,17 +179,23 @@ fn propose(
             }
         }
     }
-    members.sort_unstable();
-    encode_decision(upto, if changed { now + 1 } else { now }, &members)
+    let grow = match &*lock(&world.slot) {
+        Slot::Ready(e) => {
+            e.comm.features().has(Feature::Grow) && e.comm.state() == CommState::Ready
+        }
+        _ => false,
+    };
+    Ok(Admission {
+        upto,
+        epoch: if changed { now + 1 } else { now },
+        members,
+        grow,
+    })
 }
 
 /// The joiner's part: takes a ticket for global rank `rank`, waits (up to `wait`) for the
-/// decision that admits it; `(upto, epoch, members)`.
-pub(crate) fn wait_admitted(
-    store: &dyn Store,
-    rank: u32,
-    wait: Duration,
-) -> Result<(u64, u64, Vec<u32>)> {
+/// decision that admits it.
+pub(crate) fn wait_admitted(store: &dyn Store, rank: u32, wait: Duration) -> Result<Admission> {
     let t = u64::try_from(store.add(&joiners_key(), 1)?).unwrap_or(0);
     store.set(&ticket_key(t), &rank.to_le_bytes())?;
     let bytes = store.get(&admitted_key(t), wait).map_err(|e| match e {
@@ -168,14 +207,17 @@ pub(crate) fn wait_admitted(
         },
         e => e,
     })?;
-    let (upto, epoch, members) = decode_decision(&bytes)?;
-    if !members.contains(&rank) {
+    let a = Admission::decode(&bytes)?;
+    if !a.members.contains(&rank) {
         return Err(Error::invalid(
             "rank",
-            format_args!("a rank not already in the running group; {rank} is one of {members:?}"),
+            format_args!(
+                "a rank not already in the running group; {rank} is one of {:?}",
+                a.members
+            ),
         ));
     }
-    Ok((upto, epoch, members))
+    Ok(a)
 }
 
 /// A joiner's family record at `epoch`, `upto` tickets taken.

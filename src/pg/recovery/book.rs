@@ -44,7 +44,10 @@ pub(crate) struct Change {
     /// The epoch it made.
     pub epoch: u64,
     pub lost: Vec<u32>,
+    /// In the order they joined (after the members they join).
     pub joined: Vec<u32>,
+    /// The joiners came in by the library's grow (else by a new communicator).
+    pub grow: bool,
 }
 
 impl Book {
@@ -53,9 +56,23 @@ impl Book {
         self.collect(from, to, |c| &c.lost)
     }
 
-    /// The ranks that joined after epoch `from` up to `to` (sorted, each once).
-    pub(crate) fn joined_between(&self, from: u64, to: u64) -> Vec<u32> {
-        self.collect(from, to, |c| &c.joined)
+    /// The ranks that joined after epoch `from` up to `to`, in the order they joined, and
+    /// whether all of them came by a grow.
+    pub(crate) fn joined_between(&self, from: u64, to: u64) -> (Vec<u32>, bool) {
+        let changes = || {
+            self.changes
+                .iter()
+                .filter(move |c| c.epoch > from && c.epoch <= to)
+        };
+        let mut joined: Vec<u32> = Vec::new();
+        for c in changes() {
+            for r in &c.joined {
+                if !joined.contains(r) {
+                    joined.push(*r);
+                }
+            }
+        }
+        (joined, changes().all(|c| c.grow || c.joined.is_empty()))
     }
 
     fn collect(&self, from: u64, to: u64, pick: impl Fn(&Change) -> &Vec<u32>) -> Vec<u32> {

@@ -88,6 +88,7 @@ fn decide<B: Memory>(
                 epoch: now + 1,
                 lost,
                 joined: Vec::new(),
+                grow: false,
             });
             el.epoch.store(now + 1, Ordering::Release);
             return book.members_lost(now, now + 1, cause);

@@ -30,7 +30,7 @@ use super::inner::PgInner;
 use super::work::OnFailure;
 use crate::buffer::Memory;
 use oxccl_core::traits::{CommOf, ShrinkMode};
-use oxccl_core::{CommAbort, CommState, Communicator, Error, Result};
+use oxccl_core::{CommAbort, CommState, Communicator, Error, Result, UniqueId};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, PoisonError, Weak};
 
@@ -127,4 +127,42 @@ pub(crate) fn shrunk<B: Memory>(
         g.epoch.load(Ordering::Acquire)
     ));
     made
+}
+
+/// The communicator of a successor that admitted ranks by a grow, made from `from` (its
+/// predecessor's): the predecessor's rank 0 is the grow's root (it makes the id and puts it
+/// in the store for the others and the joiners); `from` is released once grown.
+pub(crate) fn grown<B: Memory>(g: &PgInner<B>, from: &Entry<B>) -> Result<CommOf<B>> {
+    let epoch = g.epoch.load(Ordering::Acquire);
+    let key = admit::grow_id_key(epoch);
+    let id = if from.comm.rank() == 0 {
+        let id = from.comm.grow_id()?;
+        g.store.set(&key, id.as_bytes())?;
+        id
+    } else {
+        UniqueId::from_bytes(&g.store.get(&key, g.timeout())?)?
+    };
+    let size = g.ranks.len() as u32;
+    log::info!(
+        "oxccl elastic: epoch {epoch} grows the communicator from {} to {size} ranks",
+        from.comm.size()
+    );
+    let made = from.comm.grow(size, &id, &g.opts.config);
+    from.abort
+        .abort(&format!("replaced by the grown group of epoch {epoch}"));
+    made
+}
+
+/// A joiner's communicator: its part of the running members' grow, the id from the store.
+pub(crate) fn joined_grown<B: Memory>(g: &PgInner<B>) -> Result<CommOf<B>> {
+    let epoch = g.epoch.load(Ordering::Acquire);
+    let id = UniqueId::from_bytes(&g.store.get(&admit::grow_id_key(epoch), g.timeout())?)?;
+    let rank = g.member_rank()?;
+    g.backend.join_grown(
+        &id,
+        rank,
+        g.ranks.len() as u32,
+        g.opts.device(),
+        &g.opts.config,
+    )
 }

@@ -22,10 +22,10 @@ pub(super) fn catch_up<B: Memory>(at: &Arc<PgInner<B>>, el: &Elastic) {
         return;
     }
     let lost = book.lost_between(from, to);
-    let joined = if at.parent.is_none() {
+    let (joined, by_grow) = if at.parent.is_none() {
         book.joined_between(from, to)
     } else {
-        Vec::new()
+        (Vec::new(), false)
     };
     drop(book);
     let mut exclude = vec![0; at.ranks.len()];
@@ -48,6 +48,7 @@ pub(super) fn catch_up<B: Memory>(at: &Arc<PgInner<B>>, el: &Elastic) {
         .filter(|r| lost.binary_search(r).is_err())
         .copied()
         .collect();
+    // Joiners after the members, as a grow numbers them.
     ranks.extend(
         joined
             .iter()
@@ -55,7 +56,6 @@ pub(super) fn catch_up<B: Memory>(at: &Arc<PgInner<B>>, el: &Elastic) {
             .copied()
             .collect::<Vec<_>>(),
     );
-    ranks.sort_unstable();
     let world_size = ranks
         .iter()
         .map(|r| r + 1)
@@ -91,6 +91,15 @@ pub(super) fn catch_up<B: Memory>(at: &Arc<PgInner<B>>, el: &Elastic) {
         {
             // Shrunk at the successor's first operation (collective over the survivors).
             *lock(&next.slot) = Slot::Shrink { from: e, exclude };
+        }
+        Slot::Ready(e)
+            if by_grow
+                && exclude.is_empty()
+                && !joined.is_empty()
+                && e.comm.state() == CommState::Ready =>
+        {
+            // Grown at the successor's first operation (collective with the joiners).
+            *lock(&next.slot) = Slot::Grow { from: e };
         }
         Slot::Ready(e) | Slot::Shrink { from: e, .. } => e.abort.abort(&why),
         _ => {}
