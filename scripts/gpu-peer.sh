@@ -6,7 +6,8 @@
 #   here:   bash scripts/gpu-peer.sh stage        # release tool and tests into .gpu/peer/
 #   there:  bash scripts/gpu-peer.sh run OUTDIR [PART...]
 #           PART: probe, tests, suite, ncclbuild, perf, graphs, procs, torch, variants,
-#                 elastic (issue 29: revoke, shrink, the elastic group, examples/elastic_step)
+#                 elastic (issue 29: revoke, shrink, the elastic group, examples/elastic_step),
+#                 elastic232 (the same and the 2.29+ features on NCCL 2.32.3 in NCCL_232)
 #           (default: all but variants)
 #
 # Every part runs under its own time limit and says PASS/FAIL in OUTDIR/summary.txt; its log
@@ -135,6 +136,20 @@ part_procs() {
     return $rc
 }
 part_graphs() { sweep graph -n 20 -w 5 -G 20; }
+# The 2.29+ features (grow, suspend/resume, memory statistics) and the elastic example's
+# join by grow, on NCCL 2.32.3 brought in parts (NCCL_232: the folder with its libnccl.so.2).
+part_elastic232() {
+    local lib=${NCCL_232:-/tmp/n232} rc=0
+    [ -f "$lib/libnccl.so.2" ] || { echo "no libnccl.so.2 in $lib"; return 1; }
+    OXCCL_TEST_GPUS=$gpus LD_LIBRARY_PATH=$lib RUST_LOG=warn \
+        timeout 150 $bin/gpu_elastic --test-threads=1 --nocapture || rc=1
+    if [ "$gpus" -ge 4 ]; then
+        echo "== elastic_step, NCCL 2.32.3"
+        CUDA_VISIBLE_DEVICES=0,1,2,3 OXCCL_BACKEND=nccl OXCCL_TIMEOUT_MS=10000 LD_LIBRARY_PATH=$lib \
+            RUST_LOG=info timeout 200 $bin/elastic_step 2>&1 | grep -v ' step [0-9]* size ' || rc=1
+    fi
+    return $rc
+}
 # Revoke and shrink, the elastic group (threads), and the elastic example: 4 processes on
 # 4 GPUs, rank 2 SIGKILLed mid-step, a replacement joining (NCCL 2.28.9, torch's).
 part_elastic() {
