@@ -103,7 +103,7 @@ impl Feature {
             Feature::Shrink | Feature::WindowRegistration => (27, 3),
             Feature::AllToAll | Feature::GatherScatter => (28, 3),
             Feature::Revoke => (28, 7),
-            Feature::Grow | Feature::Signals => (29, 0),
+            Feature::Grow | Feature::Signals => (29, 2),
             // Absent from the headers and libraries of 2.29.2 and 2.29.3; first in 2.29.7.
             Feature::SuspendResume | Feature::MemStats => (29, 7),
             Feature::TimeoutCode => (30, 3),
