@@ -35,6 +35,7 @@ pub mod rank_list;
 pub mod recorder;
 pub mod reduce;
 pub mod result;
+pub mod signal;
 pub mod state;
 pub mod text;
 pub mod traits;

@@ -407,6 +407,30 @@ impl oxccl_core::Communicator for MockComm {
         self.b.abort(reason);
     }
 
+    unsafe fn put_signal(
+        &self,
+        put: &oxccl_core::signal::PutSignal,
+        stream: &MockStream,
+    ) -> Result<()> {
+        let _call = self.calls.enter();
+        // SAFETY: forwarded contract.
+        unsafe { self.put_signal_rank(put, stream) }
+    }
+
+    fn signal(&self, peer: u32, signal: u32, ctx: u32, stream: &MockStream) -> Result<()> {
+        let _call = self.calls.enter();
+        self.signal_rank(peer, signal, ctx, stream)
+    }
+
+    fn wait_signal(
+        &self,
+        waits: &[oxccl_core::signal::SignalWait],
+        stream: &MockStream,
+    ) -> Result<()> {
+        let _call = self.calls.enter();
+        self.wait_signal_rank(waits, stream)
+    }
+
     fn grow_id(&self) -> Result<oxccl_core::UniqueId> {
         let _call = self.calls.enter();
         self.grow_id_rank()

@@ -113,6 +113,8 @@ pub(crate) struct Hub {
     pub splits: HashMap<u64, SplitSlot>,
     /// Shrinks, by the number the survivors share with splits.
     pub shrinks: HashMap<u64, ShrinkSlot>,
+    /// One-sided signals raised and not yet consumed, by (to, from, signal, context).
+    pub signals: HashMap<(u32, u32, u32, u32), u64>,
 }
 
 /// The state shared by every rank of one communicator.
@@ -199,6 +201,7 @@ impl CommShared {
                 mail: HashMap::new(),
                 splits: HashMap::new(),
                 shrinks: HashMap::new(),
+                signals: HashMap::new(),
             }),
             cv: Condvar::new(),
             ranks,

@@ -428,6 +428,30 @@ impl Communicator for NcclComm {
         self.shrink_comm(exclude, cfg, mode)
     }
 
+    unsafe fn put_signal(
+        &self,
+        put: &oxccl_core::signal::PutSignal,
+        stream: &NcclStream,
+    ) -> Result<()> {
+        let _serial = self.inner.serial();
+        // SAFETY: forwarded contract.
+        unsafe { self.put_signal_comm(put, stream) }
+    }
+
+    fn signal(&self, peer: u32, signal: u32, ctx: u32, stream: &NcclStream) -> Result<()> {
+        let _serial = self.inner.serial();
+        self.signal_comm(peer, signal, ctx, stream)
+    }
+
+    fn wait_signal(
+        &self,
+        waits: &[oxccl_core::signal::SignalWait],
+        stream: &NcclStream,
+    ) -> Result<()> {
+        let _serial = self.inner.serial();
+        self.wait_signal_comm(waits, stream)
+    }
+
     fn grow_id(&self) -> Result<oxccl_core::UniqueId> {
         let _serial = self.inner.serial();
         self.grow_id_comm()

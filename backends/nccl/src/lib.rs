@@ -32,6 +32,7 @@ mod registry;
 mod release;
 mod reshape;
 mod settle;
+mod signals;
 mod stream;
 mod suspend;
 mod wait;

@@ -41,6 +41,14 @@ impl Registry {
         wins.drain(..).collect()
     }
 
+    /// Whether `h` is one of this communicator's live windows.
+    pub(crate) fn has_window(&self, h: RegHandle) -> bool {
+        self.windows
+            .lock()
+            .iter()
+            .any(|w| w.raw == h.raw && w.addr == h.addr && w.bytes == h.bytes)
+    }
+
     /// `Ok` unless `op` mixes a buffer in one of this communicator's windows with one in
     /// none (see [`oxccl_core::check::windows`]); one atomic load when there are no windows.
     pub(crate) fn one_kind(&self, op: &CommOp<'_>, rank: u32) -> Result<()> {

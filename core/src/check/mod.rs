@@ -12,6 +12,7 @@ mod p2p;
 mod parts;
 mod reduce_op;
 mod shrink;
+mod signals;
 pub mod windows;
 
 #[cfg(doc)]
@@ -29,6 +30,7 @@ pub use p2p::{recv, send};
 pub use parts::{all_gather_v, gather, reduce_scatter_v, scatter};
 pub use reduce_op::reduce_op;
 pub use shrink::shrink;
+pub use signals::{put as put_signal, signal, wait as wait_signal};
 
 #[cfg(test)]
 mod tests;

@@ -229,6 +229,55 @@ pub trait Communicator: Send + Sync + Sized {
         })
     }
 
+    /// Writes `put.send` into rank `put.peer`'s part of a symmetric window and raises a signal
+    /// there (NCCL 2.29.2+: `ncclPutSignal`), on `stream`; the peer takes no part until it
+    /// waits for the signal ([`Communicator::wait_signal`]), which orders the data before it.
+    /// Checked first ([`crate::check::put_signal`]: the window one of this communicator's,
+    /// the data within it, the peer a rank). A library without it refuses with
+    /// [`crate::Error::Unsupported`].
+    ///
+    /// # Safety
+    /// `put.send` must be valid memory of this communicator's device (host memory for the
+    /// mock) of the stated length, untouched by others until the work on `stream` completed.
+    unsafe fn put_signal(
+        &self,
+        put: &crate::signal::PutSignal,
+        stream: &Self::Stream,
+    ) -> Result<()> {
+        let _ = (put, stream);
+        self.features().require(crate::feature::Feature::Signals)?;
+        Err(crate::error::Error::Unsupported {
+            feature: crate::feature::Feature::Signals,
+            missing: crate::feature::Missing::Disabled,
+        })
+    }
+
+    /// Raises signal `signal` of context `ctx` on rank `peer` without data (NCCL 2.29.2+:
+    /// `ncclSignal`), on `stream`.
+    fn signal(&self, peer: u32, signal: u32, ctx: u32, stream: &Self::Stream) -> Result<()> {
+        let _ = (peer, signal, ctx, stream);
+        self.features().require(crate::feature::Feature::Signals)?;
+        Err(crate::error::Error::Unsupported {
+            feature: crate::feature::Feature::Signals,
+            missing: crate::feature::Missing::Disabled,
+        })
+    }
+
+    /// Holds `stream` until every wait of `waits` has its signals, and consumes them (NCCL
+    /// 2.29.2+: `ncclWaitSignal`).
+    fn wait_signal(
+        &self,
+        waits: &[crate::signal::SignalWait],
+        stream: &Self::Stream,
+    ) -> Result<()> {
+        let _ = (waits, stream);
+        self.features().require(crate::feature::Feature::Signals)?;
+        Err(crate::error::Error::Unsupported {
+            feature: crate::feature::Feature::Signals,
+            missing: crate::feature::Missing::Disabled,
+        })
+    }
+
     /// Flushes outstanding work and ends the communicator cleanly (before it is dropped).
     fn finalize(&self) -> Result<Progress>;
 

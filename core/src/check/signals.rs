@@ -1,0 +1,178 @@
+//! The checks of one-sided operations: a put within its window, ranks of the communicator,
+//! signal numbers NCCL can take, waits for something.
+
+use super::check_ctx::{rank_arg, CheckCtx};
+use crate::error::{Error, Result};
+use crate::feature::Feature;
+use crate::signal::{PutSignal, SignalWait};
+
+fn int_arg(arg: &'static str, v: u32) -> Result<()> {
+    if i32::try_from(v).is_err() {
+        return Err(Error::invalid(
+            arg,
+            format_args!("0..={}, got {v}", i32::MAX),
+        ));
+    }
+    Ok(())
+}
+
+/// A put: the library has signals; `peer` a rank of the communicator; the data (non-null when
+/// not empty) within the window's bytes from `offset`; signal and context NCCL's `int`s.
+pub fn put(ctx: &CheckCtx<'_>, p: &PutSignal) -> Result<()> {
+    ctx.features.require(Feature::Signals)?;
+    rank_arg(ctx, "peer", p.peer)?;
+    int_arg("signal", p.signal)?;
+    int_arg("ctx", p.ctx)?;
+    if p.send.len > 0 && p.send.addr == 0 {
+        return Err(Error::invalid(
+            "send",
+            format_args!("a buffer for {} elements, got a null address", p.send.len),
+        ));
+    }
+    let bytes = p.send.len.checked_mul(p.dtype.size());
+    match bytes.and_then(|b| p.offset.checked_add(b)) {
+        Some(end) if end <= p.window.bytes => Ok(()),
+        _ => Err(Error::invalid(
+            "offset",
+            format_args!(
+                "a put within the window's {} bytes, got {} elements of {} at byte {}",
+                p.window.bytes, p.send.len, p.dtype, p.offset
+            ),
+        )),
+    }
+}
+
+/// A signal alone: the library has signals; `peer` a rank; signal and context `int`s.
+pub fn signal(ctx: &CheckCtx<'_>, peer: u32, signal: u32, sig_ctx: u32) -> Result<()> {
+    ctx.features.require(Feature::Signals)?;
+    rank_arg(ctx, "peer", peer)?;
+    int_arg("signal", signal)?;
+    int_arg("ctx", sig_ctx)
+}
+
+/// A wait: the library has signals; at least one wait, at most `i32::MAX`; each from a rank
+/// of the communicator, for at least one signal, numbers NCCL's `int`s.
+pub fn wait(ctx: &CheckCtx<'_>, waits: &[SignalWait]) -> Result<()> {
+    ctx.features.require(Feature::Signals)?;
+    if waits.is_empty() || i32::try_from(waits.len()).is_err() {
+        return Err(Error::invalid(
+            "waits",
+            format_args!("1..={} waits, got {}", i32::MAX, waits.len()),
+        ));
+    }
+    for w in waits {
+        rank_arg(ctx, "peer", w.peer)?;
+        int_arg("signal", w.signal)?;
+        int_arg("ctx", w.ctx)?;
+        if w.count == 0 {
+            return Err(Error::invalid(
+                "count",
+                format_args!(
+                    "at least one signal to wait for from rank {}, got 0",
+                    w.peer
+                ),
+            ));
+        }
+        int_arg("count", w.count)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::buf::RawBuf;
+    use crate::dtype::DataType;
+    use crate::feature::FeatureSet;
+    use crate::traits::RegHandle;
+    use crate::version::Version;
+
+    fn put_of(len: usize, offset: usize) -> PutSignal {
+        PutSignal {
+            send: RawBuf::new(0x1000, len),
+            dtype: DataType::Float32,
+            peer: 1,
+            window: RegHandle {
+                raw: 1,
+                addr: 0x9000,
+                bytes: 64,
+            },
+            offset,
+            signal: 0,
+            ctx: 0,
+        }
+    }
+
+    #[test]
+    fn puts_stay_in_their_window_and_waits_wait_for_something() {
+        let f = FeatureSet::for_version(Version::new(2, 32, 3));
+        let ctx = CheckCtx {
+            rank: 0,
+            size: 2,
+            features: &f,
+        };
+        assert!(put(&ctx, &put_of(16, 0)).is_ok());
+        assert!(put(&ctx, &put_of(8, 32)).is_ok());
+        assert!(put(&ctx, &put_of(0, 64)).is_ok());
+        for (len, off) in [(17, 0), (1, 61), (0, 65), (usize::MAX, 0), (1, usize::MAX)] {
+            assert!(
+                matches!(
+                    put(&ctx, &put_of(len, off)),
+                    Err(Error::InvalidArgument { arg: "offset", .. })
+                ),
+                "{len} at {off}"
+            );
+        }
+        let mut far = put_of(1, 0);
+        far.peer = 2;
+        assert!(matches!(
+            put(&ctx, &far),
+            Err(Error::InvalidArgument { arg: "peer", .. })
+        ));
+        let mut null = put_of(1, 0);
+        null.send.addr = 0;
+        assert!(matches!(
+            put(&ctx, &null),
+            Err(Error::InvalidArgument { arg: "send", .. })
+        ));
+        let mut big = put_of(1, 0);
+        big.signal = u32::MAX;
+        assert!(matches!(
+            put(&ctx, &big),
+            Err(Error::InvalidArgument { arg: "signal", .. })
+        ));
+        assert!(signal(&ctx, 1, 3, 0).is_ok());
+        assert!(matches!(
+            signal(&ctx, 5, 3, 0),
+            Err(Error::InvalidArgument { arg: "peer", .. })
+        ));
+        let w = SignalWait {
+            peer: 1,
+            signal: 0,
+            count: 1,
+            ctx: 0,
+        };
+        assert!(wait(&ctx, &[w]).is_ok());
+        assert!(matches!(
+            wait(&ctx, &[]),
+            Err(Error::InvalidArgument { arg: "waits", .. })
+        ));
+        let zero = SignalWait { count: 0, ..w };
+        assert!(matches!(
+            wait(&ctx, &[zero]),
+            Err(Error::InvalidArgument { arg: "count", .. })
+        ));
+        let old = FeatureSet::for_version(Version::new(2, 28, 9));
+        let ctx_old = CheckCtx {
+            features: &old,
+            ..ctx
+        };
+        assert!(matches!(
+            put(&ctx_old, &put_of(1, 0)),
+            Err(Error::Unsupported {
+                feature: Feature::Signals,
+                missing: crate::feature::Missing::TooOld { .. }
+            })
+        ));
+    }
+}
