@@ -68,6 +68,28 @@ impl<'a, B: Memory> Issuer<'a, B> {
         Ok(())
     }
 
+    /// Runs `call` (a one-sided operation) on the group's communicator and stream, then ends
+    /// the accesses `held` with the work's end event, as [`Issuer::issue_ending`] does.
+    /// Refused inside a capture (one-sided operations are not captured).
+    pub fn call_ending<'x>(
+        &self,
+        call: impl FnOnce(&oxccl_core::traits::CommOf<B>, &StreamOf<B>) -> Result<()>,
+        held: impl IntoIterator<Item = B::Access<'x>>,
+    ) -> Result<()> {
+        if self.cap.is_some() {
+            return Err(oxccl_core::CaptureError::Unsupported.error_str(
+                "one-sided operations cannot be captured into a graph: issue them outside the capture",
+            ));
+        }
+        call(&self.entry.comm, &self.entry.stream)?;
+        let end = self.entry.stream.record(self.timing)?;
+        for access in held {
+            B::end_access(access, &end);
+        }
+        self.end.set(Some(end));
+        Ok(())
+    }
+
     /// Issues `op` on the group's communicator and stream (inside a backend group, where
     /// nothing is enqueued before the group ends: the caller ends the accesses then).
     ///

@@ -29,6 +29,46 @@ fn one_process(comm: &MockComm) -> Result<()> {
 }
 
 impl CommShared {
+    /// The address of rank `peer`'s window `raw` of at least `bytes`: NCCL registers a window
+    /// collectively, so a peer that has not registered it yet is waited for (up to `limit`),
+    /// as NCCL's registration would have held this rank.
+    fn peer_window(&self, peer: u32, raw: usize, bytes: usize, limit: Duration) -> Result<usize> {
+        let start = Instant::now();
+        loop {
+            let found = lock(&self.rank(peer).windows)
+                .0
+                .values()
+                .find(|w| w.raw == raw)
+                .map(|w| (w.addr, w.bytes));
+            match found {
+                Some((addr, len)) if bytes <= len => return Ok(addr),
+                Some((_, len)) => {
+                    return Err(Error::Mismatch {
+                        what: "window",
+                        detail: text!("a put of {bytes} bytes into rank {peer}'s window of {len}"),
+                    })
+                }
+                None => {}
+            }
+            if lock(&self.hub)
+                .dead
+                .get(peer as usize)
+                .is_some_and(Option::is_some)
+            {
+                return Err(Error::Remote {
+                    detail: text!("rank {peer} is gone before it registered window {raw:#x}"),
+                });
+            }
+            if start.elapsed() >= limit {
+                return Err(Error::Timeout {
+                    what: text!("rank {peer} registering window {raw:#x}"),
+                    after_ms: u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX),
+                });
+            }
+            std::thread::sleep(TICK.min(Duration::from_millis(1)));
+        }
+    }
+
     /// Raises signal (`from`, `signal`, `ctx`) on rank `to`.
     fn raise(&self, to: u32, from: u32, signal: u32, ctx: u32) {
         *lock(&self.hub)
@@ -105,23 +145,14 @@ impl MockComm {
         let (peer, raw, offset) = (p.peer, p.window.raw, p.offset);
         let (src, bytes) = (p.send.addr, p.send.len * p.dtype.size());
         let (signal, ctx) = (p.signal, p.ctx);
+        let limit = self.init_timeout;
         stream.host_fn(move || {
-            let dst = lock(&sh.rank(peer).windows)
-                .0
-                .values()
-                .find(|w| w.raw == raw && offset + bytes <= w.bytes)
-                .map(|w| w.addr + offset);
-            let Some(dst) = dst else {
-                sh.fail(
-                    me,
-                    Error::Remote {
-                        detail: text!(
-                            "rank {peer} has no window {raw:#x} of {} bytes",
-                            offset + bytes
-                        ),
-                    },
-                );
-                return;
+            let dst = match sh.peer_window(peer, raw, offset + bytes, limit) {
+                Ok(w) => w + offset,
+                Err(e) => {
+                    sh.fail(me, e);
+                    return;
+                }
             };
             if bytes > 0 {
                 // SAFETY: `src` is valid for `bytes` until the stream passed this function

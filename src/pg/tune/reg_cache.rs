@@ -186,6 +186,11 @@ impl CacheState {
         Ok(())
     }
 
+    /// The window allocation `id` is in, if it is.
+    pub(crate) fn window_of(&self, id: u64) -> Option<RegHandle> {
+        self.bufs.get(&id).and_then(|c| c.window).map(|(h, _)| h)
+    }
+
     /// Whether allocation `id` is in a window.
     pub(crate) fn in_window(&self, id: u64) -> bool {
         self.bufs.get(&id).is_some_and(|c| c.window.is_some())

@@ -1,0 +1,137 @@
+//! One-sided operations of a process group (NCCL 2.29.2+; the mock in one process): a put
+//! into a peer's window buffer that raises a signal there, a signal alone, and a wait for
+//! signals that orders the window's later local uses after the data the puts brought.
+//!
+//! The window is a buffer of the library's allocator this group put in a symmetric window
+//! (`pg.register_buffer(&buf, RegMode::Window)`, collective: every member registers one of
+//! the same length). A put reads its source like any operation (the source cannot be freed
+//! or reused before the put ran). A wait takes the window buffer it names as written, so a
+//! download or an operation on it afterwards runs after the signals came, with the peers'
+//! data in it.
+
+use super::op_facts::OpFacts;
+use super::process_group::ProcessGroup;
+use super::work::WorkOf;
+use crate::buffer::{Memory, Operand};
+use crate::element::Element;
+use oxccl_core::signal::{PutSignal, SignalWait};
+use oxccl_core::{Communicator, Error, OpKind, Result};
+
+/// Signals to wait for from one member (see [`ProcessGroup::wait_signal`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SignalFrom {
+    /// The member's global rank.
+    pub peer: u32,
+    /// Which signal.
+    pub signal: u32,
+    /// How many (each consumed).
+    pub count: u32,
+}
+
+impl<B: Memory> ProcessGroup<B> {
+    /// Writes `src` into global rank `peer`'s buffer of the window `window` (this rank's
+    /// buffer of it) from element `offset`, then raises `signal` there: one-sided, the peer
+    /// takes no part until it waits for the signal ([`ProcessGroup::wait_signal`]). Refused
+    /// before the library: a window buffer not in a window of this group, a put past its
+    /// end (`offset`), a peer not of the group, a library without signals.
+    pub fn put_signal<T: Element>(
+        &self,
+        src: &impl Operand<B, Elem = T>,
+        peer: u32,
+        window: &impl Operand<B, Elem = T>,
+        offset: usize,
+        signal: u32,
+    ) -> Result<WorkOf<B>> {
+        let inner = self.inner();
+        let to = inner.to_group_rank("peer", peer)?;
+        let Some(mem) = window.comm_mem() else {
+            return Err(not_a_window());
+        };
+        let facts = OpFacts {
+            kind: OpKind::Send,
+            dtype: T::DTYPE,
+            numel: (src.numel(), 0),
+            peer: Some(to),
+        };
+        inner.issue(facts, |is| {
+            let handle = is
+                .entry
+                .regs
+                .lock()
+                .window_of(mem.id)
+                .ok_or_else(not_a_window)?;
+            let (send, g) = Operand::<B>::read(src, "src", is.device, is.stream())?;
+            let put = PutSignal {
+                send,
+                dtype: T::DTYPE,
+                peer: to,
+                window: handle,
+                offset: offset.saturating_mul(std::mem::size_of::<T>()),
+                signal,
+                ctx: 0,
+            };
+            is.call_ending(
+                // SAFETY: `send` came from `Memory::read` on the issuer's stream and its guard
+                // lives until the accesses end after the put (on the work's end event).
+                |comm, stream| unsafe { comm.put_signal(&put, stream) },
+                [g],
+            )
+        })
+    }
+
+    /// Raises `signal` on global rank `peer`, without data.
+    pub fn signal(&self, peer: u32, signal: u32) -> Result<WorkOf<B>> {
+        let inner = self.inner();
+        let to = inner.to_group_rank("peer", peer)?;
+        let facts = OpFacts {
+            kind: OpKind::Send,
+            dtype: u8::DTYPE,
+            numel: (0, 0),
+            peer: Some(to),
+        };
+        inner.issue(facts, |is| {
+            is.call_ending(|comm, stream| comm.signal(to, signal, 0, stream), [])
+        })
+    }
+
+    /// Holds the group's stream until every signal of `from` came (each consumed), and takes
+    /// `window`, the window buffer the signals' puts wrote, as written by this wait: what
+    /// reads it next sees their data.
+    pub fn wait_signal<T: Element>(
+        &self,
+        from: &[SignalFrom],
+        window: &mut impl Operand<B, Elem = T>,
+    ) -> Result<WorkOf<B>> {
+        let inner = self.inner();
+        let waits = from
+            .iter()
+            .map(|f| {
+                Ok(SignalWait {
+                    peer: inner.to_group_rank("peer", f.peer)?,
+                    signal: f.signal,
+                    count: f.count,
+                    ctx: 0,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let facts = OpFacts {
+            kind: OpKind::Recv,
+            dtype: T::DTYPE,
+            numel: (0, window.numel()),
+            peer: waits.first().map(|w| w.peer),
+        };
+        inner.issue(facts, |is| {
+            let (_, g) = Operand::<B>::write(window, "window", is.device, is.stream())?;
+            is.call_ending(|comm, stream| comm.wait_signal(&waits, stream), [g])
+        })
+    }
+}
+
+fn not_a_window() -> Error {
+    Error::invalid(
+        "window",
+        format_args!(
+            "a buffer of the library's allocator this group put in a symmetric window (register_buffer with RegMode::Window)"
+        ),
+    )
+}
