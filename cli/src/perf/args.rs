@@ -110,6 +110,11 @@ pub struct PerfArgs {
     /// under torchrun, srun or mpirun (rank 0 writes), or the mock world.
     #[arg(long)]
     pub tune: bool,
+    /// One-sided latency instead of the sweep: rank 0 puts each size into rank 1's window
+    /// with a signal, rank 1 waits for it and puts it back (NCCL 2.29.2+, or the mock);
+    /// beside it the same ping-pong with send/recv. Half the round trip is reported.
+    #[arg(long = "ping-pong")]
+    pub ping_pong: bool,
     /// Time the pg layer under this tune table (a file --tune wrote), on CommBuf buffers: the
     /// check that the table is at least as fast as the best of -R 0, 1, 2.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["registration", "tune"])]

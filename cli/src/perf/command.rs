@@ -4,7 +4,7 @@
 use super::args::{LayerSel, PerfArgs};
 use super::backend::choose;
 use super::drive::Plan;
-use super::{mock, modes, nccl, report, svg, tune};
+use super::{mock, modes, nccl, ping_pong, report, svg, tune};
 use crate::exit;
 use crate::ops;
 use clap::ValueEnum;
@@ -21,6 +21,9 @@ pub fn run(a: &PerfArgs) -> ExitCode {
     };
     if a.tune {
         return tune::main(a, use_nccl, &why);
+    }
+    if a.ping_pong {
+        return ping_pong::main(a, use_nccl, &why);
     }
     match modes::pg_table(a.registration, a.tuned.as_deref()) {
         Ok(Some(t)) => modes::set_pg_table(t),

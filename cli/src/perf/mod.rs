@@ -13,6 +13,7 @@ pub mod mock_world;
 mod modes;
 pub mod nccl;
 mod outcome;
+mod ping_pong;
 mod processes;
 mod raw_call;
 mod report;

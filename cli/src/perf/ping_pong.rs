@@ -1,0 +1,175 @@
+//! `oxccl perf --ping-pong`: one-sided latency through the process group. Rank 0 puts each
+//! size into rank 1's window buffer with a signal; rank 1 waits for it and puts it back into
+//! rank 0's; every round is queued on the streams without the host in between, and half the
+//! round trip is the latency reported. Beside it, in the same groups, the same ping-pong with
+//! send and recv. Two ranks: a thread per GPU on NCCL 2.29.2+, or the mock world (imitating
+//! NCCL 2.32.3) without one. The data is checked after the last round.
+
+use super::args::PerfArgs;
+use super::nccl::{load, local_gpus, thread_world, RankSetup};
+use crate::exit;
+use crate::ops;
+use oxccl::buffer::Memory;
+use oxccl::core::Backend as _;
+use oxccl::pg::{ProcessGroup, RegMode, SignalFrom};
+use oxccl::{Error, Feature, Result};
+use std::process::ExitCode;
+use std::time::Instant;
+
+/// One size's result: bytes, one-sided and two-sided half round trips in µs.
+type Row = (usize, f64, f64);
+
+/// Runs the ping-pong and prints its table.
+pub fn main(a: &PerfArgs, use_nccl: bool, why: &str) -> ExitCode {
+    match measure(a, use_nccl, why) {
+        Ok(rows) => {
+            print(&rows);
+            ExitCode::SUCCESS
+        }
+        Err((code, msg)) => {
+            eprintln!("oxccl perf --ping-pong: {msg}");
+            ExitCode::from(code)
+        }
+    }
+}
+
+fn print(rows: &[Row]) {
+    println!("# half round trip (µs), 2 ranks");
+    println!("{:>12} {:>14} {:>14}", "bytes", "put+signal", "send/recv");
+    for (bytes, one, two) in rows {
+        println!("{bytes:>12} {one:>14.2} {two:>14.2}");
+    }
+}
+
+fn measure(a: &PerfArgs, use_nccl: bool, why: &str) -> std::result::Result<Vec<Row>, (u8, String)> {
+    let min = a.min_bytes.unwrap_or(8).max(4);
+    let max = a.max_bytes.unwrap_or(1 << 20).min(256 << 20);
+    let sizes = ops::sweep(min, max, a.factor as usize, a.incr.unwrap_or(0));
+    if sizes.is_empty() {
+        return Err((
+            exit::USAGE,
+            format!("-b {min} is above -e {max}: give a smallest size at most the largest"),
+        ));
+    }
+    let iters = a.iters.unwrap_or(if use_nccl { 200 } else { 20 }) as usize;
+    let warmup = a.warmup.unwrap_or(if use_nccl { 20 } else { 2 }) as usize;
+    if use_nccl {
+        let lib = load(a.library.as_deref()).map_err(|e| (exit::ENV, e))?;
+        lib.features()
+            .require(Feature::Signals)
+            .map_err(|e| (exit::ENV, e.to_string()))?;
+        let gpus = local_gpus(a.gpus).map_err(|e| (exit::ENV, e))?;
+        if gpus < 2 {
+            return Err((exit::ENV, format!("{gpus} GPU here: the ping-pong needs 2")));
+        }
+        let setup = RankSetup::of(a).map_err(|e| (exit::USAGE, e))?;
+        let rows = thread_world(&lib, 2, setup, &|pg, _comm, r| {
+            ping_pong(pg, r, &sizes, iters, warmup)
+        })
+        .map_err(|e| (exit::FAILED, e))?;
+        return rows
+            .into_iter()
+            .next()
+            .ok_or((exit::FAILED, "no rank".to_owned()));
+    }
+    println!("# the mock world (imitating NCCL 2.32.3), 2 ranks as threads: {why}");
+    let mock = oxccl::mock::MockBackend::with_options(
+        oxccl::FeatureSet::for_version(oxccl::Version::new(2, 32, 3)),
+        oxccl::mock::FaultPlan::new(),
+        1,
+        std::time::Duration::from_secs(60),
+    );
+    let rows =
+        super::mock_world::mock_world_of(mock, 2, |pg, r| ping_pong(pg, r, &sizes, iters, warmup))
+            .map_err(|e| (exit::FAILED, e))?;
+    rows.into_iter()
+        .next()
+        .ok_or((exit::FAILED, "no rank".to_owned()))
+}
+
+/// This rank's part: for each size, the one-sided and the two-sided ping-pong, timed from
+/// the first round after the warm-up to the last, which is waited for; the data checked.
+fn ping_pong<B: Memory>(
+    pg: &ProcessGroup<B>,
+    r: u32,
+    sizes: &[usize],
+    iters: usize,
+    warmup: usize,
+) -> Result<Vec<Row>> {
+    let other = 1 - r;
+    let mut rows = Vec::new();
+    for &bytes in sizes {
+        let n = (bytes / 4).max(1);
+        let mut win = pg.alloc_comm::<f32>(n)?;
+        pg.register_buffer(&win, RegMode::Window)?;
+        let mine = pg.upload(&vec![r as f32 + 1.0; n])?;
+        let from = [SignalFrom {
+            peer: other,
+            signal: 0,
+            count: 1,
+        }];
+        let one = timed(pg, warmup, iters, |last| {
+            let w = if r == 0 {
+                pg.put_signal(&mine, other, &win, 0, 0)?;
+                pg.wait_signal(&from, &mut win)?
+            } else {
+                pg.wait_signal(&from, &mut win)?;
+                pg.put_signal(&mine, other, &win, 0, 0)?
+            };
+            if last {
+                w.wait()?;
+            }
+            Ok(())
+        })?;
+        check(&pg.download_any(&win)?, other as f32 + 1.0, "put_signal")?;
+        let mut got = pg.alloc_zeros::<f32>(n)?;
+        let two = timed(pg, warmup, iters, |last| {
+            let w = if r == 0 {
+                pg.send(&mine, other)?;
+                pg.recv(&mut got, other)?
+            } else {
+                pg.recv(&mut got, other)?;
+                pg.send(&mine, other)?
+            };
+            if last {
+                w.wait()?;
+            }
+            Ok(())
+        })?;
+        check(&pg.download(&got)?, other as f32 + 1.0, "send/recv")?;
+        drop(win);
+        pg.release_windows()?;
+        rows.push((bytes, one, two));
+    }
+    Ok(rows)
+}
+
+/// Half the round trip in µs over `iters` rounds after `warmup`; `round(last)` queues one
+/// round and waits for it when `last`. The ranks start each timing together (a barrier).
+fn timed<B: Memory>(
+    pg: &ProcessGroup<B>,
+    warmup: usize,
+    iters: usize,
+    mut round: impl FnMut(bool) -> Result<()>,
+) -> Result<f64> {
+    for i in 0..warmup {
+        round(i + 1 == warmup)?;
+    }
+    pg.barrier()?.wait()?;
+    let t = Instant::now();
+    for i in 0..iters.max(1) {
+        round(i + 1 == iters.max(1))?;
+    }
+    Ok(t.elapsed().as_secs_f64() * 1e6 / iters.max(1) as f64 / 2.0)
+}
+
+/// Every element of `got` is `want` (the peer's value).
+fn check(got: &[f32], want: f32, what: &str) -> Result<()> {
+    match got.iter().position(|x| *x != want) {
+        None => Ok(()),
+        Some(i) => Err(Error::Mismatch {
+            what: "data",
+            detail: oxccl::core::text!("{what}: element {i} is {}, not {want}", got[i]),
+        }),
+    }
+}
