@@ -143,6 +143,9 @@ part_elastic232() {
     [ -f "$lib/libnccl.so.2" ] || { echo "no libnccl.so.2 in $lib"; return 1; }
     OXCCL_TEST_GPUS=$gpus LD_LIBRARY_PATH=$lib RUST_LOG=warn \
         timeout 150 $bin/gpu_elastic --test-threads=1 --nocapture || rc=1
+    echo "== oxccl perf --ping-pong, NCCL 2.32.3"
+    CUDA_VISIBLE_DEVICES=0,1 timeout 100 $bin/oxccl perf --ping-pong -g 2 -b 8 -e 1M \
+        --library "$lib/libnccl.so.2" || rc=1
     if [ "$gpus" -ge 4 ]; then
         echo "== elastic_step, NCCL 2.32.3"
         CUDA_VISIBLE_DEVICES=0,1,2,3 OXCCL_BACKEND=nccl OXCCL_TIMEOUT_MS=10000 LD_LIBRARY_PATH=$lib \

@@ -282,3 +282,71 @@ fn gpu_suspend_releases_memory_and_resume_runs_again() {
         println!("rank {r}: memory before {before:?}, suspended {during:?}");
     }
 }
+
+#[test]
+fn gpu_one_sided_ping_pong_through_windows() {
+    let Some((_, lib)) = setup_for(Feature::Signals) else {
+        return;
+    };
+    use oxccl::pg::{RegMode, SignalFrom};
+    let store: Arc<dyn Store> = Arc::new(MemStore::new());
+    let handles: Vec<_> = (0..2u32)
+        .map(|r| {
+            let (lib, store) = (lib.clone(), store.clone());
+            std::thread::spawn(move || {
+                let opts = PgOptions {
+                    bound_device: Some(oxccl::Device(r)),
+                    device: oxccl::Device(r),
+                    heartbeat: None,
+                    timeout: Duration::from_secs(30),
+                    ..PgOptions::default()
+                };
+                let pg = ProcessGroup::new(lib, store, r, 2, opts).unwrap();
+                let other = 1 - r;
+                let mut win = pg.alloc_comm::<f32>(1024).unwrap();
+                pg.register_buffer(&win, RegMode::Window).unwrap();
+                let from = [SignalFrom {
+                    peer: other,
+                    signal: 0,
+                    count: 1,
+                }];
+                for round in 0..20u32 {
+                    // A put's data lies in a window too: both ranks put one in each round
+                    // (windows are made collectively, in the same order).
+                    let v = round as f32;
+                    let src = pg.upload_comm(&[v; 256]).unwrap();
+                    pg.register_buffer(&src, RegMode::Window).unwrap();
+                    if round % 2 == r {
+                        pg.put_signal(&src, other, &win, 512, 0)
+                            .unwrap()
+                            .wait()
+                            .unwrap();
+                    } else {
+                        pg.wait_signal(&from, &mut win).unwrap().wait().unwrap();
+                        let got = pg.download_any(&win).unwrap();
+                        assert_eq!(&got[512..768], &[v; 256][..], "round {round}");
+                        assert!(got[..512].iter().all(|x| *x == 0.0));
+                    }
+                }
+                let src = pg.upload_comm(&[1.0f32; 8]).unwrap();
+                pg.register_buffer(&src, RegMode::Window).unwrap();
+                let past = pg.put_signal(&src, other, &win, 1020, 0).unwrap_err();
+                assert!(
+                    matches!(past, Error::InvalidArgument { arg: "offset", .. }),
+                    "{past}"
+                );
+                let plain = pg.upload(&[1.0f32; 8]).unwrap();
+                let e = pg.put_signal(&plain, other, &win, 0, 0).unwrap_err();
+                assert!(
+                    matches!(e, Error::InvalidArgument { arg: "src", .. }),
+                    "{e}"
+                );
+                pg.destroy();
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().expect("rank thread");
+    }
+    println!("one-sided: 20 rounds of put + signal through windows, data right on both ranks");
+}

@@ -46,9 +46,12 @@ fn ping_pong_through_windows() {
                 pg.register_buffer(&win, RegMode::Window).unwrap();
                 let mut last = Vec::new();
                 for round in 0..10u32 {
+                    // A put's data lies in a window too: both ranks put one in each round
+                    // (windows are made collectively, in the same order), the sender's data.
+                    let v = round as f32;
+                    let src = pg.upload_comm(&[v, v + 1.0, v + 2.0, v + 3.0]).unwrap();
+                    pg.register_buffer(&src, RegMode::Window).unwrap();
                     if (round % 2) == me {
-                        let v = round as f32;
-                        let src = pg.upload(&[v, v + 1.0, v + 2.0, v + 3.0]).unwrap();
                         pg.put_signal(&src, other, &win, 4, 0)
                             .unwrap()
                             .wait()
@@ -88,7 +91,8 @@ fn bad_puts_are_refused_before_the_library() {
             std::thread::spawn(move || {
                 let win = pg.alloc_comm::<f32>(16).unwrap();
                 pg.register_buffer(&win, RegMode::Window).unwrap();
-                let src = pg.upload(&[1.0f32; 4]).unwrap();
+                let src = pg.upload_comm(&[1.0f32; 4]).unwrap();
+                pg.register_buffer(&src, RegMode::Window).unwrap();
                 let past = pg.put_signal(&src, 1, &win, 13, 0).unwrap_err();
                 assert!(
                     matches!(past, Error::InvalidArgument { arg: "offset", .. }),
@@ -109,6 +113,11 @@ fn bad_puts_are_refused_before_the_library() {
                 let e = pg.put_signal(&src, 7, &win, 0, 0).unwrap_err();
                 assert!(
                     matches!(e, Error::InvalidArgument { arg: "peer", .. }),
+                    "{e}"
+                );
+                let e = pg.put_signal(&plain, 1, &win, 0, 0).unwrap_err();
+                assert!(
+                    matches!(e, Error::InvalidArgument { arg: "src", .. }),
                     "{e}"
                 );
             })

@@ -9,7 +9,8 @@ use crate::traits::RegHandle;
 /// A put of [`crate::Communicator::put_signal`]: `send` (`send.len` elements of `dtype`)
 /// written into rank `peer`'s part of the symmetric window `window` (this rank's handle of
 /// it, from [`crate::Communicator::register_window`]) at byte `offset`, then signal `signal`
-/// of context `ctx` raised on `peer`.
+/// of context `ctx` raised on `peer`. `send` itself lies in one of this rank's symmetric
+/// windows (NCCL reads a put's data through its window; the backends refuse others).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PutSignal {
     /// The data (this rank's memory).

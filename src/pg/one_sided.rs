@@ -4,7 +4,8 @@
 //!
 //! The window is a buffer of the library's allocator this group put in a symmetric window
 //! (`pg.register_buffer(&buf, RegMode::Window)`, collective: every member registers one of
-//! the same length). A put reads its source like any operation (the source cannot be freed
+//! the same length); a put's source is one too (NCCL reads it through its window). A put
+//! reads its source like any operation (the source cannot be freed
 //! or reused before the put ran). A wait takes the window buffer it names as written, so a
 //! download or an operation on it afterwards runs after the signals came, with the peers'
 //! data in it.
@@ -31,9 +32,10 @@ pub struct SignalFrom {
 impl<B: Memory> ProcessGroup<B> {
     /// Writes `src` into global rank `peer`'s buffer of the window `window` (this rank's
     /// buffer of it) from element `offset`, then raises `signal` there: one-sided, the peer
-    /// takes no part until it waits for the signal ([`ProcessGroup::wait_signal`]). Refused
-    /// before the library: a window buffer not in a window of this group, a put past its
-    /// end (`offset`), a peer not of the group, a library without signals.
+    /// takes no part until it waits for the signal ([`ProcessGroup::wait_signal`]). `src` is
+    /// a window buffer of this group too. Refused before the library: `src` or `window` not
+    /// in a window of this group, a put past the window's end (`offset`), a peer not of the
+    /// group, a library without signals.
     pub fn put_signal<T: Element>(
         &self,
         src: &impl Operand<B, Elem = T>,
@@ -45,7 +47,11 @@ impl<B: Memory> ProcessGroup<B> {
         let inner = self.inner();
         let to = inner.to_group_rank("peer", peer)?;
         let Some(mem) = window.comm_mem() else {
-            return Err(not_a_window());
+            return Err(not_a_window("window"));
+        };
+        // NCCL reads a put's data through a window too.
+        let Some(src_mem) = src.comm_mem() else {
+            return Err(not_a_window("src"));
         };
         let facts = OpFacts {
             kind: OpKind::Send,
@@ -54,12 +60,13 @@ impl<B: Memory> ProcessGroup<B> {
             peer: Some(to),
         };
         inner.issue(facts, |is| {
-            let handle = is
-                .entry
-                .regs
-                .lock()
+            let regs = is.entry.regs.lock();
+            let handle = regs
                 .window_of(mem.id)
-                .ok_or_else(not_a_window)?;
+                .ok_or_else(|| not_a_window("window"))?;
+            regs.window_of(src_mem.id)
+                .ok_or_else(|| not_a_window("src"))?;
+            drop(regs);
             let (send, g) = Operand::<B>::read(src, "src", is.device, is.stream())?;
             let put = PutSignal {
                 send,
@@ -127,9 +134,9 @@ impl<B: Memory> ProcessGroup<B> {
     }
 }
 
-fn not_a_window() -> Error {
+fn not_a_window(arg: &'static str) -> Error {
     Error::invalid(
-        "window",
+        arg,
         format_args!(
             "a buffer of the library's allocator this group put in a symmetric window (register_buffer with RegMode::Window)"
         ),

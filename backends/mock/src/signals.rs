@@ -137,13 +137,27 @@ impl MockComm {
                 ),
             ));
         }
+        let bytes = p.send.len * p.dtype.size();
+        let in_window = lock(&self.rank_state().windows).0.values().any(|w| {
+            p.send.addr >= w.addr && p.send.addr.saturating_add(bytes) <= w.addr + w.bytes
+        });
+        if !in_window {
+            // NCCL refuses it ("srcWinHost is not in a valid symmetric window").
+            return Err(Error::invalid(
+                "send",
+                format_args!(
+                    "data in one of this rank's symmetric windows (NCCL reads a put's data through its window), got {bytes} bytes at {:#x} in none",
+                    p.send.addr
+                ),
+            ));
+        }
         one_process(self)?;
         lock(&self.rank_state().life)
             .cycle
             .ensure_ready("put_signal")?;
         let (sh, me) = (Arc::clone(self.sh()), self.rk());
         let (peer, raw, offset) = (p.peer, p.window.raw, p.offset);
-        let (src, bytes) = (p.send.addr, p.send.len * p.dtype.size());
+        let src = p.send.addr;
         let (signal, ctx) = (p.signal, p.ctx);
         let limit = self.init_timeout;
         stream.host_fn(move || {

@@ -52,10 +52,14 @@ fn a_put_lands_in_the_peers_window_once_its_signal_is_waited_for() {
             let s = stream();
             let win_buf = Buf::filled(64, 0);
             let win = c.register_window(win_buf.addr(), 64).unwrap();
+            // A put's data lies in a window too (NCCL reads it through its window).
+            let mut src = Buf::filled(16, 0);
+            let src_win = c.register_window(src.addr(), 16).unwrap();
             let me = c.rank();
             let other = 1 - me;
             if me == 0 {
-                let src = Buf::from_bytes(&f32s(&[1.0, 2.0, 3.0, 4.0]));
+                src.bytes_mut()
+                    .copy_from_slice(&f32s(&[1.0, 2.0, 3.0, 4.0]));
                 // SAFETY: `src` lives until the stream is synchronized below.
                 unsafe { c.put_signal(&put(&src, 4, other, win, 16, 0), &s) }.unwrap();
                 // The answer: rank 1 doubled it into this rank's window, signal 1.
@@ -77,13 +81,15 @@ fn a_put_lands_in_the_peers_window_once_its_signal_is_waited_for() {
                 c.wait_signal(&got, &s).unwrap();
                 s.synchronize().unwrap();
                 let seen = floats(&win_buf)[4..8].to_vec();
-                let src = Buf::from_bytes(&f32s(&seen.iter().map(|x| x * 2.0).collect::<Vec<_>>()));
+                src.bytes_mut()
+                    .copy_from_slice(&f32s(&seen.iter().map(|x| x * 2.0).collect::<Vec<_>>()));
                 // SAFETY: `src` lives until the stream is synchronized below.
                 unsafe { c.put_signal(&put(&src, 4, other, win, 0, 1), &s) }.unwrap();
                 s.synchronize().unwrap();
             }
             assert_eq!(c.poll(), Ok(Progress::Done));
             let mine = floats(&win_buf);
+            c.deregister_window(src_win).unwrap();
             c.deregister_window(win).unwrap();
             mine
         },
@@ -133,6 +139,13 @@ fn bad_puts_and_waits_are_refused_before_anything_runs() {
     let e = c.wait_signal(&[], &s).unwrap_err();
     assert!(
         matches!(e, Error::InvalidArgument { arg: "waits", .. }),
+        "{e}"
+    );
+    // Data outside every window, in an otherwise good put.
+    // SAFETY: refused before anything is queued.
+    let e = unsafe { c.put_signal(&put(&src, 1, 1, win, 0, 0), &s) }.unwrap_err();
+    assert!(
+        matches!(e, Error::InvalidArgument { arg: "send", .. }),
         "{e}"
     );
     let e = c.signal(3, 0, 0, &s).unwrap_err();

@@ -41,6 +41,14 @@ impl Registry {
         wins.drain(..).collect()
     }
 
+    /// Whether `addr..addr + bytes` lies in one of this communicator's live windows.
+    pub(crate) fn in_window(&self, addr: usize, bytes: usize) -> bool {
+        self.windows
+            .lock()
+            .iter()
+            .any(|w| addr >= w.addr && addr.saturating_add(bytes) <= w.addr + w.bytes)
+    }
+
     /// Whether `h` is one of this communicator's live windows.
     pub(crate) fn has_window(&self, h: RegHandle) -> bool {
         self.windows

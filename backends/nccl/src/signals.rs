@@ -25,6 +25,10 @@ impl NcclComm {
                 ),
             ));
         }
+        let bytes = p.send.len * p.dtype.size();
+        if !self.inner.registry.in_window(p.send.addr, bytes) {
+            return Err(not_in_window(p.send.addr, bytes));
+        }
         let f = self
             .inner
             .lib
@@ -124,4 +128,14 @@ impl NcclComm {
         };
         self.finish(code, "ncclWaitSignal")
     }
+}
+
+/// The refusal of a put whose data is outside every window of the communicator.
+pub(crate) fn not_in_window(addr: usize, bytes: usize) -> Error {
+    Error::invalid(
+        "send",
+        format_args!(
+            "data in one of this rank's symmetric windows (NCCL reads a put's data through its window), got {bytes} bytes at {addr:#x} in none"
+        ),
+    )
 }

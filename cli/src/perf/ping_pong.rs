@@ -102,7 +102,9 @@ fn ping_pong<B: Memory>(
         let n = (bytes / 4).max(1);
         let mut win = pg.alloc_comm::<f32>(n)?;
         pg.register_buffer(&win, RegMode::Window)?;
-        let mine = pg.upload(&vec![r as f32 + 1.0; n])?;
+        // A put's data lies in a window too (NCCL reads it through its window).
+        let mine = pg.upload_comm(&vec![r as f32 + 1.0; n])?;
+        pg.register_buffer(&mine, RegMode::Window)?;
         let from = [SignalFrom {
             peer: other,
             signal: 0,
@@ -137,7 +139,7 @@ fn ping_pong<B: Memory>(
             Ok(())
         })?;
         check(&pg.download(&got)?, other as f32 + 1.0, "send/recv")?;
-        drop(win);
+        drop((win, mine));
         pg.release_windows()?;
         rows.push((bytes, one, two));
     }
