@@ -6,6 +6,12 @@
 //! saying so, otherwise.
 
 mod common;
+#[allow(dead_code)]
+#[path = "gpu/devbuf.rs"]
+mod devbuf;
+#[allow(dead_code)]
+#[path = "gpu/values.rs"]
+mod values;
 
 use oxccl::core::{Backend as _, Communicator as _, ShrinkMode};
 use oxccl::pg::{PgOptions, ProcessGroup};
@@ -349,4 +355,66 @@ fn gpu_one_sided_ping_pong_through_windows() {
         h.join().expect("rank thread");
     }
     println!("one-sided: 20 rounds of put + signal through windows, data right on both ranks");
+}
+
+#[test]
+fn gpu_configured_all_reduce_sums() {
+    let Some((n, lib)) = setup_for(Feature::CollConfig) else {
+        return;
+    };
+    use oxccl::core::coll_config::CollConfig;
+    use oxccl::{CommOp, DataType};
+    let id = lib.unique_id().unwrap();
+    let handles: Vec<_> = (0..n)
+        .map(|r| {
+            let lib = lib.clone();
+            std::thread::spawn(move || {
+                let c = Comm::init_rank(&lib, &id, r, n, r, &CommConfig::new()).unwrap();
+                let ns = oxccl::NcclStream::new(c.stream().clone());
+                let vals = vec![f64::from(r + 1); 1 << 16];
+                let buf = devbuf::DevBuf::new(&c, DataType::Float32, &vals);
+                let cfg = CollConfig {
+                    max_ctas: Some(2),
+                    profiler_tag: 7,
+                    ..CollConfig::default()
+                }
+                .algorithms("ring");
+                let op = CommOp::AllReduce {
+                    send: buf.r(),
+                    recv: buf.w(),
+                    dtype: DataType::Float32,
+                    op: ReduceOp::Sum,
+                };
+                // SAFETY: `buf` is device memory of this rank's GPU, alive until read back.
+                unsafe { c.backend().issue_configured(&op, &ns, &cfg) }.unwrap();
+                c.synchronize().unwrap();
+                let got = buf.read(&c, DataType::Float32);
+                // What NCCL cannot configure is refused before it.
+                let bad = CollConfig {
+                    min_ctas: Some(4),
+                    max_ctas: Some(2),
+                    ..CollConfig::default()
+                };
+                // SAFETY: refused before anything is queued.
+                let e = unsafe { c.backend().issue_configured(&op, &ns, &bad) }.unwrap_err();
+                assert!(
+                    matches!(
+                        e,
+                        Error::InvalidArgument {
+                            arg: "min_ctas",
+                            ..
+                        }
+                    ),
+                    "{e}"
+                );
+                got
+            })
+        })
+        .collect();
+    let want = f64::from(n * (n + 1) / 2);
+    for (r, h) in handles.into_iter().enumerate() {
+        let got = h.join().expect("rank thread");
+        assert!(got.iter().all(|x| *x == want), "rank {r}: {:?}", &got[..4]);
+    }
+    println!("configured all_reduce (ring, at most 2 CTAs) summed right over {n} GPUs");
 }

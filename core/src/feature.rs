@@ -108,7 +108,7 @@ impl Feature {
             Feature::SuspendResume | Feature::MemStats => (29, 7),
             Feature::TimeoutCode => (30, 3),
             // The 2.31.2 header and library already have every `nccl…Config` entry point.
-            Feature::CollConfig => (31, 0),
+            Feature::CollConfig => (31, 2),
         };
         Version::new(2, minor, patch)
     }

@@ -16,6 +16,7 @@ extern crate alloc;
 pub mod buf;
 pub mod build;
 pub mod check;
+pub mod coll_config;
 pub mod comm_state;
 pub mod config;
 pub mod dtype;

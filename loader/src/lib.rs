@@ -18,6 +18,7 @@
 
 pub mod api;
 mod codes;
+pub mod coll_config;
 pub mod config;
 pub mod elf;
 pub mod error;

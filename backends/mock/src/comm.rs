@@ -344,6 +344,19 @@ impl oxccl_core::Communicator for MockComm {
         }
     }
 
+    /// The mock checks the operation and its configuration as NCCL's backend does, then runs
+    /// the operation as any other (its results do not depend on NCCL's resources).
+    unsafe fn issue_configured(
+        &self,
+        op: &CommOp<'_>,
+        stream: &MockStream,
+        cfg: &oxccl_core::coll_config::CollConfig,
+    ) -> Result<()> {
+        check::configured(&self.ctx(), op, cfg)?;
+        // SAFETY: forwarded contract.
+        unsafe { self.issue(op, stream) }
+    }
+
     fn split(&self, color: Option<u32>, key: u32, cfg: &CommConfig) -> Result<Option<MockComm>> {
         let _call = self.calls.enter();
         self.sh().features.require(Feature::Split)?;

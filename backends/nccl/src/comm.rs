@@ -379,6 +379,17 @@ impl Communicator for NcclComm {
         unsafe { crate::issue::issue_op::issue(&self.inner, op, stream) }
     }
 
+    unsafe fn issue_configured(
+        &self,
+        op: &oxccl_core::CommOp<'_>,
+        stream: &NcclStream,
+        cfg: &oxccl_core::coll_config::CollConfig,
+    ) -> Result<()> {
+        let _serial = self.inner.serial();
+        // SAFETY: forwarded contract; the call lock keeps other calls on this communicator out.
+        unsafe { crate::issue::configured::issue(&self.inner, op, stream, cfg) }
+    }
+
     fn split(&self, color: Option<u32>, key: u32, cfg: &CommConfig) -> Result<Option<NcclComm>> {
         let _serial = self.inner.serial();
         self.inner.settings.features.require(Feature::Split)?;

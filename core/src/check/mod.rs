@@ -5,6 +5,7 @@
 mod buffers;
 mod check_ctx;
 mod collectives;
+mod configured;
 mod dispatch;
 mod element;
 mod grow;
@@ -23,6 +24,7 @@ pub use check_ctx::{rank_arg, CheckCtx};
 pub use collectives::{
     all_gather, all_reduce, all_to_all, all_to_all_v, broadcast, reduce, reduce_scatter,
 };
+pub use configured::configured;
 pub use dispatch::op;
 pub use element::{dtype, wire_dtype, wire_op};
 pub use grow::{grow, join_grown};

@@ -120,6 +120,30 @@ pub trait Communicator: Send + Sync + Sized {
     /// untouched by others until the work on `stream` has completed.
     unsafe fn issue(&self, op: &CommOp<'_>, stream: &Self::Stream) -> Result<()>;
 
+    /// [`Communicator::issue`] with a configuration for this call alone (NCCL 2.31+: the
+    /// `nccl…Config` entry points): all_reduce, broadcast, reduce, all_gather,
+    /// reduce_scatter, all-to-all, gather and scatter; other operations are refused
+    /// (`op`). `cfg` is checked first ([`crate::coll_config::CollConfig::check`]); the
+    /// library's own kernels stand aside (the call asks NCCL for its resources). A library
+    /// without it refuses with [`crate::Error::Unsupported`].
+    ///
+    /// # Safety
+    /// As [`Communicator::issue`].
+    unsafe fn issue_configured(
+        &self,
+        op: &CommOp<'_>,
+        stream: &Self::Stream,
+        cfg: &crate::coll_config::CollConfig,
+    ) -> Result<()> {
+        let _ = (op, stream, cfg);
+        self.features()
+            .require(crate::feature::Feature::CollConfig)?;
+        Err(crate::error::Error::Unsupported {
+            feature: crate::feature::Feature::CollConfig,
+            missing: crate::feature::Missing::Disabled,
+        })
+    }
+
     /// A new communicator of the ranks that gave the same `color` (`None` = NCCL_SPLIT_NOCOLOR:
     /// this rank joins none and gets `None`), ordered by `key` then by rank. Every rank of this
     /// communicator must call it. A nonblocking split that runs past the time limit aborts the

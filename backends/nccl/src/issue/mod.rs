@@ -5,6 +5,7 @@
 
 mod barrier_scratch;
 mod call_ctx;
+pub(crate) mod configured;
 mod first_failure;
 mod grouped;
 pub(crate) mod issue_op;
