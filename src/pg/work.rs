@@ -416,6 +416,17 @@ impl<E: Event, A: CommAbort> Inner<E, A> {
                 (_, CommState::Destroyed) => Err(Error::Aborted {
                     reason: oxccl_core::text!("the communicator was destroyed"),
                 }),
+                // A revoke stopped what was in flight: the stream passes it, its output
+                // undefined (the library's poll says success once quiescent).
+                (_, state @ (CommState::Revoking | CommState::Revoked)) => {
+                    Err(Error::InvalidState {
+                        state,
+                        attempted: "complete an operation",
+                        reason: oxccl_core::text!(
+                            "the communicator was revoked while it ran: its output is undefined"
+                        ),
+                    })
+                }
                 _ => a.poll().map(|_| c),
             },
             None => Ok(c),

@@ -133,6 +133,11 @@ impl Binding {
             _ => {}
         }
         let mut life = lock(&self.rs().life);
+        if life.cycle.state() == CommState::Revoked {
+            // Quiescent after a revoke: NCCL's poll says success, whatever failed before
+            // (the failure stays the reason).
+            return Ok(Progress::Done);
+        }
         if let Some(e) = &life.error {
             return Err(e.clone());
         }

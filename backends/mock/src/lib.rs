@@ -62,6 +62,7 @@ pub mod procs;
 mod rendezvous;
 mod shared;
 mod shrink;
+mod shrink_match;
 mod signals;
 mod split;
 mod stream;

@@ -160,6 +160,10 @@ impl CommInner {
             let _live = self.use_raw();
             {
                 let life = self.life.lock();
+                if life.state() == CommState::Revoked {
+                    // Quiescent after a revoke: NCCL's poll says success from here.
+                    return Ok(Progress::Done);
+                }
                 if life.state().is_dead() || self.is_released() {
                     return life.ensure_ready("poll").map(|_| Progress::Done);
                 }

@@ -167,7 +167,7 @@ pub(crate) fn shrink(
     exclude: &[u32],
     limit: Duration,
 ) -> Result<Child> {
-    let stay = crate::shrink::survivors(parent.size, exclude);
+    let stay = crate::shrink_match::survivors(parent.size, exclude);
     let me = stay.iter().position(|r| *r == rank);
     let (Some(me), Some(rank0)) = (me, stay.first()) else {
         return Err(Error::invalid(
@@ -187,7 +187,7 @@ pub(crate) fn shrink(
     let spec = ChildSpec {
         id: crate::transport::proc_id::ProcId {
             pid,
-            token: crate::shrink::child_token(parent_token, seq, exclude),
+            token: crate::shrink_match::child_token(parent_token, seq, exclude),
         },
         rank: me as u32,
         size: stay.len() as u32,
