@@ -17,8 +17,28 @@ fn number(line: &str, lead: &str) -> u64 {
         .unwrap_or_else(|| panic!("no number after `{lead}` in {line:?}"))
 }
 
+/// The mock imitating NCCL 2.28.3 (its default): no revoke, so an abort and a new
+/// communicator through the store, for the loss and for the join.
 #[test]
 fn survivors_train_through_a_kill_and_a_replacement_joins() {
+    run(None);
+}
+
+/// The mock imitating NCCL 2.32.3: a revoke and a shrink across processes for the loss, a
+/// grow across processes for the join (each member says so).
+#[test]
+fn survivors_shrink_and_the_replacement_joins_by_a_grow_across_processes() {
+    let out = run(Some("2.32.3"));
+    let grows = out
+        .lines()
+        .filter(|l| l.contains("grows the communicator from 3 to 4 ranks"))
+        .count();
+    assert_eq!(grows, 3, "{out}");
+}
+
+/// Runs the example (`OXCCL_MOCK_VERSION` = `version`), checks its verdict, returns what it
+/// printed on both streams.
+fn run(version: Option<&str>) -> String {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let built = Command::new(cargo)
         .args(["build", "--example", "elastic_step"])
@@ -33,12 +53,16 @@ fn survivors_train_through_a_kill_and_a_replacement_joins() {
         .unwrap()
         .join("examples/elastic_step");
     let timeout_ms = 10_000;
-    let out = Command::new(&exe)
-        .env_remove("RANK")
+    let mut cmd = Command::new(&exe);
+    cmd.env_remove("RANK")
         .env("OXCCL_BACKEND", "mock")
         .env("OXCCL_TIMEOUT_MS", timeout_ms.to_string())
-        .output()
-        .unwrap();
+        .env("RUST_LOG", "info");
+    match version {
+        Some(v) => cmd.env("OXCCL_MOCK_VERSION", v),
+        None => cmd.env_remove("OXCCL_MOCK_VERSION"),
+    };
+    let out = cmd.output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -59,4 +83,5 @@ fn survivors_train_through_a_kill_and_a_replacement_joins() {
     for f in &finals {
         assert!(f.contains("step 60 size 4 epoch 2"), "{f}");
     }
+    format!("{stdout}{}", String::from_utf8_lossy(&out.stderr))
 }

@@ -49,6 +49,8 @@ pub const PEER_KERNELS: &str = "OXCCL_PEER_KERNELS";
 pub const ELASTIC: &str = "OXCCL_ELASTIC";
 /// `OXCCL_ELASTIC_WINDOW_MS`: how long survivors wait for each other before they decide.
 pub const ELASTIC_WINDOW_MS: &str = "OXCCL_ELASTIC_WINDOW_MS";
+/// `OXCCL_MOCK_VERSION`: the NCCL release the mock world imitates when a launcher picks it.
+pub const MOCK_VERSION: &str = "OXCCL_MOCK_VERSION";
 
 /// Every variable [`EnvConfig::from_lookup`] reads: (name, default when unset, meaning). The
 /// README's table of process-group variables is checked against it.
@@ -143,6 +145,11 @@ pub const VARIABLES: &[(&str, &str, &str)] = &[
         ELASTIC_WINDOW_MS,
         "1000",
         "how long survivors of a loss wait for each other before deciding who goes on, ms (a live rank that has not joined by then is left out)",
+    ),
+    (
+        MOCK_VERSION,
+        "2.28.3",
+        "the NCCL release the mock world imitates under a launcher (`OXCCL_BACKEND=mock`): its features and refusals are that release's",
     ),
 ];
 
@@ -362,6 +369,8 @@ pub struct EnvConfig {
     pub elastic: bool,
     /// `OXCCL_ELASTIC_WINDOW_MS`.
     pub elastic_window: Duration,
+    /// `OXCCL_MOCK_VERSION`; `None`: the mock's own default.
+    pub mock_version: Option<crate::version::Version>,
 }
 
 impl Default for EnvConfig {
@@ -387,6 +396,7 @@ impl Default for EnvConfig {
             peer_kernels: crate::peer_kernels::PeerPolicy::Auto,
             elastic: false,
             elastic_window: Duration::from_millis(1000),
+            mock_version: None,
         }
     }
 }
@@ -467,6 +477,15 @@ impl EnvConfig {
             peer_kernels,
             elastic: boolean(ELASTIC, d.elastic)?,
             elastic_window: millis(ELASTIC_WINDOW_MS, 1, d.elastic_window)?,
+            mock_version: match lookup(MOCK_VERSION) {
+                None => None,
+                Some(v) => Some(crate::version::Version::parse(v).ok_or_else(|| {
+                    Error::invalid(
+                        MOCK_VERSION,
+                        format_args!("an NCCL release such as 2.32.3, got \"{}\"", Escaped(v)),
+                    )
+                })?),
+            },
         })
     }
 

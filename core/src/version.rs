@@ -27,6 +27,17 @@ impl Version {
         }
     }
 
+    /// `"2.32.3"` as a version; `None` for anything but three dot-separated numbers.
+    pub fn parse(s: &str) -> Option<Version> {
+        let mut it = s.trim().split('.');
+        let v = Version::new(
+            it.next()?.parse().ok()?,
+            it.next()?.parse().ok()?,
+            it.next()?.parse().ok()?,
+        );
+        it.next().is_none().then_some(v)
+    }
+
     /// The `NCCL_VERSION(X,Y,Z)` code: `X*1000+Y*100+Z` up to 2.8, `X*10000+Y*100+Z` after.
     /// `None` when a number is too large to encode unambiguously.
     pub const fn code(&self) -> Option<i32> {

@@ -99,12 +99,22 @@ fn run_nccl<W: WithBackend>(_: W, none: Loaded) -> W::Output {
 
 /// The mock world for ranks as threads or as a launcher's processes.
 #[cfg(feature = "mock")]
-fn run_mock<W: WithBackend>(w: W) -> Result<W::Output> {
-    Ok(w.run(crate::mock::MockBackend::for_processes()))
+fn run_mock<W: WithBackend>(w: W, version: Option<oxccl_core::Version>) -> Result<W::Output> {
+    let mock = match version {
+        None => crate::mock::MockBackend::for_processes(),
+        Some(v) => crate::mock::MockBackend::with_options(
+            oxccl_core::FeatureSet::for_version(v),
+            crate::mock::FaultPlan::new(),
+            1,
+            crate::mock::DEFAULT_INIT_TIMEOUT,
+        )
+        .across_processes(),
+    };
+    Ok(w.run(mock))
 }
 
 #[cfg(not(feature = "mock"))]
-fn run_mock<W: WithBackend>(_: W) -> Result<W::Output> {
+fn run_mock<W: WithBackend>(_: W, _: Option<oxccl_core::Version>) -> Result<W::Output> {
     Err(Error::invalid(
         "OXCCL_BACKEND",
         format_args!(
@@ -130,7 +140,7 @@ pub fn with_backend<W: WithBackend>(env: &EnvConfig, w: W) -> Result<W::Output> 
         (BackendChoice::Nccl, Err(why)) => Err(Error::Remote {
             detail: text!("NCCL was chosen but is gone: {why}"),
         }),
-        (BackendChoice::Mock, _) => run_mock(w),
+        (BackendChoice::Mock, _) => run_mock(w, env.mock_version),
     }
 }
 

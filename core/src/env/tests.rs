@@ -211,6 +211,7 @@ fn every_variable_is_parsed_into_its_field() {
         (PEER_KERNELS, "two-shot"),
         (ELASTIC, "1"),
         (ELASTIC_WINDOW_MS, "250"),
+        (MOCK_VERSION, "2.32.3"),
     ];
     let c = EnvConfig::from_lookup(env(&pairs)).unwrap();
     assert_eq!(
@@ -237,6 +238,7 @@ fn every_variable_is_parsed_into_its_field() {
             ),
             elastic: true,
             elastic_window: Duration::from_millis(250),
+            mock_version: Some(crate::version::Version::new(2, 32, 3)),
         }
     );
     // Blocking wait forces NoHandling, whatever was asked.
