@@ -148,8 +148,8 @@ pub const VARIABLES: &[(&str, &str, &str)] = &[
     ),
     (
         MOCK_VERSION,
-        "2.28.3",
-        "the NCCL release the mock world imitates under a launcher (`OXCCL_BACKEND=mock`): its features and refusals are that release's",
+        "default",
+        "the NCCL release the mock world imitates under a launcher (`OXCCL_BACKEND=mock`), such as 2.32.3: its features and refusals are that release's (`default`: the mock's own, 2.28.3)",
     ),
 ];
 
@@ -479,6 +479,7 @@ impl EnvConfig {
             elastic_window: millis(ELASTIC_WINDOW_MS, 1, d.elastic_window)?,
             mock_version: match lookup(MOCK_VERSION) {
                 None => None,
+                Some(v) if v.eq_ignore_ascii_case("default") => None,
                 Some(v) => Some(crate::version::Version::parse(v).ok_or_else(|| {
                     Error::invalid(
                         MOCK_VERSION,
