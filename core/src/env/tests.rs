@@ -255,6 +255,8 @@ fn malformed_values_name_their_variable() {
     let cases: &[(&str, &str)] = &[
         (BACKEND, "gloo"),
         (BACKEND, ""),
+        (MOCK_VERSION, "2.32"),
+        (MOCK_VERSION, "2.32.3.1"),
         (TIMEOUT_MS, "0"),
         (TIMEOUT_MS, "10s"),
         (ASYNC_ERROR_HANDLING, "4"),
