@@ -2,7 +2,8 @@
 //! either share (its watch, its recorder entry, its empty slot).
 
 use super::comm::Slot;
-use super::inner::{GroupFamily, IssueState, PgInner};
+use super::family::GroupFamily;
+use super::inner::{IssueState, PgInner};
 use super::options::PgOptions;
 use crate::buffer::Memory;
 use crate::recorder::Recorder;

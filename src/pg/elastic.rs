@@ -3,7 +3,8 @@
 
 use super::build::GroupSpec;
 use super::comm::Slot;
-use super::inner::{lock, GroupFamily, PgInner};
+use super::family::GroupFamily;
+use super::inner::{lock, PgInner};
 use super::keys;
 use super::options::PgOptions;
 use super::process_group::ProcessGroup;

@@ -4,8 +4,8 @@
 
 use super::capture_state::CaptureState;
 use super::comm::Slot;
+use super::family::GroupFamily;
 use super::options::PgOptions;
-use super::recovery::book::Elastic;
 use super::tune::agree::AgreeingGroup;
 use crate::buffer::Memory;
 use crate::store::Store;
@@ -17,14 +17,6 @@ use oxccl_core::{text, CommState, Error, Feature, Result};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
-
-/// What every group made from one default group shares.
-pub(crate) struct GroupFamily {
-    /// The next group uid: every rank creates groups in the same order, so uids agree.
-    pub next_uid: AtomicU64,
-    /// The survivors' record, when the family goes on after losses ([`PgOptions::elastic`]).
-    pub elastic: Option<Elastic>,
-}
 
 /// The state every operation of a group reads or writes, kept on one cache line: between
 /// two operations the driver's and NCCL's calls evict the issuing core's nearer caches, so

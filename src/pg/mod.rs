@@ -16,6 +16,7 @@ mod capture_state;
 mod coalesce;
 mod comm;
 mod elastic;
+mod family;
 mod inner;
 mod issue;
 mod keys;

@@ -43,8 +43,8 @@ fn print(rows: &[Row]) {
 
 fn measure(a: &PerfArgs, use_nccl: bool, why: &str) -> std::result::Result<Vec<Row>, (u8, String)> {
     let min = a.min_bytes.unwrap_or(8).max(4);
-    // NCCL 2.32.3 on H100s without GDRCopy never completed a put of 32 KiB or more here
-    // (its RMA proxy asks for GDRCopy): the default stops at 16 KiB.
+    // Small puts by default: larger ones take NCCL's RMA proxy, which needs GDRCopy
+    // (docs/BENCHMARKS.md, one-sided latency).
     let max = a.max_bytes.unwrap_or(16 << 10).min(256 << 20);
     let sizes = ops::sweep(min, max, a.factor as usize, a.incr.unwrap_or(0));
     if sizes.is_empty() {

@@ -9,10 +9,10 @@
 //! communicator: the state the joiner needs comes from the others by broadcast, which the
 //! program does, see `examples/elastic_step.rs`).
 
-use super::book::{Change, Elastic};
 use super::{current, PREFIX};
 use crate::buffer::Memory;
 use crate::pg::comm::Slot;
+use crate::pg::family::{Change, Elastic};
 use crate::pg::inner::{lock, PgInner};
 use crate::store::Store;
 use oxccl_core::membership::survivors::{decode, encode, encoded_len};

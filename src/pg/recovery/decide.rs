@@ -1,11 +1,11 @@
 //! The survivors' decision after a failure: stop what is in flight, agree through the store on
 //! who goes on, record the epoch.
 
-use super::book::{Book, Change, Elastic};
 use super::{current, PREFIX};
 use crate::buffer::Memory;
 use crate::elastic::{Outcome, Survivors, Verdict};
 use crate::pg::comm::Slot;
+use crate::pg::family::{Book, Change, Elastic};
 use crate::pg::inner::{lock, PgInner};
 use oxccl_core::membership::elastic::{failure_sign, FailureSign};
 use oxccl_core::{text, CommAbort, Communicator, Error, Feature};

@@ -20,7 +20,6 @@
 //! survivors meet there.
 
 pub(crate) mod admit;
-pub(crate) mod book;
 mod decide;
 pub(crate) mod monitor;
 mod successor;

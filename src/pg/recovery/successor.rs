@@ -1,10 +1,10 @@
 //! A group catching up with the survivors' epoch: the successor without the ranks lost since
 //! its own epoch (and, for the default group, with the ranks that joined).
 
-use super::book::Elastic;
 use crate::buffer::Memory;
 use crate::pg::build::GroupSpec;
 use crate::pg::comm::Slot;
+use crate::pg::family::Elastic;
 use crate::pg::inner::{lock, PgInner};
 use oxccl_core::membership::elastic::{lost_indices, uid_at};
 use oxccl_core::membership::CommPlan;

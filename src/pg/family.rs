@@ -1,11 +1,20 @@
-//! The survivors' record of one family of groups (a default group and its subgroups): the
-//! epoch they are at, what changed at each epoch, and whether this rank was left out.
+//! What one family of groups (a default group and its subgroups) shares: the numbering of
+//! its groups and, when it goes on after losses, the survivors' record (the epoch it is at,
+//! what changed at each epoch, whether this rank was left out).
 
 use oxccl_core::text::text_str;
 use oxccl_core::{Error, RankList};
 use std::sync::atomic::AtomicU64;
 use std::sync::Mutex;
 use std::time::Duration;
+
+/// What every group made from one default group shares.
+pub(crate) struct GroupFamily {
+    /// The next group uid: every rank creates groups in the same order, so uids agree.
+    pub next_uid: AtomicU64,
+    /// The survivors' record, when the family goes on after losses ([`PgOptions::elastic`]).
+    pub elastic: Option<Elastic>,
+}
 
 /// A family's elastic state; its lock serializes this process's decisions and catch-ups.
 pub(crate) struct Elastic {
