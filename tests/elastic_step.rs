@@ -3,6 +3,8 @@
 //! steps itself, this checks its verdict and its times against the goals (back to training
 //! within the group's timeout + 2 s, training at four within 5 s of the replacement's start).
 
+mod ranks;
+
 use std::process::Command;
 
 /// The number before `unit` that follows `lead` in `line`.
@@ -39,19 +41,7 @@ fn survivors_shrink_and_the_replacement_joins_by_a_grow_across_processes() {
 /// Runs the example (`OXCCL_MOCK_VERSION` = `version`), checks its verdict, returns what it
 /// printed on both streams.
 fn run(version: Option<&str>) -> String {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let built = Command::new(cargo)
-        .args(["build", "--example", "elastic_step"])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .status()
-        .unwrap();
-    assert!(built.success());
-    let exe = std::env::current_exe().unwrap();
-    let exe = exe
-        .parent()
-        .and_then(|d| d.parent())
-        .unwrap()
-        .join("examples/elastic_step");
+    let exe = ranks::built_example("elastic_step");
     let timeout_ms = 10_000;
     let mut cmd = Command::new(&exe);
     cmd.env_remove("RANK")

@@ -334,20 +334,7 @@ fn ddp_step_under_torchrun_prints_what_the_threads_print_and_the_right_average()
     let Some(torchrun) = torch_env::venv_program("torchrun") else {
         return;
     };
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let built = Command::new(cargo)
-        .args(["build", "--example", "ddp_step"])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .status()
-        .unwrap();
-    assert!(built.success());
-    // target/<profile>/deps/<this test> → target/<profile>/examples/ddp_step
-    let exe = std::env::current_exe().unwrap();
-    let exe = exe
-        .parent()
-        .and_then(|d| d.parent())
-        .unwrap()
-        .join("examples/ddp_step");
+    let exe = ranks::built_example("ddp_step");
     let threads = Command::new(&exe)
         .env_remove("RANK")
         .env_remove("OXCCL_BACKEND")

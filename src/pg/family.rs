@@ -4,7 +4,7 @@
 
 use oxccl_core::text::text_str;
 use oxccl_core::{Error, RankList};
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -22,6 +22,8 @@ pub(crate) struct Elastic {
     pub window: Duration,
     /// The epoch the family is at (raised under the book's lock).
     pub epoch: AtomicU64,
+    /// Whether [`Book::out`] is set: what every operation reads, without the lock.
+    pub left_out: AtomicBool,
     pub book: Mutex<Book>,
 }
 
@@ -30,6 +32,7 @@ impl Elastic {
         Elastic {
             window,
             epoch: AtomicU64::new(0),
+            left_out: AtomicBool::new(false),
             book: Mutex::new(Book::default()),
         }
     }

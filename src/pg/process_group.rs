@@ -321,11 +321,9 @@ impl<B: Memory> PgInner<B> {
         attempted: &'static str,
         f: impl FnOnce(&Entry<B>) -> Result<R>,
     ) -> Result<R> {
-        if self.family.elastic.is_some() {
-            // A rank the survivors left out stays out.
-            if let Some(out) = recovery::refusal(self) {
-                return Err(out);
-            }
+        // A rank the survivors of a loss left out stays out.
+        if let Some(out) = recovery::refusal(self) {
+            return Err(out);
         }
         let mut slot = lock(&self.slot);
         if let Slot::Ready(e) = &*slot {

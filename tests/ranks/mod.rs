@@ -120,3 +120,22 @@ pub fn field<'a>(out: &'a str, key: &str) -> Option<&'a str> {
         .flat_map(|l| l.split_whitespace())
         .find_map(|w| w.strip_prefix(key).and_then(|w| w.strip_prefix('=')))
 }
+
+/// Builds example `name` of this package (cargo, as the test runs) and returns its path: the
+/// examples folder beside the running test binary's `deps/`.
+pub fn built_example(name: &str) -> std::path::PathBuf {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let built = Command::new(cargo)
+        .args(["build", "--example", name])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .status()
+        .unwrap();
+    assert!(built.success());
+    // target/<profile>/deps/<this test> → target/<profile>/examples/<name>
+    let exe = std::env::current_exe().unwrap();
+    exe.parent()
+        .and_then(|d| d.parent())
+        .unwrap()
+        .join("examples")
+        .join(name)
+}

@@ -110,6 +110,7 @@ fn decide<B: Memory>(
         e.abort.abort(&out.to_string());
     }
     book.out = Some(out.clone());
+    el.left_out.store(true, Ordering::Release);
     out
 }
 

@@ -73,6 +73,10 @@ fn world_root<B: Memory>(g: &Arc<PgInner<B>>) -> Arc<PgInner<B>> {
 /// The error a family that left this rank out gives every operation, if it did.
 pub(crate) fn refusal<B: Memory>(g: &PgInner<B>) -> Option<Error> {
     let el = g.family.elastic.as_ref()?;
+    // One load per operation; the lock only once this rank is out.
+    if !el.left_out.load(Ordering::Acquire) {
+        return None;
+    }
     el.book
         .lock()
         .unwrap_or_else(PoisonError::into_inner)

@@ -8,7 +8,7 @@ use crate::buffer::Memory;
 use crate::pg::inner::PgInner;
 use oxccl_core::{text, Error};
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, PoisonError, Weak};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 /// How often the monitor looks (a store read each time).
@@ -33,14 +33,7 @@ fn watch<B: Memory>(weak: &Weak<PgInner<B>>) {
         let Some(el) = root.family.elastic.as_ref() else {
             return;
         };
-        if last(&root).destroyed.load(Ordering::Acquire)
-            || el
-                .book
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .out
-                .is_some()
-        {
+        if last(&root).destroyed.load(Ordering::Acquire) || el.left_out.load(Ordering::Acquire) {
             return;
         }
         let epoch = el.epoch.load(Ordering::Acquire);
