@@ -358,6 +358,94 @@ fn gpu_one_sided_ping_pong_through_windows() {
 }
 
 #[test]
+fn gpu_comm_one_sided_puts_into_a_peer_window() {
+    let Some((_, lib)) = setup_for(Feature::Signals) else {
+        return;
+    };
+    use oxccl::buffer::NcclBuf;
+    use oxccl::core::signal::SignalFrom;
+    let id = lib.unique_id().unwrap();
+    let handles: Vec<_> = (0..2u32)
+        .map(|r| {
+            let lib = lib.clone();
+            std::thread::spawn(move || {
+                let mut c = Comm::init_rank(&lib, &id, r, 2, r, &CommConfig::new()).unwrap();
+                let st = oxccl::NcclStream::new(c.stream().clone());
+                let other = 1 - r;
+                let mut win = NcclBuf::<f32>::zeros(&lib, &st, 1024).unwrap();
+                let src = NcclBuf::<f32>::zeros(&lib, &st, 256).unwrap();
+                // Not yet a window: refused before NCCL.
+                let e = c.put_signal(&src, other, &win, 0, 0).unwrap_err();
+                assert!(
+                    matches!(e, Error::InvalidArgument { arg: "window", .. }),
+                    "{e}"
+                );
+                c.register_window(&win).unwrap();
+                c.register_window(&src).unwrap();
+                let twice = c.register_window(&win).unwrap_err();
+                assert!(
+                    matches!(twice, Error::InvalidArgument { arg: "buf", .. }),
+                    "{twice}"
+                );
+                let from = [SignalFrom {
+                    peer: other,
+                    signal: 0,
+                    count: 1,
+                }];
+                let mut src = src;
+                for round in 0..20u32 {
+                    let v = round as f32 + 1.0;
+                    if round % 2 == r {
+                        src.copy_from_host(&st, &[v; 256]).unwrap();
+                        c.put_signal(&src, other, &win, 256, 0).unwrap();
+                        c.synchronize().unwrap();
+                    } else {
+                        c.wait_signal(&from, &mut win).unwrap();
+                        let got = win.to_host(&st).unwrap();
+                        assert_eq!(&got[256..512], &[v; 256][..], "rank {r} round {round}");
+                        assert!(got[..256].iter().all(|x| *x == 0.0));
+                    }
+                }
+                let past = c.put_signal(&src, other, &win, 1000, 0).unwrap_err();
+                assert!(
+                    matches!(past, Error::InvalidArgument { arg: "offset", .. }),
+                    "{past}"
+                );
+                let far = c.put_signal(&src, 5, &win, 0, 0).unwrap_err();
+                assert!(
+                    matches!(far, Error::InvalidArgument { arg: "peer", .. }),
+                    "{far}"
+                );
+                // A signal alone, then the windows released (collective) and the comm ended.
+                if r == 0 {
+                    c.signal(other, 1).unwrap();
+                } else {
+                    let one = [SignalFrom {
+                        peer: other,
+                        signal: 1,
+                        count: 1,
+                    }];
+                    c.wait_signal(&one, &mut win).unwrap();
+                }
+                c.synchronize().unwrap();
+                c.deregister_window(&src).unwrap();
+                c.deregister_window(&win).unwrap();
+                let gone = c.deregister_window(&win).unwrap_err();
+                assert!(
+                    matches!(gone, Error::InvalidArgument { arg: "buf", .. }),
+                    "{gone}"
+                );
+                c.destroy().unwrap();
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().expect("rank thread");
+    }
+    println!("Comm one-sided: 20 rounds of put + signal, a signal alone, windows released");
+}
+
+#[test]
 fn gpu_configured_all_reduce_sums() {
     let Some((n, lib)) = setup_for(Feature::CollConfig) else {
         return;

@@ -19,6 +19,9 @@ pub struct Comm {
     stream: NcclStream,
     /// A CUDA-graph capture open on the stream (see `comm_graph`).
     cap: crate::capture_slot::CaptureSlot,
+    /// The symmetric windows (see `one_sided`); after `comm`, so that when both are dropped
+    /// the communicator, and with it the windows, ends before the memory goes.
+    pub(crate) windows: crate::one_sided::WindowTable,
 }
 
 /// Stops a communicator from any thread (a watchdog, a signal handler): wakes ranks blocked in
@@ -166,6 +169,7 @@ impl Comm {
             comm,
             stream,
             cap: Default::default(),
+            windows: Default::default(),
         })
     }
 
@@ -185,6 +189,7 @@ impl Comm {
             comm,
             stream: NcclStream::new(stream),
             cap: Default::default(),
+            windows: Default::default(),
         })
     }
 

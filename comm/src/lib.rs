@@ -6,7 +6,8 @@
 //!   features it has and why any is missing.
 //! - [`Comm`] is a safe communicator over cudarc device slices: every collective, send/recv,
 //!   all-to-all with uneven splits, gather/scatter, the `_v` variants, premul-sum, split,
-//!   registration, abort from any thread through an [`AbortHandle`], and group guards.
+//!   registration, symmetric windows and one-sided put / signal / wait on them (NCCL 2.29+),
+//!   abort from any thread through an [`AbortHandle`], and group guards.
 //! - [`Comm::issue`] is the raw escape hatch for frameworks with their own tensors.
 //! - [`mock`] is an in-process world of ranks on host memory for tests without GPUs.
 //!
@@ -31,6 +32,8 @@ mod comm_graph;
 pub mod element;
 #[cfg(feature = "nccl")]
 mod group_guard;
+#[cfg(feature = "nccl")]
+mod one_sided;
 pub mod tune_file;
 
 pub use aborts::{pending_aborts, wait_for_aborts};

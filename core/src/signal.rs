@@ -42,3 +42,17 @@ pub struct SignalWait {
     /// The signal's context.
     pub ctx: u32,
 }
+
+/// Signals to wait for from one rank, as a caller names them (`Comm::wait_signal`,
+/// `ProcessGroup::wait_signal`): the rank in the caller's numbering (the communicator's rank;
+/// a process group's global rank), signal context 0. The callers turn it into a
+/// [`SignalWait`] of the communicator's ranks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SignalFrom {
+    /// The rank the signals come from.
+    pub peer: u32,
+    /// Which signal.
+    pub signal: u32,
+    /// How many (each consumed).
+    pub count: u32,
+}

@@ -15,19 +15,8 @@ use super::process_group::ProcessGroup;
 use super::work::WorkOf;
 use crate::buffer::{Memory, Operand};
 use crate::element::Element;
-use oxccl_core::signal::{PutSignal, SignalWait};
+use oxccl_core::signal::{PutSignal, SignalFrom, SignalWait};
 use oxccl_core::{Communicator, Error, OpKind, Result};
-
-/// Signals to wait for from one member (see [`ProcessGroup::wait_signal`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct SignalFrom {
-    /// The member's global rank.
-    pub peer: u32,
-    /// Which signal.
-    pub signal: u32,
-    /// How many (each consumed).
-    pub count: u32,
-}
 
 impl<B: Memory> ProcessGroup<B> {
     /// Writes `src` into global rank `peer`'s buffer of the window `window` (this rank's

@@ -301,6 +301,16 @@ impl<T: Element> NcclBuf<T> {
         Ok(out)
     }
 
+    /// The allocation's identity, which keeps it alive (registrations and windows hold it).
+    pub(crate) fn mem(&self) -> CommMem {
+        CommMem {
+            id: self.alloc.id,
+            addr: self.alloc.addr,
+            bytes: self.alloc.bytes,
+            keep: self.alloc.clone(),
+        }
+    }
+
     /// The device the memory is on.
     pub fn device(&self) -> Device {
         Device(self.alloc.ctx.ordinal() as u32)
@@ -355,12 +365,7 @@ impl<T: Element> Operand<NcclBackend> for NcclBuf<T> {
     }
 
     fn comm_mem(&self) -> Option<CommMem> {
-        Some(CommMem {
-            id: self.alloc.id,
-            addr: self.alloc.addr,
-            bytes: self.alloc.bytes,
-            keep: self.alloc.clone(),
-        })
+        Some(self.mem())
     }
 }
 
