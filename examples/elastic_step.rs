@@ -13,10 +13,14 @@
 //! Under another launcher: any that leaves the survivors running when a rank dies works
 //! (plain `env://` as here; `srun --kill-on-bad-exit=0`; `mpirun` with its fault tolerance
 //! on). Set `OXCCL_ELASTIC=1` on every rank, and `ELASTIC_JOIN=1` on a replacement started
-//! with the lost rank's `RANK`. torchrun's agent restarts every worker of the node when one
-//! dies (its own elasticity: a new world from the last checkpoint); to keep the survivors,
-//! start the ranks with `--max-restarts 0` and a store that outlives the agent's workers
-//! (`TORCHELASTIC_USE_AGENT_STORE`), and start the replacement outside the agent.
+//! with the lost rank's `RANK`. torchrun's agent ends every worker of its node as soon as one
+//! fails (with restarts left it then starts them all again, its own elasticity), so under
+//! torchrun give each rank an agent of its own: `torchrun --nnodes 4 --node-rank R
+//! --nproc-per-node 1 --max-restarts 0 --master-addr A --master-port P`. The lost rank's agent
+//! fails and leaves; the others' workers train on in node 0's agent store; start the
+//! replacement outside any agent (a new agent would make the others restart theirs). The
+//! survivors' agents then wait in their exit barrier for the lost one (300 s) before they
+//! end. `ELASTIC_TORCHRUN=/path/to/torchrun` makes this launcher do that.
 
 use oxccl::buffer::Memory;
 use oxccl::core::env::EnvConfig;
@@ -156,24 +160,81 @@ fn rank_main() -> Result<()> {
     opts.device = boot.device;
     opts.elastic = true;
     let join = vars.get("ELASTIC_JOIN").is_some_and(|v| v == "1");
+    println!("rank {} pid {}", boot.rank, std::process::id());
     with_backend(&env, Rank { boot, opts, join })?
 }
 
-/// Starts rank `rank` of `n` of this program, `env://` on `port`.
-fn start(rank: u32, n: u32, port: u16, join: bool) -> std::io::Result<Child> {
+/// Starts rank `rank` of `n` of this program, `env://` on `port`: directly, or under an agent
+/// of its own of `torchrun` (the path given) whose node rank is the rank.
+fn start(
+    rank: u32,
+    n: u32,
+    port: u16,
+    join: bool,
+    torchrun: Option<&str>,
+) -> std::io::Result<Child> {
     let exe = std::env::current_exe()?;
-    let mut c = Command::new(exe);
-    c.env("RANK", rank.to_string())
-        .env("WORLD_SIZE", n.to_string())
-        .env("LOCAL_RANK", rank.to_string())
-        .env("MASTER_ADDR", "127.0.0.1")
-        .env("MASTER_PORT", port.to_string())
-        .env("OXCCL_ELASTIC", "1")
-        .stdout(Stdio::piped());
+    let mut c = match torchrun {
+        None => {
+            let mut c = Command::new(exe);
+            c.env("RANK", rank.to_string())
+                .env("WORLD_SIZE", n.to_string())
+                .env("LOCAL_RANK", rank.to_string())
+                .env("MASTER_ADDR", "127.0.0.1")
+                .env("MASTER_PORT", port.to_string());
+            c
+        }
+        Some(torchrun) => {
+            // One agent per rank (its node): an agent ends every worker of its node when one
+            // fails, so only a node of one rank leaves the others running. Node 0's agent
+            // serves the store the workers share.
+            let mut c = Command::new(torchrun);
+            c.args(["--nnodes", &n.to_string(), "--node-rank", &rank.to_string()])
+                .args(["--nproc-per-node", "1", "--max-restarts", "0"])
+                .args([
+                    "--master-addr",
+                    "127.0.0.1",
+                    "--master-port",
+                    &port.to_string(),
+                ])
+                .arg("--no-python")
+                .arg(exe)
+                .env("CUDA_VISIBLE_DEVICES", rank.to_string());
+            c
+        }
+    };
+    c.env("OXCCL_ELASTIC", "1").stdout(Stdio::piped());
     if join {
         c.env("ELASTIC_JOIN", "1");
     }
     c.spawn()
+}
+
+/// SIGKILLs rank 2 mid-step: the process itself, or under torchrun its worker (by the pid it
+/// printed), which its agent then sees fail.
+fn kill_rank_2(lines: &[Line], children: &mut [(u32, Child)]) -> std::result::Result<(), String> {
+    let worker = lines
+        .iter()
+        .find(|l| l.text.starts_with("rank 2 pid "))
+        .and_then(|l| after(&l.text, "pid"));
+    match (worker, children.iter_mut().find(|(r, _)| *r == 2)) {
+        (Some(pid), Some((_, c))) if u128::from(c.id()) != pid => {
+            let st = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status()
+                .map_err(|e| format!("killing rank 2's worker {pid}: {e}"))?;
+            if !st.success() {
+                return Err(format!("kill -KILL {pid} ended with {st}"));
+            }
+            Ok(())
+        }
+        (_, Some((_, c))) => {
+            c.kill().map_err(|e| format!("killing rank 2: {e}"))?;
+            let _ = c.wait();
+            Ok(())
+        }
+        (_, None) => Err("no rank 2 to kill".into()),
+    }
 }
 
 /// A line a rank printed, with when the launcher read it.
@@ -216,10 +277,13 @@ fn launcher() -> std::result::Result<(), String> {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(600_000);
+    let torchrun = std::env::var("ELASTIC_TORCHRUN").ok();
+    let torchrun = torchrun.as_deref();
     let (tx, rx) = std::sync::mpsc::channel();
     let mut children: Vec<(u32, Child)> = Vec::new();
     for r in 0..n {
-        let mut c = start(r, n, port, false).map_err(|e| format!("starting rank {r}: {e}"))?;
+        let mut c =
+            start(r, n, port, false, torchrun).map_err(|e| format!("starting rank {r}: {e}"))?;
         read_lines(r, &mut c, tx.clone());
         children.push((r, c));
     }
@@ -230,9 +294,14 @@ fn launcher() -> std::result::Result<(), String> {
     let mut joined_started = None;
     while began.elapsed() < limit {
         let Ok(line) = rx.recv_timeout(Duration::from_millis(100)) else {
+            let finals = lines
+                .iter()
+                .filter(|l| l.text.starts_with("final "))
+                .count();
             if children
                 .iter_mut()
                 .all(|(_, c)| matches!(c.try_wait(), Ok(Some(_))))
+                || (torchrun.is_some() && finals == 4)
             {
                 break;
             }
@@ -244,17 +313,15 @@ fn launcher() -> std::result::Result<(), String> {
         {
             // Mid-step: the others are in (or about to enter) the next collective.
             std::thread::sleep(Duration::from_millis(10));
-            if let Some((_, c)) = children.iter_mut().find(|(r, _)| *r == 2) {
-                c.kill().map_err(|e| format!("killing rank 2: {e}"))?;
-                let _ = c.wait();
-            }
+            kill_rank_2(&lines, &mut children)?;
             killed_at = Some(now_ms());
             println!("launcher: killed rank 2 (SIGKILL) at {}", now_ms());
         }
         if let (Some(k), None) = (killed_at, joined_started) {
             let recovered = line.text.contains(" lost [2] ");
             if recovered && now_ms() > k + 500 {
-                let mut c = start(2, n, port, true)
+                // Outside any agent: a new agent in the others' rendezvous would restart them.
+                let mut c = start(2, n, port, true, None)
                     .map_err(|e| format!("starting the replacement: {e}"))?;
                 read_lines(2, &mut c, tx.clone());
                 children.push((2, c));
@@ -268,9 +335,19 @@ fn launcher() -> std::result::Result<(), String> {
     while let Ok(line) = rx.recv_timeout(Duration::from_millis(200)) {
         lines.push(line);
     }
-    for (r, c) in &mut children {
+    for (i, (r, c)) in children.iter_mut().enumerate() {
+        let agent = torchrun.is_some() && i < n as usize;
+        if agent && matches!(c.try_wait(), Ok(None)) {
+            // The survivors' agents wait in their exit barrier for the lost rank's agent,
+            // which failed and left (torchrun's exit barrier: 300 s), then end.
+            println!("launcher: rank {r}'s agent waits in its exit barrier; ended");
+            let _ = c.kill();
+            let _ = c.wait();
+            continue;
+        }
         match c.try_wait() {
-            Ok(Some(s)) if s.success() || (*r == 2 && s.code().is_none()) => {}
+            // Rank 2's first process: SIGKILLed, or its agent, which fails with its worker.
+            Ok(Some(s)) if s.success() || (*r == 2 && (s.code().is_none() || agent)) => {}
             Ok(Some(s)) => return Err(format!("rank {r} ended with {s}")),
             _ => {
                 let _ = c.kill();

@@ -4,6 +4,8 @@
 //! within the group's timeout + 2 s, training at four within 5 s of the replacement's start).
 
 mod ranks;
+#[path = "torch_env/mod.rs"]
+mod torch_env;
 
 use std::process::Command;
 
@@ -38,12 +40,36 @@ fn survivors_shrink_and_the_replacement_joins_by_a_grow_across_processes() {
     assert_eq!(grows, 3, "{out}");
 }
 
+/// Under torchrun, an agent per rank (`--nnodes 4 --nproc-per-node 1 --max-restarts 0`):
+/// the lost rank's agent fails and leaves, the others' workers train on, the replacement
+/// joins from outside any agent. Skips, saying so, without torch's venv (fails under CI).
+#[test]
+fn under_torchrun_an_agent_per_rank_keeps_the_survivors() {
+    let Some(torchrun) = torch_env::venv_program("torchrun") else {
+        return;
+    };
+    let out = run_with(None, Some(&torchrun));
+    // The lost rank's agent reported its worker's SIGKILL; the survivors' agents, left in
+    // their exit barrier, were ended by the launcher.
+    assert!(out.contains("exitcode  : -9"), "{out}");
+    assert!(out.contains("agent waits in its exit barrier"), "{out}");
+}
+
 /// Runs the example (`OXCCL_MOCK_VERSION` = `version`), checks its verdict, returns what it
 /// printed on both streams.
 fn run(version: Option<&str>) -> String {
+    run_with(version, None)
+}
+
+/// [`run`], each rank started under an agent of `torchrun` when given.
+fn run_with(version: Option<&str>, torchrun: Option<&std::path::Path>) -> String {
     let exe = ranks::built_example("elastic_step");
     let timeout_ms = 10_000;
     let mut cmd = Command::new(&exe);
+    match torchrun {
+        Some(t) => cmd.env("ELASTIC_TORCHRUN", t),
+        None => cmd.env_remove("ELASTIC_TORCHRUN"),
+    };
     cmd.env_remove("RANK")
         .env("OXCCL_BACKEND", "mock")
         .env("OXCCL_TIMEOUT_MS", timeout_ms.to_string())
