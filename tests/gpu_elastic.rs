@@ -369,7 +369,11 @@ fn gpu_comm_one_sided_puts_into_a_peer_window() {
         .map(|r| {
             let lib = lib.clone();
             std::thread::spawn(move || {
-                let mut c = Comm::init_rank(&lib, &id, r, 2, r, &CommConfig::new()).unwrap();
+                // Two signal indices (one unless the config says more).
+                let cfg = CommConfig::new()
+                    .set(oxccl::ConfigField::NumRmaSig, 2)
+                    .unwrap();
+                let mut c = Comm::init_rank(&lib, &id, r, 2, r, &cfg).unwrap();
                 let st = oxccl::NcclStream::new(c.stream().clone());
                 let other = 1 - r;
                 let mut win = NcclBuf::<f32>::zeros(&lib, &st, 1024).unwrap();
@@ -416,6 +420,11 @@ fn gpu_comm_one_sided_puts_into_a_peer_window() {
                     matches!(far, Error::InvalidArgument { arg: "peer", .. }),
                     "{far}"
                 );
+                let past_signals = c.signal(other, 2).unwrap_err();
+                assert!(
+                    matches!(past_signals, Error::InvalidArgument { arg: "signal", .. }),
+                    "{past_signals}"
+                );
                 // A signal alone, then the windows released (collective) and the comm ended.
                 if r == 0 {
                     c.signal(other, 1).unwrap();
@@ -426,6 +435,14 @@ fn gpu_comm_one_sided_puts_into_a_peer_window() {
                         count: 1,
                     }];
                     c.wait_signal(&one, &mut win).unwrap();
+                }
+                c.synchronize().unwrap();
+                // What NCCL says of a second signal context on a config that names none
+                // (oxccl leaves that check to NCCL: its default may come from the environment).
+                if r == 0 {
+                    let ns = oxccl::NcclStream::new(c.stream().clone());
+                    let ctx1 = c.backend().signal(other, 0, 1, &ns);
+                    println!("a signal in context 1 without numRmaCtx: {ctx1:?}");
                 }
                 c.synchronize().unwrap();
                 c.deregister_window(&src).unwrap();
@@ -443,6 +460,68 @@ fn gpu_comm_one_sided_puts_into_a_peer_window() {
         h.join().expect("rank thread");
     }
     println!("Comm one-sided: 20 rounds of put + signal, a signal alone, windows released");
+}
+
+/// Puts of 32 KiB and more: on a node without GDRCopy NCCL 2.32.3 completes them only with
+/// `NCCL_P2P_USE_CUDA_MEMCPY=1` (the copy engines); the test runs when that is set (NCCL
+/// reads it once per process, so the GPU script runs this test alone with it) and skips,
+/// saying so, otherwise.
+#[test]
+fn gpu_comm_large_puts_through_the_copy_engines() {
+    let Some((_, lib)) = setup_for(Feature::Signals) else {
+        return;
+    };
+    if std::env::var("NCCL_P2P_USE_CUDA_MEMCPY").as_deref() != Ok("1") {
+        eprintln!("skipped: puts of 32 KiB or more run with NCCL_P2P_USE_CUDA_MEMCPY=1");
+        return;
+    }
+    use oxccl::buffer::NcclBuf;
+    use oxccl::core::signal::SignalFrom;
+    let id = lib.unique_id().unwrap();
+    let handles: Vec<_> = (0..2u32)
+        .map(|r| {
+            let lib = lib.clone();
+            std::thread::spawn(move || {
+                let mut c = Comm::init_rank(&lib, &id, r, 2, r, &CommConfig::new()).unwrap();
+                let st = oxccl::NcclStream::new(c.stream().clone());
+                let other = 1 - r;
+                let n = 1 << 18;
+                let mut win = NcclBuf::<f32>::zeros(&lib, &st, n).unwrap();
+                c.register_window(&win).unwrap();
+                let from = [SignalFrom {
+                    peer: other,
+                    signal: 0,
+                    count: 1,
+                }];
+                // 32 KiB, 64 KiB, 256 KiB, 1 MiB: rank 0 puts, rank 1 waits and reads.
+                for (round, len) in [1usize << 13, 1 << 14, 1 << 16, 1 << 18]
+                    .into_iter()
+                    .enumerate()
+                {
+                    let v = round as f32 + 1.0;
+                    // A put's data lies in a window: made by both ranks (collective).
+                    let src = NcclBuf::<f32>::from_host(&lib, &st, &vec![v; len]).unwrap();
+                    c.register_window(&src).unwrap();
+                    if r == 0 {
+                        c.put_signal(&src, other, &win, 0, 0).unwrap();
+                        c.synchronize_timeout(Duration::from_secs(20)).unwrap();
+                    } else {
+                        c.wait_signal(&from, &mut win).unwrap();
+                        c.synchronize_timeout(Duration::from_secs(20)).unwrap();
+                        let got = win.to_host(&st).unwrap();
+                        assert!(got[..len].iter().all(|x| *x == v), "{len} floats");
+                    }
+                    c.deregister_window(&src).unwrap();
+                    println!("rank {r}: a put of {} KiB arrived", len * 4 / 1024);
+                }
+                c.synchronize().unwrap();
+                c.destroy().unwrap();
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().expect("rank thread");
+    }
 }
 
 #[test]

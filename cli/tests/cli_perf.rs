@@ -355,3 +355,48 @@ fn graphs_run_every_collective_through_the_pg_capture_on_the_mock() {
         assert!(timed, "a timed pg sample: {r}");
     }
 }
+
+#[test]
+fn ping_pong_on_the_mock_reports_every_size_to_1_mib() {
+    let o = oxccl(&[
+        "perf",
+        "--backend",
+        "mock",
+        "--ping-pong",
+        "-n",
+        "2",
+        "-w",
+        "1",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = stdout(&o);
+    let rows: Vec<Vec<f64>> = out
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim_start().starts_with("bytes"))
+        .map(|l| l.split_whitespace().map(|v| v.parse().unwrap()).collect())
+        .collect();
+    let sizes: Vec<f64> = rows.iter().map(|r| r[0]).collect();
+    let want: Vec<f64> = (3..=20).map(|p| f64::from(1u32 << p)).collect();
+    assert_eq!(sizes, want, "{out}");
+    assert!(
+        rows.iter()
+            .all(|r| r.len() == 3 && r[1] > 0.0 && r[2] > 0.0),
+        "{out}"
+    );
+    let past = oxccl(&[
+        "perf",
+        "--backend",
+        "mock",
+        "--ping-pong",
+        "-b",
+        "64",
+        "-e",
+        "8",
+    ]);
+    assert!(!past.status.success());
+    assert!(
+        String::from_utf8_lossy(&past.stderr).contains("-b 64 is above -e 8"),
+        "{}",
+        String::from_utf8_lossy(&past.stderr)
+    );
+}

@@ -3,6 +3,7 @@
 //! part in a put; it learns of it by waiting for the signal, which orders the data before it.
 
 use crate::buf::RawBuf;
+use crate::config::{CommConfig, ConfigField};
 use crate::dtype::DataType;
 use crate::traits::RegHandle;
 
@@ -55,4 +56,74 @@ pub struct SignalFrom {
     pub signal: u32,
     /// How many (each consumed).
     pub count: u32,
+}
+
+/// How many signals and signal contexts a communicator has: NCCL's `numRmaSig` and
+/// `numRmaCtx` of its config. A signal index or context past them is refused before the
+/// library (NCCL refuses it too, "must be in [0, n)").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SignalLimits {
+    /// Signal indices `0..signals`.
+    pub signals: u32,
+    /// Contexts `0..contexts`, when known (`None`: only NCCL's own check applies).
+    pub contexts: Option<u32>,
+}
+
+impl Default for SignalLimits {
+    /// A communicator made without the fields: one signal index and one context, NCCL's
+    /// defaults ("Context 1 is invalid (must be in [0, 1))").
+    fn default() -> SignalLimits {
+        SignalLimits {
+            signals: 1,
+            contexts: Some(1),
+        }
+    }
+}
+
+impl SignalLimits {
+    /// The defaults of a library whose environment has `NCCL_NUM_RMA_CTX` = `num_rma_ctx`
+    /// (NCCL's default for `numRmaCtx`): that many contexts when it is a count, unknown
+    /// (left to NCCL) when it is something else, one when unset.
+    pub fn with_env(num_rma_ctx: Option<&str>) -> SignalLimits {
+        let contexts = match num_rma_ctx.map(str::trim) {
+            None | Some("") => Some(1),
+            Some(v) => v.parse::<u32>().ok().filter(|n| *n >= 1),
+        };
+        SignalLimits {
+            signals: 1,
+            contexts,
+        }
+    }
+
+    /// The limits of a communicator made with `cfg`: its `numRmaSig` and `numRmaCtx` where set
+    /// (a value below 1 counts as 1), else `inherited` (a parent's for a split, shrink or grow;
+    /// [`SignalLimits::default`] for an init).
+    pub fn from_config(cfg: &CommConfig, inherited: SignalLimits) -> SignalLimits {
+        let count = |f: ConfigField| cfg.int(f).map(|v| u32::try_from(v.max(1)).unwrap_or(1));
+        SignalLimits {
+            signals: count(ConfigField::NumRmaSig).unwrap_or(inherited.signals),
+            contexts: count(ConfigField::NumRmaCtx).or(inherited.contexts),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limits_come_from_the_config_then_the_parent() {
+        let d = SignalLimits::default();
+        assert_eq!((d.signals, d.contexts), (1, Some(1)));
+        let cfg = CommConfig::new().set(ConfigField::NumRmaSig, 4).unwrap();
+        let l = SignalLimits::from_config(&cfg, d);
+        assert_eq!((l.signals, l.contexts), (4, Some(1)));
+        let child = SignalLimits::from_config(&CommConfig::new(), l);
+        assert_eq!(child, l);
+        let cfg = CommConfig::new().set(ConfigField::NumRmaCtx, 0).unwrap();
+        assert_eq!(SignalLimits::from_config(&cfg, l).contexts, Some(1));
+        assert_eq!(SignalLimits::with_env(Some("3")).contexts, Some(3));
+        assert_eq!(SignalLimits::with_env(Some("x")).contexts, None);
+        assert_eq!(SignalLimits::with_env(None).contexts, Some(1));
+    }
 }

@@ -233,7 +233,11 @@ impl Backend for MockBackend {
                 });
             }
         }
-        Ok(MockComm::from_shared(shared, rank, device, limit))
+        Ok(
+            MockComm::from_shared(shared, rank, device, limit).with_signals(
+                oxccl_core::signal::SignalLimits::from_config(cfg, Default::default()),
+            ),
+        )
     }
 
     fn group_start(&self) -> Result<()> {

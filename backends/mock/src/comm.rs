@@ -49,6 +49,8 @@ pub struct MockComm {
     pub(crate) init_timeout: Duration,
     /// Serializes the calls NCCL would see on this communicator (see `calls`).
     calls: CallLock,
+    /// The signal indices and contexts one-sided calls may name, as its config gave them.
+    pub(crate) signals: oxccl_core::signal::SignalLimits,
 }
 
 impl std::fmt::Debug for MockComm {
@@ -82,7 +84,14 @@ impl MockComm {
             device,
             init_timeout,
             calls: CallLock::default(),
+            signals: Default::default(),
         }
+    }
+
+    /// This communicator with the signal limits `signals` (its config's, or its parent's).
+    pub(crate) fn with_signals(mut self, signals: oxccl_core::signal::SignalLimits) -> MockComm {
+        self.signals = signals;
+        self
     }
 
     /// Calls (issue, split, finalize, registration, `create_op`) inside this communicator
@@ -230,6 +239,7 @@ impl MockComm {
             device: self.device,
             init_timeout: self.init_timeout,
             calls: CallLock::default(),
+            signals: self.signals,
         }
     }
 
@@ -246,10 +256,14 @@ impl MockComm {
         if cfg.is_nonblocking() {
             let task = crate::procs::split::spawn(sh.clone(), rk, seq, color, key, limit)?;
             // NOCOLOR: the task still takes part in the match, and ends by itself.
-            return Ok(color.map(|_| self.pending_child(seq, Some(task))));
+            let signals = oxccl_core::signal::SignalLimits::from_config(cfg, self.signals);
+            return Ok(color.map(|_| self.pending_child(seq, Some(task)).with_signals(signals)));
         }
         let child = crate::procs::split::split(sh, rk, seq, color, key, limit)?;
-        Ok(child.map(|(shared, rank)| MockComm::from_shared(shared, rank, self.device, limit)))
+        let signals = oxccl_core::signal::SignalLimits::from_config(cfg, self.signals);
+        Ok(child.map(|(shared, rank)| {
+            MockComm::from_shared(shared, rank, self.device, limit).with_signals(signals)
+        }))
     }
 }
 
@@ -387,7 +401,8 @@ impl oxccl_core::Communicator for MockComm {
             // Post the call and return: the child binds when polled (NOCOLOR: no child).
             self.sh()
                 .split_post(self.rk(), seq, color, key, color.is_some());
-            return Ok(color.map(|_| self.pending_child(seq, None)));
+            let signals = oxccl_core::signal::SignalLimits::from_config(cfg, self.signals);
+            return Ok(color.map(|_| self.pending_child(seq, None).with_signals(signals)));
         }
         // Bounded by the init limit (a process group's timeout), as the init is.
         let joined = self
@@ -412,7 +427,9 @@ impl oxccl_core::Communicator for MockComm {
                 life.cycle = Lifecycle::initializing();
                 life.init_polls = planned.unwrap_or(0);
             }
-            MockComm::from_shared(shared, rank, self.device, self.init_timeout)
+            MockComm::from_shared(shared, rank, self.device, self.init_timeout).with_signals(
+                oxccl_core::signal::SignalLimits::from_config(cfg, self.signals),
+            )
         }))
     }
 

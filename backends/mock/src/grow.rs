@@ -109,12 +109,10 @@ impl MockComm {
             lock(registry()).remove(&id.0);
             *lock(&self.sh().grow_id) = None;
         }
-        Ok(MockComm::from_shared(
-            joined?,
-            self.rk(),
-            self.device,
-            self.init_timeout,
-        ))
+        Ok(
+            MockComm::from_shared(joined?, self.rk(), self.device, self.init_timeout)
+                .with_signals(self.signals),
+        )
     }
 
     /// [`oxccl_core::Communicator::suspend`] of the mock.

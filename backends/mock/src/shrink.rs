@@ -62,6 +62,10 @@ impl MockComm {
         } else {
             sh.shrink_join(rank, seq, &sorted, limit)?
         };
-        Ok(MockComm::from_shared(child, r, self.device, limit))
+        Ok(
+            MockComm::from_shared(child, r, self.device, limit).with_signals(
+                oxccl_core::signal::SignalLimits::from_config(cfg, self.signals),
+            ),
+        )
     }
 }

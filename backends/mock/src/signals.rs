@@ -123,7 +123,7 @@ impl MockComm {
     /// # Safety
     /// `p.send` valid host memory of its length until the stream passed the put.
     pub(crate) unsafe fn put_signal_rank(&self, p: &PutSignal, stream: &MockStream) -> Result<()> {
-        check::put_signal(&self.ctx(), p)?;
+        check::put_signal(&self.ctx(), &self.signals, p)?;
         if !lock(&self.rank_state().windows)
             .0
             .values()
@@ -188,7 +188,7 @@ impl MockComm {
         ctx: u32,
         stream: &MockStream,
     ) -> Result<()> {
-        check::signal(&self.ctx(), peer, signal, ctx)?;
+        check::signal(&self.ctx(), &self.signals, peer, signal, ctx)?;
         one_process(self)?;
         lock(&self.rank_state().life).cycle.ensure_ready("signal")?;
         let (sh, me) = (Arc::clone(self.sh()), self.rk());
@@ -197,7 +197,7 @@ impl MockComm {
 
     /// [`oxccl_core::Communicator::wait_signal`] of the mock.
     pub(crate) fn wait_signal_rank(&self, waits: &[SignalWait], stream: &MockStream) -> Result<()> {
-        check::wait_signal(&self.ctx(), waits)?;
+        check::wait_signal(&self.ctx(), &self.signals, waits)?;
         one_process(self)?;
         lock(&self.rank_state().life)
             .cycle

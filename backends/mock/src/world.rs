@@ -4,7 +4,7 @@ use crate::comm::MockComm;
 use crate::fault::FaultPlan;
 use crate::limits::{check_size, DEFAULT_INIT_TIMEOUT, DEFAULT_VERSION};
 use crate::shared::CommShared;
-use oxccl_core::{Device, Error, Feature, FeatureSet, Result, Version};
+use oxccl_core::{CommConfig, Device, Error, Feature, FeatureSet, Result, Version};
 use std::time::Duration;
 
 /// Makes worlds of in-process ranks.
@@ -26,6 +26,7 @@ impl World {
             nonblocking: None,
             plan: FaultPlan::new(),
             init_timeout: DEFAULT_INIT_TIMEOUT,
+            config: CommConfig::new(),
         }
     }
 }
@@ -38,6 +39,7 @@ pub struct WorldBuilder {
     nonblocking: Option<u32>,
     plan: FaultPlan,
     init_timeout: Duration,
+    config: CommConfig,
 }
 
 impl WorldBuilder {
@@ -71,6 +73,14 @@ impl WorldBuilder {
         self
     }
 
+    /// The communicators' config, as an init would take it: checked against the imitated
+    /// release at `build`; of its fields the mock models `numRmaSig` and `numRmaCtx` (the
+    /// signal indices and contexts one-sided calls may name).
+    pub fn config(mut self, cfg: CommConfig) -> WorldBuilder {
+        self.config = cfg;
+        self
+    }
+
     /// Faults to inject.
     pub fn faults(mut self, plan: FaultPlan) -> WorldBuilder {
         self.plan = plan;
@@ -93,6 +103,9 @@ impl WorldBuilder {
         if self.nonblocking.is_some() {
             self.features.require(Feature::NonBlocking)?;
         }
+        self.config.check_for(self.features.version())?;
+        let signals =
+            oxccl_core::signal::SignalLimits::from_config(&self.config, Default::default());
         let shared = CommShared::new(
             self.n,
             self.features,
@@ -101,7 +114,10 @@ impl WorldBuilder {
             self.nonblocking.is_some(),
         );
         Ok((0..self.n)
-            .map(|r| MockComm::from_shared(shared.clone(), r, Device(r), self.init_timeout))
+            .map(|r| {
+                MockComm::from_shared(shared.clone(), r, Device(r), self.init_timeout)
+                    .with_signals(signals)
+            })
             .collect())
     }
 }

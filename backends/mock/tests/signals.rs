@@ -6,7 +6,10 @@ mod common;
 
 use common::*;
 use oxccl_core::signal::{PutSignal, SignalWait};
-use oxccl_core::{Communicator, DataType, Error, Feature, Progress, RawBuf, Stream, Version};
+use oxccl_core::{
+    CommConfig, Communicator, ConfigField, DataType, Error, Feature, Progress, RawBuf, Stream,
+    Version,
+};
 use oxccl_mock::{MockComm, World};
 use std::time::Duration;
 
@@ -14,6 +17,21 @@ fn world(n: u32, version: Version, limit: Duration) -> Vec<MockComm> {
     World::builder(n)
         .version(version)
         .init_timeout(limit)
+        .build()
+        .unwrap()
+}
+
+/// A world whose communicators have `signals` signal indices and 2 contexts (the config's
+/// `numRmaSig` and `numRmaCtx`).
+fn world_with_signals(n: u32, signals: i32, limit: Duration) -> Vec<MockComm> {
+    let cfg = CommConfig::new()
+        .set(ConfigField::NumRmaSig, signals)
+        .and_then(|c| c.set(ConfigField::NumRmaCtx, 2))
+        .unwrap();
+    World::builder(n)
+        .version(Version::new(2, 32, 3))
+        .init_timeout(limit)
+        .config(cfg)
         .build()
         .unwrap()
 }
@@ -46,54 +64,51 @@ fn put(
 
 #[test]
 fn a_put_lands_in_the_peers_window_once_its_signal_is_waited_for() {
-    let out = on_ranks(
-        world(2, Version::new(2, 32, 3), Duration::from_secs(10)),
-        |c| {
-            let s = stream();
-            let win_buf = Buf::filled(64, 0);
-            let win = c.register_window(win_buf.addr(), 64).unwrap();
-            // A put's data lies in a window too (NCCL reads it through its window).
-            let mut src = Buf::filled(16, 0);
-            let src_win = c.register_window(src.addr(), 16).unwrap();
-            let me = c.rank();
-            let other = 1 - me;
-            if me == 0 {
-                src.bytes_mut()
-                    .copy_from_slice(&f32s(&[1.0, 2.0, 3.0, 4.0]));
-                // SAFETY: `src` lives until the stream is synchronized below.
-                unsafe { c.put_signal(&put(&src, 4, other, win, 16, 0), &s) }.unwrap();
-                // The answer: rank 1 doubled it into this rank's window, signal 1.
-                let back = [SignalWait {
-                    peer: other,
-                    signal: 1,
-                    count: 1,
-                    ctx: 0,
-                }];
-                c.wait_signal(&back, &s).unwrap();
-                s.synchronize().unwrap();
-            } else {
-                let got = [SignalWait {
-                    peer: other,
-                    signal: 0,
-                    count: 1,
-                    ctx: 0,
-                }];
-                c.wait_signal(&got, &s).unwrap();
-                s.synchronize().unwrap();
-                let seen = floats(&win_buf)[4..8].to_vec();
-                src.bytes_mut()
-                    .copy_from_slice(&f32s(&seen.iter().map(|x| x * 2.0).collect::<Vec<_>>()));
-                // SAFETY: `src` lives until the stream is synchronized below.
-                unsafe { c.put_signal(&put(&src, 4, other, win, 0, 1), &s) }.unwrap();
-                s.synchronize().unwrap();
-            }
-            assert_eq!(c.poll(), Ok(Progress::Done));
-            let mine = floats(&win_buf);
-            c.deregister_window(src_win).unwrap();
-            c.deregister_window(win).unwrap();
-            mine
-        },
-    );
+    let out = on_ranks(world_with_signals(2, 2, Duration::from_secs(10)), |c| {
+        let s = stream();
+        let win_buf = Buf::filled(64, 0);
+        let win = c.register_window(win_buf.addr(), 64).unwrap();
+        // A put's data lies in a window too (NCCL reads it through its window).
+        let mut src = Buf::filled(16, 0);
+        let src_win = c.register_window(src.addr(), 16).unwrap();
+        let me = c.rank();
+        let other = 1 - me;
+        if me == 0 {
+            src.bytes_mut()
+                .copy_from_slice(&f32s(&[1.0, 2.0, 3.0, 4.0]));
+            // SAFETY: `src` lives until the stream is synchronized below.
+            unsafe { c.put_signal(&put(&src, 4, other, win, 16, 0), &s) }.unwrap();
+            // The answer: rank 1 doubled it into this rank's window, signal 1.
+            let back = [SignalWait {
+                peer: other,
+                signal: 1,
+                count: 1,
+                ctx: 0,
+            }];
+            c.wait_signal(&back, &s).unwrap();
+            s.synchronize().unwrap();
+        } else {
+            let got = [SignalWait {
+                peer: other,
+                signal: 0,
+                count: 1,
+                ctx: 0,
+            }];
+            c.wait_signal(&got, &s).unwrap();
+            s.synchronize().unwrap();
+            let seen = floats(&win_buf)[4..8].to_vec();
+            src.bytes_mut()
+                .copy_from_slice(&f32s(&seen.iter().map(|x| x * 2.0).collect::<Vec<_>>()));
+            // SAFETY: `src` lives until the stream is synchronized below.
+            unsafe { c.put_signal(&put(&src, 4, other, win, 0, 1), &s) }.unwrap();
+            s.synchronize().unwrap();
+        }
+        assert_eq!(c.poll(), Ok(Progress::Done));
+        let mine = floats(&win_buf);
+        c.deregister_window(src_win).unwrap();
+        c.deregister_window(win).unwrap();
+        mine
+    });
     assert_eq!(
         &out[0][..4],
         &[2.0, 4.0, 6.0, 8.0],
@@ -153,6 +168,44 @@ fn bad_puts_and_waits_are_refused_before_anything_runs() {
         matches!(e, Error::InvalidArgument { arg: "peer", .. }),
         "{e}"
     );
+    // One signal index unless the config's numRmaSig gives more (NCCL's "must be in [0, 1)").
+    let e = c.signal(1, 1, 0, &s).unwrap_err();
+    assert!(
+        matches!(e, Error::InvalidArgument { arg: "signal", .. }),
+        "{e}"
+    );
+    let e = c
+        .wait_signal(
+            &[SignalWait {
+                peer: 1,
+                signal: 1,
+                count: 1,
+                ctx: 0,
+            }],
+            &s,
+        )
+        .unwrap_err();
+    assert!(
+        matches!(e, Error::InvalidArgument { arg: "signal", .. }),
+        "{e}"
+    );
+    let more = world_with_signals(2, 4, Duration::from_secs(10));
+    // SAFETY: refused before anything is queued.
+    let e = unsafe { c.put_signal(&put(&src, 1, 1, win, 0, 3), &s) }.unwrap_err();
+    assert!(
+        matches!(e, Error::InvalidArgument { arg: "signal", .. }),
+        "{e}"
+    );
+    let e = more[0].signal(1, 4, 0, &s).unwrap_err();
+    assert!(
+        matches!(e, Error::InvalidArgument { arg: "signal", .. }),
+        "{e}"
+    );
+    let e = more[0].signal(1, 3, 2, &s).unwrap_err();
+    assert!(
+        matches!(e, Error::InvalidArgument { arg: "ctx", .. }),
+        "{e}"
+    );
     let old = world(2, Version::new(2, 28, 9), Duration::from_secs(10));
     let e = old[0].signal(1, 0, 0, &s).unwrap_err();
     assert!(
@@ -198,28 +251,25 @@ fn a_wait_for_a_gone_peer_or_a_signal_that_never_comes_fails_the_rank() {
         "{:?}",
         out[0]
     );
-    let out = on_ranks(
-        world(2, Version::new(2, 32, 3), Duration::from_millis(300)),
-        |c| {
-            let s = stream();
-            if c.rank() == 0 {
-                let w = [SignalWait {
-                    peer: 1,
-                    signal: 7,
-                    count: 2,
-                    ctx: 0,
-                }];
-                c.wait_signal(&w, &s).unwrap();
-                // One of the two signals comes.
-                s.synchronize().unwrap();
-                return Some(c.poll());
-            }
-            c.signal(0, 7, 0, &s).unwrap();
+    let out = on_ranks(world_with_signals(2, 8, Duration::from_millis(300)), |c| {
+        let s = stream();
+        if c.rank() == 0 {
+            let w = [SignalWait {
+                peer: 1,
+                signal: 7,
+                count: 2,
+                ctx: 0,
+            }];
+            c.wait_signal(&w, &s).unwrap();
+            // One of the two signals comes.
             s.synchronize().unwrap();
-            std::thread::sleep(Duration::from_millis(600));
-            None
-        },
-    );
+            return Some(c.poll());
+        }
+        c.signal(0, 7, 0, &s).unwrap();
+        s.synchronize().unwrap();
+        std::thread::sleep(Duration::from_millis(600));
+        None
+    });
     assert!(
         matches!(out[0], Some(Err(Error::Timeout { .. }))),
         "{:?}",

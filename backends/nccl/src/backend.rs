@@ -150,6 +150,7 @@ impl NcclBackend {
                         device: Device(devices[i]),
                         nonblocking: false,
                         initializing: false,
+                        signals: env_signal_limits(),
                     },
                     self.settings,
                 )
@@ -400,6 +401,7 @@ impl NcclBackend {
             device,
             nonblocking,
             initializing,
+            signals: oxccl_core::signal::SignalLimits::from_config(cfg, env_signal_limits()),
         };
         Ok(NcclComm::wrap(lib.clone(), ctx, r, self.settings()))
     }
@@ -411,4 +413,11 @@ impl NcclComm {
     pub fn backend(&self) -> NcclBackend {
         NcclBackend::from_parts(self.inner.lib.clone(), self.inner.settings)
     }
+}
+
+/// The signal limits of a communicator made without `numRmaSig` / `numRmaCtx`: NCCL's
+/// defaults, its contexts from `NCCL_NUM_RMA_CTX` when set.
+fn env_signal_limits() -> oxccl_core::signal::SignalLimits {
+    let v = std::env::var("NCCL_NUM_RMA_CTX").ok();
+    oxccl_core::signal::SignalLimits::with_env(v.as_deref())
 }

@@ -255,6 +255,8 @@ impl NcclComm {
             device: oxccl_core::Communicator::device(self),
             nonblocking,
             initializing: false,
+            // NCCL's child takes the fields its config leaves unset from the parent.
+            signals: oxccl_core::signal::SignalLimits::from_config(cfg, self.inner.signals),
         };
         Ok(NcclComm::wrap(
             lib.clone(),

@@ -6,6 +6,7 @@ use crate::graph_refs::{Counted, GraphCount};
 use crate::peer::PeerGroup;
 use crate::registry::Registry;
 use cudarc::driver::{CudaContext, CudaSlice};
+use oxccl_core::signal::SignalLimits;
 use oxccl_core::state::lifecycle::Lifecycle;
 use oxccl_core::{text, CheckCtx, CommState, Device, FeatureSet, Progress, Result};
 use oxccl_loader::{Library, RawComm};
@@ -27,6 +28,8 @@ pub(crate) struct CommInner {
     pub(crate) ready: AtomicBool,
     pub(crate) registry: Registry,
     pub(crate) nonblocking: bool,
+    /// The signal indices and contexts one-sided calls may name (see [`SignalLimits`]).
+    pub(crate) signals: SignalLimits,
     pub(crate) settings: Settings,
     pub(crate) scratch: OnceLock<CudaSlice<f32>>,
     /// Set once by whichever path releases the raw communicator (see `release`).
@@ -87,6 +90,7 @@ impl CommInner {
             life: spin::Mutex::new(life),
             registry: Registry::default(),
             nonblocking: r.nonblocking,
+            signals: r.signals,
             settings,
             scratch: OnceLock::new(),
             released: AtomicBool::new(false),
@@ -198,6 +202,8 @@ pub(crate) struct Raw {
     pub(crate) device: Device,
     pub(crate) nonblocking: bool,
     pub(crate) initializing: bool,
+    /// The signals and contexts its config gave it.
+    pub(crate) signals: SignalLimits,
 }
 
 /// What a backend hands every communicator it makes (and a parent hands its children).

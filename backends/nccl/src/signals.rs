@@ -15,7 +15,7 @@ impl NcclComm {
     /// As the trait's: `p.send` valid device memory of this communicator's device until the
     /// work on `stream` completed.
     pub(crate) unsafe fn put_signal_comm(&self, p: &PutSignal, stream: &NcclStream) -> Result<()> {
-        check::put_signal(&self.check_ctx(), p)?;
+        check::put_signal(&self.check_ctx(), &self.inner.signals, p)?;
         if !self.inner.registry.has_window(p.window) {
             return Err(Error::invalid(
                 "window",
@@ -68,7 +68,7 @@ impl NcclComm {
         ctx: u32,
         stream: &NcclStream,
     ) -> Result<()> {
-        check::signal(&self.check_ctx(), peer, signal, ctx)?;
+        check::signal(&self.check_ctx(), &self.inner.signals, peer, signal, ctx)?;
         let f = self
             .inner
             .lib
@@ -95,7 +95,7 @@ impl NcclComm {
 
     /// [`oxccl_core::Communicator::wait_signal`] on NCCL.
     pub(crate) fn wait_signal_comm(&self, waits: &[SignalWait], stream: &NcclStream) -> Result<()> {
-        check::wait_signal(&self.check_ctx(), waits)?;
+        check::wait_signal(&self.check_ctx(), &self.inner.signals, waits)?;
         let f = self
             .inner
             .lib

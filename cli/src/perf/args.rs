@@ -113,7 +113,8 @@ pub struct PerfArgs {
     /// One-sided latency instead of the sweep: rank 0 puts each size into rank 1's window
     /// with a signal, rank 1 waits for it and puts it back (NCCL 2.29.2+, or the mock);
     /// beside it the same ping-pong with send/recv. Half the round trip is reported; sizes
-    /// 8 B to 16 KiB unless -b/-e say otherwise.
+    /// 8 B to 1 MiB (to 16 KiB on NCCL unless NCCL_P2P_USE_CUDA_MEMCPY=1: larger puts need
+    /// it where GDRCopy is absent) unless -b/-e say otherwise.
     #[arg(long = "ping-pong")]
     pub ping_pong: bool,
     /// Time the pg layer under this tune table (a file --tune wrote), on CommBuf buffers: the

@@ -43,9 +43,16 @@ fn print(rows: &[Row]) {
 
 fn measure(a: &PerfArgs, use_nccl: bool, why: &str) -> std::result::Result<Vec<Row>, (u8, String)> {
     let min = a.min_bytes.unwrap_or(8).max(4);
-    // Small puts by default: larger ones take NCCL's RMA proxy, which needs GDRCopy
-    // (docs/BENCHMARKS.md, one-sided latency).
-    let max = a.max_bytes.unwrap_or(16 << 10).min(256 << 20);
+    // Without GDRCopy NCCL completes puts of 32 KiB and more only over the copy engines
+    // (NCCL_P2P_USE_CUDA_MEMCPY=1; docs/BENCHMARKS.md, one-sided latency): small ones by
+    // default otherwise.
+    let copy_engines = std::env::var("NCCL_P2P_USE_CUDA_MEMCPY").as_deref() == Ok("1");
+    let default_max = if copy_engines || !use_nccl {
+        1 << 20
+    } else {
+        16 << 10
+    };
+    let max = a.max_bytes.unwrap_or(default_max).min(256 << 20);
     let sizes = ops::sweep(min, max, a.factor as usize, a.incr.unwrap_or(0));
     if sizes.is_empty() {
         return Err((

@@ -4,7 +4,7 @@
 use super::check_ctx::{rank_arg, CheckCtx};
 use crate::error::{Error, Result};
 use crate::feature::Feature;
-use crate::signal::{PutSignal, SignalWait};
+use crate::signal::{PutSignal, SignalLimits, SignalWait};
 
 fn int_arg(arg: &'static str, v: u32) -> Result<()> {
     if i32::try_from(v).is_err() {
@@ -16,13 +16,34 @@ fn int_arg(arg: &'static str, v: u32) -> Result<()> {
     Ok(())
 }
 
+/// A signal index and context the communicator has (see [`SignalLimits`]).
+fn signal_args(limits: &SignalLimits, signal: u32, sig_ctx: u32) -> Result<()> {
+    if signal >= limits.signals {
+        return Err(Error::invalid(
+            "signal",
+            format_args!(
+                "a signal index below the communicator's {} (its config's numRmaSig), got {signal}",
+                limits.signals
+            ),
+        ));
+    }
+    match limits.contexts {
+        Some(n) if sig_ctx >= n => Err(Error::invalid(
+            "ctx",
+            format_args!(
+                "a signal context below the communicator's {n} (its config's numRmaCtx), got {sig_ctx}"
+            ),
+        )),
+        _ => int_arg("ctx", sig_ctx),
+    }
+}
+
 /// A put: the library has signals; `peer` a rank of the communicator; the data (non-null when
-/// not empty) within the window's bytes from `offset`; signal and context NCCL's `int`s.
-pub fn put(ctx: &CheckCtx<'_>, p: &PutSignal) -> Result<()> {
+/// not empty) within the window's bytes from `offset`; signal and context within `limits`.
+pub fn put(ctx: &CheckCtx<'_>, limits: &SignalLimits, p: &PutSignal) -> Result<()> {
     ctx.features.require(Feature::Signals)?;
     rank_arg(ctx, "peer", p.peer)?;
-    int_arg("signal", p.signal)?;
-    int_arg("ctx", p.ctx)?;
+    signal_args(limits, p.signal, p.ctx)?;
     if p.send.len > 0 && p.send.addr == 0 {
         return Err(Error::invalid(
             "send",
@@ -42,17 +63,23 @@ pub fn put(ctx: &CheckCtx<'_>, p: &PutSignal) -> Result<()> {
     }
 }
 
-/// A signal alone: the library has signals; `peer` a rank; signal and context `int`s.
-pub fn signal(ctx: &CheckCtx<'_>, peer: u32, signal: u32, sig_ctx: u32) -> Result<()> {
+/// A signal alone: the library has signals; `peer` a rank; signal and context within
+/// `limits`.
+pub fn signal(
+    ctx: &CheckCtx<'_>,
+    limits: &SignalLimits,
+    peer: u32,
+    signal: u32,
+    sig_ctx: u32,
+) -> Result<()> {
     ctx.features.require(Feature::Signals)?;
     rank_arg(ctx, "peer", peer)?;
-    int_arg("signal", signal)?;
-    int_arg("ctx", sig_ctx)
+    signal_args(limits, signal, sig_ctx)
 }
 
 /// A wait: the library has signals; at least one wait, at most `i32::MAX`; each from a rank
-/// of the communicator, for at least one signal, numbers NCCL's `int`s.
-pub fn wait(ctx: &CheckCtx<'_>, waits: &[SignalWait]) -> Result<()> {
+/// of the communicator, for at least one signal, signal and context within `limits`.
+pub fn wait(ctx: &CheckCtx<'_>, limits: &SignalLimits, waits: &[SignalWait]) -> Result<()> {
     ctx.features.require(Feature::Signals)?;
     if waits.is_empty() || i32::try_from(waits.len()).is_err() {
         return Err(Error::invalid(
@@ -62,8 +89,7 @@ pub fn wait(ctx: &CheckCtx<'_>, waits: &[SignalWait]) -> Result<()> {
     }
     for w in waits {
         rank_arg(ctx, "peer", w.peer)?;
-        int_arg("signal", w.signal)?;
-        int_arg("ctx", w.ctx)?;
+        signal_args(limits, w.signal, w.ctx)?;
         if w.count == 0 {
             return Err(Error::invalid(
                 "count",
@@ -106,18 +132,22 @@ mod tests {
     #[test]
     fn puts_stay_in_their_window_and_waits_wait_for_something() {
         let f = FeatureSet::for_version(Version::new(2, 32, 3));
+        let lim = SignalLimits {
+            signals: 4,
+            contexts: Some(2),
+        };
         let ctx = CheckCtx {
             rank: 0,
             size: 2,
             features: &f,
         };
-        assert!(put(&ctx, &put_of(16, 0)).is_ok());
-        assert!(put(&ctx, &put_of(8, 32)).is_ok());
-        assert!(put(&ctx, &put_of(0, 64)).is_ok());
+        assert!(put(&ctx, &lim, &put_of(16, 0)).is_ok());
+        assert!(put(&ctx, &lim, &put_of(8, 32)).is_ok());
+        assert!(put(&ctx, &lim, &put_of(0, 64)).is_ok());
         for (len, off) in [(17, 0), (1, 61), (0, 65), (usize::MAX, 0), (1, usize::MAX)] {
             assert!(
                 matches!(
-                    put(&ctx, &put_of(len, off)),
+                    put(&ctx, &lim, &put_of(len, off)),
                     Err(Error::InvalidArgument { arg: "offset", .. })
                 ),
                 "{len} at {off}"
@@ -126,24 +156,37 @@ mod tests {
         let mut far = put_of(1, 0);
         far.peer = 2;
         assert!(matches!(
-            put(&ctx, &far),
+            put(&ctx, &lim, &far),
             Err(Error::InvalidArgument { arg: "peer", .. })
         ));
         let mut null = put_of(1, 0);
         null.send.addr = 0;
         assert!(matches!(
-            put(&ctx, &null),
+            put(&ctx, &lim, &null),
             Err(Error::InvalidArgument { arg: "send", .. })
         ));
         let mut big = put_of(1, 0);
         big.signal = u32::MAX;
         assert!(matches!(
-            put(&ctx, &big),
+            put(&ctx, &lim, &big),
             Err(Error::InvalidArgument { arg: "signal", .. })
         ));
-        assert!(signal(&ctx, 1, 3, 0).is_ok());
+        assert!(signal(&ctx, &lim, 1, 3, 1).is_ok());
         assert!(matches!(
-            signal(&ctx, 5, 3, 0),
+            signal(&ctx, &lim, 1, 4, 0),
+            Err(Error::InvalidArgument { arg: "signal", .. })
+        ));
+        assert!(matches!(
+            signal(&ctx, &lim, 1, 0, 2),
+            Err(Error::InvalidArgument { arg: "ctx", .. })
+        ));
+        let unknown = SignalLimits {
+            contexts: None,
+            ..lim
+        };
+        assert!(signal(&ctx, &unknown, 1, 0, 9).is_ok());
+        assert!(matches!(
+            signal(&ctx, &lim, 5, 3, 0),
             Err(Error::InvalidArgument { arg: "peer", .. })
         ));
         let w = SignalWait {
@@ -152,14 +195,14 @@ mod tests {
             count: 1,
             ctx: 0,
         };
-        assert!(wait(&ctx, &[w]).is_ok());
+        assert!(wait(&ctx, &lim, &[w]).is_ok());
         assert!(matches!(
-            wait(&ctx, &[]),
+            wait(&ctx, &lim, &[]),
             Err(Error::InvalidArgument { arg: "waits", .. })
         ));
         let zero = SignalWait { count: 0, ..w };
         assert!(matches!(
-            wait(&ctx, &[zero]),
+            wait(&ctx, &lim, &[zero]),
             Err(Error::InvalidArgument { arg: "count", .. })
         ));
         let old = FeatureSet::for_version(Version::new(2, 28, 9));
@@ -168,7 +211,7 @@ mod tests {
             ..ctx
         };
         assert!(matches!(
-            put(&ctx_old, &put_of(1, 0)),
+            put(&ctx_old, &lim, &put_of(1, 0)),
             Err(Error::Unsupported {
                 feature: Feature::Signals,
                 missing: crate::feature::Missing::TooOld { .. }
