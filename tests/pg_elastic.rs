@@ -306,3 +306,68 @@ fn a_silent_rank_is_left_out_after_the_timeout() {
         assert_eq!((*sum, *size), (3.0, 3), "rank {r}");
     }
 }
+
+/// The monitors of an elastic group over a TCP store look for a begun decision without
+/// querying the server: 4 idle ranks for a second (20 looks each) add no query (asking the
+/// server at each look would cost it 80). That a look still sees a decision begun elsewhere is
+/// what the elastic example over its TCP store shows (`tests/elastic_step.rs`).
+#[test]
+fn idle_monitors_cost_a_tcp_store_no_queries() {
+    use oxccl::store::{TcpServer, TcpStore, TcpStoreOptions};
+    let server = TcpServer::bind("127.0.0.1", 0).unwrap();
+    let port = server.port();
+    // The query count once it stops moving (queries sent are applied shortly after), or
+    // after two seconds of movement.
+    let settled = || {
+        let mut last = server.stats().queries;
+        for _ in 0..20 {
+            std::thread::sleep(Duration::from_millis(100));
+            let now = server.stats().queries;
+            if now == last {
+                break;
+            }
+            last = now;
+        }
+        last
+    };
+    let mock = backend(Version::new(2, 28, 9));
+    let ready = Arc::new(Barrier::new(5));
+    let done = Arc::new(Barrier::new(5));
+    let threads: Vec<_> = (0..4u32)
+        .map(|r| {
+            let (mock, ready, done) = (mock.clone(), ready.clone(), done.clone());
+            std::thread::spawn(move || {
+                let o = TcpStoreOptions {
+                    timeout: Duration::from_secs(10),
+                    ..TcpStoreOptions::client("127.0.0.1", port)
+                };
+                let store: Arc<dyn Store> = Arc::new(TcpStore::new(o).unwrap());
+                let pg = ProcessGroup::new(mock, store, r, 4, opts(r)).unwrap();
+                let mut b = pg.upload(&[1.0f32; 4]).unwrap();
+                pg.all_reduce(&mut b, ReduceOp::Sum)
+                    .unwrap()
+                    .wait()
+                    .unwrap();
+                ready.wait();
+                done.wait();
+                pg.destroy();
+            })
+        })
+        .collect();
+    ready.wait();
+    // Every monitor has looked at least once by now.
+    std::thread::sleep(Duration::from_millis(200));
+    let before = settled();
+    std::thread::sleep(Duration::from_secs(1));
+    let after = settled();
+    done.wait();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert_eq!(
+        after,
+        before,
+        "4 idle monitors queried the store {} times in a second",
+        after - before
+    );
+}

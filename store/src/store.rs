@@ -27,8 +27,9 @@ pub trait Store: Send + Sync {
 
     /// Whether `key` is set now, for a caller that asks again and again (a signal every
     /// rank looks for): a store that can have its server say when the key is set answers
-    /// from that, sending nothing while it is not ([`crate::TcpStore`] watches one such key
-    /// per client); any other store, or key, is asked as [`Store::check`] asks.
+    /// from that, sending nothing while it is not ([`crate::TcpStore`] watches up to four such
+    /// keys per client, a connection each while unset, a key seen set making room for
+    /// another); any other store, or key, is asked as [`Store::check`] asks.
     fn check_watched(&self, key: &str) -> Result<bool> {
         self.check(&[key])
     }

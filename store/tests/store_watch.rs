@@ -141,3 +141,53 @@ fn a_prefix_store_watches_its_own_key_and_other_keys_are_checked() {
     setter.set("world/3/signal", b"1").unwrap();
     until_set(&view, "signal");
 }
+
+#[test]
+fn several_keys_are_watched_at_once_and_a_key_seen_set_makes_room() {
+    let server = TcpServer::bind(HOST, 0).unwrap();
+    let (watcher, setter) = (client(server.port()), client(server.port()));
+    let keys = ["dump", "alarm/0", "a", "b"];
+    for k in keys {
+        assert!(!watcher.check_watched(k).unwrap());
+    }
+    // A call between asks takes one waiting connection and gives it back waiting again.
+    watcher.set("between", b"1").unwrap();
+    for k in keys {
+        assert!(!watcher.check_watched(k).unwrap());
+    }
+    let before = settled_queries(&server);
+    for _ in 0..100 {
+        for k in keys {
+            assert!(!watcher.check_watched(k).unwrap());
+        }
+    }
+    assert_eq!(
+        settled_queries(&server),
+        before,
+        "asks for four unset watched keys reached the server"
+    );
+    // A fifth key is not watched: each ask is a query.
+    assert!(!watcher.check_watched("fifth").unwrap());
+    let after_fifth = settled_queries(&server);
+    assert!(after_fifth > before);
+    setter.set("alarm/0", b"1").unwrap();
+    until_set(&watcher, "alarm/0");
+    // The key seen set makes room: the next epoch's alarm is watched, and costs nothing.
+    assert!(!watcher.check_watched("alarm/1").unwrap());
+    watcher.set("between", b"2").unwrap();
+    assert!(!watcher.check_watched("alarm/1").unwrap());
+    let settled = settled_queries(&server);
+    for _ in 0..100 {
+        assert!(!watcher.check_watched("alarm/1").unwrap());
+        assert!(!watcher.check_watched("dump").unwrap());
+    }
+    assert_eq!(settled_queries(&server), settled);
+    for k in ["dump", "alarm/1", "a", "b"] {
+        setter.set(k, b"x").unwrap();
+        until_set(&watcher, k);
+    }
+    assert_eq!(
+        watcher.get("between", Duration::from_secs(1)).unwrap(),
+        b"2"
+    );
+}

@@ -1,7 +1,9 @@
 //! Each elastic family's monitor: a thread that looks in the store for a decision another
 //! member began, so a rank that saw no failure itself (it was computing, or its operations
 //! had not reached the lost rank) joins the decision within the window instead of being left
-//! out.
+//! out. It asks through [`Store::check_watched`](oxccl_store::Store::check_watched): on a TCP
+//! store the server says when the epoch's key is set and the asks in between send nothing,
+//! so a world of any size costs the server no query per look.
 
 use super::{decide, last, PREFIX};
 use crate::buffer::Memory;
@@ -11,7 +13,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-/// How often the monitor looks (a store read each time).
+/// How often the monitor looks (on a TCP store a local read of a waiting socket).
 const LOOK_EVERY: Duration = Duration::from_millis(50);
 
 /// Starts the monitor of `root`'s family; it ends with the group (dropped or destroyed) or
@@ -38,7 +40,7 @@ fn watch<B: Memory>(weak: &Weak<PgInner<B>>) {
         }
         let epoch = el.epoch.load(Ordering::Acquire);
         let begun = format!("{PREFIX}/view/{epoch}/count");
-        if let Ok(true) = root.store.check(&[&begun]) {
+        if let Ok(true) = root.store.check_watched(&begun) {
             let cause = Error::Remote {
                 detail: text!("another member began deciding who goes on at epoch {epoch}"),
             };

@@ -15,16 +15,17 @@
 //! Every socket read and write is bounded by the store's timeout; a connection that failed
 //! in any way is dropped, never reused out of step with the server.
 //!
-//! # One connection, and a watched key at no cost
+//! # One connection, and watched keys at no cost
 //!
 //! A client keeps one idle connection (more exist only while calls overlap), so a process
-//! costs its server one connection whatever the number of groups on it. One key may be
-//! watched ([`Client::watched_is_set`]): the idle connection carries a `WAIT` on it, which the
-//! server answers only when the key is set, so a process that asks again and again whether
-//! the key is set (the dump signal) sends nothing until then; the answer, if any, is read
-//! locally from the socket. A call that takes the connection sends `CANCEL_WAIT` in front of
-//! its own query, in the same packet (no extra round trip), and reads the cancel's answer
-//! first; the call's connection carries the `WAIT` again once it is back.
+//! costs its server one connection whatever the number of groups on it. A few keys may be
+//! watched ([`Client::watched_is_set`], at most [`MAX_WATCHED`]): an idle connection per key
+//! not yet seen set carries a `WAIT` on it, which the server answers only when the key is
+//! set, so a process that asks again and again whether a key is set (the dump signal, an
+//! elastic group's alarm) sends nothing until then; the answer, if any, is read locally from
+//! the socket. A call that takes such a connection sends `CANCEL_WAIT` in front of its own
+//! query, in the same packet (no extra round trip), and reads the cancel's answer first; the
+//! connection carries a `WAIT` again once it is back. A key seen set makes room for another.
 
 use super::wire::{self, QueryType};
 use oxccl_core::text::Escaped;
@@ -35,8 +36,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-/// Idle connections kept per client; more are closed when returned (see the module doc).
-const MAX_IDLE: usize = 1;
+/// Keys one client watches at most (each keeps an idle connection waiting on it while unset);
+/// asks for another key go to the server (see the module doc).
+pub(crate) const MAX_WATCHED: usize = 4;
 /// The smallest socket timeout (a zero `Duration` means "none" to the OS).
 const MIN_TIMEOUT: Duration = Duration::from_millis(1);
 
@@ -64,18 +66,18 @@ impl From<io::Error> for Fail {
 /// One validated connection to the server.
 struct Conn {
     stream: TcpStream,
-    /// A `WAIT` on the watched key was sent on it, and no answer read yet.
-    parked: bool,
-    /// Unparking it found the watched key set.
-    saw_watched: bool,
+    /// The watched key (as sent) a `WAIT` was sent on, no answer read yet.
+    parked: Option<String>,
+    /// The watched key unparking it found set.
+    saw: Option<String>,
 }
 
 impl Conn {
     fn new(stream: TcpStream) -> Conn {
         Conn {
             stream,
-            parked: false,
-            saw_watched: false,
+            parked: None,
+            saw: None,
         }
     }
 
@@ -83,17 +85,16 @@ impl Conn {
     /// write, and reads its answer (after the `STOP_WAITING` that crossed it, when the
     /// watched key was set meanwhile), so the next byte read answers `q`.
     fn send(&mut self, q: &[u8]) -> io::Result<()> {
-        if !self.parked {
+        let Some(key) = self.parked.take() else {
             return self.stream.write_all(q);
-        }
+        };
         let mut all = Vec::with_capacity(1 + q.len());
         wire::put_query(&mut all, QueryType::CancelWait);
         all.extend_from_slice(q);
         self.stream.write_all(&all)?;
-        self.parked = false;
         let mut r = wire::read_u8(&mut self.stream)?;
         if r == wire::WAIT_STOP_WAITING {
-            self.saw_watched = true;
+            self.saw = Some(key);
             r = wire::read_u8(&mut self.stream)?;
         }
         if r != wire::WAIT_CANCELED {
@@ -102,13 +103,13 @@ impl Conn {
         Ok(())
     }
 
-    /// Parks the connection on `key` (the watched key, as sent).
+    /// Parks the connection on `key` (a watched key, as sent).
     fn park(&mut self, key: &str) -> io::Result<()> {
         let mut q = Vec::with_capacity(key.len() + 16);
         wire::put_query(&mut q, QueryType::Wait);
         wire::put_keys(&mut q, &[key]);
         self.stream.write_all(&q)?;
-        self.parked = true;
+        self.parked = Some(key.to_owned());
         Ok(())
     }
 
@@ -124,7 +125,7 @@ impl Conn {
         match read {
             Ok(0) => Err(io::ErrorKind::UnexpectedEof.into()),
             Ok(_) if b[0] == wire::WAIT_STOP_WAITING => {
-                self.parked = false;
+                self.parked = None;
                 Ok(true)
             }
             Ok(_) => Err(bad_reply("WAIT", b[0])),
@@ -134,34 +135,81 @@ impl Conn {
     }
 }
 
-/// The idle connection(s) and the watched key.
+/// The idle connection(s) and the watched keys.
 #[derive(Default)]
 struct Pool {
     idle: Vec<Conn>,
-    watched: Option<Watched>,
+    watched: Vec<Watched>,
 }
 
-/// The key a client watches (as sent), and whether it was seen set.
+/// A key a client watches (as sent), and whether it was seen set.
 struct Watched {
     key: String,
     set: bool,
 }
 
 impl Pool {
-    /// Takes back `c` after a call that succeeded: kept idle (parked on the watched key
-    /// while it is not known set) if there is room, else closed.
-    fn put_back(&mut self, mut c: Conn) {
-        if std::mem::take(&mut c.saw_watched) {
-            if let Some(w) = &mut self.watched {
-                w.set = true;
-            }
+    /// Idle connections kept: one, or one per watched key not seen set.
+    fn max_idle(&self) -> usize {
+        self.watched.iter().filter(|w| !w.set).count().max(1)
+    }
+
+    /// Notes that `key` was seen set.
+    fn seen_set(&mut self, key: &str) {
+        if let Some(w) = self.watched.iter_mut().find(|w| w.key == key) {
+            w.set = true;
         }
-        if self.idle.len() >= MAX_IDLE {
+    }
+
+    /// Whether `key` is watched, made so when there is room (taking the place of a key seen
+    /// set), and seen set: `None` when it is not watched.
+    fn watch(&mut self, key: &str) -> Option<bool> {
+        if let Some(w) = self.watched.iter().find(|w| w.key == key) {
+            return Some(w.set);
+        }
+        let fresh = Watched {
+            key: key.to_owned(),
+            set: false,
+        };
+        if self.watched.len() < MAX_WATCHED {
+            self.watched.push(fresh);
+        } else {
+            let done = self.watched.iter_mut().find(|w| w.set)?;
+            *done = fresh;
+        }
+        Some(false)
+    }
+
+    /// An idle connection for a call: one waiting on nothing, else none while there is room
+    /// for another idle one (the call opens it, and it waits on a watched key once back, so
+    /// a client comes to keep a connection per watched key), else one waiting on a key (the
+    /// call cancels that wait and the connection takes it up again once back).
+    fn take(&mut self) -> Option<Conn> {
+        if let Some(i) = self.idle.iter().position(|c| c.parked.is_none()) {
+            return Some(self.idle.swap_remove(i));
+        }
+        if self.idle.len() < self.max_idle() {
+            return None;
+        }
+        self.idle.pop()
+    }
+
+    /// Takes back `c` after a call that succeeded: kept idle if there is room, parked on a
+    /// watched key not seen set that no idle connection waits on, else closed.
+    fn put_back(&mut self, mut c: Conn) {
+        if let Some(key) = c.saw.take() {
+            self.seen_set(&key);
+        }
+        if self.idle.len() >= self.max_idle() {
             return;
         }
-        if let Some(w) = self.watched.as_ref().filter(|w| !w.set && !c.parked) {
-            if c.park(&w.key).is_err() {
-                return;
+        if c.parked.is_none() {
+            let waited = |k: &str| self.idle.iter().any(|i| i.parked.as_deref() == Some(k));
+            let free = self.watched.iter().find(|w| !w.set && !waited(&w.key));
+            if let Some(key) = free.map(|w| w.key.clone()) {
+                if c.park(&key).is_err() {
+                    return;
+                }
             }
         }
         self.idle.push(c);
@@ -317,7 +365,7 @@ impl Client {
         what: &str,
         f: impl FnOnce(&Self, &mut Conn) -> std::result::Result<T, Fail>,
     ) -> Result<T> {
-        let pooled = lock(&self.pool).idle.pop();
+        let pooled = lock(&self.pool).take();
         let mut c = match pooled {
             Some(c) => c,
             // A fresh connection after the first: one attempt, the server should be up.
@@ -463,40 +511,40 @@ impl Client {
     }
 
     /// Whether `key` (as sent) is set, for a caller that asks again and again. The first
-    /// call makes it the watched key unless another one is (see the module doc); after that
-    /// the answer is read from the idle connection's socket, without a query. When no parked
-    /// connection is idle (a call holds it; the server closed it) or another key is watched,
-    /// the server is asked (`CHECK`), so the answer is never late.
+    /// call makes it a watched key if there is room (see the module doc); after that the
+    /// answer is read from the socket of the idle connection waiting on it, without a query.
+    /// When no such connection is idle (a call holds it; the server closed it) or the key is
+    /// not watched, the server is asked (`CHECK`), so the answer is never late.
     pub(crate) fn watched_is_set(&self, key: &str) -> Result<bool> {
         {
-            let mut guard = lock(&self.pool);
-            let pool = &mut *guard;
-            let watched = pool.watched.get_or_insert_with(|| Watched {
-                key: key.to_owned(),
-                set: false,
-            });
-            if watched.key == key {
-                if watched.set {
-                    return Ok(true);
-                }
-                if let Some(i) = pool.idle.iter().position(|c| c.parked) {
-                    match pool.idle[i].answered() {
-                        Ok(answered) => {
-                            watched.set = answered;
-                            return Ok(answered);
+            let mut pool = lock(&self.pool);
+            match pool.watch(key) {
+                Some(true) => return Ok(true),
+                Some(false) => {
+                    let parked = pool
+                        .idle
+                        .iter()
+                        .position(|c| c.parked.as_deref() == Some(key));
+                    if let Some(i) = parked {
+                        match pool.idle[i].answered() {
+                            Ok(answered) => {
+                                if answered {
+                                    pool.seen_set(key);
+                                }
+                                return Ok(answered);
+                            }
+                            // Out of step or closed: dropped, and the server asked below.
+                            Err(_) => drop(pool.idle.swap_remove(i)),
                         }
-                        // Out of step or closed: dropped, and the server asked below.
-                        Err(_) => drop(pool.idle.swap_remove(i)),
                     }
                 }
+                None => {}
             }
         }
         // Going through the pool parks the connection on the way back.
         let set = self.check(&[key])?;
         if set {
-            if let Some(w) = lock(&self.pool).watched.as_mut().filter(|w| w.key == key) {
-                w.set = true;
-            }
+            lock(&self.pool).seen_set(key);
         }
         Ok(set)
     }
