@@ -1,9 +1,8 @@
 //! One collective with a configuration for this call alone (NCCL 2.31+: the `nccl…Config`
 //! entry points). Checked as any operation, then its configuration; NCCL alone runs it.
 
-use super::pointers::{m, p};
+use super::shape::{shape, Coll};
 use crate::absent::feature_symbol;
-use crate::codes::data_type;
 use crate::comm_inner::CommInner;
 use crate::reducer::NcclRedOp;
 use crate::stream::NcclStream;
@@ -42,156 +41,47 @@ pub(crate) unsafe fn issue(
     let api = comm.lib.api();
     let (raw, st, c) = (comm.raw, stream.raw(), buf.as_ptr());
     let missing = |name: &'static str| feature_symbol(Feature::CollConfig, name);
+    // Refused by `check::configured` above.
+    let a = shape(op, comm.size as usize).ok_or_else(|| {
+        Error::invalid("op", format_args!("a collective NCCL configures per call"))
+    })?;
+    let (s, r, n, dt, root) = (a.send, a.recv, a.count, a.dtype, a.root);
     // SAFETY: `op` passed `check::op` (lengths, roots) and its buffers hold what the caller
     // promised; the communicator is ready (so live); `c` points to a config built for the
     // loaded release, alive until the call returns.
     let code = unsafe {
-        match *op {
-            CommOp::AllReduce {
-                send, recv, dtype, ..
-            } => {
-                let f = api
-                    .all_reduce_config
-                    .ok_or(missing("ncclAllReduceConfig"))?;
-                f(
-                    p(send.addr),
-                    m(recv.addr),
-                    send.len,
-                    data_type(dtype),
-                    red,
-                    raw,
-                    st,
-                    c,
-                )
+        match a.coll {
+            Coll::AllReduce => {
+                let f = api.all_reduce_config;
+                f.ok_or(missing("ncclAllReduceConfig"))?(s, r, n, dt, red, raw, st, c)
             }
-            CommOp::Broadcast {
-                send,
-                recv,
-                dtype,
-                root,
-            } => {
-                let f = api.broadcast_config.ok_or(missing("ncclBroadcastConfig"))?;
-                let dt = data_type(dtype);
-                f(
-                    p(send.addr),
-                    m(recv.addr),
-                    recv.len,
-                    dt,
-                    root as i32,
-                    raw,
-                    st,
-                    c,
-                )
+            Coll::Broadcast => {
+                let f = api.broadcast_config;
+                f.ok_or(missing("ncclBroadcastConfig"))?(s, r, n, dt, root, raw, st, c)
             }
-            CommOp::Reduce {
-                send,
-                recv,
-                dtype,
-                root,
-                ..
-            } => {
-                let f = api.reduce_config.ok_or(missing("ncclReduceConfig"))?;
-                let dt = data_type(dtype);
-                f(
-                    p(send.addr),
-                    m(recv.addr),
-                    send.len,
-                    dt,
-                    red,
-                    root as i32,
-                    raw,
-                    st,
-                    c,
-                )
+            Coll::Reduce => {
+                let f = api.reduce_config;
+                f.ok_or(missing("ncclReduceConfig"))?(s, r, n, dt, red, root, raw, st, c)
             }
-            CommOp::AllGather { send, recv, dtype } => {
-                let f = api
-                    .all_gather_config
-                    .ok_or(missing("ncclAllGatherConfig"))?;
-                f(
-                    p(send.addr),
-                    m(recv.addr),
-                    send.len,
-                    data_type(dtype),
-                    raw,
-                    st,
-                    c,
-                )
+            Coll::AllGather => {
+                let f = api.all_gather_config;
+                f.ok_or(missing("ncclAllGatherConfig"))?(s, r, n, dt, raw, st, c)
             }
-            CommOp::ReduceScatter {
-                send, recv, dtype, ..
-            } => {
-                let f = api
-                    .reduce_scatter_config
-                    .ok_or(missing("ncclReduceScatterConfig"))?;
-                f(
-                    p(send.addr),
-                    m(recv.addr),
-                    recv.len,
-                    data_type(dtype),
-                    red,
-                    raw,
-                    st,
-                    c,
-                )
+            Coll::ReduceScatter => {
+                let f = api.reduce_scatter_config;
+                f.ok_or(missing("ncclReduceScatterConfig"))?(s, r, n, dt, red, raw, st, c)
             }
-            CommOp::AllToAll { send, recv, dtype } => {
-                let f = api.alltoall_config.ok_or(missing("ncclAlltoAllConfig"))?;
-                let per = send.len / comm.size as usize;
-                f(
-                    p(send.addr),
-                    m(recv.addr),
-                    per,
-                    data_type(dtype),
-                    raw,
-                    st,
-                    c,
-                )
+            Coll::AllToAll => {
+                let f = api.alltoall_config;
+                f.ok_or(missing("ncclAlltoAllConfig"))?(s, r, n, dt, raw, st, c)
             }
-            CommOp::Gather {
-                send,
-                recv,
-                dtype,
-                root,
-            } => {
-                let f = api.gather_config.ok_or(missing("ncclGatherConfig"))?;
-                let dt = data_type(dtype);
-                f(
-                    p(send.addr),
-                    m(recv.addr),
-                    send.len,
-                    dt,
-                    root as i32,
-                    raw,
-                    st,
-                    c,
-                )
+            Coll::Gather => {
+                let f = api.gather_config;
+                f.ok_or(missing("ncclGatherConfig"))?(s, r, n, dt, root, raw, st, c)
             }
-            CommOp::Scatter {
-                send,
-                recv,
-                dtype,
-                root,
-            } => {
-                let f = api.scatter_config.ok_or(missing("ncclScatterConfig"))?;
-                let dt = data_type(dtype);
-                f(
-                    p(send.addr),
-                    m(recv.addr),
-                    recv.len,
-                    dt,
-                    root as i32,
-                    raw,
-                    st,
-                    c,
-                )
-            }
-            // Refused by `check::configured` above.
-            _ => {
-                return Err(Error::invalid(
-                    "op",
-                    format_args!("a collective NCCL configures per call"),
-                ))
+            Coll::Scatter => {
+                let f = api.scatter_config;
+                f.ok_or(missing("ncclScatterConfig"))?(s, r, n, dt, root, raw, st, c)
             }
         }
     };

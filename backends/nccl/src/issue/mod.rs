@@ -11,6 +11,7 @@ mod grouped;
 pub(crate) mod issue_op;
 mod native;
 mod pointers;
+mod shape;
 
 #[cfg(test)]
 mod tests;

@@ -4,6 +4,7 @@
 
 use super::call_ctx::Ctx;
 use super::pointers::{m, p};
+use super::shape::{shape, Coll};
 use crate::absent::base_symbol;
 use crate::codes::data_type;
 use oxccl_core::{CommOp, DataType, Feature, ReduceOp, Result};
@@ -17,104 +18,59 @@ use oxccl_core::{CommOp, DataType, Feature, ReduceOp, Result};
 pub(super) unsafe fn call(c: &Ctx<'_>, op: &CommOp<'_>, scratch: usize) -> Result<Option<i32>> {
     let api = c.api;
     let (comm, stream, red) = (c.comm, c.stream, c.red);
-    // SAFETY: for every call below, the caller's contract; counts are the checked lengths.
+    if let Some(a) = shape(op, c.size) {
+        let (s, r, n, dt, root) = (a.send, a.recv, a.count, a.dtype, a.root);
+        // SAFETY: for every call below, the caller's contract; counts are the checked lengths.
+        let code = unsafe {
+            match a.coll {
+                Coll::AllReduce => {
+                    let f = api.all_reduce.ok_or_else(|| base_symbol("ncclAllReduce"))?;
+                    f(s, r, n, dt, red, comm, stream)
+                }
+                Coll::Broadcast => {
+                    let f = api.broadcast.ok_or_else(|| base_symbol("ncclBroadcast"))?;
+                    f(s, r, n, dt, root, comm, stream)
+                }
+                Coll::Reduce => {
+                    let f = api.reduce.ok_or_else(|| base_symbol("ncclReduce"))?;
+                    f(s, r, n, dt, red, root, comm, stream)
+                }
+                Coll::AllGather => {
+                    let f = api.all_gather.ok_or_else(|| base_symbol("ncclAllGather"))?;
+                    f(s, r, n, dt, comm, stream)
+                }
+                Coll::ReduceScatter => {
+                    let f = api
+                        .reduce_scatter
+                        .ok_or_else(|| base_symbol("ncclReduceScatter"))?;
+                    f(s, r, n, dt, red, comm, stream)
+                }
+                Coll::AllToAll => {
+                    let Some(f) = api.alltoall.filter(|_| c.feats.has(Feature::AllToAll)) else {
+                        return Ok(None);
+                    };
+                    f(s, r, n, dt, comm, stream)
+                }
+                Coll::Gather => {
+                    let Some(f) = api.gather.filter(|_| c.feats.has(Feature::GatherScatter)) else {
+                        return Ok(None);
+                    };
+                    f(s, r, n, dt, root, comm, stream)
+                }
+                Coll::Scatter => {
+                    let Some(f) = api.scatter.filter(|_| c.feats.has(Feature::GatherScatter))
+                    else {
+                        return Ok(None);
+                    };
+                    f(s, r, n, dt, root, comm, stream)
+                }
+            }
+        };
+        return Ok(Some(code));
+    }
+    // SAFETY: as above.
     let code = unsafe {
         match *op {
-            CommOp::AllReduce {
-                send, recv, dtype, ..
-            } => {
-                let f = api.all_reduce.ok_or_else(|| base_symbol("ncclAllReduce"))?;
-                let dt = data_type(dtype);
-                f(p(send.addr), m(recv.addr), send.len, dt, red, comm, stream)
-            }
-            CommOp::Broadcast {
-                send,
-                recv,
-                dtype,
-                root,
-            } => {
-                let f = api.broadcast.ok_or_else(|| base_symbol("ncclBroadcast"))?;
-                let (dt, root) = (data_type(dtype), root as i32);
-                f(p(send.addr), m(recv.addr), recv.len, dt, root, comm, stream)
-            }
-            CommOp::Reduce {
-                send,
-                recv,
-                dtype,
-                root,
-                ..
-            } => {
-                let f = api.reduce.ok_or_else(|| base_symbol("ncclReduce"))?;
-                let (dt, root) = (data_type(dtype), root as i32);
-                f(
-                    p(send.addr),
-                    m(recv.addr),
-                    send.len,
-                    dt,
-                    red,
-                    root,
-                    comm,
-                    stream,
-                )
-            }
-            CommOp::AllGather { send, recv, dtype } => {
-                let f = api.all_gather.ok_or_else(|| base_symbol("ncclAllGather"))?;
-                f(
-                    p(send.addr),
-                    m(recv.addr),
-                    send.len,
-                    data_type(dtype),
-                    comm,
-                    stream,
-                )
-            }
-            CommOp::ReduceScatter {
-                send, recv, dtype, ..
-            } => {
-                let f = api
-                    .reduce_scatter
-                    .ok_or_else(|| base_symbol("ncclReduceScatter"))?;
-                let dt = data_type(dtype);
-                f(p(send.addr), m(recv.addr), recv.len, dt, red, comm, stream)
-            }
-            CommOp::AllToAll { send, recv, dtype } => {
-                let Some(f) = api.alltoall.filter(|_| c.feats.has(Feature::AllToAll)) else {
-                    return Ok(None);
-                };
-                let per = send.len / c.size;
-                f(
-                    p(send.addr),
-                    m(recv.addr),
-                    per,
-                    data_type(dtype),
-                    comm,
-                    stream,
-                )
-            }
-            CommOp::Gather {
-                send,
-                recv,
-                dtype,
-                root,
-            } => {
-                let Some(f) = api.gather.filter(|_| c.feats.has(Feature::GatherScatter)) else {
-                    return Ok(None);
-                };
-                let (dt, root) = (data_type(dtype), root as i32);
-                f(p(send.addr), m(recv.addr), send.len, dt, root, comm, stream)
-            }
-            CommOp::Scatter {
-                send,
-                recv,
-                dtype,
-                root,
-            } => {
-                let Some(f) = api.scatter.filter(|_| c.feats.has(Feature::GatherScatter)) else {
-                    return Ok(None);
-                };
-                let (dt, root) = (data_type(dtype), root as i32);
-                f(p(send.addr), m(recv.addr), recv.len, dt, root, comm, stream)
-            }
             CommOp::Send { buf, dtype, peer } => c.send(buf.addr, buf.len, dtype, peer),
             CommOp::Recv { buf, dtype, peer } => c.recv(buf.addr, buf.len, dtype, peer),
             CommOp::Barrier => {
@@ -123,9 +79,7 @@ pub(super) unsafe fn call(c: &Ctx<'_>, op: &CommOp<'_>, scratch: usize) -> Resul
                 let f32 = data_type(DataType::Float32);
                 f(p(scratch), m(scratch), 1, f32, sum, comm, stream)
             }
-            CommOp::AllToAllV { .. }
-            | CommOp::AllGatherV { .. }
-            | CommOp::ReduceScatterV { .. } => return Ok(None),
+            _ => return Ok(None),
         }
     };
     Ok(Some(code))
