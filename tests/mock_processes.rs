@@ -7,6 +7,8 @@
 
 #[path = "mock_processes/faults.rs"]
 mod faults;
+#[path = "mock_processes/one_sided.rs"]
+mod one_sided;
 #[path = "mock_processes/ops.rs"]
 mod ops;
 mod ranks;
@@ -77,6 +79,11 @@ impl WithProcessGroup for Scenario {
                 n += ops::all_ops::<i32, B>(&pg)?;
                 n += ops::all_ops::<i64, B>(&pg)?;
                 println!("RESULT rank={me} checked={n}");
+                finish(&pg, None)
+            }
+            ["one_sided"] => {
+                let rounds = one_sided::ring(&pg)?;
+                println!("RESULT rank={me} rounds={rounds}");
                 finish(&pg, None)
             }
             ["subgroups"] => {
@@ -177,6 +184,10 @@ fn spawn(rank: u32, n: u32, port: u16, scenario: &str, timeout_ms: u64) -> Child
     if nonblocking {
         cmd.env("OXCCL_NONBLOCKING", "1");
     }
+    if scenario == "one_sided" {
+        // Signals and windows' puts: NCCL 2.29.2+ imitated.
+        cmd.env("OXCCL_MOCK_VERSION", "2.32.3");
+    }
     cmd.spawn().unwrap()
 }
 
@@ -243,6 +254,17 @@ fn every_op_and_type_on_two_three_and_four_processes() {
                 "rank {} of {n} checked {checked}",
                 r.rank
             );
+        }
+    }
+}
+
+#[test]
+fn one_sided_puts_and_signals_cross_processes_in_a_ring() {
+    for n in [2u32, 3] {
+        for r in run(n, "one_sided") {
+            assert_eq!(r.code, Some(0), "rank {} of {n}:\n{}", r.rank, r.out);
+            let rounds: usize = field(&r.out, "rounds").unwrap().parse().unwrap();
+            assert_eq!(rounds, one_sided::ROUNDS, "rank {} of {n}", r.rank);
         }
     }
 }

@@ -19,6 +19,9 @@
 //!   of this machine join (`init_rank` in each, e.g. through a process group and a TCP store):
 //!   rank 0's process hosts the communicator, the others reach it over a Unix socket with data
 //!   in shared memory; same semantics, and a dead process is seen at once (see [`procs`]).
+//! * One-sided puts, signals and waits on symmetric windows (NCCL 2.29.2+ imitated) with
+//!   NCCL's semantics, within a process and across processes (there the signals live on the
+//!   host, and a put into a rank of another process reaches its window by that rank's wait).
 //!
 //! Arithmetic rules (wrapping integers, rounding of half and fp8 types, Avg, PreMulSum) are in
 //! the `arith` module's documentation and are repeated here: ranks are combined in rank order;

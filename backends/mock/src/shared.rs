@@ -115,6 +115,9 @@ pub(crate) struct Hub {
     pub shrinks: HashMap<u64, ShrinkSlot>,
     /// One-sided signals raised and not yet consumed, by (to, from, signal, context).
     pub signals: HashMap<(u32, u32, u32, u32), u64>,
+    /// Puts into windows of ranks in other processes, kept (on the host) until the rank's
+    /// wait takes them (see `signals`).
+    pub deliveries: HashMap<u32, Vec<crate::signals::Delivery>>,
 }
 
 /// The state shared by every rank of one communicator.
@@ -202,6 +205,7 @@ impl CommShared {
                 splits: HashMap::new(),
                 shrinks: HashMap::new(),
                 signals: HashMap::new(),
+                deliveries: HashMap::new(),
             }),
             cv: Condvar::new(),
             ranks,

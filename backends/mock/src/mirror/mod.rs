@@ -4,10 +4,12 @@
 //! whether a communicator spans processes at all.
 
 #[cfg(target_os = "linux")]
+pub(crate) mod one_sided;
+#[cfg(target_os = "linux")]
 pub(crate) mod remote;
 pub(crate) mod spans;
 pub(crate) mod split_task;
 #[cfg(not(target_os = "linux"))]
 mod unsupported;
 #[cfg(not(target_os = "linux"))]
-pub(crate) use unsupported::remote;
+pub(crate) use unsupported::{one_sided, remote};

@@ -31,3 +31,45 @@ pub(crate) mod remote {
         }
     }
 }
+
+/// One-sided calls across processes, absent: no communicator has a link, so none is made.
+pub(crate) mod one_sided {
+    use crate::shared::CommShared;
+    use crate::signals::Delivery;
+    use crate::transport::link::Link;
+    use crate::transport::unsupported::refused_join;
+    use oxccl_core::signal::SignalWait;
+    use oxccl_core::Result;
+    use std::time::Duration;
+
+    /// Refused: no transport here.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn put(
+        _: &Link,
+        _: &CommShared,
+        _: u32,
+        _: u32,
+        _: (usize, usize),
+        _: &[u8],
+        _: (u32, u32),
+        _: Duration,
+    ) -> Result<()> {
+        Err(refused_join())
+    }
+
+    /// Refused: no transport here.
+    pub(crate) fn signal(_: &Link, _: &CommShared, _: u32, _: u32, _: (u32, u32)) -> Result<()> {
+        Err(refused_join())
+    }
+
+    /// Refused: no transport here.
+    pub(crate) fn wait(
+        _: &Link,
+        _: &CommShared,
+        _: u32,
+        _: &[SignalWait],
+        _: Duration,
+    ) -> Result<Vec<Delivery>> {
+        Err(refused_join())
+    }
+}

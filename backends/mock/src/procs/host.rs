@@ -203,6 +203,9 @@ fn serve(lobby: Arc<Lobby>, pid: ProcId, sock: UnixStream) {
             Ok(Some(Msg::Split { seq, color, key })) => {
                 serve_split(&proxy.real, rank, seq, color, key, &proxy.tx);
             }
+            Ok(Some(Msg::OneSided { id, call })) => {
+                super::one_sided::serve(&proxy.real, rank, id, call, &proxy.tx);
+            }
             Ok(Some(_)) => {}
             Ok(None) => break String::from("process exited (its connection closed)"),
             Err(e) => break format!("process sent a malformed message ({e})"),

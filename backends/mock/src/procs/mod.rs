@@ -72,6 +72,8 @@
 #[cfg(target_os = "linux")]
 pub(crate) mod host;
 #[cfg(target_os = "linux")]
+pub(crate) mod one_sided;
+#[cfg(target_os = "linux")]
 pub(crate) mod split;
 #[cfg(target_os = "linux")]
 pub(crate) mod split_match;

@@ -29,6 +29,8 @@ pub(crate) struct Replies {
     pub(crate) done: HashMap<u64, Result<()>>,
     /// Answers to this rank's split calls, by split sequence number.
     splits: HashMap<u64, Result<Option<ChildSpec>>>,
+    /// Answers to this rank's one-sided calls, by call id.
+    pub(crate) one_sided: HashMap<u64, Result<Vec<crate::signals::Delivery>>>,
     pub(crate) broken: Option<Text>,
 }
 
@@ -214,6 +216,10 @@ fn read_loop(mut rx: Rx, replies: Arc<(Mutex<Replies>, Condvar)>, host: u32) {
             }
             Ok(Some(Msg::SplitDone { seq, result })) => {
                 lock(&replies.0).splits.insert(seq, result);
+                replies.1.notify_all();
+            }
+            Ok(Some(Msg::OneSidedDone { id, result })) => {
+                lock(&replies.0).one_sided.insert(id, result);
                 replies.1.notify_all();
             }
             Ok(Some(_)) => {}

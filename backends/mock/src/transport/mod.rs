@@ -16,3 +16,5 @@ pub(crate) mod unsupported;
 pub(crate) use unsupported::link;
 #[cfg(target_os = "linux")]
 pub(crate) mod wire;
+#[cfg(target_os = "linux")]
+pub(crate) mod wire_one_sided;

@@ -4,8 +4,10 @@
 
 use super::child_spec::ChildSpec;
 use super::proc_id::ProcId;
+use super::wire_one_sided::{get_answer, get_call, put_answer, put_call, OneSidedCall};
 use crate::fault::FaultKind;
 use crate::op_desc::OpDesc;
+use crate::signals::Delivery;
 use oxccl_core::text::text_str;
 use oxccl_core::{
     text, DataType, Error, HostScalar, OpKind, RawBuf, RawBufMut, ReduceOp, Result, ResultCode,
@@ -71,6 +73,13 @@ pub(crate) enum Msg {
         seq: u64,
         result: Result<Option<ChildSpec>>,
     },
+    /// rank → host: a one-sided call of one of the rank's streams (`id` numbers the answer).
+    OneSided { id: u64, call: OneSidedCall },
+    /// host → rank: one-sided call `id` ran: the puts a wait took for the rank, or why not.
+    OneSidedDone {
+        id: u64,
+        result: Result<Vec<Delivery>>,
+    },
 }
 
 /// Appends fields to a payload.
@@ -78,22 +87,26 @@ pub(crate) enum Msg {
 pub(crate) struct W(pub Vec<u8>);
 
 impl W {
-    fn u8(&mut self, v: u8) {
+    pub(crate) fn u8(&mut self, v: u8) {
         self.0.push(v);
     }
-    fn u32(&mut self, v: u32) {
+    pub(crate) fn u32(&mut self, v: u32) {
         self.0.extend_from_slice(&v.to_le_bytes());
     }
-    fn u64(&mut self, v: u64) {
+    pub(crate) fn u64(&mut self, v: u64) {
         self.0.extend_from_slice(&v.to_le_bytes());
     }
-    fn str(&mut self, s: &str) {
+    pub(crate) fn str(&mut self, s: &str) {
         self.u32(u32::try_from(s.len()).unwrap_or(0));
         if u32::try_from(s.len()).is_ok() {
             self.0.extend_from_slice(s.as_bytes());
         }
     }
-    fn list(&mut self, v: &[usize]) {
+    pub(crate) fn bytes(&mut self, v: &[u8]) {
+        self.u64(v.len() as u64);
+        self.0.extend_from_slice(v);
+    }
+    pub(crate) fn list(&mut self, v: &[usize]) {
         self.u32(u32::try_from(v.len()).unwrap_or(0));
         for c in v.iter().take(u32::MAX as usize) {
             self.u64(*c as u64);
@@ -104,14 +117,14 @@ impl W {
 /// Reads fields from a payload; every read is bounds-checked (a short frame is an error).
 pub(crate) struct R<'a>(pub &'a [u8]);
 
-fn short() -> Error {
+pub(crate) fn short() -> Error {
     Error::Remote {
         detail: text!("malformed message from the peer process"),
     }
 }
 
 impl R<'_> {
-    fn take(&mut self, n: usize) -> Result<&[u8]> {
+    pub(crate) fn take(&mut self, n: usize) -> Result<&[u8]> {
         if self.0.len() < n {
             return Err(short());
         }
@@ -119,26 +132,30 @@ impl R<'_> {
         self.0 = b;
         Ok(a)
     }
-    fn u8(&mut self) -> Result<u8> {
+    pub(crate) fn u8(&mut self) -> Result<u8> {
         Ok(self.take(1)?[0])
     }
-    fn u32(&mut self) -> Result<u32> {
+    pub(crate) fn u32(&mut self) -> Result<u32> {
         let b = self.take(4)?;
         Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
     }
-    fn u64(&mut self) -> Result<u64> {
+    pub(crate) fn u64(&mut self) -> Result<u64> {
         let mut a = [0u8; 8];
         a.copy_from_slice(self.take(8)?);
         Ok(u64::from_le_bytes(a))
     }
-    fn usize(&mut self) -> Result<usize> {
+    pub(crate) fn usize(&mut self) -> Result<usize> {
         usize::try_from(self.u64()?).map_err(|_| short())
     }
-    fn str(&mut self) -> Result<String> {
+    pub(crate) fn str(&mut self) -> Result<String> {
         let n = self.u32()? as usize;
         Ok(String::from_utf8_lossy(self.take(n)?).into_owned())
     }
-    fn list(&mut self) -> Result<Vec<usize>> {
+    pub(crate) fn bytes(&mut self) -> Result<Vec<u8>> {
+        let n = self.usize()?;
+        Ok(self.take(n)?.to_vec())
+    }
+    pub(crate) fn list(&mut self) -> Result<Vec<usize>> {
         let n = self.u32()? as usize;
         if n > self.0.len() / 8 {
             return Err(short());
@@ -165,7 +182,7 @@ fn what_static(s: &str) -> &'static str {
     .unwrap_or("collective")
 }
 
-fn put_error(w: &mut W, e: &Error) {
+pub(crate) fn put_error(w: &mut W, e: &Error) {
     match e {
         Error::Mismatch { what, detail } => {
             w.u8(1);
@@ -198,7 +215,7 @@ fn put_error(w: &mut W, e: &Error) {
     }
 }
 
-fn get_error(r: &mut R<'_>) -> Result<Error> {
+pub(crate) fn get_error(r: &mut R<'_>) -> Result<Error> {
     Ok(match r.u8()? {
         1 => {
             let what = what_static(&r.str()?);
@@ -460,6 +477,16 @@ impl Msg {
                     }
                 }
             }
+            Msg::OneSided { id, call } => {
+                w.u8(9);
+                w.u64(*id);
+                put_call(&mut w, call);
+            }
+            Msg::OneSidedDone { id, result } => {
+                w.u8(10);
+                w.u64(*id);
+                put_answer(&mut w, result);
+            }
         }
         let len = (w.0.len() - 4) as u32;
         w.0[..4].copy_from_slice(&len.to_le_bytes());
@@ -548,6 +575,14 @@ impl Msg {
                 };
                 Msg::SplitDone { seq, result }
             }
+            9 => Msg::OneSided {
+                id: r.u64()?,
+                call: get_call(&mut r)?,
+            },
+            10 => Msg::OneSidedDone {
+                id: r.u64()?,
+                result: get_answer(&mut r)?,
+            },
             _ => return Err(short()),
         })
     }
