@@ -371,3 +371,57 @@ fn idle_monitors_cost_a_tcp_store_no_queries() {
         after - before
     );
 }
+
+/// A rank that issues while the survivors' decision (begun by another member, joined by its
+/// monitor) has stopped its communicator gets `MembersLost` like a failed wait, not the
+/// stopped communicator's refusal; its next operation runs on the smaller group. On a library
+/// without revoke (the decision aborts) and with it (it revokes).
+#[test]
+fn an_operation_issued_during_the_decision_reports_members_lost() {
+    for version in [Version::new(2, 28, 3), Version::new(2, 28, 9)] {
+        let store: Arc<dyn Store> = Arc::new(MemStore::new());
+        let barrier = Arc::new(Barrier::new(3));
+        let mock = backend(version);
+        let threads: Vec<_> = (0..3u32)
+            .map(|r| {
+                let (store, barrier, mock) = (store.clone(), barrier.clone(), mock.clone());
+                std::thread::spawn(move || {
+                    let pg = ProcessGroup::new(mock, store, r, 3, opts(r)).unwrap();
+                    let mut b = pg.upload(&[1.0f32; 4]).unwrap();
+                    pg.all_reduce(&mut b, ReduceOp::Sum)
+                        .unwrap()
+                        .wait()
+                        .unwrap();
+                    barrier.wait();
+                    if r == 2 {
+                        pg.abort("rank 2 killed");
+                        return None;
+                    }
+                    if r == 1 {
+                        // Rank 0 begins the decision; this rank's monitor joins it (stopping
+                        // the communicator) while this rank computes.
+                        std::thread::sleep(Duration::from_millis(150));
+                    }
+                    let mut b = pg.upload(&[1.0f32; 4]).unwrap();
+                    let step = pg.all_reduce(&mut b, ReduceOp::Sum).and_then(|w| w.wait());
+                    let mut b = pg.upload(&[1.0f32; 4]).unwrap();
+                    pg.all_reduce(&mut b, ReduceOp::Sum)
+                        .unwrap()
+                        .wait()
+                        .unwrap();
+                    Some((step, pg.download(&b).unwrap()[0], pg.size()))
+                })
+            })
+            .collect();
+        for (r, t) in threads.into_iter().enumerate() {
+            let Some((step, sum, size)) = t.join().unwrap() else {
+                continue;
+            };
+            assert!(
+                matches!(&step, Err(Error::MembersLost { lost, epoch: 1, .. }) if lost.to_string() == "2"),
+                "{version}, rank {r}: {step:?}"
+            );
+            assert_eq!((sum, size), (2.0, 2), "{version}, rank {r}");
+        }
+    }
+}

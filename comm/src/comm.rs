@@ -21,7 +21,7 @@ pub struct Comm {
     cap: crate::capture_slot::CaptureSlot,
     /// The symmetric windows (see `one_sided`); after `comm`, so that when both are dropped
     /// the communicator, and with it the windows, ends before the memory goes.
-    pub(crate) windows: crate::one_sided::WindowTable,
+    pub(crate) windows: crate::window_table::WindowTable,
 }
 
 /// Stops a communicator from any thread (a watchdog, a signal handler): wakes ranks blocked in

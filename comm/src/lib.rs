@@ -35,6 +35,8 @@ mod group_guard;
 #[cfg(feature = "nccl")]
 mod one_sided;
 pub mod tune_file;
+#[cfg(feature = "nccl")]
+mod window_table;
 
 pub use aborts::{pending_aborts, wait_for_aborts};
 #[cfg(feature = "nccl")]

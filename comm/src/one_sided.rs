@@ -9,27 +9,12 @@
 //! memory is not reused before the put ran); a wait takes its window buffer as written, so a
 //! copy or an operation on it afterwards sees the peers' data.
 
-use crate::buffer::{CommMem, NcclBuf, Operand};
+use crate::buffer::{NcclBuf, Operand};
 use crate::comm::Comm;
 use crate::element::Element;
+use crate::window_table::WindowTable;
 use oxccl_core::signal::{PutSignal, SignalFrom, SignalWait};
 use oxccl_core::{CaptureError, Communicator, Error, RegHandle, Result};
-
-/// The symmetric windows of one communicator, by allocation (a field of [`Comm`], after the
-/// communicator, so the allocations outlive it when both are dropped).
-#[derive(Debug, Default)]
-pub(crate) struct WindowTable {
-    windows: Vec<(RegHandle, CommMem)>,
-}
-
-impl WindowTable {
-    fn handle_of(&self, mem: &CommMem) -> Option<RegHandle> {
-        self.windows
-            .iter()
-            .find(|(_, m)| m.id == mem.id)
-            .map(|(h, _)| *h)
-    }
-}
 
 /// The window `buf` is in, or the error naming `arg`.
 fn window_of<T: Element>(
@@ -79,7 +64,7 @@ impl Comm {
             self.nccl_stream(),
         )?);
         let handle = self.backend().register_window(mem.addr, mem.bytes)?;
-        self.windows.windows.push((handle, mem));
+        self.windows.add(handle, mem);
         Ok(())
     }
 
@@ -90,7 +75,7 @@ impl Comm {
         let handle = window_of(&self.windows, "buf", buf)?;
         oxccl_core::Stream::synchronize(self.nccl_stream())?;
         self.backend().deregister_window(handle)?;
-        self.windows.windows.retain(|(h, _)| *h != handle);
+        self.windows.remove(handle);
         Ok(())
     }
 

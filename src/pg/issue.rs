@@ -117,7 +117,9 @@ impl<B: Memory> PgInner<B> {
     /// The one path of every operation: refuses calls on a non-member or destroyed group and
     /// while a coalescing block is open (its guard issues instead), makes the communicator on
     /// first use, records the events of the work, numbers it, records it in the flight
-    /// recorder and queues it to the watchdog.
+    /// recorder and queues it to the watchdog. In an elastic group a refusal that shows a
+    /// loss (the communicator stopped by the survivors' decision, a peer gone) is answered as
+    /// a failed wait is ([`oxccl_core::Error::MembersLost`] once decided).
     pub fn issue(
         &self,
         op: OpFacts,
@@ -170,6 +172,7 @@ impl<B: Memory> PgInner<B> {
             let trace = self.trace(op, seq, p2p);
             Ok(self.work(info, start, end, e, trace))
         })
+        .map_err(|e| super::recovery::settle_refusal(self, e))
     }
 
     /// The flight-recorder entry of an operation, to be recorded off the hot path (no

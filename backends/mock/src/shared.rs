@@ -117,7 +117,7 @@ pub(crate) struct Hub {
     pub signals: HashMap<(u32, u32, u32, u32), u64>,
     /// Puts into windows of ranks in other processes, kept (on the host) until the rank's
     /// wait takes them (see `signals`).
-    pub deliveries: HashMap<u32, Vec<crate::signals::Delivery>>,
+    pub deliveries: HashMap<u32, Vec<crate::delivery::Delivery>>,
 }
 
 /// The state shared by every rank of one communicator.

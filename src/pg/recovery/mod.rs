@@ -98,6 +98,15 @@ pub(crate) fn on_failure<B: Memory>(g: &PgInner<B>) -> Option<Arc<dyn OnFailure>
     }))
 }
 
+/// What an operation of `g` refused at issue with `e` reports: as a failed wait of `g`
+/// would (see [`on_failure`]); `e` itself outside elastic groups.
+pub(crate) fn settle_refusal<B: Memory>(g: &PgInner<B>, e: Error) -> Error {
+    match on_failure(g) {
+        Some(hook) => hook.settle(&e),
+        None => e,
+    }
+}
+
 /// A failed wait's answer in group `group` of epoch `epoch`.
 struct Settle<B: Memory> {
     world: Weak<PgInner<B>>,

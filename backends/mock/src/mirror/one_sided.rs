@@ -2,8 +2,8 @@
 //! goes to the host as one message and its stream waits for the answer (see `signals`), so
 //! the calls keep their place in the stream's order.
 
+use crate::delivery::Delivery;
 use crate::shared::CommShared;
-use crate::signals::Delivery;
 use crate::sync::{lock, wait_for};
 use crate::transport::link::Link;
 use crate::transport::wire::Msg;

@@ -34,8 +34,8 @@ pub(crate) mod remote {
 
 /// One-sided calls across processes, absent: no communicator has a link, so none is made.
 pub(crate) mod one_sided {
+    use crate::delivery::Delivery;
     use crate::shared::CommShared;
-    use crate::signals::Delivery;
     use crate::transport::link::Link;
     use crate::transport::unsupported::refused_join;
     use oxccl_core::signal::SignalWait;

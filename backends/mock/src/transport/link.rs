@@ -30,7 +30,7 @@ pub(crate) struct Replies {
     /// Answers to this rank's split calls, by split sequence number.
     splits: HashMap<u64, Result<Option<ChildSpec>>>,
     /// Answers to this rank's one-sided calls, by call id.
-    pub(crate) one_sided: HashMap<u64, Result<Vec<crate::signals::Delivery>>>,
+    pub(crate) one_sided: HashMap<u64, Result<Vec<crate::delivery::Delivery>>>,
     pub(crate) broken: Option<Text>,
 }
 

@@ -8,6 +8,8 @@
 pub(crate) mod chan;
 pub(crate) mod child_spec;
 #[cfg(target_os = "linux")]
+pub(crate) mod fields;
+#[cfg(target_os = "linux")]
 pub(crate) mod link;
 pub(crate) mod proc_id;
 #[cfg(not(target_os = "linux"))]

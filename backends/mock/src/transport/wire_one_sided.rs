@@ -1,8 +1,8 @@
 //! The bytes of one-sided calls across processes (see `signals`): a rank's put, signal or
 //! wait, and the host's answer, the puts a wait takes with it.
 
-use super::wire::{get_error, put_error, R, W};
-use crate::signals::Delivery;
+use super::fields::{get_error, put_error, short, R, W};
+use crate::delivery::Delivery;
 use oxccl_core::signal::SignalWait;
 use oxccl_core::Result;
 
@@ -90,7 +90,7 @@ pub(super) fn get_call(r: &mut R<'_>) -> Result<OneSidedCall> {
             let n = r.u32()? as usize;
             // Sixteen bytes a wait: a count the frame cannot hold is malformed.
             if n > r.0.len() / 16 {
-                return Err(super::wire::short());
+                return Err(short());
             }
             let waits = (0..n)
                 .map(|_| {
@@ -104,7 +104,7 @@ pub(super) fn get_call(r: &mut R<'_>) -> Result<OneSidedCall> {
                 .collect::<Result<Vec<_>>>()?;
             OneSidedCall::Wait { waits, limit_ms }
         }
-        _ => return Err(super::wire::short()),
+        _ => return Err(short()),
     })
 }
 
@@ -131,7 +131,7 @@ pub(super) fn get_answer(r: &mut R<'_>) -> Result<Result<Vec<Delivery>>> {
     let n = r.u32()? as usize;
     // Twenty-four bytes a put at least.
     if n > r.0.len() / 24 {
-        return Err(super::wire::short());
+        return Err(short());
     }
     (0..n)
         .map(|_| {
