@@ -425,3 +425,70 @@ fn an_operation_issued_during_the_decision_reports_members_lost() {
         }
     }
 }
+
+/// A rank hung in its own code (it issues nothing for longer than the group's timeout) while
+/// its process still answers is left out of a decision other members began, as a dead rank
+/// is: its monitor stays out, the survivors go on without it, and its next operation is
+/// refused instead of joining late.
+#[test]
+fn a_rank_idle_past_the_timeout_stays_out_of_the_decision() {
+    let store: Arc<dyn Store> = Arc::new(MemStore::new());
+    let barrier = Arc::new(Barrier::new(3));
+    let mock = backend(Version::new(2, 28, 9));
+    let threads: Vec<_> = (0..3u32)
+        .map(|r| {
+            let (store, barrier, mock) = (store.clone(), barrier.clone(), mock.clone());
+            std::thread::spawn(move || {
+                let o = PgOptions {
+                    timeout: Duration::from_millis(800),
+                    ..opts(r)
+                };
+                let pg = ProcessGroup::new(mock, store, r, 3, o).unwrap();
+                let mut b = pg.upload(&[1.0f32; 4]).unwrap();
+                pg.all_reduce(&mut b, ReduceOp::Sum)
+                    .unwrap()
+                    .wait()
+                    .unwrap();
+                barrier.wait();
+                match r {
+                    2 => {
+                        std::thread::sleep(Duration::from_millis(1200));
+                        pg.abort("rank 2 killed");
+                        None
+                    }
+                    1 => {
+                        // Hung in its own code past the timeout; wakes after the decision.
+                        std::thread::sleep(Duration::from_millis(2500));
+                        let mut b = pg.upload(&[1.0f32; 4]).unwrap();
+                        let late = pg.all_reduce(&mut b, ReduceOp::Sum).and_then(|w| w.wait());
+                        Some(format!("{late:?}"))
+                    }
+                    _ => {
+                        std::thread::sleep(Duration::from_millis(1300));
+                        let mut b = pg.upload(&[1.0f32; 4]).unwrap();
+                        let step = pg.all_reduce(&mut b, ReduceOp::Sum).and_then(|w| w.wait());
+                        let mut b = pg.upload(&[1.0f32; 4]).unwrap();
+                        pg.all_reduce(&mut b, ReduceOp::Sum)
+                            .unwrap()
+                            .wait()
+                            .unwrap();
+                        let sum = pg.download(&b).unwrap()[0];
+                        Some(format!("{step:?} sum {sum} size {}", pg.size()))
+                    }
+                }
+            })
+        })
+        .collect();
+    let seen: Vec<Option<String>> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    let r0 = seen[0].as_deref().unwrap();
+    assert!(
+        r0.starts_with("Err(MembersLost { lost: RankList { kept: [1, 2], total: 2 }, epoch: 1"),
+        "{r0}"
+    );
+    assert!(r0.ends_with("sum 1 size 1"), "{r0}");
+    let r1 = seen[1].as_deref().unwrap();
+    assert!(
+        r1.contains("Aborted") && r1.contains("stayed out of the survivors' decision"),
+        "{r1}"
+    );
+}

@@ -4,9 +4,9 @@
 
 use oxccl_core::text::text_str;
 use oxccl_core::{Error, RankList};
-use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// What every group made from one default group shares.
 pub(crate) struct GroupFamily {
@@ -25,6 +25,9 @@ pub(crate) struct Elastic {
     /// Whether [`Book::out`] is set: what every operation reads, without the lock.
     pub left_out: AtomicBool,
     pub book: Mutex<Book>,
+    /// When this rank last issued an operation of the family, ms after `born`.
+    active_ms: AtomicU64,
+    born: Instant,
 }
 
 impl Elastic {
@@ -34,7 +37,24 @@ impl Elastic {
             epoch: AtomicU64::new(0),
             left_out: AtomicBool::new(false),
             book: Mutex::new(Book::default()),
+            active_ms: AtomicU64::new(0),
+            born: Instant::now(),
         }
+    }
+
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.born.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Notes that this rank issued an operation now.
+    pub(crate) fn touch(&self) {
+        self.active_ms.store(self.now_ms(), Ordering::Relaxed);
+    }
+
+    /// How long this rank has issued nothing, ms.
+    pub(crate) fn idle_ms(&self) -> u64 {
+        self.now_ms()
+            .saturating_sub(self.active_ms.load(Ordering::Relaxed))
     }
 }
 

@@ -127,6 +127,9 @@ impl<B: Memory> PgInner<B> {
     ) -> Result<WorkOf<B>> {
         let name = op.kind.name();
         self.refuse_while_coalescing(name, ": issue through its guard")?;
+        if let Some(el) = &self.family.elastic {
+            el.touch();
+        }
         let timing = self.opts.timing;
         self.with_entry(name, |e| {
             let cap = self.captor()?;

@@ -35,6 +35,14 @@ fn is_revoked(s: CommState) -> bool {
     matches!(s, CommState::Revoking | CommState::Revoked)
 }
 
+/// Whether a rank's monitor joins a decision other members began: only while the rank itself
+/// has been at work within the group's timeout (`idle_ms` since it last issued an operation).
+/// A rank hung in its own code, its process still answering, is left out as a dead one would
+/// be, rather than kept as a member that times the survivors out again.
+pub fn monitor_joins(idle_ms: u64, timeout_ms: u64) -> bool {
+    idle_ms <= timeout_ms
+}
+
 /// The error-handling mode an elastic group runs under, whatever was asked: record the
 /// failure and let the wait report it. Never one that ends the process (the survivors go
 /// on), nor one that aborts the communicator: the survivors' decision stops what is in flight
@@ -74,6 +82,14 @@ pub fn lost_indices(ranks: &[u32], lost: &[u32], out: &mut [u32]) -> usize {
 mod tests {
     use super::*;
     use crate::text;
+
+    #[test]
+    fn a_monitor_joins_only_for_a_rank_at_work_within_the_timeout() {
+        assert!(monitor_joins(0, 1000));
+        assert!(monitor_joins(1000, 1000));
+        assert!(!monitor_joins(1001, 1000));
+        assert!(!monitor_joins(u64::MAX, 0));
+    }
 
     #[test]
     fn failures_are_sorted_by_what_they_show() {

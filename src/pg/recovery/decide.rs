@@ -46,6 +46,34 @@ pub(crate) fn after_failure<B: Memory>(
     decide(&world, el, &mut book, now, cause)
 }
 
+/// Leaves this rank out of the decision other members began at `epoch` of `world`'s family:
+/// it issued nothing for `idle_ms`, over the group's timeout (see
+/// [`oxccl_core::membership::elastic::monitor_joins`]). Its communicator is aborted and its
+/// operations refused from now on, so it never takes part late. Nothing when the family
+/// moved past `epoch` meanwhile (this rank took part) or it is out already.
+pub(crate) fn stay_out<B: Memory>(world: &Arc<PgInner<B>>, epoch: u64, idle_ms: u64) {
+    let Some(el) = world.family.elastic.as_ref() else {
+        return;
+    };
+    let world = current(world).clone();
+    let mut book = el.book.lock().unwrap_or_else(PoisonError::into_inner);
+    if book.out.is_some() || el.epoch.load(Ordering::Acquire) > epoch {
+        return;
+    }
+    let out = Error::Aborted {
+        reason: text!(
+            "rank {} stayed out of the survivors' decision at epoch {epoch}: it had issued nothing for {idle_ms} ms, over the group's timeout",
+            world.global_rank
+        ),
+    };
+    log::warn!("oxccl elastic: {out}");
+    if let Slot::Ready(e) = &*lock(&world.slot) {
+        e.abort.abort(&out.to_string());
+    }
+    book.out = Some(out);
+    el.left_out.store(true, Ordering::Release);
+}
+
 /// Runs the decision at epoch `now` for `world` (caught up to it), the book locked.
 fn decide<B: Memory>(
     world: &PgInner<B>,
