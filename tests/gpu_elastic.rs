@@ -7,9 +7,6 @@
 
 mod common;
 #[allow(dead_code)]
-#[path = "gpu/devbuf.rs"]
-mod devbuf;
-#[allow(dead_code)]
 #[path = "gpu/values.rs"]
 mod values;
 
@@ -55,7 +52,7 @@ fn gpu_revoke_stops_a_collective_and_the_survivors_shrink() {
                 c.all_reduce_in_place(&mut x, ReduceOp::Sum).unwrap();
                 std::thread::sleep(Duration::from_millis(300));
                 let began = Instant::now();
-                let revoked = c.backend().revoke("the last rank never called");
+                let revoked = c.revoke("the last rank never called");
                 let revoke_ms = began.elapsed().as_millis();
                 assert_eq!(revoked, Ok(oxccl::Progress::Done), "rank {r}");
                 assert_eq!(c.backend().state(), CommState::Revoked);
@@ -72,12 +69,10 @@ fn gpu_revoke_stops_a_collective_and_the_survivors_shrink() {
                     ),
                     "rank {r}: {refused:?}"
                 );
-                let small = c
-                    .backend()
+                let mut s = c
                     .shrink(&[n - 1], &CommConfig::new(), ShrinkMode::Default)
                     .unwrap();
-                assert_eq!((small.rank(), small.size()), (r, n - 1));
-                let mut s = Comm::with_new_stream(small).unwrap();
+                assert_eq!((s.rank(), s.size()), (r, n - 1));
                 let sst = s.stream().clone();
                 let mut y = sst.clone_htod(&[1i32; 1024]).unwrap();
                 s.all_reduce_in_place(&mut y, ReduceOp::Sum).unwrap();
@@ -204,9 +199,10 @@ fn gpu_grow_running_ranks_take_in_a_new_one() {
             let (lib, tx, rx) = (lib.clone(), tx.clone(), rx.clone());
             std::thread::spawn(move || {
                 let grown = if r < running {
-                    let c = Comm::init_rank(&lib, &id, r, running, r, &CommConfig::new()).unwrap();
+                    let mut c =
+                        Comm::init_rank(&lib, &id, r, running, r, &CommConfig::new()).unwrap();
                     let gid = if r == 0 {
-                        let gid = c.backend().grow_id().unwrap();
+                        let gid = c.grow_id().unwrap();
                         for _ in 0..running {
                             tx.send(gid).unwrap();
                         }
@@ -214,17 +210,16 @@ fn gpu_grow_running_ranks_take_in_a_new_one() {
                     } else {
                         rx.lock().unwrap().recv().unwrap()
                     };
-                    let g = c.backend().grow(n, &gid, &CommConfig::new()).unwrap();
+                    let g = c.grow(n, &gid, &CommConfig::new()).unwrap();
                     drop(c);
                     g
                 } else {
                     // The new rank: the id the root made, then its part of the grow.
                     let gid = rx.lock().unwrap().recv().unwrap();
-                    lib.join_grown(&gid, r, n, oxccl::Device(r), &CommConfig::new())
-                        .unwrap()
+                    Comm::join_grown(&lib, &gid, r, n, r, &CommConfig::new()).unwrap()
                 };
                 assert_eq!((grown.rank(), grown.size()), (r, n));
-                let mut s = Comm::with_new_stream(grown).unwrap();
+                let mut s = grown;
                 let st = s.stream().clone();
                 let mut x = st.clone_htod(&[1i32 << r; 64]).unwrap();
                 s.all_reduce_in_place(&mut x, ReduceOp::Sum).unwrap();
@@ -257,9 +252,9 @@ fn gpu_suspend_releases_memory_and_resume_runs_again() {
                 let mut x = st.clone_htod(&[1.0f32; 1 << 20]).unwrap();
                 c.all_reduce_in_place(&mut x, ReduceOp::Sum).unwrap();
                 c.synchronize().unwrap();
-                let before = c.backend().mem_stats().unwrap();
-                c.backend().suspend(true).unwrap();
-                let during = c.backend().mem_stats().unwrap();
+                let before = c.mem_stats().unwrap();
+                c.suspend(true).unwrap();
+                let during = c.mem_stats().unwrap();
                 assert_eq!(c.backend().state(), CommState::Suspended);
                 let refused = c.all_reduce_in_place(&mut x, ReduceOp::Sum);
                 assert!(
@@ -272,7 +267,7 @@ fn gpu_suspend_releases_memory_and_resume_runs_again() {
                     ),
                     "rank {r}: {refused:?}"
                 );
-                c.backend().resume().unwrap();
+                c.resume().unwrap();
                 c.all_reduce_in_place(&mut x, ReduceOp::Sum).unwrap();
                 c.synchronize().unwrap();
                 let v = st.clone_dtoh(&x).unwrap()[0];
@@ -530,40 +525,39 @@ fn gpu_configured_all_reduce_sums() {
         return;
     };
     use oxccl::core::coll_config::CollConfig;
-    use oxccl::{CommOp, DataType};
     let id = lib.unique_id().unwrap();
     let handles: Vec<_> = (0..n)
         .map(|r| {
             let lib = lib.clone();
             std::thread::spawn(move || {
-                let c = Comm::init_rank(&lib, &id, r, n, r, &CommConfig::new()).unwrap();
-                let ns = oxccl::NcclStream::new(c.stream().clone());
-                let vals = vec![f64::from(r + 1); 1 << 16];
-                let buf = devbuf::DevBuf::new(&c, DataType::Float32, &vals);
+                let mut c = Comm::init_rank(&lib, &id, r, n, r, &CommConfig::new()).unwrap();
+                let st = c.stream().clone();
+                let x = st.clone_htod(&vec![(r + 1) as f32; 1 << 16]).unwrap();
+                let mut y = st.alloc_zeros::<f32>(1 << 16).unwrap();
                 let cfg = CollConfig {
                     max_ctas: Some(2),
                     profiler_tag: 7,
                     ..CollConfig::default()
                 }
                 .algorithms("ring");
-                let op = CommOp::AllReduce {
-                    send: buf.r(),
-                    recv: buf.w(),
-                    dtype: DataType::Float32,
-                    op: ReduceOp::Sum,
-                };
-                // SAFETY: `buf` is device memory of this rank's GPU, alive until read back.
-                unsafe { c.backend().issue_configured(&op, &ns, &cfg) }.unwrap();
+                c.all_reduce_configured(&x, &mut y, ReduceOp::Sum, &cfg)
+                    .unwrap();
                 c.synchronize().unwrap();
-                let got = buf.read(&c, DataType::Float32);
+                let got: Vec<f64> = st
+                    .clone_dtoh(&y)
+                    .unwrap()
+                    .into_iter()
+                    .map(f64::from)
+                    .collect();
                 // What NCCL cannot configure is refused before it.
                 let bad = CollConfig {
                     min_ctas: Some(4),
                     max_ctas: Some(2),
                     ..CollConfig::default()
                 };
-                // SAFETY: refused before anything is queued.
-                let e = unsafe { c.backend().issue_configured(&op, &ns, &bad) }.unwrap_err();
+                let e = c
+                    .all_reduce_configured(&x, &mut y, ReduceOp::Sum, &bad)
+                    .unwrap_err();
                 assert!(
                     matches!(
                         e,

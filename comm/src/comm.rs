@@ -3,6 +3,7 @@
 use crate::element::{host_op, Element};
 use crate::group_guard::GroupGuard;
 use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut, DeviceSlice, SyncOnDrop};
+use oxccl_core::coll_config::CollConfig;
 use oxccl_core::{
     Backend, CommAbort, CommConfig, CommOp, CommState, Communicator, Device, Error, Progress,
     RawBuf, RawBufMut, ReduceOp, RegHandle, Result, Scalar, UniqueId,
@@ -132,7 +133,7 @@ impl Comm {
     /// `c` with oxccl's all-reduce kernels set up ([`Comm::enable_peer_kernels`]) when it is
     /// ready: a nonblocking communicator still initializing is left for the caller to set up
     /// once ready (the set-up waits on every rank).
-    fn with_peer_kernels(mut c: Comm) -> Result<Comm> {
+    pub(crate) fn with_peer_kernels(mut c: Comm) -> Result<Comm> {
         if c.state() == CommState::Ready {
             c.enable_peer_kernels()?;
         }
@@ -283,11 +284,21 @@ impl Comm {
     }
 
     fn run(&self, op: CommOp<'_>) -> Result<()> {
+        self.run_configured(op, None)
+    }
+
+    /// Issues `op`, with a configuration of its own when `cfg` is given (NCCL 2.31.2+).
+    fn run_configured(&self, op: CommOp<'_>, cfg: Option<&CollConfig>) -> Result<()> {
         self.cap.note(&op, false);
         // SAFETY: every buffer in `op` came from a cudarc slice of this device (checked by
         // `rd`/`wr`) whose length it carries; the slices' sync guards, dropped after this call,
         // order later use of the memory after the NCCL work on this stream.
-        unsafe { self.comm.issue(&op, &self.stream) }
+        unsafe {
+            match cfg {
+                None => self.comm.issue(&op, &self.stream),
+                Some(c) => self.comm.issue_configured(&op, &self.stream, c),
+            }
+        }
     }
 
     /// Takes `send` (read) and `recv` (written) as raw buffers of this device, an absent one as
@@ -298,6 +309,17 @@ impl Comm {
         send: Option<&S>,
         recv: Option<&mut R>,
         op: impl FnOnce(RawBuf, RawBufMut) -> CommOp<'c>,
+    ) -> Result<()> {
+        self.run_on_with(send, recv, op, None)
+    }
+
+    /// [`Comm::run_on`] with the operation's own configuration `cfg` when given.
+    pub(crate) fn run_on_with<'c, T, S: DevicePtr<T>, R: DevicePtrMut<T>>(
+        &self,
+        send: Option<&S>,
+        recv: Option<&mut R>,
+        op: impl FnOnce(RawBuf, RawBufMut) -> CommOp<'c>,
+        cfg: Option<&CollConfig>,
     ) -> Result<()> {
         let (d, st) = (self.device(), self.access());
         let (s, _a) = match send {
@@ -314,7 +336,7 @@ impl Comm {
             }
             None => (RawBufMut::EMPTY, None),
         };
-        self.run(op(s, r))
+        self.run_configured(op(s, r), cfg)
     }
 
     /// Takes `buf` (written; read too by an in-place op) as a raw buffer of this device and

@@ -7,7 +7,8 @@
 //! - [`Comm`] is a safe communicator over cudarc device slices: every collective, send/recv,
 //!   all-to-all with uneven splits, gather/scatter, the `_v` variants, premul-sum, split,
 //!   registration, symmetric windows and one-sided put / signal / wait on them (NCCL 2.29+),
-//!   abort from any thread through an [`AbortHandle`], and group guards.
+//!   revoke, shrink and grow ([`Comm::shrink`], [`Comm::grow`], [`Comm::join_grown`]),
+//!   suspend / resume, abort from any thread through an [`AbortHandle`], and group guards.
 //! - [`Comm::issue`] is the raw escape hatch for frameworks with their own tensors.
 //! - [`mock`] is an in-process world of ranks on host memory for tests without GPUs.
 //!
@@ -29,9 +30,13 @@ mod capture_slot;
 mod comm;
 #[cfg(feature = "nccl")]
 mod comm_graph;
+#[cfg(feature = "nccl")]
+mod configured;
 pub mod element;
 #[cfg(feature = "nccl")]
 mod group_guard;
+#[cfg(feature = "nccl")]
+mod membership;
 #[cfg(feature = "nccl")]
 mod one_sided;
 pub mod tune_file;
