@@ -432,13 +432,14 @@ fn gpu_comm_one_sided_puts_into_a_peer_window() {
                     c.wait_signal(&one, &mut win).unwrap();
                 }
                 c.synchronize().unwrap();
-                // What NCCL says of a second signal context on a config that names none
-                // (oxccl leaves that check to NCCL: its default may come from the environment).
-                if r == 0 {
-                    let ns = oxccl::NcclStream::new(c.stream().clone());
-                    let ctx1 = c.backend().signal(other, 0, 1, &ns);
-                    println!("a signal in context 1 without numRmaCtx: {ctx1:?}");
-                }
+                // One signal context unless the config's numRmaCtx gives more (NCCL:
+                // "Context 1 is invalid (must be in [0, 1))"): refused before NCCL.
+                let ns = oxccl::NcclStream::new(c.stream().clone());
+                let ctx1 = c.backend().signal(other, 0, 1, &ns).unwrap_err();
+                assert!(
+                    matches!(ctx1, Error::InvalidArgument { arg: "ctx", .. }),
+                    "{ctx1}"
+                );
                 c.synchronize().unwrap();
                 c.deregister_window(&src).unwrap();
                 c.deregister_window(&win).unwrap();
