@@ -372,6 +372,39 @@ fn idle_monitors_cost_a_tcp_store_no_queries() {
     );
 }
 
+/// `n` ranks of one elastic world as threads on a mock of `version`, each with the options
+/// `opts_of(rank)`: each makes its group, all-reduces once, waits for the others, then runs
+/// `body`; what the bodies return, by rank.
+fn elastic_world<T: Send + 'static>(
+    n: u32,
+    version: Version,
+    opts_of: fn(u32) -> PgOptions,
+    body: fn(u32, ProcessGroup<MockBackend>) -> T,
+) -> Vec<T> {
+    let store: Arc<dyn Store> = Arc::new(MemStore::new());
+    let barrier = Arc::new(Barrier::new(n as usize));
+    let mock = backend(version);
+    let threads: Vec<_> = (0..n)
+        .map(|r| {
+            let (store, barrier, mock) = (store.clone(), barrier.clone(), mock.clone());
+            std::thread::spawn(move || {
+                let pg = ProcessGroup::new(mock, store, r, n, opts_of(r)).unwrap();
+                sum_of_ones(&pg).unwrap();
+                barrier.wait();
+                body(r, pg)
+            })
+        })
+        .collect();
+    threads.into_iter().map(|t| t.join().unwrap()).collect()
+}
+
+/// An all-reduce of ones: the sum, or how it failed.
+fn sum_of_ones(pg: &ProcessGroup<MockBackend>) -> oxccl::Result<f32> {
+    let mut b = pg.upload(&[1.0f32; 4])?;
+    pg.all_reduce(&mut b, ReduceOp::Sum)?.wait()?;
+    Ok(pg.download(&b)?[0])
+}
+
 /// A rank that issues while the survivors' decision (begun by another member, joined by its
 /// monitor) has stopped its communicator gets `MembersLost` like a failed wait, not the
 /// stopped communicator's refusal; its next operation runs on the smaller group. On a library
@@ -379,42 +412,22 @@ fn idle_monitors_cost_a_tcp_store_no_queries() {
 #[test]
 fn an_operation_issued_during_the_decision_reports_members_lost() {
     for version in [Version::new(2, 28, 3), Version::new(2, 28, 9)] {
-        let store: Arc<dyn Store> = Arc::new(MemStore::new());
-        let barrier = Arc::new(Barrier::new(3));
-        let mock = backend(version);
-        let threads: Vec<_> = (0..3u32)
-            .map(|r| {
-                let (store, barrier, mock) = (store.clone(), barrier.clone(), mock.clone());
-                std::thread::spawn(move || {
-                    let pg = ProcessGroup::new(mock, store, r, 3, opts(r)).unwrap();
-                    let mut b = pg.upload(&[1.0f32; 4]).unwrap();
-                    pg.all_reduce(&mut b, ReduceOp::Sum)
-                        .unwrap()
-                        .wait()
-                        .unwrap();
-                    barrier.wait();
-                    if r == 2 {
-                        pg.abort("rank 2 killed");
-                        return None;
-                    }
-                    if r == 1 {
-                        // Rank 0 begins the decision; this rank's monitor joins it (stopping
-                        // the communicator) while this rank computes.
-                        std::thread::sleep(Duration::from_millis(150));
-                    }
-                    let mut b = pg.upload(&[1.0f32; 4]).unwrap();
-                    let step = pg.all_reduce(&mut b, ReduceOp::Sum).and_then(|w| w.wait());
-                    let mut b = pg.upload(&[1.0f32; 4]).unwrap();
-                    pg.all_reduce(&mut b, ReduceOp::Sum)
-                        .unwrap()
-                        .wait()
-                        .unwrap();
-                    Some((step, pg.download(&b).unwrap()[0], pg.size()))
-                })
-            })
-            .collect();
-        for (r, t) in threads.into_iter().enumerate() {
-            let Some((step, sum, size)) = t.join().unwrap() else {
+        let seen = elastic_world(3, version, opts, |r, pg| {
+            if r == 2 {
+                pg.abort("rank 2 killed");
+                return None;
+            }
+            if r == 1 {
+                // Rank 0 begins the decision; this rank's monitor joins it (stopping the
+                // communicator) while this rank computes.
+                std::thread::sleep(Duration::from_millis(150));
+            }
+            let step = sum_of_ones(&pg);
+            let sum = sum_of_ones(&pg).unwrap();
+            Some((step, sum, pg.size()))
+        });
+        for (r, s) in seen.into_iter().enumerate() {
+            let Some((step, sum, size)) = s else {
                 continue;
             };
             assert!(
@@ -432,54 +445,28 @@ fn an_operation_issued_during_the_decision_reports_members_lost() {
 /// refused instead of joining late.
 #[test]
 fn a_rank_idle_past_the_timeout_stays_out_of_the_decision() {
-    let store: Arc<dyn Store> = Arc::new(MemStore::new());
-    let barrier = Arc::new(Barrier::new(3));
-    let mock = backend(Version::new(2, 28, 9));
-    let threads: Vec<_> = (0..3u32)
-        .map(|r| {
-            let (store, barrier, mock) = (store.clone(), barrier.clone(), mock.clone());
-            std::thread::spawn(move || {
-                let o = PgOptions {
-                    timeout: Duration::from_millis(800),
-                    ..opts(r)
-                };
-                let pg = ProcessGroup::new(mock, store, r, 3, o).unwrap();
-                let mut b = pg.upload(&[1.0f32; 4]).unwrap();
-                pg.all_reduce(&mut b, ReduceOp::Sum)
-                    .unwrap()
-                    .wait()
-                    .unwrap();
-                barrier.wait();
-                match r {
-                    2 => {
-                        std::thread::sleep(Duration::from_millis(1200));
-                        pg.abort("rank 2 killed");
-                        None
-                    }
-                    1 => {
-                        // Hung in its own code past the timeout; wakes after the decision.
-                        std::thread::sleep(Duration::from_millis(2500));
-                        let mut b = pg.upload(&[1.0f32; 4]).unwrap();
-                        let late = pg.all_reduce(&mut b, ReduceOp::Sum).and_then(|w| w.wait());
-                        Some(format!("{late:?}"))
-                    }
-                    _ => {
-                        std::thread::sleep(Duration::from_millis(1300));
-                        let mut b = pg.upload(&[1.0f32; 4]).unwrap();
-                        let step = pg.all_reduce(&mut b, ReduceOp::Sum).and_then(|w| w.wait());
-                        let mut b = pg.upload(&[1.0f32; 4]).unwrap();
-                        pg.all_reduce(&mut b, ReduceOp::Sum)
-                            .unwrap()
-                            .wait()
-                            .unwrap();
-                        let sum = pg.download(&b).unwrap()[0];
-                        Some(format!("{step:?} sum {sum} size {}", pg.size()))
-                    }
-                }
-            })
-        })
-        .collect();
-    let seen: Vec<Option<String>> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    let short = |r| PgOptions {
+        timeout: Duration::from_millis(800),
+        ..opts(r)
+    };
+    let seen = elastic_world(3, Version::new(2, 28, 9), short, |r, pg| match r {
+        2 => {
+            std::thread::sleep(Duration::from_millis(1200));
+            pg.abort("rank 2 killed");
+            None
+        }
+        1 => {
+            // Hung in its own code past the timeout; wakes after the decision.
+            std::thread::sleep(Duration::from_millis(2500));
+            Some(format!("{:?}", sum_of_ones(&pg)))
+        }
+        _ => {
+            std::thread::sleep(Duration::from_millis(1300));
+            let step = sum_of_ones(&pg);
+            let sum = sum_of_ones(&pg).unwrap();
+            Some(format!("{:?} sum {sum} size {}", step.map(drop), pg.size()))
+        }
+    });
     let r0 = seen[0].as_deref().unwrap();
     assert!(
         r0.starts_with("Err(MembersLost { lost: RankList { kept: [1, 2], total: 2 }, epoch: 1"),

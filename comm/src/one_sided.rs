@@ -128,15 +128,7 @@ impl Comm {
     ) -> Result<()> {
         self.refuse_captured("a wait for signals")?;
         window_of(&self.windows, "window", window)?;
-        let waits: Vec<SignalWait> = from
-            .iter()
-            .map(|f| SignalWait {
-                peer: f.peer,
-                signal: f.signal,
-                count: f.count,
-                ctx: 0,
-            })
-            .collect();
+        let waits: Vec<SignalWait> = from.iter().map(|f| f.wait_on(f.peer)).collect();
         let (_, _g) = Operand::write(window, "window", self.device(), self.nccl_stream())?;
         self.backend().wait_signal(&waits, self.nccl_stream())
     }

@@ -58,6 +58,19 @@ pub struct SignalFrom {
     pub count: u32,
 }
 
+impl SignalFrom {
+    /// The wait of these signals from `peer` (the communicator's rank of [`SignalFrom::peer`]),
+    /// context 0.
+    pub fn wait_on(self, peer: u32) -> SignalWait {
+        SignalWait {
+            peer,
+            signal: self.signal,
+            count: self.count,
+            ctx: 0,
+        }
+    }
+}
+
 /// How many signals and signal contexts a communicator has: NCCL's `numRmaSig` and
 /// `numRmaCtx` of its config. A signal index or context past them is refused before the
 /// library (NCCL refuses it too, "must be in [0, n)").

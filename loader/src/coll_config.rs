@@ -5,7 +5,7 @@
 use crate::raw::{RawCollConfig, API_MAGIC, CONFIG_UNDEF_INT};
 use oxccl_core::coll_config::CollConfig;
 use oxccl_core::{Error, Result, Version};
-use std::ffi::{c_int, c_uint, CString};
+use std::ffi::{c_int, CString};
 use std::mem::offset_of;
 
 /// A `ncclCollConfig_t` and the string it points to.
@@ -33,15 +33,7 @@ impl CollConfigBuf {
     /// `cfg` (checked) for a library of `version`.
     pub fn new(cfg: &CollConfig, version: Version) -> Result<CollConfigBuf> {
         cfg.check()?;
-        let code = version
-            .code()
-            .and_then(|c| c_uint::try_from(c).ok())
-            .ok_or_else(|| {
-                Error::invalid(
-                    "version",
-                    format_args!("an NCCL version with a code, got {version}"),
-                )
-            })?;
+        let code = crate::config::version_code(version)?;
         let int = |v: Option<u32>| v.map_or(CONFIG_UNDEF_INT, |v| v as c_int);
         let algorithms = match &cfg.algorithms {
             None => None,

@@ -186,6 +186,19 @@ unsafe impl Send for ConfigBuf {}
 // SAFETY: as above; `&ConfigBuf` gives read-only access.
 unsafe impl Sync for ConfigBuf {}
 
+/// `version`'s code as the configuration structs carry it (`NCCL_VERSION_CODE`).
+pub(crate) fn version_code(version: Version) -> Result<c_uint> {
+    version
+        .code()
+        .and_then(|c| c_uint::try_from(c).ok())
+        .ok_or_else(|| {
+            Error::invalid(
+                "version",
+                format_args!("an NCCL version with a code, got {version}"),
+            )
+        })
+}
+
 impl ConfigBuf {
     /// The `ncclConfig_t` stating `cfg` to a library of `version`: refuses a set field that
     /// release does not know (the error names the field and the release that brought it);
@@ -193,15 +206,7 @@ impl ConfigBuf {
     /// release knows and `version` is its code.
     pub fn new(cfg: &CommConfig, version: Version) -> Result<ConfigBuf> {
         cfg.check_for(version)?;
-        let code = version
-            .code()
-            .and_then(|c| c_uint::try_from(c).ok())
-            .ok_or_else(|| {
-                Error::invalid(
-                    "version",
-                    format_args!("an NCCL version with a code, got {version}"),
-                )
-            })?;
+        let code = version_code(version)?;
         let mut raw = RawConfig::undefined();
         raw.size = RawConfig::size_for(version);
         raw.version = code;

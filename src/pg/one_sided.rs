@@ -15,7 +15,7 @@ use super::process_group::ProcessGroup;
 use super::work::WorkOf;
 use crate::buffer::{Memory, Operand};
 use crate::element::Element;
-use oxccl_core::signal::{PutSignal, SignalFrom, SignalWait};
+use oxccl_core::signal::{PutSignal, SignalFrom};
 use oxccl_core::{Communicator, Error, OpKind, Result};
 
 impl<B: Memory> ProcessGroup<B> {
@@ -101,14 +101,7 @@ impl<B: Memory> ProcessGroup<B> {
         let inner = self.inner();
         let waits = from
             .iter()
-            .map(|f| {
-                Ok(SignalWait {
-                    peer: inner.to_group_rank("peer", f.peer)?,
-                    signal: f.signal,
-                    count: f.count,
-                    ctx: 0,
-                })
-            })
+            .map(|f| Ok(f.wait_on(inner.to_group_rank("peer", f.peer)?)))
             .collect::<Result<Vec<_>>>()?;
         let facts = OpFacts {
             kind: OpKind::Recv,

@@ -154,14 +154,21 @@ impl Backend for MockBackend {
     ) -> Result<MockComm> {
         cfg.check_for(self.version())?;
         let l = &self.inner.lobby;
-        crate::grow::join_grown(&l.features, id, rank, size, device, l.init_timeout, || {
-            Arc::new(Lobby::new(
-                l.features,
-                l.plan.clone(),
-                l.nb_polls,
-                l.init_timeout,
-            ))
-        })
+        let joined =
+            crate::grow::join_grown(&l.features, id, rank, size, device, l.init_timeout, || {
+                Arc::new(Lobby::new(
+                    l.features,
+                    l.plan.clone(),
+                    l.nb_polls,
+                    l.init_timeout,
+                ))
+            })?;
+        Ok(
+            joined.with_signals(oxccl_core::signal::SignalLimits::from_config(
+                cfg,
+                Default::default(),
+            )),
+        )
     }
 
     fn init_rank(

@@ -469,7 +469,8 @@ impl oxccl_core::Communicator for MockComm {
     fn grow(&self, size: u32, id: &oxccl_core::UniqueId, cfg: &CommConfig) -> Result<MockComm> {
         let _call = self.calls.enter();
         cfg.check_for(self.sh().features.version())?;
-        self.grow_rank(size, id)
+        let signals = oxccl_core::signal::SignalLimits::from_config(cfg, self.signals);
+        Ok(self.grow_rank(size, id)?.with_signals(signals))
     }
 
     fn suspend(&self, release_memory: bool) -> Result<()> {

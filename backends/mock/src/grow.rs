@@ -109,10 +109,12 @@ impl MockComm {
             lock(registry()).remove(&id.0);
             *lock(&self.sh().grow_id) = None;
         }
-        Ok(
-            MockComm::from_shared(joined?, self.rk(), self.device, self.init_timeout)
-                .with_signals(self.signals),
-        )
+        Ok(MockComm::from_shared(
+            joined?,
+            self.rk(),
+            self.device,
+            self.init_timeout,
+        ))
     }
 
     /// [`oxccl_core::Communicator::suspend`] of the mock.

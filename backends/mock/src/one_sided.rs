@@ -29,33 +29,19 @@ impl MockComm {
     /// `p.send` valid host memory of its length until the stream passed the put.
     pub(crate) unsafe fn put_signal_rank(&self, p: &PutSignal, stream: &MockStream) -> Result<()> {
         check::put_signal(&self.ctx(), &self.signals, p)?;
-        if !lock(&self.rank_state().windows)
-            .0
-            .values()
-            .any(|w| *w == p.window)
         {
-            return Err(Error::invalid(
-                "window",
-                format_args!(
-                    "a window this communicator registered, {:#x} ({} bytes) is not",
-                    p.window.addr, p.window.bytes
-                ),
-            ));
+            let wins = lock(&self.rank_state().windows);
+            check::put_windows(
+                p,
+                |h| wins.0.values().any(|w| *w == h),
+                |addr, bytes| {
+                    wins.0
+                        .values()
+                        .any(|w| addr >= w.addr && addr.saturating_add(bytes) <= w.addr + w.bytes)
+                },
+            )?;
         }
         let bytes = p.send.len * p.dtype.size();
-        let in_window = lock(&self.rank_state().windows).0.values().any(|w| {
-            p.send.addr >= w.addr && p.send.addr.saturating_add(bytes) <= w.addr + w.bytes
-        });
-        if !in_window {
-            // NCCL refuses it ("srcWinHost is not in a valid symmetric window").
-            return Err(Error::invalid(
-                "send",
-                format_args!(
-                    "data in one of this rank's symmetric windows (NCCL reads a put's data through its window), got {bytes} bytes at {:#x} in none",
-                    p.send.addr
-                ),
-            ));
-        }
         let link = self.sh().link.get().cloned();
         if link.is_some() && bytes > MAX_PUT_ACROSS {
             return Err(Error::invalid(

@@ -5,7 +5,7 @@
 use crate::comm::NcclComm;
 use crate::stream::NcclStream;
 use oxccl_core::signal::{PutSignal, SignalWait};
-use oxccl_core::{check, Error, Feature, Result};
+use oxccl_core::{check, Feature, Result};
 use oxccl_loader::raw::RawWaitSignalDesc;
 
 impl NcclComm {
@@ -16,19 +16,8 @@ impl NcclComm {
     /// work on `stream` completed.
     pub(crate) unsafe fn put_signal_comm(&self, p: &PutSignal, stream: &NcclStream) -> Result<()> {
         check::put_signal(&self.check_ctx(), &self.inner.signals, p)?;
-        if !self.inner.registry.has_window(p.window) {
-            return Err(Error::invalid(
-                "window",
-                format_args!(
-                    "a window this communicator registered, {:#x} ({} bytes) is not",
-                    p.window.addr, p.window.bytes
-                ),
-            ));
-        }
-        let bytes = p.send.len * p.dtype.size();
-        if !self.inner.registry.in_window(p.send.addr, bytes) {
-            return Err(not_in_window(p.send.addr, bytes));
-        }
+        let reg = &self.inner.registry;
+        check::put_windows(p, |w| reg.has_window(w), |a, b| reg.in_window(a, b))?;
         let f = self
             .inner
             .lib
@@ -128,14 +117,4 @@ impl NcclComm {
         };
         self.finish(code, "ncclWaitSignal")
     }
-}
-
-/// The refusal of a put whose data is outside every window of the communicator.
-pub(crate) fn not_in_window(addr: usize, bytes: usize) -> Error {
-    Error::invalid(
-        "send",
-        format_args!(
-            "data in one of this rank's symmetric windows (NCCL reads a put's data through its window), got {bytes} bytes at {addr:#x} in none"
-        ),
-    )
 }

@@ -32,7 +32,7 @@ pub use p2p::{recv, send};
 pub use parts::{all_gather_v, gather, reduce_scatter_v, scatter};
 pub use reduce_op::reduce_op;
 pub use shrink::shrink;
-pub use signals::{put as put_signal, signal, wait as wait_signal};
+pub use signals::{put as put_signal, put_windows, signal, wait as wait_signal};
 
 #[cfg(test)]
 mod tests;

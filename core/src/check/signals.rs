@@ -5,6 +5,7 @@ use super::check_ctx::{rank_arg, CheckCtx};
 use crate::error::{Error, Result};
 use crate::feature::Feature;
 use crate::signal::{PutSignal, SignalLimits, SignalWait};
+use crate::traits::RegHandle;
 
 fn int_arg(arg: &'static str, v: u32) -> Result<()> {
     if i32::try_from(v).is_err() {
@@ -61,6 +62,37 @@ pub fn put(ctx: &CheckCtx<'_>, limits: &SignalLimits, p: &PutSignal) -> Result<(
             ),
         )),
     }
+}
+
+/// A put's windows, as the communicator knows them: `window` one it registered
+/// (`registered`), and the data inside one of this rank's windows (`covered(addr, bytes)`),
+/// since NCCL reads a put's data through its window ("srcWinHost is not in a valid symmetric
+/// window"). Every backend asks this one rule, so they refuse alike.
+pub fn put_windows(
+    p: &PutSignal,
+    registered: impl FnOnce(RegHandle) -> bool,
+    covered: impl FnOnce(usize, usize) -> bool,
+) -> Result<()> {
+    if !registered(p.window) {
+        return Err(Error::invalid(
+            "window",
+            format_args!(
+                "a window this communicator registered, {:#x} ({} bytes) is not",
+                p.window.addr, p.window.bytes
+            ),
+        ));
+    }
+    let bytes = p.send.len.saturating_mul(p.dtype.size());
+    if !covered(p.send.addr, bytes) {
+        return Err(Error::invalid(
+            "send",
+            format_args!(
+                "data in one of this rank's symmetric windows (NCCL reads a put's data through its window), got {bytes} bytes at {:#x} in none",
+                p.send.addr
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// A signal alone: the library has signals; `peer` a rank; signal and context within

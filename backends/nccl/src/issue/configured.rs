@@ -7,7 +7,7 @@ use crate::comm_inner::CommInner;
 use crate::reducer::NcclRedOp;
 use crate::stream::NcclStream;
 use oxccl_core::coll_config::CollConfig;
-use oxccl_core::{check, CommOp, DataType, Error, Feature, Result};
+use oxccl_core::{check, CommOp, Error, Feature, Result};
 use oxccl_loader::coll_config::CollConfigBuf;
 use std::sync::Arc;
 
@@ -22,21 +22,10 @@ pub(crate) unsafe fn issue(
     stream: &NcclStream,
     cfg: &CollConfig,
 ) -> Result<()> {
-    let feats = &comm.settings.features;
     check::configured(&comm.check_ctx(), op, cfg)?;
-    check::op(op, &comm.check_ctx())?;
-    comm.registry.one_kind(op, comm.rank)?;
+    let op = &super::issue_op::admit(comm, op, stream)?;
     let buf = CollConfigBuf::new(cfg, comm.lib.version())?;
-    let op = &super::issue_op::wire(op, feats);
-    comm.ready_for(op.kind().name())?;
-    let red = match op.reduce_op() {
-        Some(r) => Some(NcclRedOp::create(
-            comm,
-            r,
-            op.dtype().unwrap_or(DataType::Float32),
-        )?),
-        None => None,
-    };
+    let red = super::issue_op::reduction(comm, op)?;
     let red = red.as_ref().map_or(0, NcclRedOp::code);
     let api = comm.lib.api();
     let (raw, st, c) = (comm.raw, stream.raw(), buf.as_ptr());

@@ -21,6 +21,36 @@ fn captured_buffers(op: &CommOp<'_>) {
     }
 }
 
+/// What every issue of `op` on `stream` does before its call (the plain one here, the
+/// configured one in `configured`): `check::op`, the window rule, the element type the library
+/// takes, the capture's note, and the ready check (waiting out a nonblocking init). Returns
+/// the op as the library is called with it.
+pub(super) fn admit<'a>(
+    comm: &Arc<CommInner>,
+    op: &CommOp<'a>,
+    stream: &NcclStream,
+) -> Result<CommOp<'a>> {
+    check::op(op, &comm.check_ctx())?;
+    comm.registry.one_kind(op, comm.rank)?;
+    let op = wire(op, &comm.settings.features);
+    // Inside a capture begun on `stream`, the graph it makes will hold this communicator
+    // (NCCL's release then waits for that graph): noted before the state check, so an abort
+    // from another thread either sees it or makes the check below refuse.
+    if stream.captured.note(comm) {
+        captured_buffers(&op);
+    }
+    comm.ready_for(op.kind().name())?;
+    Ok(op)
+}
+
+/// The reduction handle of `op`, if it reduces: premul-sum ops live until the handle is
+/// dropped after the call, then are destroyed (allowed by NCCL).
+pub(super) fn reduction(comm: &Arc<CommInner>, op: &CommOp<'_>) -> Result<Option<NcclRedOp>> {
+    op.reduce_op()
+        .map(|r| NcclRedOp::create(comm, r, op.dtype().unwrap_or(DataType::Float32)))
+        .transpose()
+}
+
 /// Issues `op` on `stream` after `check::op`, waiting out a nonblocking init first. See
 /// [`oxccl_core::Communicator::issue`] for the contract; the caller holds the communicator's
 /// call lock.
@@ -29,16 +59,7 @@ pub(crate) unsafe fn issue(
     op: &CommOp<'_>,
     stream: &NcclStream,
 ) -> Result<()> {
-    check::op(op, &comm.check_ctx())?;
-    comm.registry.one_kind(op, comm.rank)?;
-    let op = &wire(op, &comm.settings.features);
-    // Inside a capture begun on `stream`, the graph it makes will hold this communicator
-    // (NCCL's release then waits for that graph): noted before the state check, so an abort
-    // from another thread either sees it or makes the check below refuse.
-    if stream.captured.note(comm) {
-        captured_buffers(op);
-    }
-    comm.ready_for(op.kind().name())?;
+    let op = &admit(comm, op, stream)?;
     // oxccl's own kernels, where the group has peer memory and the policy picks one; never
     // inside an NCCL group (NCCL launches the group's calls at its end, and a kernel launched
     // now would run before the calls queued ahead of it).
@@ -51,15 +72,7 @@ pub(crate) unsafe fn issue(
             return done;
         }
     }
-    // Premul-sum ops live until the call returns, then are destroyed (allowed by NCCL).
-    let red = match op.reduce_op() {
-        Some(r) => Some(NcclRedOp::create(
-            comm,
-            r,
-            op.dtype().unwrap_or(DataType::Float32),
-        )?),
-        None => None,
-    };
+    let red = reduction(comm, op)?;
     let c = Ctx {
         api: comm.lib.api(),
         comm: comm.raw,
