@@ -2,7 +2,8 @@
 # Fetches the NCCL releases oxccl's tests load (no GPU needed): one per version gate the loader
 # knows. Each wheel is downloaded with pip, only `libnccl.so.2` and `nccl.h` are kept under
 # .cache/nccl/<version>/{lib,include}, and the wheel is deleted. Versions already cached are
-# skipped, so running it again is cheap. Downloads run in parallel (they are 165-305 MB each).
+# skipped, so running it again is cheap. Downloads run in parallel (they are 165-305 MB each)
+# and bypass pip's cache: the wheel is deleted once read, a cached copy would only take disk.
 #
 # Environment:
 #   OXCCL_NCCL_CACHE   where to put the releases (default: <repo>/.cache/nccl)
@@ -52,7 +53,7 @@ fetch_one() {
     if [[ -z "$wheel" ]]; then
         echo "[$version] downloading $spec"
         local start=$SECONDS
-        if ! pip download --no-deps --only-binary=:all: --quiet -d "$tmp/dl" "$spec" >"$tmp/pip.log" 2>&1; then
+        if ! pip download --no-cache-dir --no-deps --only-binary=:all: --quiet -d "$tmp/dl" "$spec" >"$tmp/pip.log" 2>&1; then
             echo "[$version] pip download $spec failed:" >&2
             sed "s/^/[$version]   /" "$tmp/pip.log" >&2
             return 1

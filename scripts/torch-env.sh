@@ -28,7 +28,8 @@ if [[ ! -x "$py" ]]; then
     python3 -m venv "$venv"
 fi
 echo "torch-env: installing $spec (large, once)" >&2
-"$py" -m pip install --disable-pip-version-check --no-input -q "$spec" >&2
+# No pip cache: the wheels (several GB with CUDA's libraries) would sit on disk a second time.
+"$py" -m pip install --disable-pip-version-check --no-input --no-cache-dir -q "$spec" >&2
 "$py" -c 'import torch.distributed as d; d.TCPStore' ||
     { echo "torch-env: torch installed but torch.distributed.TCPStore is unavailable" >&2; exit 1; }
 echo "torch-env: torch $("$py" -W ignore -c 'import torch; print(torch.__version__)' 2>/dev/null) ready in $venv" >&2
