@@ -178,7 +178,18 @@ fn replacement_joins(version: Version) {
                     drop(pg);
                     // The replacement: a new process in the test's eyes (a new group).
                     std::thread::sleep(Duration::from_millis(200));
-                    let pg = ProcessGroup::join(mock, store, 2, 4, opts(2)).unwrap();
+                    // Its flight recorder dumps where its options say, as a starting rank's.
+                    let trace_dir = std::env::temp_dir().join(format!(
+                        "oxccl-joiner-dump-{version}-{}",
+                        std::process::id()
+                    ));
+                    let _ = std::fs::remove_dir_all(&trace_dir);
+                    std::fs::create_dir_all(&trace_dir).unwrap();
+                    let o = PgOptions {
+                        trace_dir: Some(trace_dir.clone()),
+                        ..opts(2)
+                    };
+                    let pg = ProcessGroup::join(mock, store, 2, 4, o).unwrap();
                     joined.store(true, std::sync::atomic::Ordering::Release);
                     assert_eq!(pg.size(), 4);
                     // After the three that stayed, in their order.
@@ -191,6 +202,15 @@ fn replacement_joins(version: Version) {
                         .unwrap()
                         .wait()
                         .unwrap();
+                    oxccl::watchdog::Watchdog::global().dump("the test asks");
+                    let dump = trace_dir.join("rank_2.json");
+                    let text = std::fs::read_to_string(&dump)
+                        .unwrap_or_else(|e| panic!("the joiner's dump {}: {e}", dump.display()));
+                    assert!(
+                        text.contains("all_reduce") && text.contains("broadcast"),
+                        "the joiner's operations are in its dump: {text}"
+                    );
+                    let _ = std::fs::remove_dir_all(&trace_dir);
                     return (
                         pg.download(&w).unwrap(),
                         pg.download(&g).unwrap(),

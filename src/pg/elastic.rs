@@ -7,11 +7,11 @@ use super::family::GroupFamily;
 use super::inner::{lock, PgInner};
 use super::keys;
 use super::options::PgOptions;
-use super::process_group::ProcessGroup;
+use super::process_group::{default_group_options, ProcessGroup};
 use super::recovery::{admit, monitor};
 use crate::buffer::Memory;
 use crate::store::Store;
-use oxccl_core::membership::elastic::{error_handling, uid_at};
+use oxccl_core::membership::elastic::uid_at;
 use oxccl_core::membership::CommPlan;
 use oxccl_core::{Error, Result};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -50,10 +50,7 @@ impl<B: Memory> ProcessGroup<B> {
             ));
         }
         backend.require_devices()?;
-        if opts.desc == "undefined" {
-            opts.desc = String::from("default_pg");
-        }
-        opts.error_handling = error_handling(opts.error_handling);
+        default_group_options(&mut opts);
         let store = keys::running(store, size)?;
         let admit::Admission {
             upto,
@@ -71,7 +68,6 @@ impl<B: Memory> ProcessGroup<B> {
             next_uid: AtomicU64::new(1),
             elastic: Some(admit::joined_family(opts.elastic_window, epoch, upto)),
         });
-        let eager = opts.bound_device.is_some();
         let root = PgInner::build(GroupSpec {
             backend,
             store,
@@ -91,9 +87,7 @@ impl<B: Memory> ProcessGroup<B> {
         }
         monitor::start(&root);
         let pg = ProcessGroup { root };
-        if eager {
-            pg.inner().with_entry("init", |_| Ok(()))?;
-        }
+        pg.start_default(rank, world_size)?;
         Ok(pg)
     }
 

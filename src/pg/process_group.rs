@@ -84,19 +84,13 @@ impl<B: Memory> ProcessGroup<B> {
         }
         // No GPU at all is refused here, not at the first operation of a lazy group.
         backend.require_devices()?;
-        if opts.desc == "undefined" {
-            opts.desc = String::from("default_pg");
-        }
+        default_group_options(&mut opts);
         // Everything this group and its subgroups write goes under this incarnation's own
         // namespace, so no key of an earlier group on the same store is read (see `keys`).
         let (store, incarnation, ns) = keys::enter(store, size)?;
         log::info!(
             "oxccl process group: rank {rank} of {size}, incarnation {incarnation} of a world of {size} on this store; its keys under `{ns}/`"
         );
-        if opts.elastic {
-            opts.error_handling =
-                oxccl_core::membership::elastic::error_handling(opts.error_handling);
-        }
         let family = Arc::new(GroupFamily {
             next_uid: AtomicU64::new(1),
             elastic: opts.elastic.then(|| Elastic::new(opts.elastic_window)),
@@ -119,24 +113,34 @@ impl<B: Memory> ProcessGroup<B> {
         if pg.root.opts.elastic {
             super::recovery::monitor::start(&pg.root);
         }
-        let dir = pg.inner().opts.trace_dir.clone().or_else(dump_dir_from_env);
-        if let (Some(dir), true) = (dir, pg.inner().opts.watchdog) {
+        pg.start_default(rank, size)?;
+        Ok(pg)
+    }
+
+    /// What a default group does once made, whether it started the world ([`ProcessGroup::new`])
+    /// or joined it ([`ProcessGroup::join`]): its flight recorder dumps where the options or
+    /// the environment say (on a timeout, and when another rank's failure signals it), and a
+    /// group with a bound device makes its communicator now.
+    pub(crate) fn start_default(&self, rank: u32, world_size: u32) -> Result<()> {
+        let inner = self.inner();
+        let dir = inner.opts.trace_dir.clone().or_else(dump_dir_from_env);
+        if let (Some(dir), true) = (dir, inner.opts.watchdog) {
             let mut target = DumpTarget::new(
                 dir,
-                DumpMeta::new(rank, size),
-                pg.inner().watch.recorder.clone(),
+                DumpMeta::new(rank, world_size),
+                inner.watch.recorder.clone(),
             );
-            target.wait_limit = pg.inner().opts.wait_timeout_dump;
-            if pg.inner().opts.dump_on_timeout {
+            target.wait_limit = inner.opts.wait_timeout_dump;
+            if inner.opts.dump_on_timeout {
                 // Dump when another rank's failure signals it (the coordination check).
-                target.signal = Some((pg.inner().store.clone(), pg.inner().opts.coord_check));
+                target.signal = Some((inner.store.clone(), inner.opts.coord_check));
             }
             Watchdog::global().add_dump_target(target);
         }
-        if pg.inner().opts.bound_device.is_some() {
-            pg.inner().with_entry("init", |_| Ok(()))?;
+        if inner.opts.bound_device.is_some() {
+            inner.with_entry("init", |_| Ok(()))?;
         }
-        Ok(pg)
+        Ok(())
     }
 
     /// This rank in the group (`None` when this process is not a member).
@@ -491,4 +495,15 @@ pub fn shutdown<B: Memory>(groups: &[&ProcessGroup<B>], limit: Duration) {
         g.abort("shut down");
     }
     Watchdog::global().stop(limit);
+}
+
+/// A default group's options as made: "default_pg" unless described, and an elastic group's
+/// error handling (a lost rank is survived, not fatal).
+pub(crate) fn default_group_options(opts: &mut PgOptions) {
+    if opts.desc == "undefined" {
+        opts.desc = String::from("default_pg");
+    }
+    if opts.elastic {
+        opts.error_handling = oxccl_core::membership::elastic::error_handling(opts.error_handling);
+    }
 }

@@ -120,6 +120,19 @@ impl NcclComm {
         self.inner.ensure_ready(attempted)
     }
 
+    /// The function of a gated feature, `pick`ed from the loaded table: refused when this
+    /// communicator may not use `feature` (the release predates it, or the user hid it) or the
+    /// library does not export `symbol`.
+    pub(crate) fn gated<F>(
+        &self,
+        feature: Feature,
+        pick: impl FnOnce(&oxccl_loader::Api) -> Option<F>,
+        symbol: &'static str,
+    ) -> Result<F> {
+        self.inner.settings.features.require(feature)?;
+        pick(self.inner.lib.api()).ok_or(crate::absent::feature_symbol(feature, symbol))
+    }
+
     /// Runs a lifecycle transition and refreshes the hot-path mirror.
     pub(crate) fn transition<T>(&self, f: impl FnOnce(&mut Lifecycle) -> T) -> T {
         self.inner.transition(f)
@@ -394,7 +407,7 @@ impl Communicator for NcclComm {
 
     fn split(&self, color: Option<u32>, key: u32, cfg: &CommConfig) -> Result<Option<NcclComm>> {
         let _serial = self.inner.serial();
-        self.inner.settings.features.require(Feature::Split)?;
+        let f = self.gated(Feature::Split, |a| a.comm_split, "ncclCommSplit")?;
         // A revoked communicator splits too (NCCL allows it once quiescent).
         self.transition(|l| l.ensure_reshapable("split"))?;
         let color = match color {
@@ -404,15 +417,6 @@ impl Communicator for NcclComm {
         };
         let key = i32::try_from(key)
             .map_err(|_| Error::invalid("key", format_args!("0..={}, got {key}", i32::MAX)))?;
-        let f = self
-            .inner
-            .lib
-            .api()
-            .comm_split
-            .ok_or(crate::absent::feature_symbol(
-                Feature::Split,
-                "ncclCommSplit",
-            ))?;
         let mut buf = config(&self.inner.lib, cfg)?;
         let new = OutHandle::new();
         let code = create(&mut buf, &new, |new, cfg_ptr| {
@@ -499,7 +503,7 @@ impl Communicator for NcclComm {
     /// [`NcclComm::destroy`], which then skips the finalize).
     fn finalize(&self) -> Result<Progress> {
         let _serial = self.inner.serial();
-        self.inner.settings.features.require(Feature::Finalize)?;
+        let f = self.gated(Feature::Finalize, |a| a.comm_finalize, "ncclCommFinalize")?;
         let live = self.inner.graphs.live();
         if !graph_refs::release_inline(live) {
             return Err(Error::InvalidState {
@@ -513,15 +517,6 @@ impl Communicator for NcclComm {
             });
         }
         self.transition(|l| l.finalize_start())?;
-        let f = self
-            .inner
-            .lib
-            .api()
-            .comm_finalize
-            .ok_or(crate::absent::feature_symbol(
-                Feature::Finalize,
-                "ncclCommFinalize",
-            ))?;
         // SAFETY: live communicator; finalize flushes its outstanding work.
         let code = unsafe { f(self.inner.raw) };
         self.finish(code, "finalize")?;

@@ -28,16 +28,7 @@ impl NcclComm {
     /// [`oxccl_core::Communicator::revoke`] on NCCL: `ncclCommRevoke`, then polled until the
     /// communicator is quiescent (bounded by its time limit).
     pub(crate) fn revoke_comm(&self, reason: &str) -> Result<Progress> {
-        self.inner.settings.features.require(Feature::Revoke)?;
-        let f = self
-            .inner
-            .lib
-            .api()
-            .comm_revoke
-            .ok_or(crate::absent::feature_symbol(
-                Feature::Revoke,
-                "ncclCommRevoke",
-            ))?;
+        let f = self.gated(Feature::Revoke, |a| a.comm_revoke, "ncclCommRevoke")?;
         if self.inner.state() == CommState::Revoked {
             return Ok(Progress::Done);
         }
@@ -78,7 +69,7 @@ impl NcclComm {
         cfg: &CommConfig,
         mode: ShrinkMode,
     ) -> Result<NcclComm> {
-        self.inner.settings.features.require(Feature::Shrink)?;
+        let f = self.gated(Feature::Shrink, |a| a.comm_shrink, "ncclCommShrink")?;
         oxccl_core::check::shrink(&self.check_ctx(), exclude)?;
         let state = self.inner.state();
         match mode {
@@ -94,15 +85,6 @@ impl NcclComm {
         }
         // Ranks below the communicator's size, itself at most i32::MAX (checked at creation).
         let mut list: Vec<i32> = exclude.iter().map(|&r| r as i32).collect();
-        let f = self
-            .inner
-            .lib
-            .api()
-            .comm_shrink
-            .ok_or(crate::absent::feature_symbol(
-                Feature::Shrink,
-                "ncclCommShrink",
-            ))?;
         let mut buf = config(&self.inner.lib, cfg)?;
         let new = OutHandle::new();
         // With the abort flag this rank's kernels stop too, as NCCL stops the parent's
@@ -138,17 +120,12 @@ impl NcclComm {
 impl NcclComm {
     /// [`oxccl_core::Communicator::grow_id`] on NCCL: `ncclCommGetUniqueId`.
     pub(crate) fn grow_id_comm(&self) -> Result<UniqueId> {
-        self.inner.settings.features.require(Feature::Grow)?;
+        let f = self.gated(
+            Feature::Grow,
+            |a| a.comm_get_unique_id,
+            "ncclCommGetUniqueId",
+        )?;
         self.ensure_ready("make a grow id")?;
-        let f = self
-            .inner
-            .lib
-            .api()
-            .comm_get_unique_id
-            .ok_or(crate::absent::feature_symbol(
-                Feature::Grow,
-                "ncclCommGetUniqueId",
-            ))?;
         let mut id = UniqueId([0; UniqueId::LEN]);
         let _live = self.inner.use_raw();
         // SAFETY: a ready (so live) communicator; `id` is a valid out-pointer of NCCL's size.
@@ -161,15 +138,9 @@ impl NcclComm {
 
     /// [`oxccl_core::Communicator::grow`] on NCCL: `ncclCommGrow` from this communicator.
     pub(crate) fn grow_comm(&self, size: u32, id: &UniqueId, cfg: &CommConfig) -> Result<NcclComm> {
-        self.inner.settings.features.require(Feature::Grow)?;
+        let f = self.gated(Feature::Grow, |a| a.comm_grow, "ncclCommGrow")?;
         oxccl_core::check::grow(&self.check_ctx(), size)?;
         self.ensure_ready("grow")?;
-        let f = self
-            .inner
-            .lib
-            .api()
-            .comm_grow
-            .ok_or(crate::absent::feature_symbol(Feature::Grow, "ncclCommGrow"))?;
         let mut buf = config(&self.inner.lib, cfg)?;
         let new = OutHandle::new();
         // NCCL's running ranks other than the root pass no id.

@@ -18,15 +18,7 @@ impl NcclComm {
         check::put_signal(&self.check_ctx(), &self.inner.signals, p)?;
         let reg = &self.inner.registry;
         check::put_windows(p, |w| reg.has_window(w), |a, b| reg.in_window(a, b))?;
-        let f = self
-            .inner
-            .lib
-            .api()
-            .put_signal
-            .ok_or(crate::absent::feature_symbol(
-                Feature::Signals,
-                "ncclPutSignal",
-            ))?;
+        let f = self.gated(Feature::Signals, |a| a.put_signal, "ncclPutSignal")?;
         self.inner.ready_for("put_signal")?;
         // SAFETY: checked above (the data within the peer's part of a live window of this
         // communicator, peer and numbers in range); the caller keeps `send` valid until the
@@ -58,15 +50,7 @@ impl NcclComm {
         stream: &NcclStream,
     ) -> Result<()> {
         check::signal(&self.check_ctx(), &self.inner.signals, peer, signal, ctx)?;
-        let f = self
-            .inner
-            .lib
-            .api()
-            .signal
-            .ok_or(crate::absent::feature_symbol(
-                Feature::Signals,
-                "ncclSignal",
-            ))?;
+        let f = self.gated(Feature::Signals, |a| a.signal, "ncclSignal")?;
         self.inner.ready_for("signal")?;
         // SAFETY: a ready communicator; peer and numbers checked; flags 0.
         let code = unsafe {
@@ -85,15 +69,7 @@ impl NcclComm {
     /// [`oxccl_core::Communicator::wait_signal`] on NCCL.
     pub(crate) fn wait_signal_comm(&self, waits: &[SignalWait], stream: &NcclStream) -> Result<()> {
         check::wait_signal(&self.check_ctx(), &self.inner.signals, waits)?;
-        let f = self
-            .inner
-            .lib
-            .api()
-            .wait_signal
-            .ok_or(crate::absent::feature_symbol(
-                Feature::Signals,
-                "ncclWaitSignal",
-            ))?;
+        let f = self.gated(Feature::Signals, |a| a.wait_signal, "ncclWaitSignal")?;
         self.inner.ready_for("wait_signal")?;
         // Numbers checked to fit an int.
         let mut descs: Vec<RawWaitSignalDesc> = waits

@@ -16,19 +16,11 @@ const SUSPEND_MEM: i32 = 0x01;
 impl NcclComm {
     /// [`oxccl_core::Communicator::suspend`] on NCCL.
     pub(crate) fn suspend_comm(&self, release_memory: bool) -> Result<()> {
-        self.inner
-            .settings
-            .features
-            .require(Feature::SuspendResume)?;
-        let f = self
-            .inner
-            .lib
-            .api()
-            .comm_suspend
-            .ok_or(crate::absent::feature_symbol(
-                Feature::SuspendResume,
-                "ncclCommSuspend",
-            ))?;
+        let f = self.gated(
+            Feature::SuspendResume,
+            |a| a.comm_suspend,
+            "ncclCommSuspend",
+        )?;
         self.transition(|l| l.suspend())?;
         let flags = if release_memory { SUSPEND_MEM } else { 0 };
         let _live = self.inner.use_raw();
@@ -47,19 +39,7 @@ impl NcclComm {
 
     /// [`oxccl_core::Communicator::resume`] on NCCL.
     pub(crate) fn resume_comm(&self) -> Result<()> {
-        self.inner
-            .settings
-            .features
-            .require(Feature::SuspendResume)?;
-        let f = self
-            .inner
-            .lib
-            .api()
-            .comm_resume
-            .ok_or(crate::absent::feature_symbol(
-                Feature::SuspendResume,
-                "ncclCommResume",
-            ))?;
+        let f = self.gated(Feature::SuspendResume, |a| a.comm_resume, "ncclCommResume")?;
         if self.inner.state() != oxccl_core::CommState::Suspended {
             // Not suspended: the lifecycle's refusal, naming the state.
             return self.transition(|l| l.resume());
@@ -73,16 +53,7 @@ impl NcclComm {
 
     /// [`oxccl_core::Communicator::mem_stats`] on NCCL.
     pub(crate) fn mem_stats_comm(&self) -> Result<MemStats> {
-        self.inner.settings.features.require(Feature::MemStats)?;
-        let f = self
-            .inner
-            .lib
-            .api()
-            .comm_mem_stats
-            .ok_or(crate::absent::feature_symbol(
-                Feature::MemStats,
-                "ncclCommMemStats",
-            ))?;
+        let f = self.gated(Feature::MemStats, |a| a.comm_mem_stats, "ncclCommMemStats")?;
         let _live = self.inner.use_raw();
         if self.inner.is_released() || self.inner.state().is_dead() {
             self.ensure_ready("read memory statistics")?;
