@@ -1,8 +1,9 @@
 //! The safe communicator: typed cudarc buffers in, checked NCCL calls out.
 
+use crate::buffer::same_device;
 use crate::element::{host_op, Element};
 use crate::group_guard::GroupGuard;
-use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut, DeviceSlice, SyncOnDrop};
+use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut, SyncOnDrop};
 use oxccl_core::coll_config::CollConfig;
 use oxccl_core::{
     Backend, CommAbort, CommConfig, CommOp, CommState, Communicator, Device, Error, Progress,
@@ -71,30 +72,6 @@ pub(crate) fn wr<'a, T>(
     let len = s.len();
     let (ptr, sync) = s.device_ptr_mut(st);
     Ok((RawBufMut::new(ptr as usize, len), sync))
-}
-
-/// `s` lives on the communicator's device. Memory allocated on the communicator's own stream
-/// (the common case) is recognised by pointer, without reading the context.
-pub(crate) fn same_device<T>(
-    arg: &'static str,
-    dev: Device,
-    s: &impl DeviceSlice<T>,
-    st: &CudaStream,
-) -> Result<()> {
-    if std::ptr::eq(Arc::as_ptr(s.stream()), st) {
-        return Ok(());
-    }
-    let ordinal = s.stream().context().ordinal();
-    if ordinal != dev.0 as usize {
-        return Err(Error::invalid(
-            arg,
-            format_args!(
-                "memory on the communicator's device {}, got device {ordinal}",
-                dev.0
-            ),
-        ));
-    }
-    Ok(())
 }
 
 /// The policy `OXCCL_PEER_KERNELS` names: `auto` when unset, an error naming the variable for

@@ -39,6 +39,7 @@ mod group_guard;
 mod membership;
 #[cfg(feature = "nccl")]
 mod one_sided;
+mod path_text;
 pub mod tune_file;
 #[cfg(feature = "nccl")]
 mod window_table;
@@ -51,6 +52,7 @@ pub use comm_graph::{CommGraph, CommLaunch};
 pub use element::Element;
 #[cfg(feature = "nccl")]
 pub use group_guard::GroupGuard;
+pub use path_text::escaped_path;
 
 pub use oxccl_core as core;
 pub use oxccl_core::{Backend, Capture, CommAbort, Communicator, Event, Graph, Stream};
@@ -79,13 +81,6 @@ pub mod prelude {
 /// The NCCL library as loaded: `Nccl::load()` searches, `Nccl::open(path)` takes a path.
 #[cfg(feature = "nccl")]
 pub type Nccl = oxccl_nccl::NcclBackend;
-
-/// A path as oxccl's messages show it: its bytes, control characters and bytes that are not
-/// UTF-8 escaped (`\e`, `\xff`; [`core::text`](mod@crate::core::text) states the rule), so a hostile file name never
-/// writes them to a terminal.
-pub fn escaped_path(path: &std::path::Path) -> oxccl_core::text::EscapedBytes<'_> {
-    oxccl_core::text::EscapedBytes(path.as_os_str().as_encoded_bytes())
-}
 
 /// The README's examples, compiled as doctests.
 #[doc = include_str!("../README.md")]

@@ -2,7 +2,7 @@
 //! size, and up to which size oxccl's all-reduce kernels run): read from the file
 //! `OXCCL_TUNE_FILE` names (`oxccl perf --tune` writes one).
 
-use crate::escaped_path;
+use crate::path_text::escaped_path;
 use oxccl_core::tune::TuneTable;
 use oxccl_core::{Error, Result};
 use std::sync::Arc;

@@ -45,3 +45,16 @@ impl RawBufMut {
         }
     }
 }
+
+/// A registered buffer, as returned by
+/// [`Communicator::register`](crate::traits::Communicator::register) (and a window by
+/// `register_window`): the backend's handle and the memory it covers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RegHandle {
+    /// The backend's handle value.
+    pub raw: usize,
+    /// The registered address.
+    pub addr: usize,
+    /// The registered length in bytes.
+    pub bytes: usize,
+}

@@ -45,7 +45,7 @@ pub mod tune;
 pub mod version;
 pub mod watchdog;
 
-pub use buf::{RawBuf, RawBufMut};
+pub use buf::{RawBuf, RawBufMut, RegHandle};
 pub use check::CheckCtx;
 pub use comm_state::CommState;
 pub use config::{CommConfig, ConfigField};
@@ -68,7 +68,7 @@ pub use state::work::{WorkError, WorkInfo, WorkMachine, WorkState};
 pub use text::Text;
 pub use traits::{
     pending_aborts, AbortInFlight, Backend, CommAbort, Communicator, Device, Event, MemStats,
-    Progress, RegHandle, ShrinkMode, Stream,
+    Progress, ShrinkMode, Stream,
 };
 pub use traits::{Capture, Graph};
 pub use version::Version;

@@ -3,9 +3,9 @@
 //! part in a put; it learns of it by waiting for the signal, which orders the data before it.
 
 use crate::buf::RawBuf;
+use crate::buf::RegHandle;
 use crate::config::{CommConfig, ConfigField};
 use crate::dtype::DataType;
-use crate::traits::RegHandle;
 
 /// A put of [`crate::Communicator::put_signal`]: `send` (`send.len` elements of `dtype`)
 /// written into rank `peer`'s part of the symmetric window `window` (this rank's handle of

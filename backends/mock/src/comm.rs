@@ -13,7 +13,7 @@ use crate::stream::MockStream;
 use crate::sync::lock;
 use oxccl_core::state::lifecycle::Lifecycle;
 use oxccl_core::text::text_str;
-use oxccl_core::traits::RegHandle;
+use oxccl_core::RegHandle;
 use oxccl_core::{
     check, text, CheckCtx, CommConfig, CommOp, CommState, DataType, Device, Error, Feature,
     FeatureSet, Progress, ReduceOp, Result,

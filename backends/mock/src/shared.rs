@@ -6,7 +6,7 @@ use crate::op_desc::OpDesc;
 use crate::sync::{lock, wait_for, TICK};
 use oxccl_core::state::lifecycle::Lifecycle;
 use oxccl_core::text::{text_str, Text};
-use oxccl_core::traits::RegHandle;
+use oxccl_core::RegHandle;
 use oxccl_core::{text, CommState, Error, FeatureSet, Result, ResultCode};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};

@@ -3,9 +3,10 @@
 use super::memory::{Buffer, Memory};
 use super::nccl_buf::{NcclAccess, NcclBuf};
 use crate::element::Element;
-use cudarc::driver::{CudaContext, CudaSlice, DevicePtr, DevicePtrMut, DeviceSlice};
-use oxccl_core::{Device, RawBuf, RawBufMut, Result};
+use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceSlice};
+use oxccl_core::{Device, Error, RawBuf, RawBufMut, Result};
 use oxccl_nccl::{cuda_error, NcclBackend, NcclStream};
+use std::sync::Arc;
 
 impl<T: Element> Buffer<T> for CudaSlice<T> {
     fn len(&self) -> usize {
@@ -76,7 +77,7 @@ impl Memory for NcclBackend {
         stream: &'a NcclStream,
         buf: &'a CudaSlice<T>,
     ) -> Result<(RawBuf, NcclAccess<'a>)> {
-        crate::comm::same_device(arg, device, buf, stream.cuda())?;
+        same_device(arg, device, buf, stream.cuda())?;
         let (ptr, sync) = buf.device_ptr(stream.cuda());
         Ok((
             RawBuf::new(ptr as usize, DeviceSlice::len(buf)),
@@ -90,9 +91,33 @@ impl Memory for NcclBackend {
         stream: &'a NcclStream,
         buf: &'a mut CudaSlice<T>,
     ) -> Result<(RawBufMut, NcclAccess<'a>)> {
-        crate::comm::same_device(arg, device, buf, stream.cuda())?;
+        same_device(arg, device, buf, stream.cuda())?;
         let len = DeviceSlice::len(buf);
         let (ptr, sync) = buf.device_ptr_mut(stream.cuda());
         Ok((RawBufMut::new(ptr as usize, len), NcclAccess::Slice(sync)))
     }
+}
+
+/// `s` lives on the communicator's device. Memory allocated on the communicator's own stream
+/// (the common case) is recognised by pointer, without reading the context.
+pub(crate) fn same_device<T>(
+    arg: &'static str,
+    dev: Device,
+    s: &impl DeviceSlice<T>,
+    st: &CudaStream,
+) -> Result<()> {
+    if std::ptr::eq(Arc::as_ptr(s.stream()), st) {
+        return Ok(());
+    }
+    let ordinal = s.stream().context().ordinal();
+    if ordinal != dev.0 as usize {
+        return Err(Error::invalid(
+            arg,
+            format_args!(
+                "memory on the communicator's device {}, got device {ordinal}",
+                dev.0
+            ),
+        ));
+    }
+    Ok(())
 }

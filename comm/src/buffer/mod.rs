@@ -34,6 +34,8 @@ mod nccl_buf;
 #[cfg(feature = "nccl")]
 mod uses;
 
+#[cfg(feature = "nccl")]
+pub(crate) use device::same_device;
 #[cfg(feature = "mock")]
 pub use host::HostBuf;
 pub use memory::{Buffer, CommAlloc, CommMem, Memory, Operand, StreamOf};

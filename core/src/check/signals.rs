@@ -2,10 +2,10 @@
 //! signal numbers NCCL can take, waits for something.
 
 use super::check_ctx::{rank_arg, CheckCtx};
+use crate::buf::RegHandle;
 use crate::error::{Error, Result};
 use crate::feature::Feature;
 use crate::signal::{PutSignal, SignalLimits, SignalWait};
-use crate::traits::RegHandle;
 
 fn int_arg(arg: &'static str, v: u32) -> Result<()> {
     if i32::try_from(v).is_err() {
@@ -140,9 +140,9 @@ pub fn wait(ctx: &CheckCtx<'_>, limits: &SignalLimits, waits: &[SignalWait]) -> 
 mod tests {
     use super::*;
     use crate::buf::RawBuf;
+    use crate::buf::RegHandle;
     use crate::dtype::DataType;
     use crate::feature::FeatureSet;
-    use crate::traits::RegHandle;
     use crate::version::Version;
 
     fn put_of(len: usize, offset: usize) -> PutSignal {

@@ -1,3 +1,4 @@
+use crate::buf::RegHandle;
 use crate::comm_state::CommState;
 use crate::config::CommConfig;
 use crate::error::Result;
@@ -17,17 +18,6 @@ pub enum StreamPriority {
     /// The device's greatest priority: its work is scheduled ahead of queued normal work
     /// (c10d's `is_high_priority_stream`).
     High,
-}
-
-/// A registered buffer, as returned by [`Communicator::register`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct RegHandle {
-    /// The backend's handle value.
-    pub raw: usize,
-    /// The registered address.
-    pub addr: usize,
-    /// The registered length in bytes.
-    pub bytes: usize,
 }
 
 /// How [`Communicator::shrink`] treats the operations of the communicator it shrinks.

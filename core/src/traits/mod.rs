@@ -14,7 +14,7 @@ mod stream;
 pub use crate::error::CaptureError;
 pub use abort::{pending_aborts, AbortInFlight, CommAbort};
 pub use backend::{AbortOf, Backend, CommOf};
-pub use communicator::{Communicator, MemStats, RegHandle, ShrinkMode, StreamPriority};
+pub use communicator::{Communicator, MemStats, ShrinkMode, StreamPriority};
 pub use device::Device;
 pub use graph::{forbidden, Capture, Graph};
 pub use progress::Progress;
