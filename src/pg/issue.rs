@@ -60,6 +60,13 @@ impl<'a, B: Memory> Issuer<'a, B> {
             // Captured: nothing ran; the accesses record on the copy stream (see `capture`).
             return Ok(());
         }
+        self.end_with_work(held)
+    }
+
+    /// Records the work's end event and ends the accesses `held` with it (one event per
+    /// operation, shared with its buffers; see [`Memory::end_access`]), kept for
+    /// [`PgInner::issue`] to take.
+    fn end_with_work<'x>(&self, held: impl IntoIterator<Item = B::Access<'x>>) -> Result<()> {
         let end = self.entry.stream.record(self.timing)?;
         for access in held {
             B::end_access(access, &end);
@@ -82,12 +89,7 @@ impl<'a, B: Memory> Issuer<'a, B> {
             ));
         }
         call(&self.entry.comm, &self.entry.stream)?;
-        let end = self.entry.stream.record(self.timing)?;
-        for access in held {
-            B::end_access(access, &end);
-        }
-        self.end.set(Some(end));
-        Ok(())
+        self.end_with_work(held)
     }
 
     /// Issues `op` on the group's communicator and stream (inside a backend group, where

@@ -168,7 +168,12 @@ impl NcclBackend {
         device: Device,
         cfg: &CommConfig,
     ) -> Result<NcclComm> {
-        self.settings.features.require(Feature::ScalableInit)?;
+        let f = crate::absent::gated(
+            &self.settings.features,
+            Feature::ScalableInit,
+            self.lib.api().comm_init_rank_scalable,
+            "ncclCommInitRankScalable",
+        )?;
         let (r, n) = Self::rank_size(rank, size)?;
         let n_ids = i32::try_from(ids.len())
             .ok()
@@ -179,14 +184,6 @@ impl NcclBackend {
                     format_args!("1..={size} unique ids, got {}", ids.len()),
                 )
             })?;
-        let f = self
-            .lib
-            .api()
-            .comm_init_rank_scalable
-            .ok_or(crate::absent::feature_symbol(
-                Feature::ScalableInit,
-                "ncclCommInitRankScalable",
-            ))?;
         let mut ids_copy = ids.to_vec();
         self.init_with(rank, size, device, cfg, |raw, cfg_ptr| {
             // SAFETY: valid out-pointer; `ids_copy` holds `n_ids` ids; config null or built for
@@ -258,14 +255,14 @@ impl Backend for NcclBackend {
         device: Device,
         cfg: &CommConfig,
     ) -> Result<NcclComm> {
-        self.settings.features.require(Feature::Grow)?;
+        let f = crate::absent::gated(
+            &self.settings.features,
+            Feature::Grow,
+            self.lib.api().comm_grow,
+            "ncclCommGrow",
+        )?;
         oxccl_core::check::join_grown(id, rank, size)?;
         let (r, n) = Self::rank_size(rank, size)?;
-        let f = self
-            .lib
-            .api()
-            .comm_grow
-            .ok_or(crate::absent::feature_symbol(Feature::Grow, "ncclCommGrow"))?;
         self.init_with(rank, size, device, cfg, |raw, cfg_ptr| {
             // SAFETY: no parent (a new rank); `id` points to the caller's id for the call;
             // `raw` is a valid out-pointer; `cfg_ptr` is null or a config built for the

@@ -129,8 +129,8 @@ impl NcclComm {
         pick: impl FnOnce(&oxccl_loader::Api) -> Option<F>,
         symbol: &'static str,
     ) -> Result<F> {
-        self.inner.settings.features.require(feature)?;
-        pick(self.inner.lib.api()).ok_or(crate::absent::feature_symbol(feature, symbol))
+        let f = pick(self.inner.lib.api());
+        crate::absent::gated(&self.inner.settings.features, feature, f, symbol)
     }
 
     /// Runs a lifecycle transition and refreshes the hot-path mirror.

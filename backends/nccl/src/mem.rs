@@ -171,14 +171,15 @@ impl NcclMem {
     /// size kept from an earlier [`NcclMem`] of this library on that device if there is one,
     /// else from `ncclMemAlloc`. The contents are undefined.
     pub fn alloc(lib: &Arc<Library>, bytes: usize) -> Result<NcclMem> {
-        lib.features().require(Feature::MemAlloc)?;
+        let f = crate::absent::gated(
+            lib.features(),
+            Feature::MemAlloc,
+            lib.api().mem_alloc,
+            "ncclMemAlloc",
+        )?;
         if bytes == 0 {
             return Err(Error::invalid("bytes", format_args!("at least one byte")));
         }
-        let f = lib.api().mem_alloc.ok_or(crate::absent::feature_symbol(
-            Feature::MemAlloc,
-            "ncclMemAlloc",
-        ))?;
         let device = current_device();
         if let Some(d) = device {
             // Taken apart from the `if let`, so that the shelf's lock is not held while the
