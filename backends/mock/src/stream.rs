@@ -105,11 +105,6 @@ impl std::fmt::Debug for MockStream {
 }
 
 impl MockStream {
-    /// Whether `event` was recorded on this stream.
-    pub fn records(&self, event: &MockEvent) -> bool {
-        event.state.origin == Arc::as_ptr(&self.shared) as usize
-    }
-
     /// A new stream and its worker thread.
     pub fn new() -> Result<MockStream> {
         let shared = Arc::new(StreamShared {
@@ -198,8 +193,6 @@ struct EventState {
     timing: bool,
     /// Recorded while its stream captured a graph: never completes, and the host may not ask.
     captured: bool,
-    /// The stream it was recorded on (its shared state's address; see [`MockStream::records`]).
-    origin: usize,
 }
 
 /// A point in a stream's work, completed when the stream reaches it.
@@ -272,7 +265,6 @@ impl oxccl_core::Stream for MockStream {
                 cv: Condvar::new(),
                 timing,
                 captured,
-                origin: Arc::as_ptr(&self.shared) as usize,
             }),
         };
         if captured {

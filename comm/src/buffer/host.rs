@@ -53,21 +53,9 @@ pub struct HostAccess<'a> {
     stream: &'a MockStream,
     last: &'a Mutex<Option<MockEvent>>,
     keep: Option<Arc<dyn Send + Sync>>,
-    /// Ended by [`HostAccess::end_with`]: nothing left to do on drop.
-    ended: bool,
 }
 
 impl HostAccess<'_> {
-    /// Ends the access with `end`, recorded on its stream after its work (see
-    /// [`Memory::end_access`]); an event of another stream is not taken.
-    fn end_with(mut self, end: &MockEvent) {
-        if self.stream.records(end) {
-            self.release();
-            *self.last.lock().unwrap_or_else(PoisonError::into_inner) = Some(end.clone());
-            self.ended = true;
-        }
-    }
-
     /// Sends the memory's reference down the stream behind the work issued with it, so a
     /// buffer dropped right after the issue is freed only once that work ran.
     fn release(&mut self) {
@@ -82,10 +70,12 @@ impl HostAccess<'_> {
 }
 
 impl Drop for HostAccess<'_> {
+    /// The use's last event is recorded after the memory's reference is let go on the stream,
+    /// so an allocation found idle is held by nothing the stream still runs (the process
+    /// group's window release counts a buffer dropped only once nothing holds it). Hence the
+    /// mock keeps [`Memory::end_access`]'s default: the operation's end event comes before
+    /// that reference is let go.
     fn drop(&mut self) {
-        if self.ended {
-            return;
-        }
         self.release();
         match self.stream.record(false) {
             Ok(ev) => *self.last.lock().unwrap_or_else(PoisonError::into_inner) = Some(ev),
@@ -129,7 +119,6 @@ impl<T: Element> HostBuf<T> {
                 stream,
                 last: &self.mem.last,
                 keep: Some(keep),
-                ended: false,
             },
         ))
     }
@@ -191,10 +180,6 @@ impl Memory for MockBackend {
     type Buf<T: Element> = HostBuf<T>;
     type CommBuf<T: Element> = HostBuf<T>;
     type Access<'a> = HostAccess<'a>;
-
-    fn end_access(access: HostAccess<'_>, end: &MockEvent) {
-        access.end_with(end);
-    }
 
     fn stream(&self, _device: Device) -> Result<MockStream> {
         MockStream::new()
@@ -296,5 +281,39 @@ impl Memory for MockBackend {
     ) -> Result<(RawBufMut, HostAccess<'a>)> {
         let (addr, access) = buf.access(stream)?;
         Ok((RawBufMut::new(addr, buf.len()), access))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+
+    /// Once an allocation reports idle, its stream holds no reference to it any more: a
+    /// buffer dropped right after its operation counts as dropped (the window release's
+    /// test). Each round holds the stream until the buffer is gone, so the operation's end and
+    /// the memory's release both still lie ahead on it.
+    #[test]
+    fn an_idle_allocation_is_held_by_nothing_its_stream_runs() {
+        let mock = MockBackend::new();
+        let st = MockStream::new().unwrap();
+        for round in 0..200 {
+            let buf = mock.upload_comm(&st, &[1.0f32; 4]).unwrap();
+            let mem = buf.comm_mem().unwrap();
+            let (open, gate) = mpsc::channel::<()>();
+            st.host_fn(move || {
+                let _ = gate.recv();
+            })
+            .unwrap();
+            let (_, access) = MockBackend::read("buf", Device(0), &st, &buf).unwrap();
+            let end = st.record(false).unwrap();
+            MockBackend::end_access(access, &end);
+            drop(buf);
+            open.send(()).unwrap();
+            while !mem.keep.idle() {
+                std::thread::yield_now();
+            }
+            assert_eq!(Arc::strong_count(&mem.keep), 1, "round {round}");
+        }
     }
 }
