@@ -6,6 +6,7 @@
 #   here:   bash scripts/gpu-peer.sh stage        # release tool and tests into .gpu/peer/
 #   there:  bash scripts/gpu-peer.sh run OUTDIR [PART...]
 #           PART: probe, tests, suite, ncclbuild, perf, graphs, procs, torch, variants,
+#                 gathers (the all-gather and reduce-scatter kernels beside NCCL, after ncclbuild),
 #                 elastic (issue 29: revoke, shrink, the elastic group, examples/elastic_step),
 #                 elastic232 (the same and the 2.29+ features on NCCL 2.32.3 in NCCL_232)
 #           (default: all but variants)
@@ -91,7 +92,7 @@ part_tests() {
     for n in $sizes; do
         echo "== OXCCL_TEST_GPUS=$n"
         CUDA_VISIBLE_DEVICES=$(seq -s, 0 $((n - 1))) OXCCL_TEST_GPUS=$n RUST_LOG=info \
-            timeout 150 $bin/gpu_peer_kernels --test-threads=1 --nocapture || rc=1
+            timeout 300 $bin/gpu_peer_kernels --test-threads=1 --nocapture || rc=1
     done
     return $rc
 }
@@ -122,6 +123,28 @@ sweep() {
     return $rc
 }
 part_perf() { sweep perf -n 500 -w 50; }
+# The all-gather and reduce-scatter kernels (forced) against NCCL through the same tool, and
+# nccl-tests with plain memory and with windows, in the same run (sizes: the whole output of
+# an all-gather, the whole input of a reduce-scatter, as nccl-tests counts them).
+part_gathers() {
+    local rc=0
+    for coll in all_gather reduce_scatter; do
+        for n in $perf_sizes; do
+            for policy in ${coll/_/-} nccl; do
+                echo "== $coll N=$n OXCCL_PEER_KERNELS=$policy"
+                OXCCL_PEER_KERNELS=$policy timeout 100 $bin/oxccl perf $coll -g "$n" -b 64 -e 1M \
+                    -n 500 -w 50 --layer all --library "$nccl_lib/libnccl.so.2" \
+                    --json-out "$out/gathers-$coll-$n-$policy.json" || rc=1
+            done
+            for r in 0 2; do
+                echo "== nccl-tests ${coll}_perf -t $n -g 1 -R $r"
+                LD_LIBRARY_PATH=$nccl_lib timeout 60 "$nt/${coll}_perf" -t "$n" -g 1 -b 64 -e 1M -f 2 \
+                    -n 500 -w 50 -R $r || rc=1
+            done
+        done
+    done
+    return $rc
+}
 # A process per GPU (torchrun --no-python): the kernels on and off.
 part_procs() {
     local rc=0

@@ -40,7 +40,7 @@ def nccl_tests(log, header):
     if not os.path.exists(log):
         return []
     out, on = [], False
-    row = re.compile(r"\s+(\d+)\s+\d+\s+float\s+sum\s+-1\s+([\d.]+)\s+\S+\s+([\d.]+)\s+\S+\s+([\d.]+)\s+\S+\s+([\d.]+)")
+    row = re.compile(r"\s+(\d+)\s+\d+\s+float\s+(?:sum|none)\s+-1\s+([\d.]+)\s+\S+\s+([\d.]+)\s+\S+\s+([\d.]+)\s+\S+\s+([\d.]+)")
     for line in open(log):
         if line.startswith("== "):
             on = line.strip() == header

@@ -1,7 +1,7 @@
-//! oxccl's own all-reduce kernels on GPUs, a thread per GPU through `Comm`: every type the
-//! kernels have × every reduction × counts up to the slot size, in place and out of place,
-//! eager and replayed in a CUDA graph with new inputs each launch, against the host
-//! reference; and the waits that must give up (a peer that never calls: `Timeout` naming it;
+//! oxccl's own kernels on GPUs, a thread per GPU through `Comm`: every type the kernels have ×
+//! every reduction × counts up to the slot size, in place and out of place, for the
+//! all-reduces, the all-gather and the reduce-scatter, eager and replayed in a CUDA graph with
+//! new inputs each launch, against the host reference; and the waits that must give up (a peer that never calls: `Timeout` naming it;
 //! an abort from another thread), after which a new communicator runs the kernels again; and
 //! a process group's small all-reduces on the kernels, back to back.
 //! Runs when `OXCCL_TEST_GPUS` is 2 or more (all of them are used) and skips, saying so,
@@ -16,7 +16,9 @@ mod devbuf;
 mod values;
 
 use devbuf::{run, DevBuf, Tally};
-use oxccl::core::peer_kernels::{KernelAlgo, KernelType, PeerPolicy, PeerTable, LINES_PER_SLOT};
+use oxccl::core::peer_kernels::{
+    KernelAlgo, KernelColl, KernelType, PeerPolicy, PeerTable, LINES_PER_SLOT,
+};
 use oxccl::core::{Backend as _, Communicator as _};
 use oxccl::{Comm, CommConfig, CommOp, CommState, DataType, Error, HostScalar, ReduceOp, Scalar};
 use std::time::{Duration, Instant};
@@ -66,52 +68,121 @@ fn factor(op: &ReduceOp) -> f64 {
     }
 }
 
-/// Every case of the module's first paragraph under `algo` on this rank; returns the tally
-/// and how many kernel calls ran.
+/// Every case of the module's first paragraph under `algo` on this rank (the all-gather and
+/// reduce-scatter kernels on their own collectives); returns the tally and how many kernel
+/// calls ran.
 fn values_under(c: &mut Comm, algo: KernelAlgo) -> (Tally, u64) {
     let mut t = Tally::default();
     let (n, r) = (c.size(), c.rank());
     let slot_bytes = (LINES_PER_SLOT * 8) as usize;
+    // The largest count each kernel holds: one-shot's whole buffer, two-shot's a chunk per
+    // rank, the gathers' one rank's part.
     let cap = match algo {
-        KernelAlgo::OneShot => slot_bytes,
         KernelAlgo::TwoShot => slot_bytes * n as usize,
+        KernelAlgo::OneShot | KernelAlgo::AllGather | KernelAlgo::ReduceScatter => slot_bytes,
     };
     let mut expected = 0u64;
     for dt in KernelType::ALL.map(KernelType::dtype) {
         let counts = [1, 3, 7, 1031, 4099, cap / dt.size()];
-        for op in reductions(dt) {
+        let ops: Vec<Option<ReduceOp>> = match algo.coll() {
+            KernelColl::AllGather => vec![None],
+            _ => reductions(dt).into_iter().map(Some).collect(),
+        };
+        for op in ops {
             for count in counts {
-                let send_vals: Vec<f64> = (0..count).map(|i| input(Some(&op), r, i)).collect();
-                let want: Vec<f64> = (0..count)
-                    .map(|i| reduced(dt, &op, n, i, factor(&op)))
-                    .collect();
                 for in_place in [false, true] {
                     let name = format!(
-                        "{} all_reduce {dt} {op} n={count} in_place={in_place}",
-                        algo.name()
+                        "{} {dt} {} n={count} in_place={in_place}",
+                        algo.name(),
+                        op.as_ref().map_or(String::new(), |o| o.to_string())
                     );
-                    let send = DevBuf::new(c, dt, &send_vals);
-                    let out = (!in_place).then(|| DevBuf::zeros(c, dt, count));
-                    let recv = out.as_ref().unwrap_or(&send);
-                    let op = CommOp::AllReduce {
-                        send: send.r(),
-                        recv: recv.w(),
-                        dtype: dt,
-                        op,
-                    };
                     expected += 1;
-                    if run(c, &mut t, &name, op) {
-                        t.check(&name, &recv.read(c, dt), &want, dt);
-                    }
+                    let (got, want) = match (algo.coll(), op) {
+                        (KernelColl::AllReduce, Some(op)) => {
+                            let send_vals: Vec<f64> =
+                                (0..count).map(|i| input(Some(&op), r, i)).collect();
+                            let want: Vec<f64> = (0..count)
+                                .map(|i| reduced(dt, &op, n, i, factor(&op)))
+                                .collect();
+                            let send = DevBuf::new(c, dt, &send_vals);
+                            let out = (!in_place).then(|| DevBuf::zeros(c, dt, count));
+                            let recv = out.as_ref().unwrap_or(&send);
+                            let call = CommOp::AllReduce {
+                                send: send.r(),
+                                recv: recv.w(),
+                                dtype: dt,
+                                op,
+                            };
+                            if !run(c, &mut t, &name, call) {
+                                continue;
+                            }
+                            (recv.read(c, dt), want)
+                        }
+                        (KernelColl::AllGather, _) => {
+                            let whole = count * n as usize;
+                            let mine: Vec<f64> = (0..count).map(|i| input(None, r, i)).collect();
+                            let want: Vec<f64> = (0..whole)
+                                .map(|j| input(None, (j / count) as u32, j % count))
+                                .collect();
+                            // In place: the input is this rank's part of the output.
+                            let (recv, send) = if in_place {
+                                let mut start = vec![0.0; whole];
+                                start[r as usize * count..][..count].copy_from_slice(&mine);
+                                (DevBuf::new(c, dt, &start), None)
+                            } else {
+                                (DevBuf::zeros(c, dt, whole), Some(DevBuf::new(c, dt, &mine)))
+                            };
+                            let send_raw = send.as_ref().map_or_else(
+                                || recv.part(dt, r as usize * count, count).as_read(),
+                                DevBuf::r,
+                            );
+                            let call = CommOp::AllGather {
+                                send: send_raw,
+                                recv: recv.w(),
+                                dtype: dt,
+                            };
+                            if !run(c, &mut t, &name, call) {
+                                continue;
+                            }
+                            (recv.read(c, dt), want)
+                        }
+                        (KernelColl::ReduceScatter, Some(op)) => {
+                            let whole = count * n as usize;
+                            let send_vals: Vec<f64> =
+                                (0..whole).map(|j| input(Some(&op), r, j)).collect();
+                            let want: Vec<f64> = (0..count)
+                                .map(|i| reduced(dt, &op, n, r as usize * count + i, factor(&op)))
+                                .collect();
+                            let send = DevBuf::new(c, dt, &send_vals);
+                            // In place: the output is this rank's chunk of the input.
+                            let out = (!in_place).then(|| DevBuf::zeros(c, dt, count));
+                            let recv_raw = out.as_ref().map_or_else(
+                                || send.part(dt, r as usize * count, count),
+                                DevBuf::w,
+                            );
+                            let call = CommOp::ReduceScatter {
+                                send: send.r(),
+                                recv: recv_raw,
+                                dtype: dt,
+                                op,
+                            };
+                            if !run(c, &mut t, &name, call) {
+                                continue;
+                            }
+                            let got = match &out {
+                                Some(o) => o.read(c, dt),
+                                None => send.read(c, dt)[r as usize * count..][..count].to_vec(),
+                            };
+                            (got, want)
+                        }
+                        (_, None) => unreachable!("only the all-gather has no reduction"),
+                    };
+                    t.check(&name, &got, &want, dt);
                 }
             }
         }
     }
-    let (one, two) = c.backend().peer_kernel_calls();
-    let ran = match algo {
-        KernelAlgo::OneShot => one,
-        KernelAlgo::TwoShot => two,
-    };
+    let ran = c.backend().peer_kernel_calls_of(algo);
     assert_eq!(
         ran,
         expected,
@@ -121,24 +192,33 @@ fn values_under(c: &mut Comm, algo: KernelAlgo) -> (Tally, u64) {
     (t, ran)
 }
 
-/// A graph of one out-of-place f32 sum, launched 5 times with new inputs each time: every
-/// launch's output is that launch's sum (a flag reused across launches would let a rank read
-/// the previous launch's data).
-fn graph_relaunches(c: &mut Comm, count: usize) -> Tally {
+/// A graph of one out-of-place f32 operation of `coll` (a sum where it reduces; `count`
+/// elements per rank), launched 5 times with new inputs each time: every launch's output is
+/// that launch's result (a flag reused across launches would let a rank read the previous
+/// launch's data).
+fn graph_relaunches(c: &mut Comm, coll: KernelColl, count: usize) -> Tally {
     let mut t = Tally::default();
     let (n, r) = (c.size(), c.rank());
     let dt = DataType::Float32;
-    let mut send = c.stream().alloc_zeros::<f32>(count).expect("alloc");
-    let mut recv = c.stream().alloc_zeros::<f32>(count).expect("alloc");
-    c.all_reduce(&send, &mut recv, ReduceOp::Sum)
-        .expect("eager first");
-    let g = c
-        .capture(|c| c.all_reduce(&send, &mut recv, ReduceOp::Sum))
-        .expect("capture");
+    let whole = count * n as usize;
+    let (send_len, recv_len) = match coll {
+        KernelColl::AllReduce => (count, count),
+        KernelColl::AllGather => (count, whole),
+        KernelColl::ReduceScatter => (whole, count),
+    };
+    let mut send = c.stream().alloc_zeros::<f32>(send_len).expect("alloc");
+    let mut recv = c.stream().alloc_zeros::<f32>(recv_len).expect("alloc");
+    let op = |c: &mut Comm, send: &_, recv: &mut _| match coll {
+        KernelColl::AllReduce => c.all_reduce(send, recv, ReduceOp::Sum),
+        KernelColl::AllGather => c.all_gather(send, recv),
+        KernelColl::ReduceScatter => c.reduce_scatter(send, recv, ReduceOp::Sum),
+    };
+    op(c, &send, &mut recv).expect("eager first");
+    let g = c.capture(|c| op(c, &send, &mut recv)).expect("capture");
+    // Rank p's input at element i in launch l.
+    let value = |l: u32, p: u32, i: usize| (l * 10 + p + (i % 3) as u32) as f32;
     for launch in 0..5u32 {
-        let vals: Vec<f32> = (0..count)
-            .map(|i| (launch * 10 + r + (i % 3) as u32) as f32)
-            .collect();
+        let vals: Vec<f32> = (0..send_len).map(|i| value(launch, r, i)).collect();
         c.stream().memcpy_htod(&vals, &mut send).expect("upload");
         g.bind(c, &mut send)
             .buf(&mut recv)
@@ -151,15 +231,16 @@ fn graph_relaunches(c: &mut Comm, count: usize) -> Tally {
             .into_iter()
             .map(f64::from)
             .collect();
-        let want: Vec<f64> = (0..count)
-            .map(|i| {
-                (0..n)
-                    .map(|p| f64::from(launch * 10 + p + (i % 3) as u32))
-                    .sum()
-            })
-            .collect();
+        let sum = |i: usize| (0..n).map(|p| f64::from(value(launch, p, i))).sum::<f64>();
+        let want: Vec<f64> = match coll {
+            KernelColl::AllReduce => (0..count).map(sum).collect(),
+            KernelColl::AllGather => (0..whole)
+                .map(|j| f64::from(value(launch, (j / count) as u32, j % count)))
+                .collect(),
+            KernelColl::ReduceScatter => (0..count).map(|i| sum(r as usize * count + i)).collect(),
+        };
         t.check(
-            &format!("graph launch {launch} count {count}"),
+            &format!("{coll:?} graph launch {launch} count {count}"),
             &got,
             &want,
             dt,
@@ -172,7 +253,7 @@ fn graph_relaunches(c: &mut Comm, count: usize) -> Tally {
 fn gpu_peer_kernels_match_the_host_reference() {
     let Some(n) = gpus() else { return };
     let lib = oxccl::Nccl::load().expect("NCCL");
-    for algo in KernelAlgo::ALL {
+    for algo in KernelAlgo::EVERY {
         let id = lib.unique_id().expect("id");
         let tallies: Vec<(Tally, u64)> = std::thread::scope(|s| {
             let hs: Vec<_> = (0..n)
@@ -182,10 +263,17 @@ fn gpu_peer_kernels_match_the_host_reference() {
                         let mut c = comm(&lib, &id, r, n, PeerPolicy::Force(algo));
                         let (mut t, ran) = values_under(&mut c, algo);
                         for count in [2, 5000] {
-                            let g = graph_relaunches(&mut c, count);
+                            let g = graph_relaunches(&mut c, algo.coll(), count);
                             t.passed += g.passed;
                             t.failed.extend(g.failed);
                         }
+                        // Each graph's eager call and its capture ran on the kernel.
+                        assert_eq!(
+                            c.backend().peer_kernel_calls_of(algo),
+                            ran + 4,
+                            "rank {r}: the graphs' calls on the {} kernel",
+                            algo.name()
+                        );
                         c.destroy().expect("destroy");
                         (t, ran)
                     })

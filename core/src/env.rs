@@ -134,7 +134,7 @@ pub const VARIABLES: &[(&str, &str, &str)] = &[
     (
         PEER_KERNELS,
         "auto",
-        "all-reduces of a group on one node: `auto` (oxccl's kernels where they beat NCCL), `nccl`, `one-shot`, `two-shot` (that kernel wherever it fits); every rank must set the same",
+        "all-reduces, all-gathers and reduce-scatters of a group on one node: `auto` (oxccl's kernels where they beat NCCL), `nccl`, `one-shot`, `two-shot`, `all-gather`, `reduce-scatter` (that kernel for its collective wherever it fits); every rank must set the same",
     ),
     (
         ELASTIC,
@@ -274,14 +274,14 @@ pub fn parse_secs(name: &'static str, value: &str, min_s: u64, max_s: u64) -> Re
     parse_u64(name, value, min_s, max_s.min(MAX_DURATION_MS / 1000)).map(Duration::from_secs)
 }
 
-/// `OXCCL_PEER_KERNELS=value`: `auto`, `nccl` (or `off`), `one-shot`, `two-shot`; anything
-/// else is an error naming the variable.
+/// `OXCCL_PEER_KERNELS=value`: `auto`, `nccl` (or `off`), `one-shot`, `two-shot`,
+/// `all-gather`, `reduce-scatter`; anything else is an error naming the variable.
 pub fn parse_peer_kernels(value: &str) -> Result<crate::peer_kernels::PeerPolicy> {
     crate::peer_kernels::PeerPolicy::parse(value).ok_or_else(|| {
         Error::invalid(
             PEER_KERNELS,
             format_args!(
-                "auto, nccl, one-shot or two-shot, got \"{}\"",
+                "auto, nccl, one-shot, two-shot, all-gather or reduce-scatter, got \"{}\"",
                 Escaped(value)
             ),
         )

@@ -1,7 +1,8 @@
-//! oxccl's own all-reduce kernels for ranks that share a node: one-shot (every rank pushes its
-//! input into every peer's memory, then reduces all of them) and two-shot (a reduce-scatter
-//! then an all-gather through peer memory). This module says which calls they can run, which
-//! of them runs each call, and how it is launched.
+//! oxccl's own kernels for ranks that share a node: two all-reduces, one-shot (every rank
+//! pushes its input into every peer's memory, then reduces all of them) and two-shot (a
+//! reduce-scatter then an all-gather through peer memory), and an all-gather and a
+//! reduce-scatter built the same way. This module says which calls they can run, which of them
+//! runs each call, and how it is launched.
 //!
 //! Every decision here is a pure function of its arguments: ranks must decide alike (a rank
 //! that runs a kernel while its peer calls NCCL leaves both waiting), so nothing reads a
@@ -24,35 +25,60 @@ pub const LINE_DATA_BYTES: u64 = 8;
 /// this many lines, a two-shot call this many per rank.
 pub const LINES_PER_SLOT: u64 = 32 * 1024;
 
-/// Bytes of the control block at the front of each rank's peer memory.
-pub const CONTROL_BYTES: u64 = 256;
+/// Bytes of the control block at the front of each rank's peer memory (two-shot's epoch, its
+/// arrivals, the failure flag, and the one-phase kernels' epoch per chunk of
+/// [`CHUNK_LINES`]).
+pub const CONTROL_BYTES: u64 = 512;
 
-/// The bytes of one rank's peer memory for a group of `nranks`: the control block, then two
-/// regions (reduce, gather) of two parities of one slot per rank.
+/// Lines in one chunk of a one-phase kernel (one-shot, all-gather, reduce-scatter): a chunk
+/// is read and written by one block on every rank and counts its own calls, so the blocks of
+/// a call never wait for each other. A launch of several blocks has this many threads in each
+/// ([`geometry`]).
+pub const CHUNK_LINES: u64 = MAX_THREADS as u64;
+
+/// The bytes of one rank's peer memory for a group of `nranks`: the control block, then three
+/// regions (two-shot's reduce and gather, the one-phase kernels') of two parities of one slot
+/// per rank.
 pub const fn peer_bytes(nranks: u32) -> u64 {
-    CONTROL_BYTES + 2 * 2 * nranks as u64 * LINES_PER_SLOT * 16
+    CONTROL_BYTES + 3 * 2 * nranks as u64 * LINES_PER_SLOT * 16
 }
 
 /// The kernels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum KernelAlgo {
-    /// Every rank pushes its whole input to every peer and reduces what it received: one
-    /// NVLink crossing, the lowest latency.
+    /// All-reduce: every rank pushes its whole input to every peer and reduces what it
+    /// received: one NVLink crossing, the lowest latency.
     OneShot,
-    /// Each rank reduces one chunk and pushes the result to every peer: two crossings, a
-    /// quarter of the traffic per link on four ranks.
+    /// All-reduce: each rank reduces one chunk and pushes the result to every peer: two
+    /// crossings, a quarter of the traffic per link on four ranks.
     TwoShot,
+    /// All-gather: every rank pushes its input to every peer, then copies what each pushed.
+    AllGather,
+    /// Reduce-scatter: every rank pushes each peer's chunk of its input to that peer, then
+    /// reduces its own chunk from what it received.
+    ReduceScatter,
 }
 
 impl KernelAlgo {
-    /// Both, in order.
+    /// The all-reduce kernels, in order.
     pub const ALL: [KernelAlgo; 2] = [KernelAlgo::OneShot, KernelAlgo::TwoShot];
 
-    /// Its name (`one-shot`, `two-shot`), as the environment and the tool spell it.
+    /// Every kernel, in the order of the loaded table ([`KernelAlgo::index`]).
+    pub const EVERY: [KernelAlgo; 4] = [
+        KernelAlgo::OneShot,
+        KernelAlgo::TwoShot,
+        KernelAlgo::AllGather,
+        KernelAlgo::ReduceScatter,
+    ];
+
+    /// Its name (`one-shot`, `two-shot`, `all-gather`, `reduce-scatter`), as the environment
+    /// and the tool spell it.
     pub const fn name(self) -> &'static str {
         match self {
             KernelAlgo::OneShot => "one-shot",
             KernelAlgo::TwoShot => "two-shot",
+            KernelAlgo::AllGather => "all-gather",
+            KernelAlgo::ReduceScatter => "reduce-scatter",
         }
     }
 
@@ -61,16 +87,45 @@ impl KernelAlgo {
         match self {
             KernelAlgo::OneShot => "oxccl_one_shot_",
             KernelAlgo::TwoShot => "oxccl_two_shot_",
+            KernelAlgo::AllGather => "oxccl_all_gather_",
+            KernelAlgo::ReduceScatter => "oxccl_reduce_scatter_",
         }
     }
 
-    /// Lines each rank's kernel handles for a call of `lines` lines.
-    pub const fn lines_per_rank(self, lines: u64, nranks: u32) -> u64 {
+    /// Its place in [`KernelAlgo::EVERY`].
+    pub const fn index(self) -> usize {
+        self as usize
+    }
+
+    /// The collective it runs.
+    pub const fn coll(self) -> KernelColl {
         match self {
-            KernelAlgo::OneShot => lines,
-            KernelAlgo::TwoShot => lines.div_ceil(nranks as u64),
+            KernelAlgo::OneShot | KernelAlgo::TwoShot => KernelColl::AllReduce,
+            KernelAlgo::AllGather => KernelColl::AllGather,
+            KernelAlgo::ReduceScatter => KernelColl::ReduceScatter,
         }
     }
+
+    /// Lines each rank's kernel handles for a call of `lines` lines ([`KernelCall::lines`]).
+    pub const fn lines_per_rank(self, lines: u64, nranks: u32) -> u64 {
+        match self {
+            KernelAlgo::TwoShot => lines.div_ceil(nranks as u64),
+            // One-shot moves the whole input; the all-gather and the reduce-scatter one rank's
+            // part (their calls count one rank's elements).
+            KernelAlgo::OneShot | KernelAlgo::AllGather | KernelAlgo::ReduceScatter => lines,
+        }
+    }
+}
+
+/// The collectives the kernels run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum KernelColl {
+    /// `all_reduce`: one-shot or two-shot.
+    AllReduce,
+    /// `all_gather`.
+    AllGather,
+    /// `reduce_scatter`.
+    ReduceScatter,
 }
 
 /// Who runs the all-reduces of a group whose ranks share a node (`OXCCL_PEER_KERNELS`).
@@ -81,20 +136,21 @@ pub enum PeerPolicy {
     Auto,
     /// NCCL always: no peer memory is made.
     Nccl,
-    /// This kernel for every call it can run, NCCL for the rest.
+    /// This kernel for every call of its collective it can hold, NCCL for the rest.
     Force(KernelAlgo),
 }
 
 impl PeerPolicy {
-    /// The policy a name gives: `auto`, `nccl` (or `off`), `one-shot`, `two-shot`; `None` for
-    /// anything else.
+    /// The policy a name gives: `auto`, `nccl` (or `off`), or a kernel's name (`one-shot`,
+    /// `two-shot`, `all-gather`, `reduce-scatter`); `None` for anything else.
     pub fn parse(s: &str) -> Option<PeerPolicy> {
         match s {
             "auto" => Some(PeerPolicy::Auto),
             "nccl" | "off" => Some(PeerPolicy::Nccl),
-            "one-shot" => Some(PeerPolicy::Force(KernelAlgo::OneShot)),
-            "two-shot" => Some(PeerPolicy::Force(KernelAlgo::TwoShot)),
-            _ => None,
+            _ => KernelAlgo::EVERY
+                .into_iter()
+                .find(|a| a.name() == s)
+                .map(PeerPolicy::Force),
         }
     }
 
@@ -210,16 +266,19 @@ pub enum KernelRed {
     AvgInt = 5,
 }
 
-/// One all-reduce as the kernels run it.
+/// One collective as the kernels run it.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct KernelCall {
+    /// The collective.
+    pub coll: KernelColl,
     /// Element type.
     pub ty: KernelType,
     /// Reduction.
     pub red: KernelRed,
     /// This rank's factor (premul-sum, float average); 1 otherwise.
     pub scale: f64,
-    /// Elements.
+    /// Elements: the all-reduce's; one rank's part for the all-gather (its input) and the
+    /// reduce-scatter (its output).
     pub count: u64,
     /// Input address (device).
     pub send: usize,
@@ -228,14 +287,23 @@ pub struct KernelCall {
 }
 
 impl KernelCall {
-    /// The 16-byte lines the call moves.
+    /// The 16-byte lines of [`KernelCall::count`] elements.
     pub const fn lines(&self) -> u64 {
         (self.count * self.ty.size()).div_ceil(LINE_DATA_BYTES)
     }
 
-    /// Its payload in bytes.
+    /// Bytes of [`KernelCall::count`] elements.
     pub const fn bytes(&self) -> u64 {
         self.count * self.ty.size()
+    }
+
+    /// The operation's size as the tables and `oxccl perf` count it on `nranks` ranks: the
+    /// all-reduce's buffer, the all-gather's output, the reduce-scatter's input.
+    pub const fn op_bytes(&self, nranks: u32) -> u64 {
+        match self.coll {
+            KernelColl::AllReduce => self.bytes(),
+            KernelColl::AllGather | KernelColl::ReduceScatter => self.bytes() * nranks as u64,
+        }
     }
 }
 
@@ -270,24 +338,61 @@ fn pow2(e: i32) -> f64 {
 }
 
 /// The call the kernels would run for `op` on a group of `nranks`; `None` where only NCCL
-/// can: not an all-reduce, an empty one, a type or reduction the kernels lack (unsigned and
-/// 8-bit types, a factor in device memory, premul-sum on integers), a group of one or of more
-/// than [`MAX_RANKS`].
+/// can: not an all-reduce, all-gather or reduce-scatter, an empty one, a type or reduction
+/// the kernels lack (unsigned and 8-bit types, a factor in device memory, premul-sum on
+/// integers), a group of one or of more than [`MAX_RANKS`].
 pub fn kernel_call(op: &CommOp<'_>, nranks: u32) -> Option<KernelCall> {
-    let CommOp::AllReduce {
-        send,
-        recv,
-        dtype,
-        op: red,
-    } = op
-    else {
+    if !(2..=MAX_RANKS).contains(&nranks) {
         return None;
+    }
+    // (collective, send, recv, elements of the call, type, reduction)
+    let (coll, send, recv, count, dtype, red) = match op {
+        CommOp::AllReduce {
+            send,
+            recv,
+            dtype,
+            op,
+        } => (KernelColl::AllReduce, send, recv, send.len, dtype, Some(op)),
+        CommOp::AllGather { send, recv, dtype } => {
+            (KernelColl::AllGather, send, recv, send.len, dtype, None)
+        }
+        CommOp::ReduceScatter {
+            send,
+            recv,
+            dtype,
+            op,
+        } => (
+            KernelColl::ReduceScatter,
+            send,
+            recv,
+            recv.len,
+            dtype,
+            Some(op),
+        ),
+        _ => return None,
     };
-    if !(2..=MAX_RANKS).contains(&nranks) || send.len == 0 {
+    if count == 0 {
         return None;
     }
     let ty = KernelType::of(*dtype)?;
     let (red, scale) = match red {
+        None => (KernelRed::Sum, 1.0),
+        Some(red) => reduction(red, ty, nranks)?,
+    };
+    Some(KernelCall {
+        coll,
+        ty,
+        red,
+        scale,
+        count: count as u64,
+        send: send.addr,
+        recv: recv.addr,
+    })
+}
+
+/// The kernels' code and this rank's factor for `red` on `ty`; `None` where NCCL reduces.
+fn reduction(red: &ReduceOp, ty: KernelType, nranks: u32) -> Option<(KernelRed, f64)> {
+    Some(match red {
         ReduceOp::Sum => (KernelRed::Sum, 1.0),
         ReduceOp::Prod => (KernelRed::Prod, 1.0),
         ReduceOp::Min => (KernelRed::Min, 1.0),
@@ -296,26 +401,23 @@ pub fn kernel_call(op: &CommOp<'_>, nranks: u32) -> Option<KernelCall> {
         ReduceOp::Avg => (KernelRed::AvgInt, 1.0),
         ReduceOp::PreMulSum(s) if ty.is_float() => (KernelRed::PreMul, host_factor(s)?),
         ReduceOp::PreMulSum(_) => return None,
-    };
-    Some(KernelCall {
-        ty,
-        red,
-        scale,
-        count: send.len as u64,
-        send: send.addr,
-        recv: recv.addr,
     })
 }
 
-/// Up to which size (bytes, inclusive) each kernel runs under [`PeerPolicy::Auto`], by group
-/// size; 0: NCCL. The defaults, and how they were chosen: docs/BENCHMARKS.md; `oxccl perf
-/// --tune` writes a machine's own (a tune table's `kernels` lines).
+/// Up to which size (bytes, inclusive, as [`KernelCall::op_bytes`] counts them) each kernel
+/// runs under [`PeerPolicy::Auto`], by group size; 0: NCCL. The defaults, and how they were
+/// chosen: docs/BENCHMARKS.md; `oxccl perf --tune` writes a machine's own (a tune table's
+/// `kernels` lines).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct PeerTable {
     /// One-shot up to this many bytes, by group size (index = ranks).
     pub one_shot_max: [u64; MAX_RANKS as usize + 1],
     /// Two-shot above the one-shot limit and up to this many bytes, by group size.
     pub two_shot_max: [u64; MAX_RANKS as usize + 1],
+    /// The all-gather kernel up to this many bytes of output, by group size.
+    pub all_gather_max: [u64; MAX_RANKS as usize + 1],
+    /// The reduce-scatter kernel up to this many bytes of input, by group size.
+    pub reduce_scatter_max: [u64; MAX_RANKS as usize + 1],
 }
 
 impl Default for PeerTable {
@@ -324,6 +426,10 @@ impl Default for PeerTable {
         PeerTable {
             one_shot_max: [0, 0, 256 * K, 64 * K, 128 * K, 0, 0, 0, 0],
             two_shot_max: [0, 0, 0, 0, 256 * K, 0, 0, 0, 0],
+            // Measured on 2 GPUs only: NCCL on other group sizes until a tune table says
+            // otherwise.
+            all_gather_max: [0, 0, 512 * K, 0, 0, 0, 0, 0, 0],
+            reduce_scatter_max: [0, 0, 256 * K, 0, 0, 0, 0, 0, 0],
         }
     }
 }
@@ -332,7 +438,13 @@ impl PeerTable {
     /// A fingerprint ranks compare before they use the table (FNV-1a over its limits).
     pub fn fingerprint(&self) -> u64 {
         let mut h = crate::fnv::Fnv::default();
-        for v in self.one_shot_max.iter().chain(self.two_shot_max.iter()) {
+        let limits = self
+            .one_shot_max
+            .iter()
+            .chain(self.two_shot_max.iter())
+            .chain(self.all_gather_max.iter())
+            .chain(self.reduce_scatter_max.iter());
+        for v in limits {
             h.bytes(&v.to_le_bytes());
         }
         h.finish()
@@ -345,6 +457,7 @@ pub const fn fits(algo: KernelAlgo, call: &KernelCall, nranks: u32) -> bool {
 }
 
 /// The kernel that runs `call` on a group of `nranks` under `policy`; `None`: NCCL runs it.
+/// A forced kernel runs the calls of its own collective it can hold; the others go to NCCL.
 pub fn choose(
     policy: PeerPolicy,
     table: &PeerTable,
@@ -354,14 +467,25 @@ pub fn choose(
     if !(2..=MAX_RANKS).contains(&nranks) {
         return None;
     }
-    let bytes = call.bytes();
+    let bytes = call.op_bytes(nranks);
     let n = nranks as usize;
-    let pick = match policy {
-        PeerPolicy::Nccl => return None,
-        PeerPolicy::Force(a) => a,
-        PeerPolicy::Auto if bytes <= table.one_shot_max[n] => KernelAlgo::OneShot,
-        PeerPolicy::Auto if bytes <= table.two_shot_max[n] => KernelAlgo::TwoShot,
-        PeerPolicy::Auto => return None,
+    let pick = match (policy, call.coll) {
+        (PeerPolicy::Nccl, _) => return None,
+        (PeerPolicy::Force(a), coll) if a.coll() == coll => a,
+        (PeerPolicy::Force(_), _) => return None,
+        (PeerPolicy::Auto, KernelColl::AllReduce) if bytes <= table.one_shot_max[n] => {
+            KernelAlgo::OneShot
+        }
+        (PeerPolicy::Auto, KernelColl::AllReduce) if bytes <= table.two_shot_max[n] => {
+            KernelAlgo::TwoShot
+        }
+        (PeerPolicy::Auto, KernelColl::AllGather) if bytes <= table.all_gather_max[n] => {
+            KernelAlgo::AllGather
+        }
+        (PeerPolicy::Auto, KernelColl::ReduceScatter) if bytes <= table.reduce_scatter_max[n] => {
+            KernelAlgo::ReduceScatter
+        }
+        (PeerPolicy::Auto, _) => return None,
     };
     fits(pick, call, nranks).then_some(pick)
 }
@@ -394,7 +518,9 @@ pub struct KernelStatus {
     pub cause: u32,
     /// The ranks that did not arrive, a bit per rank.
     pub missing: u32,
-    /// The failed call's epoch (its number among the group's kernel calls, from 0).
+    /// The failed call's epoch, from 0: its number among the group's two-shot calls, or, for
+    /// the other kernels, among their calls that reached the lines it waited for (every call
+    /// reaches the first [`CHUNK_LINES`]).
     pub epoch: u32,
 }
 
@@ -412,20 +538,20 @@ impl KernelStatus {
             0 => None,
             KernelStatus::ABORTED => Some(Error::Aborted {
                 reason: crate::text!(
-                    "all_reduce kernel call #{} stopped by the abort while waiting for ranks {missing}",
+                    "peer kernel call #{} stopped by the abort while waiting for ranks {missing}",
                     self.epoch
                 ),
             }),
             KernelStatus::TIMED_OUT => Some(Error::Timeout {
                 what: crate::text!(
-                    "all_reduce kernel call #{}: ranks {missing} did not arrive",
+                    "peer kernel call #{}: ranks {missing} did not arrive",
                     self.epoch
                 ),
                 after_ms: timeout_ms,
             }),
             other => Some(Error::Remote {
                 detail: crate::text!(
-                    "all_reduce kernel call #{} ended with unknown status {other}",
+                    "peer kernel call #{} ended with unknown status {other}",
                     self.epoch
                 ),
             }),

@@ -20,13 +20,15 @@
 //!
 //! The first row that matches wins; a size no row covers is [`RegMode::Plain`].
 //!
-//! Lines starting with `kernels` set up to which size oxccl's all-reduce kernels run on a
-//! group of that many ranks (one-shot, then two-shot; 0: none), overriding
-//! [`PeerTable::default`] for that group size ([`TuneTable::peer_table`]):
+//! Lines starting with `kernels` set up to which size oxccl's kernels run on a group of that
+//! many ranks (the all-reduce's one-shot, then two-shot, and optionally the all-gather and the
+//! reduce-scatter kernels; 0: none), overriding [`PeerTable::default`] for that group size
+//! ([`TuneTable::peer_table`]):
 //!
 //! ```text
-//! # kernels  ranks  one_shot_max  two_shot_max
+//! # kernels  ranks  one_shot_max  two_shot_max  [all_gather_max  reduce_scatter_max]
 //! kernels    4      131072        262144
+//! kernels    2      262144        0             65536            65536
 //! ```
 
 use crate::dtype::DataType;
@@ -143,15 +145,26 @@ impl TuneRow {
     }
 }
 
-/// Up to which sizes oxccl's all-reduce kernels run on a group of `ranks` (a `kernels` line).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// Up to which sizes oxccl's kernels run on a group of `ranks` (a `kernels` line).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct KernelRow {
     /// The group size, 2 to [`MAX_RANKS`].
     pub ranks: u32,
-    /// One-shot up to this many bytes (inclusive; 0: never).
+    /// All-reduce: one-shot up to this many bytes (inclusive; 0: never).
     pub one_shot_max: u64,
-    /// Two-shot above that and up to this many bytes.
+    /// All-reduce: two-shot above that and up to this many bytes.
     pub two_shot_max: u64,
+    /// The all-gather kernel up to this many bytes of output (0: never).
+    pub all_gather_max: u64,
+    /// The reduce-scatter kernel up to this many bytes of input (0: never).
+    pub reduce_scatter_max: u64,
+}
+
+impl KernelRow {
+    /// Whether the line needs its last two fields (a collective other than all-reduce).
+    fn has_gathers(&self) -> bool {
+        self.all_gather_max != 0 || self.reduce_scatter_max != 0
+    }
 }
 
 /// Rows in lookup order, and the kernels' limits by group size. Built only through
@@ -225,6 +238,8 @@ impl TuneTable {
             let n = k.ranks as usize;
             t.one_shot_max[n] = k.one_shot_max;
             t.two_shot_max[n] = k.two_shot_max;
+            t.all_gather_max[n] = k.all_gather_max;
+            t.reduce_scatter_max[n] = k.reduce_scatter_max;
         }
         t
     }
@@ -339,13 +354,26 @@ impl TuneTable {
             writeln!(out, " {}", r.mode.name())?;
         }
         if !self.kernels.is_empty() {
-            writeln!(out, "# {KERNELS} ranks one_shot_max two_shot_max")?;
+            // The short form where no row needs the gathers' fields: a table of all-reduce
+            // limits reads (and fingerprints) as it always has.
+            let gathers = self.kernels.iter().any(KernelRow::has_gathers);
+            out.write_str("# ")?;
+            out.write_str(KERNELS)?;
+            out.write_str(" ranks one_shot_max two_shot_max")?;
+            if gathers {
+                out.write_str(" all_gather_max reduce_scatter_max")?;
+            }
+            out.write_str("\n")?;
             for k in &self.kernels {
-                writeln!(
+                write!(
                     out,
                     "{KERNELS} {} {} {}",
                     k.ranks, k.one_shot_max, k.two_shot_max
                 )?;
+                if gathers {
+                    write!(out, " {} {}", k.all_gather_max, k.reduce_scatter_max)?;
+                }
+                out.write_str("\n")?;
             }
         }
         Ok(())
@@ -385,11 +413,13 @@ const KERNELS: &str = "kernels";
 
 fn parse_kernels(line: usize, body: &str) -> Result<KernelRow> {
     let f: Vec<&str> = body.split_whitespace().collect();
-    if f.len() != 4 {
+    if f.len() != 4 && f.len() != 6 {
         return Err(bad(
             line,
             "kernels",
-            format_args!("4 fields (kernels ranks one_shot_max two_shot_max)"),
+            format_args!(
+                "4 or 6 fields (kernels ranks one_shot_max two_shot_max [all_gather_max reduce_scatter_max])"
+            ),
             body,
         ));
     }
@@ -402,10 +432,13 @@ fn parse_kernels(line: usize, body: &str) -> Result<KernelRow> {
         s.parse::<u64>()
             .map_err(|_| bad(line, field, format_args!("a byte count (decimal)"), s))
     };
+    let gathers = |i: usize, field: &str| f.get(i).map_or(Ok(0), |s| bytes(field, s));
     Ok(KernelRow {
         ranks,
         one_shot_max: bytes("one_shot_max", f[2])?,
         two_shot_max: bytes("two_shot_max", f[3])?,
+        all_gather_max: gathers(4, "all_gather_max")?,
+        reduce_scatter_max: gathers(5, "reduce_scatter_max")?,
     })
 }
 

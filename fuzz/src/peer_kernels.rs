@@ -1,4 +1,4 @@
-//! The all-reduce kernels' pure decisions against models written here: which calls they take
+//! The peer kernels' pure decisions against models written here: which calls they take
 //! (`kernel_call`), which kernel runs a call (`choose`: only what fits its slots, only within
 //! the table under `Auto`, nothing under `Nccl`), the launch shape (`geometry`), the set-up
 //! records (any bytes decode or are refused; a record survives its encoding) and the group's
@@ -8,14 +8,14 @@
 use arbitrary::{Arbitrary, Unstructured};
 use oxccl_core::peer_kernels::record::{all_mapped, refusal, verdict, PeerRecord, RECORD_BYTES};
 use oxccl_core::peer_kernels::{
-    choose, fits, geometry, kernel_call, KernelAlgo, KernelStatus, KernelType, PeerPolicy,
-    PeerTable, LINES_PER_SLOT, MAX_BLOCKS, MAX_RANKS, MAX_THREADS,
+    choose, fits, geometry, kernel_call, KernelAlgo, KernelColl, KernelStatus, KernelType,
+    PeerPolicy, PeerTable, LINES_PER_SLOT, MAX_BLOCKS, MAX_RANKS, MAX_THREADS,
 };
 use oxccl_core::{CommOp, DataType, Error, HostScalar, RawBuf, RawBufMut, ReduceOp, Scalar};
 
 #[derive(Debug, Arbitrary)]
 enum Case {
-    /// An all-reduce (or a broadcast) and a policy and table.
+    /// An all-reduce, all-gather or reduce-scatter (or a broadcast) and a policy and table.
     Choose(Choice),
     /// Launch shape for a number of lines.
     Geometry { lines: u64 },
@@ -61,7 +61,8 @@ pub fn fuzz(data: &[u8]) {
 /// What [`Case::Choose`] draws.
 #[derive(Debug, Arbitrary)]
 struct Choice {
-    broadcast: bool,
+    /// 0 all-reduce, 1 all-gather, 2 reduce-scatter, else a broadcast.
+    coll: u8,
     dtype: u8,
     op: u8,
     factor: f64,
@@ -70,11 +71,13 @@ struct Choice {
     policy: u8,
     one: [u32; 9],
     two: [u32; 9],
+    gather: [u32; 9],
+    scatter: [u32; 9],
 }
 
 fn pick(c: Choice) {
     let Choice {
-        broadcast,
+        coll,
         dtype,
         op,
         factor,
@@ -83,6 +86,8 @@ fn pick(c: Choice) {
         policy,
         one,
         two,
+        gather,
+        scatter,
     } = c;
     let dtype = DataType::ALL[dtype as usize % DataType::ALL.len()];
     let red = match op % 8 {
@@ -96,52 +101,98 @@ fn pick(c: Choice) {
         _ => ReduceOp::PreMulSum(Scalar::Device { addr: 64 }),
     };
     let n = u32::from(nranks % 12);
+    // One rank's part (the all-reduce's whole buffer); the other buffer is n parts.
     let count = count as usize % (1 << 20);
-    let send = RawBuf::new(0x1000, count);
-    let recv = RawBufMut::new(0x1000, count);
-    let op = if broadcast {
-        CommOp::Broadcast {
-            send,
-            recv,
-            dtype,
-            root: 0,
-        }
-    } else {
-        CommOp::all_reduce(send, recv, dtype, red)
+    let whole = count * n.max(1) as usize;
+    let (coll, op) = match coll % 4 {
+        0 => (
+            Some(KernelColl::AllReduce),
+            CommOp::all_reduce(
+                RawBuf::new(0x1000, count),
+                RawBufMut::new(0x1000, count),
+                dtype,
+                red,
+            ),
+        ),
+        1 => (
+            Some(KernelColl::AllGather),
+            CommOp::AllGather {
+                send: RawBuf::new(0x1000, count),
+                recv: RawBufMut::new(0x1000, whole),
+                dtype,
+            },
+        ),
+        2 => (
+            Some(KernelColl::ReduceScatter),
+            CommOp::ReduceScatter {
+                send: RawBuf::new(0x1000, whole),
+                recv: RawBufMut::new(0x1000, count),
+                dtype,
+                op: red,
+            },
+        ),
+        _ => (
+            None,
+            CommOp::Broadcast {
+                send: RawBuf::new(0x1000, count),
+                recv: RawBufMut::new(0x1000, count),
+                dtype,
+                root: 0,
+            },
+        ),
     };
-    // The model of `kernel_call`.
-    let takes = !broadcast
+    // The model of `kernel_call`: the all-gather has no reduction to refuse.
+    let reduces = coll != Some(KernelColl::AllGather);
+    let takes = coll.is_some()
         && (2..=MAX_RANKS).contains(&n)
         && count > 0
         && KernelType::ALL.iter().any(|t| t.dtype() == dtype)
-        && match red {
-            ReduceOp::PreMulSum(Scalar::Device { .. }) => false,
-            ReduceOp::PreMulSum(_) => dtype.is_float(),
-            _ => true,
-        };
+        && (!reduces
+            || match red {
+                ReduceOp::PreMulSum(Scalar::Device { .. }) => false,
+                ReduceOp::PreMulSum(_) => dtype.is_float(),
+                _ => true,
+            });
     let call = kernel_call(&op, n);
     assert_eq!(call.is_some(), takes, "{op:?} on {n} ranks");
     let Some(call) = call else { return };
+    assert_eq!(Some(call.coll), coll);
     assert_eq!(call.count, count as u64);
     assert_eq!(call.bytes(), (count * dtype.size()) as u64);
     let table = PeerTable {
         one_shot_max: one.map(u64::from),
         two_shot_max: two.map(u64::from),
+        all_gather_max: gather.map(u64::from),
+        reduce_scatter_max: scatter.map(u64::from),
     };
-    let policy = match policy % 4 {
+    let policy = match policy % 6 {
         0 => PeerPolicy::Auto,
         1 => PeerPolicy::Nccl,
-        2 => PeerPolicy::Force(KernelAlgo::OneShot),
-        _ => PeerPolicy::Force(KernelAlgo::TwoShot),
+        k => PeerPolicy::Force(KernelAlgo::EVERY[usize::from(k) - 2]),
     };
     let got = choose(policy, &table, &call, n);
-    let bytes = call.bytes();
-    let want = match policy {
-        PeerPolicy::Nccl => None,
-        PeerPolicy::Force(a) => Some(a),
-        PeerPolicy::Auto if bytes <= table.one_shot_max[n as usize] => Some(KernelAlgo::OneShot),
-        PeerPolicy::Auto if bytes <= table.two_shot_max[n as usize] => Some(KernelAlgo::TwoShot),
-        PeerPolicy::Auto => None,
+    // The table counts the whole operation: the gathers' larger buffer.
+    let bytes = match call.coll {
+        KernelColl::AllReduce => call.bytes(),
+        _ => call.bytes() * u64::from(n),
+    };
+    let i = n as usize;
+    let want = match (policy, call.coll) {
+        (PeerPolicy::Nccl, _) => None,
+        (PeerPolicy::Force(a), c) => (a.coll() == c).then_some(a),
+        (PeerPolicy::Auto, KernelColl::AllReduce) if bytes <= table.one_shot_max[i] => {
+            Some(KernelAlgo::OneShot)
+        }
+        (PeerPolicy::Auto, KernelColl::AllReduce) if bytes <= table.two_shot_max[i] => {
+            Some(KernelAlgo::TwoShot)
+        }
+        (PeerPolicy::Auto, KernelColl::AllGather) if bytes <= table.all_gather_max[i] => {
+            Some(KernelAlgo::AllGather)
+        }
+        (PeerPolicy::Auto, KernelColl::ReduceScatter) if bytes <= table.reduce_scatter_max[i] => {
+            Some(KernelAlgo::ReduceScatter)
+        }
+        (PeerPolicy::Auto, _) => None,
     }
     .filter(|a| fits(*a, &call, n));
     assert_eq!(got, want, "{policy:?} {bytes} B on {n} ranks");

@@ -1,19 +1,25 @@
-// oxccl's all-reduce kernels for ranks that share a node: each rank's peer memory is mapped by
-// every other rank of the group (peer access in one process, CUDA IPC across processes).
+// oxccl's kernels for ranks that share a node (two all-reduces, an all-gather, a
+// reduce-scatter): each rank's peer memory is mapped by every other rank of the group (peer
+// access in one process, CUDA IPC across processes).
 //
 // Protocol: data travels in 16-byte lines {data0, flag, data1, flag}, written by one 16-byte
 // store. A reader that sees both flags equal to this call's flag has the line's 8 data bytes,
 // with no fence between data and flag. Writers push into the reader's memory (posted NVLink
 // writes); readers poll their own memory.
 //
-// Each rank's peer memory: a control block (epoch, arrivals, failure), then region A and
-// region B, each [parity][source rank][lines]. A call's flag is its epoch + 1 and it uses the
-// slots of parity epoch & 1: a rank reaches the call after next (the same parity) only after
-// every peer has written this call's lines to it, which each peer does after finishing the
-// call before, so a slot is never overwritten while its reader may still need it.
+// Each rank's peer memory: a control block (epochs, arrivals, failure), then regions A, B and
+// C, each [parity][source rank][lines]. A call's flag is its epoch + 1 and it uses the slots of
+// parity epoch & 1: a rank reaches the next call of the same parity only after every peer has
+// written it lines of the call between, which each peer does after finishing the call before,
+// so a slot is never overwritten while its reader may still need it.
 //
-// The epoch lives in device memory, so a captured graph replays with fresh flags. Every block
-// reads it at its start; the last block to arrive advances it for the next call.
+// Epochs live in device memory, so a captured graph replays with fresh flags. Two-shot (regions
+// A and B) has one epoch per call: every block reads it, the last block to arrive advances it.
+// The one-phase kernels (one-shot, all-gather, reduce-scatter: region C) count calls per chunk
+// of 512 lines instead: a chunk is read and written by the same block on every rank, whose
+// thread 0 advances its epoch, so the blocks never wait for each other. Each chunk's calls
+// alternate parity, and every one of them makes each rank wait for lines of that chunk from
+// every peer, so the argument above holds chunk by chunk.
 //
 // A wait gives up when the group's abort flag (host-mapped) is set or after the time bound; it
 // then records the cause and the ranks that did not arrive in the status block (host-mapped),
@@ -37,10 +43,18 @@ typedef unsigned long long uintptr_t;
 #define CTRL_EPOCH 0
 #define CTRL_ARRIVED 1
 #define CTRL_FAILED 2
-#define CTRL_BYTES 256
+// The one-phase kernels' epoch of chunk c is word CTRL_CHUNKS + c.
+#define CTRL_CHUNKS 64
+#define CHUNK_LINES 512
+#define MAX_CHUNKS 64
+#define CTRL_BYTES 512
+// Regions: two-shot's reduce and gather, the one-phase kernels'.
+#define REGION_REDUCE 0
+#define REGION_GATHER 1
+#define REGION_ONE 2
 
 // Status block (host-mapped): [0] cause (0 none, 1 aborted, 2 timed out), [1] ranks that did
-// not arrive (bit per rank), [2] the epoch of the failed call.
+// not arrive (bit per rank), [2] the failed call's epoch (for a one-phase kernel, its chunk's).
 #define CAUSE_ABORTED 1
 #define CAUSE_TIMEOUT 2
 
@@ -249,6 +263,40 @@ __device__ __forceinline__ uint32_t begin(uint32_t* ctrl) {
     return epoch;
 }
 
+// The one-phase kernels' start: the epoch of every chunk this block handles (chunks blockIdx.x,
+// + gridDim.x, ...; a launch of several blocks has CHUNK_LINES threads in each, so a thread's
+// k-th line lies in the block's k-th chunk), each advanced for the next call. Returns the
+// first one's; a block of several chunks also leaves each one's in `ep` (shared memory).
+__device__ __forceinline__ uint32_t begin_chunks(uint32_t* ctrl, uint64_t lines, uint32_t* ep) {
+    uint64_t chunks = (lines + CHUNK_LINES - 1) / CHUNK_LINES;
+    if (chunks == 0) chunks = 1;
+    // A block past the last chunk has no lines and must not advance an epoch: a chunk's calls
+    // alternate parity only if each of them exchanges lines.
+    if (blockIdx.x >= chunks || chunks > MAX_CHUNKS) return 0;
+    if (chunks <= gridDim.x) {
+        // One chunk per block (every call up to 32 chunks): every thread reads its epoch.
+        uint32_t e = *(volatile uint32_t*)(ctrl + CTRL_CHUNKS + blockIdx.x);
+        if (blockDim.x <= 32) __syncwarp();
+        else __syncthreads();
+        if (threadIdx.x == 0) {
+            if (blockIdx.x == 0) ctrl[CTRL_FAILED] = 0;
+            ctrl[CTRL_CHUNKS + blockIdx.x] = e + 1;
+        }
+        return e;
+    }
+    if (threadIdx.x == 0) {
+        uint32_t k = 0;
+        for (uint64_t c = blockIdx.x; c < chunks; c += gridDim.x)
+            ep[k++] = *(volatile uint32_t*)(ctrl + CTRL_CHUNKS + c);
+        k = 0;
+        for (uint64_t c = blockIdx.x; c < chunks; c += gridDim.x, k++)
+            ctrl[CTRL_CHUNKS + c] = ep[k] + 1;
+        if (blockIdx.x == 0) ctrl[CTRL_FAILED] = 0;
+    }
+    __syncthreads();
+    return ep[0];
+}
+
 // Records why this rank gave up (the first cause wins) and who was missing.
 __device__ void give_up(const PeerArgs& a, uint32_t* ctrl, uint32_t cause, uint32_t missing, uint32_t epoch) {
     volatile uint32_t* st = (volatile uint32_t*)a.status;
@@ -333,23 +381,28 @@ template <typename T> __device__ void one_shot(const T* in, T* out, uint64_t cou
     uint64_t t0 = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
     // The first line's input is loaded while the epoch is read, not after.
     uint64_t first = t0 < lines ? scaled<T>(load8(in, count, t0), a.op, a.scale) : 0;
-    uint32_t epoch = begin(ctrl);
-    uint32_t flag = epoch + 1, parity = epoch & 1;
+    __shared__ uint32_t ep[MAX_CHUNKS];
+    uint32_t e0 = begin_chunks(ctrl, lines, ep);
     uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
     uint32_t all = (1u << a.nranks) - 1;
     uint32_t want = all & ~(1u << a.rank);
-    const uint4* mine = region(me, 0, parity, 0, a.nranks, a.lines_per_slot);
-    for (uint64_t i = t0; i < lines; i += stride) {
+    uint32_t k = 0;
+    for (uint64_t i = t0; i < lines; i += stride, k++) {
+        uint32_t e = k ? ep[k] : e0;  // this chunk's epoch
         uint64_t own = i == t0 ? first : scaled<T>(load8(in, count, i), a.op, a.scale);
 #pragma unroll
         for (uint32_t p = 0; p < MAX_RANKS; p++) {
             if (p < a.nranks && p != a.rank)
-                st_line(region(a.peers[p], 0, parity, a.rank, a.nranks, a.lines_per_slot) + i, own, flag);
+                st_line(region(a.peers[p], REGION_ONE, e & 1, a.rank, a.nranks, a.lines_per_slot) + i, own,
+                        e + 1);
         }
     }
-    for (uint64_t i = t0; i < lines; i += stride) {
+    k = 0;
+    for (uint64_t i = t0; i < lines; i += stride, k++) {
+        uint32_t e = k ? ep[k] : e0;  // this chunk's epoch
         uint64_t got[MAX_RANKS];
-        if (!wait_lines(a, ctrl, mine, i, want, flag, epoch, got)) return;
+        const uint4* mine = region(me, REGION_ONE, e & 1, 0, a.nranks, a.lines_per_slot);
+        if (!wait_lines(a, ctrl, mine, i, want, e + 1, e, got)) return;
         uint64_t own = i == t0 ? first : scaled<T>(load8(in, count, i), a.op, a.scale);
         store8(out, count, i, reduce_all<T>(a, got, own));
     }
@@ -373,12 +426,13 @@ template <typename T> __device__ void two_shot(const T* in, T* out, uint64_t cou
         uint32_t o = (uint32_t)(i / chunk);
         if (o == a.rank) continue;
         uint64_t own = scaled<T>(load8(in, count, i), a.op, a.scale);
-        st_line(region(base_of(a, o), 0, parity, a.rank, a.nranks, a.lines_per_slot) + (i - o * chunk), own, flag);
+        st_line(region(base_of(a, o), REGION_REDUCE, parity, a.rank, a.nranks, a.lines_per_slot) + (i - o * chunk), own,
+                flag);
     }
     // 2. Reduce the own chunk and send the result to everyone.
     uint64_t lo = (uint64_t)a.rank * chunk;
     uint64_t hi = lo + chunk < lines ? lo + chunk : lines;
-    const uint4* reduce_in = region(me, 0, parity, 0, a.nranks, a.lines_per_slot);
+    const uint4* reduce_in = region(me, REGION_REDUCE, parity, 0, a.nranks, a.lines_per_slot);
     for (uint64_t i = lo + t0; i < hi; i += stride) {
         uint64_t j = i - lo;
         uint64_t got[MAX_RANKS];
@@ -387,12 +441,12 @@ template <typename T> __device__ void two_shot(const T* in, T* out, uint64_t cou
 #pragma unroll
         for (uint32_t p = 0; p < MAX_RANKS; p++) {
             if (p < a.nranks && p != a.rank)
-                st_line(region(a.peers[p], 1, parity, a.rank, a.nranks, a.lines_per_slot) + j, r, flag);
+                st_line(region(a.peers[p], REGION_GATHER, parity, a.rank, a.nranks, a.lines_per_slot) + j, r, flag);
         }
         store8(out, count, i, r);
     }
     // 3. Every other chunk's result from its owner.
-    const uint4* gathered = region(me, 1, parity, 0, a.nranks, a.lines_per_slot);
+    const uint4* gathered = region(me, REGION_GATHER, parity, 0, a.nranks, a.lines_per_slot);
     for (uint64_t i = t0; i < lines; i += stride) {
         uint32_t o = (uint32_t)(i / chunk);
         if (o == a.rank) continue;
@@ -406,6 +460,83 @@ template <typename T> __device__ void two_shot(const T* in, T* out, uint64_t cou
     }
 }
 
+// ---- all-gather: every rank pushes its input to every peer, then copies what each pushed ----
+// `count` is one rank's elements; `out` holds nranks x count, rank p's part at p x count.
+
+template <typename T> __device__ void all_gather(const T* in, T* out, uint64_t count, const PeerArgs& a) {
+    uint64_t me = base_of(a, a.rank);
+    uint32_t* ctrl = (uint32_t*)me;
+    uint64_t lines = (count + Ty<T>::K - 1) / Ty<T>::K;
+    uint64_t t0 = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    uint64_t first = t0 < lines ? load8(in, count, t0) : 0;
+    __shared__ uint32_t ep[MAX_CHUNKS];
+    uint32_t e0 = begin_chunks(ctrl, lines, ep);
+    uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+    uint32_t others = ((1u << a.nranks) - 1) & ~(1u << a.rank);
+    // Each line is read and written by one thread, so an in-place call (the input is this
+    // rank's part of the output) reads its line before overwriting it with the same bytes.
+    uint32_t k = 0;
+    for (uint64_t i = t0; i < lines; i += stride, k++) {
+        uint32_t e = k ? ep[k] : e0;  // this chunk's epoch
+        uint64_t own = i == t0 ? first : load8(in, count, i);
+#pragma unroll
+        for (uint32_t p = 0; p < MAX_RANKS; p++) {
+            if (p < a.nranks && p != a.rank)
+                st_line(region(a.peers[p], REGION_ONE, e & 1, a.rank, a.nranks, a.lines_per_slot) + i, own,
+                        e + 1);
+        }
+        store8(out + (uint64_t)a.rank * count, count, i, own);
+    }
+    k = 0;
+    for (uint64_t i = t0; i < lines; i += stride, k++) {
+        uint32_t e = k ? ep[k] : e0;  // this chunk's epoch
+        uint64_t got[MAX_RANKS];
+        const uint4* mine = region(me, REGION_ONE, e & 1, 0, a.nranks, a.lines_per_slot);
+        if (!wait_lines(a, ctrl, mine, i, others, e + 1, e, got)) return;
+#pragma unroll
+        for (uint32_t p = 0; p < MAX_RANKS; p++) {
+            if (p < a.nranks && p != a.rank) store8(out + (uint64_t)p * count, count, i, got[p]);
+        }
+    }
+}
+
+// ---- reduce-scatter: each peer's chunk of the input to that peer, then the own chunk reduced ----
+// `count` is one rank's elements; `in` holds nranks x count, rank p's chunk at p x count.
+
+template <typename T> __device__ void reduce_scatter(const T* in, T* out, uint64_t count, const PeerArgs& a) {
+    uint64_t me = base_of(a, a.rank);
+    uint32_t* ctrl = (uint32_t*)me;
+    uint64_t lines = (count + Ty<T>::K - 1) / Ty<T>::K;
+    __shared__ uint32_t ep[MAX_CHUNKS];
+    uint32_t e0 = begin_chunks(ctrl, lines, ep);
+    uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+    uint64_t t0 = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    uint32_t others = ((1u << a.nranks) - 1) & ~(1u << a.rank);
+    uint32_t k = 0;
+    for (uint64_t i = t0; i < lines; i += stride, k++) {
+        uint32_t e = k ? ep[k] : e0;  // this chunk's epoch
+#pragma unroll
+        for (uint32_t p = 0; p < MAX_RANKS; p++) {
+            if (p < a.nranks && p != a.rank) {
+                uint64_t v = scaled<T>(load8(in + (uint64_t)p * count, count, i), a.op, a.scale);
+                st_line(region(a.peers[p], REGION_ONE, e & 1, a.rank, a.nranks, a.lines_per_slot) + i, v,
+                        e + 1);
+            }
+        }
+    }
+    const T* own_in = in + (uint64_t)a.rank * count;
+    // In place (the output is this rank's chunk of the input), a line is read just before the
+    // same thread overwrites it; no other thread reads it.
+    k = 0;
+    for (uint64_t i = t0; i < lines; i += stride, k++) {
+        uint32_t e = k ? ep[k] : e0;  // this chunk's epoch
+        uint64_t got[MAX_RANKS];
+        const uint4* mine = region(me, REGION_ONE, e & 1, 0, a.nranks, a.lines_per_slot);
+        if (!wait_lines(a, ctrl, mine, i, others, e + 1, e, got)) return;
+        store8(out, count, i, reduce_all<T>(a, got, scaled<T>(load8(own_in, count, i), a.op, a.scale)));
+    }
+}
+
 #define ENTRY(name, T)                                                                          \
     extern "C" __global__ void __launch_bounds__(512, 1) oxccl_one_shot_##name(                    \
         const T* in, T* out, uint64_t count, PeerArgs a) {                                      \
@@ -414,6 +545,14 @@ template <typename T> __device__ void two_shot(const T* in, T* out, uint64_t cou
     extern "C" __global__ void __launch_bounds__(512, 1) oxccl_two_shot_##name(                    \
         const T* in, T* out, uint64_t count, PeerArgs a) {                                      \
         two_shot<T>(in, out, count, a);                                                         \
+    }                                                                                           \
+    extern "C" __global__ void __launch_bounds__(512, 1) oxccl_all_gather_##name(                  \
+        const T* in, T* out, uint64_t count, PeerArgs a) {                                      \
+        all_gather<T>(in, out, count, a);                                                       \
+    }                                                                                           \
+    extern "C" __global__ void __launch_bounds__(512, 1) oxccl_reduce_scatter_##name(              \
+        const T* in, T* out, uint64_t count, PeerArgs a) {                                      \
+        reduce_scatter<T>(in, out, count, a);                                                   \
     }
 
 ENTRY(f32, float)

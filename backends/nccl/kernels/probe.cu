@@ -47,7 +47,11 @@
     } while (0)
 
 #define MAX_RANKS 8
-#define CTRL_BYTES 256
+#define CTRL_BYTES 512
+// The one-shot's epoch of its first chunk (word 64 of the control block).
+#define CHUNK0_EPOCH_OFFSET 256
+// Slot regions in each rank's peer memory.
+#define REGIONS 3
 #define LINES (32768ull)
 
 struct PeerArgs {
@@ -290,9 +294,9 @@ static void* rank_main(void* arg) {
     // Graph replays keep flags fresh: 3 launches of 20 captured ops advance the epoch by 60.
     {
         uint32_t before, after;
-        CK(cudaMemcpy(&before, (void*)g_peer[k.r], 4, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(&before, (void*)(g_peer[k.r] + CHUNK0_EPOCH_OFFSET), 4, cudaMemcpyDeviceToHost));
         graphed(k, [&] { launch(k, 0, 0, SUM, k.in, k.out, 2); }, 20, 2);
-        CK(cudaMemcpy(&after, (void*)g_peer[k.r], 4, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(&after, (void*)(g_peer[k.r] + CHUNK0_EPOCH_OFFSET), 4, cudaMemcpyDeviceToHost));
         for (int i = 0; i < 2; i++) put(k.host_in, 0, i, val(k.r, i));
         CK(cudaMemcpy(k.in, k.host_in, 8, cudaMemcpyHostToDevice));
         graphed(k, [&] { launch(k, 1, 0, SUM, k.in, k.out, 4096); }, 20, 1);
@@ -401,7 +405,7 @@ int main(int argc, char** argv) {
     int devs[MAX_RANKS];
     for (int i = 0; i < N; i++) devs[i] = i;
     CN(ncclCommInitAll(g_nccl, N, devs));
-    size_t bytes = CTRL_BYTES + 2ull * 2 * N * LINES * 16;
+    size_t bytes = CTRL_BYTES + REGIONS * 2ull * N * LINES * 16;
     for (int r = 0; r < N; r++) {
         CK(cudaSetDevice(r));
         for (int p = 0; p < N; p++) {

@@ -8,6 +8,7 @@ use crate::registry::Window;
 use crate::stream::NcclStream;
 use crate::wait::Deadline;
 use cudarc::driver::CudaContext;
+use oxccl_core::peer_kernels::KernelAlgo;
 use oxccl_core::state::lifecycle::Lifecycle;
 use oxccl_core::{
     text, CheckCtx, CommConfig, CommState, Communicator, ConfigField, Device, Error, Feature,
@@ -282,11 +283,15 @@ impl NcclComm {
     /// How many all-reduces oxccl's kernels ran (or captured) on this communicator:
     /// (one-shot, two-shot).
     pub fn peer_kernel_calls(&self) -> (u64, u64) {
-        self.inner
-            .peer
-            .read()
-            .as_ref()
-            .map_or((0, 0), |g| g.calls())
+        (
+            self.peer_kernel_calls_of(KernelAlgo::OneShot),
+            self.peer_kernel_calls_of(KernelAlgo::TwoShot),
+        )
+    }
+
+    /// How many calls `algo` ran (or captured) on this communicator.
+    pub fn peer_kernel_calls_of(&self, algo: KernelAlgo) -> u64 {
+        self.inner.peer.read().as_ref().map_or(0, |g| g.calls(algo))
     }
 
     /// Registers a window over `bytes` at `addr` (NCCL 2.27+; collective: every rank calls it).

@@ -18,7 +18,8 @@ pub enum LayerSel {
     All,
 }
 
-/// Who runs the all-reduces of the comm and pg layers (oxccl's kernels or NCCL).
+/// Who runs the collectives of the comm and pg layers that oxccl's kernels have (the kernels
+/// or NCCL).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum KernelsSel {
     /// oxccl's kernels where the table says they win, NCCL elsewhere.
@@ -29,6 +30,10 @@ pub enum KernelsSel {
     OneShot,
     /// The two-shot kernel wherever it fits.
     TwoShot,
+    /// The all-gather kernel for every all_gather it holds (all-reduces on NCCL).
+    AllGather,
+    /// The reduce-scatter kernel for every reduce_scatter it holds (all-reduces on NCCL).
+    ReduceScatter,
 }
 
 impl KernelsSel {
@@ -40,6 +45,8 @@ impl KernelsSel {
             KernelsSel::Nccl => PeerPolicy::Nccl,
             KernelsSel::OneShot => PeerPolicy::Force(KernelAlgo::OneShot),
             KernelsSel::TwoShot => PeerPolicy::Force(KernelAlgo::TwoShot),
+            KernelsSel::AllGather => PeerPolicy::Force(KernelAlgo::AllGather),
+            KernelsSel::ReduceScatter => PeerPolicy::Force(KernelAlgo::ReduceScatter),
         }
     }
 }
@@ -130,9 +137,9 @@ pub struct PerfArgs {
     /// Layers to time side by side.
     #[arg(long, value_enum, default_value_t = LayerSel::All)]
     pub layer: LayerSel,
-    /// Who runs the all-reduces of the comm and pg layers on NCCL: oxccl's kernels (on ranks
-    /// of one node) or NCCL; the raw layer is always NCCL. Default: `OXCCL_PEER_KERNELS`,
-    /// else auto.
+    /// Who runs the all-reduces, all-gathers and reduce-scatters of the comm and pg layers on
+    /// NCCL: oxccl's kernels (on ranks of one node) or NCCL; the raw layer is always NCCL.
+    /// Default: `OXCCL_PEER_KERNELS`, else auto.
     #[arg(long, value_enum, value_name = "WHO")]
     pub peer_kernels: Option<KernelsSel>,
     /// Backend.

@@ -28,11 +28,11 @@ use std::process::ExitCode;
 
 /// Medians of one rank: `[collective][size][variant]` seconds per operation (variants: the
 /// three modes, then the kernels), NaN where the variant did not run (not in the library,
-/// wrong results, a size too small to split, no kernels, not an all-reduce).
+/// wrong results, a size too small to split, no kernels, not the kernel's collective).
 pub type Medians = Vec<f64>;
 
-/// Variants per point: the three buffer modes and the two kernels.
-const VARIANTS: usize = tune_kernels::FIRST + 2;
+/// Variants per point: the three buffer modes and the kernels.
+const VARIANTS: usize = tune_kernels::FIRST + tune_kernels::COUNT;
 
 /// The index of (collective c, size s, variant v).
 fn at(plan: &Plan, c: usize, s: usize, v: usize) -> usize {
@@ -69,9 +69,7 @@ where
         let l: Box<dyn Layer> = with_dtype!(plan.dtype, T => Box::new(ModeLayer::<B, T>::new(pg.clone(), *m, modes::name_of(*m))));
         layers.push((usize::from(m.level()), l));
     }
-    if plan.colls.contains(&Coll::AllReduce) {
-        layers.extend(tune_kernels::layers(pg, plan.dtype));
-    }
+    layers.extend(tune_kernels::layers(pg, plan.dtype, &plan.colls));
     let sync = || pg.barrier()?.wait();
     let rounds = rounds.max(1);
     let per = (plan.iters / rounds).max(1);
@@ -178,8 +176,9 @@ pub struct Point {
     pub op_bytes: u64,
     /// Seconds per op by mode level; NaN: not measured.
     pub secs: [f64; 3],
-    /// Seconds per op on oxccl's one-shot and two-shot kernels; NaN: not measured.
-    pub kernels: [f64; 2],
+    /// Seconds per op on each of oxccl's kernels (by `KernelAlgo::index`); NaN: not
+    /// measured, or not this collective's kernel.
+    pub kernels: [f64; tune_kernels::COUNT],
     /// The fastest mode (ties go to the simpler one).
     pub best: RegMode,
 }
@@ -191,7 +190,7 @@ pub fn points(plan: &Plan, merged: &Medians, n: u32) -> Vec<Point> {
         for (s, size) in plan.sizes.iter().enumerate() {
             let get = |v| merged.get(at(plan, c, s, v)).copied().unwrap_or(f64::NAN);
             let secs = [0, 1, 2].map(get);
-            let kernels = [tune_kernels::FIRST, tune_kernels::FIRST + 1].map(get);
+            let kernels = std::array::from_fn(|k| get(tune_kernels::FIRST + k));
             let mut best: Option<(RegMode, f64)> = None;
             for m in RegMode::ALL {
                 let t = secs[usize::from(m.level())];
@@ -249,8 +248,8 @@ pub fn table(points: &[Point], n: u32) -> Result<TuneTable> {
     }
     let kernels: Vec<tune_kernels::KernelPoint> = points
         .iter()
-        .filter(|p| p.coll == Coll::AllReduce)
         .map(|p| tune_kernels::KernelPoint {
+            coll: p.coll,
             op_bytes: p.op_bytes,
             nccl: p
                 .secs
@@ -278,7 +277,7 @@ pub fn report(points: &[Point]) -> String {
         .any(|p| p.kernels.iter().any(|t| t.is_finite()));
     let mut s = String::from("# collective          size   plain(us)  regist(us)  window(us)");
     if kernels {
-        s.push_str("  1shot(us)  2shot(us)");
+        s.push_str("  1shot(us)  2shot(us) gather(us)");
     }
     s.push_str("  best\n");
     for p in points {
@@ -291,11 +290,26 @@ pub fn report(points: &[Point]) -> String {
             us(p.secs[2]),
         ));
         if kernels {
-            s.push_str(&format!(" {} {}", us(p.kernels[0]), us(p.kernels[1])));
+            s.push_str(&format!(
+                " {} {} {}",
+                us(p.kernels[0]),
+                us(p.kernels[1]),
+                us(gather_kernel(p))
+            ));
         }
         s.push_str(&format!("  {}\n", p.best.name()));
     }
     s
+}
+
+/// The time of the all-gather or reduce-scatter kernel at `p` (NaN on other collectives).
+fn gather_kernel(p: &Point) -> f64 {
+    use oxccl::core::peer_kernels::KernelAlgo;
+    match p.coll {
+        Coll::AllGather => p.kernels[KernelAlgo::AllGather.index()],
+        Coll::ReduceScatter => p.kernels[KernelAlgo::ReduceScatter.index()],
+        _ => f64::NAN,
+    }
 }
 
 /// The file `--tune` writes: a header saying how it was measured, the report, the table.
@@ -511,6 +525,7 @@ pub fn json_of(
                 "window_us": us(p.secs[2]),
                 "one_shot_us": us(p.kernels[0]),
                 "two_shot_us": us(p.kernels[1]),
+                "gather_kernel_us": us(gather_kernel(p)),
                 "best": p.best.name(),
             })
         })
@@ -531,7 +546,15 @@ pub fn json_of(
     let kernels: Vec<_> = t
         .kernels()
         .iter()
-        .map(|k| json!({"ranks": k.ranks, "one_shot_max": k.one_shot_max, "two_shot_max": k.two_shot_max}))
+        .map(|k| {
+            json!({
+                "ranks": k.ranks,
+                "one_shot_max": k.one_shot_max,
+                "two_shot_max": k.two_shot_max,
+                "all_gather_max": k.all_gather_max,
+                "reduce_scatter_max": k.reduce_scatter_max,
+            })
+        })
         .collect();
     json!({"measured": head, "points": pts, "table": rows, "kernels": kernels, "written_to": out.display().to_string()})
 }

@@ -1,95 +1,139 @@
-//! `oxccl perf --tune` for oxccl's all-reduce kernels: each kernel is timed through a group
-//! of the same ranks that forces it, beside NCCL's buffer modes (the base group runs NCCL
-//! alone), and the table gets a `kernels` line for the group size: up to which size each
-//! kernel is never slower than NCCL's best mode at any measured size below it.
+//! `oxccl perf --tune` for oxccl's kernels: each kernel is timed through a group of the same
+//! ranks that forces it, beside NCCL's buffer modes (the base group runs NCCL alone), on its
+//! own collective (the all-reduce kernels on all_reduce, the all-gather and reduce-scatter
+//! kernels on theirs), and the table gets a `kernels` line for the group size: up to which size
+//! each kernel is never slower than NCCL's best mode at any measured size below it.
 
 use super::layer::Layer;
 use super::modes::ModeLayer;
 use crate::elem::with_dtype;
 use crate::ops::{Coll, Dtype};
 use oxccl::buffer::Memory;
-use oxccl::core::peer_kernels::{KernelAlgo, PeerPolicy, LINES_PER_SLOT, LINE_DATA_BYTES};
+use oxccl::core::peer_kernels::{
+    KernelAlgo, KernelColl, PeerPolicy, LINES_PER_SLOT, LINE_DATA_BYTES,
+};
 use oxccl::core::tune::KernelRow;
 use oxccl::pg::{ProcessGroup, RegMode};
 
-/// Where the kernels sit among a point's variants: after the three buffer modes.
+/// Where the kernels sit among a point's variants: after the three buffer modes, in the order
+/// of [`KernelAlgo::EVERY`].
 pub const FIRST: usize = 3;
 
-/// The layers that time each kernel, as (variant, layer), on groups of `pg`'s ranks.
-pub fn layers<B: Memory>(pg: &ProcessGroup<B>, dtype: Dtype) -> Vec<(usize, Box<dyn Layer>)>
+/// The kernels' variants.
+pub const COUNT: usize = KernelAlgo::EVERY.len();
+
+/// The collective of the tool that `coll` is.
+fn tool_coll(coll: KernelColl) -> Coll {
+    match coll {
+        KernelColl::AllReduce => Coll::AllReduce,
+        KernelColl::AllGather => Coll::AllGather,
+        KernelColl::ReduceScatter => Coll::ReduceScatter,
+    }
+}
+
+/// The layers that time each kernel whose collective is among `colls`, as (variant, layer),
+/// on groups of `pg`'s ranks.
+pub fn layers<B: Memory>(
+    pg: &ProcessGroup<B>,
+    dtype: Dtype,
+    colls: &[Coll],
+) -> Vec<(usize, Box<dyn Layer>)>
 where
     oxccl::buffer::StreamOf<B>: oxccl::core::Capture,
 {
-    KernelAlgo::ALL
+    KernelAlgo::EVERY
         .iter()
-        .enumerate()
-        .map(|(i, algo)| {
+        .filter(|algo| colls.contains(&tool_coll(algo.coll())))
+        .map(|algo| {
             let l: Box<dyn Layer> = with_dtype!(dtype, T => Box::new(
                 ModeLayer::<B, T>::new(pg.clone(), RegMode::Plain, algo.name())
                     .kernels(PeerPolicy::Force(*algo))
             ));
-            (FIRST + i, l)
+            (FIRST + algo.index(), l)
         })
         .collect()
 }
 
-/// Whether variant `v` runs for `coll`: the modes for every tuned collective, the kernels for
-/// all-reduce only.
+/// Whether variant `v` runs for `coll`: the modes for every tuned collective, a kernel for its
+/// own collective only.
 pub fn runs(v: usize, coll: Coll) -> bool {
-    v < FIRST || coll == Coll::AllReduce
-}
-
-/// Whether the kernel of variant `v` can run an all-reduce of `bytes` on `n` ranks (a size
-/// beyond its slots runs on NCCL, which says nothing of the kernel).
-fn fits(v: usize, bytes: u64, n: u32) -> bool {
-    let slot = LINES_PER_SLOT * LINE_DATA_BYTES;
-    match v - FIRST {
-        0 => bytes <= slot,
-        _ => bytes <= slot * u64::from(n),
+    match v.checked_sub(FIRST).and_then(|k| KernelAlgo::EVERY.get(k)) {
+        None => v < FIRST,
+        Some(algo) => tool_coll(algo.coll()) == coll,
     }
 }
 
-/// One measured all-reduce size: NCCL's fastest mode and each kernel, seconds per op (NaN:
-/// not measured).
+/// Whether the kernel `algo` can run an operation of `bytes` (as the table counts them) on
+/// `n` ranks (a size beyond its slots runs on NCCL, which says nothing of the kernel).
+fn fits(algo: KernelAlgo, bytes: u64, n: u32) -> bool {
+    let slot = LINES_PER_SLOT * LINE_DATA_BYTES;
+    match algo {
+        KernelAlgo::OneShot => bytes <= slot,
+        // Two-shot's chunk, and the gathers' part of each rank, fill one slot each.
+        KernelAlgo::TwoShot | KernelAlgo::AllGather | KernelAlgo::ReduceScatter => {
+            bytes <= slot * u64::from(n)
+        }
+    }
+}
+
+/// One measured size of one collective: NCCL's fastest mode and each kernel, seconds per op
+/// (NaN: not measured, or not that collective's kernel).
 #[derive(Debug, Clone, Copy)]
 pub struct KernelPoint {
+    /// The collective.
+    pub coll: Coll,
     /// Bytes of the operation.
     pub op_bytes: u64,
     /// NCCL's fastest buffer mode.
     pub nccl: f64,
-    /// One-shot, two-shot.
-    pub kernels: [f64; 2],
+    /// By [`KernelAlgo::index`].
+    pub kernels: [f64; COUNT],
 }
 
-/// The `kernels` line of the measured all-reduce sizes on `n` ranks: one-shot up to the
-/// largest size such that it was never slower than NCCL's fastest mode at that size or any
-/// smaller one, then two-shot likewise from there. `None` when no kernel was measured (a
-/// backend without them, a group spanning hosts).
+/// The largest size of `ps` (one collective, by size) up to which `algo` was never slower
+/// than NCCL, from `ps[from]` on, and the index of the first point past it.
+fn reach(ps: &[&KernelPoint], algo: KernelAlgo, n: u32, from: usize) -> (u64, usize) {
+    let wins = |p: &KernelPoint| {
+        let t = p.kernels[algo.index()];
+        t.is_finite() && fits(algo, p.op_bytes, n) && t <= p.nccl
+    };
+    let mut max = 0;
+    let mut i = from;
+    while i < ps.len() && wins(ps[i]) {
+        max = ps[i].op_bytes;
+        i += 1;
+    }
+    (max, i)
+}
+
+/// The `kernels` line of the measured sizes on `n` ranks: one-shot up to the largest
+/// all-reduce size such that it was never slower than NCCL's fastest mode at that size or any
+/// smaller one, then two-shot likewise from there; the all-gather and reduce-scatter kernels
+/// likewise on their collectives. `None` when no kernel was measured (a backend without them,
+/// a group spanning hosts).
 pub fn kernel_row(points: &[KernelPoint], n: u32) -> Option<KernelRow> {
-    let mut ps = points.to_vec();
-    ps.sort_by_key(|p| p.op_bytes);
-    if !ps.iter().any(|p| p.kernels.iter().any(|t| t.is_finite())) {
+    if !points
+        .iter()
+        .any(|p| p.kernels.iter().any(|t| t.is_finite()))
+    {
         return None;
     }
-    let wins = |p: &KernelPoint, k: usize| {
-        let t = p.kernels[k];
-        t.is_finite() && fits(FIRST + k, p.op_bytes, n) && t <= p.nccl
+    let of = |coll: Coll| {
+        let mut ps: Vec<&KernelPoint> = points.iter().filter(|p| p.coll == coll).collect();
+        ps.sort_by_key(|p| p.op_bytes);
+        ps
     };
-    let mut one = 0;
-    let mut i = 0;
-    while i < ps.len() && wins(&ps[i], 0) {
-        one = ps[i].op_bytes;
-        i += 1;
-    }
-    let mut two = 0;
-    while i < ps.len() && wins(&ps[i], 1) {
-        two = ps[i].op_bytes;
-        i += 1;
-    }
+    let ar = of(Coll::AllReduce);
+    let (one, i) = reach(&ar, KernelAlgo::OneShot, n, 0);
+    let (two, _) = reach(&ar, KernelAlgo::TwoShot, n, i);
+    let (all_gather, _) = reach(&of(Coll::AllGather), KernelAlgo::AllGather, n, 0);
+    let (reduce_scatter, _) = reach(&of(Coll::ReduceScatter), KernelAlgo::ReduceScatter, n, 0);
     Some(KernelRow {
         ranks: n,
         one_shot_max: one,
         two_shot_max: two.max(one),
+        all_gather_max: all_gather,
+        reduce_scatter_max: reduce_scatter,
     })
 }
 
@@ -99,9 +143,25 @@ mod tests {
 
     fn pt(bytes: u64, nccl: f64, one: f64, two: f64) -> KernelPoint {
         KernelPoint {
+            coll: Coll::AllReduce,
             op_bytes: bytes,
             nccl,
-            kernels: [one, two],
+            kernels: [one, two, f64::NAN, f64::NAN],
+        }
+    }
+
+    fn gather(coll: Coll, bytes: u64, nccl: f64, t: f64) -> KernelPoint {
+        let mut kernels = [f64::NAN; COUNT];
+        let algo = match coll {
+            Coll::AllGather => KernelAlgo::AllGather,
+            _ => KernelAlgo::ReduceScatter,
+        };
+        kernels[algo.index()] = t;
+        KernelPoint {
+            coll,
+            op_bytes: bytes,
+            nccl,
+            kernels,
         }
     }
 
@@ -149,6 +209,36 @@ mod tests {
             runs(0, Coll::AllGather)
                 && !runs(FIRST, Coll::AllGather)
                 && runs(FIRST + 1, Coll::AllReduce)
+        );
+        let ag = FIRST + KernelAlgo::AllGather.index();
+        let rs = FIRST + KernelAlgo::ReduceScatter.index();
+        assert!(runs(ag, Coll::AllGather) && !runs(ag, Coll::AllReduce));
+        assert!(runs(rs, Coll::ReduceScatter) && !runs(rs, Coll::AllGather));
+        assert!(!runs(FIRST + COUNT, Coll::AllReduce));
+    }
+
+    #[test]
+    fn the_gathers_take_the_sizes_they_win_on_their_own_collective() {
+        let ps = [
+            pt(8, 10.0, 4.0, 5.0),
+            gather(Coll::AllGather, 64, 10.0, 4.0),
+            gather(Coll::AllGather, 65536, 10.0, 6.0),
+            gather(Coll::AllGather, 262144, 10.0, 10.5),
+            gather(Coll::AllGather, 1 << 20, 20.0, 15.0),
+            gather(Coll::ReduceScatter, 64, 10.0, 10.5),
+            gather(Coll::ReduceScatter, 1024, 10.0, 4.0),
+        ];
+        let k = kernel_row(&ps, 4).unwrap();
+        assert_eq!(
+            (k.one_shot_max, k.all_gather_max, k.reduce_scatter_max),
+            (8, 65536, 0),
+            "a loss stops each kernel at the size below it"
+        );
+        // Only all-gather measured: the all-reduce kernels stay off.
+        let k = kernel_row(&ps[1..3], 2).unwrap();
+        assert_eq!(
+            (k.one_shot_max, k.two_shot_max, k.all_gather_max),
+            (0, 0, 65536)
         );
     }
 }

@@ -42,6 +42,8 @@ pub const fn policy_code(p: PeerPolicy) -> u8 {
         PeerPolicy::Nccl => 1,
         PeerPolicy::Force(super::KernelAlgo::OneShot) => 2,
         PeerPolicy::Force(super::KernelAlgo::TwoShot) => 3,
+        PeerPolicy::Force(super::KernelAlgo::AllGather) => 4,
+        PeerPolicy::Force(super::KernelAlgo::ReduceScatter) => 5,
     }
 }
 

@@ -169,6 +169,8 @@ fn policies_parse_by_name() {
         PeerPolicy::Nccl,
         PeerPolicy::Force(KernelAlgo::OneShot),
         PeerPolicy::Force(KernelAlgo::TwoShot),
+        PeerPolicy::Force(KernelAlgo::AllGather),
+        PeerPolicy::Force(KernelAlgo::ReduceScatter),
     ] {
         assert_eq!(PeerPolicy::parse(p.name()), Some(p));
     }
@@ -184,7 +186,22 @@ fn geometry_gives_whole_warps_and_bounded_grids() {
     assert_eq!(geometry(512), (1, 512));
     assert_eq!(geometry(513), (2, 512));
     assert_eq!(geometry(u64::MAX), (MAX_BLOCKS, MAX_THREADS));
-    assert_eq!(peer_bytes(4), 256 + 2 * 2 * 4 * 32 * 1024 * 16);
+    assert_eq!(peer_bytes(4), 512 + 3 * 2 * 4 * 32 * 1024 * 16);
+}
+
+#[test]
+fn the_control_block_holds_an_epoch_for_every_chunk_of_a_slot() {
+    // The kernels' layout (peer_reduce.cu): chunk epochs from word 64, at most 64 chunks, and
+    // a launch of several blocks gives each block one chunk's lines per pass.
+    let chunks = LINES_PER_SLOT / CHUNK_LINES;
+    assert_eq!(LINES_PER_SLOT % CHUNK_LINES, 0);
+    assert!(chunks <= 64);
+    assert!(CONTROL_BYTES >= 4 * (64 + chunks));
+    for lines in [CHUNK_LINES + 1, 5 * CHUNK_LINES, LINES_PER_SLOT] {
+        let (blocks, threads) = geometry(lines);
+        assert!(blocks > 1);
+        assert_eq!(u64::from(threads), CHUNK_LINES);
+    }
 }
 
 #[test]
@@ -200,7 +217,7 @@ fn a_kernel_status_becomes_the_error_it_stands_for() {
             assert_eq!(after_ms, 1500);
             assert_eq!(
                 what.as_str(),
-                "all_reduce kernel call #7: ranks [1, 3] did not arrive"
+                "peer kernel call #7: ranks [1, 3] did not arrive"
             );
         }
         other => panic!("{other:?}"),
@@ -213,7 +230,7 @@ fn a_kernel_status_becomes_the_error_it_stands_for() {
     match a.error(1) {
         Some(Error::Aborted { reason }) => assert_eq!(
             reason.as_str(),
-            "all_reduce kernel call #0 stopped by the abort while waiting for ranks [0]"
+            "peer kernel call #0 stopped by the abort while waiting for ranks [0]"
         ),
         other => panic!("{other:?}"),
     }
@@ -298,5 +315,108 @@ mod records {
         assert!(!all_mapped(&[verdict(true), verdict(false)]));
         assert!(!all_mapped(&[verdict(true), 1]));
         assert!(!all_mapped(&[]));
+    }
+}
+
+fn ag(dtype: DataType, per_rank: usize, n: u32) -> CommOp<'static> {
+    CommOp::AllGather {
+        send: RawBuf::new(0x1000, per_rank),
+        recv: RawBufMut::new(0x9000, per_rank * n as usize),
+        dtype,
+    }
+}
+
+fn rs(dtype: DataType, op: ReduceOp, per_rank: usize, n: u32) -> CommOp<'static> {
+    CommOp::ReduceScatter {
+        send: RawBuf::new(0x1000, per_rank * n as usize),
+        recv: RawBufMut::new(0x9000, per_rank),
+        dtype,
+        op,
+    }
+}
+
+#[test]
+fn all_gather_and_reduce_scatter_calls_count_one_ranks_part() {
+    let c = kernel_call(&ag(DataType::Float16, 5, 4), 4).unwrap();
+    assert_eq!(
+        (c.coll, c.ty, c.count, c.send, c.recv),
+        (KernelColl::AllGather, KernelType::F16, 5, 0x1000, 0x9000)
+    );
+    assert_eq!((c.bytes(), c.lines(), c.op_bytes(4)), (10, 2, 40));
+    let c = kernel_call(&rs(DataType::Float32, ReduceOp::Avg, 3, 4), 4).unwrap();
+    assert_eq!(
+        (c.coll, c.count, c.red, c.scale, c.op_bytes(4)),
+        (KernelColl::ReduceScatter, 3, KernelRed::PreMul, 0.25, 48)
+    );
+    let c = kernel_call(&rs(DataType::Int32, ReduceOp::Avg, 3, 2), 2).unwrap();
+    assert_eq!((c.red, c.scale), (KernelRed::AvgInt, 1.0));
+    // What the all-reduce kernels refuse, these refuse too.
+    assert_eq!(kernel_call(&ag(DataType::Uint8, 8, 2), 2), None);
+    assert_eq!(kernel_call(&ag(DataType::Float32, 0, 2), 2), None, "empty");
+    assert_eq!(
+        kernel_call(&ag(DataType::Float32, 8, 1), 1),
+        None,
+        "a group of one"
+    );
+    let dev = ReduceOp::PreMulSum(Scalar::Device { addr: 0x40 });
+    assert_eq!(kernel_call(&rs(DataType::Float32, dev, 8, 2), 2), None);
+}
+
+#[test]
+fn gathers_run_on_their_kernels_only_where_a_table_or_the_policy_says() {
+    let mut t = PeerTable::default();
+    let n = 4;
+    let agc = |per_rank: usize| kernel_call(&ag(DataType::Float32, per_rank, n), n).unwrap();
+    let rsc = |per_rank: usize| {
+        kernel_call(&rs(DataType::Float32, ReduceOp::Sum, per_rank, n), n).unwrap()
+    };
+    // The default table keeps them on NCCL at every size.
+    for per_rank in [1, 256, 16 * 1024] {
+        assert_eq!(choose(PeerPolicy::Auto, &t, &agc(per_rank), n), None);
+        assert_eq!(choose(PeerPolicy::Auto, &t, &rsc(per_rank), n), None);
+    }
+    // Limits count the whole operation: 4 ranks x 1024 floats = 16 KiB.
+    t.all_gather_max[4] = 16 * 1024;
+    t.reduce_scatter_max[4] = 4 * 1024;
+    assert_eq!(
+        choose(PeerPolicy::Auto, &t, &agc(1024), n),
+        Some(KernelAlgo::AllGather)
+    );
+    assert_eq!(choose(PeerPolicy::Auto, &t, &agc(1025), n), None);
+    assert_eq!(
+        choose(PeerPolicy::Auto, &t, &rsc(256), n),
+        Some(KernelAlgo::ReduceScatter)
+    );
+    assert_eq!(choose(PeerPolicy::Auto, &t, &rsc(257), n), None);
+    assert_eq!(
+        choose(PeerPolicy::Auto, &t, &agc(8), 3),
+        None,
+        "3 ranks: no limit"
+    );
+    assert_ne!(t.fingerprint(), PeerTable::default().fingerprint());
+    // A forced kernel runs its own collective where it fits, nothing else.
+    let force_ag = PeerPolicy::Force(KernelAlgo::AllGather);
+    let one = PeerPolicy::Force(KernelAlgo::OneShot);
+    let slot_floats = (LINES_PER_SLOT * LINE_DATA_BYTES / 4) as usize;
+    assert_eq!(
+        choose(force_ag, &t, &agc(slot_floats), n),
+        Some(KernelAlgo::AllGather)
+    );
+    assert_eq!(choose(force_ag, &t, &agc(slot_floats + 2), n), None);
+    assert_eq!(choose(force_ag, &t, &rsc(8), n), None);
+    assert_eq!(choose(one, &t, &agc(8), n), None);
+    let arc = kernel_call(&ar(DataType::Float32, ReduceOp::Sum, 8), n).unwrap();
+    assert_eq!(choose(force_ag, &t, &arc, n), None);
+    assert_eq!(
+        choose(
+            PeerPolicy::Force(KernelAlgo::ReduceScatter),
+            &t,
+            &rsc(slot_floats),
+            n
+        ),
+        Some(KernelAlgo::ReduceScatter)
+    );
+    for a in KernelAlgo::EVERY {
+        assert_eq!(KernelAlgo::EVERY[a.index()], a);
     }
 }

@@ -313,12 +313,12 @@ fn kernels_lines_set_the_kernels_limits_by_group_size() {
             KernelRow {
                 ranks: 4,
                 one_shot_max: 131072,
-                two_shot_max: 262144
+                two_shot_max: 262144,
+                ..KernelRow::default()
             },
             KernelRow {
                 ranks: 2,
-                one_shot_max: 0,
-                two_shot_max: 0
+                ..KernelRow::default()
             },
         ]
     );
@@ -351,6 +351,9 @@ fn bad_kernels_lines_name_their_field() {
         ("kernels x 8 8", "ranks"),
         ("kernels 4 -1 8", "one_shot_max"),
         ("kernels 4 8 max", "two_shot_max"),
+        ("kernels 4 8 8 16", "kernels"),
+        ("kernels 4 8 8 x 16", "all_gather_max"),
+        ("kernels 4 8 8 16 -2", "reduce_scatter_max"),
     ] {
         let e = TuneTable::parse(&format!("oxccl-tune 1\n{line}\n")).unwrap_err();
         let text = e.to_string();
@@ -367,8 +370,50 @@ fn bad_kernels_lines_name_their_field() {
         ranks,
         one_shot_max: 1,
         two_shot_max: 2,
+        ..KernelRow::default()
     };
     assert!(TuneTable::default().with_kernels(vec![k(2), k(8)]).is_ok());
     assert!(TuneTable::default().with_kernels(vec![k(1)]).is_err());
     assert!(TuneTable::default().with_kernels(vec![k(3), k(3)]).is_err());
+}
+
+#[test]
+fn kernels_lines_may_set_the_gathers_limits_and_read_back_alike() {
+    let text = "oxccl-tune 1\nkernels 2 1024 0 65536 32768\nkernels 4 131072 262144\n";
+    let t = TuneTable::parse(text).unwrap();
+    assert_eq!(
+        t.kernels()[0],
+        KernelRow {
+            ranks: 2,
+            one_shot_max: 1024,
+            two_shot_max: 0,
+            all_gather_max: 65536,
+            reduce_scatter_max: 32768,
+        }
+    );
+    assert_eq!(
+        (
+            t.kernels()[1].all_gather_max,
+            t.kernels()[1].reduce_scatter_max
+        ),
+        (0, 0)
+    );
+    let p = t.peer_table();
+    assert_eq!(
+        (p.all_gather_max[2], p.reduce_scatter_max[2]),
+        (65536, 32768)
+    );
+    assert_eq!((p.all_gather_max[4], p.reduce_scatter_max[4]), (0, 0));
+    // Written with the gathers' fields on every row once one needs them, and read back equal.
+    let written = t.to_string();
+    assert!(
+        written.contains("kernels 4 131072 262144 0 0\n"),
+        "{written}"
+    );
+    assert_eq!(TuneTable::parse(&written).unwrap(), t);
+    // A table of all-reduce limits alone keeps its short lines (and its fingerprint).
+    let short = TuneTable::parse("oxccl-tune 1\nkernels 4 131072 262144\n").unwrap();
+    assert!(short.to_string().contains("kernels 4 131072 262144\n"));
+    assert!(!short.to_string().contains("all_gather_max"));
+    assert_ne!(short.fingerprint(), t.fingerprint());
 }

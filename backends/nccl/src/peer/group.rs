@@ -5,7 +5,7 @@ use super::host_flags::HostFlags;
 use super::kernels::{Kernels, PeerArgs};
 use super::vmm::{Mapping, Physical};
 use cudarc::driver::{sys, CudaContext, CudaStream};
-use oxccl_core::peer_kernels::{choose, kernel_call, PeerPolicy, PeerTable};
+use oxccl_core::peer_kernels::{choose, kernel_call, KernelAlgo, PeerPolicy, PeerTable};
 use oxccl_core::{CommOp, Error, Result};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -35,13 +35,13 @@ pub(crate) struct PeerGroup {
     pub(crate) flags: HostFlags,
     /// The streams kernels were launched on, kept alive until the release waited for them.
     pub(crate) streams: spin::Mutex<Vec<Arc<CudaStream>>>,
-    /// Kernels launched (or captured), by algorithm.
-    pub(crate) calls: [AtomicU64; 2],
+    /// Kernels launched (or captured), by [`KernelAlgo::index`].
+    pub(crate) calls: [AtomicU64; KernelAlgo::EVERY.len()],
 }
 
 impl PeerGroup {
     /// Launches the kernel the policy and table pick for `op`; `None` when NCCL runs it (not
-    /// an all-reduce the kernels have, too large for the table, or `allowed` says no: asked
+    /// a collective the kernels have, too large for the table, or `allowed` says no: asked
     /// only once a kernel was picked).
     ///
     /// # Safety
@@ -67,7 +67,7 @@ impl PeerGroup {
                 e,
             )));
         }
-        self.calls[algo as usize].fetch_add(1, Ordering::Relaxed);
+        self.calls[algo.index()].fetch_add(1, Ordering::Relaxed);
         let mut args = self.args;
         args.op = call.red as u32;
         args.scale = call.scale;
@@ -94,12 +94,9 @@ impl PeerGroup {
             .error(self.timeout.as_millis().min(u128::from(u64::MAX)) as u64)
     }
 
-    /// Kernels launched or captured so far: (one-shot, two-shot).
-    pub(crate) fn calls(&self) -> (u64, u64) {
-        (
-            self.calls[0].load(Ordering::Relaxed),
-            self.calls[1].load(Ordering::Relaxed),
-        )
+    /// Calls of `algo` launched or captured so far.
+    pub(crate) fn calls(&self, algo: KernelAlgo) -> u64 {
+        self.calls[algo.index()].load(Ordering::Relaxed)
     }
 
     /// Makes every kernel of this rank give up at its next check (an abort).

@@ -1,4 +1,4 @@
-//! The all-reduce kernels: PTX text (peer_reduce.ptx, made from backends/nccl/kernels/
+//! The kernels: PTX text (peer_reduce.ptx, made from backends/nccl/kernels/
 //! peer_reduce.cu by kernels/gen_ptx.py) loaded through the driver once per device, and their
 //! launch.
 
@@ -29,12 +29,12 @@ pub(crate) struct PeerArgs {
     pub(crate) pad: u32,
 }
 
-/// The loaded kernels of one device: a function per algorithm and type.
+/// The loaded kernels of one device: a function per kernel and type.
 #[derive(Debug)]
 pub(crate) struct Kernels {
     _module: Arc<CudaModule>,
-    /// By algorithm, then by [`KernelType::index`].
-    functions: [Vec<CudaFunction>; 2],
+    /// By [`KernelAlgo::index`], then by [`KernelType::index`].
+    functions: Vec<Vec<CudaFunction>>,
 }
 
 impl Kernels {
@@ -47,12 +47,15 @@ impl Kernels {
                 .map(|t| {
                     module
                         .load_function(&format!("{}{}", algo.entry(), t.suffix()))
-                        .map_err(|e| cuda_error("finding an all-reduce kernel", e))
+                        .map_err(|e| cuda_error("finding a peer kernel", e))
                 })
                 .collect()
         };
         Ok(Kernels {
-            functions: [load(KernelAlgo::OneShot)?, load(KernelAlgo::TwoShot)?],
+            functions: KernelAlgo::EVERY
+                .into_iter()
+                .map(load)
+                .collect::<Result<_>>()?,
             _module: module,
         })
     }
@@ -71,10 +74,14 @@ impl Kernels {
         args: &PeerArgs,
         stream: sys::CUstream,
     ) -> Result<()> {
-        let Some(f) = self.functions[algo as usize].get(call.ty.index()) else {
+        let Some(f) = self
+            .functions
+            .get(algo.index())
+            .and_then(|f| f.get(call.ty.index()))
+        else {
             return Err(oxccl_core::Error::invalid(
                 "dtype",
-                format_args!("a type the all-reduce kernels were loaded for"),
+                format_args!("a type the peer kernels were loaded for"),
             ));
         };
         let lines = algo.lines_per_rank(call.lines(), args.nranks);
@@ -106,6 +113,38 @@ impl Kernels {
             )
         }
         .result()
-        .map_err(|e| cuda_error("launching an all-reduce kernel", e))
+        .map_err(|e| cuda_error("launching a peer kernel", e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every kernel the loader asks for is in the shipped PTX, taking what `launch` passes:
+    /// two pointers, the count and the arguments as laid out here (checked without a GPU).
+    #[test]
+    fn the_ptx_has_every_kernel_with_the_launch_parameters() {
+        let args = std::mem::size_of::<PeerArgs>();
+        for algo in KernelAlgo::EVERY {
+            for ty in KernelType::ALL {
+                let name = format!("{}{}", algo.entry(), ty.suffix());
+                let head = format!(".visible .entry {name}(");
+                let at = PTX
+                    .find(&head)
+                    .unwrap_or_else(|| panic!("{name} not in the PTX"));
+                let params = &PTX[at..][..PTX[at..].find(')').expect("parameter list")];
+                for p in 0..3 {
+                    assert!(
+                        params.contains(&format!(".param .u64 {name}_param_{p},")),
+                        "{name}: parameter {p}"
+                    );
+                }
+                assert!(
+                    params.contains(&format!(".b8 {name}_param_3[{args}]")),
+                    "{name}: PeerArgs of {args} bytes\n{params}"
+                );
+            }
+        }
     }
 }
