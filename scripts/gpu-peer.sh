@@ -62,17 +62,16 @@ part_probe() {
     rm -rf "$out/probe-bin"
     return $rc
 }
-# The kernels' grid: the probe with launches of at most 32 (the library's MAX_BLOCKS), 64 and
-# 128 blocks, two-shot's grid sized by the lines each rank reduces (the library's) or by all
-# its lines, N = 4 (timing only).
+# The kernels' grid: the probe with blocks of 512 threads (at most 32), 256 (at most 64: the
+# library's MAX_THREADS and MAX_BLOCKS) and 128 (at most 128), values checked, N = 4 then 2.
 part_variants() {
     bash backends/nccl/kernels/gen.sh "$out/probe-bin" || return 1
-    local n=${sizes##* } rc=0
-    for grid in per-rank total; do
-        for b in 32 64 128; do
-            echo "== at most $b blocks, two-shot grid by $grid lines, N=$n"
-            PROBE_QUICK=1 PROBE_BLOCKS=$b PROBE_TWO_GRID=$grid LD_LIBRARY_PATH=$nccl_lib timeout 60 \
-                "$out/probe-bin/probe" "$out/probe-bin/peer_reduce.ptx" "$n" 1000 | grep -A 11 "^bytes" || rc=1
+    local rc=0
+    for n in $(echo $sizes | tr ' ' '\n' | sort -rn); do
+        for cfg in 512:32 256:64 128:128; do
+            echo "== blocks of ${cfg%%:*} threads, at most ${cfg##*:}, N=$n"
+            PROBE_THREADS=${cfg%%:*} PROBE_BLOCKS=${cfg##*:} LD_LIBRARY_PATH=$nccl_lib timeout 90 \
+                "$out/probe-bin/probe" "$out/probe-bin/peer_reduce.ptx" "$n" 1000 | grep -v '^  ok' || rc=1
         done
     done
     return $rc

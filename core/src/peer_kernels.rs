@@ -28,7 +28,7 @@ pub const LINES_PER_SLOT: u64 = 32 * 1024;
 /// Bytes of the control block at the front of each rank's peer memory (two-shot's epoch, its
 /// arrivals, the failure flag, and the one-phase kernels' epoch per chunk of
 /// [`CHUNK_LINES`]).
-pub const CONTROL_BYTES: u64 = 512;
+pub const CONTROL_BYTES: u64 = 2048;
 
 /// Lines in one chunk of a one-phase kernel (one-shot, all-gather, reduce-scatter): a chunk
 /// is read and written by one block on every rank and counts its own calls, so the blocks of
@@ -490,12 +490,14 @@ pub fn choose(
     fits(pick, call, nranks).then_some(pick)
 }
 
-/// Threads per block of the kernels (their `__launch_bounds__`).
-pub const MAX_THREADS: u32 = 512;
+/// Threads per block of a launch of several blocks (the kernels' `__launch_bounds__` allow
+/// 512): blocks of 256 lines spread a call over more SMs, which takes 8–128 KiB faster than
+/// blocks of 512.
+pub const MAX_THREADS: u32 = 256;
 
 /// Blocks a launch may use: every block must be resident at once (a block waiting for a peer
 /// must not hold back the block that would write to it), so far fewer than any GPU's SMs.
-pub const MAX_BLOCKS: u32 = 32;
+pub const MAX_BLOCKS: u32 = 64;
 
 /// The launch shape (blocks, threads per block) for `lines` lines per rank: one line per
 /// thread up to [`MAX_BLOCKS`] × [`MAX_THREADS`], whole warps, at least one.

@@ -43,11 +43,13 @@ typedef unsigned long long uintptr_t;
 #define CTRL_EPOCH 0
 #define CTRL_ARRIVED 1
 #define CTRL_FAILED 2
-// The one-phase kernels' epoch of chunk c is word CTRL_CHUNKS + c.
+// The one-phase kernels' epoch of chunk c is word CTRL_CHUNKS + c. A chunk is one block's
+// lines of one pass (blockDim.x lines) in a launch of several blocks, every line in a launch of
+// one; the host launches several blocks only of its fixed block size, so a line that lies in
+// chunk c > 0 does so in every call that reaches it, and every call reaches chunk 0.
 #define CTRL_CHUNKS 64
-#define CHUNK_LINES 512
-#define MAX_CHUNKS 64
-#define CTRL_BYTES 512
+#define MAX_CHUNKS 256
+#define CTRL_BYTES 2048
 // Regions: two-shot's reduce and gather, the one-phase kernels'.
 #define REGION_REDUCE 0
 #define REGION_GATHER 1
@@ -264,17 +266,16 @@ __device__ __forceinline__ uint32_t begin(uint32_t* ctrl) {
 }
 
 // The one-phase kernels' start: the epoch of every chunk this block handles (chunks blockIdx.x,
-// + gridDim.x, ...; a launch of several blocks has CHUNK_LINES threads in each, so a thread's
-// k-th line lies in the block's k-th chunk), each advanced for the next call. Returns the
-// first one's; a block of several chunks also leaves each one's in `ep` (shared memory).
+// + gridDim.x, ...: a thread's k-th line lies in the block's k-th chunk), each advanced for the
+// next call. Returns the first one's; a block of several chunks also leaves each one's in `ep`
+// (shared memory).
 __device__ __forceinline__ uint32_t begin_chunks(uint32_t* ctrl, uint64_t lines, uint32_t* ep) {
-    uint64_t chunks = (lines + CHUNK_LINES - 1) / CHUNK_LINES;
-    if (chunks == 0) chunks = 1;
+    uint64_t chunks = gridDim.x == 1 ? 1 : (lines + blockDim.x - 1) / blockDim.x;
     // A block past the last chunk has no lines and must not advance an epoch: a chunk's calls
     // alternate parity only if each of them exchanges lines.
     if (blockIdx.x >= chunks || chunks > MAX_CHUNKS) return 0;
     if (chunks <= gridDim.x) {
-        // One chunk per block (every call up to 32 chunks): every thread reads its epoch.
+        // At most one chunk per block (a launch of one block has one): every thread reads it.
         uint32_t e = *(volatile uint32_t*)(ctrl + CTRL_CHUNKS + blockIdx.x);
         if (blockDim.x <= 32) __syncwarp();
         else __syncthreads();
@@ -388,7 +389,7 @@ template <typename T> __device__ void one_shot(const T* in, T* out, uint64_t cou
     uint32_t want = all & ~(1u << a.rank);
     uint32_t k = 0;
     for (uint64_t i = t0; i < lines; i += stride, k++) {
-        uint32_t e = k ? ep[k] : e0;  // this chunk's epoch
+        uint32_t e = k && gridDim.x > 1 ? ep[k] : e0;  // this chunk's epoch
         uint64_t own = i == t0 ? first : scaled<T>(load8(in, count, i), a.op, a.scale);
 #pragma unroll
         for (uint32_t p = 0; p < MAX_RANKS; p++) {
@@ -399,7 +400,7 @@ template <typename T> __device__ void one_shot(const T* in, T* out, uint64_t cou
     }
     k = 0;
     for (uint64_t i = t0; i < lines; i += stride, k++) {
-        uint32_t e = k ? ep[k] : e0;  // this chunk's epoch
+        uint32_t e = k && gridDim.x > 1 ? ep[k] : e0;  // this chunk's epoch
         uint64_t got[MAX_RANKS];
         const uint4* mine = region(me, REGION_ONE, e & 1, 0, a.nranks, a.lines_per_slot);
         if (!wait_lines(a, ctrl, mine, i, want, e + 1, e, got)) return;
@@ -477,7 +478,7 @@ template <typename T> __device__ void all_gather(const T* in, T* out, uint64_t c
     // rank's part of the output) reads its line before overwriting it with the same bytes.
     uint32_t k = 0;
     for (uint64_t i = t0; i < lines; i += stride, k++) {
-        uint32_t e = k ? ep[k] : e0;  // this chunk's epoch
+        uint32_t e = k && gridDim.x > 1 ? ep[k] : e0;  // this chunk's epoch
         uint64_t own = i == t0 ? first : load8(in, count, i);
 #pragma unroll
         for (uint32_t p = 0; p < MAX_RANKS; p++) {
@@ -489,7 +490,7 @@ template <typename T> __device__ void all_gather(const T* in, T* out, uint64_t c
     }
     k = 0;
     for (uint64_t i = t0; i < lines; i += stride, k++) {
-        uint32_t e = k ? ep[k] : e0;  // this chunk's epoch
+        uint32_t e = k && gridDim.x > 1 ? ep[k] : e0;  // this chunk's epoch
         uint64_t got[MAX_RANKS];
         const uint4* mine = region(me, REGION_ONE, e & 1, 0, a.nranks, a.lines_per_slot);
         if (!wait_lines(a, ctrl, mine, i, others, e + 1, e, got)) return;
@@ -514,7 +515,7 @@ template <typename T> __device__ void reduce_scatter(const T* in, T* out, uint64
     uint32_t others = ((1u << a.nranks) - 1) & ~(1u << a.rank);
     uint32_t k = 0;
     for (uint64_t i = t0; i < lines; i += stride, k++) {
-        uint32_t e = k ? ep[k] : e0;  // this chunk's epoch
+        uint32_t e = k && gridDim.x > 1 ? ep[k] : e0;  // this chunk's epoch
 #pragma unroll
         for (uint32_t p = 0; p < MAX_RANKS; p++) {
             if (p < a.nranks && p != a.rank) {
@@ -529,7 +530,7 @@ template <typename T> __device__ void reduce_scatter(const T* in, T* out, uint64
     // same thread overwrites it; no other thread reads it.
     k = 0;
     for (uint64_t i = t0; i < lines; i += stride, k++) {
-        uint32_t e = k ? ep[k] : e0;  // this chunk's epoch
+        uint32_t e = k && gridDim.x > 1 ? ep[k] : e0;  // this chunk's epoch
         uint64_t got[MAX_RANKS];
         const uint4* mine = region(me, REGION_ONE, e & 1, 0, a.nranks, a.lines_per_slot);
         if (!wait_lines(a, ctrl, mine, i, others, e + 1, e, got)) return;

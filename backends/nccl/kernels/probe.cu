@@ -47,7 +47,7 @@
     } while (0)
 
 #define MAX_RANKS 8
-#define CTRL_BYTES 512
+#define CTRL_BYTES 2048
 // The one-shot's epoch of its first chunk (word 64 of the control block).
 #define CHUNK0_EPOCH_OFFSET 256
 // Slot regions in each rank's peer memory.
@@ -66,8 +66,10 @@ struct PeerArgs {
 
 static int N;
 static int ITERS = 2000;
-// PROBE_BLOCKS: the most blocks a launch uses (the library's MAX_BLOCKS is 32).
-static uint64_t g_max_blocks = 32;
+// PROBE_BLOCKS: the most blocks a launch uses (the library's MAX_BLOCKS).
+static uint64_t g_max_blocks = 64;
+// PROBE_THREADS: the threads of a block in a launch of several (the library's MAX_THREADS).
+static uint64_t g_threads = 256;
 // PROBE_QUICK=1: skip the value checks (when only timing a variant).
 static bool g_quick = false;
 static bool g_two_grid_total = false;
@@ -167,9 +169,10 @@ static void launch(Rank& k, int algo, int t, int op, const void* in, void* out, 
     // PROBE_TWO_GRID=total: size two-shot's grid by all its lines (phases 1 and 3 touch them all)
     // instead of the lines each rank reduces (the library's choice).
     uint64_t work = algo == 0 || g_two_grid_total ? lines : (lines + N - 1) / N;
-    unsigned threads = 512, blocks = (unsigned)std::min<uint64_t>((work + 511) / 512, g_max_blocks);
+    unsigned threads = (unsigned)g_threads;
+    unsigned blocks = (unsigned)std::min<uint64_t>((work + g_threads - 1) / g_threads, g_max_blocks);
     if (blocks == 0) blocks = 1;
-    if (work < 512) threads = (unsigned)std::max<uint64_t>(32, (work + 31) / 32 * 32);
+    if (work < g_threads) threads = (unsigned)std::max<uint64_t>(32, (work + 31) / 32 * 32);
     uint64_t cnt = count;
     void* args[] = {(void*)&in, (void*)&out, (void*)&cnt, (void*)&a};
     CD(cuLaunchKernel(algo == 0 ? k.one[t] : k.two[t], blocks, 1, 1, threads, 1, 1, 0, k.s, args, nullptr));
@@ -399,6 +402,7 @@ int main(int argc, char** argv) {
     PTX_TEXT = text;
     N = atoi(argv[2]);
     if (getenv("PROBE_BLOCKS")) g_max_blocks = strtoull(getenv("PROBE_BLOCKS"), nullptr, 10);
+    if (getenv("PROBE_THREADS")) g_threads = strtoull(getenv("PROBE_THREADS"), nullptr, 10);
     g_quick = getenv("PROBE_QUICK") && atoi(getenv("PROBE_QUICK")) == 1;
     g_two_grid_total = getenv("PROBE_TWO_GRID") && strcmp(getenv("PROBE_TWO_GRID"), "total") == 0;
     if (argc > 3) ITERS = atoi(argv[3]);

@@ -183,19 +183,20 @@ fn geometry_gives_whole_warps_and_bounded_grids() {
     assert_eq!(geometry(0), (1, 32));
     assert_eq!(geometry(1), (1, 32));
     assert_eq!(geometry(33), (1, 64));
-    assert_eq!(geometry(512), (1, 512));
-    assert_eq!(geometry(513), (2, 512));
+    assert_eq!(geometry(256), (1, 256));
+    assert_eq!(geometry(257), (2, 256));
+    assert_eq!(geometry(512), (2, 256));
     assert_eq!(geometry(u64::MAX), (MAX_BLOCKS, MAX_THREADS));
-    assert_eq!(peer_bytes(4), 512 + 3 * 2 * 4 * 32 * 1024 * 16);
+    assert_eq!(peer_bytes(4), 2048 + 3 * 2 * 4 * 32 * 1024 * 16);
 }
 
 #[test]
 fn the_control_block_holds_an_epoch_for_every_chunk_of_a_slot() {
-    // The kernels' layout (peer_reduce.cu): chunk epochs from word 64, at most 64 chunks, and
+    // The kernels' layout (peer_reduce.cu): chunk epochs from word 64, at most 256 chunks, and
     // a launch of several blocks gives each block one chunk's lines per pass.
     let chunks = LINES_PER_SLOT / CHUNK_LINES;
     assert_eq!(LINES_PER_SLOT % CHUNK_LINES, 0);
-    assert!(chunks <= 64);
+    assert!(chunks <= 256);
     assert!(CONTROL_BYTES >= 4 * (64 + chunks));
     for lines in [CHUNK_LINES + 1, 5 * CHUNK_LINES, LINES_PER_SLOT] {
         let (blocks, threads) = geometry(lines);
