@@ -426,10 +426,8 @@ impl Default for PeerTable {
         PeerTable {
             one_shot_max: [0, 0, 256 * K, 64 * K, 128 * K, 0, 0, 0, 0],
             two_shot_max: [0, 0, 0, 0, 256 * K, 0, 0, 0, 0],
-            // Measured on 2 GPUs only: NCCL on other group sizes until a tune table says
-            // otherwise.
-            all_gather_max: [0, 0, 512 * K, 0, 0, 0, 0, 0, 0],
-            reduce_scatter_max: [0, 0, 256 * K, 0, 0, 0, 0, 0, 0],
+            all_gather_max: [0, 0, 512 * K, 512 * K, 512 * K, 0, 0, 0, 0],
+            reduce_scatter_max: [0, 0, 256 * K, 256 * K, 512 * K, 0, 0, 0, 0],
         }
     }
 }

@@ -371,7 +371,22 @@ fn gathers_run_on_their_kernels_only_where_a_table_or_the_policy_says() {
     let rsc = |per_rank: usize| {
         kernel_call(&rs(DataType::Float32, ReduceOp::Sum, per_rank, n), n).unwrap()
     };
-    // The default table keeps them on NCCL at every size.
+    // The default table runs them up to 512 KiB on 4 ranks (4 x 32 Ki floats), NCCL above.
+    for per_rank in [1, 256, 32 * 1024] {
+        assert_eq!(
+            choose(PeerPolicy::Auto, &t, &agc(per_rank), n),
+            Some(KernelAlgo::AllGather)
+        );
+        assert_eq!(
+            choose(PeerPolicy::Auto, &t, &rsc(per_rank), n),
+            Some(KernelAlgo::ReduceScatter)
+        );
+    }
+    assert_eq!(choose(PeerPolicy::Auto, &t, &agc(32 * 1024 + 1), n), None);
+    assert_eq!(choose(PeerPolicy::Auto, &t, &rsc(32 * 1024 + 1), n), None);
+    // A table without their limits keeps them on NCCL at every size.
+    t.all_gather_max = [0; MAX_RANKS as usize + 1];
+    t.reduce_scatter_max = [0; MAX_RANKS as usize + 1];
     for per_rank in [1, 256, 16 * 1024] {
         assert_eq!(choose(PeerPolicy::Auto, &t, &agc(per_rank), n), None);
         assert_eq!(choose(PeerPolicy::Auto, &t, &rsc(per_rank), n), None);
