@@ -16,10 +16,10 @@
 // Epochs live in device memory, so a captured graph replays with fresh flags. Two-shot (regions
 // A and B) has one epoch per call: every block reads it, the last block to arrive advances it.
 // The one-phase kernels (one-shot, all-gather, reduce-scatter: region C) count calls per chunk
-// of 512 lines instead: a chunk is read and written by the same block on every rank, whose
-// thread 0 advances its epoch, so the blocks never wait for each other. Each chunk's calls
-// alternate parity, and every one of them makes each rank wait for lines of that chunk from
-// every peer, so the argument above holds chunk by chunk.
+// (one block's lines of one pass) instead: a chunk is read and written by the same block on
+// every rank, whose thread 0 advances its epoch, so the blocks never wait for each other. Each
+// chunk's calls alternate parity, and every one of them makes each rank wait for lines of that
+// chunk from every peer, so the argument above holds chunk by chunk.
 //
 // A wait gives up when the group's abort flag (host-mapped) is set or after the time bound; it
 // then records the cause and the ranks that did not arrive in the status block (host-mapped),
