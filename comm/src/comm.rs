@@ -104,24 +104,26 @@ impl Comm {
         cfg: &CommConfig,
     ) -> Result<Comm> {
         let comm = nccl.init_rank(id, rank, size, Device(device), cfg)?;
-        Comm::with_peer_kernels(Comm::with_new_stream(comm)?)
+        Comm::made(comm)
     }
 
-    /// `c` with oxccl's all-reduce kernels set up ([`Comm::enable_peer_kernels`]) when it is
-    /// ready: a nonblocking communicator still initializing is left for the caller to set up
-    /// once ready (the set-up waits on every rank).
-    pub(crate) fn with_peer_kernels(mut c: Comm) -> Result<Comm> {
+    /// A communicator the library just made, on a new stream, with oxccl's kernels set up
+    /// ([`Comm::enable_peer_kernels`]) when it is ready: a nonblocking communicator still
+    /// initializing is left for the caller to set up once ready (the set-up waits on every
+    /// rank).
+    pub(crate) fn made(comm: NcclComm) -> Result<Comm> {
+        let mut c = Comm::with_new_stream(comm)?;
         if c.state() == CommState::Ready {
             c.enable_peer_kernels()?;
         }
         Ok(c)
     }
 
-    /// Sets up oxccl's own all-reduce kernels for a group whose ranks share a node (see
+    /// Sets up oxccl's own kernels for a group whose ranks share a node (see
     /// [`oxccl_core::peer_kernels`]) under the policy `OXCCL_PEER_KERNELS` names (`auto` when
     /// unset) and the limits of the tune table `OXCCL_TUNE_FILE` names (its `kernels` lines;
-    /// the measured defaults otherwise): from then on each all-reduce runs on the kernel the
-    /// policy picks, or on NCCL.
+    /// the measured defaults otherwise): from then on each all-reduce, all-gather and
+    /// reduce-scatter runs on the kernel the policy picks, or on NCCL.
     /// Returns whether the kernels are on (false on a group spanning nodes, or with the
     /// policy `nccl`). Collective: every rank calls it at the same point among its
     /// collectives. [`Comm::init_rank`] and [`Comm::split`] call it for a blocking
@@ -541,7 +543,7 @@ impl Comm {
             self.wait_ready()?;
         }
         match self.comm.split(color, key, cfg)? {
-            Some(c) => Comm::with_peer_kernels(Comm::with_new_stream(c)?).map(Some),
+            Some(c) => Comm::made(c).map(Some),
             None => Ok(None),
         }
     }

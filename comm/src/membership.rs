@@ -21,7 +21,7 @@ impl Comm {
     /// survivor calls it. `mode` says whether operations in flight are aborted first.
     pub fn shrink(&mut self, exclude: &[u32], cfg: &CommConfig, mode: ShrinkMode) -> Result<Comm> {
         let c = self.backend().shrink(exclude, cfg, mode)?;
-        Comm::with_peer_kernels(Comm::with_new_stream(c)?)
+        Comm::made(c)
     }
 
     /// The id new ranks join a grow of this communicator with (made by one running rank and
@@ -34,7 +34,7 @@ impl Comm {
     /// ([`Comm::join_grown`]); every running rank calls it and keeps its rank.
     pub fn grow(&mut self, size: u32, id: &UniqueId, cfg: &CommConfig) -> Result<Comm> {
         let c = self.backend().grow(size, id, cfg)?;
-        Comm::with_peer_kernels(Comm::with_new_stream(c)?)
+        Comm::made(c)
     }
 
     /// A newcomer's part of a grow: rank `rank` of `size` of the communicator the running
@@ -48,7 +48,7 @@ impl Comm {
         cfg: &CommConfig,
     ) -> Result<Comm> {
         let c = nccl.join_grown(id, rank, size, Device(device), cfg)?;
-        Comm::with_peer_kernels(Comm::with_new_stream(c)?)
+        Comm::made(c)
     }
 
     /// Suspends the communicator (its operations refused until [`Comm::resume`]); with

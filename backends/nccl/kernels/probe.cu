@@ -72,7 +72,6 @@ static uint64_t g_max_blocks = 64;
 static uint64_t g_threads = 256;
 // PROBE_QUICK=1: skip the value checks (when only timing a variant).
 static bool g_quick = false;
-static bool g_two_grid_total = false;
 static const char* PTX_TEXT;
 static uint64_t g_peer[MAX_RANKS];
 static ncclComm_t g_nccl[MAX_RANKS];
@@ -166,9 +165,8 @@ static void launch(Rank& k, int algo, int t, int op, const void* in, void* out, 
     a.op = kop;
     int per_line = 8 / ty.size;
     uint64_t lines = (count + per_line - 1) / per_line;
-    // PROBE_TWO_GRID=total: size two-shot's grid by all its lines (phases 1 and 3 touch them all)
-    // instead of the lines each rank reduces (the library's choice).
-    uint64_t work = algo == 0 || g_two_grid_total ? lines : (lines + N - 1) / N;
+    // Two-shot's grid is sized by the lines each rank reduces, as the library's.
+    uint64_t work = algo == 0 ? lines : (lines + N - 1) / N;
     unsigned threads = (unsigned)g_threads;
     unsigned blocks = (unsigned)std::min<uint64_t>((work + g_threads - 1) / g_threads, g_max_blocks);
     if (blocks == 0) blocks = 1;
@@ -404,7 +402,6 @@ int main(int argc, char** argv) {
     if (getenv("PROBE_BLOCKS")) g_max_blocks = strtoull(getenv("PROBE_BLOCKS"), nullptr, 10);
     if (getenv("PROBE_THREADS")) g_threads = strtoull(getenv("PROBE_THREADS"), nullptr, 10);
     g_quick = getenv("PROBE_QUICK") && atoi(getenv("PROBE_QUICK")) == 1;
-    g_two_grid_total = getenv("PROBE_TWO_GRID") && strcmp(getenv("PROBE_TWO_GRID"), "total") == 0;
     if (argc > 3) ITERS = atoi(argv[3]);
     int devs[MAX_RANKS];
     for (int i = 0; i < N; i++) devs[i] = i;
