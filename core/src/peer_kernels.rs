@@ -25,14 +25,12 @@ pub const LINE_DATA_BYTES: u64 = 8;
 /// this many lines, a two-shot call this many per rank.
 pub const LINES_PER_SLOT: u64 = 32 * 1024;
 
-/// Bytes of the control block at the front of each rank's peer memory (two-shot's epoch, its
-/// arrivals, the failure flag, and the one-phase kernels' epoch per chunk of
-/// [`CHUNK_LINES`]).
-pub const CONTROL_BYTES: u64 = 2048;
+/// Bytes of the control block at the front of each rank's peer memory (the failure flag, and
+/// an epoch per chunk of [`CHUNK_LINES`] for the one-phase kernels and for two-shot).
+pub const CONTROL_BYTES: u64 = 4096;
 
-/// Lines in one chunk of a one-phase kernel (one-shot, all-gather, reduce-scatter): a chunk
-/// is read and written by one block on every rank and counts its own calls, so the blocks of
-/// a call never wait for each other. A launch of several blocks has this many threads in each
+/// Lines in one chunk of a kernel's slots: a chunk is read and written by one block on every
+/// rank and counts its own calls, so the blocks of a call never wait for each other. A launch of several blocks has this many threads in each
 /// ([`geometry`]).
 pub const CHUNK_LINES: u64 = MAX_THREADS as u64;
 
@@ -518,8 +516,8 @@ pub struct KernelStatus {
     pub cause: u32,
     /// The ranks that did not arrive, a bit per rank.
     pub missing: u32,
-    /// The failed call's epoch, from 0: its number among the group's two-shot calls, or, for
-    /// the other kernels, among their calls that reached the lines it waited for (every call
+    /// The failed call's epoch, from 0: its number among the group's calls of its kind
+    /// (two-shot, or the other kernels) that reached the lines it waited for (every call
     /// reaches the first [`CHUNK_LINES`]).
     pub epoch: u32,
 }

@@ -13,13 +13,14 @@
 // written it lines of the call between, which each peer does after finishing the call before,
 // so a slot is never overwritten while its reader may still need it.
 //
-// Epochs live in device memory, so a captured graph replays with fresh flags. Two-shot (regions
-// A and B) has one epoch per call: every block reads it, the last block to arrive advances it.
-// The one-phase kernels (one-shot, all-gather, reduce-scatter: region C) count calls per chunk
-// (one block's lines of one pass) instead: a chunk is read and written by the same block on
-// every rank, whose thread 0 advances its epoch, so the blocks never wait for each other. Each
-// chunk's calls alternate parity, and every one of them makes each rank wait for lines of that
-// chunk from every peer, so the argument above holds chunk by chunk.
+// Epochs live in device memory, so a captured graph replays with fresh flags. They count calls
+// per chunk (one block's slot lines of one pass): a chunk is read and written by the same block
+// on every rank, whose thread 0 advances its epoch, so the blocks never wait for each other, and
+// a chunk's calls alternate parity. A one-phase kernel (one-shot, all-gather, reduce-scatter:
+// region C) makes each rank wait for lines of every chunk it reaches from every peer, so the
+// argument above holds chunk by chunk. Two-shot (regions A and B, epochs of their own) is a
+// barrier: every rank waits for the first owner's results, which it sends once every peer's
+// lines of the call reached it, so the argument holds for it too.
 //
 // A wait gives up when the group's abort flag (host-mapped) is set or after the time bound; it
 // then records the cause and the ranks that did not arrive in the status block (host-mapped),
@@ -40,16 +41,16 @@ typedef unsigned long long uintptr_t;
 #define MAX_RANKS 8
 
 // The layout of the control block at the front of each rank's peer memory (in u32 words).
-#define CTRL_EPOCH 0
-#define CTRL_ARRIVED 1
 #define CTRL_FAILED 2
-// The one-phase kernels' epoch of chunk c is word CTRL_CHUNKS + c. A chunk is one block's
-// lines of one pass (blockDim.x lines) in a launch of several blocks, every line in a launch of
-// one; the host launches several blocks only of its fixed block size, so a line that lies in
-// chunk c > 0 does so in every call that reaches it, and every call reaches chunk 0.
+// The one-phase kernels' epoch of chunk c is word CTRL_CHUNKS + c, two-shot's word
+// CTRL_TWO_CHUNKS + c. A chunk is one block's slot lines of one pass (blockDim.x lines) in a
+// launch of several blocks, every line in a launch of one; the host launches several blocks
+// only of its fixed block size, so a line that lies in chunk c > 0 does so in every call that
+// reaches it, and every call reaches chunk 0.
 #define CTRL_CHUNKS 64
+#define CTRL_TWO_CHUNKS 320
 #define MAX_CHUNKS 256
-#define CTRL_BYTES 2048
+#define CTRL_BYTES 4096
 // Regions: two-shot's reduce and gather, the one-phase kernels'.
 #define REGION_REDUCE 0
 #define REGION_GATHER 1
@@ -235,63 +236,38 @@ template <typename T> struct Acc {
 
 // ---- the call's epoch and the waits ----
 
-// This call's epoch, the same for every block; the last block to read it advances it. A
-// kernel of one block needs no atomic: its threads read the epoch before thread 0 advances it.
-__device__ __forceinline__ uint32_t begin(uint32_t* ctrl) {
-    __shared__ uint32_t epoch;
-    if (gridDim.x == 1) {
-        uint32_t e = *(volatile uint32_t*)(ctrl + CTRL_EPOCH);
-        // One warp (the smallest calls) needs only a warp barrier.
-        if (blockDim.x <= 32) __syncwarp();
-        else __syncthreads();
-        if (threadIdx.x == 0) {
-            ctrl[CTRL_FAILED] = 0;
-            ctrl[CTRL_EPOCH] = e + 1;
-        }
-        return e;
-    }
-    if (threadIdx.x == 0) {
-        uint32_t e = *(volatile uint32_t*)(ctrl + CTRL_EPOCH);
-        __threadfence();
-        uint32_t before = atomicAdd(ctrl + CTRL_ARRIVED, 1);
-        if (before == gridDim.x - 1) {
-            ctrl[CTRL_ARRIVED] = 0;
-            ctrl[CTRL_FAILED] = 0;
-            ctrl[CTRL_EPOCH] = e + 1;
-        }
-        epoch = e;
-    }
-    __syncthreads();
-    return epoch;
+// The lines an owner of `chunk` lines from `lo` holds of `lines` (the last owners fewer, or none).
+__device__ __forceinline__ uint64_t owned(uint64_t lines, uint64_t lo, uint64_t chunk) {
+    return lo >= lines ? 0 : (lines - lo < chunk ? lines - lo : chunk);
 }
 
 // The one-phase kernels' start: the epoch of every chunk this block handles (chunks blockIdx.x,
 // + gridDim.x, ...: a thread's k-th line lies in the block's k-th chunk), each advanced for the
 // next call. Returns the first one's; a block of several chunks also leaves each one's in `ep`
 // (shared memory).
-__device__ __forceinline__ uint32_t begin_chunks(uint32_t* ctrl, uint64_t lines, uint32_t* ep) {
+__device__ __forceinline__ uint32_t begin_chunks(uint32_t* ctrl, uint32_t base, uint64_t lines, uint32_t* ep) {
     uint64_t chunks = gridDim.x == 1 ? 1 : (lines + blockDim.x - 1) / blockDim.x;
     // A block past the last chunk has no lines and must not advance an epoch: a chunk's calls
     // alternate parity only if each of them exchanges lines.
     if (blockIdx.x >= chunks || chunks > MAX_CHUNKS) return 0;
     if (chunks <= gridDim.x) {
         // At most one chunk per block (a launch of one block has one): every thread reads it.
-        uint32_t e = *(volatile uint32_t*)(ctrl + CTRL_CHUNKS + blockIdx.x);
+        uint32_t e = *(volatile uint32_t*)(ctrl + base + blockIdx.x);
         if (blockDim.x <= 32) __syncwarp();
         else __syncthreads();
         if (threadIdx.x == 0) {
             if (blockIdx.x == 0) ctrl[CTRL_FAILED] = 0;
-            ctrl[CTRL_CHUNKS + blockIdx.x] = e + 1;
+            ctrl[base + blockIdx.x] = e + 1;
         }
         return e;
     }
     if (threadIdx.x == 0) {
         uint32_t k = 0;
         for (uint64_t c = blockIdx.x; c < chunks; c += gridDim.x)
-            ep[k++] = *(volatile uint32_t*)(ctrl + CTRL_CHUNKS + c);
+            ep[k++] = *(volatile uint32_t*)(ctrl + base + c);
         k = 0;
         for (uint64_t c = blockIdx.x; c < chunks; c += gridDim.x, k++)
-            ctrl[CTRL_CHUNKS + c] = ep[k] + 1;
+            ctrl[base + c] = ep[k] + 1;
         if (blockIdx.x == 0) ctrl[CTRL_FAILED] = 0;
     }
     __syncthreads();
@@ -383,7 +359,7 @@ template <typename T> __device__ void one_shot(const T* in, T* out, uint64_t cou
     // The first line's input is loaded while the epoch is read, not after.
     uint64_t first = t0 < lines ? scaled<T>(load8(in, count, t0), a.op, a.scale) : 0;
     __shared__ uint32_t ep[MAX_CHUNKS];
-    uint32_t e0 = begin_chunks(ctrl, lines, ep);
+    uint32_t e0 = begin_chunks(ctrl, CTRL_CHUNKS, lines, ep);
     uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
     uint32_t all = (1u << a.nranks) - 1;
     uint32_t want = all & ~(1u << a.rank);
@@ -414,50 +390,62 @@ template <typename T> __device__ void one_shot(const T* in, T* out, uint64_t cou
 template <typename T> __device__ void two_shot(const T* in, T* out, uint64_t count, const PeerArgs& a) {
     uint64_t me = base_of(a, a.rank);
     uint32_t* ctrl = (uint32_t*)me;
-    uint32_t epoch = begin(ctrl);
-    uint32_t flag = epoch + 1, parity = epoch & 1;
     uint64_t lines = (count + Ty<T>::K - 1) / Ty<T>::K;
+    // Each rank owns `chunk` lines (the last ranks fewer, or none); slot line j of every owner
+    // is handled by the same thread on every rank, so its chunk's epoch is that block's.
     uint64_t chunk = (lines + a.nranks - 1) / a.nranks;
+    __shared__ uint32_t ep[MAX_CHUNKS];
+    uint32_t e0 = begin_chunks(ctrl, CTRL_TWO_CHUNKS, chunk, ep);
     uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
     uint64_t t0 = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
     uint32_t all = (1u << a.nranks) - 1;
     uint32_t others = all & ~(1u << a.rank);
     // 1. Every line to its owner (lines this rank owns stay here).
-    for (uint64_t i = t0; i < lines; i += stride) {
-        uint32_t o = (uint32_t)(i / chunk);
-        if (o == a.rank) continue;
-        uint64_t own = scaled<T>(load8(in, count, i), a.op, a.scale);
-        st_line(region(base_of(a, o), REGION_REDUCE, parity, a.rank, a.nranks, a.lines_per_slot) + (i - o * chunk), own,
-                flag);
+#pragma unroll
+    for (uint32_t o = 0; o < MAX_RANKS; o++) {
+        if (o >= a.nranks || o == a.rank) continue;
+        uint64_t lo = (uint64_t)o * chunk, len = owned(lines, lo, chunk);
+        uint64_t peer = a.peers[o];
+        uint32_t k = 0;
+        for (uint64_t j = t0; j < len; j += stride, k++) {
+            uint32_t e = k && gridDim.x > 1 ? ep[k] : e0;  // this chunk's epoch
+            uint64_t own = scaled<T>(load8(in, count, lo + j), a.op, a.scale);
+            st_line(region(peer, REGION_REDUCE, e & 1, a.rank, a.nranks, a.lines_per_slot) + j, own, e + 1);
+        }
     }
     // 2. Reduce the own chunk and send the result to everyone.
-    uint64_t lo = (uint64_t)a.rank * chunk;
-    uint64_t hi = lo + chunk < lines ? lo + chunk : lines;
-    const uint4* reduce_in = region(me, REGION_REDUCE, parity, 0, a.nranks, a.lines_per_slot);
-    for (uint64_t i = lo + t0; i < hi; i += stride) {
-        uint64_t j = i - lo;
+    uint64_t lo = (uint64_t)a.rank * chunk, len = owned(lines, lo, chunk);
+    uint32_t k = 0;
+    for (uint64_t j = t0; j < len; j += stride, k++) {
+        uint32_t e = k && gridDim.x > 1 ? ep[k] : e0;
+        const uint4* reduce_in = region(me, REGION_REDUCE, e & 1, 0, a.nranks, a.lines_per_slot);
         uint64_t got[MAX_RANKS];
-        if (!wait_lines(a, ctrl, reduce_in, j, others, flag, epoch, got)) return;
-        uint64_t r = reduce_all<T>(a, got, scaled<T>(load8(in, count, i), a.op, a.scale));
+        if (!wait_lines(a, ctrl, reduce_in, j, others, e + 1, e, got)) return;
+        uint64_t r = reduce_all<T>(a, got, scaled<T>(load8(in, count, lo + j), a.op, a.scale));
 #pragma unroll
         for (uint32_t p = 0; p < MAX_RANKS; p++) {
             if (p < a.nranks && p != a.rank)
-                st_line(region(a.peers[p], REGION_GATHER, parity, a.rank, a.nranks, a.lines_per_slot) + j, r, flag);
+                st_line(region(a.peers[p], REGION_GATHER, e & 1, a.rank, a.nranks, a.lines_per_slot) + j, r, e + 1);
         }
-        store8(out, count, i, r);
+        store8(out, count, lo + j, r);
     }
     // 3. Every other chunk's result from its owner.
-    const uint4* gathered = region(me, REGION_GATHER, parity, 0, a.nranks, a.lines_per_slot);
-    for (uint64_t i = t0; i < lines; i += stride) {
-        uint32_t o = (uint32_t)(i / chunk);
-        if (o == a.rank) continue;
-        uint64_t got[MAX_RANKS];
-        if (!wait_lines(a, ctrl, gathered, i - o * chunk, 1u << o, flag, epoch, got)) return;
-        uint64_t r = 0;
 #pragma unroll
-        for (uint32_t p = 0; p < MAX_RANKS; p++)
-            if (p == o) r = got[p];
-        store8(out, count, i, r);
+    for (uint32_t o = 0; o < MAX_RANKS; o++) {
+        if (o >= a.nranks || o == a.rank) continue;
+        uint64_t lo = (uint64_t)o * chunk, len = owned(lines, lo, chunk);
+        uint32_t k = 0;
+        for (uint64_t j = t0; j < len; j += stride, k++) {
+            uint32_t e = k && gridDim.x > 1 ? ep[k] : e0;
+            const uint4* gathered = region(me, REGION_GATHER, e & 1, 0, a.nranks, a.lines_per_slot);
+            uint64_t got[MAX_RANKS];
+            if (!wait_lines(a, ctrl, gathered, j, 1u << o, e + 1, e, got)) return;
+            uint64_t r = 0;
+#pragma unroll
+            for (uint32_t p = 0; p < MAX_RANKS; p++)
+                if (p == o) r = got[p];
+            store8(out, count, lo + j, r);
+        }
     }
 }
 
@@ -471,7 +459,7 @@ template <typename T> __device__ void all_gather(const T* in, T* out, uint64_t c
     uint64_t t0 = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
     uint64_t first = t0 < lines ? load8(in, count, t0) : 0;
     __shared__ uint32_t ep[MAX_CHUNKS];
-    uint32_t e0 = begin_chunks(ctrl, lines, ep);
+    uint32_t e0 = begin_chunks(ctrl, CTRL_CHUNKS, lines, ep);
     uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
     uint32_t others = ((1u << a.nranks) - 1) & ~(1u << a.rank);
     // Each line is read and written by one thread, so an in-place call (the input is this
@@ -509,7 +497,7 @@ template <typename T> __device__ void reduce_scatter(const T* in, T* out, uint64
     uint32_t* ctrl = (uint32_t*)me;
     uint64_t lines = (count + Ty<T>::K - 1) / Ty<T>::K;
     __shared__ uint32_t ep[MAX_CHUNKS];
-    uint32_t e0 = begin_chunks(ctrl, lines, ep);
+    uint32_t e0 = begin_chunks(ctrl, CTRL_CHUNKS, lines, ep);
     uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
     uint64_t t0 = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
     uint32_t others = ((1u << a.nranks) - 1) & ~(1u << a.rank);

@@ -47,7 +47,7 @@
     } while (0)
 
 #define MAX_RANKS 8
-#define CTRL_BYTES 2048
+#define CTRL_BYTES 4096
 // The one-shot's epoch of its first chunk (word 64 of the control block).
 #define CHUNK0_EPOCH_OFFSET 256
 // Slot regions in each rank's peer memory.

@@ -187,17 +187,18 @@ fn geometry_gives_whole_warps_and_bounded_grids() {
     assert_eq!(geometry(257), (2, 256));
     assert_eq!(geometry(512), (2, 256));
     assert_eq!(geometry(u64::MAX), (MAX_BLOCKS, MAX_THREADS));
-    assert_eq!(peer_bytes(4), 2048 + 3 * 2 * 4 * 32 * 1024 * 16);
+    assert_eq!(peer_bytes(4), 4096 + 3 * 2 * 4 * 32 * 1024 * 16);
 }
 
 #[test]
 fn the_control_block_holds_an_epoch_for_every_chunk_of_a_slot() {
-    // The kernels' layout (peer_reduce.cu): chunk epochs from word 64, at most 256 chunks, and
+    // The kernels' layout (peer_reduce.cu): the one-phase kernels' chunk epochs from word 64,
+    // two-shot's from word 320, at most 256 chunks each, and
     // a launch of several blocks gives each block one chunk's lines per pass.
     let chunks = LINES_PER_SLOT / CHUNK_LINES;
     assert_eq!(LINES_PER_SLOT % CHUNK_LINES, 0);
     assert!(chunks <= 256);
-    assert!(CONTROL_BYTES >= 4 * (64 + chunks));
+    assert!(CONTROL_BYTES >= 4 * (320 + 256));
     for lines in [CHUNK_LINES + 1, 5 * CHUNK_LINES, LINES_PER_SLOT] {
         let (blocks, threads) = geometry(lines);
         assert!(blocks > 1);
