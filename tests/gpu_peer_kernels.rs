@@ -562,6 +562,108 @@ fn gpu_peer_child_rank() {
     }
 }
 
+/// A kernel call issued through `issue_with_end` marks its own end: the end it returns is a
+/// kernel end (no event), reads not ended while the call waits for a peer that has not called
+/// yet, then ended with the values in place. Waited for from another stream while it has not
+/// ended, the wait is queued on that stream (the thread goes on: the peer it waits for is
+/// released only afterwards) and the stream's copy sees the reduced values. NCCL's calls (a
+/// broadcast) return no end.
+#[test]
+fn gpu_peer_kernel_calls_mark_their_end() {
+    use oxccl::core::{Event as _, Stream as _};
+    let Some(n) = gpus() else { return };
+    let lib = oxccl::Nccl::load()
+        .expect("NCCL")
+        .with_timeout(Duration::from_secs(10));
+    let id = lib.unique_id().expect("id");
+    let barrier = std::sync::Barrier::new(n as usize);
+    let dt = DataType::Float32;
+    let first: f64 = (0..n).map(|q| 1.0 + q as f64).sum();
+    std::thread::scope(|s| {
+        for r in 0..n {
+            let (lib, barrier) = (lib.clone(), &barrier);
+            s.spawn(move || {
+                let c = comm(&lib, &id, r, n, PeerPolicy::Force(KernelAlgo::OneShot));
+                let ns = oxccl::NcclStream::new(c.stream().clone());
+                let buf = DevBuf::new(&c, dt, &[1.0 + r as f64; 1000]);
+                let op = CommOp::AllReduce {
+                    send: buf.r(),
+                    recv: buf.w(),
+                    dtype: dt,
+                    op: ReduceOp::Sum,
+                };
+                // SAFETY (every issue below): `buf` is a live device buffer of 1000 f32 on
+                // this device, read only after the call's end and dropped after a synchronize.
+                let issue = || {
+                    unsafe { c.backend().issue_with_end(&op, &ns) }
+                        .expect("issue")
+                        .expect("a kernel call returns its end")
+                };
+                // 1. Rank 0 calls first and its kernel waits for the others.
+                if r == 0 {
+                    let end = issue();
+                    assert!(end.is_kernel_end() && end.cuda().is_none());
+                    std::thread::sleep(Duration::from_millis(50));
+                    assert!(
+                        !end.query().expect("query"),
+                        "ended before the peers called"
+                    );
+                    barrier.wait();
+                    end.synchronize().expect("synchronize");
+                    assert!(end.query().expect("query"));
+                } else {
+                    barrier.wait();
+                    issue().synchronize().expect("synchronize");
+                }
+                assert_eq!(buf.read(&c, dt), vec![first; 1000], "rank {r}, first call");
+                // 2. Rank 0 calls last; the others queue a wait and a copy on another stream
+                // before it does.
+                if r == 0 {
+                    barrier.wait();
+                    issue().synchronize().expect("synchronize");
+                } else {
+                    let end = issue();
+                    let other = c.stream().context().new_stream().expect("stream");
+                    let os = oxccl::NcclStream::new(other.clone());
+                    let t0 = Instant::now();
+                    os.wait_event(&end).expect("wait_event");
+                    assert!(
+                        t0.elapsed() < Duration::from_secs(2),
+                        "the wait blocked the thread"
+                    );
+                    assert!(!end.query().expect("query"), "ended before rank 0 called");
+                    barrier.wait();
+                    let got = buf.read_on(&other, dt);
+                    assert_eq!(
+                        got,
+                        vec![first * n as f64; 1000],
+                        "rank {r}, seen from another stream"
+                    );
+                    assert!(end.query().expect("query"));
+                }
+                // 3. NCCL's call: no end (the caller records an event).
+                let bc = CommOp::Broadcast {
+                    send: buf.r(),
+                    recv: buf.w(),
+                    dtype: dt,
+                    root: 0,
+                };
+                let none = unsafe { c.backend().issue_with_end(&bc, &ns) }.expect("broadcast");
+                assert!(none.is_none(), "NCCL's broadcast returned an end");
+                let ev = ns.record(false).expect("record");
+                assert!(!ev.is_kernel_end());
+                ev.synchronize().expect("sync");
+                assert_eq!(
+                    buf.read(&c, dt),
+                    vec![first * n as f64; 1000],
+                    "rank {r}, broadcast"
+                );
+                assert_eq!(c.backend().peer_kernel_calls().0, 2);
+            });
+        }
+    });
+}
+
 /// A process group's small all-reduces on the kernels, issued back to back with the watchdog
 /// on: 300 in-place i32 sums on the group's own buffers and 300 on cudarc slices, then the
 /// last work waited for; the values are the host's wrapping sums (each call's input is the

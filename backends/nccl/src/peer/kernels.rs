@@ -27,6 +27,10 @@ pub(crate) struct PeerArgs {
     pub(crate) nranks: u32,
     pub(crate) op: u32,
     pub(crate) pad: u32,
+    /// Device address of the end words (host memory, a u64 per block), 0: the call marks none.
+    pub(crate) end: u64,
+    /// The call's number, written to its blocks' end words as each block ends.
+    pub(crate) call: u64,
 }
 
 /// The loaded kernels of one device: a function per kernel and type.
@@ -60,7 +64,8 @@ impl Kernels {
         })
     }
 
-    /// Launches `algo` for `call` on `stream`.
+    /// Launches `algo` for `call` on `stream`; returns the blocks launched (the end words a
+    /// marked call writes).
     ///
     /// # Safety
     ///
@@ -73,7 +78,7 @@ impl Kernels {
         call: &KernelCall,
         args: &PeerArgs,
         stream: sys::CUstream,
-    ) -> Result<()> {
+    ) -> Result<u32> {
         let Some(f) = self
             .functions
             .get(algo.index())
@@ -113,6 +118,7 @@ impl Kernels {
             )
         }
         .result()
+        .map(|()| blocks)
         .map_err(|e| cuda_error("launching a peer kernel", e))
     }
 }
