@@ -44,10 +44,8 @@ impl<'a, B: Memory> Issuer<'a, B> {
     }
 
     /// Issues `op` and ends the accesses of its buffers, `held`, after it: outside a capture
-    /// with the work's end, shared with them (one per operation; see [`Memory::end_access`])
-    /// and kept for [`PgInner::issue`] to take. The end is the one the backend knows without
-    /// an event where it has one (a kernel that marks its end; untimed works only, as a
-    /// timed one measures between two events), else an event recorded here.
+    /// with the work's end event, recorded here and shared with them (one event per
+    /// operation; see [`Memory::end_access`]), kept for [`PgInner::issue`] to take.
     ///
     /// # Safety
     /// As [`Issuer::issue`]; `held` are the guards of the buffers of `op`.
@@ -56,33 +54,20 @@ impl<'a, B: Memory> Issuer<'a, B> {
         op: &CommOp<'_>,
         held: impl IntoIterator<Item = B::Access<'x>>,
     ) -> Result<()> {
-        if self.cap.is_some() || self.timing {
-            // SAFETY: forwarded contract.
-            unsafe { self.issue(op)? };
-            if self.cap.is_some() {
-                // Captured: nothing ran; the accesses record on the copy stream (see `capture`).
-                return Ok(());
-            }
-            return self.end_with_work(None, held);
+        // SAFETY: forwarded contract.
+        unsafe { self.issue(op)? };
+        if self.cap.is_some() {
+            // Captured: nothing ran; the accesses record on the copy stream (see `capture`).
+            return Ok(());
         }
-        // SAFETY: forwarded contract; the group's slot lock is held by the caller, so no other
-        // thread issues on this communicator meanwhile.
-        let end = unsafe { self.entry.comm.issue_with_end(op, &self.entry.stream)? };
-        self.end_with_work(end, held)
+        self.end_with_work(held)
     }
 
-    /// Ends the accesses `held` with the work's end, `known` or an event recorded now (one
-    /// per operation, shared with its buffers; see [`Memory::end_access`]), kept for
+    /// Records the work's end event and ends the accesses `held` with it (one event per
+    /// operation, shared with its buffers; see [`Memory::end_access`]), kept for
     /// [`PgInner::issue`] to take.
-    fn end_with_work<'x>(
-        &self,
-        known: Option<EventOf<B>>,
-        held: impl IntoIterator<Item = B::Access<'x>>,
-    ) -> Result<()> {
-        let end = match known {
-            Some(end) => end,
-            None => self.entry.stream.record(self.timing)?,
-        };
+    fn end_with_work<'x>(&self, held: impl IntoIterator<Item = B::Access<'x>>) -> Result<()> {
+        let end = self.entry.stream.record(self.timing)?;
         for access in held {
             B::end_access(access, &end);
         }
@@ -104,7 +89,7 @@ impl<'a, B: Memory> Issuer<'a, B> {
             ));
         }
         call(&self.entry.comm, &self.entry.stream)?;
-        self.end_with_work(None, held)
+        self.end_with_work(held)
     }
 
     /// Issues `op` on the group's communicator and stream (inside a backend group, where

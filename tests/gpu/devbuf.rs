@@ -47,18 +47,6 @@ impl DevBuf {
         }
         RawBufMut::new(self.addr + off * dt.size(), len)
     }
-    /// The values, copied out on `s` (ordered after what it must see by the caller).
-    #[allow(dead_code)] // one test file of those that include this one uses it
-    pub fn read_on(
-        &self,
-        s: &std::sync::Arc<cudarc::driver::CudaStream>,
-        dt: DataType,
-    ) -> Vec<f64> {
-        match &self.mem {
-            None => Vec::new(),
-            Some(m) => decode(dt, &s.clone_dtoh(m).expect("download")),
-        }
-    }
     pub fn read(&self, c: &Comm, dt: DataType) -> Vec<f64> {
         match &self.mem {
             None => Vec::new(),

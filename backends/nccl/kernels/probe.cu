@@ -62,7 +62,6 @@ struct PeerArgs {
     uint64_t status;
     double scale;
     uint32_t rank, nranks, op, pad;
-    uint64_t end, call;  // end marks: left 0 (none), as inside a graph
 };
 
 static int N;

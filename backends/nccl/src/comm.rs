@@ -5,7 +5,7 @@ use crate::comm_inner::{poll_raw, CommInner, Raw, Settings};
 use crate::create::{config, create, discard, discard_in_background, query_rank_size, OutHandle};
 use crate::graph_refs;
 use crate::registry::Window;
-use crate::stream::{NcclEvent, NcclStream};
+use crate::stream::NcclStream;
 use crate::wait::Deadline;
 use cudarc::driver::CudaContext;
 use oxccl_core::peer_kernels::KernelAlgo;
@@ -396,17 +396,7 @@ impl Communicator for NcclComm {
     unsafe fn issue(&self, op: &oxccl_core::CommOp<'_>, stream: &NcclStream) -> Result<()> {
         let _serial = self.inner.serial();
         // SAFETY: forwarded contract; the call lock keeps other calls on this communicator out.
-        unsafe { crate::issue::issue_op::issue(&self.inner, op, stream, false) }.map(drop)
-    }
-
-    unsafe fn issue_with_end(
-        &self,
-        op: &oxccl_core::CommOp<'_>,
-        stream: &NcclStream,
-    ) -> Result<Option<NcclEvent>> {
-        let _serial = self.inner.serial();
-        // SAFETY: forwarded contract; the call lock keeps other calls on this communicator out.
-        unsafe { crate::issue::issue_op::issue(&self.inner, op, stream, true) }
+        unsafe { crate::issue::issue_op::issue(&self.inner, op, stream) }
     }
 
     unsafe fn issue_configured(

@@ -32,7 +32,7 @@ pub(crate) fn gather_bytes(
         );
         // SAFETY: both buffers are live device memory of the lengths given, on this stream,
         // and stay alive until the copy below waited for the gather.
-        unsafe { crate::issue::issue_op::issue(comm, &op, stream, false)? };
+        unsafe { crate::issue::issue_op::issue(comm, &op, stream)? };
     }
     st.clone_dtoh(&recv)
         .map_err(|e| cuda_error("reading the gathered bytes", e))

@@ -3,7 +3,6 @@
 use crate::comm_inner::CommInner;
 use crate::cuda::cuda_error;
 use crate::graph_refs::CaptureRefs;
-use crate::peer::KernelEnd;
 use cudarc::driver::{sys, CudaContext, CudaEvent, CudaStream, DriverError};
 use oxccl_core::{Error, Event, Result, Stream};
 use std::mem::ManuallyDrop;
@@ -75,14 +74,6 @@ impl NcclStream {
         Arc::ptr_eq(&self.pool, &event.pool)
     }
 
-    /// The end of a kernel call issued on this stream, as this stream's event.
-    pub(crate) fn kernel_end(&self, end: KernelEnd) -> NcclEvent {
-        NcclEvent {
-            point: Point::KernelEnd(end),
-            pool: self.pool.clone(),
-        }
-    }
-
     /// The raw `cudaStream_t` given to NCCL.
     pub fn raw(&self) -> oxccl_loader::RawStream {
         oxccl_loader::RawStream(self.inner.cu_stream().cast())
@@ -132,22 +123,16 @@ impl Stream for NcclStream {
             }
         };
         Ok(NcclEvent {
-            point: Point::Recorded {
-                event: ManuallyDrop::new(ev),
-                timing,
-            },
+            inner: ManuallyDrop::new(ev),
+            timing,
             pool: self.pool.clone(),
         })
     }
 
     fn wait_event(&self, event: &NcclEvent) -> Result<()> {
-        match &event.point {
-            Point::Recorded { event, .. } => self
-                .inner
-                .wait(event)
-                .map_err(|e| cuda_error("waiting on an event", e)),
-            Point::KernelEnd(k) => k.order(&self.inner),
-        }
+        self.inner
+            .wait(event.cuda())
+            .map_err(|e| cuda_error("waiting on an event", e))
     }
 
     fn synchronize(&self) -> Result<()> {
@@ -157,39 +142,21 @@ impl Stream for NcclStream {
     }
 }
 
-/// A point in a stream's work: a recorded CUDA event, or the end of a kernel call that marks
-/// its own end (oxccl's kernels, issued through [`oxccl_core::Communicator::issue_with_end`]),
-/// which the host tells by reading host memory, with no driver call. Clones share the one
-/// point (an operation's work and the buffers it used end with the same one); the last one
-/// dropped returns a recorded event to its stream's pool, the only place an event is
-/// recorded again.
+/// A recorded CUDA event. Clones share the one record (an operation's work and the buffers
+/// it used end with the same event); the last one dropped returns the event to its
+/// stream's pool, the only place an event is recorded again.
 #[derive(Debug)]
 pub struct NcclEvent {
-    point: Point,
-    /// The pool of the stream the point is on (which stream it is, see [`NcclStream::records`]).
+    inner: ManuallyDrop<Arc<CudaEvent>>,
+    timing: bool,
     pool: Arc<EventPool>,
-}
-
-#[derive(Debug)]
-enum Point {
-    Recorded {
-        event: ManuallyDrop<Arc<CudaEvent>>,
-        timing: bool,
-    },
-    KernelEnd(KernelEnd),
 }
 
 impl Clone for NcclEvent {
     fn clone(&self) -> NcclEvent {
-        let point = match &self.point {
-            Point::Recorded { event, timing } => Point::Recorded {
-                event: event.clone(),
-                timing: *timing,
-            },
-            Point::KernelEnd(k) => Point::KernelEnd(k.clone()),
-        };
         NcclEvent {
-            point,
+            inner: self.inner.clone(),
+            timing: self.timing,
             pool: self.pool.clone(),
         }
     }
@@ -197,73 +164,46 @@ impl Clone for NcclEvent {
 
 impl Drop for NcclEvent {
     fn drop(&mut self) {
-        let Point::Recorded { event, timing } = &mut self.point else {
-            return;
-        };
-        // SAFETY: `event` is taken once, here, and never touched again.
-        let ev = unsafe { ManuallyDrop::take(event) };
+        // SAFETY: `inner` is taken once, here, and never touched again.
+        let ev = unsafe { ManuallyDrop::take(&mut self.inner) };
         // The only holder: nobody can clone it any more (no weak references are made), so
         // nothing waits on it after it is pooled. Two last clones dropped at once both see
         // 2 and the event is destroyed instead: never re-recorded early.
         if Arc::strong_count(&ev) == 1 {
-            self.pool.give(*timing, ev);
+            self.pool.give(self.timing, ev);
         }
     }
 }
 
 impl NcclEvent {
-    /// The cudarc event; `None` for a kernel call's end.
-    pub fn cuda(&self) -> Option<&CudaEvent> {
-        match &self.point {
-            Point::Recorded { event, .. } => Some(event),
-            Point::KernelEnd(_) => None,
-        }
-    }
-
-    /// Whether this is a kernel call's end, told without the driver (see [`NcclEvent`]).
-    pub fn is_kernel_end(&self) -> bool {
-        matches!(self.point, Point::KernelEnd(_))
-    }
-
-    fn timed(&self) -> Option<&CudaEvent> {
-        match &self.point {
-            Point::Recorded {
-                event,
-                timing: true,
-            } => Some(event),
-            _ => None,
-        }
+    /// The cudarc event.
+    pub fn cuda(&self) -> &CudaEvent {
+        &self.inner
     }
 }
 
 impl Event for NcclEvent {
     fn query(&self) -> Result<bool> {
-        match &self.point {
-            Point::Recorded { event, .. } => event
-                .try_is_complete()
-                .map_err(|e| cuda_error("querying an event", e)),
-            Point::KernelEnd(k) => Ok(k.ended()),
-        }
+        self.cuda()
+            .try_is_complete()
+            .map_err(|e| cuda_error("querying an event", e))
     }
 
     fn synchronize(&self) -> Result<()> {
-        match &self.point {
-            Point::Recorded { event, .. } => event
-                .synchronize()
-                .map_err(|e| cuda_error("synchronizing an event", e)),
-            Point::KernelEnd(k) => k.synchronize(),
-        }
+        self.cuda()
+            .synchronize()
+            .map_err(|e| cuda_error("synchronizing an event", e))
     }
 
     fn elapsed_ms(&self, end: &NcclEvent) -> Result<f32> {
-        let (Some(start), Some(stop)) = (self.timed(), end.timed()) else {
+        if !self.timing || !end.timing {
             return Err(Error::invalid(
                 "event",
                 format_args!("events recorded with timing"),
             ));
-        };
-        start
-            .elapsed_ms(stop)
+        }
+        self.cuda()
+            .elapsed_ms(end.cuda())
             .map_err(|e| cuda_error("timing events", e))
     }
 }

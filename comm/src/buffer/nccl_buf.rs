@@ -198,9 +198,10 @@ impl NcclAlloc {
             ));
         }
         let st = stream.cuda();
-        let began = self
-            .lock_uses()
-            .begin(st, Arc::ptr_eq, |ev| stream.wait_event(ev))?;
+        let began = self.lock_uses().begin(st, Arc::ptr_eq, |ev| {
+            st.wait(ev.cuda())
+                .map_err(|e| cuda_error("ordering a use of NCCL memory", e))
+        })?;
         Ok(CommUse {
             alloc: self,
             stream,

@@ -8,7 +8,6 @@ use crate::traits::abort::CommAbort;
 use crate::traits::device::Device;
 use crate::traits::graph::Capture;
 use crate::traits::progress::Progress;
-use crate::traits::stream::Stream;
 
 /// The priority of a stream made by [`Communicator::new_stream_with`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -110,23 +109,6 @@ pub trait Communicator: Send + Sync + Sized {
     /// device for NCCL, host memory for the mock), of the stated lengths, and stay valid and
     /// untouched by others until the work on `stream` has completed.
     unsafe fn issue(&self, op: &CommOp<'_>, stream: &Self::Stream) -> Result<()>;
-
-    /// [`Communicator::issue`], returning the operation's end when the backend knows it
-    /// without recording an event: a kernel of the backend's own that marks its end in host
-    /// memory (NCCL's backend, outside a capture), told complete by reading that memory. `None`
-    /// where the caller records an event itself (NCCL's own calls; every call by default).
-    /// Not for calls being captured (a graph would mark the same end on every launch).
-    ///
-    /// # Safety
-    /// As [`Communicator::issue`].
-    unsafe fn issue_with_end(
-        &self,
-        op: &CommOp<'_>,
-        stream: &Self::Stream,
-    ) -> Result<Option<<Self::Stream as Stream>::Event>> {
-        // SAFETY: forwarded contract.
-        unsafe { self.issue(op, stream) }.map(|()| None)
-    }
 
     /// [`Communicator::issue`] with a configuration for this call alone (NCCL 2.31+: the
     /// `nccl…Config` entry points): all_reduce, broadcast, reduce, all_gather,

@@ -6,7 +6,7 @@ use super::call_ctx::Ctx;
 use super::{grouped, native};
 use crate::comm_inner::CommInner;
 use crate::reducer::NcclRedOp;
-use crate::stream::{NcclEvent, NcclStream};
+use crate::stream::NcclStream;
 use oxccl_core::{check, CommOp, DataType, Result};
 use std::sync::Arc;
 
@@ -53,14 +53,12 @@ pub(super) fn reduction(comm: &Arc<CommInner>, op: &CommOp<'_>) -> Result<Option
 
 /// Issues `op` on `stream` after `check::op`, waiting out a nonblocking init first. See
 /// [`oxccl_core::Communicator::issue`] for the contract; the caller holds the communicator's
-/// call lock. With `mark`, a kernel call marks its end and that comes back (see
-/// [`oxccl_core::Communicator::issue_with_end`]); NCCL's calls return `None`.
+/// call lock.
 pub(crate) unsafe fn issue(
     comm: &Arc<CommInner>,
     op: &CommOp<'_>,
     stream: &NcclStream,
-    mark: bool,
-) -> Result<Option<NcclEvent>> {
+) -> Result<()> {
     let op = &admit(comm, op, stream)?;
     // oxccl's own kernels, where the group has peer memory and the policy picks one; never
     // inside an NCCL group (NCCL launches the group's calls at its end, and a kernel launched
@@ -70,8 +68,8 @@ pub(crate) unsafe fn issue(
         let outside_group = || !crate::group_call::is_open(&comm.lib);
         // SAFETY: `op` passed `check::op` above; the caller keeps its buffers valid until it
         // completes on `stream` (this function's contract).
-        if let Some(done) = unsafe { peer.issue(op, stream.cuda(), outside_group, mark) } {
-            return done.map(|end| end.map(|k| stream.kernel_end(k)));
+        if let Some(done) = unsafe { peer.issue(op, stream.cuda(), outside_group) } {
+            return done;
         }
     }
     let red = reduction(comm, op)?;
@@ -109,7 +107,7 @@ pub(crate) unsafe fn issue(
         Err(e) if code != 0 && oxccl_core::Capture::is_capturing(stream) => {
             Err(failed_in_capture(op.kind().name(), &e))
         }
-        r => r.map(|()| None),
+        r => r,
     }
 }
 

@@ -2,7 +2,6 @@
 //! its host flags, and the streams its kernels ran on (so its release waits for them).
 
 use super::host_flags::HostFlags;
-use super::kernel_end::KernelEnd;
 use super::kernels::{Kernels, PeerArgs};
 use super::vmm::{Mapping, Physical};
 use cudarc::driver::{sys, CudaContext, CudaStream};
@@ -33,10 +32,7 @@ pub(crate) struct PeerGroup {
     /// Every rank's memory as mapped here, own included (rank order): held so it stays
     /// mapped while kernels may run.
     pub(crate) _mapped: Vec<Mapped>,
-    /// Shared with the marks of its calls ([`KernelEnd`]), which read its end words.
-    pub(crate) flags: Arc<HostFlags>,
-    /// Marked calls launched so far (the last one's number).
-    pub(crate) marked: AtomicU64,
+    pub(crate) flags: HostFlags,
     /// The streams kernels were launched on, kept alive until the release waited for them.
     pub(crate) streams: spin::Mutex<Vec<Arc<CudaStream>>>,
     /// Kernels launched (or captured), by [`KernelAlgo::index`].
@@ -46,8 +42,7 @@ pub(crate) struct PeerGroup {
 impl PeerGroup {
     /// Launches the kernel the policy and table pick for `op`; `None` when NCCL runs it (not
     /// a collective the kernels have, too large for the table, or `allowed` says no: asked
-    /// only once a kernel was picked). With `mark` the call marks its end (never inside a
-    /// capture: a graph would write the same number on every launch), and its mark comes back.
+    /// only once a kernel was picked).
     ///
     /// # Safety
     ///
@@ -58,8 +53,7 @@ impl PeerGroup {
         op: &CommOp<'_>,
         stream: &Arc<CudaStream>,
         allowed: impl FnOnce() -> bool,
-        mark: bool,
-    ) -> Option<Result<Option<KernelEnd>>> {
+    ) -> Option<Result<()>> {
         let n = self.args.nranks;
         let call = kernel_call(op, n)?;
         let algo = choose(self.policy, &self.table, &call, n)?;
@@ -77,22 +71,12 @@ impl PeerGroup {
         let mut args = self.args;
         args.op = call.red as u32;
         args.scale = call.scale;
-        // Numbers rise in launch order, which is run order: a group's calls are ordered on
-        // one stream (its kernels share epochs, so two may never run at once).
-        let number = mark.then(|| self.marked.fetch_add(1, Ordering::Relaxed) + 1);
-        if let Some(n) = number {
-            args.end = self.flags.end_addr();
-            args.call = n;
-        }
         // SAFETY: the buffers hold `call.count` elements on this device (checked by
         // `check::op` before), valid until the kernel ends (the caller's contract); `args`
         // names this group's live mappings, which outlive every kernel (`Drop` waits for the
         // streams); every rank of the group picks the same kernel for the same call
         // (`choose` is pure over what the set-up made equal).
-        let launched = unsafe { self.kernels.launch(algo, &call, &args, stream.cu_stream()) };
-        Some(launched.map(|blocks| {
-            number.map(|n| KernelEnd::new(self.flags.clone(), n, blocks, stream.clone()))
-        }))
+        Some(unsafe { self.kernels.launch(algo, &call, &args, stream.cu_stream()) })
     }
 
     /// Keeps `s` for the release to wait on (a stream this group's kernels run on).

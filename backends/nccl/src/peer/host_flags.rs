@@ -1,20 +1,17 @@
 //! The words a rank's kernels share with its host: the abort flag the host sets and the
-//! kernels poll, the status block the kernels write when they give up, and the end words a
-//! marked call's blocks write as they end (see `kernel_end`). Pinned host memory mapped into
-//! the device's address space, so neither side waits for a copy.
+//! kernels poll, and the status block the kernels write when they give up. Pinned host memory
+//! mapped into the device's address space, so neither side waits for a copy.
 
 use crate::cuda::cuda_error;
 use cudarc::driver::sys;
-use oxccl_core::peer_kernels::{KernelStatus, MAX_BLOCKS};
+use oxccl_core::peer_kernels::KernelStatus;
 use oxccl_core::Result;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, PoisonError};
 
 /// The abort flag's offset; the status block sits on its own cache line after it.
 const STATUS_WORD: usize = 16;
-/// The end words (a u64 per block), on cache lines of their own after the status block.
-const END_WORD: usize = 32;
-const WORDS: usize = END_WORD + 2 * MAX_BLOCKS as usize;
+const WORDS: usize = 32;
 
 /// A block of pinned host memory, as `cuMemHostAlloc` gave it.
 #[derive(Debug, Clone, Copy)]
@@ -64,13 +61,9 @@ impl HostFlags {
         };
         // Held from here, so an error below gives the block back.
         let mut flags = HostFlags { host, device: 0 };
-        // A spare keeps its end words: a wait queued on a stream for a call of the block's
-        // last group may still read them, and must not see them fall (numbers go on from
-        // the last, see `last_marked`).
-        let zeroed = if spare.is_some() { END_WORD } else { WORDS };
         // SAFETY: `host` points to `WORDS` words this value alone holds (new, or a spare no
         // kernel writes any more).
-        unsafe { std::ptr::write_bytes(flags.host, 0, zeroed) };
+        unsafe { std::ptr::write_bytes(flags.host, 0, WORDS) };
         let mut device = 0;
         // SAFETY: `host` is mapped pinned memory (portable: every context maps it); the
         // out-pointer is a local.
@@ -101,34 +94,6 @@ impl HostFlags {
     /// Tells every kernel of this rank to give up.
     pub(crate) fn raise_abort(&self) {
         self.word(0).store(1, Ordering::SeqCst);
-    }
-
-    /// The device address of the end words (a u64 per block of a launch).
-    pub(crate) fn end_addr(&self) -> u64 {
-        self.device + (END_WORD * 4) as u64
-    }
-
-    /// The highest call number in the end words: a group's numbering starts past it.
-    pub(crate) fn last_marked(&self) -> u64 {
-        (0..MAX_BLOCKS as usize)
-            .map(|b| self.end_word(b).load(Ordering::Acquire))
-            .max()
-            .unwrap_or(0)
-    }
-
-    fn end_word(&self, b: usize) -> &AtomicU64 {
-        // SAFETY: `END_WORD + 2 * b + 1 < WORDS` for `b < MAX_BLOCKS` (every caller's range);
-        // the block is page-aligned pinned memory, so the word is aligned for u64; the device
-        // writes it with single 8-byte stores and the host only reads it.
-        unsafe { AtomicU64::from_ptr(self.host.add(END_WORD + 2 * b).cast::<u64>()) }
-    }
-
-    /// Whether blocks `0..blocks` of marked call `call` have ended: each block's word holds
-    /// the number of the last marked call that ran it, and calls on the kernels' stream run
-    /// one after another, so a number at or past `call` means that block of `call` ended.
-    pub(crate) fn ended(&self, call: u64, blocks: u32) -> bool {
-        (0..blocks.min(MAX_BLOCKS) as usize)
-            .all(|b| self.end_word(b).load(Ordering::Acquire) >= call)
     }
 
     /// What the kernels recorded (cause 0 while nothing failed).

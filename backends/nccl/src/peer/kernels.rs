@@ -27,10 +27,6 @@ pub(crate) struct PeerArgs {
     pub(crate) nranks: u32,
     pub(crate) op: u32,
     pub(crate) pad: u32,
-    /// Device address of the end words (host memory, a u64 per block), 0: the call marks none.
-    pub(crate) end: u64,
-    /// The call's number, written to its blocks' end words as each block ends.
-    pub(crate) call: u64,
 }
 
 /// The loaded kernels of one device: a function per kernel and type.
@@ -64,8 +60,7 @@ impl Kernels {
         })
     }
 
-    /// Launches `algo` for `call` on `stream`; returns the blocks launched (the end words a
-    /// marked call writes).
+    /// Launches `algo` for `call` on `stream`.
     ///
     /// # Safety
     ///
@@ -78,7 +73,7 @@ impl Kernels {
         call: &KernelCall,
         args: &PeerArgs,
         stream: sys::CUstream,
-    ) -> Result<u32> {
+    ) -> Result<()> {
         let Some(f) = self
             .functions
             .get(algo.index())
@@ -118,7 +113,6 @@ impl Kernels {
             )
         }
         .result()
-        .map(|()| blocks)
         .map_err(|e| cuda_error("launching a peer kernel", e))
     }
 }

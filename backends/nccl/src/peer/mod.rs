@@ -6,11 +6,9 @@
 mod fd_pass;
 mod group;
 mod host_flags;
-mod kernel_end;
 mod kernels;
 mod setup;
 mod vmm;
 
 pub(crate) use group::PeerGroup;
-pub(crate) use kernel_end::KernelEnd;
 pub(crate) use setup::{setup, Member};

@@ -23,7 +23,6 @@ use oxccl_core::peer_kernels::record::{
 use oxccl_core::peer_kernels::{peer_bytes, PeerPolicy, PeerTable, LINES_PER_SLOT, MAX_RANKS};
 use oxccl_core::Result;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -254,8 +253,6 @@ pub(crate) fn setup(
         nranks: comm.size,
         op: 0,
         pad: 0,
-        end: 0,
-        call: 0,
     };
     log::debug!(
         "rank {}: all-reduce kernels on ({})",
@@ -270,8 +267,7 @@ pub(crate) fn setup(
         args,
         timeout,
         _mapped: mapped_all,
-        marked: AtomicU64::new(local.flags.last_marked()),
-        flags: Arc::new(local.flags),
+        flags: local.flags,
         streams: spin::Mutex::new(Vec::new()),
         calls: Default::default(),
     }))
