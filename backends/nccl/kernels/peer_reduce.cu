@@ -274,6 +274,12 @@ __device__ __forceinline__ uint32_t begin_chunks(uint32_t* ctrl, uint32_t base, 
     return ep[0];
 }
 
+// The epoch of a block's k-th chunk, as `begin_chunks` left them (the first one in every
+// thread's register, the rest in shared memory).
+__device__ __forceinline__ uint32_t chunk_epoch(const uint32_t* ep, uint32_t k, uint32_t e0) {
+    return k && gridDim.x > 1 ? ep[k] : e0;
+}
+
 // Records why this rank gave up (the first cause wins) and who was missing.
 __device__ void give_up(const PeerArgs& a, uint32_t* ctrl, uint32_t cause, uint32_t missing, uint32_t epoch) {
     volatile uint32_t* st = (volatile uint32_t*)a.status;
@@ -365,7 +371,7 @@ template <typename T> __device__ void one_shot(const T* in, T* out, uint64_t cou
     uint32_t want = all & ~(1u << a.rank);
     uint32_t k = 0;
     for (uint64_t i = t0; i < lines; i += stride, k++) {
-        uint32_t e = k && gridDim.x > 1 ? ep[k] : e0;  // this chunk's epoch
+        uint32_t e = chunk_epoch(ep, k, e0);
         uint64_t own = i == t0 ? first : scaled<T>(load8(in, count, i), a.op, a.scale);
 #pragma unroll
         for (uint32_t p = 0; p < MAX_RANKS; p++) {
@@ -376,7 +382,7 @@ template <typename T> __device__ void one_shot(const T* in, T* out, uint64_t cou
     }
     k = 0;
     for (uint64_t i = t0; i < lines; i += stride, k++) {
-        uint32_t e = k && gridDim.x > 1 ? ep[k] : e0;  // this chunk's epoch
+        uint32_t e = chunk_epoch(ep, k, e0);
         uint64_t got[MAX_RANKS];
         const uint4* mine = region(me, REGION_ONE, e & 1, 0, a.nranks, a.lines_per_slot);
         if (!wait_lines(a, ctrl, mine, i, want, e + 1, e, got)) return;
@@ -408,7 +414,7 @@ template <typename T> __device__ void two_shot(const T* in, T* out, uint64_t cou
         uint64_t peer = a.peers[o];
         uint32_t k = 0;
         for (uint64_t j = t0; j < len; j += stride, k++) {
-            uint32_t e = k && gridDim.x > 1 ? ep[k] : e0;  // this chunk's epoch
+            uint32_t e = chunk_epoch(ep, k, e0);
             uint64_t own = scaled<T>(load8(in, count, lo + j), a.op, a.scale);
             st_line(region(peer, REGION_REDUCE, e & 1, a.rank, a.nranks, a.lines_per_slot) + j, own, e + 1);
         }
@@ -417,7 +423,7 @@ template <typename T> __device__ void two_shot(const T* in, T* out, uint64_t cou
     uint64_t lo = (uint64_t)a.rank * chunk, len = owned(lines, lo, chunk);
     uint32_t k = 0;
     for (uint64_t j = t0; j < len; j += stride, k++) {
-        uint32_t e = k && gridDim.x > 1 ? ep[k] : e0;
+        uint32_t e = chunk_epoch(ep, k, e0);
         const uint4* reduce_in = region(me, REGION_REDUCE, e & 1, 0, a.nranks, a.lines_per_slot);
         uint64_t got[MAX_RANKS];
         if (!wait_lines(a, ctrl, reduce_in, j, others, e + 1, e, got)) return;
@@ -436,7 +442,7 @@ template <typename T> __device__ void two_shot(const T* in, T* out, uint64_t cou
         uint64_t lo = (uint64_t)o * chunk, len = owned(lines, lo, chunk);
         uint32_t k = 0;
         for (uint64_t j = t0; j < len; j += stride, k++) {
-            uint32_t e = k && gridDim.x > 1 ? ep[k] : e0;
+            uint32_t e = chunk_epoch(ep, k, e0);
             const uint4* gathered = region(me, REGION_GATHER, e & 1, 0, a.nranks, a.lines_per_slot);
             uint64_t got[MAX_RANKS];
             if (!wait_lines(a, ctrl, gathered, j, 1u << o, e + 1, e, got)) return;
@@ -466,7 +472,7 @@ template <typename T> __device__ void all_gather(const T* in, T* out, uint64_t c
     // rank's part of the output) reads its line before overwriting it with the same bytes.
     uint32_t k = 0;
     for (uint64_t i = t0; i < lines; i += stride, k++) {
-        uint32_t e = k && gridDim.x > 1 ? ep[k] : e0;  // this chunk's epoch
+        uint32_t e = chunk_epoch(ep, k, e0);
         uint64_t own = i == t0 ? first : load8(in, count, i);
 #pragma unroll
         for (uint32_t p = 0; p < MAX_RANKS; p++) {
@@ -478,7 +484,7 @@ template <typename T> __device__ void all_gather(const T* in, T* out, uint64_t c
     }
     k = 0;
     for (uint64_t i = t0; i < lines; i += stride, k++) {
-        uint32_t e = k && gridDim.x > 1 ? ep[k] : e0;  // this chunk's epoch
+        uint32_t e = chunk_epoch(ep, k, e0);
         uint64_t got[MAX_RANKS];
         const uint4* mine = region(me, REGION_ONE, e & 1, 0, a.nranks, a.lines_per_slot);
         if (!wait_lines(a, ctrl, mine, i, others, e + 1, e, got)) return;
@@ -503,7 +509,7 @@ template <typename T> __device__ void reduce_scatter(const T* in, T* out, uint64
     uint32_t others = ((1u << a.nranks) - 1) & ~(1u << a.rank);
     uint32_t k = 0;
     for (uint64_t i = t0; i < lines; i += stride, k++) {
-        uint32_t e = k && gridDim.x > 1 ? ep[k] : e0;  // this chunk's epoch
+        uint32_t e = chunk_epoch(ep, k, e0);
 #pragma unroll
         for (uint32_t p = 0; p < MAX_RANKS; p++) {
             if (p < a.nranks && p != a.rank) {
@@ -518,7 +524,7 @@ template <typename T> __device__ void reduce_scatter(const T* in, T* out, uint64
     // same thread overwrites it; no other thread reads it.
     k = 0;
     for (uint64_t i = t0; i < lines; i += stride, k++) {
-        uint32_t e = k && gridDim.x > 1 ? ep[k] : e0;  // this chunk's epoch
+        uint32_t e = chunk_epoch(ep, k, e0);
         uint64_t got[MAX_RANKS];
         const uint4* mine = region(me, REGION_ONE, e & 1, 0, a.nranks, a.lines_per_slot);
         if (!wait_lines(a, ctrl, mine, i, others, e + 1, e, got)) return;

@@ -198,7 +198,7 @@ fn the_control_block_holds_an_epoch_for_every_chunk_of_a_slot() {
     let chunks = LINES_PER_SLOT / CHUNK_LINES;
     assert_eq!(LINES_PER_SLOT % CHUNK_LINES, 0);
     assert!(chunks <= 256);
-    assert!(CONTROL_BYTES >= 4 * (320 + 256));
+    const { assert!(CONTROL_BYTES >= 4 * (320 + 256)) };
     for lines in [CHUNK_LINES + 1, 5 * CHUNK_LINES, LINES_PER_SLOT] {
         let (blocks, threads) = geometry(lines);
         assert!(blocks > 1);
