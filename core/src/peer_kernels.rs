@@ -422,8 +422,8 @@ impl Default for PeerTable {
     fn default() -> PeerTable {
         const K: u64 = 1024;
         PeerTable {
-            one_shot_max: [0, 0, 256 * K, 64 * K, 128 * K, 0, 0, 0, 0],
-            two_shot_max: [0, 0, 0, 0, 256 * K, 0, 0, 0, 0],
+            one_shot_max: [0, 0, 128 * K, 128 * K, 128 * K, 0, 0, 0, 0],
+            two_shot_max: [0, 0, 256 * K, 256 * K, 512 * K, 0, 0, 0, 0],
             all_gather_max: [0, 0, 512 * K, 512 * K, 512 * K, 0, 0, 0, 0],
             reduce_scatter_max: [0, 0, 256 * K, 256 * K, 512 * K, 0, 0, 0, 0],
         }

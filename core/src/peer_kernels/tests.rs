@@ -106,14 +106,15 @@ fn the_default_table_picks_one_shot_only_where_measured() {
     };
     let pick = |bytes: usize, n: u32| choose(PeerPolicy::Auto, &t, &call(bytes, n), n);
     assert_eq!(pick(8, 2), Some(KernelAlgo::OneShot));
-    assert_eq!(pick(256 * 1024, 2), Some(KernelAlgo::OneShot));
+    for n in 2..=4 {
+        assert_eq!(pick(128 * 1024, n), Some(KernelAlgo::OneShot), "{n}");
+        assert_eq!(pick(128 * 1024 + 8, n), Some(KernelAlgo::TwoShot), "{n}");
+        assert_eq!(pick(256 * 1024, n), Some(KernelAlgo::TwoShot), "{n}");
+    }
     assert_eq!(pick(256 * 1024 + 8, 2), None);
-    assert_eq!(pick(64 * 1024, 3), Some(KernelAlgo::OneShot));
-    assert_eq!(pick(64 * 1024 + 8, 3), None);
-    assert_eq!(pick(128 * 1024, 4), Some(KernelAlgo::OneShot));
-    assert_eq!(pick(128 * 1024 + 8, 4), Some(KernelAlgo::TwoShot));
-    assert_eq!(pick(256 * 1024, 4), Some(KernelAlgo::TwoShot));
-    assert_eq!(pick(256 * 1024 + 8, 4), None);
+    assert_eq!(pick(256 * 1024 + 8, 3), None);
+    assert_eq!(pick(512 * 1024, 4), Some(KernelAlgo::TwoShot));
+    assert_eq!(pick(512 * 1024 + 8, 4), None);
     assert_eq!(pick(8, 5), None, "five ranks not measured");
     assert_eq!(choose(PeerPolicy::Nccl, &t, &call(8, 2), 2), None);
 }
