@@ -63,7 +63,8 @@ part_probe() {
     return $rc
 }
 # The kernels' grid: the probe with blocks of 512 threads (at most 32), 256 (at most 64: the
-# library's MAX_THREADS and MAX_BLOCKS) and 128 (at most 128), values checked, N = 4 then 2.
+# library's MAX_THREADS and MAX_BLOCKS) and 128 (at most 128), values checked, N = 4 then 2;
+# then the library's shape with an event recorded after each eager call (a work's end).
 part_variants() {
     bash backends/nccl/kernels/gen.sh "$out/probe-bin" || return 1
     local rc=0
@@ -73,6 +74,9 @@ part_variants() {
             PROBE_THREADS=${cfg%%:*} PROBE_BLOCKS=${cfg##*:} LD_LIBRARY_PATH=$nccl_lib timeout 90 \
                 "$out/probe-bin/probe" "$out/probe-bin/peer_reduce.ptx" "$n" 1000 | grep -v '^  ok' || rc=1
         done
+        echo "== blocks of 256, an event recorded after each eager call, N=$n"
+        PROBE_EVENT=1 PROBE_QUICK=1 LD_LIBRARY_PATH=$nccl_lib timeout 90 \
+            "$out/probe-bin/probe" "$out/probe-bin/peer_reduce.ptx" "$n" 1000 | grep -v '^  ok' || rc=1
     done
     return $rc
 }

@@ -72,6 +72,9 @@ static uint64_t g_max_blocks = 64;
 static uint64_t g_threads = 256;
 // PROBE_QUICK=1: skip the value checks (when only timing a variant).
 static bool g_quick = false;
+// PROBE_EVENT=1: every eager launch (kernels and NCCL) is followed by an event record, as a
+// process group's work ends: what that record costs a stream of back-to-back calls.
+static bool g_event = false;
 static const char* PTX_TEXT;
 static uint64_t g_peer[MAX_RANKS];
 static ncclComm_t g_nccl[MAX_RANKS];
@@ -142,6 +145,8 @@ struct Rank {
     CUfunction one[6], two[6], empty;
     void *in, *out;
     uint32_t *abort_flag, *status;
+    cudaEvent_t ev[64];  // PROBE_EVENT=1
+    unsigned evi;
     char *host_in, *host_out;
 };
 
@@ -174,6 +179,11 @@ static void launch(Rank& k, int algo, int t, int op, const void* in, void* out, 
     uint64_t cnt = count;
     void* args[] = {(void*)&in, (void*)&out, (void*)&cnt, (void*)&a};
     CD(cuLaunchKernel(algo == 0 ? k.one[t] : k.two[t], blocks, 1, 1, threads, 1, 1, 0, k.s, args, nullptr));
+}
+
+// The end event of an eager call (PROBE_EVENT=1), from a ring of 64.
+static void ended(Rank& k) {
+    if (g_event) CK(cudaEventRecord(k.ev[k.evi++ % 64], k.s));
 }
 
 static void nccl_call(Rank& k, int t, const void* in, void* out, size_t count) {
@@ -275,6 +285,7 @@ static void* rank_main(void* arg) {
     Rank& k = *(Rank*)arg;
     CK(cudaSetDevice(k.r));
     CK(cudaStreamCreateWithFlags(&k.s, cudaStreamNonBlocking));
+    for (int i = 0; i < 64; i++) CK(cudaEventCreateWithFlags(&k.ev[i], cudaEventDisableTiming));
     CUmodule m;
     CD(cuModuleLoadData(&m, PTX_TEXT));
     for (int t = 0; t < 6; t++) {
@@ -352,14 +363,14 @@ static void* rank_main(void* arg) {
         bool one_ok = bytes <= LINES * 8, two_ok = bytes <= LINES * 8 * N;
         for (int round = 0; round < 3; round++) {
             double t;
-            t = gather_max(k, timed(k, [&] { nccl_call(k, 0, k.in, k.out, count); }, ITERS));
+            t = gather_max(k, timed(k, [&] { nccl_call(k, 0, k.in, k.out, count); ended(k); }, ITERS));
             best[0] = std::min(best[0], t);
             if (one_ok) {
-                t = gather_max(k, timed(k, [&] { launch(k, 0, 0, SUM, k.in, k.out, count); }, ITERS));
+                t = gather_max(k, timed(k, [&] { launch(k, 0, 0, SUM, k.in, k.out, count); ended(k); }, ITERS));
                 best[1] = std::min(best[1], t);
             }
             if (two_ok) {
-                t = gather_max(k, timed(k, [&] { launch(k, 1, 0, SUM, k.in, k.out, count); }, ITERS));
+                t = gather_max(k, timed(k, [&] { launch(k, 1, 0, SUM, k.in, k.out, count); ended(k); }, ITERS));
                 best[2] = std::min(best[2], t);
             }
             t = gather_max(k, graphed(k, [&] { nccl_call(k, 0, k.in, k.out, count); }, 20, 50));
@@ -402,6 +413,7 @@ int main(int argc, char** argv) {
     if (getenv("PROBE_BLOCKS")) g_max_blocks = strtoull(getenv("PROBE_BLOCKS"), nullptr, 10);
     if (getenv("PROBE_THREADS")) g_threads = strtoull(getenv("PROBE_THREADS"), nullptr, 10);
     g_quick = getenv("PROBE_QUICK") && atoi(getenv("PROBE_QUICK")) == 1;
+    g_event = getenv("PROBE_EVENT") && atoi(getenv("PROBE_EVENT")) == 1;
     if (argc > 3) ITERS = atoi(argv[3]);
     int devs[MAX_RANKS];
     for (int i = 0; i < N; i++) devs[i] = i;
