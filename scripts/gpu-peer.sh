@@ -57,7 +57,7 @@ part_probe() {
     bash backends/nccl/kernels/gen.sh "$out/probe-bin" || return 1
     local rc=0
     for n in $sizes; do
-        LD_LIBRARY_PATH=$nccl_lib timeout 120 "$out/probe-bin/probe" "$out/probe-bin/peer_reduce.ptx" "$n" || rc=1
+        PROBE_PDL=1 LD_LIBRARY_PATH=$nccl_lib timeout 120 "$out/probe-bin/probe" "$out/probe-bin/peer_reduce_sm90.ptx" "$n" || rc=1
     done
     rm -rf "$out/probe-bin"
     return $rc
@@ -71,12 +71,12 @@ part_variants() {
     for n in $(echo $sizes | tr ' ' '\n' | sort -rn); do
         for cfg in 512:32 256:64 128:128; do
             echo "== blocks of ${cfg%%:*} threads, at most ${cfg##*:}, N=$n"
-            PROBE_THREADS=${cfg%%:*} PROBE_BLOCKS=${cfg##*:} LD_LIBRARY_PATH=$nccl_lib timeout 90 \
-                "$out/probe-bin/probe" "$out/probe-bin/peer_reduce.ptx" "$n" 1000 | grep -v '^  ok' || rc=1
+            PROBE_PDL=1 PROBE_THREADS=${cfg%%:*} PROBE_BLOCKS=${cfg##*:} LD_LIBRARY_PATH=$nccl_lib timeout 90 \
+                "$out/probe-bin/probe" "$out/probe-bin/peer_reduce_sm90.ptx" "$n" 1000 | grep -v '^  ok' || rc=1
         done
         echo "== blocks of 256, an event recorded after each eager call, N=$n"
-        PROBE_EVENT=1 PROBE_QUICK=1 LD_LIBRARY_PATH=$nccl_lib timeout 90 \
-            "$out/probe-bin/probe" "$out/probe-bin/peer_reduce.ptx" "$n" 1000 | grep -v '^  ok' || rc=1
+        PROBE_PDL=1 PROBE_EVENT=1 PROBE_QUICK=1 LD_LIBRARY_PATH=$nccl_lib timeout 90 \
+            "$out/probe-bin/probe" "$out/probe-bin/peer_reduce_sm90.ptx" "$n" 1000 | grep -v '^  ok' || rc=1
     done
     return $rc
 }

@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
-"""Regenerates src/peer/peer_reduce.ptx from peer_reduce.cu with NVRTC (no GPU, no toolkit).
+"""Regenerates src/peer/peer_reduce.ptx and peer_reduce_sm90.ptx from peer_reduce.cu with NVRTC
+(no GPU, no toolkit).
 
 NVRTC and the CUDA headers come from NVIDIA's PyPI wheels of CUDA 12.1, cached under
-.cache/cuda-rtc: PTX ISA 8.1 for compute_80, which drivers from CUDA 12.1 (530) on load and
-compile for the GPU at hand (A100, H100 and newer).
+.cache/cuda-rtc: PTX ISA 8.1 for compute_80 (A100 and newer) and for compute_90 (H100 and
+newer: the kernels also wait for the kernel ahead of them, so they may be launched before it
+ends), which drivers from CUDA 12.1 (530) on load and compile for the GPU at hand.
 
     python3 backends/nccl/kernels/gen_ptx.py [--check]
 
@@ -16,7 +18,10 @@ ROOT = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
 CACHE = os.path.join(os.environ.get("OXCCL_CACHE", os.path.join(ROOT, ".cache")), "cuda-rtc")
 WHEELS = ["nvidia-cuda-nvrtc-cu12==12.1.105", "nvidia-cuda-runtime-cu12==12.1.105"]
 SRC = os.path.join(HERE, "peer_reduce.cu")
-OUT = os.path.join(HERE, "..", "src", "peer", "peer_reduce.ptx")
+OUTS = {
+    "compute_80": os.path.join(HERE, "..", "src", "peer", "peer_reduce.ptx"),
+    "compute_90": os.path.join(HERE, "..", "src", "peer", "peer_reduce_sm90.ptx"),
+}
 
 
 def fetch():
@@ -30,14 +35,14 @@ def fetch():
     return lib, os.path.join(CACHE, "nvidia", "cuda_runtime", "include")
 
 
-def compile_ptx():
+def compile_ptx(arch):
     lib_path, include = fetch()
     lib = ctypes.CDLL(lib_path)
     prog = ctypes.c_void_p()
     src = open(SRC).read()
     if lib.nvrtcCreateProgram(ctypes.byref(prog), src.encode(), b"peer_reduce.cu", 0, None, None) != 0:
         sys.exit("nvrtcCreateProgram failed")
-    opts = [b"--gpu-architecture=compute_80", b"-std=c++17", b"-I" + include.encode()]
+    opts = [b"--gpu-architecture=" + arch.encode(), b"-std=c++17", b"-I" + include.encode()]
     arr = (ctypes.c_char_p * len(opts))(*opts)
     rc = lib.nvrtcCompileProgram(prog, len(opts), arr)
     n = ctypes.c_size_t()
@@ -55,15 +60,17 @@ def compile_ptx():
 
 
 def main():
-    ptx = compile_ptx()
-    if "--check" in sys.argv[1:]:
-        if open(OUT).read() != ptx:
-            sys.exit("src/peer/peer_reduce.ptx is stale: run backends/nccl/kernels/gen_ptx.py")
-        print("peer_reduce.ptx is current")
-        return
-    with open(OUT, "w") as f:
-        f.write(ptx)
-    print(f"wrote {os.path.relpath(OUT, ROOT)} ({len(ptx)} bytes)")
+    for arch, out in OUTS.items():
+        ptx = compile_ptx(arch)
+        name = os.path.basename(out)
+        if "--check" in sys.argv[1:]:
+            if not os.path.exists(out) or open(out).read() != ptx:
+                sys.exit(f"src/peer/{name} is stale: run backends/nccl/kernels/gen_ptx.py")
+            print(f"{name} is current")
+            continue
+        with open(out, "w") as f:
+            f.write(ptx)
+        print(f"wrote {os.path.relpath(out, ROOT)} ({len(ptx)} bytes)")
 
 
 if __name__ == "__main__":

@@ -532,21 +532,36 @@ template <typename T> __device__ void reduce_scatter(const T* in, T* out, uint64
     }
 }
 
+// On compute capability 9.0 and up the host launches each kernel as a programmatic dependent
+// of the one ahead of it on the stream: it may start before that one ends, waits here until it
+// has ended and its writes are visible, and at once lets the next one launch, so a launch's
+// latency overlaps the kernel before it. Kernels that are not launched so pass the wait at once.
+__device__ __forceinline__ void follow_previous() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 #define ENTRY(name, T)                                                                          \
     extern "C" __global__ void __launch_bounds__(512, 1) oxccl_one_shot_##name(                    \
         const T* in, T* out, uint64_t count, PeerArgs a) {                                      \
+        follow_previous();                                                                      \
         one_shot<T>(in, out, count, a);                                                         \
     }                                                                                           \
     extern "C" __global__ void __launch_bounds__(512, 1) oxccl_two_shot_##name(                    \
         const T* in, T* out, uint64_t count, PeerArgs a) {                                      \
+        follow_previous();                                                                      \
         two_shot<T>(in, out, count, a);                                                         \
     }                                                                                           \
     extern "C" __global__ void __launch_bounds__(512, 1) oxccl_all_gather_##name(                  \
         const T* in, T* out, uint64_t count, PeerArgs a) {                                      \
+        follow_previous();                                                                      \
         all_gather<T>(in, out, count, a);                                                       \
     }                                                                                           \
     extern "C" __global__ void __launch_bounds__(512, 1) oxccl_reduce_scatter_##name(              \
         const T* in, T* out, uint64_t count, PeerArgs a) {                                      \
+        follow_previous();                                                                      \
         reduce_scatter<T>(in, out, count, a);                                                   \
     }
 

@@ -75,6 +75,10 @@ static bool g_quick = false;
 // PROBE_EVENT=1: every eager launch (kernels and NCCL) is followed by an event record, as a
 // process group's work ends: what that record costs a stream of back-to-back calls.
 static bool g_event = false;
+// PROBE_PDL=1: launches allow programmatic dependent launch, as the library launches the kernels
+// of peer_reduce_sm90.ptx on compute capability 9.0 and up (for a PTX whose kernels wait on
+// griddepcontrol first).
+static bool g_pdl = false;
 static const char* PTX_TEXT;
 static uint64_t g_peer[MAX_RANKS];
 static ncclComm_t g_nccl[MAX_RANKS];
@@ -178,7 +182,25 @@ static void launch(Rank& k, int algo, int t, int op, const void* in, void* out, 
     if (work < g_threads) threads = (unsigned)std::max<uint64_t>(32, (work + 31) / 32 * 32);
     uint64_t cnt = count;
     void* args[] = {(void*)&in, (void*)&out, (void*)&cnt, (void*)&a};
-    CD(cuLaunchKernel(algo == 0 ? k.one[t] : k.two[t], blocks, 1, 1, threads, 1, 1, 0, k.s, args, nullptr));
+    CUfunction f = algo == 0 ? k.one[t] : k.two[t];
+    if (g_pdl) {
+        CUlaunchAttribute attr;
+        memset(&attr, 0, sizeof attr);
+        attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attr.value.programmaticStreamSerializationAllowed = 1;
+        CUlaunchConfig cfg;
+        memset(&cfg, 0, sizeof cfg);
+        cfg.gridDimX = blocks;
+        cfg.gridDimY = cfg.gridDimZ = 1;
+        cfg.blockDimX = threads;
+        cfg.blockDimY = cfg.blockDimZ = 1;
+        cfg.hStream = k.s;
+        cfg.attrs = &attr;
+        cfg.numAttrs = 1;
+        CD(cuLaunchKernelEx(&cfg, f, args, nullptr));
+        return;
+    }
+    CD(cuLaunchKernel(f, blocks, 1, 1, threads, 1, 1, 0, k.s, args, nullptr));
 }
 
 // The end event of an eager call (PROBE_EVENT=1), from a ring of 64.
@@ -414,6 +436,7 @@ int main(int argc, char** argv) {
     if (getenv("PROBE_THREADS")) g_threads = strtoull(getenv("PROBE_THREADS"), nullptr, 10);
     g_quick = getenv("PROBE_QUICK") && atoi(getenv("PROBE_QUICK")) == 1;
     g_event = getenv("PROBE_EVENT") && atoi(getenv("PROBE_EVENT")) == 1;
+    g_pdl = getenv("PROBE_PDL") && atoi(getenv("PROBE_PDL")) == 1;
     if (argc > 3) ITERS = atoi(argv[3]);
     int devs[MAX_RANKS];
     for (int i = 0; i < N; i++) devs[i] = i;

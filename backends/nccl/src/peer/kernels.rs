@@ -1,6 +1,6 @@
-//! The kernels: PTX text (peer_reduce.ptx, made from backends/nccl/kernels/
-//! peer_reduce.cu by kernels/gen_ptx.py) loaded through the driver once per device, and their
-//! launch.
+//! The kernels: PTX text (peer_reduce.ptx, and peer_reduce_sm90.ptx for compute capability
+//! 9.0 and up, made from backends/nccl/kernels/peer_reduce.cu by kernels/gen_ptx.py) loaded
+//! through the driver once per device, and their launch.
 
 use crate::cuda::cuda_error;
 use cudarc::driver::{sys, CudaContext, CudaFunction, CudaModule};
@@ -9,6 +9,12 @@ use oxccl_core::Result;
 use std::sync::Arc;
 
 const PTX: &str = include_str!("peer_reduce.ptx");
+/// The same kernels for compute capability 9.0 and up, each of which first waits for the kernel
+/// ahead of it on the stream (`griddepcontrol`), so it may be launched before that one ends.
+const PTX_SM90: &str = include_str!("peer_reduce_sm90.ptx");
+
+/// The first driver (12.3) whose graphs keep a launch's programmatic dependency.
+const EARLY_LAUNCH_DRIVER: i32 = 12030;
 
 /// The kernels' last argument, laid out as peer_reduce.cu's `PeerArgs`.
 #[repr(C)]
@@ -35,12 +41,25 @@ pub(crate) struct Kernels {
     _module: Arc<CudaModule>,
     /// By [`KernelAlgo::index`], then by [`KernelType::index`].
     functions: Vec<Vec<CudaFunction>>,
+    /// Launched as programmatic dependents of the kernel ahead (the sm_90 kernels, which
+    /// wait for it first, on a driver that keeps the dependency in graphs too).
+    early: bool,
 }
 
 impl Kernels {
     /// The kernels of `ctx`'s device (loaded once per device).
     pub(crate) fn of(ctx: &Arc<CudaContext>) -> Result<Kernels> {
-        let module = crate::ptx::ptx_module(ctx, PTX, "the all-reduce kernels")?;
+        let major = ctx
+            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)
+            .map_err(|e| cuda_error("reading the device's compute capability", e))?;
+        let mut driver = 0;
+        // SAFETY: writes the driver's version into a local.
+        let known = unsafe { sys::cuDriverGetVersion(&mut driver) }
+            .result()
+            .is_ok();
+        let early = major >= 9 && known && driver >= EARLY_LAUNCH_DRIVER;
+        let ptx = if early { PTX_SM90 } else { PTX };
+        let module = crate::ptx::ptx_module(ctx, ptx, "the all-reduce kernels")?;
         let load = |algo: KernelAlgo| -> Result<Vec<CudaFunction>> {
             KernelType::ALL
                 .iter()
@@ -57,6 +76,7 @@ impl Kernels {
                 .map(load)
                 .collect::<Result<_>>()?,
             _module: module,
+            early,
         })
     }
 
@@ -94,6 +114,11 @@ impl Kernels {
             (&mut count as *mut u64).cast(),
             (&mut a as *mut PeerArgs).cast(),
         ];
+        if self.early {
+            // SAFETY: as below; the attribute array lives across the call, and the sm_90
+            // kernels wait for the kernel ahead of them before they touch memory.
+            return unsafe { launch_early(f, (blocks, threads), &mut params, stream) };
+        }
         // SAFETY: the kernel takes (const T*, T*, u64, PeerArgs) and `params` points at exactly
         // those, alive for the call (the driver copies them at launch); the caller vouches
         // for the buffers, the peer memory and the stream.
@@ -117,33 +142,109 @@ impl Kernels {
     }
 }
 
+/// Launches `f` as a programmatic dependent of the kernel ahead of it on `stream`: it may start
+/// before that one ends (the sm_90 kernels wait for it first, then let the next one launch).
+///
+/// # Safety
+///
+/// As [`Kernels::launch`]: `params` are `f`'s parameters, alive for the call; `f` is one of
+/// the sm_90 kernels, which wait for the kernel ahead before touching memory.
+unsafe fn launch_early(
+    f: &CudaFunction,
+    (blocks, threads): (u32, u32),
+    params: &mut [*mut std::ffi::c_void; 4],
+    stream: sys::CUstream,
+) -> Result<()> {
+    // SAFETY: an all-zero attribute is a valid value of this plain C struct (id 0, zeroed
+    // union); its id and value are set next.
+    let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+    attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attr.value.programmaticStreamSerializationAllowed = 1;
+    let cfg = sys::CUlaunchConfig {
+        gridDimX: blocks,
+        gridDimY: 1,
+        gridDimZ: 1,
+        blockDimX: threads,
+        blockDimY: 1,
+        blockDimZ: 1,
+        sharedMemBytes: 0,
+        hStream: stream,
+        attrs: &mut attr,
+        numAttrs: 1,
+    };
+    // SAFETY: `cfg` and `attr` are alive for the call; `params` are the kernel's four
+    // parameters (the caller's contract), copied by the driver at launch.
+    unsafe {
+        sys::cuLaunchKernelEx(
+            &cfg,
+            f.cu_function(),
+            params.as_mut_ptr(),
+            std::ptr::null_mut(),
+        )
+    }
+    .result()
+    .map_err(|e| cuda_error("launching a peer kernel", e))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// Every kernel the loader asks for is in the shipped PTX, taking what `launch` passes:
-    /// two pointers, the count and the arguments as laid out here (checked without a GPU).
+    /// Every kernel the loader asks for is in both shipped PTX texts, taking what `launch`
+    /// passes: two pointers, the count and the arguments as laid out here; the sm_90 kernels
+    /// wait for the kernel ahead before they touch memory, the others never wait (checked
+    /// without a GPU).
     #[test]
     fn the_ptx_has_every_kernel_with_the_launch_parameters() {
         let args = std::mem::size_of::<PeerArgs>();
-        for algo in KernelAlgo::EVERY {
-            for ty in KernelType::ALL {
-                let name = format!("{}{}", algo.entry(), ty.suffix());
-                let head = format!(".visible .entry {name}(");
-                let at = PTX
-                    .find(&head)
-                    .unwrap_or_else(|| panic!("{name} not in the PTX"));
-                let params = &PTX[at..][..PTX[at..].find(')').expect("parameter list")];
-                for p in 0..3 {
+        for (ptx, early) in [(PTX, false), (PTX_SM90, true)] {
+            for algo in KernelAlgo::EVERY {
+                for ty in KernelType::ALL {
+                    let name = format!("{}{}", algo.entry(), ty.suffix());
+                    let head = format!(".visible .entry {name}(");
+                    let at = ptx
+                        .find(&head)
+                        .unwrap_or_else(|| panic!("{name} not in the PTX"));
+                    let params = &ptx[at..][..ptx[at..].find(')').expect("parameter list")];
+                    for p in 0..3 {
+                        assert!(
+                            params.contains(&format!(".param .u64 {name}_param_{p},")),
+                            "{name}: parameter {p}"
+                        );
+                    }
                     assert!(
-                        params.contains(&format!(".param .u64 {name}_param_{p},")),
-                        "{name}: parameter {p}"
+                        params.contains(&format!(".b8 {name}_param_3[{args}]")),
+                        "{name}: PeerArgs of {args} bytes\n{params}"
                     );
+                    // The body, up to the next entry: on sm_90 the wait comes before its
+                    // first access to global memory (loading parameters may come first).
+                    let body = &ptx[at..];
+                    let end = body[head.len()..]
+                        .find(".entry")
+                        .map_or(body.len(), |e| e + head.len());
+                    let body = &body[..end];
+                    let memory = body
+                        .lines()
+                        .scan(0, |at, l| {
+                            let here = *at;
+                            *at += l.len() + 1;
+                            Some((here, l.trim()))
+                        })
+                        .find(|(_, l)| {
+                            ["ld.", "st.", "atom.", "red."]
+                                .iter()
+                                .any(|p| l.starts_with(p))
+                                && !l.starts_with("ld.param")
+                                && !l.contains(".shared")
+                        })
+                        .map(|(at, _)| at)
+                        .expect("a memory access");
+                    if early {
+                        let wait = body.find("griddepcontrol.wait").expect("the wait");
+                        assert!(wait < memory, "{name}: memory touched before the wait");
+                    }
+                    assert_eq!(body.contains("griddepcontrol"), early, "{name}");
                 }
-                assert!(
-                    params.contains(&format!(".b8 {name}_param_3[{args}]")),
-                    "{name}: PeerArgs of {args} bytes\n{params}"
-                );
             }
         }
     }
