@@ -8,6 +8,7 @@ use oxccl_core::peer_kernels::{geometry, KernelAlgo, KernelCall, KernelType, MAX
 use oxccl_core::Result;
 use std::sync::Arc;
 
+/// The kernels for compute capability 8.0 and up, launched one after another.
 const PTX: &str = include_str!("peer_reduce.ptx");
 /// The same kernels for compute capability 9.0 and up, each of which first waits for the kernel
 /// ahead of it on the stream (`griddepcontrol`), so it may be launched before that one ends.
