@@ -543,27 +543,19 @@ __device__ __forceinline__ void follow_previous() {
 #endif
 }
 
-#define ENTRY(name, T)                                                                          \
-    extern "C" __global__ void __launch_bounds__(512, 1) oxccl_one_shot_##name(                    \
+// One kernel entry: `algo` for element type T, named oxccl_<algo>_<name>.
+#define KERNEL(algo, name, T)                                                                   \
+    extern "C" __global__ void __launch_bounds__(512, 1) oxccl_##algo##_##name(                 \
         const T* in, T* out, uint64_t count, PeerArgs a) {                                      \
         follow_previous();                                                                      \
-        one_shot<T>(in, out, count, a);                                                         \
-    }                                                                                           \
-    extern "C" __global__ void __launch_bounds__(512, 1) oxccl_two_shot_##name(                    \
-        const T* in, T* out, uint64_t count, PeerArgs a) {                                      \
-        follow_previous();                                                                      \
-        two_shot<T>(in, out, count, a);                                                         \
-    }                                                                                           \
-    extern "C" __global__ void __launch_bounds__(512, 1) oxccl_all_gather_##name(                  \
-        const T* in, T* out, uint64_t count, PeerArgs a) {                                      \
-        follow_previous();                                                                      \
-        all_gather<T>(in, out, count, a);                                                       \
-    }                                                                                           \
-    extern "C" __global__ void __launch_bounds__(512, 1) oxccl_reduce_scatter_##name(              \
-        const T* in, T* out, uint64_t count, PeerArgs a) {                                      \
-        follow_previous();                                                                      \
-        reduce_scatter<T>(in, out, count, a);                                                   \
+        algo<T>(in, out, count, a);                                                             \
     }
+
+#define ENTRY(name, T)                                                                          \
+    KERNEL(one_shot, name, T)                                                                   \
+    KERNEL(two_shot, name, T)                                                                   \
+    KERNEL(all_gather, name, T)                                                                 \
+    KERNEL(reduce_scatter, name, T)
 
 ENTRY(f32, float)
 ENTRY(f64, double)
