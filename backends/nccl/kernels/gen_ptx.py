@@ -10,6 +10,12 @@ ends), which drivers from CUDA 12.1 (530) on load and compile for the GPU at han
     python3 backends/nccl/kernels/gen_ptx.py [--check]
 
 --check compares instead of writing (exit 1 when the shipped PTX is stale).
+
+    python3 backends/nccl/kernels/gen_ptx.py --define PHASE_TIMES --out OUT.ptx
+
+writes a diagnostic build instead (compute_90, the macro defined; never shipped): with
+PHASE_TIMES the kernels note when each call reaches each of its phases, which the probe prints
+with PROBE_PHASES=1 (see probe.cu).
 """
 import ctypes, os, subprocess, sys, zipfile
 
@@ -35,7 +41,7 @@ def fetch():
     return lib, os.path.join(CACHE, "nvidia", "cuda_runtime", "include")
 
 
-def compile_ptx(arch):
+def compile_ptx(arch, defines=()):
     lib_path, include = fetch()
     lib = ctypes.CDLL(lib_path)
     prog = ctypes.c_void_p()
@@ -43,6 +49,7 @@ def compile_ptx(arch):
     if lib.nvrtcCreateProgram(ctypes.byref(prog), src.encode(), b"peer_reduce.cu", 0, None, None) != 0:
         sys.exit("nvrtcCreateProgram failed")
     opts = [b"--gpu-architecture=" + arch.encode(), b"-std=c++17", b"-I" + include.encode()]
+    opts += [b"-D" + d.encode() for d in defines]
     arr = (ctypes.c_char_p * len(opts))(*opts)
     rc = lib.nvrtcCompileProgram(prog, len(opts), arr)
     n = ctypes.c_size_t()
@@ -60,6 +67,14 @@ def compile_ptx(arch):
 
 
 def main():
+    args = sys.argv[1:]
+    if "--out" in args:
+        out = args[args.index("--out") + 1]
+        defines = [args[i + 1] for i, a in enumerate(args) if a == "--define"]
+        with open(out, "w") as f:
+            f.write(compile_ptx("compute_90", defines))
+        print(f"wrote {out} (compute_90, {' '.join(defines) or 'no defines'})")
+        return
     for arch, out in OUTS.items():
         ptx = compile_ptx(arch)
         name = os.path.basename(out)

@@ -355,17 +355,33 @@ __device__ __forceinline__ uint64_t reduce_all(const PeerArgs& a, const uint64_t
     return acc.get(a.op, a.nranks);
 }
 
+#ifdef PHASE_TIMES
+// Debug: thread 0 of block 0 and of the last block note the global timer at marks of the call
+// in words 640.. of the control block (8 marks of u64 each; mark 7: the previous call's mark 0).
+__device__ __forceinline__ void mark(uint32_t* ctrl, int m) {
+    if (threadIdx.x != 0 || (blockIdx.x != 0 && blockIdx.x != gridDim.x - 1)) return;
+    volatile uint64_t* t = (volatile uint64_t*)(ctrl + 640) + (blockIdx.x == 0 ? 0 : 8);
+    if (m == 0) t[7] = t[0];
+    t[m] = now_ns();
+}
+#define MARK(m) mark(ctrl, m)
+#else
+#define MARK(m)
+#endif
+
 // ---- one-shot: every rank pushes its input to every peer, then reduces all of them ----
 
 template <typename T> __device__ void one_shot(const T* in, T* out, uint64_t count, const PeerArgs& a) {
     uint64_t me = base_of(a, a.rank);
     uint32_t* ctrl = (uint32_t*)me;
+    MARK(0);
     uint64_t lines = (count + Ty<T>::K - 1) / Ty<T>::K;
     uint64_t t0 = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
     // The first line's input is loaded while the epoch is read, not after.
     uint64_t first = t0 < lines ? scaled<T>(load8(in, count, t0), a.op, a.scale) : 0;
     __shared__ uint32_t ep[MAX_CHUNKS];
     uint32_t e0 = begin_chunks(ctrl, CTRL_CHUNKS, lines, ep);
+    MARK(1);
     uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
     uint32_t all = (1u << a.nranks) - 1;
     uint32_t want = all & ~(1u << a.rank);
@@ -380,15 +396,18 @@ template <typename T> __device__ void one_shot(const T* in, T* out, uint64_t cou
                         e + 1);
         }
     }
+    MARK(2);
     k = 0;
     for (uint64_t i = t0; i < lines; i += stride, k++) {
         uint32_t e = chunk_epoch(ep, k, e0);
         uint64_t got[MAX_RANKS];
         const uint4* mine = region(me, REGION_ONE, e & 1, 0, a.nranks, a.lines_per_slot);
         if (!wait_lines(a, ctrl, mine, i, want, e + 1, e, got)) return;
+        if (k == 0) MARK(3);
         uint64_t own = i == t0 ? first : scaled<T>(load8(in, count, i), a.op, a.scale);
         store8(out, count, i, reduce_all<T>(a, got, own));
     }
+    MARK(4);
 }
 
 // ---- two-shot: reduce-scatter into the owner of each chunk, then all-gather its result ----
@@ -401,7 +420,9 @@ template <typename T> __device__ void two_shot(const T* in, T* out, uint64_t cou
     // is handled by the same thread on every rank, so its chunk's epoch is that block's.
     uint64_t chunk = (lines + a.nranks - 1) / a.nranks;
     __shared__ uint32_t ep[MAX_CHUNKS];
+    MARK(0);
     uint32_t e0 = begin_chunks(ctrl, CTRL_TWO_CHUNKS, chunk, ep);
+    MARK(1);
     uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
     uint64_t t0 = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
     uint32_t all = (1u << a.nranks) - 1;
@@ -419,6 +440,7 @@ template <typename T> __device__ void two_shot(const T* in, T* out, uint64_t cou
             st_line(region(peer, REGION_REDUCE, e & 1, a.rank, a.nranks, a.lines_per_slot) + j, own, e + 1);
         }
     }
+    MARK(2);
     // 2. Reduce the own chunk and send the result to everyone.
     uint64_t lo = (uint64_t)a.rank * chunk, len = owned(lines, lo, chunk);
     uint32_t k = 0;
@@ -427,6 +449,7 @@ template <typename T> __device__ void two_shot(const T* in, T* out, uint64_t cou
         const uint4* reduce_in = region(me, REGION_REDUCE, e & 1, 0, a.nranks, a.lines_per_slot);
         uint64_t got[MAX_RANKS];
         if (!wait_lines(a, ctrl, reduce_in, j, others, e + 1, e, got)) return;
+        if (k == 0) MARK(3);
         uint64_t r = reduce_all<T>(a, got, scaled<T>(load8(in, count, lo + j), a.op, a.scale));
 #pragma unroll
         for (uint32_t p = 0; p < MAX_RANKS; p++) {
@@ -435,6 +458,7 @@ template <typename T> __device__ void two_shot(const T* in, T* out, uint64_t cou
         }
         store8(out, count, lo + j, r);
     }
+    MARK(4);
     // 3. Every other chunk's result from its owner.
 #pragma unroll
     for (uint32_t o = 0; o < MAX_RANKS; o++) {
@@ -453,6 +477,7 @@ template <typename T> __device__ void two_shot(const T* in, T* out, uint64_t cou
             store8(out, count, lo + j, r);
         }
     }
+    MARK(5);
 }
 
 // ---- all-gather: every rank pushes its input to every peer, then copies what each pushed ----

@@ -75,6 +75,13 @@ static bool g_quick = false;
 // PROBE_EVENT=1: every eager launch (kernels and NCCL) is followed by an event record, as a
 // process group's work ends: what that record costs a stream of back-to-back calls.
 static bool g_event = false;
+// PROBE_PHASES=1, with a PTX built by `gen_ptx.py --define PHASE_TIMES --out X.ptx`: after
+// each size, where the last of a burst of eager calls spent its time on each rank, for thread 0
+// of block 0 and of the last block: the period (from the call before's start), then µs from
+// its start (after the wait for the kernel ahead) to each mark. One-shot: epoch read, lines
+// sent, first peers' lines in, done; two-shot: epoch read, lines sent to their owners, first
+// peers' lines in, results sent, done.
+static bool g_phases = false;
 // PROBE_PDL=1: launches allow programmatic dependent launch, as the library launches the kernels
 // of peer_reduce_sm90.ptx on compute capability 9.0 and up (for a PTX whose kernels wait on
 // griddepcontrol first).
@@ -406,6 +413,26 @@ static void* rank_main(void* arg) {
                 best[5] = std::min(best[5], t);
             }
         }
+        if (g_phases) {
+            for (int algo = 0; algo < 2; algo++) {
+                if ((algo == 0 && !one_ok) || (algo == 1 && !two_ok)) continue;
+                timed(k, [&] { launch(k, algo, 0, SUM, k.in, k.out, count); ended(k); }, ITERS);
+                CK(cudaStreamSynchronize(k.s));
+                uint64_t t[16];
+                CK(cudaMemcpy(t, (void*)(g_peer[k.r] + 640 * 4), sizeof t, cudaMemcpyDeviceToHost));
+                char line[512];
+                int n = snprintf(line, sizeof line, "  phases %zu B %s rank %d:", bytes, algo ? "two" : "one", k.r);
+                for (int b = 0; b < 2; b++) {
+                    n += snprintf(line + n, sizeof line - n, " [blk%s period %.2f |", b ? "L" : "0", (t[8 * b] - t[8 * b + 7]) / 1e3);
+                    for (int m = 1; m < 6; m++)
+                        if (t[8 * b + m] >= t[8 * b]) n += snprintf(line + n, sizeof line - n, " %.2f", (t[8 * b + m] - t[8 * b]) / 1e3);
+                    n += snprintf(line + n, sizeof line - n, "]");
+                }
+                pthread_barrier_wait(&g_bar);
+                printf("%s\n", line);
+                pthread_barrier_wait(&g_bar);
+            }
+        }
         if (k.r == 0) {
             printf("%-9zu", bytes);
             for (int i = 0; i < 6; i++) {
@@ -437,6 +464,7 @@ int main(int argc, char** argv) {
     g_quick = getenv("PROBE_QUICK") && atoi(getenv("PROBE_QUICK")) == 1;
     g_event = getenv("PROBE_EVENT") && atoi(getenv("PROBE_EVENT")) == 1;
     g_pdl = getenv("PROBE_PDL") && atoi(getenv("PROBE_PDL")) == 1;
+    g_phases = getenv("PROBE_PHASES") && atoi(getenv("PROBE_PHASES")) == 1;
     if (argc > 3) ITERS = atoi(argv[3]);
     int devs[MAX_RANKS];
     for (int i = 0; i < N; i++) devs[i] = i;
