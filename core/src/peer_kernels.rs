@@ -30,8 +30,8 @@ pub const LINES_PER_SLOT: u64 = 32 * 1024;
 pub const CONTROL_BYTES: u64 = 4096;
 
 /// Lines in one chunk of a kernel's slots: a chunk is read and written by one block on every
-/// rank and counts its own calls, so the blocks of a call never wait for each other. A launch of several blocks has this many threads in each
-/// ([`geometry`]).
+/// rank and counts its own calls, so the blocks of a call never wait for each other. A launch
+/// of several blocks has this many threads in each ([`geometry`]).
 pub const CHUNK_LINES: u64 = MAX_THREADS as u64;
 
 /// The bytes of one rank's peer memory for a group of `nranks`: the control block, then three

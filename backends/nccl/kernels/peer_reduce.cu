@@ -50,6 +50,8 @@ typedef unsigned long long uintptr_t;
 #define CTRL_CHUNKS 64
 #define CTRL_TWO_CHUNKS 320
 #define MAX_CHUNKS 256
+// Diagnostic builds (PHASE_TIMES) note their phase marks from word CTRL_MARKS on.
+#define CTRL_MARKS 640
 #define CTRL_BYTES 4096
 // Regions: two-shot's reduce and gather, the one-phase kernels'.
 #define REGION_REDUCE 0
@@ -357,10 +359,11 @@ __device__ __forceinline__ uint64_t reduce_all(const PeerArgs& a, const uint64_t
 
 #ifdef PHASE_TIMES
 // Debug: thread 0 of block 0 and of the last block note the global timer at marks of the call
-// in words 640.. of the control block (8 marks of u64 each; mark 7: the previous call's mark 0).
+// from word CTRL_MARKS of the control block (8 marks of u64 each; mark 7: the previous call's
+// mark 0).
 __device__ __forceinline__ void mark(uint32_t* ctrl, int m) {
     if (threadIdx.x != 0 || (blockIdx.x != 0 && blockIdx.x != gridDim.x - 1)) return;
-    volatile uint64_t* t = (volatile uint64_t*)(ctrl + 640) + (blockIdx.x == 0 ? 0 : 8);
+    volatile uint64_t* t = (volatile uint64_t*)(ctrl + CTRL_MARKS) + (blockIdx.x == 0 ? 0 : 8);
     if (m == 0) t[7] = t[0];
     t[m] = now_ns();
 }

@@ -50,6 +50,8 @@
 #define CTRL_BYTES 4096
 // The one-shot's epoch of its first chunk (word 64 of the control block).
 #define CHUNK0_EPOCH_OFFSET 256
+// A PHASE_TIMES build's phase marks (word 640 of the control block, peer_reduce.cu's CTRL_MARKS).
+#define PHASE_MARKS_OFFSET 2560
 // Slot regions in each rank's peer memory.
 #define REGIONS 3
 #define LINES (32768ull)
@@ -189,25 +191,20 @@ static void launch(Rank& k, int algo, int t, int op, const void* in, void* out, 
     if (work < g_threads) threads = (unsigned)std::max<uint64_t>(32, (work + 31) / 32 * 32);
     uint64_t cnt = count;
     void* args[] = {(void*)&in, (void*)&out, (void*)&cnt, (void*)&a};
-    CUfunction f = algo == 0 ? k.one[t] : k.two[t];
-    if (g_pdl) {
-        CUlaunchAttribute attr;
-        memset(&attr, 0, sizeof attr);
-        attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-        attr.value.programmaticStreamSerializationAllowed = 1;
-        CUlaunchConfig cfg;
-        memset(&cfg, 0, sizeof cfg);
-        cfg.gridDimX = blocks;
-        cfg.gridDimY = cfg.gridDimZ = 1;
-        cfg.blockDimX = threads;
-        cfg.blockDimY = cfg.blockDimZ = 1;
-        cfg.hStream = k.s;
-        cfg.attrs = &attr;
-        cfg.numAttrs = 1;
-        CD(cuLaunchKernelEx(&cfg, f, args, nullptr));
-        return;
-    }
-    CD(cuLaunchKernel(f, blocks, 1, 1, threads, 1, 1, 0, k.s, args, nullptr));
+    CUlaunchAttribute attr;
+    memset(&attr, 0, sizeof attr);
+    attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attr.value.programmaticStreamSerializationAllowed = 1;
+    CUlaunchConfig cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.gridDimX = blocks;
+    cfg.gridDimY = cfg.gridDimZ = 1;
+    cfg.blockDimX = threads;
+    cfg.blockDimY = cfg.blockDimZ = 1;
+    cfg.hStream = k.s;
+    cfg.attrs = &attr;
+    cfg.numAttrs = g_pdl ? 1 : 0;  // as the library: early only for the sm_90 kernels
+    CD(cuLaunchKernelEx(&cfg, algo == 0 ? k.one[t] : k.two[t], args, nullptr));
 }
 
 // The end event of an eager call (PROBE_EVENT=1), from a ring of 64.
@@ -419,7 +416,7 @@ static void* rank_main(void* arg) {
                 timed(k, [&] { launch(k, algo, 0, SUM, k.in, k.out, count); ended(k); }, ITERS);
                 CK(cudaStreamSynchronize(k.s));
                 uint64_t t[16];
-                CK(cudaMemcpy(t, (void*)(g_peer[k.r] + 640 * 4), sizeof t, cudaMemcpyDeviceToHost));
+                CK(cudaMemcpy(t, (void*)(g_peer[k.r] + PHASE_MARKS_OFFSET), sizeof t, cudaMemcpyDeviceToHost));
                 char line[512];
                 int n = snprintf(line, sizeof line, "  phases %zu B %s rank %d:", bytes, algo ? "two" : "one", k.r);
                 for (int b = 0; b < 2; b++) {

@@ -115,25 +115,36 @@ impl Kernels {
             (&mut count as *mut u64).cast(),
             (&mut a as *mut PeerArgs).cast(),
         ];
-        if self.early {
-            // SAFETY: as below; the attribute array lives across the call, and the sm_90
-            // kernels wait for the kernel ahead of them before they touch memory.
-            return unsafe { launch_early(f, (blocks, threads), &mut params, stream) };
-        }
+        // SAFETY: an all-zero attribute is a valid value of this plain C struct (id 0, zeroed
+        // union); its id and value are set next.
+        let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+        attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attr.value.programmaticStreamSerializationAllowed = 1;
+        let cfg = sys::CUlaunchConfig {
+            gridDimX: blocks,
+            gridDimY: 1,
+            gridDimZ: 1,
+            blockDimX: threads,
+            blockDimY: 1,
+            blockDimZ: 1,
+            sharedMemBytes: 0,
+            hStream: stream,
+            attrs: &mut attr,
+            // Early, the kernel is a programmatic dependent of the one ahead of it on the
+            // stream: it may start before that one ends (the sm_90 kernels wait for it first,
+            // then let the next one launch). Otherwise no attribute: a plain launch (the call
+            // is CUDA 12.0's; a driver that loads the PTX, ISA 8.1, is 12.1 or newer).
+            numAttrs: u32::from(self.early),
+        };
         // SAFETY: the kernel takes (const T*, T*, u64, PeerArgs) and `params` points at exactly
-        // those, alive for the call (the driver copies them at launch); the caller vouches
-        // for the buffers, the peer memory and the stream.
+        // those, alive for the call (the driver copies them at launch); `cfg` and `attr` are
+        // alive for the call; an early launch goes only to the sm_90 kernels, which wait for
+        // the kernel ahead before they touch memory; the caller vouches for the buffers, the
+        // peer memory and the stream.
         unsafe {
-            sys::cuLaunchKernel(
+            sys::cuLaunchKernelEx(
+                &cfg,
                 f.cu_function(),
-                blocks,
-                1,
-                1,
-                threads,
-                1,
-                1,
-                0,
-                stream,
                 params.as_mut_ptr(),
                 std::ptr::null_mut(),
             )
@@ -141,50 +152,6 @@ impl Kernels {
         .result()
         .map_err(|e| cuda_error("launching a peer kernel", e))
     }
-}
-
-/// Launches `f` as a programmatic dependent of the kernel ahead of it on `stream`: it may start
-/// before that one ends (the sm_90 kernels wait for it first, then let the next one launch).
-///
-/// # Safety
-///
-/// As [`Kernels::launch`]: `params` are `f`'s parameters, alive for the call; `f` is one of
-/// the sm_90 kernels, which wait for the kernel ahead before touching memory.
-unsafe fn launch_early(
-    f: &CudaFunction,
-    (blocks, threads): (u32, u32),
-    params: &mut [*mut std::ffi::c_void; 4],
-    stream: sys::CUstream,
-) -> Result<()> {
-    // SAFETY: an all-zero attribute is a valid value of this plain C struct (id 0, zeroed
-    // union); its id and value are set next.
-    let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
-    attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-    attr.value.programmaticStreamSerializationAllowed = 1;
-    let cfg = sys::CUlaunchConfig {
-        gridDimX: blocks,
-        gridDimY: 1,
-        gridDimZ: 1,
-        blockDimX: threads,
-        blockDimY: 1,
-        blockDimZ: 1,
-        sharedMemBytes: 0,
-        hStream: stream,
-        attrs: &mut attr,
-        numAttrs: 1,
-    };
-    // SAFETY: `cfg` and `attr` are alive for the call; `params` are the kernel's four
-    // parameters (the caller's contract), copied by the driver at launch.
-    unsafe {
-        sys::cuLaunchKernelEx(
-            &cfg,
-            f.cu_function(),
-            params.as_mut_ptr(),
-            std::ptr::null_mut(),
-        )
-    }
-    .result()
-    .map_err(|e| cuda_error("launching a peer kernel", e))
 }
 
 #[cfg(test)]
