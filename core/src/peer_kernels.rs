@@ -13,6 +13,7 @@ use crate::error::Error;
 use crate::op::CommOp;
 use crate::reduce::{HostScalar, ReduceOp, Scalar};
 
+pub mod follow;
 pub mod record;
 
 /// The most ranks a group the kernels serve may have (the kernels' per-rank arrays).
@@ -25,8 +26,9 @@ pub const LINE_DATA_BYTES: u64 = 8;
 /// this many lines, a two-shot call this many per rank.
 pub const LINES_PER_SLOT: u64 = 32 * 1024;
 
-/// Bytes of the control block at the front of each rank's peer memory (the failure flag, and
-/// an epoch per chunk of [`CHUNK_LINES`] for the one-phase kernels and for two-shot).
+/// Bytes of the control block at the front of each rank's peer memory (the failure flag, an
+/// epoch per chunk of [`CHUNK_LINES`] for the one-phase kernels and for two-shot, and per block
+/// the last launch that ran it, for [`follow`]ing).
 pub const CONTROL_BYTES: u64 = 4096;
 
 /// Lines in one chunk of a kernel's slots: a chunk is read and written by one block on every

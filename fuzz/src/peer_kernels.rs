@@ -2,14 +2,18 @@
 //! (`kernel_call`), which kernel runs a call (`choose`: only what fits its slots, only within
 //! the table under `Auto`, nothing under `Nccl`), the launch shape (`geometry`), the set-up
 //! records (any bytes decode or are refused; a record survives its encoding) and the group's
-//! verdict on them (`refusal`: usable exactly when every rank is eligible and agrees), and a
-//! kernel status's error (never a panic; a timeout names every missing rank).
+//! verdict on them (`refusal`: usable exactly when every rank is eligible and agrees), a
+//! kernel status's error (never a panic; a timeout names every missing rank), and when a call
+//! may follow the one before block by block (`may_follow`: only where every byte both touch,
+//! and either writes, is handed to the same block in both, by the kernels' rule modelled here).
 
 use arbitrary::{Arbitrary, Unstructured};
+use oxccl_core::peer_kernels::follow::{may_follow, Extent, Footprint};
 use oxccl_core::peer_kernels::record::{all_mapped, refusal, verdict, PeerRecord, RECORD_BYTES};
 use oxccl_core::peer_kernels::{
-    choose, fits, geometry, kernel_call, KernelAlgo, KernelColl, KernelStatus, KernelType,
-    PeerPolicy, PeerTable, LINES_PER_SLOT, MAX_BLOCKS, MAX_RANKS, MAX_THREADS,
+    choose, fits, geometry, kernel_call, KernelAlgo, KernelCall, KernelColl, KernelRed,
+    KernelStatus, KernelType, PeerPolicy, PeerTable, LINES_PER_SLOT, MAX_BLOCKS, MAX_RANKS,
+    MAX_THREADS,
 };
 use oxccl_core::{CommOp, DataType, Error, HostScalar, RawBuf, RawBufMut, ReduceOp, Scalar};
 
@@ -33,6 +37,15 @@ enum Case {
         epoch: u32,
         ms: u64,
     },
+    /// Two launches of one group: kernel, type, ranks, counts and buffer addresses (in
+    /// elements, near each other so that they meet).
+    Follow {
+        algo: u8,
+        ty: u8,
+        nranks: u8,
+        counts: (u16, u16),
+        addrs: [u8; 4],
+    },
 }
 
 /// One fuzz input: any bytes.
@@ -55,6 +68,65 @@ pub fn fuzz(data: &[u8]) {
             epoch,
             ms,
         } => status(cause, missing, epoch, ms),
+        Case::Follow {
+            algo,
+            ty,
+            nranks,
+            counts,
+            addrs,
+        } => follow(algo, ty, nranks, counts, addrs),
+    }
+}
+
+/// The block-key the kernels hand the byte at `addr` of buffer `e` of `call` to: its line
+/// within a part (two-shot: within an owner's chunk).
+fn block_key(algo: KernelAlgo, call: &KernelCall, nranks: u32, e: &Extent, addr: usize) -> u64 {
+    let line = ((addr - e.addr) as u64 % call.bytes()) / 8;
+    match algo {
+        KernelAlgo::TwoShot => line % call.lines().div_ceil(u64::from(nranks)),
+        _ => line,
+    }
+}
+
+fn follow(algo: u8, ty: u8, nranks: u8, counts: (u16, u16), addrs: [u8; 4]) {
+    let algo = KernelAlgo::EVERY[algo as usize % KernelAlgo::EVERY.len()];
+    let ty = KernelType::ALL[ty as usize % KernelType::ALL.len()];
+    let n = 2 + u32::from(nranks % 7);
+    let size = ty.size() as usize;
+    let call = |count: u16, send: u8, recv: u8| KernelCall {
+        coll: algo.coll(),
+        ty,
+        red: KernelRed::Sum,
+        scale: 1.0,
+        count: u64::from(count % 600),
+        send: 0x10000 + usize::from(send) * size,
+        recv: 0x10000 + usize::from(recv) * size,
+    };
+    let (a, b) = (
+        call(counts.0, addrs[0], addrs[1]),
+        call(counts.1, addrs[2], addrs[3]),
+    );
+    let (fa, fb) = (Footprint::of(algo, &a, n), Footprint::of(algo, &b, n));
+    // A call follows itself unless its own input and output meet at different addresses.
+    let apart = fa.send.addr == fa.recv.addr
+        || fa.send.addr as u64 + fa.send.bytes <= fa.recv.addr as u64
+        || fa.recv.addr as u64 + fa.recv.bytes <= fa.send.addr as u64;
+    assert_eq!(may_follow(&fa, &fa), apart, "a call following itself: {fa:?}");
+    if !may_follow(&fa, &fb) {
+        return;
+    }
+    for (eb, wb) in [(fb.send, false), (fb.recv, true)] {
+        for addr in eb.addr..eb.addr + eb.bytes as usize {
+            for (ea, wa) in [(fa.send, false), (fa.recv, true)] {
+                if (wa || wb) && (ea.addr..ea.addr + ea.bytes as usize).contains(&addr) {
+                    assert_eq!(
+                        block_key(algo, &a, n, &ea, addr),
+                        block_key(algo, &b, n, &eb, addr),
+                        "byte {addr:#x} of {fa:?} then {fb:?}"
+                    );
+                }
+            }
+        }
     }
 }
 

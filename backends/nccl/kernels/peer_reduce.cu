@@ -52,6 +52,12 @@ typedef unsigned long long uintptr_t;
 #define MAX_CHUNKS 256
 // Diagnostic builds (PHASE_TIMES) note their phase marks from word CTRL_MARKS on.
 #define CTRL_MARKS 640
+// Per block index b < FOLLOW_BLOCKS: the last launch that ran it, {grid id low, seq, grid id
+// high, seq} at word CTRL_LAUNCHES + 4b, and the seq of the last one whose block b ended at word
+// CTRL_ENDS + b (see "one call after another" below).
+#define CTRL_LAUNCHES 704
+#define CTRL_ENDS 960
+#define FOLLOW_BLOCKS 64
 #define CTRL_BYTES 4096
 // Regions: two-shot's reduce and gather, the one-phase kernels'.
 #define REGION_REDUCE 0
@@ -81,6 +87,8 @@ struct PeerArgs {
     uint32_t rank;
     uint32_t nranks;
     uint32_t op;
+    uint32_t seq;     // this launch's number among the group's, nonzero; 0 for none
+    uint32_t follow;  // the number of the launch this one may follow block by block, or 0
     uint32_t pad;
 };
 
@@ -257,10 +265,7 @@ __device__ __forceinline__ uint32_t begin_chunks(uint32_t* ctrl, uint32_t base, 
         uint32_t e = *(volatile uint32_t*)(ctrl + base + blockIdx.x);
         if (blockDim.x <= 32) __syncwarp();
         else __syncthreads();
-        if (threadIdx.x == 0) {
-            if (blockIdx.x == 0) ctrl[CTRL_FAILED] = 0;
-            ctrl[base + blockIdx.x] = e + 1;
-        }
+        if (threadIdx.x == 0) ctrl[base + blockIdx.x] = e + 1;
         return e;
     }
     if (threadIdx.x == 0) {
@@ -270,7 +275,6 @@ __device__ __forceinline__ uint32_t begin_chunks(uint32_t* ctrl, uint32_t base, 
         k = 0;
         for (uint64_t c = blockIdx.x; c < chunks; c += gridDim.x, k++)
             ctrl[base + c] = ep[k] + 1;
-        if (blockIdx.x == 0) ctrl[CTRL_FAILED] = 0;
     }
     __syncthreads();
     return ep[0];
@@ -560,14 +564,100 @@ template <typename T> __device__ void reduce_scatter(const T* in, T* out, uint64
     }
 }
 
+// ---- one call after another on a stream ----
+//
 // On compute capability 9.0 and up the host launches each kernel as a programmatic dependent
-// of the one ahead of it on the stream: it may start before that one ends, waits here until it
-// has ended and its writes are visible, and at once lets the next one launch, so a launch's
-// latency overlaps the kernel before it. Kernels that are not launched so pass the wait at once.
-__device__ __forceinline__ void follow_previous() {
+// of the one ahead of it on the stream: it may start before that one ends and at once lets the
+// next one launch, so a launch's latency overlaps the kernel before it. Before it touches any
+// memory but its own block's words below, each block waits either for the whole grid ahead
+// (griddepcontrol.wait: ended, its writes visible) or, when it follows the group's call before,
+// only for the same block of that call, so the blocks of consecutive calls overlap.
+//
+// Following: the host numbers the group's launches (`seq`) and passes as `follow` the number
+// of the group's launch before on the same stream where that one ran the same kernel on as
+// many elements and its buffers meet this one's only at the same addresses (the core's
+// `peer_kernels::follow`): then every byte both calls touch, buffers and control words alike,
+// is touched by the same block in both. Each block records the last launch that ran its index,
+// {seq, grid id} in one 16-byte store, and at its end that launch's number (release). A block
+// follows only when the record names `follow` and the grid just ahead of this one: %gridid
+// numbers a context's launches in order, so no other grid, ours or anyone's, ran between on
+// any stream. Anything else (another kernel between, a record not yet visible, a graph
+// replayed since) fails the check and the block waits for the whole grid ahead. Work between
+// that is not a grid (a copy, a memset, a wait for an event) is complete before this grid
+// starts, as for any kernel.
+
 #if __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");
+// Thread 0 of a block: 1 when the block follows (the same block of launch `follow` has ended),
+// 0 when it must wait for the grid ahead, 2 when the group was aborted while it waited. Records
+// this launch as the last one that ran the block's index.
+__device__ __noinline__ uint32_t follow_block(uint32_t* ctrl, uint32_t seq, uint32_t follow,
+                                              const uint32_t* abort_flag) {
+    uint32_t b = blockIdx.x;
+    if (b >= FOLLOW_BLOCKS) return 0;
+    uint4* record = (uint4*)(ctrl + CTRL_LAUNCHES) + b;
+    uint64_t me;
+    asm volatile("mov.u64 %0, %%gridid;" : "=l"(me));
+    uint32_t go = 0;
+    if (follow != 0) {
+        // The record and the end word are read together (one round trip when the block
+        // ahead has already ended).
+        uint4 r = ld_line(record);
+        uint32_t ended;
+        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(ended) : "l"(ctrl + CTRL_ENDS + b) : "memory");
+        uint64_t grid = (uint64_t)r.x | ((uint64_t)r.z << 32);
+        if (r.y == follow && r.w == follow && grid + 1 == me) {
+            // The block ahead ends on its own: its waits give up on the abort flag or the
+            // time bound.
+            go = 1;
+            uint32_t spins = 0;
+            while (ended != follow) {
+                if (++spins % 4096 == 0 && *(volatile const uint32_t*)abort_flag) {
+                    go = 2;
+                    break;
+                }
+                asm volatile("ld.acquire.gpu.global.u32 %0, [%1];"
+                             : "=r"(ended)
+                             : "l"(ctrl + CTRL_ENDS + b)
+                             : "memory");
+            }
+        }
+    }
+    if (seq != 0) st_line(record, me, seq);
+    return go;
+}
+#endif
+
+// The start of every kernel: waits for what the call depends on (above). False when the group
+// was aborted meanwhile: the call then touches nothing.
+__device__ __forceinline__ bool begin_call(const PeerArgs& a) {
+    uint32_t* ctrl = (uint32_t*)base_of(a, a.rank);
+#if __CUDA_ARCH__ >= 900
+    __shared__ uint32_t go;
+    if (threadIdx.x == 0) go = follow_block(ctrl, a.seq, a.follow, (const uint32_t*)a.abort_flag);
+    __syncthreads();
+    uint32_t g = go;
+    if (g == 0) asm volatile("griddepcontrol.wait;" ::: "memory");
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    if (g == 2) return false;
+    // A call that waited for the grid ahead starts with the failure flag clear; one that
+    // follows leaves it, so a failure of the call before also stops this one.
+    if (g == 0 && blockIdx.x == 0 && threadIdx.x == 0) ctrl[CTRL_FAILED] = 0;
+#else
+    if (blockIdx.x == 0 && threadIdx.x == 0) ctrl[CTRL_FAILED] = 0;
+#endif
+    return true;
+}
+
+// The end of every kernel: each block of a numbered launch says it has ended, once all its
+// threads have (their writes released to the block that follows it).
+__device__ __forceinline__ void end_call(const PeerArgs& a) {
+#if __CUDA_ARCH__ >= 900
+    if (a.seq == 0 || blockIdx.x >= FOLLOW_BLOCKS) return;
+    __syncthreads();
+    uint32_t* ctrl = (uint32_t*)base_of(a, a.rank);
+    if (threadIdx.x == 0)
+        asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(ctrl + CTRL_ENDS + blockIdx.x), "r"(a.seq)
+                     : "memory");
 #endif
 }
 
@@ -575,8 +665,8 @@ __device__ __forceinline__ void follow_previous() {
 #define KERNEL(algo, name, T)                                                                   \
     extern "C" __global__ void __launch_bounds__(512, 1) oxccl_##algo##_##name(                 \
         const T* in, T* out, uint64_t count, PeerArgs a) {                                      \
-        follow_previous();                                                                      \
-        algo<T>(in, out, count, a);                                                             \
+        if (begin_call(a)) algo<T>(in, out, count, a);                                          \
+        end_call(a);                                                                            \
     }
 
 #define ENTRY(name, T)                                                                          \

@@ -63,7 +63,7 @@ struct PeerArgs {
     uint64_t abort_flag;
     uint64_t status;
     double scale;
-    uint32_t rank, nranks, op, pad;
+    uint32_t rank, nranks, op, seq, follow, pad;
 };
 
 static int N;
@@ -88,6 +88,9 @@ static bool g_phases = false;
 // of peer_reduce_sm90.ptx on compute capability 9.0 and up (for a PTX whose kernels wait on
 // griddepcontrol first).
 static bool g_pdl = false;
+// PROBE_FOLLOW=0: with PROBE_PDL=1, no call follows the one before block by block (the library
+// lets a call follow the same call on the same buffers, and more).
+static bool g_follow = true;
 static const char* PTX_TEXT;
 static uint64_t g_peer[MAX_RANKS];
 static ncclComm_t g_nccl[MAX_RANKS];
@@ -161,6 +164,9 @@ struct Rank {
     cudaEvent_t ev[64];  // PROBE_EVENT=1
     unsigned evi;
     char *host_in, *host_out;
+    // The last launch (as the library numbers them, for following).
+    uint32_t seq;
+    struct { int algo, t; size_t count; const void* in; void* out; uint32_t seq; } last;
 };
 
 static void launch(Rank& k, int algo, int t, int op, const void* in, void* out, size_t count) {
@@ -189,6 +195,15 @@ static void launch(Rank& k, int algo, int t, int op, const void* in, void* out, 
     unsigned blocks = (unsigned)std::min<uint64_t>((work + g_threads - 1) / g_threads, g_max_blocks);
     if (blocks == 0) blocks = 1;
     if (work < g_threads) threads = (unsigned)std::max<uint64_t>(32, (work + 31) / 32 * 32);
+    if (g_pdl && blocks >= 8) {  // the library's follow::MIN_BLOCKS
+        a.seq = ++k.seq ? k.seq : ++k.seq;
+        bool same = k.last.seq && k.last.algo == algo && k.last.t == t && k.last.count == count &&
+                    k.last.in == in && k.last.out == out;
+        a.follow = g_follow && same ? k.last.seq : 0;
+        k.last = {algo, t, count, in, out, a.seq};
+    } else {
+        k.last.seq = 0;
+    }
     uint64_t cnt = count;
     void* args[] = {(void*)&in, (void*)&out, (void*)&cnt, (void*)&a};
     CUlaunchAttribute attr;
@@ -264,6 +279,46 @@ static void check_values(Rank& k) {
     if (bad) g_fail = 1;
 }
 
+// Back-to-back calls of one shape (which follow one another block by block under PROBE_PDL=1):
+// in place, and to and fro between two buffers, i64 sums whose values grow by N per call.
+static void check_following(Rank& k) {
+    const int calls = 12;
+    size_t counts[] = {1000, 32768, 65536 + 3};
+    int bad = 0, runs = 0;
+    for (int algo = 0; algo < 2; algo++)
+        for (size_t count : counts)
+            for (int fro = 0; fro < 2; fro++) {
+                if (count * 8 > (algo == 0 ? LINES * 8 : LINES * 8 * N)) continue;
+                for (size_t i = 0; i < count; i++) put(k.host_in, 5, i, val(k.r, i));
+                CK(cudaMemcpyAsync(k.in, k.host_in, count * 8, cudaMemcpyHostToDevice, k.s));
+                void *a = k.in, *b = fro ? k.out : k.in;
+                for (int c = 0; c < calls; c++) {
+                    launch(k, algo, 5, SUM, a, b, count);
+                    std::swap(a, b);
+                }
+                CK(cudaMemcpyAsync(k.host_out, a, count * 8, cudaMemcpyDeviceToHost, k.s));
+                CK(cudaStreamSynchronize(k.s));
+                runs++;
+                for (size_t i = 0; i < count; i++) {
+                    int64_t e = 0;
+                    for (int p = 0; p < N; p++) e += (int64_t)val(p, i);
+                    for (int c = 1; c < calls; c++) e *= N;
+                    int64_t g = ((const int64_t*)k.host_out)[i];
+                    if (g != e) {
+                        if (bad < 10)
+                            fprintf(stderr, "rank %d following %s count %zu %s: [%zu] got %lld want %lld\n", k.r,
+                                    algo ? "two" : "one", count, fro ? "to and fro" : "in place", i, (long long)g,
+                                    (long long)e);
+                        bad++;
+                        break;
+                    }
+                }
+            }
+    if (k.status[0] != 0) { fprintf(stderr, "rank %d status %u\n", k.r, k.status[0]); bad++; }
+    printf("rank %d following: %d runs, %d bad\n", k.r, runs, bad);
+    if (bad) g_fail = 1;
+}
+
 // Per-op time of `fn` on every rank at once; returns the slowest rank's time (rank 0 reports).
 template <typename F> static double timed(Rank& k, F fn, int iters) {
     for (int i = 0; i < 50; i++) fn();
@@ -327,6 +382,7 @@ static void* rank_main(void* arg) {
     k.host_in = (char*)malloc(cap);
     k.host_out = (char*)malloc(cap);
     if (!g_quick) check_values(k);
+    if (!g_quick) check_following(k);
     pthread_barrier_wait(&g_bar);
 
     // Graph replays keep flags fresh: 3 launches of 20 captured ops advance the epoch by 60.
@@ -461,6 +517,7 @@ int main(int argc, char** argv) {
     g_quick = getenv("PROBE_QUICK") && atoi(getenv("PROBE_QUICK")) == 1;
     g_event = getenv("PROBE_EVENT") && atoi(getenv("PROBE_EVENT")) == 1;
     g_pdl = getenv("PROBE_PDL") && atoi(getenv("PROBE_PDL")) == 1;
+    g_follow = !(getenv("PROBE_FOLLOW") && atoi(getenv("PROBE_FOLLOW")) == 0);
     g_phases = getenv("PROBE_PHASES") && atoi(getenv("PROBE_PHASES")) == 1;
     if (argc > 3) ITERS = atoi(argv[3]);
     int devs[MAX_RANKS];

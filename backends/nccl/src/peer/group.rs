@@ -5,7 +5,8 @@ use super::host_flags::HostFlags;
 use super::kernels::{Kernels, PeerArgs};
 use super::vmm::{Mapping, Physical};
 use cudarc::driver::{sys, CudaContext, CudaStream};
-use oxccl_core::peer_kernels::{choose, kernel_call, KernelAlgo, PeerPolicy, PeerTable};
+use oxccl_core::peer_kernels::follow::{self, may_follow, Footprint};
+use oxccl_core::peer_kernels::{choose, geometry, kernel_call, KernelAlgo, PeerPolicy, PeerTable};
 use oxccl_core::{CommOp, Error, Result};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -37,6 +38,34 @@ pub(crate) struct PeerGroup {
     pub(crate) streams: spin::Mutex<Vec<Arc<CudaStream>>>,
     /// Kernels launched (or captured), by [`KernelAlgo::index`].
     pub(crate) calls: [AtomicU64; KernelAlgo::EVERY.len()],
+    /// This rank's launches in order, for a kernel to follow the one before block by block.
+    pub(crate) order: spin::Mutex<LaunchOrder>,
+}
+
+/// The numbers of a rank's launches and what the last one touched: a launch may follow the
+/// last one block by block where both ran on the same stream, both have at least
+/// [`follow::MIN_BLOCKS`] blocks and [`may_follow`] says so (the kernel then checks on the
+/// device that nothing ran between).
+#[derive(Debug, Default)]
+pub(crate) struct LaunchOrder {
+    /// The last number given (0 before the first).
+    seq: u32,
+    /// The last launch: its stream (the handle's address, compared only), what it touched,
+    /// its number.
+    last: Option<(usize, Footprint, u32)>,
+}
+
+impl LaunchOrder {
+    /// The next launch's number (never 0) and the number of the launch it may follow (0 for
+    /// none), for a launch of `footprint` on `stream`.
+    fn number(&mut self, stream: usize, footprint: &Footprint) -> (u32, u32) {
+        self.seq = self.seq.wrapping_add(1).max(1);
+        let follow = match &self.last {
+            Some((s, before, n)) if *s == stream && may_follow(before, footprint) => *n,
+            _ => 0,
+        };
+        (self.seq, follow)
+    }
 }
 
 impl PeerGroup {
@@ -71,12 +100,24 @@ impl PeerGroup {
         let mut args = self.args;
         args.op = call.red as u32;
         args.scale = call.scale;
+        let cu = stream.cu_stream();
+        // Numbered in launch order: the lock is held over the launch.
+        let mut order = self.order.lock();
+        let footprint = Footprint::of(algo, &call, n);
+        let (blocks, _) = geometry(algo.lines_per_rank(call.lines(), n));
+        let numbered = self.kernels.early() && blocks >= follow::MIN_BLOCKS;
+        if numbered {
+            (args.seq, args.follow) = order.number(cu as usize, &footprint);
+        }
         // SAFETY: the buffers hold `call.count` elements on this device (checked by
         // `check::op` before), valid until the kernel ends (the caller's contract); `args`
         // names this group's live mappings, which outlive every kernel (`Drop` waits for the
         // streams); every rank of the group picks the same kernel for the same call
-        // (`choose` is pure over what the set-up made equal).
-        Some(unsafe { self.kernels.launch(algo, &call, &args, stream.cu_stream()) })
+        // (`choose` is pure over what the set-up made equal); a launch follows only one of
+        // the same footprint rules (`may_follow`), and the kernel checks the rest.
+        let launched = unsafe { self.kernels.launch(algo, &call, &args, cu) };
+        order.last = (numbered && launched.is_ok()).then_some((cu as usize, footprint, args.seq));
+        Some(launched)
     }
 
     /// Keeps `s` for the release to wait on (a stream this group's kernels run on).

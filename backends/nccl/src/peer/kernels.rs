@@ -33,6 +33,11 @@ pub(crate) struct PeerArgs {
     pub(crate) rank: u32,
     pub(crate) nranks: u32,
     pub(crate) op: u32,
+    /// This launch's number among the group's (nonzero; see `peer_reduce.cu`'s "one call
+    /// after another").
+    pub(crate) seq: u32,
+    /// The number of the group's launch this one may follow block by block, or 0.
+    pub(crate) follow: u32,
     pub(crate) pad: u32,
 }
 
@@ -79,6 +84,12 @@ impl Kernels {
             _module: module,
             early,
         })
+    }
+
+    /// Whether the kernels are launched early (programmatic dependents of the kernel ahead),
+    /// which lets a call follow the one before block by block.
+    pub(crate) fn early(&self) -> bool {
+        self.early
     }
 
     /// Launches `algo` for `call` on `stream`.
@@ -160,8 +171,9 @@ mod tests {
 
     /// Every kernel the loader asks for is in both shipped PTX texts, taking what `launch`
     /// passes: two pointers, the count and the arguments as laid out here; the sm_90 kernels
-    /// wait for the kernel ahead before they touch memory, the others never wait (checked
-    /// without a GPU).
+    /// decide whether to follow the call before (a call to the one function that does) and
+    /// wait before they touch any other memory, the others never wait (checked without a
+    /// GPU).
     #[test]
     fn the_ptx_has_every_kernel_with_the_launch_parameters() {
         let args = std::mem::size_of::<PeerArgs>();
@@ -185,7 +197,8 @@ mod tests {
                         "{name}: PeerArgs of {args} bytes\n{params}"
                     );
                     // The body, up to the next entry: on sm_90 the wait comes before its
-                    // first access to global memory (loading parameters may come first).
+                    // first access to memory (parameters and shared memory aside) and after
+                    // the call that decides whether the block follows, the body's only call.
                     let body = &ptx[at..];
                     let end = body[head.len()..]
                         .find(".entry")
@@ -203,6 +216,7 @@ mod tests {
                                 .iter()
                                 .any(|p| l.starts_with(p))
                                 && !l.starts_with("ld.param")
+                                && !l.starts_with("st.param")
                                 && !l.contains(".shared")
                         })
                         .map(|(at, _)| at)
@@ -210,8 +224,16 @@ mod tests {
                     if early {
                         let wait = body.find("griddepcontrol.wait").expect("the wait");
                         assert!(wait < memory, "{name}: memory touched before the wait");
+                        let call = body.find("call.uni").expect("the call that decides");
+                        assert!(call < wait, "{name}: the decision comes after the wait");
+                        assert!(
+                            body[call..].starts_with("call.uni (retval0), \n\t_Z12follow_block"),
+                            "{name}: a call to another function"
+                        );
+                        assert_eq!(body.matches("call.uni").count(), 1, "{name}: calls");
                     }
                     assert_eq!(body.contains("griddepcontrol"), early, "{name}");
+                    assert_eq!(body.contains("call.uni"), early, "{name}");
                 }
             }
         }

@@ -252,6 +252,8 @@ pub(crate) fn setup(
         rank: comm.rank,
         nranks: comm.size,
         op: 0,
+        seq: 0,
+        follow: 0,
         pad: 0,
     };
     log::debug!(
@@ -270,5 +272,6 @@ pub(crate) fn setup(
         flags: local.flags,
         streams: spin::Mutex::new(Vec::new()),
         calls: Default::default(),
+        order: Default::default(),
     }))
 }
