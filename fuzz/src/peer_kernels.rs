@@ -111,7 +111,11 @@ fn follow(algo: u8, ty: u8, nranks: u8, counts: (u16, u16), addrs: [u8; 4]) {
     let apart = fa.send.addr == fa.recv.addr
         || fa.send.addr as u64 + fa.send.bytes <= fa.recv.addr as u64
         || fa.recv.addr as u64 + fa.recv.bytes <= fa.send.addr as u64;
-    assert_eq!(may_follow(&fa, &fa), apart, "a call following itself: {fa:?}");
+    assert_eq!(
+        may_follow(&fa, &fa),
+        apart,
+        "a call following itself: {fa:?}"
+    );
     if !may_follow(&fa, &fb) {
         return;
     }
