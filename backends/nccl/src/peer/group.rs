@@ -164,3 +164,55 @@ impl Drop for PeerGroup {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use oxccl_core::peer_kernels::follow::Extent;
+    use oxccl_core::peer_kernels::KernelType;
+
+    fn footprint(count: u64, send: usize, recv: usize) -> Footprint {
+        let extent = |addr| Extent {
+            addr,
+            bytes: count * 4,
+        };
+        Footprint {
+            algo: KernelAlgo::TwoShot,
+            ty: KernelType::F32,
+            count,
+            send: extent(send),
+            recv: extent(recv),
+        }
+    }
+
+    /// A launch follows the last one only on the same stream and where the footprint rule
+    /// allows; numbers are never 0, also past the wrap.
+    #[test]
+    fn a_launch_follows_the_last_one_on_its_stream_only() {
+        let mut order = LaunchOrder::default();
+        let a = footprint(65536, 0x10_0000, 0x20_0000);
+        let (first, follow) = order.number(7, &a);
+        assert_eq!((first, follow), (1, 0), "nothing to follow yet");
+        order.last = Some((7, a, first));
+        assert_eq!(
+            order.number(7, &a),
+            (2, 1),
+            "the same call on the same stream"
+        );
+        order.last = Some((7, a, 2));
+        assert_eq!(order.number(8, &a), (3, 0), "another stream");
+        let shifted = footprint(65536, 0x20_0000 + 64, 0x30_0000);
+        assert_eq!(
+            order.number(7, &shifted),
+            (4, 0),
+            "reads the output before, shifted"
+        );
+        order.seq = u32::MAX;
+        order.last = Some((7, a, u32::MAX));
+        assert_eq!(
+            order.number(7, &a),
+            (1, u32::MAX),
+            "the number after the last skips 0"
+        );
+    }
+}
