@@ -7,8 +7,8 @@
 // with no fence between data and flag. Writers push into the reader's memory (posted NVLink
 // writes); readers poll their own memory.
 //
-// Each rank's peer memory: a control block (epochs, arrivals, failure), then regions A, B and
-// C, each [parity][source rank][lines]. A call's flag is its epoch + 1 and it uses the slots of
+// Each rank's peer memory: a control block (epochs, failure, launch records), then regions A,
+// B and C, each [parity][source rank][lines]. A call's flag is its epoch + 1 and it uses the slots of
 // parity epoch & 1: a rank reaches the next call of the same parity only after every peer has
 // written it lines of the call between, which each peer does after finishing the call before,
 // so a slot is never overwritten while its reader may still need it.
