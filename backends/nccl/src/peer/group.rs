@@ -101,22 +101,24 @@ impl PeerGroup {
         args.op = call.red as u32;
         args.scale = call.scale;
         let cu = stream.cu_stream();
+        let shape = geometry(algo.lines_per_rank(call.lines(), n));
         // Numbered in launch order: the lock is held over the launch.
         let mut order = self.order.lock();
-        let footprint = Footprint::of(algo, &call, n);
-        let (blocks, _) = geometry(algo.lines_per_rank(call.lines(), n));
-        let numbered = self.kernels.early() && blocks >= follow::MIN_BLOCKS;
-        if numbered {
-            (args.seq, args.follow) = order.number(cu as usize, &footprint);
+        let numbered = (self.kernels.early() && shape.0 >= follow::MIN_BLOCKS)
+            .then(|| Footprint::of(algo, &call, n));
+        if let Some(footprint) = &numbered {
+            (args.seq, args.follow) = order.number(cu as usize, footprint);
         }
         // SAFETY: the buffers hold `call.count` elements on this device (checked by
         // `check::op` before), valid until the kernel ends (the caller's contract); `args`
         // names this group's live mappings, which outlive every kernel (`Drop` waits for the
-        // streams); every rank of the group picks the same kernel for the same call
-        // (`choose` is pure over what the set-up made equal); a launch follows only one of
+        // streams); every rank of the group picks the same kernel and shape for the same call
+        // (`choose` and `geometry` are pure over what the set-up made equal); a launch follows only one of
         // the same footprint rules (`may_follow`), and the kernel checks the rest.
-        let launched = unsafe { self.kernels.launch(algo, &call, &args, cu) };
-        order.last = (numbered && launched.is_ok()).then_some((cu as usize, footprint, args.seq));
+        let launched = unsafe { self.kernels.launch(algo, &call, &args, shape, cu) };
+        order.last = numbered
+            .filter(|_| launched.is_ok())
+            .map(|footprint| (cu as usize, footprint, args.seq));
         Some(launched)
     }
 

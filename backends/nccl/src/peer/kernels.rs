@@ -4,7 +4,7 @@
 
 use crate::cuda::cuda_error;
 use cudarc::driver::{sys, CudaContext, CudaFunction, CudaModule};
-use oxccl_core::peer_kernels::{geometry, KernelAlgo, KernelCall, KernelType, MAX_RANKS};
+use oxccl_core::peer_kernels::{KernelAlgo, KernelCall, KernelType, MAX_RANKS};
 use oxccl_core::Result;
 use std::sync::Arc;
 
@@ -92,18 +92,21 @@ impl Kernels {
         self.early
     }
 
-    /// Launches `algo` for `call` on `stream`.
+    /// Launches `algo` for `call` on `stream` in `shape` (blocks, threads per block: `geometry`
+    /// of the lines each rank handles).
     ///
     /// # Safety
     ///
     /// `call.send` and `call.recv` hold `call.count` elements of its type on this device and
     /// stay valid until the kernel ends; `args` names live peer memory of a group whose every
-    /// rank launches the same call; `stream` is a live stream of this device.
+    /// rank launches the same call in the same `shape` (the kernels' chunks and blocks must
+    /// agree across ranks); `stream` is a live stream of this device.
     pub(crate) unsafe fn launch(
         &self,
         algo: KernelAlgo,
         call: &KernelCall,
         args: &PeerArgs,
+        (blocks, threads): (u32, u32),
         stream: sys::CUstream,
     ) -> Result<()> {
         let Some(f) = self
@@ -116,8 +119,6 @@ impl Kernels {
                 format_args!("a type the peer kernels were loaded for"),
             ));
         };
-        let lines = algo.lines_per_rank(call.lines(), args.nranks);
-        let (blocks, threads) = geometry(lines);
         let (mut send, mut recv, mut count, mut a) =
             (call.send as u64, call.recv as u64, call.count, *args);
         let mut params: [*mut std::ffi::c_void; 4] = [
