@@ -8,7 +8,7 @@
 //! and either writes, is handed to the same block in both, by the kernels' rule modelled here).
 
 use arbitrary::{Arbitrary, Unstructured};
-use oxccl_core::peer_kernels::follow::{may_follow, Extent, Footprint};
+use oxccl_core::peer_kernels::follow::{may_follow, Footprint};
 use oxccl_core::peer_kernels::record::{all_mapped, refusal, verdict, PeerRecord, RECORD_BYTES};
 use oxccl_core::peer_kernels::{
     choose, fits, geometry, kernel_call, KernelAlgo, KernelCall, KernelColl, KernelRed,
@@ -78,16 +78,6 @@ pub fn fuzz(data: &[u8]) {
     }
 }
 
-/// The block-key the kernels hand the byte at `addr` of buffer `e` of `call` to: its line
-/// within a part (two-shot: within an owner's chunk).
-fn block_key(algo: KernelAlgo, call: &KernelCall, nranks: u32, e: &Extent, addr: usize) -> u64 {
-    let line = ((addr - e.addr) as u64 % call.bytes()) / 8;
-    match algo {
-        KernelAlgo::TwoShot => line % call.lines().div_ceil(u64::from(nranks)),
-        _ => line,
-    }
-}
-
 fn follow(algo: u8, ty: u8, nranks: u8, counts: (u16, u16), addrs: [u8; 4]) {
     let algo = KernelAlgo::EVERY[algo as usize % KernelAlgo::EVERY.len()];
     let ty = KernelType::ALL[ty as usize % KernelType::ALL.len()];
@@ -124,8 +114,8 @@ fn follow(algo: u8, ty: u8, nranks: u8, counts: (u16, u16), addrs: [u8; 4]) {
             for (ea, wa) in [(fa.send, false), (fa.recv, true)] {
                 if (wa || wb) && (ea.addr..ea.addr + ea.bytes as usize).contains(&addr) {
                     assert_eq!(
-                        block_key(algo, &a, n, &ea, addr),
-                        block_key(algo, &b, n, &eb, addr),
+                        fa.block_key(n, &ea, addr),
+                        fb.block_key(n, &eb, addr),
                         "byte {addr:#x} of {fa:?} then {fb:?}"
                     );
                 }

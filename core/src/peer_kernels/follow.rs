@@ -9,7 +9,7 @@
 //! the same thread; so two calls of one kernel on as many elements agree on every byte of
 //! buffers that start at the same address, and on nothing else.
 
-use super::{KernelAlgo, KernelCall, KernelColl, KernelType};
+use super::{KernelAlgo, KernelCall, KernelColl, KernelType, LINE_DATA_BYTES};
 
 /// The fewest blocks of a launch the host numbers for following: a launch of fewer gains less
 /// from overlapping the call before than following costs it (a wait for its own end word,
@@ -73,6 +73,27 @@ impl Footprint {
                 addr: call.recv,
                 bytes: recv,
             },
+        }
+    }
+
+    /// Which of its threads the kernel hands the byte at `addr` of `buffer` (one of this
+    /// footprint's extents) to, as a key: the byte's line within its buffer part (two-shot:
+    /// within an owner's chunk of lines). The model [`may_follow`] is checked against: two
+    /// calls of one shape handle bytes of equal keys in the same block.
+    pub fn block_key(&self, nranks: u32, buffer: &Extent, addr: usize) -> u64 {
+        let part = self.count * self.ty.size();
+        let line = (addr.wrapping_sub(buffer.addr) as u64)
+            .checked_rem(part)
+            .unwrap_or(0)
+            / LINE_DATA_BYTES;
+        match self.algo {
+            KernelAlgo::TwoShot => {
+                let chunk = part
+                    .div_ceil(LINE_DATA_BYTES)
+                    .div_ceil(u64::from(nranks.max(1)));
+                line.checked_rem(chunk).unwrap_or(0)
+            }
+            _ => line,
         }
     }
 }

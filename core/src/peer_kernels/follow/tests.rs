@@ -57,23 +57,14 @@ fn another_kernel_count_type_or_a_shifted_overlap_waits_for_the_whole_call() {
     ));
 }
 
-/// The block-key of every byte a call touches, as the kernels hand out elements (the line
-/// within a part, two-shot's within an owner's chunk), and whether the call writes it.
+/// Every byte a call touches, with its block-key ([`Footprint::block_key`]) and whether the
+/// call writes it.
 fn touched(algo: KernelAlgo, c: &KernelCall, nranks: u32) -> Vec<(usize, u64, bool)> {
     let f = Footprint::of(algo, c, nranks);
-    let part = c.bytes();
-    let lines = c.lines();
-    let chunk = lines.div_ceil(u64::from(nranks));
     let mut out = Vec::new();
     for (e, writes) in [(f.send, false), (f.recv, true)] {
-        for o in 0..e.bytes {
-            let line = (o % part) / 8;
-            let key = if algo == KernelAlgo::TwoShot {
-                line % chunk
-            } else {
-                line
-            };
-            out.push((e.addr + o as usize, key, writes));
+        for o in 0..e.bytes as usize {
+            out.push((e.addr + o, f.block_key(nranks, &e, e.addr + o), writes));
         }
     }
     out
