@@ -13,6 +13,8 @@ mod common;
 #[allow(dead_code)]
 #[path = "gpu/devbuf.rs"]
 mod devbuf;
+#[path = "gpu/following.rs"]
+mod following;
 #[allow(dead_code)]
 #[path = "gpu/values.rs"]
 mod values;
@@ -251,98 +253,6 @@ fn graph_relaunches(c: &mut Comm, coll: KernelColl, count: usize) -> Tally {
     t
 }
 
-/// All-reduces of one shape back to back under `algo` (i32 sums, each call's input the one
-/// before's output): in place, with a copy that resets the buffer to the start values after
-/// every 9th call and a 3-element call after every 7th; and to and fro between two buffers.
-/// The calls of one shape follow one another block by block; the copy and the other call
-/// between make the next call wait for all of the one before. Values: the host's wrapping
-/// sums over every rank's start values.
-fn following(c: &mut Comm, algo: KernelAlgo) -> Tally {
-    let mut t = Tally::default();
-    let (n, r) = (c.size(), c.rank());
-    let calls = 40;
-    let start_of = |q: u32, count: usize| -> Vec<i32> {
-        (0..count)
-            .map(|i| q as i32 * 7 + (i % 11) as i32 + 1)
-            .collect()
-    };
-    let sum_of = |count: usize| -> Vec<i32> {
-        let starts: Vec<Vec<i32>> = (0..n).map(|q| start_of(q, count)).collect();
-        (0..count)
-            .map(|i| starts.iter().fold(0i32, |a, s| a.wrapping_add(s[i])))
-            .collect()
-    };
-    let times_n = |v: &mut Vec<i32>| v.iter_mut().for_each(|x| *x = x.wrapping_mul(n as i32));
-    let read = |c: &Comm, b: &cudarc::driver::CudaSlice<i32>| -> Vec<f64> {
-        c.stream()
-            .clone_dtoh(b)
-            .expect("download")
-            .into_iter()
-            .map(f64::from)
-            .collect()
-    };
-    for count in [1000usize, 60000, 65536 + 3] {
-        if algo == KernelAlgo::OneShot && count * 4 > (LINES_PER_SLOT * 8) as usize {
-            continue;
-        }
-        let start = c.stream().clone_htod(&start_of(r, count)).expect("upload");
-        let mut buf = c.stream().clone_htod(&start_of(r, count)).expect("upload");
-        let mut small = c.stream().clone_htod(&[1i32, 2, 3]).expect("upload");
-        // The host's value of every rank's buffer: one sum for all after a call.
-        let mut want: Option<Vec<i32>> = None;
-        for k in 0..calls {
-            c.all_reduce_in_place(&mut buf, ReduceOp::Sum)
-                .expect("all_reduce");
-            want = Some(match want.take() {
-                None => sum_of(count),
-                Some(mut v) => {
-                    times_n(&mut v);
-                    v
-                }
-            });
-            if k % 9 == 4 {
-                c.stream().memcpy_dtod(&start, &mut buf).expect("copy");
-                want = None;
-            }
-            if k % 7 == 2 {
-                c.all_reduce_in_place(&mut small, ReduceOp::Sum)
-                    .expect("all_reduce");
-            }
-        }
-        let want: Vec<f64> = want
-            .unwrap_or_else(|| start_of(r, count))
-            .into_iter()
-            .map(f64::from)
-            .collect();
-        t.check(
-            &format!("{} following in place n={count}", algo.name()),
-            &read(c, &buf),
-            &want,
-            DataType::Int32,
-        );
-        let mut a = c.stream().clone_htod(&start_of(r, count)).expect("upload");
-        let mut b = c.stream().alloc_zeros::<i32>(count).expect("alloc");
-        for k in 0..calls {
-            if k % 2 == 0 {
-                c.all_reduce(&a, &mut b, ReduceOp::Sum).expect("all_reduce");
-            } else {
-                c.all_reduce(&b, &mut a, ReduceOp::Sum).expect("all_reduce");
-            }
-        }
-        let mut v = sum_of(count);
-        (1..calls).for_each(|_| times_n(&mut v));
-        let want: Vec<f64> = v.into_iter().map(f64::from).collect();
-        let last = if calls % 2 == 0 { &a } else { &b };
-        t.check(
-            &format!("{} following to and fro n={count}", algo.name()),
-            &read(c, last),
-            &want,
-            DataType::Int32,
-        );
-    }
-    t
-}
-
 #[test]
 fn gpu_peer_kernels_match_the_host_reference() {
     let Some(n) = gpus() else { return };
@@ -369,7 +279,7 @@ fn gpu_peer_kernels_match_the_host_reference() {
                             algo.name()
                         );
                         if algo.coll() == KernelColl::AllReduce {
-                            let f = following(&mut c, algo);
+                            let f = following::back_to_back(&mut c, algo);
                             t.passed += f.passed;
                             t.failed.extend(f.failed);
                         }

@@ -5,7 +5,8 @@
 //! verdict on them (`refusal`: usable exactly when every rank is eligible and agrees), a
 //! kernel status's error (never a panic; a timeout names every missing rank), and when a call
 //! may follow the one before block by block (`may_follow`: only where every byte both touch,
-//! and either writes, is handed to the same block in both, by the kernels' rule modelled here).
+//! and either writes, is handed to the same block in both, by the core's model of the kernels,
+//! `Footprint::block_key`).
 
 use arbitrary::{Arbitrary, Unstructured};
 use oxccl_core::peer_kernels::follow::{may_follow, Footprint};
