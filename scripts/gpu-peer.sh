@@ -5,7 +5,7 @@
 #
 #   here:   bash scripts/gpu-peer.sh stage        # release tool and tests into .gpu/peer/
 #   there:  bash scripts/gpu-peer.sh run OUTDIR [PART...]
-#           PART: probe, tests, suite, ncclbuild, perf, graphs, procs, torch, variants,
+#           PART: probe, tests, suite, ncclbuild, perf, graphs, procs, torch, variants, between,
 #                 gathers (the all-gather and reduce-scatter kernels beside NCCL, after ncclbuild),
 #                 elastic (issue 29: revoke, shrink, the elastic group, examples/elastic_step),
 #                 elastic232 (the same and the 2.29+ features on NCCL 2.32.3 in NCCL_232)
@@ -77,6 +77,22 @@ part_variants() {
         echo "== blocks of 256, an event recorded after each eager call, N=$n"
         PROBE_PDL=1 PROBE_EVENT=1 PROBE_QUICK=1 LD_LIBRARY_PATH=$nccl_lib timeout 90 \
             "$out/probe-bin/probe" "$out/probe-bin/peer_reduce_sm90.ptx" "$n" 1000 | grep -v '^  ok' || rc=1
+    done
+    return $rc
+}
+# A user's kernel between every two calls (PROBE_BETWEEN=1), so no call can follow the one
+# before: the calls numbered as the library numbers them against none numbered, alternated twice.
+part_between() {
+    bash backends/nccl/kernels/gen.sh "$out/probe-bin" || return 1
+    local rc=0
+    for n in $sizes; do
+        for round in 1 2; do
+            for number in 1 0; do
+                echo "== N=$n round $round, PROBE_NUMBER=$number"
+                PROBE_PDL=1 PROBE_BETWEEN=1 PROBE_NUMBER=$number PROBE_QUICK=1 LD_LIBRARY_PATH=$nccl_lib \
+                    timeout 90 "$out/probe-bin/probe" "$out/probe-bin/peer_reduce_sm90.ptx" "$n" 1000 || rc=1
+            done
+        done
     done
     return $rc
 }

@@ -91,6 +91,11 @@ static bool g_pdl = false;
 // PROBE_FOLLOW=0: with PROBE_PDL=1, no call follows the one before block by block (the library
 // lets a call follow the same call on the same buffers, and more).
 static bool g_follow = true;
+// PROBE_NUMBER=0: with PROBE_PDL=1, no launch is numbered (none records itself or follows).
+static bool g_number = true;
+// PROBE_BETWEEN=1: the timed kernel calls (eager and in graphs) each have an empty kernel after
+// them on the stream, as a user's kernel between two all-reduces: no call can follow.
+static bool g_between = false;
 static const char* PTX_TEXT;
 static uint64_t g_peer[MAX_RANKS];
 static ncclComm_t g_nccl[MAX_RANKS];
@@ -195,7 +200,7 @@ static void launch(Rank& k, int algo, int t, int op, const void* in, void* out, 
     unsigned blocks = (unsigned)std::min<uint64_t>((work + g_threads - 1) / g_threads, g_max_blocks);
     if (blocks == 0) blocks = 1;
     if (work < g_threads) threads = (unsigned)std::max<uint64_t>(32, (work + 31) / 32 * 32);
-    if (g_pdl && blocks >= 8) {  // the library's follow::MIN_BLOCKS
+    if (g_pdl && g_number && blocks >= 8) {  // the library's follow::MIN_BLOCKS
         a.seq = ++k.seq ? k.seq : ++k.seq;
         bool same = k.last.seq && k.last.algo == algo && k.last.t == t && k.last.count == count &&
                     k.last.in == in && k.last.out == out;
@@ -225,6 +230,11 @@ static void launch(Rank& k, int algo, int t, int op, const void* in, void* out, 
 // The end event of an eager call (PROBE_EVENT=1), from a ring of 64.
 static void ended(Rank& k) {
     if (g_event) CK(cudaEventRecord(k.ev[k.evi++ % 64], k.s));
+}
+
+// The kernel a user runs between two calls (PROBE_BETWEEN=1).
+static void between(Rank& k) {
+    if (g_between) CD(cuLaunchKernel(k.empty, 1, 1, 1, 32, 1, 1, 0, k.s, nullptr, nullptr));
 }
 
 static void nccl_call(Rank& k, int t, const void* in, void* out, size_t count) {
@@ -445,24 +455,24 @@ static void* rank_main(void* arg) {
         bool one_ok = bytes <= LINES * 8, two_ok = bytes <= LINES * 8 * N;
         for (int round = 0; round < 3; round++) {
             double t;
-            t = gather_max(k, timed(k, [&] { nccl_call(k, 0, k.in, k.out, count); ended(k); }, ITERS));
+            t = gather_max(k, timed(k, [&] { nccl_call(k, 0, k.in, k.out, count); ended(k); between(k); }, ITERS));
             best[0] = std::min(best[0], t);
             if (one_ok) {
-                t = gather_max(k, timed(k, [&] { launch(k, 0, 0, SUM, k.in, k.out, count); ended(k); }, ITERS));
+                t = gather_max(k, timed(k, [&] { launch(k, 0, 0, SUM, k.in, k.out, count); ended(k); between(k); }, ITERS));
                 best[1] = std::min(best[1], t);
             }
             if (two_ok) {
-                t = gather_max(k, timed(k, [&] { launch(k, 1, 0, SUM, k.in, k.out, count); ended(k); }, ITERS));
+                t = gather_max(k, timed(k, [&] { launch(k, 1, 0, SUM, k.in, k.out, count); ended(k); between(k); }, ITERS));
                 best[2] = std::min(best[2], t);
             }
-            t = gather_max(k, graphed(k, [&] { nccl_call(k, 0, k.in, k.out, count); }, 20, 50));
+            t = gather_max(k, graphed(k, [&] { nccl_call(k, 0, k.in, k.out, count); between(k); }, 20, 50));
             best[3] = std::min(best[3], t);
             if (one_ok) {
-                t = gather_max(k, graphed(k, [&] { launch(k, 0, 0, SUM, k.in, k.out, count); }, 20, 50));
+                t = gather_max(k, graphed(k, [&] { launch(k, 0, 0, SUM, k.in, k.out, count); between(k); }, 20, 50));
                 best[4] = std::min(best[4], t);
             }
             if (two_ok) {
-                t = gather_max(k, graphed(k, [&] { launch(k, 1, 0, SUM, k.in, k.out, count); }, 20, 50));
+                t = gather_max(k, graphed(k, [&] { launch(k, 1, 0, SUM, k.in, k.out, count); between(k); }, 20, 50));
                 best[5] = std::min(best[5], t);
             }
         }
@@ -518,6 +528,8 @@ int main(int argc, char** argv) {
     g_event = getenv("PROBE_EVENT") && atoi(getenv("PROBE_EVENT")) == 1;
     g_pdl = getenv("PROBE_PDL") && atoi(getenv("PROBE_PDL")) == 1;
     g_follow = !(getenv("PROBE_FOLLOW") && atoi(getenv("PROBE_FOLLOW")) == 0);
+    g_number = !(getenv("PROBE_NUMBER") && atoi(getenv("PROBE_NUMBER")) == 0);
+    g_between = getenv("PROBE_BETWEEN") && atoi(getenv("PROBE_BETWEEN")) == 1;
     g_phases = getenv("PROBE_PHASES") && atoi(getenv("PROBE_PHASES")) == 1;
     if (argc > 3) ITERS = atoi(argv[3]);
     int devs[MAX_RANKS];
