@@ -112,6 +112,13 @@ impl CommInner {
         self.raw_use.read()
     }
 
+    /// [`CommInner::use_raw`] for a look that has nothing to do once the communicator is
+    /// released: `None` at once when it is released or being released (a destroy can hold
+    /// `raw_use` for as long as NCCL takes to free the communicator's memory).
+    pub(crate) fn use_unreleased(&self) -> Option<spin::RwLockReadGuard<'_, ()>> {
+        read_unless_released(&self.raw_use, &self.released)
+    }
+
     /// The call lock (see `calls`); a poisoned lock only means another call panicked, and
     /// guards no data.
     pub(crate) fn serial(&self) -> std::sync::MutexGuard<'_, ()> {
@@ -146,7 +153,12 @@ impl CommInner {
         self.life.lock().ensure_ready(attempted)
     }
 
+    /// The lifecycle's state; a ready communicator answers from the hot-path mirror, so a
+    /// look (the watchdog's, per work) takes no lock the issuing thread's line shares.
     pub(crate) fn state(&self) -> CommState {
+        if self.ready.load(Ordering::Acquire) {
+            return CommState::Ready;
+        }
         self.life.lock().state()
     }
 
@@ -161,20 +173,28 @@ impl CommInner {
             return Err(e);
         }
         let polled = {
-            let _live = self.use_raw();
-            {
+            let Some(_live) = self.use_unreleased() else {
+                return self
+                    .life
+                    .lock()
+                    .ensure_ready("poll")
+                    .map(|_| Progress::Done);
+            };
+            if !self.ready.load(Ordering::Acquire) {
                 let life = self.life.lock();
                 if life.state() == CommState::Revoked {
                     // Quiescent after a revoke: NCCL's poll says success from here.
                     return Ok(Progress::Done);
                 }
-                if life.state().is_dead() || self.is_released() {
+                if life.state().is_dead() {
                     return life.ensure_ready("poll").map(|_| Progress::Done);
                 }
             }
             poll_raw(&self.lib, self.raw)
         };
         match polled {
+            // Ready stays ready: only an init in progress ends here.
+            Ok(Progress::Done) if self.ready.load(Ordering::Acquire) => Ok(Progress::Done),
             Ok(Progress::Done) => {
                 self.transition(|l| {
                     if l.state() == CommState::Initializing {
@@ -191,6 +211,23 @@ impl CommInner {
                 Err(e)
             }
         }
+    }
+}
+
+/// A read guard of `lock` while `released` is unset; `None` once it is set, without waiting for
+/// a writer that holds `lock` (the release sets `released` first thing under it).
+fn read_unless_released<'a>(
+    lock: &'a spin::RwLock<()>,
+    released: &AtomicBool,
+) -> Option<spin::RwLockReadGuard<'a, ()>> {
+    loop {
+        if let Some(g) = lock.try_read() {
+            return (!released.load(Ordering::Acquire)).then_some(g);
+        }
+        if released.load(Ordering::Acquire) {
+            return None;
+        }
+        std::hint::spin_loop();
     }
 }
 
@@ -226,4 +263,45 @@ pub(crate) fn poll_raw(lib: &Library, raw: RawComm) -> Result<Progress> {
     let code = unsafe { f(raw, &mut async_code) };
     lib.check(code, raw)?;
     lib.progress(async_code, raw)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::read_unless_released;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    #[test]
+    fn a_look_is_let_in_only_while_unreleased() {
+        let lock = spin::RwLock::new(());
+        let released = AtomicBool::new(false);
+        assert!(read_unless_released(&lock, &released).is_some());
+        released.store(true, Ordering::Release);
+        assert!(read_unless_released(&lock, &released).is_none());
+    }
+
+    #[test]
+    fn a_look_does_not_wait_out_a_release_in_progress() {
+        let lock = spin::RwLock::new(());
+        let released = AtomicBool::new(false);
+        let (tx, rx) = mpsc::channel();
+        std::thread::scope(|s| {
+            // The release: holds the lock, marks the communicator released, and lets go only
+            // once the look has answered (a look that waited for it would never answer).
+            let held = lock.write();
+            released.store(true, Ordering::Release);
+            s.spawn(|| {
+                let answer = read_unless_released(&lock, &released).is_some();
+                tx.send(answer).unwrap();
+            });
+            let answer = rx.recv_timeout(Duration::from_secs(30));
+            drop(held);
+            assert_eq!(
+                answer,
+                Ok(false),
+                "the look did not answer at once while the release held the lock"
+            );
+        });
+    }
 }
