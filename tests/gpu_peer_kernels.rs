@@ -282,6 +282,9 @@ fn gpu_peer_kernels_match_the_host_reference() {
                             let f = following::back_to_back(&mut c, algo);
                             t.passed += f.passed;
                             t.failed.extend(f.failed);
+                            let g = following::grids_between(&mut c, algo);
+                            t.passed += g.passed;
+                            t.failed.extend(g.failed);
                         }
                         c.destroy().expect("destroy");
                         (t, ran)

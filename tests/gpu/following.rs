@@ -96,3 +96,53 @@ pub fn back_to_back(c: &mut Comm, algo: KernelAlgo) -> Tally {
     }
     t
 }
+
+/// All-reduces of one shape under `algo` with a broadcast of 4 bytes between every two (i32
+/// sums, in place): the broadcast runs on NCCL, a grid the host does not number, so no call
+/// can follow the one before; the kernels report it and the host numbers few of them (at most
+/// a quarter). Values: the host's wrapping sums.
+pub fn grids_between(c: &mut Comm, algo: KernelAlgo) -> Tally {
+    let mut t = Tally::default();
+    let (n, r) = (c.size(), c.rank());
+    let (calls, count) = (
+        600u64,
+        if algo == KernelAlgo::OneShot {
+            60000
+        } else {
+            65539
+        },
+    );
+    let start =
+        |q: u32| -> Vec<i32> { (0..count).map(|i| q as i32 * 5 + (i % 13) as i32).collect() };
+    let mut buf = c.stream().clone_htod(&start(r)).expect("upload");
+    let mut tiny = c.stream().clone_htod(&[r as i32]).expect("upload");
+    let before = c.backend().peer_kernel_numbered();
+    for _ in 0..calls {
+        c.all_reduce_in_place(&mut buf, ReduceOp::Sum)
+            .expect("all_reduce");
+        c.broadcast_in_place(&mut tiny, 0).expect("broadcast");
+    }
+    let numbered = c.backend().peer_kernel_numbered() - before;
+    let mut want: Vec<i32> = (0..count)
+        .map(|i| (0..n).fold(0i32, |a, q| a.wrapping_add(start(q)[i])))
+        .collect();
+    (1..calls).for_each(|_| want.iter_mut().for_each(|x| *x = x.wrapping_mul(n as i32)));
+    let got: Vec<f64> = c
+        .stream()
+        .clone_dtoh(&buf)
+        .expect("download")
+        .into_iter()
+        .map(f64::from)
+        .collect();
+    let want: Vec<f64> = want.into_iter().map(f64::from).collect();
+    let name = format!("{} with a grid between calls", algo.name());
+    t.check(&name, &got, &want, DataType::Int32);
+    if numbered > calls / 4 {
+        t.failed.push(format!(
+            "{name}: {numbered} of {calls} launches numbered for following (at most a quarter)"
+        ));
+    } else {
+        t.passed += 1;
+    }
+    t
+}

@@ -82,7 +82,7 @@ struct PeerArgs {
     uint64_t lines_per_slot;    // lines in one [parity][source] slot
     uint64_t timeout_ns;        // how long one wait may last
     uint64_t abort_flag;        // host-mapped u32, nonzero once the group is aborted
-    uint64_t status;            // host-mapped u32[4]
+    uint64_t status;            // host-mapped u32[4]: cause, missing ranks, epoch, follow miss
     double scale;               // this rank's premul factor (premul, float avg)
     uint32_t rank;
     uint32_t nranks;
@@ -589,9 +589,11 @@ template <typename T> __device__ void reduce_scatter(const T* in, T* out, uint64
 #if __CUDA_ARCH__ >= 900
 // Thread 0 of a block: 1 when the block follows (the same block of launch `follow` has ended),
 // 0 when it must wait for the grid ahead, 2 when the group was aborted while it waited. Records
-// this launch as the last one that ran the block's index.
+// this launch as the last one that ran the block's index. Block 0 of a launch that was to
+// follow and cannot tells the host (`miss`, host-mapped): the host then numbers fewer launches
+// for a while, as numbering launches that cannot follow only costs them.
 __device__ __noinline__ uint32_t follow_block(uint32_t* ctrl, uint32_t seq, uint32_t follow,
-                                              const uint32_t* abort_flag) {
+                                              const uint32_t* abort_flag, uint32_t* miss) {
     uint32_t b = blockIdx.x;
     if (b >= FOLLOW_BLOCKS) return 0;
     uint4* record = (uint4*)(ctrl + CTRL_LAUNCHES) + b;
@@ -620,6 +622,8 @@ __device__ __noinline__ uint32_t follow_block(uint32_t* ctrl, uint32_t seq, uint
                              : "l"(ctrl + CTRL_ENDS + b)
                              : "memory");
             }
+        } else if (b == 0) {
+            asm volatile("st.relaxed.sys.global.u32 [%0], %1;" ::"l"(miss), "r"(seq) : "memory");
         }
     }
     if (seq != 0) st_line(record, me, seq);
@@ -633,7 +637,8 @@ __device__ __forceinline__ bool begin_call(const PeerArgs& a) {
     uint32_t* ctrl = (uint32_t*)base_of(a, a.rank);
 #if __CUDA_ARCH__ >= 900
     __shared__ uint32_t go;
-    if (threadIdx.x == 0) go = follow_block(ctrl, a.seq, a.follow, (const uint32_t*)a.abort_flag);
+    if (threadIdx.x == 0)
+        go = follow_block(ctrl, a.seq, a.follow, (const uint32_t*)a.abort_flag, (uint32_t*)a.status + 3);
     __syncthreads();
     uint32_t g = go;
     if (g == 0) asm volatile("griddepcontrol.wait;" ::: "memory");

@@ -93,6 +93,9 @@ static bool g_pdl = false;
 static bool g_follow = true;
 // PROBE_NUMBER=0: with PROBE_PDL=1, no launch is numbered (none records itself or follows).
 static bool g_number = true;
+// PROBE_BACKOFF=0: number launches even after the kernels reported misses (the library numbers
+// fewer for a while after each: oxccl_core::peer_kernels::follow::backoff, mirrored below).
+static bool g_backoff = true;
 // PROBE_BETWEEN=1: the timed kernel calls (eager and in graphs) each have an empty kernel after
 // them on the stream, as a user's kernel between two all-reduces: no call can follow.
 static bool g_between = false;
@@ -171,8 +174,31 @@ struct Rank {
     char *host_in, *host_out;
     // The last launch (as the library numbers them, for following).
     uint32_t seq;
+    // The library's backoff: the miss word as last seen, launches to skip, the pause, clean runs.
+    uint32_t seen, skip, pause = 16, clean;
     struct { int algo, t; size_t count; const void* in; void* out; uint32_t seq; } last;
 };
+
+// Whether the next launch that could follow is numbered (the library's FollowBackoff).
+static bool numbers(Rank& k) {
+    if (!g_backoff) return true;
+    uint32_t miss = ((volatile uint32_t*)k.status)[3];
+    if (miss != k.seen) {
+        k.seen = miss;
+        k.skip = k.pause;
+        k.pause = std::min<uint32_t>(k.pause * 2, 4096);
+        k.clean = 0;
+    }
+    if (k.skip > 0) {
+        k.skip--;
+        return false;
+    }
+    if (++k.clean >= k.pause) {
+        k.pause = std::max<uint32_t>(k.pause / 2, 16);
+        k.clean = 0;
+    }
+    return true;
+}
 
 static void launch(Rank& k, int algo, int t, int op, const void* in, void* out, size_t count) {
     const TypeInfo& ty = TYPES[t];
@@ -200,7 +226,7 @@ static void launch(Rank& k, int algo, int t, int op, const void* in, void* out, 
     unsigned blocks = (unsigned)std::min<uint64_t>((work + g_threads - 1) / g_threads, g_max_blocks);
     if (blocks == 0) blocks = 1;
     if (work < g_threads) threads = (unsigned)std::max<uint64_t>(32, (work + 31) / 32 * 32);
-    if (g_pdl && g_number && blocks >= 8) {  // the library's follow::MIN_BLOCKS
+    if (g_pdl && g_number && blocks >= 8 && numbers(k)) {  // the library's follow::MIN_BLOCKS
         a.seq = ++k.seq ? k.seq : ++k.seq;
         bool same = k.last.seq && k.last.algo == algo && k.last.t == t && k.last.count == count &&
                     k.last.in == in && k.last.out == out;
@@ -529,6 +555,7 @@ int main(int argc, char** argv) {
     g_pdl = getenv("PROBE_PDL") && atoi(getenv("PROBE_PDL")) == 1;
     g_follow = !(getenv("PROBE_FOLLOW") && atoi(getenv("PROBE_FOLLOW")) == 0);
     g_number = !(getenv("PROBE_NUMBER") && atoi(getenv("PROBE_NUMBER")) == 0);
+    g_backoff = !(getenv("PROBE_BACKOFF") && atoi(getenv("PROBE_BACKOFF")) == 0);
     g_between = getenv("PROBE_BETWEEN") && atoi(getenv("PROBE_BETWEEN")) == 1;
     g_phases = getenv("PROBE_PHASES") && atoi(getenv("PROBE_PHASES")) == 1;
     if (argc > 3) ITERS = atoi(argv[3]);

@@ -289,6 +289,18 @@ impl NcclComm {
         )
     }
 
+    /// How many of the kernels' launches on this communicator were numbered for following
+    /// (each block then waits only for the same block of the call before, where nothing ran
+    /// between): fewer than could be while the kernels report that other grids run between
+    /// calls (see `oxccl_core::peer_kernels::follow::backoff`).
+    pub fn peer_kernel_numbered(&self) -> u64 {
+        self.inner
+            .peer
+            .read()
+            .as_ref()
+            .map_or(0, |g| g.numbered.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
     /// How many calls `algo` ran (or captured) on this communicator.
     pub fn peer_kernel_calls_of(&self, algo: KernelAlgo) -> u64 {
         self.inner.peer.read().as_ref().map_or(0, |g| g.calls(algo))

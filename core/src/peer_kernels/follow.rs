@@ -11,6 +11,9 @@
 
 use super::{KernelAlgo, KernelCall, KernelColl, KernelType, LINE_DATA_BYTES};
 
+pub mod backoff;
+pub use backoff::FollowBackoff;
+
 /// The fewest blocks of a launch the host numbers for following: a launch of fewer gains less
 /// from overlapping the call before than following costs it (a wait for its own end word,
 /// and a release at its end), and runs as if following did not exist.

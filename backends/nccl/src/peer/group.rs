@@ -5,7 +5,7 @@ use super::host_flags::HostFlags;
 use super::kernels::{Kernels, PeerArgs};
 use super::vmm::{Mapping, Physical};
 use cudarc::driver::{sys, CudaContext, CudaStream};
-use oxccl_core::peer_kernels::follow::{self, may_follow, Footprint};
+use oxccl_core::peer_kernels::follow::{self, may_follow, FollowBackoff, Footprint};
 use oxccl_core::peer_kernels::{choose, geometry, kernel_call, KernelAlgo, PeerPolicy, PeerTable};
 use oxccl_core::{CommOp, Error, Result};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -40,16 +40,21 @@ pub(crate) struct PeerGroup {
     pub(crate) calls: [AtomicU64; KernelAlgo::EVERY.len()],
     /// This rank's launches in order, for a kernel to follow the one before block by block.
     pub(crate) order: spin::Mutex<LaunchOrder>,
+    /// Launches numbered for following so far.
+    pub(crate) numbered: AtomicU64,
 }
 
 /// The numbers of a rank's launches and what the last one touched: a launch may follow the
 /// last one block by block where both ran on the same stream, both have at least
 /// [`follow::MIN_BLOCKS`] blocks and [`may_follow`] says so (the kernel then checks on the
-/// device that nothing ran between).
+/// device that nothing ran between). Launches are numbered only while the device's misses
+/// allow ([`FollowBackoff`]).
 #[derive(Debug, Default)]
 pub(crate) struct LaunchOrder {
     /// The last number given (0 before the first).
     seq: u32,
+    /// Whether launches are numbered at all, by the misses the kernels report.
+    backoff: FollowBackoff,
     /// The last launch: its stream (the handle's address, compared only), what it touched,
     /// its number.
     last: Option<(usize, Footprint, u32)>,
@@ -104,8 +109,10 @@ impl PeerGroup {
         let shape = geometry(algo.lines_per_rank(call.lines(), n));
         // Numbered in launch order: the lock is held over the launch.
         let mut order = self.order.lock();
-        let numbered = (self.kernels.early() && shape.0 >= follow::MIN_BLOCKS)
-            .then(|| Footprint::of(algo, &call, n));
+        let numbered = (self.kernels.early()
+            && shape.0 >= follow::MIN_BLOCKS
+            && order.backoff.number(self.flags.follow_miss()))
+        .then(|| Footprint::of(algo, &call, n));
         if let Some(footprint) = &numbered {
             (args.seq, args.follow) = order.number(cu as usize, footprint);
         }
@@ -119,6 +126,9 @@ impl PeerGroup {
         order.last = numbered
             .filter(|_| launched.is_ok())
             .map(|footprint| (cu as usize, footprint, args.seq));
+        if order.last.is_some() {
+            self.numbered.fetch_add(1, Ordering::Relaxed);
+        }
         Some(launched)
     }
 

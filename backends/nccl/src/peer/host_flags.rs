@@ -96,6 +96,13 @@ impl HostFlags {
         self.word(0).store(1, Ordering::SeqCst);
     }
 
+    /// The number of the last numbered launch whose block 0 found it could not follow the
+    /// launch before (0 before any), the status block's fourth word (see
+    /// `oxccl_core::peer_kernels::follow::backoff`).
+    pub(crate) fn follow_miss(&self) -> u32 {
+        self.word(STATUS_WORD + 3).load(Ordering::Relaxed)
+    }
+
     /// What the kernels recorded (cause 0 while nothing failed).
     pub(crate) fn status(&self) -> KernelStatus {
         KernelStatus {
