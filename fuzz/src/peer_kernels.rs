@@ -6,10 +6,13 @@
 //! kernel status's error (never a panic; a timeout names every missing rank), and when a call
 //! may follow the one before block by block (`may_follow`: only where every byte both touch,
 //! and either writes, is handed to the same block in both, by the core's model of the kernels,
-//! `Footprint::block_key`).
+//! `Footprint::block_key`), and how often the host numbers launches for it as the kernels report
+//! misses (`FollowBackoff`: never paused before a miss, at once after one, for no less than
+//! the first pause and no more than the longest).
 
 use arbitrary::{Arbitrary, Unstructured};
-use oxccl_core::peer_kernels::follow::{may_follow, Footprint};
+use oxccl_core::peer_kernels::follow::backoff::{FIRST_PAUSE, LONGEST_PAUSE};
+use oxccl_core::peer_kernels::follow::{may_follow, FollowBackoff, Footprint};
 use oxccl_core::peer_kernels::record::{all_mapped, refusal, verdict, PeerRecord, RECORD_BYTES};
 use oxccl_core::peer_kernels::{
     choose, fits, geometry, kernel_call, KernelAlgo, KernelCall, KernelColl, KernelRed,
@@ -47,6 +50,9 @@ enum Case {
         counts: (u16, u16),
         addrs: [u8; 4],
     },
+    /// The device's miss word as the host reads it at successive launches: each value held
+    /// for a number of launches.
+    Backoff { words: Vec<(u8, u16)> },
 }
 
 /// One fuzz input: any bytes.
@@ -76,6 +82,40 @@ pub fn fuzz(data: &[u8]) {
             counts,
             addrs,
         } => follow(algo, ty, nranks, counts, addrs),
+        Case::Backoff { words } => backoff(&words),
+    }
+}
+
+fn backoff(words: &[(u8, u16)]) {
+    let mut b = FollowBackoff::default();
+    let (mut seen, mut paused, mut since_miss) = (0u32, 0u32, None::<u32>);
+    for &(word, hold) in words.iter().take(64) {
+        for _ in 0..u32::from(hold) % 6000 {
+            let word = u32::from(word);
+            let miss = word != seen;
+            seen = word;
+            let numbered = b.number(word);
+            if miss {
+                assert!(!numbered, "numbered right after a miss");
+                since_miss = Some(0);
+                paused = 0;
+            }
+            match (since_miss, numbered) {
+                (None, n) => assert!(n, "paused before any miss"),
+                (Some(_), false) => {
+                    paused += 1;
+                    assert!(paused <= LONGEST_PAUSE, "paused past the longest pause");
+                }
+                (Some(k), true) => {
+                    assert!(
+                        k != 0 || paused >= FIRST_PAUSE,
+                        "a pause shorter than the first"
+                    );
+                    since_miss = Some(k + 1);
+                    paused = 0;
+                }
+            }
+        }
     }
 }
 
