@@ -585,6 +585,11 @@ template <typename T> __device__ void reduce_scatter(const T* in, T* out, uint64
 // replayed since) fails the check and the block waits for the whole grid ahead. Work between
 // that is not a grid (a copy, a memset, a wait for an event) is complete before this grid
 // starts, as for any kernel.
+//
+// Most programs run other grids between their all-reduces, and a numbered launch that cannot
+// follow only pays for its check and its end's release: block 0 of such a launch reports it
+// (the status block's miss word), and the host numbers fewer launches for a while (the core's
+// `peer_kernels::follow::backoff`).
 
 #if __CUDA_ARCH__ >= 900
 // Thread 0 of a block: 1 when the block follows (the same block of launch `follow` has ended),
