@@ -268,8 +268,7 @@ fn gpu_peer_kernels_match_the_host_reference() {
                         let (mut t, ran) = values_under(&mut c, algo);
                         for count in [2, 5000] {
                             let g = graph_relaunches(&mut c, algo.coll(), count);
-                            t.passed += g.passed;
-                            t.failed.extend(g.failed);
+                            t.absorb(g);
                         }
                         // Each graph's eager call and its capture ran on the kernel.
                         assert_eq!(
@@ -279,12 +278,8 @@ fn gpu_peer_kernels_match_the_host_reference() {
                             algo.name()
                         );
                         if algo.coll() == KernelColl::AllReduce {
-                            let f = following::back_to_back(&mut c, algo);
-                            t.passed += f.passed;
-                            t.failed.extend(f.failed);
-                            let g = following::grids_between(&mut c, algo);
-                            t.passed += g.passed;
-                            t.failed.extend(g.failed);
+                            t.absorb(following::back_to_back(&mut c, algo));
+                            t.absorb(following::grids_between(&mut c, algo));
                         }
                         c.destroy().expect("destroy");
                         (t, ran)

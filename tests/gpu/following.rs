@@ -5,6 +5,16 @@ use crate::devbuf::Tally;
 use oxccl::core::peer_kernels::{KernelAlgo, LINES_PER_SLOT};
 use oxccl::{Comm, DataType, ReduceOp};
 
+/// `b` read back, as the checks take values.
+fn read(c: &Comm, b: &cudarc::driver::CudaSlice<i32>) -> Vec<f64> {
+    c.stream()
+        .clone_dtoh(b)
+        .expect("download")
+        .into_iter()
+        .map(f64::from)
+        .collect()
+}
+
 /// All-reduces of one shape back to back under `algo` (i32 sums, each call's input the one
 /// before's output): in place, with a copy that resets the buffer to the start values after
 /// every 9th call and a 3-element call after every 7th; and to and fro between two buffers.
@@ -27,14 +37,6 @@ pub fn back_to_back(c: &mut Comm, algo: KernelAlgo) -> Tally {
             .collect()
     };
     let times_n = |v: &mut Vec<i32>| v.iter_mut().for_each(|x| *x = x.wrapping_mul(n as i32));
-    let read = |c: &Comm, b: &cudarc::driver::CudaSlice<i32>| -> Vec<f64> {
-        c.stream()
-            .clone_dtoh(b)
-            .expect("download")
-            .into_iter()
-            .map(f64::from)
-            .collect()
-    };
     for count in [1000usize, 60000, 65536 + 3] {
         if algo == KernelAlgo::OneShot && count * 4 > (LINES_PER_SLOT * 8) as usize {
             continue;
@@ -127,16 +129,9 @@ pub fn grids_between(c: &mut Comm, algo: KernelAlgo) -> Tally {
         .map(|i| (0..n).fold(0i32, |a, q| a.wrapping_add(start(q)[i])))
         .collect();
     (1..calls).for_each(|_| want.iter_mut().for_each(|x| *x = x.wrapping_mul(n as i32)));
-    let got: Vec<f64> = c
-        .stream()
-        .clone_dtoh(&buf)
-        .expect("download")
-        .into_iter()
-        .map(f64::from)
-        .collect();
     let want: Vec<f64> = want.into_iter().map(f64::from).collect();
     let name = format!("{} with a grid between calls", algo.name());
-    t.check(&name, &got, &want, DataType::Int32);
+    t.check(&name, &read(c, &buf), &want, DataType::Int32);
     if numbered > calls / 4 {
         t.failed.push(format!(
             "{name}: {numbered} of {calls} launches numbered for following (at most a quarter)"

@@ -298,7 +298,7 @@ impl NcclComm {
             .peer
             .read()
             .as_ref()
-            .map_or(0, |g| g.numbered.load(std::sync::atomic::Ordering::Relaxed))
+            .map_or(0, |g| g.order.lock().numbered)
     }
 
     /// How many calls `algo` ran (or captured) on this communicator.

@@ -40,8 +40,6 @@ pub(crate) struct PeerGroup {
     pub(crate) calls: [AtomicU64; KernelAlgo::EVERY.len()],
     /// This rank's launches in order, for a kernel to follow the one before block by block.
     pub(crate) order: spin::Mutex<LaunchOrder>,
-    /// Launches numbered for following so far.
-    pub(crate) numbered: AtomicU64,
 }
 
 /// The numbers of a rank's launches and what the last one touched: a launch may follow the
@@ -58,6 +56,8 @@ pub(crate) struct LaunchOrder {
     /// The last launch: its stream (the handle's address, compared only), what it touched,
     /// its number.
     last: Option<(usize, Footprint, u32)>,
+    /// Launches numbered so far.
+    pub(crate) numbered: u64,
 }
 
 impl LaunchOrder {
@@ -120,15 +120,13 @@ impl PeerGroup {
         // `check::op` before), valid until the kernel ends (the caller's contract); `args`
         // names this group's live mappings, which outlive every kernel (`Drop` waits for the
         // streams); every rank of the group picks the same kernel and shape for the same call
-        // (`choose` and `geometry` are pure over what the set-up made equal); a launch follows only one of
-        // the same footprint rules (`may_follow`), and the kernel checks the rest.
+        // (`choose` and `geometry` are pure over what the set-up made equal); a launch follows
+        // the one before only where `may_follow` allows, and the kernel checks the rest.
         let launched = unsafe { self.kernels.launch(algo, &call, &args, shape, cu) };
         order.last = numbered
             .filter(|_| launched.is_ok())
             .map(|footprint| (cu as usize, footprint, args.seq));
-        if order.last.is_some() {
-            self.numbered.fetch_add(1, Ordering::Relaxed);
-        }
+        order.numbered += u64::from(order.last.is_some());
         Some(launched)
     }
 

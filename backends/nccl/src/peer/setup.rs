@@ -273,6 +273,5 @@ pub(crate) fn setup(
         streams: spin::Mutex::new(Vec::new()),
         calls: Default::default(),
         order: Default::default(),
-        numbered: Default::default(),
     }))
 }
