@@ -15,7 +15,10 @@ ends), which drivers from CUDA 12.1 (530) on load and compile for the GPU at han
 
 writes a diagnostic build instead (compute_90, the macro defined; never shipped): with
 PHASE_TIMES the kernels note when each call reaches each of its phases, which the probe prints
-with PROBE_PHASES=1 (see probe.cu).
+with PROBE_PHASES=1 (see probe.cu); with HOST_MARK each call that waited for the kernel ahead
+stores that one's end into host memory (word 8 of the status block: the probe's is 64 bytes, the
+library's 16, so only the probe runs it), what a stream-ordered end mark written by the kernels
+themselves costs a call.
 """
 import ctypes, os, subprocess, sys, zipfile
 

@@ -648,6 +648,14 @@ __device__ __forceinline__ bool begin_call(const PeerArgs& a) {
     uint32_t g = go;
     if (g == 0) asm volatile("griddepcontrol.wait;" ::: "memory");
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#ifdef HOST_MARK
+    // Diagnostic (gen_ptx.py --define HOST_MARK, the probe only): a call that waited for the
+    // grid ahead says in host memory that it has ended (word 8 of the probe's status block),
+    // as a work could learn its end without an event.
+    if (g == 0 && blockIdx.x == 0 && threadIdx.x == 0)
+        asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(a.status + 32), "l"((uint64_t)a.seq + 1)
+                     : "memory");
+#endif
     if (g == 2) return false;
     // A call that waited for the grid ahead starts with the failure flag clear; one that
     // follows leaves it, so a failure of the call before also stops this one.

@@ -584,6 +584,7 @@ int main(int argc, char** argv) {
         ranks[r].r = r;
         CK(cudaSetDevice(r));
         CK(cudaHostAlloc((void**)&ranks[r].abort_flag, 64, cudaHostAllocMapped | cudaHostAllocPortable));
+        // Words 0-3 as the library's; a HOST_MARK build (gen_ptx.py) writes word 8.
         CK(cudaHostAlloc((void**)&ranks[r].status, 64, cudaHostAllocMapped | cudaHostAllocPortable));
         memset(ranks[r].abort_flag, 0, 64);
         memset(ranks[r].status, 0, 64);
