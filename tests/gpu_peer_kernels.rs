@@ -15,6 +15,8 @@ mod common;
 mod devbuf;
 #[path = "gpu/following.rs"]
 mod following;
+#[path = "gpu/late_end.rs"]
+mod late_end;
 #[allow(dead_code)]
 #[path = "gpu/values.rs"]
 mod values;
@@ -280,6 +282,7 @@ fn gpu_peer_kernels_match_the_host_reference() {
                         if algo.coll() == KernelColl::AllReduce {
                             t.absorb(following::back_to_back(&mut c, algo));
                             t.absorb(following::grids_between(&mut c, algo));
+                            t.absorb(late_end::launch_ends(&mut c));
                         }
                         c.destroy().expect("destroy");
                         (t, ran)

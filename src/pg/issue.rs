@@ -54,20 +54,40 @@ impl<'a, B: Memory> Issuer<'a, B> {
         op: &CommOp<'_>,
         held: impl IntoIterator<Item = B::Access<'x>>,
     ) -> Result<()> {
-        // SAFETY: forwarded contract.
-        unsafe { self.issue(op)? };
         if self.cap.is_some() {
+            // SAFETY: forwarded contract.
+            unsafe { self.issue(op)? };
             // Captured: nothing ran; the accesses record on the copy stream (see `capture`).
             return Ok(());
         }
-        self.end_with_work(held)
+        // Timed works need events with timing, which a launch does not record.
+        let ended = match self.timing {
+            // SAFETY: forwarded contract.
+            true => unsafe { self.issue(op) }.map(|()| None),
+            // SAFETY: forwarded contract; no capture is open (above).
+            false => unsafe { self.entry.comm.issue_ended(op, &self.entry.stream) },
+        }?;
+        self.end_with(ended, held)
     }
 
     /// Records the work's end event and ends the accesses `held` with it (one event per
     /// operation, shared with its buffers; see [`Memory::end_access`]), kept for
     /// [`PgInner::issue`] to take.
     fn end_with_work<'x>(&self, held: impl IntoIterator<Item = B::Access<'x>>) -> Result<()> {
-        let end = self.entry.stream.record(self.timing)?;
+        self.end_with(None, held)
+    }
+
+    /// [`Issuer::end_with_work`] with `ended`, the end the operation's issue recorded, if it
+    /// did ([`Communicator::issue_ended`]), instead of one recorded here.
+    fn end_with<'x>(
+        &self,
+        ended: Option<EventOf<B>>,
+        held: impl IntoIterator<Item = B::Access<'x>>,
+    ) -> Result<()> {
+        let end = match ended {
+            Some(end) => end,
+            None => self.entry.stream.record(self.timing)?,
+        };
         for access in held {
             B::end_access(access, &end);
         }

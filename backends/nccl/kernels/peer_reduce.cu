@@ -89,7 +89,7 @@ struct PeerArgs {
     uint32_t op;
     uint32_t seq;     // this launch's number among the group's, nonzero; 0 for none
     uint32_t follow;  // the number of the launch this one may follow block by block, or 0
-    uint32_t pad;
+    uint32_t late;    // 1: the next kernel may launch only once this one ends (see below)
 };
 
 __device__ __forceinline__ uint4 ld_line(const uint4* p) {
@@ -568,10 +568,11 @@ template <typename T> __device__ void reduce_scatter(const T* in, T* out, uint64
 //
 // On compute capability 9.0 and up the host launches each kernel as a programmatic dependent
 // of the one ahead of it on the stream: it may start before that one ends and at once lets the
-// next one launch, so a launch's latency overlaps the kernel before it. Before it touches any
-// memory but its own block's words below, each block waits either for the whole grid ahead
-// (griddepcontrol.wait: ended, its writes visible) or, when it follows the group's call before,
-// only for the same block of that call, so the blocks of consecutive calls overlap.
+// next one launch (a late launch only as it ends: see `end_call`), so a launch's latency
+// overlaps the kernel before it. Before it touches any memory but its own block's words below,
+// each block waits either for the whole grid ahead (griddepcontrol.wait: ended, its writes
+// visible) or, when it follows the group's call before, only for the same block of that call,
+// so the blocks of consecutive calls overlap.
 //
 // Following: the host numbers the group's launches (`seq`) and passes as `follow` the number
 // of the group's launch before on the same stream where that one ran the same kernel on as
@@ -647,7 +648,7 @@ __device__ __forceinline__ bool begin_call(const PeerArgs& a) {
     __syncthreads();
     uint32_t g = go;
     if (g == 0) asm volatile("griddepcontrol.wait;" ::: "memory");
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    if (!a.late) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #ifdef HOST_MARK
     // Diagnostic (gen_ptx.py --define HOST_MARK, the probe only): a call that waited for the
     // grid ahead says in host memory that it has ended (word 8 of the probe's status block),
@@ -667,9 +668,17 @@ __device__ __forceinline__ bool begin_call(const PeerArgs& a) {
 }
 
 // The end of every kernel: each block of a numbered launch says it has ended, once all its
-// threads have (their writes released to the block that follows it).
+// threads have (their writes released to the block that follows it). A late launch (never
+// numbered) lets the next kernel launch only as its blocks end, and the host takes the event
+// its launch fires then (once every block has ended) as the call's end: each block's writes
+// are made visible to the whole device before it ends, as the grid's own end would.
 __device__ __forceinline__ void end_call(const PeerArgs& a) {
 #if __CUDA_ARCH__ >= 900
+    if (a.late) {
+        __syncthreads();
+        if (threadIdx.x == 0) __threadfence();
+        return;
+    }
     if (a.seq == 0 || blockIdx.x >= FOLLOW_BLOCKS) return;
     __syncthreads();
     uint32_t* ctrl = (uint32_t*)base_of(a, a.rank);

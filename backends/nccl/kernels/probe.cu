@@ -63,7 +63,7 @@ struct PeerArgs {
     uint64_t abort_flag;
     uint64_t status;
     double scale;
-    uint32_t rank, nranks, op, seq, follow, pad;
+    uint32_t rank, nranks, op, seq, follow, late;
 };
 
 static int N;
@@ -76,7 +76,11 @@ static uint64_t g_threads = 256;
 static bool g_quick = false;
 // PROBE_EVENT=1: every eager launch (kernels and NCCL) is followed by an event record, as a
 // process group's work ends: what that record costs a stream of back-to-back calls.
-static bool g_event = false;
+// PROBE_EVENT=2, with PROBE_PDL=1: as the library's process group, the kernels' eager launches
+// that are not numbered are late and record their end event themselves (the programmatic-event
+// launch attribute, which fires once every block has ended); the others are followed by a
+// record.
+static int g_event = 0;
 // PROBE_PHASES=1, with a PTX built by `gen_ptx.py --define PHASE_TIMES --out X.ptx`: after
 // each size, where the last of a burst of eager calls spent its time on each rank, for thread 0
 // of block 0 and of the last block: the period (from the call before's start), then µs from
@@ -169,8 +173,10 @@ struct Rank {
     CUfunction one[6], two[6], empty;
     void *in, *out;
     uint32_t *abort_flag, *status;
-    cudaEvent_t ev[64];  // PROBE_EVENT=1
+    cudaEvent_t ev[64];  // PROBE_EVENT=1 or 2
     unsigned evi;
+    bool capturing;  // inside `graphed`'s capture
+    bool ended_by_launch;  // the last launch recorded its end event (PROBE_EVENT=2)
     char *host_in, *host_out;
     // The last launch (as the library numbers them, for following).
     uint32_t seq;
@@ -248,14 +254,24 @@ static void launch(Rank& k, int algo, int t, int op, const void* in, void* out, 
     cfg.blockDimX = threads;
     cfg.blockDimY = cfg.blockDimZ = 1;
     cfg.hStream = k.s;
-    cfg.attrs = &attr;
+    CUlaunchAttribute attrs[2] = {attr, attr};
+    cfg.attrs = attrs;
     cfg.numAttrs = g_pdl ? 1 : 0;  // as the library: early only for the sm_90 kernels
+    k.ended_by_launch = g_pdl && g_event == 2 && !k.capturing && a.seq == 0;
+    if (k.ended_by_launch) {
+        a.late = 1;
+        attrs[1].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT;
+        attrs[1].value.programmaticEvent.event = (CUevent)k.ev[k.evi++ % 64];
+        attrs[1].value.programmaticEvent.flags = 0;
+        attrs[1].value.programmaticEvent.triggerAtBlockStart = 0;
+        cfg.numAttrs = 2;
+    }
     CD(cuLaunchKernelEx(&cfg, algo == 0 ? k.one[t] : k.two[t], args, nullptr));
 }
 
 // The end event of an eager call (PROBE_EVENT=1), from a ring of 64.
 static void ended(Rank& k) {
-    if (g_event) CK(cudaEventRecord(k.ev[k.evi++ % 64], k.s));
+    if (g_event == 1 || (g_event == 2 && !k.ended_by_launch)) CK(cudaEventRecord(k.ev[k.evi++ % 64], k.s));
 }
 
 // The kernel a user runs between two calls (PROBE_BETWEEN=1).
@@ -264,6 +280,7 @@ static void between(Rank& k) {
 }
 
 static void nccl_call(Rank& k, int t, const void* in, void* out, size_t count) {
+    k.ended_by_launch = false;
     CN(ncclAllReduce(in, out, count, TYPES[t].nccl, ncclSum, g_nccl[k.r], k.s));
 }
 
@@ -364,6 +381,11 @@ template <typename F> static double timed(Rank& k, F fn, int iters) {
     for (int i = 0; i < iters; i++) fn();
     CK(cudaStreamSynchronize(k.s));
     double t = (now_us() - t0) / iters;
+    // The stream has run everything: the last end event, however recorded, has fired.
+    if (g_event && k.evi && cudaEventQuery(k.ev[(k.evi - 1) % 64]) != cudaSuccess) {
+        fprintf(stderr, "rank %d: the last end event has not fired after a stream sync\n", k.r);
+        g_fail = 1;
+    }
     pthread_barrier_wait(&g_bar);
     return t;
 }
@@ -372,7 +394,9 @@ template <typename F> static double graphed(Rank& k, F fn, int ops, int launches
     cudaGraph_t g;
     cudaGraphExec_t ge;
     CK(cudaStreamBeginCapture(k.s, cudaStreamCaptureModeThreadLocal));
+    k.capturing = true;
     for (int i = 0; i < ops; i++) fn();
+    k.capturing = false;
     CK(cudaStreamEndCapture(k.s, &g));
     CK(cudaGraphInstantiate(&ge, g, 0));
     CK(cudaGraphLaunch(ge, k.s));
@@ -551,7 +575,7 @@ int main(int argc, char** argv) {
     if (getenv("PROBE_BLOCKS")) g_max_blocks = strtoull(getenv("PROBE_BLOCKS"), nullptr, 10);
     if (getenv("PROBE_THREADS")) g_threads = strtoull(getenv("PROBE_THREADS"), nullptr, 10);
     g_quick = getenv("PROBE_QUICK") && atoi(getenv("PROBE_QUICK")) == 1;
-    g_event = getenv("PROBE_EVENT") && atoi(getenv("PROBE_EVENT")) == 1;
+    g_event = getenv("PROBE_EVENT") ? atoi(getenv("PROBE_EVENT")) : 0;
     g_pdl = getenv("PROBE_PDL") && atoi(getenv("PROBE_PDL")) == 1;
     g_follow = !(getenv("PROBE_FOLLOW") && atoi(getenv("PROBE_FOLLOW")) == 0);
     g_number = !(getenv("PROBE_NUMBER") && atoi(getenv("PROBE_NUMBER")) == 0);

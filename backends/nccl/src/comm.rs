@@ -301,6 +301,17 @@ impl NcclComm {
             .map_or(0, |g| g.order.lock().numbered)
     }
 
+    /// How many of the kernels' launches on this communicator recorded their call's end
+    /// themselves (a process group's eager calls that are not numbered, on compute capability
+    /// 9.0 and up: see [`oxccl_core::Communicator::issue_ended`]).
+    pub fn peer_kernel_late(&self) -> u64 {
+        self.inner
+            .peer
+            .read()
+            .as_ref()
+            .map_or(0, |g| g.order.lock().late)
+    }
+
     /// How many calls `algo` ran (or captured) on this communicator.
     pub fn peer_kernel_calls_of(&self, algo: KernelAlgo) -> u64 {
         self.inner.peer.read().as_ref().map_or(0, |g| g.calls(algo))
@@ -409,6 +420,16 @@ impl Communicator for NcclComm {
         let _serial = self.inner.serial();
         // SAFETY: forwarded contract; the call lock keeps other calls on this communicator out.
         unsafe { crate::issue::issue_op::issue(&self.inner, op, stream) }
+    }
+
+    unsafe fn issue_ended(
+        &self,
+        op: &oxccl_core::CommOp<'_>,
+        stream: &NcclStream,
+    ) -> Result<Option<crate::stream::NcclEvent>> {
+        let _serial = self.inner.serial();
+        // SAFETY: forwarded contract; the call lock keeps other calls on this communicator out.
+        unsafe { crate::issue::issue_op::issue_ended(&self.inner, op, stream, true) }
     }
 
     unsafe fn issue_configured(

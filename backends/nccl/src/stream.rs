@@ -78,6 +78,26 @@ impl NcclStream {
     pub fn raw(&self) -> oxccl_loader::RawStream {
         oxccl_loader::RawStream(self.inner.cu_stream().cast())
     }
+
+    /// One of this stream's pooled events without timing, not recorded here: a kernel launch
+    /// on this stream records it (the launch's programmatic event, see `peer::kernels`). Until
+    /// then it is complete, as a never-recorded CUDA event is.
+    pub(crate) fn launch_event(&self) -> Result<NcclEvent> {
+        let ev = match self.pool.take(false) {
+            Some(ev) => ev,
+            None => self
+                .inner
+                .context()
+                .new_event(Some(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING))
+                .map(Arc::new)
+                .map_err(|e| cuda_error("creating an event", e))?,
+        };
+        Ok(NcclEvent {
+            inner: ManuallyDrop::new(ev),
+            timing: false,
+            pool: self.pool.clone(),
+        })
+    }
 }
 
 impl NcclStream {

@@ -110,6 +110,24 @@ pub trait Communicator: Send + Sync + Sized {
     /// untouched by others until the work on `stream` has completed.
     unsafe fn issue(&self, op: &CommOp<'_>, stream: &Self::Stream) -> Result<()>;
 
+    /// [`Communicator::issue`], and the operation's end where issuing it recorded one: an
+    /// event (without timing) that completes once the operation has, with its writes visible
+    /// to later work of the device, as one recorded after it would. `None` (the default, and
+    /// most operations) leaves the caller to record it. NCCL's backend records it with the
+    /// launch of oxccl's kernels, whose early launch an event recorded after them would take
+    /// away (docs/BENCHMARKS.md); the mock records none.
+    ///
+    /// # Safety
+    /// As [`Communicator::issue`], and outside a graph capture on `stream`.
+    unsafe fn issue_ended(
+        &self,
+        op: &CommOp<'_>,
+        stream: &Self::Stream,
+    ) -> Result<Option<<Self::Stream as crate::traits::stream::Stream>::Event>> {
+        // SAFETY: forwarded contract.
+        unsafe { self.issue(op, stream) }.map(|()| None)
+    }
+
     /// [`Communicator::issue`] with a configuration for this call alone (NCCL 2.31+: the
     /// `nccl…Config` entry points): all_reduce, broadcast, reduce, all_gather,
     /// reduce_scatter, all-to-all, gather and scatter; other operations are refused

@@ -6,7 +6,7 @@ use super::call_ctx::Ctx;
 use super::{grouped, native};
 use crate::comm_inner::CommInner;
 use crate::reducer::NcclRedOp;
-use crate::stream::NcclStream;
+use crate::stream::{NcclEvent, NcclStream};
 use oxccl_core::{check, CommOp, DataType, Result};
 use std::sync::Arc;
 
@@ -59,6 +59,19 @@ pub(crate) unsafe fn issue(
     op: &CommOp<'_>,
     stream: &NcclStream,
 ) -> Result<()> {
+    // SAFETY: forwarded contract.
+    unsafe { issue_ended(comm, op, stream, false) }.map(|_| ())
+}
+
+/// [`issue`], and with `want_end` the operation's end where its launch recorded one (see
+/// [`oxccl_core::Communicator::issue_ended`]): one of the stream's pooled events that a late
+/// launch of oxccl's kernels fires as it ends. Never inside a capture begun on `stream`.
+pub(crate) unsafe fn issue_ended(
+    comm: &Arc<CommInner>,
+    op: &CommOp<'_>,
+    stream: &NcclStream,
+    want_end: bool,
+) -> Result<Option<NcclEvent>> {
     let op = &admit(comm, op, stream)?;
     // oxccl's own kernels, where the group has peer memory and the policy picks one; never
     // inside an NCCL group (NCCL launches the group's calls at its end, and a kernel launched
@@ -66,10 +79,24 @@ pub(crate) unsafe fn issue(
     // The group is looked up only for a call a kernel would take.
     if let Some(peer) = comm.peer.read().as_ref() {
         let outside_group = || !crate::group_call::is_open(&comm.lib);
+        let end = match want_end && peer.kernels.early() && !stream.captured.open() {
+            true => Some(stream.launch_event()?),
+            false => None,
+        };
         // SAFETY: `op` passed `check::op` above; the caller keeps its buffers valid until it
-        // completes on `stream` (this function's contract).
-        if let Some(done) = unsafe { peer.issue(op, stream.cuda(), outside_group) } {
-            return done;
+        // completes on `stream` (this function's contract); `end` is a live event of the
+        // stream's context made without timing (`launch_event`), held across the launch.
+        let done = unsafe {
+            peer.issue(
+                op,
+                stream.cuda(),
+                outside_group,
+                end.as_ref().map(|e| e.cuda().cu_event()),
+            )
+        };
+        if let Some(done) = done {
+            // An event the launch did not record goes back to the pool unrecorded.
+            return done.map(|recorded| end.filter(|_| recorded));
         }
     }
     let red = reduction(comm, op)?;
@@ -107,7 +134,7 @@ pub(crate) unsafe fn issue(
         Err(e) if code != 0 && oxccl_core::Capture::is_capturing(stream) => {
             Err(failed_in_capture(op.kind().name(), &e))
         }
-        r => r,
+        r => r.map(|()| None),
     }
 }
 

@@ -58,6 +58,8 @@ pub(crate) struct LaunchOrder {
     last: Option<(usize, Footprint, u32)>,
     /// Launches numbered so far.
     pub(crate) numbered: u64,
+    /// Late launches so far: launches that recorded their call's end themselves.
+    pub(crate) late: u64,
 }
 
 impl LaunchOrder {
@@ -76,18 +78,22 @@ impl LaunchOrder {
 impl PeerGroup {
     /// Launches the kernel the policy and table pick for `op`; `None` when NCCL runs it (not
     /// a collective the kernels have, too large for the table, or `allowed` says no: asked
-    /// only once a kernel was picked).
+    /// only once a kernel was picked). With `end`, an early launch of fewer than
+    /// [`follow::MIN_BLOCKS`] blocks records it as the call's end (see `Kernels::launch`); the
+    /// answer says whether it did.
     ///
     /// # Safety
     ///
     /// `op` passed `check::op` on this communicator, and its buffers stay valid until the
-    /// operation completes on `stream` (the `issue` contract).
+    /// operation completes on `stream` (the `issue` contract); `end` is a live event of this
+    /// device's context made without timing.
     pub(crate) unsafe fn issue(
         &self,
         op: &CommOp<'_>,
         stream: &Arc<CudaStream>,
         allowed: impl FnOnce() -> bool,
-    ) -> Option<Result<()>> {
+        end: Option<sys::CUevent>,
+    ) -> Option<Result<bool>> {
         let n = self.args.nranks;
         let call = kernel_call(op, n)?;
         let algo = choose(self.policy, &self.table, &call, n)?;
@@ -121,12 +127,17 @@ impl PeerGroup {
         // names this group's live mappings, which outlive every kernel (`Drop` waits for the
         // streams); every rank of the group picks the same kernel and shape for the same call
         // (`choose` and `geometry` are pure over what the set-up made equal); a launch follows
-        // the one before only where `may_follow` allows, and the kernel checks the rest.
-        let launched = unsafe { self.kernels.launch(algo, &call, &args, shape, cu) };
+        // the one before only where `may_follow` allows, and the kernel checks the rest; `end`
+        // is the caller's (its contract). Only calls too small to be numbered launch late:
+        // their launch is the call's cost, and the event after it would cost the next launch
+        // more than its early start gains; a larger call's event costs nothing beside it.
+        let end = end.filter(|_| numbered.is_none() && shape.0 < follow::MIN_BLOCKS);
+        let launched = unsafe { self.kernels.launch(algo, &call, &args, shape, cu, end) };
         order.last = numbered
             .filter(|_| launched.is_ok())
             .map(|footprint| (cu as usize, footprint, args.seq));
         order.numbered += u64::from(order.last.is_some());
+        order.late += u64::from(matches!(launched, Ok(true)));
         Some(launched)
     }
 

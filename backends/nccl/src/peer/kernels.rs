@@ -38,7 +38,8 @@ pub(crate) struct PeerArgs {
     pub(crate) seq: u32,
     /// The number of the group's launch this one may follow block by block, or 0.
     pub(crate) follow: u32,
-    pub(crate) pad: u32,
+    /// 1: a late launch (the next kernel launches only as this one ends; see `launch`).
+    pub(crate) late: u32,
 }
 
 /// The loaded kernels of one device: a function per kernel and type.
@@ -93,14 +94,19 @@ impl Kernels {
     }
 
     /// Launches `algo` for `call` on `stream` in `shape` (blocks, threads per block: `geometry`
-    /// of the lines each rank handles).
+    /// of the lines each rank handles). With `end` (an early launch that is not numbered), the
+    /// launch is late and records `end` itself: the kernel lets the next one launch only as its
+    /// blocks end, and `end` fires once every block has ended (the launch's programmatic
+    /// event), so the call's end needs no event recorded after it, which would take the next
+    /// kernel's early launch away. Returns whether the launch recorded `end`.
     ///
     /// # Safety
     ///
     /// `call.send` and `call.recv` hold `call.count` elements of its type on this device and
     /// stay valid until the kernel ends; `args` names live peer memory of a group whose every
     /// rank launches the same call in the same `shape` (the kernels' chunks and blocks must
-    /// agree across ranks); `stream` is a live stream of this device.
+    /// agree across ranks); `stream` is a live stream of this device; `end` is a live event
+    /// of this device's context made without timing.
     pub(crate) unsafe fn launch(
         &self,
         algo: KernelAlgo,
@@ -108,7 +114,8 @@ impl Kernels {
         args: &PeerArgs,
         (blocks, threads): (u32, u32),
         stream: sys::CUstream,
-    ) -> Result<()> {
+        end: Option<sys::CUevent>,
+    ) -> Result<bool> {
         let Some(f) = self
             .functions
             .get(algo.index())
@@ -119,8 +126,10 @@ impl Kernels {
                 format_args!("a type the peer kernels were loaded for"),
             ));
         };
+        let end = end.filter(|_| self.early && args.seq == 0);
         let (mut send, mut recv, mut count, mut a) =
             (call.send as u64, call.recv as u64, call.count, *args);
+        a.late = u32::from(end.is_some());
         let mut params: [*mut std::ffi::c_void; 4] = [
             (&mut send as *mut u64).cast(),
             (&mut recv as *mut u64).cast(),
@@ -128,10 +137,21 @@ impl Kernels {
             (&mut a as *mut PeerArgs).cast(),
         ];
         // SAFETY: an all-zero attribute is a valid value of this plain C struct (id 0, zeroed
-        // union); its id and value are set next.
-        let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
-        attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-        attr.value.programmaticStreamSerializationAllowed = 1;
+        // union); their ids and values are set next.
+        let mut attrs: [sys::CUlaunchAttribute; 2] = unsafe { std::mem::zeroed() };
+        attrs[0].id =
+            sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attrs[0].value.programmaticStreamSerializationAllowed = 1;
+        if let Some(ev) = end {
+            attrs[1].id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT;
+            attrs[1].value.programmaticEvent = sys::CUlaunchAttributeValue_union__bindgen_ty_2 {
+                event: ev,
+                flags: 0,
+                // Fires once every block has ended: a late kernel never lets the next one
+                // launch before.
+                triggerAtBlockStart: 0,
+            };
+        }
         let cfg = sys::CUlaunchConfig {
             gridDimX: blocks,
             gridDimY: 1,
@@ -141,17 +161,18 @@ impl Kernels {
             blockDimZ: 1,
             sharedMemBytes: 0,
             hStream: stream,
-            attrs: &mut attr,
+            attrs: attrs.as_mut_ptr(),
             // Early, the kernel is a programmatic dependent of the one ahead of it on the
             // stream: it may start before that one ends (the sm_90 kernels wait for it first,
             // then let the next one launch). Otherwise no attribute: a plain launch (the call
             // is CUDA 12.0's; a driver that loads the PTX, ISA 8.1, is 12.1 or newer).
-            numAttrs: u32::from(self.early),
+            numAttrs: u32::from(self.early) + u32::from(end.is_some()),
         };
         // SAFETY: the kernel takes (const T*, T*, u64, PeerArgs) and `params` points at exactly
-        // those, alive for the call (the driver copies them at launch); `cfg` and `attr` are
+        // those, alive for the call (the driver copies them at launch); `cfg` and `attrs` are
         // alive for the call; an early launch goes only to the sm_90 kernels, which wait for
-        // the kernel ahead before they touch memory; the caller vouches for the buffers, the
+        // the kernel ahead before they touch memory; `end` is an event without timing of the
+        // stream's context (the caller's contract); the caller vouches for the buffers, the
         // peer memory and the stream.
         unsafe {
             sys::cuLaunchKernelEx(
@@ -162,6 +183,7 @@ impl Kernels {
             )
         }
         .result()
+        .map(|()| end.is_some())
         .map_err(|e| cuda_error("launching a peer kernel", e))
     }
 }

@@ -254,7 +254,7 @@ pub(crate) fn setup(
         op: 0,
         seq: 0,
         follow: 0,
-        pad: 0,
+        late: 0,
     };
     log::debug!(
         "rank {}: all-reduce kernels on ({})",
