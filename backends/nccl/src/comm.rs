@@ -302,7 +302,7 @@ impl NcclComm {
     }
 
     /// How many of the kernels' launches on this communicator recorded their call's end
-    /// themselves (a process group's eager calls that are not numbered, on compute capability
+    /// themselves (a process group's eager calls of fewer than 8 blocks, on compute capability
     /// 9.0 and up: see [`oxccl_core::Communicator::issue_ended`]).
     pub fn peer_kernel_late(&self) -> u64 {
         self.inner

@@ -94,7 +94,7 @@ impl Kernels {
     }
 
     /// Launches `algo` for `call` on `stream` in `shape` (blocks, threads per block: `geometry`
-    /// of the lines each rank handles). With `end` (an early launch that is not numbered), the
+    /// of the lines each rank handles). With `end` (an early launch, not numbered), the
     /// launch is late and records `end` itself: the kernel lets the next one launch only as its
     /// blocks end, and `end` fires once every block has ended (the launch's programmatic
     /// event), so the call's end needs no event recorded after it, which would take the next
