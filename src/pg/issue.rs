@@ -44,8 +44,8 @@ impl<'a, B: Memory> Issuer<'a, B> {
     }
 
     /// Issues `op` and ends the accesses of its buffers, `held`, after it: outside a capture
-    /// with the work's end event, recorded here and shared with them (one event per
-    /// operation; see [`Memory::end_access`]), kept for [`PgInner::issue`] to take.
+    /// with the work's end event, the one its issue recorded or else one recorded here, shared
+    /// with them (see [`Issuer::end_with_work`]).
     ///
     /// # Safety
     /// As [`Issuer::issue`]; `held` are the guards of the buffers of `op`.
@@ -67,19 +67,14 @@ impl<'a, B: Memory> Issuer<'a, B> {
             // SAFETY: forwarded contract; no capture is open (above).
             false => unsafe { self.entry.comm.issue_ended(op, &self.entry.stream) },
         }?;
-        self.end_with(ended, held)
+        self.end_with_work(ended, held)
     }
 
-    /// Records the work's end event and ends the accesses `held` with it (one event per
-    /// operation, shared with its buffers; see [`Memory::end_access`]), kept for
-    /// [`PgInner::issue`] to take.
-    fn end_with_work<'x>(&self, held: impl IntoIterator<Item = B::Access<'x>>) -> Result<()> {
-        self.end_with(None, held)
-    }
-
-    /// [`Issuer::end_with_work`] with `ended`, the end the operation's issue recorded, if it
-    /// did ([`Communicator::issue_ended`]), instead of one recorded here.
-    fn end_with<'x>(
+    /// Ends the accesses `held` with the work's end event (one event per operation, shared
+    /// with its buffers; see [`Memory::end_access`]), kept for [`PgInner::issue`] to take: the
+    /// end the operation's issue recorded, `ended` ([`Communicator::issue_ended`]), else one
+    /// recorded here.
+    fn end_with_work<'x>(
         &self,
         ended: Option<EventOf<B>>,
         held: impl IntoIterator<Item = B::Access<'x>>,
@@ -109,7 +104,7 @@ impl<'a, B: Memory> Issuer<'a, B> {
             ));
         }
         call(&self.entry.comm, &self.entry.stream)?;
-        self.end_with_work(held)
+        self.end_with_work(None, held)
     }
 
     /// Issues `op` on the group's communicator and stream (inside a backend group, where

@@ -79,24 +79,17 @@ pub(crate) unsafe fn issue_ended(
     // The group is looked up only for a call a kernel would take.
     if let Some(peer) = comm.peer.read().as_ref() {
         let outside_group = || !crate::group_call::is_open(&comm.lib);
-        let end = match want_end && peer.kernels.early() && !stream.captured.open() {
-            true => Some(stream.launch_event()?),
-            false => None,
-        };
+        // Taken only for a launch that records it.
+        let end = (want_end && !stream.captured.open()).then_some(|| {
+            let ev = stream.launch_event()?;
+            let raw = ev.cuda().cu_event();
+            Ok((ev, raw))
+        });
         // SAFETY: `op` passed `check::op` above; the caller keeps its buffers valid until it
-        // completes on `stream` (this function's contract); `end` is a live event of the
-        // stream's context made without timing (`launch_event`), held across the launch.
-        let done = unsafe {
-            peer.issue(
-                op,
-                stream.cuda(),
-                outside_group,
-                end.as_ref().map(|e| e.cuda().cu_event()),
-            )
-        };
-        if let Some(done) = done {
-            // An event the launch did not record goes back to the pool unrecorded.
-            return done.map(|recorded| end.filter(|_| recorded));
+        // completes on `stream` (this function's contract); `end` gives one of the stream's
+        // pooled events, made without timing (`launch_event`), with its handle.
+        if let Some(done) = unsafe { peer.issue(op, stream.cuda(), outside_group, end) } {
+            return done;
         }
     }
     let red = reduction(comm, op)?;

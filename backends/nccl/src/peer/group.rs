@@ -79,21 +79,21 @@ impl PeerGroup {
     /// Launches the kernel the policy and table pick for `op`; `None` when NCCL runs it (not
     /// a collective the kernels have, too large for the table, or `allowed` says no: asked
     /// only once a kernel was picked). With `end`, an early launch of fewer than
-    /// [`follow::MIN_BLOCKS`] blocks records it as the call's end (see `Kernels::launch`); the
-    /// answer says whether it did.
+    /// [`follow::MIN_BLOCKS`] blocks takes the event `end` gives and records it as the call's
+    /// end (see `Kernels::launch`); the answer holds it then.
     ///
     /// # Safety
     ///
     /// `op` passed `check::op` on this communicator, and its buffers stay valid until the
-    /// operation completes on `stream` (the `issue` contract); `end` is a live event of this
-    /// device's context made without timing.
-    pub(crate) unsafe fn issue(
+    /// operation completes on `stream` (the `issue` contract); `end` gives an event of this
+    /// device's context made without timing, with its handle, alive as long as the event.
+    pub(crate) unsafe fn issue<E>(
         &self,
         op: &CommOp<'_>,
         stream: &Arc<CudaStream>,
         allowed: impl FnOnce() -> bool,
-        end: Option<sys::CUevent>,
-    ) -> Option<Result<bool>> {
+        end: Option<impl FnOnce() -> Result<(E, sys::CUevent)>>,
+    ) -> Option<Result<Option<E>>> {
         let n = self.args.nranks;
         let call = kernel_call(op, n)?;
         let algo = choose(self.policy, &self.table, &call, n)?;
@@ -122,23 +122,31 @@ impl PeerGroup {
         if let Some(footprint) = &numbered {
             (args.seq, args.follow) = order.number(cu as usize, footprint);
         }
+        // Only calls too small to be numbered launch late: their launch is the call's cost,
+        // and an event after it would cost the next launch more than its early start gains;
+        // a larger call's event costs nothing beside it.
+        let late = self.kernels.early() && shape.0 < follow::MIN_BLOCKS;
+        let end = match end.filter(|_| late).map(|take| take()).transpose() {
+            Ok(end) => end,
+            Err(e) => return Some(Err(e)),
+        };
         // SAFETY: the buffers hold `call.count` elements on this device (checked by
         // `check::op` before), valid until the kernel ends (the caller's contract); `args`
         // names this group's live mappings, which outlive every kernel (`Drop` waits for the
         // streams); every rank of the group picks the same kernel and shape for the same call
         // (`choose` and `geometry` are pure over what the set-up made equal); a launch follows
-        // the one before only where `may_follow` allows, and the kernel checks the rest; `end`
-        // is the caller's (its contract). Only calls too small to be numbered launch late:
-        // their launch is the call's cost, and the event after it would cost the next launch
-        // more than its early start gains; a larger call's event costs nothing beside it.
-        let end = end.filter(|_| numbered.is_none() && shape.0 < follow::MIN_BLOCKS);
-        let launched = unsafe { self.kernels.launch(algo, &call, &args, shape, cu, end) };
+        // the one before only where `may_follow` allows, and the kernel checks the rest; the
+        // late launch's event is the caller's (its contract), held until the answer.
+        let launched = unsafe {
+            self.kernels
+                .launch(algo, &call, &args, shape, cu, end.as_ref().map(|e| e.1))
+        };
         order.last = numbered
             .filter(|_| launched.is_ok())
             .map(|footprint| (cu as usize, footprint, args.seq));
         order.numbered += u64::from(order.last.is_some());
-        order.late += u64::from(matches!(launched, Ok(true)));
-        Some(launched)
+        order.late += u64::from(launched.is_ok() && end.is_some());
+        Some(launched.map(|()| end.map(|(e, _)| e)))
     }
 
     /// Keeps `s` for the release to wait on (a stream this group's kernels run on).

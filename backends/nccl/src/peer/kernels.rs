@@ -94,11 +94,11 @@ impl Kernels {
     }
 
     /// Launches `algo` for `call` on `stream` in `shape` (blocks, threads per block: `geometry`
-    /// of the lines each rank handles). With `end` (an early launch, not numbered), the
-    /// launch is late and records `end` itself: the kernel lets the next one launch only as its
-    /// blocks end, and `end` fires once every block has ended (the launch's programmatic
-    /// event), so the call's end needs no event recorded after it, which would take the next
-    /// kernel's early launch away. Returns whether the launch recorded `end`.
+    /// of the lines each rank handles). With `end` (an early, unnumbered launch: the caller's
+    /// choice), the launch is late and records `end` itself: the kernel lets the next one
+    /// launch only as its blocks end, and `end` fires once every block has ended (the launch's
+    /// programmatic event), so the call's end needs no event recorded after it, which would
+    /// take the next kernel's early launch away.
     ///
     /// # Safety
     ///
@@ -115,7 +115,7 @@ impl Kernels {
         (blocks, threads): (u32, u32),
         stream: sys::CUstream,
         end: Option<sys::CUevent>,
-    ) -> Result<bool> {
+    ) -> Result<()> {
         let Some(f) = self
             .functions
             .get(algo.index())
@@ -126,7 +126,10 @@ impl Kernels {
                 format_args!("a type the peer kernels were loaded for"),
             ));
         };
-        let end = end.filter(|_| self.early && args.seq == 0);
+        debug_assert!(
+            end.is_none() || (self.early && args.seq == 0),
+            "a late launch"
+        );
         let (mut send, mut recv, mut count, mut a) =
             (call.send as u64, call.recv as u64, call.count, *args);
         a.late = u32::from(end.is_some());
@@ -137,20 +140,25 @@ impl Kernels {
             (&mut a as *mut PeerArgs).cast(),
         ];
         // SAFETY: an all-zero attribute is a valid value of this plain C struct (id 0, zeroed
-        // union); their ids and values are set next.
+        // union); the ones passed get their ids and values next.
         let mut attrs: [sys::CUlaunchAttribute; 2] = unsafe { std::mem::zeroed() };
-        attrs[0].id =
-            sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-        attrs[0].value.programmaticStreamSerializationAllowed = 1;
+        let mut used = 0;
+        if self.early {
+            attrs[used].id =
+                sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+            attrs[used].value.programmaticStreamSerializationAllowed = 1;
+            used += 1;
+        }
         if let Some(ev) = end {
-            attrs[1].id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT;
-            attrs[1].value.programmaticEvent = sys::CUlaunchAttributeValue_union__bindgen_ty_2 {
+            attrs[used].id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT;
+            attrs[used].value.programmaticEvent = sys::CUlaunchAttributeValue_union__bindgen_ty_2 {
                 event: ev,
                 flags: 0,
                 // Fires once every block has ended: a late kernel never lets the next one
                 // launch before.
                 triggerAtBlockStart: 0,
             };
+            used += 1;
         }
         let cfg = sys::CUlaunchConfig {
             gridDimX: blocks,
@@ -166,7 +174,7 @@ impl Kernels {
             // stream: it may start before that one ends (the sm_90 kernels wait for it first,
             // then let the next one launch). Otherwise no attribute: a plain launch (the call
             // is CUDA 12.0's; a driver that loads the PTX, ISA 8.1, is 12.1 or newer).
-            numAttrs: u32::from(self.early) + u32::from(end.is_some()),
+            numAttrs: used as u32,
         };
         // SAFETY: the kernel takes (const T*, T*, u64, PeerArgs) and `params` points at exactly
         // those, alive for the call (the driver copies them at launch); `cfg` and `attrs` are
@@ -183,7 +191,6 @@ impl Kernels {
             )
         }
         .result()
-        .map(|()| end.is_some())
         .map_err(|e| cuda_error("launching a peer kernel", e))
     }
 }
