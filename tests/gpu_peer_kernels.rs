@@ -13,10 +13,10 @@ mod common;
 #[allow(dead_code)]
 #[path = "gpu/devbuf.rs"]
 mod devbuf;
+#[path = "gpu/end_mark.rs"]
+mod end_mark;
 #[path = "gpu/following.rs"]
 mod following;
-#[path = "gpu/late_end.rs"]
-mod late_end;
 #[allow(dead_code)]
 #[path = "gpu/values.rs"]
 mod values;
@@ -282,7 +282,7 @@ fn gpu_peer_kernels_match_the_host_reference() {
                         if algo.coll() == KernelColl::AllReduce {
                             t.absorb(following::back_to_back(&mut c, algo));
                             t.absorb(following::grids_between(&mut c, algo));
-                            t.absorb(late_end::launch_ends(&mut c));
+                            t.absorb(end_mark::marked_ends(&mut c));
                         }
                         c.destroy().expect("destroy");
                         (t, ran)

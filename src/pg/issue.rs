@@ -44,7 +44,7 @@ impl<'a, B: Memory> Issuer<'a, B> {
     }
 
     /// Issues `op` and ends the accesses of its buffers, `held`, after it: outside a capture
-    /// with the work's end event, the one its issue recorded or else one recorded here, shared
+    /// with the work's end event, the one its issue made or else one recorded here, shared
     /// with them (see [`Issuer::end_with_work`]).
     ///
     /// # Safety
@@ -60,7 +60,7 @@ impl<'a, B: Memory> Issuer<'a, B> {
             // Captured: nothing ran; the accesses record on the copy stream (see `capture`).
             return Ok(());
         }
-        // Timed works need events with timing, which a launch does not record.
+        // Timed works need events with timing, which an issue does not make.
         let ended = match self.timing {
             // SAFETY: forwarded contract.
             true => unsafe { self.issue(op) }.map(|()| None),
@@ -72,7 +72,7 @@ impl<'a, B: Memory> Issuer<'a, B> {
 
     /// Ends the accesses `held` with the work's end event (one event per operation, shared
     /// with its buffers; see [`Memory::end_access`]), kept for [`PgInner::issue`] to take: the
-    /// end the operation's issue recorded, `ended` ([`Communicator::issue_ended`]), else one
+    /// end the operation's issue made, `ended` ([`Communicator::issue_ended`]), else one
     /// recorded here.
     fn end_with_work<'x>(
         &self,

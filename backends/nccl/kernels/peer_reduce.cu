@@ -83,13 +83,15 @@ struct PeerArgs {
     uint64_t timeout_ns;        // how long one wait may last
     uint64_t abort_flag;        // host-mapped u32, nonzero once the group is aborted
     uint64_t status;            // host-mapped u32[4]: cause, missing ranks, epoch, follow miss
+    uint64_t mark_word;         // the stream's end mark: u64 mark, u32 blocks ended (see below)
+    uint64_t mark;              // this call's end mark, or 0 for none
     double scale;               // this rank's premul factor (premul, float avg)
     uint32_t rank;
     uint32_t nranks;
     uint32_t op;
     uint32_t seq;     // this launch's number among the group's, nonzero; 0 for none
     uint32_t follow;  // the number of the launch this one may follow block by block, or 0
-    uint32_t late;    // 1: the next kernel may launch only once this one ends (see below)
+    uint32_t pad;
 };
 
 __device__ __forceinline__ uint4 ld_line(const uint4* p) {
@@ -568,8 +570,7 @@ template <typename T> __device__ void reduce_scatter(const T* in, T* out, uint64
 //
 // On compute capability 9.0 and up the host launches each kernel as a programmatic dependent
 // of the one ahead of it on the stream: it may start before that one ends and at once lets the
-// next one launch (a late launch only as it ends: see `end_call`), so a launch's latency
-// overlaps the kernel before it. Before it touches any memory but its own block's words below,
+// next one launch, so a launch's latency overlaps the kernel before it. Before it touches any memory but its own block's words below,
 // each block waits either for the whole grid ahead (griddepcontrol.wait: ended, its writes
 // visible) or, when it follows the group's call before, only for the same block of that call,
 // so the blocks of consecutive calls overlap.
@@ -648,7 +649,7 @@ __device__ __forceinline__ bool begin_call(const PeerArgs& a) {
     __syncthreads();
     uint32_t g = go;
     if (g == 0) asm volatile("griddepcontrol.wait;" ::: "memory");
-    if (!a.late) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #ifdef HOST_MARK
     // Diagnostic (gen_ptx.py --define HOST_MARK, the probe only): a call that waited for the
     // grid ahead says in host memory that it has ended (word 8 of the probe's status block),
@@ -667,16 +668,35 @@ __device__ __forceinline__ bool begin_call(const PeerArgs& a) {
     return true;
 }
 
-// The end of every kernel: each block of a numbered launch says it has ended, once all its
-// threads have (their writes released to the block that follows it). A late launch (never
-// numbered) lets the next kernel launch only as its blocks end, and the host takes the event
-// its launch fires then (once every block has ended) as the call's end: each block's writes
-// are made visible to the whole device before it ends, as the grid's own end would.
+#if __CUDA_ARCH__ >= 900
+// The end mark of a call that is never followed (unnumbered: every block of a later kernel
+// waits for this whole grid first): once all its blocks have ended, their writes visible to the
+// whole device, the call's mark goes into its stream's mark word, which the host waits on (a
+// stream's wait for a value) instead of an event recorded after the call, which would take the
+// next kernel's early launch away. The last block to end writes it and clears the count of
+// ended blocks for the next call that marks.
+__device__ __forceinline__ void mark_end(const PeerArgs& a) {
+    __syncthreads();
+    if (threadIdx.x != 0) return;
+    uint64_t* word = (uint64_t*)a.mark_word;
+    if (gridDim.x > 1) {
+        uint32_t* ended = (uint32_t*)(word + 1);
+        __threadfence();
+        if (atomicAdd(ended, 1u) != gridDim.x - 1) return;
+        *ended = 0;
+        __threadfence();
+    }
+    asm volatile("st.release.gpu.global.u64 [%0], %1;" ::"l"(word), "l"(a.mark) : "memory");
+}
+#endif
+
+// The end of every kernel: a call with an end mark writes it (above); each block of a numbered
+// launch says it has ended, once all its threads have (their writes released to the block that
+// follows it).
 __device__ __forceinline__ void end_call(const PeerArgs& a) {
 #if __CUDA_ARCH__ >= 900
-    if (a.late) {
-        __syncthreads();
-        if (threadIdx.x == 0) __threadfence();
+    if (a.mark != 0) {
+        mark_end(a);
         return;
     }
     if (a.seq == 0 || blockIdx.x >= FOLLOW_BLOCKS) return;

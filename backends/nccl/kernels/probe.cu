@@ -62,8 +62,9 @@ struct PeerArgs {
     uint64_t timeout_ns;
     uint64_t abort_flag;
     uint64_t status;
+    uint64_t mark_word, mark;
     double scale;
-    uint32_t rank, nranks, op, seq, follow, late;
+    uint32_t rank, nranks, op, seq, follow, pad;
 };
 
 static int N;
@@ -77,9 +78,9 @@ static bool g_quick = false;
 // PROBE_EVENT=1: every eager launch (kernels and NCCL) is followed by an event record, as a
 // process group's work ends: what that record costs a stream of back-to-back calls.
 // PROBE_EVENT=2, with PROBE_PDL=1: as the library's process group, the kernels' eager launches
-// that are not numbered are late and record their end event themselves (the programmatic-event
-// launch attribute, which fires once every block has ended); the others are followed by a
-// record.
+// that are not numbered write their end mark (a word of device memory the kernel's last block
+// sets) instead of an event record after them; the others are followed by a record. Each burst
+// then checks the mark: another stream waits for the last call's mark and copies the word out.
 static int g_event = 0;
 // PROBE_PHASES=1, with a PTX built by `gen_ptx.py --define PHASE_TIMES --out X.ptx`: after
 // each size, where the last of a burst of eager calls spent its time on each rank, for thread 0
@@ -176,7 +177,9 @@ struct Rank {
     cudaEvent_t ev[64];  // PROBE_EVENT=1 or 2
     unsigned evi;
     bool capturing;  // inside `graphed`'s capture
-    bool ended_by_launch;  // the last launch recorded its end event (PROBE_EVENT=2)
+    bool ended_by_launch;  // the last launch wrote its end mark (PROBE_EVENT=2)
+    uint64_t* mark_word;   // the stream's end mark (device memory: u64 mark, u32 blocks ended)
+    uint64_t marks;        // the last mark given
     char *host_in, *host_out;
     // The last launch (as the library numbers them, for following).
     uint32_t seq;
@@ -259,12 +262,8 @@ static void launch(Rank& k, int algo, int t, int op, const void* in, void* out, 
     cfg.numAttrs = g_pdl ? 1 : 0;  // as the library: early only for the sm_90 kernels
     k.ended_by_launch = g_pdl && g_event == 2 && !k.capturing && a.seq == 0;
     if (k.ended_by_launch) {
-        a.late = 1;
-        attrs[1].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT;
-        attrs[1].value.programmaticEvent.event = (CUevent)k.ev[k.evi++ % 64];
-        attrs[1].value.programmaticEvent.flags = 0;
-        attrs[1].value.programmaticEvent.triggerAtBlockStart = 0;
-        cfg.numAttrs = 2;
+        a.mark_word = (uint64_t)k.mark_word;
+        a.mark = ++k.marks;
     }
     CD(cuLaunchKernelEx(&cfg, algo == 0 ? k.one[t] : k.two[t], args, nullptr));
 }
@@ -386,6 +385,21 @@ template <typename F> static double timed(Rank& k, F fn, int iters) {
         fprintf(stderr, "rank %d: the last end event has not fired after a stream sync\n", k.r);
         g_fail = 1;
     }
+    // The last mark, through another stream that waits for it (as a work's end is waited on).
+    if (g_event == 2 && k.marks) {
+        cudaStream_t other;
+        uint64_t got = 0;
+        CK(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking));
+        CD(cuStreamWaitValue64_v2((CUstream)other, (CUdeviceptr)k.mark_word, k.marks, CU_STREAM_WAIT_VALUE_GEQ));
+        CK(cudaMemcpyAsync(&got, k.mark_word, 8, cudaMemcpyDeviceToHost, other));
+        CK(cudaStreamSynchronize(other));
+        CK(cudaStreamDestroy(other));
+        if (got != k.marks) {
+            fprintf(stderr, "rank %d: end mark %llu, expected %llu\n", k.r, (unsigned long long)got,
+                    (unsigned long long)k.marks);
+            g_fail = 1;
+        }
+    }
     pthread_barrier_wait(&g_bar);
     return t;
 }
@@ -427,6 +441,8 @@ static void* rank_main(void* arg) {
     CK(cudaSetDevice(k.r));
     CK(cudaStreamCreateWithFlags(&k.s, cudaStreamNonBlocking));
     for (int i = 0; i < 64; i++) CK(cudaEventCreateWithFlags(&k.ev[i], cudaEventDisableTiming));
+    CK(cudaMalloc((void**)&k.mark_word, 16));
+    CK(cudaMemset(k.mark_word, 0, 16));
     CUmodule m;
     CD(cuModuleLoadData(&m, PTX_TEXT));
     for (int t = 0; t < 6; t++) {

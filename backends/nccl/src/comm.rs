@@ -301,15 +301,15 @@ impl NcclComm {
             .map_or(0, |g| g.order.lock().numbered)
     }
 
-    /// How many of the kernels' launches on this communicator recorded their call's end
-    /// themselves (a process group's eager calls of fewer than 8 blocks, on compute capability
-    /// 9.0 and up: see [`oxccl_core::Communicator::issue_ended`]).
-    pub fn peer_kernel_late(&self) -> u64 {
+    /// How many of the kernels' launches on this communicator wrote their call's end mark
+    /// (a process group's eager calls of fewer than 8 blocks, on compute capability 9.0 and up
+    /// where the device waits for 64-bit values: see [`oxccl_core::Communicator::issue_ended`]).
+    pub fn peer_kernel_marked(&self) -> u64 {
         self.inner
             .peer
             .read()
             .as_ref()
-            .map_or(0, |g| g.order.lock().late)
+            .map_or(0, |g| g.order.lock().marked)
     }
 
     /// How many calls `algo` ran (or captured) on this communicator.

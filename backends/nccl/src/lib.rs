@@ -19,6 +19,7 @@ mod comm;
 mod comm_inner;
 mod create;
 mod cuda;
+mod end_mark;
 mod gather_bytes;
 mod graph;
 mod graph_refs;

@@ -2,6 +2,7 @@
 
 use crate::comm_inner::CommInner;
 use crate::cuda::cuda_error;
+use crate::end_mark::{MarkedEnd, StreamMarks};
 use crate::graph_refs::CaptureRefs;
 use cudarc::driver::{sys, CudaContext, CudaEvent, CudaStream, DriverError};
 use oxccl_core::{Error, Event, Result, Stream};
@@ -44,6 +45,9 @@ pub struct NcclStream {
     /// The communicators issued on this stream while a capture begun on it is open (shared
     /// by its clones): the graph the capture makes counts as holding them.
     pub(crate) captured: Arc<CaptureRefs<CommInner>>,
+    /// The end marks of oxccl's kernel calls on this stream (made on first use; `None` where
+    /// the device cannot wait for them).
+    marks: Arc<spin::Once<Option<Arc<StreamMarks>>>>,
 }
 
 impl NcclStream {
@@ -53,6 +57,7 @@ impl NcclStream {
             inner,
             pool: Arc::default(),
             captured: Arc::default(),
+            marks: Arc::default(),
         }
     }
 
@@ -68,10 +73,17 @@ impl NcclStream {
         &self.inner
     }
 
-    /// Whether `event` was recorded on this stream (it came from this stream's pool, which
-    /// its clones share with it and no other stream has).
+    /// Whether `event` was recorded on this stream (it came from this stream's pool or marks,
+    /// which its clones share with it and no other stream has).
     pub fn records(&self, event: &NcclEvent) -> bool {
-        Arc::ptr_eq(&self.pool, &event.pool)
+        match &event.end {
+            End::Recorded(r) => Arc::ptr_eq(&self.pool, &r.pool),
+            End::Marked(m) => self
+                .marks
+                .get()
+                .and_then(Option::as_ref)
+                .is_some_and(|mine| Arc::ptr_eq(mine, &m.marks)),
+        }
     }
 
     /// The raw `cudaStream_t` given to NCCL.
@@ -79,24 +91,12 @@ impl NcclStream {
         oxccl_loader::RawStream(self.inner.cu_stream().cast())
     }
 
-    /// One of this stream's pooled events without timing, not recorded here: a kernel launch
-    /// on this stream records it (the launch's programmatic event, see `peer::kernels`). Until
-    /// then it is complete, as a never-recorded CUDA event is.
-    pub(crate) fn launch_event(&self) -> Result<NcclEvent> {
-        let ev = match self.pool.take(false) {
-            Some(ev) => ev,
-            None => self
-                .inner
-                .context()
-                .new_event(Some(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING))
-                .map(Arc::new)
-                .map_err(|e| cuda_error("creating an event", e))?,
-        };
-        Ok(NcclEvent {
-            inner: ManuallyDrop::new(ev),
-            timing: false,
-            pool: self.pool.clone(),
-        })
+    /// This stream's end marks, made on first use; `None` where the device cannot wait for
+    /// them.
+    pub(crate) fn marks(&self) -> Result<Option<&Arc<StreamMarks>>> {
+        self.marks
+            .try_call_once(|| Ok(StreamMarks::new(self.inner.context())?.map(Arc::new)))
+            .map(Option::as_ref)
     }
 }
 
@@ -143,16 +143,16 @@ impl Stream for NcclStream {
             }
         };
         Ok(NcclEvent {
-            inner: ManuallyDrop::new(ev),
-            timing,
-            pool: self.pool.clone(),
+            end: End::Recorded(Recorded {
+                inner: ManuallyDrop::new(ev),
+                timing,
+                pool: self.pool.clone(),
+            }),
         })
     }
 
     fn wait_event(&self, event: &NcclEvent) -> Result<()> {
-        self.inner
-            .wait(event.cuda())
-            .map_err(|e| cuda_error("waiting on an event", e))
+        event.wait_on(&self.inner)
     }
 
     fn synchronize(&self) -> Result<()> {
@@ -162,19 +162,32 @@ impl Stream for NcclStream {
     }
 }
 
-/// A recorded CUDA event. Clones share the one record (an operation's work and the buffers
-/// it used end with the same event); the last one dropped returns the event to its
-/// stream's pool, the only place an event is recorded again.
-#[derive(Debug)]
+/// The end of work on a stream: a recorded CUDA event, or the end mark of a call of oxccl's
+/// kernels (see `end_mark`). Clones share the one record or mark (an operation's work and the
+/// buffers it used end with the same one); the last holder of a recorded event returns it to
+/// its stream's pool, the only place an event is recorded again.
+#[derive(Debug, Clone)]
 pub struct NcclEvent {
+    end: End,
+}
+
+#[derive(Debug, Clone)]
+enum End {
+    Recorded(Recorded),
+    Marked(Arc<MarkedEnd>),
+}
+
+/// One of a stream's pooled events, recorded there.
+#[derive(Debug)]
+struct Recorded {
     inner: ManuallyDrop<Arc<CudaEvent>>,
     timing: bool,
     pool: Arc<EventPool>,
 }
 
-impl Clone for NcclEvent {
-    fn clone(&self) -> NcclEvent {
-        NcclEvent {
+impl Clone for Recorded {
+    fn clone(&self) -> Recorded {
+        Recorded {
             inner: self.inner.clone(),
             timing: self.timing,
             pool: self.pool.clone(),
@@ -182,7 +195,7 @@ impl Clone for NcclEvent {
     }
 }
 
-impl Drop for NcclEvent {
+impl Drop for Recorded {
     fn drop(&mut self) {
         // SAFETY: `inner` is taken once, here, and never touched again.
         let ev = unsafe { ManuallyDrop::take(&mut self.inner) };
@@ -196,34 +209,73 @@ impl Drop for NcclEvent {
 }
 
 impl NcclEvent {
-    /// The cudarc event.
-    pub fn cuda(&self) -> &CudaEvent {
-        &self.inner
+    /// The end of the call that `marks` gave `mark` (its kernel writes it as it ends).
+    pub(crate) fn marked(marks: Arc<StreamMarks>, mark: u64) -> NcclEvent {
+        NcclEvent {
+            end: End::Marked(Arc::new(MarkedEnd::new(marks, mark))),
+        }
+    }
+
+    /// A CUDA event that fires at this end: the recorded one, or for an end mark one recorded
+    /// after a wait for it on the marks' own stream (made on first use).
+    pub fn cuda(&self) -> Result<&CudaEvent> {
+        match &self.end {
+            End::Recorded(r) => Ok(&r.inner),
+            End::Marked(m) => m.event(),
+        }
+    }
+
+    /// Whether this is an end mark rather than a recorded event.
+    pub fn is_mark(&self) -> bool {
+        matches!(self.end, End::Marked(_))
+    }
+
+    /// Makes `stream` wait for this end: for the recorded event, or for the mark's value.
+    pub fn wait_on(&self, stream: &CudaStream) -> Result<()> {
+        match &self.end {
+            End::Recorded(r) => stream
+                .wait(&r.inner)
+                .map_err(|e| cuda_error("waiting on an event", e)),
+            // SAFETY: `stream` is alive (borrowed); marks are only made for streams of their
+            // context, and a stream of another context is refused by the driver.
+            End::Marked(m) => unsafe { m.marks.wait_on(stream.cu_stream(), m.mark) },
+        }
+    }
+
+    fn timed(&self) -> Option<&CudaEvent> {
+        match &self.end {
+            End::Recorded(r) if r.timing => Some(&r.inner),
+            _ => None,
+        }
     }
 }
 
 impl Event for NcclEvent {
     fn query(&self) -> Result<bool> {
-        self.cuda()
-            .try_is_complete()
-            .map_err(|e| cuda_error("querying an event", e))
+        match &self.end {
+            End::Recorded(r) => r
+                .inner
+                .try_is_complete()
+                .map_err(|e| cuda_error("querying an event", e)),
+            End::Marked(m) => m.ended(),
+        }
     }
 
     fn synchronize(&self) -> Result<()> {
-        self.cuda()
+        self.cuda()?
             .synchronize()
             .map_err(|e| cuda_error("synchronizing an event", e))
     }
 
     fn elapsed_ms(&self, end: &NcclEvent) -> Result<f32> {
-        if !self.timing || !end.timing {
+        let (Some(start), Some(stop)) = (self.timed(), end.timed()) else {
             return Err(Error::invalid(
                 "event",
                 format_args!("events recorded with timing"),
             ));
-        }
-        self.cuda()
-            .elapsed_ms(end.cuda())
+        };
+        start
+            .elapsed_ms(stop)
             .map_err(|e| cuda_error("timing events", e))
     }
 }

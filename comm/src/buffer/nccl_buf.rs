@@ -198,10 +198,9 @@ impl NcclAlloc {
             ));
         }
         let st = stream.cuda();
-        let began = self.lock_uses().begin(st, Arc::ptr_eq, |ev| {
-            st.wait(ev.cuda())
-                .map_err(|e| cuda_error("ordering a use of NCCL memory", e))
-        })?;
+        let began = self
+            .lock_uses()
+            .begin(st, Arc::ptr_eq, |ev| ev.wait_on(st))?;
         Ok(CommUse {
             alloc: self,
             stream,

@@ -110,12 +110,13 @@ pub trait Communicator: Send + Sync + Sized {
     /// untouched by others until the work on `stream` has completed.
     unsafe fn issue(&self, op: &CommOp<'_>, stream: &Self::Stream) -> Result<()>;
 
-    /// [`Communicator::issue`], and the operation's end where issuing it recorded one: an
-    /// event (without timing) that completes once the operation has, with its writes visible
-    /// to later work of the device, as one recorded after it would. `None` (the default, and
-    /// most operations) leaves the caller to record it. NCCL's backend records it with the
-    /// launch of oxccl's kernels, whose early launch an event recorded after them would take
-    /// away (docs/BENCHMARKS.md); the mock records none.
+    /// [`Communicator::issue`], and the operation's end where issuing it made one: an event
+    /// (without timing) that completes once the operation has, with its writes visible to
+    /// later work of the device, as one recorded after it would. `None` (the default, and
+    /// most operations) leaves the caller to record it. On NCCL's backend a small call of
+    /// oxccl's kernels writes its own end mark as it ends, which streams wait for and the host
+    /// reads, so no event is recorded after it to take the next kernel's early launch away
+    /// (docs/BENCHMARKS.md); the mock makes none.
     ///
     /// # Safety
     /// As [`Communicator::issue`], and outside a graph capture on `stream`.

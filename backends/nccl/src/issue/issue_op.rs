@@ -63,9 +63,9 @@ pub(crate) unsafe fn issue(
     unsafe { issue_ended(comm, op, stream, false) }.map(|_| ())
 }
 
-/// [`issue`], and with `want_end` the operation's end where its launch recorded one (see
-/// [`oxccl_core::Communicator::issue_ended`]): one of the stream's pooled events that a late
-/// launch of oxccl's kernels fires as it ends. Never inside a capture begun on `stream`.
+/// [`issue`], and with `want_end` the operation's end where its launch marks one (see
+/// [`oxccl_core::Communicator::issue_ended`]): the end mark a small call of oxccl's kernels
+/// writes as it ends (see `end_mark`). Never inside a capture begun on `stream`.
 pub(crate) unsafe fn issue_ended(
     comm: &Arc<CommInner>,
     op: &CommOp<'_>,
@@ -79,17 +79,19 @@ pub(crate) unsafe fn issue_ended(
     // The group is looked up only for a call a kernel would take.
     if let Some(peer) = comm.peer.read().as_ref() {
         let outside_group = || !crate::group_call::is_open(&comm.lib);
-        // Taken only for a launch that records it.
-        let end = (want_end && !stream.captured.open()).then_some(|| {
-            let ev = stream.launch_event()?;
-            let raw = ev.cuda().cu_event();
-            Ok((ev, raw))
-        });
+        let marks = match want_end && !stream.captured.open() {
+            true => stream.marks()?,
+            false => None,
+        };
         // SAFETY: `op` passed `check::op` above; the caller keeps its buffers valid until it
-        // completes on `stream` (this function's contract); `end` gives one of the stream's
-        // pooled events, made without timing (`launch_event`), with its handle.
-        if let Some(done) = unsafe { peer.issue(op, stream.cuda(), outside_group, end) } {
-            return done;
+        // completes on `stream` (this function's contract); `marks` are `stream`'s.
+        let issued = unsafe { peer.issue(op, stream.cuda(), outside_group, marks.map(|m| &**m)) };
+        if let Some(done) = issued {
+            // A mark is given only with `marks`.
+            return done.map(|mark| {
+                mark.zip(marks)
+                    .map(|(k, m)| NcclEvent::marked(m.clone(), k))
+            });
         }
     }
     let red = reduction(comm, op)?;

@@ -4,6 +4,7 @@
 use super::host_flags::HostFlags;
 use super::kernels::{Kernels, PeerArgs};
 use super::vmm::{Mapping, Physical};
+use crate::end_mark::StreamMarks;
 use cudarc::driver::{sys, CudaContext, CudaStream};
 use oxccl_core::peer_kernels::follow::{self, may_follow, FollowBackoff, Footprint};
 use oxccl_core::peer_kernels::{choose, geometry, kernel_call, KernelAlgo, PeerPolicy, PeerTable};
@@ -58,8 +59,8 @@ pub(crate) struct LaunchOrder {
     last: Option<(usize, Footprint, u32)>,
     /// Launches numbered so far.
     pub(crate) numbered: u64,
-    /// Late launches so far: launches that recorded their call's end themselves.
-    pub(crate) late: u64,
+    /// Launches so far that wrote their call's end mark.
+    pub(crate) marked: u64,
 }
 
 impl LaunchOrder {
@@ -78,22 +79,21 @@ impl LaunchOrder {
 impl PeerGroup {
     /// Launches the kernel the policy and table pick for `op`; `None` when NCCL runs it (not
     /// a collective the kernels have, too large for the table, or `allowed` says no: asked
-    /// only once a kernel was picked). With `end`, an early launch of fewer than
-    /// [`follow::MIN_BLOCKS`] blocks takes the event `end` gives and records it as the call's
-    /// end (see `Kernels::launch`); the answer holds it then.
+    /// only once a kernel was picked). With `marks` (the stream's), an early launch of fewer
+    /// than [`follow::MIN_BLOCKS`] blocks writes the next of them as it ends, and the answer
+    /// holds that mark: the call's end, with no event recorded after it (see `end_mark`).
     ///
     /// # Safety
     ///
     /// `op` passed `check::op` on this communicator, and its buffers stay valid until the
-    /// operation completes on `stream` (the `issue` contract); `end` gives an event of this
-    /// device's context made without timing, with its handle, alive as long as the event.
-    pub(crate) unsafe fn issue<E>(
+    /// operation completes on `stream` (the `issue` contract); `marks` are `stream`'s.
+    pub(crate) unsafe fn issue(
         &self,
         op: &CommOp<'_>,
         stream: &Arc<CudaStream>,
         allowed: impl FnOnce() -> bool,
-        end: Option<impl FnOnce() -> Result<(E, sys::CUevent)>>,
-    ) -> Option<Result<Option<E>>> {
+        marks: Option<&StreamMarks>,
+    ) -> Option<Result<Option<u64>>> {
         let n = self.args.nranks;
         let call = kernel_call(op, n)?;
         let algo = choose(self.policy, &self.table, &call, n)?;
@@ -122,31 +122,35 @@ impl PeerGroup {
         if let Some(footprint) = &numbered {
             (args.seq, args.follow) = order.number(cu as usize, footprint);
         }
-        // Only calls too small to be numbered launch late: their launch is the call's cost,
-        // and an event after it would cost the next launch more than its early start gains;
-        // a larger call's event costs nothing beside it.
-        let late = self.kernels.early() && shape.0 < follow::MIN_BLOCKS;
-        let end = match end.filter(|_| late).map(|take| take()).transpose() {
-            Ok(end) => end,
-            Err(e) => return Some(Err(e)),
-        };
+        // Only calls too small to be numbered (never followed, so every later kernel waits for
+        // their whole grid) mark their end: their launch is the call's cost, and an event after
+        // it would cost the next launch its early start; a larger call's event costs nothing
+        // beside it.
+        let marks = marks.filter(|_| self.kernels.early() && shape.0 < follow::MIN_BLOCKS);
         // SAFETY: the buffers hold `call.count` elements on this device (checked by
         // `check::op` before), valid until the kernel ends (the caller's contract); `args`
         // names this group's live mappings, which outlive every kernel (`Drop` waits for the
         // streams); every rank of the group picks the same kernel and shape for the same call
         // (`choose` and `geometry` are pure over what the set-up made equal); a launch follows
-        // the one before only where `may_follow` allows, and the kernel checks the rest; the
-        // late launch's event is the caller's (its contract), held until the answer.
-        let launched = unsafe {
-            self.kernels
-                .launch(algo, &call, &args, shape, cu, end.as_ref().map(|e| e.1))
+        // the one before only where `may_follow` allows, and the kernel checks the rest; a
+        // marking call's slot is device memory of this context never freed (`end_mark`).
+        let launch = |args: &PeerArgs| unsafe { self.kernels.launch(algo, &call, args, shape, cu) };
+        let launched = match marks {
+            Some(m) => m
+                .launch_marked(|mark| {
+                    args.mark_word = m.slot();
+                    args.mark = mark;
+                    launch(&args)
+                })
+                .map(|((), mark)| Some(mark)),
+            None => launch(&args).map(|()| None),
         };
         order.last = numbered
             .filter(|_| launched.is_ok())
             .map(|footprint| (cu as usize, footprint, args.seq));
         order.numbered += u64::from(order.last.is_some());
-        order.late += u64::from(launched.is_ok() && end.is_some());
-        Some(launched.map(|()| end.map(|(e, _)| e)))
+        order.marked += u64::from(matches!(launched, Ok(Some(_))));
+        Some(launched)
     }
 
     /// Keeps `s` for the release to wait on (a stream this group's kernels run on).

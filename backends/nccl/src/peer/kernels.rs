@@ -29,6 +29,10 @@ pub(crate) struct PeerArgs {
     pub(crate) abort_flag: u64,
     /// Device address of the status block (host memory).
     pub(crate) status: u64,
+    /// Device address of the stream's end-mark slot (see `end_mark`), with a mark.
+    pub(crate) mark_word: u64,
+    /// This call's end mark, or 0 for none.
+    pub(crate) mark: u64,
     pub(crate) scale: f64,
     pub(crate) rank: u32,
     pub(crate) nranks: u32,
@@ -38,8 +42,7 @@ pub(crate) struct PeerArgs {
     pub(crate) seq: u32,
     /// The number of the group's launch this one may follow block by block, or 0.
     pub(crate) follow: u32,
-    /// 1: a late launch (the next kernel launches only as this one ends; see `launch`).
-    pub(crate) late: u32,
+    pub(crate) pad: u32,
 }
 
 /// The loaded kernels of one device: a function per kernel and type.
@@ -94,19 +97,15 @@ impl Kernels {
     }
 
     /// Launches `algo` for `call` on `stream` in `shape` (blocks, threads per block: `geometry`
-    /// of the lines each rank handles). With `end` (an early, unnumbered launch: the caller's
-    /// choice), the launch is late and records `end` itself: the kernel lets the next one
-    /// launch only as its blocks end, and `end` fires once every block has ended (the launch's
-    /// programmatic event), so the call's end needs no event recorded after it, which would
-    /// take the next kernel's early launch away.
+    /// of the lines each rank handles).
     ///
     /// # Safety
     ///
     /// `call.send` and `call.recv` hold `call.count` elements of its type on this device and
     /// stay valid until the kernel ends; `args` names live peer memory of a group whose every
     /// rank launches the same call in the same `shape` (the kernels' chunks and blocks must
-    /// agree across ranks); `stream` is a live stream of this device; `end` is a live event
-    /// of this device's context made without timing.
+    /// agree across ranks), and with a mark, a slot of this device that outlives the kernel;
+    /// `stream` is a live stream of this device.
     pub(crate) unsafe fn launch(
         &self,
         algo: KernelAlgo,
@@ -114,7 +113,6 @@ impl Kernels {
         args: &PeerArgs,
         (blocks, threads): (u32, u32),
         stream: sys::CUstream,
-        end: Option<sys::CUevent>,
     ) -> Result<()> {
         let Some(f) = self
             .functions
@@ -127,12 +125,11 @@ impl Kernels {
             ));
         };
         debug_assert!(
-            end.is_none() || (self.early && args.seq == 0),
-            "a late launch"
+            args.mark == 0 || (self.early && args.seq == 0),
+            "only an early, unnumbered call marks its end"
         );
         let (mut send, mut recv, mut count, mut a) =
             (call.send as u64, call.recv as u64, call.count, *args);
-        a.late = u32::from(end.is_some());
         let mut params: [*mut std::ffi::c_void; 4] = [
             (&mut send as *mut u64).cast(),
             (&mut recv as *mut u64).cast(),
@@ -140,26 +137,10 @@ impl Kernels {
             (&mut a as *mut PeerArgs).cast(),
         ];
         // SAFETY: an all-zero attribute is a valid value of this plain C struct (id 0, zeroed
-        // union); the ones passed get their ids and values next.
-        let mut attrs: [sys::CUlaunchAttribute; 2] = unsafe { std::mem::zeroed() };
-        let mut used = 0;
-        if self.early {
-            attrs[used].id =
-                sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-            attrs[used].value.programmaticStreamSerializationAllowed = 1;
-            used += 1;
-        }
-        if let Some(ev) = end {
-            attrs[used].id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT;
-            attrs[used].value.programmaticEvent = sys::CUlaunchAttributeValue_union__bindgen_ty_2 {
-                event: ev,
-                flags: 0,
-                // Fires once every block has ended: a late kernel never lets the next one
-                // launch before.
-                triggerAtBlockStart: 0,
-            };
-            used += 1;
-        }
+        // union); the one passed gets its id and value next.
+        let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+        attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attr.value.programmaticStreamSerializationAllowed = 1;
         let cfg = sys::CUlaunchConfig {
             gridDimX: blocks,
             gridDimY: 1,
@@ -169,19 +150,18 @@ impl Kernels {
             blockDimZ: 1,
             sharedMemBytes: 0,
             hStream: stream,
-            attrs: attrs.as_mut_ptr(),
+            attrs: &mut attr,
             // Early, the kernel is a programmatic dependent of the one ahead of it on the
             // stream: it may start before that one ends (the sm_90 kernels wait for it first,
             // then let the next one launch). Otherwise no attribute: a plain launch (the call
             // is CUDA 12.0's; a driver that loads the PTX, ISA 8.1, is 12.1 or newer).
-            numAttrs: used as u32,
+            numAttrs: u32::from(self.early),
         };
         // SAFETY: the kernel takes (const T*, T*, u64, PeerArgs) and `params` points at exactly
-        // those, alive for the call (the driver copies them at launch); `cfg` and `attrs` are
+        // those, alive for the call (the driver copies them at launch); `cfg` and `attr` are
         // alive for the call; an early launch goes only to the sm_90 kernels, which wait for
-        // the kernel ahead before they touch memory; `end` is an event without timing of the
-        // stream's context (the caller's contract); the caller vouches for the buffers, the
-        // peer memory and the stream.
+        // the kernel ahead before they touch memory; the caller vouches for the buffers, the
+        // peer memory, the mark's slot and the stream.
         unsafe {
             sys::cuLaunchKernelEx(
                 &cfg,

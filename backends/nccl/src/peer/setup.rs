@@ -248,13 +248,15 @@ pub(crate) fn setup(
         timeout_ns: timeout.as_nanos().min(u128::from(u64::MAX)) as u64,
         abort_flag: local.flags.abort_addr(),
         status: local.flags.status_addr(),
+        mark_word: 0,
+        mark: 0,
         scale: 1.0,
         rank: comm.rank,
         nranks: comm.size,
         op: 0,
         seq: 0,
         follow: 0,
-        late: 0,
+        pad: 0,
     };
     log::debug!(
         "rank {}: all-reduce kernels on ({})",
