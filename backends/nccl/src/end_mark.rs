@@ -5,9 +5,10 @@
 //! Its marks count up from 1 in launch order (taken and launched under one lock), and a marking
 //! call's last block to end writes the call's mark once every block of it has ended: a slot
 //! holding m means every call marked up to m has ended, its writes visible to the device. A
-//! stream waits for a mark with a wait for a value (`cuStreamWaitValue64`, at least m); the host
-//! learns it from an event recorded after such a wait on a stream of the marks' own, made when
-//! it first asks (most works are never asked one by one: the watchdog looks at a few).
+//! stream waits for a mark with a wait for a value (`cuStreamWaitValue64`, at least m). The host
+//! asks whether a mark was reached by reading the slot (a copy on a stream of the marks' own; the
+//! highest value seen answers for every older mark), and blocks until it is on an event recorded
+//! after a wait for it on another stream of theirs.
 //!
 //! Slots are never freed or given to another stream: a stream may still wait on a slot after its
 //! owner is gone, and 16 bytes of device memory per stream that ever marked is what that costs.
@@ -25,13 +26,16 @@ const SLOTS_PER_CHUNK: u64 = 256;
 /// The least time between two reads of a slot (each is a copy and a wait for it).
 const READ_EVERY: std::time::Duration = std::time::Duration::from_micros(20);
 
-/// Device memory slots are cut from, per device: (ordinal, next free address, end).
-static CHUNKS: spin::Mutex<Vec<(usize, u64, u64)>> = spin::Mutex::new(Vec::new());
+/// Device memory slots are cut from, per device: (ordinal, next free address, end). A blocking
+/// lock: it is held over the allocation of a new chunk.
+static CHUNKS: std::sync::Mutex<Vec<(usize, u64, u64)>> = std::sync::Mutex::new(Vec::new());
 
 /// A zeroed slot of `ctx`'s device, bound to the calling thread, kept for the process's life.
 fn take_slot(ctx: &Arc<CudaContext>) -> Result<u64> {
     let ordinal = ctx.ordinal();
-    let mut chunks = CHUNKS.lock();
+    let mut chunks = CHUNKS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     if let Some(c) = chunks.iter_mut().find(|c| c.0 == ordinal && c.1 < c.2) {
         c.1 += SLOT_BYTES;
         return Ok(c.1 - SLOT_BYTES);
@@ -113,7 +117,8 @@ impl StreamMarks {
     /// Makes `stream` wait until the slot reaches `mark`.
     ///
     /// # Safety
-    /// `stream` is a live stream of this slot's context.
+    /// `stream` is a live stream (of this slot's device, or of one the driver lets reach it:
+    /// it refuses the wait otherwise).
     pub(crate) unsafe fn wait_on(&self, stream: sys::CUstream, mark: u64) -> Result<()> {
         self.ctx
             .bind_to_thread()

@@ -236,8 +236,7 @@ impl NcclEvent {
             End::Recorded(r) => stream
                 .wait(&r.inner)
                 .map_err(|e| cuda_error("waiting on an event", e)),
-            // SAFETY: `stream` is alive (borrowed); marks are only made for streams of their
-            // context, and a stream of another context is refused by the driver.
+            // SAFETY: `stream` is alive (borrowed), which is all `wait_on` asks.
             End::Marked(m) => unsafe { m.marks.wait_on(stream.cu_stream(), m.mark) },
         }
     }
