@@ -79,19 +79,15 @@ pub(crate) unsafe fn issue_ended(
     // The group is looked up only for a call a kernel would take.
     if let Some(peer) = comm.peer.read().as_ref() {
         let outside_group = || !crate::group_call::is_open(&comm.lib);
-        let marks = match want_end && !stream.captured.open() {
-            true => stream.marks()?,
-            false => None,
+        // Asked (and made on first use) only for a call that would mark its end.
+        let marks = || match want_end && !stream.captured.open() {
+            true => stream.marks(),
+            false => Ok(None),
         };
         // SAFETY: `op` passed `check::op` above; the caller keeps its buffers valid until it
         // completes on `stream` (this function's contract); `marks` are `stream`'s.
-        let issued = unsafe { peer.issue(op, stream.cuda(), outside_group, marks.map(|m| &**m)) };
-        if let Some(done) = issued {
-            // A mark is given only with `marks`.
-            return done.map(|mark| {
-                mark.zip(marks)
-                    .map(|(k, m)| NcclEvent::marked(m.clone(), k))
-            });
+        if let Some(done) = unsafe { peer.issue(op, stream.cuda(), outside_group, marks) } {
+            return done.map(|end| end.map(|(m, mark)| NcclEvent::marked(m.clone(), mark)));
         }
     }
     let red = reduction(comm, op)?;

@@ -13,6 +13,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// The end a marking launch writes: its stream's marks and the mark.
+pub(crate) type LaunchMark<'m> = (&'m Arc<StreamMarks>, u64);
+
 /// A mapping of some rank's peer memory, with the reference that keeps it.
 #[derive(Debug)]
 pub(crate) struct Mapped {
@@ -79,21 +82,22 @@ impl LaunchOrder {
 impl PeerGroup {
     /// Launches the kernel the policy and table pick for `op`; `None` when NCCL runs it (not
     /// a collective the kernels have, too large for the table, or `allowed` says no: asked
-    /// only once a kernel was picked). With `marks` (the stream's), an early launch of fewer
-    /// than [`follow::MIN_BLOCKS`] blocks writes the next of them as it ends, and the answer
-    /// holds that mark: the call's end, with no event recorded after it (see `end_mark`).
+    /// only once a kernel was picked). An early launch of fewer than [`follow::MIN_BLOCKS`]
+    /// blocks asks `marks` for the stream's end marks (if it has any) and writes the next of
+    /// them as it ends; the answer holds the marks and that mark: the call's end, with no event
+    /// recorded after it (see `end_mark`).
     ///
     /// # Safety
     ///
     /// `op` passed `check::op` on this communicator, and its buffers stay valid until the
-    /// operation completes on `stream` (the `issue` contract); `marks` are `stream`'s.
-    pub(crate) unsafe fn issue(
+    /// operation completes on `stream` (the `issue` contract); `marks` gives `stream`'s.
+    pub(crate) unsafe fn issue<'m>(
         &self,
         op: &CommOp<'_>,
         stream: &Arc<CudaStream>,
         allowed: impl FnOnce() -> bool,
-        marks: Option<&StreamMarks>,
-    ) -> Option<Result<Option<u64>>> {
+        marks: impl FnOnce() -> Result<Option<&'m Arc<StreamMarks>>>,
+    ) -> Option<Result<Option<LaunchMark<'m>>>> {
         let n = self.args.nranks;
         let call = kernel_call(op, n)?;
         let algo = choose(self.policy, &self.table, &call, n)?;
@@ -126,7 +130,13 @@ impl PeerGroup {
         // their whole grid) mark their end: their launch is the call's cost, and an event after
         // it would cost the next launch its early start; a larger call's event costs nothing
         // beside it.
-        let marks = marks.filter(|_| self.kernels.early() && shape.0 < follow::MIN_BLOCKS);
+        let marks = match self.kernels.early() && shape.0 < follow::MIN_BLOCKS {
+            true => match marks() {
+                Ok(m) => m,
+                Err(e) => return Some(Err(e)),
+            },
+            false => None,
+        };
         // SAFETY: the buffers hold `call.count` elements on this device (checked by
         // `check::op` before), valid until the kernel ends (the caller's contract); `args`
         // names this group's live mappings, which outlive every kernel (`Drop` waits for the
@@ -142,7 +152,7 @@ impl PeerGroup {
                     args.mark = mark;
                     launch(&args)
                 })
-                .map(|((), mark)| Some(mark)),
+                .map(|((), mark)| Some((m, mark))),
             None => launch(&args).map(|()| None),
         };
         order.last = numbered
