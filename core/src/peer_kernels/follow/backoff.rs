@@ -4,7 +4,9 @@
 //! programs. Such a launch costs the kernel its check before the wait and a release at its
 //! end, and buys nothing. So each miss the host sees leaves the next launches unnumbered for a
 //! pause that doubles with each miss, and halves again once as many numbered launches in a row
-//! brought no miss (back-to-back calls follow again).
+//! brought no miss (back-to-back calls follow again). A host that runs L launches ahead of
+//! the device learns of a miss only L launches later, so it numbers about L launches each time
+//! a pause ends: about L / (L + LONGEST_PAUSE) of launches once the pauses are at their longest.
 
 /// The launches left unnumbered after the first miss.
 pub const FIRST_PAUSE: u32 = 16;
@@ -97,6 +99,30 @@ mod tests {
             let n = numbered_with_misses(100_000, lag);
             assert!(n < 100_000 / 50, "lag {lag}: {n} numbered");
             assert!(n > 0, "lag {lag}: never numbered again");
+        }
+    }
+
+    #[test]
+    fn a_host_far_ahead_numbers_about_its_lead_per_longest_pause() {
+        // The device judges a launch `lag` launches (numbered or not) after the host issued
+        // it, and every numbered launch misses.
+        for lag in [100u32, 240, 1000] {
+            let launches = 100_000u32;
+            let mut b = FollowBackoff::default();
+            let (mut word, mut pending, mut numbered) = (0u32, VecDeque::new(), 0u32);
+            for t in 1..=launches {
+                while pending.front().is_some_and(|&at| at + lag <= t) {
+                    word = pending.pop_front().unwrap();
+                }
+                if b.number(word) {
+                    numbered += 1;
+                    pending.push_back(t);
+                }
+            }
+            let per_pause = f64::from(lag) / f64::from(LONGEST_PAUSE + lag);
+            let bound = 3 * lag + (f64::from(launches) * per_pause * 1.5) as u32;
+            assert!(numbered < bound, "lag {lag}: {numbered} numbered, bound {bound}");
+            assert!(numbered >= lag, "lag {lag}: {numbered} numbered, fewer than its lead");
         }
     }
 
