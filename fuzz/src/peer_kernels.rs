@@ -7,11 +7,12 @@
 //! may follow the one before block by block (`may_follow`: only where every byte both touch,
 //! and either writes, is handed to the same block in both, by the core's model of the kernels,
 //! `Footprint::block_key`), and how often the host numbers launches for it as the kernels report
-//! misses (`FollowBackoff`: never paused before a miss, at once after one, for no less than
-//! the first pause and no more than the longest).
+//! misses (`FollowBackoff`: never paused before a miss, at once after one, a stretch of
+//! unnumbered launches no shorter than the first pause or the probe's margin and no longer
+//! than the longest pause).
 
 use arbitrary::{Arbitrary, Unstructured};
-use oxccl_core::peer_kernels::follow::backoff::{FIRST_PAUSE, LONGEST_PAUSE};
+use oxccl_core::peer_kernels::follow::backoff::{FIRST_PAUSE, LONGEST_PAUSE, PROBE_MARGIN};
 use oxccl_core::peer_kernels::follow::{may_follow, FollowBackoff, Footprint};
 use oxccl_core::peer_kernels::record::{all_mapped, refusal, verdict, PeerRecord, RECORD_BYTES};
 use oxccl_core::peer_kernels::{
@@ -88,30 +89,30 @@ pub fn fuzz(data: &[u8]) {
 
 fn backoff(words: &[(u8, u16)]) {
     let mut b = FollowBackoff::default();
-    let (mut seen, mut paused, mut since_miss) = (0u32, 0u32, None::<u32>);
+    let (mut seen, mut paused, mut missed, mut seq) = (0u32, 0u32, false, 0u32);
     for &(word, hold) in words.iter().take(64) {
         for _ in 0..u32::from(hold) % 6000 {
             let word = u32::from(word);
             let miss = word != seen;
             seen = word;
-            let numbered = b.number(word);
+            let numbered = b.number(word, seq.wrapping_add(1).max(1));
             if miss {
                 assert!(!numbered, "numbered right after a miss");
-                since_miss = Some(0);
+                missed = true;
                 paused = 0;
             }
-            match (since_miss, numbered) {
-                (None, n) => assert!(n, "paused before any miss"),
-                (Some(_), false) => {
+            match (missed, numbered) {
+                (false, n) => assert!(n, "paused before any miss"),
+                (true, false) => {
                     paused += 1;
-                    assert!(paused <= LONGEST_PAUSE, "paused past the longest pause");
+                    assert!(paused <= LONGEST_PAUSE, "unnumbered past the longest pause");
                 }
-                (Some(k), true) => {
+                (true, true) => {
                     assert!(
-                        k != 0 || paused >= FIRST_PAUSE,
-                        "a pause shorter than the first"
+                        !miss && (paused == 0 || paused >= FIRST_PAUSE.min(PROBE_MARGIN)),
+                        "unnumbered for less than the first pause"
                     );
-                    since_miss = Some(k + 1);
+                    seq = seq.wrapping_add(1).max(1);
                     paused = 0;
                 }
             }

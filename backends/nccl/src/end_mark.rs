@@ -233,12 +233,28 @@ impl Drop for SlotReader {
     }
 }
 
-/// A call's end: its mark on a stream's marks. Clones share the event made for the host.
+/// A call's end: its mark on a stream's marks, held by value (an operation makes one per
+/// call, with no allocation). A clone shares the host's event where one was made already and
+/// makes its own otherwise (each records after a wait for the same mark, so they agree).
 #[derive(Debug)]
 pub(crate) struct MarkedEnd {
     pub(crate) marks: Arc<StreamMarks>,
     pub(crate) mark: u64,
     event: spin::Once<Arc<CudaEvent>>,
+}
+
+impl Clone for MarkedEnd {
+    fn clone(&self) -> MarkedEnd {
+        let event = match self.event.get() {
+            Some(e) => spin::Once::initialized(e.clone()),
+            None => spin::Once::new(),
+        };
+        MarkedEnd {
+            marks: self.marks.clone(),
+            mark: self.mark,
+            event,
+        }
+    }
 }
 
 impl MarkedEnd {

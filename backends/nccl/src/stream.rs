@@ -174,7 +174,7 @@ pub struct NcclEvent {
 #[derive(Debug, Clone)]
 enum End {
     Recorded(Recorded),
-    Marked(Arc<MarkedEnd>),
+    Marked(MarkedEnd),
 }
 
 /// One of a stream's pooled events, recorded there.
@@ -212,7 +212,7 @@ impl NcclEvent {
     /// The end of the call that `marks` gave `mark` (its kernel writes it as it ends).
     pub(crate) fn marked(marks: Arc<StreamMarks>, mark: u64) -> NcclEvent {
         NcclEvent {
-            end: End::Marked(Arc::new(MarkedEnd::new(marks, mark))),
+            end: End::Marked(MarkedEnd::new(marks, mark)),
         }
     }
 

@@ -67,10 +67,15 @@ pub(crate) struct LaunchOrder {
 }
 
 impl LaunchOrder {
+    /// The number the next numbered launch gets (never 0).
+    fn next_seq(&self) -> u32 {
+        self.seq.wrapping_add(1).max(1)
+    }
+
     /// The next launch's number (never 0) and the number of the launch it may follow (0 for
     /// none), for a launch of `footprint` on `stream`.
     fn number(&mut self, stream: usize, footprint: &Footprint) -> (u32, u32) {
-        self.seq = self.seq.wrapping_add(1).max(1);
+        self.seq = self.next_seq();
         let follow = match &self.last {
             Some((s, before, n)) if *s == stream && may_follow(before, footprint) => *n,
             _ => 0,
@@ -119,9 +124,10 @@ impl PeerGroup {
         let shape = geometry(algo.lines_per_rank(call.lines(), n));
         // Numbered in launch order: the lock is held over the launch.
         let mut order = self.order.lock();
-        let numbered = (self.kernels.early()
-            && shape.0 >= follow::MIN_BLOCKS
-            && order.backoff.number(self.flags.follow_miss()))
+        let numbered = (self.kernels.early() && shape.0 >= follow::MIN_BLOCKS && {
+            let next = order.next_seq();
+            order.backoff.number(self.flags.follow_miss(), next)
+        })
         .then(|| Footprint::of(algo, &call, n));
         if let Some(footprint) = &numbered {
             (args.seq, args.follow) = order.number(cu as usize, footprint);
