@@ -183,30 +183,49 @@ struct Rank {
     char *host_in, *host_out;
     // The last launch (as the library numbers them, for following).
     uint32_t seq;
-    // The library's backoff: the miss word as last seen, launches to skip, the pause, clean runs.
-    uint32_t seen, skip, pause = 16, clean;
+    // The library's backoff: the miss word as last seen; the phase (0 free, 1 paused, 2
+    // probing), launches left to pause, the probe's number and launches since it; the pause
+    // the next miss starts, clean numbered launches, the lead, the last number given.
+    uint32_t seen, phase, left, probe, since, pause = 16, clean, lead, given;
     struct { int algo, t; size_t count; const void* in; void* out; uint32_t seq; } last;
 };
 
-// Whether the next launch that could follow is numbered (the library's FollowBackoff).
-static bool numbers(Rank& k) {
+// Whether the next launch that could follow, numbered `seq` if it is, is numbered (the
+// library's FollowBackoff: a pause after each miss, then a probe whose verdict is waited for).
+static bool numbers(Rank& k, uint32_t seq) {
     if (!g_backoff) return true;
     uint32_t miss = ((volatile uint32_t*)k.status)[3];
     if (miss != k.seen) {
         k.seen = miss;
-        k.skip = k.pause;
+        uint32_t lead = (k.phase == 2 && k.probe == miss) ? k.since : k.given - miss;
+        if (lead <= 4096) k.lead = std::max(k.lead, lead);
+        k.phase = 1;
+        k.left = k.pause;
         k.pause = std::min<uint32_t>(k.pause * 2, 4096);
         k.clean = 0;
     }
-    if (k.skip > 0) {
-        k.skip--;
-        return false;
+    bool numbered = true;
+    if (k.phase == 0) {
+        if (++k.clean >= k.pause) {
+            k.pause = std::max<uint32_t>(k.pause / 2, 16);
+            k.clean = 0;
+        }
+    } else if (k.phase == 1 && k.left > 0) {
+        k.left--;
+        numbered = false;
+    } else if (k.phase == 1) {
+        k.phase = 2;
+        k.probe = seq;
+        k.since = 0;
+    } else if (k.since < std::min<uint32_t>(2 * k.lead + 16, 4096)) {
+        k.since++;
+        numbered = false;
+    } else {
+        k.phase = 0;
+        k.clean = 1;
     }
-    if (++k.clean >= k.pause) {
-        k.pause = std::max<uint32_t>(k.pause / 2, 16);
-        k.clean = 0;
-    }
-    return true;
+    if (numbered) k.given = seq;
+    return numbered;
 }
 
 static void launch(Rank& k, int algo, int t, int op, const void* in, void* out, size_t count) {
@@ -235,7 +254,7 @@ static void launch(Rank& k, int algo, int t, int op, const void* in, void* out, 
     unsigned blocks = (unsigned)std::min<uint64_t>((work + g_threads - 1) / g_threads, g_max_blocks);
     if (blocks == 0) blocks = 1;
     if (work < g_threads) threads = (unsigned)std::max<uint64_t>(32, (work + 31) / 32 * 32);
-    if (g_pdl && g_number && blocks >= 8 && numbers(k)) {  // the library's follow::MIN_BLOCKS
+    if (g_pdl && g_number && blocks >= 8 && numbers(k, k.seq + 1 ? k.seq + 1 : 1)) {  // follow::MIN_BLOCKS
         a.seq = ++k.seq ? k.seq : ++k.seq;
         bool same = k.last.seq && k.last.algo == algo && k.last.t == t && k.last.count == count &&
                     k.last.in == in && k.last.out == out;
