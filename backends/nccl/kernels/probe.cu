@@ -254,7 +254,10 @@ static void launch(Rank& k, int algo, int t, int op, const void* in, void* out, 
     unsigned blocks = (unsigned)std::min<uint64_t>((work + g_threads - 1) / g_threads, g_max_blocks);
     if (blocks == 0) blocks = 1;
     if (work < g_threads) threads = (unsigned)std::max<uint64_t>(32, (work + 31) / 32 * 32);
-    if (g_pdl && g_number && blocks >= 8 && numbers(k, k.seq + 1 ? k.seq + 1 : 1)) {  // follow::MIN_BLOCKS
+    // follow::MIN_BLOCKS; a captured launch is numbered only while every launch is, and leaves
+    // the backoff as it is (FollowBackoff::number_captured).
+    if (g_pdl && g_number && blocks >= 8 &&
+        (k.capturing ? (!g_backoff || k.phase == 0) : numbers(k, k.seq + 1 ? k.seq + 1 : 1))) {
         a.seq = ++k.seq ? k.seq : ++k.seq;
         bool same = k.last.seq && k.last.algo == algo && k.last.t == t && k.last.count == count &&
                     k.last.in == in && k.last.out == out;

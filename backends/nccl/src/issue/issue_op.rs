@@ -80,13 +80,15 @@ pub(crate) unsafe fn issue_ended(
     if let Some(peer) = comm.peer.read().as_ref() {
         let outside_group = || !crate::group_call::is_open(&comm.lib);
         // Asked (and made on first use) only for a call that would mark its end.
-        let marks = || match want_end && !stream.captured.open() {
+        let captured = stream.captured.open();
+        let marks = || match want_end && !captured {
             true => stream.marks(),
             false => Ok(None),
         };
         // SAFETY: `op` passed `check::op` above; the caller keeps its buffers valid until it
         // completes on `stream` (this function's contract); `marks` are `stream`'s.
-        if let Some(done) = unsafe { peer.issue(op, stream.cuda(), outside_group, marks) } {
+        if let Some(done) = unsafe { peer.issue(op, stream.cuda(), captured, outside_group, marks) }
+        {
             return done.map(|end| end.map(|(m, mark)| NcclEvent::marked(m.clone(), mark)));
         }
     }

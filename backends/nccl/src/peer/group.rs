@@ -95,11 +95,13 @@ impl PeerGroup {
     /// # Safety
     ///
     /// `op` passed `check::op` on this communicator, and its buffers stay valid until the
-    /// operation completes on `stream` (the `issue` contract); `marks` gives `stream`'s.
+    /// operation completes on `stream` (the `issue` contract); `marks` gives `stream`'s;
+    /// `captured` says whether a capture is open on `stream`.
     pub(crate) unsafe fn issue<'m>(
         &self,
         op: &CommOp<'_>,
         stream: &Arc<CudaStream>,
+        captured: bool,
         allowed: impl FnOnce() -> bool,
         marks: impl FnOnce() -> Result<Option<&'m Arc<StreamMarks>>>,
     ) -> Option<Result<Option<LaunchMark<'m>>>> {
@@ -126,7 +128,10 @@ impl PeerGroup {
         let mut order = self.order.lock();
         let numbered = (self.kernels.early() && shape.0 >= follow::MIN_BLOCKS && {
             let next = order.next_seq();
-            order.backoff.number(self.flags.follow_miss(), next)
+            match captured {
+                true => order.backoff.number_captured(),
+                false => order.backoff.number(self.flags.follow_miss(), next),
+            }
         })
         .then(|| Footprint::of(algo, &call, n));
         if let Some(footprint) = &numbered {

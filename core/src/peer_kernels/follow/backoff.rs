@@ -111,6 +111,14 @@ impl FollowBackoff {
         numbered
     }
 
+    /// Whether a launch captured into a graph is numbered: while every launch is. A captured
+    /// launch runs only at the graph's launches, so no verdict on it comes back in time to
+    /// pace the backoff (nor may one count as a probe that followed): it leaves the backoff
+    /// as it is.
+    pub fn number_captured(&self) -> bool {
+        self.phase == Phase::Free
+    }
+
     /// A miss of launch `miss` reported: learn the lead, start the next pause.
     fn saw_miss(&mut self, miss: u32) {
         // The probe's lead is counted in launches; any other's in numbered launches since it,
@@ -188,6 +196,27 @@ mod tests {
         // No miss for the probe within the margin: numbering resumes.
         assert!((0..PROBE_MARGIN).all(|_| !b.number(1, 3)));
         assert!((3..1000).all(|s| b.number(1, s)));
+    }
+
+    #[test]
+    fn captured_launches_are_numbered_only_while_free_and_leave_the_state() {
+        let mut b = FollowBackoff::default();
+        assert!(b.number_captured());
+        assert!(b.number(0, 1));
+        // Paused: captured launches are not numbered and do not shorten the pause.
+        assert!(!b.number(1, 2));
+        let paused = b;
+        assert!((0..10 * FIRST_PAUSE).all(|_| !b.number_captured()));
+        assert_eq!(b, paused);
+        assert!((1..FIRST_PAUSE).all(|_| !b.number(1, 2)));
+        assert!(b.number(1, 2));
+        // Probing: nor do they stand for launches that would bring the probe's verdict.
+        let probing = b;
+        assert!((0..10 * PROBE_MARGIN).all(|_| !b.number_captured()));
+        assert_eq!(b, probing);
+        assert!((0..PROBE_MARGIN).all(|_| !b.number(1, 3)));
+        assert!(b.number(1, 3));
+        assert!(b.number_captured());
     }
 
     #[test]
