@@ -185,8 +185,8 @@ struct Rank {
     uint32_t seq;
     // The library's backoff: the miss word as last seen; the phase (0 free, 1 paused, 2
     // probing), launches left to pause, the probe's number and launches since it; the pause
-    // the next miss starts, clean numbered launches, the lead, the last number given.
-    uint32_t seen, phase, left, probe, since, pause = 16, clean, lead, given;
+    // the next miss starts, clean numbered launches, the lead.
+    uint32_t seen, phase, left, probe, since, pause = 16, clean, lead;
     struct { int algo, t; size_t count; const void* in; void* out; uint32_t seq; } last;
 };
 
@@ -197,14 +197,13 @@ static bool numbers(Rank& k, uint32_t seq) {
     uint32_t miss = ((volatile uint32_t*)k.status)[3];
     if (miss != k.seen) {
         k.seen = miss;
-        uint32_t lead = (k.phase == 2 && k.probe == miss) ? k.since : k.given - miss;
+        uint32_t lead = (k.phase == 2 && k.probe == miss) ? k.since : seq - 1 - miss;
         if (lead <= 4096) k.lead = std::max(k.lead, lead);
         k.phase = 1;
         k.left = k.pause;
         k.pause = std::min<uint32_t>(k.pause * 2, 4096);
         k.clean = 0;
     }
-    bool numbered = true;
     if (k.phase == 0) {
         if (++k.clean >= k.pause) {
             k.pause = std::max<uint32_t>(k.pause / 2, 16);
@@ -212,20 +211,19 @@ static bool numbers(Rank& k, uint32_t seq) {
         }
     } else if (k.phase == 1 && k.left > 0) {
         k.left--;
-        numbered = false;
+        return false;
     } else if (k.phase == 1) {
         k.phase = 2;
         k.probe = seq;
         k.since = 0;
     } else if (k.since < std::min<uint32_t>(2 * k.lead + 16, 4096)) {
         k.since++;
-        numbered = false;
+        return false;
     } else {
         k.phase = 0;
         k.clean = 1;
     }
-    if (numbered) k.given = seq;
-    return numbered;
+    return true;
 }
 
 static void launch(Rank& k, int algo, int t, int op, const void* in, void* out, size_t count) {

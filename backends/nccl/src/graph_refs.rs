@@ -102,11 +102,6 @@ impl<T: Counted> CaptureRefs<T> {
         self.end();
     }
 
-    /// Whether a capture begun through this stream is open.
-    pub(crate) fn open(&self) -> bool {
-        self.on.load(Ordering::Relaxed)
-    }
-
     /// Notes that `comm` issues on the stream (one relaxed load when no capture is open);
     /// whether a capture is open. Called before the communicator's state is checked, so that
     /// an abort from another thread either sees the reference or is seen by the issue's state

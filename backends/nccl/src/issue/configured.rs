@@ -23,7 +23,8 @@ pub(crate) unsafe fn issue(
     cfg: &CollConfig,
 ) -> Result<()> {
     check::configured(&comm.check_ctx(), op, cfg)?;
-    let op = &super::issue_op::admit(comm, op, stream)?;
+    let (op, _) = super::issue_op::admit(comm, op, stream)?;
+    let op = &op;
     let buf = CollConfigBuf::new(cfg, comm.lib.version())?;
     let red = super::issue_op::reduction(comm, op)?;
     let red = red.as_ref().map_or(0, NcclRedOp::code);

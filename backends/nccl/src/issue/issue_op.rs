@@ -24,23 +24,24 @@ fn captured_buffers(op: &CommOp<'_>) {
 /// What every issue of `op` on `stream` does before its call (the plain one here, the
 /// configured one in `configured`): `check::op`, the window rule, the element type the library
 /// takes, the capture's note, and the ready check (waiting out a nonblocking init). Returns
-/// the op as the library is called with it.
+/// the op as the library is called with it, and whether a capture begun on `stream` is open.
 pub(super) fn admit<'a>(
     comm: &Arc<CommInner>,
     op: &CommOp<'a>,
     stream: &NcclStream,
-) -> Result<CommOp<'a>> {
+) -> Result<(CommOp<'a>, bool)> {
     check::op(op, &comm.check_ctx())?;
     comm.registry.one_kind(op, comm.rank)?;
     let op = wire(op, &comm.settings.features);
     // Inside a capture begun on `stream`, the graph it makes will hold this communicator
     // (NCCL's release then waits for that graph): noted before the state check, so an abort
     // from another thread either sees it or makes the check below refuse.
-    if stream.captured.note(comm) {
+    let captured = stream.captured.note(comm);
+    if captured {
         captured_buffers(&op);
     }
     comm.ready_for(op.kind().name())?;
-    Ok(op)
+    Ok((op, captured))
 }
 
 /// The reduction handle of `op`, if it reduces: premul-sum ops live until the handle is
@@ -72,7 +73,8 @@ pub(crate) unsafe fn issue_ended(
     stream: &NcclStream,
     want_end: bool,
 ) -> Result<Option<NcclEvent>> {
-    let op = &admit(comm, op, stream)?;
+    let (op, captured) = admit(comm, op, stream)?;
+    let op = &op;
     // oxccl's own kernels, where the group has peer memory and the policy picks one; never
     // inside an NCCL group (NCCL launches the group's calls at its end, and a kernel launched
     // now would run before the calls queued ahead of it).
@@ -80,7 +82,6 @@ pub(crate) unsafe fn issue_ended(
     if let Some(peer) = comm.peer.read().as_ref() {
         let outside_group = || !crate::group_call::is_open(&comm.lib);
         // Asked (and made on first use) only for a call that would mark its end.
-        let captured = stream.captured.open();
         let marks = || match want_end && !captured {
             true => stream.marks(),
             false => Ok(None),

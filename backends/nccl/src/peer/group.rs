@@ -126,13 +126,15 @@ impl PeerGroup {
         let shape = geometry(algo.lines_per_rank(call.lines(), n));
         // Numbered in launch order: the lock is held over the launch.
         let mut order = self.order.lock();
-        let numbered = (self.kernels.early() && shape.0 >= follow::MIN_BLOCKS && {
-            let next = order.next_seq();
-            match captured {
+        let numbered = (self.kernels.early()
+            && shape.0 >= follow::MIN_BLOCKS
+            && match captured {
                 true => order.backoff.number_captured(),
-                false => order.backoff.number(self.flags.follow_miss(), next),
-            }
-        })
+                false => {
+                    let next = order.next_seq();
+                    order.backoff.number(self.flags.follow_miss(), next)
+                }
+            })
         .then(|| Footprint::of(algo, &call, n));
         if let Some(footprint) = &numbered {
             (args.seq, args.follow) = order.number(cu as usize, footprint);

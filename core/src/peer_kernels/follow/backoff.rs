@@ -47,8 +47,6 @@ pub struct FollowBackoff {
     clean: u32,
     /// The most launches seen between a numbered launch and the report of its miss.
     lead: u32,
-    /// The number of the last numbered launch (0 before the first).
-    given: u32,
 }
 
 impl Default for FollowBackoff {
@@ -59,7 +57,6 @@ impl Default for FollowBackoff {
             pause: FIRST_PAUSE,
             clean: 0,
             lead: 0,
-            given: 0,
         }
     }
 }
@@ -67,13 +64,13 @@ impl Default for FollowBackoff {
 impl FollowBackoff {
     /// Whether the next launch that could follow is numbered, `miss` being the device's miss
     /// word as read now (a miss is seen when the word changed since the last call) and `seq`
-    /// the number that launch gets if it is.
+    /// the number that launch gets if it is: the one after the last number given.
     pub fn number(&mut self, miss: u32, seq: u32) -> bool {
         if miss != self.seen {
             self.seen = miss;
-            self.saw_miss(miss);
+            self.saw_miss(miss, seq);
         }
-        let numbered = match self.phase {
+        match self.phase {
             Phase::Free => {
                 self.clean += 1;
                 if self.clean >= self.pause {
@@ -104,11 +101,7 @@ impl FollowBackoff {
                     true
                 }
             }
-        };
-        if numbered {
-            self.given = seq;
         }
-        numbered
     }
 
     /// Whether a launch captured into a graph is numbered: while every launch is. A captured
@@ -119,13 +112,14 @@ impl FollowBackoff {
         self.phase == Phase::Free
     }
 
-    /// A miss of launch `miss` reported: learn the lead, start the next pause.
-    fn saw_miss(&mut self, miss: u32) {
+    /// A miss of launch `miss` reported when the next number is `next`: learn the lead, start
+    /// the next pause.
+    fn saw_miss(&mut self, miss: u32, next: u32) {
         // The probe's lead is counted in launches; any other's in numbered launches since it,
         // which in the free phase is every launch.
         let lead = match self.phase {
             Phase::Probing { seq, since } if seq == miss => since,
-            _ => self.given.wrapping_sub(miss),
+            _ => next.wrapping_sub(1).wrapping_sub(miss),
         };
         if lead <= LONGEST_PAUSE {
             self.lead = self.lead.max(lead);
