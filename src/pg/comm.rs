@@ -4,7 +4,9 @@
 use super::arrival::Arrival;
 use super::keys;
 use super::tune::reg_cache::RegCache;
-use super::work::{OnFailure, WorkHome};
+use super::work::home::{OnFailure, WorkHome};
+use super::work::ring::WorkRing;
+use super::work::EventOf;
 use crate::buffer::{Memory, StreamOf};
 use crate::deadline::deadline_after;
 use oxccl_core::text::Escaped;
@@ -18,8 +20,10 @@ pub(crate) struct Entry<B: Memory> {
     pub comm: CommOf<B>,
     pub stream: StreamOf<B>,
     pub abort: AbortOf<B>,
-    /// What the works issued on `comm` share (the group's watch, `abort`).
+    /// What the works issued on `comm` share (the group's watch, `abort`, their places).
     pub home: Arc<WorkHome<AbortOf<B>>>,
+    /// The works in flight on `comm` that live as slots (see `work::ring`).
+    pub ring: Arc<WorkRing<EventOf<B>, AbortOf<B>>>,
     /// Registrations and windows of buffers on `comm` (after it: dropped once it is gone).
     pub regs: RegCache,
 }
@@ -36,15 +40,12 @@ impl<B: Memory> Entry<B> {
     ) -> Result<Entry<B>> {
         let stream = comm.new_stream_with(priority)?;
         let abort = comm.abort_handle();
-        let home = Arc::new(WorkHome {
-            watch,
-            abort: Some(abort.clone()),
-            on_failure,
-        });
+        let home = Arc::new(WorkHome::new(watch, Some(abort.clone()), on_failure));
         Ok(Entry {
             comm,
             stream,
             abort,
+            ring: Arc::new(WorkRing::new(home.clone())),
             home,
             regs: RegCache::default(),
         })

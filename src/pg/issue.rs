@@ -6,6 +6,7 @@ use super::comm::Entry;
 use super::inner::PgInner;
 use super::op_facts::OpFacts;
 use super::tune::prepare::prepare_on;
+use super::work::tracked::TrackedWork;
 use super::work::{EventOf, Work, WorkOf};
 use crate::buffer::{CommMem, Memory, StreamOf};
 use crate::recorder::now_ns;
@@ -253,7 +254,9 @@ impl<B: Memory> PgInner<B> {
         }))
     }
 
-    /// A work of this group on `e`, queued to the watchdog when the group uses it.
+    /// A work of this group on `e`: a slot of its communicator's ring when the watchdog
+    /// watches the group and the work is not timed (the common case: see `work::ring`), else
+    /// a work of its own, queued to the watchdog when the group uses it.
     pub fn work(
         &self,
         info: WorkInfo,
@@ -264,24 +267,29 @@ impl<B: Memory> PgInner<B> {
     ) -> WorkOf<B> {
         // One clock read per operation: the recorder entry's, else one here.
         let created_ns = trace.created_ns().unwrap_or_else(now_ns);
-        if !self.opts.watchdog {
+        let watched = self.opts.watchdog && end.is_some();
+        let (start, end) = match (watched, start, end) {
+            // Untimed (no start event): a slot of the ring.
+            (true, None, Some(end)) => {
+                let place = e.ring.push(info, created_ns, end, trace);
+                return Work::in_ring(e.ring.clone(), place, info, created_ns);
+            }
+            (_, start, end) => (start, end),
+        };
+        if !watched {
             // No watchdog to record it later: record now.
             trace.settle(&self.watch.recorder);
         }
-        let place = if self.opts.watchdog {
-            self.watch.next_place()
-        } else {
-            0
-        };
-        let work = Work::new(
+        let place = if watched { e.home.next_place() } else { 0 };
+        let work = Work::tracked(TrackedWork::new(
             info,
-            (created_ns, place),
+            (created_ns, place, true),
             (start, end),
             e.home.clone(),
             trace,
-        );
-        if self.opts.watchdog {
-            Watchdog::global().watch(&self.watch, work.watched());
+        ));
+        if let Some(w) = work.watched().filter(|_| watched) {
+            Watchdog::global().watch(&self.watch, w);
             // Drop here the works the watchdog is done with (see GroupWatch::bury).
             self.watch.reap();
         }

@@ -263,6 +263,15 @@ impl Desync {
     }
 }
 
+/// Whether a work counts in the desync sequence: collectives (point-to-point operations have
+/// a sequence of their own, and a peer that skips one is not behind the group).
+pub(crate) fn counts_in_desync(info: &oxccl_core::state::work::WorkInfo) -> bool {
+    !matches!(
+        info.kind,
+        oxccl_core::OpKind::Send | oxccl_core::OpKind::Recv
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

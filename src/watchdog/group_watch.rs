@@ -14,7 +14,7 @@ use oxccl_core::state::work::WorkInfo;
 use oxccl_core::text::Escaped;
 use oxccl_core::watchdog::Hint;
 use oxccl_core::{OpKind, Result};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -45,6 +45,31 @@ pub(crate) trait Watched: Send + Sync {
     fn info(&self) -> WorkInfo;
     /// Aborts its communicator.
     fn abort_comm(&self, reason: &str);
+}
+
+/// A communicator's ring of works (see `pg::work::ring`) as the watchdog sees it: it looks
+/// at the works through it, and takes from it those that need a look of their own.
+pub(crate) trait WatchedRing: Send + Sync {
+    /// Its group's configuration.
+    fn watch(&self) -> &GroupWatch;
+    /// Its group's configuration, shared.
+    fn watch_arc(&self) -> Arc<GroupWatch>;
+    /// Appends the issue times of its works not yet recorded in the flight recorder, oldest
+    /// first.
+    fn unrecorded(&self, times: &mut Vec<u64>);
+    /// Records the oldest work not yet recorded (nothing when none is left).
+    fn record_next(&self);
+    /// One look at its works in flight: records what is left, marks what completed, and
+    /// moves the works that need a look of their own (failed, past their deadline) into `out`
+    /// with their recorder entries. Returns the works it still watches and the earliest of
+    /// their deadlines.
+    fn pass(
+        &self,
+        now_ns: u64,
+        out: &mut Vec<(Arc<dyn Watched>, Option<u64>)>,
+    ) -> (usize, Option<u64>);
+    /// Whether it holds nothing to look at.
+    fn idle(&self) -> bool;
 }
 
 /// A group's hand-off ring to the watchdog (held by its [`GroupWatch`]).
@@ -97,22 +122,12 @@ pub(crate) struct GroupWatch {
     graveyard: Mutex<Option<Graveyard>>,
     /// Works in the graveyard (read without the lock on the hot path).
     buried: AtomicUsize,
-    /// Works queued to the watchdog so far (the last one's place; the issuing thread's).
-    queued: AtomicU64,
-    /// The place of the newest work the watchdog saw complete: it and every earlier work of
-    /// the group's stream are done (written by the watchdog, on a line of its own).
-    done: Padded,
     /// Works handed to the watchdog, not yet taken by a pass (the group's own ring; see
     /// `crate::watchdog`).
     pub inbox: Inbox,
     /// Whether the watchdog drains [`GroupWatch::inbox`] (set by its first work).
     pub enrolled: AtomicBool,
 }
-
-/// A counter alone on its cache line (the watchdog writes it; issuing threads only read it).
-#[repr(align(128))]
-#[derive(Default)]
-struct Padded(AtomicU64);
 
 /// Works buried before the issuing thread drops them, in one batch.
 const REAP_EVERY: usize = 32;
@@ -159,27 +174,9 @@ impl GroupWatch {
             hook_errors: Mutex::new(Vec::new()),
             graveyard: Mutex::new(Some(Graveyard::default())),
             buried: AtomicUsize::new(0),
-            queued: AtomicU64::new(0),
-            done: Padded::default(),
             inbox: Queue::new(INBOX_SLOTS),
             enrolled: AtomicBool::new(false),
         })
-    }
-
-    /// The place of the next work queued to the watchdog (from 1, issue order; called under
-    /// the group's issue lock).
-    pub fn next_place(&self) -> u64 {
-        self.queued.fetch_add(1, Ordering::Relaxed) + 1
-    }
-
-    /// The watchdog saw the work at `place` complete (so every earlier one is done too).
-    pub fn saw_done(&self, place: u64) {
-        self.done.0.fetch_max(place, Ordering::Release);
-    }
-
-    /// The place of the newest work the watchdog saw complete (0: none yet).
-    pub fn done_upto(&self) -> u64 {
-        self.done.0.load(Ordering::Acquire)
     }
 
     /// Hands works the watchdog is done with to the group's issuing thread, which drops them

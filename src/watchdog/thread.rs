@@ -3,13 +3,13 @@
 //! per group), hands finished works back to their groups, applies a failed group's plan, and
 //! then sleeps until the nearest deadline, the period or a wake (see `crate::watchdog`).
 
+use super::desync::counts_in_desync;
 use super::dumps::Dumps;
 use super::ending;
-use super::group_watch::{GroupWatch, Watched};
+use super::group_watch::{GroupWatch, Watched, WatchedRing};
 use super::lock::lock;
 use crate::recorder::now_ns;
 use crate::recorder::target::DumpTarget;
-use oxccl_core::state::work::WorkInfo;
 use oxccl_core::watchdog::{failure_plan, next_sleep_ms, stream_hints, FailureKind, Hint};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
@@ -42,6 +42,9 @@ fn abort_process(reason: &str) {
 pub struct Watchdog {
     /// The groups whose works it watches: their hand-off rings, drained by each pass.
     groups: Mutex<Vec<Weak<GroupWatch>>>,
+    /// The communicators' rings of works (each pass looks through them); a ring nobody else
+    /// holds is let go once it holds nothing to look at.
+    rings: Mutex<Vec<Arc<dyn WatchedRing>>>,
     /// The thread to unpark (the running watchdog's).
     thread_id: Mutex<Option<Thread>>,
     stop: AtomicBool,
@@ -76,6 +79,7 @@ impl Watchdog {
             let heartbeat = Arc::new(AtomicU64::new(now_ns()));
             Arc::new(Watchdog {
                 groups: Mutex::new(Vec::new()),
+                rings: Mutex::new(Vec::new()),
                 thread_id: Mutex::new(None),
                 stop: AtomicBool::new(false),
                 running: AtomicBool::new(false),
@@ -133,6 +137,24 @@ impl Watchdog {
             Some(pos) if pos % WAKE_EVERY != WAKE_EVERY - 1 => {}
             // Every WAKE_EVERY-th slot, and whenever the ring was full.
             _ => self.wake(),
+        }
+    }
+
+    /// Makes the watchdog look through `ring` from its next pass on (once per ring), its
+    /// group enrolled too (a failure of its works is then the watchdog's to settle).
+    pub(crate) fn enroll_ring(&self, ring: Arc<dyn WatchedRing>) {
+        let group = ring.watch_arc();
+        if !group.enrolled.load(Ordering::Acquire) {
+            self.enroll(&group);
+        }
+        lock(&self.rings).push(ring);
+    }
+
+    /// A ring's work was placed at `place` (from 1): every [`WAKE_EVERY`] places the watchdog
+    /// is woken early, as for the works queued to it.
+    pub(crate) fn ring_pushed(&self, place: u64) {
+        if place.is_multiple_of(WAKE_EVERY as u64) {
+            self.wake();
         }
     }
 
@@ -276,6 +298,8 @@ impl Watchdog {
         // Where each group's run in `fresh` ends, the works' issue times, the merged order.
         let (mut ends, mut times, mut order) = (Vec::new(), Vec::new(), Vec::new());
         let mut taken: Vec<Option<Arc<dyn Watched>>> = Vec::new();
+        // The ring of each ring work's time in `times` (after the queued works').
+        let mut ring_at: Vec<usize> = Vec::new();
         // Each work with its recorder entry's id.
         let mut works: Vec<(Arc<dyn Watched>, Option<u64>)> = Vec::new();
         let mut looked: Vec<(Arc<dyn Watched>, Option<u64>)> = Vec::new();
@@ -300,10 +324,25 @@ impl Watchdog {
             // numbering is issue order to within a pass.)
             times.clear();
             times.extend(fresh.iter().map(|w| w.created_ns()));
+            // The rings' works not yet recorded, a run per ring after the queued works' runs.
+            let mut rings = lock(&self.rings);
+            ring_at.clear();
+            for (k, ring) in rings.iter().enumerate() {
+                ring.unrecorded(&mut times);
+                ring_at.resize(times.len() - fresh.len(), k);
+                ends.push(times.len());
+            }
             issue_order(&times, &ends, &mut order);
+            let queued = fresh.len();
             taken.clear();
             taken.extend(fresh.drain(..).map(Some));
-            for w in order.iter().filter_map(|&i| taken[i].take()) {
+            for &i in &order {
+                let Some(w) = taken.get_mut(i).and_then(Option::take) else {
+                    if let Some(&k) = ring_at.get(i.wrapping_sub(queued)) {
+                        rings[k].record_next();
+                    }
+                    continue;
+                };
                 let trace = w.record_trace();
                 if let Some(d) = &w.watch().desync {
                     let info = w.info();
@@ -313,6 +352,25 @@ impl Watchdog {
                 }
                 works.push((w, trace));
             }
+            // Each ring's look; the works it hands out are looked at alone below, this pass.
+            let mut earliest: Option<u64> = None;
+            let mut in_rings = 0;
+            for ring in rings.iter() {
+                let (held, due) = ring.pass(now, &mut works);
+                in_rings += held;
+                if let Some(d) = due {
+                    earliest = Some(earliest.map_or(d, |e| e.min(d)));
+                }
+                if ring.watch().desync.is_some()
+                    && !publish.iter().any(|p| std::ptr::eq(&**p, ring.watch()))
+                {
+                    publish.push(ring.watch_arc());
+                }
+            }
+            // A ring only this thread holds (its communicator and its works' handles are
+            // gone) is let go once it holds nothing.
+            rings.retain(|r| Arc::strong_count(r) > 1 || !r.idle());
+            drop(rings);
             // A few event queries per group (its works end in order), not one per work.
             hints.clear();
             hints.resize(works.len(), None);
@@ -326,7 +384,6 @@ impl Watchdog {
                 &mut hints,
                 &mut scratch,
             );
-            let mut earliest: Option<u64> = None;
             // Each work moves to `looked` (still running) or `done`: moved, never cloned, so
             // this thread never writes the works' reference counts.
             std::mem::swap(&mut works, &mut looked);
@@ -386,7 +443,8 @@ impl Watchdog {
                     d.publish(&*g.store);
                 }
             }
-            self.in_flight.store(works.len(), Ordering::Relaxed);
+            self.in_flight
+                .store(works.len() + in_rings, Ordering::Relaxed);
             self.dumps.serve_requests();
             self.passes.fetch_add(1, Ordering::Relaxed);
             let sleep = next_sleep_ms(PERIOD_MS, now_ns(), earliest);
@@ -437,15 +495,6 @@ impl Watchdog {
             self.end_process(&reason);
         }
     }
-}
-
-/// Whether a work counts in the desync sequence: collectives (point-to-point operations have
-/// a sequence of their own, and a peer that skips one is not behind the group).
-fn counts_in_desync(info: &WorkInfo) -> bool {
-    !matches!(
-        info.kind,
-        oxccl_core::OpKind::Send | oxccl_core::OpKind::Recv
-    )
 }
 
 /// The order in which to take works drained as runs (`ends`: where each run ends in `times`,

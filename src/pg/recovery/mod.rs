@@ -26,7 +26,7 @@ mod successor;
 
 use super::comm::Entry;
 use super::inner::PgInner;
-use super::work::OnFailure;
+use super::work::home::OnFailure;
 use crate::buffer::Memory;
 use oxccl_core::traits::{CommOf, ShrinkMode};
 use oxccl_core::{CommAbort, CommState, Communicator, Error, Result, UniqueId};

@@ -1,21 +1,22 @@
-//! The handle of an operation in flight: c10d's `Work`, over the core's work state machine.
+//! A work that carries its own state: its machine, its events, its recorder entry. Works of
+//! groups that time their operations, works of groups without a watchdog, and works of a
+//! ring that failed or ran past their deadline (handed out of the ring to be looked at alone)
+//! are these; the rest live as slots of their communicator's ring (`ring`).
 //!
-//! The watchdog looks at every work but writes nothing into it while all goes well: it reads
-//! the work's fixed facts and events, keeps the recorder entry's id itself, and says what it
-//! saw completed through its group ([`GroupWatch::saw_done`]). So the work's memory stays
+//! The watchdog looks at every such work but writes nothing into it while all goes well: it
+//! reads the work's fixed facts and events, keeps the recorder entry's id itself, and says
+//! what it saw completed through its communicator's [`WorkHome`]. So the work's memory stays
 //! with the issuing thread, which made it and frees it; only a failure, a timeout or timing
 //! (durations, hooks) takes the work's lock on the watchdog's side.
 
-use crate::buffer::StreamOf;
-use crate::deadline::ms;
+use super::home::WorkHome;
 use crate::recorder::now_ns;
 use crate::recorder::slot::TraceSlot;
 use crate::watchdog::group_watch::{CompletedWork, GroupWatch};
-use crate::watchdog::{Hint, Watchdog, Watched};
+use crate::watchdog::{Hint, Watched};
 use oxccl_core::recorder::TraceState;
 use oxccl_core::state::work::{WorkInfo, WorkMachine};
-use oxccl_core::traits::AbortOf;
-use oxccl_core::{CommAbort, CommState, Error, Event, OpKind, Result, Stream, WorkState};
+use oxccl_core::{CommAbort, CommState, Error, Event, Result, WorkState};
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -26,24 +27,28 @@ use std::time::Duration;
 /// path); the rest is the issuing thread's and the user's. Every line the watchdog reads
 /// has to come back to the issuing thread's core when it reuses the memory for a new work.
 #[repr(C)]
-pub(crate) struct Inner<E, A> {
+pub(crate) struct TrackedWork<E, A> {
     /// Whether the machine is final and how ([`RUNNING`], [`COMPLETED`], [`FAILED`]): set
     /// under the lock, read by the watchdog without it.
     fin: AtomicU8,
     /// `info.timing`, here for the watchdog.
     timing: bool,
-    /// Its place among the works its group queued to the watchdog (from 1, issue order); 0
+    /// Whether the watchdog's quick look may mark its place done in the home: not for a work
+    /// a ring handed out (its ring marks places, under its lock: see `ring`), which the
+    /// watchdog looks at in full instead.
+    marks_done: bool,
+    /// Its place among its communicator's works (from 1, issue order; see [`WorkHome`]); 0
     /// when not watched.
     pos: u64,
     /// When its group's timeout runs out (process clock, ns).
     deadline_ns: u64,
-    /// The group's watch and the communicator's abort handle, shared by the entry's works.
-    home: Arc<WorkHome<A>>,
+    /// What the communicator's works share: the group's watch, the abort handle, the places.
+    pub(super) home: Arc<WorkHome<A>>,
     /// The flight-recorder entry: recorded at issue (no watchdog), or by the watchdog from
     /// these facts, which keeps the id (fixed once made). Its tag with the fields above.
     trace: TraceSlot,
     /// What the work is: fixed at creation, read without the lock.
-    info: WorkInfo,
+    pub(super) info: WorkInfo,
     /// When it was issued (process clock, ns): fixed, read without the lock.
     created_ns: u64,
     /// Recorded before the operation when timing is on.
@@ -53,24 +58,7 @@ pub(crate) struct Inner<E, A> {
     /// What polls change.
     machine: Mutex<WorkMachine>,
     /// Issued inside a graph capture: it runs only at the graph's launches.
-    captured: bool,
-}
-
-/// What every work of a communicator shares: its group's watch and the communicator's abort
-/// handle (none for captured works), behind one reference count, so a work costs one count
-/// to make and one to drop instead of two each.
-pub(crate) struct WorkHome<A> {
-    pub watch: Arc<GroupWatch>,
-    pub abort: Option<A>,
-    /// Asked when a wait fails (an elastic group: see `recovery`).
-    pub on_failure: Option<Arc<dyn OnFailure>>,
-}
-
-/// What an elastic group answers when a wait of its work fails: the error to report instead
-/// ([`Error::MembersLost`] once the survivors decided), after the decision is made.
-pub(crate) trait OnFailure: Send + Sync {
-    /// The error a wait that failed with `cause` reports.
-    fn settle(&self, cause: &Error) -> Error;
+    pub(super) captured: bool,
 }
 
 /// When a work issued at `created_ns` with `info` times out.
@@ -94,76 +82,46 @@ struct Report {
     hook: Option<CompletedWork>,
 }
 
-/// An operation in flight: wait for it, ask whether it completed, read its first error and its
-/// duration. Cheap to clone (the watchdog holds a clone). Dropping it never waits: the
-/// operation goes on in stream order, and its buffers stay valid until it has run.
-pub struct Work<E, A> {
-    inner: Arc<Inner<E, A>>,
-}
-
-impl<E, A> Clone for Work<E, A> {
-    fn clone(&self) -> Self {
-        Work {
-            inner: self.inner.clone(),
-        }
-    }
-}
-
-impl<E, A> std::fmt::Debug for Work<E, A> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let state = self
-            .inner
-            .machine
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .state();
-        f.debug_struct("Work")
-            .field("info", &self.inner.info)
-            .field("state", &state)
-            .finish()
-    }
-}
-
-impl<E: Event + 'static, A: CommAbort> Work<E, A> {
+impl<E: Event + 'static, A: CommAbort> TrackedWork<E, A> {
     /// The work of an operation issued at `created_ns` (the caller's one clock read), `pos`
-    /// its place in its group's watched works (0: not watched).
-    pub(crate) fn new(
+    /// its place among its communicator's works (0: not watched); `marks_done`: see the
+    /// field.
+    pub fn new(
         info: WorkInfo,
-        (created_ns, pos): (u64, u64),
+        (created_ns, pos, marks_done): (u64, u64, bool),
         (start, end): (Option<E>, Option<E>),
         home: Arc<WorkHome<A>>,
         trace: TraceSlot,
-    ) -> Self {
+    ) -> Arc<Self> {
         let mut machine = WorkMachine::new(info, created_ns);
         let mut fin = RUNNING;
         if end.is_none() {
-            // No end event (every issue path records one today): nothing to wait for.
+            // No end event: nothing to wait for.
             let _ = machine.observe(created_ns, true, true);
             fin = COMPLETED;
         }
-        Work {
-            inner: Arc::new(Inner {
-                fin: AtomicU8::new(fin),
-                timing: info.timing,
-                pos,
-                deadline_ns: deadline(&info, created_ns),
-                machine: Mutex::new(machine),
-                info,
-                created_ns,
-                start,
-                end,
-                home,
-                trace,
-                captured: false,
-            }),
-        }
+        Arc::new(TrackedWork {
+            fin: AtomicU8::new(fin),
+            timing: info.timing,
+            marks_done,
+            pos,
+            deadline_ns: deadline(&info, created_ns),
+            machine: Mutex::new(machine),
+            info,
+            created_ns,
+            start,
+            end,
+            home,
+            trace,
+            captured: false,
+        })
     }
 
     /// The work of an operation issued inside a graph capture: nothing ran, and nothing will
     /// run until the graph is launched, so it is final at once with a [`Error::Capture`]
-    /// ([`oxccl_core::CaptureError::Forbidden`]) that [`Work::wait`] returns instead of
-    /// waiting for something that never comes. No events, no watchdog.
-    pub(crate) fn captured(info: WorkInfo, watch: Arc<GroupWatch>) -> Self {
+    /// ([`oxccl_core::CaptureError::Forbidden`]) that a wait returns instead of waiting for
+    /// something that never comes. No events, no watchdog.
+    pub fn captured(info: WorkInfo, watch: Arc<GroupWatch>) -> Arc<Self> {
         let now = now_ns();
         let mut machine = WorkMachine::new(info, now);
         let _ = machine.fail(
@@ -174,126 +132,31 @@ impl<E: Event + 'static, A: CommAbort> Work<E, A> {
                 info.kind, info.seq
             )),
         );
-        Work {
-            inner: Arc::new(Inner {
-                fin: AtomicU8::new(FAILED),
-                timing: info.timing,
-                pos: 0,
-                deadline_ns: deadline(&info, now),
-                machine: Mutex::new(machine),
-                info,
-                created_ns: now,
-                start: None,
-                end: None,
-                home: Arc::new(WorkHome {
-                    watch,
-                    abort: None,
-                    on_failure: None,
-                }),
-                trace: TraceSlot::Off,
-                captured: true,
-            }),
-        }
-    }
-
-    /// Whether the operation was issued inside a graph capture
-    /// ([`super::ProcessGroup::capture`]): such a work is final at once, not successful, and
-    /// [`Work::wait`] returns its [`Error::Capture`]; the operation runs at each launch of
-    /// the graph, whose own work ([`super::PgGraph::launch`]) is the one to wait on.
-    pub fn is_captured(&self) -> bool {
-        self.inner.captured
-    }
-
-    /// The work as the watchdog holds it.
-    pub(crate) fn watched(&self) -> Arc<dyn Watched> {
-        self.inner.clone()
-    }
-
-    /// What the work is: sequence number, operation, element counts, timeout.
-    pub fn info(&self) -> WorkInfo {
-        self.inner.info
-    }
-
-    /// The sequence number (from 1 per group, equal across ranks).
-    pub fn seq(&self) -> u64 {
-        self.info().seq
-    }
-
-    /// The operation (the first one of a coalesced block).
-    pub fn op(&self) -> OpKind {
-        self.info().kind
-    }
-
-    /// The time limit [`Work::wait`] applies.
-    pub fn timeout(&self) -> Duration {
-        Duration::from_millis(self.info().timeout_ms)
-    }
-
-    /// Whether the operation has finished, successfully or not (never blocks).
-    pub fn is_completed(&self) -> bool {
-        !matches!(
-            self.inner.poll(now_ns(), None, Hint::Unknown, None),
-            Ok(false)
-        )
-    }
-
-    /// Whether the operation finished successfully (never blocks).
-    pub fn is_success(&self) -> bool {
-        matches!(
-            self.inner.poll(now_ns(), None, Hint::Unknown, None),
-            Ok(true)
-        )
-    }
-
-    /// The first error of the operation, once it failed.
-    pub fn error(&self) -> Option<Error> {
-        self.inner.lock().error().cloned()
-    }
-
-    /// Blocks until the operation completed, bounded by the group's timeout (counted from the
-    /// issue). On a timeout the communicator is aborted with the reason (c10d's blocking wait),
-    /// and every later operation on it fails fast saying so.
-    pub fn wait(&self) -> Result<()> {
-        self.wait_timeout(self.timeout())
-    }
-
-    /// [`Work::wait`] with its own limit, counted from the issue.
-    pub fn wait_timeout(&self, limit: Duration) -> Result<()> {
-        use oxccl_core::state::wait::{pause, Pause};
-        let began = now_ns();
-        loop {
-            // One clock read per look: the poll's time and the pause's.
-            let now = now_ns();
-            match self.inner.poll(now, Some(ms(limit)), Hint::Unknown, None) {
-                Ok(true) => return Ok(()),
-                Ok(false) => {}
-                Err(e) => {
-                    Watchdog::instance().settle_failure(&self.inner.home.watch, &e);
-                    return Err(match &self.inner.home.on_failure {
-                        Some(hook) => hook.settle(&e),
-                        None => e,
-                    });
-                }
-            }
-            // Yields first, then sleeps longer the longer it waits (the core's rule).
-            match pause(Duration::from_nanos(now.saturating_sub(began))) {
-                Pause::Yield => std::thread::yield_now(),
-                Pause::Sleep(d) => std::thread::sleep(d),
-            }
-        }
-    }
-
-    /// How long the operation ran on its stream; needs timing on ([`super::PgOptions::timing`])
-    /// and a completed operation.
-    pub fn duration(&self) -> Result<Duration> {
-        self.inner.poll(now_ns(), None, Hint::Unknown, None)?;
-        let ns = self.inner.lock().duration_ns()?;
-        Ok(Duration::from_nanos(ns))
+        Arc::new(TrackedWork {
+            fin: AtomicU8::new(FAILED),
+            timing: info.timing,
+            marks_done: false,
+            pos: 0,
+            deadline_ns: deadline(&info, now),
+            machine: Mutex::new(machine),
+            info,
+            created_ns: now,
+            start: None,
+            end: None,
+            home: Arc::new(WorkHome::new(watch, None, None)),
+            trace: TraceSlot::Off,
+            captured: true,
+        })
     }
 }
 
-impl<E: Event, A: CommAbort> Inner<E, A> {
-    fn lock(&self) -> MutexGuard<'_, WorkMachine> {
+impl<E: Event, A: CommAbort> TrackedWork<E, A> {
+    /// Whether it completed successfully (final; read without the lock).
+    pub fn completed(&self) -> bool {
+        self.fin.load(Ordering::Acquire) == COMPLETED
+    }
+
+    pub fn lock(&self) -> MutexGuard<'_, WorkMachine> {
         self.machine.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -369,7 +232,7 @@ impl<E: Event, A: CommAbort> Inner<E, A> {
     /// `hint`: what the watchdog knows from the group's other works, saving the query.
     /// `report` (the watchdog's look, with the recorder entry's id): a completion or failure
     /// seen is handed to the recorder and the hooks.
-    fn poll(
+    pub fn poll(
         &self,
         now: u64,
         wait_limit_ms: Option<u64>,
@@ -377,7 +240,7 @@ impl<E: Event, A: CommAbort> Inner<E, A> {
         report: Option<Option<u64>>,
     ) -> Result<bool> {
         let mut m = self.lock();
-        let seen = self.pos != 0 && self.home.watch.done_upto() >= self.pos;
+        let seen = self.pos != 0 && self.home.done_upto() >= self.pos;
         if !m.state().is_final() && seen {
             // The watchdog saw it (or a later work of its stream) complete, and noted that in
             // its group rather than here: completed, as if it had noted it here.
@@ -474,7 +337,7 @@ impl<E: Event, A: CommAbort> Inner<E, A> {
     /// timeout); its timeout error past it (a waiting caller's timeout aborts the
     /// communicator). With desync debugging on, the error (and the abort's reason) says which
     /// ranks never joined the collective: read from the store without the work's lock.
-    /// `report`: as in [`Inner::poll`].
+    /// `report`: as in [`TrackedWork::poll`].
     fn check_deadline(
         &self,
         now: u64,
@@ -535,7 +398,7 @@ impl<E: Event, A: CommAbort> Inner<E, A> {
     }
 }
 
-impl<E: Event + 'static, A: CommAbort> Watched for Inner<E, A> {
+impl<E: Event + 'static, A: CommAbort> Watched for TrackedWork<E, A> {
     fn record_trace(&self) -> Option<u64> {
         self.trace.record_copy(&self.home.watch.recorder)
     }
@@ -552,7 +415,7 @@ impl<E: Event + 'static, A: CommAbort> Watched for Inner<E, A> {
     fn poll(&self, now_ns: u64, hint: Hint, trace: Option<u64>) -> Result<bool> {
         // Without timing and with nothing failed, a look that finds the work done, or behind
         // a running one and in time, writes nothing into it (see the module's documentation).
-        if !self.timing && self.fin.load(Ordering::Acquire) != FAILED {
+        if !self.timing && self.marks_done && self.fin.load(Ordering::Acquire) != FAILED {
             let done = match (&self.end, hint) {
                 (_, Hint::Pending) => Ok(false),
                 (None, _) | (_, Hint::Done) => Ok(true),
@@ -569,7 +432,7 @@ impl<E: Event + 'static, A: CommAbort> Watched for Inner<E, A> {
                     // Only a work with an end event says its stream got past it (one that
                     // issued nothing says nothing of the works before it).
                     if self.end.is_some() {
-                        self.home.watch.saw_done(self.pos);
+                        self.home.saw_done(self.pos);
                     }
                     self.home.watch.recorder.complete(trace, now_ns, None);
                     return Ok(true);
@@ -580,7 +443,7 @@ impl<E: Event + 'static, A: CommAbort> Watched for Inner<E, A> {
                 _ => {}
             }
         }
-        Inner::poll(self, now_ns, None, hint, Some(trace))
+        TrackedWork::poll(self, now_ns, None, hint, Some(trace))
     }
 
     fn deadline_ns(&self) -> u64 {
@@ -610,12 +473,6 @@ impl<E: Event + 'static, A: CommAbort> Watched for Inner<E, A> {
     }
 }
 
-/// `Work` over a backend's event and abort handle.
-pub type WorkOf<B> = Work<EventOf<B>, AbortOf<B>>;
-
-/// The event type of a backend's streams.
-pub type EventOf<B> = <StreamOf<B> as Stream>::Event;
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -623,7 +480,7 @@ mod tests {
     #[test]
     fn what_the_watchdog_reads_is_in_the_first_64_bytes() {
         // An event as large as NCCL's (32 bytes) and an abort handle of one pointer.
-        type I = Inner<[u64; 4], Arc<()>>;
+        type I = TrackedWork<[u64; 4], Arc<()>>;
         // Behind the two reference counts of the `Arc`.
         let counts = 16;
         let trace = std::mem::offset_of!(I, trace);

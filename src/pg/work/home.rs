@@ -1,0 +1,69 @@
+//! What the works issued on one communicator share: its group's watch, its abort handle, the
+//! hook of an elastic group, and where they stand on the communicator's stream (their places
+//! in issue order, and the newest one seen complete).
+
+use crate::watchdog::group_watch::GroupWatch;
+use oxccl_core::Error;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// What every work of a communicator shares, behind one reference count.
+pub(crate) struct WorkHome<A> {
+    pub watch: Arc<GroupWatch>,
+    /// The communicator's abort handle (none for captured works).
+    pub abort: Option<A>,
+    /// Asked when a wait fails (an elastic group: see `recovery`).
+    pub on_failure: Option<Arc<dyn OnFailure>>,
+    /// Places given so far (the last one's; written by the issuing thread under the group's
+    /// lock, so a load and a store, not a locked add).
+    queued: AtomicU64,
+    /// The place of the newest work seen complete: it and every earlier work of the stream
+    /// are done (written by whoever looks, read by every look first).
+    done: Padded,
+}
+
+/// A counter alone on its cache line: written by the looks, read by the issuing thread.
+#[repr(align(128))]
+#[derive(Default)]
+struct Padded(AtomicU64);
+
+/// What an elastic group answers when a wait of its work fails: the error to report instead
+/// ([`Error::MembersLost`] once the survivors decided), after the decision is made.
+pub(crate) trait OnFailure: Send + Sync {
+    /// The error a wait that failed with `cause` reports.
+    fn settle(&self, cause: &Error) -> Error;
+}
+
+impl<A> WorkHome<A> {
+    pub fn new(
+        watch: Arc<GroupWatch>,
+        abort: Option<A>,
+        on_failure: Option<Arc<dyn OnFailure>>,
+    ) -> WorkHome<A> {
+        WorkHome {
+            watch,
+            abort,
+            on_failure,
+            queued: AtomicU64::new(0),
+            done: Padded::default(),
+        }
+    }
+
+    /// The place of the next work (from 1, issue order). Called under the group's issue lock,
+    /// which orders the calls: one issuing thread at a time.
+    pub fn next_place(&self) -> u64 {
+        let place = self.queued.load(Ordering::Relaxed) + 1;
+        self.queued.store(place, Ordering::Relaxed);
+        place
+    }
+
+    /// The work at `place` was seen complete (so every earlier one is done too).
+    pub fn saw_done(&self, place: u64) {
+        self.done.0.fetch_max(place, Ordering::Release);
+    }
+
+    /// The place of the newest work seen complete (0: none yet).
+    pub fn done_upto(&self) -> u64 {
+        self.done.0.load(Ordering::Acquire)
+    }
+}

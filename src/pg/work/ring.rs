@@ -1,0 +1,486 @@
+//! A communicator's works in flight as slots of one ring: the issue path's common case (a
+//! group with the watchdog, without timing). Issuing writes a slot (what the work is, its end
+//! event, its recorder entry's facts) and publishes its place: nothing is allocated and no
+//! reference count is touched per operation, and the only lines other threads read are the
+//! slot itself, once, and the published place.
+//!
+//! Whoever looks (the watchdog's pass, a caller polling or waiting) takes the ring's reader
+//! lock and moves it forward: records the new slots' flight-recorder entries, queries the
+//! newest end event (the stream runs the works in order, so it vouches for every older one),
+//! and marks what completed in the [`WorkHome`]. A slot is written again only once its work
+//! is done, and since works are recorded before they are marked done, no look can still be
+//! reading it. A work that needs more than that (its communicator failed, it ran past its
+//! deadline, a caller's own wait limit ran out) is handed out of the ring as a
+//! [`TrackedWork`] of its own, with its end event: from then on it is looked at alone, by the
+//! machine every work had before, and the watchdog applies its group's plan to it.
+
+use super::home::WorkHome;
+use super::tracked::TrackedWork;
+use crate::recorder::slot::TraceSlot;
+use crate::watchdog::desync::counts_in_desync;
+use crate::watchdog::group_watch::{GroupWatch, Watched, WatchedRing};
+use crate::watchdog::Watchdog;
+use oxccl_core::state::work::WorkInfo;
+use oxccl_core::{CommAbort, CommState, Event};
+use std::cell::UnsafeCell;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+/// Slots of a new ring (it doubles when the works in flight outgrow it).
+const FIRST_SLOTS: usize = 256;
+
+/// What the ring keeps of a work until it is done.
+struct Slot<E> {
+    place: u64,
+    info: WorkInfo,
+    /// When it was issued (process clock, ns).
+    created_ns: u64,
+    /// `None` once handed out ([`WorkRing::detach`]).
+    end: Option<E>,
+    /// Its recorder entry: facts until a look records it.
+    trace: TraceSlot,
+}
+
+/// The ring's slots, each written by one owner at a time (see [`WorkRing`]).
+type Slots<E> = Box<[UnsafeCell<Option<Slot<E>>>]>;
+
+/// A communicator's works in flight (see the module's documentation).
+pub(crate) struct WorkRing<E, A> {
+    pub home: Arc<WorkHome<A>>,
+    /// The slots (a power of two of them; place `p` in slot `p & (len - 1)`). A slot is the
+    /// issuing thread's until it publishes its place, then the readers' (under `reader`)
+    /// until its work is done. The array itself is replaced only by the issuing thread,
+    /// holding `reader` ([`WorkRing::grow`]).
+    slots: UnsafeCell<Slots<E>>,
+    /// The newest place written (0: none).
+    published: Published,
+    reader: Mutex<Reader<E, A>>,
+    /// Whether any work was handed out (a caller's look then asks the reader first).
+    any_detached: AtomicBool,
+    /// Whether the watchdog knows the ring.
+    enrolled: AtomicBool,
+}
+
+/// The published place alone on its cache line (the issuing thread writes it, looks read it).
+#[repr(align(128))]
+struct Published(AtomicU64);
+
+/// The readers' side.
+struct Reader<E, A> {
+    /// Places whose recorder entries are made (every published place, after a look).
+    recorded: u64,
+    /// The recorded works not yet done, oldest first (the ones handed out leave).
+    ids: VecDeque<Entry>,
+    /// The works handed out, by place: a caller's handle asks them.
+    detached: Vec<(u64, Arc<TrackedWork<E, A>>)>,
+    /// The ones the watchdog has not taken yet.
+    handoff: Vec<(Arc<dyn Watched>, Option<u64>)>,
+    /// Works the ring still watches (not done, not handed out), as of the last look.
+    live: usize,
+}
+
+/// What the readers keep of a recorded work until it is done (its slot may be written again
+/// from then on).
+#[derive(Clone, Copy)]
+struct Entry {
+    place: u64,
+    /// Its recorder entry's id.
+    id: Option<u64>,
+    /// Its sequence number when it counts in desync debugging, else 0.
+    desync_seq: u64,
+}
+
+// SAFETY: a slot is written by one thread at a time: the issuing thread (one at a time, under
+// the group's issue lock) before it publishes the slot's place and after its work is done, a
+// reader holding `reader` in between (a work is marked done only after the readers are done
+// with its slot: see `advance`). The array is replaced only under `reader`, by the issuing
+// thread, the only one that reads it without `reader`. So values move between threads one
+// owner at a time, and `E: Send` and the other fields' own `Sync` suffice.
+unsafe impl<E: Send, A: Send + Sync> Sync for WorkRing<E, A> {}
+// SAFETY: as above; the ring owns its values.
+unsafe impl<E: Send, A: Send> Send for WorkRing<E, A> {}
+
+/// Whether a work issued at `created_ns` is past a limit of `limit_ms` at `now` (the work
+/// machine's rule).
+fn past(created_ns: u64, now: u64, limit_ms: u64) -> bool {
+    now.saturating_sub(created_ns) > limit_ms.saturating_mul(1_000_000)
+}
+
+impl<E: Event + 'static, A: CommAbort + 'static> WorkRing<E, A> {
+    pub fn new(home: Arc<WorkHome<A>>) -> WorkRing<E, A> {
+        WorkRing {
+            home,
+            slots: UnsafeCell::new(empty_slots(FIRST_SLOTS)),
+            published: Published(AtomicU64::new(0)),
+            reader: Mutex::new(Reader {
+                recorded: 0,
+                ids: VecDeque::new(),
+                detached: Vec::new(),
+                handoff: Vec::new(),
+                live: 0,
+            }),
+            any_detached: AtomicBool::new(false),
+            enrolled: AtomicBool::new(false),
+        }
+    }
+
+    fn read(&self) -> MutexGuard<'_, Reader<E, A>> {
+        self.reader.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Places a work: `info`, issued at `created_ns`, ending with `end`; its place (`Work`
+    /// handles name it by that). Called by the issuing thread under the group's issue lock.
+    pub fn push(
+        self: &Arc<Self>,
+        info: WorkInfo,
+        created_ns: u64,
+        end: E,
+        trace: TraceSlot,
+    ) -> u64 {
+        let place = self.home.next_place();
+        // SAFETY: the issuing thread may read the array without `reader` (see the type).
+        let len = unsafe { (&*self.slots.get()).len() } as u64;
+        if place > len && self.home.done_upto() < place - len {
+            self.make_room(place, created_ns);
+        }
+        // SAFETY: as above; and the slot is free: its previous work (`place - len`) is done,
+        // so no reader touches it, and no reader touches `place` before it is published.
+        unsafe {
+            let slots = &*self.slots.get();
+            let slot = &mut *slots[(place as usize) & (slots.len() - 1)].get();
+            *slot = Some(Slot {
+                place,
+                info,
+                created_ns,
+                end: Some(end),
+                trace,
+            });
+        }
+        self.published.0.store(place, Ordering::Release);
+        let dog = Watchdog::global();
+        if !self.enrolled.load(Ordering::Relaxed) {
+            self.enrolled.store(true, Ordering::Relaxed);
+            dog.enroll_ring(self.clone());
+        }
+        dog.ring_pushed(place);
+        place
+    }
+
+    /// Makes the slot of `place` free: looks (its work may be done), else doubles the ring.
+    #[cold]
+    fn make_room(&self, place: u64, now: u64) {
+        let mut r = self.read();
+        self.advance(&mut r, now);
+        // SAFETY: the issuing thread, holding `reader`: no reader holds a slot.
+        let slots = unsafe { &mut *self.slots.get() };
+        if self.home.done_upto() >= place - slots.len() as u64 {
+            return;
+        }
+        let done = self.home.done_upto();
+        let mut grown = empty_slots(slots.len() * 2);
+        let mask = grown.len() - 1;
+        // The works not done move to their places in the larger ring; done ones are dropped.
+        for s in slots.iter_mut().filter_map(|cell| cell.get_mut().take()) {
+            if s.place > done {
+                let p = s.place as usize;
+                *grown[p & mask].get_mut() = Some(s);
+            }
+        }
+        *slots = grown;
+    }
+}
+
+fn empty_slots<E>(n: usize) -> Slots<E> {
+    (0..n).map(|_| UnsafeCell::new(None)).collect()
+}
+
+impl<E: Event + 'static, A: CommAbort + 'static> WorkRing<E, A> {
+    /// The slot of `place`, published and not done: the caller holds `reader`.
+    ///
+    /// # Safety
+    /// `place` is published and not yet marked done, and the caller holds `reader` (`_r`),
+    /// which makes it the slot's only user until it releases it.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn slot<'r>(&self, _r: &'r mut Reader<E, A>, place: u64) -> Option<&'r mut Slot<E>> {
+        // SAFETY: the array is replaced only under `reader`, held by the caller; the slot is
+        // the readers' (the caller's contract).
+        let slots = unsafe { &*self.slots.get() };
+        let cell = &slots[(place as usize) & (slots.len() - 1)];
+        // SAFETY: as above.
+        unsafe { (*cell.get()).as_mut() }.filter(|s| s.place == place)
+    }
+
+    /// Records the recorder entries of every published work not yet recorded.
+    fn record_upto(&self, r: &mut Reader<E, A>, published: u64) {
+        let watch = &self.home.watch;
+        while r.recorded < published {
+            let place = r.recorded + 1;
+            // SAFETY: `place` is published; recorded places are ≥ the done ones, so it is not
+            // done; the caller holds `reader` (`r`).
+            let facts = unsafe { self.slot(r, place) }.map(|s| {
+                let id = s.trace.settle(&watch.recorder);
+                (id, s.info)
+            });
+            r.recorded = place;
+            let Some((id, info)) = facts else { continue };
+            let counted = watch.desync.is_some() && counts_in_desync(&info);
+            r.ids.push_back(Entry {
+                place,
+                id,
+                desync_seq: if counted { info.seq } else { 0 },
+            });
+            if let (Some(d), true) = (&watch.desync, counted) {
+                d.note(info.seq, false);
+            }
+        }
+    }
+
+    /// Whether the work at `place` has ended: `None` when it was handed out (its end left
+    /// with it) or the query failed (the work handed out will say why).
+    fn ended(&self, r: &mut Reader<E, A>, place: u64) -> Option<bool> {
+        // SAFETY: the callers pass published places not done, holding `reader`.
+        let s = unsafe { self.slot(r, place) }?;
+        s.end.as_ref()?.query().ok()
+    }
+
+    /// One look (the caller holds `reader`): records what is new, marks done what the
+    /// stream has passed, and hands out the works that need a look of their own. Returns the
+    /// earliest deadline of the works it still holds.
+    fn advance(&self, r: &mut Reader<E, A>, now: u64) -> Option<u64> {
+        let published = self.published.0.load(Ordering::Acquire);
+        self.record_upto(r, published);
+        let done = self.home.done_upto();
+        let mut upto = done;
+        let mut trouble = false;
+        if published > done {
+            // The newest end vouches for all; else the oldest ones, until one still runs.
+            match self.ended(r, published) {
+                Some(true) => upto = published,
+                _ => {
+                    for p in done + 1..published {
+                        // SAFETY: as in `ended`.
+                        let handed_out =
+                            unsafe { self.slot(r, p) }.is_some_and(|s| s.end.is_none());
+                        match self.ended(r, p) {
+                            Some(true) => upto = p,
+                            None if handed_out => {}
+                            None => {
+                                trouble = true;
+                                break;
+                            }
+                            Some(false) => break,
+                        }
+                    }
+                }
+            }
+        }
+        let healthy = self
+            .home
+            .abort
+            .as_ref()
+            .is_none_or(|a| a.state() == CommState::Ready);
+        if upto > done && healthy {
+            // Every slot up to `upto` is recorded (above): no reader needs them any more.
+            self.home.saw_done(upto);
+        }
+        self.complete_upto(r, now);
+        let done = self.home.done_upto();
+        r.detached.retain(|(p, w)| !(*p <= done && w.completed()));
+        r.live = 0;
+        if published <= done {
+            return None;
+        }
+        // Still running: a failed communicator fails them all (each finds its error on its own
+        // look), and one past its deadline is timed out on its own.
+        let failed =
+            trouble || !healthy || self.home.abort.as_ref().is_some_and(|a| a.poll().is_err());
+        let mut earliest: Option<u64> = None;
+        for p in done + 1..=published {
+            // SAFETY: as in `ended`.
+            let facts = unsafe { self.slot(r, p) }
+                .filter(|s| s.end.is_some())
+                .map(|s| (s.info, s.created_ns));
+            let Some((info, created_ns)) = facts else {
+                continue;
+            };
+            if failed || past(created_ns, now, info.timeout_ms) {
+                self.detach(r, p);
+            } else {
+                let d = created_ns.saturating_add(info.timeout_ms.saturating_mul(1_000_000));
+                earliest = Some(earliest.map_or(d, |e| e.min(d)));
+                r.live += 1;
+            }
+        }
+        earliest
+    }
+
+    /// Completes the recorder entries of the works done (and notes them for desync
+    /// debugging).
+    fn complete_upto(&self, r: &mut Reader<E, A>, now: u64) {
+        let done = self.home.done_upto();
+        let watch = &self.home.watch;
+        let mut newest = 0;
+        while let Some(&e) = r.ids.front() {
+            if e.place > done {
+                break;
+            }
+            r.ids.pop_front();
+            watch.recorder.complete(e.id, now, None);
+            newest = newest.max(e.desync_seq);
+        }
+        if let (Some(d), true) = (&watch.desync, newest > 0) {
+            d.note(newest, true);
+        }
+    }
+}
+
+impl<E: Event + 'static, A: CommAbort + 'static> WorkRing<E, A> {
+    /// Hands the work at `place` out of the ring: a [`TrackedWork`] with its end event and
+    /// its place, looked at alone from now on (the caller holds `reader`).
+    fn detach(&self, r: &mut Reader<E, A>, place: u64) -> Option<Arc<TrackedWork<E, A>>> {
+        let recorded = place <= r.recorded;
+        // SAFETY: the callers pass published places not done, holding `reader`.
+        let s = unsafe { self.slot(r, place) }?;
+        let end = s.end.take()?;
+        // Its recorder entry goes with it: its id when recorded (the watchdog's look reports
+        // to it), else its facts (the watchdog records them when it takes the work).
+        let trace = match recorded {
+            true => TraceSlot::Off,
+            false => std::mem::replace(&mut s.trace, TraceSlot::Off),
+        };
+        let work = TrackedWork::new(
+            s.info,
+            (s.created_ns, place, false),
+            (None, Some(end)),
+            self.home.clone(),
+            trace,
+        );
+        let id = match r.ids.binary_search_by_key(&place, |e| e.place) {
+            Ok(k) => r.ids.remove(k).and_then(|e| e.id),
+            Err(_) => None,
+        };
+        r.detached.push((place, work.clone()));
+        r.handoff.push((work.clone(), id));
+        self.any_detached.store(true, Ordering::Release);
+        Some(work)
+    }
+
+    /// The work at `place` if it was handed out.
+    fn detached(&self, r: &Reader<E, A>, place: u64) -> Option<Arc<TrackedWork<E, A>>> {
+        r.detached
+            .iter()
+            .find(|(p, _)| *p == place)
+            .map(|(_, w)| w.clone())
+    }
+
+    /// A caller's look at the work at `place` (issued at `created_ns`): `Ok(true)` completed,
+    /// `Ok(false)` still running, or its first error. `wait_limit_ms`: a waiting caller's
+    /// limit (see [`TrackedWork::poll`]). A work that failed, or is past its limit or the
+    /// group's timeout, is handed out and answered by its own machine. The look records
+    /// nothing and marks nothing done (the watchdog's pass does, in issue order across
+    /// groups): it queries the work's own end event.
+    pub fn poll(
+        &self,
+        place: u64,
+        created_ns: u64,
+        now: u64,
+        wait_limit_ms: Option<u64>,
+    ) -> oxccl_core::Result<bool> {
+        use oxccl_core::watchdog::Hint;
+        let any_detached = self.any_detached.load(Ordering::Acquire);
+        if !any_detached && place <= self.home.done_upto() {
+            return Ok(true);
+        }
+        let mut r = self.read();
+        let mut alone = self.detached(&r, place);
+        if alone.is_none() {
+            if place <= self.home.done_upto() {
+                return Ok(true);
+            }
+            // SAFETY: handed out works were found above; `place` is published (its handle
+            // exists) and not done; `reader` is held.
+            let facts = unsafe { self.slot(&mut r, place) }.map(|s| s.info.timeout_ms);
+            let ended = self.ended(&mut r, place);
+            let a = self.home.abort.as_ref();
+            let healthy = a.is_none_or(|a| a.state() == CommState::Ready);
+            let limit = wait_limit_ms.or(facts).unwrap_or(0);
+            match ended {
+                Some(true) if healthy => return Ok(true),
+                Some(false)
+                    if healthy
+                        && !past(created_ns, now, limit)
+                        && a.is_none_or(|a| a.poll().is_ok()) =>
+                {
+                    return Ok(false)
+                }
+                _ => alone = self.detach(&mut r, place),
+            }
+        }
+        drop(r);
+        match alone {
+            Some(w) => w.poll(now, wait_limit_ms, Hint::Unknown, None),
+            // Its slot is gone: done meanwhile.
+            None => Ok(place <= self.home.done_upto()),
+        }
+    }
+
+    /// The work at `place` if it was handed out (its machine says how it ended).
+    pub fn handed_out(&self, place: u64) -> Option<Arc<TrackedWork<E, A>>> {
+        if !self.any_detached.load(Ordering::Acquire) {
+            return None;
+        }
+        self.detached(&self.read(), place)
+    }
+}
+
+impl<E: Event + 'static, A: CommAbort + 'static> WatchedRing for WorkRing<E, A> {
+    fn watch(&self) -> &GroupWatch {
+        &self.home.watch
+    }
+
+    fn watch_arc(&self) -> Arc<GroupWatch> {
+        self.home.watch.clone()
+    }
+
+    fn unrecorded(&self, times: &mut Vec<u64>) {
+        let published = self.published.0.load(Ordering::Acquire);
+        let mut r = self.read();
+        for place in r.recorded + 1..=published {
+            // SAFETY: published and not recorded, so not done; `reader` is held.
+            if let Some(s) = unsafe { self.slot(&mut r, place) } {
+                times.push(s.created_ns);
+            }
+        }
+    }
+
+    fn record_next(&self) {
+        let mut r = self.read();
+        let next = r.recorded + 1;
+        if next <= self.published.0.load(Ordering::Acquire) {
+            self.record_upto(&mut r, next);
+        }
+    }
+
+    fn pass(
+        &self,
+        now: u64,
+        out: &mut Vec<(Arc<dyn Watched>, Option<u64>)>,
+    ) -> (usize, Option<u64>) {
+        let mut r = self.read();
+        let earliest = self.advance(&mut r, now);
+        // A work a caller handed out before it was recorded carries its facts: recorded now.
+        out.extend(r.handoff.drain(..).map(|(w, id)| {
+            let id = id.or_else(|| w.record_trace());
+            (w, id)
+        }));
+        (r.live, earliest)
+    }
+
+    fn idle(&self) -> bool {
+        let r = self.read();
+        r.handoff.is_empty()
+            && r.live == 0
+            && self.published.0.load(Ordering::Acquire) == r.recorded
+    }
+}
