@@ -1,8 +1,8 @@
 //! What the watchdog needs to know of a group and of its works: the group's error-handling
 //! mode, its completion hooks, the flight recorder its works are recorded in, the store it
-//! signals dumps through, its desync-debug state ([`Desync`]), and the ring its works are
-//! handed to the watchdog through; a work as the watchdog sees it ([`Watched`]: each names its
-//! group).
+//! signals dumps through, its desync-debug state ([`Desync`]), and the ring its works of their
+//! own are handed to the watchdog through; a work as the watchdog sees it ([`Watched`]: each
+//! names its group), and a communicator's ring of works as it sees it ([`WatchedRing`]).
 
 use super::desync::{Desync, Verdict};
 use super::lock::lock;

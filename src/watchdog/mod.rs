@@ -1,23 +1,21 @@
-//! The watchdog: one thread per process that polls every work in flight, applies the group's
-//! error-handling mode when one fails or times out (the decision is the core's
+//! The watchdog: one thread per process that looks at every work in flight, applies the
+//! group's error-handling mode when one fails or times out (the decision is the core's
 //! `failure_plan`), feeds completion hooks and the flight recorder, publishes desync-debug
 //! progress, and beats a heartbeat a monitor thread checks.
 //!
-//! The hot path only queues a work: a few atomic operations on a preallocated slot of its
-//! group's lock-free ring (`queue`), and every 64 works an unpark of the watchdog (a futex
-//! wake only when it sleeps). Between those wakes the watchdog sleeps even with works queued,
-//! so a tight issuing loop wakes it about once per 64 works rather than keeping it passing
-//! without pause. Each group has a ring of its own, which the watchdog drains:
-//! ranks issuing from threads of one process (a thread per GPU) each write their own ring's
-//! counters, so their cores never pass one shared tail back and forth at every operation
-//! (docs/BENCHMARKS.md#watchdog-and-flight-recorder has its cost). A pass reads
-//! works and never writes into one while all goes well (see `pg::work`). A pass queries one
-//! end event per group when the group's newest work has completed: a group's works run in
-//! issue order on its one stream, so the newest one done means all are done, and the first one
-//! still running means the later ones are too. That keeps the watchdog's driver calls (which
-//! contend with the issuing thread's) to about one per group per pass instead of one per work.
-//! Works the watchdog is done with go back to their group and are dropped by the next issue
-//! there (`GroupWatch::bury`), on the core that made them.
+//! Most works are slots of their communicator's ring (`pg::work::ring`): issuing one writes a
+//! slot and publishes its place, and every 64 places unparks the watchdog (a futex wake only
+//! when it sleeps). Between those wakes the watchdog sleeps even with works queued, so a tight
+//! issuing loop wakes it about once per 64 works. A pass records the new slots' flight-recorder
+//! entries (merged by issue time across groups), queries the newest end event of each ring (a
+//! communicator's works run in issue order on its one stream, so the newest one done means all
+//! are done, and the first one still running means the later ones are too) and marks what
+//! completed; it writes nothing into a slot while all goes well, so the issuing thread's lines
+//! stay its own. A work that failed or ran past its deadline leaves its ring as a work of its
+//! own (`Watched`), looked at alone from then on, as are the works that carry their own
+//! state from the start (timed works, whose durations and hooks need their events): those are
+//! handed over through a lock-free ring per group (`queue`) and, once done, go back to their
+//! group to be dropped by its next issue (`GroupWatch::bury`), on the core that made them.
 
 mod coord;
 pub(crate) mod desync;

@@ -1,7 +1,8 @@
-//! The watchdog's thread: each pass drains the groups' hand-off rings, records the works in
-//! their flight recorders in issue order, looks at every work in flight (a few event queries
-//! per group), hands finished works back to their groups, applies a failed group's plan, and
-//! then sleeps until the nearest deadline, the period or a wake (see `crate::watchdog`).
+//! The watchdog's thread: each pass drains the groups' hand-off rings and records their
+//! works and the communicators' rings' new works in their flight recorders in issue order,
+//! looks through every ring (a few event queries each), looks at every work of its own in
+//! flight, hands finished works back to their groups, applies a failed group's plan, and then
+//! sleeps until the nearest deadline, the period or a wake (see `crate::watchdog`).
 
 use super::desync::counts_in_desync;
 use super::dumps::Dumps;

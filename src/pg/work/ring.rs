@@ -138,6 +138,18 @@ impl<E: Event + 'static, A: CommAbort + 'static> WorkRing<E, A> {
         end: E,
         trace: TraceSlot,
     ) -> u64 {
+        let place = self.write(info, created_ns, end, trace);
+        let dog = Watchdog::global();
+        if !self.enrolled.load(Ordering::Relaxed) {
+            self.enrolled.store(true, Ordering::Relaxed);
+            dog.enroll_ring(self.clone());
+        }
+        dog.ring_pushed(place);
+        place
+    }
+
+    /// [`WorkRing::push`] without telling the watchdog.
+    fn write(&self, info: WorkInfo, created_ns: u64, end: E, trace: TraceSlot) -> u64 {
         let place = self.home.next_place();
         // SAFETY: the issuing thread may read the array without `reader` (see the type).
         let len = unsafe { (&*self.slots.get()).len() } as u64;
@@ -158,12 +170,6 @@ impl<E: Event + 'static, A: CommAbort + 'static> WorkRing<E, A> {
             });
         }
         self.published.0.store(place, Ordering::Release);
-        let dog = Watchdog::global();
-        if !self.enrolled.load(Ordering::Relaxed) {
-            self.enrolled.store(true, Ordering::Relaxed);
-            dog.enroll_ring(self.clone());
-        }
-        dog.ring_pushed(place);
         place
     }
 
@@ -484,3 +490,6 @@ impl<E: Event + 'static, A: CommAbort + 'static> WatchedRing for WorkRing<E, A> 
             && self.published.0.load(Ordering::Acquire) == r.recorded
     }
 }
+
+#[cfg(test)]
+mod tests;
