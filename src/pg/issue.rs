@@ -190,7 +190,7 @@ impl<B: Memory> PgInner<B> {
             if captured {
                 return Ok(self.captured_work(info));
             }
-            let trace = self.trace(op, seq, p2p);
+            let trace = self.trace(op);
             Ok(self.work(info, start, end, e, trace))
         })
         .map_err(|e| super::recovery::settle_refusal(self, e))
@@ -198,7 +198,7 @@ impl<B: Memory> PgInner<B> {
 
     /// The flight-recorder entry of an operation, to be recorded off the hot path (no
     /// allocation here); op ids count every operation, recorded or not.
-    pub fn trace(&self, op: OpFacts, seq: u64, p2p: bool) -> TraceSlot {
+    pub fn trace(&self, op: OpFacts) -> TraceSlot {
         let op_id = self.hot.op_id.fetch_add(1, Ordering::Relaxed) + 1;
         if !self.watch.recorder.is_enabled() {
             return TraceSlot::Off;
@@ -211,19 +211,11 @@ impl<B: Memory> PgInner<B> {
             k => k,
         };
         TraceSlot::Pending(PendingTrace {
-            pg_id: self.uid,
             kind,
             dtype: op.dtype,
-            numel: op.numel,
             // Peers are named by global rank, as in c10d's "nccl:send 1->0".
-            rank: self.global_rank,
             peer: op.peer.and_then(|p| self.ranks.get(p as usize).copied()),
-            seq,
-            p2p,
             op_id,
-            created_ns: now_ns(),
-            timeout_ms: self.hot.timeout_ms.load(Ordering::Relaxed),
-            timing: self.opts.timing,
         })
     }
 
@@ -265,7 +257,7 @@ impl<B: Memory> PgInner<B> {
         e: &Entry<B>,
         mut trace: TraceSlot,
     ) -> WorkOf<B> {
-        // One clock read per operation: the recorder entry's, else one here.
+        // One clock read per operation: a built recorder entry's, else one here.
         let created_ns = trace.created_ns().unwrap_or_else(now_ns);
         let watched = self.opts.watchdog && end.is_some();
         let (start, end) = match (watched, start, end) {
@@ -278,7 +270,10 @@ impl<B: Memory> PgInner<B> {
         };
         if !watched {
             // No watchdog to record it later: record now.
-            trace.settle(&self.watch.recorder);
+            trace.settle(
+                &self.watch.recorder,
+                &self.watch.trace_context(info, created_ns),
+            );
         }
         let place = if watched { e.home.next_place() } else { 0 };
         let work = Work::tracked(TrackedWork::new(

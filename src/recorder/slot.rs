@@ -5,58 +5,66 @@
 
 use super::shared::Recorder;
 use oxccl_core::recorder::{write_profiling_name, TensorMeta, TraceRecord};
+use oxccl_core::state::work::WorkInfo;
 use oxccl_core::{DataType, OpKind};
 
-/// What a single operation's entry needs.
+/// What a single operation's entry needs that its work does not say (its work and its group
+/// give the rest: [`TraceContext`]): a few words, kept by the work until recorded.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct PendingTrace {
-    pub pg_id: u64,
+    /// The operation as the entry names it.
     pub kind: OpKind,
     pub dtype: DataType,
-    pub numel: (usize, usize),
-    /// This process's global rank, and the peer's, for "nccl:send 1->0".
-    pub rank: u32,
+    /// The peer's global rank, for "nccl:send 1->0".
     pub peer: Option<u32>,
-    pub seq: u64,
-    pub p2p: bool,
     pub op_id: u64,
+}
+
+/// What an entry takes from its work and its group.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TraceContext {
+    pub pg_id: u64,
+    /// This process's global rank.
+    pub rank: u32,
+    pub info: WorkInfo,
+    /// When the work was issued (process clock, ns).
     pub created_ns: u64,
-    pub timeout_ms: u64,
-    pub timing: bool,
 }
 
 impl PendingTrace {
     /// Writes the entry into `r`, every field, keeping the allocations of its name and sizes
     /// (the record of the ring's entry it replaces: recording allocates nothing then).
-    fn fill(&self, r: &mut TraceRecord) {
-        r.pg_id = self.pg_id;
-        r.collective_seq = if self.p2p { 0 } else { self.seq };
-        r.p2p_seq = if self.p2p { self.seq } else { 0 };
+    fn fill(&self, c: &TraceContext, r: &mut TraceRecord) {
+        let p2p = matches!(c.info.kind, OpKind::Send | OpKind::Recv);
+        r.pg_id = c.pg_id;
+        r.collective_seq = if p2p { 0 } else { c.info.seq };
+        r.p2p_seq = if p2p { c.info.seq } else { 0 };
         r.op_id = self.op_id;
-        write_profiling_name(&mut r.profiling_name, self.kind, self.rank, self.peer);
-        flat(&mut r.inputs, self.numel.0, self.dtype);
-        flat(&mut r.outputs, self.numel.1, self.dtype);
-        r.time_created_ns = self.created_ns;
-        r.timeout_ms = self.timeout_ms;
-        r.is_p2p = self.p2p;
-        r.timing = self.timing;
+        write_profiling_name(&mut r.profiling_name, self.kind, c.rank, self.peer);
+        flat(&mut r.inputs, c.info.numel_in, self.dtype);
+        flat(&mut r.outputs, c.info.numel_out, self.dtype);
+        r.time_created_ns = c.created_ns;
+        r.timeout_ms = c.info.timeout_ms;
+        r.is_p2p = p2p;
+        r.timing = c.info.timing;
     }
 
     #[cfg(test)]
-    fn record(&self) -> TraceRecord {
+    fn record(&self, c: &TraceContext) -> TraceRecord {
+        let p2p = matches!(c.info.kind, OpKind::Send | OpKind::Recv);
         let t = |n: usize| vec![TensorMeta::new(&[n as u64], self.dtype)];
         TraceRecord {
-            pg_id: self.pg_id,
-            collective_seq: if self.p2p { 0 } else { self.seq },
-            p2p_seq: if self.p2p { self.seq } else { 0 },
+            pg_id: c.pg_id,
+            collective_seq: if p2p { 0 } else { c.info.seq },
+            p2p_seq: if p2p { c.info.seq } else { 0 },
             op_id: self.op_id,
-            profiling_name: oxccl_core::recorder::profiling_name(self.kind, self.rank, self.peer),
-            inputs: t(self.numel.0),
-            outputs: t(self.numel.1),
-            time_created_ns: self.created_ns,
-            timeout_ms: self.timeout_ms,
-            is_p2p: self.p2p,
-            timing: self.timing,
+            profiling_name: oxccl_core::recorder::profiling_name(self.kind, c.rank, self.peer),
+            inputs: t(c.info.numel_in),
+            outputs: t(c.info.numel_out),
+            time_created_ns: c.created_ns,
+            timeout_ms: c.info.timeout_ms,
+            is_p2p: p2p,
+            timing: c.info.timing,
         }
     }
 }
@@ -98,34 +106,33 @@ impl TraceSlot {
         }
     }
 
-    /// When the operation was issued, if the entry to record says (its clock read is then the
-    /// work's too: one per operation).
+    /// When the operation was issued, if the entry to record says (a built one: its clock
+    /// read is then the work's too, one per operation).
     pub fn created_ns(&self) -> Option<u64> {
         match self {
-            TraceSlot::Pending(p) => Some(p.created_ns),
             TraceSlot::Built(r) => Some(r.time_created_ns),
-            TraceSlot::Off | TraceSlot::Recorded(_) => None,
+            TraceSlot::Off | TraceSlot::Pending(_) | TraceSlot::Recorded(_) => None,
         }
     }
 
     /// Records the entry from its facts (a copy: the slot is left as it is) and returns its
     /// id: the watchdog's call, which keeps the id itself, so that it writes nothing into the
     /// work. An entry already recorded gives its id.
-    pub fn record_copy(&self, recorder: &Recorder) -> Option<u64> {
+    pub fn record_copy(&self, recorder: &Recorder, c: &TraceContext) -> Option<u64> {
         match self {
             TraceSlot::Off => None,
             TraceSlot::Recorded(id) => Some(*id),
-            TraceSlot::Pending(p) => recorder.record_with(|r| p.fill(r)),
+            TraceSlot::Pending(p) => recorder.record_with(|r| p.fill(c, r)),
             TraceSlot::Built(r) => recorder.record((**r).clone()),
         }
     }
 
     /// Records a pending entry into `recorder` (once) and returns its id.
-    pub fn settle(&mut self, recorder: &Recorder) -> Option<u64> {
+    pub fn settle(&mut self, recorder: &Recorder, c: &TraceContext) -> Option<u64> {
         let id = match std::mem::replace(self, TraceSlot::Off) {
             TraceSlot::Off => None,
             TraceSlot::Recorded(id) => Some(id),
-            TraceSlot::Pending(p) => recorder.record_with(|r| p.fill(r)),
+            TraceSlot::Pending(p) => recorder.record_with(|r| p.fill(c, r)),
             TraceSlot::Built(r) => recorder.record(*r),
         };
         if let Some(id) = id {
@@ -140,21 +147,33 @@ mod tests {
     use super::*;
     use oxccl_core::recorder::{coalesced_name, profiling_name, TraceState};
 
-    fn pending(kind: OpKind, peer: Option<u32>, seq: u64, numel: (usize, usize)) -> PendingTrace {
-        PendingTrace {
-            pg_id: 3,
+    fn pending(
+        kind: OpKind,
+        peer: Option<u32>,
+        seq: u64,
+        numel: (usize, usize),
+    ) -> (PendingTrace, TraceContext) {
+        let p = PendingTrace {
             kind,
             dtype: DataType::Float16,
-            numel,
-            rank: 1,
             peer,
-            seq,
-            p2p: matches!(kind, OpKind::Send | OpKind::Recv),
             op_id: seq + 10,
+        };
+        let c = TraceContext {
+            pg_id: 3,
+            rank: 1,
+            info: WorkInfo {
+                seq,
+                kind,
+                coalesced: false,
+                numel_in: numel.0,
+                numel_out: numel.1,
+                timeout_ms: 600_000,
+                timing: seq.is_multiple_of(2),
+            },
             created_ns: 1000 + seq,
-            timeout_ms: 600_000,
-            timing: seq.is_multiple_of(2),
-        }
+        };
+        (p, c)
     }
 
     #[test]
@@ -186,15 +205,15 @@ mod tests {
             pending(OpKind::AllGather, None, 4, (3, 6)),
             pending(OpKind::Barrier, None, 5, (0, 0)),
         ];
-        for p in cases {
+        for (p, c) in cases {
             let mut slot = TraceSlot::Pending(p);
-            let id = slot.settle(&recorder).expect("recorded");
+            let id = slot.settle(&recorder, &c).expect("recorded");
             let ring = recorder.lock();
             let e = ring.get(id).expect("in the ring");
-            assert_eq!(e.record, p.record(), "{:?}", p.kind);
+            assert_eq!(e.record, p.record(&c), "{:?}", p.kind);
             assert_eq!(
                 e.record.profiling_name,
-                profiling_name(p.kind, p.rank, p.peer)
+                profiling_name(p.kind, c.rank, p.peer)
             );
             assert_eq!(e.state, TraceState::Scheduled);
             assert_eq!(

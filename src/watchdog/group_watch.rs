@@ -7,6 +7,7 @@
 use super::desync::{Desync, Verdict};
 use super::lock::lock;
 use super::queue::Queue;
+use crate::recorder::slot::TraceContext;
 use crate::recorder::Recorder;
 use crate::store::Store;
 use oxccl_core::env::ErrorHandling;
@@ -242,6 +243,17 @@ impl GroupWatch {
         match verdict.and_then(Verdict::headline) {
             Some(h) => format!("{head}: {h}; {e}"),
             None => format!("{head}: {e}"),
+        }
+    }
+
+    /// What a recorder entry of its work `info`, issued at `created_ns`, takes from the work
+    /// and the group.
+    pub fn trace_context(&self, info: WorkInfo, created_ns: u64) -> TraceContext {
+        TraceContext {
+            pg_id: self.uid,
+            rank: self.global_rank,
+            info,
+            created_ns,
         }
     }
 

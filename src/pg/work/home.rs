@@ -15,14 +15,14 @@ pub(crate) struct WorkHome<A> {
     /// Asked when a wait fails (an elastic group: see `recovery`).
     pub on_failure: Option<Arc<dyn OnFailure>>,
     /// Places given so far (the last one's; written by the issuing thread under the group's
-    /// lock, so a load and a store, not a locked add).
-    queued: AtomicU64,
+    /// lock, so a load and a store, not a locked add), on a line no other thread reads.
+    queued: Padded,
     /// The place of the newest work seen complete: it and every earlier work of the stream
     /// are done (written by whoever looks, read by every look first).
     done: Padded,
 }
 
-/// A counter alone on its cache line: written by the looks, read by the issuing thread.
+/// A counter alone on its cache line (and the next, which the hardware may fetch with it).
 #[repr(align(128))]
 #[derive(Default)]
 struct Padded(AtomicU64);
@@ -44,7 +44,7 @@ impl<A> WorkHome<A> {
             watch,
             abort,
             on_failure,
-            queued: AtomicU64::new(0),
+            queued: Padded::default(),
             done: Padded::default(),
         }
     }
@@ -52,8 +52,8 @@ impl<A> WorkHome<A> {
     /// The place of the next work (from 1, issue order). Called under the group's issue lock,
     /// which orders the calls: one issuing thread at a time.
     pub fn next_place(&self) -> u64 {
-        let place = self.queued.load(Ordering::Relaxed) + 1;
-        self.queued.store(place, Ordering::Relaxed);
+        let place = self.queued.0.load(Ordering::Relaxed) + 1;
+        self.queued.0.store(place, Ordering::Relaxed);
         place
     }
 

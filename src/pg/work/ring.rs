@@ -30,7 +30,9 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 /// Slots of a new ring (it doubles when the works in flight outgrow it).
 const FIRST_SLOTS: usize = 256;
 
-/// What the ring keeps of a work until it is done.
+/// What the ring keeps of a work until it is done: two cache lines for an end event of up
+/// to 32 bytes (NCCL's), aligned so that no two slots share a line.
+#[repr(align(64))]
 struct Slot<E> {
     place: u64,
     info: WorkInfo,
@@ -225,8 +227,8 @@ impl<E: Event + 'static, A: CommAbort + 'static> WorkRing<E, A> {
             // SAFETY: `place` is published; recorded places are ≥ the done ones, so it is not
             // done; the caller holds `reader` (`r`).
             let facts = unsafe { self.slot(r, place) }.map(|s| {
-                let id = s.trace.settle(&watch.recorder);
-                (id, s.info)
+                let c = watch.trace_context(s.info, s.created_ns);
+                (s.trace.settle(&watch.recorder, &c), s.info)
             });
             r.recorded = place;
             let Some((id, info)) = facts else { continue };

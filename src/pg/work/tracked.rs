@@ -400,7 +400,8 @@ impl<E: Event, A: CommAbort> TrackedWork<E, A> {
 
 impl<E: Event + 'static, A: CommAbort> Watched for TrackedWork<E, A> {
     fn record_trace(&self) -> Option<u64> {
-        self.trace.record_copy(&self.home.watch.recorder)
+        let c = self.home.watch.trace_context(self.info, self.created_ns);
+        self.trace.record_copy(&self.home.watch.recorder, &c)
     }
 
     fn probe_done(&self) -> Option<bool> {

@@ -242,3 +242,12 @@ fn a_callers_look_records_nothing_and_its_wait_limit_hands_the_work_out() {
     assert_eq!(w.states().len(), 3);
     assert!(out.iter().any(|(t, id)| t.info().seq == 2 && id.is_some()));
 }
+
+#[test]
+fn a_slot_is_two_cache_lines() {
+    // An end event as large as NCCL's (32 bytes, no spare bit pattern for `Option`).
+    assert_eq!(
+        std::mem::size_of::<UnsafeCell<Option<Slot<[u64; 4]>>>>(),
+        128
+    );
+}
