@@ -263,8 +263,11 @@ impl<B: Memory> PgInner<B> {
         let (start, end) = match (watched, start, end) {
             // Untimed (no start event): a slot of the ring.
             (true, None, Some(end)) => {
+                // The handle's count first: a locked add after the slot's stores would wait
+                // for them to land.
+                let ring = e.ring.clone();
                 let place = e.ring.push(info, created_ns, end, trace);
-                return Work::in_ring(e.ring.clone(), place, info, created_ns);
+                return Work::in_ring(ring, place, info, created_ns);
             }
             (_, start, end) => (start, end),
         };
