@@ -197,9 +197,10 @@ impl<B: Memory> PgInner<B> {
     }
 
     /// The flight-recorder entry of an operation, to be recorded off the hot path (no
-    /// allocation here); op ids count every operation, recorded or not.
+    /// allocation here); op ids count every operation, recorded or not. Called under the
+    /// group's issue lock, as [`PgInner::trace_built`].
     pub fn trace(&self, op: OpFacts) -> TraceSlot {
-        let op_id = self.hot.op_id.fetch_add(1, Ordering::Relaxed) + 1;
+        let op_id = bump(&self.hot.op_id);
         if !self.watch.recorder.is_enabled() {
             return TraceSlot::Off;
         }
@@ -219,7 +220,8 @@ impl<B: Memory> PgInner<B> {
         })
     }
 
-    /// The entry of a coalesced block, built by the caller (its sizes are a list).
+    /// The entry of a coalesced block, built by the caller (its sizes are a list; under the
+    /// group's issue lock).
     pub fn trace_built(
         &self,
         profiling_name: String,
@@ -227,7 +229,7 @@ impl<B: Memory> PgInner<B> {
         inputs: Vec<TensorMeta>,
         outputs: Vec<TensorMeta>,
     ) -> TraceSlot {
-        let op_id = self.hot.op_id.fetch_add(1, Ordering::Relaxed) + 1;
+        let op_id = bump(&self.hot.op_id);
         if !self.watch.recorder.is_enabled() {
             return TraceSlot::Off;
         }
@@ -308,13 +310,22 @@ impl<B: Memory> PgInner<B> {
         Ok(())
     }
 
+    /// The next sequence number of `kind` (called under the group's issue lock).
     pub fn next_seq(&self, kind: SeqKind) -> u64 {
         let counter = match kind {
             SeqKind::Collective => &self.hot.seq,
             SeqKind::P2p => &self.hot.p2p_seq,
         };
-        counter.fetch_add(1, Ordering::Relaxed) + 1
+        bump(counter)
     }
+}
+
+/// Adds one to a counter the group's issue lock guards (every caller holds it, so a load and
+/// a store, not a locked add; other threads only read it) and returns the new value.
+fn bump(counter: &std::sync::atomic::AtomicU64) -> u64 {
+    let next = counter.load(Ordering::Relaxed) + 1;
+    counter.store(next, Ordering::Relaxed);
+    next
 }
 
 impl<B: Memory> Issuer<'_, B> {
