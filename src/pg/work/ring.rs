@@ -21,6 +21,7 @@ use crate::watchdog::desync::counts_in_desync;
 use crate::watchdog::group_watch::{GroupWatch, Watched, WatchedRing};
 use crate::watchdog::Watchdog;
 use oxccl_core::state::work::WorkInfo;
+use oxccl_core::watchdog::newest_done;
 use oxccl_core::{CommAbort, CommState, Event};
 use std::cell::UnsafeCell;
 use std::collections::VecDeque;
@@ -261,25 +262,35 @@ impl<E: Event + 'static, A: CommAbort + 'static> WorkRing<E, A> {
         let done = self.home.done_upto();
         let mut upto = done;
         let mut trouble = false;
-        if published > done {
-            // The newest end vouches for all; else the oldest ones, until one still runs.
-            match self.ended(r, published) {
-                Some(true) => upto = published,
-                _ => {
-                    for p in done + 1..published {
-                        // SAFETY: as in `ended`.
-                        let handed_out =
-                            unsafe { self.slot(r, p) }.is_some_and(|s| s.end.is_none());
-                        match self.ended(r, p) {
-                            Some(true) => upto = p,
-                            None if handed_out => {}
-                            None => {
-                                trouble = true;
-                                break;
-                            }
-                            Some(false) => break,
-                        }
+        let handed_out_between = r
+            .detached
+            .iter()
+            .any(|(p, _)| (done + 1..=published).contains(p));
+        if published > done && !handed_out_between {
+            // The newest end vouches for all: a few queries find the newest one reached.
+            let mut ended = |i: usize| match self.ended(r, done + 1 + i as u64) {
+                Some(e) => e,
+                None => {
+                    trouble = true;
+                    false
+                }
+            };
+            if let Some(i) = newest_done((published - done) as usize, &mut ended) {
+                upto = done + 1 + i as u64;
+            }
+        } else if published > done {
+            // A work handed out has no end here: the oldest ones, one by one.
+            for p in done + 1..=published {
+                // SAFETY: as in `ended`.
+                let handed_out = unsafe { self.slot(r, p) }.is_some_and(|s| s.end.is_none());
+                match self.ended(r, p) {
+                    Some(true) => upto = p,
+                    None if handed_out => {}
+                    None => {
+                        trouble = true;
+                        break;
                     }
+                    Some(false) => break,
                 }
             }
         }

@@ -10,14 +10,16 @@ use oxccl_core::recorder::{TraceRecord, TraceState};
 use oxccl_core::Progress;
 use oxccl_core::{Error, OpKind, Result};
 
-/// An end reached once the stream's progress gets to its mark.
+/// An end reached once the stream's progress gets to its mark; queries are counted.
 struct Mark {
     progress: Arc<AtomicU64>,
+    queries: Arc<AtomicU64>,
     at: u64,
 }
 
 impl Event for Mark {
     fn query(&self) -> Result<bool> {
+        self.queries.fetch_add(1, Ordering::SeqCst);
         Ok(self.progress.load(Ordering::SeqCst) >= self.at)
     }
     fn synchronize(&self) -> Result<()> {
@@ -53,6 +55,7 @@ const MS: u64 = 1_000_000;
 struct World {
     ring: WorkRing<Mark, Abort>,
     progress: Arc<AtomicU64>,
+    queries: Arc<AtomicU64>,
     state: Arc<Mutex<CommState>>,
     recorder: Recorder,
 }
@@ -75,6 +78,7 @@ fn world() -> World {
     World {
         ring: WorkRing::new(home),
         progress: Arc::new(AtomicU64::new(0)),
+        queries: Arc::new(AtomicU64::new(0)),
         state,
         recorder,
     }
@@ -108,6 +112,7 @@ impl World {
         }));
         let end = Mark {
             progress: self.progress.clone(),
+            queries: self.queries.clone(),
             at: seq,
         };
         self.ring.write(info, created_ns, end, trace)
@@ -250,4 +255,19 @@ fn a_slot_is_two_cache_lines() {
         std::mem::size_of::<UnsafeCell<Option<Slot<[u64; 4]>>>>(),
         128
     );
+}
+
+#[test]
+fn a_look_asks_a_few_end_events_however_many_works_are_in_flight() {
+    let w = world();
+    for seq in 1..=1000 {
+        w.write(seq, seq, 60_000);
+    }
+    w.progress.store(637, Ordering::SeqCst);
+    w.queries.store(0, Ordering::SeqCst);
+    w.pass(2000);
+    assert_eq!(w.ring.home.done_upto(), 637);
+    // The newest two, then galloping back and bisecting: about 2 log2(1000) + 1.
+    let asked = w.queries.load(Ordering::SeqCst);
+    assert!(asked <= 21, "{asked} queries");
 }
