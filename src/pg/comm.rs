@@ -20,9 +20,9 @@ pub(crate) struct Entry<B: Memory> {
     pub comm: CommOf<B>,
     pub stream: StreamOf<B>,
     pub abort: AbortOf<B>,
-    /// What the works issued on `comm` share (the group's watch, `abort`, their places).
-    pub home: Arc<WorkHome<AbortOf<B>>>,
-    /// The works in flight on `comm` that live as slots (see `work::ring`).
+    /// The works in flight on `comm` that live as slots (see `work::ring`), and through it
+    /// what every work issued on `comm` shares (`ring.home`: the group's watch, `abort`,
+    /// their places).
     pub ring: Arc<WorkRing<EventOf<B>, AbortOf<B>>>,
     /// Registrations and windows of buffers on `comm` (after it: dropped once it is gone).
     pub regs: RegCache,
@@ -45,8 +45,7 @@ impl<B: Memory> Entry<B> {
             comm,
             stream,
             abort,
-            ring: Arc::new(WorkRing::new(home.clone())),
-            home,
+            ring: Arc::new(WorkRing::new(home)),
             regs: RegCache::default(),
         })
     }

@@ -280,12 +280,12 @@ impl<B: Memory> PgInner<B> {
                 &self.watch.trace_context(info, created_ns),
             );
         }
-        let place = if watched { e.home.next_place() } else { 0 };
+        let place = if watched { e.ring.home.next_place() } else { 0 };
         let work = Work::tracked(TrackedWork::new(
             info,
             (created_ns, place, true),
             (start, end),
-            e.home.clone(),
+            e.ring.home.clone(),
             trace,
         ));
         if let Some(w) = work.watched().filter(|_| watched) {

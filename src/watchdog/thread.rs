@@ -362,10 +362,8 @@ impl Watchdog {
                 if let Some(d) = due {
                     earliest = Some(earliest.map_or(d, |e| e.min(d)));
                 }
-                if ring.watch().desync.is_some()
-                    && !publish.iter().any(|p| std::ptr::eq(&**p, ring.watch()))
-                {
-                    publish.push(ring.watch_arc());
+                if ring.watch().desync.is_some() {
+                    publish_once(&mut publish, ring.watch(), || ring.watch_arc());
                 }
             }
             // A ring only this thread holds (its communicator and its works' handles are
@@ -412,9 +410,7 @@ impl Watchdog {
                             d.note(w.info().seq, true);
                         }
                     }
-                    if !publish.iter().any(|p| std::ptr::eq(&**p, w.watch())) {
-                        publish.push(w.watch_arc());
-                    }
+                    publish_once(&mut publish, w.watch(), || w.watch_arc());
                 }
                 match r {
                     Ok(true) => done.push(w),
@@ -495,6 +491,18 @@ impl Watchdog {
         if plan.end_process {
             self.end_process(&reason);
         }
+    }
+}
+
+/// Adds `group` (shared by `arc`) to the groups whose desync progress this pass publishes,
+/// once.
+fn publish_once(
+    publish: &mut Vec<Arc<GroupWatch>>,
+    group: &GroupWatch,
+    arc: impl FnOnce() -> Arc<GroupWatch>,
+) {
+    if !publish.iter().any(|p| std::ptr::eq(&**p, group)) {
+        publish.push(arc());
     }
 }
 

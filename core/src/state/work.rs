@@ -95,6 +95,17 @@ pub struct WorkInfo {
     pub timing: bool,
 }
 
+/// Whether a work created at `created_ns` has run past `limit_ms` at `now_ns` (the rule every
+/// timeout applies, whoever holds the work's state).
+pub fn is_past(created_ns: u64, now_ns: u64, limit_ms: u64) -> bool {
+    now_ns.saturating_sub(created_ns) > limit_ms.saturating_mul(NS_PER_MS)
+}
+
+/// When a work created at `created_ns` with a limit of `limit_ms` times out (process clock, ns).
+pub fn deadline_ns(created_ns: u64, limit_ms: u64) -> u64 {
+    created_ns.saturating_add(limit_ms.saturating_mul(NS_PER_MS))
+}
+
 /// A refused work transition or query. Converts into [`Error::InvalidArgument`] naming `work`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum WorkError {
@@ -275,8 +286,7 @@ impl WorkMachine {
     /// asks first, gathers it without holding the work, then calls
     /// [`WorkMachine::check_deadline_noting`].
     pub fn is_past_deadline(&self, now_ns: u64, limit_ms: u64) -> bool {
-        !self.state.is_final()
-            && now_ns.saturating_sub(self.created_ns) > limit_ms.saturating_mul(NS_PER_MS)
+        !self.state.is_final() && is_past(self.created_ns, now_ns, limit_ms)
     }
 
     /// [`WorkMachine::check_deadline`] whose timeout text ends with `note` after PyTorch's

@@ -20,7 +20,7 @@ use crate::recorder::slot::TraceSlot;
 use crate::watchdog::desync::counts_in_desync;
 use crate::watchdog::group_watch::{GroupWatch, Watched, WatchedRing};
 use crate::watchdog::Watchdog;
-use oxccl_core::state::work::WorkInfo;
+use oxccl_core::state::work::{deadline_ns, is_past, WorkInfo};
 use oxccl_core::watchdog::newest_done;
 use oxccl_core::{CommAbort, CommState, Event};
 use std::cell::UnsafeCell;
@@ -103,12 +103,6 @@ struct Entry {
 unsafe impl<E: Send, A: Send + Sync> Sync for WorkRing<E, A> {}
 // SAFETY: as above; the ring owns its values.
 unsafe impl<E: Send, A: Send> Send for WorkRing<E, A> {}
-
-/// Whether a work issued at `created_ns` is past a limit of `limit_ms` at `now` (the work
-/// machine's rule).
-fn past(created_ns: u64, now: u64, limit_ms: u64) -> bool {
-    now.saturating_sub(created_ns) > limit_ms.saturating_mul(1_000_000)
-}
 
 impl<E: Event + 'static, A: CommAbort + 'static> WorkRing<E, A> {
     pub fn new(home: Arc<WorkHome<A>>) -> WorkRing<E, A> {
@@ -323,10 +317,10 @@ impl<E: Event + 'static, A: CommAbort + 'static> WorkRing<E, A> {
             let Some((info, created_ns)) = facts else {
                 continue;
             };
-            if failed || past(created_ns, now, info.timeout_ms) {
+            if failed || is_past(created_ns, now, info.timeout_ms) {
                 self.detach(r, p);
             } else {
-                let d = created_ns.saturating_add(info.timeout_ms.saturating_mul(1_000_000));
+                let d = deadline_ns(created_ns, info.timeout_ms);
                 earliest = Some(earliest.map_or(d, |e| e.min(d)));
                 r.live += 1;
             }
@@ -428,7 +422,7 @@ impl<E: Event + 'static, A: CommAbort + 'static> WorkRing<E, A> {
                 Some(true) if healthy => return Ok(true),
                 Some(false)
                     if healthy
-                        && !past(created_ns, now, limit)
+                        && !is_past(created_ns, now, limit)
                         && a.is_none_or(|a| a.poll().is_ok()) =>
                 {
                     return Ok(false)

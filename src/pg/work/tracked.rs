@@ -15,7 +15,7 @@ use crate::recorder::slot::TraceSlot;
 use crate::watchdog::group_watch::{CompletedWork, GroupWatch};
 use crate::watchdog::{Hint, Watched};
 use oxccl_core::recorder::TraceState;
-use oxccl_core::state::work::{WorkInfo, WorkMachine};
+use oxccl_core::state::work::{deadline_ns, WorkInfo, WorkMachine};
 use oxccl_core::{CommAbort, CommState, Error, Event, Result, WorkState};
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -61,11 +61,6 @@ pub(crate) struct TrackedWork<E, A> {
     pub(super) captured: bool,
 }
 
-/// When a work issued at `created_ns` with `info` times out.
-fn deadline(info: &WorkInfo, created_ns: u64) -> u64 {
-    created_ns.saturating_add(info.timeout_ms.saturating_mul(1_000_000))
-}
-
 /// [`Inner::fin`]: not final.
 const RUNNING: u8 = 0;
 /// [`Inner::fin`]: completed.
@@ -105,7 +100,7 @@ impl<E: Event + 'static, A: CommAbort> TrackedWork<E, A> {
             timing: info.timing,
             marks_done,
             pos,
-            deadline_ns: deadline(&info, created_ns),
+            deadline_ns: deadline_ns(created_ns, info.timeout_ms),
             machine: Mutex::new(machine),
             info,
             created_ns,
@@ -137,7 +132,7 @@ impl<E: Event + 'static, A: CommAbort> TrackedWork<E, A> {
             timing: info.timing,
             marks_done: false,
             pos: 0,
-            deadline_ns: deadline(&info, now),
+            deadline_ns: deadline_ns(now, info.timeout_ms),
             machine: Mutex::new(machine),
             info,
             created_ns: now,
