@@ -59,7 +59,9 @@ pub(crate) struct WorkRing<E, A> {
     /// The newest place written (0: none).
     published: Published,
     reader: Mutex<Reader<E, A>>,
-    /// Whether any work was handed out (a caller's look then asks the reader first).
+    /// Whether a work handed out may still be asked for (a caller's look then asks the
+    /// reader first): set by a hand-out, cleared by a look once every work handed out
+    /// completed successfully and was let go.
     any_detached: AtomicBool,
     /// Whether the watchdog knows the ring.
     enrolled: AtomicBool,
@@ -300,6 +302,8 @@ impl<E: Event + 'static, A: CommAbort + 'static> WorkRing<E, A> {
         self.complete_upto(r, now);
         let done = self.home.done_upto();
         r.detached.retain(|(p, w)| !(*p <= done && w.completed()));
+        self.any_detached
+            .store(!r.detached.is_empty(), Ordering::Release);
         r.live = 0;
         if published <= done {
             return None;
@@ -401,8 +405,10 @@ impl<E: Event + 'static, A: CommAbort + 'static> WorkRing<E, A> {
         wait_limit_ms: Option<u64>,
     ) -> oxccl_core::Result<bool> {
         use oxccl_core::watchdog::Hint;
-        let any_detached = self.any_detached.load(Ordering::Acquire);
-        if !any_detached && place <= self.home.done_upto() {
+        // The done place first: a look that marked `place` done after handing it out raised
+        // the flag before, so it is seen raised (a work let go completed successfully).
+        let done = self.home.done_upto();
+        if place <= done && !self.any_detached.load(Ordering::Acquire) {
             return Ok(true);
         }
         let mut r = self.read();
@@ -413,11 +419,16 @@ impl<E: Event + 'static, A: CommAbort + 'static> WorkRing<E, A> {
             }
             // SAFETY: handed out works were found above; `place` is published (its handle
             // exists) and not done; `reader` is held.
-            let facts = unsafe { self.slot(&mut r, place) }.map(|s| s.info.timeout_ms);
-            let ended = self.ended(&mut r, place);
+            let (timeout_ms, ended) = match unsafe { self.slot(&mut r, place) } {
+                Some(s) => (
+                    s.info.timeout_ms,
+                    s.end.as_ref().and_then(|e| e.query().ok()),
+                ),
+                None => (0, None),
+            };
             let a = self.home.abort.as_ref();
             let healthy = a.is_none_or(|a| a.state() == CommState::Ready);
-            let limit = wait_limit_ms.or(facts).unwrap_or(0);
+            let limit = wait_limit_ms.unwrap_or(timeout_ms);
             match ended {
                 Some(true) if healthy => return Ok(true),
                 Some(false)
