@@ -28,6 +28,7 @@ pub(crate) struct CaptureState {
 
 impl CaptureState {
     /// Whether a capture is open (one relaxed load: the cost on the hot path).
+    #[inline]
     pub fn is_on(&self) -> bool {
         self.on.load(Ordering::Relaxed)
     }

@@ -322,6 +322,7 @@ impl<B: Memory> PgInner<B> {
 
 /// Adds one to a counter the group's issue lock guards (every caller holds it, so a load and
 /// a store, not a locked add; other threads only read it) and returns the new value.
+#[inline]
 fn bump(counter: &std::sync::atomic::AtomicU64) -> u64 {
     let next = counter.load(Ordering::Relaxed) + 1;
     counter.store(next, Ordering::Relaxed);

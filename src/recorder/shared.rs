@@ -49,6 +49,7 @@ impl Recorder {
     }
 
     /// Whether it records at all (checked before building a record).
+    #[inline]
     pub fn is_enabled(&self) -> bool {
         self.enabled
     }
@@ -101,6 +102,7 @@ impl Recorder {
 pub const DEFAULT_CAPACITY: usize = 2000;
 
 /// Nanoseconds of the process's monotonic clock (from its first use).
+#[inline]
 pub fn now_ns() -> u64 {
     static EPOCH: OnceLock<std::time::Instant> = OnceLock::new();
     EPOCH

@@ -152,10 +152,12 @@ impl Watchdog {
     }
 
     /// A ring's work was placed at `place` (from 1): every [`WAKE_EVERY`] places the watchdog
-    /// is woken early, as for the works queued to it.
-    pub(crate) fn ring_pushed(&self, place: u64) {
+    /// is woken early, as for the works queued to it, and started again if it was stopped
+    /// (the other places touch nothing of it).
+    #[inline]
+    pub(crate) fn ring_pushed(place: u64) {
         if place.is_multiple_of(WAKE_EVERY as u64) {
-            self.wake();
+            Watchdog::global().wake();
         }
     }
 

@@ -70,6 +70,7 @@ impl RegCache {
     }
 
     /// Whether any allocation is in a window (as of the last lock let go).
+    #[inline]
     pub(crate) fn has_windows(&self) -> bool {
         self.any_window.load(Ordering::Relaxed)
     }

@@ -138,12 +138,11 @@ impl<E: Event + 'static, A: CommAbort + 'static> WorkRing<E, A> {
         trace: TraceSlot,
     ) -> u64 {
         let place = self.write(info, created_ns, end, trace);
-        let dog = Watchdog::global();
         if !self.enrolled.load(Ordering::Relaxed) {
             self.enrolled.store(true, Ordering::Relaxed);
-            dog.enroll_ring(self.clone());
+            Watchdog::global().enroll_ring(self.clone());
         }
-        dog.ring_pushed(place);
+        Watchdog::ring_pushed(place);
         place
     }
 
