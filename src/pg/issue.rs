@@ -280,7 +280,7 @@ impl<B: Memory> PgInner<B> {
                 &self.watch.trace_context(info, created_ns),
             );
         }
-        let place = if watched { e.ring.home.next_place() } else { 0 };
+        let place = if watched { e.ring.next_place() } else { 0 };
         let work = Work::tracked(TrackedWork::new(
             info,
             (created_ns, place, true),

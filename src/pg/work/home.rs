@@ -1,6 +1,6 @@
 //! What the works issued on one communicator share: its group's watch, its abort handle, the
-//! hook of an elastic group, and where they stand on the communicator's stream (their places
-//! in issue order, and the newest one seen complete).
+//! hook of an elastic group, and the newest of their places (see `ring`'s `next_place`) seen
+//! complete on the communicator's stream.
 
 use crate::watchdog::group_watch::GroupWatch;
 use oxccl_core::Error;
@@ -14,9 +14,6 @@ pub(crate) struct WorkHome<A> {
     pub abort: Option<A>,
     /// Asked when a wait fails (an elastic group: see `recovery`).
     pub on_failure: Option<Arc<dyn OnFailure>>,
-    /// Places given so far (the last one's; written by the issuing thread under the group's
-    /// lock, so a load and a store, not a locked add), on a line no other thread reads.
-    queued: Padded,
     /// The place of the newest work seen complete: it and every earlier work of the stream
     /// are done (written by whoever looks, read by every look first).
     done: Padded,
@@ -44,17 +41,8 @@ impl<A> WorkHome<A> {
             watch,
             abort,
             on_failure,
-            queued: Padded::default(),
             done: Padded::default(),
         }
-    }
-
-    /// The place of the next work (from 1, issue order). Called under the group's issue lock,
-    /// which orders the calls: one issuing thread at a time.
-    pub fn next_place(&self) -> u64 {
-        let place = self.queued.0.load(Ordering::Relaxed) + 1;
-        self.queued.0.store(place, Ordering::Relaxed);
-        place
     }
 
     /// The work at `place` was seen complete (so every earlier one is done too).

@@ -48,28 +48,40 @@ struct Slot<E> {
 /// The ring's slots, each written by one owner at a time (see [`WorkRing`]).
 type Slots<E> = Box<[UnsafeCell<Option<Slot<E>>>]>;
 
-/// A communicator's works in flight (see the module's documentation).
+/// A communicator's works in flight (see the module's documentation). What a push reads and
+/// writes comes first, on one cache line: the readers only read it (they write the line of
+/// `readers`, and the home's done place), so sharing it costs the issuing thread no transfer
+/// it would not make for `published` alone.
+#[repr(C, align(64))]
 pub(crate) struct WorkRing<E, A> {
+    /// The newest place written (0: none).
+    published: AtomicU64,
+    /// The last place given (the issuing thread's, under the group's issue lock: a load and
+    /// a store, not a locked add).
+    queued: AtomicU64,
+    /// Places up to here have a free slot as of the issuing thread's last look at the done
+    /// place (so a push reads that place, written by the readers, only past it).
+    room: AtomicU64,
     pub home: Arc<WorkHome<A>>,
     /// The slots (a power of two of them; place `p` in slot `p & (len - 1)`). A slot is the
     /// issuing thread's until it publishes its place, then the readers' (under `reader`)
     /// until its work is done. The array itself is replaced only by the issuing thread,
-    /// holding `reader` ([`WorkRing::grow`]).
+    /// holding `reader` ([`WorkRing::make_room`]).
     slots: UnsafeCell<Slots<E>>,
-    /// The newest place written (0: none).
-    published: Published,
-    reader: Mutex<Reader<E, A>>,
+    /// Whether the watchdog knows the ring.
+    enrolled: AtomicBool,
+    readers: Readers<E, A>,
+}
+
+/// The readers' side, on lines of its own.
+#[repr(align(64))]
+struct Readers<E, A> {
+    lock: Mutex<Reader<E, A>>,
     /// Whether a work handed out may still be asked for (a caller's look then asks the
     /// reader first): set by a hand-out, cleared by a look once every work handed out
     /// completed successfully and was let go.
     any_detached: AtomicBool,
-    /// Whether the watchdog knows the ring.
-    enrolled: AtomicBool,
 }
-
-/// The published place alone on its cache line (the issuing thread writes it, looks read it).
-#[repr(align(128))]
-struct Published(AtomicU64);
 
 /// The readers' side.
 struct Reader<E, A> {
@@ -109,23 +121,40 @@ unsafe impl<E: Send, A: Send> Send for WorkRing<E, A> {}
 impl<E: Event + 'static, A: CommAbort + 'static> WorkRing<E, A> {
     pub fn new(home: Arc<WorkHome<A>>) -> WorkRing<E, A> {
         WorkRing {
+            published: AtomicU64::new(0),
+            queued: AtomicU64::new(0),
+            room: AtomicU64::new(FIRST_SLOTS as u64),
             home,
             slots: UnsafeCell::new(empty_slots(FIRST_SLOTS)),
-            published: Published(AtomicU64::new(0)),
-            reader: Mutex::new(Reader {
-                recorded: 0,
-                ids: VecDeque::new(),
-                detached: Vec::new(),
-                handoff: Vec::new(),
-                live: 0,
-            }),
-            any_detached: AtomicBool::new(false),
             enrolled: AtomicBool::new(false),
+            readers: Readers {
+                lock: Mutex::new(Reader {
+                    recorded: 0,
+                    ids: VecDeque::new(),
+                    detached: Vec::new(),
+                    handoff: Vec::new(),
+                    live: 0,
+                }),
+                any_detached: AtomicBool::new(false),
+            },
         }
     }
 
     fn read(&self) -> MutexGuard<'_, Reader<E, A>> {
-        self.reader.lock().unwrap_or_else(PoisonError::into_inner)
+        self.readers
+            .lock
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The place of the next work on the communicator (from 1, issue order), in the ring or
+    /// not. Called under the group's issue lock, which orders the calls: one issuing thread
+    /// at a time.
+    #[inline]
+    pub fn next_place(&self) -> u64 {
+        let place = self.queued.load(Ordering::Relaxed) + 1;
+        self.queued.store(place, Ordering::Relaxed);
+        place
     }
 
     /// Places a work: `info`, issued at `created_ns`, ending with `end`; its place (`Work`
@@ -148,10 +177,8 @@ impl<E: Event + 'static, A: CommAbort + 'static> WorkRing<E, A> {
 
     /// [`WorkRing::push`] without telling the watchdog.
     fn write(&self, info: WorkInfo, created_ns: u64, end: E, trace: TraceSlot) -> u64 {
-        let place = self.home.next_place();
-        // SAFETY: the issuing thread may read the array without `reader` (see the type).
-        let len = unsafe { (&*self.slots.get()).len() } as u64;
-        if place > len && self.home.done_upto() < place - len {
+        let place = self.next_place();
+        if place > self.room.load(Ordering::Relaxed) {
             self.make_room(place, created_ns);
         }
         // SAFETY: as above; and the slot is free: its previous work (`place - len`) is done,
@@ -167,21 +194,30 @@ impl<E: Event + 'static, A: CommAbort + 'static> WorkRing<E, A> {
                 trace,
             });
         }
-        self.published.0.store(place, Ordering::Release);
+        self.published.store(place, Ordering::Release);
         place
     }
 
-    /// Makes the slot of `place` free: looks (its work may be done), else doubles the ring.
+    /// Makes the slot of `place` free and notes the room past it: the done place may have
+    /// moved on; else a look (its work may be done); else the ring doubles.
     #[cold]
     fn make_room(&self, place: u64, now: u64) {
+        // SAFETY: the issuing thread may read the array without `reader` (see the type).
+        let len = unsafe { (&*self.slots.get()).len() } as u64;
+        let done = self.home.done_upto();
+        if done + len >= place {
+            self.room.store(done + len, Ordering::Relaxed);
+            return;
+        }
         let mut r = self.read();
         self.advance(&mut r, now);
         // SAFETY: the issuing thread, holding `reader`: no reader holds a slot.
         let slots = unsafe { &mut *self.slots.get() };
-        if self.home.done_upto() >= place - slots.len() as u64 {
+        let done = self.home.done_upto();
+        if done + len >= place {
+            self.room.store(done + len, Ordering::Relaxed);
             return;
         }
-        let done = self.home.done_upto();
         let mut grown = empty_slots(slots.len() * 2);
         let mask = grown.len() - 1;
         // The works not done move to their places in the larger ring; done ones are dropped.
@@ -192,6 +228,8 @@ impl<E: Event + 'static, A: CommAbort + 'static> WorkRing<E, A> {
             }
         }
         *slots = grown;
+        self.room
+            .store(done + slots.len() as u64, Ordering::Relaxed);
     }
 }
 
@@ -252,7 +290,7 @@ impl<E: Event + 'static, A: CommAbort + 'static> WorkRing<E, A> {
     /// stream has passed, and hands out the works that need a look of their own. Returns the
     /// earliest deadline of the works it still holds.
     fn advance(&self, r: &mut Reader<E, A>, now: u64) -> Option<u64> {
-        let published = self.published.0.load(Ordering::Acquire);
+        let published = self.published.load(Ordering::Acquire);
         self.record_upto(r, published);
         let done = self.home.done_upto();
         let mut upto = done;
@@ -301,7 +339,8 @@ impl<E: Event + 'static, A: CommAbort + 'static> WorkRing<E, A> {
         self.complete_upto(r, now);
         let done = self.home.done_upto();
         r.detached.retain(|(p, w)| !(*p <= done && w.completed()));
-        self.any_detached
+        self.readers
+            .any_detached
             .store(!r.detached.is_empty(), Ordering::Release);
         r.live = 0;
         if published <= done {
@@ -378,7 +417,7 @@ impl<E: Event + 'static, A: CommAbort + 'static> WorkRing<E, A> {
         };
         r.detached.push((place, work.clone()));
         r.handoff.push((work.clone(), id));
-        self.any_detached.store(true, Ordering::Release);
+        self.readers.any_detached.store(true, Ordering::Release);
         Some(work)
     }
 
@@ -407,7 +446,7 @@ impl<E: Event + 'static, A: CommAbort + 'static> WorkRing<E, A> {
         // The done place first: a look that marked `place` done after handing it out raised
         // the flag before, so it is seen raised (a work let go completed successfully).
         let done = self.home.done_upto();
-        if place <= done && !self.any_detached.load(Ordering::Acquire) {
+        if place <= done && !self.readers.any_detached.load(Ordering::Acquire) {
             return Ok(true);
         }
         let mut r = self.read();
@@ -450,7 +489,7 @@ impl<E: Event + 'static, A: CommAbort + 'static> WorkRing<E, A> {
 
     /// The work at `place` if it was handed out (its machine says how it ended).
     pub fn handed_out(&self, place: u64) -> Option<Arc<TrackedWork<E, A>>> {
-        if !self.any_detached.load(Ordering::Acquire) {
+        if !self.readers.any_detached.load(Ordering::Acquire) {
             return None;
         }
         self.detached(&self.read(), place)
@@ -467,7 +506,7 @@ impl<E: Event + 'static, A: CommAbort + 'static> WatchedRing for WorkRing<E, A> 
     }
 
     fn unrecorded(&self, times: &mut Vec<u64>) {
-        let published = self.published.0.load(Ordering::Acquire);
+        let published = self.published.load(Ordering::Acquire);
         let mut r = self.read();
         for place in r.recorded + 1..=published {
             // SAFETY: published and not recorded, so not done; `reader` is held.
@@ -480,7 +519,7 @@ impl<E: Event + 'static, A: CommAbort + 'static> WatchedRing for WorkRing<E, A> 
     fn record_next(&self) {
         let mut r = self.read();
         let next = r.recorded + 1;
-        if next <= self.published.0.load(Ordering::Acquire) {
+        if next <= self.published.load(Ordering::Acquire) {
             self.record_upto(&mut r, next);
         }
     }
@@ -502,9 +541,7 @@ impl<E: Event + 'static, A: CommAbort + 'static> WatchedRing for WorkRing<E, A> 
 
     fn idle(&self) -> bool {
         let r = self.read();
-        r.handoff.is_empty()
-            && r.live == 0
-            && self.published.0.load(Ordering::Acquire) == r.recorded
+        r.handoff.is_empty() && r.live == 0 && self.published.load(Ordering::Acquire) == r.recorded
     }
 }
 

@@ -271,3 +271,22 @@ fn a_look_asks_a_few_end_events_however_many_works_are_in_flight() {
     let asked = w.queries.load(Ordering::SeqCst);
     assert!(asked <= 21, "{asked} queries");
 }
+
+#[test]
+fn what_a_push_touches_lies_on_one_cache_line() {
+    use std::mem::offset_of;
+    type R = WorkRing<[u64; 4], Abort>;
+    for at in [
+        offset_of!(R, published),
+        offset_of!(R, queued),
+        offset_of!(R, room),
+        offset_of!(R, home),
+        offset_of!(R, slots),
+        offset_of!(R, enrolled),
+    ] {
+        assert!(at < 64, "{at}");
+    }
+    // The readers' side (which they write) starts a line of its own.
+    assert_eq!(offset_of!(R, readers), 64);
+    assert_eq!(std::mem::align_of::<R>(), 64);
+}
