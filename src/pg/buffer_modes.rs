@@ -219,7 +219,11 @@ impl<B: Memory> ProcessGroup<B> {
             | K::ReduceScatter
             | K::AllToAll
             | K::Send
-            | K::Recv => self.inner().opts.tune.as_deref(),
+            | K::Recv
+                if self.inner().hot.facts.tuned =>
+            {
+                self.inner().opts.tune.as_deref()
+            }
             _ => None,
         }
     }

@@ -3,7 +3,7 @@
 
 use super::comm::Slot;
 use super::family::GroupFamily;
-use super::inner::{IssueState, PgInner};
+use super::inner::{IssueFacts, IssueState, PgInner};
 use super::options::PgOptions;
 use crate::buffer::Memory;
 use crate::recorder::Recorder;
@@ -71,6 +71,15 @@ impl<B: Memory> PgInner<B> {
                 .filter(|_| opts.desync_debug && opts.watchdog)
                 .map(|r| (r, ranks.clone())),
         });
+        let facts = IssueFacts {
+            device: opts.device(),
+            elastic: family.elastic.is_some(),
+            nan_check: opts.nan_check,
+            timing: opts.timing,
+            watchdog: opts.watchdog,
+            recording: watch.recorder.is_enabled(),
+            tuned: opts.tune.is_some(),
+        };
         if let (true, Some(limit)) = (opts.watchdog, opts.heartbeat) {
             HeartbeatMonitor::start(limit);
         }
@@ -87,6 +96,8 @@ impl<B: Memory> PgInner<B> {
             rank,
             opts,
             hot: IssueState {
+                facts,
+                clock_zero: crate::recorder::clock_zero(),
                 seq: AtomicU64::new(0),
                 p2p_seq: AtomicU64::new(0),
                 op_id: AtomicU64::new(0),

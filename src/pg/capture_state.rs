@@ -18,8 +18,10 @@ pub(crate) struct Recorded {
     pub ops: Vec<(OpKind, DataType, usize, usize)>,
 }
 
-/// A group's capture state: whether a capture is open on its stream, and what it recorded.
+/// A group's capture state: whether a capture is open on its stream, and what it recorded
+/// (the flag first: every operation reads it).
 #[derive(Debug, Default)]
+#[repr(C)]
 pub(crate) struct CaptureState {
     /// Whether a capture is open.
     pub on: AtomicBool,

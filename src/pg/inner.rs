@@ -24,6 +24,16 @@ use std::time::Duration;
 /// wherever the compiler placed them among the group's cold ones.
 #[repr(C, align(64))]
 pub(crate) struct IssueState {
+    /// What every operation asks of the group's options and family, fixed when it is made.
+    pub(super) facts: IssueFacts,
+    /// A coalescing block is open on this group.
+    pub(super) coalescing: AtomicBool,
+    /// Whether the communicator's init was seen finished (see [`PgInner::await_init`]): one
+    /// load on the hot path after that.
+    pub(super) init_awaited: AtomicBool,
+    /// The process clock's zero ([`crate::recorder::clock_zero`]), so an operation's clock
+    /// reading touches no static.
+    pub(super) clock_zero: std::time::Instant,
     /// The collective sequence number (the last one used).
     pub(super) seq: AtomicU64,
     /// The p2p sequence number (the last one used).
@@ -32,14 +42,40 @@ pub(crate) struct IssueState {
     pub(super) op_id: AtomicU64,
     /// The group's timeout in ms (changeable at run time).
     pub(super) timeout_ms: AtomicU64,
-    /// A coalescing block is open on this group.
-    pub(super) coalescing: AtomicBool,
-    /// Whether the communicator's init was seen finished (see [`PgInner::await_init`]): one
-    /// load on the hot path after that.
-    pub(super) init_awaited: AtomicBool,
 }
 
+/// The group's options and family as an operation reads them, copied on the operation's own
+/// line when the group is made (the options themselves, the family and the recorder each
+/// lie elsewhere and are read there by everything else). None changes afterwards.
+#[derive(Clone, Copy)]
+pub(crate) struct IssueFacts {
+    /// [`PgOptions::device`].
+    pub device: oxccl_core::Device,
+    /// Whether the family survives lost ranks (`GroupFamily::elastic`).
+    pub elastic: bool,
+    /// [`PgOptions::nan_check`].
+    pub nan_check: bool,
+    /// [`PgOptions::timing`].
+    pub timing: bool,
+    /// [`PgOptions::watchdog`].
+    pub watchdog: bool,
+    /// Whether the group's flight recorder records ([`crate::recorder::Recorder::is_enabled`]).
+    pub recording: bool,
+    /// Whether the group has a tune table ([`PgOptions::tune`]).
+    pub tuned: bool,
+}
+
+/// In declaration order: what an operation touches first (its line, the slot, the successor
+/// link, the capture flag), the rest after.
+#[repr(C)]
 pub(crate) struct PgInner<B: Memory> {
+    /// What every operation reads or writes, on a cache line of its own.
+    pub(crate) hot: IssueState,
+    pub slot: Mutex<Slot<B>>,
+    /// The group without the ranks a loss took, once made (see `recovery`).
+    pub(crate) next: std::sync::OnceLock<Arc<PgInner<B>>>,
+    /// A graph capture open on the group's stream, and what it recorded (see `capture`).
+    pub(crate) capture: CaptureState,
     /// This group's own handle (for what must outlive a call: an elastic work's hook).
     pub(crate) me: std::sync::Weak<PgInner<B>>,
     pub backend: B,
@@ -54,11 +90,8 @@ pub(crate) struct PgInner<B: Memory> {
     /// This rank in the group; `None` when it is not a member.
     pub rank: Option<u32>,
     pub opts: PgOptions,
-    /// What every operation reads or writes, on a cache line of its own.
-    pub(crate) hot: IssueState,
     pub parent: Option<Arc<PgInner<B>>>,
     pub plan: CommPlan,
-    pub slot: Mutex<Slot<B>>,
     /// Communicators split from this group's communicator.
     pub splits: AtomicU64,
     /// Communicators this group made through the store (numbers their id keys).
@@ -72,13 +105,9 @@ pub(crate) struct PgInner<B: Memory> {
     pub(crate) destroyed: AtomicBool,
     /// See [`PgInner::copy_stream`].
     pub(crate) copy_stream: std::sync::OnceLock<crate::buffer::StreamOf<B>>,
-    /// A graph capture open on the group's stream, and what it recorded (see `capture`).
-    pub(crate) capture: CaptureState,
     /// The survivors' epoch the group has caught up with (see `recovery`): raised in place
     /// when a loss left its members whole, else the successor carries the next.
     pub(crate) epoch: AtomicU64,
-    /// The group without the ranks a loss took, once made (see `recovery`).
-    pub(crate) next: std::sync::OnceLock<Arc<PgInner<B>>>,
 }
 
 impl<B: Memory> Drop for PgInner<B> {
@@ -173,5 +202,23 @@ impl<B: Memory> PgInner<B> {
                 ),
             )
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_an_operation_touches_lies_on_its_first_lines() {
+        use std::mem::offset_of;
+        type G = PgInner<crate::Nccl>;
+        assert_eq!(std::mem::size_of::<IssueState>(), 64);
+        assert_eq!(offset_of!(G, hot), 0);
+        // The slot's lock and communicator, the successor link and the capture flag: the
+        // next line and the start of the one after.
+        let capture_flag = offset_of!(G, capture) + offset_of!(CaptureState, on);
+        assert!(offset_of!(G, slot) >= 64);
+        assert!(capture_flag < 192, "{capture_flag}");
     }
 }

@@ -9,8 +9,8 @@ use super::tune::prepare::prepare_on;
 use super::work::tracked::TrackedWork;
 use super::work::{EventOf, Work, WorkOf};
 use crate::buffer::{CommMem, Memory, StreamOf};
-use crate::recorder::now_ns;
 use crate::recorder::slot::{PendingTrace, TraceSlot};
+use crate::recorder::{now_ns, ns_since};
 use crate::watchdog::Watchdog;
 use oxccl_core::recorder::{TensorMeta, TraceRecord};
 use oxccl_core::state::work::WorkInfo;
@@ -145,10 +145,10 @@ impl<B: Memory> PgInner<B> {
     ) -> Result<WorkOf<B>> {
         let name = op.kind.name();
         self.refuse_while_coalescing(name, ": issue through its guard")?;
-        if let Some(el) = &self.family.elastic {
+        if let (true, Some(el)) = (self.hot.facts.elastic, &self.family.elastic) {
             el.touch();
         }
-        let timing = self.opts.timing;
+        let timing = self.hot.facts.timing;
         self.with_entry(name, |e| {
             let cap = self.captor()?;
             let captured = cap.is_some();
@@ -159,7 +159,7 @@ impl<B: Memory> PgInner<B> {
             };
             let is = Issuer {
                 entry: e,
-                device: self.opts.device(),
+                device: self.hot.facts.device,
                 cap,
                 timeout_ms: &self.hot.timeout_ms,
                 timing,
@@ -201,7 +201,7 @@ impl<B: Memory> PgInner<B> {
     /// group's issue lock, as [`PgInner::trace_built`].
     pub fn trace(&self, op: OpFacts) -> TraceSlot {
         let op_id = bump(&self.hot.op_id);
-        if !self.watch.recorder.is_enabled() {
+        if !self.hot.facts.recording {
             return TraceSlot::Off;
         }
         // Uneven variants carry the even one's name, as PyTorch's analyzer knows only those.
@@ -230,7 +230,7 @@ impl<B: Memory> PgInner<B> {
         outputs: Vec<TensorMeta>,
     ) -> TraceSlot {
         let op_id = bump(&self.hot.op_id);
-        if !self.watch.recorder.is_enabled() {
+        if !self.hot.facts.recording {
             return TraceSlot::Off;
         }
         TraceSlot::Built(Box::new(TraceRecord {
@@ -260,8 +260,10 @@ impl<B: Memory> PgInner<B> {
         mut trace: TraceSlot,
     ) -> WorkOf<B> {
         // One clock read per operation: a built recorder entry's, else one here.
-        let created_ns = trace.created_ns().unwrap_or_else(now_ns);
-        let watched = self.opts.watchdog && end.is_some();
+        let created_ns = trace
+            .created_ns()
+            .unwrap_or_else(|| ns_since(self.hot.clock_zero));
+        let watched = self.hot.facts.watchdog && end.is_some();
         let (start, end) = match (watched, start, end) {
             // Untimed (no start event): a slot of the ring.
             (true, None, Some(end)) => {

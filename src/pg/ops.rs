@@ -300,7 +300,7 @@ impl<B: Memory> ProcessGroup<B> {
         arg: &'static str,
         buf: &impl Operand<B, Elem = T>,
     ) -> Result<()> {
-        if !self.inner().opts.nan_check || T::FLOAT.is_none() {
+        if !self.inner().hot.facts.nan_check || T::FLOAT.is_none() {
             return Ok(());
         }
         let inner = &self.inner();

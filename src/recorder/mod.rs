@@ -29,6 +29,6 @@ pub use json::to_json;
 pub use note::{
     rank_ranges, wait_end_from_word, wait_end_word, DumpCause, DumpNote, DumpWait, NOTE_KEY,
 };
-pub use shared::{now_ns, Recorder, DEFAULT_CAPACITY};
+pub use shared::{clock_zero, now_ns, ns_since, Recorder, DEFAULT_CAPACITY};
 pub use trigger::{DumpTrigger, DUMP_REQUEST_FILE};
 pub use value::DumpValue;

@@ -104,10 +104,17 @@ pub const DEFAULT_CAPACITY: usize = 2000;
 /// Nanoseconds of the process's monotonic clock (from its first use).
 #[inline]
 pub fn now_ns() -> u64 {
+    ns_since(clock_zero())
+}
+
+/// The zero of [`now_ns`]: the process's first use of the clock.
+pub fn clock_zero() -> std::time::Instant {
     static EPOCH: OnceLock<std::time::Instant> = OnceLock::new();
-    EPOCH
-        .get_or_init(std::time::Instant::now)
-        .elapsed()
-        .as_nanos()
-        .min(u128::from(u64::MAX)) as u64
+    *EPOCH.get_or_init(std::time::Instant::now)
+}
+
+/// [`now_ns`] from a copy of [`clock_zero`] (a reading that touches no static).
+#[inline]
+pub fn ns_since(zero: std::time::Instant) -> u64 {
+    zero.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64
 }

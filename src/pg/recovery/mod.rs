@@ -42,6 +42,9 @@ pub(crate) fn current<B: Memory>(root: &Arc<PgInner<B>>) -> &Arc<PgInner<B>> {
     let mut at = root;
     loop {
         at = last(at);
+        if !at.hot.facts.elastic {
+            return at;
+        }
         let Some(el) = at.family.elastic.as_ref() else {
             return at;
         };
@@ -71,7 +74,16 @@ fn world_root<B: Memory>(g: &Arc<PgInner<B>>) -> Arc<PgInner<B>> {
 }
 
 /// The error a family that left this rank out gives every operation, if it did.
+#[inline]
 pub(crate) fn refusal<B: Memory>(g: &PgInner<B>) -> Option<Error> {
+    match g.hot.facts.elastic {
+        true => elastic_refusal(g),
+        false => None,
+    }
+}
+
+/// [`refusal`] in an elastic family.
+fn elastic_refusal<B: Memory>(g: &PgInner<B>) -> Option<Error> {
     let el = g.family.elastic.as_ref()?;
     // One load per operation; the lock only once this rank is out.
     if !el.left_out.load(Ordering::Acquire) {
