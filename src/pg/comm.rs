@@ -15,7 +15,10 @@ use oxccl_core::{text, CommConfig, Communicator, Error, Result, UniqueId};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// A communicator with the stream the group issues on.
+/// A communicator with the stream the group issues on. In declaration order, aligned, so
+/// that what an operation reads (the handles, the ring, whether any buffer is in a window)
+/// lies on the first cache line for a backend with small handles.
+#[repr(C, align(64))]
 pub(crate) struct Entry<B: Memory> {
     pub comm: CommOf<B>,
     pub stream: StreamOf<B>,
@@ -194,5 +197,24 @@ pub(crate) fn await_ready<A: oxccl_core::CommAbort>(
         } else {
             std::thread::sleep(Duration::from_millis(1));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_an_operation_reads_of_an_nccl_entry_lies_on_its_first_line() {
+        use std::mem::offset_of;
+        type E = Entry<crate::Nccl>;
+        assert_eq!(std::mem::align_of::<E>(), 64);
+        assert!(offset_of!(E, ring) + 8 <= 64);
+        // The window flag is the cache's first field.
+        assert!(
+            offset_of!(E, regs) + RegCache::HOT_BYTES <= 64,
+            "{}",
+            offset_of!(E, regs)
+        );
     }
 }

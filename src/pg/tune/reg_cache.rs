@@ -24,11 +24,13 @@ pub struct TunedStats {
 
 /// The registrations of one communicator, by allocation id.
 #[derive(Default)]
+#[repr(C)]
 pub(crate) struct RegCache {
-    state: Mutex<CacheState>,
     /// Whether any allocation is in a window now (read without the lock at every operation:
-    /// such groups check every operation's buffers, see the module's documentation).
+    /// such groups check every operation's buffers, see the module's documentation). First,
+    /// so it lies beside what precedes the cache in its owner.
     any_window: AtomicBool,
+    state: Mutex<CacheState>,
 }
 
 #[derive(Default)]
@@ -61,6 +63,10 @@ impl Cached {
 }
 
 impl RegCache {
+    /// The bytes at its start an operation reads (the window flag).
+    #[cfg(test)]
+    pub(crate) const HOT_BYTES: usize = std::mem::offset_of!(RegCache, any_window) + 1;
+
     /// The state, locked; whether it has windows is noted when the lock is let go.
     pub(crate) fn lock(&self) -> CacheGuard<'_> {
         CacheGuard {
