@@ -71,6 +71,8 @@ pub(crate) trait WatchedRing: Send + Sync {
     ) -> (usize, Option<u64>);
     /// Whether it holds nothing to look at.
     fn idle(&self) -> bool;
+    /// Notes that the watchdog let it go (it stopped): the ring's next work enrolls it again.
+    fn unenroll(&self);
 }
 
 /// A group's hand-off ring to the watchdog (held by its [`GroupWatch`]).

@@ -279,6 +279,8 @@ impl Watchdog {
     }
 
     /// Stops the thread (works still queued are dropped unwatched), waiting at most `limit`.
+    /// The rings it watched are let go: each one's next work enrolls it again, which starts
+    /// the thread again.
     pub fn stop(&self, limit: Duration) {
         self.stop.store(true, Ordering::Release);
         self.running.store(false, Ordering::Release);
@@ -291,6 +293,12 @@ impl Watchdog {
             }
             if h.is_finished() {
                 let _ = h.join();
+            }
+        }
+        // Not while a pass stuck in a driver call holds the list: stopping never waits for it.
+        if let Ok(mut rings) = self.rings.try_lock() {
+            for ring in rings.drain(..) {
+                ring.unenroll();
             }
         }
     }

@@ -539,6 +539,10 @@ impl<E: Event + 'static, A: CommAbort + 'static> WatchedRing for WorkRing<E, A> 
         (r.live, earliest)
     }
 
+    fn unenroll(&self) {
+        self.enrolled.store(false, Ordering::Relaxed);
+    }
+
     fn idle(&self) -> bool {
         let r = self.read();
         r.handoff.is_empty() && r.live == 0 && self.published.load(Ordering::Acquire) == r.recorded

@@ -1,0 +1,54 @@
+//! A stopped watchdog (c10d's shutdown) starts again with the next work of a group it watched
+//! before: the group's ring, let go when it stopped, enrolls itself again, and the work is
+//! recorded and seen complete. Alone in its binary: it stops the process's watchdog.
+
+use oxccl::mock::MockBackend;
+use oxccl::pg::{PgOptions, ProcessGroup};
+use oxccl::recorder::Recorder;
+use oxccl::store::{MemStore, Store};
+use oxccl::watchdog::Watchdog;
+use oxccl::ReduceOp;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[test]
+fn a_stopped_watchdog_starts_again_with_the_next_work() {
+    let store: Arc<dyn Store> = Arc::new(MemStore::new());
+    let recorder = Recorder::new(64);
+    let opts = PgOptions {
+        timeout: Duration::from_secs(60),
+        recorder: Some(recorder.clone()),
+        ..PgOptions::default()
+    };
+    let pg = ProcessGroup::new(MockBackend::new(), store, 0, 1, opts).unwrap();
+    let mut buf = pg.upload(&[1.0f32, 2.0]).unwrap();
+    pg.all_reduce(&mut buf, ReduceOp::Sum)
+        .unwrap()
+        .wait()
+        .unwrap();
+    let dog = Watchdog::global();
+    assert!(dog.flush(Duration::from_secs(10)));
+    dog.stop(Duration::from_secs(5));
+    // Stopped: no pass is made.
+    let stopped_at = dog.passes();
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(dog.passes(), stopped_at);
+    // One work (not a wake point of the ring): the watchdog runs again and records it.
+    pg.all_reduce(&mut buf, ReduceOp::Sum)
+        .unwrap()
+        .wait()
+        .unwrap();
+    let began = Instant::now();
+    while dog.passes() == stopped_at && began.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(
+        dog.passes() > stopped_at,
+        "the watchdog did not start again"
+    );
+    assert!(dog.flush(Duration::from_secs(10)));
+    assert_eq!(dog.in_flight(), 0);
+    let entries = recorder.lock().entries().count();
+    assert_eq!(entries, 2, "both works recorded");
+    assert_eq!(pg.download(&buf).unwrap(), vec![1.0f32, 2.0]);
+}
