@@ -2,7 +2,8 @@
 # The process group's cost over `Comm` on GPUs, two builds side by side (issue 28's goal: pg
 # within 1.05x of comm at 8 B-256 KiB): `oxccl perf all_reduce --layer all` a thread per GPU
 # and a process per GPU (torchrun), and `benches/pg_overhead.rs`, the builds alternated round
-# by round on the same machine.
+# by round on the same machine. With one GPU (one rank, in place: nothing runs on the GPU, so
+# the host path alone) pg_overhead is left out and `pg_host`'s GPU rows are added.
 #
 #   here:   bash scripts/gpu-pg-ab.sh stage [BASE_REV]   # BASE_REV (default HEAD~1) and the
 #                                                        # working tree into .gpu/pg-ab/{base,head}
@@ -21,8 +22,9 @@ build_into() { # DIR: the tool and the bench of the tree in the current director
     local json
     json=$(cargo build --release --bin oxccl --message-format=json-render-diagnostics) || return 1
     echo "$json" | python3 "$root/scripts/cargo_exe.py" --into "$1" oxccl || return 1
-    json=$(cargo bench --bench pg_overhead --no-run --message-format=json-render-diagnostics) || return 1
-    echo "$json" | python3 "$root/scripts/cargo_exe.py" --into "$1" pg_overhead || return 1
+    json=$(cargo bench --bench pg_overhead --bench pg_host --no-run \
+        --message-format=json-render-diagnostics) || return 1
+    echo "$json" | python3 "$root/scripts/cargo_exe.py" --into "$1" pg_overhead pg_host || return 1
     strip "$1"/* 2>/dev/null || true
 }
 
@@ -53,16 +55,18 @@ pick='$1=="comm"||$1=="pg"||$1=="raw" {print b, r, $1, $3, $8, $12}'
 for r in $(seq "$rounds"); do
     for b in base head; do
         "$bin/$b/oxccl" "${perf_args[@]}" -g "$n" 2>&1 | awk -v b=$b -v r=$r "$pick" >> "$out/perf_threads.txt"
-        if [ "$n" -ge 2 ]; then
-            "$torchrun" --nproc-per-node "$n" --no-python "$bin/$b/oxccl" "${perf_args[@]}" 2>&1 |
-                awk -v b=$b -v r=$r "$pick" >> "$out/perf_procs.txt"
-        fi
-        if [ "$r" -le 2 ]; then
+        "$torchrun" --nproc-per-node "$n" --no-python "$bin/$b/oxccl" "${perf_args[@]}" 2>&1 |
+            awk -v b=$b -v r=$r "$pick" >> "$out/perf_procs.txt"
+        if [ "$r" -le 2 ] && [ "$n" -ge 2 ]; then
             echo "== $b round $r" >> "$out/overhead.txt"
             OXCCL_BENCH_GPUS=$n OXCCL_NCCL_LIBRARY=$lib timeout 300 "$bin/$b/pg_overhead" >> "$out/overhead.txt" 2>&1
         fi
     done
 done
+if [ "$n" -eq 1 ]; then
+    OXCCL_BENCH_GPUS=1 OXCCL_BENCH_ROUNDS=40 OXCCL_NCCL_LIBRARY=$lib timeout 150 \
+        "$bin/head/pg_host" > "$out/pg_host_gpu.txt" 2>&1
+fi
 {
     echo "GPUs: $n; base $(cat $bin/base/REV), head $(cat $bin/head/REV); NCCL $lib"
     for f in "$out"/perf_threads.txt "$out"/perf_procs.txt; do
