@@ -204,20 +204,23 @@ impl<E: Event + 'static, A: CommAbort + 'static> WorkRing<E, A> {
     fn make_room(&self, place: u64, now: u64) {
         // SAFETY: the issuing thread may read the array without `reader` (see the type).
         let len = unsafe { (&*self.slots.get()).len() } as u64;
-        let done = self.home.done_upto();
-        if done + len >= place {
-            self.room.store(done + len, Ordering::Relaxed);
+        // Whether the done place leaves `place` a slot, noting the room it leaves.
+        let fits = |len: u64| {
+            let room = self.home.done_upto() + len;
+            self.room.store(room, Ordering::Relaxed);
+            room >= place
+        };
+        if fits(len) {
             return;
         }
         let mut r = self.read();
         self.advance(&mut r, now);
+        if fits(len) {
+            return;
+        }
         // SAFETY: the issuing thread, holding `reader`: no reader holds a slot.
         let slots = unsafe { &mut *self.slots.get() };
         let done = self.home.done_upto();
-        if done + len >= place {
-            self.room.store(done + len, Ordering::Relaxed);
-            return;
-        }
         let mut grown = empty_slots(slots.len() * 2);
         let mask = grown.len() - 1;
         // The works not done move to their places in the larger ring; done ones are dropped.
@@ -228,8 +231,7 @@ impl<E: Event + 'static, A: CommAbort + 'static> WorkRing<E, A> {
             }
         }
         *slots = grown;
-        self.room
-            .store(done + slots.len() as u64, Ordering::Relaxed);
+        fits(slots.len() as u64);
     }
 }
 
