@@ -33,7 +33,7 @@ pub(crate) struct IssueState {
     pub(super) init_awaited: AtomicBool,
     /// The process clock's zero ([`crate::recorder::clock_zero`]), so an operation's clock
     /// reading touches no static.
-    pub(super) clock_zero: std::time::Instant,
+    pub(super) clock_zero: u64,
     /// The collective sequence number (the last one used).
     pub(super) seq: AtomicU64,
     /// The p2p sequence number (the last one used).

@@ -107,14 +107,31 @@ pub fn now_ns() -> u64 {
     ns_since(clock_zero())
 }
 
-/// The zero of [`now_ns`]: the process's first use of the clock.
-pub fn clock_zero() -> std::time::Instant {
-    static EPOCH: OnceLock<std::time::Instant> = OnceLock::new();
-    *EPOCH.get_or_init(std::time::Instant::now)
+/// The zero of [`now_ns`]: the monotonic clock's reading at the process's first use of it.
+pub fn clock_zero() -> u64 {
+    static EPOCH: OnceLock<u64> = OnceLock::new();
+    *EPOCH.get_or_init(monotonic_ns)
 }
 
 /// [`now_ns`] from a copy of [`clock_zero`] (a reading that touches no static).
 #[inline]
-pub fn ns_since(zero: std::time::Instant) -> u64 {
-    zero.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64
+pub fn ns_since(zero: u64) -> u64 {
+    monotonic_ns().saturating_sub(zero)
+}
+
+/// The monotonic clock (`CLOCK_MONOTONIC`, which `std::time::Instant` reads too) in
+/// nanoseconds, read directly: an operation reads it once, and `Instant`'s checked
+/// arithmetic would cost it more than the reading.
+#[inline]
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a live, writable timespec; CLOCK_MONOTONIC exists on every Linux, so
+    // the call cannot fail (were it to, `ts` stays zero and the reading saturates to 0).
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    (ts.tv_sec as u64)
+        .wrapping_mul(1_000_000_000)
+        .wrapping_add(ts.tv_nsec as u64)
 }
