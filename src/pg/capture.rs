@@ -38,8 +38,7 @@ use super::comm::Entry;
 use super::inner::PgInner;
 use super::issue::SeqKind;
 use super::process_group::ProcessGroup;
-use super::work::tracked::TrackedWork;
-use super::work::{Work, WorkOf};
+use super::work::WorkOf;
 use crate::buffer::{Memory, Operand, StreamOf};
 use oxccl_core::graph_buffers::GraphBuffers;
 use oxccl_core::state::work::WorkInfo;
@@ -62,11 +61,6 @@ impl<B: Memory> PgInner<B> {
             state: &self.capture,
             copy: self.copy_stream()?,
         }))
-    }
-
-    /// The work of an operation issued inside a capture (see the module's documentation).
-    pub(crate) fn captured_work(&self, info: WorkInfo) -> WorkOf<B> {
-        Work::tracked(TrackedWork::captured(info, self.watch.clone()))
     }
 
     /// Refuses `attempted` inside a capture, saying why it cannot be captured.

@@ -9,7 +9,7 @@ use super::op_facts::OpFacts;
 use super::ops::two_on;
 use super::process_group::ProcessGroup;
 use super::tune::prepare::prepare_on;
-use super::work::WorkOf;
+use super::work::{Work, WorkOf};
 use crate::buffer::{Memory, Operand};
 use crate::element::{host_op, Element};
 use oxccl_core::recorder::{coalesced_name, TensorMeta};
@@ -413,7 +413,7 @@ impl<'a, B: Memory> Coalescing<'a, B> {
                 timing,
             };
             if captured {
-                return Ok(inner.captured_work(info));
+                return Ok(Work::captured(info));
             }
             let metas = |pick: fn(&(OpKind, DataType, usize, usize)) -> usize| {
                 self.ops

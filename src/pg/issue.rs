@@ -188,7 +188,7 @@ impl<B: Memory> PgInner<B> {
                 timing,
             };
             if captured {
-                return Ok(self.captured_work(info));
+                return Ok(Work::captured(info));
             }
             let trace = self.trace(op);
             Ok(self.work(info, start, end, e, trace))

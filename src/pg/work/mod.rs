@@ -38,6 +38,9 @@ enum Of<E, A> {
         info: WorkInfo,
         created_ns: u64,
     },
+    /// Issued inside a graph capture: nothing ran, and nothing will until the graph is
+    /// launched, so it is final at once and failed (see [`Work::is_captured`]).
+    Captured(WorkInfo),
 }
 
 impl<E, A> Clone for Work<E, A> {
@@ -55,6 +58,7 @@ impl<E, A> Clone for Work<E, A> {
                 info: *info,
                 created_ns: *created_ns,
             },
+            Of::Captured(info) => Of::Captured(*info),
         };
         Work { of }
     }
@@ -92,23 +96,36 @@ impl<E: Event + 'static, A: CommAbort + 'static> Work<E, A> {
         }
     }
 
+    /// The work of an operation issued inside a graph capture (nothing allocated).
+    pub(crate) fn captured(info: WorkInfo) -> Self {
+        Work {
+            of: Of::Captured(info),
+        }
+    }
+
     /// The work's own state, if it has one (its own from the start, or handed out by its ring).
     fn own(&self) -> Option<Arc<TrackedWork<E, A>>> {
         match &self.of {
             Of::Tracked(t) => Some(t.clone()),
             Of::Ring { ring, place, .. } => ring.handed_out(*place),
+            Of::Captured(_) => None,
         }
     }
 
-    fn home(&self) -> &WorkHome<A> {
+    /// What the works of its communicator share; `None` for a captured work.
+    fn home(&self) -> Option<&WorkHome<A>> {
         match &self.of {
-            Of::Tracked(t) => &t.home,
-            Of::Ring { ring, .. } => &ring.home,
+            Of::Tracked(t) => Some(&t.home),
+            Of::Ring { ring, .. } => Some(&ring.home),
+            Of::Captured(_) => None,
         }
     }
 
     /// Its state as a look finds it (never blocks).
     fn state(&self) -> WorkState {
+        if let Of::Captured(_) = self.of {
+            return WorkState::Failed;
+        }
         if let Some(t) = self.own() {
             return t.lock().state();
         }
@@ -130,6 +147,7 @@ impl<E: Event + 'static, A: CommAbort + 'static> Work<E, A> {
                 created_ns,
                 ..
             } => ring.poll(*place, *created_ns, now, wait_limit_ms),
+            Of::Captured(info) => Err(captured_error(info)),
         }
     }
 
@@ -137,7 +155,7 @@ impl<E: Event + 'static, A: CommAbort + 'static> Work<E, A> {
     pub(crate) fn watched(&self) -> Option<Arc<dyn Watched>> {
         match &self.of {
             Of::Tracked(t) => Some(t.clone()),
-            Of::Ring { .. } => None,
+            Of::Ring { .. } | Of::Captured(_) => None,
         }
     }
 
@@ -146,14 +164,14 @@ impl<E: Event + 'static, A: CommAbort + 'static> Work<E, A> {
     /// [`Work::wait`] returns its [`Error::Capture`]; the operation runs at each launch of
     /// the graph, whose own work ([`super::PgGraph::launch`]) is the one to wait on.
     pub fn is_captured(&self) -> bool {
-        matches!(&self.of, Of::Tracked(t) if t.captured)
+        matches!(self.of, Of::Captured(_))
     }
 
     /// What the work is: sequence number, operation, element counts, timeout.
     pub fn info(&self) -> WorkInfo {
         match &self.of {
             Of::Tracked(t) => t.info,
-            Of::Ring { info, .. } => *info,
+            Of::Ring { info, .. } | Of::Captured(info) => *info,
         }
     }
 
@@ -184,6 +202,9 @@ impl<E: Event + 'static, A: CommAbort + 'static> Work<E, A> {
 
     /// The first error of the operation, once it failed.
     pub fn error(&self) -> Option<Error> {
+        if let Of::Captured(info) = &self.of {
+            return Some(captured_error(info));
+        }
         self.own()?.lock().error().cloned()
     }
 
@@ -205,7 +226,11 @@ impl<E: Event + 'static, A: CommAbort + 'static> Work<E, A> {
                 Ok(true) => return Ok(()),
                 Ok(false) => {}
                 Err(e) => {
-                    let home = self.home();
+                    // A captured work's refusal is the caller's mistake, not a failure of
+                    // the communicator: nothing to settle.
+                    let Some(home) = self.home() else {
+                        return Err(e);
+                    };
                     Watchdog::instance().settle_failure(&home.watch, &e);
                     return Err(match &home.on_failure {
                         Some(hook) => hook.settle(&e),
@@ -232,6 +257,16 @@ impl<E: Event + 'static, A: CommAbort + 'static> Work<E, A> {
         };
         Ok(Duration::from_nanos(ns))
     }
+}
+
+/// What waiting on a work issued inside a graph capture returns: it runs at each launch of
+/// the graph, whose own work is the one to wait on.
+fn captured_error(info: &WorkInfo) -> Error {
+    oxccl_core::CaptureError::Forbidden.error(format_args!(
+        "waiting on {} (seq {}), which was captured into a graph: it runs at each launch of \
+         the graph; wait on the work PgGraph::launch returns",
+        info.kind, info.seq
+    ))
 }
 
 /// `Work` over a backend's event and abort handle.

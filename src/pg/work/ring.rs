@@ -1,8 +1,8 @@
 //! A communicator's works in flight as slots of one ring: the issue path's common case (a
 //! group with the watchdog, without timing). Issuing writes a slot (what the work is, its end
-//! event, its recorder entry's facts) and publishes its place: nothing is allocated and no
-//! reference count is touched per operation, and the only lines other threads read are the
-//! slot itself, once, and the published place.
+//! event, its recorder entry's facts) and publishes its place: nothing is allocated, the
+//! watchdog takes no reference (the caller's handle takes the ring's, one count), and the
+//! only lines other threads read are the slot itself, once, and the published place.
 //!
 //! Whoever looks (the watchdog's pass, a caller polling or waiting) takes the ring's reader
 //! lock and moves it forward: records the new slots' flight-recorder entries, queries the

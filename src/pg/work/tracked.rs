@@ -10,7 +10,6 @@
 //! (durations, hooks) takes the work's lock on the watchdog's side.
 
 use super::home::WorkHome;
-use crate::recorder::now_ns;
 use crate::recorder::slot::TraceSlot;
 use crate::watchdog::group_watch::{CompletedWork, GroupWatch};
 use crate::watchdog::{Hint, Watched};
@@ -57,8 +56,6 @@ pub(crate) struct TrackedWork<E, A> {
     end: Option<E>,
     /// What polls change.
     machine: Mutex<WorkMachine>,
-    /// Issued inside a graph capture: it runs only at the graph's launches.
-    pub(super) captured: bool,
 }
 
 /// [`Inner::fin`]: not final.
@@ -108,39 +105,6 @@ impl<E: Event + 'static, A: CommAbort> TrackedWork<E, A> {
             end,
             home,
             trace,
-            captured: false,
-        })
-    }
-
-    /// The work of an operation issued inside a graph capture: nothing ran, and nothing will
-    /// run until the graph is launched, so it is final at once with a [`Error::Capture`]
-    /// ([`oxccl_core::CaptureError::Forbidden`]) that a wait returns instead of waiting for
-    /// something that never comes. No events, no watchdog.
-    pub fn captured(info: WorkInfo, watch: Arc<GroupWatch>) -> Arc<Self> {
-        let now = now_ns();
-        let mut machine = WorkMachine::new(info, now);
-        let _ = machine.fail(
-            now,
-            oxccl_core::CaptureError::Forbidden.error(format_args!(
-                "waiting on {} (seq {}), which was captured into a graph: it runs at each \
-                 launch of the graph; wait on the work PgGraph::launch returns",
-                info.kind, info.seq
-            )),
-        );
-        Arc::new(TrackedWork {
-            fin: AtomicU8::new(FAILED),
-            timing: info.timing,
-            marks_done: false,
-            pos: 0,
-            deadline_ns: deadline_ns(now, info.timeout_ms),
-            machine: Mutex::new(machine),
-            info,
-            created_ns: now,
-            start: None,
-            end: None,
-            home: Arc::new(WorkHome::new(watch, None, None)),
-            trace: TraceSlot::Off,
-            captured: true,
         })
     }
 }
