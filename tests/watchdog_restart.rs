@@ -2,32 +2,16 @@
 //! before: the group's ring, let go when it stopped, enrolls itself again, and the work is
 //! recorded and seen complete. Alone in its binary: it stops the process's watchdog.
 
-use oxccl::mock::MockBackend;
-use oxccl::pg::{PgOptions, ProcessGroup};
-use oxccl::recorder::Recorder;
-use oxccl::store::{MemStore, Store};
+mod common;
+
 use oxccl::watchdog::Watchdog;
 use oxccl::ReduceOp;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 #[test]
 fn a_stopped_watchdog_starts_again_with_the_next_work() {
-    let store: Arc<dyn Store> = Arc::new(MemStore::new());
-    let recorder = Recorder::new(64);
-    let opts = PgOptions {
-        timeout: Duration::from_secs(60),
-        recorder: Some(recorder.clone()),
-        ..PgOptions::default()
-    };
-    let pg = ProcessGroup::new(MockBackend::new(), store, 0, 1, opts).unwrap();
-    let mut buf = pg.upload(&[1.0f32, 2.0]).unwrap();
-    pg.all_reduce(&mut buf, ReduceOp::Sum)
-        .unwrap()
-        .wait()
-        .unwrap();
+    let (pg, recorder, mut buf) = common::watched_one_rank(64);
     let dog = Watchdog::global();
-    assert!(dog.flush(Duration::from_secs(10)));
     dog.stop(Duration::from_secs(5));
     // Stopped: no pass is made.
     let stopped_at = dog.passes();

@@ -1,6 +1,7 @@
 //! Set-up that several test files share (each includes this file as `mod common;`): a mock
 //! backend with a fault plan, ranks as threads that
-//! all_reduce once before the part a test is about, and a capture error's kind.
+//! all_reduce once before the part a test is about, a one-rank group the watchdog already
+//! watches, and a capture error's kind.
 #![allow(dead_code)]
 
 pub mod children;
@@ -10,7 +11,9 @@ use oxccl::buffer::HostBuf;
 use oxccl::core::CaptureError;
 use oxccl::mock::{FaultPlan, MockBackend};
 use oxccl::pg::{PgOptions, ProcessGroup};
+use oxccl::recorder::Recorder;
 use oxccl::store::{MemStore, Store};
+use oxccl::watchdog::Watchdog;
 use oxccl::{Error, ReduceOp};
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
@@ -24,6 +27,27 @@ pub fn mock_with(plan: FaultPlan, polls: u32) -> MockBackend {
         polls,
         Duration::from_secs(60),
     )
+}
+
+/// A one-rank mock group (60 s timeout) recording into a new recorder of `capacity`
+/// entries, and its buffer `[1.0, 2.0]`, after one all_reduce waited for and the watchdog
+/// flushed: the communicator is made and the watchdog runs and has recorded that work.
+pub fn watched_one_rank(capacity: usize) -> (ProcessGroup<MockBackend>, Recorder, HostBuf<f32>) {
+    let store: Arc<dyn Store> = Arc::new(MemStore::new());
+    let recorder = Recorder::new(capacity);
+    let opts = PgOptions {
+        timeout: Duration::from_secs(60),
+        recorder: Some(recorder.clone()),
+        ..PgOptions::default()
+    };
+    let pg = ProcessGroup::new(MockBackend::new(), store, 0, 1, opts).unwrap();
+    let mut buf = pg.upload(&[1.0f32, 2.0]).unwrap();
+    pg.all_reduce(&mut buf, ReduceOp::Sum)
+        .unwrap()
+        .wait()
+        .unwrap();
+    assert!(Watchdog::global().flush(Duration::from_secs(10)));
+    (pg, recorder, buf)
 }
 
 /// Runs `n` ranks of `backend` as threads sharing one store, rank r's group made with
