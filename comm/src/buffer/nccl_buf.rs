@@ -55,15 +55,19 @@ fn idle(uses: &StreamUses) -> bool {
     uses.events().all(|ev| ev.query().unwrap_or(true))
 }
 
-/// One `ncclMemAlloc` allocation with the events of its last uses.
+/// One `ncclMemAlloc` allocation with the events of its last uses. What every use reads
+/// (the uses, the address, the device) comes first, on one cache line.
+#[repr(C, align(64))]
 struct NcclAlloc {
-    id: u64,
-    addr: usize,
-    bytes: usize,
-    ctx: Arc<CudaContext>,
     /// A spin lock: held for a few list steps (and, on another stream's use, a stream
     /// wait), on a path every operation takes per buffer.
     uses: spin::Mutex<StreamUses>,
+    addr: usize,
+    /// The context's device, kept so that a use's check reads no other line.
+    device: Device,
+    id: u64,
+    bytes: usize,
+    ctx: Arc<CudaContext>,
     /// `None` only while being dropped.
     mem: Option<NcclMem>,
 }
@@ -187,13 +191,12 @@ impl NcclAlloc {
     ) -> Result<CommUse<'a>> {
         // Compared by device: each `CudaContext::new` of a device is another handle of the
         // same primary context.
-        let ordinal = self.ctx.ordinal();
-        if ordinal != device.0 as usize {
+        if self.device != device {
             return Err(Error::invalid(
                 arg,
                 format_args!(
-                    "NCCL memory on the communicator's device {}, got memory of device {ordinal}",
-                    device.0
+                    "NCCL memory on the communicator's device {}, got memory of device {}",
+                    device.0, self.device.0
                 ),
             ));
         }
@@ -246,11 +249,12 @@ impl<T: Element> NcclBuf<T> {
         let event = stream.record(false)?;
         Ok(NcclBuf {
             alloc: Arc::new(NcclAlloc {
-                id: next_id(),
+                uses: spin::Mutex::new(Uses::new(st.clone(), event)),
                 addr,
+                device: Device(ctx.ordinal() as u32),
+                id: next_id(),
                 bytes,
                 ctx,
-                uses: spin::Mutex::new(Uses::new(st.clone(), event)),
                 mem: Some(mem),
             }),
             len,
@@ -312,7 +316,7 @@ impl<T: Element> NcclBuf<T> {
 
     /// The device the memory is on.
     pub fn device(&self) -> Device {
-        Device(self.alloc.ctx.ordinal() as u32)
+        self.alloc.device
     }
 
     /// The device address (for frameworks that issue on raw pointers).
@@ -400,5 +404,18 @@ impl<T: Element> Operand<NcclBackend> for cudarc::driver::CudaSlice<T> {
 
     fn has_nan(&self, backend: &NcclBackend, stream: &NcclStream) -> Result<bool> {
         backend.has_nan(stream, self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_a_use_reads_lies_on_the_allocation_s_first_line() {
+        use std::mem::{offset_of, size_of};
+        assert_eq!(offset_of!(NcclAlloc, uses), 0);
+        let end = offset_of!(NcclAlloc, device) + size_of::<Device>();
+        assert!(offset_of!(NcclAlloc, addr) < 64 && end <= 64, "{end}");
     }
 }
