@@ -266,6 +266,21 @@ impl MarkedEnd {
         }
     }
 
+    /// Takes `newer`'s mark where it is of the same stream's marks (a later call there ends
+    /// after this one, so its end stands for both): the value changes, no reference is
+    /// taken. `false`: of other marks, left as it is.
+    pub(crate) fn renew(&mut self, newer: &MarkedEnd) -> bool {
+        if !Arc::ptr_eq(&self.marks, &newer.marks) {
+            return false;
+        }
+        if newer.mark > self.mark {
+            self.mark = newer.mark;
+            // The host's event, if one was made, fires at the old mark.
+            self.event = spin::Once::new();
+        }
+        true
+    }
+
     /// Whether the call has ended (see [`StreamMarks::reached`]).
     pub(crate) fn ended(&self) -> Result<bool> {
         self.marks.reached(self.mark)

@@ -230,6 +230,17 @@ impl NcclEvent {
         matches!(self.end, End::Marked(_))
     }
 
+    /// Renews this end in place to `newer`, a later end on the same stream, where that
+    /// needs no new reference (both are end marks of one stream's marks): what a buffer's
+    /// bookkeeping keeps per stream then costs no reference count per use. `false`: left as
+    /// it is (the caller replaces it with a clone of `newer`).
+    pub fn renew(&mut self, newer: &NcclEvent) -> bool {
+        match (&mut self.end, &newer.end) {
+            (End::Marked(m), End::Marked(n)) => m.renew(n),
+            _ => false,
+        }
+    }
+
     /// Makes `stream` wait for this end: for the recorded event, or for the mark's value.
     pub fn wait_on(&self, stream: &CudaStream) -> Result<()> {
         match &self.end {

@@ -142,15 +142,21 @@ impl CommUse<'_> {
     /// taken: the use then records its own.
     pub fn end_with(mut self, event: &NcclEvent) {
         if self.stream.records(event) {
-            self.finish(Some(event.clone()));
+            // The stream's entry usually holds the end of its last use there: renewed in
+            // place where it can be (a later mark of the same stream), else replaced.
+            self.finish(|held| {
+                if !held.as_mut().is_some_and(|h| h.renew(event)) {
+                    *held = Some(event.clone());
+                }
+            });
         }
     }
 
-    fn finish(&mut self, event: Option<NcclEvent>) {
+    fn finish(&mut self, update: impl FnOnce(&mut Option<NcclEvent>)) {
         self.ended = true;
         self.alloc
             .lock_uses()
-            .end(self.stream.cuda(), self.began, Arc::ptr_eq, event);
+            .end(self.stream.cuda(), self.began, Arc::ptr_eq, update);
     }
 }
 
@@ -159,15 +165,14 @@ impl Drop for CommUse<'_> {
         if self.ended {
             return;
         }
-        let event = match self.stream.record(false) {
-            Ok(ev) => Some(ev),
+        match self.stream.record(false) {
+            Ok(ev) => self.finish(|held| *held = Some(ev)),
             Err(e) => {
                 // A broken context runs nothing any more: the earlier event stands.
                 log::debug!("recording the use of NCCL memory: {e}");
-                None
+                self.finish(|_| {});
             }
-        };
-        self.finish(event);
+        }
     }
 }
 

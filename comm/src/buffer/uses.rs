@@ -90,11 +90,17 @@ impl<S, E> Uses<S, E> {
         Ok(self.gen)
     }
 
-    /// Ends the use on `stream` that [`Uses::begin`] numbered `began`, with `event`,
-    /// recorded on `stream` after the use's work (`None`: recording failed, the context is
-    /// broken and runs nothing more; the entry keeps its event), and lets go of the entries
-    /// it covers.
-    pub fn end(&mut self, stream: &S, began: u64, same: impl Fn(&S, &S) -> bool, event: Option<E>) {
+    /// Ends the use on `stream` that [`Uses::begin`] numbered `began`: `update` sets the
+    /// entry's event to one recorded on `stream` after the use's work (or renews the one it
+    /// holds in place; it leaves it where recording failed: the context is broken and runs
+    /// nothing more), and the entries the use covers are let go.
+    pub fn end(
+        &mut self,
+        stream: &S,
+        began: u64,
+        same: impl Fn(&S, &S) -> bool,
+        update: impl FnOnce(&mut Option<E>),
+    ) {
         self.gen += 1;
         let now = self.gen;
         let Some(u) = self.list.iter_mut().find(|u| same(&u.stream, stream)) else {
@@ -102,9 +108,7 @@ impl<S, E> Uses<S, E> {
         };
         u.active = u.active.saturating_sub(1);
         u.gen = now;
-        if event.is_some() {
-            u.event = event;
-        }
+        update(&mut u.event);
         // Entries this use waited for (last ended before it began), idle since: covered.
         self.list
             .retain(|u| same(&u.stream, stream) || u.active > 0 || u.gen > began);
@@ -147,7 +151,7 @@ mod tests {
     fn end(u: &mut Uses<u32, u32>, s: u32, began: u64, log: &Log, next: &mut u32) {
         *next += 1;
         log.borrow_mut().push((s, "record", *next));
-        u.end(&s, began, same, Some(*next));
+        u.end(&s, began, same, |e| *e = Some(*next));
     }
 
     #[test]
@@ -190,7 +194,7 @@ mod tests {
         let log = Log::default();
         let mut u = Uses::new(1, 1);
         let b = begin(&mut u, 1, &log);
-        u.end(&1, b, same, None);
+        u.end(&1, b, same, |_| {});
         assert_eq!(u.events().copied().collect::<Vec<_>>(), vec![1]);
     }
 
@@ -272,7 +276,7 @@ mod tests {
                     while !open.is_empty() {
                         let (rid, rs, rb) = open.swap_remove(next(open.len() as u64) as usize);
                         let ev = record(rs);
-                        u.end(&rs, rb, same, Some(ev));
+                        u.end(&rs, rb, same, |e| *e = Some(ev));
                         ended.insert(rid);
                     }
                 }
@@ -294,7 +298,7 @@ mod tests {
                 streams.borrow_mut().entry(s).or_default().insert(id);
                 if write {
                     let ev = record(s);
-                    u.end(&s, began, same, Some(ev));
+                    u.end(&s, began, same, |e| *e = Some(ev));
                     ended.insert(id);
                 } else {
                     open.push((id, s, began));
