@@ -4,6 +4,7 @@
 //! (`tracked`). The handle answers the same either way.
 
 pub(crate) mod home;
+mod prefetch;
 pub(crate) mod ring;
 pub(crate) mod tracked;
 

@@ -15,6 +15,7 @@
 //! machine every work had before, and the watchdog applies its group's plan to it.
 
 use super::home::WorkHome;
+use super::prefetch;
 use super::tracked::TrackedWork;
 use crate::recorder::slot::TraceSlot;
 use crate::watchdog::desync::counts_in_desync;
@@ -70,6 +71,8 @@ pub(crate) struct WorkRing<E, A> {
     slots: UnsafeCell<Slots<E>>,
     /// Whether the watchdog knows the ring.
     enrolled: AtomicBool,
+    /// Whether the CPU takes the next slot for writing ahead ([`prefetch::writes_ahead`]).
+    ahead: bool,
     readers: Readers<E, A>,
 }
 
@@ -127,6 +130,7 @@ impl<E: Event + 'static, A: CommAbort + 'static> WorkRing<E, A> {
             home,
             slots: UnsafeCell::new(empty_slots(FIRST_SLOTS)),
             enrolled: AtomicBool::new(false),
+            ahead: prefetch::writes_ahead(),
             readers: Readers {
                 lock: Mutex::new(Reader {
                     recorded: 0,
@@ -183,9 +187,10 @@ impl<E: Event + 'static, A: CommAbort + 'static> WorkRing<E, A> {
         }
         // SAFETY: as above; and the slot is free: its previous work (`place - len`) is done,
         // so no reader touches it, and no reader touches `place` before it is published.
-        unsafe {
+        let next = unsafe {
             let slots = &*self.slots.get();
-            let slot = &mut *slots[(place as usize) & (slots.len() - 1)].get();
+            let mask = slots.len() - 1;
+            let slot = &mut *slots[(place as usize) & mask].get();
             *slot = Some(Slot {
                 place,
                 info,
@@ -193,8 +198,16 @@ impl<E: Event + 'static, A: CommAbort + 'static> WorkRing<E, A> {
                 end: Some(end),
                 trace,
             });
-        }
+            slots[(place as usize + 1) & mask].get()
+        };
         self.published.store(place, Ordering::Release);
+        // The next work's slot, read by the watchdog since it was last written: taken back
+        // now, while the next operation is checked and launched, rather than at its write.
+        prefetch::for_write(
+            next.cast(),
+            std::mem::size_of::<Option<Slot<E>>>(),
+            self.ahead,
+        );
         place
     }
 
