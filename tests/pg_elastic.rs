@@ -329,8 +329,10 @@ fn a_silent_rank_is_left_out_after_the_timeout() {
 
 /// The monitors of an elastic group over a TCP store look for a begun decision without
 /// querying the server: 4 idle ranks for a second (20 looks each) add no query (asking the
-/// server at each look would cost it 80). That a look still sees a decision begun elsewhere is
-/// what the elastic example over its TCP store shows (`tests/elastic_step.rs`).
+/// server at each look would cost it 80); what the server sees is the world's beat alone, two
+/// members adding every 250 ms whatever the world's size. That a look still sees a decision
+/// begun elsewhere is what the elastic example over its TCP store shows
+/// (`tests/elastic_step.rs`).
 #[test]
 fn idle_monitors_cost_a_tcp_store_no_queries() {
     use oxccl::store::{TcpServer, TcpStore, TcpStoreOptions};
@@ -384,9 +386,9 @@ fn idle_monitors_cost_a_tcp_store_no_queries() {
     for t in threads {
         t.join().unwrap();
     }
-    assert_eq!(
-        after,
-        before,
+    // Two beaters, four beats a second each, one more each at the window's edges.
+    assert!(
+        after - before <= 10,
         "4 idle monitors queried the store {} times in a second",
         after - before
     );

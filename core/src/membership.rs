@@ -4,6 +4,7 @@
 use crate::error::{Error, Result};
 use core::fmt;
 
+pub mod admission;
 pub mod elastic;
 pub mod survivors;
 

@@ -8,7 +8,7 @@ use super::inner::{lock, PgInner};
 use super::keys;
 use super::options::PgOptions;
 use super::process_group::{default_group_options, ProcessGroup};
-use super::recovery::{admit, monitor};
+use super::recovery::{admit, monitor, roster};
 use crate::buffer::Memory;
 use crate::store::Store;
 use oxccl_core::membership::elastic::uid_at;
@@ -26,8 +26,12 @@ impl<B: Memory> ProcessGroup<B> {
     /// operation, with the members' (they reach theirs at their next operation): a broadcast
     /// of the state the joiner needs is the usual first one.
     ///
-    /// A rank that is a member already is refused (an [`Error::InvalidArgument`] naming
-    /// `rank`); the members' world must still be running on `store`.
+    /// Refused with an [`Error::InvalidArgument`] naming `rank`, before this process counts
+    /// itself anywhere in the store: a rank not below `size`; a rank that is a member and
+    /// stays one until the timeout (a replacement started before the members decided the
+    /// rank lost waits for their decision); a rank another process asked for in the same
+    /// admission (the earlier ticket takes it). A `size` no elastic world on `store` was made
+    /// with is a [`Error::Timeout`] saying so. None of these disturbs the members.
     pub fn join(
         backend: B,
         store: Arc<dyn Store>,
@@ -49,6 +53,9 @@ impl<B: Memory> ProcessGroup<B> {
                 format_args!("the size the running world was made with, got 0"),
             ));
         }
+        if rank >= size {
+            return Err(oxccl_core::membership::admission::outside(rank, size));
+        }
         backend.require_devices()?;
         default_group_options(&mut opts);
         let store = keys::running(store, size)?;
@@ -57,7 +64,8 @@ impl<B: Memory> ProcessGroup<B> {
             epoch,
             members,
             grow,
-        } = admit::wait_admitted(&*store, rank, opts.timeout)?;
+            ..
+        } = admit::wait_admitted(&*store, rank, size, opts.timeout)?;
         let world_size = members
             .iter()
             .map(|r| r + 1)
@@ -86,6 +94,7 @@ impl<B: Memory> ProcessGroup<B> {
             *lock(&root.slot) = Slot::JoinGrown;
         }
         monitor::start(&root);
+        roster::start_beat(&root);
         let pg = ProcessGroup { root };
         pg.start_default(rank, world_size)?;
         Ok(pg)

@@ -2,6 +2,7 @@
 //! its groups and, when it goes on after losses, the survivors' record (the epoch it is at,
 //! what changed at each epoch, whether this rank was left out).
 
+use oxccl_core::membership::elastic::LastActive;
 use oxccl_core::text::text_str;
 use oxccl_core::{Error, RankList};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -25,7 +26,7 @@ pub(crate) struct Elastic {
     /// Whether [`Book::out`] is set: what every operation reads, without the lock.
     pub left_out: AtomicBool,
     pub book: Mutex<Book>,
-    /// When this rank last issued an operation of the family, ms after `born`.
+    /// When this rank was last at work in the family ([`LastActive`]), ms after `born`.
     active_ms: AtomicU64,
     born: Instant,
 }
@@ -46,15 +47,24 @@ impl Elastic {
         u64::try_from(self.born.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
 
-    /// Notes that this rank issued an operation now.
-    pub(crate) fn touch(&self) {
-        self.active_ms.store(self.now_ms(), Ordering::Relaxed);
+    /// Notes that this rank put work on one of the family's communicators now (the alive
+    /// rule, [`LastActive`]).
+    pub(crate) fn note_active(&self) {
+        self.active_ms.fetch_max(self.now_ms(), Ordering::Relaxed);
     }
 
-    /// How long this rank has issued nothing, ms.
-    pub(crate) fn idle_ms(&self) -> u64 {
-        self.now_ms()
-            .saturating_sub(self.active_ms.load(Ordering::Relaxed))
+    /// When this rank was last at work, by the alive rule.
+    pub(crate) fn last_active(&self) -> LastActive {
+        LastActive {
+            at_ms: self.active_ms.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Whether this rank takes part in a decision begun now, under a timeout of `timeout_ms`
+    /// (and how long it has been idle, for the record).
+    pub(crate) fn stays_in(&self, timeout_ms: u64) -> (bool, u64) {
+        let (now, last) = (self.now_ms(), self.last_active());
+        (last.stays_in(now, timeout_ms), last.idle_ms(now))
     }
 }
 

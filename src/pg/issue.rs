@@ -145,9 +145,6 @@ impl<B: Memory> PgInner<B> {
     ) -> Result<WorkOf<B>> {
         let name = op.kind.name();
         self.refuse_while_coalescing(name, ": issue through its guard")?;
-        if let (true, Some(el)) = (self.hot.facts.elastic, &self.family.elastic) {
-            el.touch();
-        }
         let timing = self.hot.facts.timing;
         self.with_entry(name, |e| {
             let cap = self.captor()?;

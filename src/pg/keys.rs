@@ -119,6 +119,15 @@ pub(crate) fn enter(store: Arc<dyn Store>, size: u32) -> Result<(Arc<dyn Store>,
 /// counting the caller in: where a process that joins a running elastic world meets it.
 pub(crate) fn running(store: Arc<dyn Store>, size: u32) -> Result<Arc<dyn Store>> {
     let counter = incarnations(size);
+    if !store.check(&[&counter])? {
+        return Err(Error::invalid(
+            "size",
+            format_args!(
+                "the size of a world made on this store; none of {size} ranks was (no `{}`)",
+                store.full_key(&counter)
+            ),
+        ));
+    }
     let k = incarnation_of(store.add(&counter, 0)?, size, &store.full_key(&counter))?;
     Ok(Arc::new(PrefixStore::new(namespace(size, k), store)))
 }

@@ -69,6 +69,10 @@ impl<B: Memory> ProcessGroup<B> {
     /// group's keys on the same store are never read). With a bound device
     /// ([`PgOptions::bound_device`]) the communicator is made now; otherwise at the first
     /// operation.
+    ///
+    /// While an elastic world of `size` runs on `store`, a `new` is refused (an
+    /// [`Error::InvalidArgument`] naming `store` that says to [`ProcessGroup::join`]) and
+    /// counts nothing: a restarted rank of that world rejoins it.
     pub fn new(
         backend: B,
         store: Arc<dyn Store>,
@@ -85,6 +89,9 @@ impl<B: Memory> ProcessGroup<B> {
         // No GPU at all is refused here, not at the first operation of a lazy group.
         backend.require_devices()?;
         default_group_options(&mut opts);
+        // A restarted rank of a running elastic world joins it; counting itself into a new
+        // incarnation would move the world's counter under its members.
+        recovery::roster::refuse_new_while_running(&store, size, rank)?;
         // Everything this group and its subgroups write goes under this incarnation's own
         // namespace, so no key of an earlier group on the same store is read (see `keys`).
         let (store, incarnation, ns) = keys::enter(store, size)?;
@@ -111,7 +118,11 @@ impl<B: Memory> ProcessGroup<B> {
             }),
         };
         if pg.root.opts.elastic {
-            super::recovery::monitor::start(&pg.root);
+            if rank == 0 {
+                recovery::roster::publish(&*pg.root.store, 0, &pg.root.ranks)?;
+            }
+            recovery::monitor::start(&pg.root);
+            recovery::roster::start_beat(&pg.root);
         }
         pg.start_default(rank, size)?;
         Ok(pg)
@@ -325,8 +336,9 @@ impl<B: Memory> PgInner<B> {
         attempted: &'static str,
         f: impl FnOnce(&Entry<B>) -> Result<R>,
     ) -> Result<R> {
-        // A rank the survivors of a loss left out stays out.
-        if let Some(out) = recovery::refusal(self) {
+        // Every path to the communicator passes here: the alive rule's one note, and a rank
+        // the survivors of a loss left out stays out.
+        if let Some(out) = recovery::enter(self) {
             return Err(out);
         }
         let mut slot = lock(&self.slot);

@@ -435,8 +435,13 @@ impl CommShared {
 
     /// Waits (bounded by [`HOST_LINGER`]) until every other rank of a communicator with ranks in
     /// other processes has left, so that their last results reach them through this process.
+    /// An aborted rank owes nothing and never waits, as an aborted NCCL communicator's
+    /// release never waits for its peers: the survivors of a loss release their old
+    /// communicator that way, and a peer that stopped answering must not hold them.
     pub(crate) fn linger(&self, rank: u32) {
-        if !self.hosted.load(Ordering::Acquire) {
+        if !self.hosted.load(Ordering::Acquire)
+            || lock(&self.rank(rank).life).cycle.state().is_aborted()
+        {
             return;
         }
         let start = Instant::now();

@@ -35,10 +35,45 @@ fn is_revoked(s: CommState) -> bool {
     matches!(s, CommState::Revoking | CommState::Revoked)
 }
 
-/// Whether a rank's monitor joins a decision other members began: only while the rank itself
-/// has been at work within the group's timeout (`idle_ms` since it last issued an operation).
-/// A rank hung in its own code, its process still answering, is left out as a dead one would
-/// be, rather than kept as a member that times the survivors out again.
+/// The alive rule: when a rank was last at work in its family, as the milliseconds of a
+/// clock that only the rank reads.
+///
+/// Every call that reaches one of the family's communicators counts, by whatever path: a
+/// single operation, an operation inside a coalescing block and the block's end, a batch of
+/// sends and receives, a barrier, a graph's launch, a one-sided operation, a registration, a
+/// group's first use (its init or split). The shell notes it at the one place all of them
+/// pass, so no path can be forgotten. A rank stays in a survivors' decision while it was at
+/// work within the group's timeout ([`LastActive::stays_in`]); one that issued nothing for
+/// longer (hung in its own code, its process still answering) is left out as a dead one
+/// would be, rather than kept as a member that times the survivors out again.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct LastActive {
+    /// The clock's reading at the rank's last work.
+    pub at_ms: u64,
+}
+
+impl LastActive {
+    /// The record after work at `now_ms`: a clock read late by one thread never moves it back.
+    pub fn note(self, now_ms: u64) -> LastActive {
+        LastActive {
+            at_ms: self.at_ms.max(now_ms),
+        }
+    }
+
+    /// How long the rank has issued nothing at `now_ms` (zero when `now_ms` is earlier).
+    pub fn idle_ms(self, now_ms: u64) -> u64 {
+        now_ms.saturating_sub(self.at_ms)
+    }
+
+    /// Whether the rank takes part in a decision begun at `now_ms` under a group timeout of
+    /// `timeout_ms`.
+    pub fn stays_in(self, now_ms: u64, timeout_ms: u64) -> bool {
+        monitor_joins(self.idle_ms(now_ms), timeout_ms)
+    }
+}
+
+/// Whether a rank's monitor joins a decision other members began, `idle_ms` after the rank
+/// was last at work (see [`LastActive`]): only within the group's timeout.
 pub fn monitor_joins(idle_ms: u64, timeout_ms: u64) -> bool {
     idle_ms <= timeout_ms
 }
@@ -89,6 +124,20 @@ mod tests {
         assert!(monitor_joins(1000, 1000));
         assert!(!monitor_joins(1001, 1000));
         assert!(!monitor_joins(u64::MAX, 0));
+    }
+
+    #[test]
+    fn work_by_any_path_keeps_a_rank_in_until_the_timeout_passes() {
+        let born = LastActive::default();
+        assert!(born.stays_in(1000, 1000));
+        assert!(!born.stays_in(1001, 1000));
+        let a = born.note(5000);
+        assert_eq!(a.idle_ms(5400), 400);
+        assert!(a.stays_in(6000, 1000));
+        assert!(!a.stays_in(6001, 1000));
+        // A reading taken before the last one never moves the record back.
+        assert_eq!(a.note(4000), a);
+        assert_eq!(a.idle_ms(10), 0);
     }
 
     #[test]

@@ -119,6 +119,11 @@ fn decide<B: Memory>(
                 grow: false,
             });
             el.epoch.store(now + 1, Ordering::Release);
+            if super::roster::keeps_record(&members, world.global_rank) {
+                if let Err(e) = super::roster::publish(&*world.store, now + 1, &members) {
+                    log::warn!("oxccl elastic: the members of epoch {} are not published: {e}", now + 1);
+                }
+            }
             return book.members_lost(now, now + 1, cause);
         }
         Ok(Outcome { members, .. }) => Error::Aborted {

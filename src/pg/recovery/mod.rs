@@ -22,6 +22,7 @@
 pub(crate) mod admit;
 mod decide;
 pub(crate) mod monitor;
+pub(crate) mod roster;
 mod successor;
 
 use super::comm::Entry;
@@ -73,18 +74,21 @@ fn world_root<B: Memory>(g: &Arc<PgInner<B>>) -> Arc<PgInner<B>> {
     at
 }
 
-/// The error a family that left this rank out gives every operation, if it did.
+/// A call of `g` reaching its communicator, by any path: in an elastic family, notes the
+/// rank at work (the alive rule, [`oxccl_core::membership::elastic::LastActive`]) and
+/// returns the error the family gives every call once it left this rank out, if it did.
 #[inline]
-pub(crate) fn refusal<B: Memory>(g: &PgInner<B>) -> Option<Error> {
+pub(crate) fn enter<B: Memory>(g: &PgInner<B>) -> Option<Error> {
     match g.hot.facts.elastic {
-        true => elastic_refusal(g),
+        true => elastic_enter(g),
         false => None,
     }
 }
 
-/// [`refusal`] in an elastic family.
-fn elastic_refusal<B: Memory>(g: &PgInner<B>) -> Option<Error> {
+/// [`enter`] in an elastic family.
+fn elastic_enter<B: Memory>(g: &PgInner<B>) -> Option<Error> {
     let el = g.family.elastic.as_ref()?;
+    el.note_active();
     // One load per operation; the lock only once this rank is out.
     if !el.left_out.load(Ordering::Acquire) {
         return None;

@@ -8,7 +8,6 @@
 use super::{decide, last, PREFIX};
 use crate::buffer::Memory;
 use crate::pg::inner::PgInner;
-use oxccl_core::membership::elastic::monitor_joins;
 use oxccl_core::{text, Error};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
@@ -42,9 +41,9 @@ fn watch<B: Memory>(weak: &Weak<PgInner<B>>) {
         let epoch = el.epoch.load(Ordering::Acquire);
         let begun = format!("{PREFIX}/view/{epoch}/count");
         if let Ok(true) = root.store.check_watched(&begun) {
-            let idle = el.idle_ms();
             let timeout = u64::try_from(root.timeout().as_millis()).unwrap_or(u64::MAX);
-            if !monitor_joins(idle, timeout) {
+            let (stays, idle) = el.stays_in(timeout);
+            if !stays {
                 decide::stay_out(&root, epoch, idle);
                 return;
             }
