@@ -6,6 +6,7 @@ use clap::Args;
 use oxccl::core::launch::LaunchInfo;
 use oxccl::core::text::{Escaped, JsonSafe};
 use oxccl::core::Feature;
+use oxccl::loader::text::os_text;
 use oxccl::loader::{Api, Library, LoadError};
 use serde_json::{json, Value};
 use std::path::PathBuf;
@@ -85,7 +86,7 @@ fn library_json(loaded: &Result<Library, LoadError>, explicit: bool, total_ms: f
                 .collect();
             json!({
                 "found": true,
-                "path": lib.path().display().to_string(),
+                "path": os_text(lib.path().as_os_str()),
                 "how": if explicit { "--library" } else if std::env::var_os(oxccl::loader::ENV_LIBRARY).is_some_and(|v| !v.is_empty()) { "OXCCL_NCCL_LIBRARY" } else { "search" },
                 "version": v.to_string(),
                 "version_code": v.code().unwrap_or(0),
@@ -121,14 +122,11 @@ fn search_order() -> Vec<String> {
         .collect()
 }
 
+/// The `NCCL_*` and `OXCCL_*` variables, their bytes that are not UTF-8 as `\xNN` (the
+/// rendering of the library's paths, [`os_text`]).
 fn env_json() -> Value {
     let mut vars: Vec<(String, String)> = std::env::vars_os()
-        .map(|(k, v)| {
-            (
-                k.to_string_lossy().into_owned(),
-                v.to_string_lossy().into_owned(),
-            )
-        })
+        .map(|(k, v)| (os_text(&k).into_owned(), os_text(&v).into_owned()))
         .filter(|(k, _)| k.starts_with("NCCL_") || k.starts_with("OXCCL_"))
         .collect();
     vars.sort();

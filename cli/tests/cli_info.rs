@@ -1,11 +1,16 @@
 //! `oxccl info --library <lib> --json` for every NCCL release cached by
 //! scripts/fetch-nccl.sh: the version and the feature availability it reports; cut and
-//! corrupted copies of them refused with the reason and exit code 3, never a signal.
+//! corrupted copies of them refused with the reason and exit code 3, never a signal; a FIFO
+//! refused at once instead of a hang; a path byte that is not UTF-8 shown as `\x9b` on every
+//! line.
 
+use std::ffi::OsStr;
 use std::io::{Read, Write};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 /// The cache of releases: `OXCCL_NCCL_CACHE`, else `<repo>/.cache/nccl` (as
 /// scripts/fetch-nccl.sh and the loader's tests).
@@ -410,5 +415,202 @@ fn info_search_refuses_a_cut_library_in_ld_library_path() {
         )
         .as_str()
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Runs `oxccl info` with `args` and `envs` as [`info`] does, but kills it and fails the test
+/// when it has not exited within `limit` (a load blocked on a FIFO), instead of hanging.
+fn info_within(
+    limit: Duration,
+    args: &[&OsStr],
+    envs: &[(&str, &OsStr)],
+    dir: &Path,
+) -> (i32, String, String) {
+    // Output to files: a pipe nobody reads while polling could fill and stall the child.
+    let (out_path, err_path) = (dir.join("stdout"), dir.join("stderr"));
+    let mut c = Command::new(env!("CARGO_BIN_EXE_oxccl"));
+    c.arg("info")
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&out_path).unwrap())
+        .stderr(std::fs::File::create(&err_path).unwrap());
+    for (k, v) in envs {
+        c.env(k, v);
+    }
+    let mut child = c.spawn().expect("oxccl runs");
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("oxccl info {args:?} {envs:?} still running after {limit:?}: killed");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let read = |p: &Path| String::from_utf8_lossy(&std::fs::read(p).unwrap()).into_owned();
+    let err = read(&err_path);
+    assert_eq!(status.signal(), None, "killed by a signal: {err}");
+    (status.code().expect("an exit code"), read(&out_path), err)
+}
+
+#[test]
+fn info_refuses_a_fifo_promptly_naming_it() {
+    let dir = scratch("fifo");
+    let fifo = dir.join("libnccl.so.2");
+    let made = Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .expect("mkfifo runs");
+    assert!(made.success());
+    let want = format!(
+        "{}: a FIFO (named pipe), not a regular file; a shared library file was expected",
+        fifo.display()
+    );
+    let limit = Duration::from_secs(20);
+    let by_flag: [&OsStr; 2] = ["--library".as_ref(), fifo.as_os_str()];
+    for (args, envs) in [
+        (&by_flag[..], &[][..]),
+        (&[][..], &[("OXCCL_NCCL_LIBRARY", fifo.as_os_str())][..]),
+    ] {
+        let (code, out, err) = info_within(limit, args, envs, &dir);
+        assert_eq!(code, 3, "{err}");
+        assert!(err.starts_with(&format!("oxccl info: {want}; ")), "{err}");
+        assert!(
+            out.contains(&format!("library:   none found ({want})\n")),
+            "{out}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Builds with gcc the shared library `out` from the C source `c`.
+fn build_library(c: &str, out: &Path) {
+    let src = out.with_extension("c");
+    std::fs::write(&src, c).unwrap();
+    let built = Command::new("gcc")
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(out)
+        .arg(&src)
+        .output()
+        .expect("gcc runs (needed to build a stand-in NCCL)");
+    assert!(
+        built.status.success(),
+        "gcc: {}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+}
+
+/// One run of `oxccl info` in the test below.
+struct Run<'a> {
+    what: &'a str,
+    args: Vec<&'a OsStr>,
+    envs: Vec<(&'a str, &'a OsStr)>,
+    /// Its exit code.
+    code: i32,
+    /// How many lines of its output show the path, at least.
+    lines: usize,
+}
+
+#[test]
+fn info_shows_a_path_byte_that_is_not_utf8_as_hex_on_every_line() {
+    let dir = scratch("not-utf8");
+    let odd = dir.join(OsStr::from_bytes(b"lib\x9b"));
+    std::fs::create_dir(&odd).unwrap();
+    // A stand-in NCCL (2.23.4, no other function), one whose load fails with a dlerror text
+    // that quotes its path, and a path with nothing there.
+    let good = odd.join("libnccl.so.2");
+    build_library(
+        "int ncclGetVersion(int *v) { *v = 22304; return 0; }\n",
+        &good,
+    );
+    let broken = odd.join("libbroken.so");
+    build_library(
+        "extern void oxccl_test_missing(void);\n\
+         int ncclGetVersion(int *v) { oxccl_test_missing(); *v = 22304; return 0; }\n",
+        &broken,
+    );
+    let missing = odd.join("missing.so");
+    // How the folder shows, and the part of it before the odd byte.
+    let shown = format!("{}/lib\\x9b/", dir.display());
+    let prefix = format!("{}/lib", dir.display());
+    fn flag(p: &Path) -> Vec<&OsStr> {
+        vec!["--library".as_ref(), p.as_os_str()]
+    }
+    fn var(p: &Path) -> Vec<(&str, &OsStr)> {
+        vec![("OXCCL_NCCL_LIBRARY", p.as_os_str())]
+    }
+    let runs = [
+        Run {
+            what: "loaded by --library",
+            args: flag(&good),
+            envs: vec![],
+            code: 0,
+            lines: 1,
+        },
+        Run {
+            what: "loaded by the variable",
+            args: vec![],
+            envs: var(&good),
+            code: 0,
+            lines: 2,
+        },
+        Run {
+            what: "refused by dlopen",
+            args: flag(&broken),
+            envs: vec![],
+            code: 3,
+            lines: 2,
+        },
+        Run {
+            what: "missing, by the variable",
+            args: vec![],
+            envs: var(&missing),
+            code: 3,
+            lines: 3,
+        },
+    ];
+    for Run {
+        what,
+        args,
+        envs,
+        code: want_code,
+        lines: want_lines,
+    } in runs
+    {
+        let (code, out, err) = info(&args, &envs);
+        assert_eq!(code, want_code, "{what}: {out}{err}");
+        let all = format!("{out}{err}");
+        // A raw byte that is not UTF-8 reads back as U+FFFD here too.
+        assert!(!all.contains('\u{fffd}'), "{what}: U+FFFD in {all}");
+        let lines: Vec<&str> = all.lines().filter(|l| l.contains(&prefix)).collect();
+        assert!(lines.len() >= want_lines, "{what}: {lines:#?}");
+        for line in lines {
+            assert_eq!(
+                line.matches(&prefix).count(),
+                line.matches(&shown).count(),
+                "{what}: the path not as {shown:?} in {line:?}"
+            );
+        }
+        // The JSON report says it the same way.
+        let json_args: Vec<&OsStr> = std::iter::once("--json".as_ref()).chain(args).collect();
+        let (_, out, _) = info(&json_args, &envs);
+        assert!(!out.contains('\u{fffd}'), "{what}: U+FFFD in {out}");
+        let json: serde_json::Value = serde_json::from_str(&out).expect("one JSON object");
+        let lib = &json["library"];
+        let text = if want_code == 0 {
+            lib["path"].as_str().unwrap().to_owned()
+        } else {
+            lib["error"].as_str().unwrap().to_owned()
+        };
+        assert!(text.starts_with(&shown), "{what}: {text}");
+        assert_eq!(
+            text.matches(&prefix).count(),
+            text.matches(&shown).count(),
+            "{what}: {text}"
+        );
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -4,10 +4,12 @@
 
 use crate::library::Library;
 use crate::raw::RawComm;
+use crate::text::os_text;
 use core::ffi::c_char;
-use oxccl_core::text::EscapedBytes;
+use oxccl_core::text::Escaped;
 use oxccl_core::{Error, Progress, Result, ResultCode, Text};
-use std::ffi::CStr;
+use std::ffi::{CStr, OsStr};
+use std::os::unix::ffi::OsStrExt;
 
 impl Library {
     /// `Ok` for `ncclSuccess`; else the error for `code`, with `ncclGetErrorString(code)` and
@@ -69,7 +71,8 @@ impl Library {
 }
 
 /// A C string as bounded text, escaped (control characters as `\e`, …, bytes that are not
-/// UTF-8 as `\xNN`: NCCL's texts quote paths and variables); null reads as empty.
+/// UTF-8 as `\xNN` by [`os_text`]: NCCL's texts quote paths and variables); null reads as
+/// empty.
 fn c_text(p: *const c_char) -> Text {
     if p.is_null() {
         return Text::new();
@@ -77,5 +80,5 @@ fn c_text(p: *const c_char) -> Text {
     // SAFETY: non-null and NUL-terminated per NCCL's contract (see the callers); copied out
     // before any other NCCL call can change it.
     let s = unsafe { CStr::from_ptr(p) };
-    oxccl_core::text!("{}", EscapedBytes(s.to_bytes()))
+    oxccl_core::text!("{}", Escaped(&os_text(OsStr::from_bytes(s.to_bytes()))))
 }

@@ -13,11 +13,14 @@
 //! [`Elf::parse`] then [`Elf::check_layout`]), so it runs on any input in tests and under the
 //! fuzzer; [`check_file`] is the thin part that reads a file. A file can still change between
 //! the check and `dlopen`: the check catches files that are already short, not a race.
+//! [`check_file`] reads only a regular file, classified before it opens anything (see
+//! [`crate::file`]): opening a FIFO would wait for a writer.
 //!
 //! Program headers are numbered from 0 in the order of the table, the numbers `readelf -l`
 //! prints in its "Section to Segment mapping", so `program header 3 (LOAD)` is the fourth row
 //! of its "Program Headers" list.
 
+use crate::file::{self, FileKind};
 use std::fmt;
 use std::fs::File;
 use std::io;
@@ -115,9 +118,13 @@ impl fmt::Display for SegmentName {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ElfError {
-    /// Not a regular file (a directory, a device, a pipe): nothing `dlopen` can map.
-    #[error("not a regular file")]
-    NotAFile,
+    /// Not a regular file (a directory, a device, a FIFO, a socket): nothing `dlopen` can map,
+    /// and a FIFO would block whoever opens it.
+    #[error("{}", file::NotRegular(*.kind))]
+    NotAFile {
+        /// What it is.
+        kind: FileKind,
+    },
     /// Reading the file failed.
     #[error("cannot read {part}: {reason}")]
     Unreadable {
@@ -491,9 +498,10 @@ pub fn check(head: &[u8], size: u64) -> Result<(), ElfError> {
     elf.check_layout(table)
 }
 
-/// Checks the file at `path` (see the module's documentation): opens it, reads its ELF header
-/// and program header table (at most 64 + 65535 × 56 bytes), and runs [`Elf::parse`] and
-/// [`Elf::check_layout`] against its size.
+/// Checks the file at `path` (see the module's documentation): refuses anything but a regular
+/// file before opening it ([`ElfError::NotAFile`]), opens it without blocking, reads its ELF
+/// header and program header table (at most 64 + 65535 × 56 bytes), and runs [`Elf::parse`]
+/// and [`Elf::check_layout`] against its size.
 pub fn check_file(path: &Path) -> Result<(), ElfError> {
     let unreadable = |part| {
         move |e: io::Error| ElfError::Unreadable {
@@ -501,10 +509,16 @@ pub fn check_file(path: &Path) -> Result<(), ElfError> {
             reason: e.to_string(),
         }
     };
-    let file = File::open(path).map_err(unreadable(Part::Header))?;
+    let kind = file::kind(path).map_err(unreadable(Part::Header))?;
+    if kind != FileKind::Regular {
+        return Err(ElfError::NotAFile { kind });
+    }
+    let file = file::open_nonblocking(path).map_err(unreadable(Part::Header))?;
+    // Again on what was opened: the path may have been replaced since it was classified.
     let meta = file.metadata().map_err(unreadable(Part::Header))?;
-    if !meta.is_file() {
-        return Err(ElfError::NotAFile);
+    let kind = FileKind::of(meta.file_type());
+    if kind != FileKind::Regular {
+        return Err(ElfError::NotAFile { kind });
     }
     let size = meta.len();
     let mut header = [0u8; HEADER_LEN];

@@ -7,10 +7,13 @@
 //! a 192-byte `Text` would lose exactly the details a user needs to fix their installation.
 //!
 //! The fields keep paths and texts as they are; `Display` shows them escaped (control
-//! characters as `\e`, `\x7f`, …; see [`oxccl_core::text`](mod@oxccl_core::text)).
+//! characters as `\e`, `\x7f`, …; see [`oxccl_core::text`](mod@oxccl_core::text)), bytes that
+//! are not UTF-8 as `\xNN` ([`crate::text::os_text`]).
 
 use crate::elf::ElfError;
-use oxccl_core::text::{Escaped, EscapedBytes};
+use crate::file::{FileKind, NotRegular};
+use crate::text::os_text;
+use oxccl_core::text::{write_escaped, Escaped};
 use oxccl_core::Version;
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -41,13 +44,24 @@ pub enum LoadError {
         /// The path or library name.
         path: PathBuf,
     },
+    /// Something other than a regular file at the path (a FIFO, a socket, a device, a
+    /// directory), or at the file the system search would take for a name: refused before
+    /// anything opens it, since opening a FIFO waits for a writer, in `dlopen` too.
+    #[error("{}: {}", shown(.path), NotRegular(*.kind))]
+    NotAFile {
+        /// The path (for a name found through `LD_LIBRARY_PATH`, the file there).
+        path: PathBuf,
+        /// What it is.
+        kind: FileKind,
+    },
     /// The file exists but the dynamic loader refused it: not an ELF shared object, the wrong
     /// architecture, a dependency missing.
     #[error("{}: not a loadable shared library: {}", shown(.path), Escaped(.reason))]
     NotLoadable {
         /// The path or library name.
         path: PathBuf,
-        /// The dynamic loader's message (`dlerror`).
+        /// The dynamic loader's message (`dlerror`), its bytes that are not UTF-8 as `\xNN`
+        /// ([`crate::text::os_text`]).
         reason: String,
     },
     /// The file failed the check of its ELF header and segments made before `dlopen`
@@ -94,10 +108,19 @@ pub enum LoadError {
     },
 }
 
-/// A path as messages show it: its bytes with control characters escaped (see
-/// [`oxccl_core::text`](mod@oxccl_core::text)), so a path or `dlerror` text never writes them to a terminal.
-fn shown(path: &Path) -> EscapedBytes<'_> {
-    EscapedBytes(path.as_os_str().as_encoded_bytes())
+/// A path as messages show it: [`os_text`] (bytes that are not UTF-8 as `\xNN`) with control
+/// characters escaped (see [`oxccl_core::text`](mod@oxccl_core::text)), so a path never writes
+/// them to a terminal.
+fn shown(path: &Path) -> Shown<'_> {
+    Shown(path)
+}
+
+struct Shown<'a>(&'a Path);
+
+impl fmt::Display for Shown<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write_escaped(f, &os_text(self.0.as_os_str()))
+    }
 }
 
 struct ListTried<'a>(&'a [Tried]);
@@ -116,6 +139,7 @@ impl LoadError {
     pub fn path(&self) -> Option<&Path> {
         match self {
             LoadError::Missing { path }
+            | LoadError::NotAFile { path, .. }
             | LoadError::NotLoadable { path, .. }
             | LoadError::BadElf { path, .. }
             | LoadError::NotNccl { path }
@@ -129,9 +153,16 @@ impl LoadError {
     pub(crate) fn reason(&self) -> String {
         match self {
             LoadError::Missing { .. } => "no such file".to_owned(),
+            LoadError::NotAFile { path, kind } => {
+                format!(
+                    "not loadable: {}: {}",
+                    os_text(path.as_os_str()),
+                    NotRegular(*kind)
+                )
+            }
             LoadError::NotLoadable { reason, .. } => format!("not loadable: {reason}"),
             LoadError::BadElf { path, problem } => {
-                format!("not loadable: {}: {problem}", path.display())
+                format!("not loadable: {}: {problem}", os_text(path.as_os_str()))
             }
             LoadError::NotNccl { .. } => "not NCCL (no ncclGetVersion)".to_owned(),
             LoadError::BadVersion { result, code, .. } => {

@@ -3,9 +3,11 @@
 //! then the `nvidia/nccl/lib` folder of the Python environments it can see without running
 //! Python (pip's `nvidia-nccl-cu*` wheels put the library there).
 
+use crate::text::os_text;
 use std::env;
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::fs;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 /// The environment variable naming the library to load.
@@ -28,11 +30,12 @@ pub enum Place {
 }
 
 impl Place {
-    /// How the place reads in messages.
+    /// How the place reads in messages (a path's bytes that are not UTF-8 as `\xNN`, see
+    /// [`os_text`]).
     pub fn describe(&self) -> String {
         match self {
             Place::Name(n) => format!("{n} (system search)"),
-            Place::Path(p) => p.display().to_string(),
+            Place::Path(p) => os_text(p.as_os_str()).into_owned(),
         }
     }
 }
@@ -49,22 +52,23 @@ pub fn places() -> Vec<Place> {
     out
 }
 
-/// The files named `name` in the folders of `LD_LIBRARY_PATH`, in its order: the files the
-/// dynamic loader's search by name would consider first. Best effort, for checking a file
-/// before `dlopen` reads it: the variable as this process sees it now (the loader read it at
-/// start-up), separated by `:` or `;`, an empty entry meaning the current folder, entries with
+/// The paths named `name` in the folders of `LD_LIBRARY_PATH` that exist (of any kind, found
+/// by `stat`, nothing opened), in its order: the files the dynamic loader's search by name
+/// would consider first. Best effort, for checking a file before `dlopen` reads it: the
+/// variable as this process sees it now (the loader read it at start-up), taken as bytes and
+/// separated by `:` or `;`, an empty entry meaning the current folder, entries with
 /// `$ORIGIN`-style tokens and the `glibc-hwcaps` subfolders skipped; the executable's RPATH and
 /// RUNPATH, `/etc/ld.so.cache` and the default folders are not looked at, and a library of
 /// that name already loaded (which `dlopen` reuses without searching) is not known here.
-pub fn library_path_candidates(name: &str) -> Vec<PathBuf> {
+pub fn library_path_candidates(name: &OsStr) -> Vec<PathBuf> {
     let Some(var) = env::var_os("LD_LIBRARY_PATH") else {
         return Vec::new();
     };
-    let var = var.to_string_lossy().into_owned();
-    var.split([':', ';'])
-        .filter(|dir| !dir.contains('$'))
-        .map(|dir| if dir.is_empty() { "." } else { dir })
-        .map(|dir| Path::new(dir).join(name))
+    var.as_bytes()
+        .split(|b| matches!(b, b':' | b';'))
+        .filter(|dir| !dir.contains(&b'$'))
+        .map(|dir| if dir.is_empty() { &b"."[..] } else { dir })
+        .map(|dir| Path::new(OsStr::from_bytes(dir)).join(name))
         .filter(|p| p.exists())
         .collect()
 }

@@ -22,14 +22,17 @@ pub mod coll_config;
 pub mod config;
 pub mod elf;
 pub mod error;
+pub mod file;
 pub mod find;
 mod library;
 pub mod raw;
+pub mod text;
 
 pub use api::Api;
 pub use config::{ConfigBuf, RawConfig};
 pub use elf::ElfError;
 pub use error::{LoadError, Tried};
+pub use file::FileKind;
 pub use find::{Place, ENV_LIBRARY};
 pub use library::Library;
 pub use raw::{RawComm, RawStream, RawWindow};

@@ -3,11 +3,14 @@
 use crate::api::Api;
 use crate::elf;
 use crate::error::{LoadError, Tried};
+use crate::file::{self, FileKind};
 use crate::find::{self, Place, ENV_LIBRARY};
+use crate::text::os_text;
 use core::ffi::{c_char, c_int, c_void};
 use oxccl_core::{FeatureSet, Version};
-use std::ffi::CStr;
+use std::ffi::{CStr, CString, OsStr};
 use std::mem::ManuallyDrop;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -49,7 +52,7 @@ impl Library {
     /// through the system search, as `dlopen` does.
     pub fn open(path: impl AsRef<Path>) -> Result<Library, LoadError> {
         let path = path.as_ref();
-        if path.as_os_str().to_string_lossy().contains('/') {
+        if path.as_os_str().as_bytes().contains(&b'/') {
             Self::open_place(&Place::Path(path.to_path_buf()))
         } else {
             Self::open_name(path)
@@ -109,14 +112,20 @@ impl Library {
                 Self::dlopen(Path::new(n), true)
             }
             Place::Path(p) => {
-                if std::fs::metadata(p).is_err() {
-                    return Err(LoadError::Missing { path: p.clone() });
+                // Classified before anything opens it: a FIFO would block the ELF check's open
+                // and dlopen's alike.
+                match file::kind(p) {
+                    Err(_) => return Err(LoadError::Missing { path: p.clone() }),
+                    Ok(FileKind::Regular) => {}
+                    Ok(kind) => {
+                        return Err(LoadError::NotAFile {
+                            path: p.clone(),
+                            kind,
+                        })
+                    }
                 }
                 // Before dlopen: a file cut short kills the process inside it (SIGBUS).
-                elf::check_file(p).map_err(|problem| LoadError::BadElf {
-                    path: p.clone(),
-                    problem,
-                })?;
+                elf::check_file(p).map_err(|problem| refused(p.clone(), problem))?;
                 Self::dlopen(p, false)
             }
         }
@@ -127,30 +136,44 @@ impl Library {
         // RTLD_NOW: a library with unresolvable symbols fails here, not at its first call.
         // RTLD_LOCAL: two NCCLs loaded side by side (tests) do not interpose on each other.
         let flags = libloading::os::unix::RTLD_NOW | libloading::os::unix::RTLD_LOCAL;
+        // dlopen and dlerror called here rather than through libloading, whose error text
+        // replaces the bytes of a path that are not UTF-8: dlerror's bytes go through os_text.
+        let Ok(name) = CString::new(path.as_os_str().as_bytes()) else {
+            return Err(LoadError::NotLoadable {
+                path: path.to_path_buf(),
+                reason: "the path holds a NUL byte, which no file name can".to_owned(),
+            });
+        };
         // SAFETY: loading runs the library's initialisers. NCCL's (and libc's, for the "not
         // NCCL" case) are benign; loading arbitrary code is the documented purpose here.
-        let handle = unsafe { libloading::os::unix::Library::open(Some(path), flags) };
-        let handle: libloading::Library = match handle {
-            Ok(h) => h.into(),
-            Err(e) => {
-                // libloading's own text is generic ("dlopen failed"); dlerror's is the source.
-                let reason = match std::error::Error::source(&e) {
-                    Some(src) => src.to_string(),
-                    None => e.to_string(),
-                };
-                let missing = by_name && reason.contains("No such file");
-                return Err(if missing {
-                    LoadError::Missing {
-                        path: path.to_path_buf(),
-                    }
+        // `name` is a NUL-terminated string that outlives the call.
+        let raw = unsafe { dlopen(name.as_ptr(), flags) };
+        if raw.is_null() {
+            // SAFETY: dlerror returns null or a NUL-terminated string that stays valid until
+            // the next dl* call of this thread; it is copied out at once.
+            let reason = unsafe {
+                let e = dlerror();
+                if e.is_null() {
+                    "dlopen failed".to_owned()
                 } else {
-                    LoadError::NotLoadable {
-                        path: path.to_path_buf(),
-                        reason,
-                    }
-                });
-            }
-        };
+                    os_text(OsStr::from_bytes(CStr::from_ptr(e).to_bytes())).into_owned()
+                }
+            };
+            let missing = by_name && reason.contains("No such file");
+            return Err(if missing {
+                LoadError::Missing {
+                    path: path.to_path_buf(),
+                }
+            } else {
+                LoadError::NotLoadable {
+                    path: path.to_path_buf(),
+                    reason,
+                }
+            });
+        }
+        // SAFETY: `raw` is the non-null handle of a successful dlopen.
+        let handle: libloading::Library =
+            unsafe { libloading::os::unix::Library::from_raw(raw) }.into();
         let api = Api::resolve(&handle);
         let Some(get_version) = api.get_version else {
             return Err(LoadError::NotNccl {
@@ -220,25 +243,29 @@ impl Library {
 /// passing over those glibc's search passes over too (another class or machine) and those
 /// that cannot be read (nothing to map), so that a cut file there is refused instead of
 /// mapped. A name found elsewhere (RUNPATH, the ld cache) is left to `dlopen` unchecked.
+///
+/// Anything but a regular file there is refused too (by [`elf::check_file`], which classifies
+/// it before opening it): the search would open it, and block on a FIFO.
 fn check_by_name(name: &Path) -> Result<(), LoadError> {
-    let Some(name) = name.to_str() else {
-        return Ok(());
-    };
-    for candidate in find::library_path_candidates(name) {
+    for candidate in find::library_path_candidates(name.as_os_str()) {
         match elf::check_file(&candidate) {
             Ok(()) => return Ok(()),
             Err(problem) if problem.skipped_by_search() => continue,
             // What cannot be read cannot be mapped either: dlopen answers for it.
-            Err(elf::ElfError::Unreadable { .. } | elf::ElfError::NotAFile) => continue,
-            Err(problem) => {
-                return Err(LoadError::BadElf {
-                    path: candidate,
-                    problem,
-                })
-            }
+            Err(elf::ElfError::Unreadable { .. }) => continue,
+            Err(problem) => return Err(refused(candidate, problem)),
         }
     }
     Ok(())
+}
+
+/// The load error of a file [`elf::check_file`] refused: [`LoadError::NotAFile`] for what is
+/// not a regular file, [`LoadError::BadElf`] for the rest.
+fn refused(path: PathBuf, problem: elf::ElfError) -> LoadError {
+    match problem {
+        elf::ElfError::NotAFile { kind } => LoadError::NotAFile { path, kind },
+        problem => LoadError::BadElf { path, problem },
+    }
 }
 
 #[repr(C)]
@@ -250,8 +277,10 @@ struct DlInfo {
 }
 
 extern "C" {
-    // glibc and musl both export it; std links the C library on every unix target.
+    // glibc and musl export these; libloading links libdl where they live apart from libc.
     fn dladdr(addr: *const c_void, info: *mut DlInfo) -> c_int;
+    fn dlopen(filename: *const c_char, flags: c_int) -> *mut c_void;
+    fn dlerror() -> *mut c_char;
 }
 
 /// The file that holds `addr`, as the dynamic loader mapped it.
@@ -269,10 +298,9 @@ fn loaded_path(addr: *const c_void) -> Option<PathBuf> {
     }
     // SAFETY: dli_fname is a NUL-terminated string owned by the loader, valid while the
     // object stays loaded (it is: we hold its handle); copied out at once.
-    let name = unsafe { CStr::from_ptr(info.dli_fname) };
-    let s = name.to_str().ok()?;
-    if s.contains('/') {
-        Some(PathBuf::from(s))
+    let name = unsafe { CStr::from_ptr(info.dli_fname) }.to_bytes();
+    if name.contains(&b'/') {
+        Some(PathBuf::from(OsStr::from_bytes(name)))
     } else {
         None
     }

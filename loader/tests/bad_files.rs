@@ -2,15 +2,22 @@
 //! refused before `dlopen` with `LoadError::BadElf` naming the file, the part at fault and
 //! the numbers, through `Library::open`, `OXCCL_NCCL_LIBRARY` and a bare name found through
 //! `LD_LIBRARY_PATH`, instead of the process dying of SIGBUS inside the dynamic loader.
+//!
+//! And files that are not regular files (a FIFO, a symlink to one, a directory, a character
+//! device, a socket): each is refused promptly with `LoadError::NotAFile` naming the path and
+//! its kind, through the same ways and the Python wheel folders of the search, instead of the
+//! loader blocking forever in the open of a FIFO.
 
 mod common;
 
 use oxccl_loader::elf::{self, ElfError, Part};
-use oxccl_loader::{Library, LoadError, ENV_LIBRARY};
+use oxccl_loader::{FileKind, Library, LoadError, ENV_LIBRARY};
 use std::fs::File;
 use std::io::{Read, Write};
+use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{mpsc, Mutex};
+use std::time::Duration;
 
 /// Environment variables are process-wide: tests that set or load take this lock.
 static ENV: Mutex<()> = Mutex::new(());
@@ -396,4 +403,176 @@ fn a_cut_release_found_by_name_in_ld_library_path_is_refused() {
         Err(e) => panic!("{e}"),
     }
     let _ = std::fs::remove_dir_all(&root);
+}
+
+/// How long a refusal of a special file may take: it needs no more than a `stat`, so only a
+/// blocked open runs into this.
+const PROMPTLY: Duration = Duration::from_secs(10);
+
+/// `f()` run on a thread, or an error when it panicked or gave no answer within [`PROMPTLY`]
+/// (a load blocked on a FIFO): the test fails instead of hanging. A thread left blocked ends
+/// with the test process.
+fn promptly<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, String> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(PROMPTLY).map_err(|e| match e {
+        mpsc::RecvTimeoutError::Timeout => format!("no answer within {PROMPTLY:?}: blocked"),
+        mpsc::RecvTimeoutError::Disconnected => "the load panicked".to_owned(),
+    })
+}
+
+fn mkfifo(path: &Path) {
+    let made = std::process::Command::new("mkfifo")
+        .arg(path)
+        .status()
+        .expect("mkfifo runs");
+    assert!(made.success(), "mkfifo {}", path.display());
+}
+
+/// `LoadError::NotAFile` for `path` of `kind`, and its text.
+fn assert_not_a_file(e: &LoadError, path: &Path, kind: FileKind) {
+    assert_eq!(
+        *e,
+        LoadError::NotAFile {
+            path: path.to_path_buf(),
+            kind
+        }
+    );
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "{}: {kind}, not a regular file; a shared library file was expected",
+            path.display()
+        )
+    );
+}
+
+#[test]
+fn special_files_are_refused_promptly_by_what_they_are() {
+    let _g = ENV.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = common::scratch("special");
+    let fifo = dir.join("fifo.so");
+    mkfifo(&fifo);
+    let link = dir.join("link-to-fifo.so");
+    std::os::unix::fs::symlink(&fifo, &link).unwrap();
+    let folder = dir.join("folder.so");
+    std::fs::create_dir(&folder).unwrap();
+    let socket = dir.join("socket.so");
+    let _listener = UnixListener::bind(&socket).unwrap();
+    let cases = [
+        (fifo.clone(), FileKind::Fifo),
+        (link, FileKind::Fifo),
+        (folder, FileKind::Directory),
+        (PathBuf::from("/dev/null"), FileKind::CharDevice),
+        (socket, FileKind::Socket),
+    ];
+    for (path, kind) in cases {
+        let p = path.clone();
+        let checked = promptly(move || elf::check_file(&p));
+        assert_eq!(
+            checked,
+            Ok(Err(ElfError::NotAFile { kind })),
+            "{}",
+            path.display()
+        );
+        let p = path.clone();
+        let e = promptly(move || Library::open(&p).map(|_| ()))
+            .unwrap_or_else(|why| panic!("{}: {why}", path.display()))
+            .expect_err("refused");
+        assert_not_a_file(&e, &path, kind);
+        println!("{e}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_fifo_named_by_the_environment_variable_is_refused_promptly() {
+    let _g = ENV.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = common::scratch("env-fifo");
+    let fifo = dir.join("libnccl.so.2");
+    mkfifo(&fifo);
+    std::env::set_var(ENV_LIBRARY, &fifo);
+    let loaded = promptly(|| Library::load().map(|_| ()));
+    std::env::remove_var(ENV_LIBRARY);
+    let e = loaded.unwrap().expect_err("refused");
+    assert_not_a_file(&e, &fifo, FileKind::Fifo);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_fifo_found_by_name_in_ld_library_path_is_refused_promptly() {
+    let _g = ENV.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = common::scratch("by-name-fifo");
+    let fifo = dir.join("libnccl.so.2");
+    mkfifo(&fifo);
+    let saved = std::env::var_os("LD_LIBRARY_PATH");
+    std::env::set_var("LD_LIBRARY_PATH", &dir);
+    std::env::remove_var(ENV_LIBRARY);
+    // dlopen's own search would open the FIFO and block: the loader refuses it first.
+    let by_name = promptly(|| Library::open("libnccl.so.2").map(|_| ()));
+    let discovered = promptly(|| Library::load().map(|l| l.path().to_path_buf()));
+    match saved {
+        Some(v) => std::env::set_var("LD_LIBRARY_PATH", v),
+        None => std::env::remove_var("LD_LIBRARY_PATH"),
+    }
+    let e = by_name.unwrap().expect_err("refused");
+    assert_not_a_file(&e, &fifo, FileKind::Fifo);
+    match discovered.unwrap() {
+        // A Python environment on this machine may hold a good one, found after the name.
+        Ok(path) => println!("discovery went on to {}", path.display()),
+        Err(LoadError::NothingFound { tried }) => {
+            let t = tried
+                .iter()
+                .find(|t| t.place == "libnccl.so.2 (system search)")
+                .expect("the name was tried");
+            assert_eq!(
+                t.reason,
+                format!(
+                    "not loadable: {}: a FIFO (named pipe), not a regular file; a shared library file was expected",
+                    fifo.display()
+                )
+            );
+        }
+        Err(e) => panic!("{e}"),
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_fifo_in_a_python_wheel_folder_is_passed_over_promptly() {
+    let _g = ENV.lock().unwrap_or_else(|p| p.into_inner());
+    let venv = common::scratch("venv-fifo");
+    let lib = venv.join("lib/python3.12/site-packages/nvidia/nccl/lib");
+    std::fs::create_dir_all(&lib).unwrap();
+    let fifo = lib.join("libnccl.so.2");
+    mkfifo(&fifo);
+    let saved = std::env::var_os("VIRTUAL_ENV");
+    std::env::set_var("VIRTUAL_ENV", &venv);
+    std::env::remove_var(ENV_LIBRARY);
+    let discovered = promptly(|| Library::load().map(|l| l.path().to_path_buf()));
+    match saved {
+        Some(v) => std::env::set_var("VIRTUAL_ENV", v),
+        None => std::env::remove_var("VIRTUAL_ENV"),
+    }
+    match discovered.unwrap() {
+        // The system search, tried before the wheel folders, found one on this machine.
+        Ok(path) => println!("skipped: the search found {} first", path.display()),
+        Err(LoadError::NothingFound { tried }) => {
+            let t = tried
+                .iter()
+                .find(|t| Path::new(&t.place) == fifo)
+                .unwrap_or_else(|| panic!("the wheel folder was tried: {tried:#?}"));
+            assert_eq!(
+                t.reason,
+                format!(
+                    "not loadable: {}: a FIFO (named pipe), not a regular file; a shared library file was expected",
+                    fifo.display()
+                )
+            );
+        }
+        Err(e) => panic!("{e}"),
+    }
+    let _ = std::fs::remove_dir_all(&venv);
 }

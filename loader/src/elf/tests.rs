@@ -453,7 +453,12 @@ fn check_file_reads_only_what_it_needs_and_names_io_failures() {
             size: 0
         })
     );
-    assert_eq!(check_file(&d), Err(ElfError::NotAFile));
+    assert_eq!(
+        check_file(&d),
+        Err(ElfError::NotAFile {
+            kind: FileKind::Directory
+        })
+    );
     let e = check_file(&d.join("missing.so")).unwrap_err();
     assert!(
         matches!(&e, ElfError::Unreadable { part: Part::Header, reason } if reason.contains("No such file")),
