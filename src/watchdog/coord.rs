@@ -13,12 +13,17 @@
 //! process does afterwards is up to its own watchdog: the collectives it waits on with the
 //! failed rank time out there too (and dump again, with what they know then).
 
-use super::dumps::Dumps;
+use super::dumps::{Dumps, Reporter};
+use super::ending::within;
 use crate::recorder::{DumpCause, DumpNote};
 use oxccl_core::watchdog::{dump_signal_rank, should_dump_on_signal, DUMP_SIGNAL_KEY};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+/// The bound of the read of who signalled (a key known to be set: a store that answers does
+/// at once).
+const SIGNALLER_READ_LIMIT: Duration = Duration::from_secs(1);
 
 impl Dumps {
     /// Starts the coordination thread once per process.
@@ -57,24 +62,49 @@ impl Dumps {
                 if !matches!(r.store.check_watched(DUMP_SIGNAL_KEY), Ok(true)) {
                     continue;
                 }
-                let signaller = r
-                    .store
-                    .get(DUMP_SIGNAL_KEY, every)
-                    .ok()
-                    .and_then(|v| dump_signal_rank(&v));
+                // Who signalled is read after the dump, which nothing that can wait on the
+                // store may delay. This process's own signal is set only once its own dump
+                // began, which `failure_dumped` tells: it is never taken for another's.
                 let dumped = self.failure_dumped.load(Ordering::Acquire);
-                if !should_dump_on_signal(signaller, r.rank, dumped) {
+                if !should_dump_on_signal(None, r.rank, dumped) {
                     continue;
                 }
-                let who =
-                    signaller.map_or_else(|| "another rank".to_owned(), |r| format!("rank {r}"));
-                let reason = format!("{who} failed and signalled every rank to dump");
-                log::error!("oxccl: {reason}");
-                let mut note = DumpNote::new(DumpCause::Signal(signaller));
-                let deadline = crate::deadline::deadline_after(self.wait_limit());
-                self.dump_and_report(&reason, &mut note, deadline);
+                self.dump_on_signal(r, every);
                 return;
             }
         }
+    }
+
+    /// Dumps on the signal seen in `r`'s store, learns who set it, reports the dumps, and
+    /// writes them again with what it learned (`every`: how often the store is looked at).
+    fn dump_on_signal(&self, r: &Reporter, every: Duration) {
+        let reason = "another rank failed and signalled every rank to dump";
+        log::error!("oxccl: {reason}");
+        let limit = self.wait_limit();
+        let deadline = crate::deadline::deadline_after(limit);
+        let mut note = DumpNote::new(DumpCause::Signal(None));
+        let (mut writing, mut first) = self.start_dumps(reason, &note);
+        if !writing.finish_by(deadline, limit) {
+            // Not written: reporting it would end the failing ranks' wait falsely.
+            return;
+        }
+        let store = r.store.clone();
+        let read_by = deadline.min(Instant::now() + SIGNALLER_READ_LIMIT);
+        let signaller = within(self, read_by, "oxccl-dump-signaller", move || {
+            store
+                .get(DUMP_SIGNAL_KEY, every)
+                .ok()
+                .and_then(|v| dump_signal_rank(&v))
+        })
+        .flatten();
+        if let Some(from) = signaller {
+            log::error!("oxccl: the dump signal came from rank {from}");
+        }
+        note.cause = DumpCause::Signal(signaller);
+        // Before the report: the last one ends the failing ranks' wait, and their end may take
+        // this process with it (a launcher ending every worker once one fails).
+        self.rewrite(&mut first, reason, &note, limit);
+        self.report(&mut note, deadline);
+        self.rewrite(&mut first, reason, &note, limit);
     }
 }

@@ -215,6 +215,23 @@ impl Watchdog {
         true
     }
 
+    /// Waits (up to `limit`) until the watchdog has made a whole pass begun after this call,
+    /// or `done` says it need not; at once where no watchdog thread runs, or on its thread.
+    pub(super) fn await_pass(&self, limit: Duration, done: impl Fn() -> bool) {
+        let on_watchdog = lock(&self.thread_id)
+            .as_ref()
+            .is_some_and(|t| t.id() == std::thread::current().id());
+        if on_watchdog || !self.running.load(Ordering::Acquire) {
+            return;
+        }
+        let target = self.passes() + 2;
+        let began = std::time::Instant::now();
+        while self.passes() < target && !done() && began.elapsed() < limit {
+            self.wake();
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
     /// When the watchdog last made a pass (process clock, ns).
     pub fn heartbeat_ns(&self) -> u64 {
         self.heartbeat.load(Ordering::Relaxed)
@@ -263,17 +280,18 @@ impl Watchdog {
     /// to the program: when the watchdog will dump for it and then end the process (the
     /// group's plan), waits until it has, so that the program cannot end the process (and the
     /// store it may host) first, before the signal, the dumps and the wait for every rank's
-    /// dump are done; the process ends during this call. Bounded by the dump wait and a pass;
-    /// nothing to wait for in a process without a dump directory. Under a mode that keeps the
-    /// process, the error returns at once (the program handles it), and an exit the program
-    /// makes meanwhile waits for the watchdog instead (see `ending`'s exit guard).
+    /// dump are done; the process ends during this call. Bounded by the dump wait and what may
+    /// follow its deadline; nothing to wait for in a process without a dump directory. Under a
+    /// mode that keeps the process, the error returns at once (the program handles it), and an
+    /// exit the program makes meanwhile waits for the watchdog instead (see `ending`'s exit
+    /// guard).
     pub(crate) fn settle_failure(self: &Arc<Self>, group: &GroupWatch, e: &oxccl_core::Error) {
         let plan = failure_plan(group.mode, FailureKind::of(e), group.dump_on_timeout);
         let ends = plan.dump && plan.end_process;
         if ends && group.enrolled.load(Ordering::Acquire) && self.has_dump_targets() {
             let limit = group
                 .wait_timeout_dump
-                .saturating_add(Duration::from_secs(2));
+                .saturating_add(ending::PAST_DEADLINE);
             self.flush(limit);
         }
     }
