@@ -136,10 +136,11 @@ fn world(n: u32) -> (Vec<PerRank>, u64) {
     (seen, queries / u64::from(n))
 }
 
-/// The most store calls one rank makes to make its default group, and a subgroup: a few
-/// more for the rank that arrives last (it says all came) or differs, never more with more
-/// ranks (a rank reading every other rank's key makes 15 more at 16 ranks).
-const MOST_PER_PHASE: u64 = 12;
+/// The most store calls one rank makes to make its default group (one of them the look for
+/// an elastic world running on the store), and a subgroup: a few more for the rank that
+/// arrives last (it says all came) or differs, never more with more ranks (a rank reading
+/// every other rank's key makes 15 more at 16 ranks).
+const MOST_PER_PHASE: u64 = 13;
 
 #[test]
 fn a_rank_makes_no_more_store_calls_in_a_world_of_16_than_in_a_world_of_2() {

@@ -38,6 +38,7 @@ use super::comm::Entry;
 use super::inner::PgInner;
 use super::issue::SeqKind;
 use super::process_group::ProcessGroup;
+use super::recovery::settle_refusal;
 use super::work::WorkOf;
 use crate::buffer::{Memory, Operand, StreamOf};
 use oxccl_core::graph_buffers::GraphBuffers;
@@ -356,7 +357,9 @@ impl<'a, B: Memory> Launch<'a, B> {
         inner.refuse_while_coalescing("launch a graph", ": launch after it ends")?;
         // Under the group's lock, as every operation: the launch's end event and its place
         // in the watchdog's queue keep the stream's order (the watchdog counts on it).
-        inner.with_entry("launch a graph", |_| self.launch_locked())
+        inner
+            .with_entry("launch a graph", |_| self.launch_locked())
+            .map_err(|e| settle_refusal(inner, e))
     }
 
     /// [`Launch::launch`] under the group's lock, the refusals passed.

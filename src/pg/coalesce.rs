@@ -8,6 +8,7 @@ use super::issue::{Issuer, SeqKind};
 use super::op_facts::OpFacts;
 use super::ops::two_on;
 use super::process_group::ProcessGroup;
+use super::recovery::settle_refusal;
 use super::tune::prepare::prepare_on;
 use super::work::{Work, WorkOf};
 use crate::buffer::{Memory, Operand};
@@ -146,7 +147,8 @@ impl<B: Memory> ProcessGroup<B> {
                     )
                     .map(drop)
                 })
-            })?;
+            })
+            .map_err(|e| settle_refusal(inner, e))?;
         }
         self.coalesced(|c| {
             ops.iter_mut().try_for_each(|op| match op {
@@ -158,7 +160,10 @@ impl<B: Memory> ProcessGroup<B> {
 
     fn open_block(&self, kind: GroupKind) -> Result<Coalescing<'_, B>> {
         let inner = &self.inner();
-        let entry = inner.entry(kind.start_call())?;
+        // Refusals that show a loss are answered as a failed wait is, on every path.
+        let entry = inner
+            .entry(kind.start_call())
+            .map_err(|e| settle_refusal(inner, e))?;
         if inner.hot.coalescing.swap(true, Ordering::AcqRel) {
             return Err(Error::InvalidState {
                 state: CommState::Ready,
@@ -235,7 +240,8 @@ impl<'a, B: Memory> Coalescing<'a, B> {
             })?;
             held.append(&mut taken);
             Ok(())
-        });
+        })
+        .map_err(|e| settle_refusal(inner, e));
         match &r {
             Ok(()) => {
                 self.numel.0 += numel.0;
@@ -425,6 +431,7 @@ impl<'a, B: Memory> Coalescing<'a, B> {
                 inner.trace_built(coalesced_name(&kinds), seq, metas(|o| o.2), metas(|o| o.3));
             Ok(inner.work(info, None, end, e, trace))
         })
+        .map_err(|e| settle_refusal(inner, e))
     }
 }
 

@@ -116,11 +116,8 @@ fn beat<B: Memory>(weak: &Weak<PgInner<B>>) {
 /// runs there: its incarnation is complete, it published its members, and its beat moves.
 /// Reads only: a refused process leaves every counter as it was.
 pub(crate) fn refuse_new_while_running(store: &Arc<dyn Store>, size: u32, rank: u32) -> Result<()> {
-    let counter = keys::incarnations(size);
-    if !store.check(&[&counter])? {
-        return Ok(());
-    }
-    let count = store.add(&counter, 0)?;
+    // One call on the common path: every rank of a forming world makes it.
+    let count = store.add(&keys::incarnations(size), 0)?;
     let Ok(count) = u64::try_from(count) else {
         return Ok(());
     };
