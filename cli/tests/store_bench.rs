@@ -1,10 +1,15 @@
 //! `oxccl store bench`: the built tool fans in 4,096 ranks on oxccl's server (and, where a
 //! Python with torch is at hand, 1,024 on both servers), and its JSON report says every rank
 //! joined, every round counted exactly, and what it measured is sane. Also its refusals: more
-//! ranks than a process can hold descriptors for, and a torch server without torch.
+//! ranks than a process can hold descriptors for, and a torch server without torch. And a
+//! failing "torch server" (a stand-in for the Python that refuses, resets, dies or never
+//! starts) is explained by what the bench measured on the real failure path.
 
 use serde_json::Value;
-use std::path::PathBuf;
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 fn bench(args: &[&str], env: &[(&str, &str)]) -> Output {
@@ -112,9 +117,10 @@ fn both_servers_complete_a_thousand_ranks() {
         }
     };
     let py = py.to_str().expect("a UTF-8 path");
-    // PyTorch's server resolves each client's name as it accepts it; a resolver that
-    // rate-limits stalls it for seconds per dropped query. This test is about the counts, not
-    // the resolver: use-vc makes the lookups fail at once where the resolver refuses TCP.
+    // PyTorch's server looks up each client's name as it accepts it. Where the resolver drops
+    // most of a burst of lookups (each then waits out the resolver's timeout), that alone
+    // takes minutes; this test is about the counts: use-vc makes the lookups fail at once
+    // where the resolver refuses TCP. A failing column's report times such a burst.
     let o = bench(
         &[
             "--ranks", "1024", "--rounds", "3", "--server", "both", "--python", py, "--json",
@@ -159,4 +165,171 @@ fn a_torch_server_without_torch_says_how_to_get_it() {
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(stderr.contains("bash scripts/torch-env.sh"), "{stderr}");
     assert!(stderr.contains("/nonexistent/bin/python"), "{stderr}");
+}
+
+/// A stand-in for the Python of PyTorch's server: it passes the bench's torch check, then
+/// prints `port` (as the server script does once it listens) and runs the shell's `then`.
+fn fake_python(name: &str, port: Option<u16>, then: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("oxccl-store-bench-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a temporary directory");
+    let path = dir.join("python");
+    let print = port.map_or_else(String::new, |p| format!("echo {p}\n"));
+    let script = format!(
+        "#!/bin/sh\n\
+         case \"$2\" in \"import torch.distributed as d; d.TCPStore\") exit 0;; esac\n\
+         {print}{then}\n"
+    );
+    std::fs::write(&path, script).expect("the stand-in is written");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    path
+}
+
+/// The torch column of a bench run on `python` that failed: its error text and measurements.
+fn failed_torch(python: &Path, args: &[&str]) -> (String, Value) {
+    let mut all = vec![
+        "--server",
+        "torch",
+        "--python",
+        python.to_str().expect("a UTF-8 path"),
+        "--json",
+        "--ops-clients",
+        "0",
+    ];
+    all.extend_from_slice(args);
+    let o = bench(&all, &[]);
+    // The stand-in's directory, made for this run alone.
+    if let Some(dir) = python.parent() {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{stderr}");
+    let v: Value = serde_json::from_slice(&o.stdout).expect("one JSON object");
+    let col = &v["servers"]["torch"];
+    assert_eq!(col["ok"], false, "{col}");
+    let error = col["error"].as_str().expect("an error").to_string();
+    // Only what was measured: the bench times a reverse lookup but names no resolver.
+    assert!(!error.contains("DNS"), "{error}");
+    (error, col["observed"].clone())
+}
+
+/// A port nothing listens on (bound, then closed).
+fn closed_port() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").expect("a port");
+    l.local_addr().expect("its address").port()
+}
+
+#[test]
+fn a_refusing_torch_server_is_explained_by_the_refusals_counted() {
+    let py = fake_python("refused", Some(closed_port()), "exec sleep 600");
+    let (error, seen) = failed_torch(&py, &["--ranks", "32", "--client-procs", "2"]);
+    assert_eq!(seen["phase"], "join", "{seen}");
+    let clients = &seen["clients"];
+    assert_eq!(clients["ranks"], 32, "{seen}");
+    assert_eq!(clients["joined"], 0, "{seen}");
+    assert_eq!(clients["failed"]["refused"], 32, "{seen}");
+    assert!(clients["first_failure_s"].as_f64().is_some(), "{seen}");
+    assert_eq!(seen["server"]["state"], "still running", "{seen}");
+    assert_eq!(seen["server"]["listening"]["sockets"], 0, "{seen}");
+    assert!(seen["server"]["nofile_soft"].as_u64().is_some(), "{seen}");
+    assert!(
+        error.starts_with("the torch server failed during the join, "),
+        "{error}"
+    );
+    assert!(
+        error.contains("clients: 0 of 32 ranks joined; failed ranks: 32 refused; first failure"),
+        "{error}"
+    );
+    assert!(
+        error.contains("client processes: 2 stopped on failed ranks"),
+        "{error}"
+    );
+    assert!(error.contains("; no socket listens on port "), "{error}");
+}
+
+#[test]
+fn a_torch_server_that_dies_is_explained_by_its_exit_status_and_stderr() {
+    let py = fake_python(
+        "dies",
+        Some(closed_port()),
+        "echo 'fake: the server gives up' >&2\nexit 7",
+    );
+    let (error, seen) = failed_torch(&py, &["--ranks", "8"]);
+    assert_eq!(seen["phase"], "join", "{seen}");
+    assert_eq!(seen["server"]["state"], "exited (exit status: 7)", "{seen}");
+    assert_eq!(
+        seen["server"]["stderr_tail"],
+        serde_json::json!(["fake: the server gives up"]),
+        "{seen}"
+    );
+    assert!(
+        error.contains("the server process: exited (exit status: 7)"),
+        "{error}"
+    );
+    assert!(
+        error.contains("its stderr ended with:\n    fake: the server gives up"),
+        "{error}"
+    );
+}
+
+#[test]
+fn a_torch_server_that_never_listens_is_explained_by_its_start() {
+    let py = fake_python("silent", None, "echo 'fake: importing' >&2\nexec sleep 600");
+    let (error, seen) = failed_torch(&py, &["--ranks", "8", "--timeout", "1"]);
+    assert_eq!(seen["phase"], "start", "{seen}");
+    assert!(seen["clients"].is_null(), "{seen}");
+    assert!(seen["reverse_lookup"].is_null(), "{seen}");
+    assert_eq!(seen["server"]["state"], "still running", "{seen}");
+    assert!(
+        error.starts_with("the torch server failed during its start, 1.0"),
+        "{error}"
+    );
+    assert!(
+        error.contains(": it printed no port within 1 s\n"),
+        "{error}"
+    );
+    assert!(error.contains("    fake: importing"), "{error}");
+    // No clients connected: no reverse lookup was timed, and none is spoken of.
+    assert!(!error.contains("lookup"), "{error}");
+}
+
+/// A server that lets every rank join (VALIDATE and PING, the nonce back) and then resets
+/// each connection as its first query of the rounds arrives (closed unread: an RST).
+fn join_then_reset() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").expect("a port");
+    let port = l.local_addr().expect("its address").port();
+    std::thread::spawn(move || {
+        for c in l.incoming() {
+            let Ok(mut c) = c else { continue };
+            std::thread::spawn(move || {
+                // Query type (1), magic (4), query type (1), nonce (4).
+                let mut join = [0u8; 10];
+                if c.read_exact(&mut join).is_err() || c.write_all(&join[6..]).is_err() {
+                    return;
+                }
+                let _ = c.peek(&mut [0u8; 1]);
+            });
+        }
+    });
+    port
+}
+
+#[test]
+fn a_torch_server_that_resets_in_the_rounds_is_explained_by_the_resets_counted() {
+    let py = fake_python("resets", Some(join_then_reset()), "exec sleep 600");
+    let (error, seen) = failed_torch(&py, &["--ranks", "16", "--client-procs", "2"]);
+    assert_eq!(seen["phase"], "rounds", "{seen}");
+    let clients = &seen["clients"];
+    assert_eq!(clients["joined"], 16, "{seen}");
+    assert_eq!(clients["failed"]["reset"], 16, "{seen}");
+    assert!(
+        error.contains("clients: 16 of 16 ranks joined; failed ranks: 16 reset"),
+        "{error}"
+    );
+    assert!(error.contains("read: Connection reset by peer"), "{error}");
+    // The lookup was timed (the clients connected from 127.0.0.2), so it is reported.
+    assert_eq!(seen["reverse_lookup"]["addr"], "127.0.0.2", "{seen}");
+    assert!(
+        error.contains("\n  64 reverse lookups (getnameinfo) of 127.0.0.2 at once from the bench: "),
+        "{error}"
+    );
 }

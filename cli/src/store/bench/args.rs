@@ -40,11 +40,11 @@ Examples:
 Every server and client process raises its soft descriptor limit to the hard one; a server
 must hold a descriptor per rank, so N is bounded by the hard limit (less a reserve).
 
-PyTorch's server resolves each client's address to a host name (reverse DNS, on its event
-loop) as it accepts it: where the resolver is slow or rate-limits, its join time is the
-resolver's. The server inherits the bench's environment, so RES_OPTIONS (resolv.conf(5))
-applies to its lookups; e.g. RES_OPTIONS=use-vc makes them fail at once where the resolver
-refuses TCP.")]
+A failed column says what was measured when it failed: the phase and how far into it, the
+ranks that joined, the errors the ranks saw by kind (refused, reset, closed, timed-out, ...)
+and when the first came, the server process's state, open descriptors, RLIMIT_NOFILE, accept
+queue and last lines of stderr, net.core.somaxconn and the machine's TcpExt listen overflow
+and drop counts, and the times of a burst of reverse lookups of the clients' address.")]
 pub struct BenchArgs {
     /// Simulated ranks: each one connection that joins, meets at every barrier, and leaves.
     #[arg(long, default_value_t = 4096)]

@@ -1,5 +1,6 @@
 //! Why a bench run stops or a server's column fails, each with the exit code it earns.
 
+use super::failure::Failure;
 use crate::exit;
 use std::fmt;
 
@@ -31,30 +32,13 @@ pub enum BenchError {
     Start(String),
     /// A server or client process misbehaved or ended early.
     Run(String),
-    /// No client process reported within the bound.
-    Timeout {
-        /// The phase waited in ("joining", "the rounds").
-        phase: &'static str,
-        /// The bound, in seconds.
-        secs: u64,
-        /// What likely holds it up, when known ("" otherwise).
-        hint: &'static str,
-    },
+    /// A server's column failed: what was measured then.
+    Failed(Box<Failure>),
     /// The run finished but its counts are wrong.
     Wrong(String),
 }
 
 impl BenchError {
-    /// The error with `hint` (what likely caused it) added, unless `hint` is empty.
-    pub fn with_hint(self, hint: &'static str) -> BenchError {
-        match self {
-            _ if hint.is_empty() => self,
-            BenchError::Timeout { phase, secs, .. } => BenchError::Timeout { phase, secs, hint },
-            BenchError::Run(m) => BenchError::Run(format!("{m} ({hint})")),
-            e => e,
-        }
-    }
-
     /// The tool's exit code for this error.
     pub fn exit_code(&self) -> u8 {
         match self {
@@ -62,7 +46,7 @@ impl BenchError {
             BenchError::TooManyRanks { .. } | BenchError::NoTorch { .. } => exit::ENV,
             BenchError::Start(_)
             | BenchError::Run(_)
-            | BenchError::Timeout { .. }
+            | BenchError::Failed(_)
             | BenchError::Wrong(_) => exit::FAILED,
         }
     }
@@ -94,16 +78,7 @@ impl fmt::Display for BenchError {
                  torch.distributed ({why}); run `bash scripts/torch-env.sh` to create \
                  .cache/torch-venv, or point --python or OXCCL_TORCH_VENV at one"
             ),
-            BenchError::Timeout { phase, secs, hint } => {
-                write!(
-                    f,
-                    "no client process reported within {secs} s during {phase}"
-                )?;
-                if !hint.is_empty() {
-                    write!(f, " ({hint})")?;
-                }
-                Ok(())
-            }
+            BenchError::Failed(failure) => f.write_str(&failure.render()),
             BenchError::Start(m) | BenchError::Run(m) | BenchError::Wrong(m) => f.write_str(m),
         }
     }

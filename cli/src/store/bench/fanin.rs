@@ -10,12 +10,15 @@
 
 use super::args::Plan;
 use super::error::BenchError;
-use super::messages::{Msg, GO};
+use super::failure::{ClientCounts, Heard, Phase, Stop};
+use super::light::SETTLE;
+use super::messages::{Msg, StopReason, GO, STOP};
 use super::proc_stat::{cpu_secs, mono_ns, open_fds, rss_kib, secs_between};
-use super::procs::Owned;
+use super::procs::{tell, Owned};
 use super::server::Server;
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Command, Stdio};
+use std::io::{BufRead, BufReader};
+use std::net::Ipv4Addr;
+use std::process::{ChildStdin, Command, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
@@ -46,30 +49,49 @@ pub struct FanIn {
 /// A line from client process `i`, or its end (`None`).
 type Line = (usize, Option<Msg>);
 
-/// Runs the fan-in of `plan` on `server`; keys live under `run`. A failure while the ranks
-/// join carries `join_hint`, what likely slows this server's accepts ("" if nothing known).
-pub fn run(
-    plan: &Plan,
-    server: &Server,
-    run: &str,
-    join_hint: &'static str,
-) -> Result<FanIn, BenchError> {
+/// The loopback address client process `i` connects from.
+pub fn source(i: usize) -> Ipv4Addr {
+    Ipv4Addr::new(127, 0, 0, u8::try_from(2 + i).unwrap_or(u8::MAX))
+}
+
+/// Runs the fan-in of `plan` on `server`; keys live under `run`. A failure is measured:
+/// the clients' counts, the server process and the machine (see [`super::failure`]).
+pub fn run(plan: &Plan, server: &mut Server, run: &str) -> Result<FanIn, BenchError> {
+    fan_in(plan, server, run).map_err(|stop| {
+        let connected = stop.clients.is_some().then(|| source(0));
+        server.failed(stop, connected)
+    })
+}
+
+fn fan_in(plan: &Plan, server: &Server, run: &str) -> Result<FanIn, Stop> {
     let pid = server.proc.pid();
-    let unreadable = || BenchError::Run(format!("cannot read /proc/{pid} of the server"));
-    let base_fds = open_fds(pid).ok_or_else(unreadable)?;
-    let base_rss_kib = rss_kib(pid).ok_or_else(unreadable)?;
-    let cpu0 = cpu_secs(pid).ok_or_else(unreadable)?;
-    let exe = std::env::current_exe()
-        .map_err(|e| BenchError::Start(format!("cannot find this tool's binary: {e}")))?;
-    let (tx, rx) = mpsc::channel::<Line>();
     let spawned = mono_ns();
+    let unreadable = |phase, began| {
+        Stop::new(
+            phase,
+            began,
+            format!("cannot read /proc/{pid} of the server"),
+        )
+    };
+    let base_fds = open_fds(pid).ok_or_else(|| unreadable(Phase::Join, spawned))?;
+    let base_rss_kib = rss_kib(pid).ok_or_else(|| unreadable(Phase::Join, spawned))?;
+    let cpu0 = cpu_secs(pid).ok_or_else(|| unreadable(Phase::Join, spawned))?;
+    let exe = std::env::current_exe().map_err(|e| {
+        Stop::new(
+            Phase::Join,
+            spawned,
+            format!("cannot find this tool's binary: {e}"),
+        )
+    })?;
+    let (tx, rx) = mpsc::channel::<Line>();
     let mut clients = Vec::with_capacity(plan.shares.len());
+    let mut stdins = Vec::with_capacity(plan.shares.len());
     let mut first = 0usize;
     for (i, &count) in plan.shares.iter().enumerate() {
         let mut cmd = Command::new(&exe);
         cmd.args(["store", "bench-client"])
             .args(["--port", &server.port.to_string()])
-            .args(["--source", &format!("127.0.0.{}", 2 + i)])
+            .args(["--source", &source(i).to_string()])
             .args(["--first", &first.to_string()])
             .args(["--count", &count.to_string()])
             .args(["--ranks", &plan.ranks.to_string()])
@@ -78,8 +100,10 @@ pub fn run(
             .args(["--timeout", &plan.timeout.as_secs().to_string()])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped());
-        let mut c = Owned::spawn(&mut cmd, format!("client process {i}"))?;
+        let mut c = Owned::spawn(&mut cmd, format!("client process {i}"))
+            .map_err(|e| Stop::new(Phase::Join, spawned, e.to_string()))?;
         let out = c.child().stdout.take();
+        stdins.push(c.child().stdin.take());
         let tx = tx.clone();
         // Ends at the child's end of stdout; a line no client writes is reported as such.
         std::thread::spawn(move || {
@@ -102,25 +126,38 @@ pub fn run(
     drop(tx);
     let mut inbox = Inbox {
         rx,
+        heard: vec![Heard::Nothing; clients.len()],
         clients: &mut clients,
-        timeout: plan.timeout,
+        stdins,
+        shares: &plan.shares,
+        // Past the clients' own bound, so that theirs, with their counts, comes first.
+        bound: plan.timeout + SETTLE + Duration::from_secs(2),
+        client_bound: plan.timeout,
     };
     let mut joined_at = 0;
     for _ in 0..plan.shares.len() {
-        match inbox.next("joining").map_err(|e| e.with_hint(join_hint))? {
-            (_, Msg::Joined(t)) => joined_at = joined_at.max(t),
-            (i, m) => return Err(inbox.unexpected(i, &m, "joining")),
+        match inbox.next() {
+            Ok((_, Some(Msg::Joined(t)))) => joined_at = joined_at.max(t),
+            Ok((i, m)) => {
+                let what = inbox.unexpected(i, m.as_ref());
+                return Err(inbox.stop(Phase::Join, spawned, what));
+            }
+            Err(what) => return Err(inbox.stop(Phase::Join, spawned, what)),
         }
     }
     // The idle server: every rank connected, none sending.
     std::thread::sleep(Duration::from_millis(200));
-    let idle_rss_kib = rss_kib(pid).ok_or_else(unreadable)?;
+    let idle_rss_kib = rss_kib(pid).ok_or_else(|| unreadable(Phase::Join, spawned))?;
     let go_at = mono_ns();
-    for c in inbox.clients.iter_mut() {
-        if let Some(mut stdin) = c.child().stdin.take() {
-            writeln!(stdin, "{GO}")
-                .map_err(|e| BenchError::Run(format!("cannot tell {} to go: {e}", c.what)))?;
-        }
+    let mut pipes: Vec<&mut ChildStdin> = inbox.stdins.iter_mut().flatten().collect();
+    let told = tell(&mut pipes, GO);
+    if let Some((i, e)) = told
+        .iter()
+        .enumerate()
+        .find_map(|(i, r)| Some(i).zip(r.as_ref().err()))
+    {
+        let what = format!("cannot tell client process {i} to go: {e}");
+        return Err(inbox.stop(Phase::Rounds, go_at, what));
     }
     let mut left = 0;
     let mut rounds: Vec<Vec<(u64, Vec<i64>)>> = vec![Vec::new(); plan.rounds];
@@ -128,26 +165,25 @@ pub fn run(
     let mut cpu1 = cpu0;
     let mut ended = 0;
     while ended < plan.shares.len() {
-        match inbox.next_or_end("the rounds")? {
-            (_, Some(Msg::Left(_))) => {
+        match inbox.next() {
+            Ok((_, Some(Msg::Left(_)))) => {
                 left += 1;
                 if left == plan.shares.len() {
                     // The rounds' lines follow the leave: the server is watched first.
                     released_at = released(pid, base_fds, plan.timeout);
-                    cpu1 = cpu_secs(pid).ok_or_else(unreadable)?;
+                    cpu1 = cpu_secs(pid).ok_or_else(|| unreadable(Phase::Rounds, go_at))?;
                 }
             }
-            (_, Some(Msg::Round { round, at, values })) if round < plan.rounds => {
+            Ok((_, Some(Msg::Round { round, at, values }))) if round < plan.rounds => {
                 rounds[round].push((at, values));
             }
-            (i, Some(m)) => return Err(inbox.unexpected(i, &m, "the rounds")),
-            (_, None) => ended += 1,
+            Ok((i, None)) if inbox.heard[i] == Heard::Left => ended += 1,
+            Ok((i, m)) => {
+                let what = inbox.unexpected(i, m.as_ref());
+                return Err(inbox.stop(Phase::Rounds, go_at, what));
+            }
+            Err(what) => return Err(inbox.stop(Phase::Rounds, go_at, what)),
         }
-    }
-    if left < plan.shares.len() {
-        return Err(BenchError::Run(
-            "a client process ended without leaving".into(),
-        ));
     }
     // The end of round r, over every process (each reports every round once).
     let ends: Vec<u64> = rounds
@@ -210,50 +246,112 @@ fn released(pid: u32, base: usize, timeout: Duration) -> Option<u64> {
     None
 }
 
-/// The client processes' lines, each wait bounded by the plan's timeout.
+/// How long the bench waits, after telling the client processes to stop, for their counts.
+const REPORT_BOUND: Duration = Duration::from_secs(5);
+
+/// The client processes' lines, each wait bounded, and what each process last said.
 struct Inbox<'a> {
     rx: Receiver<Line>,
     clients: &'a mut Vec<Owned>,
-    timeout: Duration,
+    /// Their stdins, open until the end: `go`, or `stop` after a failure.
+    stdins: Vec<Option<ChildStdin>>,
+    heard: Vec<Heard>,
+    shares: &'a [usize],
+    /// How long the bench waits for a line.
+    bound: Duration,
+    /// The client processes' own bound on a phase.
+    client_bound: Duration,
 }
 
 impl Inbox<'_> {
-    /// The next line or the end of a process's output; `phase` names the wait in errors.
-    fn next_or_end(&mut self, phase: &'static str) -> Result<(usize, Option<Msg>), BenchError> {
-        match self.rx.recv_timeout(self.timeout) {
-            Ok((i, Some(Msg::Error(why)))) => {
-                Err(BenchError::Run(format!("{}: {why}", self.clients[i].what)))
+    /// Notes what `line` says of its process.
+    fn hear(&mut self, (i, msg): &Line) {
+        let h = &mut self.heard[*i];
+        match msg {
+            Some(Msg::Joined(_)) => *h = Heard::Joined,
+            Some(Msg::Left(_)) => *h = Heard::Left,
+            Some(Msg::Stopped(t)) => *h = Heard::Stopped(t.clone()),
+            Some(Msg::Error(why)) => *h = Heard::Error(why.clone()),
+            Some(Msg::Round { .. }) => {}
+            None if !h.is_final() => *h = Heard::Ended(self.clients[*i].exit_note()),
+            None => {}
+        }
+    }
+
+    /// The next line or the end of a process's output; a process that stopped short, or
+    /// silence past the bound, is an error (in words).
+    fn next(&mut self) -> Result<(usize, Option<Msg>), String> {
+        let line = match self.rx.recv_timeout(self.bound) {
+            Ok(line) => line,
+            Err(RecvTimeoutError::Timeout) => {
+                return Err(format!(
+                    "no client process reported within {} s",
+                    self.bound.as_secs()
+                ))
             }
-            Ok(line) => Ok(line),
-            Err(RecvTimeoutError::Timeout) => Err(BenchError::Timeout {
-                phase,
-                secs: self.timeout.as_secs(),
-                hint: "",
+            Err(RecvTimeoutError::Disconnected) => {
+                return Err("every client process had ended".into())
+            }
+        };
+        self.hear(&line);
+        let (i, msg) = line;
+        let what = &self.clients[i].what;
+        match msg {
+            Some(Msg::Stopped(t)) => Err(match t.why {
+                Some(StopReason::Timeout) => format!(
+                    "{what} reached its bound of {} s for the phase",
+                    self.client_bound.as_secs()
+                ),
+                _ if t.first.is_empty() => format!("{what} stopped with no rank failed"),
+                _ => format!("{what}: {}", t.first),
             }),
-            Err(RecvTimeoutError::Disconnected) => Err(BenchError::Run(format!(
-                "every client process ended during {phase}"
-            ))),
+            Some(Msg::Error(why)) => Err(format!("{what}: {why}")),
+            msg => Ok((i, msg)),
         }
     }
 
-    /// The next line; a process that ends here failed.
-    fn next(&mut self, phase: &'static str) -> Result<(usize, Msg), BenchError> {
-        match self.next_or_end(phase)? {
-            (i, Some(m)) => Ok((i, m)),
-            (i, None) => {
-                // Its error line, if any, came first; this one ended silently.
-                let note = self.clients[i].exit_note();
-                let what = &self.clients[i].what;
-                Err(BenchError::Run(format!("{what} {note} during {phase}")))
+    /// Words for a line that does not belong where it came.
+    fn unexpected(&self, i: usize, m: Option<&Msg>) -> String {
+        let what = &self.clients[i].what;
+        match (m, &self.heard[i]) {
+            (None, Heard::Ended(note)) => format!("{what} {note}"),
+            (None, _) => format!("{what} closed its output"),
+            (Some(m), _) => format!(
+                "{what} reported {:?}",
+                m.to_line().chars().take(60).collect::<String>()
+            ),
+        }
+    }
+
+    /// Ends `phase` (begun at `began`) after the failure `what`: the processes get a moment
+    /// to report on their own (their failing ranks settle meanwhile), then those still
+    /// going are told to stop and report; their counts are summed.
+    fn stop(&mut self, phase: Phase, began: u64, what: String) -> Stop {
+        let mut stop = Stop::new(phase, began, what);
+        self.collect(SETTLE + Duration::from_millis(500));
+        let mut pipes: Vec<&mut ChildStdin> = self
+            .stdins
+            .iter_mut()
+            .zip(&self.heard)
+            .filter(|(_, h)| !h.is_final())
+            .filter_map(|(s, _)| s.as_mut())
+            .collect();
+        // A process that ended meanwhile refuses the line; its end is heard anyway.
+        tell(&mut pipes, STOP);
+        self.collect(REPORT_BOUND);
+        stop.clients = Some(ClientCounts::sum(self.shares, &self.heard, began));
+        stop
+    }
+
+    /// Hears lines until every process said its last or `bound` passed.
+    fn collect(&mut self, bound: Duration) {
+        let end = Instant::now() + bound;
+        while !self.heard.iter().all(Heard::is_final) {
+            let wait = end.saturating_duration_since(Instant::now());
+            match self.rx.recv_timeout(wait) {
+                Ok(line) => self.hear(&line),
+                Err(_) => return,
             }
         }
-    }
-
-    fn unexpected(&mut self, i: usize, m: &Msg, phase: &str) -> BenchError {
-        BenchError::Run(format!(
-            "{} reported {:?} during {phase}",
-            self.clients[i].what,
-            m.to_line().chars().take(60).collect::<String>()
-        ))
     }
 }

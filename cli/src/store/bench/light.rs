@@ -2,13 +2,15 @@
 //! ranks on non-blocking sockets driven from one thread by mio. It connects them all at
 //! once, says when they joined, waits for `go` on stdin (the bench samples the idle server
 //! meanwhile), runs the rounds, closes every connection, and reports (see [`super::messages`]).
+//! A rank that fails is counted, not fatal: the process reports what all its ranks saw once
+//! they settle, when its bound passes, or when the bench says `stop`.
 //!
 //! Its sockets are bound to a loopback source address of its own, so each client process
 //! has the whole ephemeral port range to itself.
 
-use super::messages::{Msg, GO};
+use super::messages::{count, Msg, StopReason, Tally, GO, STOP};
 use super::proc_stat::mono_ns;
-use super::rank::{Event, Phase, Queries, Rank};
+use super::rank::{Event, Phase, Queries, Rank, RankError};
 use crate::exit;
 use clap::Args;
 use mio::{Events, Interest, Poll, Token};
@@ -16,6 +18,7 @@ use std::io::{self, BufRead, Write};
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::process::ExitCode;
+use std::sync::mpsc::{self, Receiver};
 use std::time::{Duration, Instant};
 
 /// Options of one client process (set by the bench).
@@ -47,18 +50,65 @@ pub struct ClientArgs {
     pub timeout: u64,
 }
 
+/// How long a process whose rank failed goes on before it reports, so that its counts
+/// cover its other ranks too (they fail or finish the step meanwhile, or are counted where
+/// they wait).
+pub const SETTLE: Duration = Duration::from_secs(1);
+
 /// What this process's ranks did, for its report.
-struct Tally {
+struct Progress {
     joined: usize,
     values: Vec<Vec<i64>>,
     finished: Vec<usize>,
     finished_at: Vec<u64>,
+    /// Failed ranks, their kinds and the first one's message and time.
+    failures: Tally,
+    failed: usize,
+    /// When the first rank failed, on this process's clock.
+    first_failed: Option<Instant>,
+}
+
+impl Progress {
+    /// Counts `rank`'s failure `e` and closes its connection.
+    fn fail(&mut self, poll: &Poll, rank: &mut Rank, e: &RankError) {
+        if let Some(mut s) = rank.stream.take() {
+            let _ = poll.registry().deregister(&mut s);
+        }
+        rank.phase = Phase::Failed;
+        self.fail_unregistered(e);
+    }
+
+    fn fail_unregistered(&mut self, e: &RankError) {
+        self.failed += 1;
+        count(&mut self.failures.failed, &e.kind, 1);
+        if self.first_failed.is_none() {
+            self.first_failed = Some(Instant::now());
+            self.failures.first_failure_at = Some(mono_ns());
+            self.failures.first = e.text.clone();
+        }
+    }
+
+    /// The tally to report, with every rank not failed nor done counted at its step.
+    fn tally(&self, why: StopReason, ranks: &[Rank]) -> Tally {
+        let mut t = self.failures.clone();
+        t.why = Some(why);
+        t.ranks = ranks.len();
+        t.joined = self.joined;
+        for r in ranks {
+            if !matches!(r.phase, Phase::Failed | Phase::Done) {
+                count(&mut t.unfinished, r.phase.word(), 1);
+            }
+        }
+        t
+    }
 }
 
 /// Runs the client process; its report goes to stdout, one [`Msg`] a line.
 pub fn run_client(a: &ClientArgs) -> ExitCode {
     match drive(a) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(true) => ExitCode::SUCCESS,
+        // Its tally is reported.
+        Ok(false) => ExitCode::from(exit::FAILED),
         Err(why) => {
             // The bench may be gone (its pipe closed): then nobody reads this anyway.
             let _ = writeln!(io::stdout(), "{}", Msg::Error(why).to_line());
@@ -74,64 +124,114 @@ fn say(m: &Msg) -> Result<(), String> {
         .map_err(|e| format!("cannot report to the bench: {e}"))
 }
 
-fn drive(a: &ClientArgs) -> Result<(), String> {
+/// Whether every rank finished (`false`: it stopped short and reported its tally).
+fn drive(a: &ClientArgs) -> Result<bool, String> {
     // Each rank is a descriptor: take all the system allows.
     let _ = oxccl::store::tcp::descriptor_limit();
     let q = Queries::new(&a.run, a.ranks, a.rounds);
     let timeout = Duration::from_secs(a.timeout.max(1));
+    let bench = bench_lines();
     let mut poll = Poll::new().map_err(|e| format!("epoll: {e}"))?;
     let server = SocketAddrV4::new(Ipv4Addr::LOCALHOST, a.port);
-    let mut ranks = Vec::with_capacity(a.count);
-    for i in 0..a.count {
-        let nonce = a.first + u32::try_from(i).map_err(|_| "too many ranks".to_string())?;
-        let mut s = connect_from(a.source, server)
-            .map_err(|e| format!("rank {nonce}: connect from {}: {e}", a.source))?;
-        poll.registry()
-            .register(&mut s, Token(i), Interest::READABLE | Interest::WRITABLE)
-            .map_err(|e| format!("epoll: {e}"))?;
-        ranks.push(Rank::new(s, nonce));
-    }
-    let mut t = Tally {
+    let mut p = Progress {
         joined: 0,
         values: vec![Vec::with_capacity(a.count); a.rounds],
         finished: vec![0; a.rounds],
         finished_at: vec![0; a.rounds],
+        failures: Tally::default(),
+        failed: 0,
+        first_failed: None,
     };
+    let mut ranks = Vec::with_capacity(a.count);
+    for i in 0..a.count {
+        let nonce = a.first + u32::try_from(i).map_err(|_| "too many ranks".to_string())?;
+        match connect_from(a.source, server) {
+            Ok(mut s) => {
+                poll.registry()
+                    .register(&mut s, Token(i), Interest::READABLE | Interest::WRITABLE)
+                    .map_err(|e| format!("epoll: {e}"))?;
+                ranks.push(Rank::new(s, nonce));
+            }
+            Err(e) => {
+                let doing = format!("connect from {}", a.source);
+                p.fail_unregistered(&RankError::io(nonce, &doing, &e));
+                ranks.push(Rank::failed(nonce));
+            }
+        }
+    }
     let mut left = 0;
     let mut events = Events::with_capacity(4096);
     let mut chunk = [0u8; 512];
     let mut phase_start = Instant::now();
     let mut started = false;
     while left < a.count {
-        if t.joined == a.count && !started {
+        if p.joined == a.count && !started {
             say(&Msg::Joined(mono_ns()))?;
-            wait_for_go()?;
+            if !wait_for_go(&bench)? {
+                say(&Msg::Stopped(p.tally(StopReason::Told, &ranks)))?;
+                return Ok(false);
+            }
             for r in &mut ranks {
-                r.start_round(&q, 0)?;
+                if let Err(e) = r.start_round(&q, 0) {
+                    p.fail(&poll, r, &e);
+                }
             }
             started = true;
             phase_start = Instant::now();
         }
-        if phase_start.elapsed() > timeout {
-            return Err(stuck(&ranks, timeout));
+        // Settled: no rank can move on (every one failed or joined before the rounds, or
+        // failed or done in them), or the failures have had their moment.
+        let settled = left + p.failed == a.count || (!started && p.joined + p.failed == a.count);
+        let why = match bench.try_recv() {
+            Ok(line) if line == STOP => Some(StopReason::Told),
+            Ok(line) => return Err(format!("the bench said {line:?}")),
+            Err(mpsc::TryRecvError::Disconnected) => return Err("the bench went away".into()),
+            Err(mpsc::TryRecvError::Empty) if p.failed > 0 => {
+                let waited = p.first_failed.map_or(SETTLE, |t| t.elapsed());
+                (settled || waited >= SETTLE).then_some(StopReason::Failed)
+            }
+            Err(mpsc::TryRecvError::Empty) => {
+                (phase_start.elapsed() > timeout).then_some(StopReason::Timeout)
+            }
+        };
+        if let Some(why) = why {
+            say(&Msg::Stopped(p.tally(why, &ranks)))?;
+            return Ok(false);
         }
         poll.poll(&mut events, Some(Duration::from_millis(100)))
             .map_err(|e| format!("epoll: {e}"))?;
         for ev in events.iter() {
             let rank = &mut ranks[ev.token().0];
-            if rank.phase == Phase::Connecting && !rank.try_join()? {
+            let step = match rank.phase {
+                Phase::Connecting => rank.try_join(),
+                _ => Ok(true),
+            };
+            let Progress {
+                joined,
+                values,
+                finished,
+                finished_at,
+                ..
+            } = &mut p;
+            let step = step.and_then(|connected| {
+                if !connected {
+                    return Ok(());
+                }
+                rank.on_readable(&q, &mut chunk, &mut |e| match e {
+                    Event::Joined => *joined += 1,
+                    Event::Added { round, value } => values[round].push(value),
+                    Event::Finished(round) => {
+                        finished[round] += 1;
+                        if finished[round] == a.count {
+                            finished_at[round] = mono_ns();
+                        }
+                    }
+                })
+            });
+            if let Err(e) = step {
+                p.fail(&poll, rank, &e);
                 continue;
             }
-            rank.on_readable(&q, &mut chunk, &mut |e| match e {
-                Event::Joined => t.joined += 1,
-                Event::Added { round, value } => t.values[round].push(value),
-                Event::Finished(round) => {
-                    t.finished[round] += 1;
-                    if t.finished[round] == a.count {
-                        t.finished_at[round] = mono_ns();
-                    }
-                }
-            })?;
             if rank.phase == Phase::Done {
                 if let Some(mut s) = rank.stream.take() {
                     // Leaving: the connection closes as the stream drops.
@@ -142,43 +242,35 @@ fn drive(a: &ClientArgs) -> Result<(), String> {
         }
     }
     say(&Msg::Left(mono_ns()))?;
-    for (round, values) in t.values.into_iter().enumerate() {
-        let at = t.finished_at[round];
+    for (round, values) in p.values.into_iter().enumerate() {
+        let at = p.finished_at[round];
         say(&Msg::Round { round, at, values })?;
     }
-    Ok(())
+    Ok(true)
 }
 
-/// Blocks until the bench says go; its end (the bench gone) ends this process.
-fn wait_for_go() -> Result<(), String> {
-    let mut line = String::new();
-    match io::stdin().lock().read_line(&mut line) {
-        Ok(n) if n > 0 && line.trim() == GO => Ok(()),
-        Ok(_) => Err("the bench went away before the rounds".into()),
-        Err(e) => Err(format!("reading the bench's go: {e}")),
-    }
-}
-
-/// Why the process gave up: how many ranks stand where.
-fn stuck(ranks: &[Rank], timeout: Duration) -> String {
-    let mut counts: Vec<(String, usize)> = Vec::new();
-    for r in ranks {
-        let name = match r.phase {
-            Phase::Adding(_) => "adding".to_string(),
-            Phase::Confirming(_) | Phase::Waiting(_) => "waiting".to_string(),
-            p => format!("{p:?}").to_lowercase(),
-        };
-        match counts.iter_mut().find(|(n, _)| *n == name) {
-            Some((_, c)) => *c += 1,
-            None => counts.push((name, 1)),
+/// The bench's lines on stdin, read by a thread of their own so that the loop can look for
+/// a [`STOP`] between polls; the channel ends with stdin (the bench gone).
+fn bench_lines() -> Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in io::stdin().lock().lines().map_while(Result::ok) {
+            if tx.send(line.trim().to_string()).is_err() {
+                return;
+            }
         }
+    });
+    rx
+}
+
+/// Blocks until the bench says go (`true`) or stop (`false`); its end ends this process.
+fn wait_for_go(bench: &Receiver<String>) -> Result<bool, String> {
+    match bench.recv() {
+        Ok(line) if line == GO => Ok(true),
+        Ok(line) if line == STOP => Ok(false),
+        Ok(line) => Err(format!("the bench said {line:?}")),
+        Err(_) => Err("the bench went away before the rounds".into()),
     }
-    let shown: Vec<String> = counts.iter().map(|(n, c)| format!("{c} {n}")).collect();
-    format!(
-        "no progress within {} s: ranks {}",
-        timeout.as_secs(),
-        shown.join(", ")
-    )
 }
 
 /// A non-blocking connection to `server` from `source` (port chosen at connect, so that only

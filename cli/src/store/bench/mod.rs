@@ -5,10 +5,12 @@
 //! read from `/proc` ([`proc_stat`]); the ranks are light non-blocking connections spread
 //! over client processes ([`light`], [`rank`]) that report to this one ([`messages`]).
 //! [`fanin`] runs one fan-in and checks its counts, [`ops`] measures small-value
-//! throughput, [`report`] prints the columns. No child outlives the run ([`procs`]).
+//! throughput, [`report`] prints the columns. A failed column says what was measured when
+//! it failed ([`failure`]). No child outlives the run ([`procs`]).
 
 mod args;
 mod error;
+mod failure;
 mod fanin;
 mod light;
 mod messages;
@@ -25,6 +27,7 @@ pub use light::{run_client, ClientArgs};
 use crate::exit;
 use args::Plan;
 use error::BenchError;
+use failure::{Phase, Stop};
 use report::{Column, Measured};
 use server::ServerKind;
 use std::process::ExitCode;
@@ -65,7 +68,7 @@ pub fn run(a: &BenchArgs) -> ExitCode {
 
 /// One server's column: started, fanned in on, read back, timed, killed.
 fn measure(plan: &Plan, kind: ServerKind) -> Result<Measured, BenchError> {
-    let server = server::start(kind, &plan.python, plan.timeout)?;
+    let mut server = server::start(kind, &plan.python, plan.timeout)?;
     // Fresh keys per server and run, so no run sees another's.
     let run = format!(
         "{}-{}-{}",
@@ -73,7 +76,13 @@ fn measure(plan: &Plan, kind: ServerKind) -> Result<Measured, BenchError> {
         kind.name(),
         proc_stat::mono_ns()
     );
-    let fanin = fanin::run(plan, &server, &run, kind.join_hint())?;
+    let fanin = fanin::run(plan, &mut server, &run)?;
+    // The store clients below connect from 127.0.0.1.
+    let failed = |server: &mut server::Server, phase, began, e: BenchError| {
+        let stop = Stop::new(phase, began, e.to_string());
+        server.failed(stop, Some(std::net::Ipv4Addr::LOCALHOST))
+    };
+    let began = proc_stat::mono_ns();
     let stored_counts =
         match ops::stored_counts(server.port, &run, plan.ranks, plan.rounds, plan.timeout) {
             Ok(()) => true,
@@ -81,11 +90,15 @@ fn measure(plan: &Plan, kind: ServerKind) -> Result<Measured, BenchError> {
                 eprintln!("oxccl store bench: the {} server: {why}", kind.name());
                 false
             }
-            Err(e) => return Err(e),
+            Err(e) => return Err(failed(&mut server, Phase::Readback, began, e)),
         };
+    let began = proc_stat::mono_ns();
     let ops_per_s = match plan.ops_clients {
         0 => None,
-        n => Some(ops::ops_per_sec(server.port, n, plan.timeout)?),
+        n => match ops::ops_per_sec(server.port, n, plan.timeout) {
+            Ok(v) => Some(v),
+            Err(e) => return Err(failed(&mut server, Phase::Ops, began, e)),
+        },
     };
     let pid = server.proc.pid();
     let peak_rss_kib = proc_stat::hwm_kib(pid)

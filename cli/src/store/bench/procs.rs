@@ -3,10 +3,11 @@
 //! dies first (`PR_SET_PDEATHSIG`), so not even a `kill -9` of the bench leaves an orphan.
 
 use super::error::BenchError;
-use std::io::{BufRead, BufReader};
+use std::collections::VecDeque;
+use std::io::{BufRead, BufReader, Write};
 use std::os::unix::process::CommandExt;
-use std::process::{Child, ChildStdout, Command};
-use std::sync::mpsc;
+use std::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
+use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 /// A child process that is killed and reaped when dropped.
@@ -90,4 +91,85 @@ pub fn first_line(out: ChildStdout, timeout: Duration) -> Option<String> {
         std::io::copy(&mut r, &mut std::io::sink()).ok();
     });
     rx.recv_timeout(timeout).ok().flatten()
+}
+
+/// The lines a process's stderr kept last, and whether it has ended.
+#[derive(Clone, Default)]
+pub struct Tail(Arc<(Mutex<Kept>, Condvar)>);
+
+/// What a [`Tail`] holds under its lock.
+#[derive(Default)]
+struct Kept {
+    lines: VecDeque<String>,
+    ended: bool,
+}
+
+/// The stderr lines a [`Tail`] keeps.
+const TAIL_LINES: usize = 12;
+
+impl Tail {
+    /// Copies `err` to this process's stderr, as if inherited, keeping its last lines; the
+    /// thread ends with the child's stderr.
+    pub fn forward(err: ChildStderr) -> Tail {
+        let tail = Tail::default();
+        let kept = Arc::clone(&tail.0);
+        std::thread::spawn(move || {
+            let mut r = BufReader::new(err);
+            let mut buf = Vec::new();
+            while r.read_until(b'\n', &mut buf).is_ok_and(|n| n > 0) {
+                let _ = std::io::stderr().write_all(&buf);
+                let line = String::from_utf8_lossy(&buf).trim_end().to_string();
+                if let Ok(mut k) = kept.0.lock() {
+                    if k.lines.len() == TAIL_LINES {
+                        k.lines.pop_front();
+                    }
+                    k.lines.push_back(line);
+                }
+                buf.clear();
+            }
+            if let Ok(mut k) = kept.0.lock() {
+                k.ended = true;
+            }
+            kept.1.notify_all();
+        });
+        tail
+    }
+
+    /// The lines kept, oldest first; first waiting at most `wait` for the end of stderr
+    /// (a process that has exited may have lines still in the pipe).
+    pub fn lines(&self, wait: Duration) -> Vec<String> {
+        let (lock, ended) = &*self.0;
+        let Ok(k) = lock.lock() else {
+            return Vec::new();
+        };
+        match ended.wait_timeout_while(k, wait, |k| !k.ended) {
+            Ok((k, _)) => k.lines.iter().cloned().collect(),
+            Err(_) => Vec::new(),
+        }
+    }
+}
+
+/// Writes `line` to each of `pipes`, each result in order. From a thread that blocks SIGPIPE:
+/// the tool restores SIGPIPE's default at start, and a child that has ended must make the
+/// write fail (EPIPE), not end the bench; the signal stays pending on that thread and ends
+/// with it.
+pub fn tell(pipes: &mut [&mut ChildStdin], line: &str) -> Vec<std::io::Result<()>> {
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            // SAFETY: the set is initialised by sigemptyset before use; the mask is this
+            // thread's own.
+            unsafe {
+                let mut set: libc::sigset_t = std::mem::zeroed();
+                libc::sigemptyset(&mut set);
+                libc::sigaddset(&mut set, libc::SIGPIPE);
+                libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+            }
+            pipes
+                .iter_mut()
+                .map(|p| writeln!(p, "{line}").and_then(|()| p.flush()))
+                .collect()
+        })
+        .join()
+        .unwrap_or_else(|_| Vec::new())
+    })
 }

@@ -72,6 +72,23 @@ pub enum Phase {
     Waiting(usize),
     /// Every round finished; the connection is to be closed.
     Done,
+    /// It failed (its error is counted by its process); its connection is closed.
+    Failed,
+}
+
+impl Phase {
+    /// The step a rank that has not finished waits at, one word for counts.
+    pub fn word(self) -> &'static str {
+        match self {
+            Phase::Connecting => "connecting",
+            Phase::Joining => "joining",
+            Phase::Joined => "joined",
+            Phase::Adding(_) => "adding",
+            Phase::Confirming(_) | Phase::Waiting(_) => "waiting",
+            Phase::Done => "done",
+            Phase::Failed => "failed",
+        }
+    }
 }
 
 /// What a reply made of a rank, for the process's tally.
@@ -88,6 +105,53 @@ pub enum Event {
     },
     /// It got STOP_WAITING for `round`.
     Finished(usize),
+}
+
+/// Why one rank failed: what it saw, as one word counted over the ranks, and its message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RankError {
+    /// One word, no spaces, commas or colons (it travels in a [`super::messages::Msg`]
+    /// line): `refused`, `reset`, `aborted`, `timed-out`, `broken-pipe`, `no-address`,
+    /// `errno-N` for another error of the socket, `closed` (the server closed it),
+    /// `bad-reply`, or `stalled` (the server read nothing).
+    pub kind: String,
+    /// The message, naming the rank.
+    pub text: String,
+}
+
+impl RankError {
+    fn new(kind: &str, text: String) -> RankError {
+        RankError {
+            kind: kind.to_string(),
+            text,
+        }
+    }
+
+    /// Rank `nonce`'s socket error `e` while it did `doing` ("connect", "read", "send").
+    pub fn io(nonce: u32, doing: &str, e: &io::Error) -> RankError {
+        RankError {
+            kind: io_kind(e),
+            text: format!("rank {nonce}: {doing}: {e}"),
+        }
+    }
+}
+
+/// The word of a socket error (see [`RankError::kind`]).
+pub fn io_kind(e: &io::Error) -> String {
+    let word = match e.kind() {
+        io::ErrorKind::ConnectionRefused => "refused",
+        io::ErrorKind::ConnectionReset => "reset",
+        io::ErrorKind::ConnectionAborted => "aborted",
+        io::ErrorKind::TimedOut => "timed-out",
+        io::ErrorKind::BrokenPipe => "broken-pipe",
+        io::ErrorKind::AddrNotAvailable => "no-address",
+        _ => {
+            return e
+                .raw_os_error()
+                .map_or_else(|| "other".to_string(), |n| format!("errno-{n}"))
+        }
+    };
+    word.to_string()
 }
 
 /// How long a write of a few dozen bytes may wait for room in the socket's buffer.
@@ -116,22 +180,34 @@ impl Rank {
         }
     }
 
+    /// A rank whose connection could not even be started.
+    pub fn failed(nonce: u32) -> Rank {
+        Rank {
+            stream: None,
+            phase: Phase::Failed,
+            nonce,
+            inbuf: Vec::new(),
+        }
+    }
+
     /// Checks a readiness event while connecting: `Ok(true)` once connected (VALIDATE and
     /// PING are then sent), `Ok(false)` while still connecting.
-    pub fn try_join(&mut self) -> Result<bool, String> {
+    pub fn try_join(&mut self) -> Result<bool, RankError> {
         let Some(s) = self.stream.as_mut() else {
             return Ok(false);
         };
-        if let Some(e) = s.take_error().map_err(|e| e.to_string())? {
-            return Err(format!("rank {}: connect: {e}", self.nonce));
+        let nonce = self.nonce;
+        let failed = |e: &io::Error| RankError::io(nonce, "connect", e);
+        if let Some(e) = s.take_error().map_err(|e| failed(&e))? {
+            return Err(failed(&e));
         }
         match s.peer_addr() {
             Ok(_) => {}
             Err(e) if e.kind() == io::ErrorKind::NotConnected => return Ok(false),
-            Err(e) => return Err(format!("rank {}: connect: {e}", self.nonce)),
+            Err(e) => return Err(failed(&e)),
         }
         s.set_nodelay(true)
-            .map_err(|e| format!("rank {}: {e}", self.nonce))?;
+            .map_err(|e| RankError::io(nonce, "nodelay", &e))?;
         let mut q = Vec::with_capacity(16);
         wire::put_query(&mut q, QueryType::Validate);
         wire::put_u32(&mut q, wire::VALIDATION_MAGIC);
@@ -143,7 +219,7 @@ impl Rank {
     }
 
     /// Sends round `r`'s ADD.
-    pub fn start_round(&mut self, q: &Queries, r: usize) -> Result<(), String> {
+    pub fn start_round(&mut self, q: &Queries, r: usize) -> Result<(), RankError> {
         self.send(&q.add[r])?;
         self.phase = Phase::Adding(r);
         Ok(())
@@ -156,22 +232,22 @@ impl Rank {
         q: &Queries,
         chunk: &mut [u8],
         on: &mut impl FnMut(Event),
-    ) -> Result<(), String> {
+    ) -> Result<(), RankError> {
         let Some(s) = self.stream.as_mut() else {
             return Ok(());
         };
         loop {
             match s.read(chunk) {
                 Ok(0) => {
-                    return Err(format!(
-                        "the server closed rank {} ({:?})",
-                        self.nonce, self.phase
+                    return Err(RankError::new(
+                        "closed",
+                        format!("the server closed rank {} ({:?})", self.nonce, self.phase),
                     ))
                 }
                 Ok(n) => self.inbuf.extend_from_slice(&chunk[..n]),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(format!("rank {}: read: {e}", self.nonce)),
+                Err(e) => return Err(RankError::io(self.nonce, "read", &e)),
             }
         }
         while let Some(used) = self.take_reply(q, on)? {
@@ -185,19 +261,22 @@ impl Rank {
         &mut self,
         q: &Queries,
         on: &mut impl FnMut(Event),
-    ) -> Result<Option<usize>, String> {
+    ) -> Result<Option<usize>, RankError> {
         let want = match self.phase {
             Phase::Joining | Phase::Confirming(_) => 4,
             Phase::Adding(_) => 8,
             Phase::Waiting(_) => 1,
-            Phase::Connecting | Phase::Joined | Phase::Done => {
+            Phase::Connecting | Phase::Joined | Phase::Done | Phase::Failed => {
                 return match self.inbuf.is_empty() {
                     true => Ok(None),
-                    false => Err(format!(
-                        "rank {}: {} bytes the server sent unasked ({:?})",
-                        self.nonce,
-                        self.inbuf.len(),
-                        self.phase
+                    false => Err(RankError::new(
+                        "bad-reply",
+                        format!(
+                            "rank {}: {} bytes the server sent unasked ({:?})",
+                            self.nonce,
+                            self.inbuf.len(),
+                            self.phase
+                        ),
                     )),
                 };
             }
@@ -211,7 +290,10 @@ impl Rank {
             Phase::Joining | Phase::Confirming(_) => {
                 let got = u32::from_ne_bytes([reply[0], reply[1], reply[2], reply[3]]);
                 if got != self.nonce {
-                    return Err(format!("rank {}: PING answered {got}", self.nonce));
+                    return Err(RankError::new(
+                        "bad-reply",
+                        format!("rank {}: PING answered {got}", self.nonce),
+                    ));
                 }
                 self.phase = match self.phase {
                     Phase::Confirming(r) => Phase::Waiting(r),
@@ -241,7 +323,10 @@ impl Rank {
             }
             Phase::Waiting(r) => {
                 if reply[0] != wire::WAIT_STOP_WAITING {
-                    return Err(format!("rank {}: WAIT answered {}", self.nonce, reply[0]));
+                    return Err(RankError::new(
+                        "bad-reply",
+                        format!("rank {}: WAIT answered {}", self.nonce, reply[0]),
+                    ));
                 }
                 on(Event::Finished(r));
                 if r + 1 < q.rounds() {
@@ -250,16 +335,19 @@ impl Rank {
                     self.phase = Phase::Done;
                 }
             }
-            Phase::Connecting | Phase::Joined | Phase::Done => {}
+            Phase::Connecting | Phase::Joined | Phase::Done | Phase::Failed => {}
         }
         Ok(Some(want))
     }
 
     /// Writes all of `bytes` (a few dozen: the socket's buffer takes them, at worst after
     /// a short wait).
-    fn send(&mut self, bytes: &[u8]) -> Result<(), String> {
+    fn send(&mut self, bytes: &[u8]) -> Result<(), RankError> {
         let Some(s) = self.stream.as_mut() else {
-            return Err(format!("rank {}: send on a closed connection", self.nonce));
+            return Err(RankError::new(
+                "closed",
+                format!("rank {}: send on a closed connection", self.nonce),
+            ));
         };
         let start = Instant::now();
         let mut at = 0;
@@ -268,12 +356,19 @@ impl Rank {
                 Ok(n) => at += n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     if start.elapsed() > SEND_BOUND {
-                        return Err(format!("rank {}: the server reads nothing", self.nonce));
+                        return Err(RankError::new(
+                            "stalled",
+                            format!(
+                                "rank {}: the server read nothing for {} s",
+                                self.nonce,
+                                SEND_BOUND.as_secs()
+                            ),
+                        ));
                     }
                     std::thread::yield_now();
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(format!("rank {}: send: {e}", self.nonce)),
+                Err(e) => return Err(RankError::io(self.nonce, "send", &e)),
             }
         }
         Ok(())

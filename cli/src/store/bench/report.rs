@@ -230,6 +230,9 @@ pub fn json(plan: &Plan, cols: &[Column]) -> Value {
                 }
                 Value::Object(o)
             }
+            Err(BenchError::Failed(f)) => {
+                json!({ "ok": false, "error": f.render(), "observed": f.json() })
+            }
             Err(e) => json!({ "ok": false, "error": e.to_string() }),
         };
         servers.insert(c.kind.name().into(), v);

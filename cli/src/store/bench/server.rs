@@ -3,8 +3,11 @@
 //! few lines of Python). Both print their port once they listen.
 
 use super::error::BenchError;
-use super::procs::{first_line, Owned};
+use super::failure::{self, Phase, Stop, Subject};
+use super::proc_stat::mono_ns;
+use super::procs::{first_line, Owned, Tail};
 use oxccl::core::text::Escaped;
+use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -24,21 +27,6 @@ impl ServerKind {
         match self {
             ServerKind::Oxccl => "oxccl",
             ServerKind::Torch => "torch",
-        }
-    }
-
-    /// What likely slows the server's accepts, for an error while the ranks join ("" if
-    /// nothing is known).
-    pub fn join_hint(self) -> &'static str {
-        match self {
-            ServerKind::Oxccl => "",
-            // It resolves each client's address to a host name (reverse DNS, on its event
-            // loop) as it accepts it.
-            ServerKind::Torch => {
-                "PyTorch's server looks up each client's host name as it accepts it, so a \
-                 slow or rate-limiting DNS resolver bounds its accept rate; see \
-                 `oxccl store bench --help`"
-            }
         }
     }
 }
@@ -90,10 +78,31 @@ pub fn default_python() -> PathBuf {
 
 /// A server process that listens on `port` of 127.0.0.1.
 pub struct Server {
+    /// The column's server.
+    pub kind: ServerKind,
     /// The process (killed when dropped).
     pub proc: Owned,
     /// The port it listens on.
     pub port: u16,
+    /// Its stderr's last lines (the lines themselves go on to this process's stderr).
+    pub stderr: Tail,
+    /// TcpExt ListenOverflows and ListenDrops before it started.
+    pub listen0: Option<(u64, u64)>,
+}
+
+impl Server {
+    /// The measured failure of a phase that `stop` ended; `lookup_of` is the address that
+    /// phase's clients connected from (`None`: none had connected).
+    pub fn failed(&mut self, stop: Stop, lookup_of: Option<Ipv4Addr>) -> BenchError {
+        let subject = Subject {
+            server: self.kind.name(),
+            proc: &mut self.proc,
+            stderr: &self.stderr,
+            port: Some(self.port),
+            listen0: self.listen0,
+        };
+        BenchError::Failed(Box::new(failure::observe(subject, stop, lookup_of)))
+    }
 }
 
 /// Starts a `kind` server and waits (at most `timeout`) for its port.
@@ -118,19 +127,36 @@ pub fn start(kind: ServerKind, python: &Path, timeout: Duration) -> Result<Serve
             c
         }
     };
-    cmd.stdin(Stdio::null()).stdout(Stdio::piped());
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
     let what = format!("the {} server", kind.name());
+    let listen0 = failure::listen_counters();
+    let began = mono_ns();
     let mut proc = Owned::spawn(&mut cmd, what)?;
+    let stderr = proc
+        .child()
+        .stderr
+        .take()
+        .map(Tail::forward)
+        .unwrap_or_default();
     let Some(out) = proc.child().stdout.take() else {
         return Err(BenchError::Start(format!("{} has no stdout", proc.what)));
     };
+    let failed = |proc: &mut Owned, what: String| {
+        let subject = Subject {
+            server: kind.name(),
+            proc,
+            stderr: &stderr,
+            port: None,
+            listen0,
+        };
+        let stop = Stop::new(Phase::Start, began, what);
+        BenchError::Failed(Box::new(failure::observe(subject, stop, None)))
+    };
     let Some(line) = first_line(out, timeout) else {
-        let note = proc.exit_note();
-        return Err(BenchError::Start(format!(
-            "{} printed no port within {} s ({note})",
-            proc.what,
-            timeout.as_secs(),
-        )));
+        let what = format!("it printed no port within {} s", timeout.as_secs());
+        return Err(failed(&mut proc, what));
     };
     // oxccl prints `host:port`, the Python script the port alone.
     let port = line
@@ -140,11 +166,16 @@ pub fn start(kind: ServerKind, python: &Path, timeout: Duration) -> Result<Serve
         .and_then(|p| p.parse::<u16>().ok())
         .filter(|p| *p != 0);
     match port {
-        Some(port) => Ok(Server { proc, port }),
-        None => Err(BenchError::Start(format!(
-            "{} printed {} instead of its port",
-            proc.what,
-            Escaped(line.trim())
-        ))),
+        Some(port) => Ok(Server {
+            kind,
+            proc,
+            port,
+            stderr,
+            listen0,
+        }),
+        None => {
+            let what = format!("it printed {} instead of its port", Escaped(line.trim()));
+            Err(failed(&mut proc, what))
+        }
     }
 }
