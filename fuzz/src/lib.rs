@@ -6,6 +6,7 @@
 //! Several targets compare the code under test against a small reference model written in
 //! the target itself.
 
+pub mod admission;
 pub mod check_model;
 pub mod check_op;
 pub mod comm_life;
@@ -32,6 +33,7 @@ pub type Body = fn(&[u8]);
 
 /// Every target: its name (the folder of its corpus) and its body.
 pub const TARGETS: &[(&str, Body)] = &[
+    ("admission", admission::fuzz),
     ("check_op", check_op::fuzz),
     ("comm_life", comm_life::fuzz),
     ("elf", elf::fuzz),
