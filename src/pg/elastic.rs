@@ -27,11 +27,14 @@ impl<B: Memory> ProcessGroup<B> {
     /// of the state the joiner needs is the usual first one.
     ///
     /// Refused with an [`Error::InvalidArgument`] naming `rank`, before this process counts
-    /// itself anywhere in the store: a rank not below `size`; a rank that is a member and
-    /// stays one until the timeout (a replacement started before the members decided the
-    /// rank lost waits for their decision); a rank another process asked for in the same
-    /// admission (the earlier ticket takes it). A `size` no elastic world on `store` was made
-    /// with is a [`Error::Timeout`] saying so. None of these disturbs the members.
+    /// itself anywhere in the store, for a rank not below `size` and for a rank that is a
+    /// member and stays one until the timeout (a replacement started before the members
+    /// decided the rank lost waits for their decision); and, by the verdict on its own ticket
+    /// in the members' decision, for a rank another process asked for in the same admission
+    /// (the earlier ticket takes it). A `size` no world on `store` was made with is an
+    /// [`Error::InvalidArgument`] naming `size`; a world of that size that is not elastic
+    /// (it published no members) a [`Error::Timeout`] saying so. None of these disturbs the
+    /// members.
     pub fn join(
         backend: B,
         store: Arc<dyn Store>,
