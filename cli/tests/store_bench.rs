@@ -329,7 +329,8 @@ fn a_torch_server_that_resets_in_the_rounds_is_explained_by_the_resets_counted()
     // The lookup was timed (the clients connected from 127.0.0.2), so it is reported.
     assert_eq!(seen["reverse_lookup"]["addr"], "127.0.0.2", "{seen}");
     assert!(
-        error.contains("\n  64 reverse lookups (getnameinfo) of 127.0.0.2 at once from the bench: "),
+        error
+            .contains("\n  64 reverse lookups (getnameinfo) of 127.0.0.2 at once from the bench: "),
         "{error}"
     );
 }

@@ -118,37 +118,38 @@ impl<B: Memory> ProcessGroup<B> {
         if let Some(table) = self.tune_for(OpKind::Send) {
             let inner = &self.inner();
             let capturing = inner.capture.is_on();
-            inner.with_entry("batch_isend_irecv", |e| {
-                ops.iter().try_for_each(|op| {
-                    let (kind, buf): (_, &dyn Operand<B, Elem = T>) = match op {
-                        P2pOp::Send(b, _) => (OpKind::Send, *b),
-                        P2pOp::Recv(b, _) => (OpKind::Recv, &**b),
-                    };
-                    let n = buf.numel();
-                    let d = OpFacts {
-                        kind,
-                        dtype: T::DTYPE,
-                        numel: if kind == OpKind::Send { (n, 0) } else { (0, n) },
-                        peer: None,
-                    };
-                    let mems = if kind == OpKind::Send {
-                        [buf.comm_mem(), None]
-                    } else {
-                        [None, buf.comm_mem()]
-                    };
-                    prepare_on(
-                        &e.comm,
-                        &e.regs,
-                        Some(table),
-                        &d,
-                        &mems,
-                        capturing,
-                        inner.timeout(),
-                    )
-                    .map(drop)
+            inner
+                .with_entry("batch_isend_irecv", |e| {
+                    ops.iter().try_for_each(|op| {
+                        let (kind, buf): (_, &dyn Operand<B, Elem = T>) = match op {
+                            P2pOp::Send(b, _) => (OpKind::Send, *b),
+                            P2pOp::Recv(b, _) => (OpKind::Recv, &**b),
+                        };
+                        let n = buf.numel();
+                        let d = OpFacts {
+                            kind,
+                            dtype: T::DTYPE,
+                            numel: if kind == OpKind::Send { (n, 0) } else { (0, n) },
+                            peer: None,
+                        };
+                        let mems = if kind == OpKind::Send {
+                            [buf.comm_mem(), None]
+                        } else {
+                            [None, buf.comm_mem()]
+                        };
+                        prepare_on(
+                            &e.comm,
+                            &e.regs,
+                            Some(table),
+                            &d,
+                            &mems,
+                            capturing,
+                            inner.timeout(),
+                        )
+                        .map(drop)
+                    })
                 })
-            })
-            .map_err(|e| settle_refusal(inner, e))?;
+                .map_err(|e| settle_refusal(inner, e))?;
         }
         self.coalesced(|c| {
             ops.iter_mut().try_for_each(|op| match op {
@@ -223,25 +224,26 @@ impl<'a, B: Memory> Coalescing<'a, B> {
         let entry = self.entry();
         let rules = &mut self.rules;
         let held = &mut self.held;
-        let r = inner.with_entry("coalesced op", |_| {
-            let is = Issuer {
-                entry,
-                device: inner.opts.device(),
-                cap: inner.captor()?,
-                timeout_ms: &inner.hot.timeout_ms,
-                timing: inner.opts.timing,
-                end: std::cell::Cell::new(None),
-            };
-            let mut taken = body(&is, &mut |op| {
-                rules.enqueue(uid, OpSummary::of(op))?;
-                // SAFETY: `body` passes only buffers taken by `Memory::read`/`write` on the
-                // issuer's stream whose guards are alive (returned, then held) past this call.
-                unsafe { is.issue(op) }
-            })?;
-            held.append(&mut taken);
-            Ok(())
-        })
-        .map_err(|e| settle_refusal(inner, e));
+        let r = inner
+            .with_entry("coalesced op", |_| {
+                let is = Issuer {
+                    entry,
+                    device: inner.opts.device(),
+                    cap: inner.captor()?,
+                    timeout_ms: &inner.hot.timeout_ms,
+                    timing: inner.opts.timing,
+                    end: std::cell::Cell::new(None),
+                };
+                let mut taken = body(&is, &mut |op| {
+                    rules.enqueue(uid, OpSummary::of(op))?;
+                    // SAFETY: `body` passes only buffers taken by `Memory::read`/`write` on the
+                    // issuer's stream whose guards are alive (returned, then held) past this call.
+                    unsafe { is.issue(op) }
+                })?;
+                held.append(&mut taken);
+                Ok(())
+            })
+            .map_err(|e| settle_refusal(inner, e));
         match &r {
             Ok(()) => {
                 self.numel.0 += numel.0;
@@ -378,60 +380,61 @@ impl<'a, B: Memory> Coalescing<'a, B> {
         }
         rules_end?;
         let timeout = inner.timeout();
-        inner.with_entry(self.kind.end_call(), |e| {
-            if ended? == Progress::InProgress {
-                let began = Instant::now();
-                while e.abort.poll()? == Progress::InProgress {
-                    if began.elapsed() >= timeout {
-                        let err = Error::Timeout {
-                            what: text!("the end of a coalescing block on group {}", inner.uid),
-                            after_ms: timeout.as_millis() as u64,
-                        };
-                        e.abort.abort(&err.to_string());
-                        return Err(err);
+        inner
+            .with_entry(self.kind.end_call(), |e| {
+                if ended? == Progress::InProgress {
+                    let began = Instant::now();
+                    while e.abort.poll()? == Progress::InProgress {
+                        if began.elapsed() >= timeout {
+                            let err = Error::Timeout {
+                                what: text!("the end of a coalescing block on group {}", inner.uid),
+                                after_ms: timeout.as_millis() as u64,
+                            };
+                            e.abort.abort(&err.to_string());
+                            return Err(err);
+                        }
+                        std::thread::yield_now();
                     }
-                    std::thread::yield_now();
                 }
-            }
-            let timing = inner.opts.timing;
-            let captured = inner.capture.is_on();
-            let end = if captured {
-                None
-            } else {
-                Some(e.stream.record(timing)?)
-            };
-            // The batch is enqueued: its buffers' uses end with its work's event.
-            for access in std::mem::take(&mut self.held) {
-                match &end {
-                    Some(ev) => B::end_access(access, ev),
-                    None => drop(access),
+                let timing = inner.opts.timing;
+                let captured = inner.capture.is_on();
+                let end = if captured {
+                    None
+                } else {
+                    Some(e.stream.record(timing)?)
+                };
+                // The batch is enqueued: its buffers' uses end with its work's event.
+                for access in std::mem::take(&mut self.held) {
+                    match &end {
+                        Some(ev) => B::end_access(access, ev),
+                        None => drop(access),
+                    }
                 }
-            }
-            let seq = inner.next_seq(SeqKind::Collective);
-            let kinds: Vec<OpKind> = self.ops.iter().map(|o| o.0).collect();
-            let info = WorkInfo {
-                seq,
-                kind: kinds.first().copied().unwrap_or(OpKind::AllReduce),
-                coalesced: true,
-                numel_in: self.numel.0,
-                numel_out: self.numel.1,
-                timeout_ms: timeout.as_millis().min(u128::from(u64::MAX)) as u64,
-                timing,
-            };
-            if captured {
-                return Ok(Work::captured(info));
-            }
-            let metas = |pick: fn(&(OpKind, DataType, usize, usize)) -> usize| {
-                self.ops
-                    .iter()
-                    .map(|o| TensorMeta::new(&[pick(o) as u64], o.1))
-                    .collect::<Vec<_>>()
-            };
-            let trace =
-                inner.trace_built(coalesced_name(&kinds), seq, metas(|o| o.2), metas(|o| o.3));
-            Ok(inner.work(info, None, end, e, trace))
-        })
-        .map_err(|e| settle_refusal(inner, e))
+                let seq = inner.next_seq(SeqKind::Collective);
+                let kinds: Vec<OpKind> = self.ops.iter().map(|o| o.0).collect();
+                let info = WorkInfo {
+                    seq,
+                    kind: kinds.first().copied().unwrap_or(OpKind::AllReduce),
+                    coalesced: true,
+                    numel_in: self.numel.0,
+                    numel_out: self.numel.1,
+                    timeout_ms: timeout.as_millis().min(u128::from(u64::MAX)) as u64,
+                    timing,
+                };
+                if captured {
+                    return Ok(Work::captured(info));
+                }
+                let metas = |pick: fn(&(OpKind, DataType, usize, usize)) -> usize| {
+                    self.ops
+                        .iter()
+                        .map(|o| TensorMeta::new(&[pick(o) as u64], o.1))
+                        .collect::<Vec<_>>()
+                };
+                let trace =
+                    inner.trace_built(coalesced_name(&kinds), seq, metas(|o| o.2), metas(|o| o.3));
+                Ok(inner.work(info, None, end, e, trace))
+            })
+            .map_err(|e| settle_refusal(inner, e))
     }
 }
 
