@@ -50,7 +50,7 @@ fn share_state<B: Memory>(pg: &ProcessGroup<B>, step: &mut u64, w: &mut [f32]) -
 /// One step's gradient average: through a coalescing block on even steps (two halves), one
 /// all-reduce on odd ones, so both paths keep the rank in.
 fn average<B: Memory>(pg: &ProcessGroup<B>, g: &[f32], step: u64) -> Result<Vec<f32>> {
-    if step % 2 == 0 {
+    if step.is_multiple_of(2) {
         let (lo, hi) = g.split_at(WIDTH / 2);
         let (mut a, mut b) = (pg.upload(lo)?, pg.upload(hi)?);
         let mut block = pg.start_coalescing()?;
@@ -72,7 +72,7 @@ fn train<B: Memory>(
     pg: &ProcessGroup<B>,
     mut step: u64,
     w: &mut [f32],
-    stop: &PathBuf,
+    stop: &std::path::Path,
     slow: Duration,
 ) -> Result<u64> {
     let me = pg.global_rank();
