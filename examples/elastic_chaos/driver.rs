@@ -55,6 +55,9 @@ struct Proc {
     judged: bool,
 }
 
+/// What a refused process may take past its timeout: starting, joining the store.
+const REFUSAL_SLACK_MS: u64 = 1000;
+
 /// The injected events, counted by kind.
 const KINDS: [&str; 8] = [
     "kill",
@@ -312,6 +315,8 @@ impl Driver {
 
     /// Reaps ended processes and checks their ends and bounds.
     fn reap(&mut self, stopping: bool) {
+        // A refusal comes within the process's own timeout (and its start).
+        let refusal_bound = self.timeout_ms() + REFUSAL_SLACK_MS;
         for p in self.procs.iter_mut().filter(|p| !p.judged) {
             match p.child.try_wait() {
                 Ok(Some(st)) => {
@@ -324,6 +329,13 @@ impl Driver {
                     }
                     if end.starts_with("END InvalidArgument") {
                         self.refusals += 1;
+                        let ms: u64 = field(&end, "ms").and_then(|m| m.parse().ok()).unwrap_or(0);
+                        if ms > refusal_bound {
+                            self.violations.push(format!(
+                                "world {} rank {} ({}): refused after {ms} ms, past its timeout",
+                                p.world, p.rank, p.what
+                            ));
+                        }
                     }
                     p.judged = true;
                 }
