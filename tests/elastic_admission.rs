@@ -310,3 +310,61 @@ fn ranks_that_issue_only_coalesced_blocks_stay_in() {
         }
     }
 }
+
+/// A joiner killed between taking its ticket and writing its rank: the members' admission
+/// voids the ticket at once (never waits for it) and admits the replacement behind it.
+#[test]
+fn a_joiner_killed_after_taking_its_ticket_holds_up_nobody() {
+    let store: Arc<dyn Store> = Arc::new(MemStore::new());
+    let mock = backend();
+    let barrier = Arc::new(Barrier::new(5));
+    let timeout = Duration::from_secs(6);
+    let members: Vec<_> = (0..4u32)
+        .map(|r| {
+            let (store, mock, barrier) = (store.clone(), mock.clone(), barrier.clone());
+            std::thread::spawn(move || {
+                let pg = ProcessGroup::new(mock, store, r, 4, opts(r, timeout)).unwrap();
+                assert_eq!(sum(&pg).unwrap(), 4.0);
+                barrier.wait();
+                if r == 1 {
+                    pg.abort("rank 1 killed");
+                    return None;
+                }
+                let began = Instant::now();
+                let mut slowest_admit = Duration::ZERO;
+                while began.elapsed() < Duration::from_secs(15) {
+                    match sum(&pg) {
+                        Ok(4.0) => break,
+                        Ok(s) => assert_eq!(s, 3.0, "rank {r}"),
+                        Err(Error::MembersLost { .. }) => {}
+                        Err(e) => panic!("rank {r}: {e}"),
+                    }
+                    if joiners(pg.store()) >= 2 {
+                        let t = Instant::now();
+                        pg.admit().unwrap();
+                        slowest_admit = slowest_admit.max(t.elapsed());
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                Some((pg.size(), slowest_admit))
+            })
+        })
+        .collect();
+    barrier.wait();
+    // The dead joiner: a ticket taken, no rank written.
+    assert_eq!(joiners(&store), 0);
+    store
+        .add("oxccl/world/4/0/oxccl/elastic/joiners", 1)
+        .unwrap();
+    let pg = ProcessGroup::join(mock, store.clone(), 1, 4, opts(1, timeout)).unwrap();
+    assert_eq!(sum(&pg).unwrap(), 4.0);
+    for (r, m) in members.into_iter().enumerate() {
+        if let Some((size, slowest)) = m.join().unwrap() {
+            assert_eq!(size, 4, "rank {r}");
+            assert!(
+                slowest < Duration::from_secs(2),
+                "rank {r}: an admission took {slowest:?}"
+            );
+        }
+    }
+}
