@@ -172,6 +172,57 @@ fn a_new_on_a_running_elastic_world_is_refused_and_counts_nothing() {
     assert_eq!(store.add("oxccl/world/4/incarnations", 0).unwrap(), 8);
 }
 
+/// Four members step once; then rank `lost` dies and the others step (a sum every 50 ms)
+/// until the world is four again, admitting at each boundary once `tickets` join tickets
+/// are taken (one admission judges them all). Each survivor returns how many it admitted,
+/// its group's size and its slowest admission. `ready` (of 4 + `watchers`) is passed once
+/// the world is made.
+fn lose_and_refill(
+    store: &Arc<dyn Store>,
+    mock: &MockBackend,
+    lost: u32,
+    tickets: i64,
+    watchers: usize,
+) -> (
+    Arc<Barrier>,
+    Vec<std::thread::JoinHandle<Option<(u32, u32, Duration)>>>,
+) {
+    let ready = Arc::new(Barrier::new(4 + watchers));
+    let timeout = Duration::from_secs(6);
+    let threads = (0..4u32)
+        .map(|r| {
+            let (store, mock, ready) = (store.clone(), mock.clone(), ready.clone());
+            std::thread::spawn(move || {
+                let pg = ProcessGroup::new(mock, store, r, 4, opts(r, timeout)).unwrap();
+                assert_eq!(sum(&pg).unwrap(), 4.0);
+                ready.wait();
+                if r == lost {
+                    pg.abort("killed");
+                    return None;
+                }
+                let began = Instant::now();
+                let (mut admitted, mut slowest) = (0, Duration::ZERO);
+                while began.elapsed() < Duration::from_secs(15) {
+                    match sum(&pg) {
+                        Ok(4.0) => break,
+                        Ok(s) => assert_eq!(s, 3.0, "rank {r}"),
+                        Err(Error::MembersLost { .. }) => {}
+                        Err(e) => panic!("rank {r}: {e}"),
+                    }
+                    if joiners(pg.store()) >= tickets {
+                        let t = Instant::now();
+                        admitted += pg.admit().unwrap();
+                        slowest = slowest.max(t.elapsed());
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                Some((admitted, pg.size(), slowest))
+            })
+        })
+        .collect();
+    (ready, threads)
+}
+
 /// Rank 2 dies; two processes both ask to replace it while the survivors train: exactly one
 /// is admitted, the other gets an `InvalidArgument` naming `rank`; the world trains on at
 /// four.
@@ -180,43 +231,13 @@ fn two_joins_for_one_rank_admit_one_and_refuse_the_other() {
     let _ = env_logger::builder().is_test(true).try_init();
     let store: Arc<dyn Store> = Arc::new(MemStore::new());
     let mock = backend();
-    let barrier = Arc::new(Barrier::new(4));
     let timeout = Duration::from_secs(6);
-    let survivors: Vec<_> = (0..4u32)
-        .map(|r| {
-            let (store, mock, barrier) = (store.clone(), mock.clone(), barrier.clone());
-            std::thread::spawn(move || {
-                let pg = ProcessGroup::new(mock, store, r, 4, opts(r, timeout)).unwrap();
-                assert_eq!(sum(&pg).unwrap(), 4.0);
-                barrier.wait();
-                if r == 2 {
-                    pg.abort("rank 2 killed");
-                    return None;
-                }
-                // Step until the world is four again, admitting at each boundary once both
-                // joiners hold a ticket: one admission judges both.
-                let began = Instant::now();
-                let mut admitted = 0;
-                while began.elapsed() < Duration::from_secs(15) {
-                    match sum(&pg) {
-                        Ok(4.0) => break,
-                        Ok(s) => assert_eq!(s, 3.0, "rank {r}"),
-                        Err(Error::MembersLost { .. }) => {}
-                        Err(e) => panic!("rank {r}: {e}"),
-                    }
-                    if joiners(pg.store()) >= 2 {
-                        admitted += pg.admit().unwrap();
-                    }
-                    std::thread::sleep(Duration::from_millis(50));
-                }
-                Some((admitted, pg.size()))
-            })
-        })
-        .collect();
+    let (ready, survivors) = lose_and_refill(&store, &mock, 2, 2, 2);
     let joiners: Vec<_> = (0..2)
         .map(|_| {
-            let (store, mock) = (store.clone(), mock.clone());
+            let (store, mock, ready) = (store.clone(), mock.clone(), ready.clone());
             std::thread::spawn(move || {
+                ready.wait();
                 std::thread::sleep(Duration::from_millis(100));
                 let began = Instant::now();
                 // The refusal comes from `join` itself: a process told it joined when it did
@@ -243,7 +264,7 @@ fn two_joins_for_one_rank_admit_one_and_refuse_the_other() {
         }
     }
     for (r, s) in survivors.into_iter().enumerate() {
-        if let Some((admitted, size)) = s.join().unwrap() {
+        if let Some((admitted, size, _)) = s.join().unwrap() {
             assert_eq!((admitted, size), (1, 4), "rank {r}");
         }
     }
@@ -317,50 +338,19 @@ fn ranks_that_issue_only_coalesced_blocks_stay_in() {
 fn a_joiner_killed_after_taking_its_ticket_holds_up_nobody() {
     let store: Arc<dyn Store> = Arc::new(MemStore::new());
     let mock = backend();
-    let barrier = Arc::new(Barrier::new(5));
-    let timeout = Duration::from_secs(6);
-    let members: Vec<_> = (0..4u32)
-        .map(|r| {
-            let (store, mock, barrier) = (store.clone(), mock.clone(), barrier.clone());
-            std::thread::spawn(move || {
-                let pg = ProcessGroup::new(mock, store, r, 4, opts(r, timeout)).unwrap();
-                assert_eq!(sum(&pg).unwrap(), 4.0);
-                barrier.wait();
-                if r == 1 {
-                    pg.abort("rank 1 killed");
-                    return None;
-                }
-                let began = Instant::now();
-                let mut slowest_admit = Duration::ZERO;
-                while began.elapsed() < Duration::from_secs(15) {
-                    match sum(&pg) {
-                        Ok(4.0) => break,
-                        Ok(s) => assert_eq!(s, 3.0, "rank {r}"),
-                        Err(Error::MembersLost { .. }) => {}
-                        Err(e) => panic!("rank {r}: {e}"),
-                    }
-                    if joiners(pg.store()) >= 2 {
-                        let t = Instant::now();
-                        pg.admit().unwrap();
-                        slowest_admit = slowest_admit.max(t.elapsed());
-                    }
-                    std::thread::sleep(Duration::from_millis(50));
-                }
-                Some((pg.size(), slowest_admit))
-            })
-        })
-        .collect();
-    barrier.wait();
+    let (ready, members) = lose_and_refill(&store, &mock, 1, 2, 1);
+    ready.wait();
     // The dead joiner: a ticket taken, no rank written.
     assert_eq!(joiners(&store), 0);
     store
         .add("oxccl/world/4/0/oxccl/elastic/joiners", 1)
         .unwrap();
-    let pg = ProcessGroup::join(mock, store.clone(), 1, 4, opts(1, timeout)).unwrap();
+    let pg =
+        ProcessGroup::join(mock, store.clone(), 1, 4, opts(1, Duration::from_secs(6))).unwrap();
     assert_eq!(sum(&pg).unwrap(), 4.0);
     for (r, m) in members.into_iter().enumerate() {
-        if let Some((size, slowest)) = m.join().unwrap() {
-            assert_eq!(size, 4, "rank {r}");
+        if let Some((admitted, size, slowest)) = m.join().unwrap() {
+            assert_eq!((admitted, size), (1, 4), "rank {r}");
             assert!(
                 slowest < Duration::from_secs(2),
                 "rank {r}: an admission took {slowest:?}"
