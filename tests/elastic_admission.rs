@@ -172,6 +172,9 @@ fn a_new_on_a_running_elastic_world_is_refused_and_counts_nothing() {
     assert_eq!(store.add("oxccl/world/4/incarnations", 0).unwrap(), 8);
 }
 
+/// A survivor's thread: how many it admitted, its group's size, its slowest admission.
+type Survivor = std::thread::JoinHandle<Option<(u32, u32, Duration)>>;
+
 /// Four members step once; then rank `lost` dies and the others step (a sum every 50 ms)
 /// until the world is four again, admitting at each boundary once `tickets` join tickets
 /// are taken (one admission judges them all). Each survivor returns how many it admitted,
@@ -183,10 +186,7 @@ fn lose_and_refill(
     lost: u32,
     tickets: i64,
     watchers: usize,
-) -> (
-    Arc<Barrier>,
-    Vec<std::thread::JoinHandle<Option<(u32, u32, Duration)>>>,
-) {
+) -> (Arc<Barrier>, Vec<Survivor>) {
     let ready = Arc::new(Barrier::new(4 + watchers));
     let timeout = Duration::from_secs(6);
     let threads = (0..4u32)

@@ -30,7 +30,6 @@
 
 use super::dumps::{Dumps, Reporter};
 use super::lock::lock;
-use super::thread::Watchdog;
 use crate::recorder::now_ns;
 use crate::recorder::target::{write_within, DumpJob, DumpWriting};
 use crate::recorder::{DumpCause, DumpNote, DumpWait};
@@ -131,15 +130,21 @@ fn says_more(written: &DumpNote, now: &DumpNote) -> bool {
         || (now.wait != written.wait && !all_reported)
 }
 
-/// The dumps whose ending the exit guard waits for (the watchdog's, set with the guard).
-static GUARDED: OnceLock<Arc<Dumps>> = OnceLock::new();
+/// How the exit guard waits for one whole pass of the watchdog, until `done` says the
+/// ending began or [`EXIT_LOOKS_FOR`] passed (the watchdog gives it, so this file needs
+/// nothing of the thread's).
+pub(super) type AwaitPass = fn(limit: Duration, done: &dyn Fn() -> bool);
+
+/// The dumps whose ending the exit guard waits for (the watchdog's, set with the guard), and
+/// how it waits for a pass.
+static GUARDED: OnceLock<(Arc<Dumps>, AwaitPass)> = OnceLock::new();
 
 /// Installs the exit guard once per process, waiting for `dumps`' ending (when the first group
 /// that dumps on timeout is made, long before any exit begins).
-pub(super) fn install_exit_guard(dumps: &Arc<Dumps>) {
+pub(super) fn install_exit_guard(dumps: &Arc<Dumps>, await_pass: AwaitPass) {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
-        let _ = GUARDED.set(dumps.clone());
+        let _ = GUARDED.set((dumps.clone(), await_pass));
         // SAFETY: `exit_guard` is an `extern "C" fn()` that never unwinds (it catches every
         // panic) and lives as long as the program (it is a plain function).
         let failed = unsafe { libc::atexit(exit_guard) } != 0;
@@ -153,11 +158,11 @@ pub(super) fn install_exit_guard(dumps: &Arc<Dumps>) {
 /// progress, until its deadline.
 extern "C" fn exit_guard() {
     let _ = std::panic::catch_unwind(|| {
-        if let Some(dumps) = GUARDED.get() {
+        if let Some((dumps, await_pass)) = GUARDED.get() {
             // A failure the program saw first (its wait timed out as the watchdog's deadline
             // came) may not have reached the watchdog yet: a whole pass of it looks at every
             // work and begins the ending of one that failed.
-            Watchdog::instance().await_pass(EXIT_LOOKS_FOR, || lock(&dumps.ending_until).is_some());
+            await_pass(EXIT_LOOKS_FOR, &|| lock(&dumps.ending_until).is_some());
             dumps.await_ending();
         }
     });

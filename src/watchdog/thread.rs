@@ -243,7 +243,9 @@ impl Watchdog {
         let coordinated = target.signal.is_some();
         self.dumps.add(target);
         if coordinated {
-            ending::install_exit_guard(&self.dumps);
+            ending::install_exit_guard(&self.dumps, |limit, done| {
+                Watchdog::instance().await_pass(limit, done)
+            });
             self.dumps.start_coordination();
         }
     }

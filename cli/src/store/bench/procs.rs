@@ -2,7 +2,6 @@
 //! dropping one kills and reaps it, and each is killed by the kernel if the bench itself
 //! dies first (`PR_SET_PDEATHSIG`), so not even a `kill -9` of the bench leaves an orphan.
 
-use super::error::BenchError;
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::process::CommandExt;
@@ -18,9 +17,10 @@ pub struct Owned {
 }
 
 impl Owned {
-    /// Starts `cmd`, tied to this process's life. Call it from the main thread: the kernel
-    /// signals the child when the thread that forked it ends.
-    pub fn spawn(cmd: &mut Command, what: String) -> Result<Owned, BenchError> {
+    /// Starts `cmd`, tied to this process's life; the error says what could not start and
+    /// why. Call it from the main thread: the kernel signals the child when the thread that
+    /// forked it ends.
+    pub fn spawn(cmd: &mut Command, what: String) -> Result<Owned, String> {
         let parent = std::process::id();
         // SAFETY: the hook runs between fork and exec and calls only prctl and getppid, both
         // async-signal-safe; it allocates nothing.
@@ -38,7 +38,7 @@ impl Owned {
         }
         let child = cmd
             .spawn()
-            .map_err(|e| BenchError::Start(format!("cannot start {what}: {e}")))?;
+            .map_err(|e| format!("cannot start {what}: {e}"))?;
         Ok(Owned { child, what })
     }
 

@@ -133,7 +133,7 @@ pub fn start(kind: ServerKind, python: &Path, timeout: Duration) -> Result<Serve
     let what = format!("the {} server", kind.name());
     let listen0 = failure::listen_counters();
     let began = mono_ns();
-    let mut proc = Owned::spawn(&mut cmd, what)?;
+    let mut proc = Owned::spawn(&mut cmd, what).map_err(BenchError::Start)?;
     let stderr = proc
         .child()
         .stderr
