@@ -51,8 +51,25 @@ fn gradient(rank: u32, step: u32) -> Vec<f32> {
         .collect()
 }
 
-/// Sends (group rank 0) or receives the training state, `[step, weights…]`.
+/// Sends (group rank 0) or receives the training state, `[step, weights…]`, after an
+/// admission. A loss meanwhile costs every side the same broadcast (none of them completes
+/// it), so each runs it again on the smaller group.
 fn share_state<B: Memory>(pg: &ProcessGroup<B>, step: &mut u32, w: &mut [f32]) -> Result<()> {
+    loop {
+        match share_state_once(pg, step, w) {
+            Err(Error::MembersLost { lost, epoch, .. }) => {
+                println!(
+                    "rank {} lost ranks [{lost}] while sharing the state; epoch {epoch}",
+                    pg.global_rank()
+                );
+            }
+            done => return done,
+        }
+    }
+}
+
+/// One broadcast of the state from the group's first rank.
+fn share_state_once<B: Memory>(pg: &ProcessGroup<B>, step: &mut u32, w: &mut [f32]) -> Result<()> {
     let mut state = vec![*step as f32];
     state.extend_from_slice(w);
     let mut buf = pg.upload(&state)?;
