@@ -358,3 +358,70 @@ fn a_joiner_killed_after_taking_its_ticket_holds_up_nobody() {
         }
     }
 }
+
+/// A replacement that gives up (its timeout passes before the members admit anyone)
+/// withdraws its ticket: the members' later admission takes nobody in, and they train on at
+/// three without waiting at an init for a rank that will never come.
+#[test]
+fn a_joiner_that_gave_up_is_not_admitted_later() {
+    let store: Arc<dyn Store> = Arc::new(MemStore::new());
+    let mock = backend();
+    let ready = Arc::new(Barrier::new(5));
+    let gave_up = Arc::new(AtomicBool::new(false));
+    let members: Vec<_> = (0..4u32)
+        .map(|r| {
+            let (store, mock, ready, gave_up) =
+                (store.clone(), mock.clone(), ready.clone(), gave_up.clone());
+            std::thread::spawn(move || {
+                let pg =
+                    ProcessGroup::new(mock, store, r, 4, opts(r, Duration::from_secs(5))).unwrap();
+                assert_eq!(sum(&pg).unwrap(), 4.0);
+                ready.wait();
+                if r == 3 {
+                    pg.abort("killed");
+                    return None;
+                }
+                let (mut sums, mut admitted, mut after) = (Vec::new(), None, 0);
+                let began = Instant::now();
+                // Steps on until four steps after the admission.
+                while after < 4 && began.elapsed() < Duration::from_secs(15) {
+                    match sum(&pg) {
+                        Ok(s) => sums.push(s),
+                        Err(Error::MembersLost { .. }) => {}
+                        Err(e) => panic!("rank {r}: {e}"),
+                    }
+                    if admitted.is_some() {
+                        after += 1;
+                    } else if gave_up.load(Ordering::Acquire) {
+                        admitted = Some(pg.admit().unwrap());
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                Some((admitted, sums))
+            })
+        })
+        .collect();
+    ready.wait();
+    let began = Instant::now();
+    let e = ProcessGroup::join(
+        mock,
+        store.clone(),
+        3,
+        4,
+        opts(3, Duration::from_millis(1500)),
+    )
+    .unwrap_err();
+    assert!(matches!(e, Error::Timeout { .. }), "{e}");
+    assert!(
+        began.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        began.elapsed()
+    );
+    gave_up.store(true, Ordering::Release);
+    for (r, m) in members.into_iter().enumerate() {
+        if let Some((admitted, sums)) = m.join().unwrap() {
+            assert_eq!(admitted, Some(0), "rank {r}");
+            assert!(sums.ends_with(&[3.0; 4]), "rank {r}: {sums:?}");
+        }
+    }
+}

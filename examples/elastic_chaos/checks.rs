@@ -64,8 +64,12 @@ pub enum Allowed {
     AnyEnd,
     /// Refused with `InvalidArgument` naming this argument.
     Refused(&'static str),
-    /// One of a pair asking for the same rank: admitted, or refused naming `rank`.
-    AdmittedOrRefused,
+    /// A replacement before it joined: it trains once admitted (then [`Allowed::Train`]);
+    /// before, it may be refused naming `rank` (another process took the rank, or the members
+    /// did not decide the rank lost within its timeout) or time out waiting for an admission
+    /// (the members were still recovering): typed ends within its timeout, which a launcher
+    /// meets by starting another.
+    Replacement,
 }
 
 /// Whether a process of part `allowed` may end with exit `code` and `END` line `end` (after
@@ -81,8 +85,10 @@ pub fn end_allowed(
         Allowed::AnyEnd => true,
         Allowed::Train => stopping && variant == "ok",
         Allowed::Refused(arg) => variant == format!("InvalidArgument:{arg}"),
-        Allowed::AdmittedOrRefused => {
-            (stopping && variant == "ok") || variant == "InvalidArgument:rank"
+        Allowed::Replacement => {
+            (stopping && variant == "ok")
+                || variant == "InvalidArgument:rank"
+                || variant == "Timeout"
         }
     };
     match ok {
@@ -133,7 +139,7 @@ mod tests {
         .is_ok());
         assert!(end_allowed(Allowed::Refused("rank"), Some(0), "END ok ms=1", true).is_err());
         assert!(end_allowed(
-            Allowed::AdmittedOrRefused,
+            Allowed::Replacement,
             Some(3),
             "END InvalidArgument:rank ms=1",
             false

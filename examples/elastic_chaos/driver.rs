@@ -94,6 +94,8 @@ pub struct Driver {
     dumps: PathBuf,
     /// Processes whose failure left a dump.
     dumped: u32,
+    /// Replacements that ended before they were admitted (refused, or timed out).
+    not_admitted: u32,
 }
 
 fn free_port() -> u16 {
@@ -138,6 +140,7 @@ impl Driver {
             log,
             dumps: std::env::temp_dir().join(format!("oxccl-chaos-dumps-{}", std::process::id())),
             dumped: 0,
+            not_admitted: 0,
         })
     }
 
@@ -301,8 +304,7 @@ impl Driver {
                         }
                     }
                 }
-            } else if line.starts_with("JOINED ")
-                && self.procs[id].allowed == Allowed::AdmittedOrRefused
+            } else if line.starts_with("JOINED ") && self.procs[id].allowed == Allowed::Replacement
             {
                 // The admitted one of a pair trains from here.
                 self.procs[id].allowed = Allowed::Train;
@@ -327,7 +329,10 @@ impl Driver {
                             p.world, p.rank, p.what
                         ));
                     }
-                    if end.starts_with("END InvalidArgument") {
+                    if p.allowed == Allowed::Replacement && !end.starts_with("END ok") {
+                        self.not_admitted += 1;
+                    }
+                    if end.starts_with("END InvalidArgument") || end.starts_with("END Timeout") {
                         self.refusals += 1;
                         let ms: u64 = field(&end, "ms").and_then(|m| m.parse().ok()).unwrap_or(0);
                         if ms > refusal_bound {
@@ -403,11 +408,7 @@ impl Driver {
                 let d = self.rng.ms(0, 2 * t.as_millis() as u64);
                 self.idle(d, false);
                 let racing = self.rng.below(3) == 0;
-                let allowed = if racing {
-                    Allowed::AdmittedOrRefused
-                } else {
-                    Allowed::Train
-                };
+                let allowed = Allowed::Replacement;
                 self.spawn(rank, "join", "replacement", allowed, Duration::ZERO);
                 if racing {
                     self.spawn(rank, "join", "racing replacement", allowed, Duration::ZERO);
@@ -451,7 +452,13 @@ impl Driver {
                 // Back late: it must learn it is out and end within its bound.
                 self.procs[victim].bound = Some(Instant::now() + t + Duration::from_secs(10));
                 self.idle(Duration::from_millis(500), false);
-                self.spawn(rank, "join", "replacement", Allowed::Train, Duration::ZERO);
+                self.spawn(
+                    rank,
+                    "join",
+                    "replacement",
+                    Allowed::Replacement,
+                    Duration::ZERO,
+                );
             }
             "member_join" => self.spawn(
                 rank,
@@ -522,7 +529,13 @@ impl Driver {
         }
         for r in 0..self.s.ranks {
             if !held.contains(&r) {
-                self.spawn(r, "join", "replacement", Allowed::Train, Duration::ZERO);
+                self.spawn(
+                    r,
+                    "join",
+                    "replacement",
+                    Allowed::Replacement,
+                    Duration::ZERO,
+                );
             }
         }
         Ok(())
@@ -586,13 +599,14 @@ impl Driver {
                 .unwrap_or(0)
         };
         println!(
-            "chaos summary: seed {} ran {:.0} s, worlds {}, processes {}, steps {}, refusals {}, failures dumped {}, events {}",
+            "chaos summary: seed {} ran {:.0} s, worlds {}, processes {}, steps {}, refusals {}, replacements not admitted {}, failures dumped {}, events {}",
             self.s.seed,
             took.as_secs_f64(),
             self.world,
             self.procs.len(),
             self.agree.steps,
             self.refusals,
+            self.not_admitted,
             self.dumped,
             events.join(" ")
         );

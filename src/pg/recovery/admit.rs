@@ -292,12 +292,21 @@ pub(crate) fn wait_admitted(
             )));
         }
     };
-    let bytes = store.get(&admitted_key(t), left()).map_err(|e| match e {
-        Error::Timeout { .. } => timeout(format!(
-            "rank {rank} waited for the members to admit it (ticket {t}; they admit at `ProcessGroup::admit`)"
-        )),
-        e => e,
-    })?;
+    let bytes = match store.get(&admitted_key(t), left()) {
+        Ok(b) => b,
+        Err(e) => {
+            // Gone before the members judged the ticket: withdrawn, so no later admission
+            // takes in a rank that will never come (the members would wait for it at their
+            // next init). A decision that read the rank already stands.
+            let _ = store.compare_set(&ticket_key(t), &rank.to_le_bytes(), VOID);
+            return Err(match e {
+                Error::Timeout { .. } => timeout(format!(
+                    "rank {rank} waited for the members to admit it (ticket {t}, withdrawn; they admit at `ProcessGroup::admit`)"
+                )),
+                e => e,
+            });
+        }
+    };
     let a = Admission::decode(&bytes)?;
     let verdict = a.verdict(t).ok_or_else(|| Error::Remote {
         detail: text!(
