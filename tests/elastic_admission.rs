@@ -175,23 +175,37 @@ fn a_new_on_a_running_elastic_world_is_refused_and_counts_nothing() {
 /// A survivor's thread: how many it admitted, its group's size, its slowest admission.
 type Survivor = std::thread::JoinHandle<Option<(u32, u32, Duration)>>;
 
+/// The threads of a world that lost a rank, and its gates.
+struct Refill {
+    /// Passed by the 4 members and the watchers once the world is made.
+    ready: Arc<Barrier>,
+    /// Passed by the 3 survivors once they train at three again, and by the test once the
+    /// join tickets it waits for are taken: from there the survivors admit at every step
+    /// (all of them at the same steps, as admission asks), so one admission judges them all.
+    admit_from: Arc<Barrier>,
+    survivors: Vec<Survivor>,
+}
+
 /// Four members step once; then rank `lost` dies and the others step (a sum every 50 ms)
-/// until the world is four again, admitting at each boundary once `tickets` join tickets
-/// are taken (one admission judges them all). Each survivor returns how many it admitted,
-/// its group's size and its slowest admission. `ready` (of 4 + `watchers`) is passed once
-/// the world is made.
+/// until the world is four again, admitting at every step past the `admit_from` gate. Each
+/// survivor returns how many it admitted, its group's size and its slowest admission.
 fn lose_and_refill(
     store: &Arc<dyn Store>,
     mock: &MockBackend,
     lost: u32,
-    tickets: i64,
     watchers: usize,
-) -> (Arc<Barrier>, Vec<Survivor>) {
+) -> Refill {
     let ready = Arc::new(Barrier::new(4 + watchers));
+    let admit_from = Arc::new(Barrier::new(4));
     let timeout = Duration::from_secs(6);
-    let threads = (0..4u32)
+    let survivors = (0..4u32)
         .map(|r| {
-            let (store, mock, ready) = (store.clone(), mock.clone(), ready.clone());
+            let (store, mock, ready, gate) = (
+                store.clone(),
+                mock.clone(),
+                ready.clone(),
+                admit_from.clone(),
+            );
             std::thread::spawn(move || {
                 let pg = ProcessGroup::new(mock, store, r, 4, opts(r, timeout)).unwrap();
                 assert_eq!(sum(&pg).unwrap(), 4.0);
@@ -201,18 +215,24 @@ fn lose_and_refill(
                     return None;
                 }
                 let began = Instant::now();
-                let (mut admitted, mut slowest) = (0, Duration::ZERO);
-                while began.elapsed() < Duration::from_secs(15) {
+                // Training at three again.
+                loop {
                     match sum(&pg) {
-                        Ok(4.0) => break,
-                        Ok(s) => assert_eq!(s, 3.0, "rank {r}"),
+                        Ok(s) => break assert_eq!(s, 3.0, "rank {r}"),
                         Err(Error::MembersLost { .. }) => {}
                         Err(e) => panic!("rank {r}: {e}"),
                     }
-                    if joiners(pg.store()) >= tickets {
-                        let t = Instant::now();
-                        admitted += pg.admit().unwrap();
-                        slowest = slowest.max(t.elapsed());
+                }
+                gate.wait();
+                let (mut admitted, mut slowest) = (0, Duration::ZERO);
+                while began.elapsed() < Duration::from_secs(15) {
+                    let t = Instant::now();
+                    admitted += pg.admit().unwrap();
+                    slowest = slowest.max(t.elapsed());
+                    match sum(&pg) {
+                        Ok(4.0) => break,
+                        Ok(s) => assert_eq!(s, 3.0, "rank {r}"),
+                        Err(e) => panic!("rank {r}: {e}"),
                     }
                     std::thread::sleep(Duration::from_millis(50));
                 }
@@ -220,7 +240,23 @@ fn lose_and_refill(
             })
         })
         .collect();
-    (ready, threads)
+    Refill {
+        ready,
+        admit_from,
+        survivors,
+    }
+}
+
+/// Waits (up to 10 s) until `n` join tickets are taken on `store`.
+fn await_tickets(store: &Arc<dyn Store>, n: i64) {
+    let began = Instant::now();
+    while joiners(store) < n {
+        assert!(
+            began.elapsed() < Duration::from_secs(10),
+            "{n} tickets never taken"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 /// Rank 2 dies; two processes both ask to replace it while the survivors train: exactly one
@@ -232,7 +268,11 @@ fn two_joins_for_one_rank_admit_one_and_refuse_the_other() {
     let store: Arc<dyn Store> = Arc::new(MemStore::new());
     let mock = backend();
     let timeout = Duration::from_secs(6);
-    let (ready, survivors) = lose_and_refill(&store, &mock, 2, 2, 2);
+    let Refill {
+        ready,
+        admit_from,
+        survivors,
+    } = lose_and_refill(&store, &mock, 2, 2);
     let joiners: Vec<_> = (0..2)
         .map(|_| {
             let (store, mock, ready) = (store.clone(), mock.clone(), ready.clone());
@@ -250,6 +290,8 @@ fn two_joins_for_one_rank_admit_one_and_refuse_the_other() {
             })
         })
         .collect();
+    await_tickets(&store, 2);
+    admit_from.wait();
     let outcomes: Vec<_> = joiners.into_iter().map(|j| j.join().unwrap()).collect();
     let ok: Vec<_> = outcomes.iter().filter(|(o, _)| o.is_ok()).collect();
     assert_eq!(ok.len(), 1, "{outcomes:?}");
@@ -338,17 +380,28 @@ fn ranks_that_issue_only_coalesced_blocks_stay_in() {
 fn a_joiner_killed_after_taking_its_ticket_holds_up_nobody() {
     let store: Arc<dyn Store> = Arc::new(MemStore::new());
     let mock = backend();
-    let (ready, members) = lose_and_refill(&store, &mock, 1, 2, 1);
+    let Refill {
+        ready,
+        admit_from,
+        survivors,
+    } = lose_and_refill(&store, &mock, 1, 1);
     ready.wait();
     // The dead joiner: a ticket taken, no rank written.
     assert_eq!(joiners(&store), 0);
     store
         .add("oxccl/world/4/0/oxccl/elastic/joiners", 1)
         .unwrap();
-    let pg =
-        ProcessGroup::join(mock, store.clone(), 1, 4, opts(1, Duration::from_secs(6))).unwrap();
-    assert_eq!(sum(&pg).unwrap(), 4.0);
-    for (r, m) in members.into_iter().enumerate() {
+    let joiner = {
+        let store = store.clone();
+        std::thread::spawn(move || {
+            let pg = ProcessGroup::join(mock, store, 1, 4, opts(1, Duration::from_secs(6)))?;
+            sum(&pg)
+        })
+    };
+    await_tickets(&store, 2);
+    admit_from.wait();
+    assert_eq!(joiner.join().unwrap().unwrap(), 4.0);
+    for (r, m) in survivors.into_iter().enumerate() {
         if let Some((admitted, size, slowest)) = m.join().unwrap() {
             assert_eq!((admitted, size), (1, 4), "rank {r}");
             assert!(
