@@ -478,3 +478,51 @@ fn a_joiner_that_gave_up_is_not_admitted_later() {
         }
     }
 }
+
+/// Every member's collective waits for a silent rank until the timeout; one member is slow to
+/// wait on its work, so the others' decision begins before its own wait fails, a little more
+/// than the timeout after its last work began. Its monitor joins the decision (the rank was
+/// at work: blocked in that very collective), and the three go on at epoch 1.
+#[test]
+fn a_rank_blocked_in_the_collective_that_showed_the_loss_stays_in() {
+    let store: Arc<dyn Store> = Arc::new(MemStore::new());
+    let mock = backend();
+    let barrier = Arc::new(Barrier::new(4));
+    let timeout = Duration::from_millis(1000);
+    let threads: Vec<_> = (0..4u32)
+        .map(|r| {
+            let (store, mock, barrier) = (store.clone(), mock.clone(), barrier.clone());
+            std::thread::spawn(move || {
+                let mut o = opts(r, timeout);
+                // Silent: not elastic, so no monitor speaks for it.
+                o.elastic = r != 2;
+                let pg = ProcessGroup::new(mock, store, r, 4, o).unwrap();
+                assert_eq!(sum(&pg).unwrap(), 4.0);
+                barrier.wait();
+                if r == 2 {
+                    std::thread::sleep(Duration::from_secs(4));
+                    pg.abort("done being silent");
+                    return None;
+                }
+                let mut b = pg.upload(&[1.0f32]).unwrap();
+                let work = pg.all_reduce(&mut b, ReduceOp::Sum).unwrap();
+                if r == 3 {
+                    // The others' waits fail at the timeout and begin the decision meanwhile.
+                    std::thread::sleep(timeout + Duration::from_millis(150));
+                }
+                let failed = work.wait().expect_err("a step with a silent rank");
+                Some((failed, sum(&pg), pg.size()))
+            })
+        })
+        .collect();
+    for (r, t) in threads.into_iter().enumerate() {
+        let Some((failed, after, size)) = t.join().unwrap() else {
+            continue;
+        };
+        assert!(
+            matches!(&failed, Error::MembersLost { epoch: 1, .. }),
+            "rank {r}: {failed}"
+        );
+        assert_eq!((after.unwrap(), size), (3.0, 3), "rank {r}");
+    }
+}

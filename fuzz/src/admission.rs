@@ -9,8 +9,8 @@
 //! verdict survives its encoding, and no bytes decode into a verdict that encodes otherwise.
 //!
 //! Alive rule: over any schedule of work notes (clock readings that may run late or back) and
-//! decisions, a rank stays in exactly when its latest noted work is within the timeout of the
-//! decision's reading, and the record never moves back.
+//! decisions, a rank stays in exactly when its latest noted work is within the timeout plus
+//! the window of the decision's reading, and the record never moves back.
 
 use arbitrary::{Arbitrary, Unstructured};
 use oxccl_core::membership::admission::{check_join, judge, TicketVerdict, VERDICT_LEN};
@@ -20,8 +20,8 @@ use oxccl_core::membership::elastic::LastActive;
 enum Event {
     /// Work noted at this clock reading.
     Work(u32),
-    /// A decision begun at this reading, under this timeout.
-    Decide(u32, u16),
+    /// A decision begun at this reading, under this timeout and window.
+    Decide(u32, u16, u16),
 }
 
 #[derive(Debug, Arbitrary)]
@@ -122,10 +122,15 @@ pub fn fuzz(data: &[u8]) {
                         assert!(rec.at_ms >= before.at_ms, "the record moved back");
                         assert_eq!(rec.at_ms, latest);
                     }
-                    Event::Decide(now, timeout) => {
-                        let (now, timeout) = (u64::from(now), u64::from(timeout));
-                        let want = now.saturating_sub(latest) <= timeout;
-                        assert_eq!(rec.stays_in(now, timeout), want, "now {now} last {latest}");
+                    Event::Decide(now, timeout, window) => {
+                        let (now, timeout, window) =
+                            (u64::from(now), u64::from(timeout), u64::from(window));
+                        let want = now.saturating_sub(latest) <= timeout + window;
+                        assert_eq!(
+                            rec.stays_in(now, timeout, window),
+                            want,
+                            "now {now} last {latest}"
+                        );
                     }
                 }
             }

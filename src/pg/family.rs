@@ -61,10 +61,11 @@ impl Elastic {
     }
 
     /// Whether this rank takes part in a decision begun now, under a timeout of `timeout_ms`
-    /// (and how long it has been idle, for the record).
+    /// and this family's window (and how long it has been idle, for the record).
     pub(crate) fn stays_in(&self, timeout_ms: u64) -> (bool, u64) {
         let (now, last) = (self.now_ms(), self.last_active());
-        (last.stays_in(now, timeout_ms), last.idle_ms(now))
+        let window = u64::try_from(self.window.as_millis()).unwrap_or(u64::MAX);
+        (last.stays_in(now, timeout_ms, window), last.idle_ms(now))
     }
 }
 

@@ -42,10 +42,13 @@ fn is_revoked(s: CommState) -> bool {
 /// single operation, an operation inside a coalescing block and the block's end, a batch of
 /// sends and receives, a barrier, a graph's launch, a one-sided operation, a registration, a
 /// group's first use (its init or split). The shell notes it at the one place all of them
-/// pass, so no path can be forgotten. A rank stays in a survivors' decision while it was at
-/// work within the group's timeout ([`LastActive::stays_in`]); one that issued nothing for
-/// longer (hung in its own code, its process still answering) is left out as a dead one
-/// would be, rather than kept as a member that times the survivors out again.
+/// pass, so no path can be forgotten. A rank stays in a survivors' decision while its last
+/// work began within the group's timeout plus the decision's window ([`LastActive::stays_in`]):
+/// that work (an init waiting for a stopped peer, a collective) may hold it until the timeout,
+/// and the others' decision gathers for a window, so a rank blocked in the very call that
+/// showed the loss is never taken for idle. One that issued nothing for longer (hung in its
+/// own code, its process still answering) is left out as a dead one would be, rather than kept
+/// as a member that times the survivors out again.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub struct LastActive {
     /// The clock's reading at the rank's last work.
@@ -66,16 +69,16 @@ impl LastActive {
     }
 
     /// Whether the rank takes part in a decision begun at `now_ms` under a group timeout of
-    /// `timeout_ms`.
-    pub fn stays_in(self, now_ms: u64, timeout_ms: u64) -> bool {
-        monitor_joins(self.idle_ms(now_ms), timeout_ms)
+    /// `timeout_ms` and a decision window of `window_ms`.
+    pub fn stays_in(self, now_ms: u64, timeout_ms: u64, window_ms: u64) -> bool {
+        monitor_joins(self.idle_ms(now_ms), timeout_ms, window_ms)
     }
 }
 
-/// Whether a rank's monitor joins a decision other members began, `idle_ms` after the rank
-/// was last at work (see [`LastActive`]): only within the group's timeout.
-pub fn monitor_joins(idle_ms: u64, timeout_ms: u64) -> bool {
-    idle_ms <= timeout_ms
+/// Whether a rank's monitor joins a decision other members began, `idle_ms` after the rank's
+/// last work began (see [`LastActive`]): within the group's timeout plus the window.
+pub fn monitor_joins(idle_ms: u64, timeout_ms: u64, window_ms: u64) -> bool {
+    idle_ms <= timeout_ms.saturating_add(window_ms)
 }
 
 /// The error-handling mode an elastic group runs under, whatever was asked: record the
@@ -119,22 +122,25 @@ mod tests {
     use crate::text;
 
     #[test]
-    fn a_monitor_joins_only_for_a_rank_at_work_within_the_timeout() {
-        assert!(monitor_joins(0, 1000));
-        assert!(monitor_joins(1000, 1000));
-        assert!(!monitor_joins(1001, 1000));
-        assert!(!monitor_joins(u64::MAX, 0));
+    fn a_monitor_joins_only_for_a_rank_at_work_within_the_timeout_and_window() {
+        assert!(monitor_joins(0, 1000, 0));
+        assert!(monitor_joins(1000, 1000, 0));
+        assert!(!monitor_joins(1001, 1000, 0));
+        assert!(monitor_joins(1300, 1000, 300));
+        assert!(!monitor_joins(1301, 1000, 300));
+        assert!(!monitor_joins(u64::MAX, 0, 0));
+        assert!(monitor_joins(u64::MAX, u64::MAX, 1));
     }
 
     #[test]
-    fn work_by_any_path_keeps_a_rank_in_until_the_timeout_passes() {
+    fn work_by_any_path_keeps_a_rank_in_until_the_timeout_and_window_pass() {
         let born = LastActive::default();
-        assert!(born.stays_in(1000, 1000));
-        assert!(!born.stays_in(1001, 1000));
+        assert!(born.stays_in(1000, 1000, 0));
+        assert!(!born.stays_in(1001, 1000, 0));
         let a = born.note(5000);
         assert_eq!(a.idle_ms(5400), 400);
-        assert!(a.stays_in(6000, 1000));
-        assert!(!a.stays_in(6001, 1000));
+        assert!(a.stays_in(6300, 1000, 300));
+        assert!(!a.stays_in(6301, 1000, 300));
         // A reading taken before the last one never moves the record back.
         assert_eq!(a.note(4000), a);
         assert_eq!(a.idle_ms(10), 0);
