@@ -10,8 +10,29 @@ use std::sync::Arc;
 /// The environment variable naming a tune table file (`oxccl perf --tune` writes one).
 pub const TUNE_FILE_VAR: &str = "OXCCL_TUNE_FILE";
 
-/// Reads a tune table file; errors name the file, and the line and field at fault.
+/// Reads a tune table file; errors name the file, and the line and field at fault. Only a
+/// regular file is opened: a FIFO named here would block the read for ever.
 pub fn load_tune_file(path: &std::path::Path) -> Result<TuneTable> {
+    let meta = std::fs::metadata(path).map_err(|e| {
+        Error::invalid(
+            "tune file",
+            format_args!("a readable tune table at {}: {e}", escaped_path(path)),
+        )
+    })?;
+    if !meta.is_file() {
+        return Err(Error::invalid(
+            "tune file",
+            format_args!(
+                "a regular file at {}, not a {}",
+                escaped_path(path),
+                if meta.is_dir() {
+                    "directory"
+                } else {
+                    "special file (a FIFO, a socket or a device)"
+                }
+            ),
+        ));
+    }
     let text = std::fs::read_to_string(path).map_err(|e| {
         Error::invalid(
             "tune file",
@@ -65,6 +86,36 @@ mod tests {
                 assert!(expected.contains("line 2"), "{expected}");
             }
             other => panic!("{other:?}"),
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_fifo_or_a_directory_is_refused_without_being_opened() {
+        let dir = std::env::temp_dir().join(format!("oxccl-tune-fifo-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let fifo = dir.join("tune.fifo");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        assert!(made.is_ok_and(|s| s.success()), "mkfifo");
+        // On a thread, so a read that blocks fails the test instead of hanging it.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (f, d) = (fifo.clone(), dir.clone());
+        std::thread::spawn(move || {
+            let _ = tx.send((load_tune_file(&f), load_tune_file(&d)));
+        });
+        let (on_fifo, on_dir) = rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("refused at once, not blocked on the FIFO");
+        for (got, kind) in [(on_fifo, "special file"), (on_dir, "directory")] {
+            match got {
+                Err(Error::InvalidArgument {
+                    arg: "tune file",
+                    expected,
+                }) => {
+                    assert!(expected.contains(kind), "{expected}")
+                }
+                other => panic!("{other:?}"),
+            }
         }
         let _ = std::fs::remove_dir_all(&dir);
     }

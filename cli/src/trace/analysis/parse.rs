@@ -321,7 +321,10 @@ pub fn read_dump_dir(dir: &Path) -> std::io::Result<DirDumps> {
         let parsed = std::fs::metadata(&p)
             .map_err(|e| e.to_string())
             .and_then(|m| {
-                if m.len() > MAX_DUMP_BYTES {
+                if !m.is_file() {
+                    // A FIFO named like a dump would block the read for ever.
+                    Err("not a regular file".to_string())
+                } else if m.len() > MAX_DUMP_BYTES {
                     Err(format!("{} bytes, more than a dump holds", m.len()))
                 } else {
                     std::fs::read_to_string(&p).map_err(|e| e.to_string())
@@ -343,6 +346,27 @@ pub fn read_dump_dir(dir: &Path) -> std::io::Result<DirDumps> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_fifo_named_like_a_dump_is_reported_not_read() {
+        let dir = std::env::temp_dir().join(format!("oxccl-trace-fifo-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let fifo = dir.join("rank_0.json");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        assert!(made.is_ok_and(|s| s.success()), "mkfifo");
+        // On a thread, so a read that blocks fails the test instead of hanging it.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let d = dir.clone();
+        std::thread::spawn(move || {
+            let _ = tx.send(read_dump_dir(&d).map(|r| r.unreadable));
+        });
+        let unreadable = rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("the FIFO is passed over, not read")
+            .unwrap();
+        assert_eq!(unreadable, vec![(fifo, "not a regular file".to_string())]);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn ranks_text_and_names() {
