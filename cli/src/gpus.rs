@@ -63,11 +63,7 @@ pub fn probe() -> Result<Probe, String> {
                 sys::cuDeviceGetPCIBusId(bus.as_mut_ptr(), bus.len() as i32, dev),
                 "cuDeviceGetPCIBusId",
             )?;
-            bus_ids.push(
-                std::ffi::CStr::from_ptr(bus.as_ptr())
-                    .to_string_lossy()
-                    .into_owned(),
-            );
+            bus_ids.push(driver_text(std::ffi::CStr::from_ptr(bus.as_ptr())));
             let pci = |at: sys::CUdevice_attribute| {
                 let mut v = 0;
                 let r = sys::cuDeviceGetAttribute(&mut v, at, dev);
@@ -88,9 +84,7 @@ pub fn probe() -> Result<Probe, String> {
                 sys::cuDeviceGetName(name.as_mut_ptr(), name.len() as i32, dev),
                 "cuDeviceGetName",
             )?;
-            let name = std::ffi::CStr::from_ptr(name.as_ptr())
-                .to_string_lossy()
-                .into_owned();
+            let name = driver_text(std::ffi::CStr::from_ptr(name.as_ptr()));
             let mut mem = 0usize;
             ok(sys::cuDeviceTotalMem_v2(&mut mem, dev), "cuDeviceTotalMem")?;
             gpus.push(Gpu {
@@ -159,4 +153,11 @@ pub fn to_json(r: &Result<Probe, String>) -> Value {
         }),
         Err(e) => json!({"gpus": [], "links": [], "error": e}),
     }
+}
+
+/// A string the driver wrote, as `oxccl info` shows every such text: bytes that are not UTF-8
+/// as `\xNN` (the loader's one rendering), never replaced.
+fn driver_text(s: &std::ffi::CStr) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    oxccl::loader::text::os_text(std::ffi::OsStr::from_bytes(s.to_bytes())).into_owned()
 }
