@@ -53,6 +53,9 @@ struct Proc {
     end: Option<String>,
     stopped: bool,
     judged: bool,
+    /// When this process last lost a rank through a work that timed out (the watchdog's
+    /// failure: it dumps, dump on timeout being on).
+    work_loss: Option<Instant>,
 }
 
 /// What a refused process may take past its timeout: starting, joining the store.
@@ -240,6 +243,7 @@ impl Driver {
             end: None,
             stopped: false,
             judged: false,
+            work_loss: None,
         });
     }
 
@@ -309,6 +313,8 @@ impl Driver {
                 // The admitted one of a pair trains from here.
                 self.procs[id].allowed = Allowed::Train;
                 self.procs[id].bound = None;
+            } else if line.starts_with("LOST ") && line.contains(" work=true") {
+                self.procs[id].work_loss = Some(Instant::now());
             } else if line.starts_with("END ") {
                 self.procs[id].end = Some(line);
             }
@@ -426,19 +432,22 @@ impl Driver {
                 self.procs[victim].allowed = Allowed::AnyEnd;
                 let from = *self.epoch_seen.get(&self.world).unwrap_or(&0);
                 self.pending_recovery = Some((self.world, Instant::now(), from));
+                let stopped_at = Instant::now();
                 let survivors: Vec<usize> = self
                     .live_members()
                     .into_iter()
                     .filter(|&i| i != victim)
                     .collect();
                 self.idle(2 * t + Duration::from_secs(2), false);
-                // The survivors' collectives timed out: each of them dumped (dump on timeout).
+                // A survivor whose work timed out on the stopped rank dumped (dump on timeout);
+                // one that found the loss at an init had no work in flight to dump.
                 for i in survivors {
                     let p = &self.procs[i];
                     let json = self.dump_dir(i).join(format!("rank_{}.json", p.rank));
+                    let by_work = p.work_loss.is_some_and(|at| at >= stopped_at);
                     match json.is_file() {
                         true => self.dumped += 1,
-                        false if p.end.is_some() => {}
+                        false if p.end.is_some() || !by_work => {}
                         false => self.violations.push(format!(
                             "world {} rank {} ({}): its collective timed out with rank {rank} stopped, and it left no dump at {}",
                             p.world,

@@ -96,8 +96,12 @@ fn train<B: Memory>(
     while !stop.exists() {
         let g = match average(pg, &gradient(me, step), step) {
             Ok(g) => g,
-            Err(Error::MembersLost { lost, epoch, .. }) => {
-                println!("LOST rank={me} epoch={epoch} lost=[{lost}] step={step}");
+            Err(Error::MembersLost {
+                lost, epoch, cause, ..
+            }) => {
+                // Whether a work of the watchdog's timed out (it dumps then), or an init.
+                let work = cause.contains("WorkNCCL(");
+                println!("LOST rank={me} epoch={epoch} lost=[{lost}] step={step} work={work}");
                 continue;
             }
             Err(e) => return Err(e),
