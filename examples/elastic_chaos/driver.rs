@@ -56,7 +56,18 @@ struct Proc {
     /// When this process last lost a rank through a work that timed out (the watchdog's
     /// failure: it dumps, dump on timeout being on).
     work_loss: Option<Instant>,
+    /// Its output ended (its reader saw the end of the pipe).
+    output_ended: bool,
+    /// When the driver first saw it exited.
+    exited: Option<Instant>,
 }
+
+/// What a process's reader sends once its output ended: the process is judged only then,
+/// so its last line (how it ended) is never missed.
+const OUTPUT_END: &str = "\u{1}output ended";
+
+/// How long an exited process's output may take to end before it is judged anyway.
+const OUTPUT_GRACE: Duration = Duration::from_secs(2);
 
 /// What a refused process may take past its timeout: starting, joining the store.
 const REFUSAL_SLACK_MS: u64 = 1000;
@@ -227,6 +238,7 @@ impl Driver {
                         return;
                     }
                 }
+                let _ = tx.send((id, OUTPUT_END.to_string()));
             });
         }
         let bound = match allowed {
@@ -244,6 +256,8 @@ impl Driver {
             stopped: false,
             judged: false,
             work_loss: None,
+            output_ended: false,
+            exited: None,
         });
     }
 
@@ -285,6 +299,10 @@ impl Driver {
     fn drain(&mut self) {
         while let Ok((id, line)) = self.rx.try_recv() {
             let world = self.procs[id].world;
+            if line == OUTPUT_END {
+                self.procs[id].output_ended = true;
+                continue;
+            }
             if let Some(log) = &mut self.log {
                 let p = &self.procs[id];
                 let _ = writeln!(log, "w{world} r{} {}: {line}", p.rank, p.what);
@@ -327,6 +345,10 @@ impl Driver {
         let refusal_bound = self.timeout_ms() + REFUSAL_SLACK_MS;
         for p in self.procs.iter_mut().filter(|p| !p.judged) {
             match p.child.try_wait() {
+                Ok(Some(_))
+                    if !p.output_ended
+                        && *p.exited.get_or_insert_with(Instant::now) + OUTPUT_GRACE
+                            > Instant::now() => {}
                 Ok(Some(st)) => {
                     let end = p.end.get_or_insert_with(|| "END none".into()).clone();
                     if let Err(v) = end_allowed(p.allowed, st.code(), &end, stopping) {
