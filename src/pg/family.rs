@@ -2,12 +2,13 @@
 //! its groups and, when it goes on after losses, the survivors' record (the epoch it is at,
 //! what changed at each epoch, whether this rank was left out).
 
+use crate::recorder::now_ns;
 use oxccl_core::membership::elastic::LastActive;
 use oxccl_core::text::text_str;
 use oxccl_core::{Error, RankList};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// What every group made from one default group shares.
 pub(crate) struct GroupFamily {
@@ -26,9 +27,9 @@ pub(crate) struct Elastic {
     /// Whether [`Book::out`] is set: what every operation reads, without the lock.
     pub left_out: AtomicBool,
     pub book: Mutex<Book>,
-    /// When this rank was last at work in the family ([`LastActive`]), ms after `born`.
+    /// When this rank was last at work in the family ([`LastActive`]), ms of the process's
+    /// monotonic clock ([`now_ns`]); the family's making counts as work.
     active_ms: AtomicU64,
-    born: Instant,
 }
 
 impl Elastic {
@@ -38,19 +39,20 @@ impl Elastic {
             epoch: AtomicU64::new(0),
             left_out: AtomicBool::new(false),
             book: Mutex::new(Book::default()),
-            active_ms: AtomicU64::new(0),
-            born: Instant::now(),
+            active_ms: AtomicU64::new(now_ms()),
         }
     }
 
-    fn now_ms(&self) -> u64 {
-        u64::try_from(self.born.elapsed().as_millis()).unwrap_or(u64::MAX)
-    }
-
     /// Notes that this rank put work on one of the family's communicators now (the alive
-    /// rule, [`LastActive`]).
+    /// rule, [`LastActive`]). On every call's path: a load and, once a millisecond at most,
+    /// a store, no read-modify-write (a thread's older reading landing last costs a
+    /// millisecond of the record, nothing more).
+    #[inline]
     pub(crate) fn note_active(&self) {
-        self.active_ms.fetch_max(self.now_ms(), Ordering::Relaxed);
+        let now = now_ms();
+        if now > self.active_ms.load(Ordering::Relaxed) {
+            self.active_ms.store(now, Ordering::Relaxed);
+        }
     }
 
     /// When this rank was last at work, by the alive rule.
@@ -63,7 +65,7 @@ impl Elastic {
     /// Whether this rank takes part in a decision begun now, under a timeout of `timeout_ms`
     /// and this family's window (and how long it has been idle, for the record).
     pub(crate) fn stays_in(&self, timeout_ms: u64) -> (bool, u64) {
-        let (now, last) = (self.now_ms(), self.last_active());
+        let (now, last) = (now_ms(), self.last_active());
         let window = u64::try_from(self.window.as_millis()).unwrap_or(u64::MAX);
         (last.stays_in(now, timeout_ms, window), last.idle_ms(now))
     }
@@ -139,4 +141,9 @@ impl Book {
             cause: text_str(&cause.to_string()),
         }
     }
+}
+
+/// Milliseconds of the process's monotonic clock (the one every operation reads).
+fn now_ms() -> u64 {
+    now_ns() / 1_000_000
 }

@@ -28,7 +28,9 @@ pub(crate) struct DumpTarget {
     pub signal: Option<(Arc<dyn Store>, Duration)>,
 }
 
-/// A dump to write, taken out of the target list so the write holds no lock.
+/// A dump to write, taken out of the target list so the write holds no lock. A clone writes
+/// the same ring snapshot (`taken` is shared).
+#[derive(Clone)]
 pub(crate) struct DumpJob {
     dir: PathBuf,
     meta: DumpMeta,
@@ -73,14 +75,9 @@ impl DumpJob {
     /// This job with `note` instead of its own, writing the ring this job took (or takes
     /// first), not a later one.
     pub fn renoted(&self, note: Option<&DumpNote>) -> DumpJob {
-        let mut meta = self.meta.clone();
-        meta.note = note.cloned();
-        DumpJob {
-            dir: self.dir.clone(),
-            meta,
-            recorder: self.recorder.clone(),
-            taken: self.taken.clone(),
-        }
+        let mut job = self.clone();
+        job.meta.note = note.cloned();
+        job
     }
 
     /// Writes the dump; a failure is logged.
