@@ -1,5 +1,5 @@
 """all_reduce latency and algbw with torch.distributed's gloo backend, measured as
-examples/allreduce_bench.rs measures oxccl (f32 sum in place, 3 warm-up calls, then `iters`
+oxccl/examples/allreduce_bench.rs measures oxccl (f32 sum in place, 3 warm-up calls, then `iters`
 calls each waited for, between two barriers; rank 0 prints one line per size).
 
 Run: .cache/torch-venv/bin/torchrun --nproc_per_node 4 scripts/gloo_baseline.py

@@ -7,7 +7,7 @@
 #   there:  bash scripts/gpu-peer.sh run OUTDIR [PART...]
 #           PART: probe, tests, suite, ncclbuild, perf, graphs, procs, torch, variants, between,
 #                 gathers (the all-gather and reduce-scatter kernels beside NCCL, after ncclbuild),
-#                 elastic (issue 29: revoke, shrink, the elastic group, examples/elastic_step),
+#                 elastic (issue 29: revoke, shrink, the elastic group, oxccl/examples/elastic_step),
 #                 elastic232 (the same and the 2.29+ features on NCCL 2.32.3 in NCCL_232)
 #           (default: all but variants)
 #

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The process group's cost over `Comm` on GPUs, two builds side by side (issue 28's goal: pg
 # within 1.05x of comm at 8 B-256 KiB): `oxccl perf all_reduce --layer all` a thread per GPU
-# and a process per GPU (torchrun), and `benches/pg_overhead.rs`, the builds alternated round
+# and a process per GPU (torchrun), and `oxccl/benches/pg_overhead.rs`, the builds alternated round
 # by round on the same machine. With one GPU (one rank, in place: nothing runs on the GPU, so
 # the host path alone) pg_overhead is left out and `pg_host`'s GPU rows are added.
 #

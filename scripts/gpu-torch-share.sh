@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The torch_share example on 2 GPUs (docs/SHARING_WITH_PYTORCH.md): the PyTorch trainer
-# (examples/torch_share/trainer.py, rank 0, GPU 0) and the Rust inference server
-# (examples/torch_share.rs, rank 1, GPU 1) share one NCCL communicator.
+# (oxccl/examples/torch_share/trainer.py, rank 0, GPU 0) and the Rust inference server
+# (oxccl/examples/torch_share.rs, rank 1, GPU 1) share one NCCL communicator.
 #
 #   here:   bash scripts/gpu-torch-share.sh stage
 #           builds the example and copies it, stripped, to .gpu/torch_share/torch_share (carry it)
@@ -51,7 +51,7 @@ export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
 cat "$out/env.txt"
 
 # setsid: each side leads its own process group, so a kill reaches whatever it started.
-setsid -w timeout --kill-after=10 "$limit" "$py" -u -W ignore examples/torch_share/trainer.py \
+setsid -w timeout --kill-after=10 "$limit" "$py" -u -W ignore oxccl/examples/torch_share/trainer.py \
     --port "$port" --gpu 0 --steps "${STEPS:-5}" --elems "${ELEMS:-1048576}" --timeout "$inner" \
     > "$out/trainer.log" 2>&1 &
 tpid=$!

@@ -79,19 +79,19 @@ what_of() {
     i12.case22) echo "seed case 22 as written: N = 2 on 4 GPUs, rank r on GPU 2r (torchrun, PG_CASES_DEVICE_STRIDE=2)" ;;
     i7.cases) echo "the GPU-applicable seed cases of issue 7 on NCCL (torchrun --no-python, a process per GPU)" ;;
     i10.cases) echo "seed cases 12-14, 27-29 on NCCL (torchrun --no-python, a process per GPU)" ;;
-    i7.ddp) echo "examples/ddp_step on N GPUs (torchrun --no-python): averaged gradients checked" ;;
+    i7.ddp) echo "oxccl/examples/ddp_step on N GPUs (torchrun --no-python): averaged gradients checked" ;;
     i7.socket) echo "NCCL's socket transport (P2P and SHM off): oxccl TCP store bootstrap + ddp_step, seed cases under torchrun" ;;
     i9.capture2) echo "CUDA-graph capture cases of the process group, a rank per GPU (torchrun)" ;;
     i10.death) echo "case 15: peer dies mid-collective (SIGKILL, exit 0/1, SIGTERM): error within timeout + 2 s, dump, oxccl trace names rank 1" ;;
     i10.dump) echo "case 30: a rank stuck past a 1 s timeout dumps and ends; the healthy rank dumps on its signal and exits 0" ;;
-    i25.dumps) echo "every rank's dump after a hang (tests/dump_ending.rs on NCCL): the store's host, a peer, two ranks time out; torchrun; the host killed; oxccl trace and fr_trace" ;;
-    i25.initbound) echo "a group init whose peer never comes returns Timeout within its limit + 0.3 s, its communicator aborted after (tests/gpu_init_limit.rs)" ;;
+    i25.dumps) echo "every rank's dump after a hang (oxccl/tests/dump_ending.rs on NCCL): the store's host, a peer, two ranks time out; torchrun; the host killed; oxccl trace and fr_trace" ;;
+    i25.initbound) echo "a group init whose peer never comes returns Timeout within its limit + 0.3 s, its communicator aborted after (oxccl/tests/gpu_init_limit.rs)" ;;
     i7.overhead) echo "pg_overhead (twice): pg - Comm <= 1 us issue, latency <= 1.05x Comm, watchdog + recorder <= 0.5 us" ;;
-    i9.buffers) echo "NcclBuf through the process group: plain, registered, windows, mixed (examples/comm_buffers)" ;;
-    i10.abortwin) echo "an abort with symmetric windows does not wait for the peer (tests/gpu_abort_windows.rs)" ;;
-    i9.winmix) echo "Comm (no process group) refuses an all_to_all mixing a window and plain memory, naming recv; all in windows runs right (tests/gpu_window_mix.rs)" ;;
-    i9.realloc) echo "NcclBuf registered (then in a window), captured, dropped and allocated again at reused addresses, 6 rounds each of all_reduce, all_gather, broadcast and send/recv: values right every round (tests/gpu_realloc_capture.rs)" ;;
-    i9.connect) echo "a first collective captured before it ever ran: a capture error naming NCCL_RUNTIME_CONNECT; run once eagerly, then captured right (tests/gpu_capture_connect.rs)" ;;
+    i9.buffers) echo "NcclBuf through the process group: plain, registered, windows, mixed (oxccl/examples/comm_buffers)" ;;
+    i10.abortwin) echo "an abort with symmetric windows does not wait for the peer (oxccl/tests/gpu_abort_windows.rs)" ;;
+    i9.winmix) echo "Comm (no process group) refuses an all_to_all mixing a window and plain memory, naming recv; all in windows runs right (oxccl/tests/gpu_window_mix.rs)" ;;
+    i9.realloc) echo "NcclBuf registered (then in a window), captured, dropped and allocated again at reused addresses, 6 rounds each of all_reduce, all_gather, broadcast and send/recv: values right every round (oxccl/tests/gpu_realloc_capture.rs)" ;;
+    i9.connect) echo "a first collective captured before it ever ran: a capture error naming NCCL_RUNTIME_CONNECT; run once eagerly, then captured right (oxccl/tests/gpu_capture_connect.rs)" ;;
     i10.nan) echo "NaN check cost per GiB (f32, f64, f16, bf16) on GPU 0" ;;
     i9.procs) echo "oxccl perf and --tune as a process per GPU under torchrun --no-python (all_reduce, all_gather)" ;;
     i9.launchers) echo "oxccl perf -c 1 as a process per GPU under srun's and Open MPI's variables, and a real mpirun where there is one" ;;
@@ -347,7 +347,7 @@ sys.exit(0 if c and s else 1)' "$dd/trace.json" || rc=1
     return $rc
 }
 
-# Issue 25: the dump shapes of tests/dump_ending.rs with the ranks on NCCL, one case at a time.
+# Issue 25: the dump shapes of oxccl/tests/dump_ending.rs with the ranks on NCCL, one case at a time.
 item_i25_dumps() {
     OXCCL_DUMP_ENDING_BACKEND=nccl OXCCL_TORCH_VENV=/opt/torch/.venv \
         $bin/dump_ending --test-threads=1 store_host_times_out_while_a_peer_is_idle_2 \

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What one process-group all_reduce touches on the host, counted instead of timed (issue 28:
 # after each launch the group's code runs with cold caches, so every cache line it touches
-# costs a miss): `benches/pg_host.rs` under callgrind's cache model, 1 MiB evicted between
+# costs a miss): `oxccl/benches/pg_host.rs` under callgrind's cache model, 1 MiB evicted between
 # calls, so each line a call touches misses once. Deterministic: two builds compare by one
 # run each.
 #

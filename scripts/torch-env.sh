@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Creates (once) a Python virtual environment with PyTorch at <repo>/.cache/torch-venv, for the
-# TCPStore interop tests (tests/store_interop.rs), and prints its interpreter's path on the last
+# TCPStore interop tests (oxccl/tests/store_interop.rs), and prints its interpreter's path on the last
 # line. TCPStore needs no GPU; the wheel is large (~4.6 GB with its CUDA libraries) but is
 # installed only once: a venv whose torch imports is kept as it is.
 #

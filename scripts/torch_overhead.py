@@ -1,4 +1,4 @@
-"""Host cost of one torch.distributed all_reduce, measured like benches/host_overhead.rs.
+"""Host cost of one torch.distributed all_reduce, measured like oxccl/benches/host_overhead.rs.
 
 Run with torchrun on the GPU machine: `python3 -m torch.distributed.run --nproc_per_node=2
 scripts/torch_overhead.py`. Each rank issues 200 all_reduces of 8 bytes (float32 x 2) back to

@@ -5,7 +5,7 @@
 //! rank makes rank 0 exit 1.
 
 mod common;
-#[path = "../../tests/ranks/mod.rs"]
+#[path = "../../oxccl/tests/ranks/mod.rs"]
 mod ranks;
 
 use common::launchers::{slurm, torchrun, vars, LAUNCH_VARS};

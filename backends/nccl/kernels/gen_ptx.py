@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Regenerates src/peer/peer_reduce.ptx and peer_reduce_sm90.ptx from peer_reduce.cu with NVRTC
+"""Regenerates kernels/peer_reduce.ptx and peer_reduce_sm90.ptx from peer_reduce.cu with NVRTC
 (no GPU, no toolkit).
 
 NVRTC and the CUDA headers come from NVIDIA's PyPI wheels of CUDA 12.1, cached under
@@ -28,8 +28,8 @@ CACHE = os.path.join(os.environ.get("OXCCL_CACHE", os.path.join(ROOT, ".cache"))
 WHEELS = ["nvidia-cuda-nvrtc-cu12==12.1.105", "nvidia-cuda-runtime-cu12==12.1.105"]
 SRC = os.path.join(HERE, "peer_reduce.cu")
 OUTS = {
-    "compute_80": os.path.join(HERE, "..", "src", "peer", "peer_reduce.ptx"),
-    "compute_90": os.path.join(HERE, "..", "src", "peer", "peer_reduce_sm90.ptx"),
+    "compute_80": os.path.join(HERE, "peer_reduce.ptx"),
+    "compute_90": os.path.join(HERE, "peer_reduce_sm90.ptx"),
 }
 
 

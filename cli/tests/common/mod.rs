@@ -3,7 +3,7 @@
 //! the library's tests' `tests/common/launchers.rs`).
 #![allow(dead_code)]
 
-#[path = "../../../tests/common/launchers.rs"]
+#[path = "../../../oxccl/tests/common/launchers.rs"]
 pub mod launchers;
 
 use std::process::{Command, Output};

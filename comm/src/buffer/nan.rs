@@ -1,4 +1,4 @@
-//! The NaN check on device memory: a small kernel shipped as PTX text (comm/src/buffer/nan.ptx),
+//! The NaN check on device memory: a small kernel shipped as PTX text (comm/kernels/nan.ptx),
 //! loaded through the CUDA driver once per device (no NVRTC, no toolkit at run time), that
 //! sets a flag when an element is a NaN. The flag is read back, so the check synchronizes its
 //! stream: it is opt-in (`OXCCL_NAN_CHECK`).
@@ -8,7 +8,7 @@ use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig, PushKernelArg};
 use oxccl_core::Result;
 use oxccl_nccl::{cuda_error, NcclStream};
 
-const PTX: &str = include_str!("nan.ptx");
+const PTX: &str = include_str!("../../kernels/nan.ptx");
 
 /// Threads per block and the most blocks one check launches (a grid-stride loop covers the
 /// rest): enough to saturate memory bandwidth on any current GPU.

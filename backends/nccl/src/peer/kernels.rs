@@ -1,6 +1,6 @@
-//! The kernels: PTX text (peer_reduce.ptx, and peer_reduce_sm90.ptx for compute capability
-//! 9.0 and up, made from backends/nccl/kernels/peer_reduce.cu by kernels/gen_ptx.py) loaded
-//! through the driver once per device, and their launch.
+//! The kernels: PTX text (kernels/peer_reduce.ptx, and kernels/peer_reduce_sm90.ptx for
+//! compute capability 9.0 and up, made from kernels/peer_reduce.cu by kernels/gen_ptx.py)
+//! loaded through the driver once per device, and their launch.
 
 use crate::cuda::cuda_error;
 use cudarc::driver::{sys, CudaContext, CudaFunction, CudaModule};
@@ -9,10 +9,10 @@ use oxccl_core::Result;
 use std::sync::Arc;
 
 /// The kernels for compute capability 8.0 and up, launched one after another.
-const PTX: &str = include_str!("peer_reduce.ptx");
+const PTX: &str = include_str!("../../kernels/peer_reduce.ptx");
 /// The same kernels for compute capability 9.0 and up, each of which first waits for the kernel
 /// ahead of it on the stream (`griddepcontrol`), so it may be launched before that one ends.
-const PTX_SM90: &str = include_str!("peer_reduce_sm90.ptx");
+const PTX_SM90: &str = include_str!("../../kernels/peer_reduce_sm90.ptx");
 
 /// The first driver (12.3) whose graphs keep a launch's programmatic dependency.
 const EARLY_LAUNCH_DRIVER: i32 = 12030;

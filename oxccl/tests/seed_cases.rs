@@ -18,7 +18,7 @@ use std::sync::Arc;
 fn cached_nccl() -> Option<oxccl::Nccl> {
     let cache = std::env::var_os("OXCCL_NCCL_CACHE")
         .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(".cache/nccl"));
+        .unwrap_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../.cache/nccl"));
     let path = cache.join("2.32.3/lib/libnccl.so.2");
     if !path.exists() {
         assert!(

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 mod ranks;
 /// The `oxccl trace` tool's analysis of dumps, taken in by path (it lives in the tool).
-#[path = "../cli/src/trace/analysis/mod.rs"]
+#[path = "../../cli/src/trace/analysis/mod.rs"]
 #[allow(dead_code, unused_imports)]
 mod trace_analysis;
 

@@ -132,7 +132,9 @@ pub(crate) mod tests {
     pub(crate) fn python() -> Option<PathBuf> {
         let venv = std::env::var_os("OXCCL_TORCH_VENV")
             .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".cache/torch-venv"));
+            .unwrap_or_else(|| {
+                PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.cache/torch-venv")
+            });
         let py = venv.join("bin/python");
         if py.is_file() {
             return Some(py);

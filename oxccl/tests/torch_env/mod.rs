@@ -9,7 +9,7 @@ use std::path::PathBuf;
 pub fn venv_program(name: &str) -> Option<PathBuf> {
     let venv = std::env::var_os("OXCCL_TORCH_VENV")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".cache/torch-venv"));
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.cache/torch-venv"));
     let path = match (name, std::env::var_os("OXCCL_TORCH_PYTHON")) {
         ("python", Some(py)) => PathBuf::from(py),
         _ => venv.join("bin").join(name),

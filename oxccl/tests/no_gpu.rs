@@ -10,7 +10,7 @@ fn library(version: &str) -> Option<Nccl> {
     // Where scripts/fetch-nccl.sh keeps the releases (`OXCCL_NCCL_CACHE`, as it honours it).
     let cache = std::env::var_os("OXCCL_NCCL_CACHE")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".cache/nccl"));
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.cache/nccl"));
     let path = cache.join(version).join("lib/libnccl.so.2");
     if !path.exists() {
         assert!(

@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 mod ranks;
 mod torch_env;
 /// The `oxccl trace` tool's analysis of dumps, taken in by path (it lives in the tool).
-#[path = "../cli/src/trace/analysis/mod.rs"]
+#[path = "../../cli/src/trace/analysis/mod.rs"]
 #[allow(dead_code, unused_imports)]
 mod trace_analysis;
 

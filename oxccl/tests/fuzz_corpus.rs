@@ -2,7 +2,7 @@
 //! ever crashed one (`fuzz/regressions/<target>/`) through the target's body, so `cargo test`
 //! exercises the fuzz targets and their reference models without cargo-fuzz.
 
-#[path = "../fuzz/src/lib.rs"]
+#[path = "../../fuzz/src/lib.rs"]
 #[allow(dead_code)]
 mod bodies;
 
@@ -31,7 +31,7 @@ fn replay(dir: &Path, body: fn(&[u8])) -> usize {
 }
 
 fn root() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
+    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
 }
 
 #[test]
