@@ -9,6 +9,7 @@ use oxccl_core::{
     Backend, CommAbort, CommConfig, CommOp, CommState, Communicator, Device, Error, Progress,
     RawBuf, RawBufMut, ReduceOp, RegHandle, Result, Scalar, UniqueId,
 };
+use oxccl_core::{PeerKernels, PerCallConfig};
 use oxccl_nccl::{NcclAbort, NcclBackend, NcclComm, NcclStream};
 use std::sync::Arc;
 

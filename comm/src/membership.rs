@@ -5,7 +5,8 @@
 
 use crate::comm::Comm;
 use oxccl_core::{
-    Backend, CommConfig, Communicator, Device, MemStats, Progress, Result, ShrinkMode, UniqueId,
+    CommConfig, Device, MemStats, Progress, Reshape, ReshapeBackend, Result, ShrinkMode, Suspend,
+    UniqueId,
 };
 use oxccl_nccl::NcclBackend;
 

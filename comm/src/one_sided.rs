@@ -13,8 +13,9 @@ use crate::buffer::{NcclBuf, Operand};
 use crate::comm::Comm;
 use crate::element::Element;
 use crate::window_table::WindowTable;
-use oxccl_core::signal::{PutSignal, SignalFrom, SignalWait};
-use oxccl_core::{CaptureError, Communicator, Error, RegHandle, Result};
+use oxccl_core::one_sided::{PutSignal, SignalFrom, SignalWait};
+use oxccl_core::{CaptureError, Error, RegHandle, Result};
+use oxccl_core::{OneSided, Windows};
 
 /// The window `buf` is in, or the error naming `arg`.
 fn window_of<T: Element>(

@@ -29,6 +29,7 @@ pub mod graph_buffers;
 pub mod id;
 pub mod launch;
 pub mod membership;
+pub mod one_sided;
 pub mod op;
 pub mod peer_kernels;
 pub mod rank_list;
@@ -36,7 +37,6 @@ pub mod rank_list;
 pub mod recorder;
 pub mod reduce;
 pub mod result;
-pub mod signal;
 pub mod state;
 pub mod text;
 pub mod traits;
@@ -68,7 +68,8 @@ pub use state::work::{WorkError, WorkInfo, WorkMachine, WorkState};
 pub use text::Text;
 pub use traits::{
     pending_aborts, AbortInFlight, Backend, CommAbort, Communicator, Device, Event, MemStats,
-    Progress, ShrinkMode, Stream,
+    OneSided, PeerKernels, PerCallConfig, Progress, Reshape, ReshapeBackend, ShrinkMode, Stream,
+    Suspend, Windows,
 };
 pub use traits::{Capture, Graph};
 pub use version::Version;

@@ -21,8 +21,13 @@
 //! piece of a process-group issue costs on NCCL and the driver (module `gpu`).
 
 use oxccl::buffer::{Buffer, Memory, Operand, StreamOf};
+use oxccl::core::one_sided::{PutSignal, SignalWait};
+use oxccl::core::peer_kernels::{PeerPolicy, PeerTable};
 use oxccl::core::traits::StreamPriority;
 use oxccl::core::{Backend, Capture, CaptureError, CommAbort, Communicator, Event, Graph, Stream};
+use oxccl::core::{
+    Error, Missing, OneSided, PeerKernels, Reshape, ReshapeBackend, ShrinkMode, Windows,
+};
 use oxccl::pg::{PgOptions, ProcessGroup};
 use oxccl::recorder::Recorder;
 use oxccl::store::{MemStore, Store};
@@ -197,6 +202,85 @@ impl Communicator for NullComm {
 
     fn deregister(&self, _handle: RegHandle) -> Result<()> {
         Ok(())
+    }
+}
+
+/// The capabilities a process group's safety nets use, which the null backend lacks: each
+/// refuses as a library without it does, and the group never calls them with its defaults.
+fn lacks<T>(feature: Feature) -> Result<T> {
+    Err(Error::Unsupported {
+        feature,
+        missing: Missing::Disabled,
+    })
+}
+
+impl Reshape for NullComm {
+    fn revoke(&self, _reason: &str) -> Result<Progress> {
+        lacks(Feature::Revoke)
+    }
+
+    fn shrink(&self, _exclude: &[u32], _cfg: &CommConfig, _mode: ShrinkMode) -> Result<Self> {
+        lacks(Feature::Shrink)
+    }
+
+    fn grow_id(&self) -> Result<UniqueId> {
+        lacks(Feature::Grow)
+    }
+
+    fn grow(&self, _size: u32, _id: &UniqueId, _cfg: &CommConfig) -> Result<Self> {
+        lacks(Feature::Grow)
+    }
+}
+
+impl ReshapeBackend for Null {
+    fn join_grown(
+        &self,
+        _id: &UniqueId,
+        _rank: u32,
+        _size: u32,
+        _device: Device,
+        _cfg: &CommConfig,
+    ) -> Result<NullComm> {
+        lacks(Feature::Grow)
+    }
+}
+
+impl OneSided for NullComm {
+    unsafe fn put_signal(&self, _put: &PutSignal, _stream: &NullStream) -> Result<()> {
+        lacks(Feature::Signals)
+    }
+
+    fn signal(&self, _peer: u32, _signal: u32, _ctx: u32, _stream: &NullStream) -> Result<()> {
+        lacks(Feature::Signals)
+    }
+
+    fn wait_signal(&self, _waits: &[SignalWait], _stream: &NullStream) -> Result<()> {
+        lacks(Feature::Signals)
+    }
+}
+
+impl Windows for NullComm {
+    fn register_window(&self, _addr: usize, _bytes: usize) -> Result<RegHandle> {
+        lacks(Feature::WindowRegistration)
+    }
+
+    fn deregister_window(&self, _handle: RegHandle) -> Result<()> {
+        lacks(Feature::WindowRegistration)
+    }
+}
+
+impl PeerKernels for NullComm {
+    fn enable_peer_kernels(
+        &self,
+        _stream: &NullStream,
+        _policy: PeerPolicy,
+        _table: &PeerTable,
+    ) -> Result<bool> {
+        Ok(false)
+    }
+
+    fn peer_policy(&self) -> Option<PeerPolicy> {
+        None
     }
 }
 

@@ -8,8 +8,8 @@
 //! Each size: 3 warm-up calls, then `iters` calls each waited for, between two barriers;
 //! latency = the time / iters on rank 0, algbw = bytes / latency.
 
-use oxccl::buffer::Memory;
 use oxccl::launch::{init_process_group, WithProcessGroup};
+use oxccl::pg::PgBackend;
 use oxccl::pg::ProcessGroup;
 use oxccl::{ReduceOp, Result};
 use std::time::Instant;
@@ -23,7 +23,7 @@ fn iters(bytes: usize) -> usize {
 
 impl WithProcessGroup for Bench {
     type Output = ();
-    fn run<B: Memory>(self, pg: ProcessGroup<B>) -> Result<()> {
+    fn run<B: PgBackend>(self, pg: ProcessGroup<B>) -> Result<()> {
         let me = pg.global_rank();
         if me == 0 {
             println!("# oxccl all_reduce, {} ranks, f32 sum in place", pg.size());

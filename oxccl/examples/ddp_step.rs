@@ -10,8 +10,8 @@
 //!
 //! Every rank prints the same line: the averaged gradients and the updated weights.
 
-use oxccl::buffer::Memory;
 use oxccl::launch::{init_process_group, WithProcessGroup};
+use oxccl::pg::PgBackend;
 use oxccl::pg::{PgOptions, ProcessGroup};
 use oxccl::store::{MemStore, Store};
 use oxccl::{ReduceOp, Result};
@@ -26,7 +26,11 @@ fn local_gradients(rank: u32) -> Vec<Vec<f32>> {
 
 /// One step: average the gradients across ranks (one coalesced batch, one work), then
 /// `w -= lr × g`. Generic over the backend: the same code runs on the mock and on NCCL.
-fn train_step<B: Memory>(pg: &ProcessGroup<B>, weights: &mut [f32], lr: f32) -> Result<Vec<f32>> {
+fn train_step<B: PgBackend>(
+    pg: &ProcessGroup<B>,
+    weights: &mut [f32],
+    lr: f32,
+) -> Result<Vec<f32>> {
     let rank = pg.global_rank();
     let mut buckets = local_gradients(rank)
         .iter()
@@ -81,7 +85,7 @@ struct Step;
 
 impl WithProcessGroup for Step {
     type Output = ();
-    fn run<B: Memory>(self, pg: ProcessGroup<B>) -> Result<()> {
+    fn run<B: PgBackend>(self, pg: ProcessGroup<B>) -> Result<()> {
         let mut weights = vec![1.0f32; 15];
         let grads = train_step(&pg, &mut weights, 0.5)?;
         report(pg.global_rank(), &grads, &weights);

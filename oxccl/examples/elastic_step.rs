@@ -22,9 +22,9 @@
 //! survivors' agents then wait in their exit barrier for the lost one (300 s) before they
 //! end. `ELASTIC_TORCHRUN=/path/to/torchrun` makes this launcher do that.
 
-use oxccl::buffer::Memory;
 use oxccl::core::env::EnvConfig;
 use oxccl::launch::{with_backend, Bootstrap, WithBackend};
+use oxccl::pg::PgBackend;
 use oxccl::pg::{PgOptions, ProcessGroup};
 use oxccl::{Error, ReduceOp, Result};
 use std::io::{BufRead, BufReader};
@@ -54,7 +54,7 @@ fn gradient(rank: u32, step: u32) -> Vec<f32> {
 /// Sends (group rank 0) or receives the training state, `[step, weights…]`, after an
 /// admission. A loss meanwhile costs every side the same broadcast (none of them completes
 /// it), so each runs it again on the smaller group.
-fn share_state<B: Memory>(pg: &ProcessGroup<B>, step: &mut u32, w: &mut [f32]) -> Result<()> {
+fn share_state<B: PgBackend>(pg: &ProcessGroup<B>, step: &mut u32, w: &mut [f32]) -> Result<()> {
     loop {
         match share_state_once(pg, step, w) {
             Err(Error::MembersLost { lost, epoch, .. }) => {
@@ -69,7 +69,11 @@ fn share_state<B: Memory>(pg: &ProcessGroup<B>, step: &mut u32, w: &mut [f32]) -
 }
 
 /// One broadcast of the state from the group's first rank.
-fn share_state_once<B: Memory>(pg: &ProcessGroup<B>, step: &mut u32, w: &mut [f32]) -> Result<()> {
+fn share_state_once<B: PgBackend>(
+    pg: &ProcessGroup<B>,
+    step: &mut u32,
+    w: &mut [f32],
+) -> Result<()> {
     let mut state = vec![*step as f32];
     state.extend_from_slice(w);
     let mut buf = pg.upload(&state)?;
@@ -83,7 +87,7 @@ fn share_state_once<B: Memory>(pg: &ProcessGroup<B>, step: &mut u32, w: &mut [f3
 /// The training loop: average the gradients, step the weights; a loss costs the step in
 /// flight, which the smaller group runs again; at each step's end the members admit who
 /// waits to join, and share the state with it.
-fn train<B: Memory>(pg: &ProcessGroup<B>, mut step: u32, w: &mut [f32]) -> Result<u32> {
+fn train<B: PgBackend>(pg: &ProcessGroup<B>, mut step: u32, w: &mut [f32]) -> Result<u32> {
     let me = pg.global_rank();
     while step < STEPS {
         let mut g = pg.upload(&gradient(me, step))?;
@@ -124,7 +128,7 @@ struct Rank {
 
 impl WithBackend for Rank {
     type Output = Result<()>;
-    fn run<B: Memory>(self, backend: B) -> Result<()> {
+    fn run<B: PgBackend>(self, backend: B) -> Result<()> {
         let Rank { boot, opts, join } = self;
         let mut w = vec![1.0f32; WIDTH];
         let (pg, step) = if join {

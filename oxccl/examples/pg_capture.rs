@@ -16,9 +16,9 @@ mod capture_cases;
 #[path = "case_runner/mod.rs"]
 mod case_runner;
 
-use oxccl::buffer::Memory;
 use oxccl::core::{Backend, CaptureError};
 use oxccl::mock::MockBackend;
+use oxccl::pg::PgBackend;
 use oxccl::pg::{PgOptions, ProcessGroup};
 use oxccl::store::{MemStore, PrefixStore, Store};
 use oxccl::{Comm, CommConfig, Error, HostScalar, Nccl, ReduceOp, Result, Scalar};
@@ -34,13 +34,13 @@ fn store_of(launch: Option<&oxccl::core::launch::LaunchInfo>) -> Result<Arc<dyn 
 }
 
 /// Runs every case on this rank; returns how many failed.
-fn cases<B: Memory>(backend: &B, store: &Arc<dyn Store>, rank: u32, world: u32) -> Result<u32> {
+fn cases<B: PgBackend>(backend: &B, store: &Arc<dyn Store>, rank: u32, world: u32) -> Result<u32> {
     case_runner::run_cases(backend, store, rank, world, capture_cases::all::<B>())
 }
 
 /// `ops` all-reduces of 2 floats, issued one by one and then as one captured graph launched
 /// `launches` times: microseconds per operation each way.
-fn timing<B: Memory>(pg: &ProcessGroup<B>, ops: usize, launches: usize) -> Result<(f64, f64)> {
+fn timing<B: PgBackend>(pg: &ProcessGroup<B>, ops: usize, launches: usize) -> Result<(f64, f64)> {
     let mut buf = pg.upload(&[1.0f32, 2.0])?;
     let mut eager = || -> Result<f64> {
         let t = Instant::now();

@@ -13,15 +13,15 @@ mod pg_cases;
 #[path = "case_runner/mod.rs"]
 mod case_runner;
 
-use oxccl::buffer::Memory;
 use oxccl::mock::MockBackend;
+use oxccl::pg::PgBackend;
 use oxccl::prelude::*;
 use oxccl::store::Store;
 use oxccl::{Nccl, Result};
 use std::sync::Arc;
 
 /// The cases the arguments name (every portable one, or case 2 with `--same-device`) on `B`.
-fn chosen<B: Memory>(args: &[String]) -> Vec<pg_cases::Case<B>> {
+fn chosen<B: PgBackend>(args: &[String]) -> Vec<pg_cases::Case<B>> {
     let mut cases: Vec<pg_cases::Case<B>> = if args.iter().any(|a| a == "--same-device") {
         vec![("case_02_same_device", pg_cases::case_02::<B>)]
     } else {

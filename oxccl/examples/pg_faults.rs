@@ -27,8 +27,8 @@
 //!   the process (run it with the default error handling); rank 0 sees the signal, dumps too,
 //!   and exits 0 after 4 s.
 
-use oxccl::buffer::Memory;
 use oxccl::launch::{init_process_group, WithProcessGroup};
+use oxccl::pg::PgBackend;
 use oxccl::pg::ProcessGroup;
 use oxccl::{Error, ReduceOp, Result};
 use std::path::PathBuf;
@@ -80,7 +80,7 @@ fn die(how: &str) {
 
 impl WithProcessGroup for Scenario {
     type Output = ();
-    fn run<B: Memory>(self, pg: ProcessGroup<B>) -> Result<()> {
+    fn run<B: PgBackend>(self, pg: ProcessGroup<B>) -> Result<()> {
         let me = pg.global_rank();
         let mut b = pg.upload(&[1.0f32; 1 << 20])?;
         pg.all_reduce(&mut b, ReduceOp::Sum)?.wait()?;

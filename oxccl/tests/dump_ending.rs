@@ -14,10 +14,10 @@
 //! rank that times out has its dump on disk at once, and its note ends up with the store's
 //! error.
 
-use oxccl::buffer::Memory;
 use oxccl::core::env::ErrorHandling;
 use oxccl::launch::{init_process_group, WithProcessGroup};
 use oxccl::mock::{FaultPlan, MockBackend};
+use oxccl::pg::PgBackend;
 use oxccl::pg::{PgOptions, ProcessGroup};
 use oxccl::store::{MemStore, Store};
 use oxccl::{ReduceOp, Result};
@@ -136,7 +136,7 @@ struct Scenario {
 
 impl WithProcessGroup for Scenario {
     type Output = ();
-    fn run<B: Memory>(self, pg: ProcessGroup<B>) -> Result<()> {
+    fn run<B: PgBackend>(self, pg: ProcessGroup<B>) -> Result<()> {
         let (me, n) = (pg.global_rank(), pg.size());
         let mut b = pg.upload(&[1.0f32; 64])?;
         pg.all_reduce(&mut b, ReduceOp::Sum)?.wait()?;

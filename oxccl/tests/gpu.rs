@@ -19,6 +19,7 @@ mod typed;
 mod values;
 
 use oxccl::core::Communicator as _;
+use oxccl::core::Reshape;
 use oxccl::core::{Backend, Stream};
 use oxccl::{Comm, CommConfig, CommState, Error, Feature, Nccl, ReduceOp};
 use std::process::Command;

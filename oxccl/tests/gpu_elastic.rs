@@ -10,6 +10,7 @@ mod common;
 #[path = "gpu/values.rs"]
 mod values;
 
+use oxccl::core::OneSided;
 use oxccl::core::{Backend as _, Communicator as _, ShrinkMode};
 use oxccl::pg::{PgOptions, ProcessGroup};
 use oxccl::store::{MemStore, Store};
@@ -375,7 +376,7 @@ fn gpu_comm_one_sided_puts_into_a_peer_window() {
         return;
     };
     use oxccl::buffer::NcclBuf;
-    use oxccl::core::signal::SignalFrom;
+    use oxccl::core::one_sided::SignalFrom;
     // Two signal indices (one unless the config says more).
     let cfg = CommConfig::new()
         .set(oxccl::ConfigField::NumRmaSig, 2)
@@ -479,7 +480,7 @@ fn gpu_comm_large_puts_through_the_copy_engines() {
         return;
     }
     use oxccl::buffer::NcclBuf;
-    use oxccl::core::signal::SignalFrom;
+    use oxccl::core::one_sided::SignalFrom;
     on_ranks(&lib, 2, CommConfig::new(), |r, mut c, lib| {
         let st = oxccl::NcclStream::new(c.stream().clone());
         let other = 1 - r;

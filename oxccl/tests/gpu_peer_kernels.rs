@@ -25,7 +25,8 @@ use devbuf::{run, DevBuf, Tally};
 use oxccl::core::peer_kernels::{
     KernelAlgo, KernelColl, KernelType, PeerPolicy, PeerTable, LINES_PER_SLOT,
 };
-use oxccl::core::{Backend as _, Communicator as _};
+use oxccl::core::Backend as _;
+use oxccl::core::PeerKernels;
 use oxccl::{Comm, CommConfig, CommOp, CommState, DataType, Error, HostScalar, ReduceOp, Scalar};
 use std::time::{Duration, Instant};
 use values::{input, reduced};

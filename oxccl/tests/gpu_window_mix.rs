@@ -6,7 +6,8 @@
 
 mod common;
 
-use oxccl::core::{Backend as _, Communicator as _};
+use oxccl::core::Backend as _;
+use oxccl::core::Windows;
 use oxccl::{Comm, CommConfig, CommOp, DataType, Error, NcclMem, RawBuf, RawBufMut};
 
 const N: usize = 1 << 16;

@@ -16,8 +16,8 @@ mod torch_env;
 
 use ranks::{field, free_port, rank_command, wait_all, Ran};
 
-use oxccl::buffer::Memory;
 use oxccl::launch::{init_process_group, WithProcessGroup};
+use oxccl::pg::PgBackend;
 use oxccl::pg::ProcessGroup;
 use oxccl::{Error, ReduceOp, Result};
 use std::process::{Child, Command};
@@ -42,7 +42,7 @@ fn variant(e: &Error) -> &'static str {
 }
 
 /// Every rank but `skip` says it is done; rank 0 (which hosts the store) waits for them.
-fn finish<B: Memory>(pg: &ProcessGroup<B>, skip: Option<u32>) -> Result<()> {
+fn finish<B: PgBackend>(pg: &ProcessGroup<B>, skip: Option<u32>) -> Result<()> {
     let s = pg.store();
     let set = s.set(&format!("done/{}", pg.global_rank()), b"1");
     // Rank 0 hosts the store and leaves as soon as it has seen every key: the confirmation of
@@ -69,7 +69,7 @@ struct Scenario(String);
 
 impl WithProcessGroup for Scenario {
     type Output = ();
-    fn run<B: Memory>(self, pg: ProcessGroup<B>) -> Result<()> {
+    fn run<B: PgBackend>(self, pg: ProcessGroup<B>) -> Result<()> {
         let me = pg.global_rank();
         let parts: Vec<&str> = self.0.split(':').collect();
         match parts.as_slice() {

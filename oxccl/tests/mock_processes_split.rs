@@ -10,9 +10,9 @@ mod ranks;
 #[path = "mock_processes_split/child.rs"]
 mod split_child;
 
-use oxccl::buffer::Memory;
 use oxccl::launch::{init_process_group, WithProcessGroup};
 use oxccl::mock::MockBackend;
+use oxccl::pg::PgBackend;
 use oxccl::pg::{PgOptions, ProcessGroup};
 use oxccl::{Device, Error, ReduceOp, Result};
 use ranks::{field, free_port, rank_command, wait_all, Ran};
@@ -112,7 +112,7 @@ fn missing_split() -> Result<()> {
 
 /// Every rank but `skip` says it is done; rank 0 (which hosts the store, and here the mock
 /// communicator too) waits for them.
-fn pg_finish<B: Memory>(pg: &ProcessGroup<B>, skip: Option<u32>) -> Result<()> {
+fn pg_finish<B: PgBackend>(pg: &ProcessGroup<B>, skip: Option<u32>) -> Result<()> {
     let me = pg.global_rank();
     match pg.store().set(&format!("done/{me}"), b"1") {
         Err(Error::Remote { .. }) if me != 0 => return Ok(()),
@@ -135,7 +135,7 @@ struct Missing;
 
 impl WithProcessGroup for Missing {
     type Output = ();
-    fn run<B: Memory>(self, pg: ProcessGroup<B>) -> Result<()> {
+    fn run<B: PgBackend>(self, pg: ProcessGroup<B>) -> Result<()> {
         let me = pg.global_rank();
         if me == pg.size() - 1 {
             println!("RESULT rank={me} absent=1");

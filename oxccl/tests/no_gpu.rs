@@ -3,6 +3,7 @@
 //! CUDA driver), never a panic.
 
 use oxccl::core::Backend;
+use oxccl::core::ReshapeBackend;
 use oxccl::{CommConfig, ConfigField, Device, Error, Feature, Missing, Nccl, ResultCode, Version};
 use std::path::PathBuf;
 

@@ -10,9 +10,9 @@
 mod ranks;
 mod torch_env;
 
-use oxccl::buffer::Memory;
 use oxccl::launch::{init_process_group, Bootstrap, EnvVars, InitMethod, WithProcessGroup};
 use oxccl::mock::MockBackend;
+use oxccl::pg::PgBackend;
 use oxccl::pg::{PgOptions, ProcessGroup};
 use oxccl::store::{MemStore, Store, TcpStore, TcpStoreOptions};
 use oxccl::{Device, ReduceOp, Result};
@@ -24,7 +24,7 @@ const CHILD: &str = "OXCCL_INC_CHILD";
 const T: Duration = Duration::from_secs(20);
 
 /// All-reduces `[base * (rank + 1); 4]` on `pg`: every member gets `base * n(n+1)/2`.
-fn reduce<B: Memory>(pg: &ProcessGroup<B>, base: f32) -> Result<Vec<f32>> {
+fn reduce<B: PgBackend>(pg: &ProcessGroup<B>, base: f32) -> Result<Vec<f32>> {
     let me = pg.global_rank();
     let mut b = pg.upload(&[base * (me + 1) as f32; 4])?;
     pg.all_reduce(&mut b, ReduceOp::Sum)?.wait()?;
@@ -80,7 +80,7 @@ struct Scenario(f32);
 
 impl WithProcessGroup for Scenario {
     type Output = ();
-    fn run<B: Memory>(self, pg: ProcessGroup<B>) -> Result<()> {
+    fn run<B: PgBackend>(self, pg: ProcessGroup<B>) -> Result<()> {
         let me = pg.global_rank();
         let got = reduce(&pg, self.0)?;
         println!("RESULT rank={me} sum={}", got[0]);

@@ -2,8 +2,8 @@
 //! (`--exact child`), bootstrapped through `env://` and the TCP store, on the mock world spanning
 //! processes (`OXCCL_BACKEND=mock`, `oxccl::launch::init_process_group`).
 
-use oxccl::buffer::Memory;
 use oxccl::launch::{init_process_group, WithProcessGroup};
+use oxccl::pg::PgBackend;
 use oxccl::pg::ProcessGroup;
 use oxccl::{Error, ReduceOp, Result};
 use ranks::{field, free_port, rank_command, wait_all};
@@ -24,7 +24,7 @@ struct Scenario(String);
 
 impl WithProcessGroup for Scenario {
     type Output = ();
-    fn run<B: Memory>(self, pg: ProcessGroup<B>) -> Result<()> {
+    fn run<B: PgBackend>(self, pg: ProcessGroup<B>) -> Result<()> {
         let me = pg.global_rank();
         let mut b = pg.upload(&[1.0f32; 256])?;
         pg.all_reduce(&mut b, ReduceOp::Sum)?.wait()?;

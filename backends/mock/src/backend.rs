@@ -144,33 +144,6 @@ impl Backend for MockBackend {
         Ok(UniqueId(id))
     }
 
-    fn join_grown(
-        &self,
-        id: &UniqueId,
-        rank: u32,
-        size: u32,
-        device: Device,
-        cfg: &CommConfig,
-    ) -> Result<MockComm> {
-        cfg.check_for(self.version())?;
-        let l = &self.inner.lobby;
-        let joined =
-            crate::grow::join_grown(&l.features, id, rank, size, device, l.init_timeout, || {
-                Arc::new(Lobby::new(
-                    l.features,
-                    l.plan.clone(),
-                    l.nb_polls,
-                    l.init_timeout,
-                ))
-            })?;
-        Ok(
-            joined.with_signals(oxccl_core::signal::SignalLimits::from_config(
-                cfg,
-                Default::default(),
-            )),
-        )
-    }
-
     fn init_rank(
         &self,
         id: &UniqueId,
@@ -242,7 +215,7 @@ impl Backend for MockBackend {
         }
         Ok(
             MockComm::from_shared(shared, rank, device, limit).with_signals(
-                oxccl_core::signal::SignalLimits::from_config(cfg, Default::default()),
+                oxccl_core::one_sided::SignalLimits::from_config(cfg, Default::default()),
             ),
         )
     }
@@ -263,5 +236,34 @@ impl Backend for MockBackend {
             }
         }
         Ok(progress)
+    }
+}
+
+impl oxccl_core::ReshapeBackend for MockBackend {
+    fn join_grown(
+        &self,
+        id: &UniqueId,
+        rank: u32,
+        size: u32,
+        device: Device,
+        cfg: &CommConfig,
+    ) -> Result<MockComm> {
+        cfg.check_for(self.version())?;
+        let l = &self.inner.lobby;
+        let joined =
+            crate::grow::join_grown(&l.features, id, rank, size, device, l.init_timeout, || {
+                Arc::new(Lobby::new(
+                    l.features,
+                    l.plan.clone(),
+                    l.nb_polls,
+                    l.init_timeout,
+                ))
+            })?;
+        Ok(
+            joined.with_signals(oxccl_core::one_sided::SignalLimits::from_config(
+                cfg,
+                Default::default(),
+            )),
+        )
     }
 }

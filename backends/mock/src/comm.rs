@@ -15,8 +15,8 @@ use oxccl_core::state::lifecycle::Lifecycle;
 use oxccl_core::text::text_str;
 use oxccl_core::RegHandle;
 use oxccl_core::{
-    check, text, CheckCtx, CommConfig, CommOp, CommState, DataType, Device, Error, Feature,
-    FeatureSet, Progress, ReduceOp, Result,
+    check, text, CheckCtx, CommConfig, CommOp, CommState, Communicator, DataType, Device, Error,
+    Feature, FeatureSet, Progress, ReduceOp, Result,
 };
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -50,7 +50,7 @@ pub struct MockComm {
     /// Serializes the calls NCCL would see on this communicator (see `calls`).
     calls: CallLock,
     /// The signal indices and contexts one-sided calls may name, as its config gave them.
-    pub(crate) signals: oxccl_core::signal::SignalLimits,
+    pub(crate) signals: oxccl_core::one_sided::SignalLimits,
 }
 
 impl std::fmt::Debug for MockComm {
@@ -89,7 +89,7 @@ impl MockComm {
     }
 
     /// This communicator with the signal limits `signals` (its config's, or its parent's).
-    pub(crate) fn with_signals(mut self, signals: oxccl_core::signal::SignalLimits) -> MockComm {
+    pub(crate) fn with_signals(mut self, signals: oxccl_core::one_sided::SignalLimits) -> MockComm {
         self.signals = signals;
         self
     }
@@ -256,11 +256,11 @@ impl MockComm {
         if cfg.is_nonblocking() {
             let task = crate::procs::split::spawn(sh.clone(), rk, seq, color, key, limit)?;
             // NOCOLOR: the task still takes part in the match, and ends by itself.
-            let signals = oxccl_core::signal::SignalLimits::from_config(cfg, self.signals);
+            let signals = oxccl_core::one_sided::SignalLimits::from_config(cfg, self.signals);
             return Ok(color.map(|_| self.pending_child(seq, Some(task)).with_signals(signals)));
         }
         let child = crate::procs::split::split(sh, rk, seq, color, key, limit)?;
-        let signals = oxccl_core::signal::SignalLimits::from_config(cfg, self.signals);
+        let signals = oxccl_core::one_sided::SignalLimits::from_config(cfg, self.signals);
         Ok(child.map(|(shared, rank)| {
             MockComm::from_shared(shared, rank, self.device, limit).with_signals(signals)
         }))
@@ -280,7 +280,7 @@ impl MockComm {
     }
 }
 
-impl oxccl_core::Communicator for MockComm {
+impl Communicator for MockComm {
     type Stream = MockStream;
     type Abort = MockAbort;
 
@@ -358,19 +358,6 @@ impl oxccl_core::Communicator for MockComm {
         }
     }
 
-    /// The mock checks the operation and its configuration as NCCL's backend does, then runs
-    /// the operation as any other (its results do not depend on NCCL's resources).
-    unsafe fn issue_configured(
-        &self,
-        op: &CommOp<'_>,
-        stream: &MockStream,
-        cfg: &oxccl_core::coll_config::CollConfig,
-    ) -> Result<()> {
-        check::configured(&self.ctx(), op, cfg)?;
-        // SAFETY: forwarded contract.
-        unsafe { self.issue(op, stream) }
-    }
-
     fn split(&self, color: Option<u32>, key: u32, cfg: &CommConfig) -> Result<Option<MockComm>> {
         let _call = self.calls.enter();
         self.sh().features.require(Feature::Split)?;
@@ -401,7 +388,7 @@ impl oxccl_core::Communicator for MockComm {
             // Post the call and return: the child binds when polled (NOCOLOR: no child).
             self.sh()
                 .split_post(self.rk(), seq, color, key, color.is_some());
-            let signals = oxccl_core::signal::SignalLimits::from_config(cfg, self.signals);
+            let signals = oxccl_core::one_sided::SignalLimits::from_config(cfg, self.signals);
             return Ok(color.map(|_| self.pending_child(seq, None).with_signals(signals)));
         }
         // Bounded by the init limit (a process group's timeout), as the init is.
@@ -428,81 +415,13 @@ impl oxccl_core::Communicator for MockComm {
                 life.init_polls = planned.unwrap_or(0);
             }
             MockComm::from_shared(shared, rank, self.device, self.init_timeout).with_signals(
-                oxccl_core::signal::SignalLimits::from_config(cfg, self.signals),
+                oxccl_core::one_sided::SignalLimits::from_config(cfg, self.signals),
             )
         }))
     }
 
     fn abort(&self, reason: &str) {
         self.b.abort(reason);
-    }
-
-    unsafe fn put_signal(
-        &self,
-        put: &oxccl_core::signal::PutSignal,
-        stream: &MockStream,
-    ) -> Result<()> {
-        let _call = self.calls.enter();
-        // SAFETY: forwarded contract.
-        unsafe { self.put_signal_rank(put, stream) }
-    }
-
-    fn signal(&self, peer: u32, signal: u32, ctx: u32, stream: &MockStream) -> Result<()> {
-        let _call = self.calls.enter();
-        self.signal_rank(peer, signal, ctx, stream)
-    }
-
-    fn wait_signal(
-        &self,
-        waits: &[oxccl_core::signal::SignalWait],
-        stream: &MockStream,
-    ) -> Result<()> {
-        let _call = self.calls.enter();
-        self.wait_signal_rank(waits, stream)
-    }
-
-    fn grow_id(&self) -> Result<oxccl_core::UniqueId> {
-        let _call = self.calls.enter();
-        self.grow_id_rank()
-    }
-
-    fn grow(&self, size: u32, id: &oxccl_core::UniqueId, cfg: &CommConfig) -> Result<MockComm> {
-        let _call = self.calls.enter();
-        cfg.check_for(self.sh().features.version())?;
-        let signals = oxccl_core::signal::SignalLimits::from_config(cfg, self.signals);
-        Ok(self.grow_rank(size, id)?.with_signals(signals))
-    }
-
-    fn suspend(&self, release_memory: bool) -> Result<()> {
-        let _ = release_memory;
-        let _call = self.calls.enter();
-        self.suspend_rank()
-    }
-
-    fn resume(&self) -> Result<()> {
-        let _call = self.calls.enter();
-        self.resume_rank()
-    }
-
-    fn mem_stats(&self) -> Result<oxccl_core::traits::MemStats> {
-        let _call = self.calls.enter();
-        self.mem_stats_rank()
-    }
-
-    fn revoke(&self, reason: &str) -> Result<Progress> {
-        let _call = self.calls.enter();
-        self.sh().features.require(Feature::Revoke)?;
-        self.revoke_rank(reason)
-    }
-
-    fn shrink(
-        &self,
-        exclude: &[u32],
-        cfg: &CommConfig,
-        mode: oxccl_core::traits::ShrinkMode,
-    ) -> Result<MockComm> {
-        let _call = self.calls.enter();
-        self.shrink_rank(exclude, cfg, mode)
     }
 
     fn finalize(&self) -> Result<Progress> {
@@ -576,7 +495,83 @@ impl oxccl_core::Communicator for MockComm {
             ),
         ))
     }
+}
 
+impl oxccl_core::Reshape for MockComm {
+    fn revoke(&self, reason: &str) -> Result<Progress> {
+        let _call = self.calls.enter();
+        self.sh().features.require(Feature::Revoke)?;
+        self.revoke_rank(reason)
+    }
+
+    fn shrink(
+        &self,
+        exclude: &[u32],
+        cfg: &CommConfig,
+        mode: oxccl_core::traits::ShrinkMode,
+    ) -> Result<MockComm> {
+        let _call = self.calls.enter();
+        self.shrink_rank(exclude, cfg, mode)
+    }
+
+    fn grow_id(&self) -> Result<oxccl_core::UniqueId> {
+        let _call = self.calls.enter();
+        self.grow_id_rank()
+    }
+
+    fn grow(&self, size: u32, id: &oxccl_core::UniqueId, cfg: &CommConfig) -> Result<MockComm> {
+        let _call = self.calls.enter();
+        cfg.check_for(self.sh().features.version())?;
+        let signals = oxccl_core::one_sided::SignalLimits::from_config(cfg, self.signals);
+        Ok(self.grow_rank(size, id)?.with_signals(signals))
+    }
+}
+
+impl oxccl_core::Suspend for MockComm {
+    fn suspend(&self, release_memory: bool) -> Result<()> {
+        let _ = release_memory;
+        let _call = self.calls.enter();
+        self.suspend_rank()
+    }
+
+    fn resume(&self) -> Result<()> {
+        let _call = self.calls.enter();
+        self.resume_rank()
+    }
+
+    fn mem_stats(&self) -> Result<oxccl_core::traits::MemStats> {
+        let _call = self.calls.enter();
+        self.mem_stats_rank()
+    }
+}
+
+impl oxccl_core::OneSided for MockComm {
+    unsafe fn put_signal(
+        &self,
+        put: &oxccl_core::one_sided::PutSignal,
+        stream: &MockStream,
+    ) -> Result<()> {
+        let _call = self.calls.enter();
+        // SAFETY: forwarded contract.
+        unsafe { self.put_signal_rank(put, stream) }
+    }
+
+    fn signal(&self, peer: u32, signal: u32, ctx: u32, stream: &MockStream) -> Result<()> {
+        let _call = self.calls.enter();
+        self.signal_rank(peer, signal, ctx, stream)
+    }
+
+    fn wait_signal(
+        &self,
+        waits: &[oxccl_core::one_sided::SignalWait],
+        stream: &MockStream,
+    ) -> Result<()> {
+        let _call = self.calls.enter();
+        self.wait_signal_rank(waits, stream)
+    }
+}
+
+impl oxccl_core::Windows for MockComm {
     fn register_window(&self, addr: usize, bytes: usize) -> Result<RegHandle> {
         let _call = self.calls.enter();
         self.ensure_ready("register a window")?;
@@ -586,6 +581,38 @@ impl oxccl_core::Communicator for MockComm {
     fn deregister_window(&self, handle: RegHandle) -> Result<()> {
         let _call = self.calls.enter();
         self.window_remove(handle)
+    }
+}
+
+/// The mock world has no peer memory: its ranks answer as NCCL's ranks of a group spanning
+/// nodes do, every call staying on the backend's own collectives.
+impl oxccl_core::PeerKernels for MockComm {
+    fn enable_peer_kernels(
+        &self,
+        _stream: &MockStream,
+        _policy: oxccl_core::peer_kernels::PeerPolicy,
+        _table: &oxccl_core::peer_kernels::PeerTable,
+    ) -> Result<bool> {
+        Ok(false)
+    }
+
+    fn peer_policy(&self) -> Option<oxccl_core::peer_kernels::PeerPolicy> {
+        None
+    }
+}
+
+impl oxccl_core::PerCallConfig for MockComm {
+    /// The mock checks the operation and its configuration as NCCL's backend does, then runs
+    /// the operation as any other (its results do not depend on NCCL's resources).
+    unsafe fn issue_configured(
+        &self,
+        op: &CommOp<'_>,
+        stream: &MockStream,
+        cfg: &oxccl_core::coll_config::CollConfig,
+    ) -> Result<()> {
+        check::configured(&self.ctx(), op, cfg)?;
+        // SAFETY: forwarded contract.
+        unsafe { self.issue(op, stream) }
     }
 }
 

@@ -77,7 +77,7 @@ impl MockComm {
         ))
     }
 
-    /// [`oxccl_core::Communicator::grow_id`] of the mock (the call lock held by the caller).
+    /// [`oxccl_core::Reshape::grow_id`] of the mock (the call lock held by the caller).
     pub(crate) fn grow_id_rank(&self) -> Result<UniqueId> {
         self.sh().features.require(Feature::Grow)?;
         lock(&self.rank_state().life)
@@ -95,7 +95,7 @@ impl MockComm {
         Ok(id)
     }
 
-    /// [`oxccl_core::Communicator::grow`] of the mock (the call lock held by the caller).
+    /// [`oxccl_core::Reshape::grow`] of the mock (the call lock held by the caller).
     pub(crate) fn grow_rank(&self, size: u32, id: &UniqueId) -> Result<MockComm> {
         self.sh().features.require(Feature::Grow)?;
         check::grow(&self.ctx(), size)?;
@@ -117,19 +117,19 @@ impl MockComm {
         ))
     }
 
-    /// [`oxccl_core::Communicator::suspend`] of the mock.
+    /// [`oxccl_core::Suspend::suspend`] of the mock.
     pub(crate) fn suspend_rank(&self) -> Result<()> {
         self.sh().features.require(Feature::SuspendResume)?;
         lock(&self.rank_state().life).cycle.suspend()
     }
 
-    /// [`oxccl_core::Communicator::resume`] of the mock.
+    /// [`oxccl_core::Suspend::resume`] of the mock.
     pub(crate) fn resume_rank(&self) -> Result<()> {
         self.sh().features.require(Feature::SuspendResume)?;
         lock(&self.rank_state().life).cycle.resume()
     }
 
-    /// [`oxccl_core::Communicator::mem_stats`] of the mock: no device memory; whether it is suspended.
+    /// [`oxccl_core::Suspend::mem_stats`] of the mock: no device memory; whether it is suspended.
     pub(crate) fn mem_stats_rank(&self) -> Result<MemStats> {
         self.sh().features.require(Feature::MemStats)?;
         let state = lock(&self.rank_state().life).cycle.state();
@@ -145,7 +145,7 @@ impl MockComm {
     }
 }
 
-/// [`oxccl_core::Backend::join_grown`] of the mock.
+/// [`oxccl_core::ReshapeBackend::join_grown`] of the mock.
 pub(crate) fn join_grown(
     features: &oxccl_core::FeatureSet,
     id: &UniqueId,

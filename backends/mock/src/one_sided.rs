@@ -15,7 +15,7 @@
 use crate::comm::MockComm;
 use crate::stream::MockStream;
 use crate::sync::lock;
-use oxccl_core::signal::{PutSignal, SignalWait};
+use oxccl_core::one_sided::{PutSignal, SignalWait};
 use oxccl_core::{check, Error, Result};
 use std::sync::Arc;
 
@@ -23,7 +23,7 @@ use std::sync::Arc;
 pub(crate) const MAX_PUT_ACROSS: usize = 32 << 20;
 
 impl MockComm {
-    /// [`oxccl_core::Communicator::put_signal`] of the mock (the call lock held).
+    /// [`oxccl_core::OneSided::put_signal`] of the mock (the call lock held).
     ///
     /// # Safety
     /// `p.send` valid host memory of its length until the stream passed the put.
@@ -75,7 +75,7 @@ impl MockComm {
         })
     }
 
-    /// [`oxccl_core::Communicator::signal`] of the mock.
+    /// [`oxccl_core::OneSided::signal`] of the mock.
     pub(crate) fn signal_rank(
         &self,
         peer: u32,
@@ -98,7 +98,7 @@ impl MockComm {
         })
     }
 
-    /// [`oxccl_core::Communicator::wait_signal`] of the mock.
+    /// [`oxccl_core::OneSided::wait_signal`] of the mock.
     pub(crate) fn wait_signal_rank(&self, waits: &[SignalWait], stream: &MockStream) -> Result<()> {
         check::wait_signal(&self.ctx(), &self.signals, waits)?;
         lock(&self.rank_state().life)

@@ -33,7 +33,7 @@ impl MockComm {
         Ok(Progress::Done)
     }
 
-    /// [`oxccl_core::Communicator::shrink`] of the mock (the call lock held by the caller).
+    /// [`oxccl_core::Reshape::shrink`] of the mock (the call lock held by the caller).
     pub(crate) fn shrink_rank(
         &self,
         exclude: &[u32],
@@ -64,7 +64,7 @@ impl MockComm {
         };
         Ok(
             MockComm::from_shared(child, r, self.device, limit).with_signals(
-                oxccl_core::signal::SignalLimits::from_config(cfg, self.signals),
+                oxccl_core::one_sided::SignalLimits::from_config(cfg, self.signals),
             ),
         )
     }

@@ -5,7 +5,7 @@
 use crate::delivery::Delivery;
 use crate::shared::{CommShared, Hub};
 use crate::sync::{lock, wait_for, TICK};
-use oxccl_core::signal::SignalWait;
+use oxccl_core::one_sided::SignalWait;
 use oxccl_core::{text, Error, Result};
 use std::time::{Duration, Instant};
 

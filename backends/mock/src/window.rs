@@ -109,7 +109,9 @@ impl MockComm {
 #[cfg(test)]
 mod tests {
     use crate::World;
-    use oxccl_core::{CommOp, Communicator, DataType, Error, RawBuf, RawBufMut, ReduceOp, Result};
+    use oxccl_core::{
+        CommOp, Communicator, DataType, Error, RawBuf, RawBufMut, ReduceOp, Result, Windows,
+    };
 
     /// The window's range, and an address past it (no memory is touched: `one_kind` and a
     /// refused `issue` only compare addresses).

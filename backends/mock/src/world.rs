@@ -105,7 +105,7 @@ impl WorldBuilder {
         }
         self.config.check_for(self.features.version())?;
         let signals =
-            oxccl_core::signal::SignalLimits::from_config(&self.config, Default::default());
+            oxccl_core::one_sided::SignalLimits::from_config(&self.config, Default::default());
         let shared = CommShared::new(
             self.n,
             self.features,

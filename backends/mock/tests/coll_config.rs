@@ -5,6 +5,7 @@ mod common;
 
 use common::*;
 use oxccl_core::coll_config::CollConfig;
+use oxccl_core::PerCallConfig;
 use oxccl_core::{
     CommOp, Communicator, DataType, Error, Feature, Progress, ReduceOp, Stream, Version,
 };

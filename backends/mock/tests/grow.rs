@@ -5,9 +5,9 @@ mod common;
 
 use common::*;
 use oxccl_core::{
-    Backend, CommConfig, CommState, Communicator, Device, Error, Feature, FeatureSet, UniqueId,
-    Version,
+    CommConfig, CommState, Communicator, Device, Error, Feature, FeatureSet, UniqueId, Version,
 };
+use oxccl_core::{Reshape, ReshapeBackend, Suspend};
 use oxccl_mock::{MockBackend, MockComm, World};
 use std::time::Duration;
 

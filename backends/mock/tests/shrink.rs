@@ -4,6 +4,7 @@ mod common;
 
 use common::*;
 use oxccl_core::traits::ShrinkMode;
+use oxccl_core::Reshape;
 use oxccl_core::{
     CommConfig, CommState, Communicator, DataType, Error, Feature, FeatureSet, ReduceOp, Stream,
     Version,

@@ -5,11 +5,12 @@
 mod common;
 
 use common::*;
-use oxccl_core::signal::{PutSignal, SignalWait};
+use oxccl_core::one_sided::{PutSignal, SignalWait};
 use oxccl_core::{
     CommConfig, Communicator, ConfigField, DataType, Error, Feature, Progress, RawBuf, Stream,
     Version,
 };
+use oxccl_core::{OneSided, Windows};
 use oxccl_mock::{MockComm, World};
 use std::time::Duration;
 

@@ -1,6 +1,7 @@
 //! The mock's registrations and symmetric windows: recorded per rank, refused as NCCL's
 //! registry refuses them, gated by the version the world imitates, and released.
 
+use oxccl_core::Windows;
 use oxccl_core::{
     CommOp, Communicator, DataType, Error, Feature, FeatureSet, RawBuf, RawBufMut, Stream, Version,
 };

@@ -246,31 +246,6 @@ impl Backend for NcclBackend {
         })
     }
 
-    /// `ncclCommGrow` with no parent: this process's new rank of a running communicator.
-    fn join_grown(
-        &self,
-        id: &UniqueId,
-        rank: u32,
-        size: u32,
-        device: Device,
-        cfg: &CommConfig,
-    ) -> Result<NcclComm> {
-        let f = crate::absent::gated(
-            &self.settings.features,
-            Feature::Grow,
-            self.lib.api().comm_grow,
-            "ncclCommGrow",
-        )?;
-        oxccl_core::check::join_grown(id, rank, size)?;
-        let (r, n) = Self::rank_size(rank, size)?;
-        self.init_with(rank, size, device, cfg, |raw, cfg_ptr| {
-            // SAFETY: no parent (a new rank); `id` points to the caller's id for the call;
-            // `raw` is a valid out-pointer; `cfg_ptr` is null or a config built for the
-            // loaded version, alive for the call.
-            Ok(unsafe { f(oxccl_loader::RawComm::NULL, n, id, r, raw, cfg_ptr) })
-        })
-    }
-
     /// Bounded by `limit` on every release; past it the error is [`Error::Timeout`] ("NCCL's
     /// init of rank {rank} of {size} still in progress (ranks missing?)"). NCCL cannot say which
     /// ranks are missing (the process group names them from the store).
@@ -359,6 +334,33 @@ impl Backend for NcclBackend {
     }
 }
 
+impl oxccl_core::ReshapeBackend for NcclBackend {
+    /// `ncclCommGrow` with no parent: this process's new rank of a running communicator.
+    fn join_grown(
+        &self,
+        id: &UniqueId,
+        rank: u32,
+        size: u32,
+        device: Device,
+        cfg: &CommConfig,
+    ) -> Result<NcclComm> {
+        let f = crate::absent::gated(
+            &self.settings.features,
+            Feature::Grow,
+            self.lib.api().comm_grow,
+            "ncclCommGrow",
+        )?;
+        oxccl_core::check::join_grown(id, rank, size)?;
+        let (r, n) = Self::rank_size(rank, size)?;
+        self.init_with(rank, size, device, cfg, |raw, cfg_ptr| {
+            // SAFETY: no parent (a new rank); `id` points to the caller's id for the call;
+            // `raw` is a valid out-pointer; `cfg_ptr` is null or a config built for the
+            // loaded version, alive for the call.
+            Ok(unsafe { f(oxccl_loader::RawComm::NULL, n, id, r, raw, cfg_ptr) })
+        })
+    }
+}
+
 impl NcclBackend {
     /// What every init path shares once its arguments are checked: the config (refused before
     /// any CUDA call), the device's context, the creating `call` (given the out-handle and the
@@ -398,7 +400,7 @@ impl NcclBackend {
             device,
             nonblocking,
             initializing,
-            signals: oxccl_core::signal::SignalLimits::from_config(cfg, env_signal_limits()),
+            signals: oxccl_core::one_sided::SignalLimits::from_config(cfg, env_signal_limits()),
         };
         Ok(NcclComm::wrap(lib.clone(), ctx, r, self.settings()))
     }
@@ -414,7 +416,7 @@ impl NcclComm {
 
 /// The signal limits of a communicator made without `numRmaSig` / `numRmaCtx`: NCCL's
 /// defaults, its contexts from `NCCL_NUM_RMA_CTX` when set.
-fn env_signal_limits() -> oxccl_core::signal::SignalLimits {
+fn env_signal_limits() -> oxccl_core::one_sided::SignalLimits {
     let v = std::env::var("NCCL_NUM_RMA_CTX").ok();
-    oxccl_core::signal::SignalLimits::with_env(v.as_deref())
+    oxccl_core::one_sided::SignalLimits::with_env(v.as_deref())
 }

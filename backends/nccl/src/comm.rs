@@ -270,7 +270,7 @@ impl NcclComm {
             nonblocking,
             initializing: false,
             // NCCL's child takes the fields its config leaves unset from the parent.
-            signals: oxccl_core::signal::SignalLimits::from_config(cfg, self.inner.signals),
+            signals: oxccl_core::one_sided::SignalLimits::from_config(cfg, self.inner.signals),
         };
         Ok(NcclComm::wrap(
             lib.clone(),
@@ -432,17 +432,6 @@ impl Communicator for NcclComm {
         unsafe { crate::issue::issue_op::issue_ended(&self.inner, op, stream, true) }
     }
 
-    unsafe fn issue_configured(
-        &self,
-        op: &oxccl_core::CommOp<'_>,
-        stream: &NcclStream,
-        cfg: &oxccl_core::coll_config::CollConfig,
-    ) -> Result<()> {
-        let _serial = self.inner.serial();
-        // SAFETY: forwarded contract; the call lock keeps other calls on this communicator out.
-        unsafe { crate::issue::configured::issue(&self.inner, op, stream, cfg) }
-    }
-
     fn split(&self, color: Option<u32>, key: u32, cfg: &CommConfig) -> Result<Option<NcclComm>> {
         let _serial = self.inner.serial();
         let f = self.gated(Feature::Split, |a| a.comm_split, "ncclCommSplit")?;
@@ -464,72 +453,6 @@ impl Communicator for NcclComm {
         })?;
         // `new` lives here until `adopt_child` has waited for NCCL to fill it.
         self.adopt_child("split", code, &new, true, cfg)
-    }
-
-    /// See [`NcclComm::abort`]: never waits; with live graphs the library's release finishes
-    /// when the last graph is dropped.
-    fn revoke(&self, reason: &str) -> Result<Progress> {
-        let _serial = self.inner.serial();
-        self.revoke_comm(reason)
-    }
-
-    fn shrink(
-        &self,
-        exclude: &[u32],
-        cfg: &CommConfig,
-        mode: oxccl_core::traits::ShrinkMode,
-    ) -> Result<NcclComm> {
-        let _serial = self.inner.serial();
-        self.shrink_comm(exclude, cfg, mode)
-    }
-
-    unsafe fn put_signal(
-        &self,
-        put: &oxccl_core::signal::PutSignal,
-        stream: &NcclStream,
-    ) -> Result<()> {
-        let _serial = self.inner.serial();
-        // SAFETY: forwarded contract.
-        unsafe { self.put_signal_comm(put, stream) }
-    }
-
-    fn signal(&self, peer: u32, signal: u32, ctx: u32, stream: &NcclStream) -> Result<()> {
-        let _serial = self.inner.serial();
-        self.signal_comm(peer, signal, ctx, stream)
-    }
-
-    fn wait_signal(
-        &self,
-        waits: &[oxccl_core::signal::SignalWait],
-        stream: &NcclStream,
-    ) -> Result<()> {
-        let _serial = self.inner.serial();
-        self.wait_signal_comm(waits, stream)
-    }
-
-    fn grow_id(&self) -> Result<oxccl_core::UniqueId> {
-        let _serial = self.inner.serial();
-        self.grow_id_comm()
-    }
-
-    fn grow(&self, size: u32, id: &oxccl_core::UniqueId, cfg: &CommConfig) -> Result<NcclComm> {
-        let _serial = self.inner.serial();
-        self.grow_comm(size, id, cfg)
-    }
-
-    fn suspend(&self, release_memory: bool) -> Result<()> {
-        let _serial = self.inner.serial();
-        self.suspend_comm(release_memory)
-    }
-
-    fn resume(&self) -> Result<()> {
-        let _serial = self.inner.serial();
-        self.resume_comm()
-    }
-
-    fn mem_stats(&self) -> Result<oxccl_core::traits::MemStats> {
-        let _serial = self.inner.serial();
-        self.mem_stats_comm()
     }
 
     fn abort(&self, reason: &str) {
@@ -581,9 +504,106 @@ impl Communicator for NcclComm {
             .registry
             .deregister(&self.inner.lib, self.inner.raw, handle)
     }
+}
 
+impl oxccl_core::Reshape for NcclComm {
+    /// See [`NcclComm::abort`]: never waits; with live graphs the library's release finishes
+    /// when the last graph is dropped.
+    fn revoke(&self, reason: &str) -> Result<Progress> {
+        let _serial = self.inner.serial();
+        self.revoke_comm(reason)
+    }
+
+    fn shrink(
+        &self,
+        exclude: &[u32],
+        cfg: &CommConfig,
+        mode: oxccl_core::traits::ShrinkMode,
+    ) -> Result<NcclComm> {
+        let _serial = self.inner.serial();
+        self.shrink_comm(exclude, cfg, mode)
+    }
+
+    fn grow_id(&self) -> Result<oxccl_core::UniqueId> {
+        let _serial = self.inner.serial();
+        self.grow_id_comm()
+    }
+
+    fn grow(&self, size: u32, id: &oxccl_core::UniqueId, cfg: &CommConfig) -> Result<NcclComm> {
+        let _serial = self.inner.serial();
+        self.grow_comm(size, id, cfg)
+    }
+}
+
+impl oxccl_core::Suspend for NcclComm {
+    fn suspend(&self, release_memory: bool) -> Result<()> {
+        let _serial = self.inner.serial();
+        self.suspend_comm(release_memory)
+    }
+
+    fn resume(&self) -> Result<()> {
+        let _serial = self.inner.serial();
+        self.resume_comm()
+    }
+
+    fn mem_stats(&self) -> Result<oxccl_core::traits::MemStats> {
+        let _serial = self.inner.serial();
+        self.mem_stats_comm()
+    }
+}
+
+impl oxccl_core::OneSided for NcclComm {
+    unsafe fn put_signal(
+        &self,
+        put: &oxccl_core::one_sided::PutSignal,
+        stream: &NcclStream,
+    ) -> Result<()> {
+        let _serial = self.inner.serial();
+        // SAFETY: forwarded contract.
+        unsafe { self.put_signal_comm(put, stream) }
+    }
+
+    fn signal(&self, peer: u32, signal: u32, ctx: u32, stream: &NcclStream) -> Result<()> {
+        let _serial = self.inner.serial();
+        self.signal_comm(peer, signal, ctx, stream)
+    }
+
+    fn wait_signal(
+        &self,
+        waits: &[oxccl_core::one_sided::SignalWait],
+        stream: &NcclStream,
+    ) -> Result<()> {
+        let _serial = self.inner.serial();
+        self.wait_signal_comm(waits, stream)
+    }
+}
+
+impl oxccl_core::Windows for NcclComm {
+    fn register_window(&self, addr: usize, bytes: usize) -> Result<RegHandle> {
+        // NCCL_WIN_COLL_SYMMETRIC: every rank registers a buffer of the same size.
+        let w = NcclComm::window_register(self, addr, bytes, 1)?;
+        Ok(RegHandle {
+            raw: w.raw,
+            addr: w.addr,
+            bytes: w.bytes,
+        })
+    }
+
+    fn deregister_window(&self, handle: RegHandle) -> Result<()> {
+        NcclComm::window_deregister(
+            self,
+            Window {
+                raw: handle.raw,
+                addr: handle.addr,
+                bytes: handle.bytes,
+            },
+        )
+    }
+}
+
+impl oxccl_core::PeerKernels for NcclComm {
     /// Sets up peer memory for oxccl's all-reduce kernels (see
-    /// [`Communicator::enable_peer_kernels`]): two small all-gathers on `stream` and, between
+    /// [`PeerKernels::enable_peer_kernels`]): two small all-gathers on `stream` and, between
     /// them, each rank maps every peer's memory (waited for; bounded by
     /// [`NcclComm::timeout`]). Done once: a later call answers whether the kernels are on.
     fn enable_peer_kernels(
@@ -619,25 +639,17 @@ impl Communicator for NcclComm {
     fn peer_policy(&self) -> Option<oxccl_core::peer_kernels::PeerPolicy> {
         self.inner.peer.read().as_ref().map(|g| g.policy)
     }
+}
 
-    fn register_window(&self, addr: usize, bytes: usize) -> Result<RegHandle> {
-        // NCCL_WIN_COLL_SYMMETRIC: every rank registers a buffer of the same size.
-        let w = NcclComm::window_register(self, addr, bytes, 1)?;
-        Ok(RegHandle {
-            raw: w.raw,
-            addr: w.addr,
-            bytes: w.bytes,
-        })
-    }
-
-    fn deregister_window(&self, handle: RegHandle) -> Result<()> {
-        NcclComm::window_deregister(
-            self,
-            Window {
-                raw: handle.raw,
-                addr: handle.addr,
-                bytes: handle.bytes,
-            },
-        )
+impl oxccl_core::PerCallConfig for NcclComm {
+    unsafe fn issue_configured(
+        &self,
+        op: &oxccl_core::CommOp<'_>,
+        stream: &NcclStream,
+        cfg: &oxccl_core::coll_config::CollConfig,
+    ) -> Result<()> {
+        let _serial = self.inner.serial();
+        // SAFETY: forwarded contract; the call lock keeps other calls on this communicator out.
+        unsafe { crate::issue::configured::issue(&self.inner, op, stream, cfg) }
     }
 }

@@ -6,7 +6,7 @@ use crate::graph_refs::{Counted, GraphCount};
 use crate::peer::PeerGroup;
 use crate::registry::Registry;
 use cudarc::driver::{CudaContext, CudaSlice};
-use oxccl_core::signal::SignalLimits;
+use oxccl_core::one_sided::SignalLimits;
 use oxccl_core::state::lifecycle::Lifecycle;
 use oxccl_core::{text, CheckCtx, CommState, Device, FeatureSet, Progress, Result};
 use oxccl_loader::{Library, RawComm};

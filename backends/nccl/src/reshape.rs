@@ -25,7 +25,7 @@ impl NcclComm {
         group
     }
 
-    /// [`oxccl_core::Communicator::revoke`] on NCCL: `ncclCommRevoke`, then polled until the
+    /// [`oxccl_core::Reshape::revoke`] on NCCL: `ncclCommRevoke`, then polled until the
     /// communicator is quiescent (bounded by its time limit).
     pub(crate) fn revoke_comm(&self, reason: &str) -> Result<Progress> {
         let f = self.gated(Feature::Revoke, |a| a.comm_revoke, "ncclCommRevoke")?;
@@ -62,7 +62,7 @@ impl NcclComm {
         Ok(Progress::Done)
     }
 
-    /// [`oxccl_core::Communicator::shrink`] on NCCL.
+    /// [`oxccl_core::Reshape::shrink`] on NCCL.
     pub(crate) fn shrink_comm(
         &self,
         exclude: &[u32],
@@ -118,7 +118,7 @@ impl NcclComm {
 }
 
 impl NcclComm {
-    /// [`oxccl_core::Communicator::grow_id`] on NCCL: `ncclCommGetUniqueId`.
+    /// [`oxccl_core::Reshape::grow_id`] on NCCL: `ncclCommGetUniqueId`.
     pub(crate) fn grow_id_comm(&self) -> Result<UniqueId> {
         let f = self.gated(
             Feature::Grow,
@@ -136,7 +136,7 @@ impl NcclComm {
         Ok(id)
     }
 
-    /// [`oxccl_core::Communicator::grow`] on NCCL: `ncclCommGrow` from this communicator.
+    /// [`oxccl_core::Reshape::grow`] on NCCL: `ncclCommGrow` from this communicator.
     pub(crate) fn grow_comm(&self, size: u32, id: &UniqueId, cfg: &CommConfig) -> Result<NcclComm> {
         let f = self.gated(Feature::Grow, |a| a.comm_grow, "ncclCommGrow")?;
         oxccl_core::check::grow(&self.check_ctx(), size)?;

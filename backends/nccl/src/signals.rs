@@ -4,12 +4,12 @@
 
 use crate::comm::NcclComm;
 use crate::stream::NcclStream;
-use oxccl_core::signal::{PutSignal, SignalWait};
+use oxccl_core::one_sided::{PutSignal, SignalWait};
 use oxccl_core::{check, Feature, Result};
 use oxccl_loader::raw::RawWaitSignalDesc;
 
 impl NcclComm {
-    /// [`oxccl_core::Communicator::put_signal`] on NCCL.
+    /// [`oxccl_core::OneSided::put_signal`] on NCCL.
     ///
     /// # Safety
     /// As the trait's: `p.send` valid device memory of this communicator's device until the
@@ -41,7 +41,7 @@ impl NcclComm {
         self.finish(code, "ncclPutSignal")
     }
 
-    /// [`oxccl_core::Communicator::signal`] on NCCL.
+    /// [`oxccl_core::OneSided::signal`] on NCCL.
     pub(crate) fn signal_comm(
         &self,
         peer: u32,
@@ -66,7 +66,7 @@ impl NcclComm {
         self.finish(code, "ncclSignal")
     }
 
-    /// [`oxccl_core::Communicator::wait_signal`] on NCCL.
+    /// [`oxccl_core::OneSided::wait_signal`] on NCCL.
     pub(crate) fn wait_signal_comm(&self, waits: &[SignalWait], stream: &NcclStream) -> Result<()> {
         check::wait_signal(&self.check_ctx(), &self.inner.signals, waits)?;
         let f = self.gated(Feature::Signals, |a| a.wait_signal, "ncclWaitSignal")?;

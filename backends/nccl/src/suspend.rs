@@ -14,7 +14,7 @@ const STAT_TOTAL: i32 = 3;
 const SUSPEND_MEM: i32 = 0x01;
 
 impl NcclComm {
-    /// [`oxccl_core::Communicator::suspend`] on NCCL.
+    /// [`oxccl_core::Suspend::suspend`] on NCCL.
     pub(crate) fn suspend_comm(&self, release_memory: bool) -> Result<()> {
         let f = self.gated(
             Feature::SuspendResume,
@@ -37,7 +37,7 @@ impl NcclComm {
         done
     }
 
-    /// [`oxccl_core::Communicator::resume`] on NCCL.
+    /// [`oxccl_core::Suspend::resume`] on NCCL.
     pub(crate) fn resume_comm(&self) -> Result<()> {
         let f = self.gated(Feature::SuspendResume, |a| a.comm_resume, "ncclCommResume")?;
         if self.inner.state() != oxccl_core::CommState::Suspended {
@@ -51,7 +51,7 @@ impl NcclComm {
         self.transition(|l| l.resume())
     }
 
-    /// [`oxccl_core::Communicator::mem_stats`] on NCCL.
+    /// [`oxccl_core::Suspend::mem_stats`] on NCCL.
     pub(crate) fn mem_stats_comm(&self) -> Result<MemStats> {
         let f = self.gated(Feature::MemStats, |a| a.comm_mem_stats, "ncclCommMemStats")?;
         let _live = self.inner.use_raw();

@@ -5,7 +5,7 @@ use super::check_ctx::{rank_arg, CheckCtx};
 use crate::buf::RegHandle;
 use crate::error::{Error, Result};
 use crate::feature::Feature;
-use crate::signal::{PutSignal, SignalLimits, SignalWait};
+use crate::one_sided::{PutSignal, SignalLimits, SignalWait};
 
 fn int_arg(arg: &'static str, v: u32) -> Result<()> {
     if i32::try_from(v).is_err() {

@@ -60,28 +60,6 @@ pub trait Backend: Clone + Send + Sync {
         self.init_rank(id, rank, size, device, cfg)
     }
 
-    /// Joins a grow of a running communicator as new rank `rank` of its `size` (NCCL 2.29+:
-    /// `ncclCommGrow` with no parent): `id` is the grow's id, made by the running
-    /// communicator's root ([`Communicator::grow_id`]) and passed here out of band; the running
-    /// ranks call [`Communicator::grow`] at the same time. New ranks are numbered from the
-    /// running communicator's size up. `rank` below `size` and `size` within `i32` are
-    /// checked first. A library without it refuses with [`crate::Error::Unsupported`].
-    fn join_grown(
-        &self,
-        id: &UniqueId,
-        rank: u32,
-        size: u32,
-        device: Device,
-        cfg: &CommConfig,
-    ) -> Result<Self::Comm> {
-        let _ = (id, rank, size, device, cfg);
-        self.features().require(crate::feature::Feature::Grow)?;
-        Err(crate::error::Error::Unsupported {
-            feature: crate::feature::Feature::Grow,
-            missing: crate::feature::Missing::Disabled,
-        })
-    }
-
     /// Opens a group on the calling thread: operations issued until the matching
     /// [`Backend::group_end`] are launched together. Groups are per thread, nest, and may span
     /// every communicator of this backend (NCCL: of the loaded library; the mock: every mock

@@ -4,8 +4,8 @@
 //! runner is `tests/case_kit::run_on`: ranks as threads of one test.)
 #![allow(dead_code)]
 
-use oxccl::buffer::Memory;
 use oxccl::core::launch::LaunchInfo;
+use oxccl::pg::PgBackend;
 use oxccl::pg::{PgOptions, ProcessGroup};
 use oxccl::store::{PrefixStore, Store, TcpStore, TcpStoreOptions};
 use oxccl::Result;
@@ -65,7 +65,7 @@ fn rendezvous(store: &dyn Store, key: &str, world: u32) -> Result<()> {
 /// Runs `cases` in order on this rank: each starts when every rank reached it, and the k-th
 /// group a case makes gets the store prefix `<case>/<k>` on every rank. Prints
 /// `rank R NAME: ok (T ms)` or `rank R NAME: FAILED (T ms): why`; returns how many failed.
-pub fn run_cases<B: Memory>(
+pub fn run_cases<B: PgBackend>(
     backend: &B,
     store: &Arc<dyn Store>,
     rank: u32,

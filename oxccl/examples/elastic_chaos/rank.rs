@@ -4,9 +4,9 @@
 //! the driver checks (see `report`), and ends with a line saying how and an exit code per
 //! kind of end.
 
-use oxccl::buffer::Memory;
 use oxccl::core::env::EnvConfig;
 use oxccl::launch::{with_backend, Bootstrap, WithBackend};
+use oxccl::pg::PgBackend;
 use oxccl::pg::{PgOptions, ProcessGroup};
 use oxccl::{Error, ReduceOp, Result};
 use std::path::PathBuf;
@@ -38,7 +38,7 @@ fn hash(w: &[f32]) -> u64 {
 /// Sends (group rank 0) or receives the training state, `[step, weights…]`, after an
 /// admission. A loss meanwhile costs every side the same broadcast (none of them completes
 /// it), so each runs it again on the smaller group.
-fn share_state<B: Memory>(pg: &ProcessGroup<B>, step: &mut u64, w: &mut [f32]) -> Result<()> {
+fn share_state<B: PgBackend>(pg: &ProcessGroup<B>, step: &mut u64, w: &mut [f32]) -> Result<()> {
     loop {
         match share_state_once(pg, step, w) {
             Err(Error::MembersLost { lost, epoch, .. }) => {
@@ -53,7 +53,11 @@ fn share_state<B: Memory>(pg: &ProcessGroup<B>, step: &mut u64, w: &mut [f32]) -
 }
 
 /// One broadcast of the state from the group's first rank.
-fn share_state_once<B: Memory>(pg: &ProcessGroup<B>, step: &mut u64, w: &mut [f32]) -> Result<()> {
+fn share_state_once<B: PgBackend>(
+    pg: &ProcessGroup<B>,
+    step: &mut u64,
+    w: &mut [f32],
+) -> Result<()> {
     let mut state = vec![*step as f32];
     state.extend_from_slice(w);
     let mut buf = pg.upload(&state)?;
@@ -66,7 +70,7 @@ fn share_state_once<B: Memory>(pg: &ProcessGroup<B>, step: &mut u64, w: &mut [f3
 
 /// One step's gradient average: through a coalescing block on even steps (two halves), one
 /// all-reduce on odd ones, so both paths keep the rank in.
-fn average<B: Memory>(pg: &ProcessGroup<B>, g: &[f32], step: u64) -> Result<Vec<f32>> {
+fn average<B: PgBackend>(pg: &ProcessGroup<B>, g: &[f32], step: u64) -> Result<Vec<f32>> {
     if step.is_multiple_of(2) {
         let (lo, hi) = g.split_at(WIDTH / 2);
         let (mut a, mut b) = (pg.upload(lo)?, pg.upload(hi)?);
@@ -85,7 +89,7 @@ fn average<B: Memory>(pg: &ProcessGroup<B>, g: &[f32], step: u64) -> Result<Vec<
 }
 
 /// Trains until the driver's stop file appears.
-fn train<B: Memory>(
+fn train<B: PgBackend>(
     pg: &ProcessGroup<B>,
     mut step: u64,
     w: &mut [f32],
@@ -121,7 +125,7 @@ fn train<B: Memory>(
 }
 
 /// `STEP` line: what every member must agree on after a step (epoch, members, weights).
-fn report<B: Memory>(pg: &ProcessGroup<B>, step: u64, w: &[f32]) {
+fn report<B: PgBackend>(pg: &ProcessGroup<B>, step: u64, w: &[f32]) {
     let members: Vec<String> = pg.ranks().iter().map(u32::to_string).collect();
     println!(
         "STEP rank={} step={step} epoch={} members={} hash={:016x}",
@@ -151,7 +155,7 @@ struct Process {
 
 impl WithBackend for Process {
     type Output = Result<()>;
-    fn run<B: Memory>(self, backend: B) -> Result<()> {
+    fn run<B: PgBackend>(self, backend: B) -> Result<()> {
         let Process {
             boot,
             opts,

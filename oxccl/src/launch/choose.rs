@@ -8,7 +8,7 @@
 //! processes on one machine) both work with the same binary.
 
 use super::bootstrap::Bootstrap;
-use crate::buffer::Memory;
+use crate::pg::PgBackend;
 use crate::pg::{PgOptions, ProcessGroup};
 use oxccl_comm::tune_file::{tune_from_env, TUNE_FILE_VAR};
 use oxccl_core::env::{BackendChoice, EnvConfig};
@@ -19,7 +19,7 @@ pub trait WithBackend {
     /// What the code returns.
     type Output;
     /// Runs with `backend`.
-    fn run<B: Memory>(self, backend: B) -> Self::Output;
+    fn run<B: PgBackend>(self, backend: B) -> Self::Output;
 }
 
 /// Code run on the default process group of a launched job (see [`init_process_group`]).
@@ -27,7 +27,7 @@ pub trait WithProcessGroup {
     /// What the code returns.
     type Output;
     /// Runs with this rank's default group.
-    fn run<B: Memory>(self, pg: ProcessGroup<B>) -> Result<Self::Output>;
+    fn run<B: PgBackend>(self, pg: ProcessGroup<B>) -> Result<Self::Output>;
 }
 
 /// Which backend, and why (what [`with_backend`] logs).
@@ -163,7 +163,7 @@ pub fn init_process_group<W: WithProcessGroup>(w: W) -> Result<W::Output> {
     }
     impl<W: WithProcessGroup> WithBackend for Run<W> {
         type Output = Result<W::Output>;
-        fn run<B: Memory>(self, backend: B) -> Result<W::Output> {
+        fn run<B: PgBackend>(self, backend: B) -> Result<W::Output> {
             let b = self.boot;
             let store = b.group_store();
             let pg = ProcessGroup::new(backend, store, b.rank, b.world_size, self.opts)?;

@@ -19,18 +19,20 @@ use super::inner::PgInner;
 use super::process_group::ProcessGroup;
 use super::tune::agree::agree_on;
 use super::tune::reg_cache::{wait_idle, TunedStats};
-use crate::buffer::{Memory, Operand};
+use crate::buffer::Operand;
+use crate::pg::PgBackend;
 use oxccl_core::traits::CommOf;
 use oxccl_core::tune::release::write_release_list;
 use oxccl_core::tune::RegMode;
 use oxccl_core::tune::TuneTable;
+use oxccl_core::Windows;
 use oxccl_core::{text, CommState, Communicator, Error, Result};
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 /// Refuses `attempted` while a coalescing block is open on the group (its backend group is
 /// open, and a window registration or release is collective).
-fn refuse_in_block<B: Memory>(inner: &PgInner<B>, attempted: &'static str) -> Result<()> {
+fn refuse_in_block<B: PgBackend>(inner: &PgInner<B>, attempted: &'static str) -> Result<()> {
     if inner.hot.coalescing.load(Ordering::Acquire) {
         return Err(Error::InvalidState {
             state: CommState::Ready,
@@ -44,7 +46,7 @@ fn refuse_in_block<B: Memory>(inner: &PgInner<B>, attempted: &'static str) -> Re
     Ok(())
 }
 
-impl<B: Memory> ProcessGroup<B> {
+impl<B: PgBackend> ProcessGroup<B> {
     /// Puts `buf` (a [`Memory::CommBuf`]) in `mode` on the group's communicator now, as the
     /// tune table would at its first operation: registered locally, or in a symmetric window
     /// (collective: every rank calls this for its buffer at the same point). Nothing when the
@@ -183,7 +185,7 @@ impl<B: Memory> ProcessGroup<B> {
     }
 }
 
-impl<B: Memory> ProcessGroup<B> {
+impl<B: PgBackend> ProcessGroup<B> {
     /// What the group's communicator did with buffers: operations per mode, allocations
     /// registered and in windows now (makes the communicator if it is not made yet).
     pub fn tuned_stats(&self) -> Result<TunedStats> {
@@ -204,7 +206,7 @@ impl<B: Memory> ProcessGroup<B> {
     }
 }
 
-impl<B: Memory> ProcessGroup<B> {
+impl<B: PgBackend> ProcessGroup<B> {
     /// The table for an operation of `kind`, when that kind is tuned: the collectives whose
     /// buffers have the same size on every rank (a window must), and sends and receives
     /// (registered at most: see [`TuneTable::choose`]). Rooted operations with an absent
@@ -229,7 +231,7 @@ impl<B: Memory> ProcessGroup<B> {
     }
 }
 
-impl<B: Memory> ProcessGroup<B> {
+impl<B: PgBackend> ProcessGroup<B> {
     /// A buffer of `len` zeros in the library's allocator ([`Memory::CommBuf`]: NCCL's
     /// `ncclMemAlloc`, 2.19+), which the tune table may register or put in a window. Made on
     /// the group's copy stream, so allocating never makes the communicator.

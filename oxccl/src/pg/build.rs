@@ -5,7 +5,7 @@ use super::comm::Slot;
 use super::family::GroupFamily;
 use super::inner::{IssueFacts, IssueState, PgInner};
 use super::options::PgOptions;
-use crate::buffer::Memory;
+use crate::pg::PgBackend;
 use crate::recorder::Recorder;
 use crate::store::Store;
 use crate::watchdog::group_watch::{GroupWatch, WatchConfig};
@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex};
 
 /// Who a group is and where it lives.
-pub(crate) struct GroupSpec<B: Memory> {
+pub(crate) struct GroupSpec<B: PgBackend> {
     pub backend: B,
     pub store: Arc<dyn Store>,
     pub family: Arc<GroupFamily>,
@@ -32,7 +32,7 @@ pub(crate) struct GroupSpec<B: Memory> {
     pub epoch: u64,
 }
 
-impl<B: Memory> PgInner<B> {
+impl<B: PgBackend> PgInner<B> {
     /// The state of the group `spec` describes: registered with the recorder, watched, its
     /// communicator not made yet (a non-member's never is).
     pub(crate) fn build(spec: GroupSpec<B>) -> Arc<PgInner<B>> {

@@ -40,7 +40,8 @@ use super::issue::SeqKind;
 use super::process_group::ProcessGroup;
 use super::recovery::settle_refusal;
 use super::work::WorkOf;
-use crate::buffer::{Memory, Operand, StreamOf};
+use crate::buffer::{Operand, StreamOf};
+use crate::pg::PgBackend;
 use oxccl_core::graph_buffers::GraphBuffers;
 use oxccl_core::state::work::WorkInfo;
 use oxccl_core::text::Escaped;
@@ -51,7 +52,7 @@ use oxccl_core::{
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-impl<B: Memory> PgInner<B> {
+impl<B: PgBackend> PgInner<B> {
     /// `Some` while a capture is open on this group (made with the copy stream the buffers
     /// are reached on), `None` otherwise.
     pub(crate) fn captor(&self) -> Result<Option<Captor<'_, B>>> {
@@ -77,13 +78,13 @@ impl<B: Memory> PgInner<B> {
 
 /// Ends the capture however the closure left (an error, a panic): the stream stops
 /// capturing and the group issues normally again.
-struct Open<'a, B: Memory> {
+struct Open<'a, B: PgBackend> {
     inner: &'a PgInner<B>,
     entry: &'a Entry<B>,
     ended: bool,
 }
 
-impl<B: Memory> Open<'_, B> {
+impl<B: PgBackend> Open<'_, B> {
     fn end(mut self) -> (Result<<StreamOf<B> as Capture>::Graph>, Recorded) {
         self.ended = true;
         OPEN_HERE.with(|n| n.set(n.get().saturating_sub(1)));
@@ -94,7 +95,7 @@ impl<B: Memory> Open<'_, B> {
     }
 }
 
-impl<B: Memory> Drop for Open<'_, B> {
+impl<B: PgBackend> Drop for Open<'_, B> {
     fn drop(&mut self) {
         if !self.ended {
             OPEN_HERE.with(|n| n.set(n.get().saturating_sub(1)));
@@ -108,7 +109,7 @@ impl<B: Memory> Drop for Open<'_, B> {
     }
 }
 
-impl<B: Memory> ProcessGroup<B> {
+impl<B: PgBackend> ProcessGroup<B> {
     /// Captures the operations `f` issues on this group into a graph, without running them
     /// (CUDA graph capture on NCCL; the mock records and replays). Launch it with
     /// [`PgGraph::launch`] as often as wanted: each launch runs them all again, in order.
@@ -177,7 +178,7 @@ impl<B: Memory> ProcessGroup<B> {
 /// The operations of a capture ([`ProcessGroup::capture`]), launched as one graph. It keeps
 /// its group and communicator alive. Dropping it frees the graph (never waits, never
 /// panics); launches already made still run.
-pub struct PgGraph<B: Memory> {
+pub struct PgGraph<B: PgBackend> {
     pg: ProcessGroup<B>,
     entry: Arc<Entry<B>>,
     graph: <StreamOf<B> as Capture>::Graph,
@@ -229,7 +230,7 @@ impl Profile {
     }
 }
 
-impl<B: Memory> std::fmt::Debug for PgGraph<B> {
+impl<B: PgBackend> std::fmt::Debug for PgGraph<B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PgGraph")
             .field("group", &self.pg.uid())
@@ -240,7 +241,7 @@ impl<B: Memory> std::fmt::Debug for PgGraph<B> {
     }
 }
 
-impl<B: Memory> PgGraph<B> {
+impl<B: PgBackend> PgGraph<B> {
     /// Operations captured (each launch runs them all).
     pub fn ops(&self) -> usize {
         self.profile.ops
@@ -290,14 +291,14 @@ impl<B: Memory> PgGraph<B> {
 /// A launch being prepared: the buffers bound so far, each held (the group's stream waits
 /// for its earlier uses) until the launch is queued.
 #[must_use = "nothing is launched until Launch::launch"]
-pub struct Launch<'a, B: Memory> {
+pub struct Launch<'a, B: PgBackend> {
     graph: &'a PgGraph<B>,
     held: Vec<B::Access<'a>>,
     bound: GraphBuffers,
     first_error: Option<Error>,
 }
 
-impl<'a, B: Memory> Launch<'a, B> {
+impl<'a, B: PgBackend> Launch<'a, B> {
     /// Binds one more buffer the captured operations use.
     pub fn buf<X: Operand<B>>(mut self, buf: &'a mut X) -> Self {
         if self.first_error.is_some() {

@@ -2,7 +2,8 @@
 //! issue path can hold it: whether a capture is open on the group's stream, what it recorded,
 //! and the captures open on this thread.
 
-use crate::buffer::{Memory, StreamOf};
+use crate::buffer::StreamOf;
+use crate::pg::PgBackend;
 use oxccl_core::graph_buffers::GraphBuffers;
 use oxccl_core::text::Escaped;
 use oxccl_core::{CaptureError, CommOp, DataType, OpKind, Result};
@@ -53,7 +54,7 @@ impl CaptureState {
 
 /// How an operation issued inside a capture reaches its buffers: on the copy stream, which
 /// does not capture, while the operation itself goes on the group's capturing stream.
-pub(crate) struct Captor<'a, B: Memory> {
+pub(crate) struct Captor<'a, B: PgBackend> {
     pub state: &'a CaptureState,
     pub copy: &'a StreamOf<B>,
 }

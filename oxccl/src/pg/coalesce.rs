@@ -11,8 +11,9 @@ use super::process_group::ProcessGroup;
 use super::recovery::settle_refusal;
 use super::tune::prepare::prepare_on;
 use super::work::{Work, WorkOf};
-use crate::buffer::{Memory, Operand};
+use crate::buffer::Operand;
 use crate::element::{host_op, Element};
+use crate::pg::PgBackend;
 use oxccl_core::recorder::{coalesced_name, TensorMeta};
 use oxccl_core::state::work::WorkInfo;
 use oxccl_core::{
@@ -27,7 +28,7 @@ use std::time::Instant;
 /// One send or receive of a batch ([`ProcessGroup::batch_isend_irecv`]); peers are global
 /// ranks. Either kind of buffer ([`Memory::Buf`] or [`Memory::CommBuf`]), mixed freely in
 /// one batch: `P2pOp::Send(&buf, 1)` takes a reference to either.
-pub enum P2pOp<'a, B: Memory, T: Element> {
+pub enum P2pOp<'a, B: PgBackend, T: Element> {
     /// Send the buffer to the peer.
     Send(&'a dyn Operand<B, Elem = T>, u32),
     /// Receive into the buffer from the peer.
@@ -52,7 +53,7 @@ pub enum P2pOp<'a, B: Memory, T: Element> {
 /// # }
 /// ```
 #[must_use = "the batch is launched when the block ends"]
-pub struct Coalescing<'a, B: Memory> {
+pub struct Coalescing<'a, B: PgBackend> {
     /// Declared first, dropped first (after `Drop::drop` closed the backend group): each
     /// borrows `entry`'s stream.
     held: Vec<B::Access<'a>>,
@@ -69,7 +70,7 @@ pub struct Coalescing<'a, B: Memory> {
     open: bool,
 }
 
-impl<B: Memory> ProcessGroup<B> {
+impl<B: PgBackend> ProcessGroup<B> {
     /// Opens a coalescing block (c10d's `_start_coalescing`): the group's communicator is
     /// made first if needed, then a backend group is opened. Only one block per group at a
     /// time; the group's own methods are refused until it ends.
@@ -195,7 +196,7 @@ impl<B: Memory> ProcessGroup<B> {
     }
 }
 
-impl<'a, B: Memory> Coalescing<'a, B> {
+impl<'a, B: PgBackend> Coalescing<'a, B> {
     /// The group's communicator and stream, for as long as the block borrows its buffers.
     fn entry(&self) -> &'a Entry<B> {
         // SAFETY: `self.entry` is an `Arc` the block owns and never replaces, so the entry
@@ -438,7 +439,7 @@ impl<'a, B: Memory> Coalescing<'a, B> {
     }
 }
 
-impl<B: Memory> Drop for Coalescing<'_, B> {
+impl<B: PgBackend> Drop for Coalescing<'_, B> {
     fn drop(&mut self) {
         if self.open {
             self.pg

@@ -7,8 +7,9 @@ use super::tune::reg_cache::RegCache;
 use super::work::home::{OnFailure, WorkHome};
 use super::work::ring::WorkRing;
 use super::work::EventOf;
-use crate::buffer::{Memory, StreamOf};
+use crate::buffer::StreamOf;
 use crate::deadline::deadline_after;
+use crate::pg::PgBackend;
 use oxccl_core::text::Escaped;
 use oxccl_core::traits::{AbortOf, CommOf};
 use oxccl_core::{text, CommConfig, Communicator, Error, Result, UniqueId};
@@ -19,7 +20,7 @@ use std::time::Duration;
 /// that what an operation reads (the handles, the ring, whether any buffer is in a window)
 /// lies on the first cache line for a backend with small handles.
 #[repr(C, align(64))]
-pub(crate) struct Entry<B: Memory> {
+pub(crate) struct Entry<B: PgBackend> {
     pub comm: CommOf<B>,
     pub stream: StreamOf<B>,
     pub abort: AbortOf<B>,
@@ -31,7 +32,7 @@ pub(crate) struct Entry<B: Memory> {
     pub regs: RegCache,
 }
 
-impl<B: Memory> Entry<B> {
+impl<B: PgBackend> Entry<B> {
     /// The entry of `comm`, with a stream of `priority` made on it; its works report to
     /// `watch`.
     /// `on_failure`: what a failed wait of its works asks (an elastic group's survivors).
@@ -55,7 +56,7 @@ impl<B: Memory> Entry<B> {
 }
 
 /// Where a group's communicator is.
-pub(crate) enum Slot<B: Memory> {
+pub(crate) enum Slot<B: PgBackend> {
     /// Not made yet (made by the first operation).
     Empty,
     /// Usable (or failed: the communicator itself reports that). Shared, so copies to and
@@ -78,7 +79,7 @@ pub(crate) enum Slot<B: Memory> {
     Closed,
 }
 
-impl<B: Memory> Slot<B> {
+impl<B: PgBackend> Slot<B> {
     /// Aborts the communicator, if any, and leaves the slot closed. Never waits for peers.
     pub fn close(&mut self, reason: &str) {
         match std::mem::replace(self, Slot::Closed) {
@@ -112,7 +113,10 @@ pub(crate) struct InitParams<'a> {
 /// a member that never arrives is named by the others' timeouts (from the marks that are
 /// missing), and the backend's init gets what is left of the timeout (where the backend can
 /// bound it: [`oxccl_core::Backend::init_rank_within`]).
-pub(crate) fn init_through_store<B: Memory>(backend: &B, p: &InitParams<'_>) -> Result<CommOf<B>> {
+pub(crate) fn init_through_store<B: PgBackend>(
+    backend: &B,
+    p: &InitParams<'_>,
+) -> Result<CommOf<B>> {
     let arrival = Arrival {
         store: p.store,
         prefix: keys::init(p.uid, p.attempt),

@@ -9,7 +9,7 @@ use super::keys;
 use super::options::PgOptions;
 use super::process_group::{default_group_options, ProcessGroup};
 use super::recovery::{admit, monitor, roster};
-use crate::buffer::Memory;
+use crate::pg::PgBackend;
 use crate::store::Store;
 use oxccl_core::membership::elastic::uid_at;
 use oxccl_core::membership::CommPlan;
@@ -17,7 +17,7 @@ use oxccl_core::{Error, Result};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-impl<B: Memory> ProcessGroup<B> {
+impl<B: PgBackend> ProcessGroup<B> {
     /// Joins a running elastic world as global rank `rank` (a replacement for a lost rank, or
     /// a new one): `size` is the world's size when it was made (it names the world's keys on
     /// `store`), `opts` must be elastic like the members'. Waits, up to the options' timeout,

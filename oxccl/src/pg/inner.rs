@@ -7,7 +7,7 @@ use super::comm::Slot;
 use super::family::GroupFamily;
 use super::options::PgOptions;
 use super::tune::agree::AgreeingGroup;
-use crate::buffer::Memory;
+use crate::pg::PgBackend;
 use crate::store::Store;
 use crate::watchdog::group_watch::GroupWatch;
 use oxccl_core::membership::{self, CommPlan};
@@ -68,7 +68,7 @@ pub(crate) struct IssueFacts {
 /// In declaration order: what an operation touches first (its line, the slot, the successor
 /// link, the capture flag), the rest after.
 #[repr(C)]
-pub(crate) struct PgInner<B: Memory> {
+pub(crate) struct PgInner<B: PgBackend> {
     /// What every operation reads or writes, on a cache line of its own.
     pub(crate) hot: IssueState,
     pub slot: Mutex<Slot<B>>,
@@ -110,7 +110,7 @@ pub(crate) struct PgInner<B: Memory> {
     pub(crate) epoch: AtomicU64,
 }
 
-impl<B: Memory> Drop for PgInner<B> {
+impl<B: PgBackend> Drop for PgInner<B> {
     fn drop(&mut self) {
         let slot = self.slot.get_mut().unwrap_or_else(PoisonError::into_inner);
         slot.close("process group dropped");
@@ -122,7 +122,7 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-impl<B: Memory> PgInner<B> {
+impl<B: PgBackend> PgInner<B> {
     /// The stream buffers are allocated and copied on, made on first use without the
     /// communicator (whose creation is collective): a buffer is ordered against the
     /// operations that use it by its own tracking, whatever stream they run on.

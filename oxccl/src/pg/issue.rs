@@ -8,7 +8,8 @@ use super::op_facts::OpFacts;
 use super::tune::prepare::prepare_on;
 use super::work::tracked::TrackedWork;
 use super::work::{EventOf, Work, WorkOf};
-use crate::buffer::{CommMem, Memory, StreamOf};
+use crate::buffer::{CommMem, StreamOf};
+use crate::pg::PgBackend;
 use crate::recorder::slot::{PendingTrace, TraceSlot};
 use crate::recorder::{now_ns, ns_since};
 use crate::watchdog::Watchdog;
@@ -21,7 +22,7 @@ use std::time::Duration;
 
 /// What [`PgInner::issue`] hands an operation's body: the stream and device to take buffers
 /// on, and the call that issues on the communicator.
-pub(crate) struct Issuer<'a, B: Memory> {
+pub(crate) struct Issuer<'a, B: PgBackend> {
     pub entry: &'a Entry<B>,
     pub device: Device,
     /// Inside a graph capture: where buffers are reached instead (see `capture`).
@@ -34,7 +35,7 @@ pub(crate) struct Issuer<'a, B: Memory> {
     pub end: std::cell::Cell<Option<EventOf<B>>>,
 }
 
-impl<'a, B: Memory> Issuer<'a, B> {
+impl<'a, B: PgBackend> Issuer<'a, B> {
     /// The stream buffers are taken on: the group's stream, or the copy stream inside a
     /// capture (the capturing stream may not wait on the buffers' earlier events).
     pub fn stream(&self) -> &'a StreamOf<B> {
@@ -131,7 +132,7 @@ pub(crate) enum SeqKind {
     P2p,
 }
 
-impl<B: Memory> PgInner<B> {
+impl<B: PgBackend> PgInner<B> {
     /// The one path of every operation: refuses calls on a non-member or destroyed group and
     /// while a coalescing block is open (its guard issues instead), makes the communicator on
     /// first use, records the events of the work, numbers it, records it in the flight
@@ -328,7 +329,7 @@ fn bump(counter: &std::sync::atomic::AtomicU64) -> u64 {
     next
 }
 
-impl<B: Memory> Issuer<'_, B> {
+impl<B: PgBackend> Issuer<'_, B> {
     /// Chooses the mode of an operation on `mems` (one per buffer it uses, `None` for a plain
     /// or absent buffer) and makes the registrations it needs, before the operation is
     /// issued (inside a capture: checks they were made; see the module's documentation).

@@ -9,6 +9,7 @@
 //!   [`ProcessGroup::new_subgroups_by_enumeration`], global ↔ group rank translation.
 
 mod arrival;
+mod backend;
 mod buffer_modes;
 mod build;
 mod capture;
@@ -30,12 +31,13 @@ mod subgroups;
 pub(crate) mod tune;
 mod work;
 
+pub use backend::PgBackend;
 pub use capture::{Launch, PgGraph};
 pub use coalesce::{Coalescing, P2pOp};
 pub use keys::world_namespace;
 pub use options::{PgOptions, DEFAULT_TIMEOUT};
 pub use oxccl_comm::tune_file::{load_tune_file, TUNE_FILE_VAR};
-pub use oxccl_core::signal::SignalFrom;
+pub use oxccl_core::one_sided::SignalFrom;
 pub use oxccl_core::state::work::WorkInfo;
 pub use oxccl_core::traits::{AbortOf, CommOf};
 pub use oxccl_core::tune::{RegMode, TuneTable};

@@ -13,12 +13,14 @@
 use super::op_facts::OpFacts;
 use super::process_group::ProcessGroup;
 use super::work::WorkOf;
-use crate::buffer::{Memory, Operand};
+use crate::buffer::Operand;
 use crate::element::Element;
-use oxccl_core::signal::{PutSignal, SignalFrom};
-use oxccl_core::{Communicator, Error, OpKind, Result};
+use crate::pg::PgBackend;
+use oxccl_core::one_sided::{PutSignal, SignalFrom};
+use oxccl_core::OneSided;
+use oxccl_core::{Error, OpKind, Result};
 
-impl<B: Memory> ProcessGroup<B> {
+impl<B: PgBackend> ProcessGroup<B> {
     /// Writes `src` into global rank `peer`'s buffer of the window `window` (this rank's
     /// buffer of it) from element `offset`, then raises `signal` there: one-sided, the peer
     /// takes no part until it waits for the signal ([`ProcessGroup::wait_signal`]). `src` is

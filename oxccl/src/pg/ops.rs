@@ -5,8 +5,9 @@ use super::issue::Issuer;
 use super::op_facts::OpFacts;
 use super::process_group::ProcessGroup;
 use super::work::WorkOf;
-use crate::buffer::{Memory, Operand};
+use crate::buffer::Operand;
 use crate::element::{host_op, Element};
+use crate::pg::PgBackend;
 use oxccl_core::{CommOp, OpKind, RawBuf, RawBufMut, ReduceOp, Result};
 
 /// `buf` read on the issuer's stream; the access guard lives in the caller's scope.
@@ -22,7 +23,7 @@ macro_rules! wr {
     };
 }
 
-impl<B: Memory> ProcessGroup<B> {
+impl<B: PgBackend> ProcessGroup<B> {
     /// Reduces `buf` across the group's ranks, in place (c10d's `all_reduce`).
     pub fn all_reduce<T: Element>(
         &self,
@@ -291,7 +292,7 @@ impl<B: Memory> ProcessGroup<B> {
     }
 }
 
-impl<B: Memory> ProcessGroup<B> {
+impl<B: PgBackend> ProcessGroup<B> {
     /// With the NaN check on, refuses an input holding a NaN, naming the operation, the rank
     /// and the buffer.
     fn nan_check<T: Element>(
@@ -333,7 +334,7 @@ fn desc<T: Element>(kind: OpKind, numel: (usize, usize), peer: Option<u32>) -> O
 /// Takes `send` (read) and `recv` (written) on the issuer's stream, an absent one as empty,
 /// and hands `f` their addresses and access guards (ended after the issue: by the issue
 /// itself on the eager path, by the block's end when coalesced).
-pub(crate) fn two_on<'a, B: Memory, T: Element, S, D, R>(
+pub(crate) fn two_on<'a, B: PgBackend, T: Element, S, D, R>(
     is: &Issuer<'a, B>,
     send: Option<&'a S>,
     recv: Option<&'a mut D>,

@@ -12,8 +12,8 @@ use super::keys;
 use super::options::PgOptions;
 use super::recovery;
 use super::tune::agree::agree;
-use crate::buffer::Memory;
 use crate::deadline::deadline_after;
+use crate::pg::PgBackend;
 use crate::recorder::target::DumpTarget;
 use crate::recorder::{dump_dir_from_env, DumpMeta, Recorder};
 use crate::store::Store;
@@ -22,6 +22,7 @@ use crate::watchdog::Watchdog;
 use oxccl_core::membership::{self, CommPlan};
 use oxccl_core::text::Escaped;
 use oxccl_core::traits::CommOf;
+use oxccl_core::PeerKernels;
 use oxccl_core::{text, CommState, Communicator, Error, Result};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -29,13 +30,13 @@ use std::time::Duration;
 
 /// A process group over backend `B`: c10d's `ProcessGroup`. Cheap to clone (the clones share
 /// the group). Dropping the last clone aborts its communicator (never waits for peers).
-pub struct ProcessGroup<B: Memory> {
+pub struct ProcessGroup<B: PgBackend> {
     /// The group as it was made; after a loss its successors follow it (see
     /// [`ProcessGroup::inner`]).
     pub(crate) root: Arc<PgInner<B>>,
 }
 
-impl<B: Memory> Clone for ProcessGroup<B> {
+impl<B: PgBackend> Clone for ProcessGroup<B> {
     fn clone(&self) -> Self {
         ProcessGroup {
             root: self.root.clone(),
@@ -43,7 +44,7 @@ impl<B: Memory> Clone for ProcessGroup<B> {
     }
 }
 
-impl<B: Memory> std::fmt::Debug for ProcessGroup<B> {
+impl<B: PgBackend> std::fmt::Debug for ProcessGroup<B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ProcessGroup")
             .field("uid", &self.inner().uid)
@@ -54,7 +55,7 @@ impl<B: Memory> std::fmt::Debug for ProcessGroup<B> {
     }
 }
 
-impl<B: Memory> ProcessGroup<B> {
+impl<B: PgBackend> ProcessGroup<B> {
     /// The group as it is now: the root, or the successor the last loss made of it. Under
     /// [`PgOptions::elastic`] a group that has not yet caught up with a decision of the
     /// survivors (see [`super::recovery`]) does so here: a successor without the lost ranks
@@ -261,7 +262,7 @@ impl<B: Memory> ProcessGroup<B> {
     /// with `OXCCL_PEER_KERNELS=nccl` (NCCL then runs every all-reduce).
     pub fn peer_kernels(&self) -> Option<oxccl_core::peer_kernels::PeerPolicy> {
         match &*crate::pg::inner::lock(&self.inner().slot) {
-            super::comm::Slot::Ready(e) => oxccl_core::Communicator::peer_policy(&e.comm),
+            super::comm::Slot::Ready(e) => oxccl_core::PeerKernels::peer_policy(&e.comm),
             _ => None,
         }
     }
@@ -328,7 +329,7 @@ impl<B: Memory> ProcessGroup<B> {
     }
 }
 
-impl<B: Memory> PgInner<B> {
+impl<B: PgBackend> PgInner<B> {
     /// Runs `f` with the group's communicator, making it first if this is its first use. The
     /// slot stays locked meanwhile: one call at a time reaches the communicator.
     pub fn with_entry<R>(
@@ -502,7 +503,7 @@ impl<B: Memory> PgInner<B> {
 
 /// Aborts every communicator of `groups` and stops the watchdog, within `limit` (c10d's
 /// shutdown): never waits for peers.
-pub fn shutdown<B: Memory>(groups: &[&ProcessGroup<B>], limit: Duration) {
+pub fn shutdown<B: PgBackend>(groups: &[&ProcessGroup<B>], limit: Duration) {
     for g in groups {
         g.abort("shut down");
     }

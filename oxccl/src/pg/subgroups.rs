@@ -5,13 +5,13 @@ use super::build::GroupSpec;
 use super::inner::PgInner;
 use super::options::PgOptions;
 use super::process_group::ProcessGroup;
-use crate::buffer::Memory;
+use crate::pg::PgBackend;
 use oxccl_core::membership::{self, CommPlan};
 use oxccl_core::{text, Error, Result};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-impl<B: Memory> ProcessGroup<B> {
+impl<B: PgBackend> ProcessGroup<B> {
     /// A subgroup of the global ranks `ranks` (c10d's `new_group`; they are sorted, and the
     /// group rank is the index). Every rank of this group must call it, in the same order. A
     /// rank outside `ranks` gets a group whose operations are refused ("not part of group").

@@ -4,8 +4,8 @@
 //! is enough) and on the mock when there is no GPU.
 #![allow(dead_code)]
 
-use oxccl::buffer::Memory;
 use oxccl::core::CaptureError;
+use oxccl::pg::PgBackend;
 use oxccl::pg::{PgOptions, RegMode, TuneTable};
 use oxccl::{CommState, Device, Error, Feature, HostScalar, ReduceOp, Scalar};
 use std::sync::Arc;
@@ -38,7 +38,7 @@ pub fn opts(rank: u32) -> PgOptions {
 }
 
 /// Every case, in order.
-pub fn all<B: Memory>() -> Vec<Case<B>> {
+pub fn all<B: PgBackend>() -> Vec<Case<B>> {
     vec![
         ("values_after_launches", values_after_launches::<B>),
         ("premul_sum_doubles_per_launch", premul_doubles::<B>),
@@ -56,7 +56,7 @@ pub fn all<B: Memory>() -> Vec<Case<B>> {
 /// Three all-reduces (sum) captured on one buffer: nothing runs at capture; each of 4 launches
 /// applies the three again, so the buffer holds S·n^11 (S the sum of the ranks' 1..=n) after
 /// them. The works of the capture are captured; the launches' works complete.
-pub fn values_after_launches<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
+pub fn values_after_launches<B: PgBackend>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
     let pg = ok!(mk(opts(rank)));
     let n = pg.size();
     let mut buf = ok!(pg.upload(&vec![(rank + 1) as f32; 1000]));
@@ -116,7 +116,7 @@ pub fn values_after_launches<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verd
 
 /// Premul-sum by 2 (host scalar) is the one reduction that changes a single rank's data: each
 /// launch multiplies by 2n, so five launches give (2n)^5.
-pub fn premul_doubles<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
+pub fn premul_doubles<B: PgBackend>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
     let pg = ok!(mk(opts(rank)));
     let n = pg.size() as f32;
     let mut buf = ok!(pg.upload(&[1.0f32; 16]));
@@ -135,7 +135,7 @@ pub fn premul_doubles<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
 
 /// A coalescing block inside a capture: its work is captured; a launch given both buffers
 /// runs the block.
-pub fn coalesced<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
+pub fn coalesced<B: PgBackend>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
     let pg = ok!(mk(opts(rank)));
     let n = pg.size() as f32;
     let mut a = ok!(pg.upload(&[1.0f32; 8]));
@@ -164,7 +164,7 @@ pub fn coalesced<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
 }
 
 /// Buffers of two element types, bound one by one; all-gather and broadcast captured.
-pub fn mixed_dtypes<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
+pub fn mixed_dtypes<B: PgBackend>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
     let pg = ok!(mk(opts(rank)));
     let n = pg.size() as usize;
     let send = ok!(pg.upload(&[rank as i32 + 10; 3]));
@@ -196,7 +196,7 @@ pub fn mixed_dtypes<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
 }
 
 /// What a capture refuses, each with its exact variant, and the group usable after each.
-pub fn refusals<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
+pub fn refusals<B: PgBackend>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
     let pg = ok!(mk(opts(rank)));
     let mut buf = ok!(pg.upload(&[1.0f32; 4]));
     // A barrier inside: Unsupported, and the capture returns it (no graph).
@@ -277,7 +277,7 @@ pub fn refusals<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
 
 /// A graph dropped before any launch changes nothing; one dropped right after a launch (not
 /// waited) still lets the launch run to the end.
-pub fn dropped<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
+pub fn dropped<B: PgBackend>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
     let pg = ok!(mk(opts(rank)));
     let n = pg.size() as f32;
     let mut buf = ok!(pg.upload(&[1.0f32; 64]));
@@ -297,7 +297,7 @@ pub fn dropped<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
 
 /// A lazy group (no bound device) makes its communicator before the capture begins (its
 /// creation is collective and cannot be captured).
-pub fn lazy_comm<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
+pub fn lazy_comm<B: PgBackend>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
     let pg = ok!(mk(PgOptions {
         bound_device: None,
         ..opts(rank)
@@ -337,7 +337,7 @@ pub fn lazy_comm<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
 }
 
 /// A graph of an aborted group, or of a destroyed one, refuses to launch (InvalidState).
-pub fn dead_group<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
+pub fn dead_group<B: PgBackend>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
     let pg = ok!(mk(opts(rank)));
     let mut buf = ok!(pg.upload(&[1.0f32; 2]));
     let g = ok!(pg.capture(|pg| pg.all_reduce(&mut buf, ReduceOp::Sum).map(drop)));
@@ -375,7 +375,7 @@ pub fn dead_group<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
 /// With timing on, a launch's work has a duration (its start and end events surround the
 /// graph); the captured works have none. The flight recorder holds each launch as one entry
 /// ("graph:" and the captured ops), not the captured operations.
-pub fn timed<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
+pub fn timed<B: PgBackend>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
     let recorder = oxccl::recorder::Recorder::new(64);
     let pg = ok!(mk(PgOptions {
         timing: true,
@@ -422,7 +422,7 @@ pub fn timed<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
 /// two launches of (all_reduce, all_reduce, all_gather) give S·n³ (S the sum of 1..=n) and make
 /// no registration; once the graph and buffers are dropped, `release_windows` frees their
 /// windows.
-pub fn comm_buffers<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
+pub fn comm_buffers<B: PgBackend>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
     let base = ok!(mk(opts(rank)));
     let feats = *oxccl::core::Backend::features(base.backend());
     let mode = if feats.has(Feature::WindowRegistration) {

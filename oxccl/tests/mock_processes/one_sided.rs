@@ -4,7 +4,7 @@
 //! host's; each rank checks every put that reached its window, and that the rest is
 //! untouched.
 
-use oxccl::buffer::Memory;
+use oxccl::pg::PgBackend;
 use oxccl::pg::{ProcessGroup, RegMode, SignalFrom};
 use oxccl::Result;
 
@@ -23,7 +23,7 @@ fn values(from: u32, k: usize) -> Vec<f32> {
 /// The ring: in round `k` each rank puts into element `k * LEN` of the next rank's window and
 /// waits for the previous rank's put; then each signals the next and waits for a signal from
 /// the previous. Returns the rounds checked.
-pub fn ring<B: Memory>(pg: &ProcessGroup<B>) -> Result<usize> {
+pub fn ring<B: PgBackend>(pg: &ProcessGroup<B>) -> Result<usize> {
     let (me, n) = (pg.global_rank(), pg.size());
     let (next, prev) = ((me + 1) % n, (me + n - 1) % n);
     // One spare round's room at the end: it must stay zero.

@@ -1,7 +1,7 @@
 //! Every collective and p2p op of the process group, for one element type, against a host
 //! reference computed from the formula every rank fills its buffers with.
 
-use oxccl::buffer::Memory;
+use oxccl::pg::PgBackend;
 use oxccl::pg::ProcessGroup;
 use oxccl::{Element, ReduceOp, Result};
 use std::fmt::Debug;
@@ -43,7 +43,7 @@ fn check<T: El>(what: &str, got: Vec<T>, want: Vec<T>) -> Result<usize> {
 }
 
 /// Runs every op once on `pg` with elements of `T`; returns how many results were checked.
-pub fn all_ops<T: El, B: Memory>(pg: &ProcessGroup<B>) -> Result<usize> {
+pub fn all_ops<T: El, B: PgBackend>(pg: &ProcessGroup<B>) -> Result<usize> {
     let (me, n) = (pg.global_rank(), pg.size());
     let c = 5usize;
     let nu = n as usize;

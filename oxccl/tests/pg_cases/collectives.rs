@@ -1,7 +1,7 @@
 //! Seed cases 17–24: coalesced collectives, reduce-scatter, single-rank groups, dtypes.
 
 use super::{all_reduce_values, lazy, MakeGroup, Verdict};
-use oxccl::buffer::Memory;
+use oxccl::pg::PgBackend;
 use oxccl::pg::ProcessGroup;
 use oxccl::{Error, ReduceOp};
 
@@ -18,7 +18,7 @@ fn chunks<T>(shift: f64, conv: impl Fn(f64) -> T) -> Vec<Vec<T>> {
 
 /// Case 17: 30 tensors (f16, f32, f16, f64, f16, f32 × 5 chunks of arange(60)) broadcast in
 /// one coalesced batch, from root 0 then 1: every rank ends with the root's data exactly.
-pub fn case_17<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
+pub fn case_17<B: PgBackend>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
     use half::f16;
     let pg = ok!(mk(lazy(rank)));
     for root in [0u32, 1] {
@@ -64,7 +64,7 @@ pub fn case_17<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
 }
 
 /// Case 18: all_reduce_coalesced of full(60+i, r+1+i) f32 → N·i + N(N+1)/2.
-pub fn case_18<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
+pub fn case_18<B: PgBackend>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
     let pg = ok!(mk(lazy(rank)));
     let n = pg.size() as usize;
     let mut bufs = Vec::new();
@@ -81,7 +81,7 @@ pub fn case_18<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
 }
 
 /// Case 19: five all_reduce calls in one coalescing block → exactly one work, same values.
-pub fn case_19<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
+pub fn case_19<B: PgBackend>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
     let pg = ok!(mk(lazy(rank)));
     let n = pg.size() as usize;
     let mut bufs = Vec::new();
@@ -112,7 +112,7 @@ pub fn case_19<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
 /// fp8 since 2.24.3): refused as Unsupported naming float8 before, exact after. The fp8
 /// all_gather of ones(10, 16) is byte-exact, e4m3 and e5m2, on any library (`case_20_gather`,
 /// which c10d runs on any NCCL: before 2.24.3 fp8 travels as uint8).
-pub fn case_20<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
+pub fn case_20<B: PgBackend>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
     use float8::{F8E4M3, F8E5M2};
     let pg = ok!(mk(lazy(rank)));
     let n = pg.size() as usize;
@@ -199,9 +199,9 @@ pub fn case_20<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
 
 /// Case 20's all_gather_into_tensor of ones(10, 16) in fp8, e4m3 and e5m2, on this group's
 /// library: every byte of the output is the byte of 1.0.
-pub fn case_20_gather<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
+pub fn case_20_gather<B: PgBackend>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
     use float8::{F8E4M3, F8E5M2};
-    fn gather<B: Memory, T: oxccl::Element>(
+    fn gather<B: PgBackend, T: oxccl::Element>(
         pg: &ProcessGroup<B>,
         one: T,
         bits: fn(T) -> u8,
@@ -227,7 +227,7 @@ pub fn case_20_gather<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
 /// of them): broadcast, all_to_all(_v), all_gather_v, scatter, gather and a send/recv ring
 /// carry fp8 e4m3 and e5m2 byte-exact on this group's library, every one of the 256 bit
 /// patterns included (NaNs too), before NCCL 2.24.3 as after.
-pub fn case_20_moves<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
+pub fn case_20_moves<B: PgBackend>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
     use float8::{F8E4M3, F8E5M2};
     let pg = ok!(mk(lazy(rank)));
     moves(&pg, rank, F8E4M3::from_bits, |x| x.to_bits())?;
@@ -235,7 +235,7 @@ pub fn case_20_moves<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
 }
 
 /// [`case_20_moves`] for one element type, built from and read back as its bits.
-fn moves<B: Memory, T: oxccl::Element>(
+fn moves<B: PgBackend, T: oxccl::Element>(
     pg: &ProcessGroup<B>,
     rank: u32,
     of: fn(u8) -> T,
@@ -314,7 +314,7 @@ fn moves<B: Memory, T: oxccl::Element>(
 
 /// Case 21: reduce_scatter of arange(2N) int64 → [2rN, (2r+1)N]; the coalesced variant with
 /// two outputs of 2 and inputs of ones → all N.
-pub fn case_21<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
+pub fn case_21<B: PgBackend>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
     let pg = ok!(mk(lazy(rank)));
     let n = i64::from(pg.size());
     let r = i64::from(rank);
@@ -342,7 +342,7 @@ pub fn case_21<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
 /// Case 22: [r+1]*10 all-reduced on the world and on [0, 1] → [3]*10 (the world: N(N+1)/2
 /// with more ranks); on [0] and on [1] (single-rank groups) unchanged; the other rank's single
 /// group refuses this rank.
-pub fn case_22<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
+pub fn case_22<B: PgBackend>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
     let pg = ok!(mk(lazy(rank)));
     let v = vec![(rank + 1) as f32; 10];
     let g0 = ok!(pg.new_group(&[0], None));
@@ -384,7 +384,7 @@ const MIXED_CALLS: [&str; 10] = [
 ];
 
 /// Issues case 23's call `what` with 4 elements per rank of `one`'s type and waits for it.
-fn mixed_call<B: Memory, T: oxccl::Element>(
+fn mixed_call<B: PgBackend, T: oxccl::Element>(
     pg: &ProcessGroup<B>,
     rank: u32,
     what: &str,
@@ -423,7 +423,7 @@ fn mixed_call<B: Memory, T: oxccl::Element>(
 /// f32 and f16 tensors cannot be written); ranks that disagree on the dtype of a call are
 /// caught instead, on every rank and for every kind of call, naming both types. Mock only:
 /// NCCL itself would hang on such a mismatch.
-pub fn case_23<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
+pub fn case_23<B: PgBackend>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
     for what in MIXED_CALLS {
         // A fresh group per call: a mismatch fails the communicator of the call.
         let pg = ok!(mk(lazy(rank)));
@@ -450,7 +450,7 @@ pub fn case_23<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
 /// type). An all_gather of pairs keeps every pair bit for bit (signed zeros, NaN payloads,
 /// subnormals: no arithmetic touches them), alone and in one block with two real gathers
 /// (c10d's list mixing one complex64 with two f32).
-pub fn case_24<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
+pub fn case_24<B: PgBackend>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
     let pg = ok!(mk(lazy(rank)));
     let n = pg.size();
     // Two complex numbers (re, im) per rank.
@@ -492,7 +492,7 @@ pub fn case_24<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
 /// closure with its error and leaves no group open, so the next block and a plain collective
 /// work; a second block cannot open while one is open, and the group's own calls are refused
 /// meanwhile.
-pub fn coalescing_edge_cases<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
+pub fn coalescing_edge_cases<B: PgBackend>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
     let pg = ok!(mk(lazy(rank)));
     let n = pg.size() as f32;
     let empty = ok!(pg.coalesced(|_| Ok(())));

@@ -1,13 +1,13 @@
 //! Seed cases 25, 26 and 31: membership, subgroups with global peers, config pass-through.
 
 use super::{all_reduce_values, lazy, MakeGroup, Verdict};
-use oxccl::buffer::Memory;
+use oxccl::pg::PgBackend;
 use oxccl::pg::PgOptions;
 use oxccl::{CommConfig, ConfigField, Error, ReduceOp};
 
 /// Case 25: group [1]: group rank of global 1 is 0, of global 0 "not part of group"; global
 /// rank of group rank 0 is 1; ranks [1]; once destroyed, "not registered".
-pub fn case_25<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
+pub fn case_25<B: PgBackend>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
     let pg = ok!(mk(lazy(rank)));
     let g = ok!(pg.new_group(&[1], None));
     ensure!(ok!(g.group_rank_of(1)) == 0, "group rank of 1");
@@ -56,7 +56,7 @@ pub fn case_25<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
 /// Case 26 (N = 4): A = [0, 1], B = [2, 3], roots and peers as global ranks: gather →
 /// ones·s by member s; reduce → ones·(2·base+1); send/recv → ones·(peer+1); broadcast →
 /// ones·(base+1); scatter → ones·r. With fewer ranks it runs on the pairs that fit.
-pub fn case_26<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
+pub fn case_26<B: PgBackend>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
     let pg = ok!(mk(lazy(rank)));
     let n = pg.size();
     let pairs: Vec<Vec<u32>> = (0..n / 2).map(|p| vec![2 * p, 2 * p + 1]).collect();
@@ -171,7 +171,7 @@ pub fn case_26<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
 
 /// Case 31: maxCTAs 4, minCTAs 2, cgaClusterSize 2, netName "Socket" go to the communicator,
 /// and the subgroup all_reduce still gives [3]*10 (on NCCL, NCCL_DEBUG=INFO shows them).
-pub fn case_31<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
+pub fn case_31<B: PgBackend>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
     let config = ok!(CommConfig::new()
         .set(ConfigField::MaxCtas, 4)
         .and_then(|c| c.set(ConfigField::MinCtas, 2))
@@ -207,7 +207,7 @@ pub fn case_31<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
 /// Case 31 on a library older than the config fields (NCCL < 2.17): the fields are refused,
 /// naming the first one and the release it needs, never dropped silently: at construction
 /// when the device is bound, at the first operation when lazy.
-pub fn case_31_before_2_17<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
+pub fn case_31_before_2_17<B: PgBackend>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
     let config = ok!(CommConfig::new()
         .set(ConfigField::MaxCtas, 4)
         .and_then(|c| c.set(ConfigField::MinCtas, 2))
@@ -236,7 +236,7 @@ pub fn case_31_before_2_17<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdic
 /// Not a seed case (found by the `pg` fuzz target): a subgroup of a parent whose communicator
 /// was never made works among its members alone; buffers come from the parent without making
 /// the parent's communicator (which the non-member would have to join).
-pub fn subgroup_of_a_lazy_parent<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
+pub fn subgroup_of_a_lazy_parent<B: PgBackend>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
     let pg = ok!(mk(PgOptions {
         timeout: std::time::Duration::from_secs(5),
         ..lazy(rank)

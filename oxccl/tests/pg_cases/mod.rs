@@ -4,7 +4,7 @@
 //! process per GPU).
 #![allow(dead_code)]
 
-use oxccl::buffer::Memory;
+use oxccl::pg::PgBackend;
 use oxccl::pg::{PgOptions, ProcessGroup, DEFAULT_TIMEOUT};
 use oxccl::{CommConfig, CommState, Device, Error, ReduceOp};
 use std::time::Duration;
@@ -53,7 +53,7 @@ pub mod safety;
 /// The cases that run wherever a backend runs them (case 2 puts every rank on device 0, which
 /// needs a backend with one device per rank, 23 the mock's mismatch detection; case 26 needs
 /// an even number of ranks).
-pub fn portable<B: Memory>() -> Vec<Case<B>> {
+pub fn portable<B: PgBackend>() -> Vec<Case<B>> {
     vec![
         ("case_03_use_after_destroy", case_03::<B>),
         ("case_04_abort_unblocks_a_stuck_op", case_04::<B>),
@@ -89,7 +89,7 @@ pub fn portable<B: Memory>() -> Vec<Case<B>> {
     ]
 }
 
-pub(crate) fn all_reduce_values<B: Memory>(
+pub(crate) fn all_reduce_values<B: PgBackend>(
     pg: &ProcessGroup<B>,
     v: &[f32],
 ) -> oxccl::Result<Vec<f32>> {
@@ -99,7 +99,7 @@ pub(crate) fn all_reduce_values<B: Memory>(
 }
 
 /// Case 2: two ranks on one device; the backend refuses (invalid usage).
-pub fn case_02<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
+pub fn case_02<B: PgBackend>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
     let r = mk(PgOptions {
         bound_device: Some(Device(0)),
         ..lazy(rank)
@@ -121,7 +121,7 @@ pub fn case_02<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
 }
 
 /// Case 3: use after destroy is an error, never a hang; drop without destroy returns.
-pub fn case_03<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
+pub fn case_03<B: PgBackend>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
     let pg = ok!(mk(lazy(rank)));
     let n = pg.size() as f32;
     let v = ok!(all_reduce_values(&pg, &[1.0; 100]));
@@ -155,7 +155,7 @@ pub fn case_03<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
 }
 
 /// Case 4: an unmatched all_reduce on rank 0 is ended by an abort from another thread.
-pub fn case_04<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
+pub fn case_04<B: PgBackend>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
     let pg = ok!(mk(lazy(rank)));
     let v = ok!(all_reduce_values(&pg, &[1.0]));
     ensure!(v == vec![pg.size() as f32], "first all_reduce: {v:?}");
@@ -200,7 +200,7 @@ pub fn case_04<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
 }
 
 /// Case 5: two subgroups destroyed in opposite orders on the two ranks.
-pub fn case_05<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
+pub fn case_05<B: PgBackend>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
     let pg = ok!(mk(lazy(rank)));
     let a = ok!(pg.new_group(&[0, 1], None));
     let b = ok!(pg.new_group(&[0, 1], None));
@@ -239,7 +239,7 @@ pub fn case_05<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
 }
 
 /// Case 6: two used subgroups split twice; one used and one unused split once.
-pub fn case_06<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
+pub fn case_06<B: PgBackend>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
     let pg = ok!(mk(lazy(rank)));
     let all: Vec<u32> = (0..pg.size()).collect();
     ok!(all_reduce_values(&pg, &[1.0]));
@@ -264,7 +264,7 @@ pub fn case_06<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
 }
 
 /// Case 7: a lazy subgroup splits at its first operation, not at a parent's.
-pub fn case_07<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
+pub fn case_07<B: PgBackend>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
     let pg = ok!(mk(lazy(rank)));
     let all: Vec<u32> = (0..pg.size()).collect();
     let ng = ok!(pg.new_group(&all, None));
@@ -287,7 +287,7 @@ pub fn case_07<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
 
 /// Case 8: with a bound device, new_group([0]) splits at once; a 1-rank broadcast is the
 /// identity and splits no more.
-pub fn case_08<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
+pub fn case_08<B: PgBackend>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
     let pg = ok!(mk(eager(rank)));
     let ng = ok!(pg.new_group(&[0], None));
     ensure!(pg.split_count() == 1, "at once: {}", pg.split_count());
@@ -302,7 +302,7 @@ pub fn case_08<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
 
 /// Case 9: nonblocking communicators, lazy and eager: split counts 0, 0, 1 and the
 /// all_reduce completes.
-pub fn case_09<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
+pub fn case_09<B: PgBackend>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
     for opts in [lazy(rank), eager(rank)] {
         let pg = ok!(mk(PgOptions {
             config: CommConfig::new().blocking(false),
@@ -329,7 +329,7 @@ pub fn case_09<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
 }
 
 /// Case 10 (the group part): default 600 s; set at run time → 23 then 252.
-pub fn case_10<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
+pub fn case_10<B: PgBackend>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
     let pg = ok!(mk(PgOptions {
         timeout: DEFAULT_TIMEOUT,
         ..lazy(rank)
@@ -361,7 +361,7 @@ pub fn case_10<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
 }
 
 /// Case 11: uids 0, 1, 2 and descriptions "default_pg", "test_purpose", "undefined".
-pub fn case_11<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
+pub fn case_11<B: PgBackend>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
     let pg = ok!(mk(lazy(rank)));
     let all: Vec<u32> = (0..pg.size()).collect();
     let named = ok!(pg.new_group(

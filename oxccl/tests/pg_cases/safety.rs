@@ -2,8 +2,8 @@
 //! flight recorder's ring and states.
 
 use super::{lazy, MakeGroup, Verdict};
-use oxccl::buffer::Memory;
 use oxccl::core::recorder::TraceState;
+use oxccl::pg::PgBackend;
 use oxccl::pg::{PgOptions, ProcessGroup};
 use oxccl::recorder::Recorder;
 use oxccl::{DataType, Error, ReduceOp};
@@ -34,7 +34,7 @@ fn eventually(mut cond: impl FnMut() -> bool) -> bool {
 
 /// Case 13: an unmatched all_reduce on rank 1 times out in its wait; the communicator is
 /// aborted, and the next operation's error says so and why.
-pub fn case_13<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
+pub fn case_13<B: PgBackend>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
     let pg = ok!(mk(lazy(rank)));
     let mut b = ok!(pg.upload(&[1.0f32; 16]));
     ok!(ok!(pg.all_reduce(&mut b, ReduceOp::Sum)).wait());
@@ -69,7 +69,7 @@ pub fn case_13<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
 
 /// Case 14: an unmatched all_reduce waited with 100 ms errors, naming the timeout; so does an
 /// unmatched barrier waited with 300 ms.
-pub fn case_14<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
+pub fn case_14<B: PgBackend>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
     for barrier in [false, true] {
         let pg = ok!(mk(lazy(rank)));
         let mut b = ok!(pg.upload(&[1.0f32; 4]));
@@ -108,7 +108,7 @@ fn timed(rank: u32) -> PgOptions {
 /// Case 27: with timing on, completion hooks see every operation with a duration: two
 /// broadcasts (2 hooks), then three operations not waited for (3 more), the last seq 5… as
 /// c10d counts per group: here the second group's last seq is 3.
-pub fn case_27<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
+pub fn case_27<B: PgBackend>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
     let pg = ok!(mk(timed(rank)));
     let n = pg.size() as f32;
     let seen = Arc::new(AtomicU64::new(0));
@@ -171,7 +171,7 @@ pub fn case_27<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
 /// tensor), the second's entry: record id 1, group 0 ("default_pg"), "nccl:all_reduce",
 /// collective seq 2, input and output sizes [[12]] float32, timeout 600000 ms, completed (its
 /// completion seen, and with timing its start before it), a duration only with timing.
-pub fn case_28<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
+pub fn case_28<B: PgBackend>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
     for timing in [false, true] {
         let recorder = Recorder::new(10);
         let pg = ok!(mk(PgOptions {
@@ -269,7 +269,7 @@ pub fn case_28<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
 /// nothing on its peer, whose last entry is its seq-1 all_reduce, completed; p2p entries are
 /// named "nccl:send 1->0" / "nccl:recv 0<-1" with p2p seq and op id from 1, completed, sizes
 /// in and out; a coalesced block is one entry with all its input and output sizes.
-pub fn case_29<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
+pub fn case_29<B: PgBackend>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
     for timing in [true, false] {
         let recorder = Recorder::new(100);
         let pg: ProcessGroup<B> = ok!(mk(PgOptions {
@@ -439,13 +439,13 @@ pub fn case_29<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
 
 /// Case 12: with the NaN check on, an input of f16, bf16, f32 or f64 holding one NaN is
 /// refused (naming the op, the rank and the buffer) before the collective; NaN-free inputs pass.
-pub fn case_12<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
+pub fn case_12<B: PgBackend>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
     let pg = ok!(mk(PgOptions {
         nan_check: true,
         ..lazy(rank)
     }));
     let n = pg.size() as f64;
-    fn check<B: Memory, T: oxccl::Element>(
+    fn check<B: PgBackend, T: oxccl::Element>(
         pg: &ProcessGroup<B>,
         rank: u32,
         n: f64,
@@ -486,7 +486,7 @@ pub fn case_12<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
 /// Not a seed case: a rank blocked reading the result of an unmatched operation (its download
 /// waits for the stream) is freed when another thread destroys the group, and so is the
 /// thread blocked in `Work::wait`.
-pub fn destroy_frees_blocked_threads<B: Memory>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
+pub fn destroy_frees_blocked_threads<B: PgBackend>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
     let pg = ok!(mk(lazy(rank)));
     let mut b = ok!(pg.upload(&[1.0f32; 8]));
     ok!(ok!(pg.all_reduce(&mut b, ReduceOp::Sum)).wait());

@@ -8,7 +8,7 @@ use crate::sync::{lock, wait_for};
 use crate::transport::link::Link;
 use crate::transport::wire::Msg;
 use crate::transport::wire_one_sided::OneSidedCall;
-use oxccl_core::signal::SignalWait;
+use oxccl_core::one_sided::SignalWait;
 use oxccl_core::{Error, Result};
 use std::sync::atomic::Ordering;
 use std::time::Duration;

@@ -38,7 +38,7 @@ pub(crate) mod one_sided {
     use crate::shared::CommShared;
     use crate::transport::link::Link;
     use crate::transport::unsupported::refused_join;
-    use oxccl_core::signal::SignalWait;
+    use oxccl_core::one_sided::SignalWait;
     use oxccl_core::Result;
     use std::time::Duration;
 

@@ -3,7 +3,7 @@
 
 use super::fields::{get_error, put_error, short, R, W};
 use crate::delivery::Delivery;
-use oxccl_core::signal::SignalWait;
+use oxccl_core::one_sided::SignalWait;
 use oxccl_core::Result;
 
 /// A one-sided call of a rank, run by the host.

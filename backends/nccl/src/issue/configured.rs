@@ -11,7 +11,7 @@ use oxccl_core::{check, CommOp, Error, Feature, Result};
 use oxccl_loader::coll_config::CollConfigBuf;
 use std::sync::Arc;
 
-/// Issues `op` with `cfg` on `stream` (see [`oxccl_core::Communicator::issue_configured`]);
+/// Issues `op` with `cfg` on `stream` (see [`oxccl_core::PerCallConfig::issue_configured`]);
 /// the caller holds the call lock.
 ///
 /// # Safety

@@ -14,10 +14,10 @@
 //! from the others by broadcast, which the program does, see `examples/elastic_step.rs`).
 
 use super::{current, roster, PREFIX};
-use crate::buffer::Memory;
 use crate::pg::comm::Slot;
 use crate::pg::family::{Change, Elastic};
 use crate::pg::inner::{lock, PgInner};
+use crate::pg::PgBackend;
 use crate::store::Store;
 use oxccl_core::membership::admission::{check_join, judge, TicketVerdict, VERDICT_LEN};
 use oxccl_core::membership::survivors::{decode, encode, encoded_len};
@@ -140,7 +140,7 @@ fn ticket_rank(store: &dyn Store, t: u64) -> Result<Option<u32>> {
 
 /// The members' part (see the module): how many processes joined; the family is at the next
 /// epoch when any did (its groups catch up at their next use).
-pub(crate) fn admit<B: Memory>(world: &Arc<PgInner<B>>) -> Result<u32> {
+pub(crate) fn admit<B: PgBackend>(world: &Arc<PgInner<B>>) -> Result<u32> {
     let Some(el) = world.family.elastic.as_ref() else {
         return Err(Error::invalid(
             "group",
@@ -205,7 +205,7 @@ pub(crate) fn admit<B: Memory>(world: &Arc<PgInner<B>>) -> Result<u32> {
 /// The first member's proposal: the verdicts on the tickets after `taken` ([`judge`] against
 /// `world`'s members and size), the admitted ranks after the members; a grow where the
 /// library has one and the world's communicator is ready for it.
-fn propose<B: Memory>(
+fn propose<B: PgBackend>(
     store: &dyn Store,
     world: &PgInner<B>,
     taken: u64,

@@ -2,12 +2,13 @@
 //! who goes on, record the epoch.
 
 use super::{current, PREFIX};
-use crate::buffer::Memory;
 use crate::elastic::{Outcome, Survivors, Verdict};
 use crate::pg::comm::Slot;
 use crate::pg::family::{Book, Change, Elastic};
 use crate::pg::inner::{lock, PgInner};
+use crate::pg::PgBackend;
 use oxccl_core::membership::elastic::{failure_sign, FailureSign};
+use oxccl_core::Reshape;
 use oxccl_core::{text, CommAbort, Communicator, Error, Feature};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, PoisonError};
@@ -16,7 +17,7 @@ use std::sync::{Arc, PoisonError};
 /// `world` (any of the default group's inners), reports: [`Error::MembersLost`] once the
 /// survivors decided (made here when this failure is the first to show the loss), the
 /// refusal of a rank left out, or `cause` itself when it shows no loss.
-pub(crate) fn after_failure<B: Memory>(
+pub(crate) fn after_failure<B: PgBackend>(
     world: &Arc<PgInner<B>>,
     epoch: u64,
     cause: &Error,
@@ -51,7 +52,7 @@ pub(crate) fn after_failure<B: Memory>(
 /// [`oxccl_core::membership::elastic::monitor_joins`]). Its communicator is aborted and its
 /// operations refused from now on, so it never takes part late. Nothing when the family
 /// moved past `epoch` meanwhile (this rank took part) or it is out already.
-pub(crate) fn stay_out<B: Memory>(world: &Arc<PgInner<B>>, epoch: u64, idle_ms: u64) {
+pub(crate) fn stay_out<B: PgBackend>(world: &Arc<PgInner<B>>, epoch: u64, idle_ms: u64) {
     let Some(el) = world.family.elastic.as_ref() else {
         return;
     };
@@ -75,7 +76,7 @@ pub(crate) fn stay_out<B: Memory>(world: &Arc<PgInner<B>>, epoch: u64, idle_ms: 
 }
 
 /// Runs the decision at epoch `now` for `world` (caught up to it), the book locked.
-fn decide<B: Memory>(
+fn decide<B: PgBackend>(
     world: &PgInner<B>,
     el: &Elastic,
     book: &mut Book,
@@ -149,7 +150,7 @@ fn decide<B: Memory>(
 
 /// Stops the operations in flight on `world`'s communicator: revoked where the library can
 /// (it stays for the shrink), else aborted. Its operations waiting for the lost rank end.
-fn stop_in_flight<B: Memory>(world: &PgInner<B>, reason: &str) {
+fn stop_in_flight<B: PgBackend>(world: &PgInner<B>, reason: &str) {
     let entry = match &*lock(&world.slot) {
         Slot::Ready(e) => e.clone(),
         _ => return,

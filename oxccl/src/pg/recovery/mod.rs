@@ -28,8 +28,9 @@ mod successor;
 use super::comm::Entry;
 use super::inner::PgInner;
 use super::work::home::OnFailure;
-use crate::buffer::Memory;
+use crate::pg::PgBackend;
 use oxccl_core::traits::{CommOf, ShrinkMode};
+use oxccl_core::Reshape;
 use oxccl_core::{CommAbort, CommState, Communicator, Error, Result, UniqueId};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, PoisonError, Weak};
@@ -39,7 +40,7 @@ pub(crate) const PREFIX: &str = "oxccl/elastic";
 
 /// `root` as it is now (see [`super::ProcessGroup::inner`]): its last successor, after
 /// catching up with the family's epoch.
-pub(crate) fn current<B: Memory>(root: &Arc<PgInner<B>>) -> &Arc<PgInner<B>> {
+pub(crate) fn current<B: PgBackend>(root: &Arc<PgInner<B>>) -> &Arc<PgInner<B>> {
     let mut at = root;
     loop {
         at = last(at);
@@ -57,7 +58,7 @@ pub(crate) fn current<B: Memory>(root: &Arc<PgInner<B>>) -> &Arc<PgInner<B>> {
 }
 
 /// The last successor of `g`, without catching up.
-pub(crate) fn last<B: Memory>(g: &Arc<PgInner<B>>) -> &Arc<PgInner<B>> {
+pub(crate) fn last<B: PgBackend>(g: &Arc<PgInner<B>>) -> &Arc<PgInner<B>> {
     let mut at = g;
     while let Some(next) = at.next.get() {
         at = next;
@@ -66,7 +67,7 @@ pub(crate) fn last<B: Memory>(g: &Arc<PgInner<B>>) -> &Arc<PgInner<B>> {
 }
 
 /// The default group of `g`'s family, as it was made (subgroups name their parent).
-fn world_root<B: Memory>(g: &Arc<PgInner<B>>) -> Arc<PgInner<B>> {
+fn world_root<B: PgBackend>(g: &Arc<PgInner<B>>) -> Arc<PgInner<B>> {
     let mut at = g.clone();
     while let Some(p) = at.parent.clone() {
         at = p;
@@ -78,7 +79,7 @@ fn world_root<B: Memory>(g: &Arc<PgInner<B>>) -> Arc<PgInner<B>> {
 /// rank at work (the alive rule, [`oxccl_core::membership::elastic::LastActive`]) and
 /// returns the error the family gives every call once it left this rank out, if it did.
 #[inline]
-pub(crate) fn enter<B: Memory>(g: &PgInner<B>) -> Option<Error> {
+pub(crate) fn enter<B: PgBackend>(g: &PgInner<B>) -> Option<Error> {
     match g.hot.facts.elastic {
         true => elastic_enter(g),
         false => None,
@@ -86,7 +87,7 @@ pub(crate) fn enter<B: Memory>(g: &PgInner<B>) -> Option<Error> {
 }
 
 /// [`enter`] in an elastic family.
-fn elastic_enter<B: Memory>(g: &PgInner<B>) -> Option<Error> {
+fn elastic_enter<B: PgBackend>(g: &PgInner<B>) -> Option<Error> {
     let el = g.family.elastic.as_ref()?;
     el.note_active();
     // One load per operation; the lock only once this rank is out.
@@ -101,7 +102,7 @@ fn elastic_enter<B: Memory>(g: &PgInner<B>) -> Option<Error> {
 }
 
 /// The hook a work of `g`'s communicator asks when its wait fails: `None` unless elastic.
-pub(crate) fn on_failure<B: Memory>(g: &PgInner<B>) -> Option<Arc<dyn OnFailure>> {
+pub(crate) fn on_failure<B: PgBackend>(g: &PgInner<B>) -> Option<Arc<dyn OnFailure>> {
     g.family.elastic.as_ref()?;
     let world = match &g.parent {
         Some(p) => Arc::downgrade(&world_root(p)),
@@ -116,7 +117,7 @@ pub(crate) fn on_failure<B: Memory>(g: &PgInner<B>) -> Option<Arc<dyn OnFailure>
 
 /// What an operation of `g` refused at issue with `e` reports: as a failed wait of `g`
 /// would (see [`on_failure`]); `e` itself outside elastic groups.
-pub(crate) fn settle_refusal<B: Memory>(g: &PgInner<B>, e: Error) -> Error {
+pub(crate) fn settle_refusal<B: PgBackend>(g: &PgInner<B>, e: Error) -> Error {
     match on_failure(g) {
         Some(hook) => hook.settle(&e),
         None => e,
@@ -124,12 +125,12 @@ pub(crate) fn settle_refusal<B: Memory>(g: &PgInner<B>, e: Error) -> Error {
 }
 
 /// A failed wait's answer in group `group` of epoch `epoch`.
-struct Settle<B: Memory> {
+struct Settle<B: PgBackend> {
     world: Weak<PgInner<B>>,
     epoch: u64,
 }
 
-impl<B: Memory> OnFailure for Settle<B> {
+impl<B: PgBackend> OnFailure for Settle<B> {
     fn settle(&self, cause: &Error) -> Error {
         match self.world.upgrade() {
             Some(world) => decide::after_failure(&world, self.epoch, cause),
@@ -140,7 +141,7 @@ impl<B: Memory> OnFailure for Settle<B> {
 
 /// The communicator of a successor, made from `from` (its predecessor's) without the group
 /// ranks `exclude`; `from` is released once shrunk.
-pub(crate) fn shrunk<B: Memory>(
+pub(crate) fn shrunk<B: PgBackend>(
     g: &PgInner<B>,
     from: &Entry<B>,
     exclude: &[u32],
@@ -160,7 +161,7 @@ pub(crate) fn shrunk<B: Memory>(
 /// The communicator of a successor that admitted ranks by a grow, made from `from` (its
 /// predecessor's): the predecessor's rank 0 is the grow's root (it makes the id and puts it
 /// in the store for the others and the joiners); `from` is released once grown.
-pub(crate) fn grown<B: Memory>(g: &PgInner<B>, from: &Entry<B>) -> Result<CommOf<B>> {
+pub(crate) fn grown<B: PgBackend>(g: &PgInner<B>, from: &Entry<B>) -> Result<CommOf<B>> {
     let epoch = g.epoch.load(Ordering::Acquire);
     let key = admit::grow_id_key(epoch);
     let id = if from.comm.rank() == 0 {
@@ -182,7 +183,7 @@ pub(crate) fn grown<B: Memory>(g: &PgInner<B>, from: &Entry<B>) -> Result<CommOf
 }
 
 /// A joiner's communicator: its part of the running members' grow, the id from the store.
-pub(crate) fn joined_grown<B: Memory>(g: &PgInner<B>) -> Result<CommOf<B>> {
+pub(crate) fn joined_grown<B: PgBackend>(g: &PgInner<B>) -> Result<CommOf<B>> {
     let epoch = g.epoch.load(Ordering::Acquire);
     let id = UniqueId::from_bytes(&g.store.get(&admit::grow_id_key(epoch), g.timeout())?)?;
     let rank = g.member_rank()?;

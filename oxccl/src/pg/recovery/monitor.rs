@@ -6,8 +6,8 @@
 //! so a world of any size costs the server no query per look.
 
 use super::{decide, last, PREFIX};
-use crate::buffer::Memory;
 use crate::pg::inner::PgInner;
+use crate::pg::PgBackend;
 use oxccl_core::{text, Error};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
@@ -18,7 +18,7 @@ const LOOK_EVERY: Duration = Duration::from_millis(50);
 
 /// Starts the monitor of `root`'s family; it ends with the group (dropped or destroyed) or
 /// once this rank is out.
-pub(crate) fn start<B: Memory>(root: &Arc<PgInner<B>>) {
+pub(crate) fn start<B: PgBackend>(root: &Arc<PgInner<B>>) {
     let weak = Arc::downgrade(root);
     let started = std::thread::Builder::new()
         .name("oxccl-elastic".into())
@@ -28,7 +28,7 @@ pub(crate) fn start<B: Memory>(root: &Arc<PgInner<B>>) {
     }
 }
 
-fn watch<B: Memory>(weak: &Weak<PgInner<B>>) {
+fn watch<B: PgBackend>(weak: &Weak<PgInner<B>>) {
     loop {
         std::thread::sleep(LOOK_EVERY);
         let Some(root) = weak.upgrade() else { return };

@@ -5,9 +5,9 @@
 //! still beats is refused, so nothing a refused process does moves the world's counters.
 
 use super::{last, PREFIX};
-use crate::buffer::Memory;
 use crate::pg::inner::PgInner;
 use crate::pg::keys;
+use crate::pg::PgBackend;
 use crate::store::{PrefixStore, Store};
 use oxccl_core::membership::survivors::{decode, encode, encoded_len};
 use oxccl_core::{Error, Result};
@@ -82,7 +82,7 @@ pub(crate) fn keeps_record(members: &[u32], me: u32) -> bool {
 
 /// Starts the beat of `root`'s world on a thread of its own (a survivors' decision on the
 /// monitor must not pause it); it ends with the group or once this rank is out.
-pub(crate) fn start_beat<B: Memory>(root: &Arc<PgInner<B>>) {
+pub(crate) fn start_beat<B: PgBackend>(root: &Arc<PgInner<B>>) {
     let weak = Arc::downgrade(root);
     let started = std::thread::Builder::new()
         .name("oxccl-beat".into())
@@ -94,7 +94,7 @@ pub(crate) fn start_beat<B: Memory>(root: &Arc<PgInner<B>>) {
     }
 }
 
-fn beat<B: Memory>(weak: &Weak<PgInner<B>>) {
+fn beat<B: PgBackend>(weak: &Weak<PgInner<B>>) {
     loop {
         std::thread::sleep(BEAT_EVERY);
         let Some(root) = weak.upgrade() else { return };

@@ -1,11 +1,11 @@
 //! A group catching up with the survivors' epoch: the successor without the ranks lost since
 //! its own epoch (and, for the default group, with the ranks that joined).
 
-use crate::buffer::Memory;
 use crate::pg::build::GroupSpec;
 use crate::pg::comm::Slot;
 use crate::pg::family::Elastic;
 use crate::pg::inner::{lock, PgInner};
+use crate::pg::PgBackend;
 use oxccl_core::membership::elastic::{lost_indices, uid_at};
 use oxccl_core::membership::CommPlan;
 use oxccl_core::{CommAbort, CommState, Communicator, Feature};
@@ -14,7 +14,7 @@ use std::sync::{Arc, PoisonError};
 
 /// Brings `at` (a last successor) up to the family's epoch: only the epoch when none of its
 /// members changed, else its successor (see the module).
-pub(super) fn catch_up<B: Memory>(at: &Arc<PgInner<B>>, el: &Elastic) {
+pub(super) fn catch_up<B: PgBackend>(at: &Arc<PgInner<B>>, el: &Elastic) {
     let book = el.book.lock().unwrap_or_else(PoisonError::into_inner);
     let from = at.epoch.load(Ordering::Acquire);
     let to = el.epoch.load(Ordering::Acquire);

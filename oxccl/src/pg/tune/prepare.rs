@@ -5,7 +5,7 @@ use super::super::op_facts::OpFacts;
 use super::reg_cache::RegCache;
 use crate::buffer::CommMem;
 use oxccl_core::tune::{RegMode, TuneTable};
-use oxccl_core::{Communicator, OpKind, Result};
+use oxccl_core::{Communicator, OpKind, Result, Windows};
 use std::time::Duration;
 
 /// The buffers of `op` a mode applies to: both of a collective; of a send or receive, only
@@ -22,7 +22,7 @@ fn moved<'m>(op: &OpFacts, mems: &'m [Option<CommMem>]) -> &'m [Option<CommMem>]
 /// buffer) and makes the registrations it needs on `comm` before it is issued; inside a
 /// capture (`capturing`) only checks that they were made before (see the module's
 /// documentation).
-pub(crate) fn prepare_on<C: Communicator>(
+pub(crate) fn prepare_on<C: Communicator + Windows>(
     comm: &C,
     regs: &RegCache,
     table: Option<&TuneTable>,

@@ -5,6 +5,7 @@ use super::super::op_facts::OpFacts;
 use crate::buffer::CommMem;
 use oxccl_core::graph_buffers::GraphBuffers;
 use oxccl_core::tune::RegMode;
+use oxccl_core::Windows;
 use oxccl_core::{text, CaptureError, Communicator, Error, Feature, RegHandle, Result};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -151,7 +152,7 @@ impl CacheState {
     /// Makes the registration `mode` needs for `m`, if it is not there yet (a window is
     /// collective: every rank reaches this at the same point). `timeout` bounds the wait for
     /// the work on a locally registered buffer that goes into a window.
-    pub(crate) fn ensure<C: Communicator>(
+    pub(crate) fn ensure<C: Communicator + Windows>(
         &mut self,
         comm: &C,
         m: &CommMem,

@@ -6,10 +6,12 @@ use crate::buf::RawBuf;
 use crate::buf::RegHandle;
 use crate::config::{CommConfig, ConfigField};
 use crate::dtype::DataType;
+use crate::error::Result;
+use crate::traits::Communicator;
 
-/// A put of [`crate::Communicator::put_signal`]: `send` (`send.len` elements of `dtype`)
+/// A put of [`crate::OneSided::put_signal`]: `send` (`send.len` elements of `dtype`)
 /// written into rank `peer`'s part of the symmetric window `window` (this rank's handle of
-/// it, from [`crate::Communicator::register_window`]) at byte `offset`, then signal `signal`
+/// it, from [`crate::Windows::register_window`]) at byte `offset`, then signal `signal`
 /// of context `ctx` raised on `peer`. `send` itself lies in one of this rank's symmetric
 /// windows (NCCL reads a put's data through its window; the backends refuse others).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,7 +32,7 @@ pub struct PutSignal {
     pub ctx: u32,
 }
 
-/// One wait of [`crate::Communicator::wait_signal`]: `count` signals from rank `peer` on
+/// One wait of [`crate::OneSided::wait_signal`]: `count` signals from rank `peer` on
 /// signal `signal` of context `ctx`, consumed by the wait.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct SignalWait {
@@ -118,6 +120,31 @@ impl SignalLimits {
             contexts: count(ConfigField::NumRmaCtx).or(inherited.contexts),
         }
     }
+}
+
+/// A communicator with one-sided operations on symmetric windows: a put with a signal, a
+/// signal alone and a wait for signals (NCCL 2.29.2+). A backend offers it by implementing
+/// it; the loaded library's version still decides at run time.
+pub trait OneSided: Communicator {
+    /// Writes `put.send` into rank `put.peer`'s part of a symmetric window and raises a signal
+    /// there (NCCL 2.29.2+: `ncclPutSignal`), on `stream`; the peer takes no part until it
+    /// waits for the signal ([`OneSided::wait_signal`]), which orders the data before it.
+    /// Checked first ([`crate::check::put_signal`]: the window one of this communicator's,
+    /// the data within it, the peer a rank). A library without it refuses with
+    /// [`crate::Error::Unsupported`].
+    ///
+    /// # Safety
+    /// `put.send` must be valid memory of this communicator's device (host memory for the
+    /// mock) of the stated length, untouched by others until the work on `stream` completed.
+    unsafe fn put_signal(&self, put: &PutSignal, stream: &Self::Stream) -> Result<()>;
+
+    /// Raises signal `signal` of context `ctx` on rank `peer` without data (NCCL 2.29.2+:
+    /// `ncclSignal`), on `stream`.
+    fn signal(&self, peer: u32, signal: u32, ctx: u32, stream: &Self::Stream) -> Result<()>;
+
+    /// Holds `stream` until every wait of `waits` has its signals, and consumes them (NCCL
+    /// 2.29.2+: `ncclWaitSignal`).
+    fn wait_signal(&self, waits: &[SignalWait], stream: &Self::Stream) -> Result<()>;
 }
 
 #[cfg(test)]
