@@ -61,6 +61,9 @@ pub use oxccl_core::{
     HostScalar, Missing, Progress, RawBuf, RawBufMut, ReduceOp, RegHandle, Result, ResultCode,
     Scalar, UniqueId, Version,
 };
+pub use oxccl_core::{
+    OneSided, PeerKernels, PerCallConfig, Reshape, ReshapeBackend, Suspend, Windows,
+};
 #[cfg(feature = "nccl")]
 pub use oxccl_loader as loader;
 #[cfg(feature = "mock")]
@@ -71,11 +74,15 @@ pub use oxccl_nccl as nccl;
 pub use oxccl_nccl::{NcclComm, NcclEvent, NcclMem, NcclStream};
 
 /// The traits whose methods a program calls (`nccl.unique_id()`, `backend.version()`, a
-/// buffer's `len()`, a stream's `synchronize()`), for one glob import: `use oxccl::prelude::*;`.
+/// buffer's `len()`, a stream's `synchronize()`, a communicator's capabilities), for one glob
+/// import: `use oxccl::prelude::*;`.
 pub mod prelude {
     pub use crate::buffer::{Buffer, Memory, Operand};
     pub use crate::element::Element;
     pub use oxccl_core::{Backend, Capture, CommAbort, Communicator, Event, Graph, Stream};
+    pub use oxccl_core::{
+        OneSided, PeerKernels, PerCallConfig, Reshape, ReshapeBackend, Suspend, Windows,
+    };
 }
 
 /// The NCCL library as loaded: `Nccl::load()` searches, `Nccl::open(path)` takes a path.

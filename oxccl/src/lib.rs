@@ -6,7 +6,7 @@
 //! - [`Comm`] is a safe communicator over cudarc device slices: every collective, send/recv,
 //!   all-to-all with uneven splits, gather/scatter, the `_v` variants, premul-sum, split,
 //!   registration, graphs, abort from any thread through an [`AbortHandle`], and group guards
-//!   (the package `oxccl-comm`, re-exported here whole).
+//!   (the package `oxccl-comm`, its names re-exported here).
 //! - [`pg::ProcessGroup`] is PyTorch's process group over any backend: [`pg::Work`] handles,
 //!   timeouts, coalescing, subgroups, a [`watchdog`] and a flight [`recorder`]; [`launch`]
 //!   starts one from torchrun's, Slurm's or MPI's environment through a [`store`].
@@ -26,7 +26,31 @@ mod read_for_all;
 pub mod recorder;
 pub mod watchdog;
 
-pub use oxccl_comm::*;
+// The safe layer, named one by one so that this page says what the crate offers.
+#[cfg(feature = "mock")]
+pub use oxccl_comm::mock;
+pub use oxccl_comm::{
+    buffer, core, element, escaped_path, pending_aborts, tune_file, wait_for_aborts,
+};
+#[cfg(feature = "nccl")]
+pub use oxccl_comm::{
+    loader, nccl, peer_policy_from_env, peer_table_from_env, AbortHandle, Comm, CommGraph,
+    CommLaunch, GroupGuard, Nccl, NcclComm, NcclEvent, NcclMem, NcclStream,
+};
+pub use oxccl_comm::{
+    Backend, Capture, CommAbort, CommConfig, CommOp, CommState, Communicator, ConfigField,
+    DataType, Device, Element, Error, Event, Feature, FeatureSet, Graph, HostScalar, Missing,
+    OneSided, PeerKernels, PerCallConfig, Progress, RawBuf, RawBufMut, ReduceOp, RegHandle,
+    Reshape, ReshapeBackend, Result, ResultCode, Scalar, Stream, Suspend, UniqueId, Version,
+    Windows,
+};
+
+/// The traits whose methods a program calls, for one glob import: `use oxccl::prelude::*;`
+/// (the safe layer's, and [`pg::PgBackend`] for code generic over a process group's backend).
+pub mod prelude {
+    pub use crate::pg::PgBackend;
+    pub use oxccl_comm::prelude::*;
+}
 pub use oxccl_store as store;
 
 /// The README's examples, compiled as doctests.

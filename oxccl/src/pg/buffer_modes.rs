@@ -47,7 +47,7 @@ fn refuse_in_block<B: PgBackend>(inner: &PgInner<B>, attempted: &'static str) ->
 }
 
 impl<B: PgBackend> ProcessGroup<B> {
-    /// Puts `buf` (a [`Memory::CommBuf`]) in `mode` on the group's communicator now, as the
+    /// Puts `buf` (a [`Memory::CommBuf`](crate::buffer::Memory::CommBuf)) in `mode` on the group's communicator now, as the
     /// tune table would at its first operation: registered locally, or in a symmetric window
     /// (collective: every rank calls this for its buffer at the same point). Nothing when the
     /// buffer already has it ([`RegMode::Plain`]: nothing at all). Meant for buffers a graph
@@ -232,7 +232,7 @@ impl<B: PgBackend> ProcessGroup<B> {
 }
 
 impl<B: PgBackend> ProcessGroup<B> {
-    /// A buffer of `len` zeros in the library's allocator ([`Memory::CommBuf`]: NCCL's
+    /// A buffer of `len` zeros in the library's allocator ([`Memory::CommBuf`](crate::buffer::Memory::CommBuf): NCCL's
     /// `ncclMemAlloc`, 2.19+), which the tune table may register or put in a window. Made on
     /// the group's copy stream, so allocating never makes the communicator.
     pub fn alloc_comm<T: crate::Element>(&self, len: usize) -> Result<B::CommBuf<T>> {
@@ -240,7 +240,7 @@ impl<B: PgBackend> ProcessGroup<B> {
         self.inner().backend.alloc_comm(st, len)
     }
 
-    /// A [`Memory::CommBuf`] holding a copy of `data`.
+    /// A [`Memory::CommBuf`](crate::buffer::Memory::CommBuf) holding a copy of `data`.
     pub fn upload_comm<T: crate::Element>(&self, data: &[T]) -> Result<B::CommBuf<T>> {
         let st = self.inner().copy_stream()?;
         self.inner().backend.upload_comm(st, data)

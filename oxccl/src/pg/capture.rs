@@ -120,7 +120,7 @@ impl<B: PgBackend> ProcessGroup<B> {
     /// [`super::Work::is_captured`]). Refused with [`Error::Capture`]: a group with the NaN
     /// check on ([`CaptureError::Unsupported`]), a capture already open on the group
     /// ([`CaptureError::AlreadyCapturing`]), and inside `f` a barrier or anything that makes
-    /// the host wait for the group's stream, and an operation on a [`Memory::CommBuf`] the
+    /// the host wait for the group's stream, and an operation on a [`Memory::CommBuf`](crate::buffer::Memory::CommBuf) the
     /// group's tune table puts in a mode it is not in yet ([`CaptureError::Unsupported`]:
     /// register it first with [`ProcessGroup::register_buffer`], or run the operations once
     /// before capturing). An error of `f` ends the capture and is returned; no graph is made.

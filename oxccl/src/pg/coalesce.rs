@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 /// One send or receive of a batch ([`ProcessGroup::batch_isend_irecv`]); peers are global
-/// ranks. Either kind of buffer ([`Memory::Buf`] or [`Memory::CommBuf`]), mixed freely in
+/// ranks. Either kind of buffer ([`Memory::Buf`](crate::buffer::Memory::Buf) or [`Memory::CommBuf`](crate::buffer::Memory::CommBuf)), mixed freely in
 /// one batch: `P2pOp::Send(&buf, 1)` takes a reference to either.
 pub enum P2pOp<'a, B: PgBackend, T: Element> {
     /// Send the buffer to the peer.
@@ -107,7 +107,7 @@ impl<B: PgBackend> ProcessGroup<B> {
 
     /// Sends and receives of `ops` as one batch with one work (c10d's `batch_isend_irecv`).
     ///
-    /// With a tune table ([`PgOptions::tune`](super::options::PgOptions::tune)), its [`Memory::CommBuf`] buffers are
+    /// With a tune table ([`PgOptions::tune`](super::options::PgOptions::tune)), its [`Memory::CommBuf`](crate::buffer::Memory::CommBuf) buffers are
     /// registered as the table says for sends and receives (locally at most: a window is
     /// collective over the whole group, a send involves two ranks), before the batch opens,
     /// since nothing is registered inside one. Inside a capture they must be registered

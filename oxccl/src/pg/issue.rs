@@ -73,7 +73,7 @@ impl<'a, B: PgBackend> Issuer<'a, B> {
     }
 
     /// Ends the accesses `held` with the work's end event (one event per operation, shared
-    /// with its buffers; see [`Memory::end_access`]), kept for [`PgInner::issue`] to take: the
+    /// with its buffers; see [`Memory::end_access`](crate::buffer::Memory::end_access)), kept for [`PgInner::issue`] to take: the
     /// end the operation's issue made, `ended` ([`Communicator::issue_ended`]), else one
     /// recorded here.
     fn end_with_work<'x>(
@@ -113,8 +113,8 @@ impl<'a, B: PgBackend> Issuer<'a, B> {
     /// nothing is enqueued before the group ends: the caller ends the accesses then).
     ///
     /// # Safety
-    /// As [`Communicator::issue`]: the buffers of `op` come from [`Memory::read`] /
-    /// [`Memory::write`] on [`Issuer::stream`], whose access guards are still alive.
+    /// As [`Communicator::issue`]: the buffers of `op` come from [`Memory::read`](crate::buffer::Memory::read) /
+    /// [`Memory::write`](crate::buffer::Memory::write) on [`Issuer::stream`], whose access guards are still alive.
     pub unsafe fn issue(&self, op: &CommOp<'_>) -> Result<()> {
         if let Some(c) = &self.cap {
             c.state.note(op);

@@ -1,5 +1,5 @@
 //! Buffer modes per operation: the group's tune table ([`PgOptions::tune`]) says, for each
-//! collective and size, whether buffers of the library's allocator ([`Memory::CommBuf`]) are
+//! collective and size, whether buffers of the library's allocator ([`Memory::CommBuf`](crate::buffer::Memory::CommBuf)) are
 //! used as they are, registered with the communicator, or put in a symmetric window; this
 //! module applies it, caching each registration per (allocation, communicator).
 //!
@@ -48,7 +48,7 @@
 //! launch, and a launch still checks the buffers it binds by address and size.
 //!
 //! [`PgOptions::tune`]: super::options::PgOptions::tune
-//! [`Memory::CommBuf`]: crate::buffer::Memory::CommBuf
+//! [`Memory::CommBuf`](crate::buffer::Memory::CommBuf): crate::buffer::Memory::CommBuf
 //! [`ProcessGroup::release_windows`]: super::process_group::ProcessGroup::release_windows
 //! [`ProcessGroup::register_buffer`]: super::process_group::ProcessGroup::register_buffer
 //! [`ProcessGroup::capture`]: super::process_group::ProcessGroup::capture
