@@ -129,7 +129,7 @@ pub const VARIABLES: &[(&str, &str, &str)] = &[
     (
         COORD_CHECK_MS,
         "1000",
-        "how often a rank looks for another rank's dump signal in the store, ms",
+        "how often a rank looks for another rank's dump request in the store, ms",
     ),
     (
         PEER_KERNELS,

@@ -194,9 +194,9 @@ pub fn stream_hints(
 /// The store key a rank sets when one of its collectives fails in a way that dumps: every
 /// rank's coordination check sees it and dumps its own flight recorder (c10d's dump on every
 /// rank). Its value is the global rank that set it, in decimal.
-pub const DUMP_SIGNAL_KEY: &str = "oxccl/timeout_dump";
+pub const DUMP_REQUEST_KEY: &str = "oxccl/timeout_dump";
 
-/// The global rank a dump signal's value names, strictly (decimal digits); `None` for anything
+/// The global rank a dump request's value names, strictly (decimal digits); `None` for anything
 /// else (a value this process cannot read is still a signal, from an unknown rank).
 pub fn dump_signal_rank(value: &[u8]) -> Option<u32> {
     let s = core::str::from_utf8(value).ok()?;
@@ -204,14 +204,14 @@ pub fn dump_signal_rank(value: &[u8]) -> Option<u32> {
     u32::try_from(n).ok()
 }
 
-/// Whether a process should dump on seeing the dump signal set by `signaller`: once (after
+/// Whether a process should dump on seeing the dump request set by `signaller`: once (after
 /// `already_dumped` nothing more), and not for its own signal (it dumped when it set it).
-pub fn should_dump_on_signal(signaller: Option<u32>, me: u32, already_dumped: bool) -> bool {
+pub fn should_dump_on_request(signaller: Option<u32>, me: u32, already_dumped: bool) -> bool {
     !already_dumped && signaller != Some(me)
 }
 
 /// The counter every rank that dumped for a failure adds 1 to, once per process and rank
-/// (beside [`DUMP_SIGNAL_KEY`]): a failing rank keeps its process, and the store it may host,
+/// (beside [`DUMP_REQUEST_KEY`]): a failing rank keeps its process, and the store it may host,
 /// alive until the counter reaches the world size (see [`dump_wait_step`]).
 pub const DUMP_REPORT_COUNT_KEY: &str = "oxccl/dumped/count";
 
@@ -500,10 +500,10 @@ mod tests {
         for bad in [&b""[..], b"-1", b"4294967296", b"x", b"\xff"] {
             assert_eq!(dump_signal_rank(bad), None, "{bad:?}");
         }
-        assert!(should_dump_on_signal(Some(1), 0, false));
-        assert!(should_dump_on_signal(None, 0, false));
-        assert!(!should_dump_on_signal(Some(0), 0, false));
-        assert!(!should_dump_on_signal(Some(1), 0, true));
+        assert!(should_dump_on_request(Some(1), 0, false));
+        assert!(should_dump_on_request(None, 0, false));
+        assert!(!should_dump_on_request(Some(0), 0, false));
+        assert!(!should_dump_on_request(Some(1), 0, true));
     }
 
     #[test]

@@ -491,14 +491,14 @@ const FROZEN_STORE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// A store that answers until frozen, then blocks every call for [`FROZEN_STORE_TIMEOUT`] and
 /// fails: a client of a store whose host was stopped. With `watch_answered`, a check still
-/// answers: a TCP store's client answers the dump signal's check from its watch, which the
+/// answers: a TCP store's client answers the dump request's check from its watch, which the
 /// server answered before it froze.
 #[derive(Default)]
 struct Freezable {
     inner: MemStore,
     frozen: AtomicBool,
     watch_answered: AtomicBool,
-    /// The dump signal's key as the coordination check asks for it (under the group's
+    /// The dump request's key as the coordination check asks for it (under the group's
     /// namespace), once it asked.
     signal_key: std::sync::Mutex<Option<String>>,
 }
@@ -533,7 +533,7 @@ impl Store for Freezable {
     }
     fn check(&self, keys: &[&str]) -> Result<bool> {
         if let [key] = keys {
-            if key.ends_with(oxccl::core::watchdog::DUMP_SIGNAL_KEY) {
+            if key.ends_with(oxccl::core::watchdog::DUMP_REQUEST_KEY) {
                 *self.signal_key.lock().unwrap() = Some(key.to_string());
             }
         }
@@ -576,7 +576,7 @@ fn note_in(dir: &Path) -> Option<serde_json::Value> {
 /// names; its store answers until the first all_reduce is done. `FROZEN_HOW=timeout`: then
 /// the store freezes and the second all_reduce hangs and times out; the mode keeps the
 /// process, so the error comes back here at once while the watchdog's ending runs, and the
-/// exit waits for the ending. `FROZEN_HOW=signal`: rank 1's dump signal is set, then the
+/// exit waits for the ending. `FROZEN_HOW=signal`: rank 1's dump request is set, then the
 /// store freezes (but for the signal's check); the rank waits until its dump's note holds a
 /// store error (its rewrite at the end). Either way the rank says how long after the failure
 /// (or the signal) its dump appeared, and whether that first dump held a store error.
@@ -714,12 +714,12 @@ fn a_frozen_store_does_not_delay_the_failing_ranks_dump() {
     let note = frozen_case("timeout");
     assert_eq!(note["cause"], "own failure", "{note}");
     assert_eq!(
-        note["store_error"], "the store did not answer in time while setting the dump signal",
+        note["store_error"], "the store did not answer in time while setting the dump request",
         "{note}"
     );
 }
 
-/// A rank that sees another rank's dump signal just before the store froze dumps at once,
+/// A rank that sees another rank's dump request just before the store froze dumps at once,
 /// before it asks the store who signalled; its dump's note ends up with the error of the
 /// report it could not make (and no signaller: the store never said).
 #[test]

@@ -179,7 +179,7 @@ fn a_rank_makes_no_more_store_calls_in_a_world_of_16_than_in_a_world_of_2() {
     }
 }
 
-/// A world whose groups dump on timeout looks for the dump signal all the time: idle, its
+/// A world whose groups dump on timeout looks for the dump request all the time: idle, its
 /// ranks send the server nothing for it, and each keeps one connection, whatever its groups.
 #[test]
 fn an_idle_world_that_dumps_on_timeout_sends_the_server_nothing() {
@@ -236,6 +236,6 @@ fn an_idle_world_that_dumps_on_timeout_sends_the_server_nothing() {
     );
     assert_eq!(
         idle, 0,
-        "{n} idle ranks checking the dump signal every 20 ms sent {idle} queries in a second"
+        "{n} idle ranks checking the dump request every 20 ms sent {idle} queries in a second"
     );
 }

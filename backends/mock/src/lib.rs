@@ -68,7 +68,6 @@ mod rendezvous;
 mod shared;
 mod shrink;
 mod shrink_match;
-mod signals;
 mod split;
 mod stream;
 mod sync;

@@ -9,11 +9,11 @@ mod configured;
 mod dispatch;
 mod element;
 mod grow;
+mod one_sided;
 mod p2p;
 mod parts;
 mod reduce_op;
 mod shrink;
-mod signals;
 pub mod windows;
 
 #[cfg(doc)]
@@ -28,11 +28,11 @@ pub use configured::configured;
 pub use dispatch::op;
 pub use element::{dtype, wire_dtype, wire_op};
 pub use grow::{grow, join_grown};
+pub use one_sided::{put as put_signal, put_windows, signal, wait as wait_signal};
 pub use p2p::{recv, send};
 pub use parts::{all_gather_v, gather, reduce_scatter_v, scatter};
 pub use reduce_op::reduce_op;
 pub use shrink::shrink;
-pub use signals::{put as put_signal, put_windows, signal, wait as wait_signal};
 
 #[cfg(test)]
 mod tests;

@@ -1,7 +1,7 @@
 //! Making a group's state: what a default group, a subgroup and a survivors' successor of
 //! either share (its watch, its recorder entry, its empty slot).
 
-use super::comm::Slot;
+use super::comm_slot::Slot;
 use super::family::GroupFamily;
 use super::inner::{IssueFacts, IssueState, PgInner};
 use super::options::PgOptions;

@@ -34,7 +34,7 @@
 //! free nor touch them while a launch may still run, as for any operation.
 
 use super::capture_state::{Captor, Recorded, OPEN_HERE};
-use super::comm::Entry;
+use super::comm_slot::Entry;
 use super::inner::PgInner;
 use super::issue::SeqKind;
 use super::process_group::ProcessGroup;

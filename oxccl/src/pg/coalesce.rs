@@ -3,7 +3,7 @@
 //! communicator per block, and for a fused block (c10d's `all_reduce_coalesced` and friends)
 //! one kind, one dtype and one reduction.
 
-use super::comm::Entry;
+use super::comm_slot::Entry;
 use super::issue::{Issuer, SeqKind};
 use super::op_facts::OpFacts;
 use super::ops::two_on;

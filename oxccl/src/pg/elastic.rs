@@ -2,7 +2,7 @@
 //! a running world, the members admitting it, and the epoch a group is at.
 
 use super::build::GroupSpec;
-use super::comm::Slot;
+use super::comm_slot::Slot;
 use super::family::GroupFamily;
 use super::inner::{lock, PgInner};
 use super::keys;

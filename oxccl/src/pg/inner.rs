@@ -3,7 +3,7 @@
 //! or writes.
 
 use super::capture_state::CaptureState;
-use super::comm::Slot;
+use super::comm_slot::Slot;
 use super::family::GroupFamily;
 use super::options::PgOptions;
 use super::tune::agree::AgreeingGroup;

@@ -2,7 +2,7 @@
 //! its work, its sequence number, its flight-recorder entry and its place in the watchdog.
 
 use super::capture_state::Captor;
-use super::comm::Entry;
+use super::comm_slot::Entry;
 use super::inner::PgInner;
 use super::op_facts::OpFacts;
 use super::tune::prepare::prepare_on;

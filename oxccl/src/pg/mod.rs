@@ -15,7 +15,7 @@ mod build;
 mod capture;
 mod capture_state;
 mod coalesce;
-mod comm;
+mod comm_slot;
 mod elastic;
 mod family;
 mod inner;

@@ -79,7 +79,7 @@ pub struct PgOptions {
     /// `TORCH_NCCL_WAIT_TIMEOUT_DUMP_MILSEC`): a dump stuck on a hung filesystem, or a rank
     /// that never dumps, must not keep a broken process alive for ever.
     pub wait_timeout_dump: Duration,
-    /// How often this rank looks in the store for another rank's dump signal, to dump its own
+    /// How often this rank looks in the store for another rank's dump request, to dump its own
     /// flight recorder too (c10d's `TORCH_NCCL_COORD_CHECK_MILSEC`). Used by a default group
     /// with [`PgOptions::dump_on_timeout`] and a dump directory.
     pub coord_check: Duration,

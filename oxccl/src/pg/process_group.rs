@@ -5,7 +5,7 @@
 use super::arrival::Arrival;
 use super::build::GroupSpec;
 use super::capture_state::refuse_init_in_capture;
-use super::comm::{await_ready, init_through_store, Entry, InitParams, Slot};
+use super::comm_slot::{await_ready, init_through_store, Entry, InitParams, Slot};
 use super::family::{Elastic, GroupFamily};
 use super::inner::{lock, PgInner};
 use super::keys;
@@ -262,7 +262,7 @@ impl<B: PgBackend> ProcessGroup<B> {
     /// with `OXCCL_PEER_KERNELS=nccl` (NCCL then runs every all-reduce).
     pub fn peer_kernels(&self) -> Option<oxccl_core::peer_kernels::PeerPolicy> {
         match &*crate::pg::inner::lock(&self.inner().slot) {
-            super::comm::Slot::Ready(e) => oxccl_core::PeerKernels::peer_policy(&e.comm),
+            super::comm_slot::Slot::Ready(e) => oxccl_core::PeerKernels::peer_policy(&e.comm),
             _ => None,
         }
     }

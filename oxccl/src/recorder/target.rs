@@ -23,7 +23,7 @@ pub(crate) struct DumpTarget {
     /// How long a failing rank may take for its dumps and the other ranks' reports before it
     /// goes on (`OXCCL_WAIT_TIMEOUT_DUMP_MS`).
     pub wait_limit: Duration,
-    /// The store polled for other ranks' dump signals, and how often (a group with dump on
+    /// The store polled for other ranks' dump requests, and how often (a group with dump on
     /// timeout); `None`: this target dumps only for its own process's reasons.
     pub signal: Option<(Arc<dyn Store>, Duration)>,
 }

@@ -1,5 +1,5 @@
 //! The coordination check (c10d's `TORCH_NCCL_COORD_CHECK_MILSEC`): a rank whose failure
-//! dumps its flight recorder also sets a signal in the store ([`DUMP_SIGNAL_KEY`]); every
+//! dumps its flight recorder also sets a signal in the store ([`DUMP_REQUEST_KEY`]); every
 //! process with a group that dumps on timeout looks for that signal every `coord_check` (on a
 //! TCP store without asking the server: its client's idle connection waits on the key, so
 //! the server answers once, when the signal is set; see `Store::check_watched`) and,
@@ -16,7 +16,7 @@
 use super::dumps::{Dumps, Reporter};
 use super::ending::within;
 use crate::recorder::{DumpCause, DumpNote};
-use oxccl_core::watchdog::{dump_signal_rank, should_dump_on_signal, DUMP_SIGNAL_KEY};
+use oxccl_core::watchdog::{dump_signal_rank, should_dump_on_request, DUMP_REQUEST_KEY};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -41,7 +41,7 @@ impl Dumps {
         }
     }
 
-    /// The coordination thread: looks for the dump signal until this process has dumped for
+    /// The coordination thread: looks for the dump request until this process has dumped for
     /// a failure.
     fn coordinate(&self) {
         loop {
@@ -59,17 +59,17 @@ impl Dumps {
             for r in &reporters {
                 // Answered by the store's client without a query while the signal is not
                 // set (where the store can: see `Store::check_watched`).
-                if !matches!(r.store.check_watched(DUMP_SIGNAL_KEY), Ok(true)) {
+                if !matches!(r.store.check_watched(DUMP_REQUEST_KEY), Ok(true)) {
                     continue;
                 }
                 // Who signalled is read after the dump, which nothing that can wait on the
                 // store may delay. This process's own signal is set only once its own dump
                 // began, which `failure_dumped` tells: it is never taken for another's.
                 let dumped = self.failure_dumped.load(Ordering::Acquire);
-                if !should_dump_on_signal(None, r.rank, dumped) {
+                if !should_dump_on_request(None, r.rank, dumped) {
                     continue;
                 }
-                self.dump_on_signal(r, every);
+                self.dump_on_request(r, every);
                 return;
             }
         }
@@ -77,7 +77,7 @@ impl Dumps {
 
     /// Dumps on the signal seen in `r`'s store, learns who set it, reports the dumps, and
     /// writes them again with what it learned (`every`: how often the store is looked at).
-    fn dump_on_signal(&self, r: &Reporter, every: Duration) {
+    fn dump_on_request(&self, r: &Reporter, every: Duration) {
         let reason = "another rank failed and signalled every rank to dump";
         log::error!("oxccl: {reason}");
         let limit = self.wait_limit();
@@ -90,17 +90,17 @@ impl Dumps {
         }
         let store = r.store.clone();
         let read_by = deadline.min(Instant::now() + SIGNALLER_READ_LIMIT);
-        let signaller = within(self, read_by, "oxccl-dump-signaller", move || {
+        let requester = within(self, read_by, "oxccl-dump-requester", move || {
             store
-                .get(DUMP_SIGNAL_KEY, every)
+                .get(DUMP_REQUEST_KEY, every)
                 .ok()
                 .and_then(|v| dump_signal_rank(&v))
         })
         .flatten();
-        if let Some(from) = signaller {
-            log::error!("oxccl: the dump signal came from rank {from}");
+        if let Some(from) = requester {
+            log::error!("oxccl: the dump request came from rank {from}");
         }
-        note.cause = DumpCause::Signal(signaller);
+        note.cause = DumpCause::Signal(requester);
         // Before the report: the last one ends the failing ranks' wait, and their end may take
         // this process with it (a launcher ending every worker once one fails).
         self.rewrite(&mut first, reason, &note, limit);

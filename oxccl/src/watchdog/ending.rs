@@ -1,5 +1,5 @@
 //! The ending order after a failure that dumps: the failing rank writes its own dump, sets the
-//! dump signal, reports its dump in the store, and then keeps its process (and the store it
+//! dump request, reports its dump in the store, and then keeps its process (and the store it
 //! may host: under `env://` without an agent, rank 0's process serves it) alive until every
 //! rank of the world has reported its dump or `OXCCL_WAIT_TIMEOUT_DUMP_MS` has passed since
 //! the failure; only then is the error-handling mode applied. The other ranks see the signal
@@ -36,7 +36,7 @@ use crate::recorder::{DumpCause, DumpNote, DumpWait};
 use crate::store::Store;
 use oxccl_core::watchdog::{
     dump_wait_step, DumpWaitEnd, DumpWaitStep, DUMP_ALL_REPORTED_KEY, DUMP_REPORT_COUNT_KEY,
-    DUMP_REPORT_PREFIX, DUMP_SIGNAL_KEY,
+    DUMP_REPORT_PREFIX, DUMP_REQUEST_KEY,
 };
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
@@ -52,7 +52,7 @@ const NAME_UNREPORTED_UP_TO: u32 = 4096;
 /// How long a failing rank waits for its own dump before it signals the other ranks anyway:
 /// far more than a dump takes, and a dump stuck on a hung filesystem must not keep the other
 /// ranks from dumping.
-const WRITE_BEFORE_SIGNAL: Duration = Duration::from_secs(2);
+const WRITE_BEFORE_REQUEST: Duration = Duration::from_secs(2);
 
 /// The bound of the question of who did not report, asked once the wait's deadline passed.
 const ASK_UNREPORTED: Duration = Duration::from_secs(2);
@@ -311,8 +311,9 @@ impl Dumps {
         let mut note = DumpNote::new(DumpCause::OwnFailure);
         // The dump first: every step after it may wait on the store.
         let (mut writing, mut first) = self.start_dumps(reason, &note);
-        writing.written_by(deadline.min(Instant::now() + WRITE_BEFORE_SIGNAL));
-        let signalled = signal.is_some_and(|store| self.signal(store, rank, deadline, &mut note));
+        writing.written_by(deadline.min(Instant::now() + WRITE_BEFORE_REQUEST));
+        let signalled =
+            signal.is_some_and(|store| self.request_dumps(store, rank, deadline, &mut note));
         if !writing.finish_by(deadline, limit) {
             // Not written: reporting it would end the others' wait falsely, and a rewrite
             // would race the write still under way.
@@ -328,9 +329,9 @@ impl Dumps {
         self.rewrite(&mut first, reason, &note, limit);
     }
 
-    /// Sets the dump signal in `store` as rank `rank`, before `deadline`; `false`, and the
+    /// Sets the dump request in `store` as rank `rank`, before `deadline`; `false`, and the
     /// note gains the error, when the store did not take it.
-    fn signal(
+    fn request_dumps(
         &self,
         store: &Arc<dyn Store>,
         rank: u32,
@@ -338,15 +339,15 @@ impl Dumps {
         note: &mut DumpNote,
     ) -> bool {
         let store = store.clone();
-        let set = within(self, deadline, "oxccl-dump-signal", move || {
+        let set = within(self, deadline, "oxccl-dump-request", move || {
             store
-                .set(DUMP_SIGNAL_KEY, rank.to_string().as_bytes())
+                .set(DUMP_REQUEST_KEY, rank.to_string().as_bytes())
                 .map_err(|e| e.to_string())
         });
         let err = match set {
             Some(Ok(())) => return true,
-            Some(Err(e)) => format!("setting the dump signal: {e}"),
-            None => "the store did not answer in time while setting the dump signal".into(),
+            Some(Err(e)) => format!("setting the dump request: {e}"),
+            None => "the store did not answer in time while setting the dump request".into(),
         };
         log::warn!("oxccl watchdog: cannot signal the other ranks to dump: {err}");
         note.store_error.get_or_insert(err);

@@ -112,7 +112,7 @@ pub(crate) struct GroupWatch {
     pub mode: ErrorHandling,
     pub dump_on_timeout: bool,
     pub recorder: Recorder,
-    /// The group's store: the dump signal is set there, desync reports live there.
+    /// The group's store: the dump request is set there, desync reports live there.
     pub store: Arc<dyn Store>,
     /// How long a failed rank waits for its dump before it aborts or ends the process.
     pub wait_timeout_dump: Duration,

@@ -21,7 +21,7 @@
 //! costs its server one connection whatever the number of groups on it. A few keys may be
 //! watched ([`Client::watched_is_set`], at most [`MAX_WATCHED`]): an idle connection per key
 //! not yet seen set carries a `WAIT` on it, which the server answers only when the key is
-//! set, so a process that asks again and again whether a key is set (the dump signal, an
+//! set, so a process that asks again and again whether a key is set (the dump request, an
 //! elastic group's alarm) sends nothing until then; the answer, if any, is read locally from
 //! the socket. A call that takes such a connection sends `CANCEL_WAIT` in front of its own
 //! query, in the same packet (no extra round trip), and reads the cancel's answer first; the

@@ -14,7 +14,7 @@
 //! from the others by broadcast, which the program does, see `examples/elastic_step.rs`).
 
 use super::{current, roster, PREFIX};
-use crate::pg::comm::Slot;
+use crate::pg::comm_slot::Slot;
 use crate::pg::family::{Change, Elastic};
 use crate::pg::inner::{lock, PgInner};
 use crate::pg::PgBackend;

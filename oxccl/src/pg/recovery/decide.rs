@@ -3,7 +3,7 @@
 
 use super::{current, PREFIX};
 use crate::elastic::{Outcome, Survivors, Verdict};
-use crate::pg::comm::Slot;
+use crate::pg::comm_slot::Slot;
 use crate::pg::family::{Book, Change, Elastic};
 use crate::pg::inner::{lock, PgInner};
 use crate::pg::PgBackend;

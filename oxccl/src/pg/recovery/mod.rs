@@ -25,7 +25,7 @@ pub(crate) mod monitor;
 pub(crate) mod roster;
 mod successor;
 
-use super::comm::Entry;
+use super::comm_slot::Entry;
 use super::inner::PgInner;
 use super::work::home::OnFailure;
 use crate::pg::PgBackend;

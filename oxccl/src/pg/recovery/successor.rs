@@ -2,7 +2,7 @@
 //! its own epoch (and, for the default group, with the ranks that joined).
 
 use crate::pg::build::GroupSpec;
-use crate::pg::comm::Slot;
+use crate::pg::comm_slot::Slot;
 use crate::pg::family::Elastic;
 use crate::pg::inner::{lock, PgInner};
 use crate::pg::PgBackend;

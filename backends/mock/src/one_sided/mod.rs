@@ -12,6 +12,8 @@
 //! writes it into its window before the wait ends. What a program sees of a put is the same
 //! as on NCCL: its data, once the wait for its signal has returned.
 
+mod state;
+
 use crate::comm::MockComm;
 use crate::stream::MockStream;
 use crate::sync::lock;

@@ -1,6 +1,7 @@
 //! The one-sided state of a mock communicator: the signals raised and not yet consumed, the
 //! puts kept for ranks of other processes, and the steps every path shares (a put into a
-//! window, a raise, a wait that consumes signals). The calls themselves are `one_sided`'s.
+//! window, a raise, a wait that consumes signals). The calls themselves are the parent
+//! module's.
 
 use crate::delivery::Delivery;
 use crate::shared::{CommShared, Hub};
