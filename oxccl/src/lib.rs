@@ -10,7 +10,7 @@
 //! - [`pg::ProcessGroup`] is PyTorch's process group over any backend: [`pg::Work`] handles,
 //!   timeouts, coalescing, subgroups, a [`watchdog`] and a flight [`recorder`]; [`launch`]
 //!   starts one from torchrun's, Slurm's or MPI's environment through a [`store`].
-//! - [`elastic`] decides, through the store, which ranks go on after one is lost.
+//! - [`pg::elastic`] decides, through the store, which ranks go on after one is lost.
 //! - [`mock`] is an in-process world of ranks on host memory for tests without GPUs.
 //!
 //! Thread safety: a [`Comm`] is `Send` (move it to the thread that drives its GPU); its
@@ -19,7 +19,6 @@
 #![warn(missing_docs)]
 
 mod deadline;
-pub mod elastic;
 pub mod launch;
 pub mod pg;
 mod read_for_all;

@@ -3,7 +3,7 @@
 //! same members), one arrives after the decision (left out), proposals racing (one stands),
 //! and bad arguments refused before the store is touched.
 
-use oxccl::elastic::{Outcome, Survivors, Verdict};
+use oxccl::pg::elastic::{Outcome, Survivors, Verdict};
 use oxccl::store::{MemStore, Store};
 use oxccl::Error;
 use std::sync::Arc;

@@ -35,10 +35,10 @@
 
 use super::capture_state::{Captor, Recorded, OPEN_HERE};
 use super::comm_slot::Entry;
+use super::elastic::settle_refusal;
 use super::inner::PgInner;
 use super::issue::SeqKind;
 use super::process_group::ProcessGroup;
-use super::recovery::settle_refusal;
 use super::work::WorkOf;
 use crate::buffer::{Operand, StreamOf};
 use crate::pg::PgBackend;

@@ -4,11 +4,11 @@
 //! one kind, one dtype and one reduction.
 
 use super::comm_slot::Entry;
+use super::elastic::settle_refusal;
 use super::issue::{Issuer, SeqKind};
 use super::op_facts::OpFacts;
 use super::ops::two_on;
 use super::process_group::ProcessGroup;
-use super::recovery::settle_refusal;
 use super::tune::prepare::prepare_on;
 use super::work::{Work, WorkOf};
 use crate::buffer::Operand;

@@ -191,7 +191,7 @@ impl<B: PgBackend> PgInner<B> {
             let trace = self.trace(op);
             Ok(self.work(info, start, end, e, trace))
         })
-        .map_err(|e| super::recovery::settle_refusal(self, e))
+        .map_err(|e| super::elastic::settle_refusal(self, e))
     }
 
     /// The flight-recorder entry of an operation, to be recorded off the hot path (no

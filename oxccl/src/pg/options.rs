@@ -95,7 +95,7 @@ pub struct PgOptions {
     /// it fits ([`oxccl_core::peer_kernels`]). Every member must have the same. Set up with the
     /// communicator, before its first operation.
     pub peer_kernels: oxccl_core::peer_kernels::PeerPolicy,
-    /// Go on without a lost rank (`OXCCL_ELASTIC`; see [`crate::elastic`]): when a member
+    /// Go on without a lost rank (`OXCCL_ELASTIC`; see [`crate::pg::elastic`]): when a member
     /// dies or stops answering, the survivors stop what is in flight, agree through the store
     /// on who is alive, shrink every group that held the lost rank and go on; the work in
     /// flight fails with [`crate::Error::MembersLost`]. A default group's option (its

@@ -6,11 +6,11 @@ use super::arrival::Arrival;
 use super::build::GroupSpec;
 use super::capture_state::refuse_init_in_capture;
 use super::comm_slot::{await_ready, init_through_store, Entry, InitParams, Slot};
+use super::elastic;
 use super::family::{Elastic, GroupFamily};
 use super::inner::{lock, PgInner};
 use super::keys;
 use super::options::PgOptions;
-use super::recovery;
 use super::tune::agree::agree;
 use crate::deadline::deadline_after;
 use crate::pg::PgBackend;
@@ -58,10 +58,10 @@ impl<B: PgBackend> std::fmt::Debug for ProcessGroup<B> {
 impl<B: PgBackend> ProcessGroup<B> {
     /// The group as it is now: the root, or the successor the last loss made of it. Under
     /// [`PgOptions::elastic`] a group that has not yet caught up with a decision of the
-    /// survivors (see [`super::recovery`]) does so here: a successor without the lost ranks
+    /// survivors (see [`super::elastic`]) does so here: a successor without the lost ranks
     /// is made (its communicator is shrunk at its first operation).
     pub(crate) fn inner(&self) -> &Arc<PgInner<B>> {
-        super::recovery::current(&self.root)
+        super::elastic::current(&self.root)
     }
 
     /// The default group of `size` ranks, this process being `rank`, rendezvousing through
@@ -92,7 +92,7 @@ impl<B: PgBackend> ProcessGroup<B> {
         default_group_options(&mut opts);
         // A restarted rank of a running elastic world joins it; counting itself into a new
         // incarnation would move the world's counter under its members.
-        recovery::roster::refuse_new_while_running(&store, size, rank)?;
+        elastic::roster::refuse_new_while_running(&store, size, rank)?;
         // Everything this group and its subgroups write goes under this incarnation's own
         // namespace, so no key of an earlier group on the same store is read (see `keys`).
         let (store, incarnation, ns) = keys::enter(store, size)?;
@@ -120,10 +120,10 @@ impl<B: PgBackend> ProcessGroup<B> {
         };
         if pg.root.opts.elastic {
             if rank == 0 {
-                recovery::roster::publish(&*pg.root.store, 0, &pg.root.ranks)?;
+                elastic::roster::publish(&*pg.root.store, 0, &pg.root.ranks)?;
             }
-            recovery::monitor::start(&pg.root);
-            recovery::roster::start_beat(&pg.root);
+            elastic::monitor::start(&pg.root);
+            elastic::roster::start_beat(&pg.root);
         }
         pg.start_default(rank, size)?;
         Ok(pg)
@@ -339,7 +339,7 @@ impl<B: PgBackend> PgInner<B> {
     ) -> Result<R> {
         // Every path to the communicator passes here: the alive rule's one note, and a rank
         // the survivors of a loss left out stays out.
-        if let Some(out) = recovery::enter(self) {
+        if let Some(out) = elastic::enter(self) {
             return Err(out);
         }
         let mut slot = lock(&self.slot);
@@ -357,9 +357,9 @@ impl<B: PgBackend> PgInner<B> {
         }
         refuse_init_in_capture(self.uid, &self.desc)?;
         let comm = match std::mem::replace(&mut *slot, Slot::Empty) {
-            Slot::Shrink { from, exclude } => recovery::shrunk(self, &from, &exclude)?,
-            Slot::Grow { from } => recovery::grown(self, &from)?,
-            Slot::JoinGrown => recovery::joined_grown(self)?,
+            Slot::Shrink { from, exclude } => elastic::shrunk(self, &from, &exclude)?,
+            Slot::Grow { from } => elastic::grown(self, &from)?,
+            Slot::JoinGrown => elastic::joined_grown(self)?,
             _ => self.make_comm()?,
         };
         // Before any operation: ranks with different tune tables would register windows at
@@ -374,7 +374,7 @@ impl<B: PgBackend> PgInner<B> {
             comm,
             priority,
             self.watch.clone(),
-            recovery::on_failure(self),
+            elastic::on_failure(self),
         )?;
         let _ = self.abort.set(entry.abort.clone());
         if self.destroyed.load(Ordering::Acquire) {

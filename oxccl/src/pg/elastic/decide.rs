@@ -2,7 +2,7 @@
 //! who goes on, record the epoch.
 
 use super::{current, PREFIX};
-use crate::elastic::{Outcome, Survivors, Verdict};
+use super::{Outcome, Survivors, Verdict};
 use crate::pg::comm_slot::Slot;
 use crate::pg::family::{Book, Change, Elastic};
 use crate::pg::inner::{lock, PgInner};

@@ -5,7 +5,7 @@
 //! started — runs the **decision** (`decide`): it stops what is in flight on the world's
 //! communicator (revoke where the library has it, else abort), marks its arrival in the store
 //! at the family's current epoch and, with every member that arrives within the window, agrees
-//! on who goes on ([`crate::elastic::Survivors`]: one decision, read alike by every survivor; a
+//! on who goes on ([`Survivors`]: one decision, read alike by every survivor; a
 //! member that arrives after it is refused). The family's **book** then records the epoch and
 //! the ranks lost, and the wait reports [`oxccl_core::Error::MembersLost`].
 //!
@@ -14,16 +14,23 @@
 //! first operation by shrinking the old one, collective over the survivors, or, where the
 //! library cannot shrink, a new one through the store under the epoch's own keys); a group
 //! that lost nobody only notes the epoch. Handles follow the successors
-//! ([`super::ProcessGroup::inner`]), so the next operation runs on the smaller group.
+//! (`ProcessGroup::inner`), so the next operation runs on the smaller group.
 //!
 //! The store must outlive the ranks (a launcher's store, torchrun's agent store), since the
-//! survivors meet there.
+//! survivors meet there. A newcomer joins through `calls` (`ProcessGroup::join`) and the
+//! members' `admit`. The rules all of this follows are the core's, pure and fuzzed
+//! ([`oxccl_core::membership`]).
 
 pub(crate) mod admit;
+mod calls;
 mod decide;
 pub(crate) mod monitor;
 pub(crate) mod roster;
 mod successor;
+mod survivors;
+
+pub use oxccl_core::membership::survivors::Verdict;
+pub use survivors::{Outcome, Survivors};
 
 use super::comm_slot::Entry;
 use super::inner::PgInner;

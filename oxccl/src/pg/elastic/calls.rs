@@ -1,14 +1,14 @@
 //! The elastic group's own calls (see [`super::PgOptions::elastic`]): a new process joining
 //! a running world, the members admitting it, and the epoch a group is at.
 
-use super::build::GroupSpec;
-use super::comm_slot::Slot;
-use super::family::GroupFamily;
-use super::inner::{lock, PgInner};
-use super::keys;
-use super::options::PgOptions;
-use super::process_group::{default_group_options, ProcessGroup};
-use super::recovery::{admit, monitor, roster};
+use super::super::build::GroupSpec;
+use super::super::comm_slot::Slot;
+use super::super::family::GroupFamily;
+use super::super::inner::{lock, PgInner};
+use super::super::keys;
+use super::super::options::PgOptions;
+use super::super::process_group::{default_group_options, ProcessGroup};
+use super::{admit, monitor, roster};
 use crate::pg::PgBackend;
 use crate::store::Store;
 use oxccl_core::membership::elastic::uid_at;
