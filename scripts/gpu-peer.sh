@@ -190,8 +190,8 @@ part_elastic232() {
     echo "== large puts, NCCL_P2P_USE_CUDA_MEMCPY=1"
     NCCL_P2P_USE_CUDA_MEMCPY=1 OXCCL_TEST_GPUS=$gpus LD_LIBRARY_PATH=$lib RUST_LOG=warn \
         timeout 60 $bin/gpu_elastic --nocapture gpu_comm_large || rc=1
-    echo "== oxccl perf --ping-pong, NCCL 2.32.3, NCCL_P2P_USE_CUDA_MEMCPY=1"
-    NCCL_P2P_USE_CUDA_MEMCPY=1 CUDA_VISIBLE_DEVICES=0,1 timeout 100 $bin/oxccl perf --ping-pong \
+    echo "== oxccl ping-pong, NCCL 2.32.3, NCCL_P2P_USE_CUDA_MEMCPY=1"
+    NCCL_P2P_USE_CUDA_MEMCPY=1 CUDA_VISIBLE_DEVICES=0,1 timeout 100 $bin/oxccl ping-pong \
         -g 2 -b 8 -e 1M --library "$lib/libnccl.so.2" || rc=1
     if [ "$gpus" -ge 4 ]; then
         echo "== elastic_step, NCCL 2.32.3"

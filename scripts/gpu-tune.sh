@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# The GPU check of buffer modes (issue 9: -R on the pg layer, --tune, NcclBuf / windows).
+# The GPU check of buffer modes (issue 9: -R on the pg layer, oxccl tune, NcclBuf / windows).
 #
 #   here:   bash scripts/gpu-tune.sh stage          # .gpu/tune/{oxccl,comm_buffers} (release)
 #   there:  bash scripts/gpu-tune.sh run OUTDIR [NGPUS]
 #
-# `run` writes OUTDIR/log (everything), OUTDIR/tune.txt (the table --tune wrote) and exits
+# `run` writes OUTDIR/log (everything), OUTDIR/tune.txt (the table oxccl tune wrote) and exits
 # non-zero if any step failed. NGPUS defaults to 1 (single-rank communicators).
 set -u
 cmd=${1:-}; shift || true
@@ -46,7 +46,7 @@ step $bin/oxccl perf all_reduce all_gather reduce_scatter -g "$n" -b 8 -e 128M -
 # capture), checked.
 step $bin/oxccl perf all_reduce all_gather -g "$n" -b 8 -e 16M -f 8 -n 20 -w 5 -G 10 -R 2 --layer all
 # The tune table of this machine, then the pg layer reading it back.
-step $bin/oxccl perf all -g "$n" -b 8 -e 128M -n 40 -w 5 --rounds 5 --tune --out "$out/tune.txt"
+step $bin/oxccl tune all -g "$n" -b 8 -e 128M -n 40 -w 5 --rounds 5 --out "$out/tune.txt"
 # The goal: the pg layer under the table against the pg layer in each mode alone.
 for r in 0 1 2; do
     step $bin/oxccl perf all_reduce all_gather reduce_scatter --layer pg -g "$n" -b 8 -e 128M -n 20 -w 5 -R $r --json-out "$out/pg-R$r.json"
@@ -73,11 +73,11 @@ for i, r in enumerate(runs["R0"]):
         worst = (ratio, f"{r['collective']} {r['size']} B: R0/R1/R2 {ts[0]:.2f}/{ts[1]:.2f}/{ts[2]:.2f} us, tuned {ts[3]:.2f} us")
 print(f"tuned within 5% of the best of -R 0/1/2 at {within} of {total} points; worst {worst[0]:.2f}x: {worst[1]}")
 PY
-# --tune under a launcher (a process per GPU, medians merged through the group), when
+# oxccl tune under a launcher (a process per GPU, medians merged through the group), when
 # torchrun is there.
 torchrun=$(command -v torchrun || echo /opt/torch/.venv/bin/torchrun)
 if [ -x "$torchrun" ]; then
-    step "$torchrun" --standalone --nproc-per-node "$n" --no-python $bin/oxccl perf all_reduce all_gather -b 8 -e 16M -n 10 --tune --out "$out/tune-launched.txt"
+    step "$torchrun" --standalone --nproc-per-node "$n" --no-python $bin/oxccl tune all_reduce all_gather -b 8 -e 16M -n 10 --out "$out/tune-launched.txt"
 fi
 echo "== failed steps: $fails" | tee -a "$out/log"
 [ "$fails" = 0 ]

@@ -93,13 +93,13 @@ what_of() {
     i9.realloc) echo "NcclBuf registered (then in a window), captured, dropped and allocated again at reused addresses, 6 rounds each of all_reduce, all_gather, broadcast and send/recv: values right every round (oxccl/tests/gpu_realloc_capture.rs)" ;;
     i9.connect) echo "a first collective captured before it ever ran: a capture error naming NCCL_RUNTIME_CONNECT; run once eagerly, then captured right (oxccl/tests/gpu_capture_connect.rs)" ;;
     i10.nan) echo "NaN check cost per GiB (f32, f64, f16, bf16) on GPU 0" ;;
-    i9.procs) echo "oxccl perf and --tune as a process per GPU under torchrun --no-python (all_reduce, all_gather)" ;;
+    i9.procs) echo "oxccl perf and oxccl tune as a process per GPU under torchrun --no-python (all_reduce, all_gather)" ;;
     i9.launchers) echo "oxccl perf -c 1 as a process per GPU under srun's and Open MPI's variables, and a real mpirun where there is one" ;;
     i9.check) echo "oxccl check --backend nccl (every op x dtype x redop) and perf all -c 1 to 64 MiB on the three layers" ;;
     i9.ncclbuild) echo "nccl-tests built from source (sm_90, MPI=0) against torch's NCCL" ;;
     i9.sweep) echo "5 collectives 8 B-1 GiB: oxccl raw/comm/pg, nccl-tests -t N -g 1, torch.distributed; 2 rounds alternated; SVGs" ;;
     i9.graphs) echo "graphs and windows: -G 10 with -R 0 and -R 2, oxccl and nccl-tests alternated; pg 8 B all_reduce <= 4 us" ;;
-    i9.tune) echo "--tune table, pg under it against nccl-tests' best of -R 0/1/2 per collective and size" ;;
+    i9.tune) echo "oxccl tune's table, pg under it against nccl-tests' best of -R 0/1/2 per collective and size" ;;
     i9.small) echo "diagnostic: 8 B all_reduce, oxccl layers against nccl-tests, -n 20 and 500, threads free and pinned; all_gather 128 MiB -R 0 -G 10 on pool and cuMemAlloc memory" ;;
     i9.big) echo "the sweep at 128 MiB-1 GiB only (5 collectives, the same tools and rounds): busbw >= 99 % of nccl-tests" ;;
     *) return 1 ;;
@@ -409,8 +409,8 @@ item_i9_procs() {
     trun "$n" $bin/oxccl perf all_reduce all_gather $(sizes -b 8 -e 1G -f 4) -n 20 -w 5 --layer all -c 0 \
         --json-out "$d/procs.json" >"$d/procs.txt" 2>&1 || { echo "oxccl perf under torchrun failed"; rc=1; }
     grep -E "^#|all_reduce +8 " "$d/procs.txt" | head -12
-    trun "$n" $bin/oxccl perf all_reduce all_gather $(sizes -b 8 -e 16M -f 4) -n 10 --tune --out "$d/tune-launched.txt" ||
-        { echo "--tune under torchrun failed"; rc=1; }
+    trun "$n" $bin/oxccl tune all_reduce all_gather $(sizes -b 8 -e 16M -f 4) -n 10 --out "$d/tune-launched.txt" ||
+        { echo "oxccl tune under torchrun failed"; rc=1; }
     echo "NOTE: $(grep -h 'Avg bus bandwidth' "$d/procs.txt" | tr -s ' ' | tr '\n' ';') tune table: $(grep -vc '^#' "$d/tune-launched.txt" 2>/dev/null) lines"
     return $rc
 }
@@ -569,8 +569,8 @@ item_i9_tune() {
     local rc=0 rep r tcolls="all_reduce all_gather reduce_scatter broadcast alltoall"
     local sz
     sz=$(sizes -b 8 -e 128M -f 4)
-    $bin/oxccl perf $tcolls -g "$n" $sz -n 40 -w 5 --rounds 5 --tune --out "$d/tune.txt" >"$d/tune.log" 2>&1 ||
-        { echo "--tune failed"; tail "$d/tune.log"; return 1; }
+    $bin/oxccl tune $tcolls -g "$n" $sz -n 40 -w 5 --rounds 5 --out "$d/tune.txt" >"$d/tune.log" 2>&1 ||
+        { echo "oxccl tune failed"; tail "$d/tune.log"; return 1; }
     head -20 "$d/tune.txt"
     for rep in 1 2; do
         for c in $tcolls; do

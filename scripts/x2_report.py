@@ -4,7 +4,7 @@
     x2_report.py sweep DIR N          oxccl raw/comm/pg, nccl-tests, torch: 8 B - 1 GiB (tables,
                                       and DIR/chart_<collective>.svg with the five side by side)
     x2_report.py graphs DIR           -G 10 with -R 0 / -R 2, and -R 2 alone: oxccl and nccl-tests
-    x2_report.py tune DIR             the pg layer under --tune's table vs nccl-tests' best -R
+    x2_report.py tune DIR             the pg layer under `oxccl tune`'s table vs nccl-tests' best -R
 
 Each writes markdown tables (DIR/*.md, or stdout) and ends with a `NOTE: ...` line for the
 summary. Exit status: 0 every goal met, 3 a goal missed, 1 the inputs are missing or broken.

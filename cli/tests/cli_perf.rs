@@ -1,5 +1,6 @@
 //! `oxccl perf` on the mock world (forced with `--backend mock`, so the test means the same on
-//! a GPU machine): its first line, columns, values, JSON schema, SVG chart and exit codes.
+//! a GPU machine): its first line, columns, values, JSON schema, SVG chart and exit codes;
+//! and `oxccl ping-pong`'s table there.
 
 mod common;
 
@@ -358,16 +359,7 @@ fn graphs_run_every_collective_through_the_pg_capture_on_the_mock() {
 
 #[test]
 fn ping_pong_on_the_mock_reports_every_size_to_1_mib() {
-    let o = oxccl(&[
-        "perf",
-        "--backend",
-        "mock",
-        "--ping-pong",
-        "-n",
-        "2",
-        "-w",
-        "1",
-    ]);
+    let o = oxccl(&["ping-pong", "--backend", "mock", "-n", "2", "-w", "1"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let out = stdout(&o);
     let rows: Vec<Vec<f64>> = out
@@ -383,16 +375,7 @@ fn ping_pong_on_the_mock_reports_every_size_to_1_mib() {
             .all(|r| r.len() == 3 && r[1] > 0.0 && r[2] > 0.0),
         "{out}"
     );
-    let past = oxccl(&[
-        "perf",
-        "--backend",
-        "mock",
-        "--ping-pong",
-        "-b",
-        "64",
-        "-e",
-        "8",
-    ]);
+    let past = oxccl(&["ping-pong", "--backend", "mock", "-b", "64", "-e", "8"]);
     assert!(!past.status.success());
     assert!(
         String::from_utf8_lossy(&past.stderr).contains("-b 64 is above -e 8"),

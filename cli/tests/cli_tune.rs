@@ -1,5 +1,5 @@
-//! `oxccl perf --tune` and `-R` on the pg layer, on the mock world: the file written is a
-//! valid tune table covering every tuned collective from 0 bytes to the end, the process
+//! `oxccl tune` and `-R` / `--tuned` on perf's pg layer, on the mock world: the file written
+//! is a valid tune table covering every tuned collective from 0 bytes to the end, the process
 //! group reads it back, and bad arguments are usage errors naming what to change.
 
 mod common;
@@ -11,6 +11,11 @@ use std::process::Output;
 /// `oxccl perf --backend mock` with `args`.
 fn perf(args: &[&str]) -> Output {
     common::oxccl(&[&["perf", "--backend", "mock"], args].concat())
+}
+
+/// `oxccl tune --backend mock` with `args`.
+fn tune(args: &[&str]) -> Output {
+    common::oxccl(&[&["tune", "--backend", "mock"], args].concat())
 }
 
 /// `perf(args)`, which must succeed with no wrong element; its stdout.
@@ -35,7 +40,7 @@ fn tmp(name: &str) -> std::path::PathBuf {
 #[test]
 fn tune_on_the_mock_writes_a_table_the_group_reads() {
     let out = tmp("all.tune");
-    let o = perf(&[
+    let o = tune(&[
         "all",
         "-b",
         "8",
@@ -45,7 +50,6 @@ fn tune_on_the_mock_writes_a_table_the_group_reads() {
         "4",
         "--rounds",
         "2",
-        "--tune",
         "--out",
         out.to_str().unwrap(),
     ]);
@@ -54,10 +58,7 @@ fn tune_on_the_mock_writes_a_table_the_group_reads() {
     let stdout = String::from_utf8_lossy(&o.stdout);
     assert!(stdout.contains("# written to"), "{stdout}");
     let text = std::fs::read_to_string(&out).unwrap();
-    assert!(
-        text.starts_with("# oxccl perf --tune on mock world"),
-        "{text}"
-    );
+    assert!(text.starts_with("# oxccl tune on mock world"), "{text}");
     let t = oxccl::pg::load_tune_file(&out).unwrap();
     // Six tuned collectives (gather, scatter, sendrecv are not), each covered from 0 to the
     // end without a gap, with one of the three modes.
@@ -120,17 +121,20 @@ fn parse_human(s: &str) -> u64 {
 
 #[test]
 fn tune_refuses_what_it_cannot_measure() {
-    let o = perf(&["sendrecv", "gather", "--tune"]);
+    let o = tune(&["sendrecv", "gather"]);
     assert_eq!(o.status.code(), Some(2));
     let e = String::from_utf8_lossy(&o.stderr);
     assert!(e.contains("none of the collectives given is tuned"), "{e}");
-    let o = perf(&["--tune", "-R", "1"]);
-    assert_eq!(o.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("do not combine with --tune"));
+    // It measures every mode itself, without graphs: -R and -G are no options of its.
+    for flag in ["-R", "-G"] {
+        let o = tune(&[flag, "1"]);
+        assert_eq!(o.status.code(), Some(2), "{flag}");
+        assert!(String::from_utf8_lossy(&o.stderr).contains(flag));
+    }
     let o = perf(&["--out", "x.tune"]);
-    assert_eq!(o.status.code(), Some(2), "--out needs --tune");
+    assert_eq!(o.status.code(), Some(2), "--out is tune's");
     let bad = tmp("no/such/dir/x.tune");
-    let o = perf(&["-e", "64", "--tune", "--out", bad.to_str().unwrap()]);
+    let o = tune(&["-e", "64", "--out", bad.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(3));
     assert!(String::from_utf8_lossy(&o.stderr).contains("cannot write --out"));
 }
@@ -222,7 +226,7 @@ fn registration_with_graphs_runs_the_pg_layer_on_the_mock() {
 #[test]
 fn tune_json_is_one_object_with_the_points_and_the_table() {
     let out = tmp("json.tune");
-    let o = perf(&[
+    let o = tune(&[
         "all_reduce",
         "-b",
         "8",
@@ -232,7 +236,6 @@ fn tune_json_is_one_object_with_the_points_and_the_table() {
         "2",
         "--rounds",
         "1",
-        "--tune",
         "--json",
         "--out",
         out.to_str().unwrap(),

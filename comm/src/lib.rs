@@ -36,10 +36,10 @@ pub mod element;
 #[cfg(feature = "nccl")]
 mod group_guard;
 #[cfg(feature = "nccl")]
-mod membership;
-#[cfg(feature = "nccl")]
 mod one_sided;
 mod path_text;
+#[cfg(feature = "nccl")]
+mod reshape;
 pub mod tune_file;
 #[cfg(feature = "nccl")]
 mod window_table;

@@ -1,13 +1,13 @@
 //! The measured table a process starts with (which buffer mode each collective uses per
 //! size, and up to which size oxccl's all-reduce kernels run): read from the file
-//! `OXCCL_TUNE_FILE` names (`oxccl perf --tune` writes one).
+//! `OXCCL_TUNE_FILE` names (`oxccl tune` writes one).
 
 use crate::path_text::escaped_path;
 use oxccl_core::tune::TuneTable;
 use oxccl_core::{Error, Result};
 use std::sync::Arc;
 
-/// The environment variable naming a tune table file (`oxccl perf --tune` writes one).
+/// The environment variable naming a tune table file (`oxccl tune` writes one).
 pub const TUNE_FILE_VAR: &str = "OXCCL_TUNE_FILE";
 
 /// Reads a tune table file; errors name the file, and the line and field at fault. Only a

@@ -406,7 +406,7 @@ fn reduction(red: &ReduceOp, ty: KernelType, nranks: u32) -> Option<(KernelRed, 
 
 /// Up to which size (bytes, inclusive, as [`KernelCall::op_bytes`] counts them) each kernel
 /// runs under [`PeerPolicy::Auto`], by group size; 0: NCCL. The defaults, and how they were
-/// chosen: docs/BENCHMARKS.md; `oxccl perf --tune` writes a machine's own (a tune table's
+/// chosen: docs/BENCHMARKS.md; `oxccl tune` writes a machine's own (a tune table's
 /// `kernels` lines).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct PeerTable {

@@ -1,5 +1,5 @@
 //! The tune table: which buffer mode (plain, locally registered, symmetric window) each
-//! collective uses at each size, as measured by `oxccl perf --tune` on the user's machine.
+//! collective uses at each size, as measured by `oxccl tune` on the user's machine.
 //!
 //! No mode wins everywhere (the best one depends on the collective, the size and the machine:
 //! docs/BENCHMARKS.md#buffer-modes-and-the-tune-table), so the

@@ -1,5 +1,5 @@
 //! NCCL memory (`ncclMemAlloc`) through the process group, in each buffer mode, checked on
-//! a GPU: the GPU check of issue 9's `-R` and `--tune` work.
+//! a GPU: the GPU check of the buffer modes (`-R`) and `oxccl tune`.
 //!
 //! Run on one GPU (a single-rank communicator; more with an argument, a thread per GPU):
 //! `cargo run --release --example comm_buffers -- 1`. Without NCCL or a GPU it prints why and
@@ -130,7 +130,7 @@ fn rank(nccl: Nccl, store: Arc<dyn Store>, r: u32, n: u32) -> Result<(), String>
         }
         pg.destroy();
     }
-    // A table mixing modes by size, as `oxccl perf --tune` writes.
+    // A table mixing modes by size, as `oxccl tune` writes.
     if feats.has(Feature::WindowRegistration) {
         let t = TuneTable::parse(
             "oxccl-tune 1\nall_reduce * 0 65536 window\nall_reduce * 65537 max registered\n",

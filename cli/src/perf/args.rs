@@ -1,13 +1,73 @@
-//! The options of `oxccl perf` (nccl-tests' flags where they make sense) and the layers it
-//! may time.
+//! The options of the measuring commands, `oxccl perf`, `oxccl tune` and `oxccl ping-pong`
+//! (nccl-tests' flags where they make sense): the groups they share, then each command's own.
 
 use super::backend::BackendSel;
 use crate::ops::{self, Coll, Dtype, Redop};
 use clap::{Args, ValueEnum};
 
-/// Which layers to time.
+/// The sizes and iterations of a measurement (nccl-tests' -b -e -f -i -n -w).
+#[derive(Args, Clone, Debug)]
+pub struct SweepArgs {
+    /// Smallest size (bytes; K, M, G suffixes). Default: 8.
+    #[arg(short = 'b', long = "minbytes", value_parser = ops::parse_bytes)]
+    pub min_bytes: Option<usize>,
+    /// Largest size. Default: 1M on the mock, 128M on NCCL.
+    #[arg(short = 'e', long = "maxbytes", value_parser = ops::parse_bytes)]
+    pub max_bytes: Option<usize>,
+    /// Multiply the size by this each step.
+    #[arg(short = 'f', long = "stepfactor", default_value_t = 2, value_parser = clap::value_parser!(u64).range(2..))]
+    pub factor: u64,
+    /// Add this many bytes each step instead (overrides -f).
+    #[arg(short = 'i', long = "stepbytes", value_parser = ops::parse_bytes)]
+    pub incr: Option<usize>,
+    /// Timed iterations per size. Default: 20 (5 on the mock).
+    #[arg(short = 'n', long = "iters", value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub iters: Option<u64>,
+    /// Untimed warm-up iterations. Default: 5 (1 on the mock).
+    #[arg(short = 'w', long = "warmup_iters", value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
+    pub warmup: Option<u64>,
+}
+
+/// Where a measurement runs: the backend, its library, and the ranks of this process.
+#[derive(Args, Clone, Debug)]
+pub struct WorldArgs {
+    /// GPUs (ranks) driven by this process, a thread each. Default: every visible GPU (2 on
+    /// the mock). Under torchrun, srun or mpirun: 1 per process.
+    #[arg(short = 'g', long = "ngpus", value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub gpus: Option<u32>,
+    /// Backend.
+    #[arg(long, value_enum, default_value_t = BackendSel::Auto)]
+    pub backend: BackendSel,
+    /// NCCL library to load (instead of the search).
+    #[arg(long, value_name = "PATH")]
+    pub library: Option<std::path::PathBuf>,
+}
+
+/// What each timed operation is: the collectives, their element type, reduce operator and
+/// root, and whether the results are checked.
+#[derive(Args, Clone, Debug)]
+pub struct CaseArgs {
+    /// Collectives to run (`all` for the nine).
+    #[arg(value_enum, default_values_t = [Coll::AllReduce])]
+    pub colls: Vec<Coll>,
+    /// Element type.
+    #[arg(short = 'd', long = "datatype", value_enum, default_value_t = Dtype::Float32)]
+    pub dtype: Dtype,
+    /// Reduce operator.
+    #[arg(short = 'o', long = "op", value_enum, default_value_t = Redop::Sum)]
+    pub redop: Redop,
+    /// Root rank of rooted collectives.
+    #[arg(short = 'r', long = "root", default_value_t = 0)]
+    pub root: u32,
+    /// Check results against the host reference once per size and layer (1, as nccl-tests) or
+    /// not (0).
+    #[arg(short = 'c', long = "check", default_value_t = 1, value_parser = clap::value_parser!(u8).range(0..=1))]
+    pub check: u8,
+}
+
+/// Which layers `oxccl perf` times, as `--layer` names them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum LayerSel {
+pub enum LayerChoice {
     /// NCCL through the loaded function pointer.
     Raw,
     /// `Comm::issue`.
@@ -57,46 +117,18 @@ impl KernelsSel {
   oxccl perf                                   all_reduce 8 B..1 MiB (mock: 2 ranks)
   oxccl perf all -b 8 -e 128M -f 2 -g 2 --layer all --svg perf.svg
   oxccl perf all_reduce all_gather -d bfloat16 -c 1 --json > perf.json
+  oxccl perf all_reduce --layer pg --tuned oxccl.tune   the pg layer under `oxccl tune`'s table
   torchrun --nproc-per-node 2 --no-python oxccl perf all_reduce -b 8 -e 1G")]
 pub struct PerfArgs {
-    /// Collectives to run (`all` for the nine).
-    #[arg(value_enum, default_values_t = [Coll::AllReduce])]
-    pub colls: Vec<Coll>,
-    /// Smallest size (bytes; K, M, G suffixes). Default: 8.
-    #[arg(short = 'b', long = "minbytes", value_parser = ops::parse_bytes)]
-    pub min_bytes: Option<usize>,
-    /// Largest size. Default: 1M on the mock, 128M on NCCL.
-    #[arg(short = 'e', long = "maxbytes", value_parser = ops::parse_bytes)]
-    pub max_bytes: Option<usize>,
-    /// Multiply the size by this each step.
-    #[arg(short = 'f', long = "stepfactor", default_value_t = 2, value_parser = clap::value_parser!(u64).range(2..))]
-    pub factor: u64,
-    /// Add this many bytes each step instead (overrides -f).
-    #[arg(short = 'i', long = "stepbytes", value_parser = ops::parse_bytes)]
-    pub incr: Option<usize>,
-    /// Timed iterations per size. Default: 20 (5 on the mock).
-    #[arg(short = 'n', long = "iters", value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
-    pub iters: Option<u64>,
-    /// Untimed warm-up iterations. Default: 5 (1 on the mock).
-    #[arg(short = 'w', long = "warmup_iters", value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
-    pub warmup: Option<u64>,
-    /// GPUs (ranks) driven by this process, a thread each. Default: every visible GPU (2 on
-    /// the mock). Under torchrun, srun or mpirun: 1 per process.
-    #[arg(short = 'g', long = "ngpus", value_parser = clap::value_parser!(u32).range(1..=1024))]
-    pub gpus: Option<u32>,
-    /// Element type.
-    #[arg(short = 'd', long = "datatype", value_enum, default_value_t = Dtype::Float32)]
-    pub dtype: Dtype,
-    /// Reduce operator.
-    #[arg(short = 'o', long = "op", value_enum, default_value_t = Redop::Sum)]
-    pub redop: Redop,
-    /// Root rank of rooted collectives.
-    #[arg(short = 'r', long = "root", default_value_t = 0)]
-    pub root: u32,
-    /// Check results against the host reference once per size and layer (1, as nccl-tests) or
-    /// not (0).
-    #[arg(short = 'c', long = "check", default_value_t = 1, value_parser = clap::value_parser!(u8).range(0..=1))]
-    pub check: u8,
+    /// -b -e -f -i -n -w.
+    #[command(flatten)]
+    pub sweep: SweepArgs,
+    /// The collectives, -d -o -r -c.
+    #[command(flatten)]
+    pub case: CaseArgs,
+    /// -g, --backend, --library.
+    #[command(flatten)]
+    pub world: WorldArgs,
     /// Blocking communicators (1) or nonblocking ones (0), for the raw and comm layers.
     #[arg(short = 'z', long = "blocking", default_value_t = 1, value_parser = clap::value_parser!(u8).range(0..=1))]
     pub blocking: u8,
@@ -111,43 +143,18 @@ pub struct PerfArgs {
     /// -G, registered before each capture).
     #[arg(short = 'R', long = "registration", default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=2))]
     pub registration: u8,
-    /// Measure every tuned collective at every size in each buffer mode (-R 0, 1, 2, rounds
-    /// alternating) and write the fastest mode per collective and size as a tune table
-    /// (give it to every rank as OXCCL_TUNE_FILE). A thread per local GPU, a process per GPU
-    /// under torchrun, srun or mpirun (rank 0 writes), or the mock world.
-    #[arg(long)]
-    pub tune: bool,
-    /// One-sided latency instead of the sweep: rank 0 puts each size into rank 1's window
-    /// with a signal, rank 1 waits for it and puts it back (NCCL 2.29.2+, or the mock);
-    /// beside it the same ping-pong with send/recv. Half the round trip is reported; sizes
-    /// 8 B to 1 MiB (to 16 KiB on NCCL unless NCCL_P2P_USE_CUDA_MEMCPY=1: larger puts need
-    /// it where GDRCopy is absent) unless -b/-e say otherwise.
-    #[arg(long = "ping-pong")]
-    pub ping_pong: bool,
-    /// Time the pg layer under this tune table (a file --tune wrote), on CommBuf buffers: the
-    /// check that the table is at least as fast as the best of -R 0, 1, 2.
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["registration", "tune"])]
+    /// Time the pg layer under this tune table (a file `oxccl tune` wrote), on CommBuf
+    /// buffers: the check that the table is at least as fast as the best of -R 0, 1, 2.
+    #[arg(long, value_name = "FILE", conflicts_with = "registration")]
     pub tuned: Option<std::path::PathBuf>,
-    /// Where --tune writes its table (default: oxccl.tune).
-    #[arg(long, value_name = "FILE", requires = "tune")]
-    pub out: Option<std::path::PathBuf>,
-    /// --tune: rounds each size's iterations are split into, the modes alternating in each.
-    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=1000))]
-    pub rounds: u32,
     /// Layers to time side by side.
-    #[arg(long, value_enum, default_value_t = LayerSel::All)]
-    pub layer: LayerSel,
+    #[arg(long, value_enum, default_value_t = LayerChoice::All)]
+    pub layer: LayerChoice,
     /// Who runs the all-reduces, all-gathers and reduce-scatters of the comm and pg layers on
     /// NCCL: oxccl's kernels (on ranks of one node) or NCCL; the raw layer is always NCCL.
     /// Default: `OXCCL_PEER_KERNELS`, else auto.
     #[arg(long, value_enum, value_name = "WHO")]
     pub peer_kernels: Option<KernelsSel>,
-    /// Backend.
-    #[arg(long, value_enum, default_value_t = BackendSel::Auto)]
-    pub backend: BackendSel,
-    /// NCCL library to load (instead of the search).
-    #[arg(long, value_name = "PATH")]
-    pub library: Option<std::path::PathBuf>,
     /// One JSON object on stdout instead of the table.
     #[arg(long)]
     pub json: bool,
@@ -160,4 +167,57 @@ pub struct PerfArgs {
     /// Test hook: every check sees one wrong element (the exit code must be 1).
     #[arg(long, hide = true)]
     pub inject_error: bool,
+}
+
+/// Options of `oxccl tune`.
+#[derive(Args, Clone, Debug)]
+#[command(
+    mut_arg("check", |a| a.help("Check each mode's results once per size (1: a mode with wrong results is never chosen) or not (0)")),
+    after_help = "Examples:
+  oxccl tune all -g 2 -b 8 -e 128M -n 40 --out oxccl.tune
+  oxccl perf all -g 2 -b 8 -e 128M --layer pg --tuned oxccl.tune   the pg layer under it
+  torchrun --nproc-per-node 2 --no-python oxccl tune all_reduce all_gather -e 16M"
+)]
+pub struct TuneArgs {
+    /// -b -e -f -i -n -w.
+    #[command(flatten)]
+    pub sweep: SweepArgs,
+    /// The collectives, -d -o -r -c.
+    #[command(flatten)]
+    pub case: CaseArgs,
+    /// -g, --backend, --library.
+    #[command(flatten)]
+    pub world: WorldArgs,
+    /// Blocking communicators (1) or nonblocking ones (0).
+    #[arg(short = 'z', long = "blocking", default_value_t = 1, value_parser = clap::value_parser!(u8).range(0..=1))]
+    pub blocking: u8,
+    /// Rounds each size's iterations are split into, the modes alternating in each.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub rounds: u32,
+    /// Where the table is written.
+    #[arg(long, value_name = "FILE", default_value = "oxccl.tune")]
+    pub out: std::path::PathBuf,
+    /// One JSON object on stdout instead of the table's text (the file is written alike).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Options of `oxccl ping-pong`.
+#[derive(Args, Clone, Debug)]
+#[command(
+    mut_arg("max_bytes", |a| a.help("Largest size. Default: 1M (16K on NCCL unless NCCL_P2P_USE_CUDA_MEMCPY=1)")),
+    mut_arg("iters", |a| a.help("Rounds timed per size. Default: 200 (20 on the mock)")),
+    mut_arg("warmup", |a| a.help("Untimed rounds first. Default: 20 (2 on the mock)")),
+    mut_arg("gpus", |a| a.help("GPUs visible to this process; 2 of them run the ping-pong")),
+    after_help = "Examples:
+  oxccl ping-pong                              8 B..1 MiB on the mock world
+  NCCL_P2P_USE_CUDA_MEMCPY=1 oxccl ping-pong -g 2 -b 8 -e 1M --library <NCCL 2.29.2+>"
+)]
+pub struct PingPongArgs {
+    /// -b -e -f -i -n -w.
+    #[command(flatten)]
+    pub sweep: SweepArgs,
+    /// -g, --backend, --library.
+    #[command(flatten)]
+    pub world: WorldArgs,
 }

@@ -2,6 +2,7 @@
 //! mock world, and why (for the first line).
 
 use clap::ValueEnum;
+use oxccl::Nccl;
 
 /// Which backend runs a sweep or a check.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -43,5 +44,38 @@ pub fn choose(
         (_, Ok(())) => Ok((true, String::new())),
         (BackendSel::Nccl, Err((why, todo))) => Err(format!("{why}; {todo}")),
         (BackendSel::Auto, Err((why, _))) => Ok((false, why)),
+    }
+}
+
+/// The library of `--library`, or the search's.
+pub fn load(library: Option<&std::path::Path>) -> Result<Nccl, String> {
+    match library {
+        Some(p) => Nccl::open(p),
+        None => Nccl::load(),
+    }
+    .map_err(|e| format!("{e}; {}", crate::info::GET_ONE))
+}
+
+/// Where a measurement runs: NCCL, loaded, or the mock world.
+#[derive(Clone)]
+pub enum Ground {
+    /// NCCL's library, loaded once for the whole run.
+    Nccl(Box<Nccl>),
+    /// The mock world, and why NCCL does not run (for the first line).
+    Mock(String),
+}
+
+impl Ground {
+    /// The backend `backend` asks for, as [`choose`] finds it, with NCCL loaded.
+    pub fn of(backend: BackendSel, library: Option<&std::path::Path>) -> Result<Ground, String> {
+        match choose(backend, library)? {
+            (true, _) => load(library).map(|lib| Ground::Nccl(Box::new(lib))),
+            (false, why) => Ok(Ground::Mock(why)),
+        }
+    }
+
+    /// Whether this is the mock world (whose defaults are smaller).
+    pub fn is_mock(&self) -> bool {
+        matches!(self, Ground::Mock(_))
     }
 }

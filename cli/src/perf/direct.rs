@@ -10,8 +10,7 @@
 //! memory that a graph captured while it was registered, then deregistered, freed and
 //! allocated again at the same address (see docs/BENCHMARKS.md#buffer-modes-and-the-tune-table).
 
-use super::layer::not_set_up;
-use super::layer::Layer;
+use super::layer::{not_set_up, Layer, LayerKind};
 use super::raw_call::{call, raw_issue, settle};
 use crate::elem::Elem;
 use crate::expect::{self, Case};
@@ -192,6 +191,15 @@ impl<T: Elem> NcclLayer<T> {
         }
     }
 
+    /// The layer it is reported as.
+    fn kind(&self) -> LayerKind {
+        if self.raw {
+            LayerKind::Raw
+        } else {
+            LayerKind::Comm
+        }
+    }
+
     /// Says the communicator is nonblocking (-z 0): raw calls then wait out ncclInProgress.
     pub fn nonblocking(mut self, on: bool) -> Self {
         self.blocking = !on;
@@ -339,14 +347,6 @@ impl<T: Elem> NcclLayer<T> {
 }
 
 impl<T: Elem> Layer for NcclLayer<T> {
-    fn name(&self) -> &'static str {
-        if self.raw {
-            "raw"
-        } else {
-            "comm"
-        }
-    }
-
     fn setup(&mut self, case: &Case, in_place: bool) -> Result<bool> {
         self.teardown()?;
         let in_place_ok = matches!(
@@ -504,7 +504,10 @@ impl<T: Elem> Drop for NcclLayer<T> {
             return;
         };
         if let Err(e) = comm.synchronize() {
-            log::debug!("perf layer {}: keeping its buffers ({e})", self.name());
+            log::debug!(
+                "perf layer {}: keeping its buffers ({e})",
+                self.kind().name()
+            );
             std::mem::forget(std::mem::take(&mut self.pool));
             return;
         }

@@ -3,34 +3,12 @@
 //! (slowest rank's time, wrong elements summed), as nccl-tests reports.
 
 use super::layer::Layer;
+use super::plan::{Sweep, SweepPoint};
+use super::rank::Rank;
 use crate::expect::Case;
-use crate::ops::{Coll, Dtype, Redop};
-use oxccl::Result;
+use oxccl::{ReduceOp, Result};
 use std::io::IsTerminal;
 use std::time::Instant;
-
-/// What to run, the same on every rank.
-#[derive(Clone, Debug)]
-pub struct Plan {
-    /// Collectives in order.
-    pub colls: Vec<Coll>,
-    /// Sizes in bytes.
-    pub sizes: Vec<usize>,
-    /// Element type.
-    pub dtype: Dtype,
-    /// Reduce operator.
-    pub redop: Redop,
-    /// Root rank.
-    pub root: u32,
-    /// Timed iterations per measurement.
-    pub iters: usize,
-    /// Untimed iterations first.
-    pub warmup: usize,
-    /// Check the results (one more run, compared with the host reference).
-    pub check: bool,
-    /// Layer names, in the order each rank builds its layers.
-    pub layers: Vec<&'static str>,
-}
 
 /// One measurement: (collective, size, layer, placement) → seconds per operation and wrong
 /// elements. `secs` is NaN and `wrong` negative where the layer has no such call (N/A).
@@ -49,44 +27,39 @@ impl Sample {
     };
 }
 
-/// Index of the sample for (collective c, size s, layer l, in place p) in the flat vector.
-pub fn index(plan: &Plan, c: usize, s: usize, l: usize, p: bool) -> usize {
-    ((c * plan.sizes.len() + s) * plan.layers.len() + l) * 2 + usize::from(p)
-}
-
-/// Runs the plan on this rank. `sync` lines the ranks up before each timed loop; `progress`
-/// (rank 0 only) draws a line on stderr when the sweep runs long and stderr is a terminal.
+/// Runs the sweep on this rank (rank `rank` of `n`) at each of `points` through every layer:
+/// the samples in the order of the points, then of the layers, out of place before in place.
+/// `sync` lines the ranks up before each timed loop; `progress` (rank 0 only) draws a line on
+/// stderr when the sweep runs long and stderr is a terminal.
 pub fn sweep(
-    plan: &Plan,
+    plan: &Sweep,
+    points: &[SweepPoint],
     layers: &mut [Box<dyn Layer>],
-    n: u32,
-    rank: u32,
+    (rank, n): (u32, u32),
     sync: &dyn Fn() -> Result<()>,
     progress: bool,
 ) -> Result<Vec<Sample>> {
-    let total = plan.colls.len() * plan.sizes.len();
-    let mut out = vec![Sample::NA; total * plan.layers.len() * 2];
+    let per_point = layers.len() * 2;
+    let mut out = vec![Sample::NA; points.len() * per_point];
     let start = Instant::now();
     let draw = progress && std::io::stderr().is_terminal();
-    for (c, coll) in plan.colls.iter().enumerate() {
-        warm_up(plan, layers, *coll, n, rank)?;
-        for (s, bytes) in plan.sizes.iter().enumerate() {
-            let count = coll.count_for(*bytes, plan.dtype.size(), n);
-            let case = Case {
-                coll: *coll,
-                count,
-                dtype: plan.dtype,
-                redop: plan.redop,
-                root: plan.root,
-                n,
-                rank,
-            };
+    let case_of = |p: &SweepPoint| Case {
+        coll: p.coll,
+        count: p.count,
+        dtype: plan.dtype,
+        redop: plan.redop,
+        root: plan.root,
+        n,
+        rank,
+    };
+    let mut done = 0;
+    for of_coll in points.chunk_by(|a, b| a.coll == b.coll) {
+        warm_up(plan, of_coll.iter().map(case_of), layers)?;
+        for point in of_coll {
+            let case = case_of(point);
+            let here = &mut out[done * per_point..][..per_point];
             for p in [false, true] {
-                for layer in layers.iter_mut() {
-                    // Samples are filed under the layer's name, whatever order they were built in.
-                    let Some(l) = plan.layers.iter().position(|n| *n == layer.name()) else {
-                        continue;
-                    };
+                for (l, layer) in layers.iter_mut().enumerate() {
                     // Every rank takes the same branch: support depends only on the case.
                     if !layer.setup(&case, p)? {
                         continue;
@@ -106,15 +79,16 @@ pub fn sweep(
                         -1
                     };
                     layer.teardown()?;
-                    out[index(plan, c, s, l, p)] = Sample { secs, wrong };
+                    here[l * 2 + usize::from(p)] = Sample { secs, wrong };
                 }
             }
+            done += 1;
             if draw && start.elapsed().as_secs() >= 3 {
-                let done = c * plan.sizes.len() + s + 1;
                 eprint!(
-                    "\r  {} {:>9}  {done}/{total}  {:.0} s",
-                    coll.name(),
-                    crate::ops::human(*bytes),
+                    "\r  {} {:>9}  {done}/{}  {:.0} s",
+                    point.coll.name(),
+                    crate::ops::human(point.size),
+                    points.len(),
                     start.elapsed().as_secs_f64()
                 );
             }
@@ -126,30 +100,19 @@ pub fn sweep(
     Ok(out)
 }
 
-/// Every size of `coll` run `plan.warmup` times on every layer before any is timed, as
-/// nccl-tests warms up: the library's connections for each size's algorithm, the host's
-/// clocks and caches are then warm when the first size is timed (cold, the first small sizes
-/// of a run take far longer than their steady time).
+/// Every size of one collective (its `cases`) run `plan.warmup` times on every layer before
+/// any is timed, as nccl-tests warms up: the library's connections for each size's algorithm,
+/// the host's clocks and caches are then warm when the first size is timed (cold, the first
+/// small sizes of a run take far longer than their steady time).
 fn warm_up(
-    plan: &Plan,
+    plan: &Sweep,
+    cases: impl Iterator<Item = Case>,
     layers: &mut [Box<dyn Layer>],
-    coll: Coll,
-    n: u32,
-    rank: u32,
 ) -> Result<()> {
     if plan.warmup == 0 {
         return Ok(());
     }
-    for bytes in &plan.sizes {
-        let case = Case {
-            coll,
-            count: coll.count_for(*bytes, plan.dtype.size(), n),
-            dtype: plan.dtype,
-            redop: plan.redop,
-            root: plan.root,
-            n,
-            rank,
-        };
+    for case in cases {
         for layer in layers.iter_mut() {
             // The placement the layer has (the process group's reductions are in place).
             for p in [false, true] {
@@ -165,35 +128,33 @@ fn warm_up(
     Ok(())
 }
 
-/// The ranks' samples merged: the slowest rank's time, wrong elements summed.
-pub fn merge(per_rank: &[Vec<Sample>]) -> Vec<Sample> {
-    let Some(first) = per_rank.first() else {
-        return Vec::new();
-    };
-    (0..first.len())
-        .map(|i| {
-            per_rank
-                .iter()
-                .map(|r| r[i])
-                .fold(Sample::NA, |acc, x| Sample {
-                    secs: if acc.secs.is_nan() {
-                        x.secs
-                    } else {
-                        acc.secs.max(x.secs)
-                    },
-                    wrong: if x.wrong < 0 {
-                        acc.wrong
-                    } else {
-                        acc.wrong.max(0) + x.wrong
-                    },
-                })
-        })
-        .collect()
+/// Every rank's samples merged through the world: the slowest rank's time, wrong elements
+/// summed (unchecked, -1, where any rank did not check). Every rank calls it.
+pub fn merge(rank: &Rank<'_>, mut samples: Vec<Sample>) -> Result<Vec<Sample>> {
+    let secs: Vec<f64> = samples
+        .iter()
+        .map(|s| if s.secs.is_nan() { -1.0 } else { s.secs })
+        .collect();
+    let wrong: Vec<f64> = samples.iter().map(|s| s.wrong as f64).collect();
+    let secs = rank.all_reduce(&secs, ReduceOp::Max)?;
+    let unchecked = rank.all_reduce(&wrong, ReduceOp::Min)?;
+    let wrong = rank.all_reduce(&wrong, ReduceOp::Sum)?;
+    for (i, s) in samples.iter_mut().enumerate() {
+        s.secs = if secs[i] < 0.0 { f64::NAN } else { secs[i] };
+        s.wrong = if unchecked[i] < 0.0 {
+            -1
+        } else {
+            wrong[i] as i64
+        };
+    }
+    Ok(samples)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ops::{Coll, Dtype, Redop};
+    use oxccl::mock::MockBackend;
 
     /// A layer that runs in place only and logs (elements, iterations) of each run.
     struct Logged {
@@ -202,9 +163,6 @@ mod tests {
     }
 
     impl Layer for Logged {
-        fn name(&self) -> &'static str {
-            "pg"
-        }
         fn setup(&mut self, case: &Case, in_place: bool) -> Result<bool> {
             self.count = in_place.then_some(case.count);
             Ok(in_place)
@@ -221,7 +179,7 @@ mod tests {
 
     #[test]
     fn every_size_is_warmed_up_before_the_first_is_timed() {
-        let plan = Plan {
+        let plan = Sweep {
             colls: vec![Coll::AllReduce],
             sizes: vec![8, 64, 512],
             dtype: Dtype::Float32,
@@ -230,14 +188,14 @@ mod tests {
             iters: 20,
             warmup: 3,
             check: false,
-            layers: vec!["pg"],
         };
         let log = std::rc::Rc::default();
         let mut layers: Vec<Box<dyn Layer>> = vec![Box::new(Logged {
             log: std::rc::Rc::clone(&log),
             count: None,
         })];
-        let out = sweep(&plan, &mut layers, 2, 0, &|| Ok(()), false).unwrap();
+        let points = plan.points(2);
+        let out = sweep(&plan, &points, &mut layers, (0, 2), &|| Ok(()), false).unwrap();
         // Warm-up of 2, 16 and 128 floats, then per size its own warm-up and the timed run
         // (in place only: the out-of-place samples stay N/A).
         let want = vec![
@@ -252,34 +210,32 @@ mod tests {
             (128, 20),
         ];
         assert_eq!(*log.borrow(), want);
-        assert!(out[index(&plan, 0, 0, 0, false)].secs.is_nan());
-        assert!(!out[index(&plan, 0, 0, 0, true)].secs.is_nan());
+        assert!(out[0].secs.is_nan());
+        assert!(!out[1].secs.is_nan());
     }
 
     #[test]
     fn merge_takes_the_slowest_and_sums_wrong() {
-        let a = vec![
-            Sample {
-                secs: 1.0,
-                wrong: 0,
-            },
-            Sample::NA,
-        ];
-        let b = vec![
-            Sample {
-                secs: 2.0,
-                wrong: 3,
-            },
-            Sample::NA,
-        ];
-        let m = merge(&[a, b]);
-        assert_eq!(
-            m[0],
-            Sample {
-                secs: 2.0,
-                wrong: 3
-            }
-        );
-        assert!(m[1].secs.is_nan() && m[1].wrong == -1);
+        let per_rank = crate::perf::mock_world::mock_world_of(MockBackend::new(), 2, |pg, r| {
+            let mine = [
+                Sample {
+                    secs: 1.0 + f64::from(r),
+                    wrong: 3 * i64::from(r),
+                },
+                Sample::NA,
+            ];
+            merge(&Rank::Mock(pg), mine.to_vec())
+        })
+        .expect("mock world");
+        for m in per_rank {
+            assert_eq!(
+                m[0],
+                Sample {
+                    secs: 2.0,
+                    wrong: 3
+                }
+            );
+            assert!(m[1].secs.is_nan() && m[1].wrong == -1);
+        }
     }
 }

@@ -1,18 +1,43 @@
-//! One way of calling the library, timed: the trait every layer implements, and the process
-//! group layer, written once over [`Memory`] (the mock world and NCCL alike).
+//! One way of calling the library, timed: the kinds `oxccl perf` reports, the trait every
+//! layer implements, and the process group layer, written once over [`PgBackend`] (the
+//! mock world and NCCL alike).
 
 use crate::elem::Elem;
 use crate::expect::{self, Case};
 use crate::ops::Coll;
-use oxccl::buffer::{Memory, Operand};
+use oxccl::buffer::Operand;
+use oxccl::pg::PgBackend;
 use oxccl::pg::{P2pOp, PgGraph, ProcessGroup, WorkOf};
 use oxccl::Result;
 use std::marker::PhantomData;
 
+/// The layers `oxccl perf` times side by side: each is one path to the same collective.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LayerKind {
+    /// NCCL's function pointers, as nccl-tests calls them.
+    Raw,
+    /// `Comm::issue`, the checked path under the safe calls.
+    Comm,
+    /// `ProcessGroup`, c10d's API.
+    Pg,
+}
+
+impl LayerKind {
+    /// The three, in the order their columns are reported.
+    pub const ALL: [LayerKind; 3] = [LayerKind::Raw, LayerKind::Comm, LayerKind::Pg];
+
+    /// Its name wherever a layer is shown: the table's column, the JSON, the chart.
+    pub fn name(self) -> &'static str {
+        match self {
+            LayerKind::Raw => "raw",
+            LayerKind::Comm => "comm",
+            LayerKind::Pg => "pg",
+        }
+    }
+}
+
 /// A layer on one rank: set up a case, run it `iters` times, check one run.
 pub trait Layer {
-    /// The layer's name in reports: raw, comm or pg.
-    fn name(&self) -> &'static str;
     /// Allocates buffers for `case`; `Ok(false)` when the layer cannot run it in this placement
     /// (reported as N/A).
     fn setup(&mut self, case: &Case, in_place: bool) -> Result<bool>;
@@ -54,7 +79,7 @@ pub fn not_set_up() -> oxccl::Error {
 /// The -G capture of the process group layers: `iters` operations, each issued by `once` on
 /// the capturing group, captured on `pg` into one graph. Returns the graph and the
 /// operations it holds.
-pub fn capture_ops<B: Memory>(
+pub fn capture_ops<B: PgBackend>(
     pg: &ProcessGroup<B>,
     iters: usize,
     mut once: impl FnMut(&ProcessGroup<B>) -> Result<WorkOf<B>>,
@@ -72,7 +97,7 @@ pub fn capture_ops<B: Memory>(
 /// own, cudarc slices on NCCL) or [`LibraryAlloc`] (the library's allocator, `NcclBuf` on NCCL,
 /// the memory the `raw` and `comm` layers take by default, so the three compare like with
 /// like).
-pub trait PgBufs<B: Memory, T: Elem> {
+pub trait PgBufs<B: PgBackend, T: Elem> {
     /// The buffer type.
     type Buf: Operand<B, Elem = T>;
     /// Whether a buffer may hold no element (the library's allocator refuses empty ones).
@@ -89,7 +114,7 @@ pub struct Plain;
 /// The library allocator's buffers ([`Memory::CommBuf`]), used as they are (no tune table).
 pub struct LibraryAlloc;
 
-impl<B: Memory, T: Elem> PgBufs<B, T> for Plain {
+impl<B: PgBackend, T: Elem> PgBufs<B, T> for Plain {
     type Buf = B::Buf<T>;
     const EMPTY_OK: bool = true;
     fn zeros(pg: &ProcessGroup<B>, len: usize) -> Result<Self::Buf> {
@@ -100,7 +125,7 @@ impl<B: Memory, T: Elem> PgBufs<B, T> for Plain {
     }
 }
 
-impl<B: Memory, T: Elem> PgBufs<B, T> for LibraryAlloc {
+impl<B: PgBackend, T: Elem> PgBufs<B, T> for LibraryAlloc {
     type Buf = B::CommBuf<T>;
     const EMPTY_OK: bool = false;
     fn zeros(pg: &ProcessGroup<B>, len: usize) -> Result<Self::Buf> {
@@ -113,7 +138,7 @@ impl<B: Memory, T: Elem> PgBufs<B, T> for LibraryAlloc {
 
 /// A set-up case of the `pg` layer: the case, its buffers (both made by the setup, refilled
 /// by a check) and the graph armed over them (-G).
-struct SetUp<B: Memory, T: Elem, K: PgBufs<B, T>> {
+struct SetUp<B: PgBackend, T: Elem, K: PgBufs<B, T>> {
     /// The armed graph and the operations it holds (first: dropped before the buffers).
     graph: Option<(PgGraph<B>, usize)>,
     send: K::Buf,
@@ -124,7 +149,7 @@ struct SetUp<B: Memory, T: Elem, K: PgBufs<B, T>> {
 /// The process group path: `ProcessGroup::<B>` calls, each returning a `Work`; the loop waits
 /// for the last work (stream order covers the others). With -G the timed loop is captured
 /// by [`ProcessGroup::capture`] and the graph launched -G times. Its buffers are of kind `K`.
-pub struct PgLayer<B: Memory, T: Elem, K: PgBufs<B, T> = Plain> {
+pub struct PgLayer<B: PgBackend, T: Elem, K: PgBufs<B, T> = Plain> {
     pg: ProcessGroup<B>,
     /// The case set up, with its buffers (none before the first setup, after a teardown, or
     /// after a setup that said N/A).
@@ -135,7 +160,7 @@ pub struct PgLayer<B: Memory, T: Elem, K: PgBufs<B, T> = Plain> {
     _t: PhantomData<T>,
 }
 
-impl<B: Memory, T: Elem, K: PgBufs<B, T>> PgLayer<B, T, K> {
+impl<B: PgBackend, T: Elem, K: PgBufs<B, T>> PgLayer<B, T, K> {
     /// A layer over `pg`.
     pub fn new(pg: ProcessGroup<B>) -> Self {
         PgLayer {
@@ -206,7 +231,7 @@ impl<B: Memory, T: Elem, K: PgBufs<B, T>> PgLayer<B, T, K> {
     }
 }
 
-impl<B: Memory, T: Elem, K: PgBufs<B, T>> SetUp<B, T, K> {
+impl<B: PgBackend, T: Elem, K: PgBufs<B, T>> SetUp<B, T, K> {
     /// Issues one operation of the case on `pg`.
     fn once(&mut self, pg: &ProcessGroup<B>) -> Result<WorkOf<B>> {
         PgLayer::<B, T, K>::once_on(pg, &self.case, &self.send, &mut self.recv)
@@ -232,11 +257,7 @@ impl<B: Memory, T: Elem, K: PgBufs<B, T>> SetUp<B, T, K> {
     }
 }
 
-impl<B: Memory, T: Elem, K: PgBufs<B, T>> Layer for PgLayer<B, T, K> {
-    fn name(&self) -> &'static str {
-        "pg"
-    }
-
+impl<B: PgBackend, T: Elem, K: PgBufs<B, T>> Layer for PgLayer<B, T, K> {
     fn arm(&mut self, iters: usize) -> Result<()> {
         if let Some(set) = self.set.as_mut() {
             set.graph = None;
@@ -342,7 +363,7 @@ mod tests {
     /// said N/A on every rank.
     #[test]
     fn library_buffers_run_every_collective_right() {
-        let out = crate::perf::mock_world::mock_world(3, |pg, rank| {
+        let out = crate::perf::mock_world::mock_world_of(MockBackend::new(), 3, |pg, rank| {
             let mut seen = Vec::new();
             for coll in Coll::EACH {
                 for count in [0, 12] {
@@ -392,7 +413,7 @@ mod tests {
     /// a non-root's unused gather buffer is not counted: every rank right.
     #[test]
     fn library_buffers_check_only_the_case_s_elements() {
-        let out = crate::perf::mock_world::mock_world(3, |pg, rank| {
+        let out = crate::perf::mock_world::mock_world_of(MockBackend::new(), 3, |pg, rank| {
             let mut wrong = Vec::new();
             for coll in Coll::EACH {
                 let case = Case {

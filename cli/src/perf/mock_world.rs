@@ -1,21 +1,16 @@
-//! The mock world as threads: `n` ranks over one `MockBackend`, a thread and a process group
-//! each, stopped together when one fails.
+//! The mock world: `n` ranks as threads over one `MockBackend`, a thread and a process group
+//! each, stopped together when one fails; or this process's rank of a launched job, the
+//! processes sharing one communicator hosted by rank 0's.
 
 use super::stop::Stopper;
+use oxccl::launch::Bootstrap;
 use oxccl::mock::MockBackend;
 use oxccl::pg::{PgOptions, ProcessGroup};
 use oxccl::store::{MemStore, Store};
 use std::sync::{Arc, Barrier};
 
-/// Runs `body` on `n` mock ranks, a thread and a process group each; the ranks' results.
-pub fn mock_world<R: Send>(
-    n: u32,
-    body: impl Fn(&ProcessGroup<MockBackend>, u32) -> oxccl::Result<R> + Sync,
-) -> Result<Vec<R>, String> {
-    mock_world_of(MockBackend::new(), n, body)
-}
-
-/// [`mock_world`] over `backend` (a mock of another NCCL release, say).
+/// Runs `body` on `n` ranks over `backend` (a mock of some NCCL release), a thread and a
+/// process group each; the ranks' results.
 pub fn mock_world_of<R: Send>(
     backend: MockBackend,
     n: u32,
@@ -62,4 +57,23 @@ pub fn mock_world_of<R: Send>(
             })
             .collect()
     })
+}
+
+/// Runs `body` as this process's rank of a launched job on the mock world spanning the
+/// launched processes.
+pub fn mock_process<R>(
+    boot: &Bootstrap,
+    body: impl Fn(&ProcessGroup<MockBackend>, u32) -> oxccl::Result<R>,
+) -> Result<R, String> {
+    let (r, n) = (boot.rank, boot.world_size);
+    let in_rank = |e: oxccl::Error| format!("rank {r}: {e}");
+    let store = oxccl::pg::world_namespace(boot.group_store(), n).map_err(in_rank)?;
+    let opts = PgOptions {
+        bound_device: Some(boot.device),
+        ..PgOptions::default()
+    };
+    let pg = ProcessGroup::new(MockBackend::for_processes(), store, r, n, opts).map_err(in_rank)?;
+    let out = body(&pg, r);
+    pg.destroy();
+    out.map_err(in_rank)
 }

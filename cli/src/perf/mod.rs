@@ -1,6 +1,9 @@
-//! `oxccl perf`: nccl-tests' sweep through oxccl's layers, side by side in one run: `raw`
-//! (NCCL's function pointer), `comm` (`Comm::issue`) and `pg` (`ProcessGroup`). Without a GPU
-//! or NCCL it runs the `pg` layer on the mock world and says so in its first line.
+//! The measuring commands. `oxccl perf`: nccl-tests' sweep through oxccl's layers, side by
+//! side in one run: `raw` (NCCL's function pointer), `comm` (`Comm::issue`) and `pg`
+//! (`ProcessGroup`); without a GPU or NCCL it runs the `pg` layer on the mock world and says
+//! so in its first line. `oxccl tune`: the buffer-mode table for `OXCCL_TUNE_FILE`. `oxccl
+//! ping-pong`: one-sided latency between two ranks. They share the options of a sweep, the
+//! choice of backend and the worlds of ranks.
 
 mod args;
 pub mod backend;
@@ -8,19 +11,20 @@ mod command;
 mod direct;
 mod drive;
 pub mod layer;
-mod mock;
 pub mod mock_world;
 mod modes;
 pub mod nccl;
-mod outcome;
-mod ping_pong;
-mod processes;
+pub mod ping_pong;
+mod plan;
+mod rank;
+mod rank_layers;
 mod raw_call;
 mod report;
 mod stop;
 mod svg;
-mod tune;
+pub mod tune;
 mod tune_kernels;
+mod world;
 
-pub use args::PerfArgs;
+pub use args::{PerfArgs, PingPongArgs, TuneArgs};
 pub use command::run;

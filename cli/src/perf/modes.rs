@@ -1,16 +1,16 @@
 //! The process group on buffers of the library's allocator under a tune table: the `pg`
 //! layer of `oxccl perf -R 1|2` (one mode everywhere) and of `--tuned FILE` (a table
-//! `--tune` wrote), and the three layers `--tune` alternates. Each runs on a group of its own
-//! whose tune table is that one, so the process group itself
-//! registers buffers or makes windows, as it would for a user with a tuned table.
+//! `oxccl tune` wrote), and the layers `oxccl tune` alternates. Each runs on a group of its
+//! own whose tune table is that one, so the process group itself registers buffers or makes
+//! windows, as it would for a user with a tuned table.
 
 use super::layer::{capture_ops, not_set_up, Layer};
-use crate::elem::with_dtype;
 use crate::elem::Elem;
 use crate::expect::{self, Case};
 use crate::ops::Coll;
-use oxccl::buffer::{Memory, Operand};
+use oxccl::buffer::Operand;
 use oxccl::core::peer_kernels::PeerPolicy;
+use oxccl::pg::PgBackend;
 use oxccl::pg::{PgGraph, PgOptions, ProcessGroup, RegMode, TuneTable, WorkOf};
 use oxccl::Result;
 use std::collections::HashMap;
@@ -43,7 +43,7 @@ pub fn kind_of(c: Coll) -> Option<oxccl::core::OpKind> {
 
 /// A group of `pg`'s ranks with `table`. Collective: every rank calls it, in the same order,
 /// with the same table.
-pub fn tuned_group<B: Memory>(
+pub fn tuned_group<B: PgBackend>(
     pg: &ProcessGroup<B>,
     table: &Arc<TuneTable>,
     kernels: Option<PeerPolicy>,
@@ -58,15 +58,6 @@ pub fn tuned_group<B: Memory>(
     pg.new_group(pg.ranks(), Some(opts))
 }
 
-/// Layer names by mode, for `--tune`.
-pub fn name_of(mode: RegMode) -> &'static str {
-    match mode {
-        RegMode::Plain => "pg-R0",
-        RegMode::Registered => "pg-R1",
-        RegMode::Window => "pg-R2",
-    }
-}
-
 /// The process group path on [`Memory::CommBuf`] buffers, in its group's mode.
 ///
 /// Buffers are pooled by length and reused across cases: windows stay registered as long as
@@ -76,14 +67,13 @@ pub fn name_of(mode: RegMode) -> &'static str {
 /// Nothing is registered inside a capture, so each arm first runs the operation once
 /// outside it: the group's table registers the buffers then, as it would for a user's
 /// warm-up step.
-pub struct ModeLayer<B: Memory, T: Elem> {
+pub struct ModeLayer<B: PgBackend, T: Elem> {
     /// The group the layer's group is made from.
     base: ProcessGroup<B>,
     table: Arc<TuneTable>,
     /// The mode's group, made by the first [`Layer::setup`] (collective: every rank sets up
     /// the same cases in the same order), so that building a layer cannot fail.
     group: Option<ProcessGroup<B>>,
-    name: &'static str,
     case: Option<Case>,
     send: Option<B::CommBuf<T>>,
     recv: Option<B::CommBuf<T>>,
@@ -97,19 +87,18 @@ pub struct ModeLayer<B: Memory, T: Elem> {
     graph: Option<(PgGraph<B>, usize)>,
 }
 
-impl<B: Memory, T: Elem> ModeLayer<B, T> {
-    /// A layer in `mode` everywhere on a group of `base`'s ranks, reported as `name`.
-    pub fn new(base: ProcessGroup<B>, mode: RegMode, name: &'static str) -> Self {
-        ModeLayer::with_table(base, Arc::new(TuneTable::uniform(mode)), name)
+impl<B: PgBackend, T: Elem> ModeLayer<B, T> {
+    /// A layer in `mode` everywhere on a group of `base`'s ranks.
+    pub fn new(base: ProcessGroup<B>, mode: RegMode) -> Self {
+        ModeLayer::with_table(base, Arc::new(TuneTable::uniform(mode)))
     }
 
-    /// A layer under `table` on a group of `base`'s ranks, reported as `name`.
-    pub fn with_table(base: ProcessGroup<B>, table: Arc<TuneTable>, name: &'static str) -> Self {
+    /// A layer under `table` on a group of `base`'s ranks.
+    pub fn with_table(base: ProcessGroup<B>, table: Arc<TuneTable>) -> Self {
         ModeLayer {
             base,
             table,
             group: None,
-            name,
             case: None,
             send: None,
             recv: None,
@@ -196,11 +185,7 @@ impl<B: Memory, T: Elem> ModeLayer<B, T> {
     }
 }
 
-impl<B: Memory, T: Elem> Layer for ModeLayer<B, T> {
-    fn name(&self) -> &'static str {
-        self.name
-    }
-
+impl<B: PgBackend, T: Elem> Layer for ModeLayer<B, T> {
     fn arm(&mut self, iters: usize) -> Result<()> {
         self.graph = None;
         if self.graphs == 0 || iters == 0 {
@@ -302,50 +287,4 @@ impl<B: Memory, T: Elem> Layer for ModeLayer<B, T> {
         self.case = None;
         Ok(())
     }
-}
-
-/// The table of this run's `pg` layer (set once by `oxccl perf` from `-R` / `--tuned`).
-static PG_TABLE: std::sync::OnceLock<Arc<TuneTable>> = std::sync::OnceLock::new();
-
-/// Sets the table the `pg` layer runs under for this run (a second call is ignored: one
-/// run, one table).
-pub fn set_pg_table(table: Arc<TuneTable>) {
-    let _ = PG_TABLE.set(table);
-}
-
-/// Whether the `pg` layer runs under a table in this run (`-R 1|2` or `--tuned`).
-pub fn pg_tuned() -> bool {
-    PG_TABLE.get().is_some()
-}
-
-/// The `pg` layer under this run's table (see [`set_pg_table`]); under no table, plain mode
-/// everywhere.
-pub fn pg_layer<B: Memory>(
-    pg: &ProcessGroup<B>,
-    dtype: crate::ops::Dtype,
-    corrupt: bool,
-    graphs: u32,
-) -> Box<dyn Layer> {
-    let table = PG_TABLE
-        .get()
-        .cloned()
-        .unwrap_or_else(|| Arc::new(TuneTable::uniform(RegMode::Plain)));
-    with_dtype!(dtype, T => Box::new(ModeLayer::<B, T>::with_table(pg.clone(), table, "pg").corrupting(corrupt).graphs(graphs)))
-}
-
-/// The table the `pg` layer runs under: `--tuned FILE`, else `-R` as a uniform table, else
-/// none (the plain `pg` layer).
-pub fn pg_table(
-    registration: u8,
-    tuned: Option<&std::path::Path>,
-) -> std::result::Result<Option<Arc<TuneTable>>, String> {
-    if let Some(path) = tuned {
-        return oxccl::pg::load_tune_file(path)
-            .map(|t| Some(Arc::new(t)))
-            .map_err(|e| format!("--tuned: {e}"));
-    }
-    Ok(RegMode::ALL
-        .into_iter()
-        .find(|m| m.level() == registration && registration > 0)
-        .map(|m| Arc::new(TuneTable::uniform(m))))
 }

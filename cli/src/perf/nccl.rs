@@ -1,39 +1,28 @@
-//! The sweep on NCCL: a thread per local GPU, or one process per GPU under torchrun, srun or
-//! mpirun; the `raw` and `comm` layers (device buffers by address: plain, registered or
-//! symmetric windows; CUDA-graph capture of the timed loop) beside the `pg` layer.
+//! The NCCL world: the GPUs a process drives, a thread each (or, under torchrun, srun or
+//! mpirun, this process's one GPU), with a process group and a `Comm` of the same ranks per
+//! rank, all of them stopped when one fails; and the layers `oxccl check` asks for by name.
 
-use super::args::PerfArgs;
-use super::direct::NcclLayer;
-use super::drive::{merge, sweep, Plan, Sample};
-use super::layer::LibraryAlloc;
-use super::layer::{Layer, PgLayer};
-use super::outcome::Outcome;
-use super::processes;
+use super::layer::{Layer, LayerKind};
+use super::rank_layers::nccl_layer;
 use super::stop::Stopper;
-use crate::elem::with_dtype;
 use oxccl::core::peer_kernels::{PeerPolicy, PeerTable};
-use oxccl::core::Backend;
+use oxccl::core::Backend as _;
+use oxccl::launch::Bootstrap;
 use oxccl::pg::{PgOptions, ProcessGroup};
 use oxccl::store::{MemStore, Store};
 use oxccl::{Comm, CommConfig, Device, Error, Nccl, Result};
-use serde_json::json;
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
+// `oxccl check` takes these from here, beside the thread world.
+pub use super::backend::load;
+pub use super::plan::LayerOpts;
+
 /// A rank's handles: its process group and, beside it, a `Comm` of the same ranks.
 pub type RankBody<'a, R> =
     &'a (dyn Fn(&ProcessGroup<Nccl>, &Rc<RefCell<Comm>>, u32) -> Result<R> + Sync);
-
-/// The library of `--library`, or the search's.
-pub fn load(library: Option<&std::path::Path>) -> std::result::Result<Nccl, String> {
-    match library {
-        Some(p) => Nccl::open(p),
-        None => Nccl::load(),
-    }
-    .map_err(|e| format!("{e}; {}", crate::info::GET_ONE))
-}
 
 /// The GPUs to drive: `-g` (at most the visible ones), else every visible one.
 pub fn local_gpus(g: Option<u32>) -> std::result::Result<u32, String> {
@@ -88,16 +77,16 @@ pub struct RankSetup {
 }
 
 impl RankSetup {
-    /// The setup `-z` and `--peer-kernels` (else `OXCCL_PEER_KERNELS`) ask for.
-    pub fn of(a: &PerfArgs) -> std::result::Result<RankSetup, String> {
-        let kernels = match a.peer_kernels {
-            Some(k) => k.policy(),
+    /// Blocking or not, with the kernels `kernels` names, else `OXCCL_PEER_KERNELS`'s.
+    pub fn of(
+        blocking: bool,
+        kernels: Option<PeerPolicy>,
+    ) -> std::result::Result<RankSetup, String> {
+        let kernels = match kernels {
+            Some(k) => k,
             None => oxccl::peer_policy_from_env().map_err(|e| e.to_string())?,
         };
-        Ok(RankSetup {
-            blocking: a.blocking == 1,
-            kernels,
-        })
+        Ok(RankSetup { blocking, kernels })
     }
 }
 
@@ -139,7 +128,7 @@ fn with_rank<R>(
     if let (Err(e), Some(stop)) = (&out, stop) {
         // Said at once (the run's own report waits for every rank), then the other ranks,
         // which would wait for this one in their next collective, are stopped.
-        eprintln!("oxccl perf: rank {r} failed: {e}; stopping the other ranks");
+        eprintln!("oxccl: rank {r} failed: {e}; stopping the other ranks");
         stop.stop(&format!("rank {r} failed: {e}"));
     }
     pg.destroy();
@@ -155,50 +144,21 @@ fn with_rank<R>(
     out
 }
 
-/// Runs the plan on NCCL.
-pub fn run(a: &PerfArgs, plan: &Plan) -> std::result::Result<Outcome, String> {
-    let lib = load(a.library.as_deref())?;
-    let version = lib.version();
-    let setup = RankSetup::of(a)?;
-    if processes::launched() {
-        let boot = processes::bootstrap()?;
-        let (r, n) = (boot.rank, boot.world_size);
-        // A namespace of this run's own: a store that outlives a run (torchrun's agent store
-        // across restarts) must not hand a restarted rank the last run's unique id.
-        let store = oxccl::pg::world_namespace(boot.group_store(), n).map_err(|e| e.to_string())?;
-        let id = exchange_id(&lib, store.as_ref(), r).map_err(|e| e.to_string())?;
-        let body = |pg: &ProcessGroup<Nccl>, comm: &Rc<RefCell<Comm>>, r: u32| {
-            let samples = rank(a, plan, &lib, pg, comm, r, n)?;
-            processes::merge_through(pg, samples)
-        };
-        let samples = with_rank(&lib, id, store, r, n, boot.device, setup, None, &body)
-            .map_err(|e| format!("rank {r}: {e}"))?;
-        let first = format!(
-            "NCCL {version}: {n} ranks, one process per GPU ({:?}), graphs {}, registration {}",
-            boot.launcher, a.graphs, a.registration
-        );
-        return Ok(Outcome {
-            head: json!({"backend": "nccl", "nccl_version": version.to_string(), "mode": "process per GPU", "ranks": n, "graphs": a.graphs, "registration": a.registration, "first_line": first}),
-            merged: (r == 0).then_some(samples),
-            n,
-        });
-    }
-    let n = local_gpus(a.gpus)?;
-    let body = |pg: &ProcessGroup<Nccl>, comm: &Rc<RefCell<Comm>>, r: u32| {
-        rank(a, plan, &lib, pg, comm, r, n)
-    };
-    let per_rank = thread_world(&lib, n, setup, &body)?;
-    let first = format!(
-        "NCCL {version} at {}: {n} GPUs, a thread per GPU, graphs {}, registration {}",
-        oxccl::escaped_path(lib.library().path()),
-        a.graphs,
-        a.registration
-    );
-    Ok(Outcome {
-        head: json!({"backend": "nccl", "nccl_version": version.to_string(), "mode": "thread per GPU", "ranks": n, "graphs": a.graphs, "registration": a.registration, "first_line": first}),
-        merged: Some(merge(&per_rank)),
-        n,
-    })
+/// Runs `body` as this process's rank of a launched job (torchrun, srun, mpirun) on its
+/// GPU, with a process group and a `Comm` of every launched rank.
+pub fn process_world<R>(
+    lib: &Nccl,
+    boot: &Bootstrap,
+    setup: RankSetup,
+    body: RankBody<'_, R>,
+) -> std::result::Result<R, String> {
+    let (r, n) = (boot.rank, boot.world_size);
+    // A namespace of this run's own: a store that outlives a run (torchrun's agent store
+    // across restarts) must not hand a restarted rank the last run's unique id.
+    let store = oxccl::pg::world_namespace(boot.group_store(), n).map_err(|e| e.to_string())?;
+    let id = exchange_id(lib, store.as_ref(), r).map_err(|e| e.to_string())?;
+    with_rank(lib, id, store, r, n, boot.device, setup, None, body)
+        .map_err(|e| format!("rank {r}: {e}"))
 }
 
 /// Rank 0's unique id for the raw/comm communicator, through the job's store.
@@ -212,77 +172,19 @@ fn exchange_id(lib: &Nccl, store: &dyn Store, r: u32) -> Result<oxccl::UniqueId>
     }
 }
 
-/// How the layers are set up (the pg layer takes `corrupt`, `graphs` and `library_bufs`).
-#[derive(Clone, Copy, Default)]
-pub struct LayerOpts {
-    /// -R: 0 plain, 1 registered, 2 symmetric windows.
-    pub registration: u8,
-    /// -G: graph launches (0: no graph).
-    pub graphs: u32,
-    /// The hidden --inject-error, on this rank.
-    pub corrupt: bool,
-    /// -z 0: the communicator is nonblocking.
-    pub nonblocking: bool,
-    /// The pg layer runs on `NcclBuf` (the memory the raw and comm layers take by default)
-    /// instead of cudarc slices (see [`super::direct::library_memory`]).
-    pub library_bufs: bool,
-}
-
-/// The layers of `plan` on one rank.
+/// The layers `names` names (`raw`, `comm`, `pg`; others are left out) on one rank, for
+/// `oxccl check`, which picks its layers by name.
 pub fn layers(
-    plan_layers: &[&str],
+    names: &[&str],
     dtype: crate::ops::Dtype,
     lib: &Nccl,
     pg: &ProcessGroup<Nccl>,
     comm: &Rc<RefCell<Comm>>,
     o: LayerOpts,
 ) -> Vec<Box<dyn Layer>> {
-    let LayerOpts {
-        registration,
-        graphs,
-        corrupt,
-        nonblocking,
-        library_bufs,
-    } = o;
-    plan_layers
+    names
         .iter()
-        .map(|l| match *l {
-            // -R or --tuned: CommBuf buffers in a group under that tune table.
-            "pg" if super::modes::pg_tuned() => super::modes::pg_layer(pg, dtype, corrupt, graphs),
-            "pg" if library_bufs => with_dtype!(dtype, T => Box::new(PgLayer::<Nccl, T, LibraryAlloc>::new(pg.clone()).corrupting(corrupt).graphs(graphs)) as Box<dyn Layer>),
-            "pg" => with_dtype!(dtype, T => Box::new(PgLayer::<Nccl, T>::new(pg.clone()).corrupting(corrupt).graphs(graphs)) as Box<dyn Layer>),
-            name => {
-                let raw = name == "raw";
-                with_dtype!(dtype, T => Box::new(NcclLayer::<T>::new(comm.clone(), lib.clone(), raw, registration, graphs).corrupting(corrupt).nonblocking(nonblocking)) as Box<dyn Layer>)
-            }
-        })
+        .filter_map(|n| LayerKind::ALL.into_iter().find(|k| k.name() == *n))
+        .map(|k| nccl_layer(k, dtype, lib, pg, comm, &o))
         .collect()
-}
-
-fn rank(
-    a: &PerfArgs,
-    plan: &Plan,
-    lib: &Nccl,
-    pg: &ProcessGroup<Nccl>,
-    comm: &Rc<RefCell<Comm>>,
-    r: u32,
-    n: u32,
-) -> Result<Vec<Sample>> {
-    let mut layers = layers(
-        &plan.layers,
-        plan.dtype,
-        lib,
-        pg,
-        comm,
-        LayerOpts {
-            registration: a.registration,
-            graphs: a.graphs,
-            corrupt: a.inject_error && r == 0,
-            nonblocking: a.blocking == 0,
-            library_bufs: super::direct::library_memory(lib),
-        },
-    );
-    let sync_pg = pg.clone();
-    let sync = move || sync_pg.barrier()?.wait();
-    sweep(plan, &mut layers, n, r, &sync, r == 0)
 }

@@ -1,17 +1,19 @@
-//! `oxccl perf --ping-pong`: one-sided latency through the process group. Rank 0 puts each
-//! size into rank 1's window buffer with a signal; rank 1 waits for it and puts it back into
-//! rank 0's; every round is queued on the streams without the host in between, and half the
-//! round trip is the latency reported. Beside it, in the same groups, the same ping-pong with
-//! send and recv. Two ranks: a thread per GPU on NCCL 2.29.2+, or the mock world (imitating
-//! NCCL 2.32.3) without one. The data is checked after the last round.
+//! `oxccl ping-pong`: one-sided latency through the process group. Rank 0 puts each size
+//! into rank 1's window buffer with a signal; rank 1 waits for it and puts it back into rank
+//! 0's; every round is queued on the streams without the host in between, and half the round
+//! trip is the latency reported. Beside it, in the same groups, the same ping-pong with send
+//! and recv. Two ranks: a thread per GPU on NCCL 2.29.2+, or the mock world (imitating NCCL
+//! 2.32.3) without one. The data is checked after the last round.
 
-use super::args::PerfArgs;
-use super::nccl::{load, local_gpus, thread_world, RankSetup};
+use super::args::PingPongArgs;
+use super::backend::Ground;
+use super::nccl::{local_gpus, RankSetup};
+use super::plan::{sizes, Failure};
+use super::rank::Rank;
+use super::world::World;
 use crate::exit;
-use crate::ops;
-use oxccl::buffer::Memory;
 use oxccl::core::Backend as _;
-use oxccl::pg::{ProcessGroup, RegMode, SignalFrom};
+use oxccl::pg::{PgBackend, ProcessGroup, RegMode, SignalFrom};
 use oxccl::{Error, Feature, Result};
 use std::process::ExitCode;
 use std::time::Instant;
@@ -19,17 +21,14 @@ use std::time::Instant;
 /// One size's result: bytes, one-sided and two-sided half round trips in µs.
 type Row = (usize, f64, f64);
 
-/// Runs the ping-pong and prints its table.
-pub fn main(a: &PerfArgs, use_nccl: bool, why: &str) -> ExitCode {
-    match measure(a, use_nccl, why) {
+/// Runs `oxccl ping-pong` and prints its table.
+pub fn run(a: &PingPongArgs) -> ExitCode {
+    match measure(a) {
         Ok(rows) => {
             print(&rows);
             ExitCode::SUCCESS
         }
-        Err((code, msg)) => {
-            eprintln!("oxccl perf --ping-pong: {msg}");
-            ExitCode::from(code)
-        }
+        Err(f) => f.exit("ping-pong"),
     }
 }
 
@@ -41,64 +40,64 @@ fn print(rows: &[Row]) {
     }
 }
 
-fn measure(a: &PerfArgs, use_nccl: bool, why: &str) -> std::result::Result<Vec<Row>, (u8, String)> {
-    let min = a.min_bytes.unwrap_or(8).max(4);
+fn measure(a: &PingPongArgs) -> std::result::Result<Vec<Row>, Failure> {
+    let ground = Ground::of(a.world.backend, a.world.library.as_deref()).map_err(Failure::env)?;
+    let nccl = !ground.is_mock();
+    let s = &a.sweep;
+    let min = s.min_bytes.unwrap_or(8).max(4);
     // Without GDRCopy NCCL completes puts of 32 KiB and more only over the copy engines
     // (NCCL_P2P_USE_CUDA_MEMCPY=1; docs/BENCHMARKS.md, one-sided latency): small ones by
     // default otherwise.
     let copy_engines = std::env::var("NCCL_P2P_USE_CUDA_MEMCPY").as_deref() == Ok("1");
-    let default_max = if copy_engines || !use_nccl {
+    let default_max = if copy_engines || !nccl {
         1 << 20
     } else {
         16 << 10
     };
-    let max = a.max_bytes.unwrap_or(default_max).min(256 << 20);
-    let sizes = ops::sweep(min, max, a.factor as usize, a.incr.unwrap_or(0));
-    if sizes.is_empty() {
-        return Err((
-            exit::USAGE,
-            format!("-b {min} is above -e {max}: give a smallest size at most the largest"),
-        ));
-    }
-    let iters = a.iters.unwrap_or(if use_nccl { 200 } else { 20 }) as usize;
-    let warmup = a.warmup.unwrap_or(if use_nccl { 20 } else { 2 }) as usize;
-    if use_nccl {
-        let lib = load(a.library.as_deref()).map_err(|e| (exit::ENV, e))?;
-        lib.features()
-            .require(Feature::Signals)
-            .map_err(|e| (exit::ENV, e.to_string()))?;
-        let gpus = local_gpus(a.gpus).map_err(|e| (exit::ENV, e))?;
-        if gpus < 2 {
-            return Err((exit::ENV, format!("{gpus} GPU here: the ping-pong needs 2")));
+    let max = s.max_bytes.unwrap_or(default_max).min(256 << 20);
+    let sizes = sizes(s, min, max)?;
+    let iters = s.iters.unwrap_or(if nccl { 200 } else { 20 }) as usize;
+    let warmup = s.warmup.unwrap_or(if nccl { 20 } else { 2 }) as usize;
+    let world = match ground {
+        Ground::Nccl(lib) => {
+            lib.features()
+                .require(Feature::Signals)
+                .map_err(|e| Failure::env(e.to_string()))?;
+            let gpus = local_gpus(a.world.gpus).map_err(Failure::env)?;
+            if gpus < 2 {
+                return Err(Failure::env(format!(
+                    "{gpus} GPU here: the ping-pong needs 2"
+                )));
+            }
+            let setup = RankSetup::of(true, None).map_err(Failure::usage)?;
+            World::nccl_threads(*lib, 2, setup)
         }
-        let setup = RankSetup::of(a).map_err(|e| (exit::USAGE, e))?;
-        let rows = thread_world(&lib, 2, setup, &|pg, _comm, r| {
-            ping_pong(pg, r, &sizes, iters, warmup)
-        })
-        .map_err(|e| (exit::FAILED, e))?;
-        return rows
-            .into_iter()
-            .next()
-            .ok_or((exit::FAILED, "no rank".to_owned()));
-    }
-    println!("# the mock world (imitating NCCL 2.32.3), 2 ranks as threads: {why}");
-    let mock = oxccl::mock::MockBackend::with_options(
-        oxccl::FeatureSet::for_version(oxccl::Version::new(2, 32, 3)),
-        oxccl::mock::FaultPlan::new(),
-        1,
-        std::time::Duration::from_secs(60),
-    );
-    let rows =
-        super::mock_world::mock_world_of(mock, 2, |pg, r| ping_pong(pg, r, &sizes, iters, warmup))
-            .map_err(|e| (exit::FAILED, e))?;
-    rows.into_iter()
-        .next()
-        .ok_or((exit::FAILED, "no rank".to_owned()))
+        Ground::Mock(why) => {
+            println!("# the mock world (imitating NCCL 2.32.3), 2 ranks as threads: {why}");
+            let mock = oxccl::mock::MockBackend::with_options(
+                oxccl::FeatureSet::for_version(oxccl::Version::new(2, 32, 3)),
+                oxccl::mock::FaultPlan::new(),
+                1,
+                std::time::Duration::from_secs(60),
+            );
+            World::mock_threads(mock, 2)
+        }
+    };
+    let rows = world.run(|rank, r| match rank {
+        Rank::Mock(pg) => ping_pong(pg, r, &sizes, iters, warmup),
+        Rank::Nccl(pg, ..) => ping_pong(pg, r, &sizes, iters, warmup),
+    });
+    let failed = |why: String| Failure {
+        code: exit::FAILED,
+        why,
+    };
+    rows.map_err(failed)?
+        .ok_or_else(|| failed("no rank".to_owned()))
 }
 
 /// This rank's part: for each size, the one-sided and the two-sided ping-pong, timed from
 /// the first round after the warm-up to the last, which is waited for; the data checked.
-fn ping_pong<B: Memory>(
+fn ping_pong<B: PgBackend>(
     pg: &ProcessGroup<B>,
     r: u32,
     sizes: &[usize],
@@ -157,7 +156,7 @@ fn ping_pong<B: Memory>(
 
 /// Half the round trip in µs over `iters` rounds after `warmup`; `round(last)` queues one
 /// round and waits for it when `last`. The ranks start each timing together (a barrier).
-fn timed<B: Memory>(
+fn timed<B: PgBackend>(
     pg: &ProcessGroup<B>,
     warmup: usize,
     iters: usize,

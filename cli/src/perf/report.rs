@@ -1,9 +1,108 @@
 //! The sweep's results as nccl-tests prints them (one table, a layer column in front, the
-//! average bus bandwidth per layer at the end) and as JSON.
+//! average bus bandwidth per layer at the end), as JSON and as a chart, and the exit code
+//! they earn.
 
-use super::drive::{index, Plan, Sample};
-use crate::ops::{human, Coll};
+use super::backend::Ground;
+use super::drive::Sample;
+use super::layer::{pg_placement, LayerKind};
+use super::plan::{Failure, Plan, SweepPoint};
+use super::svg;
+use super::world::World;
+use crate::exit;
+use crate::ops::Coll;
+use oxccl::core::Backend as _;
 use serde_json::{json, Value};
+use std::process::ExitCode;
+
+/// Where the run was, for the report: the JSON head (backend, ranks, and why this backend)
+/// and the line the table starts with.
+pub fn head(plan: &Plan, world: &World) -> (Value, String) {
+    let n = world.ranks();
+    let (graphs, registration) = (plan.opts.graphs, plan.opts.registration);
+    let (mut v, first) = match (&plan.ground, world.launcher()) {
+        (Ground::Mock(why), None) => (
+            json!({"backend": "mock", "reason": why, "ranks": n}),
+            format!("mock world (no NCCL run: {why}): {n} ranks as threads, pg layer only, host memory: times measure oxccl's host path, not a network"),
+        ),
+        (Ground::Mock(why), Some(launcher)) => (
+            json!({"backend": "mock", "reason": why, "mode": "process per rank", "ranks": n, "launcher": format!("{launcher:?}")}),
+            format!("mock world (no NCCL run: {why}): {n} ranks, one process per rank ({launcher:?}), pg layer only, host memory: times measure oxccl's host path, not a network"),
+        ),
+        (Ground::Nccl(lib), None) => (
+            json!({"backend": "nccl", "nccl_version": lib.version().to_string(), "mode": "thread per GPU", "ranks": n, "graphs": graphs, "registration": registration}),
+            format!(
+                "NCCL {} at {}: {n} GPUs, a thread per GPU, graphs {graphs}, registration {registration}",
+                lib.version(),
+                oxccl::escaped_path(lib.library().path())
+            ),
+        ),
+        (Ground::Nccl(lib), Some(launcher)) => (
+            json!({"backend": "nccl", "nccl_version": lib.version().to_string(), "mode": "process per GPU", "ranks": n, "graphs": graphs, "registration": registration}),
+            format!(
+                "NCCL {}: {n} ranks, one process per GPU ({launcher:?}), graphs {graphs}, registration {registration}",
+                lib.version()
+            ),
+        ),
+    };
+    v["first_line"] = json!(first);
+    (v, first)
+}
+
+/// Prints the report of the samples merged at `points` (the table, or JSON with --json),
+/// writes --json-out and --svg, and says how the run ends: 1 when a result is wrong.
+pub fn deliver(
+    plan: &Plan,
+    world: &World,
+    points: &[SweepPoint],
+    merged: &[Sample],
+) -> Result<ExitCode, Failure> {
+    let rows = rows(plan, points, merged);
+    let (head, first_line) = head(plan, world);
+    let json = to_json(plan, &rows, head);
+    let text = format!("# {first_line}\n{}", table(plan, &rows));
+    let wrong = wrong_total(&rows);
+    let out = &plan.output;
+    let svg = out.svg.as_ref().map(|path| {
+        let lines = series(&rows);
+        let title = format!(
+            "oxccl perf on {} ({} ranks, {})",
+            json["backend"].as_str().unwrap_or("?"),
+            world.ranks(),
+            plan.sweep.dtype.name()
+        );
+        (path, svg::chart(&lines, &title))
+    });
+    if out.json {
+        println!("{}", crate::shown::json(&json));
+    } else {
+        print!("{text}");
+    }
+    let write = |what: &str, path: &std::path::Path, text: String| {
+        std::fs::write(path, text).map_err(|e| {
+            Failure::env(format!(
+                "cannot write {what} {}: {e}",
+                oxccl::escaped_path(path)
+            ))
+        })
+    };
+    if let Some(path) = &out.json_out {
+        write(
+            "--json-out",
+            path,
+            serde_json::to_string_pretty(&json).unwrap_or_default(),
+        )?;
+    }
+    if let Some((path, chart)) = svg {
+        write("--svg", path, chart)?;
+    }
+    match wrong {
+        0 => Ok(ExitCode::SUCCESS),
+        wrong => Err(Failure {
+            code: exit::FAILED,
+            why: format!("{wrong} wrong elements: the results do not match the host reference"),
+        }),
+    }
+}
 
 /// One placement of one row: time in µs, bandwidths in GB/s, wrong elements (-1: unchecked).
 #[derive(Clone, Copy, Debug)]
@@ -21,8 +120,8 @@ pub struct Cell {
 /// One row: a collective at one size through one layer.
 #[derive(Clone, Debug)]
 pub struct Row {
-    /// Layer name.
-    pub layer: &'static str,
+    /// The layer.
+    pub layer: LayerKind,
     /// Collective.
     pub coll: Coll,
     /// Bytes (nccl-tests' size: the whole array).
@@ -33,48 +132,68 @@ pub struct Row {
     pub cells: [Option<Cell>; 2],
 }
 
-/// The rows of a merged sweep on `n` ranks.
-pub fn rows(plan: &Plan, merged: &[Sample], n: u32) -> Vec<Row> {
+/// The rows of a merged sweep at `points` (the samples in the order [`super::drive::sweep`]
+/// files them): a row per point and layer that ran in either placement.
+pub fn rows(plan: &Plan, points: &[SweepPoint], merged: &[Sample]) -> Vec<Row> {
     let mut out = Vec::new();
-    for (c, coll) in plan.colls.iter().enumerate() {
-        for (s, size) in plan.sizes.iter().enumerate() {
-            let count = coll.count_for(*size, plan.dtype.size(), n);
-            let bytes = count * plan.dtype.size();
-            for (l, layer) in plan.layers.iter().enumerate() {
-                let cell = |p: bool| {
-                    let smp = merged[index(plan, c, s, l, p)];
-                    (!smp.secs.is_nan()).then(|| {
-                        let algbw = if smp.secs > 0.0 {
-                            bytes as f64 / smp.secs / 1e9
-                        } else {
-                            0.0
-                        };
-                        Cell {
-                            time_us: smp.secs * 1e6,
-                            algbw,
-                            busbw: algbw * coll.bus_factor(n),
-                            wrong: smp.wrong,
-                        }
-                    })
-                };
-                let cells = [cell(false), cell(true)];
-                if cells.iter().any(Option::is_some) {
-                    out.push(Row {
-                        layer,
-                        coll: *coll,
-                        bytes,
-                        count,
-                        cells,
-                    });
-                }
+    let per_point = merged.chunks_exact(2 * plan.layers.len());
+    for (point, samples) in points.iter().zip(per_point) {
+        for (layer, pair) in plan.layers.iter().zip(samples.chunks_exact(2)) {
+            let cell = |smp: &Sample| {
+                (!smp.secs.is_nan()).then(|| {
+                    let algbw = if smp.secs > 0.0 {
+                        point.bytes as f64 / smp.secs / 1e9
+                    } else {
+                        0.0
+                    };
+                    Cell {
+                        time_us: smp.secs * 1e6,
+                        algbw,
+                        busbw: algbw * point.bus_factor,
+                        wrong: smp.wrong,
+                    }
+                })
+            };
+            let cells = [cell(&pair[0]), cell(&pair[1])];
+            if cells.iter().any(Option::is_some) {
+                out.push(Row {
+                    layer: *layer,
+                    coll: point.coll,
+                    bytes: point.bytes,
+                    count: point.count,
+                    cells,
+                });
             }
         }
     }
     out
 }
 
+/// The chart's lines: a layer's collective over its sizes, each in the placement every layer
+/// has (the process group reduces and broadcasts in place, the rest out of place).
+fn series(rows: &[Row]) -> Vec<svg::Series> {
+    let mut out: Vec<svg::Series> = Vec::new();
+    for r in rows {
+        let in_place = pg_placement(r.coll, true);
+        let Some(c) = r.cells[usize::from(in_place)].or(r.cells[usize::from(!in_place)]) else {
+            continue;
+        };
+        let (layer, coll) = (r.layer.name(), r.coll.name());
+        let point = (r.bytes.max(1) as f64, c.busbw, c.time_us);
+        match out.iter_mut().find(|s| (s.layer, s.coll) == (layer, coll)) {
+            Some(s) => s.points.push(point),
+            None => out.push(svg::Series {
+                layer,
+                coll,
+                points: vec![point],
+            }),
+        }
+    }
+    out
+}
+
 /// Average busbw per layer over every cell it has, in the plan's layer order.
-pub fn averages(plan: &Plan, rows: &[Row]) -> Vec<(&'static str, f64)> {
+pub fn averages(plan: &Plan, rows: &[Row]) -> Vec<(LayerKind, f64)> {
     plan.layers
         .iter()
         .filter_map(|l| {
@@ -102,24 +221,25 @@ pub fn table(plan: &Plan, rows: &[Row]) -> String {
     s += "#                                                              out-of-place                       in-place\n";
     s += "#  layer  collective        size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n";
     s += "#                            (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)\n";
+    let sweep = &plan.sweep;
     for r in rows {
         let redop = if r.coll.reduces() {
-            plan.redop.name()
+            sweep.redop.name()
         } else {
             "none"
         };
         let root = if r.coll.rooted() {
-            plan.root as i64
+            sweep.root as i64
         } else {
             -1
         };
         s += &format!(
             "{:>8}  {:<14} {:>10}  {:>12}  {:>8}  {:>6}  {:>6}",
-            r.layer,
+            r.layer.name(),
             r.coll.name(),
             r.bytes,
             r.count,
-            plan.dtype.name(),
+            sweep.dtype.name(),
             redop,
             root
         );
@@ -142,18 +262,17 @@ pub fn table(plan: &Plan, rows: &[Row]) -> String {
         s.push('\n');
     }
     for (l, avg) in averages(plan, rows) {
-        s += &format!("# Avg bus bandwidth ({l}) : {avg:.4} GB/s\n");
+        s += &format!("# Avg bus bandwidth ({}) : {avg:.4} GB/s\n", l.name());
     }
     s += &format!(
         "# wrong elements: {}{}\n",
         wrong_total(rows),
-        if plan.check {
+        if sweep.check {
             ""
         } else {
             " (results not checked: -c 1 checks)"
         }
     );
-    let _ = human;
     s
 }
 
@@ -168,22 +287,23 @@ fn cell_json(c: &Option<Cell>) -> Value {
 
 /// The report as JSON: the run's settings, every row, the averages and the wrong total.
 pub fn to_json(plan: &Plan, rows: &[Row], head: Value) -> Value {
+    let sweep = &plan.sweep;
     let mut v = head;
-    v["dtype"] = json!(plan.dtype.name());
-    v["redop"] = json!(plan.redop.name());
-    v["root"] = json!(plan.root);
-    v["iters"] = json!(plan.iters);
-    v["warmup"] = json!(plan.warmup);
-    v["check"] = json!(plan.check);
-    v["layers"] = json!(plan.layers);
+    v["dtype"] = json!(sweep.dtype.name());
+    v["redop"] = json!(sweep.redop.name());
+    v["root"] = json!(sweep.root);
+    v["iters"] = json!(sweep.iters);
+    v["warmup"] = json!(sweep.warmup);
+    v["check"] = json!(sweep.check);
+    v["layers"] = plan.layers.iter().map(|l| l.name()).collect();
     v["results"] = rows
         .iter()
         .map(|r| {
             json!({
-                "layer": r.layer, "collective": r.coll.name(), "size": r.bytes, "count": r.count,
-                "type": plan.dtype.name(),
-                "redop": if r.coll.reduces() { plan.redop.name() } else { "none" },
-                "root": if r.coll.rooted() { json!(plan.root) } else { Value::Null },
+                "layer": r.layer.name(), "collective": r.coll.name(), "size": r.bytes, "count": r.count,
+                "type": sweep.dtype.name(),
+                "redop": if r.coll.reduces() { sweep.redop.name() } else { "none" },
+                "root": if r.coll.rooted() { json!(sweep.root) } else { Value::Null },
                 "out_of_place": cell_json(&r.cells[0]), "in_place": cell_json(&r.cells[1]),
             })
         })
@@ -191,7 +311,7 @@ pub fn to_json(plan: &Plan, rows: &[Row], head: Value) -> Value {
     v["avg_busbw_gbps"] = Value::Object(
         averages(plan, rows)
             .into_iter()
-            .map(|(l, a)| (l.to_owned(), json!(a)))
+            .map(|(l, a)| (l.name().to_owned(), json!(a)))
             .collect(),
     );
     v["wrong_total"] = json!(wrong_total(rows));

@@ -1,7 +1,7 @@
 //! The sweep as an SVG chart: bus bandwidth and latency against size, log axes, one line per
-//! layer (and collective), labelled. Written by hand: two panels of polylines need no crate.
+//! series (a layer and a collective), labelled. Written by hand: two panels of polylines need
+//! no crate.
 
-use super::report::Row;
 use crate::ops::human;
 use std::fmt::Write;
 
@@ -12,17 +12,14 @@ const COLORS: [&str; 6] = [
     "#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b",
 ];
 
-/// (layer, collective, points of (bytes, busbw, µs)).
-type Series = (String, String, Vec<(f64, f64, f64)>);
-
-/// The placement a chart shows for a collective: the one every layer has (the process group
-/// reduces and broadcasts in place, the rest out of place).
-fn shown(r: &Row) -> Option<super::report::Cell> {
-    let in_place = matches!(
-        r.coll,
-        crate::ops::Coll::AllReduce | crate::ops::Coll::Broadcast | crate::ops::Coll::Reduce
-    );
-    r.cells[usize::from(in_place)].or(r.cells[usize::from(!in_place)])
+/// One line of the chart.
+pub struct Series {
+    /// The layer, as reports name it.
+    pub layer: &'static str,
+    /// The collective, as reports name it.
+    pub coll: &'static str,
+    /// (bytes, busbw in GB/s, time in µs) by size.
+    pub points: Vec<(f64, f64, f64)>,
 }
 
 fn esc(s: &str) -> String {
@@ -31,22 +28,9 @@ fn esc(s: &str) -> String {
         .replace('>', "&gt;")
 }
 
-/// Both panels for `rows`; `title` heads the chart.
-pub fn chart(rows: &[Row], title: &str) -> String {
-    let mut series: Vec<Series> = Vec::new();
-    for r in rows {
-        let Some(c) = shown(r) else { continue };
-        let key = (r.layer.to_owned(), r.coll.name().to_owned());
-        let pt = (r.bytes.max(1) as f64, c.busbw, c.time_us);
-        match series
-            .iter_mut()
-            .find(|s| (s.0.as_str(), s.1.as_str()) == (key.0.as_str(), key.1.as_str()))
-        {
-            Some(s) => s.2.push(pt),
-            None => series.push((key.0, key.1, vec![pt])),
-        }
-    }
-    let all: Vec<&(f64, f64, f64)> = series.iter().flat_map(|s| s.2.iter()).collect();
+/// Both panels for `series`; `title` heads the chart.
+pub fn chart(series: &[Series], title: &str) -> String {
+    let all: Vec<&(f64, f64, f64)> = series.iter().flat_map(|s| s.points.iter()).collect();
     let range = |f: &dyn Fn(&(f64, f64, f64)) -> f64| {
         let v: Vec<f64> = all
             .iter()
@@ -126,7 +110,15 @@ pub fn chart(rows: &[Row], title: &str) -> String {
             x0 + 16.0,
             30.0 + H / 2.0
         );
-        for (i, (layer, coll, pts)) in series.iter().enumerate() {
+        for (
+            i,
+            Series {
+                layer,
+                coll,
+                points: pts,
+            },
+        ) in series.iter().enumerate()
+        {
             let color = COLORS[i % COLORS.len()];
             let points: Vec<String> = pts
                 .iter()

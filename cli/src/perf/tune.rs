@@ -1,7 +1,7 @@
-//! `oxccl perf --tune`: measures every tuned collective at every size of the sweep in each
-//! buffer mode (plain, registered, symmetric window), through the process group itself, and
-//! writes the tune table the process group reads (`OXCCL_TUNE_FILE`): per collective and size
-//! the fastest mode, the slowest rank's median deciding.
+//! `oxccl tune`: measures every tuned collective at every size of the sweep in each buffer
+//! mode (plain, registered, symmetric window), through the process group itself, and writes
+//! the tune table the process group reads (`OXCCL_TUNE_FILE`): per collective and size the
+//! fastest mode, the slowest rank's median deciding.
 //!
 //! All-reduce also times oxccl's kernels (`tune_kernels`): the table then gets a `kernels`
 //! line for the group size, and the base group runs NCCL alone so the modes time NCCL.
@@ -10,19 +10,21 @@
 //! measured round by round, alternating (R0 R1 R2, then R1 R2 R0, …), each round a share of
 //! `-n`, and the median of the rounds is kept: drift hits every mode alike.
 
-use super::args::PerfArgs;
-use super::drive::Plan;
+use super::args::TuneArgs;
+use super::backend::Ground;
 use super::layer::Layer;
-use super::mock_world::mock_world;
 use super::modes::{self, ModeLayer};
+use super::plan::{Failure, Sweep};
+use super::rank::Rank;
 use super::tune_kernels;
+use super::world::World;
 use crate::elem::with_dtype;
-use crate::exit;
 use crate::expect::Case;
 use crate::ops::{self, Coll};
-use oxccl::buffer::Memory;
+use oxccl::core::peer_kernels::PeerPolicy;
 use oxccl::core::tune::TuneRow;
-use oxccl::pg::{ProcessGroup, RegMode, TuneTable};
+use oxccl::core::Backend as _;
+use oxccl::pg::{PgBackend, ProcessGroup, RegMode, TuneTable};
 use oxccl::{Feature, Result};
 use std::process::ExitCode;
 
@@ -35,7 +37,7 @@ pub type Medians = Vec<f64>;
 const VARIANTS: usize = tune_kernels::FIRST + tune_kernels::COUNT;
 
 /// The index of (collective c, size s, variant v).
-fn at(plan: &Plan, c: usize, s: usize, v: usize) -> usize {
+fn at(plan: &Sweep, c: usize, s: usize, v: usize) -> usize {
     (c * plan.sizes.len() + s) * VARIANTS + v
 }
 
@@ -53,8 +55,8 @@ pub fn modes_of(features: &oxccl::FeatureSet) -> Result<Vec<RegMode>> {
 }
 
 /// Runs the measurement on this rank; every rank calls it with the same plan.
-pub fn rank<B: Memory>(
-    plan: &Plan,
+fn measure_rank<B: PgBackend>(
+    plan: &Sweep,
     pg: &ProcessGroup<B>,
     rank: u32,
     n: u32,
@@ -66,7 +68,8 @@ where
     let modes = modes_of(pg.backend().features())?;
     let mut layers: Vec<(usize, Box<dyn Layer>)> = Vec::new();
     for m in &modes {
-        let l: Box<dyn Layer> = with_dtype!(plan.dtype, T => Box::new(ModeLayer::<B, T>::new(pg.clone(), *m, modes::name_of(*m))));
+        let l: Box<dyn Layer> =
+            with_dtype!(plan.dtype, T => Box::new(ModeLayer::<B, T>::new(pg.clone(), *m)));
         layers.push((usize::from(m.level()), l));
     }
     layers.extend(tune_kernels::layers(pg, plan.dtype, &plan.colls));
@@ -145,25 +148,6 @@ fn median(v: &mut [f64]) -> f64 {
     }
 }
 
-/// The ranks' medians merged: the slowest rank's, NaN when any rank has none.
-pub fn merge(per_rank: &[Medians]) -> Medians {
-    let len = per_rank.first().map_or(0, Vec::len);
-    (0..len)
-        .map(|i| {
-            per_rank
-                .iter()
-                .map(|r| r.get(i).copied().unwrap_or(f64::NAN))
-                .fold(f64::NEG_INFINITY, |a, x| {
-                    if x.is_nan() || a.is_nan() {
-                        f64::NAN
-                    } else {
-                        a.max(x)
-                    }
-                })
-        })
-        .collect()
-}
-
 /// One measured point of the decision: the op's bytes as the process group looks them up,
 /// and each mode's time.
 #[derive(Debug, Clone)]
@@ -184,7 +168,7 @@ pub struct Point {
 }
 
 /// The points of the merged medians (sizes no mode ran are left out).
-pub fn points(plan: &Plan, merged: &Medians, n: u32) -> Vec<Point> {
+pub fn points(plan: &Sweep, merged: &Medians, n: u32) -> Vec<Point> {
     let mut out = Vec::new();
     for (c, coll) in plan.colls.iter().enumerate() {
         for (s, size) in plan.sizes.iter().enumerate() {
@@ -312,198 +296,129 @@ fn gather_kernel(p: &Point) -> f64 {
     }
 }
 
-/// The file `--tune` writes: a header saying how it was measured, the report, the table.
+/// The file `oxccl tune` writes: a header saying how it was measured, the report, the table.
 pub fn file_text(head: &str, points: &[Point], t: &TuneTable) -> String {
     format!("# {head}\n{}{t}", report(points))
 }
 
-/// Checks `--tune`'s arguments against the plan: at least one tuned collective.
-pub fn tuned_colls(colls: &[Coll]) -> std::result::Result<Vec<Coll>, String> {
+/// The tuned collectives among `colls`; refused when there is none.
+pub fn tuned_colls(colls: &[Coll]) -> std::result::Result<Vec<Coll>, Failure> {
     let c: Vec<Coll> = colls
         .iter()
         .copied()
         .filter(|c| modes::TUNED.contains(c))
         .collect();
     if c.is_empty() {
-        return Err("none of the collectives given is tuned by the process group (all_reduce, all_gather, reduce_scatter, broadcast, reduce, alltoall)".to_owned());
+        return Err(Failure::usage("none of the collectives given is tuned by the process group (all_reduce, all_gather, reduce_scatter, broadcast, reduce, alltoall)"));
     }
     Ok(c)
 }
 
-/// Where `--tune` writes when `--out` is not given.
-pub const DEFAULT_OUT: &str = "oxccl.tune";
-
-/// The rounds of `--tune`: at least 1, at most the iterations.
-pub fn rounds(a: &PerfArgs, iters: usize) -> usize {
-    (a.rounds as usize).clamp(1, iters.max(1))
+/// Runs `oxccl tune`.
+pub fn run(a: &TuneArgs) -> ExitCode {
+    measure(a).unwrap_or_else(|f| f.exit("tune"))
 }
 
-/// Runs `oxccl perf --tune` (`use_nccl`, `why`: what [`super::backend::choose`] found).
-pub fn main(a: &PerfArgs, use_nccl: bool, why: &str) -> ExitCode {
-    match measure(a, use_nccl, why) {
-        Ok(code) => code,
-        Err((code, msg)) => {
-            eprintln!("oxccl perf --tune: {msg}");
-            ExitCode::from(code)
-        }
-    }
+/// The measurement on its world, decided and written by rank 0.
+fn measure(a: &TuneArgs) -> std::result::Result<ExitCode, Failure> {
+    let ground = Ground::of(a.world.backend, a.world.library.as_deref()).map_err(Failure::env)?;
+    let mut plan = Sweep::of(&a.case, &a.sweep, ground.is_mock())?;
+    plan.colls = tuned_colls(&plan.colls)?;
+    let rounds = (a.rounds as usize).clamp(1, plan.iters.max(1));
+    // The modes time NCCL; the kernels are timed through groups that force them.
+    let world = World::of(
+        &ground,
+        a.world.gpus,
+        a.blocking == 1,
+        Some(PeerPolicy::Nccl),
+    )
+    .map_err(Failure::env)?;
+    world.has_root(plan.root).map_err(Failure::env)?;
+    let n = world.ranks();
+    let merged = world
+        .run(|rank, r| {
+            let medians = match rank {
+                Rank::Mock(pg) => measure_rank(&plan, pg, r, n, rounds)?,
+                Rank::Nccl(pg, ..) => measure_rank(&plan, pg, r, n, rounds)?,
+            };
+            merge(rank, &medians)
+        })
+        .map_err(Failure::env)?;
+    let Some(merged) = merged else {
+        return Ok(ExitCode::SUCCESS);
+    };
+    let on = match (&ground, world.launcher()) {
+        (Ground::Mock(why), None) => format!("mock world ({why}): {n} ranks as threads, host memory: a table for tests, not for a machine"),
+        (Ground::Mock(why), Some(l)) => format!("mock world ({why}): {n} ranks, a process per rank ({l:?}), host memory: a table for tests, not for a machine"),
+        (Ground::Nccl(lib), None) => format!(
+            "NCCL {} at {}: {n} GPUs, a thread per GPU",
+            lib.version(),
+            oxccl::escaped_path(lib.library().path())
+        ),
+        (Ground::Nccl(lib), Some(_)) => format!(
+            "NCCL {} at {}: {n} ranks, a process per GPU",
+            lib.version(),
+            oxccl::escaped_path(lib.library().path())
+        ),
+    };
+    write(a, &plan, &merged, n, &on, rounds)
 }
 
-fn measure(a: &PerfArgs, use_nccl: bool, why: &str) -> std::result::Result<ExitCode, (u8, String)> {
-    let usage = |m: String| (exit::USAGE, m);
-    let env = |m: String| (exit::ENV, m);
-    if a.graphs > 0 || a.registration > 0 {
-        return Err(usage(
-            "-G and -R do not combine with --tune (it measures every mode itself, without graphs)"
-                .to_owned(),
-        ));
-    }
-    let colls = tuned_colls(&ops::expand(&a.colls)).map_err(usage)?;
-    let mock = !use_nccl;
-    let min = a.min_bytes.unwrap_or(8);
-    let max = a
-        .max_bytes
-        .unwrap_or(if mock { 1 << 20 } else { 128 << 20 });
-    // The mock holds every rank's buffers in this process (as `oxccl perf` bounds it).
-    if mock && max > 256 << 20 {
-        return Err(usage(format!(
-            "-e {max} on the mock world: give -e 256M or less there"
-        )));
-    }
-    let sizes = ops::sweep(min, max, a.factor as usize, a.incr.unwrap_or(0));
-    if sizes.is_empty() {
-        return Err(usage(format!(
-            "-b {min} is above -e {max}: give a smallest size at most the largest"
-        )));
-    }
-    let iters = a.iters.unwrap_or(if mock { 5 } else { 20 }) as usize;
-    let plan = Plan {
-        colls,
-        sizes,
-        dtype: a.dtype,
-        redop: a.redop,
-        root: a.root,
-        iters,
-        warmup: a.warmup.unwrap_or(if mock { 1 } else { 5 }) as usize,
-        check: a.check == 1,
-        layers: RegMode::ALL.iter().map(|m| modes::name_of(*m)).collect(),
-    };
-    let rounds = rounds(a, iters);
-    let (per_rank, n, head) = if mock {
-        let n = a.gpus.unwrap_or(2);
-        let per = mock_world(n, |pg, r| rank(&plan, pg, r, n, rounds)).map_err(env)?;
-        (per, n, format!("mock world ({why}): {n} ranks as threads, host memory: a table for tests, not for a machine"))
-    } else {
-        let lib = super::nccl::load(a.library.as_deref()).map_err(env)?;
-        let envv = oxccl::launch::EnvVars::from_process();
-        if oxccl::launch::LaunchInfo::detect(|k| envv.get(k)).is_ok() {
-            // A process per GPU (torchrun, srun, mpirun): every rank measures, the medians
-            // are merged through the group, rank 0 writes.
-            let (merged, n, r) = launched(&lib, &plan, rounds).map_err(|e| env(e.to_string()))?;
-            if r != 0 {
-                return Ok(ExitCode::SUCCESS);
-            }
-            let head = format!(
-                "NCCL {} at {}: {n} ranks, a process per GPU",
-                oxccl::core::Backend::version(&lib),
-                oxccl::escaped_path(lib.library().path())
-            );
-            return write(a, &plan, &merged, n, &head, iters, rounds);
-        }
-        let n = super::nccl::local_gpus(a.gpus).map_err(env)?;
-        let body = |pg: &ProcessGroup<oxccl::Nccl>,
-                    _: &std::rc::Rc<std::cell::RefCell<oxccl::Comm>>,
-                    r: u32| { rank(&plan, pg, r, n, rounds) };
-        // The modes time NCCL; the kernels are timed through groups that force them.
-        let setup = super::nccl::RankSetup {
-            blocking: a.blocking == 1,
-            kernels: oxccl::core::peer_kernels::PeerPolicy::Nccl,
-        };
-        let per = super::nccl::thread_world(&lib, n, setup, &body).map_err(env)?;
-        (
-            per,
-            n,
-            format!(
-                "NCCL {} at {}: {n} GPUs, a thread per GPU",
-                oxccl::core::Backend::version(&lib),
-                oxccl::escaped_path(lib.library().path())
-            ),
-        )
-    };
-    write(a, &plan, &merge(&per_rank), n, &head, iters, rounds)
-}
-
-/// One rank of a launched job: its group from the launcher's variables, its medians, and
-/// the merge (slowest rank; NaN where any rank has none) through that group.
-fn launched(lib: &oxccl::Nccl, plan: &Plan, rounds: usize) -> Result<(Medians, u32, u32)> {
-    let boot = oxccl::launch::Bootstrap::from_env()?;
-    let (r, n) = (boot.rank, boot.world_size);
-    let opts = oxccl::pg::PgOptions {
-        bound_device: Some(boot.device),
-        // The modes time NCCL; the kernels are timed through groups that force them.
-        peer_kernels: oxccl::core::peer_kernels::PeerPolicy::Nccl,
-        ..oxccl::pg::PgOptions::default()
-    };
-    let pg = ProcessGroup::new(lib.clone(), boot.group_store(), r, n, opts)?;
-    let out = rank(plan, &pg, r, n, rounds).and_then(|m| {
-        // NaN travels as +inf, which the max keeps.
-        let enc: Vec<f64> = m
-            .iter()
-            .map(|v| if v.is_nan() { f64::INFINITY } else { *v })
-            .collect();
-        let mut b = pg.upload(&enc)?;
-        pg.all_reduce(&mut b, oxccl::ReduceOp::Max)?.wait()?;
-        let got = pg.download(&b)?;
-        Ok(got
-            .into_iter()
-            .map(|v| if v.is_finite() { v } else { f64::NAN })
-            .collect())
-    });
-    pg.destroy();
-    Ok((out?, n, r))
+/// Every rank's medians merged through the world: the slowest rank's, NaN where any rank has
+/// none. Every rank calls it.
+fn merge(rank: &Rank<'_>, m: &Medians) -> Result<Medians> {
+    // NaN travels as +inf, which the max keeps.
+    let enc: Vec<f64> = m
+        .iter()
+        .map(|v| if v.is_nan() { f64::INFINITY } else { *v })
+        .collect();
+    let got = rank.all_reduce(&enc, oxccl::ReduceOp::Max)?;
+    Ok(got
+        .into_iter()
+        .map(|v| if v.is_finite() { v } else { f64::NAN })
+        .collect())
 }
 
 /// Decides, writes the table to `--out` and prints it.
 fn write(
-    a: &PerfArgs,
-    plan: &Plan,
+    a: &TuneArgs,
+    plan: &Sweep,
     merged: &Medians,
     n: u32,
     head: &str,
-    iters: usize,
     rounds: usize,
-) -> std::result::Result<ExitCode, (u8, String)> {
-    let env = |m: String| (exit::ENV, m);
+) -> std::result::Result<ExitCode, Failure> {
     let pts = points(plan, merged, n);
-    let t = table(&pts, n).map_err(|e| env(e.to_string()))?;
+    let t = table(&pts, n).map_err(|e| Failure::env(e.to_string()))?;
     let head = format!(
-        "oxccl perf --tune on {head}; {} {}, {iters} iterations in {rounds} alternating rounds, medians, slowest rank",
+        "oxccl tune on {head}; {} {}, {} iterations in {rounds} alternating rounds, medians, slowest rank",
         plan.dtype.name(),
-        plan.redop.name()
+        plan.redop.name(),
+        plan.iters
     );
     let text = file_text(&head, &pts, &t);
-    let out = a.out.clone().unwrap_or_else(|| DEFAULT_OUT.into());
-    std::fs::write(&out, &text).map_err(|e| {
-        env(format!(
+    let out = &a.out;
+    std::fs::write(out, &text).map_err(|e| {
+        Failure::env(format!(
             "cannot write --out {}: {e}",
-            oxccl::escaped_path(&out)
+            oxccl::escaped_path(out)
         ))
     })?;
     if a.json {
-        let v = json_of(&head, &pts, &t, &out);
+        let v = json_of(&head, &pts, &t, out);
         println!("{}", crate::shown::json(&v));
         return Ok(ExitCode::SUCCESS);
     }
     print!("{text}");
     println!(
         "# written to {} (give it to every rank: OXCCL_TUNE_FILE={})",
-        oxccl::escaped_path(&out),
-        oxccl::escaped_path(&out)
+        oxccl::escaped_path(out),
+        oxccl::escaped_path(out)
     );
     Ok(ExitCode::SUCCESS)
 }
 
-/// `--tune --json`: what the file says, as one object: the measurement, every point with its
+/// `oxccl tune --json`: what the file says, as one object: the measurement, every point with its
 /// modes' times (µs, null where not measured) and choice, the table's rows, the file written.
 pub fn json_of(
     head: &str,

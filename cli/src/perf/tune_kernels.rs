@@ -1,4 +1,4 @@
-//! `oxccl perf --tune` for oxccl's kernels: each kernel is timed through a group of the same
+//! `oxccl tune` for oxccl's kernels: each kernel is timed through a group of the same
 //! ranks that forces it, beside NCCL's buffer modes (the base group runs NCCL alone), on its
 //! own collective (the all-reduce kernels on all_reduce, the all-gather and reduce-scatter
 //! kernels on theirs), and the table gets a `kernels` line for the group size: up to which size
@@ -8,11 +8,11 @@ use super::layer::Layer;
 use super::modes::ModeLayer;
 use crate::elem::with_dtype;
 use crate::ops::{Coll, Dtype};
-use oxccl::buffer::Memory;
 use oxccl::core::peer_kernels::{
     KernelAlgo, KernelColl, PeerPolicy, LINES_PER_SLOT, LINE_DATA_BYTES,
 };
 use oxccl::core::tune::KernelRow;
+use oxccl::pg::PgBackend;
 use oxccl::pg::{ProcessGroup, RegMode};
 
 /// Where the kernels sit among a point's variants: after the three buffer modes, in the order
@@ -33,7 +33,7 @@ fn tool_coll(coll: KernelColl) -> Coll {
 
 /// The layers that time each kernel whose collective is among `colls`, as (variant, layer),
 /// on groups of `pg`'s ranks.
-pub fn layers<B: Memory>(
+pub fn layers<B: PgBackend>(
     pg: &ProcessGroup<B>,
     dtype: Dtype,
     colls: &[Coll],
@@ -46,7 +46,7 @@ where
         .filter(|algo| colls.contains(&tool_coll(algo.coll())))
         .map(|algo| {
             let l: Box<dyn Layer> = with_dtype!(dtype, T => Box::new(
-                ModeLayer::<B, T>::new(pg.clone(), RegMode::Plain, algo.name())
+                ModeLayer::<B, T>::new(pg.clone(), RegMode::Plain)
                     .kernels(PeerPolicy::Force(*algo))
             ));
             (FIRST + algo.index(), l)

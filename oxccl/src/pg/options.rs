@@ -57,7 +57,7 @@ pub struct PgOptions {
     /// The flight recorder operations are recorded in (`None`: the process's, sized by
     /// `OXCCL_TRACE_BUFFER_SIZE`). Subgroups use their parent's.
     pub recorder: Option<Recorder>,
-    /// Which buffer mode each collective uses per size (`oxccl perf --tune` measures one;
+    /// Which buffer mode each collective uses per size (`oxccl tune` measures one;
     /// `OXCCL_TUNE_FILE` loads it): applies to buffers of the library's allocator
     /// ([`crate::buffer::Memory::CommBuf`]); plain buffers are always used as they are.
     /// Every rank must have the same table: they are compared when the communicator is made.
