@@ -13,10 +13,12 @@
 mod group;
 mod lifecycle;
 mod query;
+mod registration;
 
 pub(crate) use group::*;
 pub(crate) use lifecycle::*;
 pub(crate) use query::*;
+pub(crate) use registration::*;
 
 use oxccl_core::{Feature, Result};
 
