@@ -12,11 +12,13 @@
 
 mod group;
 mod lifecycle;
+mod one_sided;
 mod query;
 mod registration;
 
 pub(crate) use group::*;
 pub(crate) use lifecycle::*;
+pub(crate) use one_sided::*;
 pub(crate) use query::*;
 pub(crate) use registration::*;
 
