@@ -125,16 +125,8 @@ impl NcclBackend {
             .iter()
             .map(|&d| crate::cuda::context(Device(d)))
             .collect::<Result<Vec<_>>>()?;
-        let f = self
-            .lib
-            .api()
-            .comm_init_all
-            .ok_or_else(|| crate::absent::base_symbol("ncclCommInitAll"))?;
         let list: Vec<i32> = devices.iter().map(|&d| d as i32).collect();
-        let mut raws: Vec<RawComm> = vec![RawComm::NULL; devices.len()];
-        // SAFETY: `raws` has room for `n` handles; `list` holds `n` device ordinals.
-        let code = unsafe { f(raws.as_mut_ptr(), n, list.as_ptr()) };
-        self.lib.check(code, RawComm::NULL)?;
+        let raws = crate::ffi::comm_init_all(&self.lib, &list)?;
         Ok(raws
             .into_iter()
             .zip(ctxs)
@@ -168,7 +160,7 @@ impl NcclBackend {
         device: Device,
         cfg: &CommConfig,
     ) -> Result<NcclComm> {
-        let f = crate::absent::gated(
+        crate::absent::gated(
             &self.settings.features,
             Feature::ScalableInit,
             self.lib.api().comm_init_rank_scalable,
@@ -184,11 +176,12 @@ impl NcclBackend {
                     format_args!("1..={size} unique ids, got {}", ids.len()),
                 )
             })?;
-        let mut ids_copy = ids.to_vec();
+        let mut ids_copy = ids[..n_ids as usize].to_vec();
+        let api = self.lib.api();
         self.init_with(rank, size, device, cfg, |raw, cfg_ptr| {
-            // SAFETY: valid out-pointer; `ids_copy` holds `n_ids` ids; config null or built for
-            // the loaded version.
-            Ok(unsafe { f(raw, n, r, n_ids, ids_copy.as_mut_ptr(), cfg_ptr) })
+            // SAFETY: `init_with` hands a valid out-pointer and a config null or built for the
+            // loaded version, alive for the call.
+            unsafe { crate::ffi::comm_init_rank_scalable(api, raw, n, r, &mut ids_copy, cfg_ptr) }
         })
     }
 }
@@ -205,15 +198,7 @@ impl Backend for NcclBackend {
     }
 
     fn unique_id(&self) -> Result<UniqueId> {
-        let f = self
-            .lib
-            .api()
-            .get_unique_id
-            .ok_or_else(|| crate::absent::base_symbol("ncclGetUniqueId"))?;
-        let mut id = UniqueId([0u8; UniqueId::LEN]);
-        // SAFETY: `id` is a #[repr(C)] 128-byte ncclUniqueId.
-        self.lib.check(unsafe { f(&mut id) }, RawComm::NULL)?;
-        Ok(id)
+        crate::ffi::get_unique_id(&self.lib)
     }
 
     fn init_rank(
@@ -228,21 +213,12 @@ impl Backend for NcclBackend {
         let api = self.lib.api();
         self.init_with(rank, size, device, cfg, |raw, cfg_ptr| {
             if cfg_ptr.is_null() {
-                let f = api
-                    .comm_init_rank
-                    .ok_or_else(|| crate::absent::base_symbol("ncclCommInitRank"))?;
-                // SAFETY: valid out-pointer; the id is passed by value.
-                return Ok(unsafe { f(raw, n, *id, r) });
+                // SAFETY: `init_with` hands a valid out-pointer.
+                return unsafe { crate::ffi::comm_init_rank(api, raw, n, id, r) };
             }
-            let f = api
-                .comm_init_rank_config
-                .ok_or(crate::absent::feature_symbol(
-                    Feature::NonBlocking,
-                    "ncclCommInitRankConfig",
-                ))?;
-            // SAFETY: valid out-pointer; the id is passed by value; the config was built for
-            // the loaded version and lives for the call.
-            Ok(unsafe { f(raw, n, *id, r, cfg_ptr) })
+            // SAFETY: `init_with` hands a valid out-pointer and a config built for the loaded
+            // version, alive for the call.
+            unsafe { crate::ffi::comm_init_rank_config(api, raw, n, id, r, cfg_ptr) }
         })
     }
 
@@ -344,7 +320,7 @@ impl oxccl_core::ReshapeBackend for NcclBackend {
         device: Device,
         cfg: &CommConfig,
     ) -> Result<NcclComm> {
-        let f = crate::absent::gated(
+        crate::absent::gated(
             &self.settings.features,
             Feature::Grow,
             self.lib.api().comm_grow,
@@ -352,11 +328,11 @@ impl oxccl_core::ReshapeBackend for NcclBackend {
         )?;
         oxccl_core::check::join_grown(id, rank, size)?;
         let (r, n) = Self::rank_size(rank, size)?;
+        let api = self.lib.api();
         self.init_with(rank, size, device, cfg, |raw, cfg_ptr| {
-            // SAFETY: no parent (a new rank); `id` points to the caller's id for the call;
-            // `raw` is a valid out-pointer; `cfg_ptr` is null or a config built for the
-            // loaded version, alive for the call.
-            Ok(unsafe { f(oxccl_loader::RawComm::NULL, n, id, r, raw, cfg_ptr) })
+            // SAFETY: no parent (a new rank); `init_with` hands a valid out-pointer and a
+            // config null or built for the loaded version, alive for the call.
+            unsafe { crate::ffi::comm_grow(api, RawComm::NULL, n, Some(id), r, raw, cfg_ptr) }
         })
     }
 }

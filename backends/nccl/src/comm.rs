@@ -434,7 +434,7 @@ impl Communicator for NcclComm {
 
     fn split(&self, color: Option<u32>, key: u32, cfg: &CommConfig) -> Result<Option<NcclComm>> {
         let _serial = self.inner.serial();
-        let f = self.gated(Feature::Split, |a| a.comm_split, "ncclCommSplit")?;
+        self.gated(Feature::Split, |a| a.comm_split, "ncclCommSplit")?;
         // A revoked communicator splits too (NCCL allows it once quiescent).
         self.transition(|l| l.ensure_reshapable("split"))?;
         let color = match color {
@@ -446,10 +446,12 @@ impl Communicator for NcclComm {
             .map_err(|_| Error::invalid("key", format_args!("0..={}, got {key}", i32::MAX)))?;
         let mut buf = config(&self.inner.lib, cfg)?;
         let new = OutHandle::new();
+        let api = self.inner.lib.api();
         let code = create(&mut buf, &new, |new, cfg_ptr| {
-            // SAFETY: live, ready communicator; `cfg_ptr` is null (inherit the parent's config)
-            // or a config built for the loaded version and alive for the call.
-            Ok(unsafe { f(self.inner.raw, color, key, new, cfg_ptr) })
+            // SAFETY: live, ready communicator; `create` hands a valid out-pointer and a
+            // config null (inherit the parent's) or built for the loaded version, alive for the
+            // call.
+            unsafe { crate::ffi::comm_split(api, self.inner.raw, color, key, new, cfg_ptr) }
         })?;
         // `new` lives here until `adopt_child` has waited for NCCL to fill it.
         self.adopt_child("split", code, &new, true, cfg)
@@ -464,7 +466,7 @@ impl Communicator for NcclComm {
     /// [`NcclComm::destroy`], which then skips the finalize).
     fn finalize(&self) -> Result<Progress> {
         let _serial = self.inner.serial();
-        let f = self.gated(Feature::Finalize, |a| a.comm_finalize, "ncclCommFinalize")?;
+        self.gated(Feature::Finalize, |a| a.comm_finalize, "ncclCommFinalize")?;
         let live = self.inner.graphs.live();
         if !graph_refs::release_inline(live) {
             return Err(Error::InvalidState {
@@ -478,8 +480,8 @@ impl Communicator for NcclComm {
             });
         }
         self.transition(|l| l.finalize_start())?;
-        // SAFETY: live communicator; finalize flushes its outstanding work.
-        let code = unsafe { f(self.inner.raw) };
+        // SAFETY: live communicator (not released while its handle is held).
+        let code = unsafe { crate::ffi::comm_finalize(self.inner.lib.api(), self.inner.raw)? };
         self.finish(code, "finalize")?;
         self.transition(|l| l.finalize_done())?;
         Ok(Progress::Done)

@@ -254,14 +254,8 @@ pub(crate) struct Settings {
 
 /// `ncclCommGetAsyncError` as progress: Done, InProgress, or the communicator's error.
 pub(crate) fn poll_raw(lib: &Library, raw: RawComm) -> Result<Progress> {
-    let f = lib
-        .api()
-        .comm_get_async_error
-        .ok_or(crate::absent::base_symbol("ncclCommGetAsyncError"))?;
-    let mut async_code = 0i32;
-    // SAFETY: callers pass a live communicator; the out-pointer is a valid local.
-    let code = unsafe { f(raw, &mut async_code) };
-    lib.check(code, raw)?;
+    // SAFETY: callers pass a live communicator.
+    let async_code = unsafe { crate::ffi::comm_get_async_error(lib, raw)? };
     lib.progress(async_code, raw)
 }
 

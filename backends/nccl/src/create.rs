@@ -66,11 +66,9 @@ pub(crate) fn discard(lib: &Library, raw: RawComm) {
     if raw.is_null() {
         return;
     }
-    if let Some(abort) = lib.api().comm_abort {
-        // SAFETY: `raw` is a communicator NCCL returned and nobody else holds; it is never
-        // used after this.
-        unsafe { abort(raw) };
-    }
+    // SAFETY: `raw` is a communicator NCCL returned and nobody else holds; it is never used
+    // after this.
+    unsafe { crate::ffi::comm_abort(lib.api(), raw) };
 }
 
 /// [`discard`] on a thread named `oxccl-abort`, counted by [`oxccl_core::pending_aborts`]
@@ -104,17 +102,8 @@ pub(crate) fn discard_in_background(lib: &Arc<Library>, raw: RawComm) {
 
 /// The rank and size NCCL gives a communicator.
 pub(crate) fn query_rank_size(lib: &Library, raw: RawComm) -> Result<(u32, u32)> {
-    let api = lib.api();
-    let (Some(count), Some(user_rank)) = (api.comm_count, api.comm_user_rank) else {
-        return Err(crate::absent::base_symbol(
-            "ncclCommCount / ncclCommUserRank",
-        ));
-    };
-    let (mut n, mut r) = (0i32, 0i32);
-    // SAFETY: `raw` is a live communicator; the out-pointers are valid locals.
-    lib.check(unsafe { count(raw, &mut n) }, raw)?;
-    // SAFETY: as above.
-    lib.check(unsafe { user_rank(raw, &mut r) }, raw)?;
+    // SAFETY: callers pass a communicator NCCL made and has not released.
+    let (r, n) = unsafe { crate::ffi::comm_rank_size(lib, raw)? };
     Ok((u32::try_from(r).unwrap_or(0), u32::try_from(n).unwrap_or(0)))
 }
 

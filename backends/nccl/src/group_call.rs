@@ -63,13 +63,12 @@ pub(crate) fn is_open(lib: &Library) -> bool {
 
 /// `ncclGroupStart` on `lib`, counted.
 pub(crate) fn start(lib: &Library) -> Result<()> {
-    let f = lib
-        .api()
-        .group_start
-        .ok_or(crate::absent::base_symbol("ncclGroupStart"))?;
+    // A library without it is refused before the count moves.
+    if lib.api().group_start.is_none() {
+        return Err(crate::absent::base_symbol("ncclGroupStart"));
+    }
     with_depth(lib, |g| g.start(GroupKind::Group).map_err(Error::from))?;
-    // SAFETY: no arguments; NCCL keeps the group depth per thread.
-    let r = lib.check(unsafe { f() }, RawComm::NULL);
+    let r = crate::ffi::group_start(lib.api()).and_then(|code| lib.check(code, RawComm::NULL));
     if r.is_err() {
         // NCCL did not open it: take the count back.
         let _ = with_depth(lib, |g| g.end(GroupKind::Group).map_err(Error::from));
@@ -79,12 +78,10 @@ pub(crate) fn start(lib: &Library) -> Result<()> {
 
 /// `ncclGroupEnd` on `lib`; an end without a start is refused before NCCL is called.
 pub(crate) fn end(lib: &Library) -> Result<Progress> {
-    let f = lib
-        .api()
-        .group_end
-        .ok_or(crate::absent::base_symbol("ncclGroupEnd"))?;
+    if lib.api().group_end.is_none() {
+        return Err(crate::absent::base_symbol("ncclGroupEnd"));
+    }
     let _: Ended = with_depth(lib, |g| g.end(GroupKind::Group).map_err(Error::from))?;
-    // SAFETY: no arguments; closes the group this thread opened on `lib` (counted above).
-    let code = unsafe { f() };
+    let code = crate::ffi::group_end(lib.api())?;
     lib.progress(code, RawComm::NULL)
 }

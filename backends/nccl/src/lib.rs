@@ -20,6 +20,7 @@ mod comm_inner;
 mod create;
 mod cuda;
 mod end_mark;
+mod ffi;
 mod gather_bytes;
 mod graph;
 mod graph_refs;

@@ -22,7 +22,7 @@
 //! call it itself, as `oxccl perf`'s raw layer does).
 
 use oxccl_core::{text, Error, Feature, Result};
-use oxccl_loader::{Library, RawComm};
+use oxccl_loader::Library;
 use std::sync::{Arc, Mutex, PoisonError};
 
 /// A device allocation made by `ncclMemAlloc`; kept when dropped, for reuse unless a capture
@@ -171,7 +171,7 @@ impl NcclMem {
     /// size kept from an earlier [`NcclMem`] of this library on that device if there is one,
     /// else from `ncclMemAlloc`. The contents are undefined.
     pub fn alloc(lib: &Arc<Library>, bytes: usize) -> Result<NcclMem> {
-        let f = crate::absent::gated(
+        crate::absent::gated(
             lib.features(),
             Feature::MemAlloc,
             lib.api().mem_alloc,
@@ -195,32 +195,32 @@ impl NcclMem {
                 });
             }
         }
-        let mut ptr: *mut std::ffi::c_void = std::ptr::null_mut();
-        // SAFETY: valid out-pointer; NCCL allocates on the current device.
-        let code = unsafe { f(&mut ptr, bytes) };
-        if let Err(e) = lib.check(code, RawComm::NULL) {
-            let held = kept().bytes(|l| Arc::ptr_eq(l, lib));
-            if held == 0 {
-                return Err(e);
-            }
-            // NCCL's own code and last error, with what the program can do about it.
-            return Err(match e {
-                Error::Backend { code, text, last } => Error::Backend {
-                    code,
-                    text: text!(
-                        "{text}; {held} bytes of NCCL memory are kept (for reuse, or after a \
+        let ptr = match crate::ffi::mem_alloc(lib, bytes) {
+            Ok(ptr) => ptr,
+            Err(e) => {
+                let held = kept().bytes(|l| Arc::ptr_eq(l, lib));
+                if held == 0 {
+                    return Err(e);
+                }
+                // NCCL's own code and last error, with what the program can do about it.
+                return Err(match e {
+                    Error::Backend { code, text, last } => Error::Backend {
+                        code,
+                        text: text!(
+                            "{text}; {held} bytes of NCCL memory are kept (for reuse, or after a \
                          capture): call NcclMem::release_kept once no communicator that used \
                          them lives"
-                    ),
-                    last,
-                },
-                other => other,
-            });
-        }
-        live().add(ptr as usize, bytes);
+                        ),
+                        last,
+                    },
+                    other => other,
+                });
+            }
+        };
+        live().add(ptr, bytes);
         Ok(NcclMem {
             lib: lib.clone(),
-            ptr: ptr as usize,
+            ptr,
             bytes,
             device,
         })
@@ -276,12 +276,11 @@ impl NcclMem {
 
 /// `ncclMemFree(ptr)`; whether it succeeded.
 fn free(lib: &Library, ptr: usize) -> bool {
-    let Some(f) = lib.api().mem_free else {
-        return false;
-    };
     // SAFETY: `ptr` came from ncclMemAlloc of this library, is no longer handed out (its
     // `NcclMem` is gone and it is off the shelf) and is freed once.
-    let code = unsafe { f(ptr as *mut std::ffi::c_void) };
+    let Some(code) = (unsafe { crate::ffi::mem_free(lib.api(), ptr) }) else {
+        return false;
+    };
     if code != 0 {
         log::warn!("ncclMemFree({ptr:#x}) returned {code}");
     }

@@ -2,7 +2,8 @@
 //! destroyed when dropped (crate-private: only `issue` makes them).
 
 use crate::comm_inner::CommInner;
-use oxccl_core::{text, DataType, Error, Feature, ReduceOp, Result, Scalar};
+use crate::ffi::ScalarAt;
+use oxccl_core::{text, DataType, Error, ReduceOp, Result, Scalar};
 use std::sync::Arc;
 
 /// An `ncclRedOp_t` ready for a call. Premul-sum ops hold their communicator and destroy
@@ -41,42 +42,20 @@ impl NcclRedOp {
             return Err(Error::invalid("op", format_args!("a reduction operator")));
         };
         let lib = &comm.lib;
-        let f = lib
-            .api()
-            .red_op_create_pre_mul_sum
-            .ok_or(crate::absent::feature_symbol(
-                Feature::PreMulSum,
-                "ncclRedOpCreatePreMulSum",
-            ))?;
-        let mut code = 0i32;
-        let status = match scalar {
+        let dt = crate::codes::data_type(dtype);
+        let (status, code) = match scalar {
             Scalar::Host(h) => {
                 let (mut bytes, _) = h.to_ne_bytes();
+                let at = ScalarAt::Host(bytes.as_mut_ptr().cast());
                 // SAFETY: live communicator; `bytes` holds one element of `dtype` (checked by
-                // core::check) and NCCL reads it during this call (HostImmediate = 1).
-                unsafe {
-                    f(
-                        &mut code,
-                        bytes.as_mut_ptr().cast(),
-                        crate::codes::data_type(dtype),
-                        1,
-                        comm.raw,
-                    )
-                }
+                // core::check) and NCCL reads it during this call.
+                unsafe { crate::ffi::red_op_create_pre_mul_sum(lib.api(), comm.raw, at, dt)? }
             }
             Scalar::Device { addr } => {
+                let at = ScalarAt::Device(*addr);
                 // SAFETY: live communicator; the device address holds one element of `dtype`
-                // and stays valid until the collective runs (Device residence = 0, the caller's
-                // contract).
-                unsafe {
-                    f(
-                        &mut code,
-                        *addr as *mut std::ffi::c_void,
-                        crate::codes::data_type(dtype),
-                        0,
-                        comm.raw,
-                    )
-                }
+                // and stays valid until the collective runs (the caller's contract).
+                unsafe { crate::ffi::red_op_create_pre_mul_sum(lib.api(), comm.raw, at, dt)? }
             }
         };
         lib.check(status, comm.raw).map_err(|e| match e {
@@ -109,10 +88,11 @@ impl Drop for NcclRedOp {
         if comm.is_released() {
             return;
         }
-        if let Some(f) = comm.lib.api().red_op_destroy {
-            // SAFETY: the op was created on this live communicator; NCCL allows destroying it
-            // as soon as the last call using it has returned.
-            let code = unsafe { f(self.code, comm.raw) };
+        // SAFETY: the op was created on this live communicator; NCCL allows destroying it as
+        // soon as the last call using it has returned.
+        if let Some(code) =
+            unsafe { crate::ffi::red_op_destroy(comm.lib.api(), comm.raw, self.code) }
+        {
             if code != 0 {
                 log::warn!("ncclRedOpDestroy({}) returned {code}", self.code);
             }

@@ -92,24 +92,11 @@ impl Registry {
                 ),
             ));
         }
-        let f = lib
-            .api()
-            .comm_register
-            .ok_or(crate::absent::feature_symbol(
-                Feature::BufferRegistration,
-                "ncclCommRegister",
-            ))?;
-        let mut handle: *mut std::ffi::c_void = std::ptr::null_mut();
         // SAFETY: live communicator; `addr..addr+bytes` is device memory the caller owns
-        // (the register contract); valid out-pointer for the call: unlike a window, a local
-        // registration is not run on NCCL's own thread on a nonblocking communicator (it
-        // writes `handle` before it returns), so a stack slot suffices.
-        lib.check(
-            unsafe { f(raw, addr as *mut std::ffi::c_void, bytes, &mut handle) },
-            raw,
-        )?;
+        // (the register contract).
+        let handle = unsafe { crate::ffi::comm_register(lib, raw, addr, bytes)? };
         let h = RegHandle {
-            raw: handle as usize,
+            raw: handle,
             addr,
             bytes,
         };
@@ -128,15 +115,10 @@ impl Registry {
                 ),
             ));
         };
-        let f = lib
-            .api()
-            .comm_deregister
-            .ok_or(crate::absent::feature_symbol(
-                Feature::BufferRegistration,
-                "ncclCommDeregister",
-            ))?;
-        // SAFETY: live communicator; the handle came from ncclCommRegister on it.
-        lib.check(unsafe { f(raw, h.raw as *mut std::ffi::c_void) }, raw)?;
+        // SAFETY: live communicator; the handle came from ncclCommRegister on it and is still
+        // tracked, so it was never deregistered.
+        let code = unsafe { crate::ffi::comm_deregister(lib.api(), raw, h.raw)? };
+        lib.check(code, raw)?;
         regs.swap_remove(i);
         Ok(())
     }
@@ -164,13 +146,12 @@ impl Registry {
                 format_args!("a buffer not yet in a window: {addr:#x} already is"),
             ));
         }
-        let f = lib
-            .api()
-            .comm_window_register
-            .ok_or(crate::absent::feature_symbol(
+        if lib.api().comm_window_register.is_none() {
+            return Err(crate::absent::feature_symbol(
                 Feature::WindowRegistration,
                 "ncclCommWindowRegister",
-            ))?;
+            ));
+        }
         // Boxed: on a nonblocking communicator NCCL fills it from its own thread when the
         // registration completes, which may be after `settle` gave up waiting. The box is
         // then leaked (one pointer, 8 bytes), so that late write still lands in live memory;
@@ -183,7 +164,9 @@ impl Registry {
         // out-pointer is a heap slot that stays valid until the call completed (`settle`
         // returned Ok) or forever (leaked below when NCCL may still write it). Window
         // registration is collective: every rank calls it.
-        let code = unsafe { f(raw, addr as *mut std::ffi::c_void, bytes, &mut *win, flags) };
+        let code = unsafe {
+            crate::ffi::comm_window_register(lib.api(), raw, addr, bytes, &mut *win, flags)?
+        };
         if let Err(e) = settle(code) {
             if accepted(code) {
                 std::mem::forget(win);
@@ -209,7 +192,7 @@ impl Registry {
         // Taken out before the call, so that `release_all` (an abort from another thread)
         // never releases it too; the lock is not held across the call (see
         // `windows_unlocked_while_nccl_works`).
-        let f = {
+        {
             let mut wins = self.windows.lock();
             let Some(i) = wins.iter().position(|x| *x == w) else {
                 return Err(Error::invalid(
@@ -217,20 +200,18 @@ impl Registry {
                     format_args!("a window of this communicator, {:#x} is not", w.addr),
                 ));
             };
-            let f = lib
-                .api()
-                .comm_window_deregister
-                .ok_or(crate::absent::feature_symbol(
+            if lib.api().comm_window_deregister.is_none() {
+                return Err(crate::absent::feature_symbol(
                     Feature::WindowRegistration,
                     "ncclCommWindowDeregister",
-                ))?;
+                ));
+            }
             wins.swap_remove(i);
             self.window_count.store(wins.len(), Ordering::Relaxed);
-            f
-        };
+        }
         // SAFETY: live communicator (ready, its call lock held by the caller); the window came
         // from ncclCommWindowRegister on it and was still tracked, so it was never released.
-        let code = unsafe { f(raw, w.raw as *mut std::ffi::c_void) };
+        let code = unsafe { crate::ffi::comm_window_deregister(lib.api(), raw, w.raw)? };
         // Once NCCL accepted the deregistration the window is its to finish releasing, even
         // if `settle` gives up waiting: it stays out, so that neither a second call nor
         // `release_all` deregisters it again (a double release inside NCCL). A refused call
@@ -249,9 +230,9 @@ impl Registry {
     pub(crate) fn release_all(&self, lib: &Library, raw: RawComm, windows: bool) {
         let api = lib.api();
         for h in self.buffers.lock().drain(..) {
-            if let Some(f) = api.comm_deregister {
-                // SAFETY: live communicator (release runs before abort/destroy); handle from it.
-                let code = unsafe { f(raw, h.raw as *mut std::ffi::c_void) };
+            // SAFETY: live communicator (release runs before abort/destroy); handle from it,
+            // drained from the tracked ones so deregistered once.
+            if let Ok(code) = unsafe { crate::ffi::comm_deregister(api, raw, h.raw) } {
                 if code != 0 {
                     log::warn!(
                         "deregistering {:#x}: code {code} ({})",
@@ -272,9 +253,8 @@ impl Registry {
             Vec::new()
         };
         for w in windows {
-            if let Some(f) = api.comm_window_deregister {
-                // SAFETY: as above.
-                let code = unsafe { f(raw, w.raw as *mut std::ffi::c_void) };
+            // SAFETY: as above.
+            if let Ok(code) = unsafe { crate::ffi::comm_window_deregister(api, raw, w.raw) } {
                 if code != 0 {
                     log::warn!("deregistering window {:#x}: code {code}", w.addr);
                 }

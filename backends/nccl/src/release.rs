@@ -65,16 +65,17 @@ impl CommInner {
         // peers' matching calls, which a failed or departed peer never makes).
         self.registry.release_all(&self.lib, self.raw, destroy);
         let api = self.lib.api();
-        let f = if destroy {
-            api.comm_destroy
-        } else {
-            api.comm_abort
+        // SAFETY: `raw` is a live communicator: the caller set `released` (its swap saw it
+        // unset), so this runs once; no poll or op destroy uses it (they check `released`
+        // under `raw_use`, which the caller held exclusively while setting it).
+        let code = unsafe {
+            if destroy {
+                crate::ffi::comm_destroy(api, self.raw)
+            } else {
+                crate::ffi::comm_abort(api, self.raw)
+            }
         };
-        if let Some(f) = f {
-            // SAFETY: `raw` is a live communicator: the caller set `released` (its swap saw it
-            // unset), so this runs once; no poll or op destroy uses it (they check `released`
-            // under `raw_use`, which the caller held exclusively while setting it).
-            let code = unsafe { f(self.raw) };
+        if let Some(code) = code {
             if code != 0 {
                 log::warn!(
                     "releasing NCCL communicator (rank {}): code {code}",

@@ -28,7 +28,7 @@ impl NcclComm {
     /// [`oxccl_core::Reshape::revoke`] on NCCL: `ncclCommRevoke`, then polled until the
     /// communicator is quiescent (bounded by its time limit).
     pub(crate) fn revoke_comm(&self, reason: &str) -> Result<Progress> {
-        let f = self.gated(Feature::Revoke, |a| a.comm_revoke, "ncclCommRevoke")?;
+        self.gated(Feature::Revoke, |a| a.comm_revoke, "ncclCommRevoke")?;
         if self.inner.state() == CommState::Revoked {
             return Ok(Progress::Done);
         }
@@ -42,18 +42,19 @@ impl NcclComm {
                     reason: text!("released while revoking"),
                 })
             } else {
-                // SAFETY: a live communicator (released is false under `use_raw`); flags 0,
-                // the only value NCCL defines (NCCL_REVOKE_DEFAULT).
-                let code = unsafe { f(self.inner.raw, 0) };
-                if code == ResultCode::IN_PROGRESS.0 {
-                    Ok(())
-                } else {
-                    lib.check(code, self.inner.raw)
-                }
-                .and_then(|()| {
-                    Deadline::after(self.timeout())
-                        .poll("ncclCommRevoke", || poll_raw(lib, self.inner.raw))
-                })
+                // SAFETY: a live communicator (released is false under `use_raw`).
+                unsafe { crate::ffi::comm_revoke(lib.api(), self.inner.raw) }
+                    .and_then(|code| {
+                        if code == ResultCode::IN_PROGRESS.0 {
+                            Ok(())
+                        } else {
+                            lib.check(code, self.inner.raw)
+                        }
+                    })
+                    .and_then(|()| {
+                        Deadline::after(self.timeout())
+                            .poll("ncclCommRevoke", || poll_raw(lib, self.inner.raw))
+                    })
             }
         };
         drop(stopped);
@@ -69,7 +70,7 @@ impl NcclComm {
         cfg: &CommConfig,
         mode: ShrinkMode,
     ) -> Result<NcclComm> {
-        let f = self.gated(Feature::Shrink, |a| a.comm_shrink, "ncclCommShrink")?;
+        self.gated(Feature::Shrink, |a| a.comm_shrink, "ncclCommShrink")?;
         oxccl_core::check::shrink(&self.check_ctx(), exclude)?;
         let state = self.inner.state();
         match mode {
@@ -98,18 +99,18 @@ impl NcclComm {
             None
         };
         let code = create(&mut buf, &new, |new, cfg_ptr| {
-            // SAFETY: live communicator; `list` outlives the call; `cfg_ptr` is null or points
-            // to a config built for the loaded version, alive for the call.
-            Ok(unsafe {
-                f(
+            // SAFETY: live communicator; `create` hands a valid out-pointer and a config null
+            // or built for the loaded version, alive for the call.
+            unsafe {
+                crate::ffi::comm_shrink(
+                    self.inner.lib.api(),
                     self.inner.raw,
-                    list.as_mut_ptr(),
-                    list.len() as i32,
+                    &mut list,
                     new,
                     cfg_ptr,
-                    i32::from(abort_parent),
+                    abort_parent,
                 )
-            })
+            }
         })?;
         let child = self.adopt_child("shrink", code, &new, false, cfg);
         drop(stopped);
@@ -120,16 +121,16 @@ impl NcclComm {
 impl NcclComm {
     /// [`oxccl_core::Reshape::grow_id`] on NCCL: `ncclCommGetUniqueId`.
     pub(crate) fn grow_id_comm(&self) -> Result<UniqueId> {
-        let f = self.gated(
+        self.gated(
             Feature::Grow,
             |a| a.comm_get_unique_id,
             "ncclCommGetUniqueId",
         )?;
         self.ensure_ready("make a grow id")?;
-        let mut id = UniqueId([0; UniqueId::LEN]);
         let _live = self.inner.use_raw();
-        // SAFETY: a ready (so live) communicator; `id` is a valid out-pointer of NCCL's size.
-        let code = unsafe { f(self.inner.raw, &mut id) };
+        // SAFETY: a ready (so live) communicator.
+        let (code, id) =
+            unsafe { crate::ffi::comm_get_unique_id(self.inner.lib.api(), self.inner.raw)? };
         self.finish(code, "ncclCommGetUniqueId")?;
         // This rank is the grow's root: it alone passes the id to ncclCommGrow.
         *self.inner.grow_root.lock() = Some(id);
@@ -138,24 +139,29 @@ impl NcclComm {
 
     /// [`oxccl_core::Reshape::grow`] on NCCL: `ncclCommGrow` from this communicator.
     pub(crate) fn grow_comm(&self, size: u32, id: &UniqueId, cfg: &CommConfig) -> Result<NcclComm> {
-        let f = self.gated(Feature::Grow, |a| a.comm_grow, "ncclCommGrow")?;
+        self.gated(Feature::Grow, |a| a.comm_grow, "ncclCommGrow")?;
         oxccl_core::check::grow(&self.check_ctx(), size)?;
         self.ensure_ready("grow")?;
         let mut buf = config(&self.inner.lib, cfg)?;
         let new = OutHandle::new();
         // NCCL's running ranks other than the root pass no id.
         let root = *self.inner.grow_root.lock() == Some(*id);
-        let id_ptr = if root {
-            id as *const UniqueId
-        } else {
-            std::ptr::null()
-        };
+        let root_id = root.then_some(id);
         let code = create(&mut buf, &new, |new, cfg_ptr| {
-            // SAFETY: a ready communicator; `size` fits an int (checked); `id_ptr` is null (a
-            // running rank other than the root) or points to the caller's id for the call;
-            // rank -1 marks a running rank; `cfg_ptr` is null or a config built for the
-            // loaded version, alive for the call.
-            Ok(unsafe { f(self.inner.raw, size as i32, id_ptr, -1, new, cfg_ptr) })
+            // SAFETY: a ready communicator; `size` fits an int (checked); rank -1 marks a
+            // running rank; `create` hands a valid out-pointer and a config null or built for
+            // the loaded version, alive for the call.
+            unsafe {
+                crate::ffi::comm_grow(
+                    self.inner.lib.api(),
+                    self.inner.raw,
+                    size as i32,
+                    root_id,
+                    -1,
+                    new,
+                    cfg_ptr,
+                )
+            }
         })?;
         let child = self.adopt_child("grow", code, &new, false, cfg);
         if root {

@@ -3,6 +3,7 @@
 //! kin), the window looked up among this communicator's; the callers hold the call lock.
 
 use crate::comm::NcclComm;
+use crate::ffi::Put;
 use crate::stream::NcclStream;
 use oxccl_core::one_sided::{PutSignal, SignalWait};
 use oxccl_core::{check, Feature, Result};
@@ -18,26 +19,23 @@ impl NcclComm {
         check::put_signal(&self.check_ctx(), &self.inner.signals, p)?;
         let reg = &self.inner.registry;
         check::put_windows(p, |w| reg.has_window(w), |a, b| reg.in_window(a, b))?;
-        let f = self.gated(Feature::Signals, |a| a.put_signal, "ncclPutSignal")?;
+        self.gated(Feature::Signals, |a| a.put_signal, "ncclPutSignal")?;
         self.inner.ready_for("put_signal")?;
-        // SAFETY: checked above (the data within the peer's part of a live window of this
-        // communicator, peer and numbers in range); the caller keeps `send` valid until the
-        // stream passes the put; flags 0, the only value NCCL defines.
-        let code = unsafe {
-            f(
-                p.send.addr as *const std::ffi::c_void,
-                p.send.len,
-                p.dtype.code(),
-                p.peer as i32,
-                p.window.raw as oxccl_loader::raw::RawWindow,
-                p.offset,
-                p.signal as i32,
-                p.ctx as i32,
-                0,
-                self.inner.raw,
-                stream.raw(),
-            )
+        let put = Put {
+            send: p.send.addr,
+            count: p.send.len,
+            dtype: p.dtype.code(),
+            peer: p.peer as i32,
+            window: p.window.raw,
+            offset: p.offset,
+            signal: p.signal as i32,
+            ctx: p.ctx as i32,
         };
+        let api = self.inner.lib.api();
+        // SAFETY: checked above (the data within the peer's part of a live window of this
+        // communicator, peer and numbers in range); a ready communicator; the caller keeps
+        // `send` valid until the stream passes the put.
+        let code = unsafe { crate::ffi::put_signal(api, &put, self.inner.raw, stream.raw())? };
         self.finish(code, "ncclPutSignal")
     }
 
@@ -50,26 +48,19 @@ impl NcclComm {
         stream: &NcclStream,
     ) -> Result<()> {
         check::signal(&self.check_ctx(), &self.inner.signals, peer, signal, ctx)?;
-        let f = self.gated(Feature::Signals, |a| a.signal, "ncclSignal")?;
+        self.gated(Feature::Signals, |a| a.signal, "ncclSignal")?;
         self.inner.ready_for("signal")?;
-        // SAFETY: a ready communicator; peer and numbers checked; flags 0.
-        let code = unsafe {
-            f(
-                peer as i32,
-                signal as i32,
-                ctx as i32,
-                0,
-                self.inner.raw,
-                stream.raw(),
-            )
-        };
+        let (api, raw) = (self.inner.lib.api(), self.inner.raw);
+        let (peer, signal, ctx) = (peer as i32, signal as i32, ctx as i32);
+        // SAFETY: a ready communicator and its stream; peer and numbers checked.
+        let code = unsafe { crate::ffi::signal(api, peer, signal, ctx, raw, stream.raw())? };
         self.finish(code, "ncclSignal")
     }
 
     /// [`oxccl_core::OneSided::wait_signal`] on NCCL.
     pub(crate) fn wait_signal_comm(&self, waits: &[SignalWait], stream: &NcclStream) -> Result<()> {
         check::wait_signal(&self.check_ctx(), &self.inner.signals, waits)?;
-        let f = self.gated(Feature::Signals, |a| a.wait_signal, "ncclWaitSignal")?;
+        self.gated(Feature::Signals, |a| a.wait_signal, "ncclWaitSignal")?;
         self.inner.ready_for("wait_signal")?;
         // Numbers checked to fit an int.
         let mut descs: Vec<RawWaitSignalDesc> = waits
@@ -81,16 +72,9 @@ impl NcclComm {
                 ctx: w.ctx as i32,
             })
             .collect();
-        // SAFETY: a ready communicator; `descs` holds `waits.len()` (checked to fit an int)
-        // descriptors and outlives the call.
-        let code = unsafe {
-            f(
-                descs.len() as i32,
-                descs.as_mut_ptr(),
-                self.inner.raw,
-                stream.raw(),
-            )
-        };
+        let (api, raw) = (self.inner.lib.api(), self.inner.raw);
+        // SAFETY: a ready communicator and its stream.
+        let code = unsafe { crate::ffi::wait_signal(api, &mut descs, raw, stream.raw())? };
         self.finish(code, "ncclWaitSignal")
     }
 }

@@ -16,7 +16,7 @@ const SUSPEND_MEM: i32 = 0x01;
 impl NcclComm {
     /// [`oxccl_core::Suspend::suspend`] on NCCL.
     pub(crate) fn suspend_comm(&self, release_memory: bool) -> Result<()> {
-        let f = self.gated(
+        self.gated(
             Feature::SuspendResume,
             |a| a.comm_suspend,
             "ncclCommSuspend",
@@ -26,7 +26,8 @@ impl NcclComm {
         let _live = self.inner.use_raw();
         // SAFETY: a communicator that was ready (so live) a moment ago, its state now
         // Suspended so no operation of ours reaches it; flags NCCL defines.
-        let code = unsafe { f(self.inner.raw, flags) };
+        let code =
+            unsafe { crate::ffi::comm_suspend(self.inner.lib.api(), self.inner.raw, flags)? };
         let done = self.finish(code, "ncclCommSuspend");
         if done.is_err() {
             // Not suspended: ready again, unless the failure was recorded.
@@ -39,32 +40,29 @@ impl NcclComm {
 
     /// [`oxccl_core::Suspend::resume`] on NCCL.
     pub(crate) fn resume_comm(&self) -> Result<()> {
-        let f = self.gated(Feature::SuspendResume, |a| a.comm_resume, "ncclCommResume")?;
+        self.gated(Feature::SuspendResume, |a| a.comm_resume, "ncclCommResume")?;
         if self.inner.state() != oxccl_core::CommState::Suspended {
             // Not suspended: the lifecycle's refusal, naming the state.
             return self.transition(|l| l.resume());
         }
         let _live = self.inner.use_raw();
         // SAFETY: a suspended (so live) communicator.
-        let code = unsafe { f(self.inner.raw) };
+        let code = unsafe { crate::ffi::comm_resume(self.inner.lib.api(), self.inner.raw)? };
         self.finish(code, "ncclCommResume")?;
         self.transition(|l| l.resume())
     }
 
     /// [`oxccl_core::Suspend::mem_stats`] on NCCL.
     pub(crate) fn mem_stats_comm(&self) -> Result<MemStats> {
-        let f = self.gated(Feature::MemStats, |a| a.comm_mem_stats, "ncclCommMemStats")?;
+        self.gated(Feature::MemStats, |a| a.comm_mem_stats, "ncclCommMemStats")?;
         let _live = self.inner.use_raw();
         if self.inner.is_released() || self.inner.state().is_dead() {
             self.ensure_ready("read memory statistics")?;
         }
-        let read = |stat: i32| -> Result<u64> {
-            let mut v = 0u64;
-            // SAFETY: a live communicator (checked under `use_raw`); `v` is a valid
-            // out-pointer; `stat` one of the values NCCL defines.
-            let code = unsafe { f(self.inner.raw, stat, &mut v) };
-            self.inner.lib.check(code, self.inner.raw)?;
-            Ok(v)
+        // SAFETY: a live communicator (checked under `use_raw`); `stat` one of the values NCCL
+        // defines.
+        let read = |stat: i32| unsafe {
+            crate::ffi::comm_mem_stats(&self.inner.lib, self.inner.raw, stat)
         };
         Ok(MemStats {
             suspendable: read(STAT_SUSPENDABLE)?,

@@ -98,17 +98,16 @@ type P2p<'c> = unsafe fn(&Ctx<'c>, usize, usize, DataType, u32) -> i32;
 impl<'c> Ctx<'c> {
     /// Runs `body` between group start and end; the group is closed even when `body` fails.
     fn grouped(&self, body: impl FnOnce() -> i32) -> i32 {
-        let (Some(start), Some(end)) = (self.api.group_start, self.api.group_end) else {
+        if self.api.group_start.is_none() || self.api.group_end.is_none() {
             return ResultCode::INVALID_USAGE.0;
-        };
-        // SAFETY: no arguments; groups nest per thread.
-        let s = unsafe { start() };
+        }
+        let unusable = |_| ResultCode::INVALID_USAGE.0;
+        let s = crate::ffi::group_start(self.api).unwrap_or_else(unusable);
         if s != 0 {
             return s;
         }
         let b = body();
-        // SAFETY: closes the group opened above.
-        let e = unsafe { end() };
+        let e = crate::ffi::group_end(self.api).unwrap_or_else(unusable);
         if b != 0 {
             b
         } else {

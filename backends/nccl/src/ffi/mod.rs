@@ -1,0 +1,38 @@
+//! The one layer that calls NCCL's function pointers: a wrapper per entry point the backend
+//! uses, with typed arguments, so the rest of the backend reaches NCCL through Rust signatures.
+//! A wrapper whose soundness rests on its own arguments is safe; one that takes a communicator
+//! handle or a pointer NCCL dereferences is an `unsafe fn` whose `# Safety` says what its
+//! caller vouches for.
+//!
+//! Results: a call that only the library settles returns [`Result`] through
+//! [`oxccl_loader::Library::check`]; a call on a communicator returns NCCL's [`Code`] for the
+//! caller to settle (`CommInner::finish` waits out `InProgress` and records failures in the
+//! lifecycle, which only the communicator can do). A function the library lacks is an error
+//! here too, the same one its caller's earlier presence check gives.
+
+mod group;
+mod lifecycle;
+mod one_sided;
+mod query;
+mod registration;
+
+pub(crate) use group::*;
+pub(crate) use lifecycle::*;
+pub(crate) use one_sided::*;
+pub(crate) use query::*;
+pub(crate) use registration::*;
+
+use oxccl_core::{Feature, Result};
+
+/// An `ncclResult_t` as NCCL returned it, for the caller to settle.
+pub(crate) type Code = i32;
+
+/// `f`, or the error for a function every supported release has ([`crate::absent::base_symbol`]).
+fn base<F>(f: Option<F>, symbol: &'static str) -> Result<F> {
+    f.ok_or_else(|| crate::absent::base_symbol(symbol))
+}
+
+/// `f`, or the error for a gated feature's function ([`crate::absent::feature_symbol`]).
+fn gated<F>(f: Option<F>, feature: Feature, symbol: &'static str) -> Result<F> {
+    f.ok_or(crate::absent::feature_symbol(feature, symbol))
+}
