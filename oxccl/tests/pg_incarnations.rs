@@ -7,7 +7,6 @@
 //! installed, a torch program of the same launch still meets this one's keys in the agent
 //! store.
 
-mod ranks;
 mod torch_env;
 
 use oxccl::buffer::Memory;
@@ -16,7 +15,7 @@ use oxccl::mock::MockBackend;
 use oxccl::pg::{PgOptions, ProcessGroup};
 use oxccl::store::{MemStore, Store, TcpStore, TcpStoreOptions};
 use oxccl::{Device, ReduceOp, Result};
-use ranks::{field, rank_command, wait_all, Ran};
+use oxccl_testkit::ranks::{field, rank_command, wait_all, Ran};
 use std::sync::Arc;
 use std::time::Duration;
 
