@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# Runs every cargo-fuzz target of fuzz/ for N seconds each (default 20), one after the other,
-# on the stable toolchain: RUSTC_BOOTSTRAP=1 lets cargo-fuzz pass its nightly-only flags, and
-# `--sanitizer none` avoids needing a sanitizer runtime (and runs several times faster).
+# Runs every cargo-fuzz target of fuzz/ (their bodies: the package in fuzz-bodies/) for N
+# seconds each (default 20), one after the other, on the stable toolchain: RUSTC_BOOTSTRAP=1
+# lets cargo-fuzz pass its nightly-only flags, and `--sanitizer none` avoids needing a
+# sanitizer runtime (and runs several times faster).
 #
 #   scripts/fuzz.sh [SECONDS] [TARGET...]      e.g. scripts/fuzz.sh 600 group_call work
 #   FUZZ_MINIMIZE=1 scripts/fuzz.sh 600 group_call   then rewrite fuzz/corpus/group_call minimized
 #
 # Each target starts from its kept corpus (fuzz/corpus/<target>/, replayed by
-# `cargo test --test fuzz_corpus`) and its past crashes (fuzz/regressions/<target>/); what it
-# finds goes to fuzz/target/corpus/<target>/, so a run does not grow the repository. With
+# `cargo test -p oxccl --test fuzz_corpus`) and its past crashes (fuzz/regressions/<target>/);
+# what it finds goes to fuzz/target/corpus/<target>/, so a run does not grow the repository. With
 # FUZZ_MINIMIZE=1 the kept corpus is replaced by the minimized union of both (-merge=1).
 # Prints libFuzzer's executions and coverage (`cov:`) per target. Installs cargo-fuzz first
 # when it is missing. Exits non-zero at the first target that finds a crash (the input is left

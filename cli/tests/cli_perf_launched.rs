@@ -5,12 +5,10 @@
 //! rank makes rank 0 exit 1.
 
 mod common;
-#[path = "../../oxccl/tests/ranks/mod.rs"]
-mod ranks;
 
-use common::launchers::{slurm, torchrun, vars, LAUNCH_VARS};
 use common::ALL_COLLECTIVES;
-use ranks::free_port;
+use oxccl_testkit::launchers::{slurm, torchrun, vars, LAUNCH_VARS};
+use oxccl_testkit::ranks::free_port;
 use serde_json::Value;
 use std::process::{Child, Command, Output, Stdio};
 

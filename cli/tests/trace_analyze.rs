@@ -1,19 +1,17 @@
 //! `oxccl trace` end to end: rings filled as the process group fills them, dumped per rank
 //! with the writer into a directory, read back and analyzed; and the CLI's exit codes.
 
-#[path = "../src/trace/mod.rs"]
-mod trace_cli;
-
 use oxccl::core::op::OpKind;
 use oxccl::core::recorder::{
     profiling_name, FlightRecorder, PgConfig, TensorMeta, TraceRecord, TraceState,
 };
+use oxccl::recorder::reader::{
+    analyze, read_dump_dir, render_text, report_json, Culprit, MismatchKind, Reason,
+};
 use oxccl::recorder::{write_dump, DumpMeta};
 use oxccl::DataType;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
-use trace_cli::analysis::analyze::{Culprit, MismatchKind, Reason};
-use trace_cli::analysis::{analyze, read_dump_dir, render_text, report_json};
+use std::process::Command;
 use TraceState::{Completed as Done, Scheduled as Sched, Started};
 
 const WORLD: u32 = 64;
@@ -106,12 +104,14 @@ fn with_states(ops: &[(OpKind, &'static [u64])], stuck: usize) -> Vec<Op> {
         .collect()
 }
 
-fn run_cli(dir: &Path, json: bool) -> ExitCode {
-    trace_cli::run(&trace_cli::TraceArgs {
-        dir: dir.to_path_buf(),
-        json,
-        request: false,
-    })
+/// The exit code of `oxccl trace DIR` (with `--json`).
+fn run_cli(dir: &Path, json: bool) -> Option<i32> {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_oxccl"));
+    cmd.arg("trace").arg(dir);
+    if json {
+        cmd.arg("--json");
+    }
+    cmd.output().expect("oxccl runs").status.code()
 }
 
 // 64 ranks; rank 17 skips the all_reduce at seq 5, so its seq 5 is the broadcast the others
@@ -167,8 +167,8 @@ fn rank_64_skipping_an_all_reduce_is_found_by_the_mismatch() {
     let v = report_json(&a);
     assert_eq!(v["culprits"][0]["rank"], 17);
     assert_eq!(v["culprits"][0]["reason"], "mismatch");
-    assert_eq!(run_cli(&dir, false), ExitCode::from(1));
-    assert_eq!(run_cli(&dir, true), ExitCode::from(1));
+    assert_eq!(run_cli(&dir, false), Some(1));
+    assert_eq!(run_cli(&dir, true), Some(1));
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -205,7 +205,7 @@ fn rank_64_skipping_one_of_identical_all_reduces_never_issues_the_last() {
         }]
     );
     assert!(render_text(&a).contains("rank 17: never issued collective seq 10"));
-    assert_eq!(run_cli(&dir, false), ExitCode::from(1));
+    assert_eq!(run_cli(&dir, false), Some(1));
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -275,22 +275,23 @@ fn cli_exit_codes() {
     let dir = tmp_dir("clean");
     let ops = with_states(&program(), 10);
     dump_all(&dir, (0..WORLD).map(|r| (r, ops.clone())));
-    assert_eq!(run_cli(&dir, false), ExitCode::SUCCESS);
+    assert_eq!(run_cli(&dir, false), Some(0));
     // An unreadable dump: 2.
     std::fs::write(dir.join("rank_99.json"), b"{ not json").unwrap();
-    assert_eq!(run_cli(&dir, true), ExitCode::from(2));
+    assert_eq!(run_cli(&dir, true), Some(2));
     let _ = std::fs::remove_dir_all(&dir);
     // No directory, or no dumps in it: 2.
-    assert_eq!(run_cli(&dir, false), ExitCode::from(2));
+    assert_eq!(run_cli(&dir, false), Some(2));
     std::fs::create_dir_all(&dir).unwrap();
-    assert_eq!(run_cli(&dir, false), ExitCode::from(2));
+    assert_eq!(run_cli(&dir, false), Some(2));
     // --request creates the trigger file.
-    let req = trace_cli::TraceArgs {
-        dir: dir.clone(),
-        json: false,
-        request: true,
-    };
-    assert_eq!(trace_cli::run(&req), ExitCode::SUCCESS);
+    let req = Command::new(env!("CARGO_BIN_EXE_oxccl"))
+        .arg("trace")
+        .arg(&dir)
+        .arg("--request")
+        .output()
+        .expect("oxccl runs");
+    assert_eq!(req.status.code(), Some(0));
     assert!(dir.join(oxccl::recorder::DUMP_REQUEST_FILE).is_file());
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -1,2 +1,2 @@
 #![no_main]
-libfuzzer_sys::fuzz_target!(|data: &[u8]| oxccl_fuzz::comm_life::fuzz(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| oxccl_fuzz_bodies::comm_life::fuzz(data));

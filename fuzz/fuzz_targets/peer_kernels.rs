@@ -1,2 +1,2 @@
 #![no_main]
-libfuzzer_sys::fuzz_target!(|data: &[u8]| oxccl_fuzz::peer_kernels::fuzz(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| oxccl_fuzz_bodies::peer_kernels::fuzz(data));

@@ -1,2 +1,2 @@
 #![no_main]
-libfuzzer_sys::fuzz_target!(|data: &[u8]| oxccl_fuzz::store::fuzz(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| oxccl_fuzz_bodies::store::fuzz(data));

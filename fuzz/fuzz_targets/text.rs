@@ -1,2 +1,2 @@
 #![no_main]
-libfuzzer_sys::fuzz_target!(|data: &[u8]| oxccl_fuzz::text::fuzz(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| oxccl_fuzz_bodies::text::fuzz(data));

@@ -19,21 +19,17 @@ use oxccl::launch::{init_process_group, WithProcessGroup};
 use oxccl::mock::{FaultPlan, MockBackend};
 use oxccl::pg::PgBackend;
 use oxccl::pg::{PgOptions, ProcessGroup};
+use oxccl::recorder::reader::{analyze, read_dump_dir, render_text};
 use oxccl::store::{MemStore, Store};
 use oxccl::{ReduceOp, Result};
-use ranks::{free_port, rank_command, wait_all, Ran};
+use oxccl_testkit::ranks::{self, free_port, rank_command, wait_all, Ran};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-mod ranks;
 mod torch_env;
-/// The `oxccl trace` tool's analysis of dumps, taken in by path (it lives in the tool).
-#[path = "../../cli/src/trace/analysis/mod.rs"]
-#[allow(dead_code, unused_imports)]
-mod trace_analysis;
 
 const CHILD: &str = "OXCCL_DUMP_ENDING_CHILD";
 /// A directory where each rank leaves `first_<rank>` once its first all_reduce completed.
@@ -237,10 +233,9 @@ fn backend() -> String {
     std::env::var("OXCCL_DUMP_ENDING_BACKEND").unwrap_or_else(|_| "mock".into())
 }
 
-/// What `oxccl trace DIR` reports, from the tool's analysis (what it prints): the
+/// What `oxccl trace DIR` reports, from the recorder's reader (what the tool prints): the
 /// dumps' report, after a line per unreadable dump.
 fn oxccl_trace(dir: &Path) -> String {
-    use trace_analysis::{analyze, read_dump_dir, render_text};
     let read = read_dump_dir(dir).unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()));
     let mut text = String::new();
     for (path, why) in &read.unreadable {

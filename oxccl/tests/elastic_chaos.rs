@@ -5,14 +5,13 @@
 //! refusal reaching the program as a plain abort (the rank left, and the survivors timed out
 //! at the next epoch's init): kept as a test.
 
-mod ranks;
-
+use oxccl_testkit::ranks;
 use std::process::Command;
 
 /// Runs the driver for `secs` with `seed`, `n` ranks and a group timeout of `timeout_ms`;
 /// returns its summary after checking its verdict.
 fn chaos(seed: u64, n: u32, timeout_ms: u64, secs: u64) -> String {
-    let exe = ranks::built_example("elastic_chaos");
+    let exe = ranks::built_example(env!("CARGO_MANIFEST_DIR"), "elastic_chaos");
     let out = Command::new(&exe)
         .args(["--seed", &seed.to_string(), "--ranks", &n.to_string()])
         .args([

@@ -3,10 +3,10 @@
 //! steps itself, this checks its verdict and its times against the goals (back to training
 //! within the group's timeout + 2 s, training at four within 5 s of the replacement's start).
 
-mod ranks;
 #[path = "torch_env/mod.rs"]
 mod torch_env;
 
+use oxccl_testkit::ranks;
 use std::process::Command;
 
 /// The number before `unit` that follows `lead` in `line`.
@@ -63,7 +63,7 @@ fn run(version: Option<&str>) -> String {
 
 /// [`run`], each rank started under an agent of `torchrun` when given.
 fn run_with(version: Option<&str>, torchrun: Option<&std::path::Path>) -> String {
-    let exe = ranks::built_example("elastic_step");
+    let exe = ranks::built_example(env!("CARGO_MANIFEST_DIR"), "elastic_step");
     let timeout_ms = 10_000;
     let mut cmd = Command::new(&exe);
     match torchrun {

@@ -4,8 +4,7 @@
 //! lose it and train again at epoch 1 within the timeout, the window and a margin; continued
 //! afterwards, rank 2 learns it is out and ends with a typed error.
 
-mod ranks;
-
+use oxccl_testkit::ranks;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{channel, Receiver};
@@ -40,7 +39,7 @@ impl Drop for World {
 }
 
 fn start(n: u32) -> World {
-    let exe = ranks::built_example("elastic_chaos");
+    let exe = ranks::built_example(env!("CARGO_MANIFEST_DIR"), "elastic_chaos");
     let port = ranks::free_port();
     let store = Command::new(&exe)
         .env("CHAOS_STORE_PORT", port.to_string())

@@ -2,10 +2,6 @@
 //! ever crashed one (`fuzz/regressions/<target>/`) through the target's body, so `cargo test`
 //! exercises the fuzz targets and their reference models without cargo-fuzz.
 
-#[path = "../../fuzz/src/lib.rs"]
-#[allow(dead_code)]
-mod bodies;
-
 use std::path::Path;
 
 /// Runs `body` over every file under `dir` (missing: none), returning how many ran.
@@ -38,7 +34,7 @@ fn root() -> &'static Path {
 fn every_target_replays_its_corpus_and_regressions() {
     // OXCCL_FUZZ_TARGET=name replays one target only.
     let only = std::env::var("OXCCL_FUZZ_TARGET").ok();
-    for (name, body) in bodies::TARGETS {
+    for (name, body) in oxccl_fuzz_bodies::TARGETS {
         if only.as_deref().is_some_and(|o| o != *name) {
             continue;
         }
@@ -69,7 +65,7 @@ fn every_target_replays_its_corpus_and_regressions() {
 fn the_pg_corpus_replays_repeatedly_without_heap_corruption() {
     let dir = root().join("fuzz/corpus/pg");
     for _ in 0..4 {
-        assert!(replay(&dir, bodies::pg::fuzz) > 0);
+        assert!(replay(&dir, oxccl_fuzz_bodies::pg::fuzz) > 0);
     }
 }
 

@@ -4,14 +4,11 @@
 //! A child is this binary run with `--exact child --nocapture` and `OXCCL_LAUNCH_CHILD` set;
 //! without that variable the `child` test does nothing.
 
-mod common;
-mod ranks;
-
-use common::launchers::{self, vars};
 use oxccl::launch::{Bootstrap, EnvVars, InitMethod, Launcher};
 use oxccl::store::{Store, TcpStore, TcpStoreOptions};
 use oxccl::Error;
-use ranks::free_port;
+use oxccl_testkit::launchers::{self, vars};
+use oxccl_testkit::ranks::free_port;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};

@@ -11,10 +11,9 @@ mod faults;
 mod one_sided;
 #[path = "mock_processes/ops.rs"]
 mod ops;
-mod ranks;
 mod torch_env;
 
-use ranks::{field, free_port, rank_command, wait_all, Ran};
+use oxccl_testkit::ranks::{self, field, free_port, rank_command, wait_all, Ran};
 
 use oxccl::launch::{init_process_group, WithProcessGroup};
 use oxccl::pg::PgBackend;
@@ -356,7 +355,7 @@ fn ddp_step_under_torchrun_prints_what_the_threads_print_and_the_right_average()
     let Some(torchrun) = torch_env::venv_program("torchrun") else {
         return;
     };
-    let exe = ranks::built_example("ddp_step");
+    let exe = ranks::built_example(env!("CARGO_MANIFEST_DIR"), "ddp_step");
     let threads = Command::new(&exe)
         .env_remove("RANK")
         .env_remove("OXCCL_BACKEND")

@@ -1,12 +1,11 @@
 //! Split of the mock world across processes, and the bound on its init: ranks as child
-//! processes of this test binary (see `tests/ranks`), each printing what it saw.
+//! processes of this test binary (see `oxccl_testkit::ranks`), each printing what it saw.
 //!
 //! A child is this binary run with `--exact child` and `OXCCL_MPS_CHILD` naming its scenario;
 //! without that variable the `child` test does nothing.
 
 #[path = "mock_processes/ops.rs"]
 mod ops;
-mod ranks;
 #[path = "mock_processes_split/child.rs"]
 mod split_child;
 
@@ -15,7 +14,7 @@ use oxccl::mock::MockBackend;
 use oxccl::pg::PgBackend;
 use oxccl::pg::{PgOptions, ProcessGroup};
 use oxccl::{Device, Error, ReduceOp, Result};
-use ranks::{field, free_port, rank_command, wait_all, Ran};
+use oxccl_testkit::ranks::{field, free_port, rank_command, wait_all, Ran};
 use split_child::{members, LIMIT_MS};
 use std::time::{Duration, Instant};
 

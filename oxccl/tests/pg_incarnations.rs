@@ -7,7 +7,6 @@
 //! installed, a torch program of the same launch still meets this one's keys in the agent
 //! store.
 
-mod ranks;
 mod torch_env;
 
 use oxccl::launch::{init_process_group, Bootstrap, EnvVars, InitMethod, WithProcessGroup};
@@ -16,7 +15,7 @@ use oxccl::pg::PgBackend;
 use oxccl::pg::{PgOptions, ProcessGroup};
 use oxccl::store::{MemStore, Store, TcpStore, TcpStoreOptions};
 use oxccl::{Device, ReduceOp, Result};
-use ranks::{field, rank_command, wait_all, Ran};
+use oxccl_testkit::ranks::{field, rank_command, wait_all, Ran};
 use std::sync::Arc;
 use std::time::Duration;
 

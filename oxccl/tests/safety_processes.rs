@@ -5,17 +5,12 @@
 use oxccl::launch::{init_process_group, WithProcessGroup};
 use oxccl::pg::PgBackend;
 use oxccl::pg::ProcessGroup;
+use oxccl::recorder::reader;
 use oxccl::{Error, ReduceOp, Result};
-use ranks::{field, free_port, rank_command, wait_all};
+use oxccl_testkit::ranks::{field, free_port, rank_command, wait_all};
 use std::path::Path;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
-
-mod ranks;
-/// The `oxccl trace` tool's analysis of dumps, taken in by path (it lives in the tool).
-#[path = "../../cli/src/trace/analysis/mod.rs"]
-#[allow(dead_code, unused_imports)]
-mod trace_analysis;
 
 const CHILD: &str = "OXCCL_SAFETY_CHILD";
 const DEADLINE: Duration = Duration::from_secs(90);
@@ -201,7 +196,7 @@ fn case_16_bad_boolean_fails_init_process_group() {
 fn dumped_states(dir: &Path, rank: u32) -> Vec<(u64, String)> {
     let file = dir.join(format!("rank_{rank}.json"));
     let text = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
-    trace_analysis::parse::parse_dump(&text, Some(rank))
+    reader::parse_dump(&text, Some(rank))
         .unwrap()
         .entries
         .iter()
@@ -256,8 +251,8 @@ fn case_30_timeout_dump() {
             "timing={timing}"
         );
         // The analysis names rank 1's stop at seq 2 and rank 0 as the one without a dump.
-        let dumps = trace_analysis::read_dump_dir(&dir).unwrap();
-        let text = trace_analysis::render_text(&trace_analysis::analyze(&dumps.dumps));
+        let dumps = reader::read_dump_dir(&dir).unwrap();
+        let text = reader::render_text(&reader::analyze(&dumps.dumps));
         assert!(
             text.contains("hang at collective seq 2")
                 && text.contains("stopped: rank 1 at seq 2 nccl:all_reduce")
@@ -302,8 +297,8 @@ fn case_30_healthy_rank_dumps_on_the_signal() {
         dumped_states(&dir, 1),
         vec![(1, "completed".to_string()), (2, "scheduled".to_string())]
     );
-    let dumps = trace_analysis::read_dump_dir(&dir).unwrap();
-    let text = trace_analysis::render_text(&trace_analysis::analyze(&dumps.dumps));
+    let dumps = reader::read_dump_dir(&dir).unwrap();
+    let text = reader::render_text(&reader::analyze(&dumps.dumps));
     assert!(
         text.contains("2 rank(s) dumped") && text.contains("rank 1 at seq 2"),
         "{text}"

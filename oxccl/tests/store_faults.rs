@@ -11,8 +11,6 @@
 //! A child is this binary run with `--exact child --nocapture` and `OXCCL_FAULT_CHILD` set;
 //! without that variable the `child` test does nothing.
 
-mod common;
-
 use oxccl::core::Device;
 use oxccl::launch::Bootstrap;
 use oxccl::mock::MockBackend;
@@ -82,11 +80,11 @@ fn spawn_with(
     agent_store: bool,
     extra: &[(&'static str, String)],
 ) -> Child {
-    let mut vars = common::launchers::torchrun(rank, world, port);
+    let mut vars = oxccl_testkit::launchers::torchrun(rank, world, port);
     if !extra.iter().any(|(k, _)| *k == "OXCCL_TIMEOUT_MS") {
         vars.push(("OXCCL_TIMEOUT_MS".into(), "20000".into()));
     }
-    vars.extend(common::launchers::vars(extra));
+    vars.extend(oxccl_testkit::launchers::vars(extra));
     if agent_store {
         vars.push(("TORCHELASTIC_RUN_ID".into(), "faults".into()));
         vars.push(("TORCHELASTIC_USE_AGENT_STORE".into(), "True".into()));

@@ -1,10 +1,7 @@
 //! Set-up the CLI's test files share (each includes this file as `mod common;`): the `oxccl`
-//! tool run as a child, the collectives of `oxccl perf`, and the launchers' variables (one copy,
-//! the library's tests' `tests/common/launchers.rs`).
+//! tool run as a child and the collectives of `oxccl perf`. What they share with the library's
+//! tests (launchers' variables, ranks as processes) is the package `oxccl-testkit`.
 #![allow(dead_code)]
-
-#[path = "../../../oxccl/tests/common/launchers.rs"]
-pub mod launchers;
 
 use std::process::{Command, Output};
 

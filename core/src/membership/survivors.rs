@@ -1,6 +1,6 @@
 //! How the survivors of a lost rank agree on who goes on: pure rules over what each of them
 //! reads from the store, so that every survivor ends with the same members whatever the order
-//! of arrivals and deaths (fuzzed against a model: `fuzz/src/survivors.rs`).
+//! of arrivals and deaths (fuzzed against a model: `fuzz-bodies/src/survivors.rs`).
 //!
 //! A group's members at view `v` are a list of global ranks in group order. When a member
 //! sees a peer lost (a timeout, a remote error, the watchdog's verdict):

@@ -9,12 +9,15 @@
 //! - [`DumpTrigger`]: the on-request trigger (a `dump_request` file in the dump directory),
 //!   polled by the recorder's owner.
 //!
-//! Reading dumps back and diagnosing a hang from them is the `oxccl trace` tool's work.
+//! - [`reader`] (feature `trace-reader`): reads dumps back and diagnoses a hang from them, as
+//!   `oxccl trace` prints it.
 
 mod dump;
 mod json;
 mod note;
 pub mod pickle;
+#[cfg(feature = "trace-reader")]
+pub mod reader;
 mod shared;
 pub(crate) mod slot;
 pub(crate) mod target;

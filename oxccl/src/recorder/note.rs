@@ -1,8 +1,9 @@
 //! What a rank knew of the other ranks' dumps when it wrote its own: why it dumped, whether
 //! the store answered it, and, for a failing rank that waited for every rank's dump, who never
 //! reported. Written at the dump's top level under [`NOTE_KEY`] (PyTorch's analyzer ignores
-//! keys it does not know), read back by `oxccl trace` to say why a rank's dump is missing; the words it uses for
-//! causes and wait ends are defined here, for the writer and that reader alike.
+//! keys it does not know), read back by the recorder's `reader` (as `oxccl trace` prints it)
+//! to say why a rank's dump is missing; the words it uses for causes and wait ends are defined
+//! here, for the writer and that reader alike.
 
 use super::value::DumpValue;
 use oxccl_core::watchdog::DumpWaitEnd;

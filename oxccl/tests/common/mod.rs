@@ -1,11 +1,11 @@
-//! Set-up that several test files share (each includes this file as `mod common;`): a mock
-//! backend with a fault plan, ranks as threads that
-//! all_reduce once before the part a test is about, a one-rank group the watchdog already
-//! watches, and a capture error's kind.
+//! Set-up that several of this package's test files share (each includes this file as
+//! `mod common;`): a mock backend with a fault plan, ranks as threads that all_reduce once
+//! before the part a test is about, a one-rank group the watchdog already watches, a capture
+//! error's kind, and GPU ranks as child processes (`children`). What the CLI's tests share
+//! with these (ranks as processes, launchers' variables) is the package `oxccl-testkit`.
 #![allow(dead_code)]
 
 pub mod children;
-pub mod launchers;
 
 use oxccl::buffer::HostBuf;
 use oxccl::core::CaptureError;

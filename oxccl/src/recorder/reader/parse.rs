@@ -2,8 +2,8 @@
 //! field, PyTorch's `dump_json`, whose files carry no rank: it is then taken from the name).
 
 use super::note::parse_note;
-use oxccl::core::text::Escaped;
-use oxccl::recorder::{DumpNote, NOTE_KEY};
+use crate::recorder::{DumpNote, NOTE_KEY};
+use oxccl_core::text::Escaped;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 

@@ -1,14 +1,15 @@
 //! `oxccl trace DIR`: reads every rank's flight-recorder dump in DIR (`rank_<r>.json`, written
 //! by the process group on a timeout or on request) and says which ranks stopped and at which
 //! collective, what the others were doing, mismatched collectives, ranks that never dumped, and
-//! the culprits. In words, or with `--json` as one JSON object.
+//! the culprits. In words, or with `--json` as one JSON object. The reading and the diagnosis
+//! are the library's (`oxccl::recorder::reader`); this is the command around them.
 //!
 //! Exit codes: 0 no hang found, 1 a hang or a culprit found, 2 usage or unreadable dumps.
 
-use super::analysis::{analyze, read_dump_dir, render_text, report_json};
 use clap::Args;
-use oxccl::core::text::{Escaped, JsonSafe};
+use oxccl::core::text::Escaped;
 use oxccl::escaped_path;
+use oxccl::recorder::reader::{analyze, read_dump_dir, render_text, report_json};
 use oxccl::recorder::{DumpTrigger, DUMP_REQUEST_FILE};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -80,9 +81,7 @@ pub fn run(args: &TraceArgs) -> ExitCode {
                 .collect();
             obj.insert("unreadable".into(), serde_json::Value::Array(bad));
         }
-        // Exact values, with no control or bidi character raw (this file is also built
-        // into cli/tests/trace_analyze.rs, so it does not use the tool's `shown`).
-        emit(&format!("{}\n", JsonSafe(&format!("{v:#}"))));
+        emit(&format!("{}\n", crate::shown::json(&v)));
     } else {
         emit(&render_text(&analysis));
     }

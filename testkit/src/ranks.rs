@@ -2,8 +2,8 @@
 //! `child` test with torchrun's variables (RANK, WORLD_SIZE, MASTER_ADDR/PORT…) and the mock
 //! backend spanning processes; the parent waits for all of them under a deadline (a hang fails
 //! the test, never blocks CI) and reads the `RESULT key=value` lines they print.
-#![allow(dead_code)]
 
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -28,10 +28,15 @@ pub fn free_port() -> u16 {
 
 /// What one child did.
 pub struct Ran {
+    /// Its rank (its place in the children waited for).
     pub rank: u32,
+    /// Its process id.
     pub pid: u32,
+    /// Its exit code; `None` when a signal ended it.
     pub code: Option<i32>,
+    /// The signal that ended it, if one did.
     pub signal: Option<i32>,
+    /// Its standard output.
     pub out: String,
 }
 
@@ -121,13 +126,14 @@ pub fn field<'a>(out: &'a str, key: &str) -> Option<&'a str> {
         .find_map(|w| w.strip_prefix(key).and_then(|w| w.strip_prefix('=')))
 }
 
-/// Builds example `name` of this package (cargo, as the test runs) and returns its path: the
+/// Builds example `name` of the package in `package_dir` (the test's own:
+/// `env!("CARGO_MANIFEST_DIR")`) with cargo, as the test runs, and returns its path: the
 /// examples folder beside the running test binary's `deps/`.
-pub fn built_example(name: &str) -> std::path::PathBuf {
+pub fn built_example(package_dir: impl AsRef<Path>, name: &str) -> PathBuf {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let built = Command::new(cargo)
         .args(["build", "--example", name])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .current_dir(package_dir.as_ref())
         .status()
         .unwrap();
     assert!(built.success());

@@ -1,7 +1,7 @@
 //! Reading a dump's note back (what a rank knew of the other ranks' dumps, written by the
 //! library's [`DumpNote`]), in the words the library defines for it.
 
-use oxccl::recorder::{wait_end_from_word, DumpCause, DumpNote, DumpWait};
+use crate::recorder::{wait_end_from_word, DumpCause, DumpNote, DumpWait};
 use serde_json::Value;
 
 /// The note of a parsed JSON dump; `None` when the dump has none or it is not one this
@@ -40,8 +40,8 @@ pub fn parse_note(v: &Value) -> Option<DumpNote> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use oxccl::core::watchdog::DumpWaitEnd;
-    use oxccl::recorder::to_json;
+    use crate::recorder::to_json;
+    use oxccl_core::watchdog::DumpWaitEnd;
 
     fn roundtrip(n: &DumpNote) -> Option<DumpNote> {
         parse_note(&serde_json::from_str(&to_json(&n.value())).unwrap())

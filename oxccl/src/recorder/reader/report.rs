@@ -4,8 +4,8 @@
 use super::analyze::{
     Analysis, Culprit, GroupReport, Mismatch, MissingWhy, OpAt, RankStatus, Reason,
 };
-use oxccl::core::text::Escaped;
-use oxccl::recorder::rank_ranges;
+use crate::recorder::rank_ranges;
+use oxccl_core::text::Escaped;
 use serde_json::{json, Value};
 use std::fmt::Write as _;
 

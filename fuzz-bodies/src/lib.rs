@@ -1,10 +1,12 @@
 //! The bodies of oxccl's fuzz targets, one module each, each with `fuzz(data: &[u8])`.
 //!
-//! The cargo-fuzz binaries in `fuzz_targets/` call these, and the workspace test
-//! `tests/fuzz_corpus.rs` includes this file and replays `fuzz/corpus/<target>/` and
-//! `fuzz/regressions/<target>/` through them, so CI exercises every target without cargo-fuzz.
+//! The cargo-fuzz binaries in `fuzz/fuzz_targets/` call these, and the library's test
+//! `oxccl/tests/fuzz_corpus.rs` replays `fuzz/corpus/<target>/` and
+//! `fuzz/regressions/<target>/` through them ([`TARGETS`]), so CI exercises every target
+//! without cargo-fuzz. Both take this package as a dependency by path; it is not published.
 //! Several targets compare the code under test against a small reference model written in
 //! the target itself.
+#![warn(missing_docs)]
 
 pub mod admission;
 pub mod check_model;

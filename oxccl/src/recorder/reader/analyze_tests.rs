@@ -1,11 +1,11 @@
 use super::super::parse::parse_dump;
 use super::*;
-use oxccl::core::op::OpKind;
-use oxccl::core::recorder::{
+use crate::recorder::{dump_json, DumpMeta};
+use oxccl_core::op::OpKind;
+use oxccl_core::recorder::{
     profiling_name, FlightRecorder, PgConfig, TensorMeta, TraceRecord, TraceState,
 };
-use oxccl::core::DataType;
-use oxccl::recorder::{dump_json, DumpMeta};
+use oxccl_core::DataType;
 
 use DataType::{Float16 as F16, Float32 as F32};
 use TraceState::{Completed as Done, Scheduled as Sched, Started};

@@ -1,6 +1,6 @@
 //! The variables launchers give each process they start, for tests that start ranks as
 //! child processes the way torchrun, Slurm's srun, Open MPI's mpirun and MPICH's Hydra do
-//! (their master's port: `ranks::free_port`).
+//! (their master's port: [`free_port`](crate::ranks::free_port)).
 
 /// `(name, value)` pairs as owned strings.
 pub fn vars(pairs: &[(&str, String)]) -> Vec<(String, String)> {

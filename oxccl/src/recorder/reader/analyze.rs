@@ -14,7 +14,7 @@
 //! - members that never dumped are suspects when the group has a stopped rank.
 
 use super::parse::{DumpEntry, RankDump};
-use oxccl::core::text::Escaped;
+use oxccl_core::text::Escaped;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// One operation of one rank, as reported.
