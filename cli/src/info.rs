@@ -3,11 +3,11 @@
 
 use crate::{exit, gpus};
 use clap::Args;
-use oxccl::core::launch::LaunchInfo;
 use oxccl::core::text::{Escaped, JsonSafe};
 use oxccl::core::Feature;
 use oxccl::loader::text::os_text;
 use oxccl::loader::{Api, Library, LoadError};
+use oxccl::rules::launch::LaunchInfo;
 use serde_json::{json, Value};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -161,7 +161,7 @@ fn port_origin(l: &LaunchInfo) -> Value {
             "derived from Slurm job {} step {} by {} (MASTER_PORT unset)",
             step.job_id,
             step.step_id,
-            oxccl::core::launch::SLURM_PORT_RULE
+            oxccl::rules::launch::SLURM_PORT_RULE
         )),
         (Some(_), None) => json!("MASTER_PORT"),
         (None, None) => Value::Null,

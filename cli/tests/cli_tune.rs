@@ -4,8 +4,8 @@
 
 mod common;
 
-use oxccl::core::tune::{RegMode, COLLECTIVES};
 use oxccl::core::{DataType, OpKind};
+use oxccl::rules::tune::{RegMode, COLLECTIVES};
 use std::process::Output;
 
 /// `oxccl perf --backend mock` with `args`.

@@ -168,7 +168,7 @@ fn load_errors_show_paths_and_loader_texts_escaped() {
 #[test]
 fn environment_and_init_errors_quote_values_escaped() {
     let e =
-        oxccl::core::EnvConfig::from_lookup(|k| (k == "OXCCL_TIMEOUT_MS").then_some("1\x1b[2J"))
+        oxccl::rules::EnvConfig::from_lookup(|k| (k == "OXCCL_TIMEOUT_MS").then_some("1\x1b[2J"))
             .unwrap_err();
     assert_eq!(
         e.to_string(),
@@ -179,7 +179,7 @@ fn environment_and_init_errors_quote_values_escaped() {
         e.to_string(),
         r#"invalid argument `init_method`: expected env://, tcp://host:port or file:///path: a port in 1..=65535, got "tcp://h\e]0;owned\a:0""#
     );
-    let e = oxccl::core::LaunchInfo::detect(|k| match k {
+    let e = oxccl::rules::LaunchInfo::detect(|k| match k {
         "RANK" => Some("0"),
         "WORLD_SIZE" => Some("1"),
         "MASTER_ADDR" => Some("host\x1b[2J"),

@@ -2,13 +2,13 @@
 //! with the writer into a directory, read back and analyzed; and the CLI's exit codes.
 
 use oxccl::core::op::OpKind;
-use oxccl::core::recorder::{
-    profiling_name, FlightRecorder, PgConfig, TensorMeta, TraceRecord, TraceState,
-};
 use oxccl::recorder::reader::{
     analyze, read_dump_dir, render_text, report_json, Culprit, MismatchKind, Reason,
 };
 use oxccl::recorder::{write_dump, DumpMeta};
+use oxccl::rules::recorder::{
+    profiling_name, FlightRecorder, PgConfig, TensorMeta, TraceRecord, TraceState,
+};
 use oxccl::DataType;
 use std::path::{Path, PathBuf};
 use std::process::Command;

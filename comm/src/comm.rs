@@ -78,9 +78,9 @@ pub(crate) fn wr<'a, T>(
 /// The policy `OXCCL_PEER_KERNELS` names: `auto` when unset, an error naming the variable for
 /// a value it does not take.
 pub fn peer_policy_from_env() -> Result<oxccl_core::peer_kernels::PeerPolicy> {
-    match std::env::var(oxccl_core::env::PEER_KERNELS) {
+    match std::env::var(oxccl_rules::env::PEER_KERNELS) {
         Err(_) => Ok(oxccl_core::peer_kernels::PeerPolicy::Auto),
-        Ok(v) => oxccl_core::env::parse_peer_kernels(&v),
+        Ok(v) => oxccl_rules::env::parse_peer_kernels(&v),
     }
 }
 

@@ -3,8 +3,8 @@
 //! `OXCCL_TUNE_FILE` names (`oxccl tune` writes one).
 
 use crate::path_text::escaped_path;
-use oxccl_core::tune::TuneTable;
 use oxccl_core::{Error, Result};
+use oxccl_rules::tune::TuneTable;
 use std::sync::Arc;
 
 /// The environment variable naming a tune table file (`oxccl tune` writes one).

@@ -3,7 +3,9 @@
 //! This crate is `#![no_std]`: it knows nothing of dynamic loading, CUDA or threads. Backends
 //! (the NCCL library as loaded, the in-process mock world) implement its traits; the checks
 //! and state machines here are pure functions over plain data, so they are tested and fuzzed
-//! without a GPU. The `alloc` feature adds the run-time sized flight-recorder ring.
+//! without a GPU. The `alloc` feature adds what is sized at run time (a graph's buffers).
+//! The process group's own rules (watchdog, flight recorder, membership, launch, tune) are
+//! `oxccl-rules`'s: nothing below the process group uses them.
 #![no_std]
 #![forbid(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
@@ -20,45 +22,33 @@ pub mod coll_config;
 pub mod comm_state;
 pub mod config;
 pub mod dtype;
-pub mod env;
 pub mod error;
 pub mod feature;
 pub mod fnv;
 #[cfg(feature = "alloc")]
 pub mod graph_buffers;
 pub mod id;
-pub mod launch;
-pub mod membership;
 pub mod one_sided;
 pub mod op;
 pub mod peer_kernels;
 pub mod rank_list;
-#[cfg(feature = "alloc")]
-pub mod recorder;
 pub mod reduce;
 pub mod result;
 pub mod state;
 pub mod text;
 pub mod traits;
-#[cfg(feature = "alloc")]
-pub mod tune;
 pub mod version;
-pub mod watchdog;
 
 pub use buf::{RawBuf, RawBufMut, RegHandle};
 pub use check::CheckCtx;
 pub use comm_state::CommState;
 pub use config::{CommConfig, ConfigField};
 pub use dtype::DataType;
-pub use env::{BackendChoice, EnvConfig, ErrorHandling};
 pub use error::{CaptureError, Error, Result};
 pub use feature::{Feature, FeatureSet, Missing};
 pub use id::UniqueId;
-pub use launch::{HostList, HostName, LaunchInfo, Launcher};
 pub use op::{CommOp, OpKind};
 pub use rank_list::RankList;
-#[cfg(feature = "alloc")]
-pub use recorder::{FlightRecorder, PgConfig, TensorMeta, TraceEntry, TraceRecord, TraceState};
 pub use reduce::{HostScalar, ReduceOp, Scalar};
 pub use result::ResultCode;
 pub use state::group_call::{

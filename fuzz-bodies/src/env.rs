@@ -6,9 +6,9 @@
 //! `Display` writes no control or bidi character raw, whatever the values hold.
 
 use arbitrary::{Arbitrary, Unstructured};
-use oxccl_core::env::{EnvConfig, VARIABLES};
-use oxccl_core::launch::{HostList, LaunchInfo, HOST_CAPACITY};
 use oxccl_core::Error;
+use oxccl_rules::env::{EnvConfig, VARIABLES};
+use oxccl_rules::launch::{HostList, LaunchInfo, HOST_CAPACITY};
 
 /// The launchers' variables (the runtime's own come from `VARIABLES`).
 const LAUNCH_VARS: &[&str] = &[

@@ -2,7 +2,7 @@
 //! panics, holds at most its capacity, dumps the newest entries oldest first with consecutive ids.
 
 use arbitrary::{Arbitrary, Unstructured};
-use oxccl_core::recorder::{FlightRecorder, TraceRecord, TraceState};
+use oxccl_rules::recorder::{FlightRecorder, TraceRecord, TraceState};
 
 #[derive(Debug, Arbitrary)]
 enum Step {

@@ -6,13 +6,13 @@
 //! or receive (never a window).
 
 use arbitrary::{Arbitrary, Unstructured};
-use oxccl_core::membership::{
+use oxccl_core::{DataType, OpKind};
+use oxccl_rules::membership::{
     missing_arrivals, write_arrival_timeout, ArrivalStall, ArrivalTimeout,
 };
-use oxccl_core::tune::release::{write_disagreement, write_release_list};
-use oxccl_core::tune::{RegMode, TuneRow, TuneTable, COLLECTIVES};
-use oxccl_core::watchdog::desync::{write_headline, write_note, write_ranks};
-use oxccl_core::{DataType, OpKind};
+use oxccl_rules::tune::release::{write_disagreement, write_release_list};
+use oxccl_rules::tune::{RegMode, TuneRow, TuneTable, COLLECTIVES};
+use oxccl_rules::watchdog::desync::{write_headline, write_note, write_ranks};
 
 #[derive(Debug, Arbitrary)]
 enum Case {

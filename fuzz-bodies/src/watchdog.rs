@@ -1,4 +1,4 @@
-//! The watchdog's decisions (`oxccl_core::watchdog`) against models written here: the plan
+//! The watchdog's decisions (`oxccl_rules::watchdog`) against models written here: the plan
 //! for a failed work under each error-handling mode, whether the heartbeat is stuck and how
 //! long to sleep, with arbitrary clocks (backwards, at the ends of `u64`, limits that
 //! overflow when turned into nanoseconds), and the search for a stream's newest ended work
@@ -8,11 +8,12 @@
 use arbitrary::{Arbitrary, Unstructured};
 use oxccl_core::comm_state::CommState;
 use oxccl_core::text::text_str;
-use oxccl_core::watchdog::{
+use oxccl_core::Error;
+use oxccl_rules::watchdog::{
     dump_wait_step, failure_plan, heartbeat_stuck, newest_done, next_sleep_ms, stream_hints,
     DumpWaitEnd, DumpWaitStep, FailureKind, FailurePlan, Hint,
 };
-use oxccl_core::{Error, ErrorHandling};
+use oxccl_rules::ErrorHandling;
 
 #[derive(Debug, Arbitrary)]
 enum Case {

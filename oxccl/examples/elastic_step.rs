@@ -22,10 +22,10 @@
 //! survivors' agents then wait in their exit barrier for the lost one (300 s) before they
 //! end. `ELASTIC_TORCHRUN=/path/to/torchrun` makes this launcher do that.
 
-use oxccl::core::env::EnvConfig;
 use oxccl::launch::{with_backend, Bootstrap, WithBackend};
 use oxccl::pg::PgBackend;
 use oxccl::pg::{PgOptions, ProcessGroup};
+use oxccl::rules::env::EnvConfig;
 use oxccl::{Error, ReduceOp, Result};
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};

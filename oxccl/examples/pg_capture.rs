@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 /// The launcher's store when started by one (rank 0 hosts it), else an in-process one.
-fn store_of(launch: Option<&oxccl::core::launch::LaunchInfo>) -> Result<Arc<dyn Store>> {
+fn store_of(launch: Option<&oxccl::rules::launch::LaunchInfo>) -> Result<Arc<dyn Store>> {
     match launch {
         Some(launch) => case_runner::launcher_store(launch),
         None => Ok(Arc::new(MemStore::new())),

@@ -50,6 +50,8 @@ pub mod prelude {
     pub use crate::pg::PgBackend;
     pub use oxccl_comm::prelude::*;
 }
+/// The process-group layer's rules, pure and fuzzed (the package `oxccl-rules`).
+pub use oxccl_rules as rules;
 pub use oxccl_store as store;
 
 /// The README's examples, compiled as doctests.

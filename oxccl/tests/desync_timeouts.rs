@@ -7,9 +7,9 @@
 mod common;
 
 use oxccl::buffer::HostBuf;
-use oxccl::core::env::ErrorHandling;
 use oxccl::mock::{FaultPlan, MockBackend};
 use oxccl::pg::{PgOptions, ProcessGroup};
+use oxccl::rules::env::ErrorHandling;
 use oxccl::{CommState, Device, Error, ReduceOp};
 use std::time::{Duration, Instant};
 

@@ -14,12 +14,12 @@
 //! rank that times out has its dump on disk at once, and its note ends up with the store's
 //! error.
 
-use oxccl::core::env::ErrorHandling;
 use oxccl::launch::{init_process_group, WithProcessGroup};
 use oxccl::mock::{FaultPlan, MockBackend};
 use oxccl::pg::PgBackend;
 use oxccl::pg::{PgOptions, ProcessGroup};
 use oxccl::recorder::reader::{analyze, read_dump_dir, render_text};
+use oxccl::rules::env::ErrorHandling;
 use oxccl::store::{MemStore, Store};
 use oxccl::{ReduceOp, Result};
 use oxccl_testkit::ranks::{self, free_port, rank_command, wait_all, Ran};
@@ -528,7 +528,7 @@ impl Store for Freezable {
     }
     fn check(&self, keys: &[&str]) -> Result<bool> {
         if let [key] = keys {
-            if key.ends_with(oxccl::core::watchdog::DUMP_REQUEST_KEY) {
+            if key.ends_with(oxccl::rules::watchdog::DUMP_REQUEST_KEY) {
                 *self.signal_key.lock().unwrap() = Some(key.to_string());
             }
         }

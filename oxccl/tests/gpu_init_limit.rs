@@ -19,9 +19,9 @@
 
 mod common;
 
-use oxccl::core::env::ErrorHandling;
 use oxccl::core::{Backend, CommAbort, Communicator};
 use oxccl::pg::{PgOptions, ProcessGroup};
+use oxccl::rules::env::ErrorHandling;
 use oxccl::store::{MemStore, Store};
 use oxccl::{CommConfig, CommState, Device, Error, Nccl};
 use std::sync::Arc;

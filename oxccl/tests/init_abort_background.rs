@@ -6,9 +6,9 @@
 
 mod common;
 
-use oxccl::core::env::ErrorHandling;
 use oxccl::mock::{FaultPlan, MockBackend};
 use oxccl::pg::{PgOptions, ProcessGroup};
+use oxccl::rules::env::ErrorHandling;
 use oxccl::store::{MemStore, Store};
 use oxccl::{CommConfig, CommState, Device, Error, ReduceOp};
 use std::sync::Arc;

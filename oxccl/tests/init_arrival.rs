@@ -4,9 +4,9 @@
 //! mock world, ranks as threads of this process sharing one store (across processes:
 //! `tests/mock_processes_split.rs`; on NCCL: `tests/gpu/init_limit.rs`).
 
-use oxccl::core::env::ErrorHandling;
 use oxccl::mock::{FaultPlan, MockBackend};
 use oxccl::pg::{PgOptions, ProcessGroup};
+use oxccl::rules::env::ErrorHandling;
 use oxccl::store::{MemStore, Store};
 use oxccl::{CommState, Device, Error};
 use std::sync::Arc;

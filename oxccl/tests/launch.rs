@@ -191,7 +191,7 @@ fn held(port: u16) -> bool {
 /// test running at once on one host try different ports.
 #[test]
 fn env_slurm_without_master_port_meets_on_the_derived_port() {
-    use oxccl::core::launch::slurm_port;
+    use oxccl::rules::launch::slurm_port;
     let first_job = 1_000 + std::process::id() % 1_000_000;
     for attempt in 0..20u32 {
         let (job, step) = (first_job + attempt, attempt % 3);
@@ -246,7 +246,7 @@ fn env_slurm_without_master_port_meets_on_the_derived_port() {
 /// `MASTER_PORT` (the way out) and the job step.
 #[test]
 fn a_taken_derived_port_names_master_port() {
-    use oxccl::core::launch::slurm_port;
+    use oxccl::rules::launch::slurm_port;
     let first_job = 500_000 + std::process::id() % 1_000_000;
     let (job, _listener) = (first_job..first_job + 100)
         .find_map(|job| {
@@ -515,11 +515,11 @@ fn init_methods_parse() {
 }
 
 /// The README's table of process-group variables, once it has one, must list every variable
-/// of `oxccl_core::env::VARIABLES` with the same default (the table
-/// `oxccl_core::env::write_markdown_table` writes).
+/// of `oxccl_rules::env::VARIABLES` with the same default (the table
+/// `oxccl_rules::env::write_markdown_table` writes).
 #[test]
 fn readme_table_matches_variables() {
-    use oxccl::core::env::VARIABLES;
+    use oxccl::rules::env::VARIABLES;
     let readme =
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
     let rows: Vec<Vec<&str>> = readme

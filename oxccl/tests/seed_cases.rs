@@ -115,7 +115,7 @@ fn case_09_nonblocking_init_lazy_and_eager() {
 
 #[test]
 fn case_10_timeout_precedence() {
-    use oxccl::core::env::effective_timeout;
+    use oxccl::rules::env::effective_timeout;
     use std::time::Duration;
     let s = Duration::from_secs;
     assert_eq!(effective_timeout(None, None, None), s(600));
@@ -150,7 +150,7 @@ fn case_14_wait_timeout() {
 
 #[test]
 fn case_16_strict_boolean_environment() {
-    use oxccl::core::env::EnvConfig;
+    use oxccl::rules::env::EnvConfig;
     for bad in ["abc", "-1", "2147483647", "4294967295"] {
         let e =
             EnvConfig::from_lookup(|k| (k == "OXCCL_BLOCKING_WAIT").then_some(bad)).unwrap_err();

@@ -5,9 +5,9 @@
 //! process would have). The counts must not grow with the world: at 100,000 ranks every call
 //! of every rank lands on the one server.
 
-use oxccl::core::env::ErrorHandling;
 use oxccl::mock::MockBackend;
 use oxccl::pg::{PgOptions, ProcessGroup, RegMode, TuneTable};
+use oxccl::rules::env::ErrorHandling;
 use oxccl::store::{Store, TcpServer, TcpStore, TcpStoreOptions};
 use oxccl::{Device, Result};
 use std::sync::atomic::{AtomicU64, Ordering};

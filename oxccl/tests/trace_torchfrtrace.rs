@@ -3,10 +3,10 @@
 //! `scripts/torch-env.sh` (skipped with a message without it; a failure when `CI` is set).
 
 use oxccl::core::op::OpKind;
-use oxccl::core::recorder::{
+use oxccl::recorder::{write_dump, DumpMeta};
+use oxccl::rules::recorder::{
     profiling_name, FlightRecorder, PgConfig, TensorMeta, TraceRecord, TraceState,
 };
-use oxccl::recorder::{write_dump, DumpMeta};
 use oxccl::DataType;
 use std::path::{Path, PathBuf};
 use std::process::Command;

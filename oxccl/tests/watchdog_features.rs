@@ -8,10 +8,10 @@
 mod common;
 
 use oxccl::buffer::HostBuf;
-use oxccl::core::env::{EnvConfig, ErrorHandling};
 use oxccl::core::traits::StreamPriority;
 use oxccl::mock::{FaultPlan, MockBackend};
 use oxccl::pg::{PgOptions, ProcessGroup};
+use oxccl::rules::env::{EnvConfig, ErrorHandling};
 use oxccl::store::{MemStore, Store};
 use oxccl::{CommConfig, CommState, Device, Error, ReduceOp};
 use std::sync::Arc;

@@ -2,10 +2,10 @@
 //! its works to the watchdog through a ring of its own (src/watchdog): works of two groups
 //! issued alternately are recorded alternately, on the mock world.
 
-use oxccl::core::env::ErrorHandling;
 use oxccl::mock::MockBackend;
 use oxccl::pg::{PgOptions, ProcessGroup};
 use oxccl::recorder::Recorder;
+use oxccl::rules::env::ErrorHandling;
 use oxccl::store::{MemStore, Store};
 use oxccl::ReduceOp;
 use std::sync::Arc;

@@ -38,7 +38,7 @@ pub fn slurm(r: u32, n: u32, port: u16) -> Vec<(String, String)> {
 
 /// srun's variables for task `r` of `n` of job `job`'s step `step` on one node, without
 /// `MASTER_PORT`: the master is the first host of the step's node list (127.0.0.1), on the port
-/// the job and step give (`oxccl::core::launch::slurm_port`).
+/// the job and step give (`oxccl::rules::launch::slurm_port`).
 pub fn slurm_step(r: u32, n: u32, job: u32, step: u32) -> Vec<(String, String)> {
     let mut v = slurm(r, n, 0);
     v.retain(|(k, _)| k != "MASTER_PORT");

@@ -605,7 +605,7 @@ impl oxccl_core::Windows for NcclComm {
 
 impl oxccl_core::PeerKernels for NcclComm {
     /// Sets up peer memory for oxccl's all-reduce kernels (see
-    /// [`PeerKernels::enable_peer_kernels`]): two small all-gathers on `stream` and, between
+    /// [`oxccl_core::PeerKernels::enable_peer_kernels`]): two small all-gathers on `stream` and, between
     /// them, each rank maps every peer's memory (waited for; bounded by
     /// [`NcclComm::timeout`]). Done once: a later call answers whether the kernels are on.
     fn enable_peer_kernels(

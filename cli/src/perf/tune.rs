@@ -22,9 +22,9 @@ use crate::elem::with_dtype;
 use crate::expect::Case;
 use crate::ops::{self, Coll};
 use oxccl::core::peer_kernels::PeerPolicy;
-use oxccl::core::tune::TuneRow;
 use oxccl::core::Backend as _;
 use oxccl::pg::{PgBackend, ProcessGroup, RegMode, TuneTable};
+use oxccl::rules::tune::TuneRow;
 use oxccl::{Feature, Result};
 use std::process::ExitCode;
 

@@ -11,9 +11,9 @@ use crate::ops::{Coll, Dtype};
 use oxccl::core::peer_kernels::{
     KernelAlgo, KernelColl, PeerPolicy, LINES_PER_SLOT, LINE_DATA_BYTES,
 };
-use oxccl::core::tune::KernelRow;
 use oxccl::pg::PgBackend;
 use oxccl::pg::{ProcessGroup, RegMode};
+use oxccl::rules::tune::KernelRow;
 
 /// Where the kernels sit among a point's variants: after the three buffer modes, in the order
 /// of [`KernelAlgo::EVERY`].

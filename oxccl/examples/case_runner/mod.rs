@@ -4,9 +4,9 @@
 //! runner is `tests/case_kit::run_on`: ranks as threads of one test.)
 #![allow(dead_code)]
 
-use oxccl::core::launch::LaunchInfo;
 use oxccl::pg::PgBackend;
 use oxccl::pg::{PgOptions, ProcessGroup};
+use oxccl::rules::launch::LaunchInfo;
 use oxccl::store::{PrefixStore, Store, TcpStore, TcpStoreOptions};
 use oxccl::Result;
 use std::sync::atomic::{AtomicU32, Ordering};

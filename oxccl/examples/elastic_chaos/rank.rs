@@ -4,10 +4,10 @@
 //! the driver checks (see `report`), and ends with a line saying how and an exit code per
 //! kind of end.
 
-use oxccl::core::env::EnvConfig;
 use oxccl::launch::{with_backend, Bootstrap, WithBackend};
 use oxccl::pg::PgBackend;
 use oxccl::pg::{PgOptions, ProcessGroup};
+use oxccl::rules::env::EnvConfig;
 use oxccl::{Error, ReduceOp, Result};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};

@@ -3,10 +3,10 @@
 
 use super::init::InitMethod;
 use crate::store::{FileStore, PrefixStore, Store, TcpStore, TcpStoreOptions};
-use oxccl_core::env::{parse_u64, EnvConfig};
-use oxccl_core::launch::{LaunchInfo, Launcher, SLURM_PORT_RULE};
 use oxccl_core::text::Escaped;
 use oxccl_core::{Device, Error, Result};
+use oxccl_rules::env::{parse_u64, EnvConfig};
+use oxccl_rules::launch::{LaunchInfo, Launcher, SLURM_PORT_RULE};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;

@@ -89,11 +89,11 @@ impl Arrival<'_> {
         let marked = (0..self.ranks.len())
             .map(|i| self.store.check(&[&self.mark(i)]))
             .collect::<Result<Vec<bool>>>()?;
-        Ok(oxccl_core::membership::missing_arrivals(self.ranks, &marked).collect())
+        Ok(oxccl_rules::membership::missing_arrivals(self.ranks, &marked).collect())
     }
 
     /// The timeout of this participant after `after_ms`, naming who never arrived first (the
-    /// text is cut at the error's capacity; [`oxccl_core::membership::write_arrival_timeout`]
+    /// text is cut at the error's capacity; [`oxccl_rules::membership::write_arrival_timeout`]
     /// decides it); `cause`: the backend's own timeout, when it was the backend that gave up.
     fn missing_error(
         &self,
@@ -101,7 +101,7 @@ impl Arrival<'_> {
         cause: Option<&Error>,
         first_note: Option<&str>,
     ) -> Error {
-        use oxccl_core::membership::{write_arrival_timeout, ArrivalStall, ArrivalTimeout};
+        use oxccl_rules::membership::{write_arrival_timeout, ArrivalStall, ArrivalTimeout};
         // Its own words only: the time is the error's already.
         let said = cause.map(|e| match e {
             Error::Timeout { what, .. } => what.to_string(),

@@ -22,11 +22,11 @@ use super::tune::reg_cache::{wait_idle, TunedStats};
 use crate::buffer::Operand;
 use crate::pg::PgBackend;
 use oxccl_core::traits::CommOf;
-use oxccl_core::tune::release::write_release_list;
-use oxccl_core::tune::RegMode;
-use oxccl_core::tune::TuneTable;
 use oxccl_core::Windows;
 use oxccl_core::{text, CommState, Communicator, Error, Result};
+use oxccl_rules::tune::release::write_release_list;
+use oxccl_rules::tune::RegMode;
+use oxccl_rules::tune::TuneTable;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 

@@ -10,8 +10,8 @@ use crate::recorder::Recorder;
 use crate::store::Store;
 use crate::watchdog::group_watch::{GroupWatch, WatchConfig};
 use crate::watchdog::HeartbeatMonitor;
-use oxccl_core::membership::{self, CommPlan};
-use oxccl_core::recorder::PgConfig;
+use oxccl_rules::membership::{self, CommPlan};
+use oxccl_rules::recorder::PgConfig;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex};
 

@@ -199,8 +199,8 @@ struct Profile {
     kind: OpKind,
     numel: (usize, usize),
     name: String,
-    inputs: Vec<oxccl_core::recorder::TensorMeta>,
-    outputs: Vec<oxccl_core::recorder::TensorMeta>,
+    inputs: Vec<oxccl_rules::recorder::TensorMeta>,
+    outputs: Vec<oxccl_rules::recorder::TensorMeta>,
 }
 
 impl Profile {
@@ -210,7 +210,7 @@ impl Profile {
         let kinds: Vec<OpKind> = ops.iter().map(|o| o.0).collect();
         let numel = ops.iter().fold((0, 0), |(a, b), o| (a + o.2, b + o.3));
         let dtype = ops.first().map_or(DataType::Uint8, |o| o.1);
-        let meta = |n: usize| vec![oxccl_core::recorder::TensorMeta::new(&[n as u64], dtype)];
+        let meta = |n: usize| vec![oxccl_rules::recorder::TensorMeta::new(&[n as u64], dtype)];
         Profile {
             ops: ops.len(),
             kind: kinds.first().copied().unwrap_or(OpKind::AllReduce),
@@ -219,10 +219,10 @@ impl Profile {
                 [k] if !k.is_p2p() => {
                     format!(
                         "graph:{}",
-                        oxccl_core::recorder::profiling_name(k, rank, None)
+                        oxccl_rules::recorder::profiling_name(k, rank, None)
                     )
                 }
-                _ => format!("graph:{}", oxccl_core::recorder::coalesced_name(&kinds)),
+                _ => format!("graph:{}", oxccl_rules::recorder::coalesced_name(&kinds)),
             },
             inputs: meta(numel.0),
             outputs: meta(numel.1),

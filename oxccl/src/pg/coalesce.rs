@@ -14,13 +14,13 @@ use super::work::{Work, WorkOf};
 use crate::buffer::Operand;
 use crate::element::{host_op, Element};
 use crate::pg::PgBackend;
-use oxccl_core::recorder::{coalesced_name, TensorMeta};
 use oxccl_core::state::work::WorkInfo;
 use oxccl_core::{
     text, CommAbort, CommOp, CommState, Error, GroupKind, GroupState, OpSummary, Progress, RawBuf,
     RawBufMut, ReduceOp, Result, Stream,
 };
 use oxccl_core::{DataType, OpKind};
+use oxccl_rules::recorder::{coalesced_name, TensorMeta};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;

@@ -13,10 +13,10 @@ use crate::pg::PgBackend;
 use crate::recorder::slot::{PendingTrace, TraceSlot};
 use crate::recorder::{now_ns, ns_since};
 use crate::watchdog::Watchdog;
-use oxccl_core::recorder::{TensorMeta, TraceRecord};
 use oxccl_core::state::work::WorkInfo;
-use oxccl_core::tune::{RegMode, TuneTable};
 use oxccl_core::{text, CommOp, CommState, Communicator, Device, Error, OpKind, Result, Stream};
+use oxccl_rules::recorder::{TensorMeta, TraceRecord};
+use oxccl_rules::tune::{RegMode, TuneTable};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 

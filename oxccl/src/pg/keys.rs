@@ -40,7 +40,7 @@
 //! | `oxccl/release/<call>/<uid>/0`, `…/verdict`, `…/arrival/…` | likewise ([`agreement`], from `buffer_modes.rs`) | the windows release call `call` frees agree |
 //! | `oxccl/desync/<uid>/<group rank>` | the watchdog ([`desync_key`]) | progress read by a desync report |
 //! | `oxccl/desync/<uid>/seq/<seq>`, `…/claim` | the first rank whose collective `seq` timed out | every member's progress as it read it, for the others' reports |
-//! | `oxccl/timeout_dump` | a rank whose failure dumps (`oxccl_core::watchdog::DUMP_REQUEST_KEY`) | the signal for every rank to dump |
+//! | `oxccl/timeout_dump` | a rank whose failure dumps (`oxccl_rules::watchdog::DUMP_REQUEST_KEY`) | the signal for every rank to dump |
 //! | `oxccl/dumped/rank/<global rank>`, `oxccl/dumped/count`, `oxccl/dumped/all` | every rank that dumped for a failure, once; the last one `…/all` (`DUMP_REPORT_PREFIX`, `DUMP_REPORT_COUNT_KEY`, `DUMP_ALL_REPORTED_KEY`) | the failing rank waits on `…/all`, then reads the count; the keys name who never reported |
 //!
 //! Outside the namespace: the counter `oxccl/world/<size>/incarnations` ([`incarnations`]);

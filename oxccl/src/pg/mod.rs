@@ -39,7 +39,7 @@ pub use oxccl_comm::tune_file::{load_tune_file, TUNE_FILE_VAR};
 pub use oxccl_core::one_sided::SignalFrom;
 pub use oxccl_core::state::work::WorkInfo;
 pub use oxccl_core::traits::{AbortOf, CommOf};
-pub use oxccl_core::tune::{RegMode, TuneTable};
+pub use oxccl_rules::tune::{RegMode, TuneTable};
 pub use process_group::{shutdown, ProcessGroup};
 pub use tune::reg_cache::TunedStats;
 pub use work::{EventOf, Work, WorkOf};

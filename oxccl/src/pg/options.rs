@@ -2,8 +2,8 @@
 
 use crate::recorder::Recorder;
 use oxccl_comm::tune_file::{tune_from_env, TUNE_FILE_VAR};
-use oxccl_core::env::ErrorHandling;
 use oxccl_core::{CommConfig, Device};
+use oxccl_rules::env::ErrorHandling;
 use std::time::Duration;
 
 /// The default timeout of an NCCL process group (c10d's: 10 minutes).
@@ -62,7 +62,7 @@ pub struct PgOptions {
     /// ([`crate::buffer::Memory::CommBuf`]); plain buffers are always used as they are.
     /// Every rank must have the same table: they are compared when the communicator is made.
     /// `None`: every buffer as it is.
-    pub tune: Option<std::sync::Arc<oxccl_core::tune::TuneTable>>,
+    pub tune: Option<std::sync::Arc<oxccl_rules::tune::TuneTable>>,
     /// Issue on a high-priority stream (c10d's `is_high_priority_stream`,
     /// `TORCH_NCCL_HIGH_PRIORITY`): the communicator's stream gets the device's greatest
     /// priority, so collectives overtake queued compute kernels.
@@ -100,7 +100,7 @@ pub struct PgOptions {
     /// on who is alive, shrink every group that held the lost rank and go on; the work in
     /// flight fails with [`crate::Error::MembersLost`]. A default group's option (its
     /// subgroups follow it); every rank must set the same. Under it the error-handling mode
-    /// only records ([`oxccl_core::membership::elastic::error_handling`]): the process is never
+    /// only records ([`oxccl_rules::membership::elastic::error_handling`]): the process is never
     /// ended, and a timed-out wait does not abort the communicator (the decision revokes it).
     pub elastic: bool,
     /// How long survivors wait for each other before deciding who goes on
@@ -146,11 +146,11 @@ impl PgOptions {
 }
 
 impl PgOptions {
-    /// Options from the `OXCCL_*` configuration (see `oxccl_core::env::VARIABLES`), with the
+    /// Options from the `OXCCL_*` configuration (see `oxccl_rules::env::VARIABLES`), with the
     /// caller's explicit timeout if any (seed case 10's precedence:
-    /// [`oxccl_core::env::effective_timeout`]).
+    /// [`oxccl_rules::env::effective_timeout`]).
     pub fn from_config(
-        env: &oxccl_core::env::EnvConfig,
+        env: &oxccl_rules::env::EnvConfig,
         explicit_timeout: Option<Duration>,
     ) -> PgOptions {
         PgOptions {
@@ -180,7 +180,7 @@ impl PgOptions {
         let vars: std::collections::HashMap<String, String> = std::env::vars()
             .filter(|(k, _)| k.starts_with("OXCCL_"))
             .collect();
-        let env = oxccl_core::env::EnvConfig::from_lookup(|k| vars.get(k).map(String::as_str))?;
+        let env = oxccl_rules::env::EnvConfig::from_lookup(|k| vars.get(k).map(String::as_str))?;
         let mut opts = PgOptions::from_config(&env, explicit_timeout);
         opts.tune = tune_from_env(vars.get(TUNE_FILE_VAR).map(String::as_str))?;
         Ok(opts)

@@ -19,11 +19,11 @@ use crate::recorder::{dump_dir_from_env, DumpMeta, Recorder};
 use crate::store::Store;
 use crate::watchdog::group_watch::CompletionHook;
 use crate::watchdog::Watchdog;
-use oxccl_core::membership::{self, CommPlan};
 use oxccl_core::text::Escaped;
 use oxccl_core::traits::CommOf;
 use oxccl_core::PeerKernels;
 use oxccl_core::{text, CommState, Communicator, Error, Result};
+use oxccl_rules::membership::{self, CommPlan};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -413,7 +413,7 @@ impl<B: PgBackend> PgInner<B> {
             .opts
             .tune
             .as_deref()
-            .map(oxccl_core::tune::TuneTable::peer_table)
+            .map(oxccl_rules::tune::TuneTable::peer_table)
             .unwrap_or_default();
         e.comm
             .enable_peer_kernels(&e.stream, self.opts.peer_kernels, &table)?;
@@ -517,6 +517,6 @@ pub(crate) fn default_group_options(opts: &mut PgOptions) {
         opts.desc = String::from("default_pg");
     }
     if opts.elastic {
-        opts.error_handling = oxccl_core::membership::elastic::error_handling(opts.error_handling);
+        opts.error_handling = oxccl_rules::membership::elastic::error_handling(opts.error_handling);
     }
 }

@@ -6,8 +6,8 @@ use super::inner::PgInner;
 use super::options::PgOptions;
 use super::process_group::ProcessGroup;
 use crate::pg::PgBackend;
-use oxccl_core::membership::{self, CommPlan};
 use oxccl_core::{text, Error, Result};
+use oxccl_rules::membership::{self, CommPlan};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -49,7 +49,7 @@ impl<B: PgBackend> ProcessGroup<B> {
             ranks.len() as u32,
         );
         let epoch = inner.epoch.load(Ordering::Acquire);
-        let uid = oxccl_core::membership::elastic::uid_at(
+        let uid = oxccl_rules::membership::elastic::uid_at(
             inner.family.next_uid.fetch_add(1, Ordering::Relaxed),
             epoch,
         );

@@ -14,15 +14,15 @@ use super::json::to_json;
 use super::note::{DumpNote, NOTE_KEY};
 use super::pickle::to_pickle;
 use super::value::DumpValue;
-use oxccl_core::recorder::{FlightRecorder, PgConfig, TraceEntry, TraceState};
 use oxccl_core::DataType;
+use oxccl_rules::recorder::{FlightRecorder, PgConfig, TraceEntry, TraceState};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
-/// The dump format written: PyTorch's current one (the core's `TRACE_FORMAT_VERSION`). Its
+/// The dump format written: PyTorch's current one (the rules' `TRACE_FORMAT_VERSION`). Its
 /// field set is a superset of the older versions'; the analyzer picks its matching rules by
 /// this number (from 2.7 it matches coalesced collectives, not only coalesced p2p).
-pub const DUMP_FORMAT_VERSION: &str = oxccl_core::recorder::TRACE_FORMAT_VERSION;
+pub const DUMP_FORMAT_VERSION: &str = oxccl_rules::recorder::TRACE_FORMAT_VERSION;
 
 /// The prefix of the pickled dumps' names (`trace_<rank>`).
 pub const PICKLE_PREFIX: &str = "trace_";
@@ -262,14 +262,14 @@ fn entry_value(e: &TraceEntry, pgs: &[PgConfig], form: Form) -> DumpValue {
         (None, Form::Pickle) => DumpValue::None,
         (None, Form::Json) => DumpValue::Int(0),
     };
-    let sizes = |ts: &[oxccl_core::recorder::TensorMeta]| {
+    let sizes = |ts: &[oxccl_rules::recorder::TensorMeta]| {
         DumpValue::List(
             ts.iter()
                 .map(|t| DumpValue::List(t.sizes.iter().map(|&s| DumpValue::int(s)).collect()))
                 .collect(),
         )
     };
-    let dtypes = |ts: &[oxccl_core::recorder::TensorMeta]| {
+    let dtypes = |ts: &[oxccl_rules::recorder::TensorMeta]| {
         DumpValue::List(
             ts.iter()
                 .map(|t| DumpValue::str(torch_dtype_name(t.dtype)))

@@ -1,6 +1,6 @@
 use super::*;
 use oxccl_core::op::OpKind;
-use oxccl_core::recorder::{profiling_name, TensorMeta, TraceRecord};
+use oxccl_rules::recorder::{profiling_name, TensorMeta, TraceRecord};
 use serde_json::json;
 
 /// The JSON dump's text of `v`, parsed.

@@ -1,5 +1,5 @@
-//! The flight recorder: the ring every process group fills (the core's
-//! [`FlightRecorder`](oxccl_core::recorder::FlightRecorder), shared as a [`Recorder`]), each
+//! The flight recorder: the ring every process group fills (the rules'
+//! [`FlightRecorder`](oxccl_rules::recorder::FlightRecorder), shared as a [`Recorder`]), each
 //! work's entry on its way into it (`slot`), and its dumps.
 //!
 //! - [`write_dump`]: one rank's ring as PyTorch's dump format, JSON (`rank_<r>.json`) and

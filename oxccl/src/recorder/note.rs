@@ -6,7 +6,7 @@
 //! here, for the writer and that reader alike.
 
 use super::value::DumpValue;
-use oxccl_core::watchdog::DumpWaitEnd;
+use oxccl_rules::watchdog::DumpWaitEnd;
 
 /// The dump's top-level key holding its [`DumpNote`].
 pub const NOTE_KEY: &str = "oxccl_dump";

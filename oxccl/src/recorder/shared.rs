@@ -1,7 +1,7 @@
 //! The flight recorder the process group fills: one ring per process by default (c10d's), or
 //! one of the caller's (tests, tools), shared by a default group and its subgroups.
 
-use oxccl_core::recorder::{FlightRecorder, PgConfig, TraceRecord, TraceState};
+use oxccl_rules::recorder::{FlightRecorder, PgConfig, TraceRecord, TraceState};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
 /// A shared flight recorder.
@@ -26,14 +26,14 @@ impl Recorder {
         static GLOBAL: OnceLock<Recorder> = OnceLock::new();
         GLOBAL
             .get_or_init(|| {
-                let capacity = std::env::var(oxccl_core::env::TRACE_BUFFER_SIZE)
+                let capacity = std::env::var(oxccl_rules::env::TRACE_BUFFER_SIZE)
                     .ok()
                     .and_then(|v| {
-                        oxccl_core::env::parse_u64(
-                            oxccl_core::env::TRACE_BUFFER_SIZE,
+                        oxccl_rules::env::parse_u64(
+                            oxccl_rules::env::TRACE_BUFFER_SIZE,
                             &v,
                             0,
-                            oxccl_core::env::MAX_TRACE_BUFFER,
+                            oxccl_rules::env::MAX_TRACE_BUFFER,
                         )
                         .ok()
                     })

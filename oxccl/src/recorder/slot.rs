@@ -4,9 +4,9 @@
 //! watchdog) see every operation in issue order.
 
 use super::shared::Recorder;
-use oxccl_core::recorder::{write_profiling_name, TensorMeta, TraceRecord};
 use oxccl_core::state::work::WorkInfo;
 use oxccl_core::{DataType, OpKind};
+use oxccl_rules::recorder::{write_profiling_name, TensorMeta, TraceRecord};
 
 /// What a single operation's entry needs that its work does not say (its work and its group
 /// give the rest: [`TraceContext`]): a few words, kept by the work until recorded.
@@ -58,7 +58,7 @@ impl PendingTrace {
             collective_seq: if p2p { 0 } else { c.info.seq },
             p2p_seq: if p2p { c.info.seq } else { 0 },
             op_id: self.op_id,
-            profiling_name: oxccl_core::recorder::profiling_name(self.kind, c.rank, self.peer),
+            profiling_name: oxccl_rules::recorder::profiling_name(self.kind, c.rank, self.peer),
             inputs: t(c.info.numel_in),
             outputs: t(c.info.numel_out),
             time_created_ns: c.created_ns,
@@ -145,7 +145,7 @@ impl TraceSlot {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use oxccl_core::recorder::{coalesced_name, profiling_name, TraceState};
+    use oxccl_rules::recorder::{coalesced_name, profiling_name, TraceState};
 
     fn pending(
         kind: OpKind,

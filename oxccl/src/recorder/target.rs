@@ -8,7 +8,7 @@ use super::note::DumpNote;
 use super::shared::Recorder;
 use super::trigger::DumpTrigger;
 use crate::store::Store;
-use oxccl_core::recorder::FlightRecorder;
+use oxccl_rules::recorder::FlightRecorder;
 use std::path::PathBuf;
 use std::sync::mpsc::Receiver;
 use std::sync::{Arc, OnceLock};

@@ -16,7 +16,7 @@
 use super::dumps::{Dumps, Reporter};
 use super::ending::within;
 use crate::recorder::{DumpCause, DumpNote};
-use oxccl_core::watchdog::{dump_signal_rank, should_dump_on_request, DUMP_REQUEST_KEY};
+use oxccl_rules::watchdog::{dump_signal_rank, should_dump_on_request, DUMP_REQUEST_KEY};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -6,8 +6,8 @@
 use super::lock::lock;
 use crate::read_for_all::{read_for_all, Form};
 use crate::store::Store;
-use oxccl_core::watchdog::desync::RankProgress;
 use oxccl_core::OpKind;
+use oxccl_rules::watchdog::desync::RankProgress;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -81,21 +81,21 @@ pub(crate) struct Verdict {
 }
 
 impl Verdict {
-    /// The note a timed-out work's error ends with (the core's
-    /// [`oxccl_core::watchdog::desync::write_note`]).
+    /// The note a timed-out work's error ends with (the rules'
+    /// [`oxccl_rules::watchdog::desync::write_note`]).
     pub fn note(&self) -> String {
         let mut s = String::new();
         // Writing into a String cannot fail.
-        let _ = oxccl_core::watchdog::desync::write_note(&mut s, &self.lagging);
+        let _ = oxccl_rules::watchdog::desync::write_note(&mut s, &self.lagging);
         s
     }
 
     /// The head of an abort reason (first, so that a reason cut to the error's inline length
-    /// still says it); `None` when no rank lagged (the core's
-    /// [`oxccl_core::watchdog::desync::write_headline`]).
+    /// still says it); `None` when no rank lagged (the rules'
+    /// [`oxccl_rules::watchdog::desync::write_headline`]).
     pub fn headline(&self) -> Option<String> {
         let mut s = String::new();
-        let wrote = oxccl_core::watchdog::desync::write_headline(&mut s, self.seq, &self.lagging);
+        let wrote = oxccl_rules::watchdog::desync::write_headline(&mut s, self.seq, &self.lagging);
         wrote.unwrap_or(false).then_some(s)
     }
 }
@@ -152,7 +152,7 @@ impl Desync {
 
     /// The desync report of a collective `seq` (`op`) that timed out here: every member's
     /// published progress read from `store` (each read bounded by `limit`), analysed by the
-    /// core ([`oxccl_core::watchdog::desync::write_report`]). `None` when the store could not
+    /// core ([`oxccl_rules::watchdog::desync::write_report`]). `None` when the store could not
     /// be read (the report kept then says so). The report is also kept for
     /// `ProcessGroup::desync_report`. With it, the global ranks that never joined the
     /// collective.
@@ -183,7 +183,7 @@ impl Desync {
             return None;
         }
         let mut text = String::new();
-        let _ = oxccl_core::watchdog::desync::write_report(
+        let _ = oxccl_rules::watchdog::desync::write_report(
             &mut text,
             self.global_rank,
             seq,
@@ -191,7 +191,7 @@ impl Desync {
             &reports,
         );
         *lock(&self.report) = Some(text.clone());
-        let lagging = oxccl_core::watchdog::desync::lagging(seq, &reports).collect();
+        let lagging = oxccl_rules::watchdog::desync::lagging(seq, &reports).collect();
         Some((text, lagging))
     }
 

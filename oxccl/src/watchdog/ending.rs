@@ -34,7 +34,7 @@ use crate::recorder::now_ns;
 use crate::recorder::target::{write_within, DumpJob, DumpWriting};
 use crate::recorder::{DumpCause, DumpNote, DumpWait};
 use crate::store::Store;
-use oxccl_core::watchdog::{
+use oxccl_rules::watchdog::{
     dump_wait_step, DumpWaitEnd, DumpWaitStep, DUMP_ALL_REPORTED_KEY, DUMP_REPORT_COUNT_KEY,
     DUMP_REPORT_PREFIX, DUMP_REQUEST_KEY,
 };

@@ -5,7 +5,7 @@
 use super::thread::Watchdog;
 use crate::recorder::now_ns;
 use crate::recorder::{DumpCause, DumpNote};
-use oxccl_core::watchdog::heartbeat_stuck;
+use oxccl_rules::watchdog::heartbeat_stuck;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;

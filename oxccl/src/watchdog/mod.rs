@@ -32,4 +32,4 @@ pub use heartbeat::HeartbeatMonitor;
 pub use thread::Watchdog;
 
 pub(crate) use group_watch::Watched;
-pub(crate) use oxccl_core::watchdog::Hint;
+pub(crate) use oxccl_rules::watchdog::Hint;

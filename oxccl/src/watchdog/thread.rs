@@ -11,7 +11,7 @@ use super::group_watch::{GroupWatch, Watched, WatchedRing};
 use super::lock::lock;
 use crate::recorder::now_ns;
 use crate::recorder::target::DumpTarget;
-use oxccl_core::watchdog::{failure_plan, next_sleep_ms, stream_hints, FailureKind, Hint};
+use oxccl_rules::watchdog::{failure_plan, next_sleep_ms, stream_hints, FailureKind, Hint};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::thread::{JoinHandle, Thread};

@@ -32,7 +32,7 @@ pub fn opts(rank: u32) -> PgOptions {
         timeout: Duration::from_secs(60),
         bound_device: Some(Device(rank)),
         device: Device(rank),
-        error_handling: oxccl::core::env::ErrorHandling::CleanUpOnly,
+        error_handling: oxccl::rules::env::ErrorHandling::CleanUpOnly,
         ..PgOptions::default()
     }
 }

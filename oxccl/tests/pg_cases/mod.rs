@@ -33,7 +33,7 @@ pub fn lazy(rank: u32) -> PgOptions {
         timeout: Duration::from_secs(60),
         device: device_of(rank),
         // A failing case must fail, not end the test process (the default, as PyTorch's).
-        error_handling: oxccl::core::env::ErrorHandling::CleanUpOnly,
+        error_handling: oxccl::rules::env::ErrorHandling::CleanUpOnly,
         ..PgOptions::default()
     }
 }

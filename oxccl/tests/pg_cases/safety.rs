@@ -2,10 +2,10 @@
 //! flight recorder's ring and states.
 
 use super::{lazy, MakeGroup, Verdict};
-use oxccl::core::recorder::TraceState;
 use oxccl::pg::PgBackend;
 use oxccl::pg::{PgOptions, ProcessGroup};
 use oxccl::recorder::Recorder;
+use oxccl::rules::recorder::TraceState;
 use oxccl::{DataType, Error, ReduceOp};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -379,7 +379,7 @@ pub fn case_29<B: PgBackend>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
                 e.record.is_p2p && e.record.p2p_seq == k && e.record.op_id == k,
                 "entry {i}: {e:?}"
             );
-            let sizes = |t: &[oxccl::core::recorder::TensorMeta]| -> Vec<Vec<u64>> {
+            let sizes = |t: &[oxccl::rules::recorder::TensorMeta]| -> Vec<Vec<u64>> {
                 t.iter().map(|m| m.sizes.clone()).collect()
             };
             // The buffer moved: the send's input, the recv's output (what torchfrtrace
@@ -421,7 +421,7 @@ pub fn case_29<B: PgBackend>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
         e.record.collective_seq == seq_before + 1 && !e.record.is_p2p,
         "{e:?}"
     );
-    let sizes = |t: &[oxccl::core::recorder::TensorMeta]| -> Vec<Vec<u64>> {
+    let sizes = |t: &[oxccl::rules::recorder::TensorMeta]| -> Vec<Vec<u64>> {
         t.iter().map(|m| m.sizes.clone()).collect()
     };
     ensure!(

@@ -25,7 +25,7 @@ pub fn world<R: Send>(
                     let opts = PgOptions {
                         timeout: Duration::from_secs(20),
                         device: Device(r),
-                        error_handling: oxccl::core::env::ErrorHandling::CleanUpOnly,
+                        error_handling: oxccl::rules::env::ErrorHandling::CleanUpOnly,
                         watchdog: false,
                         tune,
                         ..PgOptions::default()

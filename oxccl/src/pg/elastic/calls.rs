@@ -11,9 +11,9 @@ use super::super::process_group::{default_group_options, ProcessGroup};
 use super::{admit, monitor, roster};
 use crate::pg::PgBackend;
 use crate::store::Store;
-use oxccl_core::membership::elastic::uid_at;
-use oxccl_core::membership::CommPlan;
 use oxccl_core::{Error, Result};
+use oxccl_rules::membership::elastic::uid_at;
+use oxccl_rules::membership::CommPlan;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -57,7 +57,7 @@ impl<B: PgBackend> ProcessGroup<B> {
             ));
         }
         if rank >= size {
-            return Err(oxccl_core::membership::admission::outside(rank, size));
+            return Err(oxccl_rules::membership::admission::outside(rank, size));
         }
         backend.require_devices()?;
         default_group_options(&mut opts);

@@ -8,10 +8,10 @@
 
 use crate::deadline::ms;
 use crate::store::Store;
-use oxccl_core::membership::survivors::{
+use oxccl_core::{Error, Result};
+use oxccl_rules::membership::survivors::{
     decode, encode, encoded_len, propose, ready_to_propose, verdict, Verdict,
 };
-use oxccl_core::{Error, Result};
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 

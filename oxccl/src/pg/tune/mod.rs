@@ -52,7 +52,7 @@
 //! [`ProcessGroup::release_windows`]: super::process_group::ProcessGroup::release_windows
 //! [`ProcessGroup::register_buffer`]: super::process_group::ProcessGroup::register_buffer
 //! [`ProcessGroup::capture`]: super::process_group::ProcessGroup::capture
-//! [`TuneTable::choose`]: oxccl_core::tune::TuneTable::choose
+//! [`TuneTable::choose`]: oxccl_rules::tune::TuneTable::choose
 //! [`CommMem::keep`]: crate::buffer::CommMem::keep
 //! [`CaptureError::Unsupported`]: oxccl_core::CaptureError::Unsupported
 //! [`RegCache::pins`]: reg_cache::RegCache::pins

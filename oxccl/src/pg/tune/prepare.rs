@@ -4,8 +4,8 @@
 use super::super::op_facts::OpFacts;
 use super::reg_cache::RegCache;
 use crate::buffer::CommMem;
-use oxccl_core::tune::{RegMode, TuneTable};
 use oxccl_core::{Communicator, OpKind, Result, Windows};
+use oxccl_rules::tune::{RegMode, TuneTable};
 use std::time::Duration;
 
 /// The buffers of `op` a mode applies to: both of a collective; of a send or receive, only

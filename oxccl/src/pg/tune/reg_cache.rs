@@ -4,9 +4,9 @@
 use super::super::op_facts::OpFacts;
 use crate::buffer::CommMem;
 use oxccl_core::graph_buffers::GraphBuffers;
-use oxccl_core::tune::RegMode;
 use oxccl_core::Windows;
 use oxccl_core::{text, CaptureError, Communicator, Error, Feature, RegHandle, Result};
+use oxccl_rules::tune::RegMode;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};

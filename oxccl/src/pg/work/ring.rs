@@ -22,8 +22,8 @@ use crate::watchdog::desync::counts_in_desync;
 use crate::watchdog::group_watch::{GroupWatch, Watched, WatchedRing};
 use crate::watchdog::Watchdog;
 use oxccl_core::state::work::{deadline_ns, is_past, WorkInfo};
-use oxccl_core::watchdog::newest_done;
 use oxccl_core::{CommAbort, CommState, Event};
+use oxccl_rules::watchdog::newest_done;
 use std::cell::UnsafeCell;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -457,7 +457,7 @@ impl<E: Event + 'static, A: CommAbort + 'static> WorkRing<E, A> {
         now: u64,
         wait_limit_ms: Option<u64>,
     ) -> oxccl_core::Result<bool> {
-        use oxccl_core::watchdog::Hint;
+        use oxccl_rules::watchdog::Hint;
         // The done place first: a look that marked `place` done after handing it out raised
         // the flag before, so it is seen raised (a work let go completed successfully).
         let done = self.home.done_upto();

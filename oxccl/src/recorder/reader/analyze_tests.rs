@@ -2,10 +2,10 @@ use super::super::parse::parse_dump;
 use super::*;
 use crate::recorder::{dump_json, DumpMeta};
 use oxccl_core::op::OpKind;
-use oxccl_core::recorder::{
+use oxccl_core::DataType;
+use oxccl_rules::recorder::{
     profiling_name, FlightRecorder, PgConfig, TensorMeta, TraceRecord, TraceState,
 };
-use oxccl_core::DataType;
 
 use DataType::{Float16 as F16, Float32 as F32};
 use TraceState::{Completed as Done, Scheduled as Sched, Started};

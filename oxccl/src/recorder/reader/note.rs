@@ -41,7 +41,7 @@ pub fn parse_note(v: &Value) -> Option<DumpNote> {
 mod tests {
     use super::*;
     use crate::recorder::to_json;
-    use oxccl_core::watchdog::DumpWaitEnd;
+    use oxccl_rules::watchdog::DumpWaitEnd;
 
     fn roundtrip(n: &DumpNote) -> Option<DumpNote> {
         parse_note(&serde_json::from_str(&to_json(&n.value())).unwrap())

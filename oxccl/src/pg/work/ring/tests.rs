@@ -5,10 +5,10 @@ use super::*;
 use crate::recorder::Recorder;
 use crate::store::MemStore;
 use crate::watchdog::group_watch::WatchConfig;
-use oxccl_core::env::ErrorHandling;
-use oxccl_core::recorder::{TraceRecord, TraceState};
 use oxccl_core::Progress;
 use oxccl_core::{Error, OpKind, Result};
+use oxccl_rules::env::ErrorHandling;
+use oxccl_rules::recorder::{TraceRecord, TraceState};
 
 /// An end reached once the stream's progress gets to its mark; queries are counted.
 struct Mark {

@@ -7,8 +7,8 @@
 //! without stores or threads: the encoding of a report in the store, its strict decoding, each
 //! rank's standing against the timed-out collective, and the report's text.
 
-use crate::error::{Error, Result};
 use core::fmt::{self, Write};
+use oxccl_core::error::{Error, Result};
 
 /// What one rank last reported of a group's collectives (sequence numbers from 1; 0: none).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

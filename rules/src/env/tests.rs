@@ -233,12 +233,12 @@ fn every_variable_is_parsed_into_its_field() {
             heartbeat_timeout: Duration::ZERO,
             wait_timeout_dump: Duration::from_millis(5),
             coord_check: Duration::from_millis(7),
-            peer_kernels: crate::peer_kernels::PeerPolicy::Force(
-                crate::peer_kernels::KernelAlgo::TwoShot
+            peer_kernels: oxccl_core::peer_kernels::PeerPolicy::Force(
+                oxccl_core::peer_kernels::KernelAlgo::TwoShot
             ),
             elastic: true,
             elastic_window: Duration::from_millis(250),
-            mock_version: Some(crate::version::Version::new(2, 32, 3)),
+            mock_version: Some(oxccl_core::version::Version::new(2, 32, 3)),
         }
     );
     // Blocking wait forces NoHandling, whatever was asked.

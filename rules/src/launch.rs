@@ -36,8 +36,8 @@ pub use port::{
 };
 
 use crate::env::{parse_bool, parse_u64};
-use crate::error::{Error, Result};
-use crate::text::Escaped;
+use oxccl_core::error::{Error, Result};
+use oxccl_core::text::Escaped;
 
 /// The program that started the ranks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -323,7 +323,7 @@ fn kernels_lines_set_the_kernels_limits_by_group_size() {
         ]
     );
     let p = t.peer_table();
-    let d = crate::peer_kernels::PeerTable::default();
+    let d = oxccl_core::peer_kernels::PeerTable::default();
     assert_eq!((p.one_shot_max[4], p.two_shot_max[4]), (131072, 262144));
     assert_eq!(
         (p.one_shot_max[2], p.two_shot_max[2]),

@@ -19,7 +19,7 @@
 //! before arriving is never in one; a rank that arrives after the decision is refused, not
 //! merged. Timing decides only when a proposal is made, never what the members read.
 
-use crate::error::{Error, Result};
+use oxccl_core::error::{Error, Result};
 
 /// The first bytes of an encoded decision.
 const MAGIC: &[u8; 4] = b"OXV1";

@@ -5,12 +5,12 @@
 //! overwritten. Ids are handed out from 0 in record order, so an id tells whether its entry is
 //! still held without a search. Serialization belongs to the std crate.
 
-use crate::dtype::DataType;
-use crate::op::OpKind;
 use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
 use core::fmt;
+use oxccl_core::dtype::DataType;
+use oxccl_core::op::OpKind;
 
 /// The version of the dump format these entries describe.
 pub const TRACE_FORMAT_VERSION: &str = "2.10";

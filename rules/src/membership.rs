@@ -1,8 +1,8 @@
 //! Who belongs to a process group, and how its communicator comes to be: pure rules, so the
 //! process group's decisions are tested and fuzzed without threads or GPUs.
 
-use crate::error::{Error, Result};
 use core::fmt;
+use oxccl_core::error::{Error, Result};
 
 pub mod admission;
 pub mod elastic;

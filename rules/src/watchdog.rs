@@ -3,7 +3,7 @@
 //! The thread that acts on them lives in the std crate.
 
 use crate::env::ErrorHandling;
-use crate::error::Error;
+use oxccl_core::error::Error;
 
 pub mod desync;
 
@@ -38,9 +38,9 @@ impl FailureKind {
             Error::Aborted { .. } => FailureKind::Aborted,
             Error::InvalidState {
                 state:
-                    crate::comm_state::CommState::Aborted
-                    | crate::comm_state::CommState::Aborting
-                    | crate::comm_state::CommState::Destroyed,
+                    oxccl_core::comm_state::CommState::Aborted
+                    | oxccl_core::comm_state::CommState::Aborting
+                    | oxccl_core::comm_state::CommState::Destroyed,
                 ..
             } => FailureKind::Aborted,
             _ => FailureKind::Error,
@@ -363,7 +363,7 @@ mod tests {
     }
 
     use super::*;
-    use crate::text::text_str;
+    use oxccl_core::text::text_str;
 
     #[test]
     fn plans_by_mode() {
@@ -436,7 +436,7 @@ mod tests {
         };
         assert_eq!(FailureKind::of(&remote), FailureKind::Error);
         let dead = Error::InvalidState {
-            state: crate::comm_state::CommState::Destroyed,
+            state: oxccl_core::comm_state::CommState::Destroyed,
             attempted: "x",
             reason: text_str("destroyed"),
         };

@@ -7,7 +7,7 @@
 //! ticket whose joiner never wrote its rank is void. Everything else is refused with the
 //! reason, so no process is told it joined when it did not.
 
-use crate::error::{Error, Result};
+use oxccl_core::error::{Error, Result};
 
 /// The verdict on one join ticket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

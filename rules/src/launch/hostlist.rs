@@ -4,8 +4,8 @@
 //! nothing, and yields hosts in Slurm's order (the last bracket of an entry varies fastest),
 //! keeping the zero padding of each range's lower bound (`[08-10]` → `08`, `09`, `10`).
 
-use crate::error::{Error, Result};
-use crate::text::Escaped;
+use oxccl_core::error::{Error, Result};
+use oxccl_core::text::Escaped;
 
 /// Longest host name kept (a DNS name is at most 253 bytes).
 pub const HOST_CAPACITY: usize = 255;

@@ -18,7 +18,7 @@ fn invalid(e: Error) -> (&'static str, Text) {
     }
 }
 
-use crate::text::Text;
+use oxccl_core::text::Text;
 
 fn detect_err(pairs: &[(&str, &str)]) -> (&'static str, Text) {
     invalid(LaunchInfo::detect(env(pairs)).unwrap_err())

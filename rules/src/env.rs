@@ -6,9 +6,9 @@
 //! error naming the variable and what was expected, never a silent default. An unset variable
 //! takes PyTorch's default (`TORCH_NCCL_*` equivalents, listed in [`VARIABLES`]).
 
-use crate::error::{Error, Result};
-use crate::text::Escaped;
 use core::time::Duration;
+use oxccl_core::error::{Error, Result};
+use oxccl_core::text::Escaped;
 
 /// `OXCCL_BACKEND`: `nccl` or `mock`; unset lets the process group choose.
 pub const BACKEND: &str = "OXCCL_BACKEND";
@@ -43,7 +43,7 @@ pub const WAIT_TIMEOUT_DUMP_MS: &str = "OXCCL_WAIT_TIMEOUT_DUMP_MS";
 /// `OXCCL_COORD_CHECK_MS` (`TORCH_NCCL_COORD_CHECK_MILSEC`).
 pub const COORD_CHECK_MS: &str = "OXCCL_COORD_CHECK_MS";
 /// `OXCCL_PEER_KERNELS`: who runs the all-reduces of a group on one node
-/// ([`crate::peer_kernels::PeerPolicy`]).
+/// ([`oxccl_core::peer_kernels::PeerPolicy`]).
 pub const PEER_KERNELS: &str = "OXCCL_PEER_KERNELS";
 /// `OXCCL_ELASTIC`: a group's survivors go on without a lost rank instead of ending.
 pub const ELASTIC: &str = "OXCCL_ELASTIC";
@@ -276,8 +276,8 @@ pub fn parse_secs(name: &'static str, value: &str, min_s: u64, max_s: u64) -> Re
 
 /// `OXCCL_PEER_KERNELS=value`: `auto`, `nccl` (or `off`), `one-shot`, `two-shot`,
 /// `all-gather`, `reduce-scatter`; anything else is an error naming the variable.
-pub fn parse_peer_kernels(value: &str) -> Result<crate::peer_kernels::PeerPolicy> {
-    crate::peer_kernels::PeerPolicy::parse(value).ok_or_else(|| {
+pub fn parse_peer_kernels(value: &str) -> Result<oxccl_core::peer_kernels::PeerPolicy> {
+    oxccl_core::peer_kernels::PeerPolicy::parse(value).ok_or_else(|| {
         Error::invalid(
             PEER_KERNELS,
             format_args!(
@@ -364,13 +364,13 @@ pub struct EnvConfig {
     /// `OXCCL_COORD_CHECK_MS`.
     pub coord_check: Duration,
     /// `OXCCL_PEER_KERNELS`.
-    pub peer_kernels: crate::peer_kernels::PeerPolicy,
+    pub peer_kernels: oxccl_core::peer_kernels::PeerPolicy,
     /// `OXCCL_ELASTIC`.
     pub elastic: bool,
     /// `OXCCL_ELASTIC_WINDOW_MS`.
     pub elastic_window: Duration,
     /// `OXCCL_MOCK_VERSION`; `None`: the mock's own default.
-    pub mock_version: Option<crate::version::Version>,
+    pub mock_version: Option<oxccl_core::version::Version>,
 }
 
 impl Default for EnvConfig {
@@ -393,7 +393,7 @@ impl Default for EnvConfig {
             heartbeat_timeout: Duration::from_secs(600),
             wait_timeout_dump: Duration::from_millis(60_000),
             coord_check: Duration::from_millis(1000),
-            peer_kernels: crate::peer_kernels::PeerPolicy::Auto,
+            peer_kernels: oxccl_core::peer_kernels::PeerPolicy::Auto,
             elastic: false,
             elastic_window: Duration::from_millis(1000),
             mock_version: None,
@@ -480,7 +480,7 @@ impl EnvConfig {
             mock_version: match lookup(MOCK_VERSION) {
                 None => None,
                 Some(v) if v.eq_ignore_ascii_case("default") => None,
-                Some(v) => Some(crate::version::Version::parse(v).ok_or_else(|| {
+                Some(v) => Some(oxccl_core::version::Version::parse(v).ok_or_else(|| {
                     Error::invalid(
                         MOCK_VERSION,
                         format_args!("an NCCL release such as 2.32.3, got \"{}\"", Escaped(v)),

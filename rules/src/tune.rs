@@ -31,14 +31,14 @@
 //! kernels    2      262144        0             65536            65536
 //! ```
 
-use crate::dtype::DataType;
-use crate::error::{Error, Result};
-use crate::fnv::Fnv;
-use crate::op::OpKind;
-use crate::peer_kernels::{PeerTable, MAX_RANKS};
-use crate::text::Escaped;
 use alloc::vec::Vec;
 use core::fmt::{self, Write};
+use oxccl_core::dtype::DataType;
+use oxccl_core::error::{Error, Result};
+use oxccl_core::fnv::Fnv;
+use oxccl_core::op::OpKind;
+use oxccl_core::peer_kernels::{PeerTable, MAX_RANKS};
+use oxccl_core::text::Escaped;
 
 pub mod release;
 

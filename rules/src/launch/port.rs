@@ -23,7 +23,7 @@
 //!   `MASTER_PORT` always wins.
 
 use crate::env::parse_u64;
-use crate::error::{Error, Result};
+use oxccl_core::error::{Error, Result};
 
 /// The first port the Slurm rule gives.
 pub const SLURM_PORT_BASE: u16 = 20_000;

@@ -3,9 +3,9 @@
 //! how each epoch's groups are numbered. The decision of who is alive is
 //! [`super::survivors`]'.
 
-use crate::comm_state::CommState;
 use crate::env::ErrorHandling;
-use crate::error::Error;
+use oxccl_core::comm_state::CommState;
+use oxccl_core::error::Error;
 
 /// What a failure of an operation says about the group's members.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -119,7 +119,7 @@ pub fn lost_indices(ranks: &[u32], lost: &[u32], out: &mut [u32]) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::text;
+    use oxccl_core::text;
 
     #[test]
     fn a_monitor_joins_only_for_a_rank_at_work_within_the_timeout_and_window() {
