@@ -8,7 +8,7 @@ use crate::exit;
 use crate::expect::Case;
 use crate::ops::{self, Coll, Dtype, Redop};
 use crate::perf::backend::{choose, BackendSel};
-use crate::perf::layer::{Layer, PgLayer};
+use crate::perf::layer::{Layer, LayerKind, PgLayer};
 use crate::perf::mock_world::mock_world_of;
 use clap::Args;
 use oxccl::core::Backend;
@@ -102,7 +102,7 @@ fn lacking(
 
 /// One case's verdict.
 struct Verdict {
-    layer: &'static str,
+    layer: LayerKind,
     coll: Coll,
     dtype: Dtype,
     redop: Option<Redop>,
@@ -126,7 +126,11 @@ pub fn run(a: &CheckArgs) -> ExitCode {
             return ExitCode::from(exit::ENV);
         }
     };
-    let layers: Vec<&'static str> = if nccl { vec!["pg", "comm"] } else { vec!["pg"] };
+    let layers: Vec<LayerKind> = if nccl {
+        vec![LayerKind::Pg, LayerKind::Comm]
+    } else {
+        vec![LayerKind::Pg]
+    };
     let colls = ops::expand(&a.colls);
     let dtypes = if a.dtypes.is_empty() {
         Dtype::ALL.to_vec()
@@ -186,7 +190,7 @@ pub fn run(a: &CheckArgs) -> ExitCode {
                 }
                 for p in [false, true] {
                     for l in &layers {
-                        if supported(l, *c, p) {
+                        if supported(*l, *c, p) {
                             cases.push((*l, *c, *d, r, p));
                         }
                     }
@@ -195,46 +199,44 @@ pub fn run(a: &CheckArgs) -> ExitCode {
         }
     }
     let n = a.gpus;
-    let run_cases = |mk: &dyn Fn(&'static str, Dtype) -> Box<dyn Layer>,
-                     rank: u32|
-     -> oxccl::Result<Vec<u64>> {
-        let mut out = Vec::new();
-        for (layer, coll, dtype, redop, p) in &cases {
-            let count = coll.count_for(a.count * dtype.size(), dtype.size(), n);
-            let case = Case {
-                coll: *coll,
-                count,
-                dtype: *dtype,
-                redop: *redop,
-                root: a.root,
-                n,
-                rank,
-            };
-            let mut l = mk(layer, *dtype);
-            l.setup(&case, *p)?;
-            out.push(l.check()?);
-            l.teardown()?;
-        }
-        Ok(out)
-    };
+    let run_cases =
+        |mk: &dyn Fn(LayerKind, Dtype) -> Box<dyn Layer>, rank: u32| -> oxccl::Result<Vec<u64>> {
+            let mut out = Vec::new();
+            for (layer, coll, dtype, redop, p) in &cases {
+                let count = coll.count_for(a.count * dtype.size(), dtype.size(), n);
+                let case = Case {
+                    coll: *coll,
+                    count,
+                    dtype: *dtype,
+                    redop: *redop,
+                    root: a.root,
+                    n,
+                    rank,
+                };
+                let mut l = mk(*layer, *dtype);
+                l.setup(&case, *p)?;
+                out.push(l.check()?);
+                l.teardown()?;
+            }
+            Ok(out)
+        };
     let corrupt = a.inject_error;
     let (res, first) = if let Some(lib) = &lib {
         let body = |pg: &oxccl::pg::ProcessGroup<oxccl::Nccl>,
                     comm: &std::rc::Rc<std::cell::RefCell<oxccl::Comm>>,
                     rank: u32| {
-            let mk = |layer: &'static str, d: Dtype| {
-                crate::perf::nccl::layers(
-                    &[layer],
+            let mk = |layer: LayerKind, d: Dtype| {
+                crate::perf::nccl::nccl_layer(
+                    layer,
                     d,
                     lib,
                     pg,
                     comm,
-                    crate::perf::nccl::LayerOpts {
+                    &crate::perf::nccl::LayerOpts {
                         corrupt: corrupt && rank == 0,
                         ..Default::default()
                     },
                 )
-                .remove(0)
             };
             run_cases(&mk, rank)
         };
@@ -249,7 +251,7 @@ pub fn run(a: &CheckArgs) -> ExitCode {
         (world, first)
     } else {
         let res = mock_world_of(mock.clone(), n, |pg, rank| {
-            let mk = |_: &'static str, d: Dtype| -> Box<dyn Layer> {
+            let mk = |_: LayerKind, d: Dtype| -> Box<dyn Layer> {
                 with_dtype!(d, T => Box::new(PgLayer::<MockBackend, T>::new(pg.clone()).corrupting(corrupt && rank == 0)))
             };
             run_cases(&mk, rank)
@@ -272,7 +274,7 @@ pub fn run(a: &CheckArgs) -> ExitCode {
         .iter()
         .enumerate()
         .map(|(i, (layer, coll, dtype, redop, p))| Verdict {
-            layer,
+            layer: *layer,
             coll: *coll,
             dtype: *dtype,
             redop: coll.reduces().then_some(*redop),
@@ -285,7 +287,7 @@ pub fn run(a: &CheckArgs) -> ExitCode {
         let v = json!({
             "backend": if nccl { "nccl" } else { "mock" }, "ranks": n, "first_line": first, "cases": verdicts.len(), "failed": failed,
             "results": verdicts.iter().map(|v| json!({
-                "layer": v.layer, "collective": v.coll.name(), "type": v.dtype.name(), "redop": v.redop.map(Redop::name),
+                "layer": v.layer.name(), "collective": v.coll.name(), "type": v.dtype.name(), "redop": v.redop.map(Redop::name),
                 "placement": v.placement, "wrong": v.wrong, "ok": v.wrong == 0,
             })).collect::<Vec<_>>(),
             "skipped": skipped.iter().map(|(c, d, r, why)| json!({
@@ -302,7 +304,7 @@ pub fn run(a: &CheckArgs) -> ExitCode {
         for v in &verdicts {
             println!(
                 "  {:>5} {:<14} {:>8} {:>6} {:>13} {:>8}  {}",
-                v.layer,
+                v.layer.name(),
                 v.coll.name(),
                 v.dtype.name(),
                 v.redop.map_or("none", Redop::name),
@@ -339,9 +341,9 @@ pub fn run(a: &CheckArgs) -> ExitCode {
 
 /// Whether `layer` has `coll` in this placement: the process group's one placement per
 /// collective; the `Comm` path out of place always, in place where NCCL defines it.
-fn supported(layer: &str, coll: Coll, in_place: bool) -> bool {
+fn supported(layer: LayerKind, coll: Coll, in_place: bool) -> bool {
     match layer {
-        "pg" => PgLayer::<MockBackend, f32>::supports(coll, in_place),
+        LayerKind::Pg => PgLayer::<MockBackend, f32>::supports(coll, in_place),
         _ => {
             !in_place
                 || matches!(

@@ -2,8 +2,7 @@
 //! mpirun, this process's one GPU), with a process group and a `Comm` of the same ranks per
 //! rank, all of them stopped when one fails; and the layers `oxccl check` asks for by name.
 
-use super::layer::{Layer, LayerKind};
-use super::rank_layers::nccl_layer;
+pub use super::rank_layers::nccl_layer;
 use super::stop::Stopper;
 use oxccl::core::peer_kernels::{PeerPolicy, PeerTable};
 use oxccl::core::Backend as _;
@@ -170,21 +169,4 @@ fn exchange_id(lib: &Nccl, store: &dyn Store, r: u32) -> Result<oxccl::UniqueId>
     } else {
         oxccl::UniqueId::from_bytes(&store.get("oxccl_perf/comm_id", Duration::from_secs(600))?)
     }
-}
-
-/// The layers `names` names (`raw`, `comm`, `pg`; others are left out) on one rank, for
-/// `oxccl check`, which picks its layers by name.
-pub fn layers(
-    names: &[&str],
-    dtype: crate::ops::Dtype,
-    lib: &Nccl,
-    pg: &ProcessGroup<Nccl>,
-    comm: &Rc<RefCell<Comm>>,
-    o: LayerOpts,
-) -> Vec<Box<dyn Layer>> {
-    names
-        .iter()
-        .filter_map(|n| LayerKind::ALL.into_iter().find(|k| k.name() == *n))
-        .map(|k| nccl_layer(k, dtype, lib, pg, comm, &o))
-        .collect()
 }
