@@ -20,7 +20,6 @@
 //! ([`Comm`], [`CommGraph`], [`GroupGuard`], [`buffer::NcclBuf`]); `mock`, the in-process mock
 //! world and its buffers ([`buffer::HostBuf`]), for tests without GPUs. A program that only
 //! wants one turns the other off.
-#![warn(missing_docs)]
 
 mod aborts;
 pub mod buffer;

@@ -7,10 +7,6 @@
 //! The process group's own rules (watchdog, flight recorder, membership, launch, tune) are
 //! `oxccl-rules`'s: nothing below the process group uses them.
 #![no_std]
-#![forbid(unsafe_op_in_unsafe_fn)]
-#![warn(missing_docs)]
-// `Error` carries its messages inline (heapless text, no allocator), so it is large on purpose.
-#![allow(clippy::result_large_err)]
 
 #[cfg(feature = "alloc")]
 extern crate alloc;

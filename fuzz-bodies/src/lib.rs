@@ -6,7 +6,6 @@
 //! without cargo-fuzz. Both take this package as a dependency by path; it is not published.
 //! Several targets compare the code under test against a small reference model written in
 //! the target itself.
-#![warn(missing_docs)]
 
 pub mod admission;
 pub mod check_model;

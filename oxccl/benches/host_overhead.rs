@@ -111,8 +111,9 @@ fn rank(lib: Nccl, id: oxccl::UniqueId, r: u32, n: u32, barrier: Arc<Barrier>) -
             let t = Instant::now();
             for _ in 0..CALLS {
                 match v {
-                    // SAFETY: live communicator, valid device buffers of 2 floats, live stream.
                     0 => assert_eq!(
+                        // SAFETY: live communicator, valid device buffers of 2 floats, live
+                        // stream.
                         unsafe {
                             raw_fn(sp as *const _, rp as *mut _, 2, 7, 0, raw_comm, raw_stream)
                         },

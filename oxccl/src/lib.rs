@@ -16,7 +16,6 @@
 //! Thread safety: a [`Comm`] is `Send` (move it to the thread that drives its GPU); its
 //! operations take `&mut self`, because NCCL forbids concurrent calls on one communicator.
 //! [`AbortHandle`] is `Send + Sync + Clone` and stops the communicator from any thread.
-#![warn(missing_docs)]
 
 mod deadline;
 pub mod launch;

@@ -6,7 +6,6 @@
 //! `oxccl` package that runs it (its README has the table): [`watchdog`], [`recorder`],
 //! [`membership`] (groups, and going on after a lost rank), [`launch`], [`tune`], [`env`](mod@env).
 #![no_std]
-#![warn(missing_docs)]
 
 extern crate alloc;
 

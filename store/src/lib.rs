@@ -9,8 +9,6 @@
 //! and a store that cannot answer says so with [`crate::Error::Timeout`] (waited in vain) or
 //! [`crate::Error::Remote`] (the server is gone), never a hang.
 
-#![warn(missing_docs)]
-
 mod file;
 mod mem;
 mod prefix;

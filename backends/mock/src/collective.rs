@@ -79,7 +79,10 @@ pub(crate) unsafe fn run(arr: &[OpDesc], size: u32) -> Result<()> {
     // SAFETY (for the closure's callers): every read is of a rank's own `send` span, which
     // `check::op` validated on that rank (non-null, at most isize::MAX bytes, not wrapping), so
     // the product does not saturate.
-    let snap = |d: &OpDesc| unsafe { read(d.send.addr, d.send.len.saturating_mul(es), "send") };
+    let snap = |d: &OpDesc| {
+        // SAFETY: as said above: a span `check::op` validated on its rank.
+        unsafe { read(d.send.addr, d.send.len.saturating_mul(es), "send") }
+    };
     let snap_all = || arr.iter().map(snap).collect::<Result<Vec<Vec<u8>>>>();
     // What each rank receives: one result for all, or a part per rank (borrowed from `owned`).
     let owned: Vec<Vec<u8>>;
@@ -88,6 +91,7 @@ pub(crate) unsafe fn run(arr: &[OpDesc], size: u32) -> Result<()> {
         OpKind::AllReduce if crate::fused::applies(arr, es) => {
             // SAFETY: as for `run`; `applies` holds.
             let f = unsafe { factors(arr, es) }?;
+            // SAFETY: as for `run`; `applies` holds.
             return unsafe { crate::fused::all_reduce(arr, red_of(first.op), &f, size) };
         }
         OpKind::AllReduce | OpKind::Reduce | OpKind::ReduceScatter | OpKind::ReduceScatterV => {

@@ -88,8 +88,8 @@ fn post(job: &Job) -> Result<()> {
                 .p2p_send(job.rank, d.peer.unwrap_or(0), job.seq, d.clone())
         },
         OpKind::Recv => Ok(()),
-        // SAFETY: as above.
         _ => {
+            // SAFETY: as above.
             unsafe { job.comm.coll_post(job.rank, job.seq, d.clone()) };
             Ok(())
         }

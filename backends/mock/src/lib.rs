@@ -33,10 +33,6 @@
 //! # p2p
 //! A send copies its buffer at once and completes: more lenient than NCCL, where a large send
 //! outside a group waits for the matching recv.
-#![warn(missing_docs)]
-#![forbid(unsafe_op_in_unsafe_fn)]
-// oxccl-core's `Error` carries its messages inline (no allocator), so it is large on purpose.
-#![allow(clippy::result_large_err)]
 
 mod arith;
 mod backend;

@@ -191,8 +191,8 @@ mod tests {
         };
         // SAFETY: refused before anything is queued: no buffer is touched.
         assert_eq!(refused_arg(unsafe { c.issue(&reduce, &st) }), "send");
-        // SAFETY: as above.
         assert_eq!(
+            // SAFETY: as above.
             refused_arg(unsafe { c.issue(&a2a(WIN, PLAIN), &st) }),
             "recv"
         );

@@ -3,8 +3,6 @@
 //! thread of its own: the state is `Aborting` until it returns, then `Aborted`, and
 //! `pending_aborts` counts it meanwhile. An abort on the caller's thread still takes its time.
 
-#![allow(clippy::result_large_err)]
-
 use oxccl_core::{
     pending_aborts, Backend, CommAbort, CommConfig, CommState, Communicator, Device, Error,
     FeatureSet,

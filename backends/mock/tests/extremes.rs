@@ -3,8 +3,6 @@
 //! mock cannot copy): each gives a typed error naming the argument, or a sane outcome; none
 //! panics, aborts or hangs.
 
-#![allow(clippy::result_large_err)]
-
 mod common;
 
 use common::*;

@@ -1,7 +1,5 @@
 //! Mismatches, aborts and every fault of the plan, with what each rank sees.
 
-#![allow(clippy::result_large_err)]
-
 mod common;
 
 use common::*;

@@ -2,8 +2,6 @@
 //! the limit given to `init_rank_within`, whichever the call uses; past it the error names the
 //! ranks still missing and the rank is aborted.
 
-#![allow(clippy::result_large_err)]
-
 use oxccl_core::{Backend, CommConfig, Device, Error, FeatureSet};
 use oxccl_mock::{FaultPlan, MockBackend, DEFAULT_VERSION};
 use std::time::{Duration, Instant};

@@ -194,6 +194,7 @@ fn a_bad_op_inside_a_group_is_refused_and_the_rest_runs() {
             matches!(bad, Err(Error::InvalidArgument { arg: "recv", .. })),
             "{bad:?}"
         );
+        // SAFETY: refused before anything is queued (the root is out of range).
         let bad_root = unsafe {
             c.issue(
                 &CommOp::Broadcast {
@@ -209,6 +210,7 @@ fn a_bad_op_inside_a_group_is_refused_and_the_rest_runs() {
             bad_root,
             Err(Error::InvalidArgument { arg: "root", .. })
         ));
+        // SAFETY: `b` outlives the stream's work: the stream is synchronized below.
         unsafe { c.issue(&in_place(&mut b, DT, ReduceOp::Sum), &s) }.unwrap();
         assert_eq!(groups().group_end(), Ok(Progress::Done));
         s.synchronize().unwrap();

@@ -88,8 +88,8 @@ fn a_window_beside_plain_memory_is_refused_naming_the_plain_buffer() {
         other => panic!("expected recv refused, got {other:?}"),
     }
     // The plain one as send: named too.
-    // SAFETY: refused before anything is queued, as above.
     assert!(matches!(
+        // SAFETY: refused before anything is queued, as above.
         unsafe { c.issue(&a2a(b, a), &st) },
         Err(Error::InvalidArgument { arg: "send", .. })
     ));

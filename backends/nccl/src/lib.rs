@@ -8,7 +8,6 @@
 //! ([`oxccl_core::Communicator::abort_handle`]) aborts, watches and polls it from any thread (a
 //! watchdog, a signal handler thread). Groups belong to the [`NcclBackend`] (per thread, per
 //! loaded library).
-#![warn(missing_docs)]
 
 mod abort;
 mod absent;

@@ -91,6 +91,7 @@ impl Drop for NcclRedOp {
         // SAFETY: the op was created on this live communicator; NCCL allows destroying it as
         // soon as the last call using it has returned.
         if let Some(code) =
+            // SAFETY: as said above.
             unsafe { crate::ffi::red_op_destroy(comm.lib.api(), comm.raw, self.code) }
         {
             if code != 0 {

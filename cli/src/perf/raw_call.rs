@@ -76,7 +76,7 @@ pub unsafe fn raw_issue(
     use std::ffi::c_void;
     let (dt, red) = raw_codes(op, features)?;
     let op = &oxccl::nccl::codes::wire(op, features);
-    // SAFETY (for every call below): forwarded contract; pointers and counts come from `op`.
+    // SAFETY: forwarded contract, for every call below; pointers and counts come from `op`.
     unsafe {
         match op {
             CommOp::AllReduce { send, recv, .. } => call(api.all_reduce.map(|f| {

@@ -27,6 +27,7 @@ pub(crate) unsafe fn comm_register(
     // on a nonblocking communicator (it writes `handle` before it returns), so a stack slot
     // suffices.
     lib.check(
+        // SAFETY: as said above.
         unsafe { f(comm, addr as *mut c_void, bytes, &mut handle) },
         comm,
     )?;
