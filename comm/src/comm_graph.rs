@@ -14,7 +14,7 @@
 //! size), orders the stream after their earlier uses, launches, and records the launch as their
 //! last use. [`Comm::issue`] (raw addresses) inside a capture is captured too, but its buffers
 //! are not known to the graph: a graph holding a raw operation launches only through
-//! [`CommGraph::launch_unchecked`].
+//! [`CommGraph::replay_unchecked`].
 
 use crate::capture_slot::Recorded;
 use crate::comm::{wr, Comm};
@@ -27,7 +27,7 @@ use std::sync::PoisonError;
 
 impl Comm {
     /// Captures the operations `f` issues on this communicator into a CUDA graph, without
-    /// running them. Launch it with [`CommGraph::launch`] (or [`CommGraph::bind`]) as often
+    /// running them. Replay it with [`CommGraph::replay`] (or [`CommGraph::bind`]) as often
     /// as wanted; each launch runs them all again, in order. Every rank captures the same
     /// operations. [`CaptureError::AlreadyCapturing`] when a capture is open; an error of `f`
     /// ends the capture and is returned (no graph). A nonblocking init still running is
@@ -88,7 +88,7 @@ impl Comm {
     }
 }
 
-/// The operations of a [`Comm::capture`], launched as one CUDA graph on the communicator's
+/// The operations of a [`Comm::capture`], replayed as one CUDA graph on the communicator's
 /// stream. Dropping it frees the graph (never waits; launches already made still run).
 pub struct CommGraph {
     graph: NcclGraph,
@@ -112,8 +112,8 @@ impl std::fmt::Debug for CommGraph {
 }
 
 /// A launch being prepared: the buffers bound so far, held until the launch is queued.
-#[must_use = "nothing is launched until CommLaunch::launch"]
-pub struct CommLaunch<'a> {
+#[must_use = "nothing runs until CommReplay::replay"]
+pub struct CommReplay<'a> {
     graph: &'a CommGraph,
     comm: &'a Comm,
     held: Vec<SyncOnDrop<'a>>,
@@ -133,12 +133,12 @@ impl CommGraph {
     }
 
     /// Starts a launch on `comm` (the captured communicator) given buffers of several types:
-    /// [`CommLaunch::buf`] each, then [`CommLaunch::launch`].
+    /// [`CommReplay::buf`] each, then [`CommReplay::replay`].
     pub fn bind<'a, T>(
         &'a self,
         comm: &'a mut Comm,
         buf: &'a mut impl DevicePtrMut<T>,
-    ) -> CommLaunch<'a> {
+    ) -> CommReplay<'a> {
         self.unbound(comm).buf(buf)
     }
 
@@ -146,23 +146,23 @@ impl CommGraph {
     /// one type; [`CommGraph::bind`] otherwise). Refused: another communicator than the
     /// captured one ([`CaptureError::Mismatch`], argument `comm`), buffers that are not the
     /// captured ones ([`CaptureError::Mismatch`], argument `bufs`), a graph holding a raw
-    /// operation ([`CaptureError::Unsupported`]: use [`CommGraph::launch_unchecked`]), a
+    /// operation ([`CaptureError::Unsupported`]: use [`CommGraph::replay_unchecked`]), a
     /// communicator no longer ready ([`Error::InvalidState`]), a launch inside a capture
     /// ([`CaptureError::Forbidden`]).
-    pub fn launch<S: DevicePtrMut<T>, T>(
+    pub fn replay<S: DevicePtrMut<T>, T>(
         &self,
         comm: &mut Comm,
         bufs: &mut [&mut S],
     ) -> Result<()> {
         bufs.iter_mut()
             .fold(self.unbound(comm), |l, b| l.buf(&mut **b))
-            .launch()
+            .replay()
     }
 
     /// A launch on `comm` with no buffer bound yet: where [`CommGraph::bind`] and
-    /// [`CommGraph::launch`] start.
-    fn unbound<'a>(&'a self, comm: &'a Comm) -> CommLaunch<'a> {
-        CommLaunch {
+    /// [`CommGraph::replay`] start.
+    fn unbound<'a>(&'a self, comm: &'a Comm) -> CommReplay<'a> {
+        CommReplay {
             graph: self,
             comm,
             held: Vec::new(),
@@ -177,11 +177,11 @@ impl CommGraph {
     /// Every buffer of every captured operation must be alive, of its captured length, and
     /// not used by other work until this launch has completed on [`Comm::stream`]; earlier
     /// work on those buffers on other streams must have completed or been waited for.
-    pub unsafe fn launch_unchecked(&self, comm: &mut Comm) -> Result<()> {
+    pub unsafe fn replay_unchecked(&self, comm: &mut Comm) -> Result<()> {
         self.ready_on(comm)?;
         // SAFETY: the caller's contract covers the buffers; the communicator is the captured
         // one and ready (checked above).
-        unsafe { self.graph.launch(comm.nccl_stream()) }
+        unsafe { self.graph.replay(comm.nccl_stream()) }
     }
 
     /// `comm` is the captured communicator, ready, and not capturing.
@@ -210,7 +210,7 @@ impl CommGraph {
     }
 }
 
-impl<'a> CommLaunch<'a> {
+impl<'a> CommReplay<'a> {
     /// Binds one more buffer the captured operations use.
     pub fn buf<T>(mut self, buf: &'a mut impl DevicePtrMut<T>) -> Self {
         if self.first_error.is_some() {
@@ -237,8 +237,8 @@ impl<'a> CommLaunch<'a> {
     }
 
     /// Launches the graph once after the bound buffers' earlier uses; their later uses wait
-    /// for it. See [`CommGraph::launch`] for the refusals.
-    pub fn launch(mut self) -> Result<()> {
+    /// for it. See [`CommGraph::replay`] for the refusals.
+    pub fn replay(mut self) -> Result<()> {
         if let Some(e) = self.first_error.take() {
             return Err(e);
         }
@@ -247,7 +247,7 @@ impl<'a> CommLaunch<'a> {
         if g.has_raw {
             return Err(CaptureError::Unsupported.error_str(
                 "the graph holds a raw operation (Comm::issue) whose buffers it cannot check: \
-                 launch it with CommGraph::launch_unchecked",
+                 launch it with CommGraph::replay_unchecked",
             ));
         }
         g.regions.check_bound(std::mem::take(&mut self.bound))?;
@@ -255,7 +255,7 @@ impl<'a> CommLaunch<'a> {
         // sizes), held by `&mut` until the guards drop after the launch is queued; the stream
         // waited for their earlier uses when they were bound, and the guards record this
         // launch as their last use.
-        unsafe { g.graph.launch(self.comm.nccl_stream())? };
+        unsafe { g.graph.replay(self.comm.nccl_stream())? };
         drop(std::mem::take(&mut self.held));
         Ok(())
     }

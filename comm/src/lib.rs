@@ -47,7 +47,7 @@ pub use aborts::{pending_aborts, wait_for_aborts};
 #[cfg(feature = "nccl")]
 pub use comm::{peer_policy_from_env, peer_table_from_env, AbortHandle, Comm};
 #[cfg(feature = "nccl")]
-pub use comm_graph::{CommGraph, CommLaunch};
+pub use comm_graph::{CommGraph, CommReplay};
 pub use element::Element;
 #[cfg(feature = "nccl")]
 pub use group_guard::GroupGuard;

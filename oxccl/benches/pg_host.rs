@@ -290,7 +290,7 @@ enum NullGraph {}
 impl Graph for NullGraph {
     type Stream = NullStream;
 
-    unsafe fn launch(&self, _stream: &NullStream) -> Result<()> {
+    unsafe fn replay(&self, _stream: &NullStream) -> Result<()> {
         match *self {}
     }
 }

@@ -277,7 +277,7 @@ fn graphs_and_batches(
         Ok(())
     })?;
     for _ in 0..3 {
-        graph.launch(&mut [&mut a])?;
+        graph.replay(&mut [&mut a])?;
     }
     let got = pg.download_any(&a)?;
     // n^30 is a power of two's power for n = 1, 2, 4, 8: exact in f32.
@@ -305,7 +305,7 @@ fn graphs_and_batches(
             .map(drop)
     })?;
     let mut send = send;
-    ring.bind(&mut send).buf(&mut fresh).launch()?.wait()?;
+    ring.bind(&mut send).buf(&mut fresh).replay()?.wait()?;
     let got = pg.download_any(&fresh)?;
     if got.iter().any(|v| *v != prev as f32 + 1.0) {
         return Err(wrong("captured batch_isend_irecv", &got));

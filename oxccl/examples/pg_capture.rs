@@ -61,11 +61,11 @@ fn timing<B: PgBackend>(pg: &ProcessGroup<B>, ops: usize, launches: usize) -> Re
         }
         Ok(())
     })?;
-    graph.launch(&mut [&mut buf])?.wait()?;
+    graph.replay(&mut [&mut buf])?.wait()?;
     let t = Instant::now();
     let mut last = None;
     for _ in 0..launches {
-        last = Some(graph.launch(&mut [&mut buf])?);
+        last = Some(graph.replay(&mut [&mut buf])?);
     }
     if let Some(w) = last {
         w.wait()?;
@@ -110,7 +110,7 @@ fn comm_case(nccl: &Nccl) -> Verdict {
         return Err(format!("ran at capture: {:?}", &got[..2]));
     }
     for _ in 0..4 {
-        graph.launch(&mut comm, &mut [&mut buf]).map_err(e)?;
+        graph.replay(&mut comm, &mut [&mut buf]).map_err(e)?;
     }
     comm.synchronize().map_err(e)?;
     let got = st.clone_dtoh(&buf).map_err(|x| format!("{x:?}"))?;
@@ -118,7 +118,7 @@ fn comm_case(nccl: &Nccl) -> Verdict {
         return Err(format!("after 4 launches: want 4096, got {:?}", &got[..2]));
     }
     let mut other = st.alloc_zeros::<f32>(64).map_err(|x| format!("{x:?}"))?;
-    let k = capture_kind(graph.launch(&mut comm, &mut [&mut other]))?;
+    let k = capture_kind(graph.replay(&mut comm, &mut [&mut other]))?;
     if k != CaptureError::Mismatch {
         return Err(format!("another buffer: {k:?}"));
     }
@@ -128,7 +128,7 @@ fn comm_case(nccl: &Nccl) -> Verdict {
     }
     let mut inside = None;
     comm.capture(|c| {
-        inside = Some(capture_kind(graph.launch(c, &mut [&mut buf])));
+        inside = Some(capture_kind(graph.replay(c, &mut [&mut buf])));
         Ok(())
     })
     .map_err(e)?;
@@ -166,11 +166,11 @@ fn comm_timing(nccl: &Nccl, ops: usize, launches: usize) -> Result<(f64, f64)> {
         }
         Ok(())
     })?;
-    graph.launch(&mut comm, &mut [&mut buf])?;
+    graph.replay(&mut comm, &mut [&mut buf])?;
     comm.synchronize()?;
     let t = Instant::now();
     for _ in 0..launches {
-        graph.launch(&mut comm, &mut [&mut buf])?;
+        graph.replay(&mut comm, &mut [&mut buf])?;
     }
     comm.synchronize()?;
     Ok((

@@ -30,8 +30,8 @@ fn capture_twice(
     buf: &mut cudarc::driver::CudaSlice<f32>,
 ) -> oxccl::Result<Vec<f32>> {
     let graph = pg.capture(|pg| pg.all_reduce(buf, ReduceOp::Sum).map(drop))?;
-    graph.launch(&mut [&mut *buf])?;
-    graph.launch(&mut [&mut *buf])?.wait()?;
+    graph.replay(&mut [&mut *buf])?;
+    graph.replay(&mut [&mut *buf])?.wait()?;
     pg.download(buf)
 }
 

@@ -59,7 +59,7 @@ fn rank(lib: oxccl::Nccl, store: Arc<dyn Store>, r: u32, mode: RegMode) -> Vec<u
             .expect("capture");
         let mut last = None;
         for _ in 0..LAUNCHES {
-            last = Some(graph.launch(&mut [&mut a]).expect("launch"));
+            last = Some(graph.replay(&mut [&mut a]).expect("launch"));
         }
         eprintln!("rank {r}, {mode:?}, round {round}: all_reduce launched");
         last.expect("a launch").wait().expect("wait");
@@ -122,7 +122,7 @@ fn gather_round(pg: &ProcessGroup<oxccl::Nccl>, r: u32, mode: RegMode, round: us
         .expect("capture all_gather");
     let mut last = None;
     for _ in 0..LAUNCHES {
-        last = Some(graph.launch(&mut [&mut send, &mut recv]).expect("launch"));
+        last = Some(graph.replay(&mut [&mut send, &mut recv]).expect("launch"));
     }
     last.expect("a launch").wait().expect("wait");
     eprintln!("rank {r}, {mode:?}, round {round}: all_gather beside the graph");
@@ -199,7 +199,7 @@ fn rooted_round(pg: &ProcessGroup<oxccl::Nccl>, r: u32, mode: RegMode, round: us
         .capture(|pg| pg.broadcast(&mut c, 0).map(drop))
         .expect("capture broadcast");
     graph
-        .launch(&mut [&mut c])
+        .replay(&mut [&mut c])
         .and_then(|w| w.wait())
         .expect("launch");
     expect_all(pg, &c, v + 100.0, &format!("{at}, captured broadcast"));
@@ -227,7 +227,7 @@ fn rooted_round(pg: &ProcessGroup<oxccl::Nccl>, r: u32, mode: RegMode, round: us
         })
         .expect("capture send/recv");
     graph
-        .launch(&mut [&mut q])
+        .replay(&mut [&mut q])
         .and_then(|w| w.wait())
         .expect("launch");
     expect_all(pg, &q, v + 300.0, &format!("{at}, captured send/recv"));

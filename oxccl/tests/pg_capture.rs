@@ -99,7 +99,7 @@ fn mock_stream_capture_rules() {
     assert_eq!(g.ops(), 0);
     assert!(!s.is_capturing());
     // SAFETY: the graph has no operation, so no buffer.
-    unsafe { g.launch(&s).unwrap() };
+    unsafe { g.replay(&s).unwrap() };
     s.synchronize().unwrap();
 }
 
@@ -128,7 +128,7 @@ fn forbidden_calls_invalidate_the_capture() {
     outside.begin_capture().unwrap();
     let g = outside.end_capture().unwrap();
     // SAFETY: no operation, no buffer.
-    assert_eq!(kind(unsafe { g.launch(&s) }), CaptureError::Forbidden);
+    assert_eq!(kind(unsafe { g.replay(&s) }), CaptureError::Forbidden);
     s.end_capture().unwrap();
     s.synchronize().unwrap();
 }
@@ -163,7 +163,7 @@ fn raw_comm_graph_replays_renumbered() {
                 );
                 for _ in 0..3 {
                     // SAFETY: as above.
-                    unsafe { g.launch(&s).unwrap() };
+                    unsafe { g.replay(&s).unwrap() };
                 }
                 s.synchronize().unwrap();
                 c.poll().unwrap();
@@ -201,17 +201,17 @@ fn fault_plan_reaches_graph_launches() {
     unsafe { c.issue(&op, &s).unwrap() };
     let g = s.end_capture().unwrap();
     // SAFETY: as above.
-    unsafe { g.launch(&s).unwrap() };
+    unsafe { g.replay(&s).unwrap() };
     s.synchronize().unwrap();
     // SAFETY: as above.
-    let second = unsafe { g.launch(&s) };
+    let second = unsafe { g.replay(&s) };
     assert!(
         matches!(&second, Err(Error::Backend { code: c2, .. }) if *c2 == code),
         "{second:?}"
     );
     assert_eq!(c.state(), CommState::Failed);
     // SAFETY: as above.
-    let third = unsafe { g.launch(&s) };
+    let third = unsafe { g.replay(&s) };
     assert!(
         matches!(third, Err(Error::InvalidState { .. })),
         "{third:?}"

@@ -46,7 +46,7 @@ fn a_capture_uses_the_window_a_warm_up_made_and_makes_none() {
             Ok(())
         })?;
         for _ in 0..3 {
-            graph.launch(&mut [&mut buf])?.wait()?;
+            graph.replay(&mut [&mut buf])?.wait()?;
         }
         let after = mock_regs(pg)?;
         Ok((before, after, pg.download_any(&buf)?, pg.tuned_stats()?))
@@ -94,7 +94,7 @@ fn register_buffer_prepares_a_capture_in_either_mode() {
             .bind(&mut send)
             .buf(&mut recv)
             .buf(&mut red)
-            .launch()?
+            .replay()?
             .wait()?;
         Ok((
             before,
@@ -127,7 +127,7 @@ fn a_capture_refuses_a_buffer_not_yet_in_its_mode_and_registers_nothing() {
         // A plain buffer needs nothing: captured as it is.
         let mut plain = pg.upload(&[1.0f32; 4])?;
         let g = pg.capture(|pg| pg.all_reduce(&mut plain, ReduceOp::Sum).map(drop))?;
-        g.launch(&mut [&mut plain])?.wait()?;
+        g.replay(&mut [&mut plain])?.wait()?;
         // A registration is not enough where the table asks for a window.
         pg.register_buffer(&buf, RegMode::Registered)?;
         let still =
@@ -194,7 +194,7 @@ fn a_graph_keeps_its_windows_until_it_is_dropped() {
         let mut buf = pg.upload_comm(&[2u32; 2])?;
         pg.register_buffer(&buf, RegMode::Window)?;
         let graph = pg.capture(|pg| pg.all_reduce(&mut buf, ReduceOp::Sum).map(drop))?;
-        graph.launch(&mut [&mut buf])?.wait()?;
+        graph.replay(&mut [&mut buf])?.wait()?;
         let got = pg.download_any(&buf)?;
         drop(buf);
         // Dropped, but the graph still uses it: kept.
@@ -413,7 +413,7 @@ fn batches_in_a_capture_use_registrations_made_before() {
                 .map(drop)
         })?;
         let mut send = send;
-        graph.bind(&mut send).buf(&mut recv).launch()?.wait()?;
+        graph.bind(&mut send).buf(&mut recv).replay()?.wait()?;
         // Single sends and receives are registered as well.
         let mut one = pg.alloc_comm::<f32>(2)?;
         if r == 0 {
@@ -440,8 +440,8 @@ fn a_graph_keeps_local_registrations_and_launches_check_comm_buffers() {
         let graph = pg.capture(|pg| pg.all_reduce(&mut buf, ReduceOp::Sum).map(drop))?;
         // Another CommBuf of the same size is not the captured one.
         let mut other = pg.upload_comm(&[3i32; 4])?;
-        let mismatch = capture_error(graph.launch(&mut [&mut other])).0;
-        graph.launch(&mut [&mut buf])?.wait()?;
+        let mismatch = capture_error(graph.replay(&mut [&mut other])).0;
+        graph.replay(&mut [&mut buf])?.wait()?;
         let got = pg.download_any(&buf)?;
         drop(buf);
         // Operations sweep dropped buffers' registrations: not the graph's.

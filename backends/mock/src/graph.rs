@@ -1,7 +1,7 @@
 //! Graph capture on mock streams, with CUDA's rules, so that capture is testable without a GPU.
 //!
 //! While a [`MockStream`] captures, the operations submitted to it (one op, or its share of a
-//! group) are recorded instead of queued; [`MockGraph::launch`] submits them again, in order,
+//! group) are recorded instead of queued; [`MockGraph::replay`] submits them again, in order,
 //! each time. Every launch renumbers the recorded operations (collective and p2p sequence
 //! numbers, the fault plan's op index) as if they were issued at that moment, which is how a
 //! real graph's kernels meet their peers' in launch order.
@@ -144,7 +144,7 @@ impl oxccl_core::Graph for MockGraph {
     /// Submits every recorded operation again, renumbered, in order. A communicator that
     /// failed or was aborted since refuses (as `issue` would) and the rest of the launch is
     /// not submitted.
-    unsafe fn launch(&self, stream: &MockStream) -> Result<()> {
+    unsafe fn replay(&self, stream: &MockStream) -> Result<()> {
         if capturing(&stream.shared().rec) {
             return Err(oxccl_core::traits::forbidden("launching a graph"));
         }

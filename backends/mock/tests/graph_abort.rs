@@ -24,7 +24,7 @@ fn abort_and_drop_with_a_live_graph_do_not_wait_for_it() {
         let aborted_in = t.elapsed();
         assert_eq!(c.state(), CommState::Aborted);
         // SAFETY: as above.
-        let r = unsafe { g.launch(&s) };
+        let r = unsafe { g.replay(&s) };
         assert!(
             matches!(
                 r,

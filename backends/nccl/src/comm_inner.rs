@@ -3,7 +3,7 @@
 //! lifecycle, the call locks, the registrations.
 
 use crate::graph_refs::{Counted, GraphCount};
-use crate::peer::PeerGroup;
+use crate::peer::PeerMemory;
 use crate::registry::Registry;
 use cudarc::driver::{CudaContext, CudaSlice};
 use oxccl_core::one_sided::SignalLimits;
@@ -47,7 +47,7 @@ pub(crate) struct CommInner {
     pub(crate) graphs: GraphCount,
     /// The peer memory and kernels of a group on one node, once set up (see `peer`). Read by
     /// each issue (under the call lock) and by abort; taken out by the release.
-    pub(crate) peer: spin::RwLock<Option<PeerGroup>>,
+    pub(crate) peer: spin::RwLock<Option<PeerMemory>>,
     /// The grow id this rank made, while unspent: it is the grow's root (see `reshape`).
     pub(crate) grow_root: spin::Mutex<Option<oxccl_core::UniqueId>>,
 }
@@ -164,7 +164,7 @@ impl CommInner {
 
     /// The asynchronous error, and the end of a nonblocking init (see [`Communicator::poll`]).
     pub(crate) fn poll(&self) -> Result<Progress> {
-        if let Some(e) = self.peer.read().as_ref().and_then(PeerGroup::failure) {
+        if let Some(e) = self.peer.read().as_ref().and_then(PeerMemory::failure) {
             // A kernel gave up (a peer never arrived, or the abort): the group's epochs are
             // out of step from here, as after an NCCL failure.
             if !self.life.lock().state().is_dead() {

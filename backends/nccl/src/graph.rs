@@ -163,7 +163,7 @@ impl NcclGraph {
 impl Graph for NcclGraph {
     type Stream = NcclStream;
 
-    unsafe fn launch(&self, stream: &NcclStream) -> Result<()> {
+    unsafe fn replay(&self, stream: &NcclStream) -> Result<()> {
         let g = self.locked_for(stream)?;
         if status(stream)? != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
             return Err(oxccl_core::traits::forbidden("launching a graph"));

@@ -6,7 +6,7 @@
 use crate::comm::NcclComm;
 use crate::comm_inner::poll_raw;
 use crate::create::{config, create, none_made, OutHandle};
-use crate::peer::PeerGroup;
+use crate::peer::PeerMemory;
 use crate::wait::Deadline;
 use oxccl_core::traits::ShrinkMode;
 use oxccl_core::{
@@ -17,7 +17,7 @@ impl NcclComm {
     /// Takes this rank's peer kernels out of service with their abort flag raised (a kernel
     /// waiting for a lost peer gives up); the caller drops the group once NCCL has stopped
     /// the operations its stream may hold before a kernel.
-    fn stop_peer_kernels(&self) -> Option<PeerGroup> {
+    fn stop_peer_kernels(&self) -> Option<PeerMemory> {
         let group = self.inner.peer.write().take();
         if let Some(g) = &group {
             g.raise_abort();

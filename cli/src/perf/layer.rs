@@ -312,7 +312,7 @@ impl<B: PgBackend, T: Elem, K: PgBufs<B, T>> Layer for PgLayer<B, T, K> {
                 if r {
                     bufs.push(&mut set.recv);
                 }
-                last = Some(g.launch(&mut bufs)?);
+                last = Some(g.replay(&mut bufs)?);
             }
             if let Some(w) = last {
                 w.wait()?;

@@ -233,7 +233,7 @@ impl<B: PgBackend, T: Elem> Layer for ModeLayer<B, T> {
                 let mut bufs: Vec<&mut B::CommBuf<T>> = Vec::with_capacity(2);
                 bufs.extend(self.send.as_mut());
                 bufs.extend(self.recv.as_mut());
-                last = Some(g.launch(&mut bufs)?);
+                last = Some(g.replay(&mut bufs)?);
             }
             if let Some(w) = last {
                 w.wait()?;

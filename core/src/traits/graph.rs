@@ -1,5 +1,5 @@
 //! Graph capture: a stream records the work issued on it instead of running it, and the
-//! recording (a graph) is launched later, as many times as wanted (CUDA graphs; the mock
+//! recording (a graph) is replayed later, as many times as wanted (CUDA graphs; the mock
 //! replays its recorded jobs).
 //!
 //! Every communicator's stream implements [`Capture`] (the trait
@@ -34,7 +34,7 @@ pub trait Capture: crate::traits::stream::Stream {
     fn is_capturing(&self) -> bool;
 }
 
-/// A recorded graph of work, launched on a stream as many times as wanted. Dropping it frees
+/// A recorded graph of work, replayed on a stream as many times as wanted. Dropping it frees
 /// it (never waits, never panics); launches already made still run.
 pub trait Graph: Send + Sync {
     /// The stream type it launches on.
@@ -48,7 +48,7 @@ pub trait Graph: Send + Sync {
     /// Every buffer of every operation captured must be valid again for the launch as
     /// [`Communicator::issue`](crate::Communicator::issue) requires: alive, of the captured
     /// lengths, and untouched by others until the launched work has completed.
-    unsafe fn launch(&self, stream: &Self::Stream) -> Result<()>;
+    unsafe fn replay(&self, stream: &Self::Stream) -> Result<()>;
 }
 
 /// The detail of a refused call, for implementations: "`what` while the stream captures".

@@ -12,7 +12,7 @@
 //!   once as far as the host is concerned, [`Work::wait`](super::Work::wait) refuses with
 //!   [`Error::Capture`] ([`CaptureError::Forbidden`]) rather than hang or claim the operation
 //!   ran, and [`Work::is_captured`](super::Work::is_captured) says so. Each
-//!   [`PgGraph::launch`] returns a normal work for that launch, watched like any other;
+//!   [`PgGraph::replay`] returns a normal work for that launch, watched like any other;
 //! - buffers of the library's allocator ([`crate::buffer::Memory::CommBuf`]) are not
 //!   registered or put in windows inside the capture (host calls, collective for windows):
 //!   the program prepares them before it ([`ProcessGroup::register_buffer`], or the same
@@ -111,8 +111,8 @@ impl<B: PgBackend> Drop for Open<'_, B> {
 
 impl<B: PgBackend> ProcessGroup<B> {
     /// Captures the operations `f` issues on this group into a graph, without running them
-    /// (CUDA graph capture on NCCL; the mock records and replays). Launch it with
-    /// [`PgGraph::launch`] as often as wanted: each launch runs them all again, in order.
+    /// (CUDA graph capture on NCCL; the mock records and replays). Replay it with
+    /// [`PgGraph::replay`] as often as wanted: each launch runs them all again, in order.
     ///
     /// Every rank of the group captures the same operations. The communicator is made first
     /// if needed (collective). Inside `f`, issue through this group as usual (its own
@@ -175,7 +175,7 @@ impl<B: PgBackend> ProcessGroup<B> {
     }
 }
 
-/// The operations of a capture ([`ProcessGroup::capture`]), launched as one graph. It keeps
+/// The operations of a capture ([`ProcessGroup::capture`]), replayed as one graph. It keeps
 /// its group and communicator alive. Dropping it frees the graph (never waits, never
 /// panics); launches already made still run.
 pub struct PgGraph<B: PgBackend> {
@@ -257,9 +257,9 @@ impl<B: PgBackend> PgGraph<B> {
         &self.pg
     }
 
-    /// Starts a launch given buffers of several element types: [`Launch::buf`] each buffer
-    /// the captured operations use, then [`Launch::launch`].
-    pub fn bind<'a, X: Operand<B>>(&'a self, buf: &'a mut X) -> Launch<'a, B> {
+    /// Starts a launch given buffers of several element types: [`Replay::buf`] each buffer
+    /// the captured operations use, then [`Replay::replay`].
+    pub fn bind<'a, X: Operand<B>>(&'a self, buf: &'a mut X) -> Replay<'a, B> {
         self.unbound().buf(buf)
     }
 
@@ -270,16 +270,16 @@ impl<B: PgBackend> PgGraph<B> {
     /// [`CaptureError::Mismatch`] when `bufs` are not exactly the captured buffers (by
     /// address and size); [`Error::InvalidState`] when the group was destroyed or its
     /// communicator aborted or failed; [`CaptureError::Forbidden`] inside a capture.
-    pub fn launch<X: Operand<B>>(&self, bufs: &mut [&mut X]) -> Result<WorkOf<B>> {
+    pub fn replay<X: Operand<B>>(&self, bufs: &mut [&mut X]) -> Result<WorkOf<B>> {
         bufs.iter_mut()
             .fold(self.unbound(), |l, b| l.buf(&mut **b))
-            .launch()
+            .replay()
     }
 
-    /// A launch with no buffer bound yet: where [`PgGraph::bind`] and [`PgGraph::launch`]
+    /// A launch with no buffer bound yet: where [`PgGraph::bind`] and [`PgGraph::replay`]
     /// start.
-    fn unbound(&self) -> Launch<'_, B> {
-        Launch {
+    fn unbound(&self) -> Replay<'_, B> {
+        Replay {
             graph: self,
             held: Vec::new(),
             bound: GraphBuffers::default(),
@@ -290,15 +290,15 @@ impl<B: PgBackend> PgGraph<B> {
 
 /// A launch being prepared: the buffers bound so far, each held (the group's stream waits
 /// for its earlier uses) until the launch is queued.
-#[must_use = "nothing is launched until Launch::launch"]
-pub struct Launch<'a, B: PgBackend> {
+#[must_use = "nothing runs until Replay::replay"]
+pub struct Replay<'a, B: PgBackend> {
     graph: &'a PgGraph<B>,
     held: Vec<B::Access<'a>>,
     bound: GraphBuffers,
     first_error: Option<Error>,
 }
 
-impl<'a, B: PgBackend> Launch<'a, B> {
+impl<'a, B: PgBackend> Replay<'a, B> {
     /// Binds one more buffer the captured operations use.
     pub fn buf<X: Operand<B>>(mut self, buf: &'a mut X) -> Self {
         if self.first_error.is_some() {
@@ -327,8 +327,8 @@ impl<'a, B: PgBackend> Launch<'a, B> {
     }
 
     /// Launches the graph once on the group's stream after the bound buffers' earlier uses,
-    /// and returns the launch's work. See [`PgGraph::launch`] for the refusals.
-    pub fn launch(mut self) -> Result<WorkOf<B>> {
+    /// and returns the launch's work. See [`PgGraph::replay`] for the refusals.
+    pub fn replay(mut self) -> Result<WorkOf<B>> {
         if let Some(e) = self.first_error.take() {
             return Err(e);
         }
@@ -363,7 +363,7 @@ impl<'a, B: PgBackend> Launch<'a, B> {
             .map_err(|e| settle_refusal(inner, e))
     }
 
-    /// [`Launch::launch`] under the group's lock, the refusals passed.
+    /// [`Replay::replay`] under the group's lock, the refusals passed.
     fn launch_locked(&mut self) -> Result<WorkOf<B>> {
         let g = self.graph;
         let inner = &**g.pg.inner();
@@ -378,7 +378,7 @@ impl<'a, B: PgBackend> Launch<'a, B> {
         // addresses and sizes) and held by `&mut` until the accesses drop after the launch is
         // queued; the group's stream waits for their earlier uses (taken on it), and their
         // later uses wait for this launch (the accesses end with its end event).
-        unsafe { g.graph.launch(&e.stream)? };
+        unsafe { g.graph.replay(&e.stream)? };
         let end = e.stream.record(timing)?;
         // The launch's end is the bound buffers' end too: one event.
         for access in std::mem::take(&mut self.held) {

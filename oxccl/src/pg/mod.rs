@@ -31,7 +31,7 @@ pub(crate) mod tune;
 mod work;
 
 pub use backend::PgBackend;
-pub use capture::{Launch, PgGraph};
+pub use capture::{PgGraph, Replay};
 pub use coalesce::{Coalescing, P2pOp};
 pub use keys::world_namespace;
 pub use options::{PgOptions, DEFAULT_TIMEOUT};

@@ -88,7 +88,7 @@ pub fn values_after_launches<B: PgBackend>(mk: MakeGroup<'_, B>, rank: u32) -> V
     );
     let s = (n * (n + 1) / 2) as f32;
     for l in 1..=4u32 {
-        let w = ok!(graph.launch(&mut [&mut buf]));
+        let w = ok!(graph.replay(&mut [&mut buf]));
         ensure!(!w.is_captured(), "a launch's work is a normal one");
         ok!(w.wait());
         ensure!(w.is_success(), "launch {l} succeeded");
@@ -123,7 +123,7 @@ pub fn premul_doubles<B: PgBackend>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict 
     let two = ReduceOp::PreMulSum(Scalar::Host(HostScalar::F32(2.0)));
     let graph = ok!(pg.capture(|pg| pg.all_reduce(&mut buf, two).map(drop)));
     for l in 1..=5 {
-        ok!(ok!(graph.launch(&mut [&mut buf])).wait());
+        ok!(ok!(graph.replay(&mut [&mut buf])).wait());
         let want = (2.0 * n).powi(l);
         ensure!(
             ok!(pg.download(&buf)) == vec![want; 16],
@@ -152,7 +152,7 @@ pub fn coalesced<B: PgBackend>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
     ensure!(block.is_captured(), "the block's work is captured");
     ensure!(graph.ops() == 2 && graph.buffers() == 2, "{graph:?}");
     for l in 1..=3 {
-        ok!(ok!(graph.launch(&mut [&mut b, &mut a])).wait());
+        ok!(ok!(graph.replay(&mut [&mut b, &mut a])).wait());
         let f = n.powi(l);
         ensure!(ok!(pg.download(&a)) == vec![f; 8], "a after launch {l}");
         ensure!(
@@ -182,12 +182,12 @@ pub fn mixed_dtypes<B: PgBackend>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
     );
     // All three are needed: two are refused, naming the argument.
     let mut send_b = send;
-    let short = graph.bind(&mut send_b).buf(&mut recv).launch();
+    let short = graph.bind(&mut send_b).buf(&mut recv).replay();
     ensure!(
         capture_kind(short)? == CaptureError::Mismatch,
         "a launch missing a buffer"
     );
-    let w = ok!(graph.bind(&mut send_b).buf(&mut recv).buf(&mut f).launch());
+    let w = ok!(graph.bind(&mut send_b).buf(&mut recv).buf(&mut f).replay());
     ok!(w.wait());
     let want: Vec<i32> = (0..n).flat_map(|r| [r as i32 + 10; 3]).collect();
     ensure!(ok!(pg.download(&recv)) == want, "all-gather after a launch");
@@ -219,18 +219,18 @@ pub fn refusals<B: PgBackend>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
     let mut other = ok!(pg.upload(&[1.0f32; 4]));
     let mut inside = None;
     ok!(pg.capture(|_| {
-        inside = Some(capture_kind(graph.launch(&mut [&mut buf])));
+        inside = Some(capture_kind(graph.replay(&mut [&mut buf])));
         Ok(())
     }));
     ensure!(inside == Some(Ok(CaptureError::Forbidden)), "{inside:?}");
     ensure!(
-        capture_kind(graph.launch(&mut [&mut other]))? == CaptureError::Mismatch,
+        capture_kind(graph.replay(&mut [&mut other]))? == CaptureError::Mismatch,
         "another buffer of the same size"
     );
     // A launch while a coalescing block is open: its operations would run before the
     // block's, which were issued first.
     let block = ok!(pg.start_coalescing());
-    let r = graph.launch(&mut [&mut buf]);
+    let r = graph.replay(&mut [&mut buf]);
     ensure!(
         matches!(
             &r,
@@ -245,7 +245,7 @@ pub fn refusals<B: PgBackend>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
     ok!(ok!(block.end()).wait());
     let mut longer = ok!(pg.upload(&[1.0f32; 5]));
     ensure!(
-        capture_kind(graph.launch(&mut [&mut buf, &mut longer]))? == CaptureError::Mismatch,
+        capture_kind(graph.replay(&mut [&mut buf, &mut longer]))? == CaptureError::Mismatch,
         "one buffer too many"
     );
     // An error of the closure is returned as it is, and the group works after it.
@@ -288,7 +288,7 @@ pub fn dropped<B: PgBackend>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
         "dropped unlaunched"
     );
     let g = ok!(pg.capture(|pg| pg.all_reduce(&mut buf, ReduceOp::Sum).map(drop)));
-    let w = ok!(g.launch(&mut [&mut buf]));
+    let w = ok!(g.replay(&mut [&mut buf]));
     drop(g);
     ok!(w.wait());
     ensure!(ok!(pg.download(&buf)) == vec![n; 64], "the launch ran");
@@ -309,7 +309,7 @@ pub fn lazy_comm<B: PgBackend>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
         pg.comm_state() == Some(CommState::Ready),
         "made before the capture"
     );
-    ok!(ok!(g.launch(&mut [&mut buf])).wait());
+    ok!(ok!(g.replay(&mut [&mut buf])).wait());
     ensure!(
         ok!(pg.download(&buf)) == vec![3u8; 7],
         "max of equal values"
@@ -342,7 +342,7 @@ pub fn dead_group<B: PgBackend>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
     let mut buf = ok!(pg.upload(&[1.0f32; 2]));
     let g = ok!(pg.capture(|pg| pg.all_reduce(&mut buf, ReduceOp::Sum).map(drop)));
     pg.abort("case: aborted on purpose");
-    let r = g.launch(&mut [&mut buf]);
+    let r = g.replay(&mut [&mut buf]);
     ensure!(
         matches!(
             r,
@@ -358,7 +358,7 @@ pub fn dead_group<B: PgBackend>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
     let mut b2 = ok!(pg2.upload(&[1.0f32; 2]));
     let g2 = ok!(pg2.capture(|pg| pg.all_reduce(&mut b2, ReduceOp::Sum).map(drop)));
     pg2.destroy();
-    let r = g2.launch(&mut [&mut b2]);
+    let r = g2.replay(&mut [&mut b2]);
     ensure!(
         matches!(
             r,
@@ -395,7 +395,7 @@ pub fn timed<B: PgBackend>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
         captured.duration().is_err(),
         "a captured work has no duration"
     );
-    let w = ok!(g.launch(&mut [&mut buf]));
+    let w = ok!(g.replay(&mut [&mut buf]));
     ok!(w.wait());
     ensure!(w.info().timing, "timed launch");
     let d = ok!(w.duration());
@@ -463,7 +463,7 @@ pub fn comm_buffers<B: PgBackend>(mk: MakeGroup<'_, B>, rank: u32) -> Verdict {
         Ok(())
     }));
     for _ in 0..2 {
-        ok!(ok!(graph.bind(&mut a).buf(&mut g).launch()).wait());
+        ok!(ok!(graph.bind(&mut a).buf(&mut g).replay()).wait());
     }
     ensure!(
         ok!(pg.download_any(&a)) == vec![want; 2],

@@ -115,7 +115,7 @@ impl HostFlags {
 
 impl Drop for HostFlags {
     /// Keeps the block for the next group (see `SPARE`); the group lets its flags go only
-    /// after its kernels are done (`PeerGroup`'s drop waits for them).
+    /// after its kernels are done (`PeerMemory`'s drop waits for them).
     fn drop(&mut self) {
         SPARE
             .lock()

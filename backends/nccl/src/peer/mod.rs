@@ -4,11 +4,11 @@
 //! driver without descriptor export) never makes any, and NCCL runs every call.
 
 mod fd_pass;
-mod group;
 mod host_flags;
 mod kernels;
+mod memory;
 mod setup;
 mod vmm;
 
-pub(crate) use group::PeerGroup;
+pub(crate) use memory::PeerMemory;
 pub(crate) use setup::{setup, Member};

@@ -12,9 +12,9 @@
 //! never leaves the others waiting: the group then uses NCCL alone.
 
 use super::fd_pass::{self, FdServer};
-use super::group::{Mapped, PeerGroup};
 use super::host_flags::HostFlags;
 use super::kernels::{Kernels, PeerArgs};
+use super::memory::{Mapped, PeerMemory};
 use super::vmm::{self, Mapping, Physical};
 use cudarc::driver::{CudaContext, CudaStream};
 use oxccl_core::peer_kernels::record::{
@@ -157,7 +157,7 @@ pub(crate) fn setup(
     policy: PeerPolicy,
     table: PeerTable,
     timeout: Duration,
-) -> Result<Option<PeerGroup>> {
+) -> Result<Option<PeerMemory>> {
     comm.ctx
         .bind_to_thread()
         .map_err(|e| crate::cuda::cuda_error("binding the device for peer memory", e))?;
@@ -263,7 +263,7 @@ pub(crate) fn setup(
         comm.rank,
         policy.name()
     );
-    Ok(Some(PeerGroup {
+    Ok(Some(PeerMemory {
         ctx: comm.ctx.clone(),
         policy,
         table,

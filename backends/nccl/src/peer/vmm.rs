@@ -138,7 +138,7 @@ impl Drop for Physical {
 
 /// `Physical` memory mapped into this process's address space, readable and writable by one
 /// device. Unmapped on drop; the caller makes sure no kernel still uses it (see
-/// `PeerGroup`'s drop).
+/// `PeerMemory`'s drop).
 #[derive(Debug)]
 pub(crate) struct Mapping {
     addr: sys::CUdeviceptr,

@@ -163,7 +163,7 @@ impl<E: Event + 'static, A: CommAbort + 'static> Work<E, A> {
     /// Whether the operation was issued inside a graph capture
     /// ([`super::ProcessGroup::capture`]): such a work is final at once, not successful, and
     /// [`Work::wait`] returns its [`Error::Capture`]; the operation runs at each launch of
-    /// the graph, whose own work ([`super::PgGraph::launch`]) is the one to wait on.
+    /// the graph, whose own work ([`super::PgGraph::replay`]) is the one to wait on.
     pub fn is_captured(&self) -> bool {
         matches!(self.of, Of::Captured(_))
     }
@@ -265,7 +265,7 @@ impl<E: Event + 'static, A: CommAbort + 'static> Work<E, A> {
 fn captured_error(info: &WorkInfo) -> Error {
     oxccl_core::CaptureError::Forbidden.error(format_args!(
         "waiting on {} (seq {}), which was captured into a graph: it runs at each launch of \
-         the graph; wait on the work PgGraph::launch returns",
+         the graph; wait on the work PgGraph::replay returns",
         info.kind, info.seq
     ))
 }

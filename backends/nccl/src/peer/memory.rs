@@ -26,7 +26,7 @@ pub(crate) struct Mapped {
 
 /// One rank's peer memory and kernels (see the module).
 #[derive(Debug)]
-pub(crate) struct PeerGroup {
+pub(crate) struct PeerMemory {
     pub(crate) ctx: Arc<CudaContext>,
     pub(crate) policy: PeerPolicy,
     pub(crate) table: PeerTable,
@@ -84,7 +84,7 @@ impl LaunchOrder {
     }
 }
 
-impl PeerGroup {
+impl PeerMemory {
     /// Launches the kernel the policy and table pick for `op`; `None` when NCCL runs it (not
     /// a collective the kernels have, too large for the table, or `allowed` says no: asked
     /// only once a kernel was picked). An early launch of fewer than [`follow::MIN_BLOCKS`]
@@ -202,7 +202,7 @@ impl PeerGroup {
     }
 }
 
-impl Drop for PeerGroup {
+impl Drop for PeerMemory {
     /// Waits for the kernels launched on this rank's streams (they end on their own, give up
     /// on the abort flag, or after the time bound), then unmaps: a kernel never touches
     /// memory after it was let go.
