@@ -17,8 +17,7 @@ pub fn cuda_error(what: &str, e: cudarc::driver::DriverError) -> Error {
 /// gets (the NCCL backend needs NVIDIA GPUs; the mock world does not).
 pub fn require_driver() -> Result<(), Error> {
     static PRESENT: OnceLock<bool> = OnceLock::new();
-    // SAFETY: only tries to dlopen the driver library by its usual names.
-    let present = *PRESENT.get_or_init(|| unsafe { cudarc::driver::sys::is_culib_present() });
+    let present = *PRESENT.get_or_init(crate::cuda_ffi::driver_present);
     if present {
         return Ok(());
     }

@@ -123,18 +123,12 @@ impl StreamMarks {
         self.ctx
             .bind_to_thread()
             .map_err(|e| cuda_error("binding the device for an end mark", e))?;
-        // SAFETY: the slot is device memory of this context that is never freed; `stream` is
-        // live (the caller's contract). GEQ compares as the mark's wrap-around order would.
-        unsafe {
-            sys::cuStreamWaitValue64_v2(
-                stream,
-                self.slot,
-                mark,
-                sys::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_GEQ as u32,
-            )
-        }
-        .result()
-        .map_err(|e| cuda_error("waiting for an end mark", e))
+        // SAFETY: the slot is 8 aligned bytes of this context's device memory, never freed;
+        // `stream` is live and can reach it (the caller's contract). GEQ compares as the mark's
+        // wrap-around order would.
+        unsafe { crate::cuda_ffi::stream_wait_value64_geq(stream, self.slot, mark) }
+            .result()
+            .map_err(|e| cuda_error("waiting for an end mark", e))
     }
 
     /// Whether the slot has reached `mark`: known already, or read now. Reads are at least

@@ -18,6 +18,7 @@ mod comm;
 mod comm_inner;
 mod create;
 mod cuda;
+mod cuda_ffi;
 mod end_mark;
 mod ffi;
 mod gather_bytes;

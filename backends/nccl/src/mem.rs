@@ -159,11 +159,7 @@ fn kept() -> std::sync::MutexGuard<'static, Shelf<Arc<Library>>> {
 /// `None` without a driver or a current context.
 fn current_device() -> Option<i32> {
     crate::cuda::require_driver().ok()?;
-    let mut dev: cudarc::driver::sys::CUdevice = 0;
-    // SAFETY: a valid out-pointer; without a current context the call fails and writes
-    // nothing.
-    let r = unsafe { cudarc::driver::sys::cuCtxGetDevice(&mut dev) };
-    (r == cudarc::driver::sys::CUresult::CUDA_SUCCESS).then_some(dev)
+    crate::cuda_ffi::ctx_get_device()
 }
 
 impl NcclMem {

@@ -10,12 +10,14 @@
 //! lifecycle, which only the communicator can do). A function the library lacks is an error
 //! here too, the same one its caller's earlier presence check gives.
 
+mod collectives;
 mod group;
 mod lifecycle;
 mod one_sided;
 mod query;
 mod registration;
 
+pub(crate) use collectives::*;
 pub(crate) use group::*;
 pub(crate) use lifecycle::*;
 pub(crate) use one_sided::*;

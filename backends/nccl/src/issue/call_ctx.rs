@@ -1,10 +1,9 @@
 //! What every NCCL call of one issue shares, and the point-to-point calls made through it.
 
-use super::pointers::{m, p};
 use crate::codes::data_type;
-use oxccl_core::{DataType, ResultCode};
+use crate::ffi;
+use oxccl_core::{DataType, Result, ResultCode};
 use oxccl_loader::{Api, RawComm, RawStream};
-use std::ffi::c_int;
 
 /// What every NCCL call of one issue shares: the table, the communicator and its place in it,
 /// the stream, the features it may use, and the reduction handle (0 when none).
@@ -18,38 +17,32 @@ pub(super) struct Ctx<'a> {
     pub(super) red: i32,
 }
 
-/// `ncclSend` or `ncclRecv`: the same arguments but for the buffer's mutability.
-type P2pFn<B> = unsafe extern "C" fn(B, usize, c_int, c_int, RawComm, RawStream) -> c_int;
-
 impl Ctx<'_> {
-    /// `ncclSend` of `count` elements at `addr` to `peer`.
+    /// `ncclSend` of `count` elements at `addr` to `peer`; `InvalidUsage` when the library
+    /// lacks it.
     ///
     /// # Safety
     /// `addr` holds `count` elements of `dt` on the communicator's device.
     pub(super) unsafe fn send(&self, addr: usize, count: usize, dt: DataType, peer: u32) -> i32 {
-        // SAFETY: the caller's contract.
-        unsafe { self.p2p(self.api.send, p(addr), count, dt, peer) }
+        let (dt, peer) = (data_type(dt), peer as i32);
+        // SAFETY: the caller's contract; the communicator is live and the stream its own.
+        p2p(unsafe { ffi::send(self.api, addr, count, dt, peer, self.comm, self.stream) })
     }
 
-    /// `ncclRecv` of `count` elements into `addr` from `peer`.
+    /// `ncclRecv` of `count` elements into `addr` from `peer`; `InvalidUsage` when the library
+    /// lacks it.
     ///
     /// # Safety
     /// `addr` has room for `count` elements of `dt` on the communicator's device.
     pub(super) unsafe fn recv(&self, addr: usize, count: usize, dt: DataType, peer: u32) -> i32 {
-        // SAFETY: the caller's contract.
-        unsafe { self.p2p(self.api.recv, m(addr), count, dt, peer) }
+        let (dt, peer) = (data_type(dt), peer as i32);
+        // SAFETY: the caller's contract; the communicator is live and the stream its own.
+        p2p(unsafe { ffi::recv(self.api, addr, count, dt, peer, self.comm, self.stream) })
     }
+}
 
-    /// One point-to-point call on this communicator and stream; `InvalidUsage` when the
-    /// library lacks it.
-    ///
-    /// # Safety
-    /// `buf` is valid for `count` elements of `dt` on the communicator's device.
-    unsafe fn p2p<B>(&self, f: Option<P2pFn<B>>, buf: B, n: usize, dt: DataType, peer: u32) -> i32 {
-        match f {
-            // SAFETY: the caller's contract; the communicator is live and the stream its own.
-            Some(f) => unsafe { f(buf, n, data_type(dt), peer as i32, self.comm, self.stream) },
-            None => ResultCode::INVALID_USAGE.0,
-        }
-    }
+/// A point-to-point call's code: an absent function reads as `InvalidUsage`, a code like
+/// NCCL's own, so that a group of such calls reports its first failure the one way.
+fn p2p(r: Result<i32>) -> i32 {
+    r.unwrap_or(ResultCode::INVALID_USAGE.0)
 }

@@ -5,9 +5,10 @@
 
 use super::call_ctx::Ctx;
 use super::first_failure::{each_rank, then};
-use super::pointers::{at, m, p};
+use super::pointers::at;
 use crate::absent::base_symbol;
 use crate::codes::data_type;
+use crate::ffi::{self, Bufs};
 use oxccl_core::{CommOp, DataType, Result, ResultCode};
 
 /// The grouped calls for `op` (an operation [`super::native::call`] had no call for).
@@ -58,15 +59,21 @@ pub(super) unsafe fn call(c: &Ctx<'_>, op: &CommOp<'_>) -> Result<i32> {
                 dtype,
                 counts,
             } => {
-                let bcast = c
-                    .api
-                    .broadcast
-                    .ok_or_else(|| base_symbol("ncclBroadcast"))?;
+                // Refused before the group opens, as every call in it would be.
+                if c.api.broadcast.is_none() {
+                    return Err(base_symbol("ncclBroadcast"));
+                }
                 c.grouped(|| {
                     c.each_part(recv.addr, counts, dtype, |q, n, part| {
                         let src = if q as u32 == c.rank { send.addr } else { part };
-                        let (dt, root) = (data_type(dtype), q as i32);
-                        bcast(p(src), m(part), n, dt, root, c.comm, c.stream)
+                        let b = Bufs {
+                            send: src,
+                            recv: part,
+                            count: n,
+                            dtype: data_type(dtype),
+                        };
+                        let r = ffi::broadcast(c.api, &b, q as i32, c.comm, c.stream);
+                        r.unwrap_or(ResultCode::INVALID_USAGE.0)
                     })
                 })
             }
@@ -77,12 +84,21 @@ pub(super) unsafe fn call(c: &Ctx<'_>, op: &CommOp<'_>) -> Result<i32> {
                 counts,
                 ..
             } => {
-                let reduce = c.api.reduce.ok_or_else(|| base_symbol("ncclReduce"))?;
+                // As for all_gather_v.
+                if c.api.reduce.is_none() {
+                    return Err(base_symbol("ncclReduce"));
+                }
                 c.grouped(|| {
                     c.each_part(send.addr, counts, dtype, |q, n, part| {
                         let dst = if q as u32 == c.rank { recv.addr } else { 0 };
-                        let (dt, root) = (data_type(dtype), q as i32);
-                        reduce(p(part), m(dst), n, dt, c.red, root, c.comm, c.stream)
+                        let b = Bufs {
+                            send: part,
+                            recv: dst,
+                            count: n,
+                            dtype: data_type(dtype),
+                        };
+                        let r = ffi::reduce(c.api, &b, c.red, q as i32, c.comm, c.stream);
+                        r.unwrap_or(ResultCode::INVALID_USAGE.0)
                     })
                 })
             }

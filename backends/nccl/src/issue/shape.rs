@@ -4,8 +4,8 @@
 //! for all-to-all), the element type's code and the root. The plain calls ([`super::native`])
 //! and the configured ones ([`super::configured`]) both take this shape.
 
-use super::pointers::{m, p, M, P};
 use crate::codes::data_type;
+use crate::ffi::Bufs;
 use oxccl_core::CommOp;
 
 /// The collectives NCCL has one call for (plain and, from 2.31, configured).
@@ -25,10 +25,8 @@ pub(super) enum Coll {
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Shaped {
     pub(super) coll: Coll,
-    pub(super) send: P,
-    pub(super) recv: M,
-    pub(super) count: usize,
-    pub(super) dtype: i32,
+    /// The buffers, count and element type.
+    pub(super) bufs: Bufs,
     /// The root (0 where the call takes none).
     pub(super) root: i32,
 }
@@ -78,10 +76,12 @@ pub(super) fn shape(op: &CommOp<'_>, size: usize) -> Option<Shaped> {
     };
     Some(Shaped {
         coll,
-        send: p(send.addr),
-        recv: m(recv.addr),
-        count,
-        dtype: data_type(dtype),
+        bufs: Bufs {
+            send: send.addr,
+            recv: recv.addr,
+            count,
+            dtype: data_type(dtype),
+        },
         // Checked against the size, which fits an i32.
         root: root as i32,
     })
@@ -98,7 +98,7 @@ mod tests {
         let dtype = DataType::Float32;
         let of = |op: CommOp<'_>| {
             let sh = shape(&op, 4).unwrap();
-            (sh.coll, sh.count, sh.root)
+            (sh.coll, sh.bufs.count, sh.root)
         };
         let op = ReduceOp::Sum;
         assert_eq!(
