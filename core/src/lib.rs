@@ -43,6 +43,7 @@ pub use dtype::DataType;
 pub use error::{CaptureError, Error, Result};
 pub use feature::{Feature, FeatureSet, Missing};
 pub use id::UniqueId;
+pub use one_sided::OneSided;
 pub use op::{CommOp, OpKind};
 pub use rank_list::RankList;
 pub use reduce::{HostScalar, ReduceOp, Scalar};
@@ -54,8 +55,8 @@ pub use state::work::{WorkError, WorkInfo, WorkMachine, WorkState};
 pub use text::Text;
 pub use traits::{
     pending_aborts, AbortInFlight, Backend, CommAbort, Communicator, Device, Event, MemStats,
-    OneSided, PeerKernels, PerCallConfig, Progress, Reshape, ReshapeBackend, ShrinkMode, Stream,
-    Suspend, Windows,
+    PeerKernels, PerCallConfig, Progress, Reshape, ReshapeBackend, ShrinkMode, Stream, Suspend,
+    Windows,
 };
 pub use traits::{Capture, Graph};
 pub use version::Version;

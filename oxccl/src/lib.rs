@@ -43,12 +43,7 @@ pub use oxccl_comm::{
     Windows,
 };
 
-/// The traits whose methods a program calls, for one glob import: `use oxccl::prelude::*;`
-/// (the safe layer's, and [`pg::PgBackend`] for code generic over a process group's backend).
-pub mod prelude {
-    pub use crate::pg::PgBackend;
-    pub use oxccl_comm::prelude::*;
-}
+pub mod prelude;
 /// The process-group layer's rules, pure and fuzzed (the package `oxccl-rules`).
 pub use oxccl_rules as rules;
 pub use oxccl_store as store;

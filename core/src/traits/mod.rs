@@ -4,7 +4,7 @@
 //! the command-line tool are written once against these traits. [`Communicator`] holds what
 //! every backend does; what only some backends (or library releases) offer is a capability
 //! trait of its own, implemented or not: [`Reshape`] (revoke, shrink, grow), [`Suspend`],
-//! [`OneSided`], [`Windows`], [`PeerKernels`] and [`PerCallConfig`].
+//! [`OneSided`](crate::OneSided), [`Windows`], [`PeerKernels`] and [`PerCallConfig`].
 
 mod abort;
 mod backend;
@@ -20,7 +20,6 @@ mod suspend;
 mod windows;
 
 pub use crate::error::CaptureError;
-pub use crate::one_sided::OneSided;
 pub use abort::{pending_aborts, AbortInFlight, CommAbort};
 pub use backend::{AbortOf, Backend, CommOf};
 pub use communicator::{Communicator, StreamPriority};

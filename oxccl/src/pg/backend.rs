@@ -3,7 +3,7 @@
 //! operations, symmetric windows, oxccl's peer kernels). Both backends have them all; a
 //! backend of a user's own offers a process group once it implements them.
 
-use crate::buffer::Memory;
+use oxccl_comm::buffer::Memory;
 use oxccl_core::{OneSided, PeerKernels, Reshape, ReshapeBackend, Windows};
 
 /// A backend a [`ProcessGroup`](super::ProcessGroup) runs on. Implemented for every backend

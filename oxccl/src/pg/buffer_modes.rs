@@ -15,12 +15,12 @@
 //! first (bounded by the group's timeout), so no rank skips a dropped buffer that is merely
 //! busy, and none frees memory a kernel still uses.
 
+use super::backend::PgBackend;
 use super::inner::PgInner;
-use super::process_group::ProcessGroup;
+use super::inner::ProcessGroup;
 use super::tune::agree::agree_on;
 use super::tune::reg_cache::{wait_idle, TunedStats};
 use crate::buffer::Operand;
-use crate::pg::PgBackend;
 use oxccl_core::traits::CommOf;
 use oxccl_core::Windows;
 use oxccl_core::{text, CommState, Communicator, Error, Result};

@@ -1,11 +1,11 @@
 //! Making a group's state: what a default group, a subgroup and a survivors' successor of
 //! either share (its watch, its recorder entry, its empty slot).
 
+use super::backend::PgBackend;
 use super::comm_slot::Slot;
 use super::family::GroupFamily;
 use super::inner::{IssueFacts, IssueState, PgInner};
 use super::options::PgOptions;
-use crate::pg::PgBackend;
 use crate::recorder::Recorder;
 use crate::store::Store;
 use crate::watchdog::group_watch::{GroupWatch, WatchConfig};

@@ -33,15 +33,15 @@
 //! use. So the graph never borrows the buffers between launches, and safe code can neither
 //! free nor touch them while a launch may still run, as for any operation.
 
+use super::backend::PgBackend;
 use super::capture_state::{Captor, Recorded, OPEN_HERE};
 use super::comm_slot::Entry;
 use super::elastic::settle_refusal;
 use super::inner::PgInner;
+use super::inner::ProcessGroup;
 use super::issue::SeqKind;
-use super::process_group::ProcessGroup;
 use super::work::WorkOf;
 use crate::buffer::{Operand, StreamOf};
-use crate::pg::PgBackend;
 use oxccl_core::graph_buffers::GraphBuffers;
 use oxccl_core::state::work::WorkInfo;
 use oxccl_core::text::Escaped;

@@ -2,8 +2,8 @@
 //! issue path can hold it: whether a capture is open on the group's stream, what it recorded,
 //! and the captures open on this thread.
 
+use super::backend::PgBackend;
 use crate::buffer::StreamOf;
-use crate::pg::PgBackend;
 use oxccl_core::graph_buffers::GraphBuffers;
 use oxccl_core::text::Escaped;
 use oxccl_core::{CaptureError, CommOp, DataType, OpKind, Result};

@@ -3,17 +3,17 @@
 //! communicator per block, and for a fused block (c10d's `all_reduce_coalesced` and friends)
 //! one kind, one dtype and one reduction.
 
+use super::backend::PgBackend;
 use super::comm_slot::Entry;
 use super::elastic::settle_refusal;
+use super::inner::ProcessGroup;
 use super::issue::{Issuer, SeqKind};
 use super::op_facts::OpFacts;
 use super::ops::two_on;
-use super::process_group::ProcessGroup;
 use super::tune::prepare::prepare_on;
 use super::work::{Work, WorkOf};
 use crate::buffer::Operand;
 use crate::element::{host_op, Element};
-use crate::pg::PgBackend;
 use oxccl_core::state::work::WorkInfo;
 use oxccl_core::{
     text, CommAbort, CommOp, CommState, Error, GroupKind, GroupState, OpSummary, Progress, RawBuf,

@@ -2,6 +2,7 @@
 //! split of the parent's; closed by destroy.
 
 use super::arrival::Arrival;
+use super::backend::PgBackend;
 use super::keys;
 use super::tune::reg_cache::RegCache;
 use super::work::home::{OnFailure, WorkHome};
@@ -9,7 +10,6 @@ use super::work::ring::WorkRing;
 use super::work::EventOf;
 use crate::buffer::StreamOf;
 use crate::deadline::deadline_after;
-use crate::pg::PgBackend;
 use oxccl_core::text::Escaped;
 use oxccl_core::traits::{AbortOf, CommOf};
 use oxccl_core::{text, CommConfig, Communicator, Error, Result, UniqueId};

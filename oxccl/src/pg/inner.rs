@@ -2,12 +2,12 @@
 //! table: who is in it, its options, its communicator's slot, and what every operation reads
 //! or writes.
 
+use super::backend::PgBackend;
 use super::capture_state::CaptureState;
 use super::comm_slot::Slot;
 use super::family::GroupFamily;
 use super::options::PgOptions;
 use super::tune::agree::AgreeingGroup;
-use crate::pg::PgBackend;
 use crate::store::Store;
 use crate::watchdog::group_watch::GroupWatch;
 use oxccl_core::text::Escaped;
@@ -202,6 +202,22 @@ impl<B: PgBackend> PgInner<B> {
                 ),
             )
         })
+    }
+}
+
+/// A process group over backend `B`: c10d's `ProcessGroup`. Cheap to clone (the clones share
+/// the group). Dropping the last clone aborts its communicator (never waits for peers).
+pub struct ProcessGroup<B: PgBackend> {
+    /// The group as it was made; after a loss its successors follow it (see
+    /// [`ProcessGroup::inner`]).
+    pub(crate) root: Arc<PgInner<B>>,
+}
+
+impl<B: PgBackend> Clone for ProcessGroup<B> {
+    fn clone(&self) -> Self {
+        ProcessGroup {
+            root: self.root.clone(),
+        }
     }
 }
 

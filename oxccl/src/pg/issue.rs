@@ -1,6 +1,7 @@
 //! The one path every operation of a group is issued through: the refusals, the events of
 //! its work, its sequence number, its flight-recorder entry and its place in the watchdog.
 
+use super::backend::PgBackend;
 use super::capture_state::Captor;
 use super::comm_slot::Entry;
 use super::inner::PgInner;
@@ -9,7 +10,6 @@ use super::tune::prepare::prepare_on;
 use super::work::tracked::TrackedWork;
 use super::work::{EventOf, Work, WorkOf};
 use crate::buffer::{CommMem, StreamOf};
-use crate::pg::PgBackend;
 use crate::recorder::slot::{PendingTrace, TraceSlot};
 use crate::recorder::{now_ns, ns_since};
 use crate::watchdog::Watchdog;

@@ -143,6 +143,9 @@ pub fn world_namespace(store: Arc<dyn Store>, size: u32) -> Result<Arc<dyn Store
     enter(store, size).map(|(view, _, _)| view)
 }
 
+/// Where the survivors of an elastic world make their decisions, under the world's namespace.
+pub(crate) const ELASTIC_PREFIX: &str = "oxccl/elastic";
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -10,12 +10,12 @@
 //! download or an operation on it afterwards runs after the signals came, with the peers'
 //! data in it.
 
+use super::backend::PgBackend;
+use super::inner::ProcessGroup;
 use super::op_facts::OpFacts;
-use super::process_group::ProcessGroup;
 use super::work::WorkOf;
 use crate::buffer::Operand;
 use crate::element::Element;
-use crate::pg::PgBackend;
 use oxccl_core::one_sided::{PutSignal, SignalFrom};
 use oxccl_core::OneSided;
 use oxccl_core::{Error, OpKind, Result};

@@ -1,13 +1,13 @@
 //! Every collective and p2p operation of a process group, on typed buffers of the backend.
 //! Rooted operations and peers take global ranks, translated to group ranks here.
 
+use super::backend::PgBackend;
+use super::inner::ProcessGroup;
 use super::issue::Issuer;
 use super::op_facts::OpFacts;
-use super::process_group::ProcessGroup;
 use super::work::WorkOf;
 use crate::buffer::Operand;
 use crate::element::{host_op, Element};
-use crate::pg::PgBackend;
 use oxccl_core::{CommOp, OpKind, RawBuf, RawBufMut, ReduceOp, Result};
 
 /// `buf` read on the issuer's stream; the access guard lives in the caller's scope.

@@ -186,3 +186,14 @@ impl PgOptions {
         Ok(opts)
     }
 }
+
+/// A default group's options as made: "default_pg" unless described, and an elastic group's
+/// error handling (a lost rank is survived, not fatal).
+pub(crate) fn default_group_options(opts: &mut PgOptions) {
+    if opts.desc == "undefined" {
+        opts.desc = String::from("default_pg");
+    }
+    if opts.elastic {
+        opts.error_handling = oxccl_rules::membership::elastic::error_handling(opts.error_handling);
+    }
+}

@@ -3,17 +3,17 @@
 //! parent's).
 
 use super::arrival::Arrival;
+use super::backend::PgBackend;
 use super::build::GroupSpec;
 use super::capture_state::refuse_init_in_capture;
 use super::comm_slot::{await_ready, init_through_store, Entry, InitParams, Slot};
 use super::elastic;
 use super::family::{Elastic, GroupFamily};
-use super::inner::{lock, PgInner};
+use super::inner::{lock, PgInner, ProcessGroup};
 use super::keys;
-use super::options::PgOptions;
+use super::options::{default_group_options, PgOptions};
 use super::tune::agree::agree;
 use crate::deadline::deadline_after;
-use crate::pg::PgBackend;
 use crate::recorder::target::DumpTarget;
 use crate::recorder::{dump_dir_from_env, DumpMeta, Recorder};
 use crate::store::Store;
@@ -27,22 +27,6 @@ use oxccl_rules::membership::{self, CommPlan};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-
-/// A process group over backend `B`: c10d's `ProcessGroup`. Cheap to clone (the clones share
-/// the group). Dropping the last clone aborts its communicator (never waits for peers).
-pub struct ProcessGroup<B: PgBackend> {
-    /// The group as it was made; after a loss its successors follow it (see
-    /// [`ProcessGroup::inner`]).
-    pub(crate) root: Arc<PgInner<B>>,
-}
-
-impl<B: PgBackend> Clone for ProcessGroup<B> {
-    fn clone(&self) -> Self {
-        ProcessGroup {
-            root: self.root.clone(),
-        }
-    }
-}
 
 impl<B: PgBackend> std::fmt::Debug for ProcessGroup<B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -508,15 +492,4 @@ pub fn shutdown<B: PgBackend>(groups: &[&ProcessGroup<B>], limit: Duration) {
         g.abort("shut down");
     }
     Watchdog::global().stop(limit);
-}
-
-/// A default group's options as made: "default_pg" unless described, and an elastic group's
-/// error handling (a lost rank is survived, not fatal).
-pub(crate) fn default_group_options(opts: &mut PgOptions) {
-    if opts.desc == "undefined" {
-        opts.desc = String::from("default_pg");
-    }
-    if opts.elastic {
-        opts.error_handling = oxccl_rules::membership::elastic::error_handling(opts.error_handling);
-    }
 }

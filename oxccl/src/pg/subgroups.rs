@@ -1,11 +1,11 @@
 //! Subgroups: every rank of a group calls `new_group` in the same order (members and
 //! non-members alike), so uids agree and a split can be collective over the parent.
 
+use super::backend::PgBackend;
 use super::build::GroupSpec;
 use super::inner::PgInner;
+use super::inner::ProcessGroup;
 use super::options::PgOptions;
-use super::process_group::ProcessGroup;
-use crate::pg::PgBackend;
 use oxccl_core::{text, Error, Result};
 use oxccl_rules::membership::{self, CommPlan};
 use std::sync::atomic::Ordering;

@@ -10,7 +10,7 @@
 //! call; a `root` or `peer` is a rank of `comm`; a reduction is one NCCL defines or one
 //! created on `comm` and not yet destroyed.
 
-use super::{base, gated, Code};
+use super::symbol::{base, gated, Code};
 use oxccl_core::{Feature, Result};
 use oxccl_loader::coll_config::CollConfigBuf;
 use oxccl_loader::{Api, RawComm, RawStream};

@@ -1,6 +1,6 @@
 //! Groups: `ncclGroupStart` and `ncclGroupEnd`.
 
-use super::{base, Code};
+use super::symbol::{base, Code};
 use oxccl_core::Result;
 use oxccl_loader::Api;
 

@@ -5,7 +5,7 @@
 //! `out` and `cfg` are the pointers `crate::create::create` hands its call, whose frame keeps
 //! them valid until NCCL wrote the handle.
 
-use super::{base, gated, Code};
+use super::symbol::{base, gated, Code};
 use oxccl_core::{Error, Feature, Result, UniqueId};
 use oxccl_loader::{Api, Library, RawComm, RawConfig};
 

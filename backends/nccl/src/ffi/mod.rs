@@ -5,7 +5,7 @@
 //! caller vouches for.
 //!
 //! Results: a call that only the library settles returns [`Result`] through
-//! [`oxccl_loader::Library::check`]; a call on a communicator returns NCCL's [`Code`] for the
+//! [`oxccl_loader::Library::check`]; a call on a communicator returns NCCL's [`Code`](symbol::Code) for the
 //! caller to settle (`CommInner::finish` waits out `InProgress` and records failures in the
 //! lifecycle, which only the communicator can do). A function the library lacks is an error
 //! here too, the same one its caller's earlier presence check gives.
@@ -16,6 +16,7 @@ mod lifecycle;
 mod one_sided;
 mod query;
 mod registration;
+mod symbol;
 
 pub(crate) use collectives::*;
 pub(crate) use group::*;
@@ -23,18 +24,3 @@ pub(crate) use lifecycle::*;
 pub(crate) use one_sided::*;
 pub(crate) use query::*;
 pub(crate) use registration::*;
-
-use oxccl_core::{Feature, Result};
-
-/// An `ncclResult_t` as NCCL returned it, for the caller to settle.
-pub(crate) type Code = i32;
-
-/// `f`, or the error for a function every supported release has ([`crate::absent::base_symbol`]).
-fn base<F>(f: Option<F>, symbol: &'static str) -> Result<F> {
-    f.ok_or_else(|| crate::absent::base_symbol(symbol))
-}
-
-/// `f`, or the error for a gated feature's function ([`crate::absent::feature_symbol`]).
-fn gated<F>(f: Option<F>, feature: Feature, symbol: &'static str) -> Result<F> {
-    f.ok_or(crate::absent::feature_symbol(feature, symbol))
-}

@@ -1,7 +1,7 @@
 //! One-sided operations: `ncclPutSignal`, `ncclSignal`, `ncclWaitSignal`. Each is enqueued on
 //! `stream`, with flags 0, the only value NCCL defines.
 
-use super::{gated, Code};
+use super::symbol::{gated, Code};
 use oxccl_core::{Feature, Result};
 use oxccl_loader::raw::RawWaitSignalDesc;
 use oxccl_loader::{Api, RawComm, RawStream, RawWindow};

@@ -1,6 +1,6 @@
 //! What NCCL says of a communicator: its rank and size, its asynchronous error, its memory.
 
-use super::{base, gated};
+use super::symbol::{base, gated};
 use oxccl_core::{Feature, Result};
 use oxccl_loader::{Library, RawComm};
 

@@ -1,7 +1,7 @@
 //! Memory NCCL knows: buffer and window registrations, NCCL's own allocations, and the
 //! premul-sum operators a communicator makes.
 
-use super::{gated, Code};
+use super::symbol::{gated, Code};
 use oxccl_core::{Feature, Result};
 use oxccl_loader::{Api, Library, RawComm, RawWindow};
 use std::ffi::c_void;

@@ -13,11 +13,13 @@
 //! through the store under its own keys (a new communicator: the state the joiner needs comes
 //! from the others by broadcast, which the program does, see `examples/elastic_step.rs`).
 
-use super::{current, roster, PREFIX};
+use super::super::backend::PgBackend;
+use super::roster;
+use super::successor::current;
 use crate::pg::comm_slot::Slot;
 use crate::pg::family::{Change, Elastic};
 use crate::pg::inner::{lock, PgInner};
-use crate::pg::PgBackend;
+use crate::pg::keys::ELASTIC_PREFIX as PREFIX;
 use crate::store::Store;
 use oxccl_core::{text, CommState, Communicator, Error, Feature, Result};
 use oxccl_rules::membership::admission::{check_join, judge, TicketVerdict, VERDICT_LEN};

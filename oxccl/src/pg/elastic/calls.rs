@@ -1,15 +1,16 @@
 //! The elastic group's own calls (see [`super::PgOptions::elastic`]): a new process joining
 //! a running world, the members admitting it, and the epoch a group is at.
 
+use super::super::backend::PgBackend;
 use super::super::build::GroupSpec;
 use super::super::comm_slot::Slot;
 use super::super::family::GroupFamily;
+use super::super::inner::ProcessGroup;
 use super::super::inner::{lock, PgInner};
 use super::super::keys;
+use super::super::options::default_group_options;
 use super::super::options::PgOptions;
-use super::super::process_group::{default_group_options, ProcessGroup};
 use super::{admit, monitor, roster};
-use crate::pg::PgBackend;
 use crate::store::Store;
 use oxccl_core::{Error, Result};
 use oxccl_rules::membership::elastic::uid_at;

@@ -1,15 +1,17 @@
 //! The survivors' decision after a failure: stop what is in flight, agree through the store on
 //! who goes on, record the epoch.
 
-use super::{current, PREFIX};
-use super::{Outcome, Survivors, Verdict};
+use super::super::backend::PgBackend;
+use super::successor::current;
+use super::survivors::{Outcome, Survivors};
 use crate::pg::comm_slot::Slot;
 use crate::pg::family::{Book, Change, Elastic};
 use crate::pg::inner::{lock, PgInner};
-use crate::pg::PgBackend;
+use crate::pg::keys::ELASTIC_PREFIX as PREFIX;
 use oxccl_core::Reshape;
 use oxccl_core::{text, CommAbort, Communicator, Error, Feature};
 use oxccl_rules::membership::elastic::{failure_sign, FailureSign};
+use oxccl_rules::membership::survivors::Verdict;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, PoisonError};
 

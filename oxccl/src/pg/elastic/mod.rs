@@ -32,46 +32,17 @@ mod survivors;
 pub use oxccl_rules::membership::survivors::Verdict;
 pub use survivors::{Outcome, Survivors};
 
+pub(crate) use successor::current;
+
+use super::backend::PgBackend;
 use super::comm_slot::Entry;
 use super::inner::PgInner;
 use super::work::home::OnFailure;
-use crate::pg::PgBackend;
 use oxccl_core::traits::{CommOf, ShrinkMode};
 use oxccl_core::Reshape;
 use oxccl_core::{CommAbort, CommState, Communicator, Error, Result, UniqueId};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, PoisonError, Weak};
-
-/// Where the survivors' decisions are made, under the world's namespace.
-pub(crate) const PREFIX: &str = "oxccl/elastic";
-
-/// `root` as it is now (see [`super::ProcessGroup::inner`]): its last successor, after
-/// catching up with the family's epoch.
-pub(crate) fn current<B: PgBackend>(root: &Arc<PgInner<B>>) -> &Arc<PgInner<B>> {
-    let mut at = root;
-    loop {
-        at = last(at);
-        if !at.hot.facts.elastic {
-            return at;
-        }
-        let Some(el) = at.family.elastic.as_ref() else {
-            return at;
-        };
-        if at.epoch.load(Ordering::Acquire) >= el.epoch.load(Ordering::Acquire) {
-            return at;
-        }
-        successor::catch_up(at, el);
-    }
-}
-
-/// The last successor of `g`, without catching up.
-pub(crate) fn last<B: PgBackend>(g: &Arc<PgInner<B>>) -> &Arc<PgInner<B>> {
-    let mut at = g;
-    while let Some(next) = at.next.get() {
-        at = next;
-    }
-    at
-}
 
 /// The default group of `g`'s family, as it was made (subgroups name their parent).
 fn world_root<B: PgBackend>(g: &Arc<PgInner<B>>) -> Arc<PgInner<B>> {

@@ -5,9 +5,11 @@
 //! store the server says when the epoch's key is set and the asks in between send nothing,
 //! so a world of any size costs the server no query per look.
 
-use super::{decide, last, PREFIX};
+use super::super::backend::PgBackend;
+use super::decide;
+use super::successor::last;
 use crate::pg::inner::PgInner;
-use crate::pg::PgBackend;
+use crate::pg::keys::ELASTIC_PREFIX as PREFIX;
 use oxccl_core::{text, Error};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};

@@ -4,10 +4,11 @@
 //! [`ProcessGroup::new`](crate::pg::ProcessGroup::new) on a store whose world of that size
 //! still beats is refused, so nothing a refused process does moves the world's counters.
 
-use super::{last, PREFIX};
+use super::super::backend::PgBackend;
+use super::successor::last;
 use crate::pg::inner::PgInner;
 use crate::pg::keys;
-use crate::pg::PgBackend;
+use crate::pg::keys::ELASTIC_PREFIX as PREFIX;
 use crate::store::{PrefixStore, Store};
 use oxccl_core::{Error, Result};
 use oxccl_rules::membership::survivors::{decode, encode, encoded_len};

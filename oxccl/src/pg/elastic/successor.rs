@@ -1,11 +1,11 @@
 //! A group catching up with the survivors' epoch: the successor without the ranks lost since
 //! its own epoch (and, for the default group, with the ranks that joined).
 
+use super::super::backend::PgBackend;
 use crate::pg::build::GroupSpec;
 use crate::pg::comm_slot::Slot;
 use crate::pg::family::Elastic;
 use crate::pg::inner::{lock, PgInner};
-use crate::pg::PgBackend;
 use oxccl_core::{CommAbort, CommState, Communicator, Feature};
 use oxccl_rules::membership::elastic::{lost_indices, uid_at};
 use oxccl_rules::membership::CommPlan;
@@ -105,4 +105,32 @@ pub(super) fn catch_up<B: PgBackend>(at: &Arc<PgInner<B>>, el: &Elastic) {
         _ => {}
     }
     let _ = at.next.set(next);
+}
+
+/// `root` as it is now (see `ProcessGroup::inner`): its last successor, after
+/// catching up with the family's epoch.
+pub(crate) fn current<B: PgBackend>(root: &Arc<PgInner<B>>) -> &Arc<PgInner<B>> {
+    let mut at = root;
+    loop {
+        at = last(at);
+        if !at.hot.facts.elastic {
+            return at;
+        }
+        let Some(el) = at.family.elastic.as_ref() else {
+            return at;
+        };
+        if at.epoch.load(Ordering::Acquire) >= el.epoch.load(Ordering::Acquire) {
+            return at;
+        }
+        catch_up(at, el);
+    }
+}
+
+/// The last successor of `g`, without catching up.
+pub(crate) fn last<B: PgBackend>(g: &Arc<PgInner<B>>) -> &Arc<PgInner<B>> {
+    let mut at = g;
+    while let Some(next) = at.next.get() {
+        at = next;
+    }
+    at
 }
