@@ -88,6 +88,37 @@ impl Feature {
     /// Number of features.
     pub const COUNT: usize = Self::ALL.len();
 
+    /// The place of `self` in [`Feature::ALL`]: an exhaustive match, so a new variant fails to
+    /// build here until it is given its place, and the assertion after this `impl` holds only
+    /// when `ALL` has it there.
+    const fn place_in_all(self) -> usize {
+        match self {
+            Feature::Avg => 0,
+            Feature::Bfloat16 => 1,
+            Feature::PreMulSum => 2,
+            Feature::LastError => 3,
+            Feature::NonBlocking => 4,
+            Feature::Finalize => 5,
+            Feature::Split => 6,
+            Feature::BufferRegistration => 7,
+            Feature::MemAlloc => 8,
+            Feature::GroupSimulate => 9,
+            Feature::ScalableInit => 10,
+            Feature::Float8 => 11,
+            Feature::Shrink => 12,
+            Feature::WindowRegistration => 13,
+            Feature::AllToAll => 14,
+            Feature::GatherScatter => 15,
+            Feature::Revoke => 16,
+            Feature::Grow => 17,
+            Feature::Signals => 18,
+            Feature::SuspendResume => 19,
+            Feature::MemStats => 20,
+            Feature::TimeoutCode => 21,
+            Feature::CollConfig => 22,
+        }
+    }
+
     /// The first release whose API has this feature.
     pub const fn since(self) -> Version {
         let (minor, patch) = match self {
@@ -190,6 +221,18 @@ impl fmt::Display for Feature {
 
 // The feature set is a u64 bitset.
 const _: () = assert!(Feature::COUNT <= 64);
+
+// `ALL` holds each variant at the place its exhaustive match gives (a new variant is a build
+// error there until it has one), and that place is its declaration order, which the bitset
+// and `FeatureSet`'s table index by.
+const _: () = {
+    let mut i = 0;
+    while i < Feature::COUNT {
+        let f = Feature::ALL[i];
+        assert!(f.place_in_all() == i && f as usize == i);
+        i += 1;
+    }
+};
 
 /// Why a feature is unavailable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
