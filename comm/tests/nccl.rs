@@ -37,6 +37,7 @@ pub fn gpus() -> Option<u32> {
     }
 }
 
+/// NCCL as found on this machine (a test that reaches here has a GPU configured).
 pub fn nccl() -> Nccl {
     Nccl::load().unwrap_or_else(|e| panic!("loading NCCL: {e}"))
 }

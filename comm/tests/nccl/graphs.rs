@@ -28,13 +28,13 @@ fn each_launch_runs_the_captured_operations_again() {
         let k = 2.0 * n as f32;
         let mut want = 1.0;
         for launch in 1..=3 {
-            g.launch(&mut c, &mut [&mut buf]).unwrap();
+            g.replay(&mut c, &mut [&mut buf]).unwrap();
             want *= k;
             assert_eq!(down(&c, &buf), [want; 4], "after launch {launch}");
         }
         // Launches queued back to back run in order.
         for _ in 0..3 {
-            g.launch(&mut c, &mut [&mut buf]).unwrap();
+            g.replay(&mut c, &mut [&mut buf]).unwrap();
         }
         assert_eq!(down(&c, &buf), [want * k * k * k; 4]);
         // The graph may outlive its communicator; dropping it then is harmless.
@@ -70,7 +70,7 @@ fn a_graph_over_buffers_of_several_types_reads_their_new_contents() {
             g.bind(&mut c, &mut x)
                 .buf(&mut y)
                 .buf(&mut z)
-                .launch()
+                .replay()
                 .unwrap();
             let sum = f32::from(round) * (n * (n + 1) / 2) as f32;
             assert_eq!(down(&c, &y), [sum; 3], "round {round}");
@@ -92,14 +92,14 @@ fn a_launch_checks_its_buffers_its_communicator_and_its_state() {
             .capture(|c| c.all_reduce_in_place(&mut buf, ReduceOp::Sum))
             .unwrap();
         // Another buffer of the same length, a shorter one, none, one too many.
-        refused_capture(g.launch(&mut c, &mut [&mut other]), CaptureError::Mismatch);
-        refused_capture(g.launch(&mut c, &mut [&mut short]), CaptureError::Mismatch);
+        refused_capture(g.replay(&mut c, &mut [&mut other]), CaptureError::Mismatch);
+        refused_capture(g.replay(&mut c, &mut [&mut short]), CaptureError::Mismatch);
         refused_capture(
-            g.launch::<CudaSlice<f32>, f32>(&mut c, &mut []),
+            g.replay::<CudaSlice<f32>, f32>(&mut c, &mut []),
             CaptureError::Mismatch,
         );
         refused_capture(
-            g.launch(&mut c, &mut [&mut buf, &mut other]),
+            g.replay(&mut c, &mut [&mut buf, &mut other]),
             CaptureError::Mismatch,
         );
         // Another communicator (a child of the same ranks) than the captured one.
@@ -108,13 +108,13 @@ fn a_launch_checks_its_buffers_its_communicator_and_its_state() {
             .unwrap()
             .expect("member");
         refused_capture(
-            g.launch(&mut child, &mut [&mut buf]),
+            g.replay(&mut child, &mut [&mut buf]),
             CaptureError::Mismatch,
         );
         child.destroy().unwrap();
         // The captured communicator aborted.
         c.abort("stopped by the test");
-        match g.launch(&mut c, &mut [&mut buf]) {
+        match g.replay(&mut c, &mut [&mut buf]) {
             Err(Error::InvalidState { .. }) => {}
             other => panic!("expected InvalidState, got {other:?}"),
         }
@@ -142,7 +142,7 @@ fn a_capture_refuses_barriers_nesting_launches_and_host_waits() {
         let mut inner = Ok(());
         let g2 = c
             .capture(|c| {
-                inner = g.launch(c, &mut [&mut buf]);
+                inner = g.replay(c, &mut [&mut buf]);
                 Ok(())
             })
             .unwrap();
@@ -156,7 +156,7 @@ fn a_capture_refuses_barriers_nesting_launches_and_host_waits() {
         assert!(c.capture(|c| c.synchronize()).is_err());
         assert!(!c.is_capturing());
         // After each refusal the communicator works, and so does the graph.
-        g.launch(&mut c, &mut [&mut buf]).unwrap();
+        g.replay(&mut c, &mut [&mut buf]).unwrap();
         c.all_reduce_in_place(&mut buf, ReduceOp::Sum).unwrap();
         assert_eq!(down(&c, &buf), [n as f32; 4]);
         c.destroy().unwrap();
@@ -184,9 +184,9 @@ fn a_graph_with_a_raw_operation_launches_only_unchecked() {
             })
             .unwrap()
         };
-        refused_capture(g.launch(&mut c, &mut [&mut buf]), CaptureError::Unsupported);
+        refused_capture(g.replay(&mut c, &mut [&mut buf]), CaptureError::Unsupported);
         // SAFETY: as above; the launch is synchronized before `buf` is read or dropped.
-        unsafe { g.launch_unchecked(&mut c) }.unwrap();
+        unsafe { g.replay_unchecked(&mut c) }.unwrap();
         assert_eq!(down(&c, &buf), [2.0 * n as f32; 2]);
         c.destroy().unwrap();
     });

@@ -6,7 +6,7 @@
 
 use super::{gpus, nccl, on_gpus, refused_arg, refused_capture, up};
 use oxccl_comm::buffer::NcclBuf;
-use oxccl_comm::core::signal::SignalFrom;
+use oxccl_comm::core::one_sided::SignalFrom;
 use oxccl_comm::core::CaptureError;
 use oxccl_comm::{Comm, Error, Feature, NcclStream, ReduceOp};
 use std::time::Duration;
