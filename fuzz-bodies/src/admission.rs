@@ -1,5 +1,5 @@
-//! The elastic world's admission (`oxccl_rules::membership::admission`) and alive rule
-//! (`oxccl_rules::membership::elastic::LastActive`) against models written here.
+//! The elastic world's admission (`oxccl_rules::elastic::admission`) and alive rule
+//! (`oxccl_rules::elastic::LastActive`) against models written here.
 //!
 //! Admission: for any world size, member list and tickets (ranks or none), `judge` gives the
 //! model's verdict on every ticket: void without a rank, outside at or past the size, member
@@ -13,8 +13,8 @@
 //! the window of the decision's reading, and the record never moves back.
 
 use arbitrary::{Arbitrary, Unstructured};
-use oxccl_rules::membership::admission::{check_join, judge, TicketVerdict, VERDICT_LEN};
-use oxccl_rules::membership::elastic::LastActive;
+use oxccl_rules::elastic::admission::{check_join, judge, TicketVerdict, VERDICT_LEN};
+use oxccl_rules::elastic::LastActive;
 
 #[derive(Debug, Arbitrary)]
 enum Event {

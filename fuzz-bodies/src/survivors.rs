@@ -1,4 +1,4 @@
-//! The survivors' agreement (`oxccl_rules::membership::survivors`) against a model of the store
+//! The survivors' agreement (`oxccl_rules::elastic::survivors`) against a model of the store
 //! and of ranks that arrive, die, propose and read in any order: a store with an arrival
 //! counter, the arrivals it numbered, and a decision key written by compare-and-set. After
 //! every schedule: all ranks that read a decision read the same members; those members are a
@@ -8,7 +8,7 @@
 //! decision is told it is stale. Arbitrary bytes never decode into a decision with a rank twice.
 
 use arbitrary::{Arbitrary, Unstructured};
-use oxccl_rules::membership::survivors::{decode, encode, encoded_len, propose, verdict, Verdict};
+use oxccl_rules::elastic::survivors::{decode, encode, encoded_len, propose, verdict, Verdict};
 
 #[derive(Debug, Arbitrary)]
 enum Step {

@@ -4,11 +4,12 @@
 //! callers pass what they observed and get back what to do. So every rule is tested and
 //! fuzzed without threads, a store or a GPU. Each module is named after the part of the
 //! `oxccl` package that runs it (its README has the table): [`watchdog`], [`recorder`],
-//! [`membership`] (groups, and going on after a lost rank), [`launch`], [`tune`], [`env`](mod@env).
+//! [`membership`] (who belongs to a group), [`elastic`] (going on after a lost rank), [`launch`], [`tune`], [`env`](mod@env).
 #![no_std]
 
 extern crate alloc;
 
+pub mod elastic;
 pub mod env;
 pub mod launch;
 pub mod membership;

@@ -4,10 +4,6 @@
 use core::fmt;
 use oxccl_core::error::{Error, Result};
 
-pub mod admission;
-pub mod elastic;
-pub mod survivors;
-
 /// A group's member list is valid for a world of `world` ranks: each rank below `world`, no
 /// rank twice. (The list's order is the group-rank order the caller chose; c10d sorts it.)
 pub fn check_ranks(world: u32, ranks: &[u32]) -> Result<()> {

@@ -5,7 +5,7 @@
 use crate::recorder::now_ns;
 use oxccl_core::text::text_str;
 use oxccl_core::{Error, RankList};
-use oxccl_rules::membership::elastic::LastActive;
+use oxccl_rules::elastic::LastActive;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;

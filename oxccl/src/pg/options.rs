@@ -100,7 +100,7 @@ pub struct PgOptions {
     /// on who is alive, shrink every group that held the lost rank and go on; the work in
     /// flight fails with [`crate::Error::MembersLost`]. A default group's option (its
     /// subgroups follow it); every rank must set the same. Under it the error-handling mode
-    /// only records ([`oxccl_rules::membership::elastic::error_handling`]): the process is never
+    /// only records ([`oxccl_rules::elastic::error_handling`]): the process is never
     /// ended, and a timed-out wait does not abort the communicator (the decision revokes it).
     pub elastic: bool,
     /// How long survivors wait for each other before deciding who goes on
@@ -194,6 +194,6 @@ pub(crate) fn default_group_options(opts: &mut PgOptions) {
         opts.desc = String::from("default_pg");
     }
     if opts.elastic {
-        opts.error_handling = oxccl_rules::membership::elastic::error_handling(opts.error_handling);
+        opts.error_handling = oxccl_rules::elastic::error_handling(opts.error_handling);
     }
 }

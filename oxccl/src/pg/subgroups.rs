@@ -49,7 +49,7 @@ impl<B: PgBackend> ProcessGroup<B> {
             ranks.len() as u32,
         );
         let epoch = inner.epoch.load(Ordering::Acquire);
-        let uid = oxccl_rules::membership::elastic::uid_at(
+        let uid = oxccl_rules::elastic::uid_at(
             inner.family.next_uid.fetch_add(1, Ordering::Relaxed),
             epoch,
         );

@@ -13,7 +13,7 @@ use super::super::options::PgOptions;
 use super::{admit, monitor, roster};
 use crate::store::Store;
 use oxccl_core::{Error, Result};
-use oxccl_rules::membership::elastic::uid_at;
+use oxccl_rules::elastic::uid_at;
 use oxccl_rules::membership::CommPlan;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -58,7 +58,7 @@ impl<B: PgBackend> ProcessGroup<B> {
             ));
         }
         if rank >= size {
-            return Err(oxccl_rules::membership::admission::outside(rank, size));
+            return Err(oxccl_rules::elastic::admission::outside(rank, size));
         }
         backend.require_devices()?;
         default_group_options(&mut opts);

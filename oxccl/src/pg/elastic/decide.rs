@@ -10,8 +10,8 @@ use crate::pg::inner::{lock, PgInner};
 use crate::pg::keys::ELASTIC_PREFIX as PREFIX;
 use oxccl_core::Reshape;
 use oxccl_core::{text, CommAbort, Communicator, Error, Feature};
-use oxccl_rules::membership::elastic::{failure_sign, FailureSign};
-use oxccl_rules::membership::survivors::Verdict;
+use oxccl_rules::elastic::survivors::Verdict;
+use oxccl_rules::elastic::{failure_sign, FailureSign};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, PoisonError};
 
@@ -51,7 +51,7 @@ pub(crate) fn after_failure<B: PgBackend>(
 
 /// Leaves this rank out of the decision other members began at `epoch` of `world`'s family:
 /// it issued nothing for `idle_ms`, over the group's timeout (see
-/// [`oxccl_rules::membership::elastic::monitor_joins`]). Its communicator is aborted and its
+/// [`oxccl_rules::elastic::monitor_joins`]). Its communicator is aborted and its
 /// operations refused from now on, so it never takes part late. Nothing when the family
 /// moved past `epoch` meanwhile (this rank took part) or it is out already.
 pub(crate) fn stay_out<B: PgBackend>(world: &Arc<PgInner<B>>, epoch: u64, idle_ms: u64) {

@@ -19,7 +19,7 @@
 //! The store must outlive the ranks (a launcher's store, torchrun's agent store), since the
 //! survivors meet there. A newcomer joins through `calls` (`ProcessGroup::join`) and the
 //! members' `admit`. The rules all of this follows are the core's, pure and fuzzed
-//! ([`oxccl_rules::membership`]).
+//! ([`oxccl_rules::elastic`]).
 
 pub(crate) mod admit;
 mod calls;
@@ -29,7 +29,7 @@ pub(crate) mod roster;
 mod successor;
 mod survivors;
 
-pub use oxccl_rules::membership::survivors::Verdict;
+pub use oxccl_rules::elastic::survivors::Verdict;
 pub use survivors::{Outcome, Survivors};
 
 pub(crate) use successor::current;
@@ -54,7 +54,7 @@ fn world_root<B: PgBackend>(g: &Arc<PgInner<B>>) -> Arc<PgInner<B>> {
 }
 
 /// A call of `g` reaching its communicator, by any path: in an elastic family, notes the
-/// rank at work (the alive rule, [`oxccl_rules::membership::elastic::LastActive`]) and
+/// rank at work (the alive rule, [`oxccl_rules::elastic::LastActive`]) and
 /// returns the error the family gives every call once it left this rank out, if it did.
 #[inline]
 pub(crate) fn enter<B: PgBackend>(g: &PgInner<B>) -> Option<Error> {

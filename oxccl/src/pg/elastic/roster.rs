@@ -11,7 +11,7 @@ use crate::pg::keys;
 use crate::pg::keys::ELASTIC_PREFIX as PREFIX;
 use crate::store::{PrefixStore, Store};
 use oxccl_core::{Error, Result};
-use oxccl_rules::membership::survivors::{decode, encode, encoded_len};
+use oxccl_rules::elastic::survivors::{decode, encode, encoded_len};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};

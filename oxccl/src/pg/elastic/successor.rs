@@ -7,7 +7,7 @@ use crate::pg::comm_slot::Slot;
 use crate::pg::family::Elastic;
 use crate::pg::inner::{lock, PgInner};
 use oxccl_core::{CommAbort, CommState, Communicator, Feature};
-use oxccl_rules::membership::elastic::{lost_indices, uid_at};
+use oxccl_rules::elastic::{lost_indices, uid_at};
 use oxccl_rules::membership::CommPlan;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, PoisonError};

@@ -9,7 +9,7 @@
 use crate::deadline::ms;
 use crate::store::Store;
 use oxccl_core::{Error, Result};
-use oxccl_rules::membership::survivors::{
+use oxccl_rules::elastic::survivors::{
     decode, encode, encoded_len, propose, ready_to_propose, verdict, Verdict,
 };
 use std::collections::HashSet;

@@ -1,7 +1,10 @@
 //! The rules of a group that goes on without a lost rank (an elastic process group): which
 //! failures show a loss, what the watchdog may do meanwhile, how a group's ranks shrink, and
 //! how each epoch's groups are numbered. The decision of who is alive is
-//! [`super::survivors`]'.
+//! [`survivors`]'s; who may join, [`admission`]'s.
+
+pub mod admission;
+pub mod survivors;
 
 use crate::env::ErrorHandling;
 use oxccl_core::comm_state::CommState;
