@@ -46,7 +46,7 @@ pub enum Feature {
     /// `ncclCommGetUniqueId` / `ncclCommGrow`: adding ranks to a communicator.
     Grow,
     /// One-sided `ncclPutSignal` / `ncclSignal` / `ncclWaitSignal`.
-    Signals,
+    OneSided,
     /// `ncclCommSuspend` / `ncclCommResume`.
     SuspendResume,
     /// `ncclCommMemStats`.
@@ -78,7 +78,7 @@ impl Feature {
         Feature::GatherScatter,
         Feature::Revoke,
         Feature::Grow,
-        Feature::Signals,
+        Feature::OneSided,
         Feature::SuspendResume,
         Feature::MemStats,
         Feature::TimeoutCode,
@@ -111,7 +111,7 @@ impl Feature {
             Feature::GatherScatter => 15,
             Feature::Revoke => 16,
             Feature::Grow => 17,
-            Feature::Signals => 18,
+            Feature::OneSided => 18,
             Feature::SuspendResume => 19,
             Feature::MemStats => 20,
             Feature::TimeoutCode => 21,
@@ -134,7 +134,7 @@ impl Feature {
             Feature::Shrink | Feature::WindowRegistration => (27, 3),
             Feature::AllToAll | Feature::GatherScatter => (28, 3),
             Feature::Revoke => (28, 7),
-            Feature::Grow | Feature::Signals => (29, 2),
+            Feature::Grow | Feature::OneSided => (29, 2),
             // Absent from the headers and libraries of 2.29.2 and 2.29.3; first in 2.29.7.
             Feature::SuspendResume | Feature::MemStats => (29, 7),
             Feature::TimeoutCode => (30, 3),
@@ -163,7 +163,7 @@ impl Feature {
             Feature::GatherScatter => &["ncclGather", "ncclScatter"],
             Feature::Revoke => &["ncclCommRevoke"],
             Feature::Grow => &["ncclCommGetUniqueId", "ncclCommGrow"],
-            Feature::Signals => &["ncclPutSignal", "ncclSignal", "ncclWaitSignal"],
+            Feature::OneSided => &["ncclPutSignal", "ncclSignal", "ncclWaitSignal"],
             Feature::SuspendResume => &["ncclCommSuspend", "ncclCommResume"],
             Feature::MemStats => &["ncclCommMemStats"],
             Feature::CollConfig => &[
@@ -200,7 +200,7 @@ impl Feature {
             Feature::GatherScatter => "gather-scatter",
             Feature::Revoke => "revoke",
             Feature::Grow => "grow",
-            Feature::Signals => "signals",
+            Feature::OneSided => "one-sided",
             Feature::SuspendResume => "suspend-resume",
             Feature::MemStats => "mem-stats",
             Feature::TimeoutCode => "timeout-code",

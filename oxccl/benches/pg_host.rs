@@ -247,15 +247,15 @@ impl ReshapeBackend for Null {
 
 impl OneSided for NullComm {
     unsafe fn put_signal(&self, _put: &PutSignal, _stream: &NullStream) -> Result<()> {
-        lacks(Feature::Signals)
+        lacks(Feature::OneSided)
     }
 
     fn signal(&self, _peer: u32, _signal: u32, _ctx: u32, _stream: &NullStream) -> Result<()> {
-        lacks(Feature::Signals)
+        lacks(Feature::OneSided)
     }
 
     fn wait_signal(&self, _waits: &[SignalWait], _stream: &NullStream) -> Result<()> {
-        lacks(Feature::Signals)
+        lacks(Feature::OneSided)
     }
 }
 

@@ -304,7 +304,7 @@ fn gpu_suspend_releases_memory_and_resume_runs_again() {
 
 #[test]
 fn gpu_one_sided_ping_pong_through_windows() {
-    let Some((_, lib)) = setup_for(Feature::Signals) else {
+    let Some((_, lib)) = setup_for(Feature::OneSided) else {
         return;
     };
     use oxccl::pg::{RegMode, SignalFrom};
@@ -372,7 +372,7 @@ fn gpu_one_sided_ping_pong_through_windows() {
 
 #[test]
 fn gpu_comm_one_sided_puts_into_a_peer_window() {
-    let Some((_, lib)) = setup_for(Feature::Signals) else {
+    let Some((_, lib)) = setup_for(Feature::OneSided) else {
         return;
     };
     use oxccl::buffer::NcclBuf;
@@ -472,7 +472,7 @@ fn gpu_comm_one_sided_puts_into_a_peer_window() {
 /// saying so, otherwise.
 #[test]
 fn gpu_comm_large_puts_through_the_copy_engines() {
-    let Some((_, lib)) = setup_for(Feature::Signals) else {
+    let Some((_, lib)) = setup_for(Feature::OneSided) else {
         return;
     };
     if std::env::var("NCCL_P2P_USE_CUDA_MEMCPY").as_deref() != Ok("1") {

@@ -132,7 +132,7 @@ fn bad_puts_are_refused_before_the_library() {
         matches!(
             e,
             Error::Unsupported {
-                feature: oxccl::Feature::Signals,
+                feature: oxccl::Feature::OneSided,
                 ..
             }
         ),

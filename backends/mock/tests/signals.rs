@@ -213,7 +213,7 @@ fn bad_puts_and_waits_are_refused_before_anything_runs() {
         matches!(
             e,
             Error::Unsupported {
-                feature: Feature::Signals,
+                feature: Feature::OneSided,
                 ..
             }
         ),

@@ -19,7 +19,7 @@ impl NcclComm {
         check::put_signal(&self.check_ctx(), &self.inner.signals, p)?;
         let reg = &self.inner.registry;
         check::put_windows(p, |w| reg.has_window(w), |a, b| reg.in_window(a, b))?;
-        self.gated(Feature::Signals, |a| a.put_signal, "ncclPutSignal")?;
+        self.gated(Feature::OneSided, |a| a.put_signal, "ncclPutSignal")?;
         self.inner.ready_for("put_signal")?;
         let put = Put {
             send: p.send.addr,
@@ -48,7 +48,7 @@ impl NcclComm {
         stream: &NcclStream,
     ) -> Result<()> {
         check::signal(&self.check_ctx(), &self.inner.signals, peer, signal, ctx)?;
-        self.gated(Feature::Signals, |a| a.signal, "ncclSignal")?;
+        self.gated(Feature::OneSided, |a| a.signal, "ncclSignal")?;
         self.inner.ready_for("signal")?;
         let (api, raw) = (self.inner.lib.api(), self.inner.raw);
         let (peer, signal, ctx) = (peer as i32, signal as i32, ctx as i32);
@@ -60,7 +60,7 @@ impl NcclComm {
     /// [`oxccl_core::OneSided::wait_signal`] on NCCL.
     pub(crate) fn wait_signal_comm(&self, waits: &[SignalWait], stream: &NcclStream) -> Result<()> {
         check::wait_signal(&self.check_ctx(), &self.inner.signals, waits)?;
-        self.gated(Feature::Signals, |a| a.wait_signal, "ncclWaitSignal")?;
+        self.gated(Feature::OneSided, |a| a.wait_signal, "ncclWaitSignal")?;
         self.inner.ready_for("wait_signal")?;
         // Numbers checked to fit an int.
         let mut descs: Vec<RawWaitSignalDesc> = waits

@@ -61,7 +61,7 @@ fn measure(a: &PingPongArgs) -> std::result::Result<Vec<Row>, Failure> {
     let world = match ground {
         Ground::Nccl(lib) => {
             lib.features()
-                .require(Feature::Signals)
+                .require(Feature::OneSided)
                 .map_err(|e| Failure::env(e.to_string()))?;
             let gpus = local_gpus(a.world.gpus).map_err(Failure::env)?;
             if gpus < 2 {

@@ -17,7 +17,7 @@ fn has_one_sided() -> bool {
     let need = [
         Feature::MemAlloc,
         Feature::WindowRegistration,
-        Feature::Signals,
+        Feature::OneSided,
     ];
     match need.into_iter().find(|x| !f.has(*x)) {
         None => true,
@@ -172,13 +172,13 @@ fn a_library_without_signals_refuses_them_by_feature() {
     if !has_one_sided() {
         return;
     }
-    let lib = nccl().without(Feature::Signals);
+    let lib = nccl().without(Feature::OneSided);
     super::on_gpus_with(lib, n, move |_, mut c| {
         let mut window = comm_buf(&c, &[0.0; 4]);
         c.register_window(&window).unwrap();
         let lacks = |r: oxccl_comm::Result<()>| match r {
             Err(Error::Unsupported {
-                feature: Feature::Signals,
+                feature: Feature::OneSided,
                 ..
             }) => {}
             other => panic!("expected signals unsupported, got {other:?}"),

@@ -42,7 +42,7 @@ fn signal_args(limits: &SignalLimits, signal: u32, sig_ctx: u32) -> Result<()> {
 /// A put: the library has signals; `peer` a rank of the communicator; the data (non-null when
 /// not empty) within the window's bytes from `offset`; signal and context within `limits`.
 pub fn put(ctx: &CheckCtx<'_>, limits: &SignalLimits, p: &PutSignal) -> Result<()> {
-    ctx.features.require(Feature::Signals)?;
+    ctx.features.require(Feature::OneSided)?;
     rank_arg(ctx, "peer", p.peer)?;
     signal_args(limits, p.signal, p.ctx)?;
     if p.send.len > 0 && p.send.addr == 0 {
@@ -104,7 +104,7 @@ pub fn signal(
     signal: u32,
     sig_ctx: u32,
 ) -> Result<()> {
-    ctx.features.require(Feature::Signals)?;
+    ctx.features.require(Feature::OneSided)?;
     rank_arg(ctx, "peer", peer)?;
     signal_args(limits, signal, sig_ctx)
 }
@@ -112,7 +112,7 @@ pub fn signal(
 /// A wait: the library has signals; at least one wait, at most `i32::MAX`; each from a rank
 /// of the communicator, for at least one signal, signal and context within `limits`.
 pub fn wait(ctx: &CheckCtx<'_>, limits: &SignalLimits, waits: &[SignalWait]) -> Result<()> {
-    ctx.features.require(Feature::Signals)?;
+    ctx.features.require(Feature::OneSided)?;
     if waits.is_empty() || i32::try_from(waits.len()).is_err() {
         return Err(Error::invalid(
             "waits",
@@ -245,7 +245,7 @@ mod tests {
         assert!(matches!(
             put(&ctx_old, &lim, &put_of(1, 0)),
             Err(Error::Unsupported {
-                feature: Feature::Signals,
+                feature: Feature::OneSided,
                 missing: crate::feature::Missing::TooOld { .. }
             })
         ));

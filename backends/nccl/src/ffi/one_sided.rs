@@ -41,7 +41,7 @@ pub(crate) unsafe fn put_signal(
     comm: RawComm,
     stream: RawStream,
 ) -> Result<Code> {
-    let f = gated(api.put_signal, Feature::Signals, "ncclPutSignal")?;
+    let f = gated(api.put_signal, Feature::OneSided, "ncclPutSignal")?;
     // SAFETY: this function's contract.
     Ok(unsafe {
         f(
@@ -72,7 +72,7 @@ pub(crate) unsafe fn signal(
     comm: RawComm,
     stream: RawStream,
 ) -> Result<Code> {
-    let f = gated(api.signal, Feature::Signals, "ncclSignal")?;
+    let f = gated(api.signal, Feature::OneSided, "ncclSignal")?;
     // SAFETY: this function's contract.
     Ok(unsafe { f(peer, signal, ctx, 0, comm, stream) })
 }
@@ -87,7 +87,7 @@ pub(crate) unsafe fn wait_signal(
     comm: RawComm,
     stream: RawStream,
 ) -> Result<Code> {
-    let f = gated(api.wait_signal, Feature::Signals, "ncclWaitSignal")?;
+    let f = gated(api.wait_signal, Feature::OneSided, "ncclWaitSignal")?;
     let n = i32::try_from(descs.len())
         .map_err(|_| oxccl_core::Error::invalid("waits", format_args!("at most {}", i32::MAX)))?;
     // SAFETY: this function's contract; `descs` holds `n` descriptors for the call.
