@@ -15,9 +15,11 @@ mod info;
 mod nvml;
 mod ops;
 mod perf;
+mod ping_pong;
 mod shown;
 mod store;
 mod trace;
+mod tune;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -62,7 +64,7 @@ enum Command {
     /// size is written as a tune table, to give every rank as OXCCL_TUNE_FILE. A thread per
     /// local GPU, a process per GPU under torchrun, srun or mpirun (rank 0 writes), or the
     /// mock world.
-    Tune(perf::TuneArgs),
+    Tune(tune::TuneArgs),
     /// One-sided latency between 2 ranks: put with a signal, beside send/recv.
     ///
     /// Rank 0 puts each size into rank 1's window with a signal, rank 1 waits for it and puts
@@ -70,7 +72,7 @@ enum Command {
     /// the round trip is reported. Sizes 8 B to 1 MiB (to 16 KiB on NCCL unless
     /// NCCL_P2P_USE_CUDA_MEMCPY=1: larger puts need it where GDRCopy is absent) unless -b/-e
     /// say otherwise.
-    PingPong(perf::PingPongArgs),
+    PingPong(ping_pong::PingPongArgs),
     /// Every operation x data type x reduce op x placement against a host reference.
     Check(check::CheckArgs),
     /// A TCP store server (PyTorch's TCPStore protocol) until killed; prints its address.
@@ -91,8 +93,8 @@ fn main() -> ExitCode {
     match &cli.command {
         Command::Info(a) => info::run(a),
         Command::Perf(a) => perf::run(a),
-        Command::Tune(a) => perf::tune::run(a),
-        Command::PingPong(a) => perf::ping_pong::run(a),
+        Command::Tune(a) => tune::run(a),
+        Command::PingPong(a) => ping_pong::run(a),
         Command::Check(a) => check::run(a),
         Command::Store(a) => store::run(a),
         Command::Trace(a) => trace::run(a),

@@ -5,26 +5,23 @@
 //! ping-pong`: one-sided latency between two ranks. They share the options of a sweep, the
 //! choice of backend and the worlds of ranks.
 
-mod args;
+pub(crate) mod args;
 pub mod backend;
 mod command;
 mod direct;
 mod drive;
 pub mod layer;
 pub mod mock_world;
-mod modes;
+pub(crate) mod modes;
 pub mod nccl;
-pub mod ping_pong;
-mod plan;
-mod rank;
+pub(crate) mod plan;
+pub(crate) mod rank;
 mod rank_layers;
 mod raw_call;
 mod report;
 mod stop;
 mod svg;
-pub mod tune;
-mod tune_kernels;
-mod world;
+pub(crate) mod world;
 
-pub use args::{PerfArgs, PingPongArgs, TuneArgs};
+pub use args::PerfArgs;
 pub use command::run;

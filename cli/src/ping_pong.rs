@@ -5,18 +5,39 @@
 //! and recv. Two ranks: a thread per GPU on NCCL 2.29.2+, or the mock world (imitating NCCL
 //! 2.32.3) without one. The data is checked after the last round.
 
-use super::args::PingPongArgs;
-use super::backend::Ground;
-use super::nccl::{local_gpus, RankSetup};
-use super::plan::{sizes, Failure};
-use super::rank::Rank;
-use super::world::World;
 use crate::exit;
+use crate::perf::args::{SweepArgs, WorldArgs};
+use crate::perf::backend::Ground;
+use crate::perf::nccl::{local_gpus, RankSetup};
+use crate::perf::plan::{sizes, Failure};
+use crate::perf::rank::Rank;
+use crate::perf::world::World;
+use clap::Args;
 use oxccl::core::Backend as _;
 use oxccl::pg::{PgBackend, ProcessGroup, RegMode, SignalFrom};
 use oxccl::{Error, Feature, Result};
 use std::process::ExitCode;
 use std::time::Instant;
+
+/// Options of `oxccl ping-pong`.
+#[derive(Args, Clone, Debug)]
+#[command(
+    mut_arg("max_bytes", |a| a.help("Largest size. Default: 1M (16K on NCCL unless NCCL_P2P_USE_CUDA_MEMCPY=1)")),
+    mut_arg("iters", |a| a.help("Rounds timed per size. Default: 200 (20 on the mock)")),
+    mut_arg("warmup", |a| a.help("Untimed rounds first. Default: 20 (2 on the mock)")),
+    mut_arg("gpus", |a| a.help("GPUs visible to this process; 2 of them run the ping-pong")),
+    after_help = "Examples:
+  oxccl ping-pong                              8 B..1 MiB on the mock world
+  NCCL_P2P_USE_CUDA_MEMCPY=1 oxccl ping-pong -g 2 -b 8 -e 1M --library <NCCL 2.29.2+>"
+)]
+pub struct PingPongArgs {
+    /// -b -e -f -i -n -w.
+    #[command(flatten)]
+    pub sweep: SweepArgs,
+    /// -g, --backend, --library.
+    #[command(flatten)]
+    pub world: WorldArgs,
+}
 
 /// One size's result: bytes, one-sided and two-sided half round trips in µs.
 type Row = (usize, f64, f64);

@@ -4,10 +4,10 @@
 //! kernels on theirs), and the table gets a `kernels` line for the group size: up to which size
 //! each kernel is never slower than NCCL's best mode at any measured size below it.
 
-use super::layer::Layer;
-use super::modes::ModeLayer;
 use crate::elem::with_dtype;
 use crate::ops::{Coll, Dtype};
+use crate::perf::layer::Layer;
+use crate::perf::modes::ModeLayer;
 use oxccl::core::peer_kernels::{
     KernelAlgo, KernelColl, PeerPolicy, LINES_PER_SLOT, LINE_DATA_BYTES,
 };

@@ -3,24 +3,27 @@
 //! the tune table the process group reads (`OXCCL_TUNE_FILE`): per collective and size the
 //! fastest mode, the slowest rank's median deciding.
 //!
-//! All-reduce also times oxccl's kernels (`tune_kernels`): the table then gets a `kernels`
+//! All-reduce also times oxccl's kernels (`kernels`): the table then gets a `kernels`
 //! line for the group size, and the base group runs NCCL alone so the modes time NCCL.
 //!
 //! Small-message times swing by tens of percent from one loop to the next, so the modes are
 //! measured round by round, alternating (R0 R1 R2, then R1 R2 R0, …), each round a share of
 //! `-n`, and the median of the rounds is kept: drift hits every mode alike.
 
-use super::args::TuneArgs;
-use super::backend::Ground;
-use super::layer::Layer;
-use super::modes::{self, ModeLayer};
-use super::plan::{Failure, Sweep};
-use super::rank::Rank;
-use super::tune_kernels;
-use super::world::World;
+mod args;
+mod kernels;
+
 use crate::elem::with_dtype;
 use crate::expect::Case;
 use crate::ops::{self, Coll};
+use crate::perf::backend::Ground;
+use crate::perf::layer::Layer;
+use crate::perf::modes::{self, ModeLayer};
+use crate::perf::plan::{Failure, Sweep};
+use crate::perf::rank::Rank;
+use crate::perf::world::World;
+pub use args::TuneArgs;
+
 use oxccl::core::peer_kernels::PeerPolicy;
 use oxccl::core::Backend as _;
 use oxccl::pg::{PgBackend, ProcessGroup, RegMode, TuneTable};
@@ -34,7 +37,7 @@ use std::process::ExitCode;
 pub type Medians = Vec<f64>;
 
 /// Variants per point: the three buffer modes and the kernels.
-const VARIANTS: usize = tune_kernels::FIRST + tune_kernels::COUNT;
+const VARIANTS: usize = kernels::FIRST + kernels::COUNT;
 
 /// The index of (collective c, size s, variant v).
 fn at(plan: &Sweep, c: usize, s: usize, v: usize) -> usize {
@@ -72,7 +75,7 @@ where
             with_dtype!(plan.dtype, T => Box::new(ModeLayer::<B, T>::new(pg.clone(), *m)));
         layers.push((usize::from(m.level()), l));
     }
-    layers.extend(tune_kernels::layers(pg, plan.dtype, &plan.colls));
+    layers.extend(kernels::layers(pg, plan.dtype, &plan.colls));
     let sync = || pg.barrier()?.wait();
     let rounds = rounds.max(1);
     let per = (plan.iters / rounds).max(1);
@@ -91,7 +94,7 @@ where
             };
             let mut active = Vec::new();
             for (i, (v, l)) in layers.iter_mut().enumerate() {
-                if !tune_kernels::runs(*v, *coll) {
+                if !kernels::runs(*v, *coll) {
                     continue;
                 }
                 if l.setup(&case, in_place)? {
@@ -99,7 +102,7 @@ where
                     l.run(plan.warmup)?;
                     // A kernel's group that could not set them up runs NCCL: not measured.
                     // (Every rank decides alike: the set-up is collective.)
-                    if *v >= tune_kernels::FIRST && l.peer_kernels().is_none() {
+                    if *v >= kernels::FIRST && l.peer_kernels().is_none() {
                         l.teardown()?;
                         continue;
                     }
@@ -162,7 +165,7 @@ pub struct Point {
     pub secs: [f64; 3],
     /// Seconds per op on each of oxccl's kernels (by `KernelAlgo::index`); NaN: not
     /// measured, or not this collective's kernel.
-    pub kernels: [f64; tune_kernels::COUNT],
+    pub kernels: [f64; kernels::COUNT],
     /// The fastest mode (ties go to the simpler one).
     pub best: RegMode,
 }
@@ -174,7 +177,7 @@ pub fn points(plan: &Sweep, merged: &Medians, n: u32) -> Vec<Point> {
         for (s, size) in plan.sizes.iter().enumerate() {
             let get = |v| merged.get(at(plan, c, s, v)).copied().unwrap_or(f64::NAN);
             let secs = [0, 1, 2].map(get);
-            let kernels = std::array::from_fn(|k| get(tune_kernels::FIRST + k));
+            let kernels = std::array::from_fn(|k| get(kernels::FIRST + k));
             let mut best: Option<(RegMode, f64)> = None;
             for m in RegMode::ALL {
                 let t = secs[usize::from(m.level())];
@@ -230,9 +233,9 @@ pub fn table(points: &[Point], n: u32) -> Result<TuneTable> {
             lo = hi.saturating_add(1);
         }
     }
-    let kernels: Vec<tune_kernels::KernelPoint> = points
+    let kernels: Vec<kernels::KernelPoint> = points
         .iter()
-        .map(|p| tune_kernels::KernelPoint {
+        .map(|p| kernels::KernelPoint {
             coll: p.coll,
             op_bytes: p.op_bytes,
             nccl: p
@@ -244,7 +247,7 @@ pub fn table(points: &[Point], n: u32) -> Result<TuneTable> {
             kernels: p.kernels,
         })
         .collect();
-    TuneTable::new(rows)?.with_kernels(tune_kernels::kernel_row(&kernels, n).into_iter().collect())
+    TuneTable::new(rows)?.with_kernels(kernels::kernel_row(&kernels, n).into_iter().collect())
 }
 
 /// The report on stdout and the file's comment lines: every point with each mode's time.
