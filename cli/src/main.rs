@@ -14,6 +14,7 @@ mod gpus;
 mod info;
 mod nvml;
 mod ops;
+mod output;
 mod perf;
 mod ping_pong;
 mod shown;

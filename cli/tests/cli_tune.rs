@@ -139,6 +139,39 @@ fn tune_refuses_what_it_cannot_measure() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("cannot write --out"));
 }
 
+/// An output path that names a FIFO, a directory or a device is refused before anything is
+/// measured (a FIFO would block the write for ever), for tune's `--out` and perf's
+/// `--json-out` and `--svg` alike.
+#[test]
+fn outputs_that_are_no_regular_files_are_refused_at_once() {
+    let fifo = tmp("out.fifo");
+    let _ = std::fs::remove_file(&fifo);
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+    assert!(made.is_ok_and(|s| s.success()), "mkfifo");
+    let dir = tmp("out.dir");
+    std::fs::create_dir_all(&dir).unwrap();
+    for (path, kind) in [
+        (fifo.to_str().unwrap(), "special file"),
+        (dir.to_str().unwrap(), "directory"),
+        ("/dev/null", "special file"),
+    ] {
+        let began = std::time::Instant::now();
+        let o = tune(&["-e", "64", "--out", path]);
+        assert_eq!(o.status.code(), Some(2), "--out {path}");
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert!(e.contains("--out") && e.contains(kind), "{e}");
+        assert!(o.stdout.is_empty(), "nothing measured before the refusal");
+        for flag in ["--json-out", "--svg"] {
+            let o = perf(&["-e", "64", flag, path]);
+            assert_eq!(o.status.code(), Some(2), "{flag} {path}");
+            let e = String::from_utf8_lossy(&o.stderr);
+            assert!(e.contains(flag) && e.contains(kind), "{e}");
+        }
+        assert!(began.elapsed() < std::time::Duration::from_secs(30));
+    }
+    let _ = std::fs::remove_file(&fifo);
+}
+
 #[test]
 fn r_on_the_pg_layer_runs_and_checks_on_the_mock() {
     for r in ["1", "2"] {

@@ -226,6 +226,11 @@ impl Plan {
             (Ground::Nccl(_), LayerChoice::Pg) => vec![LayerKind::Pg],
         };
         let sweep = Sweep::of(&a.case, &a.sweep, ground.is_mock())?;
+        for (what, path) in [("--json-out", &a.json_out), ("--svg", &a.svg)] {
+            if let Some(p) = path {
+                crate::output::check(what, p).map_err(Failure::usage)?;
+            }
+        }
         Ok(Plan {
             ground,
             gpus: a.world.gpus,

@@ -78,12 +78,7 @@ pub fn deliver(
         print!("{text}");
     }
     let write = |what: &str, path: &std::path::Path, text: String| {
-        std::fs::write(path, text).map_err(|e| {
-            Failure::env(format!(
-                "cannot write {what} {}: {e}",
-                oxccl::escaped_path(path)
-            ))
-        })
+        crate::output::write(what, path, text.as_bytes()).map_err(Failure::env)
     };
     if let Some(path) = &out.json_out {
         write(

@@ -324,6 +324,7 @@ pub fn run(a: &TuneArgs) -> ExitCode {
 
 /// The measurement on its world, decided and written by rank 0.
 fn measure(a: &TuneArgs) -> std::result::Result<ExitCode, Failure> {
+    crate::output::check("--out", &a.out).map_err(Failure::usage)?;
     let ground = Ground::of(a.world.backend, a.world.library.as_deref()).map_err(Failure::env)?;
     let mut plan = Sweep::of(&a.case, &a.sweep, ground.is_mock())?;
     plan.colls = tuned_colls(&plan.colls)?;
@@ -401,12 +402,7 @@ fn write(
     );
     let text = file_text(&head, &pts, &t);
     let out = &a.out;
-    std::fs::write(out, &text).map_err(|e| {
-        Failure::env(format!(
-            "cannot write --out {}: {e}",
-            oxccl::escaped_path(out)
-        ))
-    })?;
+    crate::output::write("--out", out, text.as_bytes()).map_err(Failure::env)?;
     if a.json {
         let v = json_of(&head, &pts, &t, out);
         println!("{}", crate::shown::json(&v));
