@@ -1,8 +1,8 @@
 //! The safe communicator: typed cudarc buffers in, checked NCCL calls out.
 
 use crate::buffer::same_device;
+use crate::comm_group::CommGroup;
 use crate::element::{host_op, Element};
-use crate::group_guard::GroupGuard;
 use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut, SyncOnDrop};
 use oxccl_core::coll_config::CollConfig;
 use oxccl_core::{
@@ -52,7 +52,7 @@ impl AbortHandle {
     }
 }
 
-fn rd<'a, T>(
+pub(crate) fn rd<'a, T>(
     arg: &'static str,
     dev: Device,
     s: &'a impl DevicePtr<T>,
@@ -203,7 +203,7 @@ impl Comm {
         &self.cap
     }
     /// The stream the typed calls take their slices on (another one while capturing).
-    fn access(&self) -> &CudaStream {
+    pub(crate) fn access(&self) -> &CudaStream {
         self.cap.access(self.stream.cuda())
     }
     /// The backend communicator (for the raw trait API and features not wrapped here).
@@ -268,11 +268,38 @@ impl Comm {
     }
 
     /// Issues `op`, with a configuration of its own when `cfg` is given (NCCL 2.31.2+).
+    /// Refused while a group is open on this thread: a typed call returns its buffers at once,
+    /// but a grouped operation runs only when the group ends, so only a [`CommGroup`], which
+    /// keeps them until then, issues typed calls inside one.
     fn run_configured(&self, op: CommOp<'_>, cfg: Option<&CollConfig>) -> Result<()> {
+        self.refuse_in_group()?;
+        self.run_grouped(op, cfg)
+    }
+
+    /// Refuses a typed call while a group is open on this thread on this library.
+    pub(crate) fn refuse_in_group(&self) -> Result<()> {
+        if self.comm.group_open() {
+            return Err(Error::InvalidState {
+                state: self.state(),
+                attempted: "issue a typed call of `Comm` inside a group",
+                reason: oxccl_core::text!(
+                    "a group is open on this thread; issue it through the `CommGroup` that \
+                     `Comm::group` returns, which keeps the buffers until the group has run"
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// [`Comm::run_configured`] for a [`CommGroup`], which holds the operation's buffers
+    /// until the group ends.
+    pub(crate) fn run_grouped(&self, op: CommOp<'_>, cfg: Option<&CollConfig>) -> Result<()> {
         self.cap.note(&op, false);
         // SAFETY: every buffer in `op` came from a cudarc slice of this device (checked by
-        // `rd`/`wr`) whose length it carries; the slices' sync guards, dropped after this call,
-        // order later use of the memory after the NCCL work on this stream.
+        // `rd`/`wr`) whose length it carries. Outside a group the slices' sync guards, dropped
+        // after this call, order later use of the memory after the NCCL work on this stream;
+        // inside one, the `CommGroup` borrows the slices until the group has ended and then
+        // marks their use again, after the work was enqueued.
         unsafe {
             match cfg {
                 None => self.comm.issue(&op, &self.stream),
@@ -526,10 +553,14 @@ impl Comm {
         self.synchronize()
     }
 
-    /// Opens a group on this thread (on this communicator's library); operations until the
-    /// guard ends are launched together, and its end waits for this communicator's launch.
-    pub fn group(&self) -> Result<GroupGuard> {
-        GroupGuard::watching(self.comm.backend(), &self.comm, self.comm.timeout())
+    /// Opens a group on this thread (on this communicator's library): the operations issued
+    /// through the returned [`CommGroup`] are launched together when it ends (p2p pairs inside
+    /// never deadlock), and its end waits for this communicator's launch. The group borrows
+    /// the communicator and every buffer handed to it until it ends, because NCCL enqueues a
+    /// grouped operation's work only then. While it is open, this communicator's own typed
+    /// calls are refused.
+    pub fn group<'b>(&mut self) -> Result<CommGroup<'_, 'b>> {
+        CommGroup::open(self)
     }
 
     /// A communicator of the ranks that gave the same `color` (`None`: this rank joins none),

@@ -17,7 +17,7 @@
 //! [`AbortHandle`] is `Send + Sync + Clone` and stops the communicator from any thread.
 //!
 //! Cargo features (both on by default): `nccl`, the NCCL backend and everything on it
-//! ([`Comm`], [`CommGraph`], [`GroupGuard`], [`buffer::NcclBuf`]); `mock`, the in-process mock
+//! ([`Comm`], [`CommGroup`], [`CommGraph`], [`GroupGuard`], [`buffer::NcclBuf`]); `mock`, the in-process mock
 //! world and its buffers ([`buffer::HostBuf`]), for tests without GPUs. A program that only
 //! wants one turns the other off.
 
@@ -29,6 +29,8 @@ mod capture_slot;
 mod comm;
 #[cfg(feature = "nccl")]
 mod comm_graph;
+#[cfg(feature = "nccl")]
+mod comm_group;
 #[cfg(feature = "nccl")]
 mod configured;
 pub mod element;
@@ -48,6 +50,8 @@ pub use aborts::{pending_aborts, wait_for_aborts};
 pub use comm::{peer_policy_from_env, peer_table_from_env, AbortHandle, Comm};
 #[cfg(feature = "nccl")]
 pub use comm_graph::{CommGraph, CommReplay};
+#[cfg(feature = "nccl")]
+pub use comm_group::CommGroup;
 pub use element::Element;
 #[cfg(feature = "nccl")]
 pub use group_guard::GroupGuard;

@@ -95,6 +95,7 @@ impl Comm {
         signal: u32,
     ) -> Result<()> {
         self.refuse_captured("a put")?;
+        self.refuse_in_group()?;
         let win = window_of(&self.windows, "window", window)?;
         window_of(&self.windows, "src", src)?;
         let (send, _g) = Operand::read(src, "src", self.device(), self.nccl_stream())?;
@@ -116,6 +117,7 @@ impl Comm {
     /// Raises `signal` on rank `peer`, without data.
     pub fn signal(&mut self, peer: u32, signal: u32) -> Result<()> {
         self.refuse_captured("a signal")?;
+        self.refuse_in_group()?;
         self.backend().signal(peer, signal, 0, self.nccl_stream())
     }
 
@@ -128,6 +130,7 @@ impl Comm {
         window: &mut NcclBuf<T>,
     ) -> Result<()> {
         self.refuse_captured("a wait for signals")?;
+        self.refuse_in_group()?;
         window_of(&self.windows, "window", window)?;
         let waits: Vec<SignalWait> = from.iter().map(|f| f.wait_on(f.peer)).collect();
         let (_, _g) = Operand::write(window, "window", self.device(), self.nccl_stream())?;

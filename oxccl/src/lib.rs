@@ -33,7 +33,7 @@ pub use oxccl_comm::{
 #[cfg(feature = "nccl")]
 pub use oxccl_comm::{
     loader, nccl, peer_policy_from_env, peer_table_from_env, AbortHandle, Comm, CommGraph,
-    CommReplay, GroupGuard, Nccl, NcclComm, NcclEvent, NcclMem, NcclStream,
+    CommGroup, CommReplay, GroupGuard, Nccl, NcclComm, NcclEvent, NcclMem, NcclStream,
 };
 pub use oxccl_comm::{
     Backend, Capture, CommAbort, CommConfig, CommOp, CommState, Communicator, ConfigField,

@@ -543,16 +543,16 @@ fn gpu_scalable_init_shrink_windows_memory_and_groups() {
                 let st = c.stream().clone();
                 // nested groups; an invalid op inside is refused and the group still closes
                 {
-                    let outer = c.group().unwrap();
-                    let inner = c.group().unwrap();
                     let a = st.clone_htod(&[1.0f32; 4]).unwrap();
                     let mut short = st.alloc_zeros::<f32>(3).unwrap();
+                    let mut ok = st.alloc_zeros::<f32>(4).unwrap();
+                    let mut outer = c.group().unwrap();
+                    let mut inner = outer.group().unwrap();
                     assert!(matches!(
-                        c.all_reduce(&a, &mut short, ReduceOp::Sum),
+                        inner.all_reduce(&a, &mut short, ReduceOp::Sum),
                         Err(Error::InvalidArgument { arg: "recv", .. })
                     ));
-                    let mut ok = st.alloc_zeros::<f32>(4).unwrap();
-                    c.all_reduce(&a, &mut ok, ReduceOp::Sum).unwrap();
+                    inner.all_reduce(&a, &mut ok, ReduceOp::Sum).unwrap();
                     inner.end().unwrap();
                     outer.end().unwrap();
                     c.synchronize().unwrap();

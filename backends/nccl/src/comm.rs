@@ -85,6 +85,12 @@ impl NcclComm {
         &self.inner.lib
     }
 
+    /// Whether this thread has a group open on this communicator's library (a group spans
+    /// every communicator of the library that opened it).
+    pub fn group_open(&self) -> bool {
+        crate::group_call::is_open(&self.inner.lib)
+    }
+
     /// The CUDA context of its device.
     pub fn context(&self) -> &Arc<CudaContext> {
         &self.inner.ctx

@@ -332,14 +332,19 @@ impl<T: Elem> NcclLayer<T> {
             }
             Ok(())
         } else {
-            let g = if grouped { Some(comm.group()?) } else { None };
-            for o in ops {
-                // SAFETY: as above: live device buffers of the stated lengths, not touched by
-                // anything else until the stream has run the work.
-                unsafe { comm.issue(o)? };
-            }
-            if let Some(g) = g {
+            if grouped {
+                let mut g = comm.group()?;
+                for o in ops {
+                    // SAFETY: as above: live device buffers of the stated lengths, not touched
+                    // by anything else until the stream has run the work.
+                    unsafe { g.issue(o)? };
+                }
                 g.end()?;
+            } else {
+                for o in ops {
+                    // SAFETY: as above.
+                    unsafe { comm.issue(o)? };
+                }
             }
             Ok(())
         }

@@ -275,9 +275,9 @@ fn send_and_recv_in_a_group_pass_a_ring() {
         let (next, prev) = ((r + 1) % n, (r + n - 1) % n);
         let out = up(&c, &[r * 11; 4]);
         let mut inb = zeros::<u32>(&c, 4);
-        let g = c.group().unwrap();
-        c.send(&out, next).unwrap();
-        c.recv(&mut inb, prev).unwrap();
+        let mut g = c.group().unwrap();
+        g.send(&out, next).unwrap();
+        g.recv(&mut inb, prev).unwrap();
         g.end().unwrap();
         assert_eq!(down(&c, &inb), [prev * 11; 4], "rank {r}");
         c.barrier().unwrap();

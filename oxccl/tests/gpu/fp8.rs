@@ -218,16 +218,16 @@ fn moves(c: &mut Comm, dt: DataType) -> usize {
     let x = Bytes::new(c, &pat(me, 256, 8));
     let y = Bytes::zeros(c, 256);
     {
-        let g = c.group().expect("group");
+        let mut g = c.group().expect("group");
         // SAFETY: both buffers live until read back below.
         unsafe {
-            c.issue(&CommOp::Send {
+            g.issue(&CommOp::Send {
                 buf: x.r(),
                 dtype: dt,
                 peer: next as u32,
             })
             .expect("send");
-            c.issue(&CommOp::Recv {
+            g.issue(&CommOp::Recv {
                 buf: y.w(),
                 dtype: dt,
                 peer: prev as u32,

@@ -160,10 +160,10 @@ pub fn run_all(c: &mut Comm) -> Tally {
                 .collect::<Vec<_>>(),
         );
         let recv = DevBuf::zeros(c, dt, count);
-        let g = c.group().expect("group");
+        let mut g = c.group().expect("group");
         // SAFETY: DevBufs of this device alive until read back.
         let a = unsafe {
-            c.issue(&CommOp::Send {
+            g.issue(&CommOp::Send {
                 buf: send.r(),
                 dtype: dt,
                 peer: next,
@@ -171,7 +171,7 @@ pub fn run_all(c: &mut Comm) -> Tally {
         };
         // SAFETY: as above.
         let b = unsafe {
-            c.issue(&CommOp::Recv {
+            g.issue(&CommOp::Recv {
                 buf: recv.w(),
                 dtype: dt,
                 peer: prev,
