@@ -87,8 +87,9 @@ pub fn peer_policy_from_env() -> Result<oxccl_core::peer_kernels::PeerPolicy> {
 /// The kernels' limits: the `kernels` lines of the tune table `OXCCL_TUNE_FILE` names over
 /// the measured defaults (the defaults alone when it is unset).
 pub fn peer_table_from_env() -> Result<oxccl_core::peer_kernels::PeerTable> {
-    let var = std::env::var(crate::tune_file::TUNE_FILE_VAR).ok();
-    Ok(crate::tune_file::tune_from_env(var.as_deref())?
+    use oxccl_rules::tune::file::{tune_from_env, TUNE_FILE_VAR};
+    let var = std::env::var(TUNE_FILE_VAR).ok();
+    Ok(tune_from_env(var.as_deref())?
         .map(|t| t.peer_table())
         .unwrap_or_default())
 }

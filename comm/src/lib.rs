@@ -41,7 +41,6 @@ mod one_sided;
 mod path_text;
 #[cfg(feature = "nccl")]
 mod reshape;
-pub mod tune_file;
 #[cfg(feature = "nccl")]
 mod window_table;
 

@@ -27,9 +27,7 @@ pub mod watchdog;
 // The safe layer, named one by one so that this page says what the crate offers.
 #[cfg(feature = "mock")]
 pub use oxccl_comm::mock;
-pub use oxccl_comm::{
-    buffer, core, element, escaped_path, pending_aborts, tune_file, wait_for_aborts,
-};
+pub use oxccl_comm::{buffer, core, element, escaped_path, pending_aborts, wait_for_aborts};
 #[cfg(feature = "nccl")]
 pub use oxccl_comm::{
     loader, nccl, peer_policy_from_env, peer_table_from_env, AbortHandle, Comm, CommGraph,

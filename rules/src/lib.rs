@@ -5,9 +5,14 @@
 //! fuzzed without threads, a store or a GPU. Each module is named after the part of the
 //! `oxccl` package that runs it (its README has the table): [`watchdog`], [`recorder`],
 //! [`membership`] (who belongs to a group), [`elastic`] (going on after a lost rank), [`launch`], [`tune`], [`env`](mod@env).
+//!
+//! The feature `std` (off by default) adds the one part that touches the system: reading the
+//! tune table from its file ([`tune::file`]).
 #![no_std]
 
 extern crate alloc;
+#[cfg(feature = "std")]
+extern crate std;
 
 pub mod elastic;
 pub mod env;

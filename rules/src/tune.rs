@@ -40,6 +40,9 @@ use oxccl_core::op::OpKind;
 use oxccl_core::peer_kernels::{PeerTable, MAX_RANKS};
 use oxccl_core::text::Escaped;
 
+pub mod build;
+#[cfg(feature = "std")]
+pub mod file;
 pub mod release;
 
 /// The header line of the text form (with its format version).

@@ -27,7 +27,7 @@ pub use args::TuneArgs;
 use oxccl::core::peer_kernels::PeerPolicy;
 use oxccl::core::Backend as _;
 use oxccl::pg::{PgBackend, ProcessGroup, RegMode, TuneTable};
-use oxccl::rules::tune::TuneRow;
+use oxccl::rules::tune::build::{self, Measured};
 use oxccl::{Feature, Result};
 use std::process::ExitCode;
 
@@ -151,21 +151,15 @@ fn median(v: &mut [f64]) -> f64 {
     }
 }
 
-/// One measured point of the decision: the op's bytes as the process group looks them up,
-/// and each mode's time.
+/// One measured point: the sweep's size and what was measured there.
 #[derive(Debug, Clone)]
 pub struct Point {
     /// The collective.
     pub coll: Coll,
     /// The sweep's size (nccl-tests' column).
     pub size: usize,
-    /// Bytes of the op's larger buffer, as [`oxccl::pg::ProcessGroup`] looks up the table.
-    pub op_bytes: u64,
-    /// Seconds per op by mode level; NaN: not measured.
-    pub secs: [f64; 3],
-    /// Seconds per op on each of oxccl's kernels (by `KernelAlgo::index`); NaN: not
-    /// measured, or not this collective's kernel.
-    pub kernels: [f64; kernels::COUNT],
+    /// Each mode's and kernel's time, and the op's bytes as the process group looks them up.
+    pub m: Measured,
     /// The fastest mode (ties go to the simpler one).
     pub best: RegMode,
 }
@@ -174,26 +168,24 @@ pub struct Point {
 pub fn points(plan: &Sweep, merged: &Medians, n: u32) -> Vec<Point> {
     let mut out = Vec::new();
     for (c, coll) in plan.colls.iter().enumerate() {
+        let Some(kind) = modes::kind_of(*coll) else {
+            continue;
+        };
         for (s, size) in plan.sizes.iter().enumerate() {
             let get = |v| merged.get(at(plan, c, s, v)).copied().unwrap_or(f64::NAN);
-            let secs = [0, 1, 2].map(get);
-            let kernels = std::array::from_fn(|k| get(kernels::FIRST + k));
-            let mut best: Option<(RegMode, f64)> = None;
-            for m in RegMode::ALL {
-                let t = secs[usize::from(m.level())];
-                if t.is_finite() && best.is_none_or(|(_, b)| t < b) {
-                    best = Some((m, t));
-                }
-            }
-            let Some((best, _)) = best else { continue };
             let count = coll.count_for(*size, plan.dtype.size(), n);
             let (sn, rn) = coll.shape(count, n, 0, plan.root);
+            let m = Measured {
+                coll: kind,
+                op_bytes: (sn.max(rn) * plan.dtype.size()) as u64,
+                modes: [0, 1, 2].map(get),
+                kernels: std::array::from_fn(|k| get(kernels::FIRST + k)),
+            };
+            let Some(best) = m.best() else { continue };
             out.push(Point {
                 coll: *coll,
                 size: *size,
-                op_bytes: (sn.max(rn) * plan.dtype.size()) as u64,
-                secs,
-                kernels,
+                m,
                 best,
             });
         }
@@ -201,53 +193,10 @@ pub fn points(plan: &Sweep, merged: &Medians, n: u32) -> Vec<Point> {
     out
 }
 
-/// The table of the points on `n` ranks: per collective, each measured size covers the bytes
-/// above the previous one up to itself (the first from 0, the last to the end), neighbours of
-/// one mode merged into one row; and the kernels' line when they were measured.
+/// The table of the points on `n ranks` ([`build::table_of`]).
 pub fn table(points: &[Point], n: u32) -> Result<TuneTable> {
-    let mut rows: Vec<TuneRow> = Vec::new();
-    for coll in modes::TUNED {
-        let Some(kind) = modes::kind_of(coll) else {
-            continue;
-        };
-        let mut ps: Vec<&Point> = points.iter().filter(|p| p.coll == coll).collect();
-        ps.sort_by_key(|p| p.op_bytes);
-        ps.dedup_by_key(|p| p.op_bytes);
-        let mut lo = 0u64;
-        for (i, p) in ps.iter().enumerate() {
-            let hi = if i + 1 == ps.len() {
-                u64::MAX
-            } else {
-                p.op_bytes
-            };
-            match rows.last_mut() {
-                Some(r) if r.coll == Some(kind) && r.mode == p.best => r.max_bytes = hi,
-                _ => rows.push(TuneRow {
-                    coll: Some(kind),
-                    dtype: None,
-                    min_bytes: lo,
-                    max_bytes: hi,
-                    mode: p.best,
-                }),
-            }
-            lo = hi.saturating_add(1);
-        }
-    }
-    let kernels: Vec<kernels::KernelPoint> = points
-        .iter()
-        .map(|p| kernels::KernelPoint {
-            coll: p.coll,
-            op_bytes: p.op_bytes,
-            nccl: p
-                .secs
-                .iter()
-                .copied()
-                .filter(|t| t.is_finite())
-                .fold(f64::INFINITY, f64::min),
-            kernels: p.kernels,
-        })
-        .collect();
-    TuneTable::new(rows)?.with_kernels(kernels::kernel_row(&kernels, n).into_iter().collect())
+    let measured: Vec<Measured> = points.iter().map(|p| p.m).collect();
+    build::table_of(&measured, n)
 }
 
 /// The report on stdout and the file's comment lines: every point with each mode's time.
@@ -261,7 +210,7 @@ pub fn report(points: &[Point]) -> String {
     };
     let kernels = points
         .iter()
-        .any(|p| p.kernels.iter().any(|t| t.is_finite()));
+        .any(|p| p.m.kernels.iter().any(|t| t.is_finite()));
     let mut s = String::from("# collective          size   plain(us)  regist(us)  window(us)");
     if kernels {
         s.push_str("  1shot(us)  2shot(us) gather(us)");
@@ -272,15 +221,15 @@ pub fn report(points: &[Point]) -> String {
             "# {:<14} {:>10} {} {} {}",
             p.coll.name(),
             ops::human(p.size),
-            us(p.secs[0]),
-            us(p.secs[1]),
-            us(p.secs[2]),
+            us(p.m.modes[0]),
+            us(p.m.modes[1]),
+            us(p.m.modes[2]),
         ));
         if kernels {
             s.push_str(&format!(
                 " {} {} {}",
-                us(p.kernels[0]),
-                us(p.kernels[1]),
+                us(p.m.kernels[0]),
+                us(p.m.kernels[1]),
                 us(gather_kernel(p))
             ));
         }
@@ -293,8 +242,8 @@ pub fn report(points: &[Point]) -> String {
 fn gather_kernel(p: &Point) -> f64 {
     use oxccl::core::peer_kernels::KernelAlgo;
     match p.coll {
-        Coll::AllGather => p.kernels[KernelAlgo::AllGather.index()],
-        Coll::ReduceScatter => p.kernels[KernelAlgo::ReduceScatter.index()],
+        Coll::AllGather => p.m.kernels[KernelAlgo::AllGather.index()],
+        Coll::ReduceScatter => p.m.kernels[KernelAlgo::ReduceScatter.index()],
         _ => f64::NAN,
     }
 }
@@ -433,12 +382,12 @@ pub fn json_of(
             json!({
                 "collective": p.coll.name(),
                 "size": p.size,
-                "op_bytes": p.op_bytes,
-                "plain_us": us(p.secs[0]),
-                "registered_us": us(p.secs[1]),
-                "window_us": us(p.secs[2]),
-                "one_shot_us": us(p.kernels[0]),
-                "two_shot_us": us(p.kernels[1]),
+                "op_bytes": p.m.op_bytes,
+                "plain_us": us(p.m.modes[0]),
+                "registered_us": us(p.m.modes[1]),
+                "window_us": us(p.m.modes[2]),
+                "one_shot_us": us(p.m.kernels[0]),
+                "two_shot_us": us(p.m.kernels[1]),
                 "gather_kernel_us": us(gather_kernel(p)),
                 "best": p.best.name(),
             })

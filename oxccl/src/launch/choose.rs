@@ -10,9 +10,9 @@
 use super::bootstrap::Bootstrap;
 use crate::pg::PgBackend;
 use crate::pg::{PgOptions, ProcessGroup};
-use oxccl_comm::tune_file::{tune_from_env, TUNE_FILE_VAR};
 use oxccl_core::{text, Error, Result};
 use oxccl_rules::env::{BackendChoice, EnvConfig};
+use oxccl_rules::tune::file::{tune_from_env, TUNE_FILE_VAR};
 
 /// Code generic over the backend, run by [`with_backend`] on the one chosen.
 pub trait WithBackend {

@@ -1,9 +1,9 @@
 //! What a process group is configured with.
 
 use crate::recorder::Recorder;
-use oxccl_comm::tune_file::{tune_from_env, TUNE_FILE_VAR};
 use oxccl_core::{CommConfig, Device};
 use oxccl_rules::env::ErrorHandling;
+use oxccl_rules::tune::file::{tune_from_env, TUNE_FILE_VAR};
 use std::time::Duration;
 
 /// The default timeout of an NCCL process group (c10d's: 10 minutes).

@@ -4,8 +4,8 @@
 use super::super::keys;
 use crate::pg::arrival::Arrival;
 use crate::store::Store;
-use oxccl_comm::tune_file::TUNE_FILE_VAR;
 use oxccl_core::{text, Error, Result};
+use oxccl_rules::tune::file::TUNE_FILE_VAR;
 use oxccl_rules::tune::release::write_disagreement;
 use oxccl_rules::tune::TuneTable;
 use std::time::Duration;

@@ -1,18 +1,25 @@
-//! The measured table a process starts with (which buffer mode each collective uses per
-//! size, and up to which size oxccl's all-reduce kernels run): read from the file
-//! `OXCCL_TUNE_FILE` names (`oxccl tune` writes one).
+//! The table's file form (feature `std`): the measured table a process starts with, read
+//! from the file `OXCCL_TUNE_FILE` names (`oxccl tune` writes one). Only a regular file is
+//! opened, and every error names the file, the line and the field at fault.
 
-use crate::path_text::escaped_path;
+use super::TuneTable;
+use alloc::sync::Arc;
+use oxccl_core::text::EscapedBytes;
 use oxccl_core::{Error, Result};
-use oxccl_rules::tune::TuneTable;
-use std::sync::Arc;
+use std::path::Path;
+
+/// A path as oxccl's messages show it: control characters and bytes that are not UTF-8
+/// escaped, so a hostile file name never writes them to a terminal.
+fn escaped_path(path: &Path) -> EscapedBytes<'_> {
+    EscapedBytes(path.as_os_str().as_encoded_bytes())
+}
 
 /// The environment variable naming a tune table file (`oxccl tune` writes one).
 pub const TUNE_FILE_VAR: &str = "OXCCL_TUNE_FILE";
 
 /// Reads a tune table file; errors name the file, and the line and field at fault. Only a
 /// regular file is opened: a FIFO named here would block the read for ever.
-pub fn load_tune_file(path: &std::path::Path) -> Result<TuneTable> {
+pub fn load_tune_file(path: &Path) -> Result<TuneTable> {
     let meta = std::fs::metadata(path).map_err(|e| {
         Error::invalid(
             "tune file",
@@ -54,7 +61,7 @@ pub fn tune_from_env(value: Option<&str>) -> Result<Option<Arc<TuneTable>>> {
     let Some(path) = value.filter(|v| !v.is_empty()) else {
         return Ok(None);
     };
-    load_tune_file(std::path::Path::new(path))
+    load_tune_file(Path::new(path))
         .map(|t| Some(Arc::new(t)))
         .map_err(|e| match e {
             Error::InvalidArgument { expected, .. } => {
@@ -67,6 +74,7 @@ pub fn tune_from_env(value: Option<&str>) -> Result<Option<Arc<TuneTable>>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use alloc::format;
 
     #[test]
     fn the_variable_loads_a_table_or_names_itself() {
