@@ -1,5 +1,6 @@
 //! The files the tool writes (`--out`, `--json-out`, `--svg`): a path that names anything but
-//! a regular file (a FIFO, a device, a directory) is refused before any measuring, and the
+//! a regular file (a FIFO, a device, a directory), or a file in a missing folder, is refused
+//! before any measuring, and the
 //! write itself opens without blocking, so a path swapped for a FIFO meanwhile fails instead
 //! of hanging the tool.
 
@@ -7,7 +8,8 @@ use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
-/// `Ok` when `path` (given as option `what`) may be written: absent, or a regular file.
+/// `Ok` when `path` (given as option `what`) may be written: a regular file, or absent in a
+/// folder that exists.
 pub fn check(what: &str, path: &Path) -> Result<(), String> {
     match std::fs::metadata(path) {
         Ok(m) if !m.is_file() => Err(format!(
@@ -19,7 +21,16 @@ pub fn check(what: &str, path: &Path) -> Result<(), String> {
                 "special file (a FIFO, a socket or a device)"
             }
         )),
-        _ => Ok(()),
+        Ok(_) => Ok(()),
+        // Absent: the folder it goes in must be there, or the run's result would be lost.
+        Err(_) => match path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            Some(dir) if !dir.is_dir() => Err(format!(
+                "{what} {}: its folder {} does not exist (create it first)",
+                oxccl::escaped_path(path),
+                oxccl::escaped_path(dir)
+            )),
+            _ => Ok(()),
+        },
     }
 }
 

@@ -139,8 +139,9 @@ fn tune_refuses_what_it_cannot_measure() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("cannot write --out"));
 }
 
-/// An output path that names a FIFO, a directory or a device is refused before anything is
-/// measured (a FIFO would block the write for ever), for tune's `--out` and perf's
+/// An output path that names a FIFO, a directory or a device, or a file in a folder that
+/// does not exist, is refused before anything is measured (a FIFO would block the write for
+/// ever; a missing folder would lose the run's result), for tune's `--out` and perf's
 /// `--json-out` and `--svg` alike.
 #[test]
 fn outputs_that_are_no_regular_files_are_refused_at_once() {
@@ -150,10 +151,12 @@ fn outputs_that_are_no_regular_files_are_refused_at_once() {
     assert!(made.is_ok_and(|s| s.success()), "mkfifo");
     let dir = tmp("out.dir");
     std::fs::create_dir_all(&dir).unwrap();
+    let lost = tmp("no-such-folder").join("table.tune");
     for (path, kind) in [
         (fifo.to_str().unwrap(), "special file"),
         (dir.to_str().unwrap(), "directory"),
         ("/dev/null", "special file"),
+        (lost.to_str().unwrap(), "does not exist"),
     ] {
         let began = std::time::Instant::now();
         let o = tune(&["-e", "64", "--out", path]);
