@@ -92,6 +92,10 @@ impl Backend for Null {
         UniqueId::from_bytes(&[7u8; UniqueId::LEN])
     }
 
+    fn device_count(&self) -> Result<u32> {
+        Ok(u32::MAX)
+    }
+
     fn init_rank(
         &self,
         _id: &UniqueId,

@@ -124,6 +124,10 @@ impl Backend for MockBackend {
         &self.inner.lobby.features
     }
 
+    fn device_count(&self) -> Result<u32> {
+        Ok(u32::MAX)
+    }
+
     fn unique_id(&self) -> Result<UniqueId> {
         if self.spans_processes() {
             return crate::procs::host::start(&self.inner.lobby, self.inner.lobby.init_timeout);

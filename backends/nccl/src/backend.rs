@@ -201,6 +201,10 @@ impl Backend for NcclBackend {
         crate::ffi::get_unique_id(&self.lib)
     }
 
+    fn device_count(&self) -> Result<u32> {
+        crate::cuda::device_count()
+    }
+
     fn init_rank(
         &self,
         id: &UniqueId,

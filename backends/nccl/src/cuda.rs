@@ -28,6 +28,15 @@ pub fn require_driver() -> Result<(), Error> {
     })
 }
 
+/// The GPUs CUDA sees in this process (`CUDA_VISIBLE_DEVICES` applies); an error without a
+/// CUDA driver.
+pub fn device_count() -> Result<u32, Error> {
+    require_driver()?;
+    let n = cudarc::driver::CudaContext::device_count()
+        .map_err(|e| cuda_error("counting the devices", e))?;
+    Ok(u32::try_from(n).unwrap_or(0))
+}
+
 /// The CUDA context of `device`, bound to the calling thread (NCCL's init uses the current
 /// device).
 pub(crate) fn context(

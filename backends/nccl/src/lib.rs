@@ -42,7 +42,7 @@ mod wait;
 pub use abort::NcclAbort;
 pub use backend::NcclBackend;
 pub use comm::NcclComm;
-pub use cuda::{cuda_error, require_driver};
+pub use cuda::{cuda_error, device_count, require_driver};
 pub use graph::NcclGraph;
 pub use mem::NcclMem;
 pub use ptx::ptx_module;

@@ -24,6 +24,11 @@ pub trait Backend: Clone + Send + Sync {
     /// A new rendezvous token; one rank makes it and shares it with the others.
     fn unique_id(&self) -> Result<UniqueId>;
 
+    /// How many devices this process can put ranks on, one rank a device (NCCL refuses two
+    /// ranks of one communicator on one GPU): the GPUs CUDA sees on NCCL, no limit
+    /// (`u32::MAX`) on the mock, whose devices are names.
+    fn device_count(&self) -> Result<u32>;
+
     /// Joins the communicator of `id` as `rank` of `size` on `device`. With a nonblocking
     /// config the communicator comes back in [`crate::CommState::Initializing`]: poll it, or
     /// just issue (see [`Communicator::issue`]).

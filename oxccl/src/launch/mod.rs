@@ -10,8 +10,10 @@
 mod bootstrap;
 mod choose;
 mod init;
+mod spawn;
 
 pub use bootstrap::{restart_scope, Bootstrap, EnvVars};
 pub use choose::{decide, init_process_group, with_backend, Choice, WithBackend, WithProcessGroup};
 pub use init::InitMethod;
 pub use oxccl_rules::launch::{HostList, HostName, LaunchInfo, Launcher};
+pub use spawn::{local_gpus, spawn};
