@@ -28,10 +28,9 @@ pub enum FloatFormat {
 /// Self::DTYPE.size()` and an alignment NCCL's type allows, `FLOAT` (when `Some`) must be
 /// the layout of `Self`, and `map_op` must return only operators `Self::DTYPE` supports, never
 /// a premul-sum with a device factor (an address safe code could not vouch for). Otherwise an
-/// operation reads or writes past the buffer.
-pub unsafe trait Element:
-    cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits + Copy + Send + Sync + 'static
-{
+/// operation reads or writes past the buffer. All-zero bytes must be a valid value (buffers
+/// start zeroed).
+pub unsafe trait Element: DeviceValue + Copy + Send + Sync + 'static {
     /// The NCCL type of the elements.
     const DTYPE: DataType;
 
@@ -48,6 +47,19 @@ pub unsafe trait Element:
         false
     }
 }
+
+/// What device memory needs of an element: cudarc's `DeviceRepr` and `ValidAsZeroBits` with
+/// the `nccl` feature (device slices of it are made and zeroed), nothing without it.
+#[cfg(feature = "nccl")]
+pub trait DeviceValue: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits {}
+#[cfg(feature = "nccl")]
+impl<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits> DeviceValue for T {}
+
+/// What device memory needs of an element: nothing in a build without the `nccl` feature.
+#[cfg(not(feature = "nccl"))]
+pub trait DeviceValue {}
+#[cfg(not(feature = "nccl"))]
+impl<T> DeviceValue for T {}
 
 macro_rules! nccl_type {
     ($($t:ty => $d:ident),* $(,)?) => {

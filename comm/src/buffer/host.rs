@@ -194,8 +194,8 @@ impl Memory for MockBackend {
                 format_args!("a buffer that fits in memory, got {len} elements"),
             )
         })?;
-        // SAFETY: every `Element` (integers, floats, half types, fp8, bool) is valid as all
-        // zero bytes, and `len` elements were reserved above.
+        // SAFETY: every `Element` is valid as all zero bytes (the trait's contract), and `len`
+        // elements were reserved above.
         unsafe {
             std::ptr::write_bytes(v.as_mut_ptr(), 0, len);
             v.set_len(len);
