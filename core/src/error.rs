@@ -5,6 +5,10 @@ use crate::feature::{Feature, FeatureSet, Missing};
 use crate::result::ResultCode;
 use crate::text::{Escaped, Text};
 
+mod fix;
+
+pub use fix::{Fix, GET_NCCL};
+
 /// `Result` with oxccl's [`Error`].
 pub type Result<T, E = Error> = core::result::Result<T, E>;
 
@@ -12,8 +16,10 @@ pub type Result<T, E = Error> = core::result::Result<T, E>;
 ///
 /// `Display` shows every text it holds through [`Escaped`], so no value that reached a message
 /// (a path, a variable's value, a peer's or the library's text) writes control characters to
-/// a terminal (see [`crate::text`](mod@crate::text)).
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+/// a terminal (see [`crate::text`](mod@crate::text)). `Debug` is the same message followed by
+/// what to do about it where oxccl knows ([`Error::fix`]), so `main` returning the error
+/// prints both.
+#[derive(Clone, PartialEq, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// The call was wrong: fix the named argument. Refused before any library call.

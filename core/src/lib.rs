@@ -40,7 +40,7 @@ pub use check::CheckCtx;
 pub use comm_state::CommState;
 pub use config::{CommConfig, ConfigField};
 pub use dtype::DataType;
-pub use error::{CaptureError, Error, Result};
+pub use error::{CaptureError, Error, Fix, Result};
 pub use feature::{Feature, FeatureSet, Missing};
 pub use id::UniqueId;
 pub use one_sided::OneSided;

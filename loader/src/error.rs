@@ -34,8 +34,9 @@ impl fmt::Display for Tried {
     }
 }
 
-/// A library that could not be loaded, each kind naming the path.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+/// A library that could not be loaded, each kind naming the path. `Debug` is the same message
+/// followed by how to get a usable NCCL, so `main` returning the error prints both.
+#[derive(Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum LoadError {
     /// No file at the path (or the system search found no library of that name).
@@ -131,6 +132,15 @@ impl fmt::Display for ListTried<'_> {
             write!(f, "\n  - {t}")?;
         }
         Ok(())
+    }
+}
+
+/// The message, then how to get a usable library (what `main` returning the error, `unwrap`
+/// and `{:?}` print).
+impl fmt::Debug for LoadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)?;
+        write!(f, "\n  to fix: {}", oxccl_core::error::GET_NCCL)
     }
 }
 

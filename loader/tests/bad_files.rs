@@ -576,3 +576,37 @@ fn a_fifo_in_a_python_wheel_folder_is_passed_over_promptly() {
     }
     let _ = std::fs::remove_dir_all(&venv);
 }
+
+/// What `main` returning a load error prints (`Debug`): the message as `Display` shows it,
+/// every place tried, then how to get a usable library, not the struct's fields.
+#[test]
+fn a_load_error_prints_its_message_and_the_fix_through_debug() {
+    use oxccl_loader::Tried;
+    let e = LoadError::NothingFound {
+        tried: vec![
+            Tried {
+                place: "OXCCL_NCCL_LIBRARY".into(),
+                reason: "unset".into(),
+            },
+            Tried {
+                place: "libnccl.so.2 (system search)".into(),
+                reason: "no such file".into(),
+            },
+        ],
+    };
+    let d = format!("{e:?}");
+    assert!(d.starts_with(&e.to_string()), "{d}");
+    assert!(
+        d.contains("\n  - libnccl.so.2 (system search): no such file"),
+        "{d}"
+    );
+    assert!(
+        d.ends_with(&format!("\n  to fix: {}", oxccl_core::error::GET_NCCL)),
+        "{d}"
+    );
+    assert!(!d.contains("NothingFound") && !d.contains("Tried {"), "{d}");
+    let missing = LoadError::Missing {
+        path: "/nope/libnccl.so.2".into(),
+    };
+    assert!(format!("{missing:?}").starts_with("/nope/libnccl.so.2: no such file\n  to fix: "));
+}

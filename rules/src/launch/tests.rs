@@ -574,3 +574,15 @@ fn hostlist_errors_name_the_variable() {
         "a host list like node[01-04,7]: a range whose end is below its start, got \"n[2-1]\""
     );
 }
+
+/// No launcher's variables and no rank given: the error names `RANK`, lists what a launcher
+/// sets, and carries the fix a newcomer needs (a launcher, or ranks as threads).
+#[test]
+fn no_launcher_is_refused_with_the_fix() {
+    let e = LaunchInfo::resolve(|_| None, None, None).unwrap_err();
+    let (arg, expected) = invalid(e.clone());
+    assert_eq!(arg, "RANK");
+    assert!(expected.contains("RANK+WORLD_SIZE") && expected.contains("none is set"));
+    assert_eq!(e.fix(), Some(oxccl_core::Fix::StartRanks));
+    assert!(alloc::format!("{e:?}").contains("oxccl::launch::spawn"));
+}
