@@ -133,10 +133,6 @@ fn tune_refuses_what_it_cannot_measure() {
     }
     let o = perf(&["--out", "x.tune"]);
     assert_eq!(o.status.code(), Some(2), "--out is tune's");
-    let bad = tmp("no/such/dir/x.tune");
-    let o = tune(&["-e", "64", "--out", bad.to_str().unwrap()]);
-    assert_eq!(o.status.code(), Some(3));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("cannot write --out"));
 }
 
 /// An output path that names a FIFO, a directory or a device, or a file in a folder that

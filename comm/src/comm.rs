@@ -15,7 +15,40 @@ use std::sync::Arc;
 
 /// A safe NCCL communicator bound to one CUDA stream. Operations take `&mut self` because NCCL
 /// forbids concurrent calls on one communicator; [`Comm::abort_handle`] gives a handle that
-/// stops it from any other thread.
+/// stops it from any other thread. Through `oxccl`, it is `oxccl::Comm` (feature `nccl`).
+///
+/// One rank per GPU, here every GPU of the machine driven from one process (a rank per
+/// process works the same, with the id sent to the others):
+///
+/// ```no_run
+/// use oxccl_comm::{Backend as _, Comm, CommConfig, Nccl, ReduceOp};
+///
+/// fn main() -> Result<(), Box<dyn std::error::Error>> {
+///     let nccl = Nccl::load()?; // or Nccl::open("/path/to/libnccl.so.2")
+///     let id = nccl.unique_id()?; // 128 bytes every rank must get
+///     let n = oxccl_comm::nccl::device_count()?;
+///     let ranks: Vec<_> = (0..n)
+///         .map(|rank| {
+///             let (nccl, id) = (nccl.clone(), id);
+///             std::thread::spawn(move || -> oxccl_comm::Result<Vec<f32>> {
+///                 let mut comm = Comm::init_rank(&nccl, &id, rank, n, rank, &CommConfig::new())?;
+///                 let stream = comm.stream().clone();
+///                 let x = stream.clone_htod(&[rank as f32; 1024]).expect("upload");
+///                 let mut y = stream.alloc_zeros::<f32>(1024).expect("alloc");
+///                 comm.all_reduce(&x, &mut y, ReduceOp::Sum)?; // checked before NCCL sees it
+///                 comm.synchronize()?; // waits, then reports asynchronous errors
+///                 let out = stream.clone_dtoh(&y).expect("download");
+///                 comm.destroy()?; // finalize + destroy (a drop aborts instead)
+///                 Ok(out)
+///             })
+///         })
+///         .collect();
+///     for r in ranks {
+///         println!("{:?}", &r.join().expect("rank thread")?[..4]);
+///     }
+///     Ok(())
+/// }
+/// ```
 #[derive(Debug)]
 pub struct Comm {
     comm: NcclComm,

@@ -2,24 +2,25 @@
 //! feature gated by the loaded version). The `oxccl` crate re-exports all of it; add this one
 //! alone for a communicator without the process group.
 //!
-//! - [`Nccl`] finds and loads `libnccl.so.2` (any release from 2.13 on), and says which
+//! - `Nccl` finds and loads `libnccl.so.2` (any release from 2.13 on), and says which
 //!   features it has and why any is missing.
-//! - [`Comm`] is a safe communicator over cudarc device slices: every collective, send/recv,
+//! - `Comm` is a safe communicator over cudarc device slices: every collective, send/recv,
 //!   all-to-all with uneven splits, gather/scatter, the `_v` variants, premul-sum, split,
 //!   registration, symmetric windows and one-sided put / signal / wait on them (NCCL 2.29+),
-//!   revoke, shrink and grow ([`Comm::shrink`], [`Comm::grow`], [`Comm::join_grown`]),
-//!   suspend / resume, abort from any thread through an [`AbortHandle`], and group guards.
-//! - [`Comm::issue`] is the raw escape hatch for frameworks with their own tensors.
-//! - [`mock`] is an in-process world of ranks on host memory for tests without GPUs.
+//!   revoke, shrink and grow (`Comm::shrink`, `Comm::grow`, `Comm::join_grown`),
+//!   suspend / resume, abort from any thread through an `AbortHandle`, and group guards.
+//! - `Comm::issue` is the raw escape hatch for frameworks with their own tensors.
+//! - `mock` is an in-process world of ranks on host memory for tests without GPUs.
 //!
-//! Thread safety: a [`Comm`] is `Send` (move it to the thread that drives its GPU); its
+//! Thread safety: a `Comm` is `Send` (move it to the thread that drives its GPU); its
 //! operations take `&mut self`, because NCCL forbids concurrent calls on one communicator.
-//! [`AbortHandle`] is `Send + Sync + Clone` and stops the communicator from any thread.
+//! `AbortHandle` is `Send + Sync + Clone` and stops the communicator from any thread.
 //!
 //! Cargo features (both on by default): `nccl`, the NCCL backend and everything on it
-//! ([`Comm`], [`CommGroup`], [`CommGraph`], [`GroupGuard`], [`buffer::NcclBuf`]); `mock`, the in-process mock
-//! world and its buffers ([`buffer::HostBuf`]), for tests without GPUs. A program that only
-//! wants one turns the other off.
+//! (`Comm`, `CommGroup`, `CommGraph`, `GroupGuard`, `buffer::NcclBuf`); `mock`, the in-process mock
+//! world and its buffers (`buffer::HostBuf`), for tests without GPUs. A program that only
+//! wants one turns the other off. (Items of a feature are named without links here, so this
+//! page reads the same under every feature set.)
 
 mod aborts;
 pub mod buffer;

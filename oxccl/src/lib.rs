@@ -1,21 +1,74 @@
 //! oxccl: NCCL for Rust, loaded at run time, every feature gated by the loaded version, with
-//! PyTorch's process group on top.
+//! PyTorch's process group on top, written once over a backend trait so the same code runs on
+//! GPUs and, in tests, on an in-process mock world without one.
 //!
-//! - [`Nccl`] finds and loads `libnccl.so.2` (any release from 2.13 on), and says which
-//!   features it has and why any is missing.
-//! - [`Comm`] is a safe communicator over cudarc device slices: every collective, send/recv,
-//!   all-to-all with uneven splits, gather/scatter, the `_v` variants, premul-sum, split,
-//!   registration, graphs, abort from any thread through an [`AbortHandle`], and group guards
-//!   (the package `oxccl-comm`, its names re-exported here).
-//! - [`pg::ProcessGroup`] is PyTorch's process group over any backend: [`pg::Work`] handles,
-//!   timeouts, coalescing, subgroups, a [`watchdog`] and a flight [`recorder`]; [`launch`]
-//!   starts one from torchrun's, Slurm's or MPI's environment through a [`store`].
-//! - [`pg::elastic`] decides, through the store, which ranks go on after one is lost.
-//! - [`mock`] is an in-process world of ranks on host memory for tests without GPUs.
+//! # A first program
 //!
-//! Thread safety: a [`Comm`] is `Send` (move it to the thread that drives its GPU); its
+//! Two ranks (one per GPU where NCCL and GPUs are, else on the mock world), as threads of this
+//! process, each adding its rank + 1 across the group:
+//!
+//! ```
+//! use oxccl::launch::{local_gpus, spawn, WithProcessGroup};
+//! use oxccl::pg::{PgBackend, ProcessGroup};
+//! use oxccl::ReduceOp;
+//!
+//! #[derive(Clone)]
+//! struct Sum;
+//!
+//! impl WithProcessGroup for Sum {
+//!     type Output = Vec<f32>;
+//!     fn run<B: PgBackend>(self, pg: ProcessGroup<B>) -> oxccl::Result<Vec<f32>> {
+//!         let mut x = pg.upload(&[pg.global_rank() as f32 + 1.0; 4])?;
+//!         pg.all_reduce(&mut x, ReduceOp::Sum)?.wait()?;
+//!         pg.download(&x)
+//!     }
+//! }
+//!
+//! fn main() -> oxccl::Result<()> {
+//!     let world = match local_gpus() {
+//!         0 => 2,
+//!         n => n,
+//!     };
+//!     for (rank, sum) in spawn(world, Sum)?.iter().enumerate() {
+//!         println!("rank {rank}: {sum:?}");
+//!     }
+//!     Ok(())
+//! }
+//! ```
+//!
+//! Under torchrun, srun or mpirun, [`launch::init_process_group`] runs the same `Sum` on the
+//! launcher's ranks instead.
+//!
+//! # Which type do I want
+//!
+//! | you want | take |
+//! |---|---|
+//! | ranks that train together, PyTorch-style: work handles, timeouts, subgroups, dumps | [`pg::ProcessGroup`], made by [`launch::init_process_group`] under a launcher or [`launch::spawn`] as threads |
+//! | the outcome of one operation: wait, poll, its error, its duration | [`pg::Work`] |
+//! | one NCCL communicator over cudarc device slices (feature `nccl`) | `Comm`, its `group()` for operations launched together |
+//! | NCCL on your framework's own tensors (raw device pointers) | `Comm::issue`, [`CommOp`] |
+//! | which NCCL is loaded, and what it can do (feature `nccl`) | `Nccl` ([`FeatureSet`]) |
+//! | ranks on host memory, for tests without a GPU (feature `mock`) | `mock::World`, or `OXCCL_BACKEND=mock` under the process group |
+//! | a rendezvous between processes, PyTorch's `TCPStore` protocol | [`store::TcpStore`], [`store::FileStore`], [`store::MemStore`] |
+//! | what each rank was doing when a job hung | [`recorder`] (dumps in PyTorch's format), `oxccl trace` |
+//! | going on after a lost rank | [`pg::elastic`] (`OXCCL_ELASTIC=1`) |
+//!
+//! Every error is an [`Error`] whose variant says what to do; its `Debug` adds the fix for the
+//! ones met first (no launcher, no GPU, a library too old), so `main` returning it says how
+//! to go on.
+//!
+//! # Cargo features
+//!
+//! `nccl` (default): the NCCL backend, loaded at run time, and everything on it (`Nccl`,
+//! `Comm`, graphs, device buffers). `mock` (default): the in-process mock world. A program
+//! that wants one turns the other off (`default-features = false`); a mock-only build
+//! compiles no CUDA binding. `trace-reader` (off): `recorder::reader`, dumps read back and
+//! a hang diagnosed from them (it needs `serde_json`).
+//!
+//! Thread safety: a `Comm` is `Send` (move it to the thread that drives its GPU); its
 //! operations take `&mut self`, because NCCL forbids concurrent calls on one communicator.
-//! [`AbortHandle`] is `Send + Sync + Clone` and stops the communicator from any thread.
+//! Its `AbortHandle` is `Send + Sync + Clone` and stops the communicator from any thread.
+//! A [`pg::ProcessGroup`] is `Clone`: every clone is the same group.
 
 mod deadline;
 pub mod launch;

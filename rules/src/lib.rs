@@ -7,7 +7,7 @@
 //! [`membership`] (who belongs to a group), [`elastic`] (going on after a lost rank), [`launch`], [`tune`], [`env`](mod@env).
 //!
 //! The feature `std` (off by default) adds the one part that touches the system: reading the
-//! tune table from its file ([`tune::file`]).
+//! tune table from its file (`tune::file`).
 #![no_std]
 
 extern crate alloc;

@@ -7,7 +7,20 @@ use crate::shared::CommShared;
 use oxccl_core::{CommConfig, Device, Error, Feature, FeatureSet, Result, Version};
 use std::time::Duration;
 
-/// Makes worlds of in-process ranks.
+/// Makes worlds of in-process ranks: communicators with NCCL's semantics on host memory, for
+/// tests without a GPU (calls that disagree across ranks, which NCCL would hang on, are
+/// errors here). Through `oxccl`, it is `oxccl::mock::World`.
+///
+/// ```
+/// use oxccl_core::Communicator;
+/// use oxccl_mock::World;
+///
+/// fn main() -> oxccl_core::Result<()> {
+///     let comms = World::new(2)?;
+///     assert_eq!((comms[0].rank(), comms[1].size()), (0, 2));
+///     Ok(())
+/// }
+/// ```
 #[derive(Debug, Clone, Copy)]
 pub struct World;
 

@@ -12,10 +12,10 @@
 //! stream order does the rest.
 //!
 //! - On NCCL a buffer is a cudarc `CudaSlice<T>` (with cudarc's event tracking, its default).
-//! - On the mock a buffer is a [`HostBuf<T>`]: host memory reached only through its stream.
+//! - On the mock a buffer is a `HostBuf<T>` (feature `mock`): host memory reached only through its stream.
 //!
 //! Each backend also has a second kind, [`Memory::CommBuf`], in the library's own allocator
-//! (`ncclMemAlloc` on NCCL: [`NcclBuf`]; a [`HostBuf`] with an allocation identity on the
+//! (`ncclMemAlloc` on NCCL: `NcclBuf` (feature `nccl`); a `HostBuf` with an allocation identity on the
 //! mock), which the process group may register with its communicator or put in a symmetric
 //! window per operation, as its tune table says. Every operation takes either kind (both are
 //! an [`Operand`]): a second type rather than a flag on the first, because cudarc's

@@ -149,6 +149,29 @@ pub fn with_backend<W: WithBackend>(env: &EnvConfig, w: W) -> Result<W::Output> 
 /// [`with_backend`], options from `OXCCL_*` variables with the bootstrap's device, then `w`
 /// with the default group, made on [`Bootstrap::group_store`] (scoped by torchrun's restart
 /// count where that is safe).
+///
+/// ```no_run
+/// // torchrun --nproc-per-node 2 --no-python target/release/my_program
+/// use oxccl::launch::{init_process_group, WithProcessGroup};
+/// use oxccl::pg::{PgBackend, ProcessGroup};
+/// use oxccl::ReduceOp;
+///
+/// struct Average;
+/// impl WithProcessGroup for Average {
+///     type Output = Vec<f32>;
+///     fn run<B: PgBackend>(self, pg: ProcessGroup<B>) -> oxccl::Result<Vec<f32>> {
+///         let mut grads = pg.upload(&[pg.global_rank() as f32; 1024])?;
+///         pg.all_reduce(&mut grads, ReduceOp::Avg)?.wait()?;
+///         pg.download(&grads)
+///     }
+/// }
+///
+/// fn main() -> oxccl::Result<()> {
+///     let averaged = init_process_group(Average)?;
+///     println!("{:?}", &averaged[..4]);
+///     Ok(())
+/// }
+/// ```
 pub fn init_process_group<W: WithProcessGroup>(w: W) -> Result<W::Output> {
     let vars: std::collections::HashMap<String, String> = std::env::vars().collect();
     let env = EnvConfig::from_lookup(|k| vars.get(k).map(String::as_str))?;

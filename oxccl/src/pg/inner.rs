@@ -207,6 +207,39 @@ impl<B: PgBackend> PgInner<B> {
 
 /// A process group over backend `B`: c10d's `ProcessGroup`. Cheap to clone (the clones share
 /// the group). Dropping the last clone aborts its communicator (never waits for peers).
+///
+/// Made by [`crate::launch::init_process_group`] under a launcher, by
+/// [`crate::launch::spawn`] as threads, or by [`ProcessGroup::new`] with a backend and a
+/// store of your own, as here: two ranks of the mock world, as threads sharing a store.
+///
+/// ```
+/// use oxccl::mock::MockBackend;
+/// use oxccl::pg::{PgOptions, ProcessGroup};
+/// use oxccl::store::{MemStore, Store};
+/// use oxccl::{Device, ReduceOp};
+/// use std::sync::Arc;
+///
+/// fn main() -> oxccl::Result<()> {
+///     let backend = MockBackend::new();
+///     let store: Arc<dyn Store> = Arc::new(MemStore::new());
+///     let ranks: Vec<_> = (0..2u32)
+///         .map(|rank| {
+///             let (backend, store) = (backend.clone(), store.clone());
+///             std::thread::spawn(move || -> oxccl::Result<Vec<i64>> {
+///                 let opts = PgOptions { device: Device(rank), ..PgOptions::default() };
+///                 let pg = ProcessGroup::new(backend, store, rank, 2, opts)?;
+///                 let mut x = pg.upload(&[i64::from(rank) + 1; 3])?;
+///                 pg.all_reduce(&mut x, ReduceOp::Max)?.wait()?;
+///                 pg.download(&x)
+///             })
+///         })
+///         .collect();
+///     for r in ranks {
+///         assert_eq!(r.join().unwrap()?, [2, 2, 2]);
+///     }
+///     Ok(())
+/// }
+/// ```
 pub struct ProcessGroup<B: PgBackend> {
     /// The group as it was made; after a loss its successors follow it (see
     /// [`ProcessGroup::inner`]).

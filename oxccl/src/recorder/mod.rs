@@ -9,8 +9,51 @@
 //! - [`DumpTrigger`]: the on-request trigger (a `dump_request` file in the dump directory),
 //!   polled by the recorder's owner.
 //!
-//! - [`reader`] (feature `trace-reader`): reads dumps back and diagnoses a hang from them, as
+//! - `reader` (feature `trace-reader`): reads dumps back and diagnoses a hang from them, as
 //!   `oxccl trace` prints it.
+//!
+//! A process group dumps by itself (on a timeout with `OXCCL_DUMP_ON_TIMEOUT=1`, or when a
+//! `dump_request` file appears in `OXCCL_TRACE_DIR`); a program can also write a group's ring
+//! whenever it likes, as here, and read it back:
+//!
+//! ```
+//! use oxccl::launch::{spawn, WithProcessGroup};
+//! use oxccl::pg::{PgBackend, ProcessGroup};
+//! use oxccl::recorder::{write_dump, DumpMeta};
+//! use oxccl::ReduceOp;
+//!
+//! #[derive(Clone)]
+//! struct StepThenDump(std::path::PathBuf);
+//!
+//! impl WithProcessGroup for StepThenDump {
+//!     type Output = ();
+//!     fn run<B: PgBackend>(self, pg: ProcessGroup<B>) -> oxccl::Result<()> {
+//!         let mut x = pg.upload(&[1.0f32; 8])?;
+//!         pg.all_reduce(&mut x, ReduceOp::Sum)?.wait()?;
+//!         let meta = DumpMeta::new(pg.global_rank(), pg.size());
+//!         write_dump(&self.0, &meta, &pg.recorder().lock(), false)
+//!             .map_err(|e| oxccl::Error::invalid("dir", format_args!("a writable folder: {e}")))?;
+//!         Ok(())
+//!     }
+//! }
+//!
+//! fn main() -> oxccl::Result<()> {
+//!     # std::env::set_var("OXCCL_BACKEND", "mock");
+//!     let dir = std::env::temp_dir().join(format!("oxccl-doc-dumps-{}", std::process::id()));
+//!     spawn(2, StepThenDump(dir.clone()))?;
+//!     // Each rank wrote rank_<r>.json (and trace_<r> for PyTorch's torchfrtrace).
+//!     let dump = std::fs::read_to_string(dir.join("rank_1.json")).unwrap();
+//!     assert!(dump.contains("nccl:all_reduce"));
+//!     # #[cfg(feature = "trace-reader")]
+//!     # {
+//!     let read = oxccl::recorder::reader::parse_dump(&dump, None).unwrap();
+//!     assert_eq!(read.rank, 1);
+//!     assert!(read.entries.iter().any(|e| e.profiling_name == "nccl:all_reduce"));
+//!     # }
+//!     std::fs::remove_dir_all(&dir).ok();
+//!     Ok(())
+//! }
+//! ```
 
 mod dump;
 mod json;

@@ -82,7 +82,24 @@ impl TcpStoreOptions {
 }
 
 /// A [`Store`] over PyTorch's TCPStore protocol: a client of a TCP store server, and, when
-/// opened with `is_server`, that server too (shut down when the store is dropped).
+/// opened with `is_server`, that server too (shut down when the store is dropped). A
+/// PyTorch program's `TCPStore` can be either side. Through `oxccl`, it is
+/// `oxccl::store::TcpStore`.
+///
+/// ```
+/// use oxccl_store::{Store, TcpStore, TcpStoreOptions};
+/// use std::time::Duration;
+///
+/// fn main() -> oxccl_core::Result<()> {
+///     // Rank 0 serves (port 0: any free port), another process connects to it.
+///     let server = TcpStore::new(TcpStoreOptions::server("127.0.0.1", 0))?;
+///     let client = TcpStore::new(TcpStoreOptions::client("127.0.0.1", server.port()))?;
+///     client.set("greeting", b"hello")?;
+///     assert_eq!(server.get("greeting", Duration::from_secs(5))?, b"hello");
+///     assert_eq!(server.add("arrived", 1)? + client.add("arrived", 1)?, 3);
+///     Ok(())
+/// }
+/// ```
 pub struct TcpStore {
     // Declared first so its connections close before the server stops.
     client: Client,

@@ -24,6 +24,31 @@ use tracked::TrackedWork;
 /// An operation in flight: wait for it, ask whether it completed, read its first error and its
 /// duration. Cheap to clone. Dropping it never waits: the operation goes on in stream order,
 /// and its buffers stay valid until it has run.
+///
+/// ```
+/// use oxccl::launch::{spawn, WithProcessGroup};
+/// use oxccl::pg::{PgBackend, ProcessGroup};
+/// use std::time::Duration;
+///
+/// #[derive(Clone)]
+/// struct Step;
+/// impl WithProcessGroup for Step {
+///     type Output = Vec<f32>;
+///     fn run<B: PgBackend>(self, pg: ProcessGroup<B>) -> oxccl::Result<Vec<f32>> {
+///         let mut x = pg.upload(&[pg.global_rank() as f32; 2])?;
+///         let work = pg.broadcast(&mut x, 1)?;        // rank 1's values to every rank
+///         work.wait_timeout(Duration::from_secs(60))?; // or wait(), bounded by the group's timeout
+///         assert!(work.is_completed() && work.error().is_none());
+///         pg.download(&x)
+///     }
+/// }
+///
+/// fn main() -> oxccl::Result<()> {
+///     # std::env::set_var("OXCCL_BACKEND", "mock");
+///     assert_eq!(spawn(2, Step)?, [vec![1.0, 1.0], vec![1.0, 1.0]]);
+///     Ok(())
+/// }
+/// ```
 pub struct Work<E, A> {
     of: Of<E, A>,
 }
