@@ -659,7 +659,7 @@ pub const TORCH_VARIABLES: &[TorchVariable] = &[
     ),
     not_honoured(
         "TORCH_NCCL_TRACE_CPP_STACK",
-        "oxccl's flight-recorder entries hold no C++ stack",
+        "oxccl records no stacks: each dump entry's `frames` is empty",
     ),
     not_honoured("TORCH_NCCL_CUDA_EVENT_CACHE", "oxccl has no such switch"),
     not_honoured("TORCH_NCCL_BCAST_UNIQUEID", "oxccl has no such switch"),
