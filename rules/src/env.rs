@@ -412,8 +412,8 @@ impl Default for EnvConfig {
 }
 
 impl EnvConfig {
-    /// Reads every variable of [`VARIABLES`] through `lookup` (`None`: unset). The first
-    /// malformed value is the error, naming its variable.
+    /// Reads every variable of [`VARIABLES`] through `lookup` (`None`: unset), in the table's
+    /// order. The first malformed value in that order is the error, naming its variable.
     pub fn from_lookup<'a>(lookup: impl Fn(&str) -> Option<&'a str>) -> Result<EnvConfig> {
         let d = EnvConfig::default();
         let boolean = |name: &'static str, default: bool| {
@@ -422,6 +422,8 @@ impl EnvConfig {
         let millis = |name: &'static str, min: u64, default: Duration| {
             lookup(name).map_or(Ok(default), |v| parse_millis(name, v, min, u64::MAX))
         };
+        // Each in VARIABLES' order, so that the first refusal is the same whoever asks
+        // (`resolve` checks them one by one in that order).
         let backend = match lookup(BACKEND) {
             None => None,
             Some(v) if v.eq_ignore_ascii_case("auto") => None,
@@ -438,6 +440,7 @@ impl EnvConfig {
             None => None,
             Some(v) => Some(parse_millis(TIMEOUT_MS, v, 1, u64::MAX)?),
         };
+        let blocking_wait = boolean(BLOCKING_WAIT, d.blocking_wait)?;
         let async_error_handling = match lookup(ASYNC_ERROR_HANDLING) {
             None => d.async_error_handling,
             Some(v) => {
@@ -446,12 +449,18 @@ impl EnvConfig {
                 ErrorHandling::from_code(code).unwrap_or(d.async_error_handling)
             }
         };
+        let enable_timing = boolean(ENABLE_TIMING, d.enable_timing)?;
+        let nonblocking = boolean(NONBLOCKING, d.nonblocking)?;
         let nonblocking_timeout = match lookup(NONBLOCKING_TIMEOUT_MS) {
             None => d.nonblocking_timeout,
             Some(v) => {
                 Some(parse_millis(NONBLOCKING_TIMEOUT_MS, v, 0, u64::MAX)?).filter(|t| !t.is_zero())
             }
         };
+        let high_priority = boolean(HIGH_PRIORITY, d.high_priority)?;
+        let nan_check = boolean(NAN_CHECK, d.nan_check)?;
+        let desync_debug = boolean(DESYNC_DEBUG, d.desync_debug)?;
+        let dump_on_timeout = boolean(DUMP_ON_TIMEOUT, d.dump_on_timeout)?;
         let trace_buffer_size = match lookup(TRACE_BUFFER_SIZE) {
             None => d.trace_buffer_size,
             // Capped far below u32::MAX, so the conversion cannot fail.
@@ -459,44 +468,50 @@ impl EnvConfig {
                 u32::try_from(parse_u64(TRACE_BUFFER_SIZE, v, 0, MAX_TRACE_BUFFER)?).unwrap_or(0)
             }
         };
+        let enable_monitoring = boolean(ENABLE_MONITORING, d.enable_monitoring)?;
         let heartbeat_timeout = match lookup(HEARTBEAT_TIMEOUT_SEC) {
             None => d.heartbeat_timeout,
             Some(v) => parse_secs(HEARTBEAT_TIMEOUT_SEC, v, 0, u64::MAX)?,
         };
+        let wait_timeout_dump = millis(WAIT_TIMEOUT_DUMP_MS, 0, d.wait_timeout_dump)?;
+        let coord_check = millis(COORD_CHECK_MS, 1, d.coord_check)?;
         let peer_kernels = match lookup(PEER_KERNELS) {
             None => d.peer_kernels,
             Some(v) => parse_peer_kernels(v)?,
         };
+        let elastic = boolean(ELASTIC, d.elastic)?;
+        let elastic_window = millis(ELASTIC_WINDOW_MS, 1, d.elastic_window)?;
+        let mock_version = match lookup(MOCK_VERSION) {
+            None => None,
+            Some(v) if v.eq_ignore_ascii_case("default") => None,
+            Some(v) => Some(oxccl_core::version::Version::parse(v).ok_or_else(|| {
+                Error::invalid(
+                    MOCK_VERSION,
+                    format_args!("an NCCL release such as 2.32.3, got \"{}\"", Escaped(v)),
+                )
+            })?),
+        };
         Ok(EnvConfig {
             backend,
             timeout,
-            blocking_wait: boolean(BLOCKING_WAIT, d.blocking_wait)?,
+            blocking_wait,
             async_error_handling,
-            enable_timing: boolean(ENABLE_TIMING, d.enable_timing)?,
-            nonblocking: boolean(NONBLOCKING, d.nonblocking)?,
+            enable_timing,
+            nonblocking,
             nonblocking_timeout,
-            high_priority: boolean(HIGH_PRIORITY, d.high_priority)?,
-            nan_check: boolean(NAN_CHECK, d.nan_check)?,
-            desync_debug: boolean(DESYNC_DEBUG, d.desync_debug)?,
-            dump_on_timeout: boolean(DUMP_ON_TIMEOUT, d.dump_on_timeout)?,
+            high_priority,
+            nan_check,
+            desync_debug,
+            dump_on_timeout,
             trace_buffer_size,
-            enable_monitoring: boolean(ENABLE_MONITORING, d.enable_monitoring)?,
+            enable_monitoring,
             heartbeat_timeout,
-            wait_timeout_dump: millis(WAIT_TIMEOUT_DUMP_MS, 0, d.wait_timeout_dump)?,
-            coord_check: millis(COORD_CHECK_MS, 1, d.coord_check)?,
+            wait_timeout_dump,
+            coord_check,
             peer_kernels,
-            elastic: boolean(ELASTIC, d.elastic)?,
-            elastic_window: millis(ELASTIC_WINDOW_MS, 1, d.elastic_window)?,
-            mock_version: match lookup(MOCK_VERSION) {
-                None => None,
-                Some(v) if v.eq_ignore_ascii_case("default") => None,
-                Some(v) => Some(oxccl_core::version::Version::parse(v).ok_or_else(|| {
-                    Error::invalid(
-                        MOCK_VERSION,
-                        format_args!("an NCCL release such as 2.32.3, got \"{}\"", Escaped(v)),
-                    )
-                })?),
-            },
+            elastic,
+            elastic_window,
+            mock_version,
         })
     }
 

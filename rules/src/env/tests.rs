@@ -158,6 +158,29 @@ fn empty_environment_gives_pytorch_defaults() {
     assert_eq!(c.coord_check, Duration::from_millis(1000));
 }
 
+/// The reads follow VARIABLES' order, so the first refusal is the earliest variable there
+/// (what `resolve`, which checks each on its own, reports too).
+#[test]
+fn variables_are_read_in_the_table_order() {
+    let asked: RefCell<alloc::vec::Vec<&str>> = RefCell::new(alloc::vec::Vec::new());
+    let _ = EnvConfig::from_lookup(|name| {
+        if let Some((n, _, _)) = VARIABLES.iter().find(|(n, _, _)| *n == name) {
+            asked.borrow_mut().push(n);
+        }
+        None
+    });
+    let table: alloc::vec::Vec<&str> = VARIABLES.iter().map(|(n, _, _)| *n).collect();
+    assert_eq!(*asked.borrow(), table);
+    let pairs = [
+        (PEER_KERNELS, "fast"),
+        (COORD_CHECK_MS, "x"),
+        (NAN_CHECK, "2"),
+    ];
+    let e = EnvConfig::from_lookup(env(&pairs)).unwrap_err();
+    assert_eq!(arg_of(&e), NAN_CHECK);
+    assert_eq!(resolve(pairs).config, Err(e));
+}
+
 #[test]
 fn every_variable_is_read() {
     let asked: RefCell<heapless::Vec<&'static str, 32>> = RefCell::new(heapless::Vec::new());
