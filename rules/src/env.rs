@@ -941,11 +941,11 @@ pub fn resolve<'a>(vars: impl IntoIterator<Item = (&'a str, &'a str)>) -> Settin
             notes.push(note(row.name, v, Outcome::NotHonoured(why)));
         }
     }
-    for &(k, v) in &vars {
+    for &(k, _) in &vars {
         let known = TORCH_VARIABLES.iter().any(|r| r.name == k);
-        // A repeated name is noted once.
+        // A repeated name is noted once, with the value that counts.
         let noted = notes.iter().any(|n| n.name == k);
-        if k.starts_with(TORCH_NCCL_PREFIX) && !known && !noted {
+        if let Some(v) = get(k).filter(|_| k.starts_with(TORCH_NCCL_PREFIX) && !known && !noted) {
             notes.push(note(k, v, Outcome::Unknown));
         }
     }
