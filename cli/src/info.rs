@@ -1,5 +1,6 @@
 //! `oxccl info`: which NCCL was loaded and how it was found, what it can do, the GPUs and
-//! their links, the variables in effect and the launcher recognised.
+//! their links, the variables in effect (with what the process group makes of PyTorch's names
+//! and of values it refuses) and the launcher recognised.
 
 use crate::{exit, gpus};
 use clap::Args;
@@ -43,6 +44,7 @@ pub fn run(a: &InfoArgs) -> ExitCode {
         "library": library_json(&loaded, a.library.is_some(), total.as_secs_f64() * 1e3),
         "gpu": gpus::to_json(&gpus::probe()),
         "environment": env_json(),
+        "settings": settings_json(),
         "launcher": launcher_json(),
     });
     if a.json {
@@ -122,15 +124,56 @@ fn search_order() -> Vec<String> {
         .collect()
 }
 
-/// The `NCCL_*` and `OXCCL_*` variables, their bytes that are not UTF-8 as `\xNN` (the
-/// rendering of the library's paths, [`os_text`]).
+/// Whether `oxccl info` lists a variable: NCCL's, oxccl's, and PyTorch's for its NCCL group.
+fn listed(name: &str) -> bool {
+    ["NCCL_", "OXCCL_", "TORCH_NCCL_", "TORCH_DIST"]
+        .iter()
+        .any(|p| name.starts_with(p))
+}
+
+/// The variables [`listed`], their bytes that are not UTF-8 as `\xNN` (the rendering of the
+/// library's paths, [`os_text`]).
 fn env_json() -> Value {
     let mut vars: Vec<(String, String)> = std::env::vars_os()
         .map(|(k, v)| (os_text(&k).into_owned(), os_text(&v).into_owned()))
-        .filter(|(k, _)| k.starts_with("NCCL_") || k.starts_with("OXCCL_"))
+        .filter(|(k, _)| listed(k))
         .collect();
     vars.sort();
     Value::Object(vars.into_iter().map(|(k, v)| (k, json!(v))).collect())
+}
+
+/// What the process group makes of this environment: one object per note of
+/// [`oxccl::rules::env::resolve`] (a PyTorch name taken, ignored, not honoured or unknown, a
+/// value refused), the same function and checks the group applies, by variable name.
+fn settings_json() -> Value {
+    use oxccl::rules::env::Outcome;
+    let vars = oxccl::launch::EnvVars::from_process();
+    let settings = oxccl::rules::env::resolve(vars.iter());
+    let notes = settings.notes.iter().map(|n| {
+        let mut o = json!({
+            "variable": n.name,
+            "value": n.value,
+            "outcome": n.outcome.label(),
+            "text": n.to_string(),
+        });
+        match &n.outcome {
+            Outcome::Taken { oxccl, value, .. } => {
+                o["as"] = json!(oxccl);
+                o["as_value"] = json!(value);
+            }
+            Outcome::Overridden { by } => o["by"] = json!(by),
+            Outcome::NotHonoured(why) => o["why"] = json!(why),
+            Outcome::Unknown => {}
+            Outcome::Invalid(e) => {
+                o["error"] = json!(e.to_string());
+                if let oxccl::Error::InvalidArgument { expected, .. } = &**e {
+                    o["expected"] = json!(expected.as_str());
+                }
+            }
+        }
+        o
+    });
+    Value::Array(notes.collect())
 }
 
 fn launcher_json() -> Value {
@@ -252,11 +295,18 @@ fn text(r: &Value) -> String {
     }
     let env = r["environment"].as_object();
     if env.is_none_or(|m| m.is_empty()) {
-        s += "variables: no NCCL_* or OXCCL_* set\n";
+        s += "variables: no NCCL_*, OXCCL_* or TORCH_NCCL_* set\n";
     } else {
         s += "variables:\n";
         for (k, v) in env.into_iter().flatten() {
             s += &format!("  {}={}\n", Escaped(k), str_of(v));
+        }
+    }
+    let notes = r["settings"].as_array().filter(|a| !a.is_empty());
+    if let Some(notes) = notes {
+        s += "settings:  what the process group makes of them (docs/ENVIRONMENT.md)\n";
+        for n in notes {
+            s += &format!("  {}\n", str_of(&n["text"]));
         }
     }
     let l = &r["launcher"];

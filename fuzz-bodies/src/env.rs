@@ -1,5 +1,6 @@
 //! The environment and launcher parsers on arbitrary variables: `EnvConfig::from_lookup`,
-//! `LaunchInfo::resolve` (torchrun, Slurm, Open MPI, PMI, explicit) and Slurm host lists.
+//! `env::resolve` (PyTorch's names beside oxccl's), `LaunchInfo::resolve` (torchrun, Slurm,
+//! Open MPI, PMI, explicit) and Slurm host lists.
 //! They never panic; a refusal names a variable that is set (or the caller's `rank` /
 //! `world_size`); an accepted launch has its rank below its size; a host list yields exactly
 //! the hosts it counts, each non-empty and within the host-name bound; every refusal's
@@ -7,7 +8,7 @@
 
 use arbitrary::{Arbitrary, Unstructured};
 use oxccl_core::Error;
-use oxccl_rules::env::{EnvConfig, VARIABLES};
+use oxccl_rules::env::{resolve, EnvConfig, TORCH_VARIABLES, VARIABLES};
 use oxccl_rules::launch::{HostList, LaunchInfo, HOST_CAPACITY};
 
 /// The launchers' variables (the runtime's own come from `VARIABLES`).
@@ -113,6 +114,8 @@ fn names() -> impl Iterator<Item = &'static str> {
         .iter()
         .map(|v| v.0)
         .chain(LAUNCH_VARS.iter().copied())
+        .chain(TORCH_VARIABLES.iter().map(|v| v.name))
+        .chain(["TORCH_NCCL_NOT_A_SETTING"])
 }
 
 /// One fuzz input: any bytes.
@@ -154,6 +157,26 @@ pub fn fuzz(data: &[u8]) {
         }
         Err(Error::InvalidArgument { arg, .. }) => assert!(is_set(arg), "{arg} is not set"),
         Err(e) => panic!("from_lookup refused with {e:?}"),
+    }
+
+    // PyTorch's names beside oxccl's: a refusal names a variable that is set, every note
+    // shows safely, and without any PyTorch name that sets a twin the decision is
+    // `from_lookup`'s.
+    let settings = resolve(env.iter().map(|(n, v)| (*n, v.as_str())));
+    match &settings.config {
+        Ok(_) => {}
+        Err(Error::InvalidArgument { arg, .. }) => assert!(is_set(arg), "{arg} is not set"),
+        Err(e) => panic!("resolve refused with {e:?}"),
+    }
+    for note in &settings.notes {
+        super::text::assert_shows_safely(note);
+        assert!(is_set(&note.name), "{} noted but not set", note.name);
+    }
+    let twins_set = TORCH_VARIABLES
+        .iter()
+        .any(|v| v.twin().is_some() && is_set(v.name));
+    if !twins_set {
+        assert_eq!(settings.config, EnvConfig::from_lookup(lookup));
     }
 
     match LaunchInfo::resolve(lookup, input.rank, input.world_size) {

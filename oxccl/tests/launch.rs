@@ -542,3 +542,20 @@ fn readme_table_matches_variables() {
         VARIABLES.len()
     );
 }
+
+/// docs/ENVIRONMENT.md's table of PyTorch's names is the one
+/// `oxccl_rules::env::write_torch_markdown_table` writes from `TORCH_VARIABLES`, whole.
+#[test]
+fn environment_doc_table_matches_torch_variables() {
+    let doc = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../docs/ENVIRONMENT.md"
+    ))
+    .unwrap();
+    let mut table = String::new();
+    oxccl::rules::env::write_torch_markdown_table(&mut table).unwrap();
+    assert!(
+        doc.contains(&format!("\n\n{table}\n")),
+        "docs/ENVIRONMENT.md's table differs from this one:\n{table}"
+    );
+}

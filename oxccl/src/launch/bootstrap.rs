@@ -5,7 +5,7 @@ use super::init::InitMethod;
 use crate::store::{FileStore, PrefixStore, Store, TcpStore, TcpStoreOptions};
 use oxccl_core::text::Escaped;
 use oxccl_core::{Device, Error, Result};
-use oxccl_rules::env::{parse_u64, EnvConfig};
+use oxccl_rules::env::parse_u64;
 use oxccl_rules::launch::{LaunchInfo, Launcher, SLURM_PORT_RULE};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -48,6 +48,11 @@ impl EnvVars {
     /// The value of `name`, if set.
     pub fn get(&self, name: &str) -> Option<&str> {
         self.0.get(name).map(String::as_str)
+    }
+
+    /// Every variable, as `(name, value)`, in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.0.iter().map(|(k, v)| (k.as_str(), v.as_str()))
     }
 }
 
@@ -100,10 +105,10 @@ impl Bootstrap {
 
     /// `env://` from the process's environment, with the store timeout of
     /// `OXCCL_TIMEOUT_MS` (600 s when unset): what a process started by torchrun, `srun` or
-    /// `mpirun` calls.
+    /// `mpirun` calls. Any refused setting ([`EnvVars::settings`]) is the error.
     pub fn from_env() -> Result<Bootstrap> {
         let env = EnvVars::from_process();
-        let timeout = EnvConfig::from_lookup(|k| env.get(k))?.timeout_for(None, None);
+        let timeout = env.settings().config?.timeout_for(None, None);
         Bootstrap::with_env(&InitMethod::Env, None, None, timeout, &env)
     }
 

@@ -7,7 +7,8 @@
 //! `MockBackend::for_processes`, so ranks in one process (threads) and in many (a launcher's
 //! processes on one machine) both work with the same binary.
 
-use super::bootstrap::Bootstrap;
+use super::bootstrap::{Bootstrap, EnvVars};
+use super::init::InitMethod;
 use crate::pg::PgBackend;
 use crate::pg::{PgOptions, ProcessGroup};
 use oxccl_core::{text, Error, Result};
@@ -144,11 +145,12 @@ pub fn with_backend<W: WithBackend>(env: &EnvConfig, w: W) -> Result<W::Output> 
     }
 }
 
-/// c10d's `init_process_group()` for a launched job: [`Bootstrap::from_env`] (rank, world
-/// size, device, store from torchrun, Slurm or MPI variables), the backend of
-/// [`with_backend`], options from `OXCCL_*` variables with the bootstrap's device, then `w`
-/// with the default group, made on [`Bootstrap::group_store`] (scoped by torchrun's restart
-/// count where that is safe).
+/// c10d's `init_process_group()` for a launched job: the bootstrap of
+/// [`Bootstrap::from_env`] (rank, world size, device, store from torchrun, Slurm or MPI
+/// variables), the backend of [`with_backend`], options from `OXCCL_*` variables and
+/// PyTorch's names for them ([`EnvVars::settings`]) with the bootstrap's device, then `w` with
+/// the default group, made on [`Bootstrap::group_store`] (scoped by torchrun's restart count
+/// where that is safe). The environment is read once, so every part sees the same values.
 ///
 /// ```no_run
 /// // torchrun --nproc-per-node 2 --no-python target/release/my_program
@@ -173,12 +175,18 @@ pub fn with_backend<W: WithBackend>(env: &EnvConfig, w: W) -> Result<W::Output> 
 /// }
 /// ```
 pub fn init_process_group<W: WithProcessGroup>(w: W) -> Result<W::Output> {
-    let vars: std::collections::HashMap<String, String> = std::env::vars().collect();
-    let env = EnvConfig::from_lookup(|k| vars.get(k).map(String::as_str))?;
-    let boot = Bootstrap::from_env()?;
+    let vars = EnvVars::from_process();
+    let env = vars.settings().config?;
+    let boot = Bootstrap::with_env(
+        &InitMethod::Env,
+        None,
+        None,
+        env.timeout_for(None, None),
+        &vars,
+    )?;
     let mut opts = PgOptions::from_config(&env, None);
     opts.device = boot.device;
-    opts.tune = tune_from_env(vars.get(TUNE_FILE_VAR).map(String::as_str))?;
+    opts.tune = tune_from_env(vars.get(TUNE_FILE_VAR))?;
     struct Run<W> {
         boot: Bootstrap,
         opts: PgOptions,

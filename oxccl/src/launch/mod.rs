@@ -10,6 +10,7 @@
 mod bootstrap;
 mod choose;
 mod init;
+mod settings;
 mod spawn;
 
 pub use bootstrap::{restart_scope, Bootstrap, EnvVars};

@@ -3,11 +3,11 @@
 //! [`with_backend`] picks (NCCL with rank r on GPU r when a GPU and NCCL are here, else the
 //! mock world), so one program runs on a laptop and on a GPU machine alike.
 
+use super::bootstrap::EnvVars;
 use super::choose::{with_backend, WithBackend, WithProcessGroup};
 use crate::pg::{PgBackend, PgOptions, ProcessGroup};
 use crate::store::{MemStore, Store};
 use oxccl_core::{Device, Error, Result};
-use oxccl_rules::env::EnvConfig;
 use std::sync::Arc;
 
 /// The GPUs of this machine that CUDA sees (`CUDA_VISIBLE_DEVICES` applies); 0 without a
@@ -22,7 +22,8 @@ pub fn local_gpus() -> u32 {
 /// Runs `job` on `world` ranks, threads of this process (rank r on device r), each with its
 /// default group, and returns each rank's output by rank. The backend is the one
 /// `OXCCL_BACKEND` picks (`auto`: NCCL when a CUDA driver and NCCL load, else the mock); the
-/// group's options come from the `OXCCL_*` variables. NCCL needs a GPU per rank: `world`
+/// group's options come from the `OXCCL_*` variables and PyTorch's names for them
+/// ([`EnvVars::settings`]). NCCL needs a GPU per rank: `world`
 /// above [`local_gpus`] is refused there before any rank starts (the mock has no limit). The first error of any rank
 /// is returned once every rank has ended (the others see the failed rank's group fail or time
 /// out, as they would across processes).
@@ -58,9 +59,10 @@ where
             format_args!("at least 1 rank, got 0"),
         ));
     }
-    let vars: std::collections::HashMap<String, String> = std::env::vars().collect();
-    let env = EnvConfig::from_lookup(|k| vars.get(k).map(String::as_str))?;
-    let opts = PgOptions::from_env(None)?;
+    // Read once: the backend and the options see the same settings.
+    let vars = EnvVars::from_process();
+    let env = vars.settings().config?;
+    let opts = PgOptions::from_vars(&vars, None)?;
     with_backend(&env, Spawn { world, job, opts })?
 }
 

@@ -1,5 +1,6 @@
 //! What a process group is configured with.
 
+use crate::launch::EnvVars;
 use crate::recorder::Recorder;
 use oxccl_core::{CommConfig, Device};
 use oxccl_rules::env::ErrorHandling;
@@ -174,15 +175,22 @@ impl PgOptions {
         }
     }
 
-    /// [`PgOptions::from_config`] over this process's environment: a variable set to a value
-    /// it does not accept ("abc" for a boolean) is an error naming it.
+    /// [`PgOptions::from_vars`] over this process's environment.
     pub fn from_env(explicit_timeout: Option<Duration>) -> oxccl_core::Result<PgOptions> {
-        let vars: std::collections::HashMap<String, String> = std::env::vars()
-            .filter(|(k, _)| k.starts_with("OXCCL_"))
-            .collect();
-        let env = oxccl_rules::env::EnvConfig::from_lookup(|k| vars.get(k).map(String::as_str))?;
+        PgOptions::from_vars(&EnvVars::from_process(), explicit_timeout)
+    }
+
+    /// [`PgOptions::from_config`] over `vars`' settings ([`EnvVars::settings`]): `OXCCL_*`
+    /// variables, and PyTorch's names for them where those are unset (`TORCH_NCCL_*`; see
+    /// [`oxccl_rules::env::TORCH_VARIABLES`]), plus the tune table of `OXCCL_TUNE_FILE`. A
+    /// variable set to a value it does not accept ("abc" for a boolean) is an error naming it.
+    pub fn from_vars(
+        vars: &EnvVars,
+        explicit_timeout: Option<Duration>,
+    ) -> oxccl_core::Result<PgOptions> {
+        let env = vars.settings().config?;
         let mut opts = PgOptions::from_config(&env, explicit_timeout);
-        opts.tune = tune_from_env(vars.get(TUNE_FILE_VAR).map(String::as_str))?;
+        opts.tune = tune_from_env(vars.get(TUNE_FILE_VAR))?;
         Ok(opts)
     }
 }

@@ -21,17 +21,20 @@ impl Recorder {
         }
     }
 
-    /// The process's recorder, sized by `OXCCL_TRACE_BUFFER_SIZE` when first used.
+    /// The process's recorder, sized by `OXCCL_TRACE_BUFFER_SIZE` (or PyTorch's
+    /// `TORCH_NCCL_TRACE_BUFFER_SIZE`) when first used.
     pub fn global() -> Recorder {
         static GLOBAL: OnceLock<Recorder> = OnceLock::new();
         GLOBAL
             .get_or_init(|| {
-                let capacity = std::env::var(oxccl_rules::env::TRACE_BUFFER_SIZE)
-                    .ok()
+                // A refused value is the process group's error, not the recorder's.
+                let settings = crate::launch::EnvVars::from_process().settings();
+                let capacity = settings
+                    .value(oxccl_rules::env::TRACE_BUFFER_SIZE)
                     .and_then(|v| {
                         oxccl_rules::env::parse_u64(
                             oxccl_rules::env::TRACE_BUFFER_SIZE,
-                            &v,
+                            v,
                             0,
                             oxccl_rules::env::MAX_TRACE_BUFFER,
                         )
