@@ -16,6 +16,18 @@ use std::process::ExitCode;
 
 /// Options of `oxccl trace`.
 #[derive(Args, Debug)]
+#[command(after_help = "Examples:
+  OXCCL_TRACE_DIR=/tmp/fr OXCCL_DUMP_ON_TIMEOUT=1 torchrun --nproc-per-node 8 train.py
+                                      a job whose ranks dump to /tmp/fr on a timeout
+  oxccl trace /tmp/fr --request       ask that job's ranks to dump now (a hang in progress)
+  oxccl trace /tmp/fr                 which ranks stopped, at which collective, the culprits
+  oxccl trace /tmp/fr --json | jq .culprits
+
+Each rank's process group writes DIR/rank_<r>.json (and trace_<r> for PyTorch's torchfrtrace)
+where OXCCL_TRACE_DIR says: on a collective's timeout with OXCCL_DUMP_ON_TIMEOUT=1, before
+its error handling ends the process, and on --request.
+
+Exit codes: 0 no hang found, 1 a hang or a culprit found, 2 usage, no dump or unreadable dumps.")]
 pub struct TraceArgs {
     /// The dump directory (OXCCL_TRACE_DIR of the job).
     pub dir: PathBuf,
