@@ -1,4 +1,6 @@
-//! The tool's help: every subcommand's `--help` ends with examples of that subcommand.
+//! The tool's help and usage errors: every subcommand's `--help` ends with examples of that
+//! subcommand, and the usage line after a usage error is the one `--help` shows (no option
+//! given, or suggested, shown as if it were required).
 
 mod common;
 
@@ -33,6 +35,15 @@ fn subcommands() -> Vec<Vec<String>> {
         out.push(path);
     }
     out
+}
+
+/// The usage section of `--help` or of a usage error: "Usage:" and its continuation lines.
+fn usage(s: &str) -> Vec<String> {
+    s.lines()
+        .skip_while(|l| !l.starts_with("Usage:"))
+        .take_while(|l| !l.is_empty())
+        .map(str::to_owned)
+        .collect()
 }
 
 #[test]
@@ -71,4 +82,60 @@ fn every_subcommand_help_has_examples_of_itself() {
             "oxccl {name} --help has no example of `oxccl {name}`:\n{help}"
         );
     }
+}
+
+#[test]
+fn usage_after_an_error_is_the_usage_of_help() {
+    // An unknown flag after options given: clap's own usage line listed them (and the flag it
+    // suggests) as if they were required.
+    let o = oxccl(&["perf", "-r", "1", "--bogus"]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = text(&o.stderr);
+    assert!(
+        err.starts_with("error: unexpected argument '--bogus'"),
+        "{err}"
+    );
+    assert_eq!(
+        usage(&err),
+        ["Usage: oxccl perf [OPTIONS] [COLLS]..."],
+        "{err}"
+    );
+    for path in subcommands() {
+        let name = path.join(" ");
+        let mut args: Vec<&str> = path.iter().map(String::as_str).collect();
+        args.push("--help");
+        let help = usage(&text(&oxccl(&args).stdout));
+        assert!(!help.is_empty(), "oxccl {name} --help has no usage");
+        // Every optional part of the help's usage is in brackets: `--port` of the server
+        // is the one option required (without a subcommand).
+        for line in &help {
+            let bare: Vec<&str> = line
+                .split_whitespace()
+                .filter(|w| w.starts_with("--") || w.starts_with('-'))
+                .collect();
+            assert!(
+                bare.iter().all(|w| name == "store" && *w == "--port"),
+                "oxccl {name}: {line}"
+            );
+        }
+        args.pop();
+        args.push("--bogus");
+        let o = oxccl(&args);
+        assert_eq!(o.status.code(), Some(2), "oxccl {name} --bogus");
+        assert_eq!(
+            usage(&text(&o.stderr)),
+            help,
+            "oxccl {name} --bogus:\n{}",
+            text(&o.stderr)
+        );
+    }
+    // A missing argument names it in the message; the usage is still the help's.
+    let o = oxccl(&["trace", "--json"]);
+    let err = text(&o.stderr);
+    assert!(err.contains("<DIR>"), "{err}");
+    assert_eq!(usage(&err), ["Usage: oxccl trace [OPTIONS] <DIR>"], "{err}");
+    // Errors clap gives without a usage line stay without one.
+    let o = oxccl(&["perf", "-g", "0"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(usage(&text(&o.stderr)).is_empty(), "{}", text(&o.stderr));
 }
