@@ -1,12 +1,20 @@
-//! The files the tool writes (`--out`, `--json-out`, `--svg`): a path that names anything but
-//! a regular file (a FIFO, a device, a directory), or a file in a missing folder, is refused
-//! before any measuring, and the
-//! write itself opens without blocking, so a path swapped for a FIFO meanwhile fails instead
-//! of hanging the tool.
+//! What the tool writes: its reports on stdout, each part flushed as it is made; and the
+//! files (`--out`, `--json-out`, `--svg`): a path that names anything but a regular file (a
+//! FIFO, a device, a directory), or a file in a missing folder, is refused before any
+//! measuring, and the write itself opens without blocking, so a path swapped for a FIFO
+//! meanwhile fails instead of hanging the tool.
 
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
+
+/// Writes `text` to stdout and flushes it, so that a pipe or a log (`| tee`, a launcher's
+/// capture) gets each line when it is made, as a terminal does. A write that fails does not
+/// stop the run (a closed pipe ends the process through SIGPIPE).
+pub fn stdout(text: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
+}
 
 /// `Ok` when `path` (given as option `what`) may be written: a regular file, or absent in a
 /// folder that exists.

@@ -5,13 +5,13 @@
 //! and recv. Two ranks: a thread per GPU on NCCL 2.29.2+, or the mock world (imitating NCCL
 //! 2.32.3) without one. The data is checked after the last round.
 
-use crate::exit;
 use crate::perf::args::{SweepArgs, WorldArgs};
 use crate::perf::backend::Ground;
 use crate::perf::nccl::{local_gpus, RankSetup};
 use crate::perf::plan::{sizes, Failure};
 use crate::perf::rank::Rank;
 use crate::perf::world::World;
+use crate::{exit, output};
 use clap::Args;
 use oxccl::core::Backend as _;
 use oxccl::pg::{PgBackend, ProcessGroup, RegMode, SignalFrom};
@@ -39,29 +39,15 @@ pub struct PingPongArgs {
     pub world: WorldArgs,
 }
 
-/// One size's result: bytes, one-sided and two-sided half round trips in µs.
-type Row = (usize, f64, f64);
-
-/// Runs `oxccl ping-pong` and prints its table.
+/// Runs `oxccl ping-pong` and prints its table: the head first, each row as its size ends.
 pub fn run(a: &PingPongArgs) -> ExitCode {
     match measure(a) {
-        Ok(rows) => {
-            print(&rows);
-            ExitCode::SUCCESS
-        }
+        Ok(()) => ExitCode::SUCCESS,
         Err(f) => f.exit("ping-pong"),
     }
 }
 
-fn print(rows: &[Row]) {
-    println!("# half round trip (µs), 2 ranks");
-    println!("{:>12} {:>14} {:>14}", "bytes", "put+signal", "send/recv");
-    for (bytes, one, two) in rows {
-        println!("{bytes:>12} {one:>14.2} {two:>14.2}");
-    }
-}
-
-fn measure(a: &PingPongArgs) -> std::result::Result<Vec<Row>, Failure> {
+fn measure(a: &PingPongArgs) -> std::result::Result<(), Failure> {
     let ground = Ground::of(a.world.backend, a.world.library.as_deref()).map_err(Failure::env)?;
     let nccl = !ground.is_mock();
     let s = &a.sweep;
@@ -94,7 +80,9 @@ fn measure(a: &PingPongArgs) -> std::result::Result<Vec<Row>, Failure> {
             World::nccl_threads(*lib, 2, setup)
         }
         Ground::Mock(why) => {
-            println!("# the mock world (imitating NCCL 2.32.3), 2 ranks as threads: {why}");
+            output::stdout(&format!(
+                "# the mock world (imitating NCCL 2.32.3), 2 ranks as threads: {why}\n"
+            ));
             let mock = oxccl::mock::MockBackend::with_options(
                 oxccl::FeatureSet::for_version(oxccl::Version::new(2, 32, 3)),
                 oxccl::mock::FaultPlan::new(),
@@ -104,29 +92,33 @@ fn measure(a: &PingPongArgs) -> std::result::Result<Vec<Row>, Failure> {
             World::mock_threads(mock, 2)
         }
     };
-    let rows = world.run(|rank, r| match rank {
-        Rank::Mock(pg) => ping_pong(pg, r, &sizes, iters, warmup),
-        Rank::Nccl(pg, ..) => ping_pong(pg, r, &sizes, iters, warmup),
-    });
-    let failed = |why: String| Failure {
-        code: exit::FAILED,
-        why,
-    };
-    rows.map_err(failed)?
-        .ok_or_else(|| failed("no rank".to_owned()))
+    output::stdout(&format!(
+        "# half round trip (µs), 2 ranks\n{:>12} {:>14} {:>14}\n",
+        "bytes", "put+signal", "send/recv"
+    ));
+    world
+        .run(|rank, r| match rank {
+            Rank::Mock(pg) => ping_pong(pg, r, &sizes, iters, warmup),
+            Rank::Nccl(pg, ..) => ping_pong(pg, r, &sizes, iters, warmup),
+        })
+        .map_err(|why| Failure {
+            code: exit::FAILED,
+            why,
+        })?;
+    Ok(())
 }
 
 /// This rank's part: for each size, the one-sided and the two-sided ping-pong, timed from
 /// the first round after the warm-up to the last, which is waited for; the data checked.
+/// Rank 0 prints each size's row as it ends (its own times: the ranks wait for each other).
 fn ping_pong<B: PgBackend>(
     pg: &ProcessGroup<B>,
     r: u32,
     sizes: &[usize],
     iters: usize,
     warmup: usize,
-) -> Result<Vec<Row>> {
+) -> Result<()> {
     let other = 1 - r;
-    let mut rows = Vec::new();
     for &bytes in sizes {
         let n = (bytes / 4).max(1);
         let mut win = pg.alloc_comm::<f32>(n)?;
@@ -170,9 +162,11 @@ fn ping_pong<B: PgBackend>(
         check(&pg.download(&got)?, other as f32 + 1.0, "send/recv")?;
         drop((win, mine));
         pg.release_windows()?;
-        rows.push((bytes, one, two));
+        if r == 0 {
+            output::stdout(&format!("{bytes:>12} {one:>14.2} {two:>14.2}\n"));
+        }
     }
-    Ok(rows)
+    Ok(())
 }
 
 /// Half the round trip in µs over `iters` rounds after `warmup`; `round(last)` queues one

@@ -16,6 +16,18 @@ use std::process::ExitCode;
 
 /// Options of `oxccl trace`.
 #[derive(Args, Debug)]
+#[command(after_help = "Examples:
+  OXCCL_TRACE_DIR=/tmp/fr OXCCL_DUMP_ON_TIMEOUT=1 torchrun --nproc-per-node 8 train.py
+                                      a job whose ranks dump to /tmp/fr on a timeout
+  oxccl trace /tmp/fr --request       ask that job's ranks to dump now (a hang in progress)
+  oxccl trace /tmp/fr                 which ranks stopped, at which collective, the culprits
+  oxccl trace /tmp/fr --json | jq .culprits
+
+Each rank's process group writes DIR/rank_<r>.json (and trace_<r> for PyTorch's torchfrtrace)
+where OXCCL_TRACE_DIR says: on a collective's timeout with OXCCL_DUMP_ON_TIMEOUT=1, before
+its error handling ends the process, and on --request.
+
+Exit codes: 0 no hang found, 1 a hang or a culprit found, 2 usage, no dump or unreadable dumps.")]
 pub struct TraceArgs {
     /// The dump directory (OXCCL_TRACE_DIR of the job).
     pub dir: PathBuf,
@@ -66,6 +78,9 @@ pub fn run(args: &TraceArgs) -> ExitCode {
             "oxccl trace: DIR {}: no readable dump (rank_<r>.json)",
             escaped_path(&args.dir)
         ));
+        if read.unreadable.is_empty() {
+            warn(how_dumps_are_made(&args.dir));
+        }
         return ExitCode::from(2);
     }
     let analysis = analyze(&read.dumps);
@@ -92,6 +107,21 @@ pub fn run(args: &TraceArgs) -> ExitCode {
     } else {
         ExitCode::SUCCESS
     }
+}
+
+/// How a job writes dumps into `dir`, for a folder that has none: the variables its ranks
+/// need and the request that makes running ones dump.
+fn how_dumps_are_made(dir: &std::path::Path) -> String {
+    use oxccl::recorder::TRACE_DIR_VAR;
+    use oxccl::rules::env::{ASYNC_ERROR_HANDLING, DUMP_ON_TIMEOUT, TRACE_BUFFER_SIZE};
+    let dir = escaped_path(dir);
+    format!(
+        "oxccl trace: dumps are written there by a job whose ranks run with {TRACE_DIR_VAR}={dir}:
+  each rank's process group dumps its flight recorder on a collective's timeout when
+  {DUMP_ON_TIMEOUT}=1, before its error handling ({ASYNC_ERROR_HANDLING}) ends the process,
+  and when asked while the job runs: oxccl trace {dir} --request (touches {dir}/{DUMP_REQUEST_FILE}).
+  The recorder is on unless {TRACE_BUFFER_SIZE}=0."
+    )
 }
 
 /// Writes the report to stdout; a closed pipe (`oxccl trace DIR | head`) is not an error.

@@ -71,7 +71,7 @@ fn table_says_mock_first_and_has_nccl_tests_columns() {
     );
     assert_eq!(first[14], "0", "checked, nothing wrong: {}", rows[0]);
     assert!(out.contains("# Avg bus bandwidth (pg) :"), "{out}");
-    // The progress line is for terminals only.
+    // A short run writes no progress line to a stderr that is not a terminal (one every 10 s).
     assert!(
         o.stderr.is_empty(),
         "{}",

@@ -295,3 +295,42 @@ fn cli_exit_codes() {
     assert!(dir.join(oxccl::recorder::DUMP_REQUEST_FILE).is_file());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_folder_without_dumps_says_how_a_job_writes_them() {
+    let dir = tmp_dir("empty");
+    std::fs::create_dir_all(&dir).unwrap();
+    let run = |json: bool| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_oxccl"));
+        cmd.arg("trace").arg(&dir);
+        if json {
+            cmd.arg("--json");
+        }
+        cmd.output().expect("oxccl runs")
+    };
+    for json in [false, true] {
+        let o = run(json);
+        assert_eq!(o.status.code(), Some(2));
+        assert!(o.stdout.is_empty());
+        let err = String::from_utf8_lossy(&o.stderr);
+        let shown = dir.display();
+        // The variables a job's ranks need, with this folder, and the request for running ones.
+        for want in [
+            "no readable dump (rank_<r>.json)".to_owned(),
+            format!("{}={shown}", oxccl::recorder::TRACE_DIR_VAR),
+            format!("{}=1", oxccl::rules::env::DUMP_ON_TIMEOUT),
+            format!("oxccl trace {shown} --request"),
+            format!("{}=0", oxccl::rules::env::TRACE_BUFFER_SIZE),
+        ] {
+            assert!(err.contains(&want), "{want} missing: {err}");
+        }
+    }
+    // A folder whose dumps are there but unreadable needs no such word: it names them.
+    std::fs::write(dir.join("rank_0.json"), b"{ not json").unwrap();
+    let o = run(false);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("unreadable dump"), "{err}");
+    assert!(!err.contains("OXCCL_DUMP_ON_TIMEOUT"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -164,6 +164,11 @@ pub struct PerfArgs {
     /// Write busbw and latency against size as an SVG chart.
     #[arg(long, value_name = "FILE")]
     pub svg: Option<std::path::PathBuf>,
+    /// Where stderr is not a terminal (a log, a pipe, a launcher's capture): a progress line
+    /// there at the first size to end after each SECS seconds (0: after every size). On a
+    /// terminal the line is redrawn instead, unless the table's rows stream to it.
+    #[arg(long, value_name = "SECS", default_value_t = 10)]
+    pub progress_every: u64,
     /// Test hook: every check sees one wrong element (the exit code must be 1).
     #[arg(long, hide = true)]
     pub inject_error: bool,

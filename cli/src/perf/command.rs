@@ -1,12 +1,14 @@
 //! `oxccl perf`: the options resolved into a plan once; every rank of the plan's world builds
-//! the plan's layers, sweeps through them and merges its samples with the others'; rank 0
-//! reports them as a table, JSON or an SVG chart, and exits 1 when a result is wrong.
+//! the plan's layers, sweeps through them and merges each size's samples with the others' as
+//! the size ends; rank 0 prints each size's rows then, and at the end the table's last lines
+//! or JSON, writes the SVG chart, and exits 1 when a result is wrong.
 
 use super::args::PerfArgs;
-use super::drive::{merge, sweep};
+use super::drive::{merge, sweep, Progress, Sample};
 use super::plan::{Failure, Plan};
 use super::world::World;
 use super::{rank_layers, report};
+use crate::output;
 use std::process::ExitCode;
 
 /// Runs `oxccl perf`.
@@ -21,14 +23,35 @@ fn measure(a: &PerfArgs) -> Result<ExitCode, Failure> {
     world.has_root(plan.sweep.root).map_err(Failure::env)?;
     let n = world.ranks();
     let points = plan.sweep.points(n);
+    let table = !plan.output.json;
+    // The table's head before anything is measured, and each row as its size ends (as
+    // nccl-tests prints), so that a pipe or a log follows the run.
+    if table && world.leads() {
+        output::stdout(&report::opening(&plan, &world));
+    }
     let merged = world
         .run(|rank, r| {
             let mut layers = rank_layers::of(&plan, rank, r)?;
             let sync = || rank.barrier();
-            let samples = sweep(&plan.sweep, &points, &mut layers, (r, n), &sync, r == 0)?;
-            // The layers let go of their buffers (collectively) before the merge.
+            let mut progress = (r == 0).then(|| Progress::new(table, plan.output.progress_every));
+            let mut merged = Vec::new();
+            let mut done = |i: usize, mine: &[Sample]| {
+                let point = merge(rank, mine.to_vec())?;
+                if let Some(progress) = &mut progress {
+                    if table {
+                        output::stdout(&report::point_rows(&plan, &points[i], &point));
+                    }
+                    progress.point_done(&points[i], i + 1, points.len());
+                }
+                merged.extend(point);
+                Ok(())
+            };
+            sweep(&plan.sweep, &points, &mut layers, (r, n), &sync, &mut done)?;
+            if let Some(progress) = &progress {
+                progress.finish();
+            }
             drop(layers);
-            merge(rank, samples)
+            Ok(merged)
         })
         .map_err(Failure::env)?;
     match merged {

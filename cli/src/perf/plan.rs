@@ -172,6 +172,8 @@ pub struct Output {
     pub json_out: Option<PathBuf>,
     /// The SVG chart written to this file.
     pub svg: Option<PathBuf>,
+    /// Seconds between progress lines on stderr where it is not a terminal (0: every size).
+    pub progress_every: u64,
 }
 
 /// What `oxccl perf` runs, and where, resolved once from its options.
@@ -250,6 +252,7 @@ impl Plan {
                 json: a.json,
                 json_out: a.json_out.clone(),
                 svg: a.svg.clone(),
+                progress_every: a.progress_every,
             },
         })
     }

@@ -48,8 +48,23 @@ pub fn head(plan: &Plan, world: &World) -> (Value, String) {
     (v, first)
 }
 
-/// Prints the report of the samples merged at `points` (the table, or JSON with --json),
-/// writes --json-out and --svg, and says how the run ends: 1 when a result is wrong.
+/// What the table starts with: the line saying where the run is, then the column heads. The
+/// first rank prints it before measuring, and each point's rows ([`point_rows`]) as it ends.
+pub fn opening(plan: &Plan, world: &World) -> String {
+    format!("# {}\n{}", head(plan, world).1, column_heads())
+}
+
+/// The table's lines of one point's merged samples: a row per layer that ran it.
+pub fn point_rows(plan: &Plan, point: &SweepPoint, merged: &[Sample]) -> String {
+    rows(plan, std::slice::from_ref(point), merged)
+        .iter()
+        .map(|r| row_line(plan, r))
+        .collect()
+}
+
+/// Ends the report of the samples merged at `points`: the table's last lines (its rows are
+/// printed as they are measured), or the JSON object with --json; writes --json-out and
+/// --svg, and says how the run ends: 1 when a result is wrong.
 pub fn deliver(
     plan: &Plan,
     world: &World,
@@ -57,9 +72,8 @@ pub fn deliver(
     merged: &[Sample],
 ) -> Result<ExitCode, Failure> {
     let rows = rows(plan, points, merged);
-    let (head, first_line) = head(plan, world);
+    let (head, _) = head(plan, world);
     let json = to_json(plan, &rows, head);
-    let text = format!("# {first_line}\n{}", table(plan, &rows));
     let wrong = wrong_total(&rows);
     let out = &plan.output;
     let svg = out.svg.as_ref().map(|path| {
@@ -73,9 +87,9 @@ pub fn deliver(
         (path, svg::chart(&lines, &title))
     });
     if out.json {
-        println!("{}", crate::shown::json(&json));
+        crate::output::stdout(&format!("{}\n", crate::shown::json(&json)));
     } else {
-        print!("{text}");
+        crate::output::stdout(&footer(plan, &rows));
     }
     let write = |what: &str, path: &std::path::Path, text: String| {
         crate::output::write(what, path, text.as_bytes()).map_err(Failure::env)
@@ -210,59 +224,68 @@ pub fn wrong_total(rows: &[Row]) -> i64 {
         .sum()
 }
 
-/// The nccl-tests-style table (without the first line, which says where it ran).
-pub fn table(plan: &Plan, rows: &[Row]) -> String {
-    let mut s = String::new();
-    s += "#                                                              out-of-place                       in-place\n";
-    s += "#  layer  collective        size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n";
-    s += "#                            (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)\n";
+/// The nccl-tests-style table's column heads.
+fn column_heads() -> &'static str {
+    "\
+#                                                              out-of-place                       in-place
+#  layer  collective        size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong
+#                            (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)
+"
+}
+
+/// One row of the table, with its line end.
+fn row_line(plan: &Plan, r: &Row) -> String {
     let sweep = &plan.sweep;
-    for r in rows {
-        let redop = if r.coll.reduces() {
-            sweep.redop.name()
-        } else {
-            "none"
-        };
-        let root = if r.coll.rooted() {
-            sweep.root as i64
-        } else {
-            -1
-        };
-        s += &format!(
-            "{:>8}  {:<14} {:>10}  {:>12}  {:>8}  {:>6}  {:>6}",
-            r.layer.name(),
-            r.coll.name(),
-            r.bytes,
-            r.count,
-            sweep.dtype.name(),
-            redop,
-            root
-        );
-        for c in &r.cells {
-            match c {
-                Some(c) => {
-                    let wrong = if c.wrong < 0 {
-                        "N/A".to_owned()
-                    } else {
-                        c.wrong.to_string()
-                    };
-                    s += &format!(
-                        "  {:>7.2}  {:>6.2}  {:>6.2}  {:>5}",
-                        c.time_us, c.algbw, c.busbw, wrong
-                    );
-                }
-                None => s += &format!("  {:>7}  {:>6}  {:>6}  {:>5}", "N/A", "N/A", "N/A", "N/A"),
+    let redop = if r.coll.reduces() {
+        sweep.redop.name()
+    } else {
+        "none"
+    };
+    let root = if r.coll.rooted() {
+        sweep.root as i64
+    } else {
+        -1
+    };
+    let mut s = format!(
+        "{:>8}  {:<14} {:>10}  {:>12}  {:>8}  {:>6}  {:>6}",
+        r.layer.name(),
+        r.coll.name(),
+        r.bytes,
+        r.count,
+        sweep.dtype.name(),
+        redop,
+        root
+    );
+    for c in &r.cells {
+        match c {
+            Some(c) => {
+                let wrong = if c.wrong < 0 {
+                    "N/A".to_owned()
+                } else {
+                    c.wrong.to_string()
+                };
+                s += &format!(
+                    "  {:>7.2}  {:>6.2}  {:>6.2}  {:>5}",
+                    c.time_us, c.algbw, c.busbw, wrong
+                );
             }
+            None => s += &format!("  {:>7}  {:>6}  {:>6}  {:>5}", "N/A", "N/A", "N/A", "N/A"),
         }
-        s.push('\n');
     }
+    s.push('\n');
+    s
+}
+
+/// The table's last lines: the average bus bandwidth per layer and the wrong elements.
+fn footer(plan: &Plan, rows: &[Row]) -> String {
+    let mut s = String::new();
     for (l, avg) in averages(plan, rows) {
         s += &format!("# Avg bus bandwidth ({}) : {avg:.4} GB/s\n", l.name());
     }
     s += &format!(
         "# wrong elements: {}{}\n",
         wrong_total(rows),
-        if sweep.check {
+        if plan.sweep.check {
             ""
         } else {
             " (results not checked: -c 1 checks)"

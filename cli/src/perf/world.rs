@@ -87,6 +87,14 @@ impl World {
         }
     }
 
+    /// Whether this process holds rank 0, the one that reports.
+    pub fn leads(&self) -> bool {
+        match &self.layout {
+            Layout::Threads(_) => true,
+            Layout::Process(boot) => boot.rank == 0,
+        }
+    }
+
     /// The launcher that started a process per rank (`None`: ranks as threads).
     pub fn launcher(&self) -> Option<Launcher> {
         match &self.layout {

@@ -9,6 +9,12 @@ use std::process::ExitCode;
 
 /// Options of `oxccl store`: the server's own, or one of its subcommands.
 #[derive(Args)]
+#[command(after_help = "Examples:
+  oxccl store --port 29500            a store server on loopback, port 29500, until killed
+  oxccl store --port 0                a free port: the address alone on stdout, for scripts
+  OXCCL_STORE_TOKEN=secret oxccl store --port 29500 --host 0.0.0.0
+                                      every interface, clients presenting the token only
+  oxccl store bench --server both     this server and PyTorch's under fan-in from 4096 ranks")]
 // A subcommand takes the place of the server's flags, so `--port` is required only without one.
 #[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 pub struct StoreArgs {
