@@ -31,9 +31,9 @@ pub struct InfoArgs {
     json: bool,
 }
 
-/// How to get a library, said when none is found.
-pub const GET_ONE: &str = "install one with `pip install nvidia-nccl-cu12` (or -cu13), or point \
-OXCCL_NCCL_LIBRARY at a libnccl.so.2";
+/// How to get a library, said when none is found: the library's own words, which a program's
+/// load error prints too.
+pub const GET_ONE: &str = oxccl::core::error::GET_NCCL;
 
 /// Runs `oxccl info`: exit 0 with a library, 3 without one (the rest is reported either way).
 pub fn run(a: &InfoArgs) -> ExitCode {

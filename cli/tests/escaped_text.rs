@@ -93,8 +93,8 @@ fn info_shows_a_library_path_with_controls_escaped() {
     assert_eq!(
         lines(&out.stderr),
         [format!(
-            "oxccl info: {RED_SHOWN}: no such file; install one with `pip install \
-             nvidia-nccl-cu12` (or -cu13), or point OXCCL_NCCL_LIBRARY at a libnccl.so.2"
+            "oxccl info: {RED_SHOWN}: no such file; {}",
+            oxccl::core::error::GET_NCCL
         )]
     );
 }
