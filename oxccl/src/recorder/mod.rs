@@ -30,6 +30,12 @@
 //!     fn run<B: PgBackend>(self, pg: ProcessGroup<B>) -> oxccl::Result<()> {
 //!         let mut x = pg.upload(&[1.0f32; 8])?;
 //!         pg.all_reduce(&mut x, ReduceOp::Sum)?.wait()?;
+//!         // An operation's entry reaches the ring on the watchdog's next pass (off the hot
+//!         // path), which the group's own dumps wait for; a program's dump waits here.
+//!         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+//!         while pg.recorder().lock().len() == 0 && std::time::Instant::now() < deadline {
+//!             std::thread::sleep(std::time::Duration::from_millis(5));
+//!         }
 //!         let meta = DumpMeta::new(pg.global_rank(), pg.size());
 //!         write_dump(&self.0, &meta, &pg.recorder().lock(), false)
 //!             .map_err(|e| oxccl::Error::invalid("dir", format_args!("a writable folder: {e}")))?;
@@ -43,7 +49,7 @@
 //!     spawn(2, StepThenDump(dir.clone()))?;
 //!     // Each rank wrote rank_<r>.json (and trace_<r> for PyTorch's torchfrtrace).
 //!     let dump = std::fs::read_to_string(dir.join("rank_1.json")).unwrap();
-//!     assert!(dump.contains("nccl:all_reduce"));
+//!     assert!(dump.contains("nccl:all_reduce"), "{dump}");
 //!     # #[cfg(feature = "trace-reader")]
 //!     # {
 //!     let read = oxccl::recorder::reader::parse_dump(&dump, None).unwrap();
