@@ -92,8 +92,14 @@ fn a_revoked_communicator_refuses_operations_and_shrinks() {
                 "exclude",
             );
         }
-        // The last rank leaves when there are several; the others go on, renumbered in order.
-        let exclude: Vec<u32> = if n > 1 { vec![last] } else { vec![] };
+        // Leaving nobody out is refused before NCCL (which refuses an empty list too).
+        refused_arg(c.shrink(&[], &cfg, ShrinkMode::Default), "exclude");
+        if n == 1 {
+            c.destroy().unwrap();
+            return;
+        }
+        // The last rank leaves; the others go on, renumbered in order.
+        let exclude = vec![last];
         if exclude.contains(&r) {
             c.destroy().unwrap();
             return;

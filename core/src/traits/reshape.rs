@@ -36,7 +36,8 @@ pub trait Reshape: Communicator {
     /// the remaining ranks renumbered in their order (rank `r` becomes `r` minus the excluded
     /// ranks below it). Collective over the ranks that remain, which all give the same
     /// `exclude`; the excluded ranks do not call it. `exclude` is checked first
-    /// ([`crate::check::shrink`]: ranks of this communicator, each once, not the caller's).
+    /// ([`crate::check::shrink`]: at least one rank of this communicator, each once, not the
+    /// caller's).
     /// With [`ShrinkMode::Default`] the communicator must be ready or revoked; with
     /// [`ShrinkMode::AbortInFlight`] it may also have failed, and this rank's operations in
     /// flight are stopped first. The communicator shrunk stays as it was otherwise: the caller

@@ -82,6 +82,7 @@ pub(super) fn catch_up<B: PgBackend>(at: &Arc<PgInner<B>>, el: &Elastic) {
     match std::mem::replace(&mut *lock(&at.slot), Slot::Closed) {
         Slot::Ready(e)
             if joined.is_empty()
+                && !exclude.is_empty()
                 && next.rank.is_some()
                 && e.comm.features().has(Feature::Shrink)
                 && matches!(
@@ -89,7 +90,9 @@ pub(super) fn catch_up<B: PgBackend>(at: &Arc<PgInner<B>>, el: &Elastic) {
                     CommState::Ready | CommState::Failed | CommState::Revoking | CommState::Revoked
                 ) =>
         {
-            // Shrunk at the successor's first operation (collective over the survivors).
+            // Shrunk at the successor's first operation (collective over the survivors); a
+            // stopped communicator that lost nobody is made anew instead (a shrink leaves
+            // someone out).
             *lock(&next.slot) = Slot::Shrink { from: e, exclude };
         }
         Slot::Ready(e)
