@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The torch_share example on 2 GPUs (docs/SHARING_WITH_PYTORCH.md): the PyTorch trainer
+# The torch_share example on 2 GPUs (docs/guide/pytorch.md): the PyTorch trainer
 # (oxccl/examples/torch_share/trainer.py, rank 0, GPU 0) and the Rust inference server
 # (oxccl/examples/torch_share.rs, rank 1, GPU 1) share one NCCL communicator.
 #

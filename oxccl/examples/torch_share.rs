@@ -1,12 +1,13 @@
 //! One NCCL communicator shared by a Rust program and a PyTorch program: this is the Rust
 //! side, an inference server that receives the weights a PyTorch trainer
 //! (`examples/torch_share/trainer.py`) broadcasts every step. The guide is
-//! docs/SHARING_WITH_PYTORCH.md; `scripts/gpu-torch-share.sh` runs both on 2 GPUs.
+//! docs/guide/pytorch.md; `scripts/gpu-torch-share.sh` runs both on 2 GPUs.
 //!
 //! The trainer is rank 0 (GPU 0): it makes the NCCL unique id, hosts a `torch.distributed.TCPStore`
 //! and sets the id there. This program is rank 1: it reads the id with oxccl's `TcpStore`
-//! client, loads the same libnccl as torch, joins with `Comm::init_rank`, receives and checks
-//! each step's weights, then all-reduces its checksum back to the trainer, acknowledges in the
+//! client, loads the same libnccl as torch, joins with `init_rank_within` and
+//! `Comm::with_new_stream` (not `Comm::init_rank`, whose set-up of oxccl's kernels is a
+//! collective the torch side does not make), receives and checks each step's weights, then all-reduces its checksum back to the trainer, acknowledges in the
 //! store and destroys the communicator.
 //!
 //! ```sh

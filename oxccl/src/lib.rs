@@ -99,7 +99,48 @@ pub mod prelude;
 pub use oxccl_rules as rules;
 pub use oxccl_store as store;
 
-/// The README's examples, compiled as doctests.
+/// The README's examples, compiled as doctests (those that need no GPU run).
 #[doc = include_str!("../README.md")]
 #[cfg(doctest)]
 pub struct ReadmeDoctests;
+
+/// The guide's page on the process group (`docs/guide/process-group.md`), its programs
+/// compiled as doctests.
+#[doc = include_str!("../../docs/guide/process-group.md")]
+#[cfg(doctest)]
+pub struct GuideProcessGroup;
+
+/// The guide's page on `Comm` (`docs/guide/comm.md`), its programs compiled as doctests.
+#[doc = include_str!("../../docs/guide/comm.md")]
+#[cfg(all(doctest, feature = "nccl", feature = "mock"))]
+pub struct GuideComm;
+
+/// The guide's page on graphs and buffers (`docs/guide/graphs-and-buffers.md`), its programs
+/// compiled as doctests.
+#[doc = include_str!("../../docs/guide/graphs-and-buffers.md")]
+#[cfg(doctest)]
+pub struct GuideGraphsAndBuffers;
+
+/// The guide's page on safety nets and dumps (`docs/guide/safety-nets.md`), its programs
+/// compiled as doctests.
+#[doc = include_str!("../../docs/guide/safety-nets.md")]
+#[cfg(doctest)]
+pub struct GuideSafetyNets;
+
+/// The guide's page on going on after a lost rank (`docs/guide/elastic.md`), its programs
+/// compiled as doctests.
+#[doc = include_str!("../../docs/guide/elastic.md")]
+#[cfg(doctest)]
+pub struct GuideElastic;
+
+/// The guide's page on oxccl's kernels (`docs/guide/kernels.md`), its programs compiled as
+/// doctests.
+#[doc = include_str!("../../docs/guide/kernels.md")]
+#[cfg(doctest)]
+pub struct GuideKernels;
+
+/// The guide's page on sharing a communicator with PyTorch (`docs/guide/pytorch.md`), its
+/// programs compiled as doctests.
+#[doc = include_str!("../../docs/guide/pytorch.md")]
+#[cfg(all(doctest, feature = "nccl"))]
+pub struct GuidePytorch;

@@ -63,7 +63,7 @@ pub const ELASTIC_WINDOW_MS: &str = "OXCCL_ELASTIC_WINDOW_MS";
 pub const MOCK_VERSION: &str = "OXCCL_MOCK_VERSION";
 
 /// Every variable [`EnvConfig::from_lookup`] reads: (name, default when unset, meaning). The
-/// README's table of process-group variables is checked against it.
+/// table of process-group variables in docs/ENVIRONMENT.md is checked against it.
 pub const VARIABLES: &[(&str, &str, &str)] = &[
     (
         BACKEND,
@@ -163,7 +163,7 @@ pub const VARIABLES: &[(&str, &str, &str)] = &[
     ),
 ];
 
-/// Writes [`VARIABLES`] as the README's Markdown table (`| variable | default | meaning |`),
+/// Writes [`VARIABLES`] as the documentation's Markdown table (`| variable | default | meaning |`),
 /// so the documentation is generated from, and checked against, the one list.
 pub fn write_markdown_table(out: &mut impl core::fmt::Write) -> core::fmt::Result {
     out.write_str("| variable | default | meaning |\n|---|---|---|\n")?;

@@ -3,7 +3,7 @@
 //! client, and the weights both sides agree on. Shared with `tests/torch_share_handshake.rs`,
 //! which runs it against the trainer's `--dry-store` mode without a GPU.
 //!
-//! The keys (docs/SHARING_WITH_PYTORCH.md), all under `oxccl/torch_share/`:
+//! The keys (docs/guide/pytorch.md), all under `oxccl/torch_share/`:
 //!
 //! | key | set by | value |
 //! |---|---|---|

@@ -2,7 +2,7 @@
 a Rust inference server and broadcasts its weights to it every step.
 
 Rank 0 of a 2-rank communicator on GPU --gpu (0). It makes the NCCL unique id, hosts a
-torch.distributed.TCPStore and sets, under oxccl/torch_share/ (docs/SHARING_WITH_PYTORCH.md):
+torch.distributed.TCPStore and sets, under oxccl/torch_share/ (docs/guide/pytorch.md):
   config     "world=2 steps=S elems=E"
   nccl       "version X.Y.Z\\ntorch V\\npath /.../libnccl.so.2"  (the library torch loaded)
   unique_id  the id's 128 raw bytes (set last)
