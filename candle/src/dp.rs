@@ -40,7 +40,12 @@ impl<B: PgBackend> DataParallel<B> {
         let params = varmap
             .data()
             .lock()
-            .map_err(|_| Error::invalid("varmap", "its lock is poisoned (a thread panicked holding it)"))?
+            .map_err(|_| {
+                Error::invalid(
+                    "varmap",
+                    "its lock is poisoned (a thread panicked holding it)",
+                )
+            })?
             .iter()
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
@@ -53,7 +58,11 @@ impl<B: PgBackend> DataParallel<B> {
     pub fn new(group: &TensorGroup<B>, mut params: Vec<(String, Var)>) -> Result<Self> {
         params.sort_by(|a, b| a.0.cmp(&b.0));
         for (name, v) in &params {
-            if v.dtype() != DType::F32 && v.dtype() != DType::F64 && v.dtype() != DType::BF16 && v.dtype() != DType::F16 {
+            if v.dtype() != DType::F32
+                && v.dtype() != DType::F64
+                && v.dtype() != DType::BF16
+                && v.dtype() != DType::F16
+            {
                 return Err(Error::DType {
                     arg: "params",
                     dtype: v.dtype(),
@@ -96,7 +105,11 @@ impl<B: PgBackend> DataParallel<B> {
 
     /// Sets every parameter to global rank `root`'s value.
     pub fn broadcast_parameters(&self, root: usize) -> Result<()> {
-        let tensors: Vec<Tensor> = self.params.iter().map(|(_, v)| v.as_tensor().clone()).collect();
+        let tensors: Vec<Tensor> = self
+            .params
+            .iter()
+            .map(|(_, v)| v.as_tensor().clone())
+            .collect();
         let new = self.bucketed(&tensors, Collective::Broadcast(root as u32))?;
         for ((_, v), t) in self.params.iter().zip(new) {
             v.set(&t)?;
@@ -134,11 +147,7 @@ impl<B: PgBackend> DataParallel<B> {
         let mut buckets: Vec<(DType, usize, Vec<usize>)> = Vec::new();
         for (i, (_, v)) in self.params.iter().enumerate() {
             let bytes = v.elem_count() * v.dtype().size_in_bytes();
-            match buckets
-                .iter_mut()
-                .rev()
-                .find(|(d, _, _)| *d == v.dtype())
-            {
+            match buckets.iter_mut().rev().find(|(d, _, _)| *d == v.dtype()) {
                 Some((_, used, idx)) if *used + bytes <= self.bucket_bytes => {
                     *used += bytes;
                     idx.push(i);
@@ -170,7 +179,9 @@ impl<B: PgBackend> DataParallel<B> {
         }
         out.into_iter()
             .enumerate()
-            .map(|(i, t)| t.ok_or_else(|| Error::invalid("params", format!("parameter {i} in no bucket"))))
+            .map(|(i, t)| {
+                t.ok_or_else(|| Error::invalid("params", format!("parameter {i} in no bucket")))
+            })
             .collect()
     }
 

@@ -166,7 +166,9 @@ impl<B: PgBackend> TensorGroup<B> {
         let mut parts_shape = vec![n];
         parts_shape.extend_from_slice(x.dims());
         let parts = flat.reshape(parts_shape)?;
-        let parts: Vec<Tensor> = (0..n).map(|r| parts.get(r)).collect::<candle_core::Result<_>>()?;
+        let parts: Vec<Tensor> = (0..n)
+            .map(|r| parts.get(r))
+            .collect::<candle_core::Result<_>>()?;
         Ok(Tensor::cat(&parts, dim)?)
     }
 
@@ -241,7 +243,10 @@ impl<B: PgBackend> TensorGroup<B> {
         self.pg.recv(&mut hbuf, src as u32)?.wait()?;
         let h = self.pg.download(&hbuf)?;
         let (dtype, dims) = from_header(&h).ok_or_else(|| {
-            Error::invalid("src", format!("rank {src} sent a header this build cannot read: {h:?}"))
+            Error::invalid(
+                "src",
+                format!("rank {src} sent a header this build cannot read: {h:?}"),
+            )
         })?;
         with_elem!(dtype, "src", T => {
             let numel = dims.iter().product();
@@ -265,7 +270,10 @@ impl<B: PgBackend> TensorGroup<B> {
         if len % n != 0 {
             return Err(Error::invalid(
                 arg,
-                format!("dimension {dim} of {:?} does not split into {n} equal parts", x.dims()),
+                format!(
+                    "dimension {dim} of {:?} does not split into {n} equal parts",
+                    x.dims()
+                ),
             ));
         }
         Ok(x.chunk(n, dim)?)
@@ -301,7 +309,10 @@ impl<B: PgBackend> TensorGroup<B> {
         } else {
             Err(Error::invalid(
                 arg,
-                format!("global rank {r} is not in the group ({:?})", self.pg.ranks()),
+                format!(
+                    "global rank {r} is not in the group ({:?})",
+                    self.pg.ranks()
+                ),
             ))
         }
     }
@@ -316,7 +327,10 @@ impl<B: PgBackend> TensorGroup<B> {
 }
 
 /// A CPU tensor's elements in row-major order (a copy, whatever its layout).
-pub(crate) fn host<T: Element + candle_core::WithDType>(x: &Tensor, arg: &'static str) -> Result<Vec<T>> {
+pub(crate) fn host<T: Element + candle_core::WithDType>(
+    x: &Tensor,
+    arg: &'static str,
+) -> Result<Vec<T>> {
     device_arg(arg, x)?;
     Ok(x.flatten_all()?.to_vec1::<T>()?)
 }

@@ -42,9 +42,9 @@ impl<B: PgBackend> AllReduce<B> {
         layout: &Layout,
     ) -> crate::Result<CpuStorage> {
         let all = T::cpu_storage_as_slice(storage)?;
-        let (start, end) = layout.contiguous_offsets().ok_or_else(|| {
-            Error::invalid("x", "a contiguous tensor (call .contiguous() first)")
-        })?;
+        let (start, end) = layout
+            .contiguous_offsets()
+            .ok_or_else(|| Error::invalid("x", "a contiguous tensor (call .contiguous() first)"))?;
         let pg = self.group.pg();
         let mut buf = pg.upload(&all[start..end])?;
         pg.all_reduce(&mut buf, ReduceOp::Sum)?.wait()?;

@@ -19,9 +19,10 @@ pub fn shard(x: &Tensor, dim: usize, rank: usize, size: usize) -> Result<Tensor>
             format!("rank {rank} of {size} parts"),
         ));
     }
-    let len = *x.dims().get(dim).ok_or_else(|| {
-        Error::invalid("dim", format!("dimension {dim} of shape {:?}", x.dims()))
-    })?;
+    let len = *x
+        .dims()
+        .get(dim)
+        .ok_or_else(|| Error::invalid("dim", format!("dimension {dim} of shape {:?}", x.dims())))?;
     if len % size != 0 {
         return Err(Error::invalid(
             "x",
@@ -215,7 +216,9 @@ impl<B: PgBackend> RowParallelLinear<B> {
                 expected: format!("last dimension {part} (this rank's part of the input)"),
             });
         }
-        let y = self.group.all_reduce_sum(&linear(&x, &self.weight, None)?)?;
+        let y = self
+            .group
+            .all_reduce_sum(&linear(&x, &self.weight, None)?)?;
         Ok(match &self.bias {
             Some(b) => y.broadcast_add(b)?,
             None => y,
