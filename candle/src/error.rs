@@ -83,6 +83,22 @@ impl From<Error> for candle_core::Error {
     }
 }
 
+impl From<Error> for oxccl::Error {
+    /// For `?` inside `oxccl::launch::WithProcessGroup::run`, which returns oxccl's error: an
+    /// oxccl error comes back as it was, the rest as an invalid argument naming theirs.
+    fn from(e: Error) -> oxccl::Error {
+        match e {
+            Error::Oxccl(e) => e,
+            Error::Candle(c) => oxccl::Error::invalid("tensor", format_args!("candle: {c}")),
+            Error::DType { arg, .. }
+            | Error::Device { arg, .. }
+            | Error::Shape { arg, .. }
+            | Error::Mismatch { arg, .. }
+            | Error::Invalid { arg, .. } => oxccl::Error::invalid(arg, format_args!("{e}")),
+        }
+    }
+}
+
 impl Error {
     pub(crate) fn invalid(arg: &'static str, why: impl Into<String>) -> Error {
         Error::Invalid {
