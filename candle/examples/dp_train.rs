@@ -120,14 +120,22 @@ impl WithProcessGroup for Train {
     }
 }
 
+/// One line in one write: the ranks of a launcher share its stdout, and `println!` writes a
+/// long line in pieces that another rank's line could land between.
+fn line(mut s: String) {
+    use std::io::Write;
+    s.push('\n');
+    let _ = std::io::stdout().lock().write_all(s.as_bytes());
+}
+
 fn report(rank: usize, o: &Outcome) {
-    println!("rank {rank} losses {:?}", o.losses);
+    line(format!("rank {rank} losses {:?}", o.losses));
     let w: Vec<String> = o
         .weights
         .iter()
         .flat_map(|(_, v)| v.iter().map(|x| format!("{x:.7}")))
         .collect();
-    println!("rank {rank} weights [{}]", w.join(", "));
+    line(format!("rank {rank} weights [{}]", w.join(", ")));
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -193,10 +193,18 @@ impl WithProcessGroup for Generate {
     }
 }
 
+/// One line in one write: the ranks of a launcher share its stdout, and `println!` writes a
+/// long line in pieces that another rank's line could land between.
+fn line(mut s: String) {
+    use std::io::Write;
+    s.push('\n');
+    let _ = std::io::stdout().lock().write_all(s.as_bytes());
+}
+
 fn report(rank: usize, o: &Outcome) {
     let logits: Vec<String> = o.logits.iter().map(|v| format!("{v:.6}")).collect();
-    println!("rank {rank} logits [{}]", logits.join(", "));
-    println!("rank {rank} tokens {:?}", o.tokens);
+    line(format!("rank {rank} logits [{}]", logits.join(", ")));
+    line(format!("rank {rank} tokens {:?}", o.tokens));
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
