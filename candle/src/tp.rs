@@ -124,7 +124,9 @@ impl<B: PgBackend> ColumnParallelLinear<B> {
         &self.weight
     }
 
-    fn run(&self, x: &Tensor) -> Result<Tensor> {
+    /// The forward pass with this crate's typed error ([`Module::forward`] is this, its
+    /// error as candle's).
+    pub fn apply(&self, x: &Tensor) -> Result<Tensor> {
         let y = linear(x, &self.weight, self.bias.as_ref())?;
         if self.gather_output && self.group.size() > 1 {
             let last = y.rank() - 1;
@@ -137,7 +139,7 @@ impl<B: PgBackend> ColumnParallelLinear<B> {
 
 impl<B: PgBackend> Module for ColumnParallelLinear<B> {
     fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
-        Ok(self.run(x)?)
+        Ok(self.apply(x)?)
     }
 }
 
@@ -197,7 +199,9 @@ impl<B: PgBackend> RowParallelLinear<B> {
         &self.weight
     }
 
-    fn run(&self, x: &Tensor) -> Result<Tensor> {
+    /// The forward pass with this crate's typed error ([`Module::forward`] is this, its
+    /// error as candle's).
+    pub fn apply(&self, x: &Tensor) -> Result<Tensor> {
         let (_, part) = matrix("weight", &self.weight)?;
         let x = if self.input_is_parallel {
             x.clone()
@@ -228,7 +232,7 @@ impl<B: PgBackend> RowParallelLinear<B> {
 
 impl<B: PgBackend> Module for RowParallelLinear<B> {
     fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
-        Ok(self.run(x)?)
+        Ok(self.apply(x)?)
     }
 }
 
@@ -259,7 +263,9 @@ impl<B: PgBackend> VocabParallelEmbedding<B> {
         &self.weight
     }
 
-    fn run(&self, ids: &Tensor) -> Result<Tensor> {
+    /// The forward pass with this crate's typed error ([`Module::forward`] is this, its
+    /// error as candle's).
+    pub fn apply(&self, ids: &Tensor) -> Result<Tensor> {
         if !ids.dtype().is_int() {
             return Err(Error::DType {
                 arg: "ids",
@@ -285,7 +291,7 @@ impl<B: PgBackend> VocabParallelEmbedding<B> {
 
 impl<B: PgBackend> Module for VocabParallelEmbedding<B> {
     fn forward(&self, ids: &Tensor) -> candle_core::Result<Tensor> {
-        Ok(self.run(ids)?)
+        Ok(self.apply(ids)?)
     }
 }
 
