@@ -3,10 +3,21 @@
 
 use cudarc::driver::sys;
 
-/// Whether the driver library loads (a dlopen by its usual names, nothing more).
+/// Whether the driver library loads (a dlopen by its usual names, nothing more). Our own
+/// dlopen rather than cudarc's `is_culib_present`, which exists only when cudarc loads the
+/// driver itself: a program may have cudarc link it (`dynamic-linking`, as candle does).
 pub(crate) fn driver_present() -> bool {
-    // SAFETY: only tries to dlopen the driver library by its usual names.
-    unsafe { sys::is_culib_present() }
+    use std::env::consts::{DLL_PREFIX, DLL_SUFFIX};
+    let names = [
+        format!("{DLL_PREFIX}cuda{DLL_SUFFIX}.1"),
+        format!("{DLL_PREFIX}cuda{DLL_SUFFIX}"),
+        format!("{DLL_PREFIX}nvcuda{DLL_SUFFIX}"),
+    ];
+    names.iter().any(|name| {
+        // SAFETY: loading the driver library runs only its own initialisers, as cudarc's
+        // first call would; the handle is dropped at once.
+        unsafe { libloading::Library::new(name) }.is_ok()
+    })
 }
 
 /// `cuCtxGetDevice`: the device of the calling thread's current context; `None` without one.
