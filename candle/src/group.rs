@@ -267,7 +267,7 @@ impl<B: PgBackend> TensorGroup<B> {
     pub(crate) fn split(&self, arg: &'static str, x: &Tensor, dim: usize) -> Result<Vec<Tensor>> {
         dim_arg("dim", x, dim)?;
         let (len, n) = (x.dims()[dim], self.size());
-        if len % n != 0 {
+        if !len.is_multiple_of(n) {
             return Err(Error::invalid(
                 arg,
                 format!(

@@ -23,7 +23,7 @@ pub fn shard(x: &Tensor, dim: usize, rank: usize, size: usize) -> Result<Tensor>
         .dims()
         .get(dim)
         .ok_or_else(|| Error::invalid("dim", format!("dimension {dim} of shape {:?}", x.dims())))?;
-    if len % size != 0 {
+    if !len.is_multiple_of(size) {
         return Err(Error::invalid(
             "x",
             format!(

@@ -110,7 +110,7 @@ fn case<B: PgBackend>(name: &str, g: &TensorGroup<B>) -> oxccl_candle::Result<Ve
         "send_recv_pairs" => {
             // Even ranks send to the next, odd ranks answer with a tensor of another shape and dtype.
             let rank = g.rank();
-            if rank % 2 == 0 {
+            if rank.is_multiple_of(2) {
                 g.send(&iota(3, r)?.to_dtype(DType::F16)?, rank + 1)?;
                 let back = g.recv(rank + 1, cpu)?;
                 assert_eq!((back.dtype(), back.dims()), (DType::U32, &[2usize, 1][..]));
@@ -233,7 +233,7 @@ fn all_to_all_exchanges_rows() {
 #[test]
 fn send_recv_carry_dtype_and_shape() {
     for (r, got) in ok(on_ranks("send_recv_pairs")).into_iter().enumerate() {
-        let want: Vec<f64> = if r % 2 == 0 {
+        let want: Vec<f64> = if r.is_multiple_of(2) {
             // From rank r + 1: 7(r + 1) + iota(2).
             (0..2).map(|j| (7 * (r + 1) + j) as f64).collect()
         } else {
