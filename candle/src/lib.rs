@@ -30,3 +30,8 @@ pub use group::TensorGroup;
 pub use ops::AllReduce;
 pub use oxccl::ReduceOp;
 pub use tp::{ColumnParallelLinear, RowParallelLinear, VocabParallelEmbedding};
+
+/// The README's programs, compiled as doctests.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

@@ -16,10 +16,11 @@
 //! operations take `&mut self`, because NCCL forbids concurrent calls on one communicator.
 //! `AbortHandle` is `Send + Sync + Clone` and stops the communicator from any thread.
 //!
-//! Cargo features (both on by default): `nccl`, the NCCL backend and everything on it
+//! Cargo features (on by default): `nccl`, the NCCL backend and everything on it
 //! (`Comm`, `CommGroup`, `CommGraph`, `GroupGuard`, `buffer::NcclBuf`); `mock`, the in-process mock
 //! world and its buffers (`buffer::HostBuf`), for tests without GPUs. A program that only
-//! wants one turns the other off. (Items of a feature are named without links here, so this
+//! wants one turns the other off. `cuda-12080` (also default) names the CUDA version of
+//! cudarc's bindings; a program whose own cudarc picks the version leaves it out. (Items of a feature are named without links here, so this
 //! page reads the same under every feature set.)
 
 mod aborts;

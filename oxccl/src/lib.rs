@@ -62,7 +62,11 @@
 //! `nccl` (default): the NCCL backend, loaded at run time, and everything on it (`Nccl`,
 //! `Comm`, graphs, device buffers). `mock` (default): the in-process mock world. A program
 //! that wants one turns the other off (`default-features = false`); a mock-only build
-//! compiles no CUDA binding. `trace-reader` (off): `recorder::reader`, dumps read back and
+//! compiles no CUDA binding. `cuda-12080` (default): the CUDA version cudarc's bindings are
+//! built for; a program whose own cudarc names another, or `cuda-version-from-build-system`
+//! (candle's CUDA feature), leaves it out (`default-features = false, features = ["nccl"]`),
+//! and its cudarc features or `CUDARC_CUDA_VERSION` decide. oxccl asks cudarc for
+//! `fallback-dynamic-loading`, so a program's `dynamic-linking` stands. `trace-reader` (off): `recorder::reader`, dumps read back and
 //! a hang diagnosed from them (it needs `serde_json`).
 //!
 //! Thread safety: a `Comm` is `Send` (move it to the thread that drives its GPU); its
