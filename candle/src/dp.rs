@@ -57,7 +57,7 @@ impl<B: PgBackend> DataParallel<B> {
     /// rank 0's, so the ranks start from the same model.
     pub fn new(group: &TensorGroup<B>, mut params: Vec<(String, Var)>) -> Result<Self> {
         params.sort_by(|a, b| a.0.cmp(&b.0));
-        for (name, v) in &params {
+        for (_, v) in &params {
             if v.dtype() != DType::F32
                 && v.dtype() != DType::F64
                 && v.dtype() != DType::BF16
@@ -69,10 +69,7 @@ impl<B: PgBackend> DataParallel<B> {
                     why: "is not a float type (gradients are averaged)",
                 });
             }
-            if !v.device().is_cpu() && !cfg!(feature = "cuda") {
-                crate::group::device_arg("params", v.as_tensor())
-                    .map_err(|e| Error::invalid("params", format!("{name}: {e}")))?;
-            }
+            crate::group::device_arg("params", v.as_tensor())?;
         }
         let ddp = DataParallel {
             group: group.clone(),

@@ -276,7 +276,15 @@ impl<B: PgBackend> TensorGroup<B> {
                 ),
             ));
         }
-        Ok(x.chunk(n, dim)?)
+        let parts = x.chunk(n, dim)?;
+        // candle gives fewer parts than asked along an empty dimension.
+        if parts.len() != n {
+            return Err(Error::invalid(
+                arg,
+                format!("dimension {dim} of {:?} is empty", x.dims()),
+            ));
+        }
+        Ok(parts)
     }
 
     /// Compares `x`'s dtype and shape across ranks (when the check is on).
