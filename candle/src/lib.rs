@@ -7,7 +7,8 @@
 //!   [`ProcessGroup`](oxccl::pg::ProcessGroup): made by `oxccl::launch::spawn` (ranks as
 //!   threads) or `oxccl::launch::init_process_group` (under torchrun, srun, mpirun).
 //! - [`tp`]: [`ColumnParallelLinear`], [`RowParallelLinear`], [`VocabParallelEmbedding`], the
-//!   LM head split by vocabulary, and the all-reduce as a candle op ([`AllReduce`]).
+//!   LM head split by vocabulary, the all-reduce as a candle op ([`AllReduce`]) and its
+//!   mirror for inputs ([`ParallelInput`]): the layers train as well as infer.
 //! - [`DataParallel`]: parameters broadcast from rank 0, gradients averaged in buckets.
 //! - [`Error`]: converts into `candle_core::Error`, so a candle program `?`s these calls.
 //!
@@ -27,7 +28,7 @@ pub mod tp;
 pub use dp::{DataParallel, DEFAULT_BUCKET_BYTES};
 pub use error::{Error, Result};
 pub use group::TensorGroup;
-pub use ops::AllReduce;
+pub use ops::{AllReduce, ParallelInput};
 pub use oxccl::ReduceOp;
 pub use tp::{ColumnParallelLinear, RowParallelLinear, VocabParallelEmbedding};
 

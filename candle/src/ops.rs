@@ -17,7 +17,68 @@ pub struct AllReduce<B: PgBackend> {
     group: TensorGroup<B>,
 }
 
+/// Megatron's "copy to the parallel region": the identity going forward, the sum across the
+/// group going back. Applied to the input of a [`crate::ColumnParallelLinear`], it gives each
+/// rank the full gradient of that input (every rank's slice of the layer contributed to it).
+pub struct ParallelInput<B: PgBackend> {
+    group: TensorGroup<B>,
+}
+
+impl<B: PgBackend> CustomOp1 for ParallelInput<B> {
+    fn name(&self) -> &'static str {
+        "oxccl-parallel-input"
+    }
+
+    fn cpu_fwd(
+        &self,
+        storage: &CpuStorage,
+        layout: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let dtype: DType = storage.dtype();
+        let copy = (|| -> crate::Result<CpuStorage> {
+            with_elem!(dtype, "x", T => {
+                let all = T::cpu_storage_as_slice(storage)?;
+                let (start, end) = layout.contiguous_offsets().ok_or_else(|| {
+                    Error::invalid("x", "a contiguous tensor (call .contiguous() first)")
+                })?;
+                Ok(T::to_cpu_storage(&all[start..end]))
+            })
+        })()?;
+        Ok((copy, layout.shape().clone()))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        storage: &candle_core::CudaStorage,
+        layout: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        let copy = storage.copy_strided_src_to_contiguous(layout)?;
+        Ok((copy, layout.shape().clone()))
+    }
+
+    fn bwd(
+        &self,
+        _arg: &Tensor,
+        _res: &Tensor,
+        grad_res: &Tensor,
+    ) -> candle_core::Result<Option<Tensor>> {
+        Ok(Some(self.group.all_reduce_sum(grad_res)?))
+    }
+}
+
 impl<B: PgBackend> TensorGroup<B> {
+    /// `x` unchanged, its gradient summed across the group (see [`ParallelInput`]).
+    pub fn parallel_input(&self, x: &Tensor) -> crate::Result<Tensor> {
+        if self.size() == 1 {
+            return Ok(x.clone());
+        }
+        crate::group::device_arg("x", x)?;
+        Ok(x.contiguous()?.apply_op1(ParallelInput {
+            group: self.clone(),
+        })?)
+    }
+
     /// The all-reduce (sum) as a candle op: `x.apply_op1(group.all_reduce_op())`.
     pub fn all_reduce_op(&self) -> AllReduce<B> {
         AllReduce {

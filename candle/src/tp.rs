@@ -127,7 +127,9 @@ impl<B: PgBackend> ColumnParallelLinear<B> {
     /// The forward pass with this crate's typed error ([`Module::forward`] is this, its
     /// error as candle's).
     pub fn apply(&self, x: &Tensor) -> Result<Tensor> {
-        let y = linear(x, &self.weight, self.bias.as_ref())?;
+        // Forward unchanged; going back, every rank gets the input's full gradient.
+        let x = self.group.parallel_input(x)?;
+        let y = linear(&x, &self.weight, self.bias.as_ref())?;
         if self.gather_output && self.group.size() > 1 {
             let last = y.rank() - 1;
             self.group.all_gather(&y.contiguous()?, last)

@@ -81,6 +81,18 @@ fn case<B: PgBackend>(name: &str, g: &TensorGroup<B>) -> Outcome {
             // Gather the column slices back for comparison with one rank.
             Ok(vec![flat(&y)?, flat(&g.all_gather(&gw, 1)?)?])
         }
+        "input_grads" => {
+            // Column then row, trained: the input's gradient on every rank is the full one
+            // (the column layer's input sums its gradient across ranks going back), and each
+            // rank's weight gradients are its slices of the full ones.
+            let xv = Var::from_tensor(&x)?;
+            let up = ColumnParallelLinear::from_full(&w1, Some(&b1), false, g)?;
+            let down = RowParallelLinear::from_full(&w2, Some(&b2), true, g)?;
+            let y = down.forward(&up.forward(xv.as_tensor())?.tanh()?)?;
+            let grads = y.sqr()?.sum_all()?.backward()?;
+            let gx = grads.get(xv.as_tensor()).expect("a gradient for x").clone();
+            Ok(vec![flat(&y)?, flat(&gx)?])
+        }
         "dp_steps" => {
             // A linear model, 3 SGD steps; the global batch of 8 split across ranks.
             let w = Var::from_tensor(&(det(&[1, 8], 9)? + g.rank() as f64)?)?;
@@ -176,6 +188,11 @@ fn vocab_parallel_embedding_and_head_are_the_full_ones() {
 #[test]
 fn row_parallel_gradients_are_the_full_gradients_columns() {
     agrees("row_grads", 1e-5);
+}
+
+#[test]
+fn column_then_row_input_gradient_is_the_full_one() {
+    agrees("input_grads", 1e-5);
 }
 
 #[test]
