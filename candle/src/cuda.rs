@@ -42,7 +42,7 @@ pub(crate) fn nccl_group<'a, B: PgBackend>(
 }
 
 /// `storage` (contiguous, per `layout`) summed across the group into new storage on the same
-/// device: the CUDA side of [`crate::AllReduce`].
+/// device: the CUDA side of the `AllReduce` op.
 pub(crate) fn all_reduce_sum<B: PgBackend>(
     pg: &ProcessGroup<B>,
     storage: &CudaStorage,

@@ -18,7 +18,7 @@ pub struct AllReduce<B: PgBackend> {
 }
 
 /// Megatron's "copy to the parallel region": the identity going forward, the sum across the
-/// group going back. Applied to the input of a [`crate::ColumnParallelLinear`], it gives each
+/// group going back. Applied to the input of a [`crate::tp::ColumnParallelLinear`], it gives each
 /// rank the full gradient of that input (every rank's slice of the layer contributed to it).
 pub struct ParallelInput<B: PgBackend> {
     group: TensorGroup<B>,
@@ -35,7 +35,7 @@ impl<B: PgBackend> CustomOp1 for ParallelInput<B> {
         layout: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
         let dtype: DType = storage.dtype();
-        let copy = (|| -> crate::Result<CpuStorage> {
+        let copy = (|| -> crate::error::Result<CpuStorage> {
             with_elem!(dtype, "x", T => {
                 let all = T::cpu_storage_as_slice(storage)?;
                 let (start, end) = layout.contiguous_offsets().ok_or_else(|| {
@@ -69,7 +69,7 @@ impl<B: PgBackend> CustomOp1 for ParallelInput<B> {
 
 impl<B: PgBackend> TensorGroup<B> {
     /// `x` unchanged, its gradient summed across the group (see [`ParallelInput`]).
-    pub fn parallel_input(&self, x: &Tensor) -> crate::Result<Tensor> {
+    pub fn parallel_input(&self, x: &Tensor) -> crate::error::Result<Tensor> {
         if self.size() == 1 {
             return Ok(x.clone());
         }
@@ -87,7 +87,7 @@ impl<B: PgBackend> TensorGroup<B> {
     }
 
     /// `x` summed across the group, as an op of candle's graph (see [`AllReduce`]).
-    pub fn all_reduce_sum(&self, x: &Tensor) -> crate::Result<Tensor> {
+    pub fn all_reduce_sum(&self, x: &Tensor) -> crate::error::Result<Tensor> {
         if self.size() == 1 {
             return Ok(x.clone());
         }
@@ -101,7 +101,7 @@ impl<B: PgBackend> AllReduce<B> {
         &self,
         storage: &CpuStorage,
         layout: &Layout,
-    ) -> crate::Result<CpuStorage> {
+    ) -> crate::error::Result<CpuStorage> {
         let all = T::cpu_storage_as_slice(storage)?;
         let (start, end) = layout
             .contiguous_offsets()
@@ -112,7 +112,7 @@ impl<B: PgBackend> AllReduce<B> {
         Ok(T::to_cpu_storage_owned(pg.download(&buf)?))
     }
 
-    fn cpu(&self, storage: &CpuStorage, layout: &Layout) -> crate::Result<CpuStorage> {
+    fn cpu(&self, storage: &CpuStorage, layout: &Layout) -> crate::error::Result<CpuStorage> {
         let dtype: DType = storage.dtype();
         with_elem!(dtype, "x", T => self.reduce::<T>(storage, layout))
     }

@@ -8,14 +8,6 @@ use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
-/// Writes `text` to stdout and flushes it, so that a pipe or a log (`| tee`, a launcher's
-/// capture) gets each line when it is made, as a terminal does. A write that fails does not
-/// stop the run (a closed pipe ends the process through SIGPIPE).
-pub fn stdout(text: &str) {
-    let mut out = std::io::stdout().lock();
-    let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
-}
-
 /// `Ok` when `path` (given as option `what`) may be written: a regular file, or absent in a
 /// folder that exists.
 pub fn check(what: &str, path: &Path) -> Result<(), String> {

@@ -5,13 +5,14 @@
 //! and recv. Two ranks: a thread per GPU on NCCL 2.29.2+, or the mock world (imitating NCCL
 //! 2.32.3) without one. The data is checked after the last round.
 
+use crate::exit;
 use crate::perf::args::{SweepArgs, WorldArgs};
 use crate::perf::backend::Ground;
 use crate::perf::nccl::{local_gpus, RankSetup};
 use crate::perf::plan::{sizes, Failure};
 use crate::perf::rank::Rank;
+use crate::perf::report;
 use crate::perf::world::World;
-use crate::{exit, output};
 use clap::Args;
 use oxccl::core::Backend as _;
 use oxccl::pg::{PgBackend, ProcessGroup, RegMode, SignalFrom};
@@ -80,7 +81,7 @@ fn measure(a: &PingPongArgs) -> std::result::Result<(), Failure> {
             World::nccl_threads(*lib, 2, setup)
         }
         Ground::Mock(why) => {
-            output::stdout(&format!(
+            report::print(&format!(
                 "# the mock world (imitating NCCL 2.32.3), 2 ranks as threads: {why}\n"
             ));
             let mock = oxccl::mock::MockBackend::with_options(
@@ -92,7 +93,7 @@ fn measure(a: &PingPongArgs) -> std::result::Result<(), Failure> {
             World::mock_threads(mock, 2)
         }
     };
-    output::stdout(&format!(
+    report::print(&format!(
         "# half round trip (µs), 2 ranks\n{:>12} {:>14} {:>14}\n",
         "bytes", "put+signal", "send/recv"
     ));
@@ -163,7 +164,7 @@ fn ping_pong<B: PgBackend>(
         drop((win, mine));
         pg.release_windows()?;
         if r == 0 {
-            output::stdout(&format!("{bytes:>12} {one:>14.2} {two:>14.2}\n"));
+            report::print(&format!("{bytes:>12} {one:>14.2} {two:>14.2}\n"));
         }
     }
     Ok(())

@@ -1,7 +1,6 @@
 //! The safe communicator: typed cudarc buffers in, checked NCCL calls out.
 
 use crate::buffer::same_device;
-use crate::comm_group::CommGroup;
 use crate::element::{host_op, Element};
 use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut, SyncOnDrop};
 use oxccl_core::coll_config::CollConfig;
@@ -303,7 +302,7 @@ impl Comm {
 
     /// Issues `op`, with a configuration of its own when `cfg` is given (NCCL 2.31.2+).
     /// Refused while a group is open on this thread: a typed call returns its buffers at once,
-    /// but a grouped operation runs only when the group ends, so only a [`CommGroup`], which
+    /// but a grouped operation runs only when the group ends, so only a [`crate::CommGroup`], which
     /// keeps them until then, issues typed calls inside one.
     fn run_configured(&self, op: CommOp<'_>, cfg: Option<&CollConfig>) -> Result<()> {
         self.refuse_in_group()?;
@@ -585,16 +584,6 @@ impl Comm {
     pub fn barrier(&mut self) -> Result<()> {
         self.run(CommOp::Barrier)?;
         self.synchronize()
-    }
-
-    /// Opens a group on this thread (on this communicator's library): the operations issued
-    /// through the returned [`CommGroup`] are launched together when it ends (p2p pairs inside
-    /// never deadlock), and its end waits for this communicator's launch. The group borrows
-    /// the communicator and every buffer handed to it until it ends, because NCCL enqueues a
-    /// grouped operation's work only then. While it is open, this communicator's own typed
-    /// calls are refused.
-    pub fn group<'b>(&mut self) -> Result<CommGroup<'_, 'b>> {
-        CommGroup::open(self)
     }
 
     /// A communicator of the ranks that gave the same `color` (`None`: this rank joins none),

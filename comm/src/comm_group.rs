@@ -80,6 +80,18 @@ impl std::fmt::Debug for CommGroup<'_, '_> {
     }
 }
 
+impl Comm {
+    /// Opens a group on this thread (on this communicator's library): the operations issued
+    /// through the returned [`CommGroup`] are launched together when it ends (p2p pairs inside
+    /// never deadlock), and its end waits for this communicator's launch. The group borrows
+    /// the communicator and every buffer handed to it until it ends, because NCCL enqueues a
+    /// grouped operation's work only then. While it is open, this communicator's own typed
+    /// calls are refused.
+    pub fn group<'b>(&mut self) -> Result<CommGroup<'_, 'b>> {
+        CommGroup::open(self)
+    }
+}
+
 impl<'c, 'b> CommGroup<'c, 'b> {
     /// Opens the outermost group of `comm`, whose end waits for `comm`'s launch.
     pub(crate) fn open(comm: &'c mut Comm) -> Result<CommGroup<'c, 'b>> {

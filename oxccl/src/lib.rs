@@ -75,6 +75,7 @@
 //! A [`pg::ProcessGroup`] is `Clone`: every clone is the same group.
 
 mod deadline;
+mod env_vars;
 pub mod launch;
 pub mod pg;
 mod read_for_all;

@@ -8,7 +8,6 @@ use super::drive::{merge, sweep, Progress, Sample};
 use super::plan::{Failure, Plan};
 use super::world::World;
 use super::{rank_layers, report};
-use crate::output;
 use std::process::ExitCode;
 
 /// Runs `oxccl perf`.
@@ -27,7 +26,7 @@ fn measure(a: &PerfArgs) -> Result<ExitCode, Failure> {
     // The table's head before anything is measured, and each row as its size ends (as
     // nccl-tests prints), so that a pipe or a log follows the run.
     if table && world.leads() {
-        output::stdout(&report::opening(&plan, &world));
+        report::print_opening(&plan, &world);
     }
     let merged = world
         .run(|rank, r| {
@@ -39,7 +38,7 @@ fn measure(a: &PerfArgs) -> Result<ExitCode, Failure> {
                 let point = merge(rank, mine.to_vec())?;
                 if let Some(progress) = &mut progress {
                     if table {
-                        output::stdout(&report::point_rows(&plan, &points[i], &point));
+                        report::print_point_rows(&plan, &points[i], &point);
                     }
                     progress.point_done(&points[i], i + 1, points.len());
                 }

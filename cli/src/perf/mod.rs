@@ -18,7 +18,7 @@ pub(crate) mod plan;
 pub(crate) mod rank;
 mod rank_layers;
 mod raw_call;
-mod report;
+pub mod report;
 mod stop;
 mod svg;
 pub(crate) mod world;

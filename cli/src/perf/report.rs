@@ -12,6 +12,7 @@ use crate::exit;
 use crate::ops::Coll;
 use oxccl::core::Backend as _;
 use serde_json::{json, Value};
+use std::io::Write;
 use std::process::ExitCode;
 
 /// Where the run was, for the report: the JSON head (backend, ranks, and why this backend)
@@ -48,18 +49,28 @@ pub fn head(plan: &Plan, world: &World) -> (Value, String) {
     (v, first)
 }
 
-/// What the table starts with: the line saying where the run is, then the column heads. The
-/// first rank prints it before measuring, and each point's rows ([`point_rows`]) as it ends.
-pub fn opening(plan: &Plan, world: &World) -> String {
-    format!("# {}\n{}", head(plan, world).1, column_heads())
+/// Writes `text` to stdout and flushes it, so that a pipe or a log (`| tee`, a launcher's
+/// capture) gets each line when it is made, as a terminal does. A write that fails does not
+/// stop the run (a closed pipe ends the process through SIGPIPE).
+pub fn print(text: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
 }
 
-/// The table's lines of one point's merged samples: a row per layer that ran it.
-pub fn point_rows(plan: &Plan, point: &SweepPoint, merged: &[Sample]) -> String {
-    rows(plan, std::slice::from_ref(point), merged)
+/// Prints what the table starts with: the line saying where the run is, then the column
+/// heads. The first rank prints it before measuring, and each point's rows
+/// ([`print_point_rows`]) as it ends.
+pub fn print_opening(plan: &Plan, world: &World) {
+    print(&format!("# {}\n{}", head(plan, world).1, column_heads()));
+}
+
+/// Prints the table's lines of one point's merged samples: a row per layer that ran it.
+pub fn print_point_rows(plan: &Plan, point: &SweepPoint, merged: &[Sample]) {
+    let lines: String = rows(plan, std::slice::from_ref(point), merged)
         .iter()
         .map(|r| row_line(plan, r))
-        .collect()
+        .collect();
+    print(&lines);
 }
 
 /// Ends the report of the samples merged at `points`: the table's last lines (its rows are
@@ -87,9 +98,9 @@ pub fn deliver(
         (path, svg::chart(&lines, &title))
     });
     if out.json {
-        crate::output::stdout(&format!("{}\n", crate::shown::json(&json)));
+        print(&format!("{}\n", crate::shown::json(&json)));
     } else {
-        crate::output::stdout(&footer(plan, &rows));
+        print(&footer(plan, &rows));
     }
     let write = |what: &str, path: &std::path::Path, text: String| {
         crate::output::write(what, path, text.as_bytes()).map_err(Failure::env)

@@ -2,59 +2,14 @@
 //! the job and the store the ranks rendezvous through (c10d's rendezvous handlers).
 
 use super::init::InitMethod;
+use crate::env_vars::EnvVars;
 use crate::store::{FileStore, PrefixStore, Store, TcpStore, TcpStoreOptions};
 use oxccl_core::text::Escaped;
 use oxccl_core::{Device, Error, Result};
 use oxccl_rules::env::parse_u64;
 use oxccl_rules::launch::{LaunchInfo, Launcher, SLURM_PORT_RULE};
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
-
-/// A snapshot of environment variables, read once so that every decision of one bootstrap
-/// sees the same values (and tests can pass their own without touching the process's).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct EnvVars(HashMap<String, String>);
-
-impl EnvVars {
-    /// The process's environment now. A value that is not UTF-8 is kept with replacement
-    /// characters, so it fails its parser with an error naming the variable instead of
-    /// vanishing (or panicking, as `std::env::vars` would).
-    pub fn from_process() -> EnvVars {
-        EnvVars(
-            std::env::vars_os()
-                .map(|(k, v)| {
-                    (
-                        k.to_string_lossy().into_owned(),
-                        v.to_string_lossy().into_owned(),
-                    )
-                })
-                .collect(),
-        )
-    }
-
-    /// Exactly these variables.
-    pub fn from_pairs<K: Into<String>, V: Into<String>>(
-        pairs: impl IntoIterator<Item = (K, V)>,
-    ) -> EnvVars {
-        EnvVars(
-            pairs
-                .into_iter()
-                .map(|(k, v)| (k.into(), v.into()))
-                .collect(),
-        )
-    }
-
-    /// The value of `name`, if set.
-    pub fn get(&self, name: &str) -> Option<&str> {
-        self.0.get(name).map(String::as_str)
-    }
-
-    /// Every variable, as `(name, value)`, in no particular order.
-    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
-        self.0.iter().map(|(k, v)| (k.as_str(), v.as_str()))
-    }
-}
 
 /// This rank's place in the job and its rendezvous store.
 #[derive(Clone)]

@@ -7,8 +7,9 @@
 //! `MockBackend::for_processes`, so ranks in one process (threads) and in many (a launcher's
 //! processes on one machine) both work with the same binary.
 
-use super::bootstrap::{Bootstrap, EnvVars};
+use super::bootstrap::Bootstrap;
 use super::init::InitMethod;
+use crate::env_vars::EnvVars;
 use crate::pg::PgBackend;
 use crate::pg::{PgOptions, ProcessGroup};
 use oxccl_core::{text, Error, Result};

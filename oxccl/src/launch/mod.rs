@@ -10,10 +10,10 @@
 mod bootstrap;
 mod choose;
 mod init;
-mod settings;
 mod spawn;
 
-pub use bootstrap::{restart_scope, Bootstrap, EnvVars};
+pub use crate::env_vars::EnvVars;
+pub use bootstrap::{restart_scope, Bootstrap};
 pub use choose::{decide, init_process_group, with_backend, Choice, WithBackend, WithProcessGroup};
 pub use init::InitMethod;
 pub use oxccl_rules::launch::{HostList, HostName, LaunchInfo, Launcher};

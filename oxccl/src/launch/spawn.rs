@@ -3,8 +3,8 @@
 //! [`with_backend`] picks (NCCL with rank r on GPU r when a GPU and NCCL are here, else the
 //! mock world), so one program runs on a laptop and on a GPU machine alike.
 
-use super::bootstrap::EnvVars;
 use super::choose::{with_backend, WithBackend, WithProcessGroup};
+use crate::env_vars::EnvVars;
 use crate::pg::{PgBackend, PgOptions, ProcessGroup};
 use crate::store::{MemStore, Store};
 use oxccl_core::{Device, Error, Result};

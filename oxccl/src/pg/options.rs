@@ -1,6 +1,6 @@
 //! What a process group is configured with.
 
-use crate::launch::EnvVars;
+use crate::env_vars::EnvVars;
 use crate::recorder::Recorder;
 use oxccl_core::{CommConfig, Device};
 use oxccl_rules::env::ErrorHandling;

@@ -28,7 +28,7 @@ impl Recorder {
         GLOBAL
             .get_or_init(|| {
                 // A refused value is the process group's error, not the recorder's.
-                let settings = crate::launch::EnvVars::from_process().settings();
+                let settings = crate::env_vars::EnvVars::from_process().settings();
                 let capacity = settings
                     .value(oxccl_rules::env::TRACE_BUFFER_SIZE)
                     .and_then(|v| {
